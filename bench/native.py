@@ -1,0 +1,179 @@
+"""Native-protocol benchmarks against a real ``chute serve``; prints JSON.
+
+Workloads (each the median of ``--runs``, every process separate, as a user runs them):
+
+* ``throughput``: 1 producer / 1 consumer, transient 1 KiB messages, producer
+  pipelining; msgs/s from the first send to the last delivery.
+* ``latency``: 1 producer at a fixed rate (default 2,000 msgs/s), transient;
+  end-to-end latency p50/p99/p999 in ms (send timestamp in the body).
+* ``fanout``: 1 producer to a topic with 4 subscriber processes; deliveries/s.
+
+    python bench/native.py                 # all three, 3 runs each
+    python bench/native.py --only throughput --runs 5 --count 300000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import chute
+
+STAMP = struct.Struct(">Q")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def start_broker(data_dir: str) -> tuple[subprocess.Popen[str], str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "chute.cli", "serve", "--port", str(port), "--data-dir",
+         data_dir, "--log-level", "warning"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("chute listening"):
+            break
+    else:
+        raise RuntimeError("broker did not start")
+    return proc, f"chute://127.0.0.1:{port}"
+
+
+def consumer_proc(url: str, address: str, count: int, ready: Any, out: Any,
+                  latency: bool) -> None:
+    lat: list[int] = []
+    with chute.connect(url) as conn, conn.session(ack="auto") as s:
+        c = s.consumer(address, prefetch=1000)
+        ready.set()
+        got = 0
+        first = 0.0
+        while got < count:
+            m = c.receive(timeout=30)
+            if m is None:
+                break
+            if not got:
+                first = time.perf_counter()
+            got += 1
+            if latency:
+                lat.append(time.time_ns() - STAMP.unpack_from(m.body)[0])
+        end = time.time()
+    out.put({"received": got, "end": end, "first": first, "latency_ns": lat})
+
+
+def producer(url: str, address: str, count: int, size: int, rate: float = 0.0) -> float:
+    body_tail = b"x" * (size - STAMP.size)
+    with chute.connect(url) as conn, conn.session() as s:
+        start = time.time()
+        if rate:
+            interval = 1.0 / rate
+            t0 = time.perf_counter()
+            for i in range(count):
+                target = t0 + i * interval
+                while (now := time.perf_counter()) < target:
+                    if target - now > 0.0005:
+                        time.sleep(target - now - 0.0004)
+                s.send(address, STAMP.pack(time.time_ns()) + body_tail, persistent=False)
+        else:
+            for _ in range(count):
+                s.send(address, STAMP.pack(time.time_ns()) + body_tail, persistent=False)
+        s.flush() if hasattr(s, "flush") else None
+    return start
+
+
+def run_once(url: str, address: str, *, count: int, size: int, consumers: int = 1,
+             rate: float = 0.0, latency: bool = False) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = []
+    readies = []
+    for _ in range(consumers):
+        ready = ctx.Event()
+        proc = ctx.Process(target=consumer_proc, args=(url, address, count, ready, out, latency))
+        proc.start()
+        procs.append(proc)
+        readies.append(ready)
+    for ready in readies:
+        ready.wait(30)
+    start = producer(url, address, count, size, rate)
+    results = [out.get(timeout=120) for _ in procs]
+    for proc in procs:
+        proc.join(30)
+    end = max(r["end"] for r in results)
+    delivered = sum(r["received"] for r in results)
+    elapsed = end - start
+    res: dict[str, Any] = {"delivered": delivered, "expected": count * consumers,
+                           "seconds": round(elapsed, 3),
+                           "msgs_per_s": round(delivered / elapsed)}
+    if latency:
+        lat = sorted(x for r in results for x in r["latency_ns"])
+        def pct(q: float) -> float:
+            return round(lat[min(len(lat) - 1, int(q * len(lat)))] / 1e6, 3)
+        res.update({"p50_ms": pct(0.50), "p99_ms": pct(0.99), "p999_ms": pct(0.999)})
+    return res
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", choices=["throughput", "latency", "fanout"], action="append")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--count", type=int, default=200_000)
+    parser.add_argument("--fanout-count", type=int, default=100_000)
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--rate", type=float, default=2000)
+    parser.add_argument("--duration", type=float, default=10, help="latency run seconds")
+    parser.add_argument("--url", help="use a running broker instead of starting one")
+    args = parser.parse_args()
+    workloads = args.only or ["throughput", "latency", "fanout"]
+    with tempfile.TemporaryDirectory() as data_dir:
+        proc = None
+        url = args.url
+        if url is None:
+            proc, url = start_broker(data_dir)
+        try:
+            report: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}, "runs": args.runs}
+            for name in workloads:
+                runs = []
+                for i in range(args.runs):
+                    tag = f"bench-{name}-{os.getpid()}-{i}"
+                    if name == "throughput":
+                        r = run_once(url, f"queue:{tag}", count=args.count, size=args.size)
+                    elif name == "latency":
+                        r = run_once(url, f"queue:{tag}", count=int(args.rate * args.duration),
+                                     size=args.size, rate=args.rate, latency=True)
+                    else:
+                        r = run_once(url, f"topic:{tag}", count=args.fanout_count,
+                                     size=args.size, consumers=4)
+                    runs.append(r)
+                    print(json.dumps({"workload": name, "run": i + 1, **r}), file=sys.stderr)
+                summary: dict[str, Any] = {"runs": runs}
+                for key in ("msgs_per_s", "p50_ms", "p99_ms", "p999_ms"):
+                    if key in runs[0]:
+                        summary[f"median_{key}"] = statistics.median(r[key] for r in runs)
+                report[name] = summary
+            print(json.dumps(report, indent=2))
+        finally:
+            if proc is not None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(15)
+
+
+if __name__ == "__main__":
+    main()

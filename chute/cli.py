@@ -1,0 +1,228 @@
+"""The ``chute`` command: ``serve``, ``send``, ``receive``, ``browse``, ``stat``.
+
+Errors a user can fix are printed as one line (``chute: error: ...``) with
+exit status 2 for bad usage or configuration and 1 for a failed operation;
+never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from chute.errors import ChuteError, ConfigError
+
+DEFAULT_URL = "chute://127.0.0.1:5445"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    try:
+        result: int = args.func(args)
+        return result
+    except ConfigError as exc:
+        print(f"chute: configuration error: {exc.reason}", file=sys.stderr)
+        return 2
+    except ChuteError as exc:
+        print(f"chute: error: {exc.reason}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"chute: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="chute", description="chute, a message broker.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="run the broker")
+    serve.add_argument("--config", type=Path, help="TOML configuration file")
+    serve.add_argument("--data-dir", type=Path, help="where the broker keeps its data")
+    serve.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="native protocol port (default 5445, 0 = off)")
+    serve.add_argument("--stomp-port", type=int, help="STOMP port (0 = off)")
+    serve.add_argument("--http-port", type=int, help="HTTP port (0 = off)")
+    serve.add_argument("--log-level", default=os.environ.get("CHUTE_LOG_LEVEL", "info"),
+                       choices=["debug", "info", "warning", "error"])
+    serve.set_defaults(func=_serve)
+
+    def client_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--url", default=os.environ.get("CHUTE_URL", DEFAULT_URL),
+                       help=f"broker URL (default {DEFAULT_URL}, or $CHUTE_URL)")
+        p.add_argument("--login", default=os.environ.get("CHUTE_LOGIN"))
+        p.add_argument("--passcode", default=os.environ.get("CHUTE_PASSCODE"))
+
+    send = sub.add_parser("send", help="send one message")
+    send.add_argument("destination", help="queue:NAME, topic:NAME or NAME")
+    send.add_argument("body", nargs="?", help="the body; read from stdin when left out or '-'")
+    send.add_argument("--priority", type=int, default=4, help="0..9 (default 4)")
+    send.add_argument("--ttl", type=int, default=0, help="time to live in ms (0 = never expires)")
+    send.add_argument("--property", "-p", action="append", default=[], metavar="NAME=VALUE",
+                      help="a property; VALUE is typed like JSON (42, 1.5, true) else a string")
+    send.add_argument("--correlation-id")
+    send.add_argument("--reply-to")
+    send.add_argument("--type")
+    send.add_argument("--id", help="message id (default: generated)")
+    send.add_argument("--non-persistent", action="store_true", help="do not store on disk")
+    client_args(send)
+    send.set_defaults(func=_send)
+
+    receive = sub.add_parser("receive", help="receive (consume) messages")
+    receive.add_argument("destination")
+    receive.add_argument("--count", type=int, default=1, help="how many (0 = until timeout)")
+    receive.add_argument("--timeout", type=float, default=5.0,
+                         help="seconds to wait for each message (default 5)")
+    receive.add_argument("--selector", help="JMS selector, e.g. \"region = 'eu'\"")
+    receive.add_argument("--json", action="store_true", help="one JSON object per message")
+    client_args(receive)
+    receive.set_defaults(func=_receive)
+
+    browse = sub.add_parser("browse", help="look at a queue without consuming")
+    browse.add_argument("destination")
+    browse.add_argument("--selector")
+    browse.add_argument("--limit", type=int, default=0, help="at most this many (0 = all)")
+    browse.add_argument("--json", action="store_true")
+    client_args(browse)
+    browse.set_defaults(func=_browse)
+
+    stat = sub.add_parser("stat", help="destinations with depth, consumers and in/out counts")
+    stat.add_argument("--json", action="store_true")
+    client_args(stat)
+    stat.set_defaults(func=_stat)
+    return parser
+
+
+# -- serve --------------------------------------------------------------------------------
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from chute import config as config_module  # noqa: PLC0415 - keeps client commands light
+    from chute.server.app import run  # noqa: PLC0415
+
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    overrides = {
+        "host": args.host,
+        "port": args.port,
+        "stomp_port": args.stomp_port,
+        "http_port": args.http_port,
+        "data_dir": str(args.data_dir) if args.data_dir else None,
+    }
+    config = config_module.load(args.config, overrides)
+
+    def ready(bound: list[tuple[str, str, int]]) -> None:
+        where = ", ".join(f"{name} {host}:{port}" for name, host, port in bound) or "nothing"
+        print(f"chute listening: {where} (data: {config.data_dir})", flush=True)
+
+    run(config, ready=ready)
+    return 0
+
+
+# -- client commands ------------------------------------------------------------------------
+
+
+def _connect(args: argparse.Namespace) -> Any:
+    import chute  # noqa: PLC0415
+
+    return chute.connect(args.url, login=args.login, passcode=args.passcode)
+
+
+def _parse_property(text: str) -> tuple[str, Any]:
+    name, sep, raw = text.partition("=")
+    if not sep or not name:
+        raise ConfigError(f"--property {text!r}: expected NAME=VALUE")
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        return name, raw
+    if isinstance(value, bool | int | float | str):
+        return name, value
+    return name, raw
+
+
+def _send(args: argparse.Namespace) -> int:
+    body: bytes
+    if args.body is None or args.body == "-":
+        body = sys.stdin.buffer.read()
+    else:
+        body = args.body.encode("utf-8")
+    properties = dict(_parse_property(p) for p in args.property)
+    with _connect(args) as conn, conn.session() as session:
+        session.send(args.destination, body, priority=args.priority, ttl=args.ttl,
+                     properties=properties, correlation_id=args.correlation_id,
+                     reply_to=args.reply_to, type=args.type, id=args.id,
+                     persistent=not args.non_persistent)
+    return 0
+
+
+def _print_message(message: Any, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(message.to_json(), ensure_ascii=False), flush=True)
+    else:
+        sys.stdout.buffer.write(message.body + b"\n")
+        sys.stdout.flush()
+
+
+def _receive(args: argparse.Namespace) -> int:
+    received = 0
+    with _connect(args) as conn, conn.session(ack="client") as session:
+        prefetch = max(1, min(args.count or 100, 100))
+        consumer = session.consumer(args.destination, selector=args.selector,
+                                    prefetch=prefetch)
+        while args.count == 0 or received < args.count:
+            message = consumer.receive(timeout=args.timeout)
+            if message is None:
+                break
+            _print_message(message, args.json)
+            message.ack()
+            received += 1
+    if args.count and received < args.count:
+        print(f"chute: received {received} of {args.count} messages before the "
+              f"{args.timeout:g} s timeout", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _browse(args: argparse.Namespace) -> int:
+    with _connect(args) as conn, conn.session() as session:
+        for message in session.browse(args.destination, selector=args.selector,
+                                      limit=args.limit):
+            _print_message(message, args.json)
+    return 0
+
+
+def _stat(args: argparse.Namespace) -> int:
+    with _connect(args) as conn:
+        stats = conn.stat()
+    if args.json:
+        print(json.dumps(stats, indent=2))
+        return 0
+    columns = ("address", "depth", "inflight", "consumers", "enqueued", "acked",
+               "expired", "dead_lettered")
+    rows = [[str(d.get(c, "")) for c in columns] for d in stats["destinations"]]
+    for d in stats["destinations"]:
+        for s in d.get("subscriptions", []):
+            rows.append([f"  {s['name']}", *(str(s.get(c, "")) for c in columns[1:])])
+    widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c)
+              for i, c in enumerate(columns)]
+    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)))
+    for row in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
+    print(f"{stats['connections']} connections")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

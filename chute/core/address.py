@@ -1,0 +1,96 @@
+"""Destination addresses: ``queue:NAME``, ``topic:NAME`` and the rules for NAME.
+
+A bare ``NAME`` means ``queue:NAME``; STOMP's ``/queue/NAME`` and
+``/topic/NAME`` map the same way. A name is 1-200 characters of letters,
+digits, ``.``, ``-``, ``_`` and ``:``, so it can never be a path.
+
+Reserved name prefixes (documented in docs/addresses.md):
+``__sys__`` for system queues, ``__tmp__.`` for temporary (session) queues and
+``__user__.`` for login-name queues.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from functools import lru_cache
+from typing import Final, NamedTuple
+
+from chute.errors import InvalidAddress
+
+MAX_NAME_LENGTH: Final = 200
+_NAME_RE: Final = re.compile(r"[A-Za-z0-9._:\-]{1,200}")
+
+DEAD_LETTER: Final = "queue:__sys__deadLetter"
+EXPIRED: Final = "queue:__sys__expired"
+TEMP_PREFIX: Final = "__tmp__."
+USER_PREFIX: Final = "__user__."
+
+
+class Kind(enum.Enum):
+    QUEUE = "queue"
+    TOPIC = "topic"
+
+
+class Address(NamedTuple):
+    kind: Kind
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.kind.value}:{self.name}"
+
+    @property
+    def is_queue(self) -> bool:
+        return self.kind is Kind.QUEUE
+
+    @property
+    def is_temporary(self) -> bool:
+        return self.kind is Kind.QUEUE and self.name.startswith(TEMP_PREFIX)
+
+    @property
+    def login(self) -> str | None:
+        """The user of a login-name queue, or None for any other address."""
+        if self.kind is Kind.QUEUE and self.name.startswith(USER_PREFIX):
+            return self.name[len(USER_PREFIX) :]
+        return None
+
+
+def check_name(name: str) -> str:
+    """Raises InvalidAddress unless ``name`` follows the naming rules."""
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or ".." in name:
+        shown = name if isinstance(name, str) and len(name) <= 60 else f"{str(name)[:60]}..."
+        raise InvalidAddress(
+            f"invalid destination name {shown!r}: use 1-{MAX_NAME_LENGTH} characters of "
+            "letters, digits, '.', '-', '_' or ':' (no '/' and no '..')"
+        )
+    return name
+
+
+@lru_cache(maxsize=4096)
+def parse(address: str) -> Address:
+    """Parse ``queue:NAME``, ``topic:NAME``, ``/queue/NAME``, ``/topic/NAME`` or bare ``NAME``.
+
+    Raises:
+        InvalidAddress: the address does not follow the rules.
+    """
+    if not isinstance(address, str):
+        raise InvalidAddress(f"address must be a string, not {type(address).__name__}")
+    for prefix, kind in (
+        ("queue:", Kind.QUEUE),
+        ("topic:", Kind.TOPIC),
+        ("/queue/", Kind.QUEUE),
+        ("/topic/", Kind.TOPIC),
+    ):
+        if address.startswith(prefix):
+            return Address(kind, check_name(address[len(prefix) :]))
+    return Address(Kind.QUEUE, check_name(address))
+
+
+def canonical(address: str) -> str:
+    """The canonical text of an address (``queue:NAME`` or ``topic:NAME``)."""
+    return str(parse(address))
+
+
+def user_queue(login: str) -> str:
+    """The address of ``login``'s login-name queue."""
+    return f"queue:{check_name(USER_PREFIX + login)}"

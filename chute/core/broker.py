@@ -1,0 +1,433 @@
+"""The broker: destinations by address, routing, diversion, expiry and recovery.
+
+This is the facade adapters drive (the native server, STOMP, the dropbox
+gateway). It is pure: no sockets, no files, no asyncio. Time comes from an
+injected clock and durability from the injected :class:`~chute.core.store.Store`.
+Used from one thread (the server's event loop); nothing here is thread-safe.
+
+Sending is two steps so the store always sees records in a recoverable order:
+:meth:`Broker._plan` picks the queues, applies the overflow policies and
+assigns sequence numbers; then the add record is written; then the entries are
+placed (and maybe pushed to consumers, whose delivery marks follow the add).
+A transaction plans all its sends, writes every record in one atomic commit,
+then applies them.
+
+Connections and sessions (per-client state, transactions, consumers) live in
+:mod:`chute.core.session`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from chute.core.address import DEAD_LETTER, EXPIRED, Kind, parse
+from chute.core.consumer import Entry
+from chute.core.queue import QueueChannel, Reason
+from chute.core.selector import compile_selector
+from chute.core.settings import Overflow, SettingsResolver
+from chute.core.store import AddOp, QueueDefinition, QueueKind, Store
+from chute.core.topic import Subscription, SubscriptionKind, Topic
+from chute.errors import DestinationFull, InvalidAddress, NotFound
+from chute.message import Message, now_ms
+
+log = logging.getLogger("chute.broker")
+
+ORIGINAL_DESTINATION = "chute_original_destination"
+DIVERT_REASON = "chute_reason"
+MAX_FORWARD_DEPTH = 8
+
+
+class WouldBlock(DestinationFull):
+    """A destination under the ``block`` policy is full: wait for room, then retry."""
+
+    def __init__(self, reason: str, address: str, timeout_ms: int) -> None:
+        super().__init__(reason)
+        self.address = address
+        self.timeout_ms = timeout_ms
+
+
+@dataclass(slots=True)
+class Plan:
+    """Where one accepted message goes: entries to place and the store record, if any."""
+
+    placements: list[tuple[QueueChannel, Entry]]
+    record: AddOp | None
+
+
+Destination = QueueChannel | Topic
+
+
+class Broker:
+    """Owns every destination. See the module docstring."""
+
+    def __init__(
+        self,
+        store: Store,
+        settings: SettingsResolver | None = None,
+        *,
+        clock: Callable[[], int] = now_ms,
+        auto_create: bool = True,
+        predefined: Iterable[str] = (),
+    ) -> None:
+        self.store = store
+        self.settings = settings or SettingsResolver()
+        self.clock = clock
+        self.auto_create = auto_create
+        self.queues: dict[str, QueueChannel] = {}
+        self.topics: dict[str, Topic] = {}
+        self.subscriptions: dict[str, Subscription] = {}  # every topic's, by key
+        self._room_waiters: dict[str, list[Callable[[], None]]] = {}
+        self._forward_depth = 0
+        self.discarded = 0  # diversions that found no room anywhere
+        self.connections: dict[str, Any] = {}  # id -> chute.core.session.Connection
+        self._next_connection = 0
+        for address in (DEAD_LETTER, EXPIRED, *predefined):
+            self.destination(address, create=True)
+
+    # -- destinations -------------------------------------------------------------
+
+    def destination(self, address: str, *, create: bool | None = None) -> Destination:
+        """The queue or topic at ``address``, created on first use if allowed.
+
+        Raises:
+            InvalidAddress: a bad address, or a reserved name used directly.
+            NotFound: it does not exist and may not be created.
+        """
+        found: Destination | None = self.queues.get(address) or self.topics.get(address)
+        if found is not None:
+            return found
+        addr = parse(address)
+        canonical = str(addr)
+        found = self.queues.get(canonical) or self.topics.get(canonical)
+        if found is not None:
+            return found
+        if not (self.auto_create if create is None else create):
+            raise NotFound(f"destination {canonical} does not exist (auto-create is off)")
+        if addr.is_temporary:
+            raise NotFound(f"temporary queue {canonical} does not exist (its connection closed?)")
+        settings = self.settings(canonical)
+        if addr.kind is Kind.TOPIC:
+            topic = Topic(canonical, settings)
+            self.topics[canonical] = topic
+            return topic
+        if addr.login is not None:
+            from chute.core.session import LoginQueue  # noqa: PLC0415 - avoids an import cycle
+
+            queue: QueueChannel = LoginQueue(canonical, settings, self)
+        else:
+            queue = QueueChannel(canonical, canonical, settings, self)
+        self.queues[canonical] = queue
+        self.store.define(QueueDefinition(canonical, QueueKind.QUEUE))
+        log.debug("created %s", canonical)
+        return queue
+
+    def add_queue(self, queue: QueueChannel) -> None:
+        """Register a queue the broker did not create itself (temporary queues)."""
+        self.queues[queue.name] = queue
+
+    def delete_queue(self, queue: QueueChannel) -> list[Entry]:
+        """Remove a queue; returns what it still held (the caller decides their fate)."""
+        queue.deleted = True
+        self.queues.pop(queue.name, None)
+        if queue.durable:
+            self.store.undefine(queue.name)
+        return queue.drain()
+
+    # -- sending ------------------------------------------------------------------
+
+    def send(self, address: str, message: Message, *, ttl: int = 0) -> None:
+        """Accept a message for ``address``: stamp it, route it, record it, deliver it.
+
+        The caller owns durability: for a persistent message, call
+        :meth:`sync` and answer the producer only when it calls back.
+
+        Raises:
+            InvalidAddress, NotFound: no such destination.
+            WouldBlock: full under ``block``; retry after :meth:`wait_for_room`.
+            DestinationFull: full under ``reject``.
+        """
+        self.stamp(message, ttl)
+        plan = self._plan(self.destination(address), message)
+        if plan.record is not None:
+            self.store.add(plan.record)
+        self._apply(plan)
+
+    def stamp(self, message: Message, ttl: int = 0) -> None:
+        """Set the broker-owned fields of an accepted message: timestamp and expiration."""
+        now = self.clock()
+        message.timestamp = now
+        if ttl > 0:
+            message.expiration = now + ttl
+
+    def _plan(self, dest: Destination, message: Message) -> Plan:
+        if isinstance(dest, Topic):
+            targets: list[QueueChannel] = list(dest.router.route(message))
+            seq = dest.next_seq
+            dest.next_seq += 1
+            dest.published += 1
+        else:
+            targets = [dest]
+            seq = dest.next_seq
+            dest.next_seq += 1
+        placements: list[tuple[QueueChannel, Entry]] = []
+        if any(q.settings.bounded for q in targets):
+            self._check_room(targets, message)
+            targets = [q for q in targets if self._make_room(q, message)]
+        stored: list[str] = []
+        for queue in targets:
+            placements.append((queue, Entry(seq, message)))
+            if queue.durable and message.persistent:
+                stored.append(queue.name)
+        address = dest.address if isinstance(dest, Topic) else dest.name
+        record = AddOp(address, tuple(stored), seq, message) if stored else None
+        return Plan(placements, record)
+
+    def _apply(self, plan: Plan) -> None:
+        for queue, entry in plan.placements:
+            queue.place(entry)
+
+    def _check_room(self, targets: list[QueueChannel], message: Message) -> None:
+        """Raise for the policies that refuse the producer, before anything is placed."""
+        for queue in targets:
+            if queue.has_room(message.size):
+                continue
+            policy = queue.settings.overflow
+            full = (
+                f"{queue.address} is full ({queue.held} messages, {queue.held_bytes} bytes; "
+                f"max_messages={queue.settings.max_messages}, "
+                f"max_bytes={queue.settings.max_bytes})"
+            )
+            if policy is Overflow.REJECT:
+                raise DestinationFull(f"{full}; the message was not accepted")
+            if policy is Overflow.BLOCK:
+                raise WouldBlock(full, queue.address, queue.settings.block_timeout_ms)
+
+    def _make_room(self, queue: QueueChannel, message: Message) -> bool:
+        """Apply dead-letter / drop-oldest; False if the new message was diverted instead."""
+        if queue.has_room(message.size):
+            return True
+        if queue.settings.overflow is Overflow.DROP_OLDEST:
+            while not queue.has_room(message.size):
+                oldest = queue.evict_oldest()
+                if oldest is None:  # everything held is in flight: nothing to drop
+                    break
+                queue.dead_lettered += 1
+                self.divert(queue, oldest, Reason.DROPPED_OLDEST)
+                queue.settle(oldest, acked=False)
+            else:
+                return True
+        queue.dead_lettered += 1
+        self._divert_message(queue, message, Reason.OVERFLOW)
+        return False
+
+    # -- diversion (the QueueHost interface) ---------------------------------------
+
+    def divert(self, queue: QueueChannel, entry: Entry, reason: Reason) -> None:
+        """Send a message that left ``queue`` unconsumed to the dead-letter or expiry address."""
+        self._divert_message(queue, entry.message, reason)
+
+    def _divert_message(self, queue: QueueChannel, message: Message, reason: Reason) -> None:
+        settings = queue.settings
+        target = settings.expiry if reason is Reason.EXPIRED else settings.dead_letter
+        if target == queue.address or self._forward_depth >= MAX_FORWARD_DEPTH:
+            self.discarded += 1
+            log.warning("discarded %s from %s (%s): nowhere left to put it",
+                        message.id, queue.address, reason.value)
+            return
+        properties = dict(message.properties)
+        properties.setdefault(ORIGINAL_DESTINATION, queue.address)
+        properties[DIVERT_REASON] = reason.value
+        copy = message.replace(properties=properties, expiration=0, redelivered=False,
+                               delivery_count=0)
+        level = logging.DEBUG if reason is Reason.EXPIRED else logging.WARNING
+        log.log(level, "message %s from %s moved to %s: %s",
+                message.id, queue.address, target, reason.value)
+        self._forward_depth += 1
+        try:
+            plan = self._plan(self.destination(target, create=True), copy)
+            if plan.record is not None:
+                self.store.add(plan.record)
+            self._apply(plan)
+        except (DestinationFull, InvalidAddress, NotFound) as exc:
+            self.discarded += 1
+            log.error("discarded %s from %s (%s): %s could not take it: %s",
+                      message.id, queue.address, reason.value, target, exc.reason)
+        finally:
+            self._forward_depth -= 1
+
+    def forward(self, address: str, message: Message) -> None:
+        """Route a copy of ``message`` onwards (callback queues), guarding against loops.
+
+        Raises:
+            DestinationFull: the target is full, or the forwarding loops.
+        """
+        if self._forward_depth >= MAX_FORWARD_DEPTH:
+            raise DestinationFull(f"forwarding to {address} loops ({MAX_FORWARD_DEPTH} hops)")
+        self._forward_depth += 1
+        try:
+            copy = message.replace(redelivered=False, delivery_count=0)
+            plan = self._plan(self.destination(address), copy)
+            if plan.record is not None:
+                self.store.add(plan.record)
+            self._apply(plan)
+        finally:
+            self._forward_depth -= 1
+
+    def room_freed(self, queue: QueueChannel) -> None:
+        waiters = self._room_waiters.pop(queue.address, None)
+        if waiters:
+            for wake in waiters:
+                wake()
+
+    def wait_for_room(self, address: str, wake: Callable[[], None]) -> None:
+        """Call ``wake()`` once when something leaves ``address`` (for the ``block`` policy)."""
+        self._room_waiters.setdefault(address, []).append(wake)
+
+    def cancel_wait(self, address: str, wake: Callable[[], None]) -> None:
+        waiters = self._room_waiters.get(address)
+        if waiters and wake in waiters:
+            waiters.remove(wake)
+
+    # -- time -----------------------------------------------------------------------
+
+    def expire_due(self) -> int:
+        """Divert every waiting message whose expiration passed; returns how many."""
+        now = self.clock()
+        count = 0
+        for queue in list(self.queues.values()):
+            count += queue.expire_due(now)
+        for topic in list(self.topics.values()):
+            for sub in list(topic.subscriptions.values()):
+                count += sub.expire_due(now)
+        return count
+
+    def sync(self, callback: Callable[[BaseException | None], None]) -> None:
+        """Call back once everything recorded so far is durable (see Store.sync)."""
+        self.store.sync(callback)
+
+    # -- looking ---------------------------------------------------------------------
+
+    def browse(self, address: str, selector: str | None = None, limit: int = 0) -> list[Entry]:
+        """A snapshot of a queue in delivery order; nothing is consumed.
+
+        Raises:
+            InvalidAddress: a topic (browse one of its subscriptions' queues instead).
+            InvalidSelector: a bad selector.
+        """
+        dest = self.destination(address)
+        if isinstance(dest, Topic):
+            raise InvalidAddress(f"{address} is a topic: a topic holds nothing to browse")
+        entries = dest.snapshot()
+        if selector:
+            sel = compile_selector(selector)
+            entries = [e for e in entries if sel.matches(e.message)]
+        return entries[:limit] if limit > 0 else entries
+
+    def stats(self) -> dict[str, Any]:
+        """Every destination with depth, consumers and in/out counts (JSON-ready)."""
+        destinations: list[dict[str, Any]] = []
+        for queue in sorted(self.queues.values(), key=lambda q: q.name):
+            destinations.append({"address": queue.address, "kind": "queue", **_queue_stats(queue)})
+        for topic in sorted(self.topics.values(), key=lambda t: t.address):
+            subs = [
+                {"name": s.name, "kind": s.kind.value, "selector": _selector_text(s),
+                 **_queue_stats(s)}
+                for s in topic.subscriptions.values()
+            ]
+            destinations.append({
+                "address": topic.address,
+                "kind": "topic",
+                "depth": sum(s["depth"] for s in subs),
+                "inflight": sum(s["inflight"] for s in subs),
+                "consumers": sum(s["consumers"] for s in subs),
+                "enqueued": topic.published,
+                "acked": sum(s["acked"] for s in subs),
+                "subscriptions": subs,
+            })
+        return {
+            "destinations": destinations,
+            "connections": len(self.connections),
+            "discarded": self.discarded,
+        }
+
+    # -- recovery ----------------------------------------------------------------------
+
+    def recover(self) -> int:
+        """Rebuild durable queues and subscriptions from the store; returns messages restored.
+
+        A message the store knows was delivered comes back marked redelivered.
+        """
+        recovered = self.store.recover()
+        subscriptions: dict[str, Subscription] = {}
+        for definition in recovered.definitions:
+            if definition.kind is QueueKind.QUEUE:
+                self.destination(definition.name, create=True)
+            elif definition.topic is not None:
+                subscriptions[definition.name] = self.restore_subscription(definition)
+        count = 0
+        for name, stored in recovered.messages.items():
+            queue = self.queues.get(name) or subscriptions.get(name)
+            if queue is None:
+                log.warning("store holds %d messages for unknown queue %s; skipped",
+                            len(stored), name)
+                continue
+            for item in stored:
+                queue.place(Entry(item.seq, item.message, item.delivery_count,
+                                  item.delivery_count > 0))
+                count += 1
+        for address, next_seq in recovered.next_seq.items():
+            dest = self.queues.get(address) or self.topics.get(address)
+            if dest is not None:
+                dest.next_seq = max(dest.next_seq, next_seq)
+        for sub in subscriptions.values():
+            sub.topic.next_seq = max(sub.topic.next_seq, sub.next_seq)
+        return count
+
+    def restore_subscription(self, definition: QueueDefinition) -> Subscription:
+        """Recreate a durable or callback subscription from its definition."""
+        assert definition.topic is not None
+        topic = self.destination(definition.topic, create=True)
+        if not isinstance(topic, Topic):
+            raise InvalidAddress(f"{definition.topic} is not a topic")
+        kind = (SubscriptionKind.CALLBACK if definition.kind is QueueKind.CALLBACK
+                else SubscriptionKind.DURABLE)
+        sub = Subscription(
+            definition.name, topic, kind, topic.settings, self,
+            selector=compile_selector(definition.selector) if definition.selector else None,
+            forward_to=definition.forward_to,
+        )
+        topic.subscriptions[definition.name] = sub
+        self.subscriptions[definition.name] = sub
+        if kind is SubscriptionKind.CALLBACK and definition.forward_to:
+            from chute.core.session import attach_forwarder  # noqa: PLC0415
+
+            attach_forwarder(self, sub, definition.forward_to)
+        return sub
+
+    def close(self) -> None:
+        """Close every connection (their consumers' in-flight messages go back) and the store."""
+        for connection in list(self.connections.values()):
+            connection.close()
+        self.store.close()
+
+
+def _queue_stats(queue: QueueChannel) -> dict[str, Any]:
+    return {
+        "depth": queue.held,
+        "ready": queue.ready,
+        "inflight": queue.inflight,
+        "bytes": queue.held_bytes,
+        "consumers": len(queue.router.consumers),
+        "enqueued": queue.enqueued,
+        "acked": queue.acked,
+        "expired": queue.expired,
+        "dead_lettered": queue.dead_lettered,
+    }
+
+
+def _selector_text(sub: Subscription) -> str | None:
+    return sub.selector.text if sub.selector is not None else None
+

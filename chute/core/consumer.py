@@ -1,0 +1,126 @@
+"""Consumers: the receivers a queue's router pushes messages to.
+
+Seed 004: a receiver never pulls; it declares availability and the channel
+pushes. Here availability is *credit* (the prefetch window): a consumer with
+credit 0 is skipped by its router until its adapter grants more.
+
+Ack modes:
+
+* ``auto`` — the message is settled the moment it is pushed (STOMP ``ack:auto``;
+  at-most-once if the connection dies with it unread).
+* ``client`` — an ack settles every message delivered to this consumer up to
+  and including the acked one, in delivery order (cumulative).
+* ``individual`` — an ack settles exactly one message.
+
+Unsettled messages are *in flight*: they still count against the queue's
+bounds and go back to the queue, in their place, if the consumer closes.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Protocol
+
+from chute.message import Message
+
+if TYPE_CHECKING:
+    from chute.core.queue import QueueChannel
+    from chute.core.selector import Selector
+
+
+class AckMode(enum.Enum):
+    AUTO = "auto"
+    CLIENT = "client"
+    INDIVIDUAL = "individual"
+
+
+class Entry:
+    """A message's place in one queue: its sequence number and delivery history.
+
+    The message object may be shared by several entries (a topic's fan-out);
+    the entry's own fields are what differ per queue.
+    """
+
+    __slots__ = ("delivery_count", "message", "origin", "redelivered", "seq")
+
+    def __init__(
+        self,
+        seq: int,
+        message: Message,
+        delivery_count: int = 0,
+        redelivered: bool = False,
+        origin: Fanout | None = None,
+    ) -> None:
+        self.seq = seq
+        self.message = message
+        self.delivery_count = delivery_count
+        self.redelivered = redelivered
+        self.origin = origin
+
+    def __repr__(self) -> str:
+        return f"Entry(seq={self.seq}, deliveries={self.delivery_count}, {self.message!r})"
+
+
+class Fanout(Protocol):
+    """Told when a copy of a fanned-out entry (login-name queues) is settled or dropped."""
+
+    def copy_finished(self, entry: Entry, *, acked: bool) -> None: ...
+
+
+class Receiver(Protocol):
+    """Seed 004's Receiver: something that handles a pushed message.
+
+    ``handle`` must not raise; an adapter that cannot write any more should
+    stop granting credit instead.
+    """
+
+    def handle(self, consumer: Consumer, entry: Entry) -> None: ...
+
+
+class Consumer:
+    """One consumer on one queue. Used from the broker's loop only."""
+
+    __slots__ = (
+        "ack_mode",
+        "closed",
+        "credit",
+        "delivered",
+        "exclusive",
+        "id",
+        "inflight",
+        "owner",
+        "queue",
+        "receiver",
+        "selector",
+    )
+
+    def __init__(
+        self,
+        consumer_id: int,
+        queue: QueueChannel,
+        receiver: Receiver,
+        *,
+        ack_mode: AckMode,
+        credit: int,
+        selector: Selector | None = None,
+        exclusive: bool = False,
+        owner: object = None,
+    ) -> None:
+        self.id = consumer_id
+        self.queue = queue
+        self.receiver = receiver
+        self.ack_mode = ack_mode
+        self.credit = credit
+        self.selector = selector
+        self.exclusive = exclusive
+        self.owner = owner
+        self.inflight: OrderedDict[int, Entry] = OrderedDict()
+        self.delivered = 0
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return (
+            f"Consumer(id={self.id}, queue={self.queue.name}, credit={self.credit}, "
+            f"inflight={len(self.inflight)})"
+        )

@@ -1,0 +1,144 @@
+"""Per-destination settings and how they are found for an address.
+
+Settings are keyed by address in the configuration; a ``*`` in a key is a
+wildcard and the most specific match wins (the key with the most literal
+characters; an exact key beats every pattern). A topic's settings also bound
+each of its subscriptions, which are queues of their own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import fnmatch
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from chute.core.address import DEAD_LETTER, EXPIRED, canonical
+from chute.errors import ConfigError
+
+
+class Overflow(enum.Enum):
+    """What a bounded destination does with a message it has no room for."""
+
+    REJECT = "reject"  # the producer gets DestinationFull
+    DEAD_LETTER = "dead-letter"  # the new message goes to the dead-letter queue
+    DROP_OLDEST = "drop-oldest"  # the oldest waiting message goes to the dead-letter queue
+    BLOCK = "block"  # the producer waits for room, up to block_timeout_ms
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DestinationSettings:
+    max_messages: int = 0  # 0 = unbounded
+    max_bytes: int = 0  # 0 = unbounded
+    overflow: Overflow = Overflow.REJECT
+    max_deliveries: int = 10  # 0 = unlimited
+    dead_letter: str = DEAD_LETTER
+    expiry: str = EXPIRED
+    block_timeout_ms: int = 30_000
+
+    @property
+    def bounded(self) -> bool:
+        return self.max_messages > 0 or self.max_bytes > 0
+
+
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*(B|KB|KIB|MB|MIB|GB|GIB|K|M|G)?\s*$", re.IGNORECASE)
+_UNITS = {
+    None: 1,
+    "B": 1,
+    "K": 1024,
+    "KB": 1000,
+    "KIB": 1024,
+    "M": 1 << 20,
+    "MB": 1000**2,
+    "MIB": 1 << 20,
+    "G": 1 << 30,
+    "GB": 1000**3,
+    "GIB": 1 << 30,
+}
+
+
+def parse_size(value: int | str, *, what: str = "size") -> int:
+    """``512MiB`` / ``64KB`` / ``1000`` -> bytes.
+
+    Raises:
+        ConfigError: not a size.
+    """
+    if isinstance(value, bool):
+        raise ConfigError(f"{what}: expected a size such as 512MiB, got {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ConfigError(f"{what}: must not be negative")
+        return value
+    match = _SIZE_RE.match(str(value))
+    if not match:
+        raise ConfigError(f"{what}: expected a size such as 512MiB or 64KB, got {value!r}")
+    unit = match.group(2).upper() if match.group(2) else None
+    return int(match.group(1)) * _UNITS[unit]
+
+
+def settings_from_mapping(raw: Mapping[str, Any], *, where: str) -> dict[str, Any]:
+    """Validate one ``[destinations."..."]`` table into DestinationSettings keyword arguments.
+
+    Raises:
+        ConfigError: an unknown key or a bad value, naming ``where``.
+    """
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = key.replace("-", "_")
+        try:
+            if name in ("max_messages", "max_deliveries", "block_timeout_ms"):
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise ConfigError(f"must be a non-negative integer, got {value!r}")
+                out[name] = value
+            elif name == "max_bytes":
+                out[name] = parse_size(value, what=key)
+            elif name == "overflow":
+                try:
+                    out[name] = Overflow(value)
+                except ValueError:
+                    choices = " | ".join(o.value for o in Overflow)
+                    raise ConfigError(f"must be one of {choices}, got {value!r}") from None
+            elif name in ("dead_letter", "expiry"):
+                out[name] = canonical(str(value))
+            else:
+                raise ConfigError("unknown setting")
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {key}: {exc.reason}") from None
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {key}: {exc}") from None
+    return out
+
+
+class SettingsResolver:
+    """Finds the settings of an address: exact key, else the most specific wildcard."""
+
+    def __init__(
+        self,
+        patterns: Mapping[str, DestinationSettings] | None = None,
+        default: DestinationSettings | None = None,
+    ) -> None:
+        self.default = default or DestinationSettings()
+        self._exact: dict[str, DestinationSettings] = {}
+        self._wild: list[tuple[int, re.Pattern[str], DestinationSettings]] = []
+        for key, settings in (patterns or {}).items():
+            if "*" in key:
+                prefix, _, rest = key.partition(":")
+                text = key if rest else f"queue:{key}"
+                specificity = len(text.replace("*", ""))
+                self._wild.append((specificity, re.compile(fnmatch.translate(text)), settings))
+            else:
+                self._exact[canonical(key)] = settings
+        self._wild.sort(key=lambda item: -item[0])
+        self._cache: dict[str, DestinationSettings] = {}
+
+    def __call__(self, address: str) -> DestinationSettings:
+        found = self._cache.get(address)
+        if found is not None:
+            return found
+        found = self._exact.get(address)
+        if found is None:
+            found = next((s for _, pat, s in self._wild if pat.match(address)), self.default)
+        self._cache[address] = found
+        return found

@@ -1,0 +1,133 @@
+"""The ``Store`` interface: every durable enqueue, ack and transaction goes through it.
+
+The core never touches a file. It tells the store what happened, in order, as
+records shaped like a journal's (after Artemis: add, ack, prepare, commit,
+rollback, plus definitions of durable queues and subscriptions), and asks for
+a *sync barrier* when a producer is waiting: ``sync(callback)`` calls back once
+every record appended so far is durable. That split is what lets a journal
+group many producers' records into one fsync.
+
+Only persistent messages held by durable queues reach the store; transient
+messages and temporary queues never do.
+
+Sequence numbers are per destination, assigned by the core in the order the
+broker accepted the messages; they also order recovery.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from chute.message import Message
+
+SyncCallback = Callable[[BaseException | None], None]
+
+
+class QueueKind(enum.Enum):
+    QUEUE = "queue"  # a named queue (also login-name queues)
+    SUBSCRIPTION = "subscription"  # a durable topic subscription
+    CALLBACK = "callback"  # a durable subscription that forwards to a destination
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QueueDefinition:
+    """A durable queue the store must remember across a restart."""
+
+    name: str  # the store name: the address for queues, a unique key for subscriptions
+    kind: QueueKind
+    topic: str | None = None  # subscriptions: the topic address
+    selector: str | None = None
+    forward_to: str | None = None  # callback queues
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AddOp:
+    """A message added to one or more queues (a topic's durable subscriptions share one add).
+
+    ``destination`` is the address whose sequence ``seq`` belongs to (the
+    topic for subscriptions), so recovery can resume numbering after it.
+    """
+
+    destination: str
+    queues: tuple[str, ...]
+    seq: int
+    message: Message
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AckOp:
+    queue: str
+    seq: int
+
+
+TxOp = AddOp | AckOp
+
+
+@dataclasses.dataclass(slots=True)
+class StoredMessage:
+    """A message as recovered: its queue position and what is known of its deliveries."""
+
+    seq: int
+    message: Message
+    delivery_count: int = 0
+
+
+@dataclasses.dataclass(slots=True)
+class Recovered:
+    """What the store hands back to the core on start."""
+
+    definitions: list[QueueDefinition] = dataclasses.field(default_factory=list)
+    messages: dict[str, list[StoredMessage]] = dataclasses.field(default_factory=dict)
+    prepared: dict[str, list[TxOp]] = dataclasses.field(default_factory=dict)
+    next_seq: dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+class Store(Protocol):
+    """Where durable state goes. Called from one thread (the broker's loop)."""
+
+    def define(self, definition: QueueDefinition) -> None:
+        """Remember a durable queue or subscription."""
+
+    def undefine(self, name: str) -> None:
+        """Forget a durable queue or subscription and every message it holds."""
+
+    def add(self, op: AddOp) -> None:
+        """A persistent message entered durable queues (``op.queues``)."""
+
+    def ack(self, op: AckOp) -> None:
+        """A message left a durable queue for good (consumed, expired or moved)."""
+
+    def delivered(self, queue: str, seq: int, delivery_count: int) -> None:
+        """A hint that a message was handed to a consumer (drives ``redelivered`` after a crash).
+
+        Never needs a sync; a store may drop or coalesce these.
+        """
+
+    def commit(self, ops: Sequence[TxOp]) -> None:
+        """Apply a local transaction's records atomically (all or none after a crash)."""
+
+    def prepare(self, xid: str, ops: Sequence[TxOp]) -> None:
+        """Stage a two-phase transaction; it survives a restart until commit or rollback."""
+
+    def commit_prepared(self, xid: str) -> None:
+        """Apply a prepared transaction."""
+
+    def rollback_prepared(self, xid: str) -> None:
+        """Discard a prepared transaction."""
+
+    def sync(self, callback: SyncCallback) -> None:
+        """Call ``callback(None)`` once everything appended so far is durable.
+
+        Or ``callback(error)`` if it cannot be made durable (a full disk, a
+        failed fsync). The callback may run on another thread; the caller
+        marshals it back to its own loop.
+        """
+
+    def recover(self) -> Recovered:
+        """Everything durable, for the core to rebuild its queues from."""
+
+    def close(self) -> None:
+        """Flush and release resources."""

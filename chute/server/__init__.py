@@ -1,0 +1,1 @@
+"""asyncio listeners that feed the codecs and drive the core."""

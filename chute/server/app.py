@@ -1,0 +1,156 @@
+"""The broker process: the core, its store and the listeners around it.
+
+:class:`BrokerServer` owns the event loop's side of chute: it builds the
+:class:`~chute.core.broker.Broker`, opens the native TCP listener (more
+listeners arrive with their issues), runs the expiry sweep, and stops
+gracefully: listeners close first, then every connection, so consumers'
+unacknowledged messages go back to their queues before the store closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import signal
+import socket
+import time
+from typing import Any
+
+from chute.config import ServerConfig
+from chute.core.broker import Broker
+from chute.core.store import Store
+from chute.server.native import NativeConnection
+from chute.store.memory import MemoryStore
+
+log = logging.getLogger("chute.server")
+
+
+class BrokerServer:
+    """Not thread-safe: everything runs on ``self.loop``."""
+
+    def __init__(self, config: ServerConfig, store: Store | None = None) -> None:
+        self.config = config
+        self.store = store or MemoryStore()
+        self.broker = Broker(self.store, config.resolver(), auto_create=config.auto_create,
+                             predefined=[a for a in config.destinations if "*" not in a])
+        self.connections: set[NativeConnection] = set()
+        self.listeners: list[asyncio.Server] = []
+        self.started = time.time()
+        self._stopping: asyncio.Event | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self.loop: asyncio.AbstractEventLoop = asyncio.get_event_loop_policy().get_event_loop()
+
+    async def start(self) -> list[tuple[str, str, int]]:
+        """Open the listeners; returns (name, host, port) of each one actually bound.
+
+        Raises:
+            OSError: a port could not be bound (with the port in the message).
+        """
+        self.loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        restored = self.broker.recover()
+        if restored:
+            log.info("recovered %d messages", restored)
+        bound: list[tuple[str, str, int]] = []
+        if self.config.port:
+            server = await self._listen(self.config.host, self.config.port)
+            sock = server.sockets[0].getsockname()
+            bound.append(("native", sock[0], sock[1]))
+        self._sweeper = asyncio.create_task(self._sweep_expired(), name="chute-expiry")
+        return bound
+
+    async def _listen(self, host: str, port: int) -> asyncio.Server:
+        try:
+            server = await self.loop.create_server(
+                lambda: NativeConnection(self), host, port, reuse_address=True, backlog=512
+            )
+        except OSError as exc:
+            hint = " (is another broker running?)" if exc.errno == errno.EADDRINUSE else ""
+            raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}{hint}") \
+                from None
+        for sock in server.sockets:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.listeners.append(server)
+        return server
+
+    async def _sweep_expired(self) -> None:
+        interval = max(self.config.expiry_interval_ms, 10) / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                count = self.broker.expire_due()
+            except Exception:  # a bug in the sweep must not end the broker
+                log.exception("expiry sweep failed")
+                continue
+            if count:
+                log.debug("expired %d messages", count)
+
+    def stats(self) -> dict[str, Any]:
+        stats = self.broker.stats()
+        stats["uptime_s"] = round(time.time() - self.started, 1)
+        return stats
+
+    def request_stop(self) -> None:
+        if self._stopping is not None:
+            self._stopping.set()
+
+    async def serve_until_stopped(self) -> None:
+        assert self._stopping is not None
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                self.loop.add_signal_handler(sig, self.request_stop)
+        await self._stopping.wait()
+        await self.stop()
+
+    async def stop(self) -> None:
+        """Stop accepting, close every connection (unacked messages go back), close the store."""
+        log.info("stopping: closing %d listeners and %d connections",
+                 len(self.listeners), len(self.connections))
+        for server in self.listeners:
+            server.close()
+        for conn in list(self.connections):
+            conn.flush()
+            if conn.transport is not None:
+                conn.transport.close()
+        for server in self.listeners:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(server.wait_closed(), 2)
+        for conn in list(self.connections):  # transports that did not report connection_lost
+            conn.connection_lost(None)
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        self.broker.close()
+        log.info("stopped")
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop when it is installed (it is a dependency where it builds), else asyncio's."""
+    try:
+        import uvloop  # noqa: PLC0415
+    except ImportError:
+        return asyncio.new_event_loop()
+    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+    return loop
+
+
+def run(config: ServerConfig, *, ready: Any = None) -> None:
+    """Run a broker until SIGTERM/SIGINT. ``ready(bound)`` is called once it listens."""
+    loop = new_event_loop()
+    asyncio.set_event_loop(loop)
+
+    async def main() -> None:
+        server = BrokerServer(config)
+        bound = await server.start()
+        if ready is not None:
+            ready(bound)
+        await server.serve_until_stopped()
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()

@@ -1,0 +1,481 @@
+"""The native protocol over a stream: one :class:`NativeConnection` per client.
+
+A thin driver: bytes go into the sans-IO :class:`~chute.protocol.PacketCodec`,
+packets become calls on the core, and what the core pushes back (deliveries,
+responses) is encoded and written. Everything one read produces is written
+with one ``transport.write`` at the end of the read (and deliveries caused by
+*other* connections are flushed once per loop iteration), since a write per
+message would cost a syscall per message.
+
+Ordering: packets of one connection are handled strictly in order. A send
+under the ``block`` overflow policy holds the connection: reading pauses and
+later packets wait until the send gets room or times out.
+
+Any :class:`~chute.errors.ChuteError` from the core becomes an ``Error``
+packet for that request (or, for a one-way send, an unsolicited ``Error``
+targeted at the session). A protocol violation becomes a connection-level
+``Error`` and a close; nothing a client sends can stop the broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
+
+from chute.core.broker import WouldBlock
+from chute.core.consumer import AckMode, Consumer, Entry
+from chute.core.session import Connection, Session
+from chute.errors import (
+    AuthenticationFailed,
+    ChuteError,
+    ConsumerError,
+    DestinationFull,
+    NotFound,
+    RemoteProtocolError,
+)
+from chute.message import new_message_id
+from chute.protocol import packets as p
+from chute.protocol.codec import NeedData, PacketCodec
+from chute.protocol.wire import encode_content, encode_deliver, encode_packet
+
+if TYPE_CHECKING:
+    from chute.server.app import BrokerServer
+
+log = logging.getLogger("chute.server")
+
+# A session's "auto" mode: the client acks cumulatively as the application takes
+# messages (batched with its credit), so the core runs it as cumulative acks and
+# nothing in a dead client's prefetch buffer is lost.
+_CORE_ACK_MODES = {
+    p.AckMode.AUTO: AckMode.CLIENT,
+    p.AckMode.CLIENT: AckMode.CLIENT,
+    p.AckMode.INDIVIDUAL: AckMode.INDIVIDUAL,
+}
+
+
+class NativeConnection(asyncio.Protocol):
+    """One client connection. Lives on the server's event loop only."""
+
+    def __init__(self, server: BrokerServer) -> None:
+        self.server = server
+        self.broker = server.broker
+        config = server.config
+        self.codec = PacketCodec(
+            max_packet_size=config.max_packet_size, max_properties=config.max_properties
+        )
+        self.transport: asyncio.Transport | None = None
+        self.core: Connection | None = None
+        self.sessions: dict[int, Session] = {}
+        self.consumers: dict[int, Consumer] = {}
+        self.peer = "?"
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self._closing = False
+        self._blocked = False  # a send waits for room under the block policy
+        self._paused = False  # the transport's write buffer is full
+        self._last_read = time.monotonic()
+        self._heartbeat: asyncio.TimerHandle | None = None
+        self._heartbeat_s = 0.0
+        self._handlers: dict[type, Callable[[p.Header, Any], None]] = {
+            p.Send: self._on_send,
+            p.Ack: self._on_ack,
+            p.Credit: self._on_credit,
+            p.Nack: self._on_nack,
+            p.ConsumerOpen: self._on_consumer_open,
+            p.ConsumerClose: self._on_consumer_close,
+            p.SessionOpen: self._on_session_open,
+            p.SessionClose: self._on_session_close,
+            p.Commit: self._on_commit,
+            p.Rollback: self._on_rollback,
+            p.Browse: self._on_browse,
+            p.Stat: self._on_stat,
+            p.Unsubscribe: self._on_unsubscribe,
+            p.TempQueue: self._on_temp_queue,
+            p.CallbackCreate: self._on_callback_create,
+            p.Ping: self._on_ping,
+            p.Pong: self._on_pong,
+            p.Disconnect: self._on_disconnect,
+        }
+
+    # -- asyncio.Protocol -------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        peer = self.transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.server.connections.add(self)
+        log.debug("connection from %s", self.peer)
+
+    def data_received(self, data: bytes) -> None:
+        self._last_read = time.monotonic()
+        try:
+            self.codec.receive_data(data)
+        except RemoteProtocolError as exc:
+            self._protocol_error(exc)
+            return
+        self._process()
+
+    def eof_received(self) -> bool | None:
+        return None  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closing = True
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+        self.server.connections.discard(self)
+        if self.core is not None:
+            self.core.close()  # in-flight messages go back to their queues
+            log.info("client %s (%s) disconnected", self.core.id, self.peer)
+        self.transport = None
+
+    def pause_writing(self) -> None:
+        self._paused = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        if self.transport is not None and not self._blocked and not self._closing:
+            self.transport.resume_reading()
+
+    # -- packets ----------------------------------------------------------------------
+
+    def _process(self) -> None:
+        """Handle every whole packet buffered, in order, unless a blocked send holds us."""
+        codec = self.codec
+        handlers = self._handlers
+        try:
+            while not self._blocked and not self._closing:
+                item = codec.next_packet()
+                if isinstance(item, NeedData):
+                    break
+                header, packet = item
+                if self.core is None:
+                    self._on_connect(header, packet)
+                    continue
+                handler = handlers.get(type(packet))
+                if handler is None:
+                    raise RemoteProtocolError(
+                        f"a client may not send {type(packet).__name__}", "unexpected-packet"
+                    )
+                try:
+                    handler(header, packet)
+                except ChuteError as exc:
+                    self._fail(header, exc)
+        except RemoteProtocolError as exc:
+            self._protocol_error(exc)
+        self.flush()
+
+    def _on_connect(self, header: p.Header, packet: Any) -> None:
+        if not isinstance(packet, p.Connect):
+            raise RemoteProtocolError("the first packet must be Connect", "not-connected")
+        version = p.negotiate_version(packet.min_version, packet.max_version)
+        if version is None:
+            raise RemoteProtocolError(
+                f"protocol versions {packet.min_version}..{packet.max_version} are not "
+                f"supported (this broker speaks {sorted(p.SUPPORTED_VERSIONS)})",
+                "unsupported-version",
+            )
+        users = self.server.config.users
+        if users and (packet.login is None or users.get(packet.login) != packet.passcode):
+            log.warning("authentication failed for %r from %s", packet.login, self.peer)
+            self._respond(header, p.Error(AuthenticationFailed.code,
+                                          "login or passcode rejected"))
+            self._close_after_flush()
+            return
+        self.codec.version = version
+        self.core = Connection(self.broker, login=packet.login, client_id=packet.client_id)
+        heartbeat = 0
+        if packet.heartbeat_ms and self.server.config.heartbeat_ms:
+            heartbeat = max(packet.heartbeat_ms, 1000)
+            self._start_heartbeat(heartbeat / 1000)
+        self._respond(header, p.Connected(version, self.core.id, heartbeat,
+                                          self.codec.max_packet_size))
+        log.info("client %s connected from %s (login=%s, client_id=%s)",
+                 self.core.id, self.peer, packet.login, packet.client_id)
+
+    def _on_send(self, header: p.Header, packet: p.Send) -> None:
+        session = self._session(header.target_id)
+        message = packet.message
+        if not message.id:
+            message.id = new_message_id()
+            message.encoded = None
+        elif message.encoded is None and packet.content is not None:
+            message.encoded = packet.content
+        try:
+            session.send(packet.address, message, ttl=packet.ttl_ms)
+        except WouldBlock as exc:
+            self._block_until_room(header, packet, exc)
+            return
+        if header.correlation_id:
+            self._confirm(header, durable=message.persistent and session.tx is None)
+
+    def _confirm(self, header: p.Header, *, durable: bool) -> None:
+        """Answer a request with Ok, once the store made it durable if ``durable``."""
+        if not durable:
+            self._respond(header, p.Ok())
+            return
+        loop = self.server.loop
+
+        def synced(error: BaseException | None) -> None:
+            if loop.is_closed():
+                return
+            loop.call_soon_threadsafe(self._synced, header, error)
+
+        self.broker.sync(synced)
+
+    def _synced(self, header: p.Header, error: BaseException | None) -> None:
+        if self._closing:
+            return
+        if error is None:
+            self._respond(header, p.Ok())
+        else:
+            reason = error.reason if isinstance(error, ChuteError) else str(error)
+            self._respond(header, p.Error("store-error", f"not stored: {reason}"))
+        self.flush()
+
+    def _block_until_room(self, header: p.Header, packet: p.Send, exc: WouldBlock) -> None:
+        assert self.transport is not None
+        self._blocked = True
+        self.transport.pause_reading()
+        loop = self.server.loop
+        timer: asyncio.TimerHandle | None = None
+
+        def wake() -> None:
+            if timer is not None:
+                timer.cancel()
+            loop.call_soon(self._unblock, header, packet, None)
+
+        def give_up() -> None:
+            self.broker.cancel_wait(exc.address, wake)
+            self._unblock(header, packet, DestinationFull(
+                f"{exc.reason}; no room within {exc.timeout_ms} ms (overflow = block)"))
+
+        self.broker.wait_for_room(exc.address, wake)
+        timer = loop.call_later(exc.timeout_ms / 1000, give_up)
+
+    def _unblock(self, header: p.Header, packet: p.Send, error: ChuteError | None) -> None:
+        if self._closing:
+            return
+        self._blocked = False
+        if error is not None:
+            self._fail(header, error)
+        else:
+            try:
+                self._on_send(header, packet)  # may block again
+            except ChuteError as exc:
+                self._fail(header, exc)
+        if not self._blocked:
+            if self.transport is not None and not self._paused:
+                self.transport.resume_reading()
+            self._process()
+
+    def _on_ack(self, header: p.Header, packet: p.Ack) -> None:
+        consumer = self._consumer(header.target_id)
+        session = consumer.owner
+        assert isinstance(session, Session)
+        if packet.seq or consumer.inflight:
+            session.ack(consumer, packet.seq, cumulative=packet.cumulative)
+        if packet.credit:
+            session.add_credit(consumer, packet.credit)
+        if header.correlation_id:
+            self._confirm(header, durable=True)
+
+    def _on_credit(self, header: p.Header, packet: p.Credit) -> None:
+        Session.add_credit(self._consumer(header.target_id), packet.credit)
+
+    def _on_nack(self, header: p.Header, packet: p.Nack) -> None:
+        consumer = self._consumer(header.target_id)
+        session = consumer.owner
+        assert isinstance(session, Session)
+        session.nack(consumer, packet.seq, requeue=packet.requeue)
+        if header.correlation_id:
+            self._confirm(header, durable=True)
+
+    def _on_consumer_open(self, header: p.Header, packet: p.ConsumerOpen) -> None:
+        session = self._session(header.target_id)
+        if packet.consumer_id in self.consumers:
+            raise ConsumerError(f"consumer id {packet.consumer_id} is already in use")
+        consumer = session.consumer(
+            packet.consumer_id, packet.address, self, prefetch=packet.prefetch,
+            selector=packet.selector, exclusive=packet.exclusive,
+            subscription=packet.subscription, durable=packet.durable, shared=packet.shared,
+        )
+        self.consumers[packet.consumer_id] = consumer
+        self._respond(header, p.Ok())
+
+    def _on_consumer_close(self, header: p.Header, packet: p.ConsumerClose) -> None:
+        consumer = self.consumers.pop(header.target_id, None)
+        if consumer is not None:
+            session = consumer.owner
+            assert isinstance(session, Session)
+            session.close_consumer(consumer)
+        if header.correlation_id:
+            self._respond(header, p.Ok())
+
+    def _on_session_open(self, header: p.Header, packet: p.SessionOpen) -> None:
+        assert self.core is not None
+        sid = header.callback_id or packet.session_id
+        if sid in self.sessions:
+            raise ConsumerError(f"session id {sid} is already in use")
+        mode = _CORE_ACK_MODES[p.AckMode(packet.ack_mode)]
+        self.sessions[sid] = self.core.session(mode, transacted=packet.transacted)
+        if header.correlation_id:
+            self._respond(header, p.Ok())
+
+    def _on_session_close(self, header: p.Header, packet: p.SessionClose) -> None:
+        session = self.sessions.pop(header.target_id, None)
+        if session is not None:
+            for cid in [cid for cid, c in self.consumers.items() if c.owner is session]:
+                del self.consumers[cid]
+            session.close()
+        if header.correlation_id:
+            self._respond(header, p.Ok())
+
+    def _on_commit(self, header: p.Header, packet: p.Commit) -> None:
+        self._session(header.target_id).commit()
+        self._confirm(header, durable=True)
+
+    def _on_rollback(self, header: p.Header, packet: p.Rollback) -> None:
+        self._session(header.target_id).rollback()
+        self._respond(header, p.Ok())
+
+    def _on_browse(self, header: p.Header, packet: p.Browse) -> None:
+        entries = self.broker.browse(packet.address, packet.selector, packet.limit)
+        messages = tuple((e.seq, _delivered_view(e)) for e in entries)
+        self._respond(header, p.BrowseResult(messages))
+
+    def _on_stat(self, header: p.Header, packet: p.Stat) -> None:
+        import json  # noqa: PLC0415 - management path only
+
+        self._respond(header, p.StatResult(json.dumps(self.server.stats())))
+
+    def _on_unsubscribe(self, header: p.Header, packet: p.Unsubscribe) -> None:
+        session = self._any_session()
+        session.unsubscribe(packet.subscription, client_id=packet.client_id)
+        self._confirm(header, durable=True)
+
+    def _on_temp_queue(self, header: p.Header, packet: p.TempQueue) -> None:
+        assert self.core is not None
+        self._respond(header, p.TempQueueCreated(self.core.temporary_queue()))
+
+    def _on_callback_create(self, header: p.Header, packet: p.CallbackCreate) -> None:
+        self._any_session().callback(packet.topic, packet.subscription, packet.forward_to,
+                                     packet.selector)
+        self._confirm(header, durable=True)
+
+    def _on_ping(self, header: p.Header, packet: p.Ping) -> None:
+        self._respond(header, p.Pong())
+
+    def _on_pong(self, header: p.Header, packet: p.Pong) -> None:
+        return None
+
+    def _on_disconnect(self, header: p.Header, packet: p.Disconnect) -> None:
+        if header.correlation_id:
+            self._respond(header, p.Ok())
+        self._close_after_flush()
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _session(self, session_id: int) -> Session:
+        session = self.sessions.get(session_id)
+        if session is None:
+            raise NotFound(f"session {session_id} is not open on this connection")
+        return session
+
+    def _any_session(self) -> Session:
+        """Management requests act for the connection; any session (or a fresh one) does."""
+        assert self.core is not None
+        if self.core.sessions:
+            return self.core.sessions[0]
+        return self.core.session()
+
+    def _consumer(self, consumer_id: int) -> Consumer:
+        consumer = self.consumers.get(consumer_id)
+        if consumer is None:
+            raise NotFound(f"consumer {consumer_id} is not open on this connection")
+        return consumer
+
+    def _respond(self, header: p.Header, packet: p.Packet) -> None:
+        if header.correlation_id or isinstance(packet, p.Error | p.Connected):
+            self._out.append(encode_packet(packet, header.correlation_id, 0, 0,
+                                           self.codec.version))
+
+    def _fail(self, header: p.Header, exc: ChuteError) -> None:
+        """Report a failed request: to its waiter, or (one-way) to its session."""
+        error = p.Error(exc.code, exc.reason)
+        if header.correlation_id:
+            self._respond(header, error)
+        else:
+            self._out.append(encode_packet(error, 0, header.target_id, 0, self.codec.version))
+        log.debug("request from %s failed: %s: %s", self.peer, exc.code, exc.reason)
+
+    def _protocol_error(self, exc: RemoteProtocolError) -> None:
+        log.warning("protocol error from %s: %s (%s); closing", self.peer, exc.reason,
+                    exc.error_code)
+        self._out.append(encode_packet(p.Error(exc.error_code, exc.reason), 0, 0, 0,
+                                       self.codec.version))
+        self._close_after_flush()
+
+    def _close_after_flush(self) -> None:
+        self._closing = True
+        self.flush()
+        if self.transport is not None:
+            self.transport.close()
+
+    # -- Receiver: the core pushes deliveries here ----------------------------------------
+
+    def handle(self, consumer: Consumer, entry: Entry) -> None:
+        message = entry.message
+        content = message.encoded
+        if content is None:
+            content = message.encoded = encode_content(message)
+        self._out.append(encode_deliver(
+            consumer.id, entry.seq, entry.delivery_count,
+            entry.redelivered or entry.delivery_count > 1,
+            message.timestamp, message.expiration, content, 0, self.codec.version,
+        ))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.server.loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Write everything queued, in one write."""
+        self._flush_scheduled = False
+        out = self._out
+        if not out:
+            return
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    # -- heartbeats ---------------------------------------------------------------------
+
+    def _start_heartbeat(self, interval: float) -> None:
+        self._heartbeat_s = interval
+        self._heartbeat = self.server.loop.call_later(interval, self._beat)
+
+    def _beat(self) -> None:
+        if self._closing or self.transport is None:
+            return
+        silent = time.monotonic() - self._last_read
+        if silent > 3 * self._heartbeat_s:
+            log.warning("client %s sent nothing for %.1f s; closing",
+                        self.core.id if self.core else self.peer, silent)
+            self.transport.abort()
+            return
+        self._out.append(encode_packet(p.Ping(), 0, 0, 0, self.codec.version))
+        self.flush()
+        self._heartbeat = self.server.loop.call_later(self._heartbeat_s, self._beat)
+
+
+def _delivered_view(entry: Entry) -> Any:
+    """The message as a browser sees it: with this queue's delivery fields."""
+    message = entry.message
+    if entry.delivery_count == message.delivery_count and not entry.redelivered:
+        return message
+    return message.replace(delivery_count=entry.delivery_count, redelivered=entry.redelivered)

@@ -1,0 +1,95 @@
+"""The in-memory store: the Store interface with nothing on disk.
+
+It keeps exactly what a journal would keep (definitions, live adds,
+delivery counts, prepared transactions) so that a broker rebuilt from the
+same MemoryStore recovers as it would from disk. That makes it the reference
+the journal is tested against, and it is what ``chute serve`` uses until the
+journal exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from chute.core.store import (
+    AckOp,
+    AddOp,
+    QueueDefinition,
+    Recovered,
+    StoredMessage,
+    SyncCallback,
+    TxOp,
+)
+
+
+class MemoryStore:
+    """Not thread-safe: used from the broker's loop only."""
+
+    def __init__(self) -> None:
+        self.definitions: dict[str, QueueDefinition] = {}
+        self.messages: dict[str, dict[int, StoredMessage]] = {}
+        self.prepared: dict[str, list[TxOp]] = {}
+        self.next_seq: dict[str, int] = {}
+        self.syncs = 0
+
+    def define(self, definition: QueueDefinition) -> None:
+        self.definitions[definition.name] = definition
+        self.messages.setdefault(definition.name, {})
+
+    def undefine(self, name: str) -> None:
+        self.definitions.pop(name, None)
+        self.messages.pop(name, None)
+
+    def add(self, op: AddOp) -> None:
+        for queue in op.queues:
+            self.messages.setdefault(queue, {})[op.seq] = StoredMessage(op.seq, op.message)
+        dest = op.destination
+        self.next_seq[dest] = max(self.next_seq.get(dest, 0), op.seq + 1)
+
+    def ack(self, op: AckOp) -> None:
+        self.messages.get(op.queue, {}).pop(op.seq, None)
+
+    def delivered(self, queue: str, seq: int, delivery_count: int) -> None:
+        stored = self.messages.get(queue, {}).get(seq)
+        if stored is not None:
+            stored.delivery_count = max(stored.delivery_count, delivery_count)
+
+    def commit(self, ops: Sequence[TxOp]) -> None:
+        for op in ops:
+            if isinstance(op, AddOp):
+                self.add(op)
+            else:
+                self.ack(op)
+
+    def prepare(self, xid: str, ops: Sequence[TxOp]) -> None:
+        self.prepared[xid] = list(ops)
+
+    def commit_prepared(self, xid: str) -> None:
+        self.commit(self.prepared.pop(xid, []))
+
+    def rollback_prepared(self, xid: str) -> None:
+        self.prepared.pop(xid, None)
+
+    def sync(self, callback: SyncCallback) -> None:
+        self.syncs += 1
+        callback(None)
+
+    def recover(self) -> Recovered:
+        return Recovered(
+            definitions=list(self.definitions.values()),
+            messages={
+                name: sorted(held.values(), key=lambda s: s.seq)
+                for name, held in self.messages.items()
+                if held
+            },
+            prepared={xid: list(ops) for xid, ops in self.prepared.items()},
+            next_seq=dict(self.next_seq),
+        )
+
+    def close(self) -> None:
+        return None
+
+    def __repr__(self) -> str:
+        held = sum(len(m) for m in self.messages.values())
+        return f"MemoryStore(queues={len(self.definitions)}, messages={held})"
+

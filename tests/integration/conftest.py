@@ -1,0 +1,82 @@
+"""Fixtures that run a real ``chute serve`` subprocess on free ports."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+READY_TIMEOUT = 20.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class ChuteServer:
+    """A running ``chute serve``; its output is collected in ``lines``."""
+
+    process: subprocess.Popen[str]
+    port: int
+    data_dir: Path
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"chute://127.0.0.1:{self.port}"
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        return self.process.wait(timeout)
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+
+def start_server(tmp_path: Path, *extra: str, port: int | None = None) -> ChuteServer:
+    """Start ``chute serve`` and return once it printed that it listens."""
+    port = port or free_port()
+    data_dir = tmp_path / "data"
+    cmd = [sys.executable, "-m", "chute.cli", "serve", "--host", "127.0.0.1",
+           "--port", str(port), "--data-dir", str(data_dir), *extra]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, env=env)
+    server = ChuteServer(process, port, data_dir)
+    ready = threading.Event()
+
+    def pump() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            server.lines.append(line.rstrip("\n"))
+            if line.startswith("chute listening"):
+                ready.set()
+        ready.set()  # the process ended
+
+    threading.Thread(target=pump, daemon=True).start()
+    if not ready.wait(READY_TIMEOUT) or process.poll() is not None:
+        process.kill()
+        raise RuntimeError(f"chute serve did not start:\n{server.output}")
+    return server
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ChuteServer]:
+    srv = start_server(tmp_path)
+    yield srv
+    if srv.process.poll() is None:
+        srv.stop()

@@ -1,0 +1,116 @@
+"""Hostile input over real TCP: a bad packet gets an Error and a close; others carry on."""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+from chute.protocol import packets as p
+from chute.protocol.codec import NeedData, PacketCodec
+from chute.protocol.wire import encode_packet
+
+from .conftest import ChuteServer
+
+
+def _connect(server: ChuteServer) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    sock.sendall(encode_packet(p.Connect(), correlation_id=1))
+    header, packet = _read_packet(sock)
+    assert isinstance(packet, p.Connected)
+    return sock
+
+
+def _read_packet(sock: socket.socket) -> tuple[p.Header, p.Packet]:
+    codec = PacketCodec()
+    while True:
+        item = codec.next_packet()
+        if not isinstance(item, NeedData):
+            return item
+        data = sock.recv(65536)
+        codec.receive_data(data)
+        if not data:
+            item = codec.next_packet()
+            assert not isinstance(item, NeedData), "connection closed without a packet"
+            return item
+
+
+def _read_until_closed(sock: socket.socket) -> list[p.Packet]:
+    codec = PacketCodec()
+    packets: list[p.Packet] = []
+    while True:
+        data = sock.recv(65536)
+        codec.receive_data(data)
+        while not isinstance(item := codec.next_packet(), NeedData):
+            packets.append(item[1])
+        if not data:
+            return packets
+
+
+def _roundtrip_ok(server: ChuteServer) -> None:
+    """A fresh client can still open a session and get a response."""
+    sock = _connect(server)
+    try:
+        sock.sendall(encode_packet(p.Ping(), correlation_id=7))
+        _, packet = _read_packet(sock)
+        assert isinstance(packet, p.Pong)
+    finally:
+        sock.close()
+
+
+def test_garbage_gets_error_and_close_others_carry_on(server: ChuteServer) -> None:
+    bystander = _connect(server)
+    bad = _connect(server)
+    # A header announcing an unknown packet type.
+    body = b"\x00" * 3
+    bad.sendall(struct.pack(">IBBIII", 13 + len(body), 1, 250, 0, 0, 0) + body)
+    packets = _read_until_closed(bad)
+    assert packets and isinstance(packets[-1], p.Error)
+    assert packets[-1].code == "unknown-packet-type"
+    bystander.sendall(encode_packet(p.Ping(), correlation_id=9))
+    _, pong = _read_packet(bystander)
+    assert isinstance(pong, p.Pong)
+    bystander.close()
+    _roundtrip_ok(server)
+
+
+def test_oversized_packet_refused_at_header(server: ChuteServer) -> None:
+    bad = _connect(server)
+    # Announce 1 GiB; send only the header: the broker must not wait for the body.
+    bad.sendall(struct.pack(">IBBIII", 1 << 30, 1, int(p.PacketType.SEND), 0, 1, 0))
+    packets = _read_until_closed(bad)
+    assert isinstance(packets[-1], p.Error)
+    assert packets[-1].code == "packet-too-large"
+    _roundtrip_ok(server)
+
+
+def test_malformed_body_refused(server: ChuteServer) -> None:
+    bad = _connect(server)
+    bad.sendall(struct.pack(">IBBIII", 13 + 2, 1, int(p.PacketType.SEND), 0, 1, 0) + b"\xff\xff")
+    packets = _read_until_closed(bad)
+    assert isinstance(packets[-1], p.Error)
+    assert packets[-1].code == "malformed-packet"
+    _roundtrip_ok(server)
+
+
+def test_first_packet_must_be_connect(server: ChuteServer) -> None:
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    sock.sendall(encode_packet(p.Ping(), correlation_id=1))
+    packets = _read_until_closed(sock)
+    assert isinstance(packets[-1], p.Error)
+    assert packets[-1].code == "not-connected"
+    _roundtrip_ok(server)
+
+
+def test_unsupported_version_range(server: ChuteServer) -> None:
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    sock.sendall(encode_packet(p.Connect(min_version=7, max_version=9), correlation_id=1))
+    packets = _read_until_closed(sock)
+    assert isinstance(packets[-1], p.Error)
+    assert packets[-1].code == "unsupported-version"
+
+
+def test_abrupt_disconnect_mid_packet(server: ChuteServer) -> None:
+    sock = _connect(server)
+    sock.sendall(struct.pack(">IBBIII", 500, 1, int(p.PacketType.SEND), 0, 1, 0) + b"abc")
+    sock.close()
+    _roundtrip_ok(server)
