@@ -1,0 +1,1 @@
+"""The pure core: destinations, routing, delivery, acks, transactions. No sockets, no files."""
