@@ -1,0 +1,549 @@
+"""The blocking client: a thin driver of :class:`ClientProtocol` over a socket and two threads.
+
+* a reader thread feeds whatever arrives into the protocol and wakes waiters;
+* a writer thread sends the output buffer whenever it is not empty, so that
+  one-way sends, acks and credit pile up while it writes and go out together
+  (one syscall for many packets);
+* a request (a persistent send, commit, ...) sends the buffer itself and then
+  waits for its answer; so does a send that finds the buffer past a high-water
+  mark, which bounds memory when the broker cannot keep up.
+
+One lock guards the protocol state; ``_write_lock`` keeps writes in buffer
+order (always taken before the state lock). Connections, sessions and
+consumers may be shared between threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from types import TracebackType
+from typing import Any, Final, Self
+
+from chute.client.protocol import ClientProtocol
+from chute.client.received import Received
+from chute.client.url import parse_url
+from chute.errors import ChuteError, ConnectError, ConsumerError, RequestTimeout
+from chute.message import DEFAULT_PRIORITY, BodyKind, Message
+from chute.protocol.packets import Deliver, Packet
+
+HIGH_WATER: Final = 1 << 20
+"""Bytes of queued output past which a sender writes them itself (and so blocks)."""
+READ_SIZE: Final = 1 << 18
+CLOSE_TIMEOUT: Final = 5.0
+
+
+def connect(
+    url: str = "chute://127.0.0.1:5445",
+    *,
+    client_id: str | None = None,
+    login: str | None = None,
+    passcode: str | None = None,
+    timeout: float = 10.0,
+    heartbeat: float = 0.0,
+) -> Connection:
+    """Connect to a broker and return a :class:`Connection` (also a context manager).
+
+    Args:
+        url: ``chute://host[:port]`` (port 5445 by default).
+        client_id: names the client for durable subscriptions.
+        login, passcode: credentials, if the broker requires them.
+        timeout: seconds to wait for the connection and for every request's answer.
+        heartbeat: seconds; if > 0, ask the broker to check liveness that often.
+
+    Raises:
+        ConnectError: cannot reach the broker, or it refused the connection.
+        AuthenticationFailed: the broker rejected the credentials.
+        RequestTimeout: the broker did not answer in time.
+    """
+    target = parse_url(url)
+    try:
+        sock = socket.create_connection((target.host, target.port), timeout=timeout)
+    except OSError as exc:
+        raise ConnectError(f"cannot connect to {target}: {exc}") from None
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.settimeout(None)
+    conn = Connection(sock, ClientProtocol(), timeout)
+    try:
+        conn._handshake(client_id, login, passcode, heartbeat)
+    except BaseException:
+        conn._shutdown()
+        raise
+    return conn
+
+
+class Connection:
+    """A connection to a broker. Thread-safe. Use :func:`connect` to make one."""
+
+    def __init__(self, sock: socket.socket, protocol: ClientProtocol, timeout: float) -> None:
+        self.timeout = timeout
+        self.connection_id = ""
+        self._sock = sock
+        self._proto = protocol
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)  # results, deliveries, failure
+        self._writer_cond = threading.Condition(self._lock)
+        self._writer_waiting = False
+        self._write_lock = threading.Lock()
+        self._closing = False
+        self._heartbeat = 0.0
+        self._last_received = self._last_sent = time.monotonic()
+        self._reader = threading.Thread(target=self._read_loop, name="chute-reader", daemon=True)
+        self._writer = threading.Thread(target=self._write_loop, name="chute-writer", daemon=True)
+        self._reader.start()
+        self._writer.start()
+
+    def _handshake(
+        self, client_id: str | None, login: str | None, passcode: str | None, heartbeat: float
+    ) -> None:
+        with self._lock:
+            corr = self._proto.connect(client_id, login, passcode, int(heartbeat * 1000))
+        connected = self._proto.finish_connect(self._call(corr))
+        self.connection_id = connected.connection_id
+        with self._lock:
+            self._heartbeat = connected.heartbeat_ms / 1000
+            self._writer_cond.notify()
+
+    # -- plumbing -------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        with self._write_lock:
+            with self._lock:
+                data = self._proto.data_to_send()
+            if data:
+                try:
+                    self._sock.sendall(data)
+                except OSError as exc:
+                    self._lost(exc)
+                self._last_sent = time.monotonic()
+
+    def _nudge(self) -> None:
+        """Called with the lock held after queuing one-way output."""
+        if self._writer_waiting:
+            self._writer_cond.notify()
+
+    def _call(self, corr: int, timeout: float | None = None) -> Packet:
+        """Send what is queued, then wait for the answer to request ``corr``."""
+        self._flush()
+        limit = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        with self._lock:
+            while True:
+                result = self._proto.result(corr)
+                if result is not None:
+                    return result
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self._proto.forget(corr)
+                    raise RequestTimeout(f"no answer from the broker within {limit:g} s")
+                self._cond.wait(remaining)
+
+    def _read_loop(self) -> None:
+        sock, proto = self._sock, self._proto
+        while True:
+            error: OSError | None = None
+            try:
+                data = sock.recv(READ_SIZE)
+            except OSError as exc:
+                data, error = b"", exc
+            with self._lock:
+                self._last_received = time.monotonic()
+                if error is not None:
+                    progress = proto.connection_lost(None if self._closing else error)
+                else:
+                    progress = proto.receive_data(data)
+                if progress.completed or progress.consumers or progress.failed:
+                    self._cond.notify_all()
+                if proto.outbox_size:
+                    self._nudge()
+                if progress.failed or not data:
+                    self._closing = True
+                    self._writer_cond.notify()
+                    return
+
+    def _write_loop(self) -> None:
+        proto = self._proto
+        while True:
+            with self._lock:
+                while not proto.outbox_size and not self._closing:
+                    self._writer_waiting = True
+                    timeout = self._heartbeat / 2 if self._heartbeat else None
+                    woken = self._writer_cond.wait(timeout)
+                    self._writer_waiting = False
+                    if not woken:
+                        self._idle()
+                if self._closing and (not proto.outbox_size or proto.failure is not None):
+                    return
+            self._flush()
+
+    def _idle(self) -> None:
+        """Heartbeats (lock held): ping when quiet; give up on a silent broker."""
+        now = time.monotonic()
+        if now - self._last_received > 2 * self._heartbeat:
+            self._proto.fail(ConnectError("the broker stopped answering (heartbeat timeout)"))
+            self._closing = True
+            self._cond.notify_all()
+            self._close_socket()
+        elif now - self._last_sent >= self._heartbeat / 2:
+            self._proto.ping()
+
+    def _lost(self, exc: OSError) -> None:
+        with self._lock:
+            self._proto.connection_lost(exc)
+            self._closing = True
+            self._cond.notify_all()
+            self._writer_cond.notify()
+
+    def _close_socket(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+
+    def _shutdown(self) -> None:
+        with self._lock:
+            if self._proto.failure is None:
+                self._proto.fail(ConnectError("the connection is closed"))
+            self._closing = True
+            self._cond.notify_all()
+            self._writer_cond.notify()
+        current = threading.current_thread()
+        if self._writer is not current:
+            self._writer.join(CLOSE_TIMEOUT)
+        self._close_socket()
+        if self._reader is not current:
+            self._reader.join(CLOSE_TIMEOUT)
+        self._sock.close()
+
+    # -- API ------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._proto.failure is not None
+
+    def session(self, ack: str = "auto", transacted: bool = False) -> Session:
+        """Open a session (no round trip: errors surface on its first request).
+
+        Args:
+            ack: ``auto``, ``client`` (cumulative ``ack()``) or ``individual``.
+            transacted: sends and acks take effect on :meth:`Session.commit`.
+
+        Raises:
+            ValueError: unknown ack mode.
+            ConnectError: the connection is gone.
+        """
+        with self._lock:
+            session_id = self._proto.open_session(ack, transacted)
+            self._nudge()
+        return Session(self, session_id)
+
+    def stat(self) -> dict[str, Any]:
+        """The broker's statistics (a JSON document)."""
+        with self._lock:
+            corr = self._proto.stat()
+        result: dict[str, Any] = json.loads(self._proto.stat_result(self._call(corr)))
+        return result
+
+    def close(self) -> None:
+        """Close gracefully: acks and credit owed are sent, then DISCONNECT; never raises
+        for a connection that is already gone."""
+        if self._closing:
+            self._shutdown()
+            return
+        try:
+            with self._lock:
+                corr = self._proto.disconnect() if self._proto.failure is None else 0
+            if corr:
+                self._call(corr, min(self.timeout, CLOSE_TIMEOUT))
+        except (ConnectError, RequestTimeout):
+            pass
+        finally:
+            self._shutdown()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<chute.Connection {self.connection_id or '?'} {state}>"
+
+
+class Session:
+    """A session: an ack mode, maybe a transaction, and its consumers. Thread-safe."""
+
+    def __init__(self, connection: Connection, session_id: int) -> None:
+        self.connection = connection
+        self.id = session_id
+
+    def send(
+        self,
+        address: str,
+        body: bytes | str = b"",
+        *,
+        priority: int = DEFAULT_PRIORITY,
+        ttl: int = 0,
+        properties: Mapping[str, Any] | None = None,
+        persistent: bool = True,
+        correlation_id: str | None = None,
+        reply_to: str | None = None,
+        type: str | None = None,
+        id: str | None = None,
+        kind: BodyKind | None = None,
+    ) -> None:
+        """Send a message to ``address`` (``queue:NAME``, ``topic:NAME`` or ``NAME``).
+
+        A persistent send (the default) returns once the broker has the message on
+        disk; a non-persistent one returns at once (errors surface on a later call).
+        In a transacted session nothing waits: :meth:`commit` does. A ``str`` body
+        is sent as UTF-8 ``text``; ``ttl`` is in milliseconds (0 = never expires).
+
+        Raises:
+            InvalidAddress, InvalidMessage: a bad address or field.
+            DestinationFull: the destination refused the message (now or, for a
+                one-way send, an earlier one).
+            ConnectError, RequestTimeout: the connection failed or the broker is slow.
+        """
+        conn = self.connection
+        with conn._lock:
+            proto = conn._proto
+            corr = proto.send(
+                self.id,
+                address,
+                body,
+                priority=priority,
+                ttl=ttl,
+                properties=properties,
+                persistent=persistent,
+                correlation_id=correlation_id,
+                reply_to=reply_to,
+                type=type,
+                id=id,
+                kind=kind,
+            )
+            if conn._writer_waiting:
+                conn._writer_cond.notify()
+            full = proto.outbox_size >= HIGH_WATER
+        if corr:
+            conn._call(corr)
+        elif full:
+            conn._flush()
+
+    def consumer(
+        self,
+        address: str,
+        *,
+        selector: str | None = None,
+        prefetch: int = 100,
+        exclusive: bool = False,
+        subscription: str | None = None,
+        durable: bool = False,
+        shared: bool = False,
+    ) -> Consumer:
+        """Open a consumer on ``address``; for a topic, ``subscription`` names the
+        subscription (``durable`` outlives the connection, ``shared`` competes).
+
+        Raises:
+            InvalidAddress, InvalidSelector, NotFound, AccessDenied: refused by the broker.
+            ValueError: prefetch below 1, or durable without a name.
+        """
+        conn = self.connection
+        with conn._lock:
+            consumer_id, corr = conn._proto.open_consumer(
+                self.id,
+                address,
+                selector=selector,
+                prefetch=prefetch,
+                exclusive=exclusive,
+                subscription=subscription,
+                durable=durable,
+                shared=shared,
+            )
+        consumer = Consumer(self, consumer_id)
+        try:
+            conn._call(corr)
+        except BaseException:
+            with conn._lock:
+                conn._proto.close_consumer(consumer_id)
+            raise
+        return consumer
+
+    def _request(self, corr: int) -> Packet:
+        return self.connection._call(corr)
+
+    def commit(self) -> None:
+        """Commit the transaction: its sends are delivered, its acks take effect."""
+        conn = self.connection
+        with conn._lock:
+            corr = conn._proto.commit(self.id)
+        conn._call(corr)
+
+    def rollback(self) -> None:
+        """Roll back: sends are dropped, messages taken are redelivered."""
+        conn = self.connection
+        with conn._lock:
+            corr = conn._proto.rollback(self.id)
+        conn._call(corr)
+
+    def browse(self, address: str, selector: str | None = None, limit: int = 0) -> list[Message]:
+        """A snapshot of a queue in delivery order, without consuming (``limit`` 0 = all)."""
+        conn = self.connection
+        with conn._lock:
+            conn._proto.check_session(self.id)
+            corr = conn._proto.browse(address, selector, limit)
+        return conn._proto.browse_result(conn._call(corr))
+
+    def temporary_queue(self) -> str:
+        """Create a queue that lives as long as the connection; returns its address."""
+        conn = self.connection
+        with conn._lock:
+            conn._proto.check_session(self.id)
+            corr = conn._proto.temporary_queue()
+        return conn._proto.temporary_queue_result(conn._call(corr))
+
+    def unsubscribe(self, name: str) -> None:
+        """Delete the durable subscription ``name`` of this connection's client id."""
+        conn = self.connection
+        with conn._lock:
+            conn._proto.check_session(self.id)
+            corr = conn._proto.unsubscribe(name)
+        conn._call(corr)
+
+    def callback(self, topic: str, name: str, forward_to: str, selector: str | None = None) -> None:
+        """Create a callback queue: durable subscription ``name`` on ``topic`` that
+        forwards every (selected) message to ``forward_to``."""
+        conn = self.connection
+        with conn._lock:
+            conn._proto.check_session(self.id)
+            corr = conn._proto.callback(topic, name, forward_to, selector)
+        conn._call(corr)
+
+    def close(self) -> None:
+        """Close the session and its consumers (never raises for a lost connection)."""
+        conn = self.connection
+        with conn._lock:
+            corr = conn._proto.close_session(self.id)
+            conn._cond.notify_all()
+        if corr:
+            with contextlib.suppress(ConnectError, RequestTimeout):
+                conn._call(corr)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class Consumer:
+    """Receives messages from one address. Thread-safe; iterate it to receive forever."""
+
+    def __init__(self, session: Session, consumer_id: int) -> None:
+        self.session = session
+        self.id = consumer_id
+        self._conn = session.connection
+
+    def receive(self, timeout: float | None = None) -> Received | None:
+        """The next message, or None after ``timeout`` seconds (None = wait forever).
+
+        Raises:
+            ConsumerError: the consumer is closed.
+            ConnectError: the connection failed.
+            ChuteError: the broker reported an error for this consumer or session.
+        """
+        conn = self._conn
+        proto = conn._proto
+        with conn._lock:
+            delivery = proto.take(self.id)
+            if delivery is None:
+                delivery = self._wait(timeout)
+            if proto.outbox_size and conn._writer_waiting:
+                conn._writer_cond.notify()
+        if delivery is None:
+            return None
+        return Received(delivery.message, delivery.seq, self)
+
+    def _wait(self, timeout: float | None) -> Deliver | None:
+        conn = self._conn
+        proto = conn._proto
+        proto.before_wait(self.id)
+        if proto.outbox_size and conn._writer_waiting:
+            conn._writer_cond.notify()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if deadline is None:
+                conn._cond.wait()
+            else:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                conn._cond.wait(remaining)
+            delivery = proto.take(self.id)
+            if delivery is not None:
+                return delivery
+
+    def __iter__(self) -> Iterator[Received]:
+        """Receive until the consumer is closed."""
+        while True:
+            try:
+                message = self.receive()
+            except ConsumerError:
+                if self.closed:
+                    return
+                raise
+            if message is not None:
+                yield message
+
+    @property
+    def closed(self) -> bool:
+        return self._conn._proto.consumer(self.id) is None
+
+    def _ack(self, seq: int) -> None:
+        conn = self._conn
+        with conn._lock:
+            conn._proto.ack(self.id, seq)
+            conn._nudge()
+
+    def _nack(self, seq: int, requeue: bool) -> None:
+        conn = self._conn
+        with conn._lock:
+            conn._proto.nack(self.id, seq, requeue)
+            conn._nudge()
+
+    def close(self) -> None:
+        """Close the consumer; messages not yet received go back to the broker."""
+        conn = self._conn
+        with conn._lock:
+            corr = conn._proto.close_consumer(self.id)
+            conn._cond.notify_all()
+        if corr:
+            with contextlib.suppress(ConnectError, RequestTimeout):
+                conn._call(corr)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+__all__ = ["ChuteError", "Connection", "Consumer", "Received", "Session", "connect"]

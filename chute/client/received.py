@@ -1,0 +1,112 @@
+"""Received: a delivered message plus what it takes to acknowledge it."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from chute.message import BodyKind, Message, PropertyValue
+
+
+class Acknowledger(Protocol):
+    """What a driver's consumer offers a received message (both drivers implement it)."""
+
+    def _ack(self, seq: int) -> None: ...
+
+    def _nack(self, seq: int, requeue: bool) -> None: ...
+
+
+class Received:
+    """A message handed to the application by a consumer.
+
+    Reads like a :class:`~chute.message.Message` (``body``, ``properties``,
+    ``priority``, ``redelivered``, ...; the message itself is ``message``) and
+    knows its delivery: ``seq`` is its ack identity within the consumer.
+    ``ack()`` and ``nack()`` never block: they queue a packet for the broker, and
+    a failure surfaces from a later call. Safe to use from any thread.
+    """
+
+    __slots__ = ("_consumer", "message", "seq")
+
+    def __init__(self, message: Message, seq: int, consumer: Acknowledger) -> None:
+        self.message = message
+        self.seq = seq
+        self._consumer = consumer
+
+    def ack(self) -> None:
+        """Acknowledge: this message and, in ``client`` ack mode, every earlier one of
+        its consumer. A no-op in ``auto`` mode and in transacted sessions.
+
+        Raises:
+            ConnectError: the connection is gone.
+            ConsumerError: the consumer is closed.
+        """
+        self._consumer._ack(self.seq)
+
+    def nack(self, requeue: bool = True) -> None:
+        """Refuse this message: requeue it for redelivery, or (``requeue=False``) reject it
+        to the dead-letter queue.
+
+        Raises:
+            ConnectError: the connection is gone.
+            ConsumerError: the consumer is closed.
+        """
+        self._consumer._nack(self.seq, requeue)
+
+    @property
+    def body(self) -> bytes:
+        return self.message.body
+
+    @property
+    def text(self) -> str:
+        return self.message.text
+
+    @property
+    def id(self) -> str:
+        return self.message.id
+
+    @property
+    def properties(self) -> dict[str, PropertyValue]:
+        return self.message.properties
+
+    @property
+    def priority(self) -> int:
+        return self.message.priority
+
+    @property
+    def timestamp(self) -> int:
+        return self.message.timestamp
+
+    @property
+    def expiration(self) -> int:
+        return self.message.expiration
+
+    @property
+    def correlation_id(self) -> str | None:
+        return self.message.correlation_id
+
+    @property
+    def reply_to(self) -> str | None:
+        return self.message.reply_to
+
+    @property
+    def type(self) -> str | None:
+        return self.message.type
+
+    @property
+    def persistent(self) -> bool:
+        return self.message.persistent
+
+    @property
+    def redelivered(self) -> bool:
+        return self.message.redelivered
+
+    @property
+    def delivery_count(self) -> int:
+        return self.message.delivery_count
+
+    @property
+    def kind(self) -> BodyKind:
+        return self.message.kind
+
+    def __repr__(self) -> str:
+        return f"Received(seq={self.seq}, {self.message!r})"

@@ -1,0 +1,43 @@
+"""Broker URLs: ``chute://host:port`` now; ``chutes://``, ``ws(s)://`` and ``dropbox:`` later."""
+
+from __future__ import annotations
+
+from typing import Final, NamedTuple
+from urllib.parse import urlsplit
+
+from chute.errors import ConnectError
+
+DEFAULT_PORT: Final = 5445
+_LATER: Final = frozenset({"chutes", "ws", "wss", "dropbox"})
+
+
+class BrokerUrl(NamedTuple):
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"chute://{host}:{self.port}"
+
+
+def parse_url(url: str) -> BrokerUrl:
+    """Split ``chute://host[:port]`` (default port 5445; ``[::1]`` for IPv6).
+
+    Raises:
+        ConnectError: not a ``chute://`` URL, or a transport not supported yet.
+    """
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ConnectError(f"invalid broker URL {url!r}: {exc}") from None
+    scheme = parts.scheme.lower()
+    if scheme in _LATER:
+        raise ConnectError(f"{scheme}: URLs are not supported yet; use chute://host:port")
+    if scheme != "chute":
+        raise ConnectError(f"invalid broker URL {url!r}: expected chute://host:port")
+    if not parts.hostname:
+        raise ConnectError(f"invalid broker URL {url!r}: no host")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise ConnectError(f"invalid broker URL {url!r}: only chute://host:port is allowed")
+    return BrokerUrl(parts.hostname, DEFAULT_PORT if port is None else port)

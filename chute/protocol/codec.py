@@ -1,0 +1,202 @@
+"""PacketCodec: the native protocol, sans-IO. Bytes in, packets out; packets in, bytes out.
+
+The codec never touches a socket, so the TCP, TLS and WebSocket listeners and
+both client drivers reuse it unchanged. It keeps no connection state beyond
+the negotiated version: which packet may follow which is the business of the
+server's connection handler and of :class:`chute.client.protocol.ClientProtocol`.
+
+A ``PacketCodec`` is not thread-safe; each connection owns one.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Final
+
+from chute.errors import RemoteProtocolError
+from chute.protocol.packets import PROTOCOL_VERSION, SUPPORTED_VERSIONS, Header, Packet
+from chute.protocol.wire import (
+    DEFAULT_MAX_PROPERTIES,
+    HEADER,
+    HEADER_REST,
+    HEADER_SIZE,
+    VERSIONLESS,
+    decode_body,
+    encode_packet,
+)
+
+
+class NeedData(enum.Enum):
+    """What :meth:`PacketCodec.next_packet` returns when it has no whole packet."""
+
+    NEED_DATA = "need-data"
+    """Feed more bytes with :meth:`PacketCodec.receive_data`."""
+    CLOSED = "closed"
+    """The peer closed the stream at a packet boundary: no packet will ever come."""
+
+
+_new_header: Final = tuple.__new__
+NEED_DATA: Final = NeedData.NEED_DATA
+CLOSED: Final = NeedData.CLOSED
+
+
+class PacketCodec:
+    """Native protocol, sans-IO: bytes in, packets out. Never touches a socket.
+
+    Buffering: the bytes of one read are parsed in place (packets are sliced out
+    of them, never copied as a whole); only a packet split across reads is
+    joined, once, when all its bytes have arrived. Feeding a packet byte by byte
+    therefore costs O(n), not O(n²).
+
+    Args:
+        max_packet_size: the largest packet accepted, header included; a header
+            announcing more is refused as soon as the header is read.
+        max_properties: the most properties one message may carry.
+    """
+
+    __slots__ = (
+        "_chunks",
+        "_data",
+        "_eof",
+        "_pending",
+        "_pos",
+        "max_packet_size",
+        "max_properties",
+        "version",
+    )
+
+    def __init__(
+        self,
+        *,
+        max_packet_size: int = 16 << 20,
+        max_properties: int = DEFAULT_MAX_PROPERTIES,
+    ) -> None:
+        self.max_packet_size = max_packet_size
+        self.max_properties = max_properties
+        self.version = PROTOCOL_VERSION
+        """The version written in outgoing headers; set it once negotiated."""
+        self._data = b""  # the bytes being parsed, from _pos on
+        self._pos = 0
+        self._chunks: list[bytes] = []  # later reads, joined to _data when needed
+        self._pending = 0  # bytes in _chunks
+        self._eof = False
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as packets."""
+        return len(self._data) - self._pos + self._pending
+
+    def receive_data(self, data: bytes) -> None:
+        """Feed bytes read from the peer; ``b""`` means the peer closed its side.
+
+        Raises:
+            RemoteProtocolError: data after EOF (a driver bug, reported as the peer's).
+        """
+        if not data:
+            self._eof = True
+            return
+        if self._eof:
+            raise RemoteProtocolError("data received after end of stream", "eof-mid-packet")
+        if type(data) is not bytes:
+            data = bytes(data)
+        if self._pos >= len(self._data) and not self._chunks:
+            self._data = data
+            self._pos = 0
+        else:
+            self._chunks.append(data)
+            self._pending += len(data)
+
+    def _gather(self, need: int) -> bool:
+        """Make ``need`` bytes contiguous from ``_pos``; False if they have not all arrived."""
+        have = len(self._data) - self._pos
+        if have + self._pending < need:
+            return False
+        self._data = self._data[self._pos :] + b"".join(self._chunks)
+        self._pos = 0
+        self._chunks.clear()
+        self._pending = 0
+        return True
+
+    def next_packet(self) -> tuple[Header, Packet] | NeedData:
+        """The next whole packet, or :data:`NEED_DATA` / :data:`CLOSED`.
+
+        Raises:
+            RemoteProtocolError: the peer broke the protocol (codes 'packet-too-large',
+                'malformed-packet', 'unknown-packet-type', 'unsupported-version',
+                'too-many-properties', 'eof-mid-packet'). Any other exception is a bug.
+                After it the codec is unusable: send an Error and close.
+        """
+        data = self._data
+        pos = self._pos
+        if len(data) - pos < HEADER_SIZE:
+            if not self._gather(HEADER_SIZE):
+                return self._short()
+            data = self._data
+            pos = 0
+        length, version, ptype, corr, target, callback = HEADER.unpack_from(data, pos)
+        total = length + 4
+        if total > self.max_packet_size:
+            raise RemoteProtocolError(
+                f"packet of {total} bytes exceeds the limit of {self.max_packet_size}",
+                "packet-too-large",
+            )
+        if length < HEADER_REST:
+            raise RemoteProtocolError(f"packet length {length} is too small", "malformed-packet")
+        if version not in SUPPORTED_VERSIONS and ptype not in VERSIONLESS:
+            raise RemoteProtocolError(
+                f"protocol version {version} is not supported", "unsupported-version"
+            )
+        if len(data) - pos < total:
+            if not self._gather(total):
+                return self._short()
+            data = self._data
+            pos = 0
+        self._pos = pos + total
+        header = _new_header(Header, (version, corr, target, callback))
+        return header, decode_body(
+            ptype, header, data, pos + HEADER_SIZE, pos + total, self.max_properties
+        )
+
+    def next_packets(self) -> list[tuple[Header, Packet]]:
+        """Every whole packet buffered now (maybe none); the server calls it once per read.
+
+        Raises:
+            RemoteProtocolError: as :meth:`next_packet`; packets decoded before the bad
+                one are lost, which is fine since the connection must close anyway.
+        """
+        out: list[tuple[Header, Packet]] = []
+        append = out.append
+        next_packet = self.next_packet
+        while True:
+            item = next_packet()
+            if item.__class__ is NeedData:
+                return out
+            append(item)  # type: ignore[arg-type]
+
+    def _short(self) -> NeedData:
+        if not self._eof:
+            return NEED_DATA
+        if self.buffered:
+            raise RemoteProtocolError(
+                f"connection closed in the middle of a packet ({self.buffered} bytes pending)",
+                "eof-mid-packet",
+            )
+        return CLOSED
+
+    def send(
+        self,
+        packet: Packet,
+        *,
+        correlation_id: int = 0,
+        target_id: int | None = None,
+        callback_id: int | None = None,
+    ) -> bytes:
+        """The bytes of ``packet``, to be written to the peer.
+
+        ``target_id``/``callback_id`` default to the packet's own id fields
+        (``Send.session_id``, ``Deliver.consumer_id``, ...), else 0.
+
+        Raises:
+            LocalProtocolError: the packet cannot be encoded.
+        """
+        return encode_packet(packet, correlation_id, target_id, callback_id, self.version)

@@ -1,0 +1,396 @@
+"""The packets of chute's native protocol (seed 003), as plain frozen data.
+
+Theory of operation
+-------------------
+Every packet travels as a fixed header followed by a body (see
+:mod:`chute.protocol.wire` for the bytes)::
+
+    length u32 | version u8 | type u8 | correlation u32 | target u32 | callback u32 | body
+
+* ``correlation`` pairs a request with its response (``Ok``, ``Error`` or a
+  ``...Result``); 0 means one-way: nobody waits for an answer.
+* ``target`` names the handler on the receiving side: 0 is the connection,
+  anything else a session id or a consumer id. The client allocates session
+  and consumer ids from one counter per connection, so one id never names
+  both a session and a consumer.
+* ``callback`` names the handler on the sender side that later packets should
+  target (``ConsumerOpen`` gives the consumer id that ``Deliver`` will target).
+
+A packet field that *is* a handler id is carried in the header, not repeated
+in the body: ``Send.session_id`` is the header's target, ``ConsumerOpen``'s
+``session_id`` the target and its ``consumer_id`` the callback, and so on.
+:class:`Header` holds what the header says; when decoding, those fields are
+filled from it, and when encoding, the codec puts them into it.
+
+Packets are immutable and cheap to build; ``Send`` and ``Deliver`` also carry
+the raw bytes of the message *content* (everything the producer chose: id,
+priority, persistent, kind, correlation id, reply-to, type, properties, body)
+so that the broker can forward what it received without encoding it again.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Final, NamedTuple
+
+from chute.message import Message
+
+PROTOCOL_VERSION: Final = 1
+"""The newest protocol version this code speaks."""
+MIN_PROTOCOL_VERSION: Final = 1
+"""The oldest protocol version this code speaks."""
+SUPPORTED_VERSIONS: Final = frozenset(range(MIN_PROTOCOL_VERSION, PROTOCOL_VERSION + 1))
+
+
+def negotiate_version(min_version: int, max_version: int) -> int | None:
+    """The newest version both sides speak, or None if the ranges do not meet."""
+    for version in range(min(max_version, PROTOCOL_VERSION), min_version - 1, -1):
+        if version in SUPPORTED_VERSIONS:
+            return version
+    return None
+
+
+class PacketType(enum.IntEnum):
+    """Stable wire tags of the packet types (never renumber; add at the end of a group)."""
+
+    CONNECT = 1
+    CONNECTED = 2
+    PING = 3
+    PONG = 4
+    DISCONNECT = 5
+    ERROR = 6
+    OK = 7
+    SESSION_OPEN = 10
+    SESSION_CLOSE = 11
+    SEND = 20
+    CONSUMER_OPEN = 21
+    CONSUMER_CLOSE = 22
+    DELIVER = 23
+    ACK = 24
+    NACK = 25
+    CREDIT = 26
+    COMMIT = 30
+    ROLLBACK = 31
+    BROWSE = 40
+    BROWSE_RESULT = 41
+    STAT = 42
+    STAT_RESULT = 43
+    UNSUBSCRIBE = 44
+    TEMP_QUEUE = 45
+    TEMP_QUEUE_CREATED = 46
+    CALLBACK_CREATE = 47
+
+
+class AckMode(enum.StrEnum):
+    """How a session's consumers acknowledge (DESIGN.md, Delivery semantics)."""
+
+    AUTO = "auto"
+    """The client acks as the application takes messages (returning credit)."""
+    CLIENT = "client"
+    """``ack`` of one message acks every earlier delivery of its consumer (cumulative)."""
+    INDIVIDUAL = "individual"
+    """``ack`` acks exactly one message."""
+
+
+class Header(NamedTuple):
+    """The routing part of a packet's header (length and type are the codec's business).
+
+    A NamedTuple rather than a dataclass: one is built per packet on the hot path.
+    """
+
+    version: int = PROTOCOL_VERSION
+    correlation_id: int = 0
+    target_id: int = 0
+    callback_id: int = 0
+
+
+NO_HEADER: Final = Header()
+
+
+# -- connection ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Connect:
+    """Client → server, first packet. Target 0.
+
+    The header's version is ignored for CONNECT, CONNECTED and ERROR: their
+    bodies never change, so that two peers can always negotiate.
+    """
+
+    min_version: int = MIN_PROTOCOL_VERSION
+    max_version: int = PROTOCOL_VERSION
+    client_id: str | None = None
+    login: str | None = None
+    passcode: str | None = None
+    heartbeat_ms: int = 0
+    """How often the client would like to hear from the server; 0 = no heartbeats."""
+
+
+@dataclass(frozen=True, slots=True)
+class Connected:
+    """Server → client, response to Connect (same correlation id)."""
+
+    version: int
+    connection_id: str
+    heartbeat_ms: int = 0
+    """How often the server will ping when idle (and expects the client to); 0 = never."""
+    max_packet_size: int = 16 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Ping:
+    """Heartbeat; either side may send it, the other answers Pong (same correlation id)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pong:
+    """Answer to Ping."""
+
+
+@dataclass(frozen=True, slots=True)
+class Disconnect:
+    """Graceful close: the sender sends nothing more. With a correlation id the
+    server answers Ok once everything before it was handled."""
+
+
+@dataclass(frozen=True, slots=True)
+class Error:
+    """A failed request (same correlation id as the request), or unsolicited.
+
+    Unsolicited errors have correlation 0: with target 0 the error is about the
+    whole connection and the sender closes it; with a session id as target it
+    reports a failed one-way packet of that session (the client raises it from
+    its next call on the session); with a consumer id, a problem of that
+    consumer (raised from its next receive).
+    """
+
+    code: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ok:
+    """Generic success response; ``value`` is an optional small result."""
+
+    value: str | None = None
+
+
+# -- sessions ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SessionOpen:
+    """Open a session. Target 0; ``session_id`` (chosen by the client) is the callback."""
+
+    session_id: int
+    ack_mode: AckMode = AckMode.AUTO
+    transacted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SessionClose:
+    """Close a session and its consumers. ``session_id`` is the target."""
+
+    session_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Produce one message. ``session_id`` is the target.
+
+    One-way when the correlation id is 0; otherwise the server answers Ok or
+    Error (for a persistent message only once the store made it durable).
+    ``ttl_ms`` of 0 means the message never expires. ``content`` holds the raw
+    encoded message content when the packet was decoded (or pre-encoded), for
+    :func:`chute.protocol.wire.encode_deliver`.
+    """
+
+    session_id: int
+    address: str
+    message: Message
+    ttl_ms: int = 0
+    content: bytes | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerOpen:
+    """Open a consumer. ``session_id`` is the target, ``consumer_id`` the callback.
+
+    The consumer starts with ``prefetch`` credits: the server delivers at most
+    that many messages before the client returns credit (Ack or Credit).
+    """
+
+    session_id: int
+    consumer_id: int
+    address: str
+    selector: str | None = None
+    prefetch: int = 100
+    exclusive: bool = False
+    subscription: str | None = None
+    durable: bool = False
+    shared: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerClose:
+    """Close a consumer; its unacked messages are redelivered. ``consumer_id`` is the target."""
+
+    consumer_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    """Server → client: one message for a consumer. ``consumer_id`` is the target.
+
+    ``seq`` is the ack identity of this delivery (increasing per consumer, in
+    delivery order). The broker-assigned fields travel here, outside the
+    content block, and are also set on ``message``. ``content`` may hold the
+    pre-encoded content block when sending; a decoded Deliver leaves it None.
+    """
+
+    consumer_id: int
+    seq: int
+    delivery_count: int
+    redelivered: bool
+    timestamp: int
+    expiration: int
+    message: Message
+    content: bytes | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """Acknowledge delivery ``seq`` (and with ``cumulative``, all earlier ones of the
+    consumer), and grant ``credit`` more messages. ``consumer_id`` is the target."""
+
+    consumer_id: int
+    seq: int
+    cumulative: bool = False
+    credit: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Nack:
+    """Refuse delivery ``seq``: requeue it (redelivered later) or reject it (dead letter)."""
+
+    consumer_id: int
+    seq: int
+    requeue: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Credit:
+    """Grant a consumer ``credit`` more messages without acking. ``consumer_id`` is the target."""
+
+    consumer_id: int
+    credit: int
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """Commit a transacted session's sends and acks. ``session_id`` is the target."""
+
+    session_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Rollback:
+    """Roll back a transacted session's sends and acks. ``session_id`` is the target."""
+
+    session_id: int
+
+
+# -- management ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Browse:
+    """Non-destructive snapshot of a queue, in delivery order. ``limit`` 0 = no limit."""
+
+    address: str
+    selector: str | None = None
+    limit: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BrowseResult:
+    """Response to Browse: ``(seq, message)`` pairs, the messages with their
+    broker fields (timestamp, expiration, delivery count, redelivered) set."""
+
+    messages: tuple[tuple[int, Message], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Stat:
+    """Ask for the broker's statistics."""
+
+
+@dataclass(frozen=True, slots=True)
+class StatResult:
+    """Response to Stat: a JSON document, opaque to the protocol."""
+
+    json_text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unsubscribe:
+    """Delete a durable subscription (of ``client_id``, default: the connection's)."""
+
+    subscription: str
+    client_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TempQueue:
+    """Create a temporary queue that lives as long as the connection."""
+
+
+@dataclass(frozen=True, slots=True)
+class TempQueueCreated:
+    """Response to TempQueue: the new queue's address."""
+
+    address: str
+
+
+@dataclass(frozen=True, slots=True)
+class CallbackCreate:
+    """Create a callback queue: a durable subscription ``subscription`` on ``topic``
+    that forwards every message to ``forward_to`` (seed 001)."""
+
+    topic: str
+    subscription: str
+    forward_to: str
+    selector: str | None = None
+
+
+Packet = (
+    Connect
+    | Connected
+    | Ping
+    | Pong
+    | Disconnect
+    | Error
+    | Ok
+    | SessionOpen
+    | SessionClose
+    | Send
+    | ConsumerOpen
+    | ConsumerClose
+    | Deliver
+    | Ack
+    | Nack
+    | Credit
+    | Commit
+    | Rollback
+    | Browse
+    | BrowseResult
+    | Stat
+    | StatResult
+    | Unsubscribe
+    | TempQueue
+    | TempQueueCreated
+    | CallbackCreate
+)
+"""Any packet of the native protocol."""

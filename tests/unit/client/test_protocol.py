@@ -1,0 +1,402 @@
+"""ClientProtocol, the pure client state machine, driven by packets fed directly."""
+
+from __future__ import annotations
+
+import pytest
+
+from chute.client.protocol import ClientProtocol
+from chute.errors import (
+    AuthenticationFailed,
+    ConnectError,
+    ConsumerError,
+    DestinationFull,
+    InvalidAddress,
+    InvalidMessage,
+    NotFound,
+    TransactionError,
+)
+from chute.message import BodyKind, Message
+from chute.protocol import packets as p
+from chute.protocol.codec import PacketCodec
+from chute.protocol.wire import encode_content, encode_deliver, encode_packet
+
+
+class Peer:
+    """The broker's side of the conversation: decodes what the client sent."""
+
+    def __init__(self, proto: ClientProtocol) -> None:
+        self.proto = proto
+        self.codec = PacketCodec()
+
+    def sent(self) -> list[tuple[p.Header, p.Packet]]:
+        data = self.proto.data_to_send()
+        if data:
+            self.codec.receive_data(data)
+        return self.codec.next_packets()
+
+    def packets(self) -> list[p.Packet]:
+        return [x for _, x in self.sent()]
+
+
+def connected() -> tuple[ClientProtocol, Peer]:
+    proto = ClientProtocol()
+    peer = Peer(proto)
+    corr = proto.connect("client-1", "alice", "pw", 0)
+    [(header, connect)] = peer.sent()
+    assert connect == p.Connect(1, 1, "client-1", "alice", "pw", 0)
+    assert header.correlation_id == corr
+    progress = proto.receive_data(encode_packet(p.Connected(1, "c-1", 0, 1 << 20), corr))
+    assert progress.completed == [corr]
+    result = proto.result(corr)
+    assert result is not None
+    proto.finish_connect(result)
+    return proto, peer
+
+
+def deliver(consumer_id: int, seq: int, body: bytes = b"x") -> bytes:
+    content = encode_content(Message(body, id=f"m{seq}", persistent=False))
+    return encode_deliver(consumer_id, seq, 0, False, 1000, 0, content)
+
+
+def test_handshake_sets_version_and_connection() -> None:
+    proto, _ = connected()
+    assert proto.connected is not None
+    assert proto.connected.connection_id == "c-1"
+    assert proto.codec.version == 1
+
+
+def test_connect_refused_is_a_connect_error() -> None:
+    proto = ClientProtocol()
+    corr = proto.connect()
+    proto.receive_data(encode_packet(p.Error("unsupported-version", "too new"), corr))
+    with pytest.raises(ConnectError, match="too new"):
+        proto.result(corr)
+
+
+def test_authentication_failure_keeps_its_code() -> None:
+    proto = ClientProtocol()
+    corr = proto.connect(login="x")
+    proto.receive_data(encode_packet(p.Error("authentication-failed", "bad login"), corr))
+    with pytest.raises(AuthenticationFailed, match="bad login"):
+        proto.result(corr)
+
+
+def test_session_and_consumer_ids_never_collide() -> None:
+    proto, peer = connected()
+    s1 = proto.open_session()
+    c1, _ = proto.open_consumer(s1, "queue:a")
+    s2 = proto.open_session("client", transacted=True)
+    c2, _ = proto.open_consumer(s2, "b")
+    assert len({s1, s2, c1, c2}) == 4
+    sent = peer.sent()
+    assert sent[0][1] == p.SessionOpen(s1, p.AckMode.AUTO, False)
+    assert sent[0][0].correlation_id == 0
+    assert sent[1][1] == p.ConsumerOpen(s1, c1, "queue:a")
+    assert sent[1][0].correlation_id != 0
+    assert sent[2][1] == p.SessionOpen(s2, p.AckMode.CLIENT, True)
+    assert sent[3][1] == p.ConsumerOpen(s2, c2, "queue:b")  # canonical address
+
+
+def test_bad_ack_mode() -> None:
+    proto, _ = connected()
+    with pytest.raises(ValueError, match="bogus"):
+        proto.open_session("bogus")
+
+
+def test_non_persistent_send_is_one_way_persistent_is_a_request() -> None:
+    proto, peer = connected()
+    sid = proto.open_session()
+    assert proto.send(sid, "queue:a", b"x", persistent=False) == 0
+    corr = proto.send(sid, "queue:a", "text", priority=9, ttl=500, properties={"k": 1})
+    assert corr != 0
+    _, (h1, s1), (h2, s2) = peer.sent()
+    assert isinstance(s1, p.Send)
+    assert isinstance(s2, p.Send)
+    assert h1.correlation_id == 0
+    assert h2.correlation_id == corr
+    assert (s1.session_id, s1.address, s1.message.body, s1.message.persistent) == (
+        sid,
+        "queue:a",
+        b"x",
+        False,
+    )
+    assert s2.message.kind is BodyKind.TEXT
+    assert s2.message.priority == 9
+    assert s2.ttl_ms == 500
+    assert s2.message.properties == {"k": 1}
+    assert s2.message.id
+    assert proto.result(corr) is None
+    proto.receive_data(encode_packet(p.Ok(), corr))
+    assert proto.result(corr) == p.Ok()
+
+
+def test_transacted_sends_are_one_way() -> None:
+    proto, _ = connected()
+    sid = proto.open_session(transacted=True)
+    assert proto.send(sid, "q", b"x", persistent=True) == 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"priority": 10}, InvalidMessage),
+        ({"priority": True}, InvalidMessage),
+        ({"properties": {"x": object()}}, InvalidMessage),
+        ({"id": ""}, InvalidMessage),
+        ({"body": 5}, InvalidMessage),
+        ({"address": "queue:../x"}, InvalidAddress),
+        ({"ttl": -1}, ValueError),
+    ],
+)
+def test_send_validates(kwargs: dict[str, object], error: type[Exception]) -> None:
+    proto, _ = connected()
+    sid = proto.open_session()
+    args: dict[str, object] = {"address": "q", "body": b"x"} | kwargs
+    address, body = args.pop("address"), args.pop("body")
+    with pytest.raises(error):
+        proto.send(sid, address, body, **args)  # type: ignore[arg-type]
+
+
+def test_error_response_is_rebuilt_by_code() -> None:
+    proto, _ = connected()
+    sid = proto.open_session()
+    corr = proto.send(sid, "q", b"x")
+    proto.receive_data(encode_packet(p.Error("destination-full", "queue:q is full"), corr))
+    with pytest.raises(DestinationFull, match="is full"):
+        proto.result(corr)
+
+
+def test_one_way_error_is_deferred_to_the_next_call_on_the_session() -> None:
+    proto, _ = connected()
+    sid = proto.open_session()
+    other = proto.open_session()
+    proto.send(sid, "q", b"x", persistent=False)
+    proto.receive_data(encode_packet(p.Error("destination-full", "full"), target_id=sid))
+    proto.send(other, "q", b"x", persistent=False)  # another session is unaffected
+    with pytest.raises(DestinationFull):
+        proto.send(sid, "q", b"y", persistent=False)
+    proto.send(sid, "q", b"z", persistent=False)  # raised once
+
+
+def test_connection_level_error_fails_everything() -> None:
+    proto, _ = connected()
+    sid = proto.open_session()
+    cid, open_corr = proto.open_consumer(sid, "q")
+    corr = proto.stat()
+    progress = proto.receive_data(encode_packet(p.Error("shutting-down", "bye")))
+    assert progress.failed
+    assert set(progress.completed) == {open_corr, corr}
+    assert cid in progress.consumers
+    for call in (
+        lambda: proto.result(corr),
+        lambda: proto.send(sid, "q", b""),
+        lambda: proto.take(cid),
+        proto.stat,
+    ):
+        with pytest.raises(ConnectError, match="bye"):
+            call()
+
+
+def test_eof_fails_everything() -> None:
+    proto, _ = connected()
+    corr = proto.stat()
+    progress = proto.receive_data(b"")
+    assert progress.failed
+    assert progress.completed == [corr]
+    with pytest.raises(ConnectError, match="lost"):
+        proto.result(corr)
+
+
+def test_garbage_from_the_broker_fails_the_connection_and_reports_it() -> None:
+    proto, peer = connected()
+    progress = proto.receive_data(b"\x00\x00\x00\x0e\x01\xfa" + bytes(12))
+    assert progress.failed
+    assert peer.packets() == [p.Error("unknown-packet-type", "unknown packet type 250")]
+    with pytest.raises(ConnectError, match="unknown-packet-type"):
+        proto.stat()
+
+
+def test_broker_disconnect_fails_the_connection() -> None:
+    proto, _ = connected()
+    assert proto.receive_data(encode_packet(p.Disconnect())).failed
+    with pytest.raises(ConnectError, match="closed"):
+        proto.stat()
+
+
+def test_ping_is_answered_with_pong_of_the_same_correlation() -> None:
+    proto, peer = connected()
+    proto.receive_data(encode_packet(p.Ping(), 77))
+    [(header, pong)] = peer.sent()
+    assert pong == p.Pong()
+    assert header.correlation_id == 77
+
+
+def test_late_answer_after_forget_is_dropped() -> None:
+    proto, _ = connected()
+    corr = proto.stat()
+    proto.forget(corr)
+    progress = proto.receive_data(encode_packet(p.StatResult("{}"), corr))
+    assert progress.completed == []
+    assert proto.result(corr) is None
+
+
+def open_consumer(
+    ack: str = "auto", prefetch: int = 4, transacted: bool = False
+) -> tuple[ClientProtocol, Peer, int, int]:
+    proto, peer = connected()
+    sid = proto.open_session(ack, transacted)
+    cid, corr = proto.open_consumer(sid, "q", prefetch=prefetch)
+    proto.receive_data(encode_packet(p.Ok(), corr))
+    peer.sent()
+    return proto, peer, sid, cid
+
+
+def test_auto_mode_acks_and_returns_credit_every_half_window() -> None:
+    proto, peer, _, cid = open_consumer("auto", prefetch=4)
+    progress = proto.receive_data(b"".join(deliver(cid, seq) for seq in (1, 2, 3, 4)))
+    assert progress.consumers == {cid}
+    first = proto.take(cid)
+    assert first is not None
+    assert first.seq == 1
+    assert first.message.id == "m1"
+    assert peer.packets() == []
+    assert proto.take(cid) is not None
+    assert peer.packets() == [p.Ack(cid, 2, cumulative=True, credit=2)]
+    assert proto.take(cid) is not None
+    proto.before_wait(cid)  # buffer not empty: nothing owed yet
+    assert peer.packets() == []
+    assert proto.take(cid) is not None
+    assert peer.packets() == [p.Ack(cid, 4, cumulative=True, credit=2)]
+    assert proto.take(cid) is None
+
+
+def test_before_wait_returns_what_is_owed() -> None:
+    proto, peer, _, cid = open_consumer("auto", prefetch=10)
+    proto.receive_data(deliver(cid, 1))
+    assert proto.take(cid) is not None
+    assert peer.packets() == []
+    proto.before_wait(cid)
+    assert peer.packets() == [p.Ack(cid, 1, cumulative=True, credit=1)]
+    proto.before_wait(cid)
+    assert peer.packets() == []
+
+
+def test_client_mode_ack_is_cumulative_and_carries_credit() -> None:
+    proto, peer, _, cid = open_consumer("client", prefetch=10)
+    proto.receive_data(b"".join(deliver(cid, seq) for seq in (1, 2, 3)))
+    for _ in range(3):
+        assert proto.take(cid) is not None
+    assert peer.packets() == []
+    proto.ack(cid, 2)
+    assert peer.packets() == [p.Ack(cid, 2, cumulative=True, credit=3)]
+    proto.ack(cid, 3)
+    assert peer.packets() == [p.Ack(cid, 3, cumulative=True, credit=0)]
+
+
+def test_client_mode_returns_credit_without_acks_so_it_never_stalls() -> None:
+    proto, peer, _, cid = open_consumer("client", prefetch=4)
+    proto.receive_data(b"".join(deliver(cid, seq) for seq in (1, 2)))
+    proto.take(cid)
+    proto.take(cid)
+    assert peer.packets() == [p.Credit(cid, 2)]
+
+
+def test_individual_mode_and_nack() -> None:
+    proto, peer, _, cid = open_consumer("individual", prefetch=10)
+    proto.receive_data(b"".join(deliver(cid, seq) for seq in (1, 2)))
+    proto.take(cid)
+    proto.take(cid)
+    proto.ack(cid, 2)
+    proto.nack(cid, 1, requeue=False)
+    assert peer.packets() == [p.Ack(cid, 2, False, 2), p.Nack(cid, 1, False)]
+
+
+def test_transacted_commit_acks_what_was_taken_first() -> None:
+    proto, peer, sid, cid = open_consumer("auto", prefetch=10, transacted=True)
+    proto.receive_data(deliver(cid, 1))
+    proto.take(cid)
+    proto.ack(cid, 1)  # a no-op: commit acks
+    corr = proto.commit(sid)
+    sent = peer.sent()
+    assert [x for _, x in sent] == [p.Ack(cid, 1, True, 1), p.Commit(sid)]
+    assert sent[1][0].correlation_id == corr
+
+
+def test_commit_outside_a_transaction() -> None:
+    proto, _ = connected()
+    sid = proto.open_session()
+    with pytest.raises(TransactionError):
+        proto.commit(sid)
+
+
+def test_consumer_error_and_unknown_consumer_deliveries() -> None:
+    proto, _, _, cid = open_consumer()
+    assert proto.receive_data(deliver(999, 1)).consumers == set()
+    proto.receive_data(encode_packet(p.Error("not-found", "queue deleted"), target_id=cid))
+    with pytest.raises(NotFound):
+        proto.take(cid)
+    assert proto.take(cid) is None
+
+
+def test_close_consumer_returns_credit_then_closes() -> None:
+    proto, peer, _, cid = open_consumer("auto", prefetch=10)
+    proto.receive_data(b"".join(deliver(cid, seq) for seq in (1, 2)))
+    proto.take(cid)
+    corr = proto.close_consumer(cid)
+    assert corr
+    assert peer.packets() == [p.Ack(cid, 1, True, 1), p.ConsumerClose(cid)]
+    with pytest.raises(ConsumerError):
+        proto.take(cid)
+    with pytest.raises(ConsumerError):
+        proto.ack(cid, 1)
+    assert proto.close_consumer(cid) is None
+    assert proto.receive_data(deliver(cid, 3)).consumers == set()
+
+
+def test_close_session_closes_its_consumers() -> None:
+    proto, peer, sid, cid = open_consumer()
+    corr = proto.close_session(sid)
+    assert corr
+    assert peer.packets() == [p.SessionClose(sid)]
+    with pytest.raises(ConsumerError):
+        proto.take(cid)
+    with pytest.raises(ConsumerError):
+        proto.send(sid, "q", b"")
+    assert proto.close_session(sid) is None
+
+
+def test_consumer_arguments_are_checked() -> None:
+    proto, _ = connected()
+    sid = proto.open_session()
+    with pytest.raises(ValueError, match="prefetch"):
+        proto.open_consumer(sid, "q", prefetch=0)
+    with pytest.raises(ValueError, match="durable"):
+        proto.open_consumer(sid, "topic:t", durable=True)
+
+
+def test_management_requests_and_results() -> None:
+    proto, peer = connected()
+    corrs = [
+        proto.browse("orders", "a = 1", 5),
+        proto.stat(),
+        proto.temporary_queue(),
+        proto.unsubscribe("sub"),
+        proto.callback("topic:t", "cb", "out"),
+        proto.disconnect(),
+    ]
+    sent = peer.sent()
+    assert [x for _, x in sent] == [
+        p.Browse("queue:orders", "a = 1", 5),
+        p.Stat(),
+        p.TempQueue(),
+        p.Unsubscribe("sub"),
+        p.CallbackCreate("topic:t", "cb", "queue:out"),
+        p.Disconnect(),
+    ]
+    assert [h.correlation_id for h, _ in sent] == corrs
+    m = Message(b"b", id="i", timestamp=5)
+    assert proto.browse_result(p.BrowseResult(((1, m),))) == [m]
+    assert proto.stat_result(p.StatResult("{}")) == "{}"
+    assert proto.temporary_queue_result(p.TempQueueCreated("queue:t")) == "queue:t"
+    with pytest.raises(Exception, match="expected"):
+        proto.stat_result(p.Ok())

@@ -1,0 +1,40 @@
+"""Broker URL parsing."""
+
+from __future__ import annotations
+
+import pytest
+
+from chute.client.url import BrokerUrl, parse_url
+from chute.errors import ConnectError
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("chute://127.0.0.1:5445", BrokerUrl("127.0.0.1", 5445)),
+        ("chute://broker.example", BrokerUrl("broker.example", 5445)),
+        ("CHUTE://Host:1/", BrokerUrl("host", 1)),
+        ("chute://[::1]:7000", BrokerUrl("::1", 7000)),
+    ],
+)
+def test_parse(url: str, expected: BrokerUrl) -> None:
+    assert parse_url(url) == expected
+
+
+def test_str_roundtrips() -> None:
+    for url in ("chute://h:1", "chute://[::1]:2"):
+        assert str(parse_url(url)) == url
+
+
+@pytest.mark.parametrize("scheme", ["chutes", "ws", "wss", "dropbox"])
+def test_later_transports_say_so(scheme: str) -> None:
+    with pytest.raises(ConnectError, match="not supported yet"):
+        parse_url(f"{scheme}://h:1")
+
+
+@pytest.mark.parametrize(
+    "url", ["http://h:1", "h:1", "chute://", "chute://h:99999", "chute://h:1/path", "chute://h?x=1"]
+)
+def test_invalid(url: str) -> None:
+    with pytest.raises(ConnectError, match="invalid broker URL"):
+        parse_url(url)

@@ -1,0 +1,282 @@
+"""Packets and their wire bodies: every type round-trips, typed properties keep their type."""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from chute.errors import LocalProtocolError, RemoteProtocolError
+from chute.message import BodyKind, Byte, Float, Int, Long, Message, Short
+from chute.protocol import packets as p
+from chute.protocol.codec import NeedData, PacketCodec
+from chute.protocol.wire import (
+    CODECS,
+    HEADER,
+    decode_content,
+    encode_content,
+    encode_deliver,
+    encode_packet,
+    encode_send,
+)
+
+MESSAGE = Message.create(
+    b"hello",
+    id="m-1",
+    priority=7,
+    correlation_id="corr",
+    reply_to="queue:replies",
+    type="order",
+    persistent=False,
+    properties={
+        "flag": True,
+        "b": Byte(-3),
+        "s": Short(1000),
+        "i": Int(-70000),
+        "l": 1 << 40,
+        "f": Float(1.5),
+        "d": 2.25,
+        "text": "eu ✓",
+    },
+    kind=BodyKind.TEXT,
+)
+DELIVERED = MESSAGE.replace(timestamp=1000, expiration=2000, delivery_count=2, redelivered=True)
+
+EXAMPLES: list[p.Packet] = [
+    p.Connect(),
+    p.Connect(1, 3, "client-1", "alice", "secret", 10_000),
+    p.Connected(1, "conn-1", 5000, 1 << 20),
+    p.Ping(),
+    p.Pong(),
+    p.Disconnect(),
+    p.Error("not-found", "no such queue: queue:x"),
+    p.Ok(),
+    p.Ok("value"),
+    p.SessionOpen(3),
+    p.SessionOpen(3, p.AckMode.INDIVIDUAL, transacted=True),
+    p.SessionClose(3),
+    p.Send(3, "queue:orders", MESSAGE),
+    p.Send(3, "topic:prices", Message(b""), ttl_ms=60_000),
+    p.ConsumerOpen(3, 4, "queue:orders"),
+    p.ConsumerOpen(3, 4, "topic:t", "region = 'eu'", 10, True, "sub", True, True),
+    p.ConsumerClose(4),
+    p.Deliver(4, 1 << 40, 2, True, 1000, 2000, DELIVERED),
+    p.Ack(4, 17),
+    p.Ack(4, 17, cumulative=True, credit=50),
+    p.Nack(4, 17),
+    p.Nack(4, 17, requeue=False),
+    p.Credit(4, 100),
+    p.Commit(3),
+    p.Rollback(3),
+    p.Browse("queue:orders"),
+    p.Browse("queue:orders", "a > 1", 10),
+    p.BrowseResult(),
+    p.BrowseResult(((1, DELIVERED), (5, Message(b"x", id="m-2")))),
+    p.Stat(),
+    p.StatResult('{"queues": {}}'),
+    p.Unsubscribe("sub"),
+    p.Unsubscribe("sub", "client-1"),
+    p.TempQueue(),
+    p.TempQueueCreated("queue:__tmp__.1"),
+    p.CallbackCreate("topic:t", "cb", "queue:forward"),
+    p.CallbackCreate("topic:t", "cb", "queue:forward", "x = 1"),
+]
+
+
+def roundtrip(packet: p.Packet, correlation_id: int = 0) -> tuple[p.Header, p.Packet]:
+    codec = PacketCodec()
+    codec.receive_data(codec.send(packet, correlation_id=correlation_id))
+    item = codec.next_packet()
+    assert not isinstance(item, NeedData)
+    assert codec.next_packet() is NeedData.NEED_DATA
+    return item
+
+
+@pytest.mark.parametrize("packet", EXAMPLES, ids=lambda x: type(x).__name__)
+def test_every_example_roundtrips(packet: p.Packet) -> None:
+    header, decoded = roundtrip(packet, correlation_id=99)
+    assert decoded == packet
+    assert type(decoded) is type(packet)
+    assert header.correlation_id == 99
+    assert header.version == p.PROTOCOL_VERSION
+
+
+def test_every_packet_type_has_an_example_and_a_codec() -> None:
+    assert set(CODECS) == set(p.PacketType)
+    assert {type(x) for x in EXAMPLES} == {c.cls for c in CODECS.values()}
+
+
+@pytest.mark.parametrize(
+    ("packet", "target", "callback"),
+    [
+        (p.SessionOpen(3), 0, 3),
+        (p.SessionClose(3), 3, 0),
+        (p.Send(3, "q", Message()), 3, 0),
+        (p.ConsumerOpen(3, 4, "q"), 3, 4),
+        (p.ConsumerClose(4), 4, 0),
+        (p.Deliver(4, 1, 0, False, 0, 0, Message()), 4, 0),
+        (p.Ack(4, 1), 4, 0),
+        (p.Nack(4, 1), 4, 0),
+        (p.Credit(4, 1), 4, 0),
+        (p.Commit(3), 3, 0),
+        (p.Rollback(3), 3, 0),
+        (p.Ping(), 0, 0),
+    ],
+    ids=lambda x: type(x).__name__ if not isinstance(x, int) else str(x),
+)
+def test_handler_ids_travel_in_the_header(packet: p.Packet, target: int, callback: int) -> None:
+    header, _ = roundtrip(packet)
+    assert (header.target_id, header.callback_id) == (target, callback)
+
+
+def test_explicit_target_overrides() -> None:
+    data = encode_packet(p.Error("destination-full", "full"), target_id=3)
+    _, _, _, _, target, _ = HEADER.unpack_from(data)
+    assert target == 3
+
+
+def test_typed_properties_keep_their_jms_type() -> None:
+    _, decoded = roundtrip(p.Send(1, "q", MESSAGE))
+    assert isinstance(decoded, p.Send)
+    props = decoded.message.properties
+    assert props == MESSAGE.properties
+    for name, value in MESSAGE.properties.items():
+        assert type(props[name]) is type(value), name
+
+
+def test_send_content_splices_into_deliver() -> None:
+    _, send = roundtrip(p.Send(1, "queue:a", MESSAGE))
+    assert isinstance(send, p.Send)
+    assert send.content == encode_content(MESSAGE)
+    codec = PacketCodec()
+    codec.receive_data(encode_deliver(9, 5, 2, True, 1000, 2000, send.content))
+    item = codec.next_packet()
+    assert not isinstance(item, NeedData)
+    header, deliver = item
+    assert header.target_id == 9
+    assert deliver == p.Deliver(9, 5, 2, True, 1000, 2000, DELIVERED)
+    assert deliver.message == DELIVERED
+
+
+def test_decoded_send_caches_its_content_on_the_message() -> None:
+    _, send = roundtrip(p.Send(1, "queue:a", MESSAGE))
+    assert isinstance(send, p.Send)
+    assert send.message.encoded == send.content == encode_content(MESSAGE)
+
+
+def test_encode_send_matches_the_generic_encoder() -> None:
+    content = encode_content(MESSAGE)
+    fast = encode_send(3, b"queue:a", content, 500, correlation_id=8)
+    assert fast == encode_packet(p.Send(3, "queue:a", MESSAGE, 500), correlation_id=8)
+
+
+def test_deliver_with_precomputed_content_matches() -> None:
+    pk = p.Deliver(4, 1, 0, False, 5, 6, MESSAGE)
+    assert encode_packet(pk) == encode_deliver(4, 1, 0, False, 5, 6, encode_content(MESSAGE))
+
+
+def test_send_with_cached_content_uses_it() -> None:
+    other = encode_content(Message(b"other", id="x"))
+    data = encode_packet(p.Send(1, "q", MESSAGE, content=other))
+    assert data.endswith(other)
+
+
+@pytest.mark.parametrize(
+    "packet",
+    [
+        p.Error("x" * 70_000, "too long a code"),
+        p.Credit(1, -1),
+        p.Ack(1 << 33, 1),
+        p.Send(1, "q", Message(b"", id="i", properties={"x": 1 << 70})),
+        p.Send(1, "q", Message(b"", id="\udcff")),
+        p.SessionOpen(1, "bogus"),  # type: ignore[arg-type]
+    ],
+    ids=lambda x: type(x).__name__,
+)
+def test_unencodable_packets_raise_local_protocol_error(packet: p.Packet) -> None:
+    with pytest.raises(LocalProtocolError):
+        encode_packet(packet)
+
+
+@pytest.mark.parametrize(
+    ("offered", "chosen"),
+    [((1, 1), 1), ((1, 5), 1), ((0, 1), 1), ((2, 5), None), ((1, 0), None)],
+)
+def test_negotiate_version(offered: tuple[int, int], chosen: int | None) -> None:
+    assert p.negotiate_version(*offered) == chosen
+
+
+def test_ack_mode_compares_as_text() -> None:
+    assert p.AckMode("client") is p.AckMode.CLIENT
+    assert str(p.AckMode.CLIENT) == "client"
+    assert "client" in {p.AckMode.CLIENT}
+
+
+def test_packets_are_frozen() -> None:
+    packet = p.Ack(1, 2)
+    with pytest.raises(AttributeError):
+        packet.seq = 3  # type: ignore[misc]
+
+
+def test_content_rejects_bad_priority_and_flags() -> None:
+    good = encode_content(Message(b"", id="i"))
+    for patch in (b"\x0a\x00", b"\x04\x80"):
+        bad = patch + good[2:]
+        with pytest.raises(RemoteProtocolError, match="priority or flags"):
+            decode_content(bad, 0, len(bad))
+
+
+# -- properties of arbitrary messages ---------------------------------------------------
+
+_f32 = st.floats(width=32, allow_nan=False).map(Float)
+_values = st.one_of(
+    st.booleans(),
+    st.integers(-128, 127).map(Byte),
+    st.integers(-(1 << 15), (1 << 15) - 1).map(Short),
+    st.integers(-(1 << 31), (1 << 31) - 1).map(Int),
+    st.integers(-(1 << 63), (1 << 63) - 1),
+    st.integers(-(1 << 63), (1 << 63) - 1).map(Long),
+    _f32,
+    st.floats(allow_nan=False),
+    st.text(max_size=20),
+)
+_opt_text = st.none() | st.text(max_size=30)
+_messages = st.builds(
+    Message,
+    st.binary(max_size=300),
+    id=st.text(min_size=1, max_size=40),
+    priority=st.integers(0, 9),
+    correlation_id=_opt_text,
+    reply_to=_opt_text,
+    type=_opt_text,
+    persistent=st.booleans(),
+    properties=st.dictionaries(st.text(min_size=1, max_size=10), _values, max_size=8),
+    kind=st.sampled_from(BodyKind),
+)
+
+
+@given(_messages, st.integers(0, (1 << 32) - 1), st.integers(0, (1 << 64) - 1))
+def test_any_message_roundtrips_through_send_and_deliver(m: Message, sid: int, ttl: int) -> None:
+    _, send = roundtrip(p.Send(sid, "queue:q", m, ttl))
+    assert isinstance(send, p.Send)
+    assert send.message == m
+    assert send.ttl_ms == ttl
+    assert {k: type(v) for k, v in send.message.properties.items()} == {
+        k: (int if type(v) is Long else type(v)) for k, v in m.properties.items()
+    }
+    assert send.content is not None
+    delivered = decode_content(send.content, 0, len(send.content), 1024, 5, 6, 7, True)
+    assert delivered == m.replace(timestamp=5, expiration=6, delivery_count=7, redelivered=True)
+
+
+def test_float_keeps_single_precision() -> None:
+    m = Message(b"", id="i", properties={"f": Float(0.1)})
+    _, send = roundtrip(p.Send(1, "q", m))
+    assert isinstance(send, p.Send)
+    value = send.message.properties["f"]
+    assert type(value) is Float
+    assert math.isclose(value, 0.1, rel_tol=1e-7)
+    assert value == struct.unpack(">f", struct.pack(">f", 0.1))[0]
