@@ -43,9 +43,21 @@ def free_port() -> int:
 def start_broker(data_dir: str) -> tuple[subprocess.Popen[str], str]:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "chute.cli", "serve", "--port", str(port), "--data-dir",
-         data_dir, "--log-level", "warning"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "chute.cli",
+            "serve",
+            "--port",
+            str(port),
+            "--data-dir",
+            data_dir,
+            "--log-level",
+            "warning",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -56,8 +68,9 @@ def start_broker(data_dir: str) -> tuple[subprocess.Popen[str], str]:
     return proc, f"chute://127.0.0.1:{port}"
 
 
-def consumer_proc(url: str, address: str, count: int, ready: Any, out: Any,
-                  latency: bool) -> None:
+def consumer_proc(  # noqa: PLR0917 - a multiprocessing target takes positional arguments
+    url: str, address: str, count: int, ready: Any, out: Any, latency: bool
+) -> None:
     lat: list[int] = []
     with chute.connect(url) as conn, conn.session(ack="auto") as s:
         c = s.consumer(address, prefetch=1000)
@@ -97,8 +110,16 @@ def producer(url: str, address: str, count: int, size: int, rate: float = 0.0) -
     return start
 
 
-def run_once(url: str, address: str, *, count: int, size: int, consumers: int = 1,
-             rate: float = 0.0, latency: bool = False) -> dict[str, Any]:
+def run_once(
+    url: str,
+    address: str,
+    *,
+    count: int,
+    size: int,
+    consumers: int = 1,
+    rate: float = 0.0,
+    latency: bool = False,
+) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     procs = []
@@ -118,20 +139,26 @@ def run_once(url: str, address: str, *, count: int, size: int, consumers: int = 
     end = max(r["end"] for r in results)
     delivered = sum(r["received"] for r in results)
     elapsed = end - start
-    res: dict[str, Any] = {"delivered": delivered, "expected": count * consumers,
-                           "seconds": round(elapsed, 3),
-                           "msgs_per_s": round(delivered / elapsed)}
+    res: dict[str, Any] = {
+        "delivered": delivered,
+        "expected": count * consumers,
+        "seconds": round(elapsed, 3),
+        "msgs_per_s": round(delivered / elapsed),
+    }
     if latency:
-        lat = sorted(x for r in results for x in r["latency_ns"])
+        lat: list[int] = sorted(x for r in results for x in r["latency_ns"])
+
         def pct(q: float) -> float:
-            return round(lat[min(len(lat) - 1, int(q * len(lat)))] / 1e6, 3)
+            return round(float(lat[min(len(lat) - 1, int(q * len(lat)))]) / 1e6, 3)
+
         res.update({"p50_ms": pct(0.50), "p99_ms": pct(0.99), "p999_ms": pct(0.999)})
     return res
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--only", choices=["throughput", "latency", "fanout"], action="append")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--count", type=int, default=200_000)
@@ -156,11 +183,22 @@ def main() -> None:
                     if name == "throughput":
                         r = run_once(url, f"queue:{tag}", count=args.count, size=args.size)
                     elif name == "latency":
-                        r = run_once(url, f"queue:{tag}", count=int(args.rate * args.duration),
-                                     size=args.size, rate=args.rate, latency=True)
+                        r = run_once(
+                            url,
+                            f"queue:{tag}",
+                            count=int(args.rate * args.duration),
+                            size=args.size,
+                            rate=args.rate,
+                            latency=True,
+                        )
                     else:
-                        r = run_once(url, f"topic:{tag}", count=args.fanout_count,
-                                     size=args.size, consumers=4)
+                        r = run_once(
+                            url,
+                            f"topic:{tag}",
+                            count=args.fanout_count,
+                            size=args.size,
+                            consumers=4,
+                        )
                     runs.append(r)
                     print(json.dumps({"workload": name, "run": i + 1, **r}), file=sys.stderr)
                 summary: dict[str, Any] = {"runs": runs}

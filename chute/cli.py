@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from chute.errors import ChuteError, ConfigError
+from chute.message import Message
 
 DEFAULT_URL = "chute://127.0.0.1:5445"
 
@@ -54,13 +55,19 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="native protocol port (default 5445, 0 = off)")
     serve.add_argument("--stomp-port", type=int, help="STOMP port (0 = off)")
     serve.add_argument("--http-port", type=int, help="HTTP port (0 = off)")
-    serve.add_argument("--log-level", default=os.environ.get("CHUTE_LOG_LEVEL", "info"),
-                       choices=["debug", "info", "warning", "error"])
+    serve.add_argument(
+        "--log-level",
+        default=os.environ.get("CHUTE_LOG_LEVEL", "info"),
+        choices=["debug", "info", "warning", "error"],
+    )
     serve.set_defaults(func=_serve)
 
     def client_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--url", default=os.environ.get("CHUTE_URL", DEFAULT_URL),
-                       help=f"broker URL (default {DEFAULT_URL}, or $CHUTE_URL)")
+        p.add_argument(
+            "--url",
+            default=os.environ.get("CHUTE_URL", DEFAULT_URL),
+            help=f"broker URL (default {DEFAULT_URL}, or $CHUTE_URL)",
+        )
         p.add_argument("--login", default=os.environ.get("CHUTE_LOGIN"))
         p.add_argument("--passcode", default=os.environ.get("CHUTE_PASSCODE"))
 
@@ -69,8 +76,14 @@ def _parser() -> argparse.ArgumentParser:
     send.add_argument("body", nargs="?", help="the body; read from stdin when left out or '-'")
     send.add_argument("--priority", type=int, default=4, help="0..9 (default 4)")
     send.add_argument("--ttl", type=int, default=0, help="time to live in ms (0 = never expires)")
-    send.add_argument("--property", "-p", action="append", default=[], metavar="NAME=VALUE",
-                      help="a property; VALUE is typed like JSON (42, 1.5, true) else a string")
+    send.add_argument(
+        "--property",
+        "-p",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a property; VALUE is typed like JSON (42, 1.5, true) else a string",
+    )
     send.add_argument("--correlation-id")
     send.add_argument("--reply-to")
     send.add_argument("--type")
@@ -82,8 +95,9 @@ def _parser() -> argparse.ArgumentParser:
     receive = sub.add_parser("receive", help="receive (consume) messages")
     receive.add_argument("destination")
     receive.add_argument("--count", type=int, default=1, help="how many (0 = until timeout)")
-    receive.add_argument("--timeout", type=float, default=5.0,
-                         help="seconds to wait for each message (default 5)")
+    receive.add_argument(
+        "--timeout", type=float, default=5.0, help="seconds to wait for each message (default 5)"
+    )
     receive.add_argument("--selector", help="JMS selector, e.g. \"region = 'eu'\"")
     receive.add_argument("--json", action="store_true", help="one JSON object per message")
     client_args(receive)
@@ -111,8 +125,9 @@ def _serve(args: argparse.Namespace) -> int:
     from chute import config as config_module  # noqa: PLC0415 - keeps client commands light
     from chute.server.app import run  # noqa: PLC0415
 
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     overrides = {
         "host": args.host,
         "port": args.port,
@@ -160,14 +175,22 @@ def _send(args: argparse.Namespace) -> int:
         body = args.body.encode("utf-8")
     properties = dict(_parse_property(p) for p in args.property)
     with _connect(args) as conn, conn.session() as session:
-        session.send(args.destination, body, priority=args.priority, ttl=args.ttl,
-                     properties=properties, correlation_id=args.correlation_id,
-                     reply_to=args.reply_to, type=args.type, id=args.id,
-                     persistent=not args.non_persistent)
+        session.send(
+            args.destination,
+            body,
+            priority=args.priority,
+            ttl=args.ttl,
+            properties=properties,
+            correlation_id=args.correlation_id,
+            reply_to=args.reply_to,
+            type=args.type,
+            id=args.id,
+            persistent=not args.non_persistent,
+        )
     return 0
 
 
-def _print_message(message: Any, as_json: bool) -> None:
+def _print_message(message: Message, as_json: bool) -> None:
     if as_json:
         print(json.dumps(message.to_json(), ensure_ascii=False), flush=True)
     else:
@@ -179,26 +202,27 @@ def _receive(args: argparse.Namespace) -> int:
     received = 0
     with _connect(args) as conn, conn.session(ack="client") as session:
         prefetch = max(1, min(args.count or 100, 100))
-        consumer = session.consumer(args.destination, selector=args.selector,
-                                    prefetch=prefetch)
+        consumer = session.consumer(args.destination, selector=args.selector, prefetch=prefetch)
         while args.count == 0 or received < args.count:
             message = consumer.receive(timeout=args.timeout)
             if message is None:
                 break
-            _print_message(message, args.json)
+            _print_message(message.message, args.json)
             message.ack()
             received += 1
     if args.count and received < args.count:
-        print(f"chute: received {received} of {args.count} messages before the "
-              f"{args.timeout:g} s timeout", file=sys.stderr)
+        print(
+            f"chute: received {received} of {args.count} messages before the "
+            f"{args.timeout:g} s timeout",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
 
 def _browse(args: argparse.Namespace) -> int:
     with _connect(args) as conn, conn.session() as session:
-        for message in session.browse(args.destination, selector=args.selector,
-                                      limit=args.limit):
+        for message in session.browse(args.destination, selector=args.selector, limit=args.limit):
             _print_message(message, args.json)
     return 0
 
@@ -209,14 +233,23 @@ def _stat(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(stats, indent=2))
         return 0
-    columns = ("address", "depth", "inflight", "consumers", "enqueued", "acked",
-               "expired", "dead_lettered")
+    columns = (
+        "address",
+        "depth",
+        "inflight",
+        "consumers",
+        "enqueued",
+        "acked",
+        "expired",
+        "dead_lettered",
+    )
     rows = [[str(d.get(c, "")) for c in columns] for d in stats["destinations"]]
     for d in stats["destinations"]:
         for s in d.get("subscriptions", []):
             rows.append([f"  {s['name']}", *(str(s.get(c, "")) for c in columns[1:])])
-    widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c)
-              for i, c in enumerate(columns)]
+    widths = [
+        max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(columns)
+    ]
     print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)))
     for row in rows:
         print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))

@@ -182,8 +182,7 @@ class NativeConnection(asyncio.Protocol):
         users = self.server.config.users
         if users and (packet.login is None or users.get(packet.login) != packet.passcode):
             log.warning("authentication failed for %r from %s", packet.login, self.peer)
-            self._respond(header, p.Error(AuthenticationFailed.code,
-                                          "login or passcode rejected"))
+            self._respond(header, p.Error(AuthenticationFailed.code, "login or passcode rejected"))
             self._close_after_flush()
             return
         self.codec.version = version
@@ -192,10 +191,16 @@ class NativeConnection(asyncio.Protocol):
         if packet.heartbeat_ms and self.server.config.heartbeat_ms:
             heartbeat = max(packet.heartbeat_ms, 1000)
             self._start_heartbeat(heartbeat / 1000)
-        self._respond(header, p.Connected(version, self.core.id, heartbeat,
-                                          self.codec.max_packet_size))
-        log.info("client %s connected from %s (login=%s, client_id=%s)",
-                 self.core.id, self.peer, packet.login, packet.client_id)
+        self._respond(
+            header, p.Connected(version, self.core.id, heartbeat, self.codec.max_packet_size)
+        )
+        log.info(
+            "client %s connected from %s (login=%s, client_id=%s)",
+            self.core.id,
+            self.peer,
+            packet.login,
+            packet.client_id,
+        )
 
     def _on_send(self, header: p.Header, packet: p.Send) -> None:
         session = self._session(header.target_id)
@@ -238,9 +243,9 @@ class NativeConnection(asyncio.Protocol):
         self.flush()
 
     def _block_until_room(self, header: p.Header, packet: p.Send, exc: WouldBlock) -> None:
-        assert self.transport is not None
         self._blocked = True
-        self.transport.pause_reading()
+        if self.transport is not None:
+            self.transport.pause_reading()
         loop = self.server.loop
         timer: asyncio.TimerHandle | None = None
 
@@ -251,8 +256,13 @@ class NativeConnection(asyncio.Protocol):
 
         def give_up() -> None:
             self.broker.cancel_wait(exc.address, wake)
-            self._unblock(header, packet, DestinationFull(
-                f"{exc.reason}; no room within {exc.timeout_ms} ms (overflow = block)"))
+            self._unblock(
+                header,
+                packet,
+                DestinationFull(
+                    f"{exc.reason}; no room within {exc.timeout_ms} ms (overflow = block)"
+                ),
+            )
 
         self.broker.wait_for_room(exc.address, wake)
         timer = loop.call_later(exc.timeout_ms / 1000, give_up)
@@ -275,8 +285,7 @@ class NativeConnection(asyncio.Protocol):
 
     def _on_ack(self, header: p.Header, packet: p.Ack) -> None:
         consumer = self._consumer(header.target_id)
-        session = consumer.owner
-        assert isinstance(session, Session)
+        session = _session_of(consumer)
         if packet.seq or consumer.inflight:
             session.ack(consumer, packet.seq, cumulative=packet.cumulative)
         if packet.credit:
@@ -289,8 +298,7 @@ class NativeConnection(asyncio.Protocol):
 
     def _on_nack(self, header: p.Header, packet: p.Nack) -> None:
         consumer = self._consumer(header.target_id)
-        session = consumer.owner
-        assert isinstance(session, Session)
+        session = _session_of(consumer)
         session.nack(consumer, packet.seq, requeue=packet.requeue)
         if header.correlation_id:
             self._confirm(header, durable=True)
@@ -300,9 +308,15 @@ class NativeConnection(asyncio.Protocol):
         if packet.consumer_id in self.consumers:
             raise ConsumerError(f"consumer id {packet.consumer_id} is already in use")
         consumer = session.consumer(
-            packet.consumer_id, packet.address, self, prefetch=packet.prefetch,
-            selector=packet.selector, exclusive=packet.exclusive,
-            subscription=packet.subscription, durable=packet.durable, shared=packet.shared,
+            packet.consumer_id,
+            packet.address,
+            self,
+            prefetch=packet.prefetch,
+            selector=packet.selector,
+            exclusive=packet.exclusive,
+            subscription=packet.subscription,
+            durable=packet.durable,
+            shared=packet.shared,
         )
         self.consumers[packet.consumer_id] = consumer
         self._respond(header, p.Ok())
@@ -310,19 +324,16 @@ class NativeConnection(asyncio.Protocol):
     def _on_consumer_close(self, header: p.Header, packet: p.ConsumerClose) -> None:
         consumer = self.consumers.pop(header.target_id, None)
         if consumer is not None:
-            session = consumer.owner
-            assert isinstance(session, Session)
-            session.close_consumer(consumer)
+            _session_of(consumer).close_consumer(consumer)
         if header.correlation_id:
             self._respond(header, p.Ok())
 
     def _on_session_open(self, header: p.Header, packet: p.SessionOpen) -> None:
-        assert self.core is not None
         sid = header.callback_id or packet.session_id
         if sid in self.sessions:
             raise ConsumerError(f"session id {sid} is already in use")
         mode = _CORE_ACK_MODES[p.AckMode(packet.ack_mode)]
-        self.sessions[sid] = self.core.session(mode, transacted=packet.transacted)
+        self.sessions[sid] = self._core().session(mode, transacted=packet.transacted)
         if header.correlation_id:
             self._respond(header, p.Ok())
 
@@ -359,12 +370,12 @@ class NativeConnection(asyncio.Protocol):
         self._confirm(header, durable=True)
 
     def _on_temp_queue(self, header: p.Header, packet: p.TempQueue) -> None:
-        assert self.core is not None
-        self._respond(header, p.TempQueueCreated(self.core.temporary_queue()))
+        self._respond(header, p.TempQueueCreated(self._core().temporary_queue()))
 
     def _on_callback_create(self, header: p.Header, packet: p.CallbackCreate) -> None:
-        self._any_session().callback(packet.topic, packet.subscription, packet.forward_to,
-                                     packet.selector)
+        self._any_session().callback(
+            packet.topic, packet.subscription, packet.forward_to, packet.selector
+        )
         self._confirm(header, durable=True)
 
     def _on_ping(self, header: p.Header, packet: p.Ping) -> None:
@@ -388,10 +399,13 @@ class NativeConnection(asyncio.Protocol):
 
     def _any_session(self) -> Session:
         """Management requests act for the connection; any session (or a fresh one) does."""
-        assert self.core is not None
-        if self.core.sessions:
-            return self.core.sessions[0]
-        return self.core.session()
+        core = self._core()
+        return core.sessions[0] if core.sessions else core.session()
+
+    def _core(self) -> Connection:
+        if self.core is None:
+            raise RemoteProtocolError("the first packet must be Connect", "not-connected")
+        return self.core
 
     def _consumer(self, consumer_id: int) -> Consumer:
         consumer = self.consumers.get(consumer_id)
@@ -401,8 +415,7 @@ class NativeConnection(asyncio.Protocol):
 
     def _respond(self, header: p.Header, packet: p.Packet) -> None:
         if header.correlation_id or isinstance(packet, p.Error | p.Connected):
-            self._out.append(encode_packet(packet, header.correlation_id, 0, 0,
-                                           self.codec.version))
+            self._out.append(encode_packet(packet, header.correlation_id, 0, 0, self.codec.version))
 
     def _fail(self, header: p.Header, exc: ChuteError) -> None:
         """Report a failed request: to its waiter, or (one-way) to its session."""
@@ -414,10 +427,12 @@ class NativeConnection(asyncio.Protocol):
         log.debug("request from %s failed: %s: %s", self.peer, exc.code, exc.reason)
 
     def _protocol_error(self, exc: RemoteProtocolError) -> None:
-        log.warning("protocol error from %s: %s (%s); closing", self.peer, exc.reason,
-                    exc.error_code)
-        self._out.append(encode_packet(p.Error(exc.error_code, exc.reason), 0, 0, 0,
-                                       self.codec.version))
+        log.warning(
+            "protocol error from %s: %s (%s); closing", self.peer, exc.reason, exc.error_code
+        )
+        self._out.append(
+            encode_packet(p.Error(exc.error_code, exc.reason), 0, 0, 0, self.codec.version)
+        )
         self._close_after_flush()
 
     def _close_after_flush(self) -> None:
@@ -433,11 +448,19 @@ class NativeConnection(asyncio.Protocol):
         content = message.encoded
         if content is None:
             content = message.encoded = encode_content(message)
-        self._out.append(encode_deliver(
-            consumer.id, entry.seq, entry.delivery_count,
-            entry.redelivered or entry.delivery_count > 1,
-            message.timestamp, message.expiration, content, 0, self.codec.version,
-        ))
+        self._out.append(
+            encode_deliver(
+                consumer.id,
+                entry.seq,
+                entry.delivery_count,
+                entry.redelivered or entry.delivery_count > 1,
+                message.timestamp,
+                message.expiration,
+                content,
+                0,
+                self.codec.version,
+            )
+        )
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self.server.loop.call_soon(self.flush)
@@ -464,13 +487,23 @@ class NativeConnection(asyncio.Protocol):
             return
         silent = time.monotonic() - self._last_read
         if silent > 3 * self._heartbeat_s:
-            log.warning("client %s sent nothing for %.1f s; closing",
-                        self.core.id if self.core else self.peer, silent)
+            log.warning(
+                "client %s sent nothing for %.1f s; closing",
+                self.core.id if self.core else self.peer,
+                silent,
+            )
             self.transport.abort()
             return
         self._out.append(encode_packet(p.Ping(), 0, 0, 0, self.codec.version))
         self.flush()
         self._heartbeat = self.server.loop.call_later(self._heartbeat_s, self._beat)
+
+
+def _session_of(consumer: Consumer) -> Session:
+    session = consumer.owner
+    if not isinstance(session, Session):  # only the forwarder of a callback queue has none
+        raise ConsumerError(f"consumer {consumer.id} belongs to no session")
+    return session
 
 
 def _delivered_view(entry: Entry) -> Any:

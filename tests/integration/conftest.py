@@ -51,11 +51,23 @@ def start_server(tmp_path: Path, *extra: str, port: int | None = None) -> ChuteS
     """Start ``chute serve`` and return once it printed that it listens."""
     port = port or free_port()
     data_dir = tmp_path / "data"
-    cmd = [sys.executable, "-m", "chute.cli", "serve", "--host", "127.0.0.1",
-           "--port", str(port), "--data-dir", str(data_dir), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "chute.cli",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--data-dir",
+        str(data_dir),
+        *extra,
+    ]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, env=env)
+    process = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
     server = ChuteServer(process, port, data_dir)
     ready = threading.Event()
 

@@ -15,7 +15,7 @@ from .conftest import ChuteServer
 def _connect(server: ChuteServer) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
     sock.sendall(encode_packet(p.Connect(), correlation_id=1))
-    header, packet = _read_packet(sock)
+    _, packet = _read_packet(sock)
     assert isinstance(packet, p.Connected)
     return sock
 
@@ -62,9 +62,10 @@ def test_garbage_gets_error_and_close_others_carry_on(server: ChuteServer) -> No
     bad = _connect(server)
     # A header announcing an unknown packet type.
     body = b"\x00" * 3
-    bad.sendall(struct.pack(">IBBIII", 13 + len(body), 1, 250, 0, 0, 0) + body)
+    bad.sendall(struct.pack(">IBBIII", 14 + len(body), 1, 250, 0, 0, 0) + body)
     packets = _read_until_closed(bad)
-    assert packets and isinstance(packets[-1], p.Error)
+    assert packets
+    assert isinstance(packets[-1], p.Error)
     assert packets[-1].code == "unknown-packet-type"
     bystander.sendall(encode_packet(p.Ping(), correlation_id=9))
     _, pong = _read_packet(bystander)
@@ -85,7 +86,7 @@ def test_oversized_packet_refused_at_header(server: ChuteServer) -> None:
 
 def test_malformed_body_refused(server: ChuteServer) -> None:
     bad = _connect(server)
-    bad.sendall(struct.pack(">IBBIII", 13 + 2, 1, int(p.PacketType.SEND), 0, 1, 0) + b"\xff\xff")
+    bad.sendall(struct.pack(">IBBIII", 14 + 2, 1, int(p.PacketType.SEND), 0, 1, 0) + b"\xff\xff")
     packets = _read_until_closed(bad)
     assert isinstance(packets[-1], p.Error)
     assert packets[-1].code == "malformed-packet"

@@ -1,0 +1,163 @@
+"""The ``chute`` command as a user types it, against a ``chute serve`` subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from .conftest import ChuteServer, start_server
+
+
+def chute(
+    server: ChuteServer | None, *args: str, stdin: bytes | None = None, timeout: float = 30
+) -> subprocess.CompletedProcess[bytes]:
+    url = ["--url", server.url] if server is not None else []
+    return subprocess.run(
+        [sys.executable, "-m", "chute.cli", *args, *url],
+        input=stdin,
+        capture_output=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_send_receive_browse_stat(server: ChuteServer) -> None:
+    sent = chute(
+        server,
+        "send",
+        "queue:orders",
+        '{"id": 1}',
+        "--priority",
+        "7",
+        "--ttl",
+        "60000",
+        "--property",
+        "region=eu",
+        "--property",
+        "count=3",
+    )
+    assert sent.returncode == 0, sent.stderr
+    assert chute(server, "send", "queue:orders", "second").returncode == 0
+
+    browsed = chute(server, "browse", "queue:orders", "--json")
+    assert browsed.returncode == 0, browsed.stderr
+    rows = [json.loads(line) for line in browsed.stdout.splitlines()]
+    assert [r["body"] for r in rows] == ['{"id": 1}', "second"]
+    first = rows[0]
+    assert first["priority"] == 7
+    assert first["properties"] == {"region": "eu", "count": 3}
+    assert first["property_types"] == {"region": "string", "count": "long"}
+    assert first["expiration"] == first["timestamp"] + 60000
+
+    received = chute(server, "receive", "queue:orders", "--count", "1", "--json")
+    assert received.returncode == 0, received.stderr
+    message = json.loads(received.stdout)
+    assert message["body"] == '{"id": 1}'
+    assert message["delivery_count"] == 1
+    assert message["redelivered"] is False
+
+    stat = chute(server, "stat", "--json")
+    assert stat.returncode == 0, stat.stderr
+    row = next(d for d in json.loads(stat.stdout)["destinations"] if d["address"] == "queue:orders")
+    assert (row["enqueued"], row["acked"], row["depth"]) == (2, 1, 1)
+    table = chute(server, "stat")
+    assert b"queue:orders" in table.stdout
+    assert b"DEPTH" in table.stdout
+
+
+def test_send_reads_stdin_and_binary_bodies_survive(server: ChuteServer) -> None:
+    body = bytes(range(256))
+    assert chute(server, "send", "queue:bin", stdin=body).returncode == 0
+    received = chute(server, "receive", "queue:bin", "--json")
+    message = json.loads(received.stdout)
+    import base64
+
+    assert base64.b64decode(message["body_base64"]) == body
+
+
+def test_selector_and_timeout(server: ChuteServer) -> None:
+    chute(server, "send", "queue:sel", "us", "-p", "region=us")
+    chute(server, "send", "queue:sel", "eu", "-p", "region=eu")
+    got = chute(server, "receive", "queue:sel", "--selector", "region = 'eu'")
+    assert got.stdout == b"eu\n"
+    none = chute(server, "receive", "queue:sel", "--selector", "region = 'eu'", "--timeout", "0.3")
+    assert none.returncode == 1
+    assert b"received 0 of 1" in none.stderr
+
+
+def test_clear_errors_without_tracebacks(server: ChuteServer) -> None:
+    bad_name = chute(server, "send", "queue:a/b", "x")
+    assert bad_name.returncode == 1
+    assert b"invalid destination name" in bad_name.stderr
+    assert b"Traceback" not in bad_name.stderr
+    bad_selector = chute(server, "receive", "queue:x", "--selector", "a = = 1")
+    assert bad_selector.returncode == 1
+    assert b"Traceback" not in bad_selector.stderr
+    bad_priority = chute(server, "send", "queue:x", "x", "--priority", "12")
+    assert bad_priority.returncode != 0
+    assert b"priority" in bad_priority.stderr
+
+
+def test_no_broker_is_a_clear_error() -> None:
+    from .conftest import free_port
+
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "chute.cli",
+            "send",
+            "queue:x",
+            "hi",
+            "--url",
+            f"chute://127.0.0.1:{free_port()}",
+        ],
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert b"Traceback" not in result.stderr
+    assert b"chute: error" in result.stderr
+
+
+def test_bad_config_is_reported(tmp_path: Path) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text('[destinations."queue:x"]\noverflow = "explode"\n')
+    result = subprocess.run(
+        [sys.executable, "-m", "chute.cli", "serve", "--config", str(config), "--port", "0"],
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert b"overflow" in result.stderr
+    assert b"reject | dead-letter | drop-oldest | block" in result.stderr
+
+
+def test_public_bind_needs_users(tmp_path: Path) -> None:
+    public = "0.0.0.0"  # noqa: S104 - the refusal to bind it is the point
+    result = subprocess.run(
+        [sys.executable, "-m", "chute.cli", "serve", "--host", public, "--port", "0"],
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert b"[users]" in result.stderr
+
+
+def test_authentication(tmp_path: Path) -> None:
+    config = tmp_path / "auth.toml"
+    config.write_text('[users]\nalice = "secret"\n')
+    srv = start_server(tmp_path, "--config", str(config))
+    try:
+        denied = chute(srv, "send", "queue:x", "hi")
+        assert denied.returncode == 1
+        assert b"rejected" in denied.stderr
+        ok = chute(srv, "send", "queue:x", "hi", "--login", "alice", "--passcode", "secret")
+        assert ok.returncode == 0, ok.stderr
+    finally:
+        srv.stop()
