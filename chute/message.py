@@ -79,7 +79,7 @@ class PropertyType(enum.IntEnum):
 class _BoundedInt(int):
     bits: int = 64
 
-    def __new__(cls, value: int) -> _BoundedInt:  # noqa: PYI034 - subclasses return their own type
+    def __new__(cls, value: int) -> _BoundedInt:
         v = int(value)
         lo, hi = -(1 << (cls.bits - 1)), (1 << (cls.bits - 1)) - 1
         if not lo <= v <= hi:
@@ -267,13 +267,13 @@ class Message:
         self,
         body: bytes = b"",
         *,
-        id: str = "",  # noqa: A002 - the field's name in DESIGN.md
+        id: str = "",  # the field's name in DESIGN.md
         priority: int = DEFAULT_PRIORITY,
         timestamp: int = 0,
         expiration: int = 0,
         correlation_id: str | None = None,
         reply_to: str | None = None,
-        type: str | None = None,  # noqa: A002 - the field's name in DESIGN.md
+        type: str | None = None,  # the field's name in DESIGN.md
         persistent: bool = True,
         redelivered: bool = False,
         delivery_count: int = 0,
@@ -303,15 +303,15 @@ class Message:
     @classmethod
     def create(
         cls,
-        body: bytes | str = b"",
+        body: bytes | bytearray | memoryview | str = b"",
         *,
-        id: str | None = None,  # noqa: A002
+        id: str | None = None,
         priority: int = DEFAULT_PRIORITY,
         ttl: int = 0,
         expiration: int = 0,
         correlation_id: str | None = None,
         reply_to: str | None = None,
-        type: str | None = None,  # noqa: A002
+        type: str | None = None,
         persistent: bool = True,
         properties: Mapping[str, Any] | None = None,
         kind: BodyKind | None = None,
@@ -319,24 +319,33 @@ class Message:
         """Build a validated message as a producer would.
 
         A ``str`` body is UTF-8 encoded and makes the kind ``text`` unless
-        ``kind`` says otherwise; ``ttl`` (ms) is turned into an expiration by
-        the broker when it accepts the message, so here it only validates.
+        ``kind`` says otherwise. ``ttl`` (ms) becomes an expiration counted from
+        now, as a JMS producer computes it at send time; a broker's ``send(...,
+        ttl=)`` instead counts from the moment the broker accepts the message.
 
         Raises:
-            InvalidMessage: a field is out of range or of the wrong type.
+            InvalidMessage: a field is out of range or of the wrong type, or both
+                ``ttl`` and ``expiration`` are given.
         """
         if isinstance(body, str):
             data = body.encode("utf-8")
             kind = kind or BodyKind.TEXT
         elif isinstance(body, bytes | bytearray | memoryview):
             data = bytes(body)
-        else:
-            raise InvalidMessage(f"body must be bytes or str, not {type(body).__name__}")
+        else:  # (the ``type`` parameter shadows the builtin here)
+            raise InvalidMessage(f"body must be bytes or str, not {body.__class__.__name__}")
         check_priority(priority)
         if ttl < 0 or expiration < 0:
             raise InvalidMessage("ttl and expiration must not be negative")
-        for name, value in (("correlation_id", correlation_id), ("reply_to", reply_to),
-                            ("type", type)):
+        if ttl and expiration:
+            raise InvalidMessage("give ttl or expiration, not both")
+        if ttl:
+            expiration = now_ms() + ttl
+        for name, value in (
+            ("correlation_id", correlation_id),
+            ("reply_to", reply_to),
+            ("type", type),
+        ):
             if value is not None and not isinstance(value, str):
                 raise InvalidMessage(f"{name} must be a string or None")
         return cls(

@@ -9,8 +9,10 @@ Sending is two steps so the store always sees records in a recoverable order:
 :meth:`Broker._plan` picks the queues, applies the overflow policies and
 assigns sequence numbers; then the add record is written; then the entries are
 placed (and maybe pushed to consumers, whose delivery marks follow the add).
-A transaction plans all its sends, writes every record in one atomic commit,
-then applies them.
+A transaction applies its acks and then its sends inside :meth:`Broker.atomically`,
+which gathers every record they cause (diversions and auto-acks included) into
+one atomic ``store.commit``; the session checks the bounds first, so a commit
+that cannot fit changes nothing.
 
 Connections and sessions (per-client state, transactions, consumers) live in
 :mod:`chute.core.session`.
@@ -18,17 +20,18 @@ Connections and sessions (per-client state, transactions, consumers) live in
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from chute.core.address import DEAD_LETTER, EXPIRED, Kind, parse
+from chute.core.address import DEAD_LETTER, EXPIRED, Kind, canonical, parse
 from chute.core.consumer import Entry
 from chute.core.queue import QueueChannel, Reason
 from chute.core.selector import compile_selector
 from chute.core.settings import Overflow, SettingsResolver
-from chute.core.store import AddOp, QueueDefinition, QueueKind, Store
+from chute.core.store import AddOp, Batch, QueueDefinition, QueueKind, Store
 from chute.core.topic import Subscription, SubscriptionKind, Topic
 from chute.errors import DestinationFull, InvalidAddress, NotFound
 from chute.message import Message, now_ms
@@ -232,19 +235,32 @@ class Broker:
     def _divert_message(self, queue: QueueChannel, message: Message, reason: Reason) -> None:
         settings = queue.settings
         target = settings.expiry if reason is Reason.EXPIRED else settings.dead_letter
-        if target == queue.address or self._forward_depth >= MAX_FORWARD_DEPTH:
+        # One hop past MAX_FORWARD_DEPTH is allowed, so that what a forwarding
+        # loop gave up on still reaches the dead-letter queue.
+        if target == queue.address or self._forward_depth > MAX_FORWARD_DEPTH:
             self.discarded += 1
-            log.warning("discarded %s from %s (%s): nowhere left to put it",
-                        message.id, queue.address, reason.value)
+            log.warning(
+                "discarded %s from %s (%s): nowhere left to put it",
+                message.id,
+                queue.address,
+                reason.value,
+            )
             return
         properties = dict(message.properties)
         properties.setdefault(ORIGINAL_DESTINATION, queue.address)
         properties[DIVERT_REASON] = reason.value
-        copy = message.replace(properties=properties, expiration=0, redelivered=False,
-                               delivery_count=0)
+        copy = message.replace(
+            properties=properties, expiration=0, redelivered=False, delivery_count=0
+        )
         level = logging.DEBUG if reason is Reason.EXPIRED else logging.WARNING
-        log.log(level, "message %s from %s moved to %s: %s",
-                message.id, queue.address, target, reason.value)
+        log.log(
+            level,
+            "message %s from %s moved to %s: %s",
+            message.id,
+            queue.address,
+            target,
+            reason.value,
+        )
         self._forward_depth += 1
         try:
             plan = self._plan(self.destination(target, create=True), copy)
@@ -253,8 +269,14 @@ class Broker:
             self._apply(plan)
         except (DestinationFull, InvalidAddress, NotFound) as exc:
             self.discarded += 1
-            log.error("discarded %s from %s (%s): %s could not take it: %s",
-                      message.id, queue.address, reason.value, target, exc.reason)
+            log.error(
+                "discarded %s from %s (%s): %s could not take it: %s",
+                message.id,
+                queue.address,
+                reason.value,
+                target,
+                exc.reason,
+            )
         finally:
             self._forward_depth -= 1
 
@@ -283,11 +305,15 @@ class Broker:
                 wake()
 
     def wait_for_room(self, address: str, wake: Callable[[], None]) -> None:
-        """Call ``wake()`` once when something leaves ``address`` (for the ``block`` policy)."""
-        self._room_waiters.setdefault(address, []).append(wake)
+        """Call ``wake()`` once when something leaves ``address`` (for the ``block`` policy).
+
+        Raises:
+            InvalidAddress: a bad address.
+        """
+        self._room_waiters.setdefault(canonical(address), []).append(wake)
 
     def cancel_wait(self, address: str, wake: Callable[[], None]) -> None:
-        waiters = self._room_waiters.get(address)
+        waiters = self._room_waiters.get(canonical(address))
         if waiters and wake in waiters:
             waiters.remove(wake)
 
@@ -303,6 +329,25 @@ class Broker:
             for sub in list(topic.subscriptions.values()):
                 count += sub.expire_due(now)
         return count
+
+    @contextlib.contextmanager
+    def atomically(self) -> Iterator[None]:
+        """Gather every add and ack made inside into one atomic ``store.commit``.
+
+        Memory changes at once (consumers may be pushed to inside); the records
+        follow as one group when the block ends, even by an error, so the store
+        stays in step with memory. Nested uses join the outer group.
+        """
+        if isinstance(self.store, Batch):
+            yield
+            return
+        batch = Batch(self.store)
+        self.store = batch
+        try:
+            yield
+        finally:
+            self.store = batch.store
+            batch.flush()
 
     def sync(self, callback: Callable[[BaseException | None], None]) -> None:
         """Call back once everything recorded so far is durable (see Store.sync)."""
@@ -333,20 +378,28 @@ class Broker:
             destinations.append({"address": queue.address, "kind": "queue", **_queue_stats(queue)})
         for topic in sorted(self.topics.values(), key=lambda t: t.address):
             subs = [
-                {"name": s.name, "kind": s.kind.value, "selector": _selector_text(s),
-                 **_queue_stats(s)}
+                {
+                    "name": s.name,
+                    "kind": s.kind.value,
+                    "selector": _selector_text(s),
+                    **_queue_stats(s),
+                }
                 for s in topic.subscriptions.values()
             ]
-            destinations.append({
-                "address": topic.address,
-                "kind": "topic",
-                "depth": sum(s["depth"] for s in subs),
-                "inflight": sum(s["inflight"] for s in subs),
-                "consumers": sum(s["consumers"] for s in subs),
-                "enqueued": topic.published,
-                "acked": sum(s["acked"] for s in subs),
-                "subscriptions": subs,
-            })
+            destinations.append(
+                {
+                    "address": topic.address,
+                    "kind": "topic",
+                    "depth": sum(s["depth"] for s in subs),
+                    "inflight": sum(s["inflight"] for s in subs),
+                    "consumers": sum(s["consumers"] for s in subs),
+                    "enqueued": topic.published,
+                    "acked": sum(s["acked"] for s in subs),
+                    "expired": sum(s["expired"] for s in subs),
+                    "dead_lettered": sum(s["dead_lettered"] for s in subs),
+                    "subscriptions": subs,
+                }
+            )
         return {
             "destinations": destinations,
             "connections": len(self.connections),
@@ -359,6 +412,9 @@ class Broker:
         """Rebuild durable queues and subscriptions from the store; returns messages restored.
 
         A message the store knows was delivered comes back marked redelivered.
+        Numbering resumes before anything is placed, and callback queues start
+        forwarding only once every queue holds what it held, so a forwarded
+        message never takes a recovered message's sequence number or place.
         """
         recovered = self.store.recover()
         subscriptions: dict[str, Subscription] = {}
@@ -366,46 +422,72 @@ class Broker:
             if definition.kind is QueueKind.QUEUE:
                 self.destination(definition.name, create=True)
             elif definition.topic is not None:
-                subscriptions[definition.name] = self.restore_subscription(definition)
-        count = 0
-        for name, stored in recovered.messages.items():
-            queue = self.queues.get(name) or subscriptions.get(name)
-            if queue is None:
-                log.warning("store holds %d messages for unknown queue %s; skipped",
-                            len(stored), name)
-                continue
-            for item in stored:
-                queue.place(Entry(item.seq, item.message, item.delivery_count,
-                                  item.delivery_count > 0))
-                count += 1
+                subscriptions[definition.name] = self.restore_subscription(definition, start=False)
         for address, next_seq in recovered.next_seq.items():
             dest = self.queues.get(address) or self.topics.get(address)
             if dest is not None:
                 dest.next_seq = max(dest.next_seq, next_seq)
+        count = 0
+        for name, stored in recovered.messages.items():
+            queue = self.queues.get(name) or subscriptions.get(name)
+            if queue is None:
+                log.warning(
+                    "store holds %d messages for unknown queue %s; skipped", len(stored), name
+                )
+                continue
+            numbered: QueueChannel | Topic = (
+                queue.topic if isinstance(queue, Subscription) else queue
+            )
+            for item in stored:
+                numbered.next_seq = max(numbered.next_seq, item.seq + 1)
+                queue.place(
+                    Entry(item.seq, item.message, item.delivery_count, item.delivery_count > 0)
+                )
+                count += 1
         for sub in subscriptions.values():
-            sub.topic.next_seq = max(sub.topic.next_seq, sub.next_seq)
+            if sub.kind is SubscriptionKind.CALLBACK and sub.forward_to:
+                self._start_forwarding(sub, sub.forward_to)
         return count
 
-    def restore_subscription(self, definition: QueueDefinition) -> Subscription:
-        """Recreate a durable or callback subscription from its definition."""
-        assert definition.topic is not None
+    def restore_subscription(
+        self, definition: QueueDefinition, *, start: bool = True
+    ) -> Subscription:
+        """Recreate a durable or callback subscription from its definition.
+
+        A callback queue starts forwarding at once unless ``start`` is False.
+
+        Raises:
+            InvalidAddress: the definition names no topic, or not a topic.
+        """
+        if definition.topic is None:
+            raise InvalidAddress(f"subscription {definition.name} names no topic")
         topic = self.destination(definition.topic, create=True)
         if not isinstance(topic, Topic):
             raise InvalidAddress(f"{definition.topic} is not a topic")
-        kind = (SubscriptionKind.CALLBACK if definition.kind is QueueKind.CALLBACK
-                else SubscriptionKind.DURABLE)
+        kind = (
+            SubscriptionKind.CALLBACK
+            if definition.kind is QueueKind.CALLBACK
+            else SubscriptionKind.DURABLE
+        )
         sub = Subscription(
-            definition.name, topic, kind, topic.settings, self,
+            definition.name,
+            topic,
+            kind,
+            topic.settings,
+            self,
             selector=compile_selector(definition.selector) if definition.selector else None,
             forward_to=definition.forward_to,
         )
         topic.subscriptions[definition.name] = sub
         self.subscriptions[definition.name] = sub
-        if kind is SubscriptionKind.CALLBACK and definition.forward_to:
-            from chute.core.session import attach_forwarder  # noqa: PLC0415
-
-            attach_forwarder(self, sub, definition.forward_to)
+        if start and kind is SubscriptionKind.CALLBACK and definition.forward_to:
+            self._start_forwarding(sub, definition.forward_to)
         return sub
+
+    def _start_forwarding(self, sub: Subscription, forward_to: str) -> None:
+        from chute.core.session import attach_forwarder  # noqa: PLC0415 - avoids an import cycle
+
+        attach_forwarder(self, sub, forward_to)
 
     def close(self) -> None:
         """Close every connection (their consumers' in-flight messages go back) and the store."""
@@ -430,4 +512,3 @@ def _queue_stats(queue: QueueChannel) -> dict[str, Any]:
 
 def _selector_text(sub: Subscription) -> str | None:
     return sub.selector.text if sub.selector is not None else None
-

@@ -220,11 +220,15 @@ class QueueChannel:
 
     def _expire_if_due(self, entry: Entry) -> bool:
         if entry.message.expiration and entry.message.expiration <= self.host.clock():
-            self.expired += 1
-            self.host.divert(self, entry, Reason.EXPIRED)
-            self.settle(entry, acked=False)
+            self._expire(entry)
             return True
         return False
+
+    def _expire(self, entry: Entry) -> None:
+        """An expired entry leaves for the expiry address."""
+        self.expired += 1
+        self.host.divert(self, entry, Reason.EXPIRED)
+        self.settle(entry, acked=False)
 
     def _push(self, consumer: Consumer, entry: Entry) -> None:
         if entry.message.expiration and self._expire_if_due(entry):
@@ -243,11 +247,11 @@ class QueueChannel:
 
     # -- leaving ----------------------------------------------------------------
 
-    def settle(self, entry: Entry, *, acked: bool = True, record: bool = True) -> None:
+    def settle(self, entry: Entry, *, acked: bool = True) -> None:
         """An entry leaves the queue for good.
 
-        Its ack record goes to the store unless ``record`` is False (a
-        transaction's commit has already written it with the others); any
+        Its ack record goes to the store (inside a transaction's commit, the
+        broker gathers it with the others; see ``Broker.atomically``); any
         diversion of the message must be recorded *before* this is called, so
         the store never holds an ack without the add that replaces it.
         """
@@ -257,7 +261,7 @@ class QueueChannel:
             self.expiring -= 1
         if acked:
             self.acked += 1
-        if record and self.durable and entry.message.persistent:
+        if self.durable and entry.message.persistent:
             self.host.store.ack(AckOp(self.name, entry.seq))
         if entry.origin is not None:
             entry.origin.copy_finished(entry, acked=acked)
@@ -356,9 +360,7 @@ class QueueChannel:
                 lane.extend(keep)
         self.ready -= len(due)
         for entry in due:
-            self.expired += 1
-            self.host.divert(self, entry, Reason.EXPIRED)
-            self.settle(entry, acked=False)
+            self._expire(entry)
         return len(due)
 
     def snapshot(self) -> list[Entry]:

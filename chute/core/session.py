@@ -17,24 +17,29 @@ Queue types from seed 001:
   session (each connection of the user that consumes from it) through a
   per-connection :class:`Pipe`. The stored message is settled once one copy
   was acked and every copy is finished; if every session that held a copy
-  went away without acking, it goes back to be delivered again;
+  went away without acking, it goes back to be delivered again (to the
+  sessions live then); if none acked and one rejected it, it is dead-lettered
+  once. The login queue alone counts deliveries and moves expired messages;
 * callback queues — a durable subscription whose receiver forwards each
   message to a named destination (:func:`attach_forwarder`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from chute.core.address import TEMP_PREFIX, Kind, canonical, parse, user_queue
+from chute.core.broker import WouldBlock
 from chute.core.consumer import AckMode, Consumer, Entry, Receiver
 from chute.core.queue import QueueChannel, Reason
 from chute.core.selector import compile_selector
 from chute.core.settings import DestinationSettings, Overflow
-from chute.core.store import AckOp, QueueDefinition, QueueKind, TxOp
+from chute.core.store import QueueDefinition, QueueKind
 from chute.core.topic import Subscription, SubscriptionKind, Topic
 from chute.errors import (
     AccessDenied,
@@ -48,25 +53,38 @@ from chute.errors import (
 from chute.message import Message
 
 if TYPE_CHECKING:
-    from chute.core.broker import Broker, Plan
+    from chute.core.broker import Broker
 
 log = logging.getLogger("chute.session")
 
 
 class Pipe(QueueChannel):
-    """Seed 004's Pipe: a one-output channel carrying one session's copies of a login queue."""
+    """Seed 004's Pipe: a one-output channel carrying one session's copies of a login queue.
+
+    A copy that expires or is rejected only finishes here: the login queue
+    decides what becomes of the message, once for all its copies.
+    """
+
+    def _expire(self, entry: Entry) -> None:
+        self.settle(entry, acked=False)
+
+    def reject(self, entry: Entry) -> None:
+        if isinstance(entry.origin, _Copies):
+            entry.origin.rejected = True
+        self.settle(entry, acked=False)
 
 
 class _Copies:
     """Tracks the copies of one login-queue entry handed to sessions' pipes."""
 
-    __slots__ = ("acked", "entry", "pending", "queue")
+    __slots__ = ("acked", "entry", "pending", "queue", "rejected")
 
     def __init__(self, queue: LoginQueue, entry: Entry, pending: int) -> None:
         self.queue = queue
         self.entry = entry
         self.pending = pending
         self.acked = False
+        self.rejected = False
 
     def copy_finished(self, entry: Entry, *, acked: bool) -> None:
         self.acked = self.acked or acked
@@ -74,9 +92,11 @@ class _Copies:
         if self.pending:
             return
         queue = self.queue
-        queue.fanned -= 1
+        queue.fanned.pop(self.entry.seq, None)
         if self.acked:
             queue.settle(self.entry)
+        elif self.rejected:
+            queue.reject(self.entry)
         else:
             queue.requeue([self.entry])
 
@@ -88,11 +108,15 @@ class LoginQueue(QueueChannel):
         super().__init__(address, address, settings, broker, durable=True)
         self.login = parse(address).login
         self.pipes: dict[str, Pipe] = {}
-        self.fanned = 0
+        self.fanned: dict[int, Entry] = {}  # by seq: entries whose copies are out
 
     def place(self, entry: Entry) -> None:
         super().place(entry)
         self.deliver()
+
+    def requeue(self, entries: Iterable[Entry]) -> None:
+        super().requeue(entries)
+        self.deliver()  # the base class only pushes to consumers; this queue has pipes
 
     def deliver(self) -> None:
         while self.ready and self.pipes and not self.deleted:
@@ -100,18 +124,43 @@ class LoginQueue(QueueChannel):
             if entry is None:
                 continue
             entry.delivery_count += 1
+            if self.durable and entry.message.persistent:
+                self.host.store.delivered(self.name, entry.seq, entry.delivery_count)
             copies = _Copies(self, entry, len(self.pipes))
-            self.fanned += 1
+            self.fanned[entry.seq] = entry
             for pipe in list(self.pipes.values()):
-                pipe.place(Entry(entry.seq, entry.message, entry.delivery_count,
-                                 entry.redelivered, origin=copies))
+                # the pipe's push counts this delivery on the copy again: start one lower
+                copy = Entry(
+                    entry.seq,
+                    entry.message,
+                    entry.delivery_count - 1,
+                    entry.redelivered,
+                    origin=copies,
+                )
+                pipe.place(copy)
+
+    def expire_due(self, now: int) -> int:
+        before = self.expired
+        for pipe in list(self.pipes.values()):
+            pipe.expire_due(now)  # expired copies finish; the last one brings the entry back
+        super().expire_due(now)
+        return self.expired - before
+
+    def snapshot(self) -> list[Entry]:
+        held = super().snapshot() + list(self.fanned.values())
+        held.sort(key=lambda e: (-e.message.priority, e.seq))
+        return held
 
     def pipe_for(self, connection: Connection) -> Pipe:
         pipe = self.pipes.get(connection.id)
         if pipe is None:
-            settings = DestinationSettings(max_deliveries=0)  # the login queue counts deliveries
-            pipe = Pipe(f"{self.name}@{connection.id}", self.address, settings, self.host,
-                        durable=False)
+            # unbounded, and the login queue counts deliveries
+            settings = dataclasses.replace(
+                self.settings, max_messages=0, max_bytes=0, max_deliveries=0
+            )
+            pipe = Pipe(
+                f"{self.name}@{connection.id}", self.address, settings, self.host, durable=False
+            )
             self.pipes[connection.id] = pipe
             self.deliver()
         return pipe
@@ -123,10 +172,6 @@ class LoginQueue(QueueChannel):
         pipe.deleted = True
         for entry in pipe.drain():
             pipe.settle(entry, acked=False)
-
-    @property
-    def inflight(self) -> int:
-        return self.held - self.ready
 
 
 class Forwarder:
@@ -142,8 +187,13 @@ class Forwarder:
         try:
             self.broker.forward(self.forward_to, entry.message)
         except ChuteError as exc:
-            log.warning("callback %s could not forward %s to %s: %s",
-                        queue.name, entry.message.id, self.forward_to, exc.reason)
+            log.warning(
+                "callback %s could not forward %s to %s: %s",
+                queue.name,
+                entry.message.id,
+                self.forward_to,
+                exc.reason,
+            )
             queue.take_acked(consumer, entry.seq, cumulative=False)
             queue.dead_lettered += 1
             self.broker.divert(queue, entry, Reason.FORWARD_FAILED)
@@ -153,8 +203,9 @@ class Forwarder:
 
 
 def attach_forwarder(broker: Broker, sub: Subscription, forward_to: str) -> Consumer:
-    consumer = Consumer(0, sub, Forwarder(broker, forward_to), ack_mode=AckMode.INDIVIDUAL,
-                        credit=1)
+    consumer = Consumer(
+        0, sub, Forwarder(broker, forward_to), ack_mode=AckMode.INDIVIDUAL, credit=1
+    )
     sub.attach(consumer)
     return consumer
 
@@ -173,8 +224,9 @@ _connection_ids = itertools.count(1)
 class Connection:
     """One client connection's core state."""
 
-    def __init__(self, broker: Broker, *, login: str | None = None,
-                 client_id: str | None = None) -> None:
+    def __init__(
+        self, broker: Broker, *, login: str | None = None, client_id: str | None = None
+    ) -> None:
         self.broker = broker
         self.id = f"c{next(_connection_ids)}"
         self.login = login
@@ -268,15 +320,28 @@ class Session:
         addr = parse(address)
         if addr.kind is Kind.TOPIC:
             queue: QueueChannel = self._subscription(
-                consumer_id, str(addr), compiled_text=selector, name=subscription,
-                durable=durable, shared=shared)
+                consumer_id,
+                str(addr),
+                compiled_text=selector,
+                name=subscription,
+                durable=durable,
+                shared=shared,
+            )
             compiled = None  # the subscription filters; its consumers take everything
         else:
             if subscription or durable or shared:
                 raise ConsumerError("subscription, durable and shared apply to topics only")
             queue = self._queue_for_consumer(str(addr))
-        consumer = Consumer(consumer_id, queue, receiver, ack_mode=mode, credit=prefetch,
-                            selector=compiled, exclusive=exclusive, owner=self)
+        consumer = Consumer(
+            consumer_id,
+            queue,
+            receiver,
+            ack_mode=mode,
+            credit=prefetch,
+            selector=compiled,
+            exclusive=exclusive,
+            owner=self,
+        )
         self.consumers[consumer_id] = consumer
         queue.attach(consumer)
         return consumer
@@ -294,24 +359,36 @@ class Session:
             if addr.login != self.connection.login:
                 raise AccessDenied(f"{address} is the login-name queue of another user")
             login_queue = self.broker.destination(address)
-            assert isinstance(login_queue, LoginQueue)
+            if not isinstance(login_queue, LoginQueue):
+                raise InvalidAddress(f"{address} is not a login-name queue")
             return login_queue.pipe_for(self.connection)
         dest = self.broker.destination(address)
-        assert isinstance(dest, QueueChannel)
+        if not isinstance(dest, QueueChannel):
+            raise InvalidAddress(f"{address} is not a queue")
         return dest
 
-    def _subscription(self, consumer_id: int, address: str, *, compiled_text: str | None,
-                      name: str | None, durable: bool, shared: bool) -> Subscription:
+    def _subscription(
+        self,
+        consumer_id: int,
+        address: str,
+        *,
+        compiled_text: str | None,
+        name: str | None,
+        durable: bool,
+        shared: bool,
+    ) -> Subscription:
         broker = self.broker
         topic = broker.destination(address)
-        assert isinstance(topic, Topic)
+        if not isinstance(topic, Topic):
+            raise InvalidAddress(f"{address} is not a topic")
         conn = self.connection
         if durable:
             if not name:
                 raise ConsumerError("a durable subscription needs a subscription name")
             if not shared and not conn.client_id:
-                raise ConsumerError("a durable subscription needs a client id on the connection "
-                                    "(or shared=True)")
+                raise ConsumerError(
+                    "a durable subscription needs a client id on the connection (or shared=True)"
+                )
             key = durable_key(name, None if shared else conn.client_id)
             kind = SubscriptionKind.DURABLE
         elif shared:
@@ -323,26 +400,39 @@ class Session:
             key = f"nondurable:{conn.id}.{id(self)}.{consumer_id}"
             kind = SubscriptionKind.NON_DURABLE
         sub = broker.subscriptions.get(key)
-        if sub is not None and (sub.topic is not topic
-                                or _selector_of(sub) != (compiled_text or None)):
+        if sub is not None and (
+            sub.topic is not topic or _selector_of(sub) != (compiled_text or None)
+        ):
             if sub.router.consumers:
                 raise ConsumerError(
                     f"subscription {name!r} is in use on {sub.topic.address} with selector "
-                    f"{_selector_of(sub)!r}; close its consumers before changing it")
+                    f"{_selector_of(sub)!r}; close its consumers before changing it"
+                )
             drop_subscription(broker, sub)  # JMS: a changed topic or selector makes a new one
             sub = None
         if sub is None:
             sub = Subscription(
-                key, topic, kind, topic.settings, broker,
-                selector=compile_selector(compiled_text) if compiled_text else None, name=name)
+                key,
+                topic,
+                kind,
+                topic.settings,
+                broker,
+                selector=compile_selector(compiled_text) if compiled_text else None,
+                name=name,
+            )
             topic.subscriptions[key] = sub
             broker.subscriptions[key] = sub
             if sub.durable:
-                broker.store.define(QueueDefinition(
-                    key, QueueKind.SUBSCRIPTION, topic=address, selector=compiled_text))
+                broker.store.define(
+                    QueueDefinition(
+                        key, QueueKind.SUBSCRIPTION, topic=address, selector=compiled_text
+                    )
+                )
         elif kind is SubscriptionKind.DURABLE and not shared and sub.router.consumers:
-            raise ConsumerError(f"durable subscription {name!r} already has a consumer "
-                                "(use shared=True to share it)")
+            raise ConsumerError(
+                f"durable subscription {name!r} already has a consumer "
+                "(use shared=True to share it)"
+            )
         return sub
 
     def close_consumer(self, consumer: Consumer) -> None:
@@ -350,8 +440,10 @@ class Session:
         self.consumers.pop(consumer.id, None)
         queue = consumer.queue
         queue.detach(consumer)
-        if isinstance(queue, Subscription) and not queue.router.consumers and queue.kind in (
-            SubscriptionKind.NON_DURABLE, SubscriptionKind.SHARED
+        if (
+            isinstance(queue, Subscription)
+            and not queue.router.consumers
+            and queue.kind in (SubscriptionKind.NON_DURABLE, SubscriptionKind.SHARED)
         ):
             drop_subscription(self.broker, queue)
 
@@ -364,19 +456,23 @@ class Session:
         """
         owner = client_id or self.connection.client_id
         subs = self.broker.subscriptions
-        sub = (subs.get(durable_key(name, owner)) if owner else None) or subs.get(
-            durable_key(name, None)) or subs.get(callback_key(name))
+        sub = (
+            (subs.get(durable_key(name, owner)) if owner else None)
+            or subs.get(durable_key(name, None))
+            or subs.get(callback_key(name))
+        )
         if sub is None:
-            raise NotFound(f"no durable subscription named {name!r}"
-                           + (f" for client id {owner!r}" if owner else ""))
+            raise NotFound(
+                f"no durable subscription named {name!r}"
+                + (f" for client id {owner!r}" if owner else "")
+            )
         if sub.router.consumers and sub.kind is not SubscriptionKind.CALLBACK:
             raise ConsumerError(f"subscription {name!r} still has consumers; close them first")
         for consumer in list(sub.router.consumers):
             sub.detach(consumer)
         drop_subscription(self.broker, sub)
 
-    def callback(self, topic: str, name: str, forward_to: str,
-                 selector: str | None = None) -> None:
+    def callback(self, topic: str, name: str, forward_to: str, selector: str | None = None) -> None:
         """Create (or replace) a callback queue: a durable subscription of ``topic`` that
         forwards every message to ``forward_to``.
 
@@ -398,8 +494,9 @@ class Session:
             for consumer in list(old.router.consumers):
                 old.detach(consumer)
             drop_subscription(self.broker, old)
-        definition = QueueDefinition(key, QueueKind.CALLBACK, topic=address,
-                                     selector=selector or None, forward_to=target)
+        definition = QueueDefinition(
+            key, QueueKind.CALLBACK, topic=address, selector=selector or None, forward_to=target
+        )
         self.broker.store.define(definition)
         self.broker.restore_subscription(definition)
 
@@ -447,37 +544,34 @@ class Session:
     # -- transactions ---------------------------------------------------------------
 
     def commit(self) -> None:
-        """Apply the transaction's sends and acks together; the store gets one atomic commit.
+        """Apply the transaction's acks, then its sends; the store gets one atomic commit.
 
         Raises:
             TransactionError: not a transacted session.
-            DestinationFull / WouldBlock: a send found no room; nothing was applied and
-                the transaction stays open (roll it back or retry).
+            DestinationFull / WouldBlock: a send finds no room under ``reject`` /
+                ``block`` (counting the room this transaction's acks free); nothing
+                was applied and the transaction stays open (roll it back or retry).
         """
         tx = self._require_tx()
         broker = self.broker
-        plans: list[Plan] = []
-        ops: list[TxOp] = []
         self._check_tx_room(tx)
-        for address, message, ttl in tx.sends:
-            broker.stamp(message, ttl)
-            plan = broker._plan(broker.destination(address), message)
-            plans.append(plan)
-            if plan.record is not None:
-                ops.append(plan.record)
-        for queue, entry in tx.acks:
-            if queue.durable and entry.message.persistent:
-                ops.append(AckOp(queue.name, entry.seq))
-        if ops:
-            broker.store.commit(ops)
-        for queue, entry in tx.acks:
-            queue.settle(entry, record=False)
-        for plan in plans:
-            broker._apply(plan)
         self.tx = Transaction()
+        with broker.atomically():
+            for queue, entry in tx.acks:
+                queue.settle(entry)
+            for address, message, ttl in tx.sends:
+                broker.send(address, message, ttl=ttl)
 
     def _check_tx_room(self, tx: Transaction) -> None:
-        """Refuse a commit whose sends cannot all fit under ``reject``/``block`` policies."""
+        """Refuse a commit whose sends cannot all fit under ``reject``/``block`` policies.
+
+        Also resolves every address first, so a send to a destination that has
+        gone since (a closed temporary queue) fails before anything is applied.
+        """
+        freed: dict[str, tuple[int, int]] = {}
+        for queue, entry in tx.acks:
+            count, size = freed.get(queue.name, (0, 0))
+            freed[queue.name] = (count + 1, size + entry.message.size)
         needed: dict[str, tuple[QueueChannel, int, int]] = {}
         for address, message, _ttl in tx.sends:
             dest = self.broker.destination(address)
@@ -487,18 +581,19 @@ class Session:
                     continue
                 _, count, size = needed.get(queue.name, (queue, 0, 0))
                 needed[queue.name] = (queue, count + 1, size + message.size)
-        freed: dict[str, int] = {}
-        for queue, entry in tx.acks:
-            freed[queue.name] = freed.get(queue.name, 0) + 1
         for name, (queue, count, size) in needed.items():
             s = queue.settings
-            held = queue.held - freed.get(name, 0)
-            if (s.max_messages and held + count > s.max_messages) or (
-                s.max_bytes and queue.held_bytes + size > s.max_bytes
+            freed_count, freed_size = freed.get(name, (0, 0))
+            if (s.max_messages and queue.held - freed_count + count > s.max_messages) or (
+                s.max_bytes and queue.held_bytes - freed_size + size > s.max_bytes
             ):
-                raise DestinationFull(
+                reason = (
                     f"{queue.address} has no room for this transaction's {count} messages; "
-                    "nothing was committed")
+                    "nothing was committed"
+                )
+                if s.overflow is Overflow.BLOCK:
+                    raise WouldBlock(reason, queue.address, s.block_timeout_ms)
+                raise DestinationFull(reason)
 
     def rollback(self) -> None:
         """Discard the sends; the acked messages are delivered again (redelivered)."""
@@ -552,4 +647,3 @@ def drop_subscription(broker: Broker, sub: Subscription) -> None:
 
 def _selector_of(sub: Subscription) -> str | None:
     return sub.selector.text if sub.selector is not None else None
-

@@ -124,8 +124,7 @@ class SettingsResolver:
         self._wild: list[tuple[int, re.Pattern[str], DestinationSettings]] = []
         for key, settings in (patterns or {}).items():
             if "*" in key:
-                prefix, _, rest = key.partition(":")
-                text = key if rest else f"queue:{key}"
+                text = _pattern_address(key)
                 specificity = len(text.replace("*", ""))
                 self._wild.append((specificity, re.compile(fnmatch.translate(text)), settings))
             else:
@@ -142,3 +141,16 @@ class SettingsResolver:
             found = next((s for _, pat, s in self._wild if pat.match(address)), self.default)
         self._cache[address] = found
         return found
+
+
+def _pattern_address(key: str) -> str:
+    """A wildcard key spelled as any address (``logs.*``, ``/queue/logs.*``) -> ``queue:logs.*``."""
+    for prefix, kind in (
+        ("queue:", "queue:"),
+        ("topic:", "topic:"),
+        ("/queue/", "queue:"),
+        ("/topic/", "topic:"),
+    ):
+        if key.startswith(prefix):
+            return kind + key[len(prefix) :]
+    return f"queue:{key}"

@@ -131,3 +131,63 @@ class Store(Protocol):
 
     def close(self) -> None:
         """Flush and release resources."""
+
+
+class Batch:
+    """Stands in for a store while a transaction applies (see ``Broker.atomically``).
+
+    Adds and acks (the transaction's own, and any its sends cause: diversions,
+    auto-acks on push, forwards) are gathered in order and reach the real store
+    as one atomic :meth:`Store.commit` in :meth:`flush`; delivery hints follow
+    the commit. Everything else goes straight through.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.ops: list[TxOp] = []
+        self._hints: list[tuple[str, int, int]] = []
+
+    def define(self, definition: QueueDefinition) -> None:
+        self.store.define(definition)
+
+    def undefine(self, name: str) -> None:
+        self.store.undefine(name)
+
+    def add(self, op: AddOp) -> None:
+        self.ops.append(op)
+
+    def ack(self, op: AckOp) -> None:
+        self.ops.append(op)
+
+    def delivered(self, queue: str, seq: int, delivery_count: int) -> None:
+        self._hints.append((queue, seq, delivery_count))
+
+    def commit(self, ops: Sequence[TxOp]) -> None:
+        self.ops.extend(ops)
+
+    def prepare(self, xid: str, ops: Sequence[TxOp]) -> None:
+        self.store.prepare(xid, ops)
+
+    def commit_prepared(self, xid: str) -> None:
+        self.store.commit_prepared(xid)
+
+    def rollback_prepared(self, xid: str) -> None:
+        self.store.rollback_prepared(xid)
+
+    def sync(self, callback: SyncCallback) -> None:
+        self.store.sync(callback)
+
+    def recover(self) -> Recovered:
+        return self.store.recover()
+
+    def close(self) -> None:
+        self.store.close()
+
+    def flush(self) -> None:
+        """Write what was gathered: one commit, then the delivery hints."""
+        ops, self.ops = self.ops, []
+        hints, self._hints = self._hints, []
+        if ops:
+            self.store.commit(ops)
+        for queue, seq, count in hints:
+            self.store.delivered(queue, seq, count)

@@ -92,4 +92,3 @@ class MemoryStore:
     def __repr__(self) -> str:
         held = sum(len(m) for m in self.messages.values())
         return f"MemoryStore(queues={len(self.definitions)}, messages={held})"
-

@@ -1,0 +1,294 @@
+"""Local transactions: a session's sends and acks commit or roll back together."""
+
+from __future__ import annotations
+
+import pytest
+
+from chute.core.broker import Broker, WouldBlock
+from chute.core.consumer import AckMode
+from chute.core.session import Connection, Session
+from chute.core.settings import DestinationSettings, Overflow
+from chute.core.store import AckOp, AddOp
+from chute.errors import DestinationFull, InvalidAddress, NotFound, TransactionError
+
+from .helpers import (
+    FakeClock,
+    Recorder,
+    RecordingStore,
+    bodies,
+    make_broker,
+    msg,
+    restart,
+    stats_of,
+    stored,
+)
+
+
+def tx_session(broker: Broker, mode: AckMode = AckMode.CLIENT) -> Session:
+    return Connection(broker).session(mode, transacted=True)
+
+
+def test_sends_are_invisible_until_commit(broker: Broker) -> None:
+    tx = tx_session(broker)
+    r = Recorder()
+    Connection(broker).session(AckMode.AUTO).consumer(1, "queue:q", r)
+    tx.send("queue:q", msg(b"a"))
+    tx.send("topic:t", msg(b"t"))
+    tx.send("queue:q", msg(b"b"))
+    assert r.entries == []
+    assert stats_of(broker, "queue:q")["enqueued"] == 0
+    assert stored(broker, "queue:q") == []
+    tx.commit()
+    assert r.bodies == [b"a", b"b"]
+
+
+def test_rollback_discards_the_sends(broker: Broker) -> None:
+    tx = tx_session(broker)
+    tx.send("queue:q", msg(b"a"))
+    tx.rollback()
+    tx.commit()
+    assert broker.browse("queue:q") == []
+
+
+def test_a_bad_address_fails_at_send_time(broker: Broker) -> None:
+    tx = tx_session(broker)
+    with pytest.raises(InvalidAddress):
+        tx.send("a/b", msg())
+    with pytest.raises(NotFound):
+        tx.send("queue:__tmp__.nobody.1", msg())
+
+
+def test_acks_take_effect_at_commit(broker: Broker) -> None:
+    Connection(broker).session().send("queue:q", msg(b"a"))
+    tx = tx_session(broker)
+    r = Recorder()
+    c = tx.consumer(1, "queue:q", r)
+    assert tx.ack(c, r.entries[0].seq) == 1
+    assert stored(broker, "queue:q") == [b"a"]
+    assert stats_of(broker, "queue:q")["depth"] == 1
+    tx.commit()
+    assert stored(broker, "queue:q") == []
+    st = stats_of(broker, "queue:q")
+    assert (st["depth"], st["acked"]) == (0, 1)
+
+
+def test_rollback_undoes_acks_and_the_messages_come_back_redelivered(broker: Broker) -> None:
+    producer = Connection(broker).session()
+    for body in (b"a", b"b", b"c"):
+        producer.send("queue:q", msg(body))
+    tx = tx_session(broker)
+    r = Recorder()
+    c = tx.consumer(1, "queue:q", r, prefetch=2)
+    tx.ack(c, r.entries[1].seq)  # cumulative: a and b
+    tx.send("queue:out", msg(b"derived"))
+    tx.rollback()
+    assert broker.browse("queue:out") == []
+    assert stored(broker, "queue:q") == [b"a", b"b", b"c"]
+    Session.add_credit(c, 3)
+    again = r.entries[2:]
+    assert bodies(again) == [b"a", b"b", b"c"]
+    assert [e.redelivered for e in again] == [True, True, False]
+
+
+def test_commit_writes_one_atomic_store_commit() -> None:
+    store = RecordingStore()
+    broker = make_broker(store=store)
+    Connection(broker).session().send("queue:in", msg(b"a"))
+    tx = tx_session(broker)
+    r = Recorder()
+    c = tx.consumer(1, "queue:in", r)
+    tx.ack(c, r.entries[0].seq)
+    tx.send("queue:out", msg(b"b"))
+    tx.send("queue:out", msg(b"c", persistent=False))
+    store.calls.clear()
+    tx.commit()
+    assert store.kinds() == ["commit"]
+    [(_, ops)] = store.calls
+    assert [type(op) for op in ops] == [AckOp, AddOp]  # acks first: they free room
+    assert ops[0] == AckOp("queue:in", r.entries[0].seq)
+    assert isinstance(ops[1], AddOp)
+    assert ops[1].queues == ("queue:out",)
+    assert ops[1].message.body == b"b"
+    assert store.messages["queue:in"] == {}
+    assert [m.message.body for m in store.messages["queue:out"].values()] == [b"b"]
+    assert bodies(broker.browse("queue:out")) == [b"b", b"c"]
+
+
+def test_an_empty_commit_writes_nothing() -> None:
+    store = RecordingStore()
+    broker = make_broker(store=store)
+    store.calls.clear()
+    tx_session(broker).commit()
+    assert store.calls == []
+
+
+def test_commit_is_refused_when_a_reject_destination_has_no_room() -> None:
+    broker = make_broker({"queue:small": DestinationSettings(max_messages=1)})
+    Connection(broker).session().send("queue:in", msg(b"in"))
+    tx = tx_session(broker)
+    r = Recorder()
+    c = tx.consumer(1, "queue:in", r)
+    tx.ack(c, r.entries[0].seq)
+    tx.send("queue:big", msg(b"1"))
+    tx.send("queue:small", msg(b"2"))
+    tx.send("queue:small", msg(b"3"))
+    with pytest.raises(DestinationFull, match="nothing was committed"):
+        tx.commit()
+    assert broker.browse("queue:big") == []
+    assert broker.browse("queue:small") == []
+    assert stored(broker, "queue:in") == [b"in"]
+    assert broker.browse("queue:__sys__deadLetter") == []
+    tx.rollback()  # the transaction stays open; roll it back
+    assert broker.browse("queue:big") == []
+    assert bodies(broker.browse("queue:in")) == [b"in"]
+
+
+@pytest.mark.parametrize("by", ["count", "bytes"])
+def test_the_room_a_transactions_acks_free_counts_for_its_sends(by: str) -> None:
+    size = msg(b"m").size
+    bound = (
+        DestinationSettings(max_messages=2)
+        if by == "count"
+        else DestinationSettings(max_bytes=2 * size)
+    )
+    broker = make_broker({"queue:q": bound})
+    producer = Connection(broker).session()
+    producer.send("queue:q", msg(b"m"))
+    producer.send("queue:q", msg(b"m"))
+    tx = tx_session(broker)
+    r = Recorder()
+    c = tx.consumer(1, "queue:q", r, prefetch=1)
+    tx.send("queue:q", msg(b"n"))
+    with pytest.raises(DestinationFull):
+        tx.commit()  # nothing acked yet: no room
+    tx.ack(c, r.entries[0].seq)
+    tx.commit()  # the ack frees the room the send takes
+    assert bodies(broker.browse("queue:q")) == [b"m", b"n"]
+
+
+def test_everything_a_commit_causes_is_in_its_one_store_commit() -> None:
+    store = RecordingStore()
+    broker = make_broker(
+        {"queue:q": DestinationSettings(max_messages=1, overflow=Overflow.DROP_OLDEST)},
+        store=store,
+    )
+    Connection(broker).session().send("queue:q", msg(b"old"))
+    Connection(broker).session(AckMode.AUTO).consumer(1, "queue:auto", Recorder())
+    tx = tx_session(broker)
+    tx.send("queue:q", msg(b"new"))  # drops "old" into the dead-letter queue
+    tx.send("queue:auto", msg(b"auto"))  # pushed and settled at once
+    store.calls.clear()
+    tx.commit()
+    assert store.kinds() == ["commit"]
+    assert stored(broker, "queue:q") == [b"new"]
+    assert stored(broker, "queue:__sys__deadLetter") == [b"old"]
+    assert stored(broker, "queue:auto") == []
+    broker2 = restart(broker)
+    assert broker2.browse("queue:auto") == []
+    assert bodies(broker2.browse("queue:q")) == [b"new"]
+
+
+def test_commit_under_block_raises_would_block() -> None:
+    broker = make_broker({"queue:q": DestinationSettings(max_messages=1, overflow=Overflow.BLOCK)})
+    Connection(broker).session().send("queue:q", msg())
+    tx = tx_session(broker)
+    tx.send("queue:q", msg())
+    with pytest.raises(WouldBlock) as info:
+        tx.commit()
+    assert info.value.address == "queue:q"
+
+
+def test_a_transaction_respects_drop_oldest_bounds_across_its_sends() -> None:
+    broker = make_broker(
+        {"queue:q": DestinationSettings(max_messages=2, overflow=Overflow.DROP_OLDEST)}
+    )
+    Connection(broker).session().send("queue:q", msg(b"old"))
+    tx = tx_session(broker)
+    for body in (b"1", b"2", b"3"):
+        tx.send("queue:q", msg(body))
+    tx.commit()
+    assert bodies(broker.browse("queue:q")) == [b"2", b"3"]
+    assert bodies(broker.browse("queue:__sys__deadLetter")) == [b"old", b"1"]
+    assert stats_of(broker, "queue:q")["depth"] == 2
+
+
+def test_a_transaction_respects_dead_letter_bounds_across_its_sends() -> None:
+    broker = make_broker(
+        {"queue:q": DestinationSettings(max_messages=2, overflow=Overflow.DEAD_LETTER)}
+    )
+    tx = tx_session(broker)
+    for body in (b"1", b"2", b"3"):
+        tx.send("queue:q", msg(body))
+    tx.commit()
+    assert bodies(broker.browse("queue:q")) == [b"1", b"2"]
+    assert bodies(broker.browse("queue:__sys__deadLetter")) == [b"3"]
+
+
+def test_commit_and_rollback_need_a_transacted_session(broker: Broker) -> None:
+    s = Connection(broker).session()
+    with pytest.raises(TransactionError):
+        s.commit()
+    with pytest.raises(TransactionError):
+        s.rollback()
+
+
+def test_closing_a_transacted_session_rolls_back(broker: Broker) -> None:
+    Connection(broker).session().send("queue:q", msg(b"a"))
+    tx = tx_session(broker)
+    r = Recorder()
+    c = tx.consumer(1, "queue:q", r)
+    tx.ack(c, r.entries[0].seq)
+    tx.send("queue:q", msg(b"never"))
+    tx.close()
+    r2 = Recorder()
+    Connection(broker).session(AckMode.AUTO).consumer(1, "queue:q", r2)
+    assert r2.bodies == [b"a"]
+    assert r2.entries[0].redelivered
+
+
+def test_a_transaction_is_stamped_when_it_commits() -> None:
+    clock = FakeClock()
+    broker = make_broker(clock=clock)
+    tx = tx_session(broker)
+    tx.send("queue:q", msg(), ttl=100)
+    clock.advance(500)
+    tx.commit()
+    [e] = broker.browse("queue:q")
+    assert e.message.timestamp == clock.now
+    assert e.message.expiration == clock.now + 100
+
+
+def test_each_commit_starts_a_new_transaction(broker: Broker) -> None:
+    tx = tx_session(broker)
+    tx.send("queue:q", msg(b"1"))
+    tx.commit()
+    tx.send("queue:q", msg(b"2"))
+    tx.rollback()
+    tx.send("queue:q", msg(b"3"))
+    tx.commit()
+    assert bodies(broker.browse("queue:q")) == [b"1", b"3"]
+
+
+def test_a_committed_transaction_survives_a_restart(broker: Broker) -> None:
+    Connection(broker).session().send("queue:in", msg(b"in"))
+    tx = tx_session(broker)
+    r = Recorder()
+    c = tx.consumer(1, "queue:in", r)
+    tx.ack(c, r.entries[0].seq)
+    tx.send("queue:out", msg(b"out"))
+    tx.commit()
+    broker2 = restart(broker)
+    assert broker2.browse("queue:in") == []
+    assert bodies(broker2.browse("queue:out")) == [b"out"]
+
+
+def test_a_transacted_publish_reaches_every_subscription(broker: Broker) -> None:
+    s = Connection(broker).session(AckMode.AUTO)
+    r1, r2 = Recorder(), Recorder()
+    s.consumer(1, "topic:t", r1)
+    s.consumer(2, "topic:t", r2)
+    tx = tx_session(broker)
+    tx.send("topic:t", msg(b"x"))
+    assert r1.entries == []
+    tx.commit()
+    assert r1.bodies == r2.bodies == [b"x"]
