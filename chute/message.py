@@ -293,12 +293,57 @@ class Message:
         self.properties: dict[str, PropertyValue] = properties if properties is not None else {}
         self.kind = kind
         self.body = body
-        self.size = _HEADER_OVERHEAD + len(body) + _properties_size(self.properties)
+        self.size = (
+            _HEADER_OVERHEAD
+            + len(body)
+            + (_properties_size(self.properties) if self.properties else 0)
+        )
         # The wire codec's encoding of the producer-chosen fields (everything but
         # timestamp, expiration and the delivery fields), kept so the broker can
         # forward a message without encoding it again. A codec sets it; a changed
         # copy (replace) starts without it.
         self.encoded: bytes | None = None
+
+    @classmethod
+    def decoded(  # noqa: PLR0917 - positional on purpose: codecs call it per message
+        cls,
+        body: bytes,
+        id: str,  # noqa: A002
+        priority: int,
+        timestamp: int,
+        expiration: int,
+        correlation_id: str | None,
+        reply_to: str | None,
+        type: str | None,  # noqa: A002
+        persistent: bool,
+        redelivered: bool,
+        delivery_count: int,
+        properties: dict[str, PropertyValue],
+        kind: BodyKind,
+        encoded: bytes | None,
+    ) -> Message:
+        """The constructor for wire codecs: positional, no defaults, ``encoded`` kept.
+
+        Codecs build one message per packet on the broker's hot path, where
+        keyword-argument parsing alone costs more than the rest of the decode.
+        """
+        m = _new_message(cls)
+        m.body = body
+        m.id = id
+        m.priority = priority
+        m.timestamp = timestamp
+        m.expiration = expiration
+        m.correlation_id = correlation_id
+        m.reply_to = reply_to
+        m.type = type
+        m.persistent = persistent
+        m.redelivered = redelivered
+        m.delivery_count = delivery_count
+        m.properties = properties
+        m.kind = kind
+        m.encoded = encoded
+        m.size = _HEADER_OVERHEAD + len(body) + (_properties_size(properties) if properties else 0)
+        return m
 
     @classmethod
     def create(
@@ -423,6 +468,9 @@ class Message:
         return all(getattr(self, n) == getattr(other, n) for n in self.__slots__ if n != "encoded")
 
     __hash__ = None  # type: ignore[assignment]
+
+
+_new_message: Final = object.__new__
 
 
 def check_priority(priority: int) -> int:

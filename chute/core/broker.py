@@ -153,7 +153,16 @@ class Broker:
             DestinationFull: full under ``reject``.
         """
         self.stamp(message, ttl)
-        plan = self._plan(self.destination(address), message)
+        dest = self.queues.get(address)
+        if dest is not None and not dest.settings.bounded:
+            # The common case on the per-message path: an unbounded queue.
+            seq = dest.next_seq
+            dest.next_seq = seq + 1
+            if dest.durable and message.persistent:
+                self.store.add(AddOp(dest.name, (dest.name,), seq, message))
+            dest.place(Entry(seq, message))
+            return
+        plan = self._plan(dest or self.destination(address), message)
         if plan.record is not None:
             self.store.add(plan.record)
         self._apply(plan)

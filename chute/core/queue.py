@@ -61,27 +61,54 @@ class PointToPointRouter:
     consumer receives (seed 002's single sink); the others stand by.
     """
 
-    __slots__ = ("_next", "consumers")
+    __slots__ = ("_exclusive", "_next", "consumers")
 
     def __init__(self) -> None:
         self.consumers: list[Consumer] = []
         self._next = 0
+        self._exclusive: Consumer | None = None
 
     def add(self, consumer: Consumer) -> None:
         self.consumers.append(consumer)
+        self._elect()
 
     def remove(self, consumer: Consumer) -> None:
         if consumer in self.consumers:
             self.consumers.remove(consumer)
+        self._elect()
+
+    def _elect(self) -> None:
+        self._exclusive = next((c for c in self.consumers if c.exclusive), None)
+
+    def pick(self) -> Consumer | None:
+        """The next consumer with credit (and advance the round-robin past it), or None.
+
+        On the per-message path: a plain loop, no generator.
+        """
+        exclusive = self._exclusive
+        if exclusive is not None:
+            return exclusive if exclusive.credit > 0 else None
+        consumers = self.consumers
+        n = len(consumers)
+        i = self._next
+        for _ in range(n):
+            if i >= n:
+                i = 0
+            c = consumers[i]
+            i += 1
+            if c.credit > 0:
+                self._next = i
+                return c
+        return None
 
     def candidates(self) -> Iterator[Consumer]:
-        """Consumers with credit, in the order the router would try them."""
+        """Consumers with credit, in the order the router would try them (no side effects)."""
+        exclusive = self._exclusive
+        if exclusive is not None:
+            if exclusive.credit > 0:
+                yield exclusive
+            return
         consumers = self.consumers
-        for c in consumers:
-            if c.exclusive:
-                if c.credit > 0:
-                    yield c
-                return
         n = len(consumers)
         start = self._next % n if n else 0
         for i in range(n):
@@ -90,7 +117,7 @@ class PointToPointRouter:
                 yield c
 
     def chosen(self, consumer: Consumer) -> None:
-        """Advance the round-robin past ``consumer``."""
+        """Advance the round-robin past ``consumer`` (after a selective choice)."""
         try:
             self._next = self.consumers.index(consumer) + 1
         except ValueError:
@@ -138,7 +165,8 @@ class QueueChannel:
         if entry.message.expiration:
             self.expiring += 1
         if not self.ready and not self._selective and self.router.consumers:
-            for consumer in self.router.candidates():
+            consumer = self.router.pick()
+            if consumer is not None:
                 self._push(consumer, entry)
                 return
         self._lanes[entry.message.priority].append(entry)
@@ -185,7 +213,7 @@ class QueueChannel:
                 if not self._deliver_selective():
                     return
                 continue
-            consumer = next(self.router.candidates(), None)
+            consumer = self.router.pick()
             if consumer is None:
                 return
             entry = self._pop_first()
@@ -203,6 +231,7 @@ class QueueChannel:
                         self.ready -= 1
                         if self._expire_if_due(entry):
                             return True
+                        self.router.chosen(consumer)
                         self._push(consumer, entry)
                         return True
         return False
@@ -236,7 +265,6 @@ class QueueChannel:
         entry.delivery_count += 1
         consumer.credit -= 1
         consumer.delivered += 1
-        self.router.chosen(consumer)
         if consumer.ack_mode is AckMode.AUTO:
             self.settle(entry)
         else:

@@ -221,6 +221,9 @@ def encode_fields(  # noqa: PLR0917 - hot path, called positionally
         raise LocalProtocolError(f"message cannot be encoded: {exc}") from exc
 
 
+_decoded: Final = Message.decoded
+
+
 def decode_content(  # noqa: PLR0917 - hot path, called positionally
     data: bytes,
     start: int,
@@ -270,20 +273,21 @@ def decode_content(  # noqa: PLR0917 - hot path, called positionally
         q = _decode_properties(data, q, n_props, properties)
     if q > end or priority > 9 or flags > _KNOWN_FLAGS:
         raise malformed("message content overruns its block or has a bad priority or flags")
-    return Message(
+    return _decoded(
         data[q:end],
-        id=message_id,
-        priority=priority,
-        timestamp=timestamp,
-        expiration=expiration,
-        correlation_id=correlation_id,
-        reply_to=reply_to,
-        type=type_,
-        persistent=flags & _PERSISTENT == 1,
-        redelivered=redelivered,
-        delivery_count=delivery_count,
-        properties=properties,
-        kind=_KINDS[kind],
+        message_id,
+        priority,
+        timestamp,
+        expiration,
+        correlation_id,
+        reply_to,
+        type_,
+        flags & _PERSISTENT == 1,
+        redelivered,
+        delivery_count,
+        properties,
+        _KINDS[kind],
+        None,
     )
 
 
