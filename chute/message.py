@@ -308,13 +308,13 @@ class Message:
     def decoded(  # noqa: PLR0917 - positional on purpose: codecs call it per message
         cls,
         body: bytes,
-        id: str,  # noqa: A002
+        id: str,
         priority: int,
         timestamp: int,
         expiration: int,
         correlation_id: str | None,
         reply_to: str | None,
-        type: str | None,  # noqa: A002
+        type: str | None,
         persistent: bool,
         redelivered: bool,
         delivery_count: int,
