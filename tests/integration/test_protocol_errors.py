@@ -115,3 +115,16 @@ def test_abrupt_disconnect_mid_packet(server: ChuteServer) -> None:
     sock.sendall(struct.pack(">IBBIII", 500, 1, int(p.PacketType.SEND), 0, 1, 0) + b"abc")
     sock.close()
     _roundtrip_ok(server)
+
+
+def test_heartbeats_ping_idle_clients_and_drop_silent_ones(server: ChuteServer) -> None:
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    sock.sendall(encode_packet(p.Connect(heartbeat_ms=1000), correlation_id=1))
+    _, connected = _read_packet(sock)
+    assert isinstance(connected, p.Connected)
+    assert connected.heartbeat_ms == 1000
+    # We never answer: the broker pings at the interval, then gives up on us.
+    packets = _read_until_closed(sock)
+    pings = [pk for pk in packets if isinstance(pk, p.Ping)]
+    assert len(pings) >= 2
+    _roundtrip_ok(server)
