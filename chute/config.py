@@ -64,8 +64,11 @@ class ServerConfig:
 
     def check(self) -> None:
         """Raises ConfigError for combinations that are unsafe or impossible."""
-        for name, port in (("port", self.port), ("stomp_port", self.stomp_port),
-                           ("http_port", self.http_port)):
+        for name, port in (
+            ("port", self.port),
+            ("stomp_port", self.stomp_port),
+            ("http_port", self.http_port),
+        ):
             if not 0 <= port <= 65535:
                 raise ConfigError(f"server.{name}: {port} is not a TCP port (0-65535)")
         if not self.users and not _is_loopback(self.host):
@@ -115,8 +118,9 @@ def load(path: Path | None, overrides: Mapping[str, Any] | None = None) -> Serve
     config = ServerConfig()
     unknown = set(raw) - {"server", "users", "destinations"}
     if unknown:
-        raise ConfigError(f"unknown section(s) {sorted(unknown)}: expected server, users, "
-                          "destinations")
+        raise ConfigError(
+            f"unknown section(s) {sorted(unknown)}: expected server, users, destinations"
+        )
     server = dict(raw.get("server", {}))
     server.update({k: v for k, v in (overrides or {}).items() if v is not None})
     for key, value in server.items():
