@@ -34,7 +34,8 @@ from chute.core.settings import (
     parse_size,
     settings_from_mapping,
 )
-from chute.errors import ConfigError
+from chute.core.address import canonical
+from chute.errors import ConfigError, InvalidAddress
 
 DEFAULT_PORT = 5445
 DEFAULT_STOMP_PORT = 61613
@@ -138,6 +139,7 @@ def load(path: Path | None, overrides: Mapping[str, Any] | None = None) -> Serve
         where = f'destinations."{address}"'
         if not isinstance(table, dict):
             raise ConfigError(f"{where} must be a table")
+        _check_destination_key(address, where)
         values = settings_from_mapping(table, where=where)
         if address == "*":
             config.default_destination = DestinationSettings(**values)
@@ -145,6 +147,16 @@ def load(path: Path | None, overrides: Mapping[str, Any] | None = None) -> Serve
             config.destinations[address] = DestinationSettings(**values)
     config.check()
     return config
+
+
+def _check_destination_key(key: str, where: str) -> None:
+    """A key is an address, or an address pattern where ``*`` stands for any characters."""
+    if key == "*":
+        return
+    try:
+        canonical(key.replace("*", "x"))
+    except InvalidAddress as exc:
+        raise ConfigError(f"{where}: {exc.reason}") from None
 
 
 def _set_server_key(config: ServerConfig, key: str, value: Any) -> None:
