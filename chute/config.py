@@ -28,13 +28,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from chute.core.address import canonical
 from chute.core.settings import (
     DestinationSettings,
     SettingsResolver,
     parse_size,
     settings_from_mapping,
 )
-from chute.core.address import canonical
 from chute.errors import ConfigError, InvalidAddress
 
 DEFAULT_PORT = 5445
