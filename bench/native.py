@@ -106,7 +106,6 @@ def producer(url: str, address: str, count: int, size: int, rate: float = 0.0) -
         else:
             for _ in range(count):
                 s.send(address, STAMP.pack(time.time_ns()) + body_tail, persistent=False)
-        s.flush() if hasattr(s, "flush") else None
     return start
 
 
