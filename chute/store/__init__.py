@@ -1,5 +1,7 @@
 """Store implementations behind :class:`chute.core.store.Store`."""
 
+from chute.store.journal import Journal, SyncMode
 from chute.store.memory import MemoryStore
+from chute.store.recovery import RecoveryReport
 
-__all__ = ["MemoryStore"]
+__all__ = ["Journal", "MemoryStore", "RecoveryReport", "SyncMode"]

@@ -1,0 +1,352 @@
+"""The on-disk journal: the :class:`~chute.core.store.Store` that survives ``kill -9``.
+
+Theory of operation
+-------------------
+The caller (the broker's event loop) never touches the disk. ``add``,
+``ack`` and the other record methods encode the record's payload
+(:mod:`chute.store.payload`) and hand it to the writer's intake, a list
+under a short lock: no system call, a couple of microseconds.
+``sync(callback)`` hands over the callback and wakes the writer.
+
+One writer thread (:mod:`chute.store.writer`) does all the I/O: it takes
+everything handed over, writes it with one ``pwrite``, makes it durable with
+one ``fdatasync`` for all of it (group commit), then calls every callback it
+took, from the writer thread. A callback fires only after the sync that
+covers every record appended before it.
+
+``sync`` modes (:class:`SyncMode`):
+
+* ``always`` (default): a callback fires after the fdatasync that covers it.
+* ``batch``: at most one fdatasync per ``batch_ms``; callbacks wait for it.
+  Fewer syncs under light load, each producer waits up to ``batch_ms`` more.
+* ``never``: callbacks fire once the records are written to the operating
+  system, with no fdatasync. A crash of the broker process loses nothing; a
+  power loss or kernel crash loses what the OS had not yet written. Unsafe
+  for data you cannot afford to lose.
+
+Records appended without a sync are written within a few ms (``flush_ms``,
+default 2), so the buffer stays small.
+
+Disk faults: when a write, a sync or a new segment fails, every callback
+waiting gets a :class:`~chute.store.errors.DiskFull` or
+:class:`~chute.store.errors.DiskFailure`; the records stay buffered and the
+writer retries with back-off, so the journal recovers by itself once the
+disk works again. A callback never gets ``None`` for a record that was not
+made durable. A producer that got an error may still find its message
+stored after a restart: the journal is at-least-once, never at-most-once.
+
+Segments and reclaiming: records go to the newest segment
+(:mod:`chute.store.segment`); old segments are deleted once nothing in them
+is live, and sparse ones are compacted first (:mod:`chute.store.reclaim`).
+
+On open, recovery (:mod:`chute.store.recovery`) replays every segment; its
+report is ``journal.report``, for the caller to log. Writing resumes in a new
+segment; old segments are never appended to again.
+
+Thread-safety: the record methods and ``sync`` may be called from any
+thread (records from one thread keep their order; the core calls from its
+loop only). Callbacks run on the writer thread and must not block it for
+long. ``recover``, ``flush``, ``reclaim`` and ``close`` block until the
+writer has done what they ask. A directory is locked (``flock``) against a
+second journal, in this process or another.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+from collections.abc import Sequence
+from typing import Final
+
+from chute.core.store import AckOp, AddOp, QueueDefinition, Recovered, SyncCallback, TxOp
+from chute.errors import StoreError
+from chute.store.disk import Disk
+from chute.store.errors import JournalClosed
+from chute.store.payload import (
+    ENCODE_ERRORS,
+    AckRecord,
+    AddRecord,
+    CommitPreparedRecord,
+    CommitRecord,
+    DefineRecord,
+    DeliveredRecord,
+    PrepareRecord,
+    Record,
+    RollbackPreparedRecord,
+    UndefineRecord,
+    encode,
+    encode_ack,
+    encode_add,
+    encode_delivered,
+)
+from chute.store.reclaim import LiveIndex
+from chute.store.record import Kind
+from chute.store.recovery import recover
+from chute.store.segment import list_segments, remove_spares
+from chute.store.writer import Intake, ReclaimResult, SyncMode, Writer
+
+__all__ = ["DEFAULT_SEGMENT_SIZE", "Journal", "ReclaimResult", "SyncMode"]
+
+DEFAULT_SEGMENT_SIZE: Final = 32 << 20
+
+
+class Journal:
+    """Append-only segment files behind the Store interface. See the module docstring.
+
+    Settings: ``segment_size`` (bytes), ``sync`` (:class:`SyncMode`),
+    ``batch_ms`` (the ``batch`` mode's sync interval), ``flush_ms`` (how long
+    records wait to be written with no sync asked for), ``preallocate``
+    (pre-zeroed spare segments), ``compact_ratio`` and ``max_compact_moves``
+    (see :func:`chute.store.reclaim.plan`), ``auto_reclaim`` (a pass after
+    each roll-over; tests turn it off to drive :meth:`reclaim` themselves),
+    ``disk`` (the I/O seam, :mod:`chute.store.disk`).
+
+    Raises (constructor):
+        StoreError: another journal holds the directory.
+        OSError: the directory cannot be created or listed.
+        ValueError: a setting is out of range.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        segment_size: int = DEFAULT_SEGMENT_SIZE,
+        sync: SyncMode | str = SyncMode.ALWAYS,
+        batch_ms: float = 10.0,
+        flush_ms: float = 2.0,
+        preallocate: bool = True,
+        compact_ratio: float = 0.1,
+        max_compact_moves: int = 4096,
+        auto_reclaim: bool = True,
+        disk: Disk | None = None,
+    ) -> None:
+        mode = _check_settings(segment_size, sync, batch_ms, flush_ms)
+        self.directory = os.fspath(directory)
+        disk = disk or Disk()
+        os.makedirs(self.directory, exist_ok=True)
+        self._lock_fd = _lock_directory(self.directory)
+        try:
+            remove_spares(self.directory)
+            index = LiveIndex()
+            recovered, self.report = recover(self.directory, disk=disk, index=index)
+            segments = list_segments(self.directory)
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+        self._disk = disk
+        self._recovered: Recovered | None = recovered
+        self._prepared: dict[str, tuple[TxOp, ...]] = {
+            xid: ops for xid, (ops, _) in index.prepared.items()
+        }
+        self._intake = Intake(self.directory)
+        self._writer = Writer(
+            self.directory,
+            self._intake,
+            index,
+            segments,
+            disk=disk,
+            mode=mode,
+            segment_size=segment_size,
+            batch=batch_ms / 1000,
+            flush=flush_ms / 1000,
+            preallocate=preallocate,
+            compact_ratio=compact_ratio,
+            max_moves=max_compact_moves,
+            auto_reclaim=auto_reclaim,
+        )
+        self._writer.thread.start()
+
+    @property
+    def mode(self) -> SyncMode:
+        return self._writer.mode
+
+    # -- the Store interface (caller side) ------------------------------------------
+
+    def define(self, definition: QueueDefinition) -> None:
+        self._append_record(DefineRecord(definition))
+
+    def undefine(self, name: str) -> None:
+        self._append_record(UndefineRecord(name))
+
+    def add(self, op: AddOp) -> None:
+        """Buffer an add.
+
+        Raises:
+            StoreError: the message cannot be journaled (a field or name too long).
+            JournalClosed: the journal is closed.
+        """
+        try:
+            payload = encode_add(op)
+        except ENCODE_ERRORS as exc:
+            raise StoreError(f"message {op.message.id!r} cannot be journaled: {exc}") from exc
+        self._intake.append(Kind.ADD, payload, AddRecord(op))
+
+    def ack(self, op: AckOp) -> None:
+        try:
+            payload = encode_ack(op)
+        except ENCODE_ERRORS as exc:
+            raise StoreError(f"ack cannot be journaled: {exc}") from exc
+        self._intake.append(Kind.ACK, payload, AckRecord(op))
+
+    def delivered(self, queue: str, seq: int, delivery_count: int) -> None:
+        try:
+            payload = encode_delivered(queue, seq, delivery_count)
+        except ENCODE_ERRORS as exc:
+            raise StoreError(f"delivery mark cannot be journaled: {exc}") from exc
+        self._intake.append(Kind.DELIVERED, payload, DeliveredRecord(queue, seq, delivery_count))
+
+    def commit(self, ops: Sequence[TxOp]) -> None:
+        """One record for all of ``ops``: after a crash, all of them or none."""
+        if len(ops) == 1:
+            op = ops[0]
+            if isinstance(op, AddOp):
+                self.add(op)
+            else:
+                self.ack(op)
+        elif ops:
+            self._append_record(CommitRecord(tuple(ops)))
+
+    def prepare(self, xid: str, ops: Sequence[TxOp]) -> None:
+        staged = tuple(ops)
+        self._append_record(PrepareRecord(xid, staged))
+        self._prepared[xid] = staged
+
+    def commit_prepared(self, xid: str) -> None:
+        ops = self._prepared.pop(xid, None)
+        if ops is not None:
+            self._append_record(CommitPreparedRecord(xid, ops))
+
+    def rollback_prepared(self, xid: str) -> None:
+        if self._prepared.pop(xid, None) is not None:
+            self._append_record(RollbackPreparedRecord(xid))
+
+    def sync(self, callback: SyncCallback) -> None:
+        if not self._intake.sync(callback):
+            callback(JournalClosed(f"journal {self.directory} is closed"))
+
+    def recover(self) -> Recovered:
+        """What is durable: what the open replayed, until something is appended.
+
+        After that (or on a second call) it flushes everything buffered and
+        reads the segments again.
+
+        Raises:
+            StoreError: the flush failed (the disk) or timed out.
+        """
+        recovered, self._recovered = self._recovered, None
+        if recovered is not None and not self._intake.appended:
+            return recovered
+        del recovered
+        self.flush()
+        with self._writer.files:
+            recovered, _ = recover(self.directory, disk=self._disk, cut=False)
+        return recovered
+
+    def close(self) -> None:
+        """Write and sync everything buffered, stop the writer, release the directory.
+
+        Idempotent. If the disk keeps failing, buffered records are given up
+        after a few attempts (their callbacks get the error, it is logged).
+        """
+        already = self._intake.close()
+        self._writer.thread.join()
+        if already:
+            return
+        self._writer.release()
+        os.close(self._lock_fd)
+
+    # -- beyond the Store interface --------------------------------------------------
+
+    def flush(self, timeout: float = 60.0) -> None:
+        """Block until everything appended so far is durable (as the sync mode defines it).
+
+        Raises:
+            StoreError: it could not be made durable, or not within ``timeout``.
+        """
+        done = threading.Event()
+        outcome: list[BaseException | None] = []
+
+        def finished(error: BaseException | None) -> None:
+            outcome.append(error)
+            done.set()
+
+        self.sync(finished)
+        if not done.wait(timeout):
+            raise StoreError(f"journal {self.directory}: flush timed out after {timeout} s")
+        if outcome[0] is not None:
+            raise outcome[0]
+
+    def reclaim(self, timeout: float = 60.0) -> ReclaimResult:
+        """Run a reclaim pass now (the writer also runs one after each roll-over).
+
+        Raises:
+            StoreError: the pass failed or did not finish within ``timeout``.
+        """
+        done = threading.Event()
+        outcome: list[ReclaimResult | BaseException] = []
+
+        def finished(result: ReclaimResult | BaseException) -> None:
+            outcome.append(result)
+            done.set()
+
+        if not self._intake.request(finished):
+            raise JournalClosed(f"journal {self.directory} is closed")
+        if not done.wait(timeout):
+            raise StoreError(f"journal {self.directory}: reclaim timed out after {timeout} s")
+        result = outcome[0]
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def segments(self) -> list[int]:
+        """The numbers of the segment files, oldest first (a snapshot)."""
+        return self._writer.segments()
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"Journal({self.directory!r}, sync={self.mode.value}, "
+            f"segments={len(self._writer.segments())})"
+        )
+
+    # -- caller-side helpers ---------------------------------------------------------
+
+    def _append_record(self, record: Record) -> None:
+        try:
+            kind, payload = encode(record)
+        except ENCODE_ERRORS as exc:
+            raise StoreError(f"record cannot be journaled: {exc}") from exc
+        self._intake.append(kind, payload, record)
+
+
+def _check_settings(
+    segment_size: int, sync: SyncMode | str, batch_ms: float, flush_ms: float
+) -> SyncMode:
+    if segment_size < 4096:
+        raise ValueError("segment_size must be at least 4096 bytes")
+    if batch_ms <= 0 or flush_ms <= 0:
+        raise ValueError("batch_ms and flush_ms must be positive")
+    try:
+        return SyncMode(sync)
+    except ValueError:
+        modes = ", ".join(m.value for m in SyncMode)
+        raise ValueError(f"sync must be one of {modes}, not {sync!r}") from None
+
+
+def _lock_directory(directory: str) -> int:
+    fd = os.open(os.path.join(directory, "lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        raise StoreError(
+            f"journal {directory} is in use by another broker (cannot lock it: {exc.strerror})"
+        ) from exc
+    return fd

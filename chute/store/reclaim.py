@@ -1,0 +1,338 @@
+"""Which segments can be deleted, and what compaction must copy forward first.
+
+Pure: no files. The journal's writer keeps a :class:`LiveIndex` of what is
+live where, asks :func:`plan` which segments may go, builds the records that
+carry their last live content forward (:func:`compaction_records`), writes
+and syncs those, and only then deletes.
+
+Positive records bring something to life: an add (one per queue it went to),
+a queue definition, a prepared transaction. Negative records end something:
+an ack, an undefine, a commit or rollback of a prepared transaction, a newer
+definition or prepare of the same name, a compacted copy of an add. Each
+negative *depends* on the segment holding the positive it cancelled.
+
+The rule (Artemis' ``Reclaimer``): a segment Fn may be deleted if and only if
+
+1. every positive record in Fn is cancelled (nothing in it is live), and
+2. every positive that a negative record in Fn cancels lives in a segment
+   that is also deleted in the same pass, or is already gone.
+
+Rule 2 is what keeps an ack from disappearing before the add it cancels: if
+the ack's segment went and the add's stayed, a restart would replay the add
+alone and resurrect an acked message. Negatives only ever point backwards
+(an ack is written after its add; a compacted copy after the original), so
+deleting a pass's segments in ascending order keeps the rule at every
+instant, even if the process dies between two unlinks.
+
+Compaction: a segment pinned by a few live positives (at most
+``compact_ratio`` of those ever written in it) is treated as deletable if
+its live content is first copied into the current segment; the copies
+cancel the originals. Rule 2 is then checked as for any other deletion, so
+a segment is compacted only if it will actually go.
+
+What deleted segments knew that no positive carries, the sequence
+high-water mark of each destination and the delivery counts of live
+messages, is written first in a :class:`~chute.store.payload.CheckpointRecord`.
+
+Thread-safety: none. The writer thread owns the index (recovery builds it
+before the writer starts).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Set
+
+from chute.core.store import AckOp, AddOp, QueueDefinition, TxOp
+from chute.store.payload import (
+    AckRecord,
+    AddRecord,
+    CheckpointRecord,
+    CommitPreparedRecord,
+    CommitRecord,
+    DefineRecord,
+    DeliveredRecord,
+    Names,
+    PrepareRecord,
+    Record,
+    RollbackPreparedRecord,
+    UndefineRecord,
+    add_keys,
+    decode,
+    decode_add,
+)
+from chute.store.record import Kind, Scan
+from chute.store.segment import SEGMENT_HEADER_SIZE
+
+# A record's location: its segment number in the high bits, its offset in the low 32.
+SEGMENT_SHIFT = 32
+
+
+def segment_of(location: int) -> int:
+    return location >> SEGMENT_SHIFT
+
+
+class LiveIndex:
+    """What is live, and in which segment: the journal's bookkeeping for reclaiming.
+
+    ``locations[queue][seq]`` is where the live add of that message is;
+    ``live[segment]`` counts the live positives in a segment and
+    ``written[segment]`` those ever written there; ``deps[segment]`` holds
+    the segments whose positives the negatives in ``segment`` cancelled.
+    """
+
+    def __init__(self) -> None:
+        self.locations: dict[str, dict[int, int]] = {}
+        self.counts: dict[str, dict[int, int]] = {}
+        self.definitions: dict[str, tuple[QueueDefinition, int]] = {}
+        self.prepared: dict[str, tuple[tuple[TxOp, ...], int]] = {}
+        self.next_seq: dict[str, int] = {}
+        self.live: dict[int, int] = {}
+        self.written: dict[int, int] = {}
+        self.deps: dict[int, set[int]] = {}
+
+    # -- applying records ------------------------------------------------------------
+
+    def apply(self, record: Record, location: int) -> None:
+        """Account for ``record``, written at ``location``."""
+        if type(record) is AddRecord:  # the hot path first
+            self.add(record.op, record.delivery_count, location)
+            return
+        match record:
+            case AckRecord(op):
+                self.ack(op, location)
+            case DeliveredRecord(queue, seq, count):
+                self.delivered(queue, seq, count)
+            case DefineRecord(definition):
+                self.define(definition, location)
+            case UndefineRecord(name):
+                self.undefine(name, location)
+            case CommitRecord(ops):
+                self.commit(ops, location)
+            case PrepareRecord(xid, ops):
+                self.prepare(xid, ops, location)
+            case CommitPreparedRecord(xid, ops):
+                self.end_prepared(xid, location)
+                self.commit(ops, location)
+            case RollbackPreparedRecord(xid):
+                self.end_prepared(xid, location)
+            case CheckpointRecord(next_seq, counts):
+                self.checkpoint(next_seq, counts)
+            case AddRecord(op, count):  # pragma: no cover - handled above
+                self.add(op, count, location)
+
+    def _born(self, location: int) -> None:
+        segment = location >> SEGMENT_SHIFT
+        self.live[segment] = self.live.get(segment, 0) + 1
+        self.written[segment] = self.written.get(segment, 0) + 1
+
+    def _kill(self, old: int, location: int) -> None:
+        dead = old >> SEGMENT_SHIFT
+        self.live[dead] -= 1
+        segment = location >> SEGMENT_SHIFT
+        if dead != segment:
+            deps = self.deps.get(segment)
+            if deps is None:
+                deps = self.deps[segment] = set()
+            deps.add(dead)
+
+    def add(self, op: AddOp, count: int, location: int) -> None:
+        seq = op.seq
+        segment = location >> SEGMENT_SHIFT
+        live, written = self.live, self.written
+        for queue in op.queues:
+            held = self.locations.get(queue)
+            if held is None:
+                held = self.locations[queue] = {}
+            old = held.get(seq)
+            if old is not None:
+                self._kill(old, location)
+            held[seq] = location
+            live[segment] = live.get(segment, 0) + 1
+            written[segment] = written.get(segment, 0) + 1
+            counts = self.counts.get(queue)
+            if count:
+                if counts is None:
+                    counts = self.counts[queue] = {}
+                counts[seq] = count
+            elif counts:
+                counts.pop(seq, None)
+        if self.next_seq.get(op.destination, 0) <= seq:
+            self.next_seq[op.destination] = seq + 1
+
+    def ack(self, op: AckOp, location: int) -> None:
+        held = self.locations.get(op.queue)
+        if held is None:
+            return
+        old = held.pop(op.seq, None)
+        if old is not None:
+            self._kill(old, location)
+            counts = self.counts.get(op.queue)
+            if counts:
+                counts.pop(op.seq, None)
+
+    def delivered(self, queue: str, seq: int, count: int) -> None:
+        held = self.locations.get(queue)
+        if held is None or seq not in held:
+            return
+        counts = self.counts.get(queue)
+        if counts is None:
+            counts = self.counts[queue] = {}
+        if counts.get(seq, 0) < count:
+            counts[seq] = count
+
+    def define(self, definition: QueueDefinition, location: int) -> None:
+        old = self.definitions.get(definition.name)
+        if old is not None:
+            self._kill(old[1], location)
+        self.definitions[definition.name] = (definition, location)
+        self._born(location)
+
+    def undefine(self, name: str, location: int) -> None:
+        old = self.definitions.pop(name, None)
+        if old is not None:
+            self._kill(old[1], location)
+        for held in self.locations.pop(name, {}).values():
+            self._kill(held, location)
+        self.counts.pop(name, None)
+
+    def commit(self, ops: Iterable[TxOp], location: int) -> None:
+        for op in ops:
+            if isinstance(op, AddOp):
+                self.add(op, 0, location)
+            else:
+                self.ack(op, location)
+
+    def prepare(self, xid: str, ops: tuple[TxOp, ...], location: int) -> None:
+        self.end_prepared(xid, location)
+        self.prepared[xid] = (ops, location)
+        self._born(location)
+
+    def end_prepared(self, xid: str, location: int) -> None:
+        old = self.prepared.pop(xid, None)
+        if old is not None:
+            self._kill(old[1], location)
+
+    def checkpoint(
+        self, next_seq: Iterable[tuple[str, int]], counts: Iterable[tuple[str, int, int]]
+    ) -> None:
+        for dest, seq in next_seq:
+            if self.next_seq.get(dest, 0) < seq:
+                self.next_seq[dest] = seq
+        for queue, seq, count in counts:
+            self.delivered(queue, seq, count)
+
+    # -- reclaiming ------------------------------------------------------------------
+
+    def checkpoint_record(self) -> CheckpointRecord:
+        """What deleted segments may have known that no live positive carries."""
+        return CheckpointRecord(
+            tuple(self.next_seq.items()),
+            tuple(
+                (queue, seq, count)
+                for queue, held in self.counts.items()
+                for seq, count in held.items()
+            ),
+        )
+
+    def forget(self, segment: int) -> None:
+        """``segment`` was deleted."""
+        self.live.pop(segment, None)
+        self.written.pop(segment, None)
+        self.deps.pop(segment, None)
+        for deps in self.deps.values():
+            deps.discard(segment)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Plan:
+    delete: tuple[int, ...]  # ascending: the order to unlink in
+    compact: tuple[int, ...]  # the segments in ``delete`` whose live content must move first
+
+
+def plan(
+    segments: Iterable[int],
+    current: int,
+    live: Mapping[int, int],
+    written: Mapping[int, int],
+    deps: Mapping[int, Set[int]],
+    *,
+    compact_ratio: float = 0.1,
+    max_moves: int = 4096,
+) -> Plan:
+    """The segments that may go now, by the rule in the module docstring.
+
+    ``current`` (the segment being written) and anything after it never go.
+    A segment qualifies for compaction when its live positives are at most
+    ``compact_ratio`` of those written in it; at most ``max_moves`` positives
+    are moved in one pass, oldest segments first.
+    """
+    present = set(segments)
+    going: set[int] = set()
+    moves = 0
+    for segment in sorted(present):
+        if segment >= current:
+            break
+        alive = live.get(segment, 0)
+        if alive <= 0:
+            going.add(segment)
+        elif alive <= compact_ratio * written.get(segment, 0) and moves + alive <= max_moves:
+            going.add(segment)
+            moves += alive
+    changed = True
+    while changed:  # rule 2, to a fixpoint: a segment kept can keep others
+        changed = False
+        for segment in sorted(going):
+            if any(d != segment and d in present and d not in going for d in deps.get(segment, ())):
+                going.discard(segment)
+                changed = True
+    delete = tuple(sorted(going))
+    return Plan(delete, tuple(s for s in delete if live.get(s, 0) > 0))
+
+
+def compaction_records(index: LiveIndex, segment: int, data: bytes) -> list[Record]:
+    """Records that copy the live content of ``segment`` (its bytes are ``data``) forward.
+
+    Applied to the index at their new location, they cancel every live
+    positive in ``segment``. A compacted add keeps its store delivery count;
+    a message in several queues with different counts gets one add per count.
+    """
+    out: list[Record] = [
+        DefineRecord(definition)
+        for definition, location in index.definitions.values()
+        if location >> SEGMENT_SHIFT == segment
+    ]
+    names = Names()
+    base = segment << SEGMENT_SHIFT
+    locations = index.locations
+    for offset, kind, start, end in Scan(data, segment, SEGMENT_HEADER_SIZE):
+        location = base | offset
+        if kind == Kind.ADD:
+            seq, queues = add_keys(data, start, names)
+            if any(locations.get(q, {}).get(seq) == location for q in queues):
+                op, _ = decode_add(data, start, end, names)
+                out += _moved(index, op, location)
+        elif kind in (Kind.COMMIT, Kind.COMMIT_PREPARED):
+            record = decode(kind, data, start, end, names)
+            if isinstance(record, CommitRecord | CommitPreparedRecord):
+                for tx_op in record.ops:
+                    if isinstance(tx_op, AddOp):
+                        out += _moved(index, tx_op, location)
+    out += [
+        PrepareRecord(xid, ops)
+        for xid, (ops, location) in index.prepared.items()
+        if location >> SEGMENT_SHIFT == segment
+    ]
+    return out
+
+
+def _moved(index: LiveIndex, op: AddOp, location: int) -> list[Record]:
+    by_count: dict[int, list[str]] = {}
+    for queue in op.queues:
+        if index.locations.get(queue, {}).get(op.seq) == location:
+            count = index.counts.get(queue, {}).get(op.seq, 0)
+            by_count.setdefault(count, []).append(queue)
+    return [
+        AddRecord(AddOp(op.destination, tuple(queues), op.seq, op.message), count)
+        for count, queues in by_count.items()
+    ]

@@ -1,0 +1,297 @@
+"""Recovery: replay a journal directory's segments into what the core gets back.
+
+Every segment is read whole (one large sequential read), scanned for frames
+(:class:`~chute.store.record.Scan`) and each record replayed, in segment
+then offset order, into a :class:`~chute.store.memory.MemoryStore`: the
+reference store, so that what the journal recovers is by construction what
+a MemoryStore given the same calls would hold. The same pass rebuilds the
+writer's :class:`~chute.store.reclaim.LiveIndex` when one is given.
+
+What can go wrong is reported, never raised (Kafka's ``LogSegment.recover``,
+nats' ``LostStreamData``):
+
+* a torn tail (a record cut short by a crash, nothing valid after it) is cut
+  off: the file is truncated to the end of its last good record;
+* a corrupt region in the middle (bad marker, length or CRC with good
+  records after it) is skipped, as is a record whose CRC is good but whose
+  payload cannot be decoded; each is logged and counted;
+* a segment that cannot be read at all is logged and counted as skipped.
+
+The :class:`RecoveryReport` says how many records were replayed, how many
+bytes were cut, how many records and bytes were skipped; the caller logs it.
+
+Thread-safety: a recovery runs on the thread that calls it, on a directory
+nobody writes to meanwhile (the journal recovers before its writer starts,
+and flushes and pauses reclaiming before a re-read).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import logging
+import os
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+from chute.core.store import AckOp, Recovered
+from chute.store.disk import Disk
+from chute.store.errors import CorruptRecord
+from chute.store.memory import MemoryStore
+from chute.store.payload import (
+    AckRecord,
+    AddRecord,
+    CheckpointRecord,
+    CommitPreparedRecord,
+    CommitRecord,
+    DefineRecord,
+    DeliveredRecord,
+    Names,
+    PrepareRecord,
+    Record,
+    RollbackPreparedRecord,
+    UndefineRecord,
+    decode,
+    decode_ack,
+    decode_add,
+)
+from chute.store.reclaim import SEGMENT_SHIFT, LiveIndex
+from chute.store.record import Kind, Scan
+from chute.store.segment import (
+    SEGMENT_HEADER_SIZE,
+    header_problem,
+    list_segments,
+    read_segment,
+    segment_path,
+)
+
+log = logging.getLogger(__name__)
+
+_ADD, _ACK = int(Kind.ADD), int(Kind.ACK)
+
+
+@dataclasses.dataclass(slots=True)
+class RecoveryReport:
+    """What a recovery found: replayed, cut and skipped."""
+
+    directory: str
+    segments: int = 0
+    records: int = 0  # replayed
+    bytes_read: int = 0
+    bytes_cut: int = 0  # torn tails removed, up to their last non-zero byte
+    records_skipped: int = 0  # corrupt regions and undecodable records
+    bytes_skipped: int = 0
+    seconds: float = 0.0
+    problems: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        """Nothing was cut or skipped."""
+        return not self.problems
+
+    def __str__(self) -> str:
+        text = (
+            f"journal {self.directory}: replayed {self.records} records from "
+            f"{self.segments} segments ({self.bytes_read / (1 << 20):.1f} MiB) "
+            f"in {self.seconds:.2f} s"
+        )
+        if self.bytes_cut:
+            text += f"; cut a torn tail of {self.bytes_cut} bytes"
+        if self.records_skipped:
+            text += f"; skipped {self.records_skipped} corrupt records ({self.bytes_skipped} bytes)"
+        return text
+
+    def note(self, text: str) -> None:
+        """Log a problem and keep it in the report."""
+        log.warning("journal %s: %s", self.directory, text)
+        self.problems.append(text)
+
+
+def recover(
+    directory: str,
+    *,
+    disk: Disk | None = None,
+    index: LiveIndex | None = None,
+    cut: bool = True,
+) -> tuple[Recovered, RecoveryReport]:
+    """Replay every segment of ``directory``; returns what is durable and the report.
+
+    ``index``, if given, is filled with the liveness of every record replayed.
+    ``cut`` truncates torn tails (through ``disk``); a re-read of a journal in
+    use passes False and leaves the files alone.
+
+    Raises:
+        OSError: only if the directory itself cannot be listed.
+    """
+    disk = disk or Disk()
+    report = RecoveryReport(directory)
+    started = time.perf_counter()
+    store = MemoryStore()
+    names = Names()
+    # Replay makes millions of objects and frees none: the cyclic collector
+    # would rescan them over and over (recovery took 1.7x as long with it on).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        _replay_all(directory, disk, store, index, names, report, cut=cut)
+    finally:
+        if collecting:
+            gc.enable()
+    report.seconds = time.perf_counter() - started
+    return store.recover(), report
+
+
+def _replay_all(  # noqa: PLR0917 - private, called once
+    directory: str,
+    disk: Disk,
+    store: MemoryStore,
+    index: LiveIndex | None,
+    names: Names,
+    report: RecoveryReport,
+    *,
+    cut: bool,
+) -> None:
+    for segment, data in _read_ahead(directory, list_segments(directory)):
+        if isinstance(data, OSError):
+            report.records_skipped += 1
+            report.note(f"segment {segment} cannot be read, skipped: {data}")
+            continue
+        report.segments += 1
+        report.bytes_read += len(data)
+        end = _replay_segment(data, segment, store, index, names, report)
+        if end < len(data) and cut:
+            _cut(directory, segment, end, disk, report)
+
+
+def _read_ahead(directory: str, segments: list[int]) -> Iterator[tuple[int, bytes | OSError]]:
+    """Each segment's bytes (or why it cannot be read), the next one read meanwhile.
+
+    Reading releases the GIL, so a second thread reads segment n+1 (page
+    faults and copying included) while this one replays segment n.
+    """
+    if not segments:
+        return
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="chute-recovery") as reader:
+        upcoming = reader.submit(_read, directory, segments[0])
+        for i, segment in enumerate(segments):
+            current = upcoming
+            if i + 1 < len(segments):
+                upcoming = reader.submit(_read, directory, segments[i + 1])
+            yield segment, current.result()
+
+
+def _read(directory: str, segment: int) -> bytes | OSError:
+    try:
+        return read_segment(directory, segment)
+    except OSError as exc:
+        return exc
+
+
+def _replay_segment(  # noqa: PLR0917 - private, called once
+    data: bytes,
+    segment: int,
+    store: MemoryStore,
+    index: LiveIndex | None,
+    names: Names,
+    report: RecoveryReport,
+) -> int:
+    """Replay one segment's records; returns where a torn tail starts (or ``len(data)``)."""
+    problem = header_problem(data, segment)
+    if problem is not None:
+        if data.count(0) == len(data):
+            return len(data)  # made but never written: nothing to replay
+        report.note(f"segment {segment}: {problem}; reading its records anyway")
+    base = segment << SEGMENT_SHIFT
+    scan = Scan(data, segment, SEGMENT_HEADER_SIZE)
+    replayed = 0
+    add = store.add
+    for offset, kind, start, end in scan:
+        try:
+            if kind == _ADD:
+                op, count = decode_add(data, start, end, names)
+                add(op)
+                if count:
+                    for queue in op.queues:
+                        store.delivered(queue, op.seq, count)
+                if index is not None:
+                    index.add(op, count, base | offset)
+            elif kind == _ACK:
+                ack: AckOp = decode_ack(data, start, names)
+                store.ack(ack)
+                if index is not None:
+                    index.ack(ack, base | offset)
+            else:
+                record = decode(kind, data, start, end, names)
+                replay(store, record)
+                if index is not None:
+                    index.apply(record, base | offset)
+        except CorruptRecord as exc:
+            report.records_skipped += 1
+            report.bytes_skipped += end - offset
+            report.note(f"segment {segment} offset {offset}: {exc}; skipped")
+            continue
+        replayed += 1
+    report.records += replayed
+    torn = len(data)
+    for damage in scan.damage:
+        if damage.tail:
+            torn = damage.offset
+            size = len(data[damage.offset :].rstrip(b"\x00"))
+            report.bytes_cut += size
+            report.note(
+                f"segment {segment} offset {damage.offset}: {damage.reason}, "
+                f"torn tail of {size} bytes cut"
+            )
+        else:
+            report.records_skipped += 1
+            report.bytes_skipped += damage.end - damage.offset
+            report.note(
+                f"segment {segment} offset {damage.offset}: {damage.reason}, "
+                f"{damage.end - damage.offset} corrupt bytes skipped"
+            )
+    return torn
+
+
+def replay(store: MemoryStore, record: Record) -> None:
+    """Apply one record to ``store`` as the calls that wrote it did."""
+    match record:
+        case AddRecord(op, count):
+            store.add(op)
+            if count:
+                for queue in op.queues:
+                    store.delivered(queue, op.seq, count)
+        case AckRecord(op):
+            store.ack(op)
+        case DeliveredRecord(queue, seq, count):
+            store.delivered(queue, seq, count)
+        case DefineRecord(definition):
+            store.define(definition)
+        case UndefineRecord(name):
+            store.undefine(name)
+        case CommitRecord(ops):
+            store.commit(ops)
+        case PrepareRecord(xid, ops):
+            store.prepare(xid, ops)
+        case CommitPreparedRecord(xid, ops):
+            store.prepare(xid, ops)  # the record carries the operations it commits
+            store.commit_prepared(xid)
+        case RollbackPreparedRecord(xid):
+            store.rollback_prepared(xid)
+        case CheckpointRecord(next_seq, counts):
+            for dest, seq in next_seq:
+                store.next_seq[dest] = max(store.next_seq.get(dest, 0), seq)
+            for queue, seq, count in counts:
+                store.delivered(queue, seq, count)
+
+
+def _cut(directory: str, segment: int, end: int, disk: Disk, report: RecoveryReport) -> None:
+    try:
+        fd = os.open(segment_path(directory, segment), os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            disk.truncate(fd, end)
+            disk.sync(fd, data_only=False)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        report.note(f"segment {segment}: cannot cut its torn tail: {exc}")

@@ -1,0 +1,528 @@
+"""The journal's writer thread: group commit, roll-over, disk faults, reclaim passes.
+
+Callers hand records and sync callbacks to an :class:`Intake` (a list under
+one lock: appending costs no system call). One :class:`Writer` thread does
+all the journal's I/O. Each cycle it takes everything in the intake, frames
+the records at their final place in the current segment (the CRC covers
+that place, see :mod:`chute.store.record`), writes them with one ``pwrite``,
+makes them durable with one ``fdatasync`` for all of them (group commit),
+and only then calls every callback it took, on its own thread. A callback
+therefore fires only after the sync that covers every record appended
+before it.
+
+When it wakes: at once for a sync callback (in ``always`` and ``never``
+modes), a reclaim request, a close, or more than 1 MiB buffered; otherwise
+it lingers ``flush_ms`` after records arrive so that more join the same
+write. Appends do not wake it while it is active (it polls every
+``flush_ms``); after ``_IDLE_AFTER`` seconds with nothing to do it sleeps
+until an append wakes it. ``batch`` mode syncs at most once per
+``batch_ms``; ``always`` mode also syncs written records nobody waits for
+after 4 MiB or 0.5 s, so what must be kept for a rewrite stays bounded.
+
+Disk faults: when a write, a sync or making a new segment fails, every
+callback taken so far gets a :class:`~chute.store.errors.DiskFull` or
+:class:`~chute.store.errors.DiskFailure`. Records not yet written stay in
+the writer's carry, and what was written since the last good sync is kept
+too and written again at the same place before the next sync (after a
+failed fsync the kernel may have dropped those pages). The writer retries
+after a back-off of 5 ms doubling to 1 s; once the disk works again it
+carries on by itself.
+
+A full segment is synced and closed, and a pre-zeroed spare becomes the next
+one (:mod:`chute.store.segment`). After each roll-over the writer runs a
+reclaim pass (:mod:`chute.store.reclaim`): copy the live records of sparse
+old segments forward, write a checkpoint, sync, then delete oldest first.
+
+Thread-safety: an :class:`Intake` is shared by any number of caller threads
+and the writer, all under its ``cond``. Everything else here belongs to the
+writer thread, except ``Writer.segments()`` and ``Writer.files`` (the lock a
+re-read of the directory holds so that no segment is deleted under it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import itertools
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Final
+
+from chute.core.store import SyncCallback
+from chute.errors import StoreError
+from chute.store.disk import Disk
+from chute.store.errors import DiskFailure, JournalClosed, disk_error
+from chute.store.payload import Record, encode
+from chute.store.reclaim import SEGMENT_SHIFT, LiveIndex, compaction_records, plan
+from chute.store.record import HEADER_SIZE, Kind, frame_header
+from chute.store.segment import (
+    SEGMENT_HEADER_SIZE,
+    SegmentFile,
+    Spares,
+    open_segment,
+    read_segment,
+    segment_path,
+)
+
+log = logging.getLogger("chute.store.journal")
+
+WAKE_BYTES: Final = 1 << 20  # buffered bytes that wake the writer at once
+_UNSYNCED_BYTES: Final = 4 << 20  # ``always``: sync written records after this much ...
+_UNSYNCED_AGE: Final = 0.5  # ... or this many seconds, even with no callback waiting
+_IDLE_AFTER: Final = 0.2  # seconds without work before the writer sleeps until woken
+_BACKOFF_FIRST: Final = 0.005
+_BACKOFF_MAX: Final = 1.0
+_CLOSE_ATTEMPTS: Final = 3
+
+Item = tuple[Kind, bytes, Record]
+
+
+class SyncMode(enum.Enum):
+    """When a sync callback fires (see :mod:`chute.store.journal`)."""
+
+    ALWAYS = "always"
+    BATCH = "batch"
+    NEVER = "never"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReclaimResult:
+    deleted: tuple[int, ...] = ()  # segment numbers
+    moved: int = 0  # records compaction copied forward
+
+
+Request = Callable[[ReclaimResult | BaseException], None]
+
+
+class Intake:
+    """What callers hand the writer: records, sync callbacks, reclaim requests.
+
+    Shared by the callers and the writer; every field is read and written
+    under ``cond`` (methods here take it; the writer takes it itself).
+    """
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.cond = threading.Condition(threading.Lock())
+        self.pending: list[Item] = []
+        self.pending_bytes = 0
+        self.callbacks: list[SyncCallback] = []
+        self.requests: list[Request] = []
+        self.idle = False  # the writer sleeps until woken
+        self.closing = False
+        self.appended = False  # anything since the journal opened
+
+    def append(self, kind: Kind, payload: bytes, record: Record) -> None:
+        """Hand over one record. Raises JournalClosed once closing."""
+        with self.cond:
+            if self.closing:
+                raise JournalClosed(f"journal {self.directory} is closed")
+            self.pending.append((kind, payload, record))
+            self.pending_bytes += len(payload)
+            self.appended = True
+            if self.idle or self.pending_bytes >= WAKE_BYTES:
+                self.idle = False
+                self.cond.notify()
+
+    def sync(self, callback: SyncCallback) -> bool:
+        """Hand over a sync callback and wake the writer; False once closing."""
+        with self.cond:
+            if self.closing:
+                return False
+            self.callbacks.append(callback)
+            self.cond.notify()
+            return True
+
+    def request(self, request: Request) -> bool:
+        """Ask for a reclaim pass; False once closing."""
+        with self.cond:
+            if self.closing:
+                return False
+            self.requests.append(request)
+            self.cond.notify()
+            return True
+
+    def close(self) -> bool:
+        """Tell the writer to finish; True if it had been told already."""
+        with self.cond:
+            already = self.closing
+            self.closing = True
+            self.cond.notify()
+            return already
+
+
+class Writer:
+    """The thread that writes, syncs, calls back, rolls over and reclaims."""
+
+    def __init__(
+        self,
+        directory: str,
+        intake: Intake,
+        index: LiveIndex,
+        segments: list[int],
+        *,
+        disk: Disk,
+        mode: SyncMode,
+        segment_size: int,
+        batch: float,
+        flush: float,
+        preallocate: bool,
+        compact_ratio: float,
+        max_moves: int,
+        auto_reclaim: bool,
+    ) -> None:
+        self.directory = directory
+        self.mode = mode
+        self.files = threading.Lock()  # held while segments are deleted or re-read
+        self._intake = intake
+        self._index = index
+        self._segments = segments
+        self._next_segment = segments[-1] + 1 if segments else 1
+        self._disk = disk
+        self._segment_size = segment_size
+        self._batch = batch
+        self._flush = flush
+        self._compact_ratio = compact_ratio
+        self._max_moves = max_moves
+        self._auto_reclaim = auto_reclaim
+        self._current: SegmentFile | None = None
+        self._carry: list[Item] = []  # taken, not yet written
+        self._unsynced: list[tuple[int, bytes]] = []  # written to the current segment, not synced
+        self._unsynced_bytes = 0
+        self._waiting: list[SyncCallback] = []  # taken, to call after the next sync
+        self._last_sync = time.monotonic()
+        self._linger_until: float | None = None
+        self._active_at = 0.0
+        self._retry_at: float | None = None
+        self._backoff = 0.0
+        self._rewrite = False
+        self._reclaim_due = False
+        self._spares = Spares(directory, segment_size, disk) if preallocate else None
+        if self._spares is not None:
+            self._spares.prepare()
+        self.thread = threading.Thread(target=self._run, name="chute-journal", daemon=True)
+
+    def segments(self) -> list[int]:
+        """The numbers of the segment files, oldest first (a snapshot; any thread)."""
+        with self.files:
+            return list(self._segments)
+
+    def release(self) -> None:
+        """After the thread ended: close the current segment, stop making spares."""
+        if self._spares is not None:
+            self._spares.close()
+        if self._current is not None:
+            self._current.close()
+            self._current = None
+
+    # -- the loop --------------------------------------------------------------------
+
+    def _run(self) -> None:
+        intake = self._intake
+        attempts = 0
+        while True:
+            with intake.cond:
+                self._wait_for_work()
+                batch, intake.pending = intake.pending, []
+                intake.pending_bytes = 0
+                self._linger_until = None
+                self._waiting += intake.callbacks
+                intake.callbacks = []
+                requests, intake.requests = intake.requests, []
+                closing = intake.closing
+            if batch or self._waiting:
+                self._active_at = time.monotonic()
+            self._carry += batch
+            try:
+                self._cycle(final=closing)
+            except Exception as exc:  # noqa: BLE001 - the writer must outlive any failure
+                self._failed(exc)
+                for request in requests:
+                    request(_as_store_error(exc, "write"))
+                if closing:
+                    attempts += 1
+                    if attempts < _CLOSE_ATTEMPTS:
+                        time.sleep(_BACKOFF_FIRST * 10 * attempts)
+                        continue
+                    self._abandon(exc)
+                    return
+                continue
+            self._retry_at = None
+            self._backoff = 0.0
+            if closing:
+                for request in requests:
+                    request(JournalClosed(f"journal {self.directory} is closed"))
+                return
+            if requests or self._reclaim_due:
+                self._reclaim_safely(requests)
+
+    def _wait_for_work(self) -> None:
+        """Wait (holding the intake's ``cond``) until there is something to do now."""
+        intake = self._intake
+        while not intake.closing and not intake.requests:
+            now = time.monotonic()
+            if self._retry_at is not None:
+                if now >= self._retry_at:
+                    return
+                intake.cond.wait(self._retry_at - now)
+                continue
+            if intake.callbacks and self.mode is not SyncMode.BATCH:
+                return
+            if intake.pending_bytes >= WAKE_BYTES:
+                return
+            deadline = self._sync_deadline()
+            if intake.pending:
+                if self._linger_until is None:
+                    self._linger_until = now + self._flush
+                if deadline is None or self._linger_until < deadline:
+                    deadline = self._linger_until
+            elif deadline is None:
+                if now - self._active_at >= _IDLE_AFTER:
+                    intake.idle = True
+                    intake.cond.wait()
+                    intake.idle = False
+                    continue
+                deadline = now + self._flush  # poll: appends need not wake us
+            if now >= deadline:
+                return
+            intake.cond.wait(deadline - now)
+
+    def _sync_deadline(self) -> float | None:
+        """When written records must be synced with nobody asking, or None."""
+        if self.mode is SyncMode.BATCH:
+            if self._intake.callbacks or self._waiting or self._unsynced:
+                return self._last_sync + self._batch
+        elif self.mode is SyncMode.ALWAYS and self._unsynced:
+            return self._last_sync + _UNSYNCED_AGE
+        return None
+
+    def _cycle(self, *, final: bool) -> None:
+        """Write what was taken; sync and call back as the mode says.
+
+        Raises:
+            OSError: a write, sync or roll-over failed.
+        """
+        if self._rewrite:
+            self._rewrite_unsynced()
+        if self._carry:
+            self._write(self._carry)
+        if self.mode is SyncMode.NEVER:
+            if final and self._current is not None:
+                self._disk.sync(self._current.fd)
+            self._fire()
+            return
+        now = time.monotonic()
+        if self.mode is SyncMode.ALWAYS:
+            due = (
+                final
+                or bool(self._waiting)
+                or self._unsynced_bytes >= _UNSYNCED_BYTES
+                or (bool(self._unsynced) and now - self._last_sync >= _UNSYNCED_AGE)
+            )
+        else:
+            due = final or now - self._last_sync >= self._batch
+        if due:
+            if self._unsynced:
+                self._sync()
+            self._fire()
+
+    # -- writing ---------------------------------------------------------------------
+
+    def _write(self, items: list[Item]) -> None:
+        """Frame and write ``items`` in as few writes as segments allow; removes those written.
+
+        Raises:
+            OSError: a write or a roll-over failed (``items`` keeps what was not written).
+        """
+        done = 0
+        try:
+            while done < len(items):
+                segment = self._current
+                if segment is None:
+                    segment = self._roll(HEADER_SIZE + len(items[done][1]))
+                number = segment.number
+                position = start = segment.position
+                room = segment.room
+                parts: list[bytes] = []
+                end = done
+                for kind, payload, _ in itertools.islice(items, done, None):
+                    size = HEADER_SIZE + len(payload)
+                    if size > room:
+                        break
+                    parts.append(frame_header(number, position, kind, payload))
+                    parts.append(payload)
+                    position += size
+                    room -= size
+                    end += 1
+                if end == done:  # the next record does not fit: a new segment
+                    self._roll(HEADER_SIZE + len(items[done][1]))
+                    continue
+                data = b"".join(parts)
+                self._disk.write(segment.fd, data, start)
+                if self.mode is not SyncMode.NEVER:
+                    self._unsynced.append((start, data))
+                    self._unsynced_bytes += len(data)
+                segment.position = position
+                apply = self._index.apply
+                base = number << SEGMENT_SHIFT
+                offset = start
+                for _, payload, record in itertools.islice(items, done, end):
+                    apply(record, base | offset)
+                    offset += HEADER_SIZE + len(payload)
+                done = end
+        finally:
+            del items[:done]
+
+    def _roll(self, needed: int) -> SegmentFile:
+        """Sync and leave the current segment; make the next one current.
+
+        Raises:
+            OSError: the sync, the spare, or the new segment failed.
+        """
+        old = self._current
+        if old is not None:
+            if self._unsynced:
+                self._sync()
+            old.close()
+            self._current = None
+        number = self._next_segment
+        capacity = max(self._segment_size, needed + SEGMENT_HEADER_SIZE)
+        segment = open_segment(self.directory, number, capacity, self._disk, self._spares)
+        self._next_segment = number + 1
+        with self.files:
+            self._segments.append(number)
+        self._current = segment
+        self._reclaim_due = self._auto_reclaim
+        return segment
+
+    def _sync(self) -> None:
+        if self._current is None:
+            return
+        try:
+            self._disk.sync(self._current.fd)
+        except OSError:
+            self._rewrite = True
+            raise
+        self._unsynced.clear()
+        self._unsynced_bytes = 0
+        self._last_sync = time.monotonic()
+
+    def _rewrite_unsynced(self) -> None:
+        """After a failure: write again what was written since the last good sync."""
+        if self._current is not None:
+            for offset, data in self._unsynced:
+                self._disk.write(self._current.fd, data, offset)
+        self._rewrite = False
+
+    # -- calling back ----------------------------------------------------------------
+
+    def _fire(self, error: Exception | None = None) -> None:
+        """Call every waiting callback: with None, or a fresh error for each if ``error``."""
+        waiting, self._waiting = self._waiting, []
+        for callback in waiting:
+            try:
+                callback(None if error is None else _as_store_error(error, "write"))
+            except Exception:
+                log.exception("journal %s: a sync callback failed", self.directory)
+
+    def _failed(self, exc: Exception) -> None:
+        self._rewrite = True
+        self._fire(exc)
+        first = self._backoff == 0.0
+        self._backoff = min(max(self._backoff * 2, _BACKOFF_FIRST), _BACKOFF_MAX)
+        self._retry_at = time.monotonic() + self._backoff
+        if first or self._backoff >= _BACKOFF_MAX:
+            log.error(
+                "journal %s: %s; retrying (%d records buffered)",
+                self.directory,
+                _as_store_error(exc, "write"),
+                len(self._carry),
+                exc_info=not isinstance(exc, OSError),
+            )
+
+    def _abandon(self, exc: Exception) -> None:
+        """Closing and the disk still fails: give up on what is buffered."""
+        intake = self._intake
+        with intake.cond:
+            self._waiting += intake.callbacks
+            intake.callbacks = []
+            lost = len(self._carry) + len(intake.pending)
+            intake.pending = []
+        self._carry.clear()
+        log.error("journal %s closed with %d records not written: %s", self.directory, lost, exc)
+        self._fire(exc)
+
+    # -- reclaiming ------------------------------------------------------------------
+
+    def _reclaim_safely(self, requests: list[Request]) -> None:
+        """A reclaim pass whose failure is logged, not passed to producers."""
+        outcome: ReclaimResult | BaseException
+        try:
+            outcome = self._reclaim(force=bool(requests))
+        except Exception as exc:  # noqa: BLE001 - reclaiming again later is the remedy
+            log.warning("journal %s: reclaiming failed: %s", self.directory, exc)
+            outcome = _as_store_error(exc, "reclaim")
+        for request in requests:
+            request(outcome)
+
+    def _reclaim(self, *, force: bool) -> ReclaimResult:
+        """A reclaim pass: compact, checkpoint, sync, delete (see :mod:`chute.store.reclaim`).
+
+        Raises:
+            OSError: reading, writing, syncing or deleting failed (nothing more is deleted).
+        """
+        self._reclaim_due = False
+        current = self._current
+        if current is None:
+            if not force:
+                return ReclaimResult()
+            current = self._roll(0)
+        index = self._index
+        decision = plan(
+            self._segments,
+            current.number,
+            index.live,
+            index.written,
+            index.deps,
+            compact_ratio=self._compact_ratio,
+            max_moves=self._max_moves,
+        )
+        if not decision.delete:
+            return ReclaimResult()
+        records: list[Record] = []
+        for segment in decision.compact:
+            records += compaction_records(index, segment, read_segment(self.directory, segment))
+        moved = len(records)
+        records.append(index.checkpoint_record())
+        items: list[Item] = []
+        for record in records:
+            kind, payload = encode(record)
+            items.append((kind, payload, record))
+        self._write(items)
+        if self.mode is not SyncMode.NEVER:
+            self._sync()
+        elif self._current is not None:
+            self._disk.sync(self._current.fd)
+        deleted = []
+        for segment in decision.delete:  # oldest first: see chute.store.reclaim
+            with self.files:
+                os.unlink(segment_path(self.directory, segment))
+                self._segments.remove(segment)
+            index.forget(segment)
+            deleted.append(segment)
+            self._disk.sync_directory(self.directory)
+        log.debug(
+            "journal %s: deleted segments %s, moved %d records", self.directory, deleted, moved
+        )
+        return ReclaimResult(tuple(deleted), moved)
+
+
+def _as_store_error(exc: BaseException, what: str) -> StoreError:
+    if isinstance(exc, StoreError):
+        return exc
+    if isinstance(exc, OSError):
+        return disk_error(exc, what)
+    return DiskFailure(f"journal {what} failed: internal error: {exc!r}")

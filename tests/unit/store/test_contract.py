@@ -1,0 +1,204 @@
+"""The store contract: the same calls give the same recovery from MemoryStore and Journal.
+
+Every test drives the store under test and a reference MemoryStore with the
+same calls, restarts the store under test (for the journal: close, open
+again, replay the segments), and compares what ``recover`` returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from chute.core.store import AckOp, AddOp, QueueDefinition, QueueKind, Store
+from chute.store.memory import MemoryStore
+
+from .conftest import Harness
+from .helpers import add, msg, rich_message, snapshot
+
+Scenario = Callable[[Store], None]
+
+
+def check(harness: Harness, scenario: Scenario) -> None:
+    reference = MemoryStore()
+    scenario(reference)
+    scenario(harness.store)
+    expected = snapshot(reference.recover())
+    assert snapshot(harness.store.recover()) == expected  # before the restart too
+    assert snapshot(harness.reopen().recover()) == expected
+
+
+def test_nothing_recovers_nothing(harness: Harness) -> None:
+    check(harness, lambda store: None)
+
+
+def test_adds_come_back_in_seq_order_without_the_acked(harness: Harness) -> None:
+    def scenario(store: Store) -> None:
+        store.define(QueueDefinition("q", QueueKind.QUEUE))
+        for seq in (1, 2, 3, 5, 4):
+            store.add(add("q", seq))
+        store.ack(AckOp("q", 2))
+        store.ack(AckOp("q", 4))
+
+    check(harness, scenario)
+    assert [s.seq for s in harness.store.recover().messages["q"]] == [1, 3, 5]
+
+
+def test_every_message_field_survives(harness: Harness) -> None:
+    def scenario(store: Store) -> None:
+        store.define(QueueDefinition("q", QueueKind.QUEUE))
+        store.add(AddOp("q", ("q",), 1, rich_message()))
+        store.add(AddOp("q", ("q",), 2, msg(b"", id="empty", persistent=False)))
+        store.add(AddOp("q", ("q",), 3, msg(b"x" * 100_000, id="big")))
+
+    check(harness, scenario)
+
+
+def test_definitions_of_every_kind_and_redefinition(harness: Harness) -> None:
+    def scenario(store: Store) -> None:
+        store.define(QueueDefinition("q", QueueKind.QUEUE))
+        store.define(QueueDefinition("sub", QueueKind.SUBSCRIPTION, "topic:t", "a > 1"))
+        store.define(QueueDefinition("cb", QueueKind.CALLBACK, "topic:t", None, "queue:q"))
+        store.define(QueueDefinition("sub", QueueKind.SUBSCRIPTION, "topic:t", "a > 2"))
+
+    check(harness, scenario)
+
+
+def test_undefine_forgets_the_queue_and_its_messages(harness: Harness) -> None:
+    def scenario(store: Store) -> None:
+        store.define(QueueDefinition("q", QueueKind.QUEUE))
+        store.define(QueueDefinition("keep", QueueKind.QUEUE))
+        store.add(add("q", 1))
+        store.add(add("keep", 1))
+        store.undefine("q")
+        store.undefine("never-defined")
+
+    check(harness, scenario)
+    assert "q" not in harness.store.recover().messages
+
+
+def test_a_queue_defined_again_after_undefine_starts_empty(harness: Harness) -> None:
+    def scenario(store: Store) -> None:
+        store.define(QueueDefinition("q", QueueKind.QUEUE))
+        store.add(add("q", 1))
+        store.undefine("q")
+        store.define(QueueDefinition("q", QueueKind.QUEUE))
+        store.add(add("q", 2))
+
+    check(harness, scenario)
+
+
+def test_topic_fan_out_is_one_add_acked_per_subscription(harness: Harness) -> None:
+    def scenario(store: Store) -> None:
+        for name in ("s1", "s2", "s3"):
+            store.define(QueueDefinition(name, QueueKind.SUBSCRIPTION, "topic:t"))
+        store.add(AddOp("topic:t", ("s1", "s2", "s3"), 1, msg(b"fan")))
+        store.add(AddOp("topic:t", ("s1", "s3"), 2, msg(b"fan2")))
+        store.ack(AckOp("s2", 1))
+        store.ack(AckOp("s3", 2))
+
+    check(harness, scenario)
+
+
+def test_delivery_counts_keep_the_highest_and_ignore_unknown_messages(harness: Harness) -> None:
+    def scenario(store: Store) -> None:
+        store.define(QueueDefinition("q", QueueKind.QUEUE))
+        store.add(add("q", 1))
+        store.add(add("q", 2))
+        store.delivered("q", 1, 2)
+        store.delivered("q", 1, 1)
+        store.delivered("q", 3, 5)  # no such message
+        store.delivered("nope", 1, 5)
+
+    check(harness, scenario)
+    assert [s.delivery_count for s in harness.store.recover().messages["q"]] == [2, 0]
+
+
+def test_a_delivery_count_dies_with_its_message(harness: Harness) -> None:
+    def scenario(store: Store) -> None:
+        store.add(add("q", 1))
+        store.delivered("q", 1, 4)
+        store.ack(AckOp("q", 1))
+        store.add(add("q", 1))  # the same seq again (a diverted message coming back)
+
+    check(harness, scenario)
+
+
+def test_next_seq_survives_every_message_being_acked(harness: Harness) -> None:
+    def scenario(store: Store) -> None:
+        store.add(add("q", 7))
+        store.add(add("s", 41, destination="topic:t"))
+        store.ack(AckOp("q", 7))
+        store.ack(AckOp("s", 41))
+
+    check(harness, scenario)
+    assert harness.store.recover().next_seq == {"q": 8, "topic:t": 42}
+
+
+def test_a_local_commit_applies_its_adds_and_acks(harness: Harness) -> None:
+    def scenario(store: Store) -> None:
+        store.add(add("q", 1))
+        store.add(add("q", 2))
+        store.commit([add("q", 3), AckOp("q", 1), add("r", 1), AckOp("r", 1)])
+        store.commit([add("q", 4)])
+        store.commit([AckOp("q", 2)])
+        store.commit([])
+
+    check(harness, scenario)
+
+
+def test_a_prepared_transaction_survives_a_restart(harness: Harness) -> None:
+    def scenario(store: Store) -> None:
+        store.add(add("q", 1))
+        store.prepare("xid-1", [add("q", 2), AckOp("q", 1)])
+        store.prepare("xid-2", [add("r", 1)])
+
+    check(harness, scenario)
+    prepared = harness.store.recover().prepared
+    assert set(prepared) == {"xid-1", "xid-2"}
+
+
+def test_prepared_transactions_commit_and_roll_back_after_a_restart(harness: Harness) -> None:
+    reference = MemoryStore()
+    for store in (reference, harness.store):
+        store.add(add("q", 1))
+        store.prepare("commit-me", [add("q", 2), AckOp("q", 1)])
+        store.prepare("roll-me-back", [add("q", 3)])
+    store = harness.reopen()
+    for s in (reference, store):
+        s.recover()
+        s.commit_prepared("commit-me")
+        s.rollback_prepared("roll-me-back")
+        s.commit_prepared("unknown")
+        s.rollback_prepared("unknown")
+    expected = snapshot(reference.recover())
+    assert snapshot(store.recover()) == expected
+    recovered = harness.reopen().recover()
+    assert snapshot(recovered) == expected
+    assert [s.seq for s in recovered.messages["q"]] == [2]
+
+
+def test_preparing_the_same_xid_again_replaces_it(harness: Harness) -> None:
+    def scenario(store: Store) -> None:
+        store.prepare("x", [add("q", 1)])
+        store.prepare("x", [add("q", 2)])
+
+    check(harness, scenario)
+
+
+@pytest.mark.parametrize("restarts", [1, 3])
+def test_state_built_over_several_restarts(harness: Harness, restarts: int) -> None:
+    reference = MemoryStore()
+    seq = 0
+    for round_ in range(restarts):
+        for s in (reference, harness.store):
+            s.recover()
+            s.define(QueueDefinition("q", QueueKind.QUEUE))
+            for i in range(5):
+                s.add(add("q", seq + i + 1))
+            s.ack(AckOp("q", seq + 1))
+            s.delivered("q", seq + 2, round_ + 1)
+        seq += 5
+        harness.reopen()
+    assert snapshot(harness.store.recover()) == snapshot(reference.recover())

@@ -1,0 +1,250 @@
+"""The journal's writer: group commit, sync modes, disk faults, segments, lifecycle."""
+
+from __future__ import annotations
+
+import errno
+import threading
+from pathlib import Path
+
+import pytest
+
+from chute.core.store import AckOp, QueueDefinition, QueueKind
+from chute.errors import StoreError
+from chute.store.errors import DiskFailure, DiskFull, JournalClosed
+from chute.store.journal import Journal, SyncMode
+
+from .conftest import Journals
+from .helpers import DEADLINE, Callbacks, Gate, add
+
+
+def test_many_adds_then_one_sync_is_one_fdatasync(journals: Journals) -> None:
+    journal = journals.open(preallocate=False, segment_size=1 << 20)
+    journal.flush()
+    before = journals.disk.data_syncs
+    for seq in range(1, 1001):
+        journal.add(add("q", seq, b"x" * 100))
+    done = Callbacks()
+    journal.sync(done)
+    assert done.wait() == [None]
+    assert journals.disk.data_syncs - before <= 2  # the writer may have synced once already
+    assert len(journal.recover().messages["q"]) == 1000
+
+
+def test_syncs_waiting_behind_a_slow_fsync_share_the_next_one(journals: Journals) -> None:
+    gate = Gate("sync")
+    journals.disk.hook = gate
+    journal = journals.open(preallocate=False)
+    first = Callbacks()
+    journal.add(add("q", 1))
+    journal.sync(first)
+    gate.wait_entered()  # the writer is inside the first fdatasync
+    before = journals.disk.data_syncs
+    rest = Callbacks()
+    for seq in range(2, 102):
+        journal.add(add("q", seq))
+        journal.sync(rest)
+    assert first.results == []  # nothing before its fsync
+    assert rest.results == []
+    gate.released.set()
+    assert first.wait() == [None]
+    assert rest.wait(100) == [None] * 100
+    assert journals.disk.data_syncs - before == 1  # one fdatasync for the hundred
+    assert all(name == "chute-journal" for name in first.threads + rest.threads)
+
+
+def test_concurrent_producers_all_get_their_callbacks(journals: Journals) -> None:
+    journal = journals.open()
+    journal.flush()
+    before = journals.disk.data_syncs
+    done = Callbacks()
+    per_thread, threads = 50, 8
+
+    def producer(t: int) -> None:
+        for i in range(per_thread):
+            journal.add(add(f"q{t}", i + 1))
+            finished = Callbacks()
+            journal.sync(finished)
+            assert finished.wait() == [None]
+            done(None)
+
+    workers = [threading.Thread(target=producer, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(DEADLINE)
+    assert done.wait(per_thread * threads) == [None] * (per_thread * threads)
+    assert journals.disk.data_syncs - before <= per_thread * threads
+    recovered = journal.recover()
+    assert sum(len(v) for v in recovered.messages.values()) == per_thread * threads
+
+
+def test_records_without_a_sync_are_written_promptly(journals: Journals) -> None:
+    written = threading.Event()
+    journal = journals.open(preallocate=False)
+    journal.flush()
+    journals.disk.hook = lambda op: written.set() if op == "write" else None
+    journal.ack(AckOp("q", 1))
+    assert written.wait(DEADLINE)
+
+
+def test_sync_mode_never_calls_back_without_fdatasync(journals: Journals) -> None:
+    journal = journals.open(sync="never", preallocate=False)
+    journal.add(add("q", 1))
+    done = Callbacks()
+    journal.sync(done)
+    assert done.wait() == [None]
+    assert journals.disk.data_syncs == 0
+    journal = journals.reopen(journal)
+    assert [s.seq for s in journal.recover().messages["q"]] == [1]
+
+
+def test_sync_mode_batch_calls_back_after_an_fdatasync(journals: Journals) -> None:
+    order: list[str] = []
+    journals.disk.hook = lambda op: order.append(op) if op == "sync" else None
+    journal = journals.open(sync="batch", batch_ms=30, preallocate=False)
+    assert journal.mode is SyncMode.BATCH
+    done = Callbacks()
+
+    def callback(error: BaseException | None) -> None:
+        order.append("callback")
+        done(error)
+
+    for seq in range(1, 21):
+        journal.add(add("q", seq))
+        journal.sync(callback)
+    assert done.wait(20) == [None] * 20
+    assert order[0] == "sync"
+    assert order.count("sync") < 20
+
+
+def test_an_fsync_failure_fails_the_callbacks_then_the_journal_recovers(
+    journals: Journals,
+) -> None:
+    journal = journals.open(preallocate=False)
+    journal.define(QueueDefinition("q", QueueKind.QUEUE))
+    journal.flush()
+    journals.disk.sync_error = errno.ENOSPC
+    journal.add(add("q", 1))
+    failed = Callbacks()
+    journal.sync(failed)
+    [error] = failed.wait()
+    assert isinstance(error, DiskFull)
+    assert isinstance(error, StoreError)
+    assert "No space left" in str(error)
+    journals.disk.sync_error = None
+    journal.add(add("q", 2))
+    ok = Callbacks()
+    journal.sync(ok)
+    assert ok.wait() == [None]
+    journal = journals.reopen(journal)
+    assert [s.seq for s in journal.recover().messages["q"]] == [1, 2]
+
+
+def test_a_write_failure_keeps_the_records_and_retries(journals: Journals) -> None:
+    journal = journals.open(preallocate=False)
+    journal.flush()
+    journals.disk.write_error = errno.EIO
+    journal.add(add("q", 1))
+    failed = Callbacks()
+    journal.sync(failed)
+    [error] = failed.wait()
+    assert isinstance(error, DiskFailure)
+    again = Callbacks()
+    journal.sync(again)  # still failing: the retry fails too
+    assert isinstance(again.wait()[0], DiskFailure)
+    journals.disk.write_error = None
+    ok = Callbacks()
+    journal.sync(ok)
+    assert ok.wait() == [None]
+    journal = journals.reopen(journal)
+    assert [s.seq for s in journal.recover().messages["q"]] == [1]
+
+
+def test_a_failing_spare_fails_the_roll_over_until_space_is_back(journals: Journals) -> None:
+    journal = journals.open(segment_size=8192)
+    journal.flush()  # the first segment exists
+    journals.disk.write_error = errno.ENOSPC
+    for seq in range(1, 40):  # more than a segment: needs a new spare
+        journal.add(add("q", seq, b"x" * 500))
+    failed = Callbacks()
+    journal.sync(failed)
+    assert isinstance(failed.wait()[0], DiskFull)
+    journals.disk.write_error = None
+    journal.flush()
+    journal = journals.reopen(journal)
+    assert [s.seq for s in journal.recover().messages["q"]] == list(range(1, 40))
+
+
+def test_close_writes_and_syncs_what_is_buffered(journals: Journals) -> None:
+    journal = journals.open()
+    for seq in range(1, 11):
+        journal.add(add("q", seq))
+    journal = journals.reopen(journal)
+    assert len(journal.recover().messages["q"]) == 10
+
+
+def test_a_closed_journal_refuses_records_and_fails_syncs(journals: Journals) -> None:
+    journal = journals.open()
+    journal.close()
+    journal.close()  # idempotent
+    with pytest.raises(JournalClosed):
+        journal.add(add("q", 1))
+    done = Callbacks()
+    journal.sync(done)
+    assert isinstance(done.wait()[0], JournalClosed)
+
+
+def test_a_directory_is_locked_by_one_journal(journals: Journals) -> None:
+    journals.open()
+    with pytest.raises(StoreError, match="in use"):
+        Journal(journals.directory)
+
+
+def test_records_roll_over_into_new_segments(journals: Journals) -> None:
+    journal = journals.open(segment_size=8192, compact_ratio=0)
+    for seq in range(1, 201):
+        journal.add(add("q", seq, b"y" * 300))
+    journal.flush()
+    assert len(journal.segments()) > 5
+    journal = journals.reopen(journal, segment_size=8192)
+    assert [s.seq for s in journal.recover().messages["q"]] == list(range(1, 201))
+    assert journal.report.clean
+
+
+@pytest.mark.parametrize("preallocate", [True, False])
+def test_a_record_larger_than_a_segment_gets_a_segment_of_its_own(
+    journals: Journals, preallocate: bool
+) -> None:
+    journal = journals.open(segment_size=8192, preallocate=preallocate)
+    journal.add(add("q", 1, b"small"))
+    journal.add(add("q", 2, b"L" * 50_000))
+    journal.add(add("q", 3, b"small again"))
+    journal.flush()
+    journal = journals.reopen(journal)
+    bodies = [len(s.message.body) for s in journal.recover().messages["q"]]
+    assert bodies == [5, 50_000, 11]
+
+
+def test_a_message_that_cannot_be_encoded_is_refused_at_once(journals: Journals) -> None:
+    journal = journals.open()
+    with pytest.raises(StoreError, match="cannot be journaled"):
+        journal.add(add("q" * 70_000, 1))
+
+
+def test_a_failing_callback_does_not_stop_the_writer(journals: Journals) -> None:
+    journal = journals.open()
+
+    def bad(error: BaseException | None) -> None:
+        raise RuntimeError("callback bug")
+
+    journal.sync(bad)
+    done = Callbacks()
+    journal.sync(done)
+    assert done.wait() == [None]
+
+
+def test_settings_are_checked(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="segment_size"):
+        Journal(tmp_path, segment_size=100)
+    with pytest.raises(ValueError, match="sync"):
+        Journal(tmp_path, sync="sometimes")

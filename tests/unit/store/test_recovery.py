@@ -1,0 +1,194 @@
+"""Recovery from damaged journals: torn tails cut, corrupt records skipped, never a crash."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from chute.core.store import AckOp, QueueDefinition, QueueKind
+from chute.store.journal import Journal
+from chute.store.record import HEADER_SIZE, Kind, Scan, frame
+from chute.store.recovery import recover
+from chute.store.segment import SEGMENT_HEADER_SIZE, header, segment_path
+
+from .conftest import Journals
+from .helpers import add
+
+N = 12  # records in the journal: a definition and eleven adds
+
+
+def build(directory: Path, *, preallocate: bool) -> tuple[Path, list[tuple[int, int]]]:
+    """A closed journal of N records in one segment; returns its file and record spans."""
+    with Journal(directory, segment_size=64 * 1024, preallocate=preallocate) as journal:
+        journal.define(QueueDefinition("q", QueueKind.QUEUE))
+        for seq in range(1, N):
+            journal.add(add("q", seq, f"message {seq} ".encode() * 3))
+    [number] = [int(p.stem) for p in directory.glob("*.seg")]
+    path = directory / f"{number:010d}.seg"
+    data = path.read_bytes()
+    spans = [(offset, end) for offset, _, _, end in Scan(data, number, SEGMENT_HEADER_SIZE)]
+    assert len(spans) == N
+    return path, spans
+
+
+def seqs(directory: Path) -> list[int]:
+    recovered, _ = recover(str(directory))
+    return [s.seq for s in recovered.messages.get("q", [])]
+
+
+@pytest.mark.parametrize("preallocate", [False, True])
+def test_a_torn_last_record_is_cut_at_every_byte(tmp_path: Path, preallocate: bool) -> None:
+    path, spans = build(tmp_path / "original", preallocate=preallocate)
+    original = path.read_bytes()
+    start, end = spans[-1]
+    work = tmp_path / "work"
+    work.mkdir()
+    torn = work / path.name
+    for cut in range(start, end):
+        torn.write_bytes(original[:cut])
+        recovered, report = recover(str(work))
+        assert [s.seq for s in recovered.messages["q"]] == list(range(1, N - 1)), cut
+        assert report.bytes_cut == len(original[start:cut].rstrip(b"\x00"))
+        assert report.records == N - 1
+        assert report.records_skipped == 0
+        assert torn.stat().st_size == start  # cut back to the last good record
+        assert recover(str(work))[1].clean  # and the next recovery finds nothing wrong
+
+
+def test_a_torn_record_in_a_zero_filled_segment_is_cut(tmp_path: Path) -> None:
+    """In a pre-allocated segment a torn write leaves zeros, not a short file."""
+    path, spans = build(tmp_path, preallocate=True)
+    start, end = spans[-1]
+    data = bytearray(path.read_bytes())
+    for cut in range(start + 1, end, 7):
+        damaged = data[:cut] + bytes(len(data) - cut)
+        path.write_bytes(damaged)
+        assert seqs(tmp_path) == list(range(1, N - 1)), cut
+
+
+def test_a_journal_reopened_after_a_torn_tail_carries_on(tmp_path: Path) -> None:
+    path, spans = build(tmp_path, preallocate=False)
+    start, end = spans[-1]
+    with open(path, "r+b") as f:
+        f.truncate((start + end) // 2)
+    with Journal(tmp_path) as journal:
+        assert journal.report.bytes_cut == (start + end) // 2 - start
+        assert [s.seq for s in journal.recover().messages["q"]] == list(range(1, N - 1))
+        journal.add(add("q", 100))
+    with Journal(tmp_path) as journal:
+        assert journal.report.clean
+        assert [s.seq for s in journal.recover().messages["q"]][-2:] == [N - 2, 100]
+
+
+@pytest.mark.parametrize("record", [1, 5, N - 2])
+def test_a_flipped_byte_in_a_middle_record_skips_that_record_only(
+    tmp_path: Path, record: int
+) -> None:
+    """Every byte of the record, header and payload: that add is lost, nothing else."""
+    path, spans = build(tmp_path / "original", preallocate=False)
+    original = path.read_bytes()
+    start, end = spans[record]
+    work = tmp_path / "work"
+    work.mkdir()
+    damaged_path = work / path.name
+    expected = [seq for seq in range(1, N) if seq != record]  # record k holds seq k
+    for position in range(start, end):
+        damaged = bytearray(original)
+        damaged[position] ^= 0x55
+        damaged_path.write_bytes(damaged)
+        recovered, report = recover(str(work))
+        assert [s.seq for s in recovered.messages["q"]] == expected, position
+        assert report.records_skipped == 1
+        assert report.bytes_cut == 0
+        assert report.records == N - 1
+        assert not report.clean
+
+
+def test_a_record_that_checks_but_does_not_decode_is_skipped(tmp_path: Path) -> None:
+    path, _ = build(tmp_path, preallocate=False)
+    number = int(path.stem)
+    data = path.read_bytes()
+    bogus = frame(number, len(data), Kind.ADD, b"not an add")
+    unknown = frame(number, len(data) + len(bogus), 99, b"from a newer version")
+    tail = frame(number, len(data) + len(bogus) + len(unknown), Kind.ACK, b"")
+    path.write_bytes(data + bogus + unknown + tail)  # the ACK is short too
+    recovered, report = recover(str(tmp_path))
+    assert [s.seq for s in recovered.messages["q"]] == list(range(1, N))
+    assert report.records_skipped == 3
+    assert len(report.problems) == 3
+
+
+def test_an_ack_lost_to_corruption_brings_its_message_back(tmp_path: Path) -> None:
+    """At least once: losing an ack redelivers, it never loses a message."""
+    with Journal(tmp_path, preallocate=False) as journal:
+        journal.add(add("q", 1))
+        journal.ack(AckOp("q", 1))
+        journal.add(add("q", 2))
+    [path] = tmp_path.glob("*.seg")
+    data = bytearray(path.read_bytes())
+    spans = [(o, e) for o, _, _, e in Scan(bytes(data), int(path.stem), SEGMENT_HEADER_SIZE)]
+    data[spans[1][0] + HEADER_SIZE] ^= 1
+    path.write_bytes(data)
+    assert seqs(tmp_path) == [1, 2]
+
+
+def test_odd_segment_files_are_reported_not_fatal(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    build(tmp_path, preallocate=False)
+    (tmp_path / "0000000100.seg").write_bytes(b"")  # empty
+    (tmp_path / "0000000101.seg").write_bytes(bytes(4096))  # made, never written
+    (tmp_path / "0000000102.seg").write_bytes(b"garbage" * 100)  # not a segment
+    (tmp_path / "0000000103.seg").write_bytes(header(999) + b"x" * 50)  # someone else's
+    (tmp_path / "notes.txt").write_text("not a segment")
+    with caplog.at_level(logging.WARNING, logger="chute.store.recovery"):
+        recovered, report = recover(str(tmp_path))
+    assert [s.seq for s in recovered.messages["q"]] == list(range(1, N))
+    assert report.segments == 5
+    assert len(report.problems) == 4  # two bad headers, their contents cut
+    assert all(p in caplog.text for p in report.problems)
+
+
+def test_an_unreadable_segment_is_skipped(tmp_path: Path) -> None:
+    build(tmp_path, preallocate=False)
+    os.mkdir(segment_path(str(tmp_path), 500))  # a directory where a segment should be
+    recovered, report = recover(str(tmp_path))
+    assert len(recovered.messages["q"]) == N - 1
+    assert report.records_skipped == 1
+
+
+def test_the_report_reads_well(tmp_path: Path) -> None:
+    path, spans = build(tmp_path, preallocate=False)
+    with open(path, "r+b") as f:
+        f.truncate(spans[-1][0] + 5)
+    _, report = recover(str(tmp_path))
+    text = str(report)
+    assert f"replayed {N - 1} records from 1 segments" in text
+    assert "cut a torn tail of 5 bytes" in text
+
+
+def test_recovery_rebuilds_what_reclaiming_needs(journals: Journals) -> None:
+    """A reopened journal knows where the old adds are: acking them frees their segments."""
+    journal = journals.open(segment_size=8192, compact_ratio=0)
+    for seq in range(1, 61):
+        journal.add(add("q", seq, b"z" * 300))
+    journal = journals.reopen(journal, segment_size=8192, compact_ratio=0)
+    old = journal.segments()
+    assert len(old) > 2
+    for seq in range(1, 61):
+        journal.ack(AckOp("q", seq))
+    journal.reclaim()
+    assert not set(old) & set(journal.segments())
+    journal = journals.reopen(journal)
+    assert journal.recover().messages == {}
+    assert journal.recover().next_seq == {"q": 61}
+
+
+def test_a_copied_journal_recovers_the_same(tmp_path: Path) -> None:
+    build(tmp_path / "a", preallocate=True)
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    assert seqs(tmp_path / "a") == seqs(tmp_path / "b") == list(range(1, N))
