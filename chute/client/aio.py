@@ -23,7 +23,7 @@ from chute.client.received import Received
 from chute.client.url import parse_url
 from chute.errors import ConnectError, ConsumerError, RequestTimeout
 from chute.message import DEFAULT_PRIORITY, BodyKind, Message
-from chute.protocol.packets import Deliver, Packet
+from chute.protocol.packets import Packet
 
 HIGH_WATER: Final = 1 << 20
 CLOSE_TIMEOUT: Final = 5.0
@@ -338,15 +338,15 @@ class Session:
             self.id,
             address,
             body,
-            priority=priority,
-            ttl=ttl,
-            properties=properties,
-            persistent=persistent,
-            correlation_id=correlation_id,
-            reply_to=reply_to,
-            type=type,
-            id=id,
-            kind=kind,
+            priority,
+            ttl,
+            properties,
+            persistent,
+            correlation_id,
+            reply_to,
+            type,
+            id,
+            kind,
         )
         if corr:
             await conn._call(corr)
@@ -378,13 +378,15 @@ class Session:
             durable=durable,
             shared=shared,
         )
+        consumer = Consumer(self, consumer_id)
+        conn._proto.bind(consumer_id, consumer)
         try:
             await conn._call(corr)
         except BaseException:
             conn._proto.close_consumer(consumer_id)
             conn._flush_soon()
             raise
-        return Consumer(self, consumer_id)
+        return consumer
 
     async def _request(self, corr: int) -> Packet:
         return await self.connection._call(corr)
@@ -456,16 +458,16 @@ class Consumer:
         """
         conn = self._conn
         proto = conn._proto
-        delivery = proto.take(self.id)
-        if delivery is None:
-            delivery = await self._wait(None if timeout is None else conn._loop.time() + timeout)
-            if delivery is None:
+        received = proto.take(self.id)
+        if received is None:
+            received = await self._wait(None if timeout is None else conn._loop.time() + timeout)
+            if received is None:
                 return None
         if proto.outbox_size and not conn._flush_scheduled:
             conn._flush_soon()
-        return Received(delivery.message, delivery.seq, self)
+        return received
 
-    async def _wait(self, deadline: float | None) -> Deliver | None:
+    async def _wait(self, deadline: float | None) -> Received | None:
         conn = self._conn
         proto = conn._proto
         proto.before_wait(self.id)
@@ -482,9 +484,9 @@ class Consumer:
                 waiters = conn._consumer_waiters.get(self.id)
                 if waiters is not None and fut in waiters:
                     waiters.remove(fut)
-            delivery = proto.take(self.id)
-            if delivery is not None:
-                return delivery
+            received = proto.take(self.id)
+            if received is not None:
+                return received
 
     def __aiter__(self) -> AsyncIterator[Received]:
         return self._iterate()

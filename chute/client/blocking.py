@@ -29,7 +29,7 @@ from chute.client.received import Received
 from chute.client.url import parse_url
 from chute.errors import ChuteError, ConnectError, ConsumerError, RequestTimeout
 from chute.message import DEFAULT_PRIORITY, BodyKind, Message
-from chute.protocol.packets import Deliver, Packet
+from chute.protocol.packets import Packet
 
 HIGH_WATER: Final = 1 << 20
 """Bytes of queued output past which a sender writes them itself (and so blocks)."""
@@ -122,8 +122,10 @@ class Connection:
                 self._last_sent = time.monotonic()
 
     def _nudge(self) -> None:
-        """Called with the lock held after queuing one-way output."""
+        """Called with the lock held after queuing one-way output: wake the writer if it
+        sleeps (once: the flag is cleared here, so a burst of sends notifies once)."""
         if self._writer_waiting:
+            self._writer_waiting = False
             self._writer_cond.notify()
 
     def _call(self, corr: int, timeout: float | None = None) -> Packet:
@@ -320,18 +322,18 @@ class Session:
                 self.id,
                 address,
                 body,
-                priority=priority,
-                ttl=ttl,
-                properties=properties,
-                persistent=persistent,
-                correlation_id=correlation_id,
-                reply_to=reply_to,
-                type=type,
-                id=id,
-                kind=kind,
+                priority,
+                ttl,
+                properties,
+                persistent,
+                correlation_id,
+                reply_to,
+                type,
+                id,
+                kind,
             )
             if conn._writer_waiting:
-                conn._writer_cond.notify()
+                conn._nudge()
             full = proto.outbox_size >= HIGH_WATER
         if corr:
             conn._call(corr)
@@ -369,6 +371,8 @@ class Session:
                 shared=shared,
             )
         consumer = Consumer(self, consumer_id)
+        with conn._lock:
+            conn._proto.bind(consumer_id, consumer)
         try:
             conn._call(corr)
         except BaseException:
@@ -468,21 +472,19 @@ class Consumer:
         conn = self._conn
         proto = conn._proto
         with conn._lock:
-            delivery = proto.take(self.id)
-            if delivery is None:
-                delivery = self._wait(timeout)
+            received = proto.take(self.id)
+            if received is None:
+                received = self._wait(timeout)
             if proto.outbox_size and conn._writer_waiting:
-                conn._writer_cond.notify()
-        if delivery is None:
-            return None
-        return Received(delivery.message, delivery.seq, self)
+                conn._nudge()
+        return received
 
-    def _wait(self, timeout: float | None) -> Deliver | None:
+    def _wait(self, timeout: float | None) -> Received | None:
         conn = self._conn
         proto = conn._proto
         proto.before_wait(self.id)
         if proto.outbox_size and conn._writer_waiting:
-            conn._writer_cond.notify()
+            conn._nudge()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             if deadline is None:
@@ -492,9 +494,9 @@ class Consumer:
                 if remaining <= 0:
                     return None
                 conn._cond.wait(remaining)
-            delivery = proto.take(self.id)
-            if delivery is not None:
-                return delivery
+            received = proto.take(self.id)
+            if received is not None:
+                return received
 
     def __iter__(self) -> Iterator[Received]:
         """Receive until the consumer is closed."""

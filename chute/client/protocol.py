@@ -33,11 +33,15 @@ Not thread-safe: a driver serialises calls (the blocking driver with a lock).
 from __future__ import annotations
 
 import itertools
+import os
+import struct
+import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from chute.client.received import Acknowledger, Received
 from chute.core.address import canonical
 from chute.errors import (
     ChuteError,
@@ -56,7 +60,6 @@ from chute.message import (
     check_id,
     check_priority,
     check_properties,
-    new_message_id,
 )
 from chute.protocol.codec import PacketCodec
 from chute.protocol.packets import (
@@ -74,7 +77,6 @@ from chute.protocol.packets import (
     ConsumerClose,
     ConsumerOpen,
     Credit,
-    Deliver,
     Disconnect,
     Error,
     Header,
@@ -91,9 +93,40 @@ from chute.protocol.packets import (
     TempQueueCreated,
     Unsubscribe,
 )
-from chute.protocol.wire import encode_fields, encode_packet, encode_send
+from chute.protocol.wire import (
+    BYTES_KIND,
+    SEND_TAG,
+    encode_fields,
+    encode_packet,
+    encode_send,
+    plain_send_struct,
+)
 
 _ADDRESS_CACHE_SIZE: Final = 1024
+_ID_MASK: Final = 0xFFFF_FFFF_FFFF
+_PLAIN_ID_SIZE: Final = 32
+
+
+class _IdSeed:
+    """The process-wide parts of the message ids the client generates.
+
+    An id has the layout of :func:`chute.message.new_message_id` (32 hex digits:
+    48-bit ms clock, 32 random bits, 48-bit counter), so ids sort by creation
+    time to the millisecond; the counter is shared by every connection of the
+    process, so ids are unique within it. Reseeded in a forked child.
+    """
+
+    def __init__(self) -> None:
+        self.reseed()
+
+    def reseed(self) -> None:
+        self.node = int.from_bytes(os.urandom(4), "big")
+        self.counter = itertools.count(int.from_bytes(os.urandom(2), "big"))
+
+
+_IDS: Final = _IdSeed()
+_time_ns: Final = time.time_ns
+os.register_at_fork(after_in_child=_IDS.reseed)
 
 
 @dataclass(slots=True)
@@ -118,12 +151,30 @@ class SessionState:
     closed: bool = False
 
 
+class _DirectAcks:
+    """The acknowledger of a consumer no driver has bound: acks go straight to the protocol."""
+
+    __slots__ = ("consumer_id", "proto")
+
+    def __init__(self, proto: ClientProtocol, consumer_id: int) -> None:
+        self.proto = proto
+        self.consumer_id = consumer_id
+
+    def _ack(self, seq: int) -> None:
+        self.proto.ack(self.consumer_id, seq)
+
+    def _nack(self, seq: int, requeue: bool) -> None:
+        self.proto.nack(self.consumer_id, seq, requeue)
+
+
 @dataclass(slots=True)
 class ConsumerState:
     id: int
     session: SessionState
     prefetch: int
-    buffer: deque[Deliver] = field(default_factory=deque)
+    owner: Acknowledger
+    """What the consumer's messages ack through (the driver's consumer)."""
+    buffer: deque[Received] = field(default_factory=deque)
     pending_credit: int = 0
     """Messages taken since credit was last returned."""
     last_taken: int = -1
@@ -132,14 +183,14 @@ class ConsumerState:
     """seq up to which auto mode has acked."""
     error: ChuteError | None = None
     closed: bool = False
+    batch: int = field(init=False)
+    """Credit is returned once this many messages are taken (half the window)."""
+    acks_by_taking: bool = field(init=False)
+    """Taking a message acks it (auto mode, transacted sessions)."""
 
-    @property
-    def batch(self) -> int:
-        return max(1, self.prefetch // 2)
-
-    @property
-    def acks_by_taking(self) -> bool:
-        return self.session.ack_mode is AckMode.AUTO or self.session.transacted
+    def __post_init__(self) -> None:
+        self.batch = max(1, self.prefetch // 2)
+        self.acks_by_taking = self.session.ack_mode is AckMode.AUTO or self.session.transacted
 
 
 def _expect(packet: Packet, cls: type[Any]) -> Any:
@@ -164,7 +215,9 @@ class ClientProtocol:
         self._results: dict[int, Packet | ChuteError] = {}
         self._sessions: dict[int, SessionState] = {}
         self._consumers: dict[int, ConsumerState] = {}
-        self._addresses: dict[str, bytes] = {}
+        self._addresses: dict[str, tuple[bytes, struct.Struct]] = {}
+        self._id_ms = -1
+        self._id_prefix = b""
         self.failure: ChuteError | None = None
         """Set once the connection failed; every later call raises it."""
         self.connected: Connected | None = None
@@ -321,12 +374,11 @@ class ClientProtocol:
         del self._sessions[session_id]
         return corr
 
-    def send(
+    def send(  # noqa: PLR0917 - drivers call it positionally (hot path)
         self,
         session_id: int,
         address: str,
         body: bytes | str,
-        *,
         priority: int = DEFAULT_PRIORITY,
         ttl: int = 0,
         properties: Mapping[str, Any] | None = None,
@@ -340,7 +392,9 @@ class ClientProtocol:
         """Queue a SEND. Returns the correlation id to wait for, or 0 for a one-way send.
 
         Persistent sends outside a transaction are requests (the broker answers once
-        the message is on disk); the rest are one-way and pipelined.
+        the message is on disk); the rest are one-way and pipelined. The arguments
+        after ``body`` may be given by keyword; the drivers pass them positionally,
+        which is cheaper, in this order.
 
         Raises:
             InvalidAddress, InvalidMessage: bad address or message field.
@@ -349,9 +403,90 @@ class ClientProtocol:
         session = self._sessions.get(session_id)
         if session is None or session.error is not None or self.failure is not None:
             session = self.check_session(session_id)  # raises
-        address_bytes = self._addresses.get(address)
-        if address_bytes is None:
-            address_bytes = self._address(address)
+        cached = self._addresses.get(address)
+        if cached is None:
+            cached = self._address(address)
+        address_bytes, plain = cached
+        if (
+            body.__class__ is bytes
+            and id is None
+            and kind is None
+            and not properties
+            and correlation_id is None
+            and reply_to is None
+            and type is None
+            and priority.__class__ is int
+            and 0 <= priority <= 9
+        ):
+            # The common message: its whole packet in one pack (no Message, no join).
+            if ttl < 0:
+                raise ValueError("ttl must not be negative")
+            ms = _time_ns() // 1_000_000
+            if ms != self._id_ms:
+                self._id_ms = ms
+                self._id_prefix = b"%012x%08x" % (ms & _ID_MASK, _IDS.node)
+            corr = self._correlate(persistent and not session.transacted)
+            try:
+                packet = (
+                    plain.pack(
+                        plain.size - 4 + len(body),
+                        self.codec.version,
+                        SEND_TAG,
+                        corr,
+                        session_id,
+                        0,
+                        ttl,
+                        len(address_bytes),
+                        address_bytes,
+                        priority,
+                        1 if persistent else 0,
+                        BYTES_KIND,
+                        _PLAIN_ID_SIZE,
+                        0,
+                        0,
+                        0,
+                        0,
+                        self._id_prefix,
+                        b"%012x" % (next(_IDS.counter) & _ID_MASK),
+                    )
+                    + body
+                )
+            except struct.error as exc:  # ttl or session id out of range
+                self._pending.discard(corr)
+                raise InvalidMessage(f"message cannot be encoded: {exc}") from None
+            self._out.append(packet)
+            self.outbox_size += len(packet)
+            return corr
+        return self._send_general(
+            session,
+            address_bytes,
+            body,
+            priority,
+            ttl,
+            properties,
+            persistent,
+            correlation_id,
+            reply_to,
+            type,
+            id,
+            kind,
+        )
+
+    def _send_general(  # noqa: PLR0917 - internal, called once, positionally
+        self,
+        session: SessionState,
+        address_bytes: bytes,
+        body: bytes | str,
+        priority: int,
+        ttl: int,
+        properties: Mapping[str, Any] | None,
+        persistent: bool,
+        correlation_id: str | None,
+        reply_to: str | None,
+        type: str | None,
+        id: str | None,
+        kind: BodyKind | None,
+    ) -> int:
         data: bytes
         if body.__class__ is bytes:
             data = body
@@ -369,7 +504,7 @@ class ClientProtocol:
         try:
             content = encode_fields(
                 data,
-                new_message_id() if id is None else check_id(id),
+                self._new_id() if id is None else check_id(id),
                 priority,
                 persistent,
                 kind,
@@ -382,22 +517,35 @@ class ClientProtocol:
             raise InvalidMessage(exc.reason) from exc
         if ttl < 0:
             raise ValueError("ttl must not be negative")
-        if persistent and not session.transacted:
-            corr = next(self._correlation) & 0xFFFF_FFFF or next(self._correlation)
-            self._pending.add(corr)
-        else:
-            corr = 0
-        packet = encode_send(session_id, address_bytes, content, ttl, corr, self.codec.version)
+        corr = self._correlate(persistent and not session.transacted)
+        try:
+            packet = encode_send(session.id, address_bytes, content, ttl, corr, self.codec.version)
+        except struct.error as exc:
+            self._pending.discard(corr)
+            raise InvalidMessage(f"message cannot be encoded: {exc}") from None
         self._out.append(packet)
         self.outbox_size += len(packet)
         return corr
 
-    def _address(self, address: str) -> bytes:
+    def _correlate(self, request: bool) -> int:
+        """A correlation id to wait for (0 for a one-way packet)."""
+        if not request:
+            return 0
+        corr = next(self._correlation) & 0xFFFF_FFFF or next(self._correlation)
+        self._pending.add(corr)
+        return corr
+
+    def _new_id(self) -> str:
+        ms = _time_ns() // 1_000_000
+        n = next(_IDS.counter) & _ID_MASK
+        return f"{ms & _ID_MASK:012x}{_IDS.node:08x}{n:012x}"
+
+    def _address(self, address: str) -> tuple[bytes, struct.Struct]:
         encoded = canonical(address).encode()
         if len(self._addresses) >= _ADDRESS_CACHE_SIZE:
             self._addresses.clear()
-        self._addresses[address] = encoded
-        return encoded
+        cached = self._addresses[address] = (encoded, plain_send_struct(encoded))
+        return cached
 
     def commit(self, session_id: int) -> int:
         return self._transaction(session_id, Commit(session_id))
@@ -451,7 +599,9 @@ class ClientProtocol:
                 shared,
             )
         )
-        self._consumers[consumer_id] = ConsumerState(consumer_id, session, prefetch)
+        self._consumers[consumer_id] = ConsumerState(
+            consumer_id, session, prefetch, _DirectAcks(self, consumer_id)
+        )
         session.consumers.add(consumer_id)
         return consumer_id, corr
 
@@ -484,8 +634,17 @@ class ClientProtocol:
     def consumer(self, consumer_id: int) -> ConsumerState | None:
         return self._consumers.get(consumer_id)
 
-    def take(self, consumer_id: int) -> Deliver | None:
-        """The next delivery of the consumer, or None if its buffer is empty.
+    def bind(self, consumer_id: int, owner: Acknowledger) -> None:
+        """Make ``owner`` (the driver's consumer) what the consumer's messages ack through.
+
+        Until then they ack straight through this protocol.
+        """
+        consumer = self._consumers.get(consumer_id)
+        if consumer is not None:
+            consumer.owner = owner
+
+    def take(self, consumer_id: int) -> Received | None:
+        """The next message of the consumer, or None if its buffer is empty.
 
         Raises:
             ConnectError: the connection failed.
@@ -501,12 +660,12 @@ class ClientProtocol:
             raise error
         if not consumer.buffer:
             return None
-        delivery = consumer.buffer.popleft()
-        consumer.last_taken = delivery.seq
+        received = consumer.buffer.popleft()
+        consumer.last_taken = received.seq
         consumer.pending_credit += 1
         if consumer.pending_credit >= consumer.batch:
             self._return_credit(consumer)
-        return delivery
+        return received
 
     def before_wait(self, consumer_id: int) -> None:
         """The application is about to block on an empty buffer: give back all credit."""
@@ -599,21 +758,23 @@ class ClientProtocol:
         if self.failure is not None:
             return progress
         self.codec.receive_data(data)
+        consumers = self._consumers
+        woken = progress.consumers
+
+        def deliver(consumer_id: int, seq: int, message: Message) -> None:
+            consumer = consumers.get(consumer_id)
+            if consumer is not None:  # else closed meanwhile: the broker redelivers
+                consumer.buffer.append(Received(message, seq, consumer.owner))
+                woken.add(consumer_id)
+
         try:
-            items = self.codec.next_packets()
+            items = self.codec.next_packets(deliver)
         except RemoteProtocolError as exc:
             self._oneway(Error(exc.error_code, exc.reason))
             return self.fail(
                 ConnectError(f"the broker broke the protocol ({exc.error_code}): {exc.reason}")
             )
-        consumers = self._consumers
         for header, packet in items:
-            if packet.__class__ is Deliver:
-                consumer = consumers.get(header.target_id)
-                if consumer is not None:
-                    consumer.buffer.append(packet)
-                    progress.consumers.add(header.target_id)
-                continue
             self._handle(header, packet, progress)
             if progress.failed:
                 return progress

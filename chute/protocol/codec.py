@@ -11,10 +11,18 @@ A ``PacketCodec`` is not thread-safe; each connection owns one.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from typing import Final
 
 from chute.errors import RemoteProtocolError
-from chute.protocol.packets import PROTOCOL_VERSION, SUPPORTED_VERSIONS, Header, Packet
+from chute.message import Message
+from chute.protocol.packets import (
+    PROTOCOL_VERSION,
+    SUPPORTED_VERSIONS,
+    Deliver,
+    Header,
+    Packet,
+)
 from chute.protocol.wire import (
     DEFAULT_MAX_PROPERTIES,
     HEADER,
@@ -22,8 +30,13 @@ from chute.protocol.wire import (
     HEADER_SIZE,
     VERSIONLESS,
     decode_body,
+    decode_deliveries,
     encode_packet,
 )
+
+DeliverSink = Callable[[int, int, Message], None]
+"""Takes a decoded Deliver as ``(consumer id, seq, message)``: see
+:meth:`PacketCodec.next_packets`."""
 
 
 class NeedData(enum.Enum):
@@ -157,8 +170,16 @@ class PacketCodec:
             ptype, header, data, pos + HEADER_SIZE, pos + total, self.max_properties
         )
 
-    def next_packets(self) -> list[tuple[Header, Packet]]:
+    def next_packets(self, on_deliver: DeliverSink | None = None) -> list[tuple[Header, Packet]]:
         """Every whole packet buffered now (maybe none); the server calls it once per read.
+
+        With ``on_deliver``, Deliver packets are not returned: each is handed to
+        ``on_deliver(consumer_id, seq, message)`` as it is decoded (the broker
+        fields set on the message), which spares the client a Deliver object
+        and a header per message. Deliveries keep their order, and so do the
+        other packets, but every delivery of the call is handed out before the
+        caller sees the list; before an error, deliveries already decoded have
+        been handed out.
 
         Raises:
             RemoteProtocolError: as :meth:`next_packet`; packets decoded before the bad
@@ -168,10 +189,22 @@ class PacketCodec:
         append = out.append
         next_packet = self.next_packet
         while True:
+            if on_deliver is not None:
+                self._deliveries(on_deliver)
             item = next_packet()
             if item.__class__ is NeedData:
                 return out
-            append(item)  # type: ignore[arg-type]
+            packet = item[1]  # type: ignore[index]
+            if on_deliver is not None and packet.__class__ is Deliver:
+                on_deliver(packet.consumer_id, packet.seq, packet.message)
+            else:
+                append(item)  # type: ignore[arg-type]
+
+    def _deliveries(self, on_deliver: DeliverSink) -> None:
+        """Decode the run of whole Deliver packets at the read position, in place."""
+        self._pos = decode_deliveries(
+            self._data, self._pos, self.max_packet_size, self.max_properties, on_deliver
+        )
 
     def _short(self) -> NeedData:
         if not self._eof:

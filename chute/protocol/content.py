@@ -46,6 +46,13 @@ _KNOWN_FLAGS: Final = 15
 _OPTIONAL_STRINGS: Final = _HAS_CORR | _HAS_REPLY | _HAS_TYPE
 _KINDS: Final = tuple(BodyKind)
 _KIND_INDEX: Final = {k: i for i, k in enumerate(_KINDS)}
+KIND_CODES: Final = _KIND_INDEX
+"""The wire code of each body kind."""
+KINDS: Final = _KINDS
+"""The body kind of each wire code."""
+CONTENT_HEAD: Final = _CONTENT
+"""The fixed head of a content block: priority, flags, kind, the four string
+lengths and the property count."""
 _PROP_HEAD: Final = struct.Struct(">BH")
 
 ENCODE_ERRORS: Final = (

@@ -28,15 +28,19 @@ Decoders raise only :class:`~chute.errors.RemoteProtocolError`; encoders raise
 from __future__ import annotations
 
 import dataclasses
+import functools
 import struct
 from collections.abc import Callable
 from typing import Any, Final, NamedTuple
 
 from chute.errors import LocalProtocolError, RemoteProtocolError
-from chute.message import Message
+from chute.message import BodyKind, Message
 from chute.protocol.content import (
+    CONTENT_HEAD,
     DEFAULT_MAX_PROPERTIES,
     ENCODE_ERRORS,
+    KIND_CODES,
+    KINDS,
     as_bool,
     decode_content,
     encode_content,
@@ -45,6 +49,7 @@ from chute.protocol.content import (
 )
 from chute.protocol.packets import (
     PROTOCOL_VERSION,
+    SUPPORTED_VERSIONS,
     Ack,
     AckMode,
     Browse,
@@ -94,6 +99,12 @@ _SEND_FIXED: Final = struct.Struct(">QH")
 _DELIVER: Final = struct.Struct(">IBBIIIQIBqq")
 _DELIVER_FIXED: Final = struct.Struct(">QIBqq")
 _DELIVER_FIXED_SIZE: Final = _DELIVER_FIXED.size
+_DELIVER_SIZE: Final = _DELIVER.size  # header + fixed fields: where the content starts
+# ... and the content block's head, for the plain message decoded in line.
+_DELIVER_HEADS: Final = struct.Struct(_DELIVER.format + CONTENT_HEAD.format[1:])
+_DELIVER_HEADS_SIZE: Final = _DELIVER_HEADS.size
+_decoded: Final = Message.decoded
+_TYPE_OFFSET: Final = 5  # length u32 | version u8 | type u8
 _BROWSE_ENTRY: Final = struct.Struct(">QIBqqI")
 _SEND_TAG: Final = int(PacketType.SEND)
 _DELIVER_TAG: Final = int(PacketType.DELIVER)
@@ -134,6 +145,28 @@ def encode_send(  # noqa: PLR0917 - hot path, called positionally
     return b"".join((head, address, content))
 
 
+PLAIN_ID_PARTS: Final = (20, 12)
+"""A plain Send's message id comes in two parts of these sizes (32 bytes in all)."""
+SEND_TAG: Final = _SEND_TAG
+BYTES_KIND: Final = KIND_CODES[BodyKind.BYTES]
+
+
+@functools.lru_cache(maxsize=256)
+def plain_send_struct(address: bytes) -> struct.Struct:
+    """The layout of a whole *plain* Send but its body, so one ``pack`` encodes it.
+
+    Plain: a 32-byte message id, no correlation id, reply-to, type nor
+    properties (the common producer's message). Fields, in ``pack`` order:
+    length (``size - 4 + len(body)``), version, type (:data:`SEND_TAG`),
+    correlation, session, callback (0), ttl_ms, address length, address
+    (these bytes), priority, flags (1 = persistent), kind (:data:`BYTES_KIND`
+    ...), id length (32), correlation/reply-to/type lengths and property count
+    (0), then the id in two parts (:data:`PLAIN_ID_PARTS`); the body follows.
+    """
+    head, tail = PLAIN_ID_PARTS
+    return struct.Struct(f">IBBIIIQH{len(address)}sBBBHHHHH{head}s{tail}s")
+
+
 def encode_deliver(  # noqa: PLR0917 - hot path, called positionally
     consumer_id: int,
     seq: int,
@@ -166,6 +199,95 @@ def encode_deliver(  # noqa: PLR0917 - hot path, called positionally
         )
         + content
     )
+
+
+def decode_deliveries(
+    data: bytes,
+    pos: int,
+    max_packet_size: int,
+    max_properties: int,
+    sink: Callable[[int, int, Message], None],
+) -> int:
+    """Decode the run of whole Deliver packets from ``data[pos]``: each goes to
+    ``sink(consumer_id, seq, message)``. Returns the position after the last one.
+
+    The client's hot path: one unpack for header and fixed fields, no Header
+    or Deliver object. It stops at anything else (another packet type, a packet
+    not all here, a header that breaks a limit, a bad flag) and leaves it to
+    :meth:`~chute.protocol.codec.PacketCodec.next_packet`, which raises if it must.
+
+    Raises:
+        RemoteProtocolError: a malformed content block.
+    """
+    size = len(data)
+    unpack = _DELIVER_HEADS.unpack_from
+    versions = SUPPORTED_VERSIONS
+    kinds = KINDS
+    while size - pos >= _DELIVER_HEADS_SIZE and data[pos + _TYPE_OFFSET] == _DELIVER_TAG:
+        (
+            length,
+            version,
+            _,
+            _,
+            target,
+            _,
+            seq,
+            count,
+            redelivered,
+            ts,
+            exp,
+            priority,
+            flags,
+            kind,
+            id_len,
+            corr_len,
+            reply_len,
+            type_len,
+            n_props,
+        ) = unpack(data, pos)
+        end = pos + 4 + length
+        if (
+            end > size
+            or length + 4 > max_packet_size
+            or length < _DELIVER_HEADS_SIZE - 4
+            or version not in versions
+            or redelivered > 1
+        ):
+            break
+        p = pos + _DELIVER_HEADS_SIZE
+        q = p + id_len
+        try:
+            if (
+                flags <= 1
+                and q <= end
+                and priority <= 9
+                and not (corr_len or reply_len or type_len or n_props)
+            ):  # plain: decoded here, as decode_content would
+                message = _decoded(
+                    data[q:end],
+                    data[p:q].decode(),
+                    priority,
+                    ts,
+                    exp,
+                    None,
+                    None,
+                    None,
+                    flags == 1,
+                    redelivered == 1,
+                    count,
+                    {},
+                    kinds[kind],
+                    None,
+                )
+            else:
+                message = decode_content(
+                    data, pos + _DELIVER_SIZE, end, max_properties, ts, exp, count, redelivered == 1
+                )
+        except _DECODE_ERRORS as exc:
+            raise malformed(f"malformed DELIVER packet: {exc}") from exc
+        sink(target, seq, message)
+        pos = end
+    return pos
 
 
 def _setters(cls: type, *names: str) -> tuple[Callable[[Any, Any], None], ...]:
@@ -546,6 +668,7 @@ __all__ = [
     "Codec",
     "decode_body",
     "decode_content",
+    "decode_deliveries",
     "encode_content",
     "encode_deliver",
     "encode_fields",

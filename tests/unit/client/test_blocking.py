@@ -233,3 +233,21 @@ def test_heartbeats(broker: FakeBroker) -> None:
     with chute.connect(broker.url, heartbeat=0.1) as c:
         wait_for(lambda: len(broker.packets(p.Ping)) >= 2)
         assert not c.closed
+
+
+def test_a_burst_of_one_way_output_notifies_the_sleeping_writer_once(conn: Connection) -> None:
+    notified: list[int] = []
+    notify = conn._writer_cond.notify
+
+    def counting(n: int = 1) -> None:
+        notified.append(n)
+        notify(n)
+
+    conn._writer_cond.notify = counting  # type: ignore[method-assign]
+    wait_for(lambda: conn._writer_waiting)
+    with conn._lock:
+        assert conn._writer_waiting
+        for _ in range(3):
+            conn._nudge()
+        assert not conn._writer_waiting
+    assert notified == [1]

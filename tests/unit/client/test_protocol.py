@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from chute.client.protocol import ClientProtocol
+from chute.client.received import Received
 from chute.errors import (
     AuthenticationFailed,
     ConnectError,
@@ -400,3 +403,97 @@ def test_management_requests_and_results() -> None:
     assert proto.temporary_queue_result(p.TempQueueCreated("queue:t")) == "queue:t"
     with pytest.raises(Exception, match="expected"):
         proto.stat_result(p.Ok())
+
+
+# -- the hot paths: plain sends, generated ids, deliveries as Received -------------------
+
+
+def test_plain_and_rich_sends_encode_the_same_fields() -> None:
+    proto, peer = connected()
+    sid = proto.open_session()
+    proto.send(sid, "queue:a", b"plain", priority=0, ttl=7, persistent=False)
+    proto.send(sid, "queue:a", b"rich", priority=0, ttl=7, persistent=False, type="t")
+    corr = proto.send(sid, "queue:a", b"persistent", priority=9)
+    _, (_, plain), (_, rich), (header, persistent) = peer.sent()
+    assert isinstance(plain, p.Send)
+    assert isinstance(rich, p.Send)
+    assert isinstance(persistent, p.Send)
+    for packet in (plain, rich):
+        assert (packet.session_id, packet.address, packet.ttl_ms) == (sid, "queue:a", 7)
+        assert (packet.message.priority, packet.message.persistent) == (0, False)
+        assert packet.message.kind is BodyKind.BYTES
+    assert plain.message.body == b"plain"
+    assert plain.message.properties == {}
+    assert (plain.message.correlation_id, plain.message.reply_to, plain.message.type) == (
+        None,
+        None,
+        None,
+    )
+    assert (persistent.message.priority, persistent.message.persistent) == (9, True)
+    assert header.correlation_id == corr
+
+
+def test_generated_ids_are_32_hex_time_ordered_and_unique() -> None:
+    proto, peer = connected()
+    other, other_peer = connected()
+    sid = proto.open_session()
+    other_sid = other.open_session()
+    before = time.time_ns() // 1_000_000
+    for _ in range(300):
+        proto.send(sid, "q", b"x", persistent=False)
+        other.send(other_sid, "q", b"x", persistent=False)
+    proto.send(sid, "q", "text", persistent=False, properties={"k": 1})  # the general path
+    after = time.time_ns() // 1_000_000
+    ids = [x.message.id for x in peer.packets() if isinstance(x, p.Send)]
+    ids += [x.message.id for x in other_peer.packets() if isinstance(x, p.Send)]
+    assert len(ids) == len(set(ids)) == 601
+    for message_id in ids:
+        assert len(message_id) == 32
+        assert int(message_id, 16) >= 0
+        assert message_id == message_id.lower()
+        assert before <= int(message_id[:12], 16) <= after
+    mine = ids[:301]
+    assert mine == sorted(mine)  # one connection: increasing
+
+
+def test_send_values_the_wire_cannot_carry_are_invalid_messages() -> None:
+    proto, peer = connected()
+    sid = proto.open_session()
+    peer.sent()
+    with pytest.raises(InvalidMessage):
+        proto.send(sid, "q", b"x", ttl=1 << 64, persistent=False)
+    with pytest.raises(InvalidMessage):
+        proto.send(sid, "q", b"x", ttl=1 << 64, type="t")
+    with pytest.raises(InvalidMessage):
+        proto.send(sid, "q", b"x", kind="bogus")  # type: ignore[arg-type]
+    assert proto.outbox_size == 0
+    assert not proto._pending  # no request left waiting for an answer
+
+
+def test_take_hands_out_received_messages_that_ack_through_their_owner() -> None:
+    proto, peer, _, cid = open_consumer("individual", prefetch=10)
+    proto.receive_data(b"".join(deliver(cid, seq) for seq in (1, 2)))
+    first = proto.take(cid)
+    assert isinstance(first, Received)
+    assert (first.seq, first.body, first.id) == (1, b"x", "m1")
+    first.ack()  # unbound: straight to the protocol
+    assert peer.packets() == [p.Ack(cid, 1, cumulative=False, credit=1)]
+
+    acked: list[tuple[str, int]] = []
+
+    class Owner:
+        def _ack(self, seq: int) -> None:
+            acked.append(("ack", seq))
+
+        def _nack(self, seq: int, requeue: bool) -> None:
+            acked.append(("nack", seq))
+
+    proto.bind(cid, Owner())  # from now on: what was received before keeps its owner
+    proto.receive_data(b"".join(deliver(cid, seq) for seq in (3, 4)))
+    for seq in (2, 3, 4):
+        received = proto.take(cid)
+        assert received is not None
+        assert received.seq == seq
+        received.nack() if seq == 4 else received.ack()
+    assert acked == [("ack", 3), ("nack", 4)]
+    assert peer.packets() == [p.Ack(cid, 2, cumulative=False, credit=1)]

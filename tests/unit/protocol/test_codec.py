@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chute.errors import RemoteProtocolError
-from chute.message import Message
+from chute.message import BodyKind, Message
 from chute.protocol import packets as p
 from chute.protocol.codec import CLOSED, NEED_DATA, NeedData, PacketCodec
-from chute.protocol.wire import HEADER, HEADER_SIZE, encode_packet
+from chute.protocol.wire import HEADER, HEADER_SIZE, encode_content, encode_deliver, encode_packet
 
 from .test_packets import EXAMPLES
 
@@ -244,3 +244,139 @@ def test_mutated_real_packets(packet: p.Packet, index: int, patch: bytes) -> Non
     codec.receive_data(bytes(data))
     with contextlib.suppress(RemoteProtocolError):
         codec.next_packets()
+
+
+# -- the client's Deliver fast path: next_packets(on_deliver) ---------------------------
+
+
+def _deliveries(data: bytes, step: int) -> tuple[list[object], list[object], str | None]:
+    """Feed ``data`` in steps, with and without ``on_deliver``: the outcome must agree.
+
+    Returns the deliveries as ``(consumer_id, seq, message)``, the other packets,
+    and the error code if the input was refused. Only the interleaving of the
+    two kinds differs (deliveries go to the sink as decoded), and, before an
+    error, the sink may have had deliveries that the plain call loses with its list.
+    """
+    results: list[tuple[list[object], list[object], str | None]] = []
+    for fast in (False, True):
+        codec = PacketCodec(max_packet_size=1 << 16, max_properties=4)
+        delivered: list[object] = []
+        others: list[object] = []
+
+        def sink(
+            consumer_id: int, seq: int, message: Message, out: list[object] = delivered
+        ) -> None:
+            out.append((consumer_id, seq, message))
+
+        error = None
+        try:
+            for i in range(0, len(data), step):
+                codec.receive_data(data[i : i + step])
+                for _, packet in codec.next_packets(sink if fast else None):
+                    if isinstance(packet, p.Deliver):
+                        delivered.append((packet.consumer_id, packet.seq, packet.message))
+                    else:
+                        others.append(packet)
+        except RemoteProtocolError as exc:
+            error = exc.error_code
+        results.append((delivered, others, error))
+    (plain_delivered, plain_others, plain_error), (delivered, others, error) = results
+    assert error == plain_error
+    if error is None:
+        assert (delivered, others) == (plain_delivered, plain_others)
+    else:
+        assert delivered[: len(plain_delivered)] == plain_delivered
+        assert others[: len(plain_others)] == plain_others
+    return delivered, others, error
+
+
+def _deliver(seq: int, message: Message, consumer_id: int = 3) -> bytes:
+    return encode_deliver(consumer_id, seq, 2, True, 1000 + seq, 5000, encode_content(message))
+
+
+def test_on_deliver_takes_plain_and_rich_messages_in_order() -> None:
+    plain = Message(b"body", id="m1", priority=7, persistent=False)
+    rich = Message(b"", id="m2", correlation_id="c", type="t", properties={"k": 1})
+    data = _deliver(1, plain) + encode_packet(p.Ok(), 9) + _deliver(2, rich) + _deliver(3, plain)
+    for step in (1, 7, len(data)):
+        delivered, others, error = _deliveries(data, step)
+        assert error is None
+        assert [x[:2] for x in delivered] == [(3, 1), (3, 2), (3, 3)]  # type: ignore[index]
+        assert others == [p.Ok()]
+    codec = PacketCodec()
+    codec.receive_data(data)
+    seen: list[Message] = []
+    codec.next_packets(lambda _c, _s, m: seen.append(m))
+    first = seen[0]
+    assert (first.body, first.id, first.priority, first.persistent, first.kind) == (
+        b"body",
+        "m1",
+        7,
+        False,
+        BodyKind.BYTES,
+    )
+    assert (first.delivery_count, first.redelivered, first.timestamp, first.expiration) == (
+        2,
+        True,
+        1001,
+        5000,
+    )
+    assert first.properties == {}
+    assert seen[1].properties == {"k": 1}
+    assert (seen[1].correlation_id, seen[1].type) == ("c", "t")
+
+
+@pytest.mark.parametrize(
+    ("offset", "value", "code"),
+    [
+        (4, 9, "unsupported-version"),  # header version
+        (30, 2, "malformed-packet"),  # redelivered flag
+        (47, 10, "malformed-packet"),  # priority
+        (48, 0x20, "malformed-packet"),  # unknown flag
+        (49, 99, "malformed-packet"),  # body kind
+        (60, 0xFF, "malformed-packet"),  # id: not UTF-8
+    ],
+)
+def test_on_deliver_refuses_what_the_generic_path_refuses(
+    offset: int, value: int, code: str
+) -> None:
+    data = bytearray(_deliver(1, Message(b"x", id="m1")))
+    data[offset] = value
+    _, _, error = _deliveries(bytes(data), len(data))
+    assert error == code
+
+
+def test_on_deliver_refuses_an_oversized_packet() -> None:
+    data = _deliver(1, Message(b"x" * 70_000, id="m1"))
+    _, _, error = _deliveries(data, len(data))
+    assert error == "packet-too-large"
+
+
+@settings(max_examples=300)
+@given(
+    st.lists(
+        st.tuples(
+            st.binary(max_size=40),
+            st.text(min_size=1, max_size=8),
+            st.booleans(),
+            st.none() | st.text(max_size=5),
+        ),
+        max_size=5,
+    ),
+    st.integers(HEADER_SIZE, 400),
+    st.binary(min_size=1, max_size=3),
+    st.integers(1, 50),
+)
+def test_on_deliver_matches_the_generic_path_on_mutated_input(
+    specs: list[tuple[bytes, str, bool, str | None]], index: int, patch: bytes, step: int
+) -> None:
+    data = bytearray(
+        b"".join(
+            _deliver(seq, Message(body, id=mid, persistent=persistent, correlation_id=corr))
+            for seq, (body, mid, persistent, corr) in enumerate(specs)
+        )
+        + encode_packet(p.Ping())
+    )
+    index %= len(data)
+    data[index : index + len(patch)] = patch
+    _deliveries(bytes(data), step)
