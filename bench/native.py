@@ -8,8 +8,8 @@ Workloads (each the median of ``--runs``, every process separate, as a user runs
   end-to-end latency p50/p99/p999 in ms (send timestamp in the body).
 * ``fanout``: 1 producer to a topic with 4 subscriber processes; deliveries/s.
 
-    python bench/native.py                 # all three, 3 runs each
-    python bench/native.py --only throughput --runs 5 --count 300000
+    python -m bench.native                 # all three, 3 runs each
+    python -m bench.native --only throughput --runs 5 --count 300000
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ What it measures is the broker's own CPU cost per message (decode, route,
 deliver-encode, ack), which the end-to-end benchmark cannot separate from the
 clients sharing the same two cores.
 
-    python bench/server_path.py                    # median of 5 runs
-    python bench/server_path.py --profile out.prof # cProfile one run
+    python -m bench.server_path                    # median of 5 runs
+    python -m bench.server_path --profile out.prof # cProfile one run
 """
 
 from __future__ import annotations

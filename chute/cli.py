@@ -56,6 +56,16 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--stomp-port", type=int, help="STOMP port (0 = off)")
     serve.add_argument("--http-port", type=int, help="HTTP port (0 = off)")
     serve.add_argument(
+        "--store",
+        choices=["journal", "memory"],
+        help="journal (default: on disk in the data dir) or memory",
+    )
+    serve.add_argument(
+        "--sync",
+        choices=["always", "batch", "never"],
+        help="when the journal fsyncs (default always)",
+    )
+    serve.add_argument(
         "--log-level",
         default=os.environ.get("CHUTE_LOG_LEVEL", "info"),
         choices=["debug", "info", "warning", "error"],
@@ -134,12 +144,15 @@ def _serve(args: argparse.Namespace) -> int:
         "stomp_port": args.stomp_port,
         "http_port": args.http_port,
         "data_dir": str(args.data_dir) if args.data_dir else None,
+        "store": args.store,
+        "sync": args.sync,
     }
     config = config_module.load(args.config, overrides)
 
     def ready(bound: list[tuple[str, str, int]]) -> None:
         where = ", ".join(f"{name} {host}:{port}" for name, host, port in bound) or "nothing"
-        print(f"chute listening: {where} (data: {config.data_dir})", flush=True)
+        store = "in memory" if config.store == "memory" else f"journal in {config.data_dir}"
+        print(f"chute listening: {where} (messages {store})", flush=True)
 
     run(config, ready=ready)
     return 0

@@ -5,6 +5,8 @@
 host = "127.0.0.1"
 port = 5445              # native protocol; 0 disables
 data_dir = "chute-data"
+store = "journal"        # or "memory": nothing survives a restart
+sync = "always"          # journal: always | batch | never (docs/durability.md)
 auto_create = true       # create destinations on first use
 max_packet_size = "16MiB"
 heartbeat_ms = 10000     # the most a client may ask for is honoured; 0 = off
@@ -54,6 +56,10 @@ class ServerConfig:
     max_properties: int = 1024
     heartbeat_ms: int = 10_000
     expiry_interval_ms: int = 1_000
+    store: str = "journal"  # "journal" (on disk, in data_dir) or "memory" (nothing survives)
+    sync: str = "always"  # journal: always | batch | never (see docs/durability.md)
+    sync_batch_ms: int = 10
+    segment_size: int = 32 << 20
     users: dict[str, str] = dataclasses.field(default_factory=dict)
     destinations: dict[str, DestinationSettings] = dataclasses.field(default_factory=dict)
     default_destination: DestinationSettings = dataclasses.field(
@@ -99,6 +105,10 @@ _SERVER_KEYS = {
     "max_properties": int,
     "heartbeat_ms": int,
     "expiry_interval_ms": int,
+    "store": ("journal", "memory"),
+    "sync": ("always", "batch", "never"),
+    "sync_batch_ms": int,
+    "segment_size": "size",
 }
 
 
@@ -163,7 +173,11 @@ def _set_server_key(config: ServerConfig, key: str, value: Any) -> None:
     kind = _SERVER_KEYS.get(key)
     if kind is None:
         raise ConfigError(f"server.{key}: unknown setting (known: {', '.join(_SERVER_KEYS)})")
-    if kind == "size":
+    if isinstance(kind, tuple):
+        if value not in kind:
+            raise ConfigError(f"server.{key}: must be one of {' | '.join(kind)}, got {value!r}")
+        setattr(config, key, value)
+    elif kind == "size":
         setattr(config, key, parse_size(value, what=f"server.{key}"))
     elif kind is bool:
         if not isinstance(value, bool):

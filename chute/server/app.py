@@ -23,6 +23,7 @@ from chute.config import ServerConfig
 from chute.core.broker import Broker
 from chute.core.store import Store
 from chute.server.native import NativeConnection
+from chute.store.journal import Journal
 from chute.store.memory import MemoryStore
 
 log = logging.getLogger("chute.server")
@@ -33,7 +34,7 @@ class BrokerServer:
 
     def __init__(self, config: ServerConfig, store: Store | None = None) -> None:
         self.config = config
-        self.store = store or MemoryStore()
+        self.store = store or open_store(config)
         self.broker = Broker(
             self.store,
             config.resolver(),
@@ -55,6 +56,9 @@ class BrokerServer:
         """
         self.loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
+        report = getattr(self.store, "report", None)
+        if report is not None:
+            (log.info if report.clean else log.warning)("%s", report)
         restored = self.broker.recover()
         if restored:
             log.info("recovered %d messages", restored)
@@ -138,6 +142,23 @@ class BrokerServer:
         log.info("stopped")
 
 
+def open_store(config: ServerConfig) -> Store:
+    """The store the configuration asks for: the journal in ``data_dir`` by default.
+
+    Raises:
+        StoreError: the journal's directory is locked by another broker.
+        OSError: the data directory cannot be created.
+    """
+    if config.store == "memory":
+        return MemoryStore()
+    return Journal(
+        config.data_dir / "journal",
+        sync=config.sync,
+        batch_ms=config.sync_batch_ms,
+        segment_size=config.segment_size,
+    )
+
+
 def new_event_loop() -> asyncio.AbstractEventLoop:
     """uvloop when it is installed (it is a dependency where it builds), else asyncio's."""
     try:
@@ -170,7 +191,11 @@ def run(config: ServerConfig, *, ready: Any = None) -> None:
 
     async def main() -> None:
         server = BrokerServer(config)
-        bound = await server.start()
+        try:
+            bound = await server.start()
+        except BaseException:
+            server.store.close()
+            raise
         if ready is not None:
             ready(bound)
         await server.serve_until_stopped()
