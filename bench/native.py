@@ -98,10 +98,11 @@ def producer(url: str, address: str, count: int, size: int, rate: float = 0.0) -
             interval = 1.0 / rate
             t0 = time.perf_counter()
             for i in range(count):
-                target = t0 + i * interval
-                while (now := time.perf_counter()) < target:
-                    if target - now > 0.0005:
-                        time.sleep(target - now - 0.0004)
+                # Sleep, never spin: a spinning thread holds the GIL and the
+                # client's writer thread would wait for Python's switch interval.
+                delay = t0 + i * interval - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
                 s.send(address, STAMP.pack(time.time_ns()) + body_tail, persistent=False)
         else:
             for _ in range(count):
