@@ -28,6 +28,7 @@ from chute.protocol import packets as p
 from chute.protocol.wire import HEADER_SIZE, encode_content, encode_packet, encode_send
 from chute.server.app import BrokerServer, tune_gc
 from chute.server.native import NativeConnection
+from chute.store.memory import MemoryStore
 
 HEAD = struct.Struct(">IBB")
 SEQ = struct.Struct(">Q")
@@ -76,7 +77,7 @@ def count_deliveries(data: bytes) -> tuple[int, int]:
 
 
 def run(count: int, size: int, loop: asyncio.AbstractEventLoop) -> float:
-    server = BrokerServer(ServerConfig())
+    server = BrokerServer(ServerConfig(), MemoryStore())
     producer, _ = connect(server)
     consumer, out = connect(server)
     consumer.data_received(

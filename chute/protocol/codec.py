@@ -11,6 +11,7 @@ A ``PacketCodec`` is not thread-safe; each connection owns one.
 from __future__ import annotations
 
 import enum
+from collections import deque
 from collections.abc import Callable
 from typing import Final
 
@@ -68,6 +69,7 @@ class PacketCodec:
     """
 
     __slots__ = (
+        "_chunk_pos",
         "_chunks",
         "_data",
         "_eof",
@@ -90,8 +92,9 @@ class PacketCodec:
         """The version written in outgoing headers; set it once negotiated."""
         self._data = b""  # the bytes being parsed, from _pos on
         self._pos = 0
-        self._chunks: list[bytes] = []  # later reads, joined to _data when needed
-        self._pending = 0  # bytes in _chunks
+        self._chunks: deque[bytes] = deque()  # later reads, parsed once _data is used up
+        self._chunk_pos = 0  # where parsing starts in _chunks[0] (after a stitched packet)
+        self._pending = 0  # unparsed bytes in _chunks
         self._eof = False
 
     @property
@@ -120,15 +123,51 @@ class PacketCodec:
             self._pending += len(data)
 
     def _gather(self, need: int) -> bool:
-        """Make ``need`` bytes contiguous from ``_pos``; False if they have not all arrived."""
+        """Make the next ``need`` bytes contiguous at ``_pos``; False if they have not all arrived.
+
+        Only those bytes are copied: a packet split across reads is stitched from
+        the tail of one read and the head of the next, and parsing then goes on
+        in place in the next read (from ``_chunk_pos``). Joining whole reads
+        instead would copy every byte once more (and allocate fresh ``mmap``
+        pages for every large read).
+        """
         have = len(self._data) - self._pos
         if have + self._pending < need:
             return False
-        self._data = self._data[self._pos :] + b"".join(self._chunks)
+        if not have:
+            self._next_read()
+            have = len(self._data) - self._pos
+            if have >= need:
+                return True
+        parts = [self._data[self._pos :]]
+        missing = need - have
+        chunks = self._chunks
+        while missing:
+            chunk = chunks[0]
+            start = self._chunk_pos
+            available = len(chunk) - start
+            if available <= missing:
+                parts.append(chunk[start:] if start else chunk)
+                chunks.popleft()
+                self._chunk_pos = 0
+                self._pending -= available
+                missing -= available
+            else:
+                parts.append(chunk[start : start + missing])
+                self._chunk_pos = start + missing
+                self._pending -= missing
+                missing = 0
+        self._data = b"".join(parts)
         self._pos = 0
-        self._chunks.clear()
-        self._pending = 0
         return True
+
+    def _next_read(self) -> None:
+        """The current read is used up: parse the next one, from where stitching left it."""
+        chunk = self._chunks.popleft()
+        self._pending -= len(chunk) - self._chunk_pos
+        self._data = chunk
+        self._pos = self._chunk_pos
+        self._chunk_pos = 0
 
     def next_packet(self) -> tuple[Header, Packet] | NeedData:
         """The next whole packet, or :data:`NEED_DATA` / :data:`CLOSED`.
@@ -145,7 +184,7 @@ class PacketCodec:
             if not self._gather(HEADER_SIZE):
                 return self._short()
             data = self._data
-            pos = 0
+            pos = self._pos
         length, version, ptype, corr, target, callback = HEADER.unpack_from(data, pos)
         total = length + 4
         if total > self.max_packet_size:
@@ -163,7 +202,7 @@ class PacketCodec:
             if not self._gather(total):
                 return self._short()
             data = self._data
-            pos = 0
+            pos = self._pos
         self._pos = pos + total
         header = _new_header(Header, (version, corr, target, callback))
         return header, decode_body(
