@@ -286,7 +286,7 @@ class NativeConnection(asyncio.Protocol):
     def _on_ack(self, header: p.Header, packet: p.Ack) -> None:
         consumer = self._consumer(header.target_id)
         session = _session_of(consumer)
-        if packet.seq or consumer.inflight:
+        if packet.seq:  # seq 0: no ack, only credit
             session.ack(consumer, packet.seq, cumulative=packet.cumulative)
         if packet.credit:
             session.add_credit(consumer, packet.credit)

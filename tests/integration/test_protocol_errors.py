@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import struct
 
+from chute.message import Message
 from chute.protocol import packets as p
 from chute.protocol.codec import NeedData, PacketCodec
 from chute.protocol.wire import encode_packet
@@ -128,3 +129,32 @@ def test_heartbeats_ping_idle_clients_and_drop_silent_ones(server: ChuteServer) 
     pings = [pk for pk in packets if isinstance(pk, p.Ping)]
     assert len(pings) >= 2
     _roundtrip_ok(server)
+
+
+def test_credit_only_ack_with_messages_in_flight(server: ChuteServer) -> None:
+    """An Ack with seq 0 grants credit and acks nothing, even with messages in flight."""
+    sock = _connect(server)
+    codec = PacketCodec()
+
+    def next_packet() -> p.Packet:
+        while isinstance(item := codec.next_packet(), NeedData):
+            codec.receive_data(sock.recv(65536))
+        return item[1]
+
+    sock.sendall(
+        encode_packet(p.SessionOpen(1, p.AckMode.CLIENT), callback_id=1)
+        + encode_packet(p.ConsumerOpen(1, 2, "queue:credit", prefetch=1), correlation_id=2)
+        + encode_packet(p.Send(1, "queue:credit", Message.create(b"a", persistent=False)))
+        + encode_packet(p.Send(1, "queue:credit", Message.create(b"b", persistent=False)))
+    )
+    assert isinstance(next_packet(), p.Ok)
+    first = next_packet()
+    assert isinstance(first, p.Deliver)
+    assert first.message.body == b"a"
+    sock.sendall(encode_packet(p.Ack(2, 0, True, 1), target_id=2, correlation_id=3))
+    answers = [next_packet(), next_packet()]
+    assert any(isinstance(a, p.Ok) for a in answers), answers
+    second = next(a for a in answers if isinstance(a, p.Deliver))
+    assert second.message.body == b"b"
+    assert not second.redelivered
+    sock.close()
