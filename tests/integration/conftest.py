@@ -47,10 +47,16 @@ class ChuteServer:
         return "\n".join(self.lines)
 
 
-def start_server(tmp_path: Path, *extra: str, port: int | None = None) -> ChuteServer:
-    """Start ``chute serve`` and return once it printed that it listens."""
+def start_server(
+    tmp_path: Path, *extra: str, port: int | None = None, data_dir: Path | None = None
+) -> ChuteServer:
+    """Start ``chute serve`` and return once it printed that it listens.
+
+    Its data lives in ``data_dir`` (``tmp_path / "data"`` by default): start
+    another server on the same one to restart the broker on its journal.
+    """
     port = port or free_port()
-    data_dir = tmp_path / "data"
+    data_dir = data_dir or tmp_path / "data"
     cmd = [
         sys.executable,
         "-m",
