@@ -283,6 +283,18 @@ class Connection:
         result: dict[str, Any] = json.loads(self._proto.stat_result(packet))
         return result
 
+    async def prepared(self) -> list[str]:
+        """The xids of every prepared (two-phase) transaction waiting in the broker."""
+        return self._proto.prepared_result(await self._call(self._proto.prepared()))
+
+    async def commit_prepared(self, xid: str) -> None:
+        """Commit a prepared transaction (from any connection, also after a restart)."""
+        await self._call(self._proto.commit_prepared(xid))
+
+    async def rollback_prepared(self, xid: str) -> None:
+        """Roll back a prepared transaction."""
+        await self._call(self._proto.rollback_prepared(xid))
+
     async def close(self) -> None:
         """Close gracefully (acks and credit owed, then DISCONNECT); never raises for a
         connection already gone."""
@@ -396,6 +408,10 @@ class Session:
 
     async def rollback(self) -> None:
         await self._request(self.connection._proto.rollback(self.id))
+
+    async def prepare(self, xid: str) -> None:
+        """Prepare the transaction under ``xid`` (two-phase) and start a new one."""
+        await self._request(self.connection._proto.prepare(self.id, xid))
 
     async def browse(
         self, address: str, selector: str | None = None, limit: int = 0

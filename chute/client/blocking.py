@@ -248,6 +248,24 @@ class Connection:
         result: dict[str, Any] = json.loads(self._proto.stat_result(self._call(corr)))
         return result
 
+    def prepared(self) -> list[str]:
+        """The xids of every prepared (two-phase) transaction waiting in the broker."""
+        with self._lock:
+            corr = self._proto.prepared()
+        return self._proto.prepared_result(self._call(corr))
+
+    def commit_prepared(self, xid: str) -> None:
+        """Commit a prepared transaction (prepared by any connection, also before a restart)."""
+        with self._lock:
+            corr = self._proto.commit_prepared(xid)
+        self._call(corr)
+
+    def rollback_prepared(self, xid: str) -> None:
+        """Roll back a prepared transaction: its sends are dropped, its acks undone."""
+        with self._lock:
+            corr = self._proto.rollback_prepared(xid)
+        self._call(corr)
+
     def close(self) -> None:
         """Close gracefully: acks and credit owed are sent, then DISCONNECT; never raises
         for a connection that is already gone."""
@@ -389,6 +407,14 @@ class Session:
         conn = self.connection
         with conn._lock:
             corr = conn._proto.commit(self.id)
+        conn._call(corr)
+
+    def prepare(self, xid: str) -> None:
+        """Prepare the transaction under ``xid`` (two-phase) and start a new one; returns
+        once the broker has it on disk. Finish it with ``Connection.commit_prepared``."""
+        conn = self.connection
+        with conn._lock:
+            corr = conn._proto.prepare(self.id, xid)
         conn._call(corr)
 
     def rollback(self) -> None:

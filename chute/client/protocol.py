@@ -33,6 +33,7 @@ Not thread-safe: a driver serialises calls (the blocking driver with a lock).
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import struct
 import time
@@ -81,6 +82,7 @@ from chute.protocol.packets import (
     Error,
     Header,
     Nack,
+    Ok,
     Packet,
     Ping,
     Pong,
@@ -92,6 +94,10 @@ from chute.protocol.packets import (
     TempQueue,
     TempQueueCreated,
     Unsubscribe,
+    XaCommit,
+    XaPrepare,
+    XaRecover,
+    XaRollback,
 )
 from chute.protocol.wire import (
     BYTES_KIND,
@@ -553,7 +559,25 @@ class ClientProtocol:
     def rollback(self, session_id: int) -> int:
         return self._transaction(session_id, Rollback(session_id))
 
-    def _transaction(self, session_id: int, packet: Commit | Rollback) -> int:
+    def prepare(self, session_id: int, xid: str) -> int:
+        return self._transaction(session_id, XaPrepare(session_id, xid))
+
+    def commit_prepared(self, xid: str) -> int:
+        return self._request(XaCommit(xid))
+
+    def rollback_prepared(self, xid: str) -> int:
+        return self._request(XaRollback(xid))
+
+    def prepared(self) -> int:
+        return self._request(XaRecover())
+
+    @staticmethod
+    def prepared_result(packet: Packet) -> list[str]:
+        result: Ok = _expect(packet, Ok)
+        xids: list[str] = json.loads(result.value or "[]")
+        return xids
+
+    def _transaction(self, session_id: int, packet: Commit | Rollback | XaPrepare) -> int:
         session = self.check_session(session_id)
         if not session.transacted:
             raise TransactionError(f"session {session_id} is not transacted")

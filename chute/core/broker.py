@@ -33,6 +33,7 @@ from chute.core.selector import compile_selector
 from chute.core.settings import Overflow, SettingsResolver
 from chute.core.store import AddOp, Batch, QueueDefinition, QueueKind, Store
 from chute.core.topic import Subscription, SubscriptionKind, Topic
+from chute.core.twophase import PreparedTransactions
 from chute.errors import DestinationFull, InvalidAddress, NotFound
 from chute.message import Message, now_ms
 
@@ -86,6 +87,7 @@ class Broker:
         self._forward_depth = 0
         self.discarded = 0  # diversions that found no room anywhere
         self.connections: dict[str, Any] = {}  # id -> chute.core.session.Connection
+        self.xa = PreparedTransactions(self)
         self._next_connection = 0
         for address in (DEAD_LETTER, EXPIRED, *predefined):
             self.destination(address, create=True)
@@ -412,6 +414,7 @@ class Broker:
         return {
             "destinations": destinations,
             "connections": len(self.connections),
+            "prepared": self.xa.xids(),
             "discarded": self.discarded,
         }
 
@@ -453,10 +456,15 @@ class Broker:
                     Entry(item.seq, item.message, item.delivery_count, item.delivery_count > 0)
                 )
                 count += 1
+        self.xa.restore(recovered)
         for sub in subscriptions.values():
             if sub.kind is SubscriptionKind.CALLBACK and sub.forward_to:
                 self._start_forwarding(sub, sub.forward_to)
         return count
+
+    def queue_by_name(self, name: str) -> QueueChannel | None:
+        """A queue or subscription by its store name."""
+        return self.queues.get(name) or self.subscriptions.get(name)
 
     def restore_subscription(
         self, definition: QueueDefinition, *, start: bool = True

@@ -361,6 +361,20 @@ class QueueChannel:
             return False
         return not (s.max_bytes and self.held_bytes + size > s.max_bytes)
 
+    def withdraw(self, seq: int) -> Entry | None:
+        """Take the waiting entry ``seq`` out of its lane (it stays held), or None.
+
+        For recovery of a prepared transaction's acks: O(depth), never on the
+        per-message path.
+        """
+        for lane in self._lanes:
+            for entry in lane:
+                if entry.seq == seq:
+                    lane.remove(entry)
+                    self.ready -= 1
+                    return entry
+        return None
+
     def evict_oldest(self) -> Entry | None:
         """Remove the oldest waiting entry (lowest sequence in any lane), for drop-oldest."""
         oldest: deque[Entry] | None = None

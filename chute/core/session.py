@@ -41,6 +41,7 @@ from chute.core.selector import compile_selector
 from chute.core.settings import DestinationSettings, Overflow
 from chute.core.store import QueueDefinition, QueueKind
 from chute.core.topic import Subscription, SubscriptionKind, Topic
+from chute.core.twophase import check_xid
 from chute.errors import (
     AccessDenied,
     ChuteError,
@@ -594,6 +595,21 @@ class Session:
                 if s.overflow is Overflow.BLOCK:
                     raise WouldBlock(reason, queue.address, s.block_timeout_ms)
                 raise DestinationFull(reason)
+
+    def prepare(self, xid: str) -> None:
+        """Prepare the transaction under ``xid`` (two-phase): its sends and acks are
+        staged durably and wait, across restarts, for ``Broker.xa.commit(xid)`` or
+        ``rollback(xid)`` from any connection. The session starts a new transaction.
+
+        Raises:
+            TransactionError: not transacted, a bad xid, or one already prepared.
+            DestinationFull / WouldBlock: as :meth:`commit`; nothing was prepared.
+        """
+        tx = self._require_tx()
+        check_xid(xid)
+        self._check_tx_room(tx)
+        self.tx = Transaction()
+        self.broker.xa.prepare(xid, tx.sends, tx.acks)
 
     def rollback(self) -> None:
         """Discard the sends; the acked messages are delivered again (redelivered)."""

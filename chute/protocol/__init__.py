@@ -35,6 +35,10 @@ from chute.protocol.packets import (
     TempQueue,
     TempQueueCreated,
     Unsubscribe,
+    XaCommit,
+    XaPrepare,
+    XaRecover,
+    XaRollback,
     negotiate_version,
 )
 from chute.protocol.wire import (
@@ -85,6 +89,10 @@ __all__ = [
     "TempQueue",
     "TempQueueCreated",
     "Unsubscribe",
+    "XaCommit",
+    "XaPrepare",
+    "XaRecover",
+    "XaRollback",
     "decode_body",
     "decode_content",
     "encode_content",

@@ -72,6 +72,10 @@ class PacketType(enum.IntEnum):
     CREDIT = 26
     COMMIT = 30
     ROLLBACK = 31
+    XA_PREPARE = 32
+    XA_COMMIT = 33
+    XA_ROLLBACK = 34
+    XA_RECOVER = 35
     BROWSE = 40
     BROWSE_RESULT = 41
     STAT = 42
@@ -302,6 +306,34 @@ class Rollback:
     session_id: int
 
 
+@dataclass(frozen=True, slots=True)
+class XaPrepare:
+    """Prepare a transacted session's work under ``xid`` (two-phase); the server answers
+    Ok once the prepare record is durable. ``session_id`` is the target."""
+
+    session_id: int
+    xid: str
+
+
+@dataclass(frozen=True, slots=True)
+class XaCommit:
+    """Commit the prepared transaction ``xid`` (from any connection, also after a restart)."""
+
+    xid: str
+
+
+@dataclass(frozen=True, slots=True)
+class XaRollback:
+    """Roll back the prepared transaction ``xid``."""
+
+    xid: str
+
+
+@dataclass(frozen=True, slots=True)
+class XaRecover:
+    """List the prepared transactions; the answer is ``Ok`` with a JSON array of xids."""
+
+
 # -- management ----------------------------------------------------------------------
 
 
@@ -384,6 +416,10 @@ Packet = (
     | Credit
     | Commit
     | Rollback
+    | XaPrepare
+    | XaCommit
+    | XaRollback
+    | XaRecover
     | Browse
     | BrowseResult
     | Stat

@@ -80,6 +80,10 @@ from chute.protocol.packets import (
     TempQueue,
     TempQueueCreated,
     Unsubscribe,
+    XaCommit,
+    XaPrepare,
+    XaRecover,
+    XaRollback,
 )
 
 HEADER: Final = struct.Struct(">IBBIII")
@@ -517,6 +521,10 @@ _SPECS: Final[dict[type, tuple[PacketType, tuple[str, ...]]]] = {
     Credit: (PacketType.CREDIT, (TARGET, "u32")),
     Commit: (PacketType.COMMIT, (TARGET,)),
     Rollback: (PacketType.ROLLBACK, (TARGET,)),
+    XaPrepare: (PacketType.XA_PREPARE, (TARGET, "s16")),
+    XaCommit: (PacketType.XA_COMMIT, ("s16",)),
+    XaRollback: (PacketType.XA_ROLLBACK, ("s16",)),
+    XaRecover: (PacketType.XA_RECOVER, ()),
     Browse: (PacketType.BROWSE, ("s16", "o32", "u32")),
     Stat: (PacketType.STAT, ()),
     StatResult: (PacketType.STAT_RESULT, ("s32",)),

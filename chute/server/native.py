@@ -90,6 +90,10 @@ class NativeConnection(asyncio.Protocol):
             p.SessionClose: self._on_session_close,
             p.Commit: self._on_commit,
             p.Rollback: self._on_rollback,
+            p.XaPrepare: self._on_xa_prepare,
+            p.XaCommit: self._on_xa_commit,
+            p.XaRollback: self._on_xa_rollback,
+            p.XaRecover: self._on_xa_recover,
             p.Browse: self._on_browse,
             p.Stat: self._on_stat,
             p.Unsubscribe: self._on_unsubscribe,
@@ -353,6 +357,23 @@ class NativeConnection(asyncio.Protocol):
     def _on_rollback(self, header: p.Header, packet: p.Rollback) -> None:
         self._session(header.target_id).rollback()
         self._respond(header, p.Ok())
+
+    def _on_xa_prepare(self, header: p.Header, packet: p.XaPrepare) -> None:
+        self._session(header.target_id).prepare(packet.xid)
+        self._confirm(header, durable=True)
+
+    def _on_xa_commit(self, header: p.Header, packet: p.XaCommit) -> None:
+        self.broker.xa.commit(packet.xid)
+        self._confirm(header, durable=True)
+
+    def _on_xa_rollback(self, header: p.Header, packet: p.XaRollback) -> None:
+        self.broker.xa.rollback(packet.xid)
+        self._confirm(header, durable=True)
+
+    def _on_xa_recover(self, header: p.Header, packet: p.XaRecover) -> None:
+        import json  # noqa: PLC0415 - management path only
+
+        self._respond(header, p.Ok(json.dumps(self.broker.xa.xids())))
 
     def _on_browse(self, header: p.Header, packet: p.Browse) -> None:
         entries = self.broker.browse(packet.address, packet.selector, packet.limit)

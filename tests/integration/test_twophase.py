@@ -1,0 +1,56 @@
+"""Two-phase transactions over TCP: prepared work survives kill -9 and is finished by xid."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import chute
+
+from .conftest import start_server
+
+
+def test_prepared_transaction_survives_kill_9_and_commits(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    srv = start_server(tmp_path, data_dir=data)
+    with chute.connect(srv.url) as conn:
+        with conn.session() as s:
+            s.send("queue:in", b"job")
+        tx = conn.session(ack="client", transacted=True)
+        job = tx.consumer("queue:in", prefetch=1).receive(timeout=5)
+        assert job is not None
+        tx.send("queue:out", b"result of job")
+        tx.prepare("batch-7")
+        assert conn.prepared() == ["batch-7"]
+    srv.stop(signal.SIGKILL)
+
+    srv = start_server(tmp_path, data_dir=data)
+    try:
+        with chute.connect(srv.url) as conn:
+            assert conn.prepared() == ["batch-7"]
+            assert conn.stat()["prepared"] == ["batch-7"]
+            with conn.session() as s:
+                assert s.browse("queue:out") == []
+                assert s.browse("queue:in") == []  # the job is locked, not lost
+            conn.commit_prepared("batch-7")
+            assert conn.prepared() == []
+            with conn.session() as s:
+                assert [m.body for m in s.browse("queue:out")] == [b"result of job"]
+                assert s.browse("queue:in") == []
+    finally:
+        srv.stop()
+
+
+def test_rollback_prepared_from_another_connection(tmp_path: Path) -> None:
+    srv = start_server(tmp_path)
+    try:
+        with chute.connect(srv.url) as producer, chute.connect(srv.url) as coordinator:
+            tx = producer.session(transacted=True)
+            tx.send("queue:staged", b"never")
+            tx.prepare("x-1")
+            coordinator.rollback_prepared("x-1")
+            assert coordinator.prepared() == []
+            with coordinator.session() as s:
+                assert s.browse("queue:staged") == []
+    finally:
+        srv.stop()

@@ -1,0 +1,138 @@
+"""Two-phase transactions: prepare, then commit or roll back by xid, across restarts."""
+
+from __future__ import annotations
+
+import pytest
+
+from chute.core.broker import Broker
+from chute.core.consumer import AckMode
+from chute.core.session import Connection
+from chute.errors import NotFound, TransactionError
+
+from .helpers import Recorder, bodies, msg, restart, stats_of, stored
+
+
+def test_prepared_sends_invisible_until_commit(broker: Broker) -> None:
+    tx = Connection(broker).session(AckMode.CLIENT, transacted=True)
+    tx.send("queue:orders", msg(b"a"))
+    tx.prepare("xid-1")
+    assert broker.xa.xids() == ["xid-1"]
+    assert broker.browse("queue:orders") == []
+    assert stored(broker, "queue:orders") == []
+    broker.xa.commit("xid-1")
+    assert bodies(broker.browse("queue:orders")) == [b"a"]
+    assert stored(broker, "queue:orders") == [b"a"]
+    assert broker.xa.xids() == []
+
+
+def test_prepared_acks_lock_messages_until_rollback(broker: Broker) -> None:
+    conn = Connection(broker)
+    conn.session().send("queue:work", msg(b"job"))
+    tx = conn.session(AckMode.CLIENT, transacted=True)
+    recorder = Recorder()
+    consumer = tx.consumer(1, "queue:work", recorder, prefetch=10)
+    [entry] = recorder.take()
+    tx.ack(consumer, entry.seq)
+    tx.prepare("xid-ack")
+    tx.close_consumer(consumer)
+    other = Recorder()
+    conn.session(AckMode.CLIENT).consumer(2, "queue:work", other, prefetch=10)
+    assert other.take() == []  # locked in the prepared transaction
+    assert stats_of(broker, "queue:work")["depth"] == 1
+    broker.xa.rollback("xid-ack")
+    [again] = other.take()
+    assert again.message.body == b"job"
+    assert again.redelivered
+
+
+def test_prepared_ack_settles_on_commit(broker: Broker) -> None:
+    conn = Connection(broker)
+    conn.session().send("queue:work", msg(b"job"))
+    tx = conn.session(AckMode.CLIENT, transacted=True)
+    recorder = Recorder()
+    consumer = tx.consumer(1, "queue:work", recorder, prefetch=10)
+    [entry] = recorder.take()
+    tx.ack(consumer, entry.seq)
+    tx.send("queue:done", msg(b"result"))
+    tx.prepare("xid-2")
+    broker.xa.commit("xid-2")
+    assert stored(broker, "queue:work") == []
+    assert stored(broker, "queue:done") == [b"result"]
+    assert stats_of(broker, "queue:work")["depth"] == 0
+
+
+def test_prepared_transaction_survives_restart_then_commits(broker: Broker) -> None:
+    conn = Connection(broker)
+    conn.session().send("queue:work", msg(b"job"))
+    tx = conn.session(AckMode.CLIENT, transacted=True)
+    recorder = Recorder()
+    consumer = tx.consumer(1, "queue:work", recorder, prefetch=10)
+    [entry] = recorder.take()
+    tx.ack(consumer, entry.seq)
+    tx.send("queue:done", msg(b"result"))
+    tx.prepare("xid-3")
+
+    after = restart(broker)
+    assert after.xa.xids() == ["xid-3"]
+    watcher = Recorder()
+    Connection(after).session(AckMode.CLIENT).consumer(1, "queue:work", watcher, prefetch=10)
+    assert watcher.take() == []  # the acked job stays locked while in doubt
+    assert after.browse("queue:done") == []
+    Connection(after).session().send("queue:done", msg(b"later"))
+    after.xa.commit("xid-3")
+    done = after.browse("queue:done")
+    assert sorted(bodies(done)) == [b"later", b"result"]
+    assert len({e.seq for e in done}) == 2  # numbering went past the prepared send
+    assert stored(after, "queue:work") == []
+    assert after.xa.xids() == []
+    assert restart(after).xa.xids() == []
+
+
+def test_prepared_transaction_survives_restart_then_rolls_back(broker: Broker) -> None:
+    conn = Connection(broker)
+    conn.session().send("queue:work", msg(b"job"))
+    tx = conn.session(AckMode.CLIENT, transacted=True)
+    recorder = Recorder()
+    consumer = tx.consumer(1, "queue:work", recorder, prefetch=10)
+    [entry] = recorder.take()
+    tx.ack(consumer, entry.seq)
+    tx.send("queue:done", msg(b"result"))
+    tx.prepare("xid-4")
+
+    after = restart(broker)
+    after.xa.rollback("xid-4")
+    watcher = Recorder()
+    Connection(after).session(AckMode.CLIENT).consumer(1, "queue:work", watcher, prefetch=10)
+    [back] = watcher.take()
+    assert back.message.body == b"job"
+    assert after.browse("queue:done") == []
+    assert restart(after).xa.xids() == []
+
+
+def test_xid_rules(broker: Broker) -> None:
+    tx = Connection(broker).session(AckMode.CLIENT, transacted=True)
+    with pytest.raises(TransactionError):
+        tx.prepare("")
+    with pytest.raises(TransactionError):
+        tx.prepare("bad\nxid")
+    tx.send("queue:q", msg())
+    tx.prepare("x")
+    tx.send("queue:q", msg())
+    with pytest.raises(TransactionError, match="already prepared"):
+        tx.prepare("x")
+    with pytest.raises(NotFound):
+        broker.xa.commit("nope")
+    with pytest.raises(NotFound):
+        broker.xa.rollback("nope")
+    plain = Connection(broker).session()
+    with pytest.raises(TransactionError):
+        plain.prepare("y")
+
+
+def test_stats_list_prepared(broker: Broker) -> None:
+    tx = Connection(broker).session(AckMode.CLIENT, transacted=True)
+    tx.send("queue:q", msg())
+    tx.prepare("b")
+    tx.send("queue:q", msg())
+    tx.prepare("a")
+    assert broker.stats()["prepared"] == ["a", "b"]
