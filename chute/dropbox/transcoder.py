@@ -1,0 +1,721 @@
+"""DropboxMQ 1.2 message filenames, both directions. Pure: no file I/O.
+
+A DropboxMQ message is a file whose *name* holds every header and property and
+whose content is the body. This module follows what the released DropboxMQ 1.2
+source does (``shared/notes/dropboxmq.md``), not its web page, so a file written
+by a DropboxMQ client or by a shell script following its rules reads the same.
+
+Theory of operation
+-------------------
+Decoding (:func:`decode_filename`) never raises. The name is cut at ``.`` into at
+most seven fields, the rest (dots included) being the properties text::
+
+    priority . id . class . expiration . correlation . replyTo . type . properties
+
+Missing fields and trailing dots mean the same thing. Numbers are cut at their
+first ``-`` and may start with ``+`` (so nothing negative parses). The id's
+leading number is ``milliseconds * 1000 + sequence``. A name whose priority is
+missing or not a number, whose id is empty, whose class is not one of
+``M B S P O T`` or whose expiration does not parse is **foreign**: its message id
+is the URL-decoded whole name, its priority 4, its expiration 0 and its
+timestamp the time of receipt (the whole name is not an id field, so its
+leading digits are not read as a time); the correlation id, reply-to, type and
+properties that did parse still apply. A class that is missing, or not one of
+the six letters, means text.
+
+Encoding (:func:`encode_filename`) writes
+``priority.id.class[.expiration[.correlation[.replyTo[.type[.properties]]]]]``,
+leaving out the fields after the last non-empty one. Text is URL-encoded in the
+form style (space is ``+``; ``*``, ``-``, ``_`` kept), then ``.`` becomes ``%2E``
+and ``~`` becomes ``%7E``, so an encoded field holds only ``A-Z a-z 0-9 * - _ + %``:
+never a separator of ours, never ``/``. A property is ``enc(name) + letter + "=" +
+enc(value)``, pairs joined by ``&``. The delivery count is the property
+``JMSXDeliveryCountI``.
+
+Where chute deliberately differs from DropboxMQ
+-----------------------------------------------
+Each difference keeps data DropboxMQ would lose or hang on, and is reported in
+:attr:`DecodedName.notes` when it happens:
+
+- A property value with a later ``=`` keeps the whole value (DropboxMQ drops
+  from the second ``=`` on).
+- A property whose name is not a Java identifier is kept, and so is every
+  property after it (DropboxMQ silently drops them all). Only names chute's
+  model cannot hold (empty, over 256 characters) are dropped, with a note.
+- A ``%`` escape that does not decode (or decodes to invalid UTF-8) leaves that
+  text literal (DropboxMQ throws, and the file stays in ``target/`` forever).
+- A typed property whose value does not parse as its type (``countI=abc``,
+  ``b1Y=300``) is kept as a string, with a note (DropboxMQ fails the message).
+- A priority above 9 is read as 9: chute's priorities are JMS's 0..9
+  (DropboxMQ keeps any ``int``).
+- A reply-to with an empty name (``Q`` alone) is no reply-to: chute cannot
+  address an empty name.
+- Numbers are ASCII digits only (Java also accepts other Unicode digits).
+- Bodies are not part of the name; text is UTF-8 (DropboxMQ used the platform
+  charset) and map/stream/object bodies stay opaque bytes.
+
+What a name cannot carry
+------------------------
+- ``persistent``: a file is durable, so decoded messages are persistent.
+- ``timestamp``: only the id's leading number holds it. A message whose id is
+  not of the form ``<ms*1000+seq>-...`` is encoded with its id unchanged (JMS
+  ids survive every hop) and read back with its time of receipt. A message
+  with an empty id gets a new DropboxMQ id built from its timestamp (or now)
+  and ``sequence``; :func:`dropbox_id` builds one for a producer that wants the
+  timestamp to survive.
+- An empty correlation id or type is the same as none.
+
+Name length
+-----------
+A filename is at most 255 bytes on every common filesystem, and a consumer
+later renames the file to ``<enc(clientId)>~<name>`` and adds
+``&JMSXDeliveryCountI=<n>``. :func:`encode_filename` therefore **refuses**
+(raises :class:`~chute.errors.InvalidMessage`) a name longer than
+:data:`MAX_ENCODED_BYTES` (172 by default) rather than spilling properties
+elsewhere: a spilled property is one a DropboxMQ reader would never see, and a
+sidecar file would break the single-rename atomicity of the protocol.
+:func:`decode_filename` accepts names of any length.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+from urllib.parse import quote_plus
+
+from chute.core.address import check_name
+from chute.errors import InvalidAddress, InvalidMessage
+from chute.message import (
+    DEFAULT_PRIORITY,
+    MAX_PROPERTY_NAME_LENGTH,
+    BodyKind,
+    Byte,
+    Float,
+    Int,
+    Message,
+    PropertyType,
+    PropertyValue,
+    Short,
+    check_priority,
+    now_ms,
+    property_type,
+)
+
+__all__ = [
+    "DELIVERY_COUNT",
+    "MAX_CLIENT_ID_BYTES",
+    "MAX_ENCODED_BYTES",
+    "NAME_MAX_BYTES",
+    "TOPIC_ROOT",
+    "DecodedName",
+    "check_destination_name",
+    "claim_name",
+    "decode_filename",
+    "destination_parts",
+    "dropbox_id",
+    "enc",
+    "encode_filename",
+    "split_claim_name",
+    "subscription_dir_name",
+]
+
+NAME_MAX_BYTES: Final = 255
+"""The longest filename (in bytes) of ext4, XFS, btrfs, APFS, NTFS (in UTF-16 units)."""
+
+MAX_CLIENT_ID_BYTES: Final = 48
+"""The longest encoded client id :func:`claim_name` accepts."""
+
+DELIVERY_COUNT: Final = "JMSXDeliveryCount"
+# the most a count adds: the four empty slots before the properties, and 10 digits
+_DELIVERY_COUNT_RESERVE: Final = len(f".....{DELIVERY_COUNT}I=") + 10
+
+MAX_ENCODED_BYTES: Final = NAME_MAX_BYTES - (MAX_CLIENT_ID_BYTES + 1) - _DELIVERY_COUNT_RESERVE
+"""The longest name :func:`encode_filename` writes, leaving room for claim and count."""
+
+_CLAIMABLE_BYTES: Final = NAME_MAX_BYTES - (MAX_CLIENT_ID_BYTES + 1)
+
+TOPIC_ROOT: Final = "topic-root"
+
+_FIELDS: Final = 7
+_INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
+_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
+_MAX_PRIORITY: Final = 9
+
+# -- URL encoding ---------------------------------------------------------------------------
+
+
+def enc(text: str) -> str:
+    """DropboxMQ's field encoding: form-style URL encoding, then ``.`` and ``~`` escaped.
+
+    Raises:
+        InvalidMessage: the text holds a lone surrogate (it has no UTF-8 form).
+    """
+    try:
+        quoted = quote_plus(text, safe="*")
+    except UnicodeEncodeError:
+        raise InvalidMessage(f"{text[:40]!r} is not valid Unicode (lone surrogate)") from None
+    return quoted.replace(".", "%2E").replace("~", "%7E")
+
+
+_ESCAPES: Final = re.compile(r"(?:%[0-9A-Fa-f]{2})+")
+
+
+def _dec(text: str) -> str | None:
+    """Java's ``URLDecoder.decode(text, "UTF-8")``, or None where Java would throw.
+
+    ``+`` is a space; runs of ``%XX`` are UTF-8. A ``%`` not followed by two hex
+    digits, or escapes that are not UTF-8, give None (Java throws or substitutes).
+    """
+    if "%" not in text:
+        return text.replace("+", " ")
+    out: list[str] = []
+    pos = 0
+    for match in _ESCAPES.finditer(text):
+        plain = text[pos : match.start()]
+        if "%" in plain:
+            return None
+        out.append(plain.replace("+", " "))
+        try:
+            out.append(bytes.fromhex(match.group().replace("%", "")).decode("utf-8"))
+        except UnicodeDecodeError:
+            return None
+        pos = match.end()
+    rest = text[pos:]
+    if "%" in rest:
+        return None
+    out.append(rest.replace("+", " "))
+    return "".join(out)
+
+
+def _dec_or_literal(text: str, what: str, notes: list[str]) -> str:
+    decoded = _dec(text)
+    if decoded is None:
+        notes.append(f"{what} {text[:60]!r} does not URL-decode: kept literally")
+        return text
+    return decoded
+
+
+# -- numbers ------------------------------------------------------------------------------
+
+_UNSIGNED: Final = re.compile(r"\+?([0-9]{1,40})")
+_SIGNED: Final = re.compile(r"[+-]?[0-9]{1,40}")
+_JAVA_FLOAT: Final = re.compile(
+    r"[+-]?(?:NaN|Infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[fFdD]?)"
+)
+_JAVA_BLANK: Final = "".join(chr(c) for c in range(33))  # what String.trim() removes
+
+
+def _dropbox_number(text: str, hi: int) -> int | None:
+    """A DropboxMQ header number: cut at the first ``-``, optional ``+``, 0..hi."""
+    head = text.split("-", 1)[0]
+    match = _UNSIGNED.fullmatch(head)
+    if match is None:
+        return None
+    value = int(match.group(1))
+    return value if value <= hi else None
+
+
+def _java_int(text: str, lo: int, hi: int) -> int | None:
+    """Java's ``Long.parseLong`` and friends (ASCII digits only)."""
+    if _SIGNED.fullmatch(text) is None:
+        return None
+    value = int(text)
+    return value if lo <= value <= hi else None
+
+
+def _java_float(text: str) -> float | None:
+    """Java's ``Double.parseDouble`` for decimal forms (no hex floats)."""
+    text = text.strip(_JAVA_BLANK)
+    if _JAVA_FLOAT.fullmatch(text) is None:
+        return None
+    if text[-1] in "fFdD":
+        text = text[:-1]
+    return float(text.replace("Infinity", "inf").replace("NaN", "nan"))
+
+
+def _java_float_text(value: float) -> str:
+    """A double as text both Java and Python parse back to the same value."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return repr(float(value))
+
+
+# -- properties ---------------------------------------------------------------------------
+
+_TYPE_LETTERS: Final = {
+    PropertyType.BOOLEAN: "B",
+    PropertyType.BYTE: "Y",
+    PropertyType.SHORT: "H",
+    PropertyType.INT: "I",
+    PropertyType.LONG: "L",
+    PropertyType.FLOAT: "F",
+    PropertyType.DOUBLE: "D",
+    PropertyType.STRING: "S",
+}
+_LETTER_TYPES: Final = {v: k for k, v in _TYPE_LETTERS.items()}
+_INT_TYPES: Final = {
+    PropertyType.BYTE: (Byte, 8),
+    PropertyType.SHORT: (Short, 16),
+    PropertyType.INT: (Int, 32),
+    PropertyType.LONG: (int, 64),
+}
+
+
+def _typed(kind: PropertyType, text: str) -> PropertyValue | None:
+    """The value ``text`` holds as JMS type ``kind``, or None if it does not parse."""
+    if kind is PropertyType.BOOLEAN:
+        return text.lower() == "true"
+    if kind is PropertyType.STRING:
+        return text
+    if kind in (PropertyType.FLOAT, PropertyType.DOUBLE):
+        number = _java_float(text)
+        if number is None:
+            return None
+        return Float(number) if kind is PropertyType.FLOAT else number
+    wrap, bits = _INT_TYPES[kind]
+    value = _java_int(text, -(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+    return None if value is None else wrap(value)
+
+
+def _decode_properties(text: str, notes: list[str]) -> dict[str, PropertyValue]:
+    properties: dict[str, PropertyValue] = {}
+    for pair in text.split("&"):
+        if not pair:
+            continue
+        raw_key, _, raw_value = pair.partition("=")
+        if not raw_key:
+            notes.append(f"property {pair[:60]!r} has no name: dropped")
+            continue
+        kind = _LETTER_TYPES.get(raw_key[-1], PropertyType.STRING)
+        name = _dec_or_literal(raw_key[:-1], "property name", notes)
+        if not name or len(name) > MAX_PROPERTY_NAME_LENGTH:
+            notes.append(f"property {pair[:60]!r}: name must be 1-256 characters: dropped")
+            continue
+        value_text = _dec_or_literal(raw_value, f"property {name!r} value", notes)
+        value = _typed(kind, value_text)
+        if value is None:
+            notes.append(
+                f"property {name!r}: {value_text[:40]!r} is not a {kind.name.lower()}: "
+                "kept as a string"
+            )
+            value = value_text
+        properties[name] = value  # later duplicates win
+    return properties
+
+
+def _take_delivery_count(properties: dict[str, PropertyValue], notes: list[str]) -> int:
+    if DELIVERY_COUNT not in properties:
+        return 0
+    value = properties.pop(DELIVERY_COUNT)
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 10:
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _INT_MAX:
+        return int(value)
+    notes.append(f"{DELIVERY_COUNT} {value!r} is not a count: ignored")
+    return 0
+
+
+def _encode_property(name: str, value: PropertyValue) -> str:
+    kind = property_type(value)
+    if kind is PropertyType.BOOLEAN:
+        text = "true" if value else "false"
+    elif kind in (PropertyType.FLOAT, PropertyType.DOUBLE):
+        text = _java_float_text(float(value))
+    elif kind is PropertyType.STRING:
+        text = str(value)
+    else:
+        text = str(int(value))
+    return f"{enc(name)}{_TYPE_LETTERS[kind]}={enc(text)}"
+
+
+# -- reply-to -----------------------------------------------------------------------------
+
+_REPLY_KINDS: Final = {"Q": "queue:", "T": "topic:"}
+_REPLY_PREFIXES: Final = (
+    ("queue:", "Q"),
+    ("topic:", "T"),
+    ("/queue/", "Q"),
+    ("/topic/", "T"),
+)
+
+
+def _decode_reply_to(text: str, notes: list[str]) -> str | None:
+    if not text:
+        return None
+    prefix = _REPLY_KINDS.get(text[0])
+    if prefix is None:
+        notes.append(f"reply-to {text[:60]!r} is neither Q<queue> nor T<topic>: ignored")
+        return None
+    name = _dec_or_literal(text[1:], "reply-to", notes)
+    if not name:
+        notes.append(f"reply-to {text!r} has an empty name: ignored")
+        return None
+    return prefix + name
+
+
+def _encode_reply_to(reply_to: str) -> str:
+    letter, name = "Q", reply_to  # a bare name is a queue, as in chute.core.address
+    for prefix, prefix_letter in _REPLY_PREFIXES:
+        if reply_to.startswith(prefix):
+            letter, name = prefix_letter, reply_to[len(prefix) :]
+            break
+    if not name:
+        raise InvalidMessage(f"reply-to {reply_to!r} has an empty destination name")
+    return letter + enc(name)
+
+
+# -- ids ----------------------------------------------------------------------------------
+
+
+def dropbox_id(timestamp: int, sequence: int, random_part: int | None = None) -> str:
+    """A DropboxMQ-style id: ``<13-digit ms><3-digit sequence>-<10-digit random>``.
+
+    Its leading number carries ``timestamp`` and ``sequence % 1000`` to every
+    DropboxMQ reader. ``random_part`` defaults to a fresh random number.
+    """
+    if timestamp < 0 or sequence < 0:
+        raise InvalidMessage("timestamp and sequence must not be negative")
+    if random_part is None:
+        random_part = secrets.randbelow(10**10)
+    return f"{timestamp:013d}{sequence % 1000:03d}-{random_part % 10**10:010d}"
+
+
+def _id_time(id_text: str, receipt: int) -> tuple[int, int]:
+    """(timestamp, sequence) from an id's leading ``ms*1000+seq`` number."""
+    number = _dropbox_number(id_text, _LONG_MAX)
+    if not number:  # 0 or no number: the time of receipt
+        return receipt, 0
+    return divmod(number, 1000)
+
+
+# -- decoding -----------------------------------------------------------------------------
+
+_LETTER_KINDS: Final = {kind.letter: kind for kind in BodyKind}
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedName:
+    """What one DropboxMQ filename holds. Build the message with :meth:`to_message`.
+
+    ``priority`` is already clamped to 0..9; ``delivery_count`` comes from the
+    ``JMSXDeliveryCount`` property (deliveries attempted so far) and is not left
+    in ``properties``. ``notes`` says, for a person, what was read differently
+    from the letter of the name (see the module docstring); it is empty for any
+    name :func:`encode_filename` writes.
+    """
+
+    name: str
+    foreign: bool
+    priority: int
+    id: str
+    timestamp: int
+    sequence: int
+    expiration: int
+    kind: BodyKind
+    correlation_id: str | None
+    reply_to: str | None
+    type: str | None
+    delivery_count: int
+    properties: dict[str, PropertyValue] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def sort_key(self) -> tuple[int, int, int, str]:
+        """The consumer's order: priority (high first), timestamp, sequence, filename."""
+        return (-self.priority, self.timestamp, self.sequence, self.name)
+
+    def to_message(self, body: bytes) -> Message:
+        """The message this file holds, with ``body`` (the file's content) as its body.
+
+        It is persistent (it is a file), and redelivered when a previous
+        delivery was attempted (``delivery_count > 0``).
+        """
+        return Message.decoded(
+            body,
+            self.id,
+            self.priority,
+            self.timestamp,
+            self.expiration,
+            self.correlation_id,
+            self.reply_to,
+            self.type,
+            True,
+            self.delivery_count > 0,
+            self.delivery_count,
+            dict(self.properties),
+            self.kind,
+            None,
+        )
+
+    def with_delivery_count(self, count: int, *, max_bytes: int = _CLAIMABLE_BYTES) -> str:
+        """This message's name with ``JMSXDeliveryCount`` set to ``count``.
+
+        The name is re-encoded (a foreign name becomes a DropboxMQ one whose id
+        is the old name, so the id survives), and the default limit leaves room
+        for a claim prefix only: any name :func:`encode_filename` wrote fits.
+        A re-encoded foreign name is read with DropboxMQ's id rule, so its
+        timestamp comes from the old name's leading digits, if any, not receipt.
+
+        Raises:
+            InvalidMessage: the new name would be longer than ``max_bytes``.
+        """
+        return _encode_fields(
+            priority=self.priority,
+            id_field=enc(self.id),
+            kind=self.kind,
+            expiration=self.expiration,
+            correlation_id=self.correlation_id,
+            reply_to=self.reply_to,
+            type_=self.type,
+            properties=self.properties,
+            delivery_count=count,
+            max_bytes=max_bytes,
+        )
+
+
+def decode_filename(name: str, *, now_ms: int | None = None) -> DecodedName:
+    """Read a DropboxMQ filename as DropboxMQ 1.2 does (with the safe choices above).
+
+    ``now_ms`` is the time of receipt, the timestamp of a name whose id holds
+    none (default: the clock). Never raises: a name outside the scheme gives a
+    :class:`DecodedName` with ``foreign=True`` and DropboxMQ's defaults.
+    """
+    receipt = _now() if now_ms is None else now_ms
+    notes: list[str] = []
+    parts = name.split(".", _FIELDS)
+    fields = parts[:_FIELDS] + [""] * (_FIELDS - min(len(parts), _FIELDS))
+    props_text = parts[_FIELDS] if len(parts) > _FIELDS else ""
+    raw_priority, raw_id, raw_class, raw_expiration, raw_corr, raw_reply, raw_type = fields
+
+    priority = _dropbox_number(raw_priority, _INT_MAX)
+    expiration = _dropbox_number(raw_expiration, _LONG_MAX) if raw_expiration else 0
+    kind = _LETTER_KINDS.get(raw_class) if raw_class else BodyKind.TEXT
+
+    correlation_id = _dec_or_literal(raw_corr, "correlation id", notes) or None
+    reply_to = _decode_reply_to(raw_reply, notes)
+    type_ = _dec_or_literal(raw_type, "type", notes) or None
+    properties = _decode_properties(props_text, notes)
+    delivery_count = _take_delivery_count(properties, notes)
+
+    if priority is None or not raw_id or kind is None or expiration is None:
+        foreign = True
+        message_id = _dec_or_literal(name, "foreign name", notes)
+        timestamp, sequence, priority, expiration = receipt, 0, DEFAULT_PRIORITY, 0
+    else:
+        foreign = False
+        message_id = _dec_or_literal(raw_id, "id", notes)
+        timestamp, sequence = _id_time(raw_id, receipt)
+        if priority > _MAX_PRIORITY:
+            notes.append(f"priority {priority} read as {_MAX_PRIORITY}")
+            priority = _MAX_PRIORITY
+    return DecodedName(
+        name=name,
+        foreign=foreign,
+        priority=priority,
+        id=message_id,
+        timestamp=timestamp,
+        sequence=sequence,
+        expiration=expiration,
+        kind=kind or BodyKind.TEXT,
+        correlation_id=correlation_id,
+        reply_to=reply_to,
+        type=type_,
+        delivery_count=delivery_count,
+        properties=properties,
+        notes=tuple(notes),
+    )
+
+
+def _now() -> int:
+    return now_ms()
+
+
+# -- encoding -----------------------------------------------------------------------------
+
+
+def encode_filename(
+    message: Message,
+    *,
+    sequence: int = 0,
+    now_ms: int | None = None,
+    max_bytes: int = MAX_ENCODED_BYTES,
+) -> str:
+    """The DropboxMQ filename of ``message`` (its body goes in the file).
+
+    The id is ``message.id``, URL-encoded. A message without an id gets a new
+    :func:`dropbox_id` from its timestamp (or ``now_ms``, or the clock) and
+    ``sequence``. ``delivery_count`` is written as ``JMSXDeliveryCountI`` when
+    non-zero. ``max_bytes`` defaults to :data:`MAX_ENCODED_BYTES`, which leaves
+    room for the consumer's claim prefix and a later delivery count.
+
+    Raises:
+        InvalidMessage: a field cannot be encoded safely: priority outside 0..9,
+            negative expiration or delivery count, an empty reply-to name, a
+            property named ``JMSXDeliveryCount`` (use ``delivery_count``), a
+            property with no JMS type, a lone surrogate, or a name longer than
+            ``max_bytes``.
+    """
+    check_priority(message.priority)
+    if message.id:
+        id_field = enc(message.id)
+    else:
+        stamp = message.timestamp or (_now() if now_ms is None else now_ms)
+        id_field = dropbox_id(stamp, sequence)
+    if DELIVERY_COUNT in message.properties:
+        raise InvalidMessage(
+            f"property {DELIVERY_COUNT} is the delivery count: set delivery_count instead"
+        )
+    return _encode_fields(
+        priority=message.priority,
+        id_field=id_field,
+        kind=message.kind,
+        expiration=message.expiration,
+        correlation_id=message.correlation_id,
+        reply_to=message.reply_to,
+        type_=message.type,
+        properties=message.properties,
+        delivery_count=message.delivery_count,
+        max_bytes=max_bytes,
+    )
+
+
+def _encode_fields(
+    *,
+    priority: int,
+    id_field: str,
+    kind: BodyKind,
+    expiration: int,
+    correlation_id: str | None,
+    reply_to: str | None,
+    type_: str | None,
+    properties: Mapping[str, PropertyValue],
+    delivery_count: int,
+    max_bytes: int,
+) -> str:
+    if expiration < 0 or expiration > _LONG_MAX:
+        raise InvalidMessage(f"expiration {expiration} is not a time in ms (0 = never)")
+    if delivery_count < 0 or delivery_count > _INT_MAX:
+        raise InvalidMessage(f"delivery count {delivery_count} is out of range")
+    for name in properties:
+        if not isinstance(name, str) or not 0 < len(name) <= MAX_PROPERTY_NAME_LENGTH:
+            raise InvalidMessage(f"property name {name!r} must be 1-256 characters")
+    pairs = [_encode_property(name, value) for name, value in properties.items()]
+    if delivery_count:
+        pairs.append(f"{DELIVERY_COUNT}I={int(delivery_count)}")
+    fields = [
+        str(int(priority)),
+        id_field,
+        kind.letter,
+        str(int(expiration)) if expiration else "",
+        enc(correlation_id) if correlation_id else "",
+        _encode_reply_to(reply_to) if reply_to else "",
+        enc(type_) if type_ else "",
+        "&".join(pairs),
+    ]
+    while len(fields) > 3 and not fields[-1]:
+        fields.pop()
+    name = ".".join(fields)
+    if len(name) > max_bytes:  # the encoded name is ASCII: characters are bytes
+        raise InvalidMessage(
+            f"the DropboxMQ filename would be {len(name)} bytes, over the limit of "
+            f"{max_bytes}: shorten the id, correlation id, reply-to, type or properties"
+        )
+    return name
+
+
+# -- names around messages: claims, subscriptions, destinations ------------------------------
+
+
+def claim_name(client_id: str, name: str) -> str:
+    """The name a consumer gives a file it claims: ``<enc(clientId)>~<name>``.
+
+    Raises:
+        InvalidAddress: the client id is empty or encodes to more than
+            :data:`MAX_CLIENT_ID_BYTES`, or the result would exceed
+            :data:`NAME_MAX_BYTES`.
+    """
+    try:
+        encoded = enc(client_id)
+    except InvalidMessage as exc:
+        raise InvalidAddress(f"client id: {exc.reason}") from None
+    if not encoded or len(encoded) > MAX_CLIENT_ID_BYTES:
+        raise InvalidAddress(
+            f"client id {client_id[:60]!r} must encode to 1-{MAX_CLIENT_ID_BYTES} bytes"
+        )
+    claimed = f"{encoded}~{name}"
+    if len(claimed.encode("utf-8", "surrogateescape")) > NAME_MAX_BYTES:
+        raise InvalidAddress(f"claimed name would exceed {NAME_MAX_BYTES} bytes")
+    return claimed
+
+
+def split_claim_name(claimed: str) -> tuple[str | None, str]:
+    """(client id, original name) of a claimed file; (None, name) if it is not one.
+
+    The encoded client id never holds ``~`` (it is escaped), so the first
+    ``~`` is the separator even when the original name holds more.
+    """
+    encoded, sep, name = claimed.partition("~")
+    if not sep or not encoded:
+        return None, claimed
+    client = _dec(encoded)
+    return (encoded if client is None else client), name
+
+
+def subscription_dir_name(subscription: str, client_id: str) -> str:
+    """A topic subscription's directory: ``<enc(subscription)>.<enc(clientId)>``.
+
+    Raises:
+        InvalidAddress: either part is empty or the name would be too long.
+    """
+    if not subscription or not client_id:
+        raise InvalidAddress("subscription name and client id must not be empty")
+    try:
+        name = f"{enc(subscription)}.{enc(client_id)}"
+    except InvalidMessage as exc:
+        raise InvalidAddress(exc.reason) from None
+    if len(name) > NAME_MAX_BYTES:
+        raise InvalidAddress(f"subscription directory name would exceed {NAME_MAX_BYTES} bytes")
+    return name
+
+
+def check_destination_name(name: str, *, topic: bool = False) -> str:
+    """Raise unless ``name`` can name a dropbox directory under the root.
+
+    A destination name is never a path. On top of chute's naming rules (letters,
+    digits, ``.``, ``-``, ``_``, ``:``; no ``/``, ``\\``, NUL or ``..``; at most
+    200 characters), a dropbox name must not start or end with ``.`` (hidden
+    files, ``.incoming``/``.subscriptions``, and Windows trims a trailing dot),
+    and a queue must not be called ``topic-root`` in any letter case (the topic
+    tree lives there). A topic ``a.b`` becomes the directories ``a/b``.
+
+    Raises:
+        InvalidAddress: the name would not stay one directory (or topic tree)
+            inside the root.
+    """
+    check_name(name)
+    if name.startswith(".") or name.endswith("."):
+        raise InvalidAddress(f"dropbox name {name!r} must not start or end with '.'")
+    if not topic and name.lower() == TOPIC_ROOT:
+        raise InvalidAddress(f"a queue cannot be called {TOPIC_ROOT!r}: topics live there")
+    return name
+
+
+def destination_parts(name: str, *, topic: bool = False) -> tuple[str, ...]:
+    """The directories of a destination's dropbox, relative to the root.
+
+    ``orders`` gives ``("orders",)``; the topic ``a.b`` gives
+    ``("topic-root", "a", "b")``.
+
+    Raises:
+        InvalidAddress: as :func:`check_destination_name`.
+    """
+    check_destination_name(name, topic=topic)
+    if topic:
+        return (TOPIC_ROOT, *name.split("."))
+    return (name,)
