@@ -7,6 +7,11 @@ Workloads (each the median of ``--runs``, every process separate, as a user runs
 * ``latency``: 1 producer at a fixed rate (default 2,000 msgs/s), transient;
   end-to-end latency p50/p99/p999 in ms (send timestamp in the body).
 * ``fanout``: 1 producer to a topic with 4 subscriber processes; deliveries/s.
+* ``persistent``: like ``throughput`` with persistent messages, the producer
+  committing a transaction every 100 sends (one journal sync per commit).
+* ``sync``: one producer sends 5,000 persistent messages, each waiting for the
+  broker's confirmation (fsync), with a consumer draining; confirmed sends/s,
+  next to the fsyncs/s this disk sustains, probed in the same run.
 
     python -m bench.native                 # all three, 3 runs each
     python -m bench.native --only throughput --runs 5 --count 300000
@@ -90,11 +95,21 @@ def consumer_proc(  # noqa: PLR0917 - a multiprocessing target takes positional 
     out.put({"received": got, "end": end, "first": first, "latency_ns": lat})
 
 
-def producer(url: str, address: str, count: int, size: int, rate: float = 0.0) -> float:
+def producer(  # noqa: PLR0917
+    url: str, address: str, count: int, size: int, rate: float = 0.0, mode: str = "transient"
+) -> float:
     body_tail = b"x" * (size - STAMP.size)
-    with chute.connect(url) as conn, conn.session() as s:
+    with chute.connect(url) as conn, conn.session(transacted=mode == "persistent") as s:
         start = time.time()
-        if rate:
+        if mode == "persistent":
+            for i in range(1, count + 1):
+                s.send(address, STAMP.pack(time.time_ns()) + body_tail)
+                if i % 100 == 0 or i == count:
+                    s.commit()
+        elif mode == "sync":
+            for _ in range(count):
+                s.send(address, STAMP.pack(time.time_ns()) + body_tail, persistent=True)
+        elif rate:
             interval = 1.0 / rate
             t0 = time.perf_counter()
             for i in range(count):
@@ -119,6 +134,7 @@ def run_once(
     consumers: int = 1,
     rate: float = 0.0,
     latency: bool = False,
+    mode: str = "transient",
 ) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
@@ -132,7 +148,7 @@ def run_once(
         readies.append(ready)
     for ready in readies:
         ready.wait(30)
-    start = producer(url, address, count, size, rate)
+    start = producer(url, address, count, size, rate, mode)
     results = [out.get(timeout=120) for _ in procs]
     for proc in procs:
         proc.join(30)
@@ -155,11 +171,32 @@ def run_once(
     return res
 
 
+def fsync_probe(directory: str, seconds: float = 2.0) -> int:
+    """fsyncs/s of this disk from Python (128-byte appends, as baselines.md measured)."""
+    path = os.path.join(directory, "fsync-probe")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        n = 0
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            os.write(fd, b"x" * 128)
+            os.fsync(fd)
+            n += 1
+        return round(n / (time.perf_counter() - t0))
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--only", choices=["throughput", "latency", "fanout"], action="append")
+    parser.add_argument(
+        "--only",
+        choices=["throughput", "latency", "fanout", "persistent", "sync"],
+        action="append",
+    )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--count", type=int, default=200_000)
     parser.add_argument("--fanout-count", type=int, default=100_000)
@@ -168,7 +205,7 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=10, help="latency run seconds")
     parser.add_argument("--url", help="use a running broker instead of starting one")
     args = parser.parse_args()
-    workloads = args.only or ["throughput", "latency", "fanout"]
+    workloads = args.only or ["throughput", "latency", "fanout", "persistent", "sync"]
     with tempfile.TemporaryDirectory() as data_dir:
         proc = None
         url = args.url
@@ -191,6 +228,14 @@ def main() -> None:
                             rate=args.rate,
                             latency=True,
                         )
+                    elif name == "persistent":
+                        r = run_once(
+                            url, f"queue:{tag}", count=args.count, size=args.size, mode="persistent"
+                        )
+                    elif name == "sync":
+                        r = run_once(url, f"queue:{tag}", count=5000, size=args.size, mode="sync")
+                        r["disk_fsyncs_per_s"] = fsync_probe(data_dir)
+                        r["ratio_to_fsync"] = round(r["msgs_per_s"] / r["disk_fsyncs_per_s"], 2)
                     else:
                         r = run_once(
                             url,
@@ -202,7 +247,14 @@ def main() -> None:
                     runs.append(r)
                     print(json.dumps({"workload": name, "run": i + 1, **r}), file=sys.stderr)
                 summary: dict[str, Any] = {"runs": runs}
-                for key in ("msgs_per_s", "p50_ms", "p99_ms", "p999_ms"):
+                for key in (
+                    "msgs_per_s",
+                    "p50_ms",
+                    "p99_ms",
+                    "p999_ms",
+                    "disk_fsyncs_per_s",
+                    "ratio_to_fsync",
+                ):
                     if key in runs[0]:
                         summary[f"median_{key}"] = statistics.median(r[key] for r in runs)
                 report[name] = summary
