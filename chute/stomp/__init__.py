@@ -1,0 +1,37 @@
+"""STOMP 1.0/1.1/1.2 as a sans-IO codec: bytes in, frames out (the broker adapter comes later)."""
+
+from chute.stomp.codec import (
+    CLOSED,
+    HEARTBEAT,
+    NEED_DATA,
+    HeartBeat,
+    NeedData,
+    StompCodec,
+)
+from chute.stomp.frames import (
+    ALL_COMMANDS,
+    BODY_COMMANDS,
+    CLIENT_COMMANDS,
+    SERVER_COMMANDS,
+    SUPPORTED_VERSIONS,
+    UNESCAPED_COMMANDS,
+    Command,
+    Frame,
+)
+
+__all__ = [
+    "ALL_COMMANDS",
+    "BODY_COMMANDS",
+    "CLIENT_COMMANDS",
+    "CLOSED",
+    "HEARTBEAT",
+    "NEED_DATA",
+    "SERVER_COMMANDS",
+    "SUPPORTED_VERSIONS",
+    "UNESCAPED_COMMANDS",
+    "Command",
+    "Frame",
+    "HeartBeat",
+    "NeedData",
+    "StompCodec",
+]
