@@ -12,6 +12,19 @@ from chute.errors import NotFound, TransactionError
 from .helpers import Recorder, bodies, msg, restart, stats_of, stored
 
 
+def _prepare_job(broker: Broker, xid: str) -> None:
+    """A transaction that consumes a job from queue:work and sends its result, prepared."""
+    conn = Connection(broker)
+    conn.session().send("queue:work", msg(b"job"))
+    tx = conn.session(AckMode.CLIENT, transacted=True)
+    recorder = Recorder()
+    consumer = tx.consumer(1, "queue:work", recorder, prefetch=10)
+    [entry] = recorder.take()
+    tx.ack(consumer, entry.seq)
+    tx.send("queue:done", msg(b"result"))
+    tx.prepare(xid)
+
+
 def test_prepared_sends_invisible_until_commit(broker: Broker) -> None:
     tx = Connection(broker).session(AckMode.CLIENT, transacted=True)
     tx.send("queue:orders", msg(b"a"))
@@ -46,15 +59,7 @@ def test_prepared_acks_lock_messages_until_rollback(broker: Broker) -> None:
 
 
 def test_prepared_ack_settles_on_commit(broker: Broker) -> None:
-    conn = Connection(broker)
-    conn.session().send("queue:work", msg(b"job"))
-    tx = conn.session(AckMode.CLIENT, transacted=True)
-    recorder = Recorder()
-    consumer = tx.consumer(1, "queue:work", recorder, prefetch=10)
-    [entry] = recorder.take()
-    tx.ack(consumer, entry.seq)
-    tx.send("queue:done", msg(b"result"))
-    tx.prepare("xid-2")
+    _prepare_job(broker, "xid-2")
     broker.xa.commit("xid-2")
     assert stored(broker, "queue:work") == []
     assert stored(broker, "queue:done") == [b"result"]
@@ -62,15 +67,7 @@ def test_prepared_ack_settles_on_commit(broker: Broker) -> None:
 
 
 def test_prepared_transaction_survives_restart_then_commits(broker: Broker) -> None:
-    conn = Connection(broker)
-    conn.session().send("queue:work", msg(b"job"))
-    tx = conn.session(AckMode.CLIENT, transacted=True)
-    recorder = Recorder()
-    consumer = tx.consumer(1, "queue:work", recorder, prefetch=10)
-    [entry] = recorder.take()
-    tx.ack(consumer, entry.seq)
-    tx.send("queue:done", msg(b"result"))
-    tx.prepare("xid-3")
+    _prepare_job(broker, "xid-3")
 
     after = restart(broker)
     assert after.xa.xids() == ["xid-3"]
@@ -89,15 +86,7 @@ def test_prepared_transaction_survives_restart_then_commits(broker: Broker) -> N
 
 
 def test_prepared_transaction_survives_restart_then_rolls_back(broker: Broker) -> None:
-    conn = Connection(broker)
-    conn.session().send("queue:work", msg(b"job"))
-    tx = conn.session(AckMode.CLIENT, transacted=True)
-    recorder = Recorder()
-    consumer = tx.consumer(1, "queue:work", recorder, prefetch=10)
-    [entry] = recorder.take()
-    tx.ack(consumer, entry.seq)
-    tx.send("queue:done", msg(b"result"))
-    tx.prepare("xid-4")
+    _prepare_job(broker, "xid-4")
 
     after = restart(broker)
     after.xa.rollback("xid-4")
