@@ -29,6 +29,7 @@ from typing import Any
 from chute.core.address import DEAD_LETTER, EXPIRED, Kind, canonical, parse
 from chute.core.consumer import Entry
 from chute.core.queue import QueueChannel, Reason
+from chute.core.queuetypes import LoginQueue, attach_forwarder
 from chute.core.selector import compile_selector
 from chute.core.settings import Overflow, SettingsResolver
 from chute.core.store import AddOp, Batch, QueueDefinition, QueueKind, Store
@@ -119,8 +120,6 @@ class Broker:
             self.topics[canonical] = topic
             return topic
         if addr.login is not None:
-            from chute.core.session import LoginQueue  # noqa: PLC0415 - avoids an import cycle
-
             queue: QueueChannel = LoginQueue(canonical, settings, self)
         else:
             queue = QueueChannel(canonical, canonical, settings, self)
@@ -502,8 +501,6 @@ class Broker:
         return sub
 
     def _start_forwarding(self, sub: Subscription, forward_to: str) -> None:
-        from chute.core.session import attach_forwarder  # noqa: PLC0415 - avoids an import cycle
-
         attach_forwarder(self, sub, forward_to)
 
     def close(self) -> None:

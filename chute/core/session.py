@@ -7,44 +7,31 @@ user's login-name queue. Closing a connection undoes all of it: consumers'
 in-flight messages go back in their place, an open transaction rolls back,
 temporary queues and non-durable subscriptions disappear.
 
-Queue types from seed 001:
-
-* temporary (session) queues — ``queue:__tmp__.<connection>.<n>``: anyone may
-  send to one (it is the usual reply-to), only its connection may consume,
-  and it dies with the connection;
-* login-name queues — ``queue:__user__.<login>``: a :class:`LoginQueue` stores
-  while the user has no live session and copies every message to each live
-  session (each connection of the user that consumes from it) through a
-  per-connection :class:`Pipe`. The stored message is settled once one copy
-  was acked and every copy is finished; if every session that held a copy
-  went away without acking, it goes back to be delivered again (to the
-  sessions live then); if none acked and one rejected it, it is dead-lettered
-  once. The login queue alone counts deliveries and moves expired messages;
-* callback queues — a durable subscription whose receiver forwards each
-  message to a named destination (:func:`attach_forwarder`).
+Temporary (session) queues from seed 001 live here too —
+``queue:__tmp__.<connection>.<n>``: anyone may send to one (it is the usual
+reply-to), only its connection may consume, and it dies with the connection.
+Login-name and callback queues are in :mod:`chute.core.queuetypes`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from chute.core.address import TEMP_PREFIX, Kind, canonical, parse, user_queue
 from chute.core.broker import WouldBlock
 from chute.core.consumer import AckMode, Consumer, Entry, Receiver
-from chute.core.queue import QueueChannel, Reason
+from chute.core.queue import QueueChannel
+from chute.core.queuetypes import LoginQueue
 from chute.core.selector import compile_selector
-from chute.core.settings import DestinationSettings, Overflow
+from chute.core.settings import Overflow
 from chute.core.store import QueueDefinition, QueueKind
 from chute.core.topic import Subscription, SubscriptionKind, Topic
 from chute.core.twophase import check_xid
 from chute.errors import (
     AccessDenied,
-    ChuteError,
     ConsumerError,
     DestinationFull,
     InvalidAddress,
@@ -57,158 +44,6 @@ if TYPE_CHECKING:
     from chute.core.broker import Broker
 
 log = logging.getLogger("chute.session")
-
-
-class Pipe(QueueChannel):
-    """Seed 004's Pipe: a one-output channel carrying one session's copies of a login queue.
-
-    A copy that expires or is rejected only finishes here: the login queue
-    decides what becomes of the message, once for all its copies.
-    """
-
-    def _expire(self, entry: Entry) -> None:
-        self.settle(entry, acked=False)
-
-    def reject(self, entry: Entry) -> None:
-        if isinstance(entry.origin, _Copies):
-            entry.origin.rejected = True
-        self.settle(entry, acked=False)
-
-
-class _Copies:
-    """Tracks the copies of one login-queue entry handed to sessions' pipes."""
-
-    __slots__ = ("acked", "entry", "pending", "queue", "rejected")
-
-    def __init__(self, queue: LoginQueue, entry: Entry, pending: int) -> None:
-        self.queue = queue
-        self.entry = entry
-        self.pending = pending
-        self.acked = False
-        self.rejected = False
-
-    def copy_finished(self, entry: Entry, *, acked: bool) -> None:
-        self.acked = self.acked or acked
-        self.pending -= 1
-        if self.pending:
-            return
-        queue = self.queue
-        queue.fanned.pop(self.entry.seq, None)
-        if self.acked:
-            queue.settle(self.entry)
-        elif self.rejected:
-            queue.reject(self.entry)
-        else:
-            queue.requeue([self.entry])
-
-
-class LoginQueue(QueueChannel):
-    """A user's queue, copied to every live session of that user (see module docstring)."""
-
-    def __init__(self, address: str, settings: DestinationSettings, broker: Broker) -> None:
-        super().__init__(address, address, settings, broker, durable=True)
-        self.login = parse(address).login
-        self.pipes: dict[str, Pipe] = {}
-        self.fanned: dict[int, Entry] = {}  # by seq: entries whose copies are out
-
-    def place(self, entry: Entry) -> None:
-        super().place(entry)
-        self.deliver()
-
-    def requeue(self, entries: Iterable[Entry]) -> None:
-        super().requeue(entries)
-        self.deliver()  # the base class only pushes to consumers; this queue has pipes
-
-    def deliver(self) -> None:
-        while self.ready and self.pipes and not self.deleted:
-            entry = self._pop_first()
-            if entry is None:
-                continue
-            entry.delivery_count += 1
-            if self.durable and entry.message.persistent:
-                self.host.store.delivered(self.name, entry.seq, entry.delivery_count)
-            copies = _Copies(self, entry, len(self.pipes))
-            self.fanned[entry.seq] = entry
-            for pipe in list(self.pipes.values()):
-                # the pipe's push counts this delivery on the copy again: start one lower
-                copy = Entry(
-                    entry.seq,
-                    entry.message,
-                    entry.delivery_count - 1,
-                    entry.redelivered,
-                    origin=copies,
-                )
-                pipe.place(copy)
-
-    def expire_due(self, now: int) -> int:
-        before = self.expired
-        for pipe in list(self.pipes.values()):
-            pipe.expire_due(now)  # expired copies finish; the last one brings the entry back
-        super().expire_due(now)
-        return self.expired - before
-
-    def snapshot(self) -> list[Entry]:
-        held = super().snapshot() + list(self.fanned.values())
-        held.sort(key=lambda e: (-e.message.priority, e.seq))
-        return held
-
-    def pipe_for(self, connection: Connection) -> Pipe:
-        pipe = self.pipes.get(connection.id)
-        if pipe is None:
-            # unbounded, and the login queue counts deliveries
-            settings = dataclasses.replace(
-                self.settings, max_messages=0, max_bytes=0, max_deliveries=0
-            )
-            pipe = Pipe(
-                f"{self.name}@{connection.id}", self.address, settings, self.host, durable=False
-            )
-            self.pipes[connection.id] = pipe
-            self.deliver()
-        return pipe
-
-    def drop_pipe(self, connection: Connection) -> None:
-        pipe = self.pipes.pop(connection.id, None)
-        if pipe is None:
-            return
-        pipe.deleted = True
-        for entry in pipe.drain():
-            pipe.settle(entry, acked=False)
-
-
-class Forwarder:
-    """The receiver of a callback queue: forwards each message, then acks it."""
-
-    def __init__(self, broker: Broker, forward_to: str) -> None:
-        self.broker = broker
-        self.forward_to = forward_to
-
-    def handle(self, consumer: Consumer, entry: Entry) -> None:
-        queue = consumer.queue
-        consumer.credit += 1  # never runs dry
-        try:
-            self.broker.forward(self.forward_to, entry.message)
-        except ChuteError as exc:
-            log.warning(
-                "callback %s could not forward %s to %s: %s",
-                queue.name,
-                entry.message.id,
-                self.forward_to,
-                exc.reason,
-            )
-            queue.take_acked(consumer, entry.seq, cumulative=False)
-            queue.dead_lettered += 1
-            self.broker.divert(queue, entry, Reason.FORWARD_FAILED)
-            queue.settle(entry, acked=False)
-            return
-        queue.ack(consumer, entry.seq, cumulative=False)
-
-
-def attach_forwarder(broker: Broker, sub: Subscription, forward_to: str) -> Consumer:
-    consumer = Consumer(
-        0, sub, Forwarder(broker, forward_to), ack_mode=AckMode.INDIVIDUAL, credit=1
-    )
-    sub.attach(consumer)
-    return consumer
 
 
 @dataclass
