@@ -26,6 +26,7 @@ from chute.core.consumer import AckMode, Consumer, Entry
 from chute.core.settings import DestinationSettings
 from chute.core.store import AckOp, Store
 from chute.errors import ConsumerError
+from chute.message import Message
 
 PRIORITIES = 10
 
@@ -226,7 +227,7 @@ class QueueChannel:
             selector = consumer.selector
             for lane in reversed(self._lanes):
                 for entry in lane:
-                    if selector is None or selector.matches(entry.message):
+                    if selector is None or selector.matches(as_delivered(entry)):
                         lane.remove(entry)
                         self.ready -= 1
                         if self._expire_if_due(entry):
@@ -427,6 +428,14 @@ class QueueChannel:
 
     def __repr__(self) -> str:
         return f"QueueChannel({self.name!r}, ready={self.ready}, held={self.held})"
+
+
+def as_delivered(entry: Entry) -> Message:
+    """The message as its next delivery will show it (for selectors over JMSRedelivered and
+    JMSXDeliveryCount). The stored message itself never changes: it may be shared."""
+    if not entry.delivery_count and not entry.redelivered:
+        return entry.message
+    return entry.message.replace(delivery_count=entry.delivery_count + 1, redelivered=True)
 
 
 def _seq(entry: Entry) -> int:

@@ -178,3 +178,22 @@ def test_a_redelivered_message_goes_to_any_consumer(broker: Broker) -> None:
     s.nack(c1, r1.entries[0].seq)
     assert r2.bodies == [b"x"]
     assert r2.entries[0].redelivered
+
+
+def test_selectors_see_the_delivery_history(broker: Broker) -> None:
+    """JMSRedelivered and JMSXDeliveryCount in a selector reflect the coming delivery."""
+    conn = Connection(broker)
+    conn.session().send("queue:h", msg(b"fresh"))
+    first = conn.session(AckMode.CLIENT)
+    recorder = Recorder()
+    consumer = first.consumer(1, "queue:h", recorder, prefetch=1)
+    [entry] = recorder.take()
+    first.nack(consumer, entry.seq, requeue=True)
+    first.close_consumer(consumer)
+    conn.session().send("queue:h", msg(b"new"))
+
+    picky = Recorder()
+    conn.session(AckMode.CLIENT).consumer(
+        2, "queue:h", picky, prefetch=10, selector="JMSRedelivered = TRUE AND JMSXDeliveryCount = 2"
+    )
+    assert bodies(picky.take()) == [b"fresh"]
