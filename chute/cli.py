@@ -1,4 +1,4 @@
-"""The ``chute`` command: ``serve``, ``send``, ``receive``, ``browse``, ``stat``.
+"""The ``chute`` command: ``serve``, ``send``, ``receive``, ``browse``, ``stat``, ``tx``.
 
 Errors a user can fix are printed as one line (``chute: error: ...``) with
 exit status 2 for bad usage or configuration and 1 for a failed operation;
@@ -47,7 +47,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chute", description="chute, a message broker.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_serve(sub)
+    _add_client_commands(sub)
+    return parser
 
+
+def _add_serve(sub: Any) -> None:
     serve = sub.add_parser("serve", help="run the broker")
     serve.add_argument("--config", type=Path, help="TOML configuration file")
     serve.add_argument("--data-dir", type=Path, help="where the broker keeps its data")
@@ -72,6 +77,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.set_defaults(func=_serve)
 
+
+def _add_client_commands(sub: Any) -> None:
     def client_args(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             "--url",
@@ -125,7 +132,11 @@ def _parser() -> argparse.ArgumentParser:
     stat.add_argument("--json", action="store_true")
     client_args(stat)
     stat.set_defaults(func=_stat)
-    return parser
+    tx = sub.add_parser("tx", help="prepared (two-phase) transactions: list, commit, roll back")
+    tx.add_argument("action", choices=["list", "commit", "rollback"])
+    tx.add_argument("xid", nargs="?", help="the transaction id (commit, rollback)")
+    client_args(tx)
+    tx.set_defaults(func=_tx)
 
 
 # -- serve --------------------------------------------------------------------------------
@@ -267,6 +278,20 @@ def _stat(args: argparse.Namespace) -> int:
     for row in rows:
         print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
     print(f"{stats['connections']} connections")
+    return 0
+
+
+def _tx(args: argparse.Namespace) -> int:
+    if args.action != "list" and not args.xid:
+        raise ConfigError(f"chute tx {args.action} needs a transaction id (see chute tx list)")
+    with _connect(args) as conn:
+        if args.action == "list":
+            for xid in conn.prepared():
+                print(xid)
+        elif args.action == "commit":
+            conn.commit_prepared(args.xid)
+        else:
+            conn.rollback_prepared(args.xid)
     return 0
 
 

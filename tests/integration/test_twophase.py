@@ -54,3 +54,29 @@ def test_rollback_prepared_from_another_connection(tmp_path: Path) -> None:
                 assert s.browse("queue:staged") == []
     finally:
         srv.stop()
+
+
+def test_cli_lists_commits_and_rolls_back_prepared(tmp_path: Path) -> None:
+    from .test_cli import chute as run_chute
+
+    srv = start_server(tmp_path)
+    try:
+        with chute.connect(srv.url) as conn:
+            for xid in ("a-1", "b-2"):
+                tx = conn.session(transacted=True)
+                tx.send("queue:tx-cli", xid.encode())
+                tx.prepare(xid)
+        listed = run_chute(srv, "tx", "list")
+        assert listed.stdout.split() == [b"a-1", b"b-2"]
+        assert run_chute(srv, "tx", "commit", "a-1").returncode == 0
+        assert run_chute(srv, "tx", "rollback", "b-2").returncode == 0
+        assert run_chute(srv, "tx", "list").stdout == b""
+        unknown = run_chute(srv, "tx", "commit", "nope")
+        assert unknown.returncode == 1
+        assert b"no prepared transaction" in unknown.stderr
+        missing = run_chute(srv, "tx", "commit")
+        assert missing.returncode == 2
+        with chute.connect(srv.url) as conn, conn.session() as s:
+            assert [m.body for m in s.browse("queue:tx-cli")] == [b"a-1"]
+    finally:
+        srv.stop()
