@@ -1,10 +1,11 @@
 """The broker process: the core, its store and the listeners around it.
 
 :class:`BrokerServer` owns the event loop's side of chute: it builds the
-:class:`~chute.core.broker.Broker`, opens the native TCP listener (more
-listeners arrive with their issues), runs the expiry sweep, and stops
-gracefully: listeners close first, then every connection, so consumers'
-unacknowledged messages go back to their queues before the store closes.
+:class:`~chute.core.broker.Broker`, opens the native TCP listener and, when
+``stomp_port`` is set, the STOMP one (more listeners arrive with their
+issues), runs the expiry sweep, and stops gracefully: listeners close first,
+then every connection, so consumers' unacknowledged messages go back to their
+queues before the store closes.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ import logging
 import signal
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 from chute.config import ServerConfig
 from chute.core.broker import Broker
 from chute.core.store import Store
 from chute.server.native import NativeConnection
+from chute.server.stomp import StompConnection
 from chute.store.journal import Journal
 from chute.store.memory import MemoryStore
 
@@ -41,7 +44,7 @@ class BrokerServer:
             auto_create=config.auto_create,
             predefined=[a for a in config.destinations if "*" not in a],
         )
-        self.connections: set[NativeConnection] = set()
+        self.connections: set[NativeConnection | StompConnection] = set()
         self.listeners: list[asyncio.Server] = []
         self.started = time.time()
         self._stopping: asyncio.Event | None = None
@@ -64,16 +67,26 @@ class BrokerServer:
             log.info("recovered %d messages", restored)
         bound: list[tuple[str, str, int]] = []
         if self.config.port:
-            server = await self._listen(self.config.host, self.config.port)
+            server = await self._listen(
+                self.config.host, self.config.port, lambda: NativeConnection(self)
+            )
             sock = server.sockets[0].getsockname()
             bound.append(("native", sock[0], sock[1]))
+        if self.config.stomp_port:
+            server = await self._listen(
+                self.config.host, self.config.stomp_port, lambda: StompConnection(self)
+            )
+            sock = server.sockets[0].getsockname()
+            bound.append(("stomp", sock[0], sock[1]))
         self._sweeper = asyncio.create_task(self._sweep_expired(), name="chute-expiry")
         return bound
 
-    async def _listen(self, host: str, port: int) -> asyncio.Server:
+    async def _listen(
+        self, host: str, port: int, factory: Callable[[], asyncio.Protocol]
+    ) -> asyncio.Server:
         try:
             server = await self.loop.create_server(
-                lambda: NativeConnection(self), host, port, reuse_address=True, backlog=512
+                factory, host, port, reuse_address=True, backlog=512
             )
         except OSError as exc:
             hint = " (is another broker running?)" if exc.errno == errno.EADDRINUSE else ""

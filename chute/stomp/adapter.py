@@ -1,0 +1,346 @@
+"""STOMP ⇄ core mapping, pure: frames and headers to messages and options, and back.
+
+No sockets and no broker here: the driver (:mod:`chute.server.stomp`) calls
+these functions and does the I/O. Each choice below is what a user of
+ActiveMQ or RabbitMQ would expect, written down once:
+
+* Destinations: ``/queue/NAME`` → ``queue:NAME``, ``/topic/NAME`` →
+  ``topic:NAME`` (DESIGN.md §Addresses); chute's own ``queue:NAME``,
+  ``topic:NAME`` and a bare ``NAME`` are accepted too. ``/temp-queue/NAME`` is
+  resolved by the driver (it is scoped to the connection).
+* ``persistent`` defaults to **true**, as every chute message does
+  (DESIGN.md §The message); send ``persistent:false`` for a transient message.
+  A persistent SEND's RECEIPT comes only after the journal's fsync.
+* ``expires`` is an absolute time in ms since the epoch (ActiveMQ);
+  ``expiration`` a time to live in ms counted from acceptance (RabbitMQ).
+* ``content-type`` travels as a string property of that name; a ``text/*``
+  content type makes the message's kind ``text``.
+* Any other SEND header becomes a string property (STOMP has no typed
+  headers); on the way out each property becomes a header (``true``/``false``
+  for booleans, the decimal text for numbers).
+* MESSAGE frames carry ``chute-delivery-count`` (1 on the first delivery).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final
+
+from chute.core.address import canonical, parse
+from chute.core.consumer import AckMode
+from chute.errors import ConsumerError, InvalidAddress, InvalidMessage, RemoteProtocolError
+from chute.message import BodyKind, Message, PropertyValue, check_priority, new_message_id
+from chute.stomp.frames import SUPPORTED_VERSIONS, Frame
+
+DELIVERY_COUNT_HEADER: Final = "chute-delivery-count"
+TEMP_QUEUE_PREFIX: Final = "/temp-queue/"
+DEFAULT_PREFETCH: Final = 1000
+"""The window of a subscription that names no prefetch header (ActiveMQ's default)."""
+
+# SEND headers that are fields or instructions, never properties.
+_SEND_FIELDS: Final = frozenset(
+    (
+        "destination",
+        "transaction",
+        "receipt",
+        "content-length",
+        "persistent",
+        "priority",
+        "expires",
+        "expiration",
+        "correlation-id",
+        "reply-to",
+        "type",
+        "message-id",
+        "timestamp",
+        "redelivered",
+        "subscription",
+        "ack",
+        DELIVERY_COUNT_HEADER,
+    )
+)
+# Properties with these names would shadow a MESSAGE frame's own headers: not copied out.
+_MESSAGE_HEADERS: Final = _SEND_FIELDS - {"content-type"}
+
+
+class AckToken:
+    """The ``ack`` header of a MESSAGE frame: ``<consumer>.<seq>`` (opaque to clients)."""
+
+    @staticmethod
+    def make(consumer_id: int, seq: int) -> str:
+        return f"{consumer_id}.{seq}"
+
+    @staticmethod
+    def parse(token: str) -> tuple[int, int]:
+        """Raises ConsumerError: not a token this broker handed out."""
+        consumer, _, seq = token.partition(".")
+        if consumer.isdigit() and seq.isdigit():
+            return int(consumer), int(seq)
+        raise ConsumerError(f"unknown ack id {token[:60]!r}")
+
+
+def negotiate_version(accept_version: str | None) -> str | None:
+    """The highest version both sides speak, or None. No header means 1.0 (§Protocol
+    Negotiation)."""
+    if accept_version is None:
+        return "1.0"
+    offered = {v.strip() for v in accept_version.split(",")}
+    common = [v for v in SUPPORTED_VERSIONS if v in offered]
+    return common[-1] if common else None
+
+
+def require(frame: Frame, name: str) -> str:
+    """The header ``name`` of ``frame``.
+
+    Raises:
+        RemoteProtocolError: it is missing ('missing-header'); the frame cannot be served.
+    """
+    value = frame.header(name)
+    if value is None:
+        raise RemoteProtocolError(
+            f"a {frame.command} frame needs a {name!r} header", "missing-header"
+        )
+    return value
+
+
+def is_temp_queue(destination: str) -> bool:
+    return destination.startswith(TEMP_QUEUE_PREFIX)
+
+
+def to_address(destination: str) -> str:
+    """A STOMP destination (not a temporary queue) as a core address.
+
+    Raises:
+        InvalidAddress: an unknown prefix or a bad name.
+    """
+    if destination.startswith("/") and not destination.startswith(("/queue/", "/topic/")):
+        raise InvalidAddress(
+            f"destination {destination[:60]!r} is not /queue/NAME, /topic/NAME or /temp-queue/NAME"
+        )
+    return canonical(destination)
+
+
+def to_destination(address: str) -> str:
+    """A core address as a STOMP destination (``queue:x`` → ``/queue/x``); other text as is."""
+    try:
+        addr = parse(address)
+    except InvalidAddress:
+        return address
+    return f"/{addr.kind.value}/{addr.name}"
+
+
+def _int_header(name: str, value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise InvalidMessage(f"header {name}:{value[:40]!r} is not an integer") from None
+    if number < 0:
+        raise InvalidMessage(f"header {name} must not be negative")
+    return number
+
+
+def message_from_send(frame: Frame, reply_to: str | None) -> tuple[Message, int]:
+    """The message a SEND frame carries, and its time to live in ms (0: none).
+
+    ``reply_to`` is the frame's ``reply-to`` already resolved by the driver.
+
+    Raises:
+        InvalidMessage: a bad ``priority``, ``expires``, ``expiration`` or ``persistent``.
+    """
+    priority = 4
+    expiration = 0
+    ttl = 0
+    persistent = True
+    correlation_id = type_ = content_type = None
+    properties: dict[str, PropertyValue] = {}
+    seen: set[str] = set()
+    for name, value in frame.headers:
+        if name in seen:
+            continue  # §Repeated Header Entries: the first one counts
+        seen.add(name)
+        if name not in _SEND_FIELDS:
+            if name == "content-type":
+                content_type = value
+            properties[name] = value
+        elif name == "persistent":
+            lowered = value.strip().lower()
+            if lowered not in ("true", "false"):
+                raise InvalidMessage(f"persistent must be true or false, not {value[:20]!r}")
+            persistent = lowered == "true"
+        elif name == "priority":
+            priority = check_priority(_int_header(name, value))
+        elif name == "expires":
+            expiration = _int_header(name, value)
+        elif name == "expiration":
+            ttl = _int_header(name, value)
+        elif name == "correlation-id":
+            correlation_id = value
+        elif name == "type":
+            type_ = value
+    kind = (
+        BodyKind.TEXT
+        if content_type is not None and content_type.startswith("text/")
+        else BodyKind.BYTES
+    )
+    message = Message(
+        frame.body,
+        id=new_message_id(),
+        priority=priority,
+        expiration=expiration,
+        correlation_id=correlation_id,
+        reply_to=reply_to,
+        type=type_,
+        persistent=persistent,
+        properties=properties,
+        kind=kind,
+    )
+    return message, ttl
+
+
+def _text(value: PropertyValue) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value) if not isinstance(value, float) else repr(float(value))
+
+
+def message_frame(
+    message: Message,
+    *,
+    destination: str,
+    subscription: str,
+    ack: str | None,
+    delivery_count: int,
+    redelivered: bool,
+    version: str,
+) -> Frame:
+    """The MESSAGE frame delivering ``message`` on one subscription.
+
+    In STOMP 1.0 headers cannot be escaped, so a property whose name or value
+    holds a line break (or a name holding ``:``) is left out.
+    """
+    headers: list[tuple[str, str]] = [
+        ("redelivered", "true" if redelivered else "false"),
+        (DELIVERY_COUNT_HEADER, str(delivery_count)),
+        ("priority", str(message.priority)),
+        ("timestamp", str(message.timestamp)),
+        ("expires", str(message.expiration)),
+        ("persistent", "true" if message.persistent else "false"),
+    ]
+    if message.correlation_id is not None:
+        headers.append(("correlation-id", message.correlation_id))
+    if message.reply_to is not None:
+        headers.append(("reply-to", to_destination(message.reply_to)))
+    if message.type is not None:
+        headers.append(("type", message.type))
+    if message.kind is BodyKind.TEXT and "content-type" not in message.properties:
+        headers.append(("content-type", "text/plain;charset=utf-8"))
+    headers.extend(_property_headers(message.properties, version))
+    return Frame.message(
+        destination, message.id, subscription, message.body, ack=ack, headers=headers
+    )
+
+
+def _property_headers(
+    properties: dict[str, PropertyValue], version: str
+) -> Iterable[tuple[str, str]]:
+    for name, value in properties.items():
+        if name in _MESSAGE_HEADERS or name == "content-length":
+            continue
+        text = _text(value)
+        if version == "1.0" and (":" in name or any(c in s for s in (name, text) for c in "\r\n")):
+            continue
+        yield name, text
+
+
+class StompAck(enum.Enum):
+    """A SUBSCRIBE frame's ``ack`` header (§SUBSCRIBE ack Header)."""
+
+    AUTO = "auto"
+    CLIENT = "client"
+    CLIENT_INDIVIDUAL = "client-individual"
+
+    @property
+    def core(self) -> AckMode:
+        return _CORE_ACK[self]
+
+
+_CORE_ACK: Final = {
+    StompAck.AUTO: AckMode.AUTO,
+    StompAck.CLIENT: AckMode.CLIENT,
+    StompAck.CLIENT_INDIVIDUAL: AckMode.INDIVIDUAL,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SubscribeOptions:
+    """What a SUBSCRIBE frame asks for, checked."""
+
+    id: str
+    destination: str
+    ack: StompAck
+    prefetch: int
+    selector: str | None
+    name: str | None
+    durable: bool
+    shared: bool
+
+
+def subscribe_options(frame: Frame, version: str) -> SubscribeOptions:
+    """Read a SUBSCRIBE frame.
+
+    ``id`` is required from STOMP 1.1 on; a 1.0 subscription without one is
+    named by its destination. The window is ``activemq.prefetchSize`` or
+    ``prefetch-count`` (RabbitMQ), else :data:`DEFAULT_PREFETCH`. A durable
+    topic subscription is named by ``durable-subscription-name`` or
+    ``activemq.subscriptionName``; ``shared-subscription-name`` names a shared one
+    (durable too if ``durable:true``).
+
+    Raises:
+        RemoteProtocolError: no ``destination`` (or, 1.1+, no ``id``).
+        ConsumerError: an unknown ``ack`` mode or a bad prefetch.
+    """
+    destination = require(frame, "destination")
+    sub_id = frame.header("id")
+    if sub_id is None:
+        if version != "1.0":
+            raise RemoteProtocolError("a SUBSCRIBE frame needs an 'id' header", "missing-header")
+        sub_id = destination
+    ack_text = frame.header("ack") or "auto"
+    try:
+        ack = StompAck(ack_text)
+    except ValueError:
+        raise ConsumerError(
+            f"ack mode {ack_text[:40]!r} is not auto, client or client-individual"
+        ) from None
+    prefetch = DEFAULT_PREFETCH
+    for header in ("activemq.prefetchSize", "prefetch-count"):
+        value = frame.header(header)
+        if value is not None:
+            if not value.strip().isdigit() or int(value) < 1:
+                raise ConsumerError(f"{header} must be a positive integer, not {value[:20]!r}")
+            prefetch = int(value)
+            break
+    durable_name = frame.header("durable-subscription-name") or frame.header(
+        "activemq.subscriptionName"
+    )
+    shared_name = frame.header("shared-subscription-name")
+    if shared_name:
+        name: str | None = shared_name
+        durable = (frame.header("durable") or "").lower() == "true"
+        shared = True
+    else:
+        name = durable_name or None
+        durable = name is not None
+        shared = False
+    return SubscribeOptions(
+        sub_id,
+        destination,
+        ack,
+        prefetch,
+        frame.header("selector") or None,
+        name,
+        durable,
+        shared,
+    )
