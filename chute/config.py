@@ -8,6 +8,7 @@ data_dir = "chute-data"
 store = "journal"        # or "memory": nothing survives a restart
 sync = "always"          # journal: always | batch | never (docs/durability.md)
 auto_create = true       # create destinations on first use
+prepared_timeout_ms = 0  # roll back two-phase work no coordinator finished; 0 = never
 max_packet_size = "16MiB"
 heartbeat_ms = 10000     # the most a client may ask for is honoured; 0 = off
 
@@ -56,6 +57,7 @@ class ServerConfig:
     max_properties: int = 1024
     heartbeat_ms: int = 10_000
     expiry_interval_ms: int = 1_000
+    prepared_timeout_ms: int = 0  # roll back prepared transactions older than this; 0 = never
     store: str = "journal"  # "journal" (on disk, in data_dir) or "memory" (nothing survives)
     sync: str = "always"  # journal: always | batch | never (see docs/durability.md)
     sync_batch_ms: int = 10
@@ -105,6 +107,7 @@ _SERVER_KEYS = {
     "max_properties": int,
     "heartbeat_ms": int,
     "expiry_interval_ms": int,
+    "prepared_timeout_ms": int,
     "store": ("journal", "memory"),
     "sync": ("always", "batch", "never"),
     "sync_batch_ms": int,

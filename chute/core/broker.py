@@ -76,6 +76,7 @@ class Broker:
         clock: Callable[[], int] = now_ms,
         auto_create: bool = True,
         predefined: Iterable[str] = (),
+        prepared_timeout_ms: int = 0,
     ) -> None:
         self.store = store
         self.settings = settings or SettingsResolver()
@@ -89,6 +90,7 @@ class Broker:
         self.discarded = 0  # diversions that found no room anywhere
         self.connections: dict[str, Any] = {}  # id -> chute.core.session.Connection
         self.xa = PreparedTransactions(self)
+        self.prepared_timeout_ms = prepared_timeout_ms  # 0 = prepared work waits forever
         self._next_connection = 0
         for address in (DEAD_LETTER, EXPIRED, *predefined):
             self.destination(address, create=True)
@@ -330,7 +332,8 @@ class Broker:
     # -- time -----------------------------------------------------------------------
 
     def expire_due(self) -> int:
-        """Divert every waiting message whose expiration passed; returns how many."""
+        """Divert every waiting message whose expiration passed (returns how many), and
+        roll back prepared transactions older than ``prepared_timeout_ms``."""
         now = self.clock()
         count = 0
         for queue in list(self.queues.values()):
@@ -338,6 +341,7 @@ class Broker:
         for topic in list(self.topics.values()):
             for sub in list(topic.subscriptions.values()):
                 count += sub.expire_due(now)
+        self.xa.expire(now, self.prepared_timeout_ms)
         return count
 
     @contextlib.contextmanager

@@ -8,6 +8,14 @@ also after a restart: :meth:`PreparedTransactions.restore` rebuilds what the
 store kept, locking the acked messages again and numbering past the prepared
 sends, so a commit after a restart applies exactly what was prepared.
 
+A prepared transaction waits for its coordinator forever unless the broker
+has a ``prepared_timeout_ms``: then :meth:`PreparedTransactions.expire` (run
+by the broker's periodic sweep) rolls back what has waited longer, counted
+from the prepare or, for a transaction recovered after a restart, from the
+restart, so a coordinator always gets the full time to come back. It is for
+staged work no coordinator will ever finish (a killed Spark driver); XA
+purists leave it at 0.
+
 Commit applies the acks without writing them again (the store's
 commit-prepared record carries them) and then places the sends, whose later
 records (deliveries, auto-acks) follow that record. Rollback puts the acked
@@ -42,6 +50,7 @@ class Prepared:
     xid: str
     plans: list[Plan]
     acks: list[tuple[QueueChannel, Entry]]
+    since: int  # broker clock (ms) when prepared, or when recovered
 
 
 class PreparedTransactions:
@@ -82,7 +91,7 @@ class PreparedTransactions:
             if queue.durable and entry.message.persistent:
                 ops.append(AckOp(queue.name, entry.seq))
         broker.store.prepare(xid, ops)
-        self._by_xid[xid] = Prepared(xid, plans, list(acks))
+        self._by_xid[xid] = Prepared(xid, plans, list(acks), broker.clock())
 
     def commit(self, xid: str) -> None:
         """Apply a prepared transaction. Raises NotFound for an unknown xid."""
@@ -104,6 +113,20 @@ class PreparedTransactions:
             by_queue.setdefault(id(queue), (queue, []))[1].append(entry)
         for queue, entries in by_queue.values():
             queue.requeue(entries)
+
+    def expire(self, now: int, timeout_ms: int) -> list[str]:
+        """Roll back every transaction prepared more than ``timeout_ms`` ago; their xids."""
+        if timeout_ms <= 0 or not self._by_xid:
+            return []
+        stale = [p.xid for p in self._by_xid.values() if now - p.since >= timeout_ms]
+        for xid in stale:
+            log.warning(
+                "rolling back prepared transaction %r: no commit or rollback within %d ms",
+                xid,
+                timeout_ms,
+            )
+            self.rollback(xid)
+        return stale
 
     def _take(self, xid: str) -> Prepared:
         prepared = self._by_xid.pop(xid, None)
@@ -135,7 +158,7 @@ class PreparedTransactions:
                     entry = queue.withdraw(op.seq) if queue is not None else None
                     if queue is not None and entry is not None:
                         acks.append((queue, entry))
-            self._by_xid[xid] = Prepared(xid, plans, acks)
+            self._by_xid[xid] = Prepared(xid, plans, acks, broker.clock())
         if recovered.prepared:
             log.warning(
                 "%d prepared transactions wait for commit or rollback: %s",

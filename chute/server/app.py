@@ -43,6 +43,7 @@ class BrokerServer:
             config.resolver(),
             auto_create=config.auto_create,
             predefined=[a for a in config.destinations if "*" not in a],
+            prepared_timeout_ms=config.prepared_timeout_ms,
         )
         self.connections: set[NativeConnection | StompConnection] = set()
         self.listeners: list[asyncio.Server] = []

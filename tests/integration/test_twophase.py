@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import time
 from pathlib import Path
 
 import chute
@@ -78,5 +79,29 @@ def test_cli_lists_commits_and_rolls_back_prepared(tmp_path: Path) -> None:
         assert missing.returncode == 2
         with chute.connect(srv.url) as conn, conn.session() as s:
             assert [m.body for m in s.browse("queue:tx-cli")] == [b"a-1"]
+    finally:
+        srv.stop()
+
+
+def test_server_rolls_back_abandoned_prepared_work(tmp_path: Path) -> None:
+    config = tmp_path / "chute.toml"
+    config.write_text("[server]\nprepared_timeout_ms = 300\nexpiry_interval_ms = 50\n")
+    srv = start_server(tmp_path, "--config", str(config))
+    try:
+        with chute.connect(srv.url) as conn:
+            tx = conn.session(transacted=True)
+            tx.send("queue:abandoned", b"staged")
+            tx.prepare("driver-killed")
+            deadline = time.monotonic() + 10
+            while conn.prepared() and time.monotonic() < deadline:
+                time.sleep(0.05)  # polling the broker's state with a deadline
+            assert conn.prepared() == []
+            with conn.session() as s:
+                assert s.browse("queue:abandoned") == []
+        logged = "rolling back prepared transaction 'driver-killed'"
+        deadline = time.monotonic() + 10
+        while logged not in srv.output and time.monotonic() < deadline:
+            time.sleep(0.05)  # the log is read by another thread
+        assert logged in srv.output
     finally:
         srv.stop()

@@ -8,8 +8,9 @@ from chute.core.broker import Broker
 from chute.core.consumer import AckMode
 from chute.core.session import Connection
 from chute.errors import NotFound, TransactionError
+from chute.store.memory import MemoryStore
 
-from .helpers import Recorder, bodies, msg, restart, stats_of, stored
+from .helpers import FakeClock, Recorder, bodies, msg, restart, stats_of, stored
 
 
 def _prepare_job(broker: Broker, xid: str) -> None:
@@ -125,3 +126,41 @@ def test_stats_list_prepared(broker: Broker) -> None:
     tx.send("queue:q", msg())
     tx.prepare("a")
     assert broker.stats()["prepared"] == ["a", "b"]
+
+
+def test_abandoned_prepared_transactions_roll_back_after_the_timeout() -> None:
+    clock = FakeClock()
+    broker = Broker(MemoryStore(), clock=clock, prepared_timeout_ms=60_000)
+    _prepare_job(broker, "abandoned")
+    clock.advance(59_999)
+    broker.expire_due()
+    assert broker.xa.xids() == ["abandoned"]
+    clock.advance(1)
+    broker.expire_due()
+    assert broker.xa.xids() == []
+    assert broker.browse("queue:done") == []
+    [back] = broker.browse("queue:work")
+    assert back.redelivered
+    assert restart(broker).xa.xids() == []
+
+
+def test_recovered_prepared_transactions_time_out_from_the_restart() -> None:
+    clock = FakeClock()
+    broker = Broker(MemoryStore(), clock=clock, prepared_timeout_ms=60_000)
+    _prepare_job(broker, "in-doubt")
+    clock.advance(10 * 60_000)  # the broker was down for a long time
+    after = Broker(broker.store, clock=clock, prepared_timeout_ms=60_000)
+    after.recover()
+    after.expire_due()
+    assert after.xa.xids() == ["in-doubt"]  # a coordinator gets the full timeout after a restart
+    clock.advance(60_000)
+    after.expire_due()
+    assert after.xa.xids() == []
+
+
+def test_without_a_timeout_prepared_transactions_wait_forever(broker: Broker) -> None:
+    _prepare_job(broker, "patient")
+    assert isinstance(broker.clock, FakeClock)
+    broker.clock.advance(365 * 24 * 3_600_000)
+    broker.expire_due()
+    assert broker.xa.xids() == ["patient"]
