@@ -1,0 +1,368 @@
+"""Serverless queue dropboxes: produce, claim, ack and recover with real files.
+
+The DropboxMQ 1.2 protocol (``shared/notes/dropboxmq.md``), with no broker:
+processes on one machine, or on machines sharing a filesystem, exchange
+messages through a dropbox root and settle contention by atomic rename.
+
+Theory of operation
+-------------------
+- **Produce** (:class:`QueueProducer`): create the file exclusively in
+  ``working/`` under its DropboxMQ name (:func:`encode_filename`), write the
+  body, fsync it, rename it into ``target/`` and fsync ``target/``. A file in
+  ``target/`` is therefore complete and durable; a crash leaves at worst a
+  stray file in ``working/``, never a torn one in ``target/``.
+- **Claim** (:class:`QueueConsumer`): list ``target/``, decode the names and
+  order them by priority (high first), timestamp, sequence, name. Claim the
+  first by renaming it to ``processing/<enc(clientId)>~<name>``. Exactly one
+  rename of a file succeeds; a consumer whose rename fails with
+  ``FileNotFoundError`` lost the race (or the file vanished) and tries the next
+  one. The sorted listing is reused until it is used up or older than
+  ``target_scan_timeout_ms`` (DropboxMQ's target scan timeout), so one scan
+  serves many receives.
+- **After the claim**, only the claimer touches the file: expired (expiration
+  set and past) goes to ``expired/``; a file that cannot be read as a regular
+  file (a FIFO, a symlink, a directory, an I/O error) goes to ``error/`` with a
+  log line; anything else is delivered.
+- **Settle**: :meth:`QueueConsumer.ack` moves the file to
+  ``processed/<clientId>~<name with JMSXDeliveryCount=n>`` (or deletes it);
+  :meth:`QueueConsumer.recover` puts it back in ``target/`` with the delivery
+  count raised, or into ``error/`` once the redelivery limit is spent.
+- **A dead consumer**: :func:`recover_client` moves what a client id left in
+  ``processing/`` back to ``target/``. Run it only when that client is gone:
+  it takes the files of a live consumer with that id just the same.
+
+Durability: a produced file is fsynced, and so is ``target/`` after the rename.
+The consumer's moves are not fsynced: after a power cut a claimed file may be
+back in ``target/`` (delivered again, which at-least-once allows) or still in
+``processing/`` (brought back by :func:`recover_client`).
+
+Hazard kept from DropboxMQ: ``rename`` replaces a file of the same name, so two
+producers sending the same message id into one queue keep only one file. Ids
+made here (:func:`~chute.dropbox.transcoder.dropbox_id`) hold 10 random digits.
+
+A producer or consumer object is for one thread at a time; any number of them,
+in any number of processes, may share one root.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import stat
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from chute.dropbox.layout import QueueLayout, init_queue
+from chute.dropbox.transcoder import (
+    DecodedName,
+    claim_name,
+    decode_filename,
+    encode_filename,
+    split_claim_name,
+)
+from chute.errors import InvalidAddress, InvalidMessage
+from chute.message import Message, now_ms
+
+__all__ = [
+    "ConsumerOptions",
+    "Delivery",
+    "QueueConsumer",
+    "QueueProducer",
+    "recover_client",
+]
+
+log = logging.getLogger("chute.dropbox")
+
+_READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+_CREATE_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+_NAME_TRIES: Final = 5
+
+
+def _fsync_dir(path: Path, fsync: Callable[[int], None]) -> None:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class QueueProducer:
+    """Writes messages into a queue dropbox, as a DropboxMQ producer does.
+
+    Creates the dropbox's directories if missing. ``durable=False`` skips the
+    fsyncs (faster; a power cut may lose or empty recent files). ``fsync`` is
+    the seam tests use to fail or observe syncs.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        destination: str,
+        *,
+        durable: bool = True,
+        fsync: Callable[[int], None] = os.fsync,
+    ) -> None:
+        self.layout: QueueLayout = init_queue(root, destination)
+        self._durable = durable
+        self._fsync = fsync
+        self._sequence = itertools.count()
+
+    def send(self, message: Message) -> str:
+        """Put ``message`` into ``target/``; returns its filename.
+
+        A message with an empty id gets a DropboxMQ id carrying its timestamp
+        (or now) and this producer's sequence, so consumers order it by time;
+        a message with an id keeps it, and is ordered by time of receipt.
+
+        Raises:
+            InvalidMessage: the message cannot be written as a DropboxMQ name
+                (see :func:`encode_filename`).
+            OSError: the file cannot be written; nothing is left in ``target/``.
+        """
+        for _ in range(_NAME_TRIES):
+            name = encode_filename(message, sequence=next(self._sequence))
+            working = self.layout.working / name
+            try:
+                fd = os.open(working, _CREATE_FLAGS, 0o644)
+            except FileExistsError:
+                if message.id:
+                    raise
+                continue  # a generated id collided: the next one differs
+            break
+        else:  # pragma: no cover - needs _NAME_TRIES random collisions
+            raise FileExistsError(f"no unique name in {self.layout.working}")
+        try:
+            try:
+                view = memoryview(message.body)
+                while view:
+                    view = view[os.write(fd, view) :]
+                if self._durable:
+                    self._fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(working, self.layout.target / name)
+        except BaseException:
+            working.unlink(missing_ok=True)
+            raise
+        if self._durable:
+            _fsync_dir(self.layout.target, self._fsync)
+        return name
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerOptions:
+    """What DropboxMQ users configure, with DropboxMQ's defaults.
+
+    ``redelivery_attempts`` is how many times a recovered message goes back to
+    ``target/`` before it goes to ``error/`` (0: never redelivered).
+    ``target_scan_timeout_ms`` is how long one sorted listing of ``target/``
+    serves receives before a new scan (0: scan on every receive, so a new
+    high-priority message is seen at once, at the cost of a listing each time).
+    """
+
+    redelivery_attempts: int = 0
+    delete_processed: bool = False
+    delete_expired: bool = False
+    target_scan_timeout_ms: int = 30_000
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One claimed message and where its file is: the handle to ack or recover."""
+
+    message: Message
+    decoded: DecodedName
+    path: Path
+
+
+class QueueConsumer:
+    """Claims messages from a queue dropbox as client ``client_id``.
+
+    Creates the dropbox's directories if missing. :meth:`receive` never waits:
+    it returns None when a fresh scan of ``target/`` finds nothing to claim.
+
+    Raises:
+        InvalidAddress: (constructor) a bad destination name or client id.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        destination: str,
+        client_id: str,
+        *,
+        options: ConsumerOptions | None = None,
+    ) -> None:
+        claim_name(client_id, "x")  # raises on a bad client id
+        self.layout: QueueLayout = init_queue(root, destination)
+        self.client_id = client_id
+        self.options = options or ConsumerOptions()
+        self._pending: list[DecodedName] = []
+        self._scanned_at = 0.0
+
+    def receive(self) -> Delivery | None:
+        """Claim and read the next message, or None when ``target/`` has none.
+
+        Expired and unreadable files met on the way are moved aside (see the
+        module docstring) and never returned.
+        """
+        fresh = False
+        while True:
+            if not self._pending or (not fresh and self._scan_is_stale()):
+                if fresh:
+                    return None
+                self._scan()
+                fresh = True
+                continue
+            decoded = self._pending.pop()
+            delivery = self._claim(decoded)
+            if delivery is not None:
+                return delivery
+
+    def ack(self, delivery: Delivery) -> None:
+        """Done with the message: to ``processed/`` (or deleted, per the options).
+
+        Raises:
+            FileNotFoundError: the claimed file is gone (acked twice, or taken
+                back by :func:`recover_client`).
+        """
+        if self.options.delete_processed:
+            delivery.path.unlink()
+            return
+        name = _counted_name(delivery.decoded, delivery.decoded.delivery_count + 1)
+        os.rename(delivery.path, self.layout.processed / claim_name(self.client_id, name))
+
+    def recover(self, delivery: Delivery) -> Path:
+        """Not done: back to ``target/`` with the delivery count raised, or to ``error/``.
+
+        Returns the file's new path.
+
+        Raises:
+            FileNotFoundError: as :meth:`ack`.
+        """
+        decoded = delivery.decoded
+        count = decoded.delivery_count + 1
+        if count <= self.options.redelivery_attempts:
+            try:
+                new_path = self.layout.target / decoded.with_delivery_count(count)
+            except InvalidMessage:
+                log.warning("%s: no room in the name for a delivery count: to error/", decoded.name)
+            else:
+                os.rename(delivery.path, new_path)
+                return new_path
+        new_path = self.layout.error / claim_name(self.client_id, _counted_name(decoded, count))
+        os.rename(delivery.path, new_path)
+        return new_path
+
+    # -- inside ---------------------------------------------------------------------------
+
+    def _scan_is_stale(self) -> bool:
+        age_ms = (time.monotonic() - self._scanned_at) * 1000
+        return age_ms >= self.options.target_scan_timeout_ms
+
+    def _scan(self) -> None:
+        now = now_ms()
+        names: list[str] = []
+        with os.scandir(self.layout.target) as entries:
+            for entry in entries:
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        continue  # not a message; leave it for a person
+                except OSError:
+                    continue
+                names.append(entry.name)
+        decoded = [decode_filename(name, now_ms=now) for name in names]
+        decoded.sort(key=lambda d: d.sort_key, reverse=True)  # pop() takes the first
+        self._pending = decoded
+        self._scanned_at = time.monotonic()
+
+    def _claim(self, decoded: DecodedName) -> Delivery | None:
+        source = self.layout.target / decoded.name
+        try:
+            claimed = self.layout.processing / claim_name(self.client_id, decoded.name)
+        except InvalidAddress:
+            log.warning("%s: name too long to claim: to error/", decoded.name)
+            _move_if_there(source, self.layout.error / decoded.name)
+            return None
+        try:
+            os.rename(source, claimed)
+        except FileNotFoundError:
+            return None  # another consumer won it, or it vanished: not an error
+        if 0 < decoded.expiration <= now_ms():
+            if self.options.delete_expired:
+                claimed.unlink(missing_ok=True)
+            else:
+                os.rename(claimed, self.layout.expired / claimed.name)
+            return None
+        try:
+            body = _read_regular(claimed)
+        except OSError as exc:
+            log.warning("%s: cannot read it (%s): to error/", decoded.name, exc)
+            os.rename(claimed, self.layout.error / claimed.name)
+            return None
+        for note in decoded.notes:
+            log.info("%s: %s", decoded.name, note)
+        return Delivery(decoded.to_message(body), decoded, claimed)
+
+
+def recover_client(root: str | os.PathLike[str], destination: str, client_id: str) -> list[str]:
+    """Move every file ``client_id`` left in ``processing/`` back to ``target/``.
+
+    The recovery command for a killed consumer: run it only when no consumer
+    with this client id is alive. Each file's delivery count is raised (it may
+    have been delivered), so its consumer sees it as redelivered. Returns the
+    names put back into ``target/``.
+
+    Raises:
+        InvalidAddress: a bad destination name.
+    """
+    layout = init_queue(root, destination)
+    restored: list[str] = []
+    with os.scandir(layout.processing) as entries:
+        claimed = [entry.name for entry in entries]
+    for claimed_name in claimed:
+        owner, name = split_claim_name(claimed_name)
+        if owner != client_id:
+            continue
+        decoded = decode_filename(name)
+        try:
+            new_name = decoded.with_delivery_count(decoded.delivery_count + 1)
+        except InvalidMessage:
+            new_name = name
+        if _move_if_there(layout.processing / claimed_name, layout.target / new_name):
+            restored.append(new_name)
+    return restored
+
+
+def _counted_name(decoded: DecodedName, count: int) -> str:
+    """``decoded``'s name with the delivery count, or as it was if that cannot fit."""
+    try:
+        return decoded.with_delivery_count(count, max_bytes=200)
+    except InvalidMessage:
+        return decoded.name
+
+
+def _move_if_there(source: Path, dest: Path) -> bool:
+    try:
+        os.rename(source, dest)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _read_regular(path: Path) -> bytes:
+    """The content of ``path``, which must be a regular file (no symlink, no FIFO)."""
+    fd = os.open(path, _READ_FLAGS)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path.name} is not a regular file")
+        chunks: list[bytes] = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
