@@ -26,6 +26,7 @@ from chute.core.broker import Broker
 from chute.core.store import Store
 from chute.server.native import NativeConnection
 from chute.server.stomp import StompConnection
+from chute.server.stream import StreamConnection
 from chute.store.journal import Journal
 from chute.store.memory import MemoryStore
 
@@ -45,7 +46,7 @@ class BrokerServer:
             predefined=[a for a in config.destinations if "*" not in a],
             prepared_timeout_ms=config.prepared_timeout_ms,
         )
-        self.connections: set[NativeConnection | StompConnection] = set()
+        self.connections: set[StreamConnection] = set()
         self.listeners: list[asyncio.Server] = []
         self.started = time.time()
         self._stopping: asyncio.Event | None = None

@@ -19,11 +19,10 @@ targeted at the session). A protocol violation becomes a connection-level
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from chute.core.broker import WouldBlock
 from chute.core.consumer import AckMode, Consumer, Entry
@@ -32,7 +31,6 @@ from chute.errors import (
     AuthenticationFailed,
     ChuteError,
     ConsumerError,
-    DestinationFull,
     NotFound,
     RemoteProtocolError,
 )
@@ -40,6 +38,7 @@ from chute.message import new_message_id
 from chute.protocol import packets as p
 from chute.protocol.codec import NeedData, PacketCodec
 from chute.protocol.wire import encode_content, encode_deliver, encode_packet
+from chute.server.stream import Retry, StreamConnection
 
 if TYPE_CHECKING:
     from chute.server.app import BrokerServer
@@ -56,28 +55,17 @@ _CORE_ACK_MODES = {
 }
 
 
-class NativeConnection(asyncio.Protocol):
+class NativeConnection(StreamConnection):
     """One client connection. Lives on the server's event loop only."""
 
     def __init__(self, server: BrokerServer) -> None:
-        self.server = server
-        self.broker = server.broker
+        super().__init__(server)
         config = server.config
         self.codec = PacketCodec(
             max_packet_size=config.max_packet_size, max_properties=config.max_properties
         )
-        self.transport: asyncio.Transport | None = None
-        self.core: Connection | None = None
         self.sessions: dict[int, Session] = {}
         self.consumers: dict[int, Consumer] = {}
-        self.peer = "?"
-        self._out: list[bytes] = []
-        self._flush_scheduled = False
-        self._closing = False
-        self._blocked = False  # a send waits for room under the block policy
-        self._paused = False  # the transport's write buffer is full
-        self._last_read = time.monotonic()
-        self._heartbeat: asyncio.TimerHandle | None = None
         self._heartbeat_s = 0.0
         self._handlers: dict[type, Callable[[p.Header, Any], None]] = {
             p.Send: self._on_send,
@@ -106,13 +94,6 @@ class NativeConnection(asyncio.Protocol):
 
     # -- asyncio.Protocol -------------------------------------------------------------
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        peer = self.transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        self.server.connections.add(self)
-        log.debug("connection from %s", self.peer)
-
     def data_received(self, data: bytes) -> None:
         self._last_read = time.monotonic()
         try:
@@ -121,29 +102,6 @@ class NativeConnection(asyncio.Protocol):
             self._protocol_error(exc)
             return
         self._process()
-
-    def eof_received(self) -> bool | None:
-        return None  # close our side too
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._closing = True
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
-        self.server.connections.discard(self)
-        if self.core is not None:
-            self.core.close()  # in-flight messages go back to their queues
-            log.info("client %s (%s) disconnected", self.core.id, self.peer)
-        self.transport = None
-
-    def pause_writing(self) -> None:
-        self._paused = True
-        if self.transport is not None:
-            self.transport.pause_reading()
-
-    def resume_writing(self) -> None:
-        self._paused = False
-        if self.transport is not None and not self._blocked and not self._closing:
-            self.transport.resume_reading()
 
     # -- packets ----------------------------------------------------------------------
 
@@ -217,28 +175,19 @@ class NativeConnection(asyncio.Protocol):
         try:
             session.send(packet.address, message, ttl=packet.ttl_ms)
         except WouldBlock as exc:
-            self._block_until_room(header, packet, exc)
+            self._block_until_room(exc, self._retry_send(header, packet))
             return
         if header.correlation_id:
             self._confirm(header, durable=message.persistent and session.tx is None)
 
     def _confirm(self, header: p.Header, *, durable: bool) -> None:
         """Answer a request with Ok, once the store made it durable if ``durable``."""
-        if not durable:
+        if durable:
+            self._after_sync(lambda error: self._confirmed(header, error))
+        else:
             self._respond(header, p.Ok())
-            return
-        loop = self.server.loop
 
-        def synced(error: BaseException | None) -> None:
-            if loop.is_closed():
-                return
-            loop.call_soon_threadsafe(self._synced, header, error)
-
-        self.broker.sync(synced)
-
-    def _synced(self, header: p.Header, error: BaseException | None) -> None:
-        if self._closing:
-            return
+    def _confirmed(self, header: p.Header, error: BaseException | None) -> None:
         if error is None:
             self._respond(header, p.Ok())
         else:
@@ -246,46 +195,17 @@ class NativeConnection(asyncio.Protocol):
             self._respond(header, p.Error("store-error", f"not stored: {reason}"))
         self.flush()
 
-    def _block_until_room(self, header: p.Header, packet: p.Send, exc: WouldBlock) -> None:
-        self._blocked = True
-        if self.transport is not None:
-            self.transport.pause_reading()
-        loop = self.server.loop
-        timer: asyncio.TimerHandle | None = None
-
-        def wake() -> None:
-            if timer is not None:
-                timer.cancel()
-            loop.call_soon(self._unblock, header, packet, None)
-
-        def give_up() -> None:
-            self.broker.cancel_wait(exc.address, wake)
-            self._unblock(
-                header,
-                packet,
-                DestinationFull(
-                    f"{exc.reason}; no room within {exc.timeout_ms} ms (overflow = block)"
-                ),
-            )
-
-        self.broker.wait_for_room(exc.address, wake)
-        timer = loop.call_later(exc.timeout_ms / 1000, give_up)
-
-    def _unblock(self, header: p.Header, packet: p.Send, error: ChuteError | None) -> None:
-        if self._closing:
-            return
-        self._blocked = False
-        if error is not None:
-            self._fail(header, error)
-        else:
+    def _retry_send(self, header: p.Header, packet: p.Send) -> Retry:
+        def retry(error: ChuteError | None) -> None:
+            if error is not None:
+                self._fail(header, error)
+                return
             try:
-                self._on_send(header, packet)  # may block again
+                self._on_send(header, packet)
             except ChuteError as exc:
                 self._fail(header, exc)
-        if not self._blocked:
-            if self.transport is not None and not self._paused:
-                self.transport.resume_reading()
-            self._process()
+
+        return retry
 
     def _on_ack(self, header: p.Header, packet: p.Ack) -> None:
         consumer = self._consumer(header.target_id)
@@ -456,12 +376,6 @@ class NativeConnection(asyncio.Protocol):
         )
         self._close_after_flush()
 
-    def _close_after_flush(self) -> None:
-        self._closing = True
-        self.flush()
-        if self.transport is not None:
-            self.transport.close()
-
     # -- Receiver: the core pushes deliveries here ----------------------------------------
 
     def handle(self, consumer: Consumer, entry: Entry) -> None:
@@ -482,20 +396,7 @@ class NativeConnection(asyncio.Protocol):
                 self.codec.version,
             )
         )
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self.server.loop.call_soon(self.flush)
-
-    def flush(self) -> None:
-        """Write everything queued, in one write."""
-        self._flush_scheduled = False
-        out = self._out
-        if not out:
-            return
-        data = out[0] if len(out) == 1 else b"".join(out)
-        out.clear()
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(data)
+        self._schedule_flush()
 
     # -- heartbeats ---------------------------------------------------------------------
 

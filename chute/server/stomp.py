@@ -23,12 +23,11 @@ close. Nothing a client sends can stop the broker.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import chute
 from chute.core.broker import WouldBlock
@@ -38,12 +37,12 @@ from chute.errors import (
     AuthenticationFailed,
     ChuteError,
     ConsumerError,
-    DestinationFull,
     InvalidAddress,
     LocalProtocolError,
     RemoteProtocolError,
     TransactionError,
 )
+from chute.server.stream import Retry, StreamConnection
 from chute.stomp import heartbeat
 from chute.stomp.adapter import (
     TEMP_QUEUE_PREFIX,
@@ -87,34 +86,25 @@ class _Subscription:
         self.conn.deliver(self, consumer, entry)
 
 
-class StompConnection(asyncio.Protocol):
+class StompConnection(StreamConnection):
     """One STOMP client connection. Lives on the server's event loop only."""
 
+    protocol_name = "STOMP"
+
     def __init__(self, server: BrokerServer) -> None:
-        self.server = server
-        self.broker = server.broker
+        super().__init__(server)
         self.codec = StompCodec(max_frame_size=server.config.max_packet_size)
-        self.transport: asyncio.Transport | None = None
-        self.core: Connection | None = None
         self.session: Session | None = None
         self.subscriptions: dict[str, _Subscription] = {}
         self.by_consumer: dict[int, _Subscription] = {}
         self.transactions: dict[str, Session] = {}
         self.temp_queues: dict[str, str] = {}  # /temp-queue/NAME -> core address
-        self.peer = "?"
-        self._out: list[bytes] = []
-        self._flush_scheduled = False
-        self._closing = False
-        self._blocked = False
-        self._paused = False
         self._owing: set[_Subscription] = set()
         self._next_consumer = 1
         # STOMP 1.0/1.1 ACK names a message by message-id (+ subscription), not by ack id
         self._legacy_acks: dict[tuple[str, str], str] = {}
-        self._last_read = self._last_write = time.monotonic()
         self._send_every = 0.0
         self._expect_every = 0.0
-        self._heartbeat: asyncio.TimerHandle | None = None
         self._handlers: dict[str, Callable[[Frame], None]] = {
             "SEND": self._on_send,
             "SUBSCRIBE": self._on_subscribe,
@@ -129,13 +119,6 @@ class StompConnection(asyncio.Protocol):
 
     # -- asyncio.Protocol -------------------------------------------------------------
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)
-        peer = self.transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        self.server.connections.add(self)
-        log.debug("STOMP connection from %s", self.peer)
-
     def data_received(self, data: bytes) -> None:
         self._last_read = time.monotonic()
         try:
@@ -144,30 +127,6 @@ class StompConnection(asyncio.Protocol):
             self._protocol_error(exc, None)
             return
         self._process()
-
-    def eof_received(self) -> bool | None:
-        return None
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._closing = True
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
-        self.server.connections.discard(self)
-        if self.core is not None:
-            self.core.close()  # unacked messages go back; open transactions roll back
-            log.info("STOMP client %s (%s) disconnected", self.core.id, self.peer)
-        self.transport = None
-
-    def pause_writing(self) -> None:
-        self._paused = True
-        if self.transport is not None:
-            self.transport.pause_reading()
-
-    def resume_writing(self) -> None:
-        self._paused = False
-        if self.transport is not None and not self._blocked and not self._closing:
-            self.transport.resume_reading()
-        self._refill()
 
     # -- frames -------------------------------------------------------------------------
 
@@ -271,7 +230,7 @@ class StompConnection(asyncio.Protocol):
         try:
             session.send(address, message, ttl=ttl)
         except WouldBlock as exc:
-            self._block_until_room(frame, exc)
+            self._block_until_room(exc, self._retry_send(frame))
             return
         self._receipt(frame, durable=message.persistent and session.tx is None)
 
@@ -286,47 +245,18 @@ class StompConnection(asyncio.Protocol):
             return address
         return to_address(destination)
 
-    def _block_until_room(self, frame: Frame, exc: WouldBlock) -> None:
-        self._blocked = True
-        if self.transport is not None:
-            self.transport.pause_reading()
-        loop = self.server.loop
-        timer: asyncio.TimerHandle | None = None
+    def _retry_send(self, frame: Frame) -> Retry:
+        def retry(error: ChuteError | None) -> None:
+            try:
+                if error is not None:
+                    raise error
+                self._on_send(frame)
+            except RemoteProtocolError as exc:
+                self._protocol_error(exc, frame)
+            except ChuteError as exc:
+                self._fail(frame, exc)
 
-        def wake() -> None:
-            if timer is not None:
-                timer.cancel()
-            loop.call_soon(self._unblock, frame, None)
-
-        def give_up() -> None:
-            self.broker.cancel_wait(exc.address, wake)
-            self._unblock(
-                frame,
-                DestinationFull(
-                    f"{exc.reason}; no room within {exc.timeout_ms} ms (overflow = block)"
-                ),
-            )
-
-        self.broker.wait_for_room(exc.address, wake)
-        timer = loop.call_later(exc.timeout_ms / 1000, give_up)
-
-    def _unblock(self, frame: Frame, error: ChuteError | None) -> None:
-        if self._closing:
-            return
-        self._blocked = False
-        try:
-            if error is not None:
-                raise error
-            self._on_send(frame)  # may block again
-        except RemoteProtocolError as exc:
-            self._protocol_error(exc, frame)
-            return
-        except ChuteError as exc:
-            self._fail(frame, exc)
-        if not self._blocked:
-            if self.transport is not None and not self._paused:
-                self.transport.resume_reading()
-            self._process()
+        return retry
 
     # SUBSCRIBE / UNSUBSCRIBE ----------------------------------------------------------------
 
@@ -504,17 +434,9 @@ class StompConnection(asyncio.Protocol):
             if then_close:
                 self._close_after_flush()
             return
-        loop = self.server.loop
+        self._after_sync(lambda error: self._receipted(receipt, error, then_close))
 
-        def synced(error: BaseException | None) -> None:
-            if not loop.is_closed():
-                loop.call_soon_threadsafe(self._synced, receipt, error, then_close)
-
-        self.broker.sync(synced)
-
-    def _synced(self, receipt: str, error: BaseException | None, then_close: bool) -> None:
-        if self.transport is None:
-            return
+    def _receipted(self, receipt: str, error: BaseException | None, then_close: bool) -> None:
         if error is None:
             self._write(Frame.receipt(receipt))
         else:
@@ -556,12 +478,6 @@ class StompConnection(asyncio.Protocol):
         )
         self._close_after_flush()
 
-    def _close_after_flush(self) -> None:
-        self._closing = True
-        self.flush()
-        if self.transport is not None:
-            self.transport.close()
-
     # -- deliveries -------------------------------------------------------------------------
 
     def deliver(self, sub: _Subscription, consumer: Consumer, entry: Entry) -> None:
@@ -583,23 +499,9 @@ class StompConnection(asyncio.Protocol):
         else:
             sub.owed += 1
             self._owing.add(sub)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self.server.loop.call_soon(self.flush)
+        self._schedule_flush()
 
-    def flush(self) -> None:
-        """Write everything queued in one write, then refill auto-ack windows."""
-        self._flush_scheduled = False
-        out = self._out
-        if out:
-            data = out[0] if len(out) == 1 else b"".join(out)
-            out.clear()
-            if self.transport is not None and not self.transport.is_closing():
-                self.transport.write(data)
-                self._last_write = time.monotonic()
-        self._refill()
-
-    def _refill(self) -> None:
+    def _writable(self) -> None:
         """Give auto-ack subscriptions back the credit of what was written."""
         if self._paused or self._closing or not self._owing:
             return

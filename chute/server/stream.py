@@ -1,0 +1,171 @@
+"""What every protocol driver over a byte stream shares (native, STOMP, later WebSocket).
+
+A :class:`StreamConnection` owns the transport side of one client: its
+lifecycle, the output queue written with one ``transport.write`` per loop
+iteration (a write per message would cost a syscall per message), back
+pressure (reading pauses while the transport's write buffer is full), the
+hop back onto the event loop when the store's sync calls back from its
+writer thread, and the wait of a send under the ``block`` overflow policy
+(reading pauses and later input waits, so the client's order is kept).
+
+Subclasses parse their protocol in :meth:`_process` and write encoded bytes
+with :meth:`queue_bytes`. Lives on the server's event loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
+
+from chute.core.broker import WouldBlock
+from chute.core.session import Connection
+from chute.errors import ChuteError, DestinationFull
+
+if TYPE_CHECKING:
+    from chute.server.app import BrokerServer
+
+log = logging.getLogger("chute.server")
+
+SyncedCallback = Callable[[BaseException | None], None]
+Retry = Callable[[ChuteError | None], None]
+"""Called when a blocked send may go again (None) or gave up (the error to report)."""
+
+
+class StreamConnection(asyncio.Protocol):
+    """One client's transport plumbing; see the module docstring."""
+
+    protocol_name = "native"  # for log lines
+
+    def __init__(self, server: BrokerServer) -> None:
+        self.server = server
+        self.broker = server.broker
+        self.transport: asyncio.Transport | None = None
+        self.core: Connection | None = None
+        self.peer = "?"
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self._closing = False
+        self._blocked = False  # a send waits for room under the block policy
+        self._paused = False  # the transport's write buffer is full
+        self._last_read = self._last_write = time.monotonic()
+        self._heartbeat: asyncio.TimerHandle | None = None
+
+    # -- asyncio.Protocol -------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        peer = self.transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.server.connections.add(self)
+        log.debug("%s connection from %s", self.protocol_name, self.peer)
+
+    def eof_received(self) -> bool | None:
+        return None  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closing = True
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+        self.server.connections.discard(self)
+        if self.core is not None:
+            self.core.close()  # in-flight messages go back; open transactions roll back
+            log.info("%s client %s (%s) disconnected", self.protocol_name, self.core.id, self.peer)
+        self.transport = None
+
+    def pause_writing(self) -> None:
+        self._paused = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        if self.transport is not None and not self._blocked and not self._closing:
+            self.transport.resume_reading()
+        self._writable()
+
+    # -- for subclasses ---------------------------------------------------------------
+
+    def _process(self) -> None:
+        """Handle every whole unit of input buffered (unless a blocked send holds us)."""
+        raise NotImplementedError
+
+    def _writable(self) -> None:
+        """The transport takes writes again, or a flush just went out."""
+
+    def queue_bytes(self, data: bytes) -> None:
+        """Write ``data`` with everything else queued in this loop iteration."""
+        self._out.append(data)
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.server.loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Write everything queued, in one write."""
+        self._flush_scheduled = False
+        out = self._out
+        if out:
+            data = out[0] if len(out) == 1 else b"".join(out)
+            out.clear()
+            if self.transport is not None and not self.transport.is_closing():
+                self.transport.write(data)
+                self._last_write = time.monotonic()
+        self._writable()
+
+    def _close_after_flush(self) -> None:
+        self._closing = True
+        self.flush()
+        if self.transport is not None:
+            self.transport.close()
+
+    def _after_sync(self, then: SyncedCallback) -> None:
+        """Run ``then(error)`` on the loop once everything recorded so far is durable."""
+        loop = self.server.loop
+
+        def synced(error: BaseException | None) -> None:  # maybe on the store's thread
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(self._synced, then, error)
+
+        self.broker.sync(synced)
+
+    def _synced(self, then: SyncedCallback, error: BaseException | None) -> None:
+        # A closing connection still gets its last answers (a DISCONNECT's receipt);
+        # only a lost transport has no one left to answer.
+        if self.transport is not None:
+            then(error)
+
+    def _block_until_room(self, exc: WouldBlock, retry: Retry) -> None:
+        """Hold this connection until ``exc.address`` has room or ``exc.timeout_ms`` passes."""
+        self._blocked = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+        loop = self.server.loop
+        timer: asyncio.TimerHandle | None = None
+
+        def wake() -> None:
+            if timer is not None:
+                timer.cancel()
+            loop.call_soon(self._unblock, retry, None)
+
+        def give_up() -> None:
+            self.broker.cancel_wait(exc.address, wake)
+            reason = f"{exc.reason}; no room within {exc.timeout_ms} ms (overflow = block)"
+            self._unblock(retry, DestinationFull(reason))
+
+        self.broker.wait_for_room(exc.address, wake)
+        timer = loop.call_later(exc.timeout_ms / 1000, give_up)
+
+    def _unblock(self, retry: Retry, error: ChuteError | None) -> None:
+        if self._closing:
+            return
+        self._blocked = False
+        retry(error)  # may block again
+        if not self._blocked and not self._closing:
+            if self.transport is not None and not self._paused:
+                self.transport.resume_reading()
+            self._process()
