@@ -28,17 +28,21 @@ from typing import Any
 
 from chute.core.address import DEAD_LETTER, EXPIRED, Kind, canonical, parse
 from chute.core.consumer import Entry
+from chute.core.paging import MemoryBudget
 from chute.core.queue import QueueChannel, Reason
 from chute.core.queuetypes import LoginQueue, attach_forwarder
 from chute.core.selector import compile_selector
 from chute.core.settings import Overflow, SettingsResolver
 from chute.core.store import AddOp, Batch, QueueDefinition, QueueKind, Store
 from chute.core.topic import Subscription, SubscriptionKind, Topic
-from chute.core.twophase import PreparedTransactions
+from chute.core.twophase import AlreadyWritten, PreparedTransactions
 from chute.errors import DestinationFull, InvalidAddress, NotFound
 from chute.message import Message, now_ms
 
 log = logging.getLogger("chute.broker")
+
+# stores that stand in while records are gathered or already written: no paging then
+_APPLYING = (Batch, AlreadyWritten)
 
 ORIGINAL_DESTINATION = "chute_original_destination"
 DIVERT_REASON = "chute_reason"
@@ -77,8 +81,10 @@ class Broker:
         auto_create: bool = True,
         predefined: Iterable[str] = (),
         prepared_timeout_ms: int = 0,
+        memory_limit: int = 0,
     ) -> None:
         self.store = store
+        self.memory = MemoryBudget(memory_limit)  # 0: never page (see chute.core.paging)
         self.settings = settings or SettingsResolver()
         self.clock = clock
         self.auto_create = auto_create
@@ -310,6 +316,10 @@ class Broker:
         finally:
             self._forward_depth -= 1
 
+    def can_page(self) -> bool:
+        """Queues page only with a limit set, and never while a transaction applies."""
+        return self.memory.limit > 0 and type(self.store) not in _APPLYING
+
     def room_freed(self, queue: QueueChannel) -> None:
         waiters = self._room_waiters.pop(queue.address, None)
         if waiters:
@@ -379,7 +389,7 @@ class Broker:
         dest = self.destination(address)
         if isinstance(dest, Topic):
             raise InvalidAddress(f"{address} is a topic: a topic holds nothing to browse")
-        entries = dest.snapshot()
+        entries = dest.snapshot(0 if selector else limit)
         if selector:
             sel = compile_selector(selector)
             entries = [e for e in entries if sel.matches(e.message)]

@@ -18,17 +18,22 @@ from __future__ import annotations
 
 import enum
 import heapq
+import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
 from chute.core.consumer import AckMode, Consumer, Entry
+from chute.core.paging import MemoryBudget, window
 from chute.core.settings import DestinationSettings
-from chute.core.store import AckOp, Store
-from chute.errors import ConsumerError
+from chute.core.store import AckOp, AddOp, Store
+from chute.errors import ConsumerError, StoreError
 from chute.message import Message
 
 PRIORITIES = 10
+PAGE_LOW = 64  # a paging queue reads back its next window when fewer are waiting
+
+log = logging.getLogger(__name__)
 
 
 class Reason(enum.Enum):
@@ -47,6 +52,10 @@ class QueueHost(Protocol):
 
     store: Store
     clock: Callable[[], int]
+    memory: MemoryBudget
+
+    def can_page(self) -> bool:
+        """Whether a queue may page now (a limit is set, no transaction is applying)."""
 
     def divert(self, queue: QueueChannel, entry: Entry, reason: Reason) -> None:
         """Send a message that left ``queue`` unconsumed to its dead-letter or expiry address."""
@@ -155,16 +164,35 @@ class QueueChannel:
         self.deleted = False
         self.next_seq = 1  # queues number their own messages; subscriptions use the topic's
         self._selective = 0  # consumers with a selector
+        # paging (see chute.core.paging): counts of messages that live only in the store
+        self.paged = 0
+        self.paged_bytes = 0
+        self.top_seq = 0  # the highest sequence number ever held in memory
+        # seqs above top_seq held in memory all the same (a transaction's, a withdrawn one)
+        self._page_skip: set[int] = set()
+        self._transient_stored: set[int] = set()  # non-persistent seqs recorded for paging
 
     # -- entering ---------------------------------------------------------------
 
     def place(self, entry: Entry) -> None:
         """Take a message that was admitted (bounds already checked) and push it if possible."""
+        size = entry.message.size
         self.held += 1
-        self.held_bytes += entry.message.size
+        self.held_bytes += size
         self.enqueued += 1
         if entry.message.expiration:
             self.expiring += 1
+        memory = self.host.memory
+        if (self.paged or (memory.limit and memory.used + size > memory.limit)) and self._page_out(
+            entry
+        ):
+            return
+        memory.used += size
+        if entry.seq > self.top_seq:
+            if self.paged:  # held ahead of paged messages (a transaction): read-back skips it
+                self._page_skip.add(entry.seq)
+            else:
+                self.top_seq = entry.seq
         if not self.ready and not self._selective and self.router.consumers:
             consumer = self.router.pick()
             if consumer is not None:
@@ -174,6 +202,67 @@ class QueueChannel:
         self.ready += 1
         if self.router.consumers:
             self.deliver()
+
+    def _page_out(self, entry: Entry) -> bool:
+        """Keep ``entry`` in the store only, if it may be paged; True if it was."""
+        if (
+            not self.durable
+            or entry.seq <= self.top_seq
+            or entry.origin is not None
+            or not self.host.can_page()
+        ):
+            return False
+        message = entry.message
+        if not message.persistent:  # the broker recorded the persistent ones already
+            self.host.store.add(AddOp(self.address, (self.name,), entry.seq, message))
+        self.paged += 1
+        self.paged_bytes += message.size
+        return True
+
+    def _page_in(self) -> None:
+        """Read the next window of paged messages back from the store into the lanes."""
+        wanted = window(self.paged, self.paged_bytes)
+        skip = self._page_skip
+        try:
+            stored = self.host.store.page_in(self.name, self.top_seq, wanted + len(skip))
+        except StoreError as exc:
+            log.warning("queue %s: cannot read paged messages back yet: %s", self.name, exc)
+            return
+        memory = self.host.memory
+        lanes = self._lanes
+        for item in stored:
+            seq = item.seq
+            if seq <= self.top_seq:
+                continue
+            self.top_seq = seq
+            if skip and seq in skip:
+                skip.discard(seq)
+                continue
+            message = item.message
+            if not message.persistent:
+                self._transient_stored.add(seq)
+            self.paged -= 1
+            self.paged_bytes -= message.size
+            memory.used += message.size
+            lanes[message.priority].append(
+                Entry(seq, message, item.delivery_count, item.delivery_count > 0)
+            )
+            self.ready += 1
+        if skip:
+            skip.difference_update([s for s in skip if s <= self.top_seq])
+        if skip and not self.paged:
+            self.top_seq = max(self.top_seq, *skip)
+            skip.clear()
+        if not stored and self.paged:
+            log.error(
+                "queue %s: the store holds none of its %d paged messages; counting them gone",
+                self.name,
+                self.paged,
+            )
+            self.held -= self.paged
+            self.held_bytes -= self.paged_bytes
+            self.paged = self.paged_bytes = 0
+            skip.clear()
 
     def requeue(self, entries: Iterable[Entry]) -> None:
         """Put entries that went out back in their place, marked redelivered.
@@ -209,7 +298,11 @@ class QueueChannel:
         """Push waiting entries to consumers with credit until one side runs out."""
         if self.deleted:
             return
+        if self.paged and self.ready < PAGE_LOW:
+            self._page_in()
         while self.ready:
+            if self.paged and self.ready < PAGE_LOW:
+                self._page_in()
             if self._selective:
                 if not self._deliver_selective():
                     return
@@ -284,13 +377,18 @@ class QueueChannel:
         diversion of the message must be recorded *before* this is called, so
         the store never holds an ack without the add that replaces it.
         """
+        size = entry.message.size
         self.held -= 1
-        self.held_bytes -= entry.message.size
+        self.held_bytes -= size
+        self.host.memory.used -= size
         if entry.message.expiration:
             self.expiring -= 1
         if acked:
             self.acked += 1
-        if self.durable and entry.message.persistent:
+        if self.durable and (
+            entry.message.persistent
+            or (self._transient_stored and _discard(self._transient_stored, entry.seq))
+        ):
             self.host.store.ack(AckOp(self.name, entry.seq))
         if entry.origin is not None:
             entry.origin.copy_finished(entry, acked=acked)
@@ -374,10 +472,20 @@ class QueueChannel:
                     lane.remove(entry)
                     self.ready -= 1
                     return entry
+        if self.paged and seq > self.top_seq and seq not in self._page_skip:
+            for item in self.host.store.page_in(self.name, seq - 1, 1):
+                if item.seq == seq:
+                    self._page_skip.add(seq)
+                    self.paged -= 1
+                    self.paged_bytes -= item.message.size
+                    self.host.memory.used += item.message.size
+                    return Entry(seq, item.message, item.delivery_count, item.delivery_count > 0)
         return None
 
     def evict_oldest(self) -> Entry | None:
         """Remove the oldest waiting entry (lowest sequence in any lane), for drop-oldest."""
+        if not self.ready and self.paged:
+            self._page_in()
         oldest: deque[Entry] | None = None
         for lane in self._lanes:
             if lane and (oldest is None or lane[0].seq < oldest[0].seq):
@@ -406,13 +514,23 @@ class QueueChannel:
             self._expire(entry)
         return len(due)
 
-    def snapshot(self) -> list[Entry]:
-        """Every held entry (waiting and in flight) in delivery order: priority, then sequence."""
+    def snapshot(self, limit: int = 0) -> list[Entry]:
+        """Held entries (waiting and in flight) in delivery order: priority, then sequence.
+
+        Paged messages follow those in memory, in sequence order: read back from
+        the store, at most ``limit`` entries in all (0: every one).
+        """
         held = [e for lane in self._lanes for e in lane]
         for consumer in self.router.consumers:
             held.extend(consumer.inflight.values())
         held.sort(key=_delivery_order)
-        return held
+        room = (limit - len(held)) if limit > 0 else self.paged
+        if self.paged and room > 0:
+            skip = self._page_skip
+            for item in self.host.store.page_in(self.name, self.top_seq, room + len(skip)):
+                if item.seq not in skip:
+                    held.append(Entry(item.seq, item.message, item.delivery_count))
+        return held[:limit] if limit > 0 else held
 
     def drain(self) -> list[Entry]:
         """Remove and return every waiting entry (used when a queue is deleted)."""
@@ -420,6 +538,7 @@ class QueueChannel:
         for lane in self._lanes:
             lane.clear()
         self.ready = 0
+        self.host.memory.used -= sum(e.message.size for e in out)
         return out
 
     @property
@@ -428,6 +547,62 @@ class QueueChannel:
 
     def __repr__(self) -> str:
         return f"QueueChannel({self.name!r}, ready={self.ready}, held={self.held})"
+
+    # -- cursors (chute.core.cursor): reading by sequence number, additive -------------
+
+    def waiting_between(self, start: int, end: int, limit: int = 0) -> list[Entry]:
+        """Waiting entries with ``start <= seq < end`` in sequence order, at most ``limit``
+        (0: all); paged ones are read back from the store, nothing changes. O(depth):
+        a lane is not always in sequence order (a prepared send is placed at commit)."""
+        found = [e for lane in self._lanes for e in lane if start <= e.seq < end]
+        found.sort(key=_seq)
+        if limit > 0:
+            del found[limit:]
+        if self.paged and end - 1 > self.top_seq and (limit <= 0 or len(found) < limit):
+            room = limit - len(found) if limit > 0 else self.paged
+            skip = self._page_skip
+            after = max(self.top_seq, start - 1)
+            for item in self.host.store.page_in(self.name, after, room + len(skip)):
+                if item.seq >= end or (limit > 0 and len(found) >= limit):
+                    break
+                if item.seq not in skip:
+                    found.append(Entry(item.seq, item.message, item.delivery_count))
+        return found
+
+    def take_waiting_below(
+        self, end: int, wanted: Callable[[Entry], bool] | None = None
+    ) -> list[Entry]:
+        """Remove the waiting entries with ``seq < end`` (that ``wanted`` accepts) from their
+        lanes, paging in what the store holds below ``end`` first; they stay held until
+        the caller settles them."""
+        while self.paged and self.top_seq < end - 1:
+            before = self.top_seq
+            self._page_in()
+            if self.top_seq == before:
+                break
+        taken: list[Entry] = []
+        for lane in self._lanes:
+            if not any(e.seq < end for e in lane):
+                continue
+            keep: list[Entry] = []
+            for entry in lane:
+                if entry.seq < end and (wanted is None or wanted(entry)):
+                    taken.append(entry)
+                else:
+                    keep.append(entry)
+            lane.clear()
+            lane.extend(keep)
+        self.ready -= len(taken)
+        taken.sort(key=_seq)
+        return taken
+
+
+def _discard(seqs: set[int], seq: int) -> bool:
+    """Remove ``seq`` from ``seqs``; whether it was there."""
+    if seq in seqs:
+        seqs.remove(seq)
+        return True
+    return False
 
 
 def as_delivered(entry: Entry) -> Message:

@@ -125,8 +125,8 @@ class LoginQueue(QueueChannel):
         super().expire_due(now)
         return self.expired - before
 
-    def snapshot(self) -> list[Entry]:
-        held = super().snapshot() + list(self.fanned.values())
+    def snapshot(self, limit: int = 0) -> list[Entry]:
+        held = super().snapshot(limit) + list(self.fanned.values())
         held.sort(key=lambda e: (-e.message.priority, e.seq))
         return held
 

@@ -129,6 +129,16 @@ class Store(Protocol):
     def recover(self) -> Recovered:
         """Everything durable, for the core to rebuild its queues from."""
 
+    def page_in(self, queue: str, after: int, limit: int) -> list[StoredMessage]:
+        """Up to ``limit`` live messages of ``queue`` numbered above ``after``, in order.
+
+        How a paging queue reads its messages back (:mod:`chute.core.paging`).
+        Includes everything added so far, written yet or not.
+
+        Raises:
+            StoreError: the store cannot read them now (a disk fault).
+        """
+
     def close(self) -> None:
         """Flush and release resources."""
 
@@ -179,6 +189,9 @@ class Batch:
 
     def recover(self) -> Recovered:
         return self.store.recover()
+
+    def page_in(self, queue: str, after: int, limit: int) -> list[StoredMessage]:
+        return self.store.page_in(queue, after, limit)
 
     def close(self) -> None:
         self.store.close()

@@ -33,7 +33,16 @@ from typing import TYPE_CHECKING
 
 from chute.core.consumer import Entry
 from chute.core.queue import QueueChannel
-from chute.core.store import AckOp, AddOp, QueueDefinition, Recovered, Store, SyncCallback, TxOp
+from chute.core.store import (
+    AckOp,
+    AddOp,
+    QueueDefinition,
+    Recovered,
+    Store,
+    StoredMessage,
+    SyncCallback,
+    TxOp,
+)
 from chute.errors import NotFound, TransactionError
 from chute.message import Message
 
@@ -174,7 +183,7 @@ def check_xid(xid: str) -> str:
     return xid
 
 
-class _AlreadyWritten:
+class AlreadyWritten:
     """Stands in for the store while applying records a commit-prepared record carries."""
 
     def __init__(self, store: Store) -> None:
@@ -187,7 +196,8 @@ class _AlreadyWritten:
         self.store.undefine(name)
 
     def add(self, op: AddOp) -> None:
-        return None
+        if not op.message.persistent:  # recorded by a paging queue, not by the commit record
+            self.store.add(op)
 
     def ack(self, op: AckOp) -> None:
         return None
@@ -213,6 +223,9 @@ class _AlreadyWritten:
     def recover(self) -> Recovered:
         return self.store.recover()
 
+    def page_in(self, queue: str, after: int, limit: int) -> list[StoredMessage]:
+        return self.store.page_in(queue, after, limit)
+
     def close(self) -> None:
         self.store.close()
 
@@ -220,7 +233,7 @@ class _AlreadyWritten:
 @contextmanager
 def _records_already_written(broker: Broker) -> Iterator[None]:
     store = broker.store
-    broker.store = _AlreadyWritten(store)
+    broker.store = AlreadyWritten(store)
     try:
         yield
     finally:

@@ -59,10 +59,19 @@ import threading
 from collections.abc import Sequence
 from typing import Final
 
-from chute.core.store import AckOp, AddOp, QueueDefinition, Recovered, SyncCallback, TxOp
+from chute.core.store import (
+    AckOp,
+    AddOp,
+    QueueDefinition,
+    Recovered,
+    StoredMessage,
+    SyncCallback,
+    TxOp,
+)
 from chute.errors import StoreError
 from chute.store.disk import Disk
 from chute.store.errors import JournalClosed
+from chute.store.pager import read_paged
 from chute.store.payload import (
     ENCODE_ERRORS,
     AckRecord,
@@ -243,6 +252,31 @@ class Journal:
         with self._writer.files:
             recovered, _ = recover(self.directory, disk=self._disk, cut=False)
         return recovered
+
+    def page_in(self, queue: str, after: int, limit: int) -> list[StoredMessage]:
+        """Read paged messages back (see :mod:`chute.store.pager`).
+
+        Records still buffered are written first when the index has fewer
+        than ``limit`` (a paging queue asks for exactly as many as it paged).
+
+        Raises:
+            StoreError: the records could not be written or read (a disk fault).
+        """
+        found = self._read_paged(queue, after, limit)
+        if len(found) < limit:
+            self.flush()
+            found = self._read_paged(queue, after, limit)
+        return found
+
+    def _read_paged(self, queue: str, after: int, limit: int) -> list[StoredMessage]:
+        writer = self._writer
+        try:
+            with writer.index_lock, writer.files:
+                return read_paged(self.directory, writer.index, queue, after, limit)
+        except OSError as exc:
+            raise StoreError(
+                f"journal {self.directory}: cannot read paged messages: {exc}"
+            ) from exc
 
     def close(self) -> None:
         """Write and sync everything buffered, stop the writer, release the directory.

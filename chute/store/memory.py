@@ -78,13 +78,19 @@ class MemoryStore:
         return Recovered(
             definitions=list(self.definitions.values()),
             messages={
-                name: sorted(held.values(), key=lambda s: s.seq)
+                name: sorted(
+                    (s for s in held.values() if s.message.persistent), key=lambda s: s.seq
+                )
                 for name, held in self.messages.items()
-                if held
+                if any(s.message.persistent for s in held.values())
             },
             prepared={xid: list(ops) for xid, ops in self.prepared.items()},
             next_seq=dict(self.next_seq),
         )
+
+    def page_in(self, queue: str, after: int, limit: int) -> list[StoredMessage]:
+        held = self.messages.get(queue, {})
+        return [held[seq] for seq in sorted(s for s in held if s > after)[:limit]]
 
     def close(self) -> None:
         return None

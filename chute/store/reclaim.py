@@ -63,6 +63,7 @@ from chute.store.payload import (
 )
 from chute.store.record import Kind, Scan
 from chute.store.segment import SEGMENT_HEADER_SIZE
+from chute.store.seqmap import SeqMap
 
 # A record's location: its segment number in the high bits, its offset in the low 32.
 SEGMENT_SHIFT = 32
@@ -82,7 +83,7 @@ class LiveIndex:
     """
 
     def __init__(self) -> None:
-        self.locations: dict[str, dict[int, int]] = {}
+        self.locations: dict[str, SeqMap] = {}
         self.counts: dict[str, dict[int, int]] = {}
         self.definitions: dict[str, tuple[QueueDefinition, int]] = {}
         self.prepared: dict[str, tuple[tuple[TxOp, ...], int]] = {}
@@ -143,7 +144,7 @@ class LiveIndex:
         for queue in op.queues:
             held = self.locations.get(queue)
             if held is None:
-                held = self.locations[queue] = {}
+                held = self.locations[queue] = SeqMap()
             old = held.get(seq)
             if old is not None:
                 self._kill(old, location)
@@ -192,7 +193,7 @@ class LiveIndex:
         old = self.definitions.pop(name, None)
         if old is not None:
             self._kill(old[1], location)
-        for held in self.locations.pop(name, {}).values():
+        for held in self.locations.pop(name, SeqMap()).values():
             self._kill(held, location)
         self.counts.pop(name, None)
 
@@ -309,7 +310,7 @@ def compaction_records(index: LiveIndex, segment: int, data: bytes) -> list[Reco
         location = base | offset
         if kind == Kind.ADD:
             seq, queues = add_keys(data, start, names)
-            if any(locations.get(q, {}).get(seq) == location for q in queues):
+            if any(_location(locations, q, seq) == location for q in queues):
                 op, _ = decode_add(data, start, end, names)
                 out += _moved(index, op, location)
         elif kind in (Kind.COMMIT, Kind.COMMIT_PREPARED):
@@ -329,10 +330,15 @@ def compaction_records(index: LiveIndex, segment: int, data: bytes) -> list[Reco
 def _moved(index: LiveIndex, op: AddOp, location: int) -> list[Record]:
     by_count: dict[int, list[str]] = {}
     for queue in op.queues:
-        if index.locations.get(queue, {}).get(op.seq) == location:
+        if _location(index.locations, queue, op.seq) == location:
             count = index.counts.get(queue, {}).get(op.seq, 0)
             by_count.setdefault(count, []).append(queue)
     return [
         AddRecord(AddOp(op.destination, tuple(queues), op.seq, op.message), count)
         for count, queues in by_count.items()
     ]
+
+
+def _location(locations: Mapping[str, SeqMap], queue: str, seq: int) -> int | None:
+    held = locations.get(queue)
+    return None if held is None else held.get(seq)

@@ -35,7 +35,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
-from chute.core.store import AckOp, Recovered
+from chute.core.store import AckOp, AddOp, Recovered, TxOp
 from chute.store.disk import Disk
 from chute.store.errors import CorruptRecord
 from chute.store.memory import MemoryStore
@@ -210,6 +210,9 @@ def _replay_segment(  # noqa: PLR0917 - private, called once
         try:
             if kind == _ADD:
                 op, count = decode_add(data, start, end, names)
+                if not op.message.persistent:  # a paged transient: gone with the process
+                    replayed += 1
+                    continue
                 add(op)
                 if count:
                     for queue in op.queues:
@@ -222,7 +225,7 @@ def _replay_segment(  # noqa: PLR0917 - private, called once
                 if index is not None:
                     index.ack(ack, base | offset)
             else:
-                record = decode(kind, data, start, end, names)
+                record = _without_transients(decode(kind, data, start, end, names))
                 replay(store, record)
                 if index is not None:
                     index.apply(record, base | offset)
@@ -251,6 +254,27 @@ def _replay_segment(  # noqa: PLR0917 - private, called once
                 f"{damage.end - damage.offset} corrupt bytes skipped"
             )
     return torn
+
+
+def _without_transients(record: Record) -> Record:
+    """``record`` without the non-persistent adds a paging queue recorded in it.
+
+    A paged non-persistent message is in the journal only to be read back by
+    the process that wrote it; after a restart it is gone, like every
+    non-persistent message, and its record keeps nothing alive.
+    """
+    match record:
+        case CommitRecord(ops):
+            return CommitRecord(_persistent_ops(ops))
+        case PrepareRecord(xid, ops):
+            return PrepareRecord(xid, _persistent_ops(ops))
+        case CommitPreparedRecord(xid, ops):
+            return CommitPreparedRecord(xid, _persistent_ops(ops))
+    return record
+
+
+def _persistent_ops(ops: tuple[TxOp, ...]) -> tuple[TxOp, ...]:
+    return tuple(op for op in ops if not isinstance(op, AddOp) or op.message.persistent)
 
 
 def replay(store: MemoryStore, record: Record) -> None:

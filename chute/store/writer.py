@@ -177,6 +177,8 @@ class Writer:
         self.directory = directory
         self.mode = mode
         self.files = threading.Lock()  # held while segments are deleted or re-read
+        # held while the index changes; taken before ``files`` when both are needed
+        self.index_lock = threading.RLock()
         self._intake = intake
         self._index = index
         self._segments = segments
@@ -369,9 +371,10 @@ class Writer:
                 apply = self._index.apply
                 base = number << SEGMENT_SHIFT
                 offset = start
-                for _, payload, record in itertools.islice(items, done, end):
-                    apply(record, base | offset)
-                    offset += HEADER_SIZE + len(payload)
+                with self.index_lock:
+                    for _, payload, record in itertools.islice(items, done, end):
+                        apply(record, base | offset)
+                        offset += HEADER_SIZE + len(payload)
                 done = end
         finally:
             del items[:done]
@@ -468,12 +471,24 @@ class Writer:
         for request in requests:
             request(outcome)
 
+    @property
+    def index(self) -> LiveIndex:
+        """The live index; read it only under ``index_lock``."""
+        return self._index
+
     def _reclaim(self, *, force: bool) -> ReclaimResult:
         """A reclaim pass: compact, checkpoint, sync, delete (see :mod:`chute.store.reclaim`).
+
+        Holds ``index_lock`` throughout, so a paging read never meets a location
+        that is moving or a segment that is going.
 
         Raises:
             OSError: reading, writing, syncing or deleting failed (nothing more is deleted).
         """
+        with self.index_lock:
+            return self._reclaim_locked(force=force)
+
+    def _reclaim_locked(self, *, force: bool) -> ReclaimResult:
         self._reclaim_due = False
         current = self._current
         if current is None:

@@ -1,0 +1,216 @@
+"""Paging: past the memory limit, durable queues keep new messages in the store only.
+
+The same tests run over the in-memory store and the journal: the core pages
+the same way whatever the store, and the journal must read back exactly what
+the reference store would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from chute.core.broker import Broker
+from chute.core.consumer import AckMode, Consumer, Entry
+from chute.core.queue import QueueChannel
+from chute.core.session import Connection, Session
+from chute.core.store import Store
+from chute.message import Message
+from chute.store.journal import Journal
+from chute.store.memory import MemoryStore
+
+LIMIT = 8 << 10  # 8 KiB of message data in memory
+BODY = b"x" * 200
+
+OpenStore = Callable[[], Store]
+
+
+@pytest.fixture(params=["memory", "journal"])
+def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenStore]:
+    """Opens the store; opening again is a restart on the same data."""
+    opened: list[Store] = []
+    memory = MemoryStore()
+
+    def open_() -> Store:
+        if request.param == "memory":
+            return memory
+        for store in opened:
+            store.close()
+        journal = Journal(tmp_path / "journal", sync="never", segment_size=256 << 10)
+        opened.append(journal)
+        return journal
+
+    yield open_
+    for store in opened:
+        store.close()
+
+
+def start(store: Store) -> Broker:
+    broker = Broker(store, memory_limit=LIMIT)
+    broker.recover()
+    return broker
+
+
+class Taker:
+    """A receiver that remembers what it got."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[Consumer, int, Message, bool]] = []
+
+    def handle(self, consumer: Consumer, entry: Entry) -> None:
+        self.got.append((consumer, entry.seq, entry.message, entry.redelivered))
+
+
+def drain(session: Session, address: str, *, prefetch: int = 50) -> list[tuple[bytes, bool]]:
+    """Consume everything, acking each message as it arrives (which pulls the next window)."""
+    taker = Taker()
+    consumer = session.consumer(1, address, taker, prefetch=prefetch)
+    out: list[tuple[bytes, bool]] = []
+    while taker.got:
+        batch, taker.got = taker.got, []
+        for c, seq, message, redelivered in batch:
+            out.append((message.body, redelivered))
+            session.ack(c, seq)
+        Session.add_credit(consumer, len(batch))
+    session.close_consumer(consumer)
+    return out
+
+
+def queue(broker: Broker, name: str) -> QueueChannel:
+    found = broker.queue_by_name(name)
+    assert found is not None
+    return found
+
+
+def send(
+    session: Session, address: str, n: int, *, persistent: bool = True, start: int = 0
+) -> None:
+    for i in range(start, start + n):
+        session.send(address, Message.create(BODY + str(i).encode(), persistent=persistent))
+
+
+def expected(n: int, start: int = 0) -> list[bytes]:
+    return [BODY + str(i).encode() for i in range(start, start + n)]
+
+
+def test_a_deep_backlog_stays_within_the_limit_and_drains_in_order(open_store: OpenStore) -> None:
+    broker = start(open_store())
+    s = Connection(broker).session(AckMode.CLIENT)
+    send(s, "queue:q", 2000)
+    q = queue(broker, "queue:q")
+    assert q.held == 2000
+    assert q.paged > 1900
+    assert broker.memory.used <= LIMIT
+    got = drain(s, "queue:q")
+    assert [body for body, _ in got] == expected(2000)
+    assert not any(redelivered for _, redelivered in got)
+    assert (q.held, q.paged, q.paged_bytes, broker.memory.used) == (0, 0, 0, 0)
+
+
+def test_paging_ends_once_the_backlog_is_read_back(open_store: OpenStore) -> None:
+    broker = start(open_store())
+    s = Connection(broker).session(AckMode.CLIENT)
+    send(s, "queue:q", 300)
+    assert [b for b, _ in drain(s, "queue:q")] == expected(300)
+    send(s, "queue:q", 10, start=300)
+    assert queue(broker, "queue:q").paged == 0  # under the limit again: in memory
+    assert [b for b, _ in drain(s, "queue:q")] == expected(10, start=300)
+
+
+def test_non_persistent_messages_page_too_and_die_with_the_process(
+    open_store: OpenStore,
+) -> None:
+    broker = start(open_store())
+    s = Connection(broker).session(AckMode.CLIENT)
+    send(s, "queue:q", 200, persistent=False)
+    send(s, "queue:q", 200, start=200)
+    assert queue(broker, "queue:q").paged > 300
+    restarted = start(open_store())  # non-persistent messages do not survive a restart
+    s2 = Connection(restarted).session(AckMode.CLIENT)
+    assert [b for b, _ in drain(s2, "queue:q")] == expected(200, start=200)
+
+
+def test_non_persistent_paged_messages_are_read_back_and_acked(open_store: OpenStore) -> None:
+    broker = start(open_store())
+    s = Connection(broker).session(AckMode.CLIENT)
+    send(s, "queue:q", 300, persistent=False)
+    assert [b for b, _ in drain(s, "queue:q")] == expected(300)
+    assert queue(broker, "queue:q").held == 0
+    assert broker.store.page_in("queue:q", 0, 1000) == []  # their acks reached the store
+
+
+def test_a_restart_with_a_paged_backlog_recovers_everything_in_order(
+    open_store: OpenStore,
+) -> None:
+    broker = start(open_store())
+    s = Connection(broker).session(AckMode.CLIENT)
+    send(s, "queue:q", 1500)
+    restarted = start(open_store())
+    q = queue(restarted, "queue:q")
+    assert q.held == 1500
+    assert restarted.memory.used <= LIMIT + len(BODY) * 2
+    s2 = Connection(restarted).session(AckMode.CLIENT)
+    assert [b for b, _ in drain(s2, "queue:q")] == expected(1500)
+
+
+def test_unacked_messages_come_back_before_the_paged_ones(open_store: OpenStore) -> None:
+    broker = start(open_store())
+    conn = Connection(broker)
+    s = conn.session(AckMode.CLIENT)
+    send(s, "queue:q", 500)
+    taker = Taker()
+    consumer = s.consumer(1, "queue:q", taker, prefetch=10)
+    first = [m.body for _, _, m, _ in taker.got]
+    assert first == expected(10)
+    s.close()  # nothing acked: the ten go back, redelivered
+    s2 = Connection(broker).session(AckMode.CLIENT)
+    got = drain(s2, "queue:q")
+    assert [b for b, _ in got] == expected(500)
+    assert [r for _, r in got[:10]] == [True] * 10
+    assert not any(r for _, r in got[10:])
+    assert consumer.closed
+
+
+def test_durable_subscriptions_page_each_on_their_own(open_store: OpenStore) -> None:
+    broker = start(open_store())
+    s = Connection(broker, client_id="c").session(AckMode.CLIENT)
+    for name in ("a", "b"):  # subscribe, then go away: the subscriptions keep what comes
+        s.close_consumer(s.consumer(1, "topic:t", Taker(), subscription=name, durable=True))
+    send(s, "topic:t", 600)
+    assert broker.memory.used <= LIMIT
+    for name in ("a", "b"):
+        taker = Taker()
+        consumer = s.consumer(1, "topic:t", taker, prefetch=50, subscription=name, durable=True)
+        got: list[bytes] = []
+        while taker.got:
+            batch, taker.got = taker.got, []
+            for c, seq, message, _ in batch:
+                got.append(message.body)
+                s.ack(c, seq)
+            Session.add_credit(consumer, len(batch))
+        assert got == expected(600)
+        s.close_consumer(consumer)
+
+
+def test_browsing_shows_paged_messages_without_consuming(open_store: OpenStore) -> None:
+    broker = start(open_store())
+    s = Connection(broker).session(AckMode.CLIENT)
+    send(s, "queue:q", 400)
+    assert [e.message.body for e in broker.browse("queue:q")] == expected(400)
+    assert [e.message.body for e in broker.browse("queue:q", limit=5)] == expected(5)
+    assert queue(broker, "queue:q").held == 400
+    assert [b for b, _ in drain(s, "queue:q")] == expected(400)
+
+
+def test_a_transaction_committed_while_paging_loses_nothing(open_store: OpenStore) -> None:
+    broker = start(open_store())
+    s = Connection(broker).session(AckMode.CLIENT)
+    tx = Connection(broker).session(AckMode.CLIENT, transacted=True)
+    send(s, "queue:q", 300)
+    send(tx, "queue:q", 50, start=300)
+    send(s, "queue:q", 100, start=350)
+    tx.commit()
+    got = sorted(b for b, _ in drain(s, "queue:q"))
+    assert got == sorted(expected(450))

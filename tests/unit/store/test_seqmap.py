@@ -1,0 +1,53 @@
+"""SeqMap behaves as the dict it replaces, for any sequence of operations."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chute.store.seqmap import SeqMap
+
+# seqs mostly near each other (a queue), sometimes far away (gaps) or behind (late commits)
+seqs = st.one_of(st.integers(1, 300), st.integers(1, 20_000), st.integers(1, 1 << 40))
+ops = st.lists(
+    st.tuples(st.sampled_from(["set", "pop"]), seqs, st.integers(1, 1 << 60)), max_size=300
+)
+
+
+@settings(max_examples=300)
+@given(ops)
+def test_matches_a_dict(steps: list[tuple[str, int, int]]) -> None:
+    model: dict[int, int] = {}
+    m = SeqMap()
+    for op, seq, location in steps:
+        if op == "set":
+            model[seq] = location
+            m[seq] = location
+        else:
+            assert m.pop(seq) == model.pop(seq, None)
+        assert len(m) == len(model)
+    assert dict(m.items()) == model
+    assert sorted(m.values()) == sorted(model.values())
+    for probe in [*model, 0, 7, 1 << 41]:
+        assert m.get(probe) == model.get(probe)
+        assert (probe in m) == (probe in model)
+    for after in [0, *list(model)[:5]]:
+        assert list(m.after(after)) == sorted((s, v) for s, v in model.items() if s > after)
+
+
+def test_fifo_use_stays_compact() -> None:
+    m = SeqMap()
+    for seq in range(1, 200_001):
+        m[seq] = seq + 100
+        if seq > 1000:
+            m.pop(seq - 1000)
+    assert len(m) == 1000
+    assert list(m.after(199_998)) == [(199_999, 200_099), (200_000, 200_100)]
+    assert len(m._slots) < 20_000  # the consumed prefix was trimmed
+
+
+def test_a_location_of_zero_is_refused() -> None:
+    m = SeqMap()
+    with pytest.raises(ValueError, match="positive"):
+        m[1] = 0
