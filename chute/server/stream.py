@@ -8,6 +8,14 @@ hop back onto the event loop when the store's sync calls back from its
 writer thread, and the wait of a send under the ``block`` overflow policy
 (reading pauses and later input waits, so the client's order is kept).
 
+Delivery marks: a persistent message delivered for an ack must come back
+``redelivered`` after a crash, so its delivery mark (``Store.delivered``)
+must be durable before the delivery leaves. A driver calls
+:meth:`mark_delivery` after queueing such a delivery; the next flush then
+asks the store for a sync first and writes once it calls back, holding
+everything queued behind it, so the client's order is kept. One sync covers
+every delivery of a flush, and the store groups it with the producers'.
+
 Subclasses parse their protocol in :meth:`_process` and write encoded bytes
 with :meth:`queue_bytes`. Lives on the server's event loop only.
 """
@@ -47,6 +55,8 @@ class StreamConnection(asyncio.Protocol):
         self.peer = "?"
         self._out: list[bytes] = []
         self._flush_scheduled = False
+        self._last_mark = -1  # index in _out of the last delivery whose mark is not yet durable
+        self._held = 0  # leading items of _out waiting for a sync of their marks
         self._closing = False
         self._blocked = False  # a send waits for room under the block policy
         self._paused = False  # the transport's write buffer is full
@@ -105,10 +115,25 @@ class StreamConnection(asyncio.Protocol):
             self._flush_scheduled = True
             self.server.loop.call_soon(self.flush)
 
-    def flush(self) -> None:
-        """Write everything queued, in one write."""
+    def mark_delivery(self) -> None:
+        """The item just queued is a delivery whose mark must be durable before it leaves."""
+        self._last_mark = len(self._out) - 1
+
+    def flush(self, *, force: bool = False) -> None:
+        """Write everything queued, in one write (after a sync, if deliveries are marked)."""
         self._flush_scheduled = False
         out = self._out
+        if not force:
+            if self._held:
+                return  # a sync is on its way: everything waits, in order
+            if self._last_mark >= 0:
+                self._held = len(out)
+                self._last_mark = -1
+                self._after_sync(self._marks_synced)
+                return
+        else:
+            self._held = 0
+            self._last_mark = -1
         if out:
             data = out[0] if len(out) == 1 else b"".join(out)
             out.clear()
@@ -117,9 +142,33 @@ class StreamConnection(asyncio.Protocol):
                 self._last_write = time.monotonic()
         self._writable()
 
+    def _marks_synced(self, error: BaseException | None) -> None:
+        if error is not None:
+            log.warning(
+                "%s %s: delivery marks not durable (%s); delivering anyway",
+                self.protocol_name,
+                self.peer,
+                error,
+            )
+        held, self._held = self._held, 0
+        if not held:
+            return  # a forced flush already wrote them
+        out = self._out
+        data = b"".join(out[:held])
+        del out[:held]
+        if self._last_mark >= 0:
+            self._last_mark -= held
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+            self._last_write = time.monotonic()
+        if out:
+            self.flush()
+        else:
+            self._writable()
+
     def _close_after_flush(self) -> None:
         self._closing = True
-        self.flush()
+        self.flush(force=True)
         if self.transport is not None:
             self.transport.close()
 

@@ -71,7 +71,7 @@ from chute.core.store import (
 from chute.errors import StoreError
 from chute.store.disk import Disk
 from chute.store.errors import JournalClosed
-from chute.store.pager import read_paged
+from chute.store.pager import TxLayouts, read_paged
 from chute.store.payload import (
     ENCODE_ERRORS,
     AckRecord,
@@ -150,6 +150,7 @@ class Journal:
             xid: ops for xid, (ops, _) in index.prepared.items()
         }
         self._intake = Intake(self.directory)
+        self._layouts = TxLayouts()  # guarded by the writer's index lock, like the index
         self._writer = Writer(
             self.directory,
             self._intake,
@@ -272,7 +273,7 @@ class Journal:
         writer = self._writer
         try:
             with writer.index_lock, writer.files:
-                return read_paged(self.directory, writer.index, queue, after, limit)
+                return read_paged(self.directory, writer.index, queue, after, limit, self._layouts)
         except OSError as exc:
             raise StoreError(
                 f"journal {self.directory}: cannot read paged messages: {exc}"

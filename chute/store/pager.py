@@ -8,7 +8,11 @@ a segment, so one ``pread`` per segment fetches a whole window; a record
 that the read-ahead cut short is read on its own.
 
 A location can point at an ADD record or at a transaction's COMMIT (or
-COMMIT_PREPARED) record holding the add among its operations.
+COMMIT_PREPARED) record holding the add among its operations. Such a record
+can hold thousands of messages (a transaction of 100,000 sends is one
+record), so it is read and checked whole once, the positions of its adds are
+remembered (:class:`TxLayouts`), and later windows read only the adds they
+need.
 
 The caller holds the writer's ``index_lock`` (so no location moves and no
 segment is deleted meanwhile) and ``files``.
@@ -19,12 +23,13 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+from collections import OrderedDict
 from typing import Final
 
-from chute.core.store import AddOp, StoredMessage
+from chute.core.store import StoredMessage
 from chute.message import Message
 from chute.store.errors import CorruptRecord
-from chute.store.payload import CommitPreparedRecord, CommitRecord, Names, decode, decode_add
+from chute.store.payload import Names, decode_add, op_add_keys
 from chute.store.reclaim import SEGMENT_SHIFT, LiveIndex
 from chute.store.record import HEADER, HEADER_SIZE, MAGIC, Kind, checksum
 from chute.store.segment import segment_path
@@ -35,8 +40,37 @@ _SLACK: Final = 64 << 10  # read this much past the last record's start, for its
 _OFFSET_MASK: Final = (1 << SEGMENT_SHIFT) - 1
 
 
-def read_paged(
-    directory: str, index: LiveIndex, queue: str, after: int, limit: int
+class TxLayouts:
+    """Where the adds of recently read transaction records sit: ``location -> {seq: span}``.
+
+    A span is the add's (start, end) in the segment file. Records never change
+    once written, so a layout stays true until its segment is deleted (and a
+    paged message's location then moved: it is looked up afresh).
+    """
+
+    def __init__(self, capacity: int = 16) -> None:
+        self.capacity = capacity
+        self._layouts: OrderedDict[int, dict[int, tuple[int, int]]] = OrderedDict()
+
+    def get(self, location: int) -> dict[int, tuple[int, int]] | None:
+        layout = self._layouts.get(location)
+        if layout is not None:
+            self._layouts.move_to_end(location)
+        return layout
+
+    def put(self, location: int, layout: dict[int, tuple[int, int]]) -> None:
+        self._layouts[location] = layout
+        while len(self._layouts) > self.capacity:
+            self._layouts.popitem(last=False)
+
+
+def read_paged(  # noqa: PLR0917 - the caller holds the locks these come from
+    directory: str,
+    index: LiveIndex,
+    queue: str,
+    after: int,
+    limit: int,
+    layouts: TxLayouts,
 ) -> list[StoredMessage]:
     """Up to ``limit`` live messages of ``queue`` numbered above ``after``, in order.
 
@@ -51,62 +85,111 @@ def read_paged(
         return []
     wanted = list(itertools.islice(held.after(after), limit))
     counts = index.counts.get(queue) or {}
-    names = Names()
+    reader = _Reader(queue, layouts)
     out: list[StoredMessage] = []
     for segment, group in itertools.groupby(wanted, key=lambda sl: sl[1] >> SEGMENT_SHIFT):
         picks = list(group)
         fd = os.open(segment_path(directory, segment), os.O_RDONLY | os.O_CLOEXEC)
         try:
-            low = min(loc & _OFFSET_MASK for _, loc in picks)
-            high = max(loc & _OFFSET_MASK for _, loc in picks)
-            chunk = os.pread(fd, high - low + _SLACK, low)
-            for seq, location in picks:
-                offset = location & _OFFSET_MASK
-                message = _message_at(fd, chunk, low, segment, offset, seq, queue, names)
-                if message is not None:
-                    out.append(StoredMessage(seq, message, counts.get(seq, 0)))
+            found = reader.segment(fd, segment, picks)
         finally:
             os.close(fd)
+        out += [
+            StoredMessage(seq, found[seq], counts.get(seq, 0)) for seq, _ in picks if seq in found
+        ]
     return out
 
 
-def _message_at(  # noqa: PLR0917 - private
-    fd: int,
-    chunk: bytes,
-    low: int,
-    segment: int,
-    offset: int,
-    seq: int,
-    queue: str,
-    names: Names,
-) -> Message | None:
-    p = offset - low
-    if p + HEADER_SIZE > len(chunk):
-        chunk, p = os.pread(fd, HEADER_SIZE, offset), 0
-    magic, crc, length, kind = HEADER.unpack_from(chunk, p)
-    start, end = p + HEADER_SIZE, p + HEADER_SIZE + length
-    if end > len(chunk):
-        chunk = os.pread(fd, HEADER_SIZE + length, offset)
-        start, end = HEADER_SIZE, HEADER_SIZE + length
-    payload = memoryview(chunk)[start:end]
-    if magic != MAGIC or len(payload) != length or checksum(segment, offset, kind, payload) != crc:
+class _Reader:
+    """One read-back: the records of one window, segment by segment."""
+
+    def __init__(self, queue: str, layouts: TxLayouts) -> None:
+        self.queue = queue
+        self.layouts = layouts
+        self.names = Names()
+
+    def segment(self, fd: int, segment: int, picks: list[tuple[int, int]]) -> dict[int, Message]:
+        """The messages of ``picks`` (seq, location), all in ``segment``, by seq."""
+        found: dict[int, Message] = {}
+        in_tx: dict[int, list[int]] = {}  # location of a transaction record -> seqs wanted
+        plain = []
+        for seq, location in picks:
+            if self.layouts.get(location) is not None:
+                in_tx.setdefault(location, []).append(seq)
+            else:
+                plain.append((seq, location))
+        if plain:
+            low = min(loc & _OFFSET_MASK for _, loc in plain)
+            high = max(loc & _OFFSET_MASK for _, loc in plain)
+            chunk = os.pread(fd, high - low + _SLACK, low)
+            for seq, location in plain:
+                if location in in_tx:  # a transaction record met earlier in this window
+                    in_tx[location].append(seq)
+                    continue
+                message = self._record(fd, chunk, low, segment, location, seq)
+                if message is not None:
+                    found[seq] = message
+                elif self.layouts.get(location) is not None:
+                    in_tx.setdefault(location, []).append(seq)
+        for location, seqs in in_tx.items():
+            found.update(self._from_layout(fd, segment, location, seqs))
+        return found
+
+    def _record(  # noqa: PLR0917 - private
+        self, fd: int, chunk: bytes, low: int, segment: int, location: int, seq: int
+    ) -> Message | None:
+        """The add of ``seq`` at ``location``: an ADD record's message, or None (a
+        transaction record's layout is then remembered, for the caller to read from)."""
+        offset = location & _OFFSET_MASK
+        p = offset - low
+        if p + HEADER_SIZE > len(chunk):
+            chunk, p = os.pread(fd, HEADER_SIZE, offset), 0
+        magic, crc, length, kind = HEADER.unpack_from(chunk, p)
+        start, end = p + HEADER_SIZE, p + HEADER_SIZE + length
+        if end > len(chunk):
+            chunk = os.pread(fd, HEADER_SIZE + length, offset)
+            start, end = HEADER_SIZE, HEADER_SIZE + length
+        payload = memoryview(chunk)[start:end]
+        if (
+            magic != MAGIC
+            or len(payload) != length
+            or checksum(segment, offset, kind, payload) != crc
+        ):
+            log.error("journal: paged record at segment %d offset %d is damaged", segment, offset)
+            return None
+        try:
+            if kind == Kind.ADD:
+                return decode_add(chunk, start, end, self.names)[0].message
+            if kind in (Kind.COMMIT, Kind.COMMIT_PREPARED):
+                base = offset - p  # the file position of chunk[0]
+                keys = op_add_keys(kind, chunk, start, end, self.names)
+                self.layouts.put(location, {s: (base + a, base + b) for s, _, a, b in keys})
+                return None
+        except CorruptRecord as exc:
+            log.error("journal: paged record at segment %d offset %d: %s", segment, offset, exc)
+            return None
         log.error(
-            "journal: paged record at segment %d offset %d is damaged; skipped", segment, offset
+            "journal: segment %d offset %d holds no add of %s #%d", segment, offset, self.queue, seq
         )
         return None
-    try:
-        if kind == Kind.ADD:
-            op, _ = decode_add(chunk, start, end, names)
-            return op.message
-        record = decode(Kind(kind), chunk, start, end, names)
-    except (CorruptRecord, ValueError) as exc:
-        log.error(
-            "journal: paged record at segment %d offset %d: %s; skipped", segment, offset, exc
-        )
-        return None
-    if isinstance(record, CommitRecord | CommitPreparedRecord):
-        for tx_op in record.ops:
-            if isinstance(tx_op, AddOp) and tx_op.seq == seq and queue in tx_op.queues:
-                return tx_op.message
-    log.error("journal: segment %d offset %d holds no add of %s #%d", segment, offset, queue, seq)
-    return None
+
+    def _from_layout(
+        self, fd: int, segment: int, location: int, seqs: list[int]
+    ) -> dict[int, Message]:
+        layout = self.layouts.get(location) or {}
+        spans = [(seq, layout[seq]) for seq in seqs if seq in layout]
+        if not spans:
+            return {}
+        low = min(a for _, (a, _) in spans)
+        high = max(b for _, (_, b) in spans)
+        chunk = os.pread(fd, high - low, low)
+        found: dict[int, Message] = {}
+        for seq, (a, b) in spans:
+            try:
+                op, _ = decode_add(chunk, a - low, b - low, self.names)
+            except CorruptRecord as exc:
+                log.error("journal: segment %d: add #%d in a transaction: %s", segment, seq, exc)
+                continue
+            if self.queue in op.queues:
+                found[seq] = op.message
+        return found

@@ -355,6 +355,39 @@ def add_keys(data: bytes, start: int, names: Names) -> tuple[int, list[str]]:
     return seq, queues
 
 
+def op_add_keys(
+    kind: int, data: bytes, start: int, end: int, names: Names
+) -> list[tuple[int, list[str], int, int]]:
+    """(seq, queues, start, end) of every add in a COMMIT or COMMIT_PREPARED payload.
+
+    Cheap: the messages are not decoded. Reclaiming asks which adds of a
+    transaction record are still live before it decodes any; paging reads back
+    only the adds it needs (``decode_add(data, start, end, ...)``).
+
+    Raises:
+        CorruptRecord: the payload is malformed.
+    """
+    try:
+        p = start
+        if kind != Kind.COMMIT:
+            _, p = names.read(data, p)
+        (count,) = _U32.unpack_from(data, p)
+        p += 4
+        keys = []
+        for _ in range(count):
+            tag, length = _OP_HEAD.unpack_from(data, p)
+            p += _OP_HEAD.size
+            if tag == _OP_ADD:
+                seq, queues = add_keys(data, p, names)
+                keys.append((seq, queues, p, p + length))
+            p += length
+            if p > end:
+                raise IndexError("operation runs past the record")
+    except _DECODE_ERRORS as exc:
+        raise CorruptRecord(f"malformed transaction record: {exc}") from exc
+    return keys
+
+
 def decode_add(data: bytes, start: int, end: int, names: Names) -> tuple[AddOp, int]:
     """The add and the stored delivery count of the ADD payload ``data[start:end]``.
 

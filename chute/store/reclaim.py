@@ -60,6 +60,7 @@ from chute.store.payload import (
     add_keys,
     decode,
     decode_add,
+    op_add_keys,
 )
 from chute.store.record import Kind, Scan
 from chute.store.segment import SEGMENT_HEADER_SIZE
@@ -314,6 +315,12 @@ def compaction_records(index: LiveIndex, segment: int, data: bytes) -> list[Reco
                 op, _ = decode_add(data, start, end, names)
                 out += _moved(index, op, location)
         elif kind in (Kind.COMMIT, Kind.COMMIT_PREPARED):
+            if not any(
+                _location(locations, q, seq) == location
+                for seq, queues, _, _ in op_add_keys(kind, data, start, end, names)
+                for q in queues
+            ):
+                continue  # nothing in it is live: skip decoding its messages
             record = decode(kind, data, start, end, names)
             if isinstance(record, CommitRecord | CommitPreparedRecord):
                 for tx_op in record.ops:

@@ -14,13 +14,9 @@ At the end a consumer drains the queue. Then (:meth:`Outcome.violations`):
 * nothing **unknown** appears: only bodies the producer tried to send (a send
   that failed with the connection may or may not have been stored);
 * a message delivered again carries ``redelivered=True`` on the later
-  delivery, with one exception the journal documents (docs/durability.md,
-  "Known gaps"): delivery marks are written without an fsync, and SIGKILL
-  loses a mark the writer thread had not yet written (it lingers ``flush_ms``,
-  2 ms, and waits for any fdatasync in progress). Such a duplicate is counted
-  as ``duplicates_without_redelivered`` and accepted only if its earlier
-  delivery was in a broker that was then killed, at most
-  :data:`MARK_WINDOW` seconds before the kill; any other one is a violation;
+  delivery, always: a delivery leaves the broker only once its delivery mark
+  is durable (docs/durability.md), so no kill can lose the mark of a message
+  a client may have seen;
 * a message whose consumer ack went out :data:`ACK_WINDOW` seconds or more
   before a kill does not come back (**resurrected**): acks are written within
   a few ms, and SIGKILL does not lose what was written to the kernel.
@@ -52,8 +48,6 @@ from chute.errors import ConnectError, RequestTimeout
 from .conftest import ChuteServer, start_server
 
 QUEUE = "queue:crash"
-MARK_WINDOW = 1.0
-"""Seconds before a kill within which a delivery mark may be lost (see the module docstring)."""
 ACK_WINDOW = 2.0
 """Seconds before a kill after which an ack sent must have survived it."""
 WAIT = 30.0
@@ -129,7 +123,6 @@ class Outcome:
     def classify(self) -> dict[str, list[str]]:
         """Duplicates sorted by kind, one line of evidence each."""
         kinds: dict[str, list[str]] = {
-            "mark_lost": [],  # no redelivered flag, earlier delivery just before a kill
             "unflagged": [],  # no redelivered flag, no kill to explain it: a bug
             "ack_lost": [],  # acked just before a kill, delivered again
             "resurrected": [],  # acked well before a kill, delivered again: a bug
@@ -142,8 +135,7 @@ class Outcome:
                 f", again by #{later.incarnation} with redelivered={later.redelivered}"
             )
             if not later.redelivered:
-                plausible = gap is not None and gap <= MARK_WINDOW
-                kinds["mark_lost" if plausible else "unflagged"].append(where)
+                kinds["unflagged"].append(where)
             ack_gap = self._before_kill(earlier, earlier.acked_at)
             if ack_gap is not None:
                 where += f"; its ack went {ack_gap * 1000:.0f} ms before the kill"
@@ -163,8 +155,7 @@ class Outcome:
             "delivered": len(self.deliveries),
             "deliveries": deliveries,
             "duplicates": deliveries - len(self.deliveries),
-            "duplicates_without_redelivered": len(kinds["mark_lost"]) + len(kinds["unflagged"]),
-            "duplicates_unflagged_outside_crash_window": len(kinds["unflagged"]),
+            "duplicates_without_redelivered": len(kinds["unflagged"]),
             "duplicates_after_lost_ack": len(kinds["ack_lost"]),
             "resurrected": len(kinds["resurrected"]),
             "lost": len(self.lost),
@@ -184,10 +175,8 @@ class Outcome:
         return found
 
     def describe(self) -> str:
-        kinds = self.classify()
         lines = [f"seed {self.seed} (replay with CHUTE_CRASH_SEED={self.seed})"]
         lines += self.violations()
-        lines += [f"known gap, delivery mark lost: {w}" for w in kinds["mark_lost"]]
         lines += [f"recovery: {w}" for w in self.recovery_warnings]
         return "\n".join(lines)
 
