@@ -1,4 +1,4 @@
-"""STOMP 1.0/1.1/1.2 as a sans-IO codec: bytes in, frames out (the broker adapter comes later)."""
+"""STOMP 1.0/1.1/1.2: a sans-IO codec (bytes in, frames out) and the pure mapping onto the core."""
 
 from chute.stomp.codec import (
     CLOSED,

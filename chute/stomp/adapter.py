@@ -24,9 +24,8 @@ ActiveMQ or RabbitMQ would expect, written down once:
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from chute.core.address import canonical, parse
 from chute.core.consumer import AckMode
@@ -71,6 +70,11 @@ class AckToken:
     @staticmethod
     def make(consumer_id: int, seq: int) -> str:
         return f"{consumer_id}.{seq}"
+
+    @staticmethod
+    def prefix(consumer_id: int) -> str:
+        """What every token of ``consumer_id`` starts with (the sequence number follows)."""
+        return f"{consumer_id}."
 
     @staticmethod
     def parse(token: str) -> tuple[int, int]:
@@ -141,62 +145,163 @@ def _int_header(name: str, value: str) -> int:
     return number
 
 
-def message_from_send(frame: Frame, reply_to: str | None) -> tuple[Message, int]:
-    """The message a SEND frame carries, and its time to live in ms (0: none).
+class SendFrame(NamedTuple):
+    """What a SEND frame asks for: where, how, and the message it carries."""
 
-    ``reply_to`` is the frame's ``reply-to`` already resolved by the driver.
+    destination: str
+    reply_to: str | None
+    """As the client wrote it: the driver resolves it and sets ``message.reply_to``."""
+    transaction: str | None
+    receipt: str | None
+    message: Message
+    ttl: int
+    """The time to live in ms (``expiration``), 0 for none."""
 
-    Raises:
-        InvalidMessage: a bad ``priority``, ``expires``, ``expiration`` or ``persistent``.
-    """
-    priority = 4
-    expiration = 0
-    ttl = 0
-    persistent = True
-    correlation_id = type_ = content_type = None
+
+# The SEND headers _send_headers looks at, by their place in its list of first values;
+# the other _SEND_FIELDS share the last place, which nothing reads.
+_SEND_SLOTS: Final = (
+    "destination",
+    "transaction",
+    "receipt",
+    "persistent",
+    "priority",
+    "expires",
+    "expiration",
+    "correlation-id",
+    "reply-to",
+    "type",
+)
+_SEND_INDEX: Final = {name: i for i, name in enumerate(_SEND_SLOTS)} | {
+    name: len(_SEND_SLOTS) for name in _SEND_FIELDS - set(_SEND_SLOTS)
+}
+
+
+class _SendHeaders(NamedTuple):
+    """A SEND frame's headers, read and checked: everything but the body and the id."""
+
+    destination: str
+    reply_to: str | None
+    transaction: str | None
+    receipt: str | None
+    priority: int
+    expiration: int
+    correlation_id: str | None
+    type: str | None
+    persistent: bool
+    properties: dict[str, PropertyValue]
+    kind: BodyKind
+    ttl: int
+
+
+def _send_headers(headers: tuple[tuple[str, str], ...]) -> _SendHeaders:
+    first: list[str | None] = [None] * (len(_SEND_SLOTS) + 1)
     properties: dict[str, PropertyValue] = {}
-    seen: set[str] = set()
-    for name, value in frame.headers:
-        if name in seen:
-            continue  # §Repeated Header Entries: the first one counts
-        seen.add(name)
-        if name not in _SEND_FIELDS:
-            if name == "content-type":
-                content_type = value
-            properties[name] = value
-        elif name == "persistent":
-            lowered = value.strip().lower()
-            if lowered not in ("true", "false"):
-                raise InvalidMessage(f"persistent must be true or false, not {value[:20]!r}")
-            persistent = lowered == "true"
-        elif name == "priority":
-            priority = check_priority(_int_header(name, value))
-        elif name == "expires":
-            expiration = _int_header(name, value)
-        elif name == "expiration":
-            ttl = _int_header(name, value)
-        elif name == "correlation-id":
-            correlation_id = value
-        elif name == "type":
-            type_ = value
+    index = _SEND_INDEX.get
+    for name, value in headers:
+        i = index(name)
+        if i is None:
+            if name not in properties:
+                properties[name] = value
+        elif first[i] is None:
+            first[i] = value
+    (
+        destination,
+        transaction,
+        receipt,
+        persistent_text,
+        priority_text,
+        expires,
+        expiration,
+        correlation_id,
+        reply_to,
+        type_,
+        _,
+    ) = first
+    if destination is None:
+        raise RemoteProtocolError("a SEND frame needs a 'destination' header", "missing-header")
+    persistent = True
+    if persistent_text is not None:
+        lowered = persistent_text.strip().lower()
+        if lowered not in ("true", "false"):
+            raise InvalidMessage(f"persistent must be true or false, not {persistent_text[:20]!r}")
+        persistent = lowered == "true"
+    priority = (
+        4 if priority_text is None else check_priority(_int_header("priority", priority_text))
+    )
+    content_type = properties.get("content-type")
     kind = (
         BodyKind.TEXT
-        if content_type is not None and content_type.startswith("text/")
+        if isinstance(content_type, str) and content_type.startswith("text/")
         else BodyKind.BYTES
     )
-    message = Message(
-        frame.body,
-        id=new_message_id(),
-        priority=priority,
-        expiration=expiration,
-        correlation_id=correlation_id,
-        reply_to=reply_to,
-        type=type_,
-        persistent=persistent,
-        properties=properties,
-        kind=kind,
+    return _SendHeaders(
+        destination,
+        reply_to,
+        transaction,
+        receipt,
+        priority,
+        0 if expires is None else _int_header("expires", expires),
+        correlation_id,
+        type_,
+        persistent,
+        properties,
+        kind,
+        0 if expiration is None else _int_header("expiration", expiration),
     )
-    return message, ttl
+
+
+class SendReader:
+    """Reads SEND frames, one pass over their headers (the first of each name counts).
+
+    It remembers the last header tuple it read: the codec hands out the same
+    tuple for a header block it has seen before, so the SENDs of a producer
+    that repeats its headers are read once, and each after that only gets its
+    message built. One per connection; not thread-safe.
+    """
+
+    __slots__ = ("_headers", "_read")
+
+    def __init__(self) -> None:
+        self._headers: tuple[tuple[str, str], ...] | None = None
+        self._read: _SendHeaders | None = None
+
+    def read(self, frame: Frame) -> SendFrame:
+        """The SEND frame's request; its message has a new id, ``reply_to`` is left to the driver.
+
+        Raises:
+            RemoteProtocolError: no ``destination`` ('missing-header').
+            InvalidMessage: a bad ``priority``, ``expires``, ``expiration`` or ``persistent``.
+        """
+        headers = frame.headers
+        read = self._read
+        if headers is not self._headers or read is None:
+            read = self._read = _send_headers(headers)
+            self._headers = headers
+        message = Message.decoded(
+            frame.body,
+            new_message_id(),
+            read.priority,
+            0,
+            read.expiration,
+            read.correlation_id,
+            None,
+            read.type,
+            read.persistent,
+            False,
+            0,
+            dict(read.properties) if read.properties else {},  # each message owns its own
+            read.kind,
+            None,
+        )
+        return SendFrame(
+            read.destination, read.reply_to, read.transaction, read.receipt, message, read.ttl
+        )
+
+
+def read_send(frame: Frame) -> SendFrame:
+    """:meth:`SendReader.read` for one frame."""
+    return SendReader().read(frame)
 
 
 def _text(value: PropertyValue) -> str:
@@ -217,8 +322,10 @@ def message_frame(
 ) -> Frame:
     """The MESSAGE frame delivering ``message`` on one subscription.
 
-    In STOMP 1.0 headers cannot be escaped, so a property whose name or value
-    holds a line break (or a name holding ``:``) is left out.
+    In STOMP 1.0 headers cannot be escaped, so a header of the message whose
+    name or value holds a line break (or whose name holds ``:``) is left out.
+    The broker's hot path writes the same bytes with
+    :class:`chute.stomp.delivery.MessageEncoder`.
     """
     headers: list[tuple[str, str]] = [
         ("redelivered", "true" if redelivered else "false"),
@@ -228,6 +335,25 @@ def message_frame(
         ("expires", str(message.expiration)),
         ("persistent", "true" if message.persistent else "false"),
     ]
+    extra = optional_headers(message)
+    if message.properties:
+        extra.extend(property_headers(message.properties, version))
+    if version == "1.0":
+        extra = [(name, value) for name, value in extra if _unescaped_ok(name, value)]
+    headers.extend(extra)
+    return Frame.message(
+        destination, message.id, subscription, message.body, ack=ack, headers=headers
+    )
+
+
+def _unescaped_ok(name: str, value: str) -> bool:
+    """Whether a header can be written in STOMP 1.0, which has no escapes."""
+    return not (":" in name or "\n" in name or "\r" in name or "\n" in value or "\r" in value)
+
+
+def optional_headers(message: Message) -> list[tuple[str, str]]:
+    """A MESSAGE frame's headers for the message's optional fields, in frame order."""
+    headers: list[tuple[str, str]] = []
     if message.correlation_id is not None:
         headers.append(("correlation-id", message.correlation_id))
     if message.reply_to is not None:
@@ -236,22 +362,20 @@ def message_frame(
         headers.append(("type", message.type))
     if message.kind is BodyKind.TEXT and "content-type" not in message.properties:
         headers.append(("content-type", "text/plain;charset=utf-8"))
-    headers.extend(_property_headers(message.properties, version))
-    return Frame.message(
-        destination, message.id, subscription, message.body, ack=ack, headers=headers
-    )
+    return headers
 
 
-def _property_headers(
-    properties: dict[str, PropertyValue], version: str
-) -> Iterable[tuple[str, str]]:
+def property_headers(properties: dict[str, PropertyValue], version: str) -> list[tuple[str, str]]:
+    """A MESSAGE frame's headers for ``properties`` (those a 1.0 frame can carry)."""
+    headers = []
     for name, value in properties.items():
         if name in _MESSAGE_HEADERS or name == "content-length":
             continue
         text = _text(value)
-        if version == "1.0" and (":" in name or any(c in s for s in (name, text) for c in "\r\n")):
+        if version == "1.0" and not _unescaped_ok(name, text):
             continue
-        yield name, text
+        headers.append((name, text))
+    return headers
 
 
 class StompAck(enum.Enum):

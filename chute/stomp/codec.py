@@ -24,6 +24,18 @@ three-stage machine over the bytes not yet returned:
     many octets, NULs included, then a NUL (§Header content-length). Without:
     up to the first NUL, the search resuming where it stopped.
 
+Fast path. Before the stages, :meth:`StompCodec.next_frame` tries the frame
+that nearly every client sends: whole in the buffer, LF line ends, no escape,
+its header block within ``max_header_length``. That one is cut out with a few
+``bytes.find`` calls over the whole buffer (blank line, NUL) instead of line
+by line, and its header block is looked up in a small memo (16 blocks of up to
+512 bytes, SEND and MESSAGE frames only) before it is split: a producer
+repeats its headers, so each block is decoded once and its frames share one
+immutable header tuple. Anything else, errors included, goes to the three
+stages, which therefore stay the reference: feeding byte by byte (which never
+takes the fast path) must give the same frames and errors as feeding whole,
+and the unit tests check that it does.
+
 Every limit is checked as soon as the bytes in hand break it: a frame whose
 headers plus ``content-length`` exceed ``max_frame_size`` is refused before its
 body arrives, a header line before its EOL, a body without ``content-length``
@@ -95,6 +107,10 @@ _BODY: Final = _Stage.BODY
 
 _MAX_COMMAND_LINE: Final = max(len(c) for c in ALL_COMMANDS) + 1  # + CR
 _EOLS: Final = re.compile(rb"(?:\r?\n)+")
+_SEEN_BLOCKS: Final = 16
+_SEEN_BLOCK_SIZE: Final = 512
+"""A codec remembers up to 16 header blocks of SEND and MESSAGE frames, of at most
+512 bytes each (see StompCodec._plain_headers): a few KiB per connection at most."""
 
 
 def _shorten(data: bytes | bytearray, limit: int = 40) -> str:
@@ -123,12 +139,14 @@ class StompCodec:
         "_eof",
         "_error",
         "_escape",
+        "_fast",
         "_headers",
         "_length",
         "_line",
         "_names",
         "_pos",
         "_scan",
+        "_seen",
         "_stage",
         "_trim",
         "_version",
@@ -159,6 +177,8 @@ class StompCodec:
         self._version = ""
         self._escape = True
         self._trim = False
+        self._fast = True
+        self._seen: dict[bytes, tuple[str, tuple[tuple[str, str], ...], int]] = {}
         self.version = version
         self._buf: bytes | bytearray = b""  # unparsed bytes start at _pos
         self._pos = 0
@@ -191,6 +211,8 @@ class StompCodec:
         self._version = value
         self._escape = value != "1.0"
         self._trim = value == "1.0"
+        self._fast = not self._trim  # 1.0 trims header text: the general reader only
+        self._seen.clear()  # header blocks read under the old version's rules
 
     @property
     def buffered(self) -> int:
@@ -244,11 +266,94 @@ class StompCodec:
         """
         if self._error is not None:
             raise self._error
+        if self._stage is _START and self._fast:
+            frame = self._fast_frame()
+            if frame is not None:
+                return frame
         try:
             return self._next()
         except RemoteProtocolError as exc:
             self._error = exc
             raise
+
+    def _fast_frame(self) -> Frame | None:
+        """The next frame if it is whole, plain and valid; else None, changing nothing.
+
+        Plain means what nearly every client sends: LF line ends, no escape
+        sequence, a header block within ``max_header_length`` bytes. It is read
+        with a few scans of the buffer in C (the blank line, the first
+        ``content-length``, the NUL) instead of line by line, and a header block
+        seen lately is not parsed again (:meth:`_plain_headers`). Anything else
+        (a heart-beat, CRLF, an escape, STOMP 1.0's trimming, a frame not all
+        here yet, any error) is left to the general reader, which also names
+        the error; so this path never raises and never decides an error alone.
+        """
+        buf = self._buf
+        pos = self._pos
+        blank = buf.find(b"\n\n", pos, pos + self.max_header_length)
+        if blank < 0:
+            return None
+        block = buf[pos:blank] if type(buf) is bytes else bytes(buf[pos:blank])
+        head = self._seen.get(block)
+        if head is None:
+            head = self._plain_headers(block)
+            if head is None:
+                return None
+        command, headers, length = head
+        start = blank + 2
+        if length < 0:
+            end = buf.find(b"\x00", start, pos + self.max_frame_size)
+            if end < 0:
+                return None
+        else:
+            end = start + length
+            if end - pos >= self.max_frame_size or len(buf) <= end or buf[end] != 0:
+                return None
+        if end > start and command not in BODY_COMMANDS:
+            return None
+        body = buf[start:end]
+        self._pos = end + 1
+        return Frame(command, headers, body if type(body) is bytes else bytes(body))
+
+    def _plain_headers(self, block: bytes) -> tuple[str, tuple[tuple[str, str], ...], int] | None:
+        """A plain header block's command, headers and content-length (-1: none), or None.
+
+        Clients repeat the same header block (a producer's SENDs differ in their
+        bodies), so the result is remembered by the block's bytes (see
+        ``_SEEN_BLOCKS``); the tuples are immutable, so frames may share them.
+        """
+        if b"\r" in block or b"\\" in block:
+            return None
+        try:
+            text = block.decode()
+        except UnicodeDecodeError:
+            return None
+        lines = text.split("\n")
+        command = self._names.get(lines[0])
+        if command is None or len(lines) > self.max_header_count + 1:
+            return None
+        headers = []
+        for line in lines[1:]:
+            name, colon, value = line.partition(":")
+            if not colon or not name:
+                return None
+            headers.append((name, value))
+        length = -1
+        at = text.find("\ncontent-length:")
+        if at >= 0:
+            at += 16  # len("\ncontent-length:")
+            eol = text.find("\n", at)
+            value = text[at:] if eol < 0 else text[at:eol]
+            if not (value.isascii() and value.isdigit()):
+                return None
+            length = int(value)
+        head = (command, tuple(headers), length)
+        if command in BODY_COMMANDS and len(block) <= _SEEN_BLOCK_SIZE:  # not ACKs: each differs
+            seen = self._seen
+            if len(seen) >= _SEEN_BLOCKS:
+                seen.clear()
+            seen[block] = head
+        return head
 
     def _next(self) -> Frame | HeartBeat | NeedData:
         stage = self._stage
@@ -495,6 +600,23 @@ class StompCodec:
                 "eof-mid-frame",
             )
         return CLOSED
+
+    def send_receipt(self, receipt_id: str) -> bytes:
+        """The bytes of ``Frame.receipt(receipt_id)``, without building the frame.
+
+        Raises:
+            LocalProtocolError: as :meth:`send` (a line break in STOMP 1.0).
+        """
+        if self._escape:
+            text = escape(receipt_id)
+        elif "\n" in receipt_id or "\r" in receipt_id:
+            return self.send(Frame.receipt(receipt_id))  # raises
+        else:
+            text = receipt_id
+        try:
+            return b"RECEIPT\nreceipt-id:%s\n\n\x00" % text.encode()
+        except UnicodeEncodeError as exc:
+            raise LocalProtocolError(f"a header is not valid unicode: {exc}") from None
 
     def send(self, frame: Frame | HeartBeat) -> bytes:
         """The bytes of ``frame`` (or of a heart-beat: an LF), to be written to the peer.

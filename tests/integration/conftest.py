@@ -54,6 +54,9 @@ def start_server(
 
     Its data lives in ``data_dir`` (``tmp_path / "data"`` by default): start
     another server on the same one to restart the broker on its journal.
+    The STOMP and HTTP listeners are off (their default ports would clash
+    between parallel servers) unless ``extra`` passes ``--stomp-port`` or
+    ``--http-port`` (take one from :func:`free_port`).
     """
     port = port or free_port()
     data_dir = data_dir or tmp_path / "data"
@@ -68,7 +71,11 @@ def start_server(
         str(port),
         "--data-dir",
         str(data_dir),
-        *extra,
+        "--stomp-port",
+        "0",
+        "--http-port",
+        "0",
+        *extra,  # argparse: a later flag wins
     ]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     process = subprocess.Popen(

@@ -27,6 +27,8 @@ class Client(stomp.ConnectionListener):  # type: ignore[misc]
         self.receipts: queue.Queue[str] = queue.Queue()
         self.errors: queue.Queue[Any] = queue.Queue()
         self.heartbeat = threading.Event()
+        self.disconnected = threading.Event()
+        self.order: list[str] = []  # RECEIPT and ERROR frames as they came, e.g. "RECEIPT r1"
         cls = {"1.0": stomp.Connection10, "1.1": stomp.Connection11}.get(
             version, stomp.Connection12
         )
@@ -42,10 +44,15 @@ class Client(stomp.ConnectionListener):  # type: ignore[misc]
         self.messages.put(frame)
 
     def on_receipt(self, frame: Any) -> None:
+        self.order.append(f"RECEIPT {frame.headers['receipt-id']}")
         self.receipts.put(frame.headers["receipt-id"])
 
     def on_error(self, frame: Any) -> None:
+        self.order.append(f"ERROR {frame.headers.get('receipt-id')}")
         self.errors.put(frame)
+
+    def on_disconnected(self) -> None:
+        self.disconnected.set()
 
     def on_heartbeat(self) -> None:
         self.heartbeat.set()
@@ -224,23 +231,27 @@ def test_disconnect_with_unacked_messages_redelivers_them(port: int, clients: li
     assert frame.headers["chute-delivery-count"] == "2"
 
 
-def test_receipts_and_error_with_receipt_id(port: int, clients: list[Client]) -> None:
+def test_error_frame_then_close(port: int, clients: list[Client]) -> None:
+    # STOMP 1.2 §ERROR: the server closes the connection after an ERROR frame
     c = _client(clients, port)
-    c.conn.subscribe("/queue/receipts", id="s", receipt="r-sub")
+    c.conn.subscribe("/queue/receipts", id="s", ack="client-individual", receipt="r-sub")
     c.receipt("r-sub")
-    c.conn.send("/queue/receipts", b"x", persistent="false", receipt="r-send")
-    c.receipt("r-send")
+    c.conn.send("/queue/receipts", b"x", receipt="r-send")  # persistent: receipt after fsync
     c.conn.send("/queue/bad..name", b"x", receipt="r-bad")
+    c.conn.send("/queue/receipts", b"after the error", receipt="r-after")
     error = c.error()
     assert error.headers["receipt-id"] == "r-bad"
     assert error.headers["code"] == "invalid-address"
     assert b"invalid destination name" in error.body
-    # the connection carries on after a failed frame
-    c.conn.send("/queue/receipts", b"y", receipt="r-after")
-    c.receipt("r-after")
-    assert [c.message().body, c.message().body] == [b"x", b"y"]
-    c.conn.unsubscribe("s", receipt="r-unsub")
-    c.receipt("r-unsub")
+    assert c.disconnected.wait(TIMEOUT), "the broker kept the connection after ERROR"
+    # the receipt owed before the failing frame came first; nothing after it was acted on
+    assert c.order[-2:] == ["RECEIPT r-send", "ERROR r-bad"]
+    other = _client(clients, port)
+    other.conn.subscribe("/queue/receipts", id="s", ack="client-individual")
+    frame = other.message()  # unacked by the closed connection: it comes back
+    assert frame.body == b"x"
+    other.conn.ack(frame.headers["ack"])
+    assert other.no_message()
 
 
 def test_transaction_commit_and_abort(port: int, clients: list[Client]) -> None:

@@ -1,0 +1,194 @@
+"""STOMP over WebSocket: the TCP driver, fed by WebSocket messages instead of a socket.
+
+A browser (stomp.js) or any STOMP-over-WebSocket client opens ``/stomp`` (or
+``/ws``) on the HTTP port, offering the ``v12.stomp``, ``v11.stomp`` or
+``v10.stomp`` subprotocol. Every WebSocket message carries STOMP bytes: one
+frame, several, part of one, or a heart-beat's EOL; text and binary messages
+are treated alike.
+
+Rather than a second STOMP driver, :class:`WebSocketTransport` makes one
+aiohttp :class:`~aiohttp.web.WebSocketResponse` look like the
+``asyncio.Transport`` that :class:`~chute.server.stomp.StompConnection`
+already drives, so the codec, the adapter, logins, the journal's receipts,
+back pressure and heart-beats are the same code on both listeners:
+
+- ``write`` queues one outgoing WebSocket message (the driver writes once per
+  loop iteration, so a message holds every frame written in that iteration);
+  a writer task sends them in order. A message that is valid UTF-8 goes out
+  as text (what text-only clients such as the original stomp.js expect), any
+  other (a binary body) as binary.
+- past ``HIGH_WATER`` bytes queued, the driver's ``pause_writing`` runs (it
+  stops reading and withholds auto-ack credit) until the queue drains below
+  ``LOW_WATER``; ``pause_reading`` holds the reader loop between messages.
+- ``close`` sends what is queued (an ERROR frame) and then the close frame;
+  ``abort`` drops it.
+
+Lives on the server's event loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import WSMsgType, web
+
+from chute.server.stomp import StompConnection
+
+if TYPE_CHECKING:
+    from chute.server.app import BrokerServer
+
+log = logging.getLogger("chute.stomp")
+
+SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
+HIGH_WATER = 1 << 20
+LOW_WATER = 256 << 10
+
+
+class WebSocketTransport(asyncio.Transport):
+    """The ``asyncio.Transport`` face of one server-side WebSocket; see the module docstring."""
+
+    def __init__(
+        self, ws: web.WebSocketResponse, protocol: asyncio.Protocol, extra: dict[str, Any]
+    ) -> None:
+        super().__init__(extra)
+        self._ws = ws
+        self._protocol = protocol
+        self._queue: deque[bytes] = deque()
+        self._queued = 0
+        self._wake = asyncio.Event()
+        self._readable = asyncio.Event()
+        self._readable.set()
+        self._closing = False
+        self._aborted = False
+        self._writing_paused = False
+        self._writer = asyncio.get_running_loop().create_task(self._write_loop())
+
+    # -- asyncio.Transport ---------------------------------------------------------------
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._closing or not data:
+            return
+        chunk = bytes(data)
+        self._queue.append(chunk)
+        self._queued += len(chunk)
+        self._wake.set()
+        if not self._writing_paused and self._queued > HIGH_WATER:
+            self._writing_paused = True
+            self._protocol.pause_writing()
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def close(self) -> None:
+        """Send what is queued, then close the WebSocket (the writer task does both)."""
+        self._closing = True
+        self._wake.set()
+        self._readable.set()
+
+    def abort(self) -> None:
+        self._aborted = True
+        self._queue.clear()
+        self.close()
+
+    def pause_reading(self) -> None:
+        self._readable.clear()
+
+    def resume_reading(self) -> None:
+        self._readable.set()
+
+    def is_reading(self) -> bool:
+        return self._readable.is_set()
+
+    def get_write_buffer_size(self) -> int:
+        return self._queued
+
+    # -- the two loops -------------------------------------------------------------------
+
+    async def _write_loop(self) -> None:
+        ws = self._ws
+        try:
+            while True:
+                while self._queue:
+                    chunk = self._queue.popleft()
+                    try:
+                        text = chunk.decode("utf-8")
+                    except UnicodeDecodeError:
+                        await ws.send_bytes(chunk)
+                    else:
+                        await ws.send_str(text)
+                    self._queued -= len(chunk)
+                    if self._writing_paused and self._queued < LOW_WATER:
+                        self._writing_paused = False
+                        self._protocol.resume_writing()
+                if self._closing:
+                    break
+                self._wake.clear()
+                await self._wake.wait()
+        except (ConnectionError, RuntimeError) as exc:  # the peer went away mid-write
+            log.debug("WebSocket write failed: %s", exc)
+            self._closing = True
+        finally:
+            self._readable.set()
+            with contextlib.suppress(Exception):
+                await ws.close()
+
+    async def read_loop(self) -> None:
+        """Feed every incoming message to the protocol until the WebSocket closes."""
+        ws = self._ws
+        protocol = self._protocol
+        while not self._closing:
+            if not self._readable.is_set():
+                await self._readable.wait()
+                continue
+            msg = await ws.receive()
+            if msg.type is WSMsgType.BINARY:
+                data = msg.data
+            elif msg.type is WSMsgType.TEXT:
+                data = msg.data if isinstance(msg.data, bytes) else msg.data.encode("utf-8")
+            else:  # CLOSE, CLOSING, CLOSED or ERROR (a malformed WebSocket frame)
+                if msg.type is WSMsgType.ERROR:
+                    log.info("WebSocket error from %s: %s", self.get_extra_info("peername"), msg)
+                break
+            if not self._closing and data:
+                protocol.data_received(data)
+
+    async def finish(self) -> None:
+        """Wait for the writer to flush and close (after :meth:`close` or the peer's close)."""
+        self.close()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._writer
+
+
+async def stomp_endpoint(server: BrokerServer, request: web.Request) -> web.StreamResponse:
+    """The ``/stomp`` handler: one :class:`StompConnection` per WebSocket."""
+    ws = web.WebSocketResponse(
+        protocols=SUBPROTOCOLS,
+        max_msg_size=server.config.max_packet_size + (64 << 10),
+        compress=False,  # the broker's CPU is the bottleneck; bodies are often incompressible
+        autoclose=True,
+        autoping=True,
+    )
+    if not ws.can_prepare(request).ok:
+        return web.Response(
+            status=426,
+            text="this endpoint speaks STOMP over WebSocket only; "
+            "open a WebSocket with subprotocol v12.stomp\n",
+            headers={"Upgrade": "websocket"},
+        )
+    await ws.prepare(request)
+    conn = StompConnection(server)
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    transport = WebSocketTransport(ws, conn, {"peername": peer, "websocket": ws})
+    conn.protocol_name = "STOMP/WebSocket"
+    conn.connection_made(transport)
+    try:
+        await transport.read_loop()
+    finally:
+        conn.flush()
+        await transport.finish()
+        conn.connection_lost(None)
+    return ws
