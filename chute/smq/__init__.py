@@ -1,0 +1,43 @@
+"""Seed 002's simple-message-queue wire protocol: a sans-IO codec and its settings.
+
+The asyncio listeners that serve it are in :mod:`chute.server.smq`.
+"""
+
+from chute.smq.codec import DEFAULT_MAX_BODY_SIZE, SinkCodec, SourceCodec
+from chute.smq.events import (
+    CLOSED,
+    ID_SIZE,
+    NEED_DATA,
+    STORED,
+    Ack,
+    Deliver,
+    EndOfSession,
+    NeedData,
+    Publish,
+    Refuse,
+    SinkEvent,
+    SourceEvent,
+)
+from chute.smq.ids import to_message_id, to_wire_id
+from chute.smq.settings import SmqSettings
+
+__all__ = [
+    "CLOSED",
+    "DEFAULT_MAX_BODY_SIZE",
+    "ID_SIZE",
+    "NEED_DATA",
+    "STORED",
+    "Ack",
+    "Deliver",
+    "EndOfSession",
+    "NeedData",
+    "Publish",
+    "Refuse",
+    "SinkCodec",
+    "SinkEvent",
+    "SmqSettings",
+    "SourceCodec",
+    "SourceEvent",
+    "to_message_id",
+    "to_wire_id",
+]

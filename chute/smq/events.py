@@ -1,0 +1,72 @@
+"""What seed 002's peers say to the queue, and what the queue says to a sink.
+
+Events are frozen dataclasses named for the act. A source sends
+:class:`Publish` and :class:`EndOfSession`; a sink answers a delivery with
+:class:`Ack` or, with any other byte, :class:`Refuse`. The queue sends a sink
+:class:`Deliver` and a source the single byte :data:`STORED`.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Final
+
+ID_SIZE: Final = 16
+"""A seed-002 message id is 16 opaque bytes."""
+
+STORED: Final = b"Y"
+"""The queue's answer to a source once its message is on disk (after the fsync)."""
+
+
+class NeedData(enum.Enum):
+    """What ``next_event`` returns when it has no whole event."""
+
+    NEED_DATA = "need-data"
+    """Feed more bytes with ``receive_data``."""
+    CLOSED = "closed"
+    """The peer closed the stream between frames: no event will ever come."""
+
+
+NEED_DATA: Final = NeedData.NEED_DATA
+CLOSED: Final = NeedData.CLOSED
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    """A source's message: ``'M'`` (``id`` is None: the queue makes one) or ``'I'``."""
+
+    body: bytes
+    id: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EndOfSession:
+    """A source's ``'E'``: an orderly close."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """A sink's ``'Y'``: the queue may discard the message it was sent."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    """A sink answered a delivery with a byte other than ``'Y'``: the session ends
+    and the message goes to the next sink, marked as a possible replay."""
+
+    answer: int
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    """The queue's message to a sink: ``'R'`` when ``replay`` (it may have been
+    delivered before), else ``'M'``."""
+
+    id: bytes
+    body: bytes
+    replay: bool = False
+
+
+SourceEvent = Publish | EndOfSession
+SinkEvent = Ack | Refuse
