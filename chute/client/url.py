@@ -1,4 +1,8 @@
-"""Broker URLs: ``chute://host:port`` now; ``chutes://``, ``ws(s)://`` and ``dropbox:`` later."""
+"""Broker URLs: ``chute://host:port`` now; ``chutes://`` and ``ws(s)://`` later.
+
+``dropbox:///path`` URLs name a dropbox root, not a broker: :func:`chute.connect`
+hands them to :mod:`chute.dropbox.client`.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from urllib.parse import urlsplit
 from chute.errors import ConnectError
 
 DEFAULT_PORT: Final = 5445
-_LATER: Final = frozenset({"chutes", "ws", "wss", "dropbox"})
+_LATER: Final = frozenset({"chutes", "ws", "wss"})
 
 
 class BrokerUrl(NamedTuple):
@@ -32,6 +36,11 @@ def parse_url(url: str) -> BrokerUrl:
     except ValueError as exc:
         raise ConnectError(f"invalid broker URL {url!r}: {exc}") from None
     scheme = parts.scheme.lower()
+    if scheme == "dropbox":
+        raise ConnectError(
+            f"{url!r} is a dropbox (no broker): open it with chute.connect(), "
+            "which hands dropbox: URLs to chute.dropbox.client"
+        )
     if scheme in _LATER:
         raise ConnectError(f"{scheme}: URLs are not supported yet; use chute://host:port")
     if scheme != "chute":

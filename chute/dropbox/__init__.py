@@ -1,13 +1,36 @@
-"""DropboxMQ interop: the filesystem protocol of DropboxMQ 1.2 (seed 000)."""
+"""DropboxMQ interop: the filesystem protocol of DropboxMQ 1.2 (seed 000).
 
-from chute.dropbox.layout import QueueLayout, init_queue, queue_layout
+- :mod:`~chute.dropbox.transcoder`: filenames both ways (pure);
+- :mod:`~chute.dropbox.layout`: where queue and topic dropboxes live under a root;
+- :mod:`~chute.dropbox.queue`, :mod:`~chute.dropbox.topic`: serverless produce,
+  claim, ack, recover, publish and fan-out with real files;
+- :mod:`~chute.dropbox.watch`: inotify with polling as the fallback;
+- :mod:`~chute.dropbox.client`: ``chute.connect("dropbox:///path")``;
+- :mod:`~chute.dropbox.mount`, :mod:`~chute.dropbox.bridge`: the broker's
+  ``[[dropbox]]`` mounts (import and export);
+- :mod:`~chute.dropbox.cli`: ``chute dropbox ...``.
+
+See docs/dropbox.md.
+"""
+
+from chute.dropbox.layout import (
+    QueueLayout,
+    TopicLayout,
+    init_queue,
+    init_subscription,
+    init_topic,
+    queue_layout,
+    topic_layout,
+)
 from chute.dropbox.queue import (
     ConsumerOptions,
     Delivery,
     QueueConsumer,
     QueueProducer,
     recover_client,
+    recover_layout,
 )
+from chute.dropbox.topic import TopicPublisher, distribute, subscribe
 from chute.dropbox.transcoder import (
     DecodedName,
     check_destination_name,
@@ -19,6 +42,7 @@ from chute.dropbox.transcoder import (
     split_claim_name,
     subscription_dir_name,
 )
+from chute.dropbox.watch import Watcher
 
 __all__ = [
     "ConsumerOptions",
@@ -27,15 +51,24 @@ __all__ = [
     "QueueConsumer",
     "QueueLayout",
     "QueueProducer",
+    "TopicLayout",
+    "TopicPublisher",
+    "Watcher",
     "check_destination_name",
     "claim_name",
     "decode_filename",
     "destination_parts",
+    "distribute",
     "dropbox_id",
     "encode_filename",
     "init_queue",
+    "init_subscription",
+    "init_topic",
     "queue_layout",
     "recover_client",
+    "recover_layout",
     "split_claim_name",
+    "subscribe",
     "subscription_dir_name",
+    "topic_layout",
 ]

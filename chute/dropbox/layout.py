@@ -24,12 +24,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from chute.dropbox.transcoder import check_destination_name
+from chute.dropbox.transcoder import (
+    check_destination_name,
+    destination_parts,
+    subscription_dir_name,
+)
 from chute.errors import InvalidAddress
 
-__all__ = ["INCOMING", "QUEUE_DIRS", "QueueLayout", "init_queue", "queue_layout"]
+__all__ = [
+    "INCOMING",
+    "QUEUE_DIRS",
+    "TOPIC_INCOMING",
+    "TOPIC_SUBSCRIPTIONS",
+    "QueueLayout",
+    "TopicLayout",
+    "init_queue",
+    "init_subscription",
+    "init_topic",
+    "queue_layout",
+    "subscription_layouts",
+    "topic_layout",
+]
 
 INCOMING: Final = "incoming"
+TOPIC_INCOMING: Final = ".incoming"
+TOPIC_SUBSCRIPTIONS: Final = ".subscriptions"
 QUEUE_DIRS: Final = ("working", "target", "processing", "processed", "expired", "error")
 
 
@@ -38,7 +57,9 @@ class QueueLayout:
     """The directories of one queue dropbox. Immutable; share it freely.
 
     ``root`` is resolved (absolute, no symlinks); ``base`` is
-    ``root/<destination>/incoming``.
+    ``root/<destination>/incoming`` for a queue, and for a topic's dropboxes
+    ``root/topic-root/<a>/<b>/.incoming`` or ``.../.subscriptions/<dir>``;
+    ``destination`` then reads ``topic:a.b`` or ``topic:a.b/<dir>``.
     """
 
     root: Path
@@ -80,7 +101,18 @@ class QueueLayout:
             InvalidAddress: a directory of the layout resolves elsewhere (a
                 symlink), so using it could touch files outside the root.
         """
-        for path in (self.base.parent, self.base, *self.dirs()):
+        for path in (*_levels(self.root, self.base), *self.dirs()):
+            _check_resolves_to_itself(path)
+
+    def create(self) -> None:
+        """Create the missing directories, checking each one as it is made.
+
+        Raises:
+            InvalidAddress: as :meth:`check`.
+            OSError: a directory cannot be created.
+        """
+        for path in (*_levels(self.root, self.base), *self.dirs()):
+            path.mkdir(exist_ok=True)
             _check_resolves_to_itself(path)
 
 
@@ -114,10 +146,108 @@ def init_queue(root: str | os.PathLike[str], destination: str) -> QueueLayout:
     check_destination_name(destination)  # before creating anything
     Path(root).mkdir(parents=True, exist_ok=True)
     layout = queue_layout(root, destination)
-    for path in (layout.base.parent, layout.base, *layout.dirs()):
-        path.mkdir(exist_ok=True)
+    layout.create()
+    return layout
+
+
+@dataclass(frozen=True, slots=True)
+class TopicLayout:
+    """Where topic ``topic`` lives: ``root/topic-root/<a>/<b>``. Immutable."""
+
+    root: Path
+    topic: str
+    dir: Path
+
+    @property
+    def incoming(self) -> QueueLayout:
+        """The ``.incoming`` dropbox, for files the distributor fans out."""
+        return QueueLayout(self.root, f"topic:{self.topic}", self.dir / TOPIC_INCOMING)
+
+    @property
+    def subscriptions_dir(self) -> Path:
+        return self.dir / TOPIC_SUBSCRIPTIONS
+
+    def subscription(self, subscription: str, client_id: str) -> QueueLayout:
+        """The dropbox of one subscription (not checked, not created).
+
+        Raises:
+            InvalidAddress: see :func:`~chute.dropbox.transcoder.subscription_dir_name`.
+        """
+        return self.subscription_dir(subscription_dir_name(subscription, client_id))
+
+    def subscription_dir(self, dir_name: str) -> QueueLayout:
+        """The dropbox of the subscription whose directory is ``dir_name``."""
+        if dir_name in ("", ".", "..") or "/" in dir_name or "\\" in dir_name or "\0" in dir_name:
+            raise InvalidAddress(f"{dir_name!r} is not a subscription directory name")
+        return QueueLayout(
+            self.root, f"topic:{self.topic}/{dir_name}", self.subscriptions_dir / dir_name
+        )
+
+
+def topic_layout(root: str | os.PathLike[str], topic: str) -> TopicLayout:
+    """The layout of ``topic`` under ``root``, checked; creates nothing.
+
+    Raises:
+        InvalidAddress: not a topic name, or a part that exists resolves elsewhere.
+    """
+    parts = destination_parts(topic, topic=True)
+    root_path = Path(root).resolve()
+    layout = TopicLayout(root_path, topic, root_path.joinpath(*parts))
+    for path in _levels(root_path, layout.dir):
         _check_resolves_to_itself(path)
     return layout
+
+
+def init_topic(root: str | os.PathLike[str], topic: str) -> TopicLayout:
+    """Create (if missing) ``topic``'s directory, its ``.incoming`` dropbox and
+    ``.subscriptions``. Idempotent.
+
+    Raises:
+        InvalidAddress: as :func:`topic_layout`.
+        OSError: a directory cannot be created.
+    """
+    destination_parts(topic, topic=True)  # check before creating anything
+    Path(root).mkdir(parents=True, exist_ok=True)
+    layout = topic_layout(root, topic)
+    layout.incoming.create()
+    layout.subscriptions_dir.mkdir(exist_ok=True)
+    _check_resolves_to_itself(layout.subscriptions_dir)
+    return layout
+
+
+def init_subscription(topic: TopicLayout, subscription: str, client_id: str) -> QueueLayout:
+    """Create (if missing) the dropbox of one subscription of ``topic``.
+
+    Raises:
+        InvalidAddress: a bad name, or a part resolves elsewhere.
+        OSError: a directory cannot be created.
+    """
+    layout = topic.subscription(subscription, client_id)
+    layout.create()
+    return layout
+
+
+def subscription_layouts(topic: TopicLayout) -> list[QueueLayout]:
+    """Every subscription dropbox of ``topic`` there is now (real directories only)."""
+    found: list[QueueLayout] = []
+    try:
+        entries = list(os.scandir(topic.subscriptions_dir))
+    except FileNotFoundError:
+        return found
+    for entry in entries:
+        try:
+            if not entry.is_dir(follow_symlinks=False):
+                continue  # a symlink or a stray file: not a subscription we follow
+        except OSError:
+            continue
+        found.append(topic.subscription_dir(entry.name))
+    return sorted(found, key=lambda layout: layout.base.name)
+
+
+def _levels(root: Path, base: Path) -> list[Path]:
+    """Every directory from just below ``root`` down to ``base``."""
+    parts = base.relative_to(root).parts
+    return [root.joinpath(*parts[: i + 1]) for i in range(len(parts))]
 
 
 def _check_resolves_to_itself(path: Path) -> None:

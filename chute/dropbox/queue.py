@@ -41,7 +41,9 @@ producers sending the same message id into one queue keep only one file. Ids
 made here (:func:`~chute.dropbox.transcoder.dropbox_id`) hold 10 random digits.
 
 A producer or consumer object is for one thread at a time; any number of them,
-in any number of processes, may share one root.
+in any number of processes, may share one root. Both take a root and a queue
+name, or a :class:`~chute.dropbox.layout.QueueLayout` (a topic's
+``.incoming`` or subscription dropbox) and no name.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ from chute.dropbox.transcoder import (
     encode_filename,
     split_claim_name,
 )
+from chute.dropbox.watch import Watcher
 from chute.errors import InvalidAddress, InvalidMessage
 from chute.message import Message, now_ms
 
@@ -72,7 +75,9 @@ __all__ = [
     "Delivery",
     "QueueConsumer",
     "QueueProducer",
+    "open_layout",
     "recover_client",
+    "recover_layout",
 ]
 
 log = logging.getLogger("chute.dropbox")
@@ -80,6 +85,18 @@ log = logging.getLogger("chute.dropbox")
 _READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 _CREATE_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 _NAME_TRIES: Final = 5
+
+
+def open_layout(root: str | os.PathLike[str] | QueueLayout, destination: str = "") -> QueueLayout:
+    """``root`` itself if it is a layout (created if missing), else queue ``destination``'s.
+
+    Raises:
+        InvalidAddress: a bad name, or a directory that resolves elsewhere.
+    """
+    if isinstance(root, QueueLayout):
+        root.create()
+        return root
+    return init_queue(root, destination)
 
 
 def _fsync_dir(path: Path, fsync: Callable[[int], None]) -> None:
@@ -100,13 +117,13 @@ class QueueProducer:
 
     def __init__(
         self,
-        root: str | os.PathLike[str],
-        destination: str,
+        root: str | os.PathLike[str] | QueueLayout,
+        destination: str = "",
         *,
         durable: bool = True,
         fsync: Callable[[int], None] = os.fsync,
     ) -> None:
-        self.layout: QueueLayout = init_queue(root, destination)
+        self.layout: QueueLayout = open_layout(root, destination)
         self._durable = durable
         self._fsync = fsync
         self._sequence = itertools.count()
@@ -122,6 +139,19 @@ class QueueProducer:
             InvalidMessage: the message cannot be written as a DropboxMQ name
                 (see :func:`encode_filename`).
             OSError: the file cannot be written; nothing is left in ``target/``.
+        """
+        name, working = self.stage(message)
+        self.publish(working, name)
+        return name
+
+    def stage(self, message: Message) -> tuple[str, Path]:
+        """Write ``message`` into ``working/`` only: (its name, its path there).
+
+        :meth:`publish` moves it into ``target/``; :meth:`discard` drops it. A
+        transaction stages its sends and publishes them at commit.
+
+        Raises:
+            InvalidMessage, OSError: as :meth:`send`; nothing is left behind.
         """
         for _ in range(_NAME_TRIES):
             name = encode_filename(message, sequence=next(self._sequence))
@@ -144,13 +174,29 @@ class QueueProducer:
                     self._fsync(fd)
             finally:
                 os.close(fd)
+        except BaseException:
+            working.unlink(missing_ok=True)
+            raise
+        return name, working
+
+    def publish(self, working: Path, name: str) -> None:
+        """Rename a staged file into ``target/`` (and fsync ``target/`` if durable).
+
+        Raises:
+            OSError: the rename failed; the staged file is removed.
+        """
+        try:
             os.rename(working, self.layout.target / name)
         except BaseException:
             working.unlink(missing_ok=True)
             raise
         if self._durable:
             _fsync_dir(self.layout.target, self._fsync)
-        return name
+
+    @staticmethod
+    def discard(working: Path) -> None:
+        """Drop a staged file that will not be published."""
+        working.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,18 +237,57 @@ class QueueConsumer:
 
     def __init__(
         self,
-        root: str | os.PathLike[str],
+        root: str | os.PathLike[str] | QueueLayout,
         destination: str,
         client_id: str,
         *,
         options: ConsumerOptions | None = None,
+        accept: Callable[[DecodedName], bool] | None = None,
     ) -> None:
         claim_name(client_id, "x")  # raises on a bad client id
-        self.layout: QueueLayout = init_queue(root, destination)
+        self.layout: QueueLayout = open_layout(root, destination)
         self.client_id = client_id
         self.options = options or ConsumerOptions()
+        self._accept = accept
         self._pending: list[DecodedName] = []
         self._scanned_at = 0.0
+        self._watcher: Watcher | None = None
+
+    def receive_wait(self, timeout: float | None, poll_interval: float = 0.3) -> Delivery | None:
+        """:meth:`receive`, waiting up to ``timeout`` seconds (None: forever) for a file.
+
+        Waits on a :class:`~chute.dropbox.watch.Watcher` of ``target/``: inotify
+        wakes it as soon as a file arrives; ``target/`` is rescanned at least
+        every ``poll_interval`` seconds anyway (the only way to see files that
+        another machine renames in on a shared filesystem).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            delivery = self.receive()
+            if delivery is not None:
+                return delivery
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return None
+            if self._watcher is None:
+                self._watcher = Watcher([self.layout.target], poll_interval)
+            self._watcher.wait(remaining)
+
+    def close(self) -> None:
+        """Release the watcher, if :meth:`receive_wait` opened one. Claimed files stay."""
+        if self._watcher is not None:
+            self._watcher.close()
+            self._watcher = None
+
+    def release(self, delivery: Delivery) -> Path:
+        """Give a claimed file back to ``target/`` unchanged (it was never delivered).
+
+        Raises:
+            FileNotFoundError: as :meth:`ack`.
+        """
+        new_path = self.layout.target / delivery.decoded.name
+        os.rename(delivery.path, new_path)
+        return new_path
 
     def receive(self) -> Delivery | None:
         """Claim and read the next message, or None when ``target/`` has none.
@@ -258,6 +343,19 @@ class QueueConsumer:
         os.rename(delivery.path, new_path)
         return new_path
 
+    def reject(self, delivery: Delivery) -> Path:
+        """Refuse the message for good: to ``error/`` (the dropbox's dead letters).
+
+        Raises:
+            FileNotFoundError: as :meth:`ack`.
+        """
+        count = delivery.decoded.delivery_count + 1
+        new_path = self.layout.error / claim_name(
+            self.client_id, _counted_name(delivery.decoded, count)
+        )
+        os.rename(delivery.path, new_path)
+        return new_path
+
     # -- inside ---------------------------------------------------------------------------
 
     def _scan_is_stale(self) -> bool:
@@ -276,6 +374,8 @@ class QueueConsumer:
                     continue
                 names.append(entry.name)
         decoded = [decode_filename(name, now_ms=now) for name in names]
+        if self._accept is not None:
+            decoded = [d for d in decoded if self._accept(d)]
         decoded.sort(key=lambda d: d.sort_key, reverse=True)  # pop() takes the first
         self._pending = decoded
         self._scanned_at = time.monotonic()
@@ -320,7 +420,12 @@ def recover_client(root: str | os.PathLike[str], destination: str, client_id: st
     Raises:
         InvalidAddress: a bad destination name.
     """
-    layout = init_queue(root, destination)
+    return recover_layout(init_queue(root, destination), client_id)
+
+
+def recover_layout(layout: QueueLayout, client_id: str) -> list[str]:
+    """:func:`recover_client` for any dropbox (a topic subscription's too)."""
+    layout.create()
     restored: list[str] = []
     with os.scandir(layout.processing) as entries:
         claimed = [entry.name for entry in entries]

@@ -26,10 +26,15 @@ def test_str_roundtrips() -> None:
         assert str(parse_url(url)) == url
 
 
-@pytest.mark.parametrize("scheme", ["chutes", "ws", "wss", "dropbox"])
+@pytest.mark.parametrize("scheme", ["chutes", "ws", "wss"])
 def test_later_transports_say_so(scheme: str) -> None:
     with pytest.raises(ConnectError, match="not supported yet"):
         parse_url(f"{scheme}://h:1")
+
+
+def test_a_dropbox_url_points_at_chute_connect() -> None:
+    with pytest.raises(ConnectError, match=r"chute\.connect"):
+        parse_url("dropbox:///srv/mq")
 
 
 @pytest.mark.parametrize(

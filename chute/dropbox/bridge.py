@@ -1,0 +1,393 @@
+"""The broker's side of DropboxMQ: mount dropbox roots, import files, export messages.
+
+Theory of operation
+-------------------
+One :class:`DropboxBridge` per ``[[dropbox]]`` table (:mod:`chute.dropbox.mount`).
+All file I/O runs in the bridge's own thread; the core is only touched on the
+server's event loop (``loop.call_soon_threadsafe``), since nothing in the core
+is thread-safe.
+
+**Import** (files -> broker). The thread claims files from each mounted
+dropbox's ``target/`` by rename, exactly as any DropboxMQ consumer does
+(``processing/<client>~<name>``), so a DropboxMQ consumer elsewhere on the same
+root never gets the same file. A batch of claimed messages goes to the loop,
+which sends each to the broker (``queue:NAME``, or ``topic:NAME`` for a
+topic's ``.incoming``) as a persistent message and asks the store to sync.
+Only once the store calls back is each file moved to ``processed/`` (or
+deleted): a file's message is never lost. A message the broker refuses (full,
+no such destination) is given back to ``target/`` unchanged and retried after
+a polling interval. A broker killed between the sync and the move leaves the
+files in ``processing/``; the next start gives them back (with the delivery
+count raised) and they are imported again: at least once, never lost.
+Expired files go to ``expired/`` when claimed (the consumer's rule); priority,
+expiration, properties and the other headers come from the filename.
+
+**Export** (broker -> files). On the loop, the bridge opens a core consumer
+(individual acks, ``batch`` credits) on each address: a queue, or a topic
+through a durable subscription named after the bridge's client id. Each
+delivery is handed to the thread, which writes the file in ``working/``,
+fsyncs it, renames it into ``target/`` and fsyncs the directory (a topic: into
+every subscription of the topic dropbox); only then is the message acked on
+the loop. A message that cannot be a DropboxMQ filename (too long) is
+rejected to the dead-letter queue with a log line; one that cannot be written
+(disk full) is requeued and the thread backs off a polling interval.
+
+Waking: import waits on a :class:`~chute.dropbox.watch.Watcher` of every
+mounted ``target/`` (inotify where available, a scan at least every
+``poll_interval_ms``); export waits on its hand-off queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import itertools
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from chute.core.address import Kind, parse
+from chute.core.consumer import AckMode, Consumer, Entry
+from chute.core.session import Connection, Session
+from chute.dropbox.layout import QueueLayout, init_queue, init_topic
+from chute.dropbox.mount import Direction, DropboxMount
+from chute.dropbox.queue import (
+    ConsumerOptions,
+    Delivery,
+    QueueConsumer,
+    QueueProducer,
+    recover_layout,
+)
+from chute.dropbox.topic import TopicPublisher
+from chute.dropbox.watch import Watcher
+from chute.errors import ChuteError, InvalidMessage
+from chute.message import Message
+
+if TYPE_CHECKING:
+    from chute.server.app import BrokerServer
+
+__all__ = ["DropboxBridge"]
+
+log = logging.getLogger("chute.dropbox")
+
+_STOP_TIMEOUT: Final = 10.0
+_RESULT_POLL: Final = 0.5
+
+
+@dataclass(slots=True)
+class _Import:
+    address: str
+    files: QueueConsumer
+    refused: bool = False
+
+
+@dataclass(slots=True)
+class _Export:
+    address: str
+    write: Callable[[Message], object]
+    consumer: Consumer | None = None
+
+
+class DropboxBridge:
+    """One mounted dropbox root. Start and stop it on the server's loop."""
+
+    def __init__(self, server: BrokerServer, mount: DropboxMount) -> None:
+        self.server = server
+        self.mount = mount
+        self.poll_interval = mount.poll_interval_ms / 1000
+        self.imported = 0
+        self.exported = 0
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._imports: list[_Import] = []
+        self._exports: list[_Export] = []
+        self._handoff: queue.SimpleQueue[tuple[_Export, Consumer, Entry] | None] = (
+            queue.SimpleQueue()
+        )
+        self._core: Connection | None = None
+        self._session: Session | None = None
+
+    # -- lifecycle (on the loop) ------------------------------------------------------
+
+    def start(self) -> None:
+        """Create the dropboxes, take back what a previous run left claimed, start.
+
+        Raises:
+            InvalidAddress: a directory of the layout resolves outside the root.
+            OSError: the root or a dropbox cannot be created.
+        """
+        mount = self.mount
+        if mount.direction is Direction.IMPORT:
+            options = ConsumerOptions(delete_processed=mount.delete_processed)
+            for address in mount.destinations:
+                layout = self._layout(address)
+                restored = recover_layout(layout, mount.client)
+                if restored:
+                    log.warning(
+                        "%s: %d file(s) a previous run had claimed go back to target/ "
+                        "(they may be imported twice)",
+                        layout.base,
+                        len(restored),
+                    )
+                self._imports.append(
+                    _Import(address, QueueConsumer(layout, "", mount.client, options=options))
+                )
+            target = self._run_import
+        else:
+            self._open_exports()
+            target = self._run_export
+        self._thread = threading.Thread(
+            target=target, name=f"chute-dropbox-{mount.direction.value}", daemon=True
+        )
+        self._thread.start()
+        log.info(
+            "dropbox %s %s: %s (client %s)",
+            mount.direction.value,
+            mount.root,
+            ", ".join(mount.destinations),
+            mount.client,
+        )
+
+    def _layout(self, address: str) -> QueueLayout:
+        addr = parse(address)
+        if addr.kind is Kind.TOPIC:
+            return init_topic(self.mount.root, addr.name).incoming
+        return init_queue(self.mount.root, addr.name)
+
+    def _open_exports(self) -> None:
+        broker = self.server.broker
+        self._core = Connection(broker, client_id=f"dropbox:{self.mount.client}")
+        self._session = self._core.session(AckMode.INDIVIDUAL)
+        ids = itertools.count(1)
+        for address in self.mount.destinations:
+            addr = parse(address)
+            write: Callable[[Message], object]
+            if addr.kind is Kind.TOPIC:
+                write = TopicPublisher(self.mount.root, addr.name).send
+            else:
+                write = QueueProducer(self.mount.root, addr.name).send
+            export = _Export(address, write)
+            receiver = _ExportReceiver(self, export)
+            export.consumer = self._session.consumer(
+                next(ids),
+                address,
+                receiver,
+                prefetch=self.mount.batch,
+                subscription=self.mount.client if addr.kind is Kind.TOPIC else None,
+                durable=addr.kind is Kind.TOPIC,
+            )
+            self._exports.append(export)
+
+    async def stop(self) -> None:
+        """Stop the thread (what it holds is finished or given back), then close the
+        core consumer (messages not yet written go back to their queue)."""
+        self._stopping.set()
+        self._handoff.put(None)
+        thread = self._thread
+        if thread is not None:
+            await asyncio.to_thread(thread.join, _STOP_TIMEOUT)
+            if thread.is_alive():
+                log.warning("dropbox bridge %s did not stop in time", self.mount.root)
+        if self._core is not None:
+            self._core.close()
+            self._core = None
+
+    # -- import (in the thread) -------------------------------------------------------
+
+    def _run_import(self) -> None:
+        watcher = Watcher([i.files.layout.target for i in self._imports], self.poll_interval)
+        try:
+            while not self._stopping.is_set():
+                moved, failed = 0, False
+                for item in self._imports:
+                    try:
+                        done, ok = self._import_some(item)
+                    except OSError as exc:
+                        log.error("dropbox import from %s: %s", item.files.layout.base, exc)
+                        done, ok = 0, False
+                    moved += done
+                    failed = failed or not ok
+                if failed:
+                    self._stopping.wait(self.poll_interval)
+                elif not moved:
+                    watcher.wait()
+        except Exception:  # a bug here must not take the broker down silently
+            log.exception("dropbox import thread for %s failed", self.mount.root)
+        finally:
+            watcher.close()
+
+    def _import_some(self, item: _Import) -> tuple[int, bool]:
+        """Claim up to a batch, hand it to the broker, settle the files. (moved, all ok)"""
+        batch: list[Delivery] = []
+        while len(batch) < self.mount.batch and not self._stopping.is_set():
+            delivery = item.files.receive()
+            if delivery is None:
+                break
+            batch.append(delivery)
+        if not batch:
+            return 0, True
+        messages = [d.message for d in batch]
+        for message in messages:
+            message.delivery_count = 0  # the broker counts its own deliveries
+        outcome: concurrent.futures.Future[list[BaseException | None]] = concurrent.futures.Future()
+        try:
+            self.server.loop.call_soon_threadsafe(self._accept, item.address, messages, outcome)
+            errors = self._result(outcome)
+        except RuntimeError:  # the loop is gone: keep the files for the next start
+            log.warning("dropbox import: the broker stopped; %d file(s) stay claimed", len(batch))
+            return 0, False
+        moved, refused = 0, None
+        for delivery, error in zip(batch, errors, strict=True):
+            try:
+                if error is None:
+                    moved += 1
+                    item.files.ack(delivery)
+                else:
+                    refused = refused or error
+                    item.files.release(delivery)
+            except OSError as exc:  # someone moved the claimed file: say so, go on
+                log.error("dropbox import: settling %s: %s", delivery.path, exc)
+        self.imported += moved
+        if refused is not None and not item.refused:  # once per spell, not per poll
+            log.warning(
+                "dropbox import into %s refused (%s): files stay in target/, retrying",
+                item.address,
+                refused,
+            )
+        elif refused is None and item.refused:
+            log.info("dropbox import into %s resumed", item.address)
+        item.refused = refused is not None
+        return moved, refused is None
+
+    def _result(
+        self, outcome: concurrent.futures.Future[list[BaseException | None]]
+    ) -> list[BaseException | None]:
+        while True:
+            try:
+                return outcome.result(_RESULT_POLL)
+            except concurrent.futures.TimeoutError:
+                if self.server.loop.is_closed():
+                    raise RuntimeError("event loop closed") from None
+
+    def _accept(
+        self,
+        address: str,
+        messages: list[Message],
+        outcome: concurrent.futures.Future[list[BaseException | None]],
+    ) -> None:
+        """On the loop: send each message, then answer once the store synced."""
+        broker = self.server.broker
+        errors: list[BaseException | None] = []
+        for message in messages:
+            try:
+                broker.send(address, message)
+            except ChuteError as exc:  # full, no such destination, ...
+                errors.append(exc)
+            except Exception as exc:  # a bug: keep the file, keep the broker
+                log.exception("dropbox import: sending to %s failed", address)
+                errors.append(exc)
+            else:
+                errors.append(None)
+
+        def synced(error: BaseException | None) -> None:  # maybe on the store's thread
+            if error is not None:
+                outcome.set_result([e or error for e in errors])
+            else:
+                outcome.set_result(errors)
+
+        broker.sync(synced)
+
+    # -- export ------------------------------------------------------------------------
+
+    def _delivered(self, export: _Export, consumer: Consumer, entry: Entry) -> None:
+        """On the loop: a message for the thread to write."""
+        self._handoff.put((export, consumer, entry))
+
+    def _run_export(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                item = self._handoff.get()
+                if item is None:
+                    break
+                export, consumer, entry = item
+                outcome = self._write(export, entry)
+                if outcome == "requeue":
+                    self._stopping.wait(self.poll_interval)
+                try:
+                    self.server.loop.call_soon_threadsafe(
+                        self._settle, consumer, entry.seq, outcome
+                    )
+                except RuntimeError:
+                    return  # the loop is gone; the broker redelivers it
+        except Exception:
+            log.exception("dropbox export thread for %s failed", self.mount.root)
+
+    def _write(self, export: _Export, entry: Entry) -> str:
+        message = entry.message
+        if message.delivery_count or message.redelivered:
+            message = message.replace(delivery_count=0, redelivered=False)
+        try:
+            export.write(message)
+        except InvalidMessage as exc:
+            log.warning(
+                "dropbox export of %s from %s: %s: to the dead-letter queue",
+                message.id,
+                export.address,
+                exc.reason,
+            )
+            return "reject"
+        except OSError as exc:
+            log.error("dropbox export to %s: %s: will retry", self.mount.root, exc)
+            return "requeue"
+        self.exported += 1
+        return "ack"
+
+    def _settle(self, consumer: Consumer, seq: int, outcome: str) -> None:
+        session = self._session
+        if session is None or consumer.closed:
+            return
+        try:
+            if outcome == "ack":
+                session.ack(consumer, seq, cumulative=False)
+            else:
+                session.nack(consumer, seq, requeue=outcome == "requeue")
+            session.add_credit(consumer, 1)
+        except ChuteError as exc:
+            log.warning("dropbox export: settling %d: %s", seq, exc.reason)
+
+
+class _ExportReceiver:
+    """The core pushes export deliveries here (on the loop)."""
+
+    def __init__(self, bridge: DropboxBridge, export: _Export) -> None:
+        self.bridge = bridge
+        self.export = export
+
+    def handle(self, consumer: Consumer, entry: Entry) -> None:
+        self.bridge._delivered(self.export, consumer, entry)
+
+
+def start_bridges(server: BrokerServer) -> list[DropboxBridge]:
+    """Start one bridge per ``[[dropbox]]`` table of the server's configuration."""
+    bridges: list[DropboxBridge] = []
+    try:
+        for mount in server.config.dropbox:
+            bridge = DropboxBridge(server, mount)
+            bridge.start()
+            bridges.append(bridge)
+    except BaseException:
+        for bridge in bridges:
+            bridge._stopping.set()
+            bridge._handoff.put(None)
+        raise
+    return bridges
+
+
+async def stop_bridges(bridges: list[DropboxBridge]) -> None:
+    for bridge in bridges:
+        with contextlib.suppress(Exception):
+            await bridge.stop()

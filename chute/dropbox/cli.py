@@ -1,0 +1,207 @@
+"""``chute dropbox ...``: work on a dropbox root with no broker.
+
+- ``chute dropbox init ROOT DEST...``: create queue (``NAME``/``queue:NAME``) and
+  topic (``topic:NAME``) dropboxes;
+- ``chute dropbox send --root ROOT DEST [BODY]``: write one message file;
+- ``chute dropbox receive --root ROOT DEST [--count N] [--json]``: consume, printing
+  what ``chute receive`` prints (the same JSON shape);
+- ``chute dropbox recover --root ROOT DEST --client NAME``: give a killed
+  consumer's claimed files (``processing/NAME~...``) back to ``target/``;
+- ``chute dropbox distribute --root ROOT TOPIC``: fan out a topic's ``.incoming``.
+
+Errors print one line, as every ``chute`` command does (see :mod:`chute.cli`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from chute.core.address import Kind, parse
+from chute.dropbox.client import (
+    DropboxConnection,
+    DropboxConsumer,
+    DropboxOptions,
+    default_client_id,
+    open_root,
+)
+from chute.dropbox.layout import init_queue, init_topic
+from chute.dropbox.queue import recover_client, recover_layout
+from chute.dropbox.topic import distribute
+from chute.errors import ConfigError
+from chute.message import BodyKind
+
+__all__ = ["add_dropbox_commands"]
+
+
+def add_dropbox_commands(sub: Any) -> None:
+    """Register ``chute dropbox`` and its subcommands on the ``chute`` parser."""
+    dropbox = sub.add_parser("dropbox", help="serverless messaging on a DropboxMQ directory")
+    commands = dropbox.add_subparsers(dest="dropbox_command", metavar="COMMAND", required=True)
+
+    init = commands.add_parser("init", help="create queue and topic dropboxes")
+    init.add_argument("root", type=Path, help="the dropbox root directory")
+    init.add_argument(
+        "destinations", nargs="+", metavar="DEST", help="NAME, queue:NAME, topic:NAME"
+    )
+    init.set_defaults(func=_init)
+
+    send = commands.add_parser("send", help="write one message into a dropbox")
+    _root(send)
+    send.add_argument("destination", metavar="DEST", help="NAME, queue:NAME or topic:NAME")
+    send.add_argument(
+        "body", nargs="?", help="the body (text); read from stdin (bytes) if left out or '-'"
+    )
+    send.add_argument("--priority", type=int, default=4, help="0..9 (default 4)")
+    send.add_argument("--ttl", type=int, default=0, help="time to live in ms (0 = never expires)")
+    send.add_argument(
+        "--property",
+        "-p",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a property; VALUE is typed like JSON (42, 1.5, true) else a string",
+    )
+    send.add_argument("--correlation-id")
+    send.add_argument("--reply-to")
+    send.add_argument("--type")
+    send.add_argument("--id", help="message id (default: a DropboxMQ id carrying the time)")
+    send.add_argument("--kind", choices=[k.value for k in BodyKind], help="body kind")
+    send.add_argument("--no-sync", action="store_true", help="do not fsync the file")
+    send.set_defaults(func=_send)
+
+    receive = commands.add_parser("receive", help="consume messages from a dropbox")
+    _root(receive)
+    receive.add_argument("destination", metavar="DEST")
+    receive.add_argument("--count", type=int, default=1, help="how many (0 = until timeout)")
+    receive.add_argument(
+        "--timeout", type=float, default=5.0, help="seconds to wait for each message (default 5)"
+    )
+    receive.add_argument("--selector", help="JMS selector over headers and properties")
+    receive.add_argument("--json", action="store_true", help="one JSON object per message")
+    receive.add_argument("--client", help="client id claimed files carry (default <host>-<pid>)")
+    receive.add_argument("--subscription", help="topics: the (durable) subscription to read")
+    receive.set_defaults(func=_receive)
+
+    recover = commands.add_parser(
+        "recover", help="give a killed consumer's claimed files back to target/"
+    )
+    _root(recover)
+    recover.add_argument("destination", metavar="DEST")
+    recover.add_argument("--client", required=True, help="the dead consumer's client id")
+    recover.add_argument(
+        "--subscription", help="topics: the subscription (directory <sub>.<client>)"
+    )
+    recover.set_defaults(func=_recover)
+
+    fanout = commands.add_parser(
+        "distribute", help="fan out the files in a topic's .incoming to its subscriptions"
+    )
+    _root(fanout)
+    fanout.add_argument("topic", metavar="TOPIC", help="NAME or topic:NAME")
+    fanout.set_defaults(func=_distribute)
+
+
+def _root(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--root", type=Path, required=True, help="the dropbox root directory")
+
+
+def _open(root: Path, client_id: str | None = None) -> DropboxConnection:
+    return open_root(DropboxOptions(root, client_id or default_client_id()))
+
+
+def _init(args: argparse.Namespace) -> int:
+    for destination in args.destinations:
+        addr = parse(destination)
+        if addr.kind is Kind.TOPIC:
+            print(init_topic(args.root, addr.name).dir)
+        else:
+            print(init_queue(args.root, addr.name).base.parent)
+    return 0
+
+
+def _send(args: argparse.Namespace) -> int:
+    from chute.cli import _parse_property  # noqa: PLC0415 - chute.cli imports this module
+
+    from_stdin = args.body is None or args.body == "-"
+    body: bytes | str = sys.stdin.buffer.read() if from_stdin else args.body
+    properties = dict(_parse_property(p) for p in args.property)
+    with _open(args.root) as conn, conn.session() as session:
+        session.send(
+            args.destination,
+            body,
+            priority=args.priority,
+            ttl=args.ttl,
+            properties=properties,
+            correlation_id=args.correlation_id,
+            reply_to=args.reply_to,
+            type=args.type,
+            id=args.id,
+            kind=BodyKind(args.kind) if args.kind else None,
+            persistent=not args.no_sync,
+        )
+    return 0
+
+
+def _receive(args: argparse.Namespace) -> int:
+    from chute.cli import _print_message  # noqa: PLC0415
+
+    if args.count < 0:
+        raise ConfigError("--count must be 0 or more")
+    addr = parse(args.destination)
+    if addr.kind is Kind.TOPIC and not args.subscription:
+        raise ConfigError("receiving from a topic needs --subscription NAME")
+    received = 0
+    with (
+        _open(args.root, args.client) as conn,
+        conn.session(ack="client") as session,
+    ):
+        consumer: DropboxConsumer
+        if addr.kind is Kind.TOPIC:
+            consumer = session.consumer(
+                args.destination,
+                selector=args.selector,
+                subscription=args.subscription,
+                durable=True,
+            )
+        else:
+            consumer = session.consumer(args.destination, selector=args.selector)
+        while args.count == 0 or received < args.count:
+            message = consumer.receive(timeout=args.timeout)
+            if message is None:
+                break
+            _print_message(message.message, args.json)
+            message.ack()
+            received += 1
+    if args.count and received < args.count:
+        print(
+            f"chute: received {received} of {args.count} messages before the "
+            f"{args.timeout:g} s timeout",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def _recover(args: argparse.Namespace) -> int:
+    addr = parse(args.destination)
+    if addr.kind is Kind.TOPIC:
+        if not args.subscription:
+            raise ConfigError("recovering in a topic needs --subscription NAME")
+        layout = init_topic(args.root, addr.name).subscription(args.subscription, args.client)
+        restored = recover_layout(layout, args.client)
+    else:
+        restored = recover_client(args.root, addr.name, args.client)
+    for name in restored:
+        print(name)
+    print(f"chute: {len(restored)} file(s) of {args.client} back in target/", file=sys.stderr)
+    return 0
+
+
+def _distribute(args: argparse.Namespace) -> int:
+    name = args.topic[len("topic:") :] if args.topic.startswith("topic:") else args.topic
+    count = distribute(args.root, name)
+    print(f"chute: distributed {count} file(s)", file=sys.stderr)
+    return 0

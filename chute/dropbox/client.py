@@ -1,0 +1,696 @@
+"""``chute.connect("dropbox:///srv/mq")``: the client API with no broker, on a dropbox root.
+
+Seed 004: serverful and serverless look the same to a client. A
+:class:`DropboxConnection` offers what :class:`chute.client.blocking.Connection`
+offers (sessions, producers, consumers, ack modes, local transactions,
+browsing) over the DropboxMQ files of :mod:`chute.dropbox.queue` and
+:mod:`chute.dropbox.topic`, so any number of processes on one machine (or on
+machines sharing a filesystem) exchange messages through a directory.
+
+URL: ``dropbox:///abs/path`` or ``dropbox:relative/path``, with options in the
+query: ``client_id`` (default ``<host>-<pid>``: the name claimed files carry
+in ``processing/``, and what ``chute dropbox recover --client`` takes back),
+``poll_ms`` (300), ``redelivery_attempts`` (9: a message is delivered at most
+10 times, as the broker's default ``max_deliveries``; DropboxMQ's own default
+is 0), ``sync`` (``true``: fsync every file; ``false`` is faster and may lose
+recent messages in a power cut), ``delete_processed`` and ``delete_expired``
+(``false``: keep them in ``processed/`` and ``expired/``), ``scan_timeout_ms``
+(30000, DropboxMQ's target scan timeout).
+
+What the filesystem cannot do, and what happens instead (docs/dropbox.md):
+
+- **Transactions** are local and *not atomic across files*: sends are held in
+  memory and written at :meth:`DropboxSession.commit`, then the received
+  messages are acknowledged, one rename each. A crash during a commit may
+  leave part of it done; no message is ever torn or lost. Two-phase
+  (``prepare``) needs a broker and raises :class:`TransactionError`.
+- **Prefetch** does not apply: each receive claims one file. **Exclusive**
+  consumers and **callback queues** need a broker and are refused.
+- **Selectors** are evaluated over each file's name (headers and properties)
+  before it is claimed; a file no consumer selects stays in ``target/``.
+- A **non-durable topic subscription** is a subscription directory removed
+  when its consumer closes; a killed process leaves it behind.
+- **Temporary queues** are queue dropboxes removed when the connection
+  closes (a killed process leaves them behind).
+
+Not thread-safe: use a connection, its sessions and consumers from one thread
+at a time (open one connection per thread; they may share the root).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import re
+import shutil
+import socket
+import uuid
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, Self
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from chute.client.received import Received
+from chute.core.address import Kind, parse
+from chute.core.selector import compile_selector
+from chute.dropbox.layout import QueueLayout, init_queue, init_topic, queue_layout
+from chute.dropbox.queue import ConsumerOptions, Delivery, QueueConsumer, QueueProducer
+from chute.dropbox.topic import TopicPublisher, remove_subscription
+from chute.dropbox.transcoder import (
+    MAX_CLIENT_ID_BYTES,
+    TOPIC_ROOT,
+    DecodedName,
+    check_destination_name,
+    decode_filename,
+    enc,
+)
+from chute.dropbox.watch import DEFAULT_POLL_INTERVAL
+from chute.errors import (
+    ChuteError,
+    ConnectError,
+    ConsumerError,
+    InvalidAddress,
+    TransactionError,
+)
+from chute.message import DEFAULT_PRIORITY, BodyKind, Message, now_ms
+
+__all__ = [
+    "DropboxConnection",
+    "DropboxConsumer",
+    "DropboxOptions",
+    "DropboxSession",
+    "connect",
+    "default_client_id",
+    "open_root",
+    "parse_dropbox_url",
+]
+
+SHARED_CLIENT: Final = "__shared__"
+"""The client part of a shared subscription's directory name."""
+_ACK_MODES: Final = ("auto", "client", "individual")
+
+
+@dataclass(frozen=True, slots=True)
+class DropboxOptions:
+    """A dropbox URL: the root and the options in its query (see the module docstring)."""
+
+    root: Path
+    client_id: str
+    poll_interval: float = DEFAULT_POLL_INTERVAL
+    redelivery_attempts: int = 9
+    sync: bool = True
+    delete_processed: bool = False
+    delete_expired: bool = False
+    scan_timeout_ms: int = 30_000
+
+    def consumer_options(self) -> ConsumerOptions:
+        return ConsumerOptions(
+            redelivery_attempts=self.redelivery_attempts,
+            delete_processed=self.delete_processed,
+            delete_expired=self.delete_expired,
+            target_scan_timeout_ms=self.scan_timeout_ms,
+        )
+
+
+def default_client_id() -> str:
+    """``<host>-<pid>``, short enough to prefix every claimed filename."""
+    host = socket.gethostname().split(".")[0] or "host"
+    return f"{host[: MAX_CLIENT_ID_BYTES - 12]}-{os.getpid()}"
+
+
+def parse_dropbox_url(url: str, client_id: str | None = None) -> DropboxOptions:
+    """Read ``dropbox:///path?option=value&...``.
+
+    Raises:
+        ConnectError: not a dropbox URL, a host other than localhost, no path,
+            or an unknown or malformed option.
+    """
+    parts = urlsplit(url)
+    if parts.scheme.lower() != "dropbox":
+        raise ConnectError(f"invalid dropbox URL {url!r}: expected dropbox:///path")
+    if parts.netloc not in ("", "localhost"):
+        raise ConnectError(
+            f"invalid dropbox URL {url!r}: a dropbox is a local directory "
+            "(dropbox:///abs/path); mount a remote one and use its local path"
+        )
+    path = unquote(parts.path)
+    if not path:
+        raise ConnectError(f"invalid dropbox URL {url!r}: no directory")
+    values: dict[str, Any] = {}
+    for key, raw in parse_qsl(parts.query, keep_blank_values=True, strict_parsing=False):
+        values["poll_interval" if key == "poll_ms" else key] = _option(url, key, raw)
+    given = values.pop("client_id", None) or client_id or default_client_id()
+    try:
+        enc(given)
+    except ChuteError as exc:
+        raise ConnectError(f"client id: {exc.reason}") from None
+    if len(enc(given)) > MAX_CLIENT_ID_BYTES:
+        raise ConnectError(f"client id {given[:60]!r} is longer than {MAX_CLIENT_ID_BYTES} bytes")
+    return DropboxOptions(root=Path(path), client_id=given, **values)
+
+
+def _option(url: str, key: str, raw: str) -> Any:
+    try:
+        if key == "client_id":
+            return raw
+        if key == "poll_ms":
+            value = int(raw)
+            if value <= 0:
+                raise ValueError
+            return value / 1000
+        if key in ("redelivery_attempts", "scan_timeout_ms"):
+            number = int(raw)
+            if number < 0:
+                raise ValueError
+            return number
+        if key in ("sync", "delete_processed", "delete_expired"):
+            if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError
+            return raw.lower() in ("true", "1", "yes")
+    except ValueError:
+        raise ConnectError(f"dropbox URL {url!r}: bad value {raw!r} for {key}") from None
+    raise ConnectError(
+        f"dropbox URL {url!r}: unknown option {key!r} (known: client_id, poll_ms, "
+        "redelivery_attempts, sync, delete_processed, delete_expired, scan_timeout_ms)"
+    )
+
+
+def connect(
+    url: str,
+    *,
+    client_id: str | None = None,
+    login: str | None = None,
+    passcode: str | None = None,
+    timeout: float = 10.0,
+    heartbeat: float = 0.0,
+) -> DropboxConnection:
+    """Open a dropbox root as a connection. ``login``, ``passcode`` and
+    ``heartbeat`` have no meaning without a broker (file permissions guard a
+    dropbox) and are ignored. The root is created if missing.
+
+    Raises:
+        ConnectError: a bad URL, or the root cannot be used as a directory.
+    """
+    del login, passcode, heartbeat
+    return open_root(parse_dropbox_url(url, client_id), timeout)
+
+
+def open_root(options: DropboxOptions, timeout: float = 10.0) -> DropboxConnection:
+    """:func:`connect` without a URL (a root path needs no escaping here).
+
+    Raises:
+        ConnectError: the root cannot be used as a directory.
+    """
+    try:
+        options.root.mkdir(parents=True, exist_ok=True)
+        if not os.access(options.root, os.R_OK | os.W_OK | os.X_OK):
+            raise PermissionError(f"{options.root}: not readable and writable")
+    except OSError as exc:
+        raise ConnectError(f"cannot use dropbox root {options.root}: {exc}") from None
+    return DropboxConnection(options, timeout)
+
+
+class DropboxConnection:
+    """A dropbox root opened by one client id. See the module docstring."""
+
+    def __init__(self, options: DropboxOptions, timeout: float = 10.0) -> None:
+        self.options = options
+        self.root = options.root
+        self.client_id = options.client_id
+        self.connection_id = options.client_id
+        self.timeout = timeout
+        self._sessions: list[DropboxSession] = []
+        self._temporary: list[QueueLayout] = []
+        self._temp_ids = itertools.count(1)
+        self._closed = False
+        self._session_ids = itertools.count(1)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check(self) -> None:
+        if self._closed:
+            raise ConnectError("the connection is closed")
+
+    def session(self, ack: str = "auto", transacted: bool = False) -> DropboxSession:
+        """Open a session. Raises ValueError for an unknown ack mode."""
+        self._check()
+        if ack not in _ACK_MODES:
+            raise ValueError(f"ack must be one of {', '.join(_ACK_MODES)}, not {ack!r}")
+        session = DropboxSession(self, next(self._session_ids), ack, transacted)
+        self._sessions.append(session)
+        return session
+
+    def stat(self) -> dict[str, Any]:
+        """Each queue dropbox with ``depth`` (files in ``target/``) and ``inflight``
+        (claimed, in ``processing/``); the same shape as a broker's ``stat``."""
+        self._check()
+        destinations: list[dict[str, Any]] = []
+        for entry in sorted(os.scandir(self.root), key=lambda e: e.name):
+            if entry.name == TOPIC_ROOT or not entry.is_dir(follow_symlinks=False):
+                continue
+            try:
+                layout = queue_layout(self.root, entry.name)
+                depth = _count(layout.target)
+                inflight = _count(layout.processing)
+            except (InvalidAddress, OSError):
+                continue
+            destinations.append(
+                {"address": f"queue:{entry.name}", "depth": depth, "inflight": inflight}
+            )
+        return {"destinations": destinations, "connections": 0, "root": str(self.root)}
+
+    def prepared(self) -> list[str]:
+        """Always empty: two-phase transactions need a broker."""
+        return []
+
+    def commit_prepared(self, xid: str) -> None:
+        raise TransactionError("two-phase transactions need a broker (chute://), not a dropbox")
+
+    def rollback_prepared(self, xid: str) -> None:
+        raise TransactionError("two-phase transactions need a broker (chute://), not a dropbox")
+
+    def _temporary_queue(self) -> str:
+        self._check()
+        client = re.sub(r"[^A-Za-z0-9_-]", "_", self.client_id)[:100]
+        name = f"__tmp__.{client}.{uuid.uuid4().hex[:8]}"
+        self._temporary.append(init_queue(self.root, name))
+        return f"queue:{name}"
+
+    def close(self) -> None:
+        """Close every session (unacknowledged messages go back to ``target/``) and
+        remove temporary queues. Idempotent; never raises for files already gone."""
+        if self._closed:
+            return
+        for session in list(self._sessions):
+            session.close()
+        for layout in self._temporary:
+            shutil.rmtree(layout.base.parent, ignore_errors=True)
+        self._temporary.clear()
+        self._closed = True
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<chute.DropboxConnection {self.root} as {self.client_id}>"
+
+
+def _count(path: Path) -> int:
+    with os.scandir(path) as entries:
+        return sum(1 for _ in entries)
+
+
+class DropboxSession:
+    """An ack mode and maybe a local transaction, over a dropbox root."""
+
+    def __init__(
+        self, connection: DropboxConnection, session_id: int, ack: str, transacted: bool
+    ) -> None:
+        self.connection = connection
+        self.id = session_id
+        self.ack_mode = ack
+        self.transacted = transacted
+        self._consumers: list[DropboxConsumer] = []
+        self._producers: dict[tuple[str, bool], QueueProducer | TopicPublisher] = {}
+        self._tx_sends: list[tuple[str, Message, bool]] = []
+        self._closed = False
+
+    def _check(self) -> None:
+        self.connection._check()
+        if self._closed:
+            raise ConsumerError("the session is closed")
+
+    # -- producing --------------------------------------------------------------------
+
+    def send(
+        self,
+        address: str,
+        body: bytes | str = b"",
+        *,
+        priority: int = DEFAULT_PRIORITY,
+        ttl: int = 0,
+        properties: Mapping[str, Any] | None = None,
+        persistent: bool = True,
+        correlation_id: str | None = None,
+        reply_to: str | None = None,
+        type: str | None = None,
+        id: str | None = None,
+        kind: BodyKind | None = None,
+    ) -> None:
+        """Write a message file into the destination's dropbox (every subscription
+        of a topic gets a copy). Returns once the file is in ``target/`` (and
+        fsynced, unless ``persistent=False`` or the URL says ``sync=false``); in
+        a transacted session, at :meth:`commit`.
+
+        Raises:
+            InvalidAddress: a bad address (a name is never a path).
+            InvalidMessage: a bad field, or a name too long for a filename.
+            OSError: the file could not be written.
+        """
+        self._check()
+        addr = parse(address)
+        check_destination_name(addr.name, topic=addr.kind is Kind.TOPIC)
+        message = Message.create(
+            body,
+            id=id,
+            priority=priority,
+            ttl=ttl,
+            correlation_id=correlation_id,
+            reply_to=reply_to,
+            type=type,
+            persistent=persistent,
+            properties=properties,
+            kind=kind,
+        )
+        if id is None:
+            message.id = ""  # the producer makes a DropboxMQ id that carries the time
+        message.timestamp = now_ms()
+        durable = persistent and self.connection.options.sync
+        if self.transacted:
+            self._tx_sends.append((str(addr), message, durable))
+            return
+        self._write(str(addr), message, durable)
+
+    def _write(self, address: str, message: Message, durable: bool) -> None:
+        producer = self._producers.get((address, durable))
+        if producer is None:
+            addr = parse(address)
+            root = self.connection.root
+            if addr.kind is Kind.TOPIC:
+                producer = TopicPublisher(root, addr.name, durable=durable)
+            else:
+                producer = QueueProducer(root, addr.name, durable=durable)
+            self._producers[(address, durable)] = producer
+        producer.send(message)
+
+    # -- consuming --------------------------------------------------------------------
+
+    def consumer(
+        self,
+        address: str,
+        *,
+        selector: str | None = None,
+        prefetch: int = 100,
+        exclusive: bool = False,
+        subscription: str | None = None,
+        durable: bool = False,
+        shared: bool = False,
+    ) -> DropboxConsumer:
+        """Consume a queue dropbox, or a topic subscription's dropbox (created if
+        missing: ``subscription`` names it; ``durable`` keeps it after close;
+        ``shared`` lets consumers of any client id compete on it).
+
+        Raises:
+            InvalidAddress, InvalidSelector: a bad address or selector.
+            ConsumerError: ``exclusive``, or subscription options on a queue.
+            ValueError: prefetch below 1, or durable without a name.
+        """
+        self._check()
+        if prefetch < 1:
+            raise ValueError("prefetch must be at least 1")
+        if exclusive:
+            raise ConsumerError(
+                "exclusive consumers need a broker: a dropbox cannot keep other processes away"
+            )
+        compiled = compile_selector(selector) if selector else None
+        addr = parse(address)
+        check_destination_name(addr.name, topic=addr.kind is Kind.TOPIC)
+        conn = self.connection
+        temporary: QueueLayout | None = None
+        if addr.kind is Kind.TOPIC:
+            if durable and not subscription:
+                raise ValueError("a durable subscription needs a name")
+            topic = init_topic(conn.root, addr.name)
+            owner = SHARED_CLIENT if shared else conn.client_id
+            name = subscription or f"nd-{uuid.uuid4().hex[:12]}"
+            layout = topic.subscription(name, owner)
+            layout.create()
+            if not durable and not shared:
+                temporary = layout
+        else:
+            if subscription or durable or shared:
+                raise ConsumerError("subscription, durable and shared apply to topics only")
+            layout = init_queue(conn.root, addr.name)
+
+        def accept(decoded: DecodedName) -> bool:
+            return compiled is None or compiled.matches(decoded.to_message(b""))
+
+        files = QueueConsumer(
+            layout,
+            "",
+            conn.client_id,
+            options=conn.options.consumer_options(),
+            accept=accept if compiled is not None else None,
+        )
+        consumer = DropboxConsumer(self, len(self._consumers) + 1, files, temporary)
+        self._consumers.append(consumer)
+        return consumer
+
+    # -- transactions -------------------------------------------------------------------
+
+    def commit(self) -> None:
+        """Write the held sends, then acknowledge every message received in the
+        transaction. Not atomic across files (see the module docstring).
+
+        Raises:
+            TransactionError: not a transacted session.
+            OSError: a file could not be written; the sends before it are done,
+                the ones after it and the acks are still held (retry or roll back).
+        """
+        self._check()
+        if not self.transacted:
+            raise TransactionError("this session is not transacted")
+        while self._tx_sends:
+            address, message, durable = self._tx_sends[0]
+            self._write(address, message, durable)
+            self._tx_sends.pop(0)
+        for consumer in self._consumers:
+            consumer._settle_all()
+
+    def prepare(self, xid: str) -> None:
+        raise TransactionError("two-phase transactions need a broker (chute://), not a dropbox")
+
+    def rollback(self) -> None:
+        """Drop the held sends; messages received in the transaction go back to
+        ``target/`` (redelivered, or to ``error/`` past the redelivery limit)."""
+        self._check()
+        if not self.transacted:
+            raise TransactionError("this session is not transacted")
+        self._tx_sends.clear()
+        for consumer in self._consumers:
+            consumer._recover_all()
+
+    # -- the rest of the API ----------------------------------------------------------
+
+    def browse(self, address: str, selector: str | None = None, limit: int = 0) -> list[Message]:
+        """The messages in a queue dropbox's ``target/``, in delivery order, unclaimed.
+
+        A snapshot: a file claimed while it is read is left out.
+
+        Raises:
+            InvalidAddress: a bad address, or a topic (browse its subscriptions'
+                files with ls).
+        """
+        self._check()
+        addr = parse(address)
+        if addr.kind is not Kind.QUEUE:
+            raise InvalidAddress("only queues can be browsed")
+        compiled = compile_selector(selector) if selector else None
+        layout = init_queue(self.connection.root, addr.name)
+        now = now_ms()
+        with os.scandir(layout.target) as entries:
+            decoded = [decode_filename(e.name, now_ms=now) for e in entries]
+        decoded.sort(key=lambda d: d.sort_key)
+        out: list[Message] = []
+        for item in decoded:
+            if 0 < item.expiration <= now:
+                continue
+            try:
+                body = (layout.target / item.name).read_bytes()
+            except OSError:
+                continue  # claimed (or removed) meanwhile
+            message = item.to_message(body)
+            if compiled is not None and not compiled.matches(message):
+                continue
+            out.append(message)
+            if limit and len(out) >= limit:
+                break
+        return out
+
+    def temporary_queue(self) -> str:
+        """Create a queue dropbox removed when the connection closes; returns its address."""
+        self._check()
+        return self.connection._temporary_queue()
+
+    def unsubscribe(self, name: str) -> None:
+        """Delete the durable subscription ``name`` of this client id, with its messages.
+
+        Raises:
+            NotFound-like ConsumerError: no such subscription.
+        """
+        self._check()
+        topic_root = self.connection.root / TOPIC_ROOT
+        wanted = f"{enc(name)}.{enc(self.connection.client_id)}"
+        found = [p for p in topic_root.rglob(wanted) if p.parent.name == ".subscriptions"]
+        if not found:
+            raise ConsumerError(f"no durable subscription {name!r} of {self.connection.client_id}")
+        for path in found:
+            remove_subscription(QueueLayout(self.connection.root, name, path))
+
+    def callback(self, topic: str, name: str, forward_to: str, selector: str | None = None) -> None:
+        raise ChuteError("callback queues need a broker (chute://): a dropbox has no forwarder")
+
+    def close(self) -> None:
+        """Roll back an open transaction and close every consumer. Idempotent."""
+        if self._closed:
+            return
+        self._tx_sends.clear()
+        for consumer in list(self._consumers):
+            consumer.close()
+        self._closed = True
+        with contextlib.suppress(ValueError):
+            self.connection._sessions.remove(self)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class DropboxConsumer:
+    """Receives from one dropbox by claiming files. One thread at a time."""
+
+    def __init__(
+        self,
+        session: DropboxSession,
+        consumer_id: int,
+        files: QueueConsumer,
+        temporary: QueueLayout | None,
+    ) -> None:
+        self.session = session
+        self.id = consumer_id
+        self.files = files
+        self._temporary = temporary
+        self._unacked: OrderedDict[int, Delivery] = OrderedDict()
+        self._seq = itertools.count(1)
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def layout(self) -> QueueLayout:
+        return self.files.layout
+
+    def receive(self, timeout: float | None = None) -> Received | None:
+        """The next message, or None after ``timeout`` seconds (None = wait forever).
+
+        Wakes as soon as a file arrives (inotify), else within the polling
+        interval. In ``auto`` mode the file is acknowledged (moved to
+        ``processed/``) before it is returned.
+
+        Raises:
+            ConsumerError: the consumer is closed.
+        """
+        if self._closed:
+            raise ConsumerError("the consumer is closed")
+        self.session._check()
+        poll = self.session.connection.options.poll_interval
+        delivery = self.files.receive_wait(timeout, poll)
+        if delivery is None:
+            return None
+        message = delivery.message
+        message.delivery_count = delivery.decoded.delivery_count + 1  # as a broker counts
+        seq = next(self._seq)
+        if self.session.ack_mode == "auto" and not self.session.transacted:
+            self.files.ack(delivery)
+        else:
+            self._unacked[seq] = delivery
+        return Received(message, seq, self)
+
+    def __iter__(self) -> Iterator[Received]:
+        """Receive until the consumer is closed."""
+        while not self._closed:
+            message = self.receive()
+            if message is not None:
+                yield message
+
+    # -- Acknowledger -------------------------------------------------------------------
+
+    def _ack(self, seq: int) -> None:
+        if self._closed:
+            raise ConsumerError("the consumer is closed")
+        if self.session.transacted or self.session.ack_mode == "auto":
+            return
+        if seq not in self._unacked:
+            raise ConsumerError(f"message {seq} is not waiting for an acknowledgement")
+        if self.session.ack_mode == "client":  # cumulative, in delivery order
+            for earlier in [s for s in self._unacked if s <= seq]:
+                self.files.ack(self._unacked.pop(earlier))
+        else:
+            self.files.ack(self._unacked.pop(seq))
+
+    def _nack(self, seq: int, requeue: bool) -> None:
+        if self._closed:
+            raise ConsumerError("the consumer is closed")
+        delivery = self._unacked.pop(seq, None)
+        if delivery is None:
+            raise ConsumerError(f"message {seq} is not waiting for an acknowledgement")
+        if requeue:
+            self.files.recover(delivery)
+        else:
+            self.files.reject(delivery)
+
+    def _settle_all(self) -> None:
+        while self._unacked:
+            _, delivery = self._unacked.popitem(last=False)
+            self.files.ack(delivery)
+
+    def _recover_all(self) -> None:
+        while self._unacked:
+            _, delivery = self._unacked.popitem(last=False)
+            with contextlib.suppress(FileNotFoundError):
+                self.files.recover(delivery)
+
+    def close(self) -> None:
+        """Close: unacknowledged messages go back to ``target/`` (redelivered); a
+        non-durable subscription's directory is removed."""
+        if self._closed:
+            return
+        self._recover_all()
+        self.files.close()
+        if self._temporary is not None:
+            remove_subscription(self._temporary)
+        self._closed = True
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,136 @@
+"""The broker's ``[[dropbox]]`` configuration: which dropbox roots the bridge mounts.
+
+```toml
+[[dropbox]]
+root = "/srv/mq"                   # the dropbox root (created if missing)
+destinations = ["orders", "topic:news"]
+direction = "import"               # import: files -> broker; export: broker -> files
+poll_interval_ms = 300             # rescan at least this often (inotify wakes sooner)
+client = "chute-bridge"            # the client id its claimed files carry
+delete_processed = false           # import: delete a taken file instead of processed/
+batch = 256                        # import: files taken per store sync
+```
+Import takes ``NAME`` (queue dropbox ``NAME`` -> ``queue:NAME``) and
+``topic:NAME`` (the topic's ``.incoming`` dropbox -> ``topic:NAME``). Export
+takes broker addresses: a queue is written to the queue dropbox of the same
+name, a topic to every subscription of the topic dropbox of the same name
+(through a durable broker subscription named after ``client``).
+Pure: parsing only; :mod:`chute.dropbox.bridge` does the I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from chute.core.address import Kind, parse
+from chute.dropbox.transcoder import MAX_CLIENT_ID_BYTES, check_destination_name, enc
+from chute.errors import ChuteError, ConfigError
+
+__all__ = ["DEFAULT_BRIDGE_CLIENT", "Direction", "DropboxMount", "parse_mounts"]
+
+DEFAULT_BRIDGE_CLIENT: Final = "chute-bridge"
+_KEYS: Final = (
+    "root",
+    "destinations",
+    "direction",
+    "poll_interval_ms",
+    "client",
+    "delete_processed",
+    "batch",
+)
+
+
+class Direction(enum.Enum):
+    IMPORT = "import"
+    EXPORT = "export"
+
+
+@dataclass(frozen=True, slots=True)
+class DropboxMount:
+    """One ``[[dropbox]]`` table: a root, its destinations and which way they flow."""
+
+    root: Path
+    destinations: tuple[str, ...]  # canonical addresses: queue:NAME / topic:NAME
+    direction: Direction = Direction.IMPORT
+    poll_interval_ms: int = 300
+    client: str = DEFAULT_BRIDGE_CLIENT
+    delete_processed: bool = False
+    batch: int = 256
+
+
+def parse_mounts(value: Any) -> list[DropboxMount]:
+    """The ``[[dropbox]]`` array of tables, checked.
+
+    Raises:
+        ConfigError: naming the table and key that is wrong.
+    """
+    if not isinstance(value, list):
+        raise ConfigError("dropbox must be an array of tables: [[dropbox]]")
+    mounts = [_mount(i, table) for i, table in enumerate(value)]
+    seen: dict[tuple[Path, str], int] = {}
+    for i, mount in enumerate(mounts):
+        for address in mount.destinations:
+            key = (mount.root, address)
+            if key in seen:
+                raise ConfigError(
+                    f"dropbox[{i}]: {address} in {mount.root} is already mounted by "
+                    f"dropbox[{seen[key]}]"
+                )
+            seen[key] = i
+    return mounts
+
+
+def _mount(index: int, table: Any) -> DropboxMount:
+    where = f"dropbox[{index}]"
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where} must be a table")
+    unknown = set(table) - set(_KEYS)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)} (known: {', '.join(_KEYS)})")
+    root = table.get("root")
+    if not isinstance(root, str) or not root:
+        raise ConfigError(f'{where}.root: the dropbox directory is required, e.g. root = "/srv/mq"')
+    try:
+        direction = Direction(table.get("direction", "import"))
+    except ValueError:
+        raise ConfigError(
+            f"{where}.direction: must be import or export, got {table.get('direction')!r}"
+        ) from None
+    names = table.get("destinations")
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise ConfigError(f'{where}.destinations: a list of names, e.g. ["orders"]')
+    destinations: list[str] = []
+    for name in names:
+        try:
+            addr = parse(name)
+            check_destination_name(addr.name, topic=addr.kind is Kind.TOPIC)
+        except ChuteError as exc:
+            raise ConfigError(f"{where}.destinations: {exc.reason}") from None
+        destinations.append(str(addr))
+    poll = _int(table, "poll_interval_ms", 300, where, low=1)
+    batch = _int(table, "batch", 256, where, low=1)
+    client = table.get("client", DEFAULT_BRIDGE_CLIENT)
+    if not isinstance(client, str) or not client or len(enc(client)) > MAX_CLIENT_ID_BYTES:
+        raise ConfigError(f"{where}.client: 1-{MAX_CLIENT_ID_BYTES} bytes of client id")
+    delete = table.get("delete_processed", False)
+    if not isinstance(delete, bool):
+        raise ConfigError(f"{where}.delete_processed: expected true or false")
+    return DropboxMount(
+        root=Path(root),
+        destinations=tuple(destinations),
+        direction=direction,
+        poll_interval_ms=poll,
+        client=client,
+        delete_processed=delete,
+        batch=batch,
+    )
+
+
+def _int(table: dict[str, Any], key: str, default: int, where: str, *, low: int) -> int:
+    value = table.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"{where}.{key}: expected an integer >= {low}, got {value!r}")
+    return value

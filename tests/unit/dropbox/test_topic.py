@@ -1,0 +1,101 @@
+"""Topic dropboxes: topic-root layout, publish to every subscription, fan-out of .incoming."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from chute.dropbox.layout import init_topic, subscription_layouts, topic_layout
+from chute.dropbox.queue import QueueConsumer, QueueProducer
+from chute.dropbox.topic import DISTRIBUTOR, TopicPublisher, distribute, subscribe
+from chute.errors import InvalidAddress
+from chute.message import BodyKind, Message
+
+
+def names(path: Path) -> list[str]:
+    return sorted(os.listdir(path))
+
+
+def test_a_topic_lives_under_topic_root_with_incoming_and_subscriptions(tmp_path: Path) -> None:
+    layout = init_topic(tmp_path, "news.eu")
+    assert layout.dir == tmp_path.resolve() / "topic-root" / "news" / "eu"
+    assert names(layout.dir) == [".incoming", ".subscriptions"]
+    assert names(layout.incoming.base) == sorted(
+        ["working", "target", "processing", "processed", "expired", "error"]
+    )
+    sub = subscribe(tmp_path, "news.eu", "daily digest", "client~1")
+    assert sub.base == layout.subscriptions_dir / "daily+digest.client%7E1"
+    assert names(sub.base) == names(layout.incoming.base)
+
+
+@pytest.mark.parametrize("name", ["..", "a..b", ".a", "a.", "a/b", "", "x" * 201])
+def test_topic_names_that_are_not_a_tree_under_the_root_are_refused(
+    tmp_path: Path, name: str
+) -> None:
+    with pytest.raises(InvalidAddress):
+        init_topic(tmp_path, name)
+    assert names(tmp_path) == []
+
+
+def test_a_symlink_in_the_topic_tree_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "root" / "topic-root").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "root" / "topic-root" / "news").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(InvalidAddress):
+        init_topic(tmp_path / "root", "news.eu")
+    assert names(tmp_path / "elsewhere") == []
+
+
+def test_publish_puts_one_copy_in_every_subscription(tmp_path: Path) -> None:
+    a = subscribe(tmp_path, "news", "s1", "alice")
+    b = subscribe(tmp_path, "news", "s2", "bob")
+    publisher = TopicPublisher(tmp_path, "news", durable=False)
+    went = publisher.send(Message(b"hello", kind=BodyKind.TEXT, properties={"k": 1}))
+    assert went == ["s1.alice", "s2.bob"]
+    [name_a] = names(a.target)
+    assert names(b.target) == [name_a]  # the same name, so the same id, in each
+    got = QueueConsumer(a, "", "alice").receive()
+    assert got is not None
+    assert got.message.body == b"hello"
+    assert got.message.properties == {"k": 1}
+
+
+def test_publish_with_no_subscription_goes_nowhere(tmp_path: Path) -> None:
+    assert TopicPublisher(tmp_path, "news").send(Message(b"x")) == []
+    assert subscription_layouts(topic_layout(tmp_path, "news")) == []
+
+
+def test_distribute_fans_incoming_files_out(tmp_path: Path) -> None:
+    a = subscribe(tmp_path, "news", "s1", "alice")
+    b = subscribe(tmp_path, "news", "s2", "bob")
+    incoming = init_topic(tmp_path, "news").incoming
+    # what a shell script does: write in working/, then mv into target/
+    (incoming.working / "tmp").write_bytes(b"from a script")
+    os.rename(incoming.working / "tmp", incoming.target / "6.1700000000000001-1.T....nameS=x")
+    (incoming.target / "4.1700000000000002-1.T.1000").write_bytes(b"expired")
+    assert distribute(tmp_path, "news", durable=False) == 1
+    for sub in (a, b):
+        [name] = names(sub.target)
+        assert name.startswith("6.1700000000000001-1.T")
+    assert names(incoming.target) == names(incoming.processing) == []
+    assert len(names(incoming.processed)) == 1
+    assert len(names(incoming.expired)) == 1
+
+
+def test_a_killed_distributor_leaves_files_the_next_one_takes_back(tmp_path: Path) -> None:
+    sub = subscribe(tmp_path, "news", "s1", "alice")
+    incoming = init_topic(tmp_path, "news").incoming
+    QueueProducer(incoming, durable=False).send(Message(b"m", kind=BodyKind.TEXT))
+    claimed = QueueConsumer(incoming, "", DISTRIBUTOR).receive()  # then "killed"
+    assert claimed is not None
+    assert len(names(incoming.processing)) == 1
+    assert distribute(tmp_path, "news", durable=False) == 1
+    assert names(incoming.processing) == []
+    [copy] = names(sub.target)
+    got = QueueConsumer(sub, "", "alice").receive()
+    assert got is not None
+    assert got.message.body == b"m"
+    assert not got.message.redelivered  # a fresh copy for the subscriber
+    assert "JMSXDeliveryCount" not in copy
