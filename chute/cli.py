@@ -49,6 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_serve(sub)
     _add_client_commands(sub)
+    from chute.dropbox.cli import add_dropbox_commands  # noqa: PLC0415 - its own module
+
+    add_dropbox_commands(sub)
     return parser
 
 
@@ -58,8 +61,10 @@ def _add_serve(sub: Any) -> None:
     serve.add_argument("--data-dir", type=Path, help="where the broker keeps its data")
     serve.add_argument("--host", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="native protocol port (default 5445, 0 = off)")
-    serve.add_argument("--stomp-port", type=int, help="STOMP port (0 = off)")
-    serve.add_argument("--http-port", type=int, help="HTTP port (0 = off)")
+    serve.add_argument("--stomp-port", type=int, help="STOMP port (default 61613, 0 = off)")
+    serve.add_argument(
+        "--http-port", type=int, help="HTTP port: STOMP over WebSocket (default 8445, 0 = off)"
+    )
     serve.add_argument(
         "--store",
         choices=["journal", "memory"],
@@ -69,6 +74,21 @@ def _add_serve(sub: Any) -> None:
         "--sync",
         choices=["always", "batch", "never"],
         help="when the journal fsyncs (default always)",
+    )
+    smq = serve.add_argument_group("seed 002 (simple-message-queue) listeners, docs/smq.md")
+    smq.add_argument(
+        "--smq-queue", metavar="NAME", help="serve seed 002's clients on this queue (default smq)"
+    )
+    smq.add_argument(
+        "--smq-source-port", type=int, metavar="PORT", help="source port (default 6211, 0 = off)"
+    )
+    smq.add_argument(
+        "--smq-sink-port", type=int, metavar="PORT", help="sink port (default 6212, 0 = off)"
+    )
+    serve.add_argument(
+        "--max-memory",
+        help="message data held in memory before durable queues page to disk "
+        "(default 64MiB; 0 = never page)",
     )
     serve.add_argument(
         "--log-level",
@@ -145,6 +165,7 @@ def _add_client_commands(sub: Any) -> None:
 def _serve(args: argparse.Namespace) -> int:
     from chute import config as config_module  # noqa: PLC0415 - keeps client commands light
     from chute.server.app import run  # noqa: PLC0415
+    from chute.smq import settings as smq_settings  # noqa: PLC0415
 
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -157,8 +178,15 @@ def _serve(args: argparse.Namespace) -> int:
         "data_dir": str(args.data_dir) if args.data_dir else None,
         "store": args.store,
         "sync": args.sync,
+        "max_memory": args.max_memory,
     }
     config = config_module.load(args.config, overrides)
+    config.smq = smq_settings.with_overrides(
+        config.smq,
+        queue=args.smq_queue,
+        source_port=args.smq_source_port,
+        sink_port=args.smq_sink_port,
+    )
 
     def ready(bound: list[tuple[str, str, int]]) -> None:
         where = ", ".join(f"{name} {host}:{port}" for name, host, port in bound) or "nothing"

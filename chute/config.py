@@ -4,12 +4,15 @@
 [server]
 host = "127.0.0.1"
 port = 5445              # native protocol; 0 disables
+stomp_port = 61613       # STOMP 1.0-1.2; 0 disables
+http_port = 8445         # HTTP: STOMP over WebSocket on /stomp; 0 disables
 data_dir = "chute-data"
 store = "journal"        # or "memory": nothing survives a restart
 sync = "always"          # journal: always | batch | never (docs/durability.md)
 auto_create = true       # create destinations on first use
 prepared_timeout_ms = 0  # roll back two-phase work no coordinator finished; 0 = never
 max_packet_size = "16MiB"
+max_memory = "64MiB"     # message data held in memory before durable queues page to disk
 heartbeat_ms = 10000     # the most a client may ask for is honoured; 0 = off
 
 [users]                  # required before binding anything but loopback
@@ -38,19 +41,22 @@ from chute.core.settings import (
     parse_size,
     settings_from_mapping,
 )
+from chute.dropbox.mount import DropboxMount, parse_mounts
 from chute.errors import ConfigError, InvalidAddress
+from chute.smq import settings as smq_settings
+from chute.smq.settings import SmqSettings
 
 DEFAULT_PORT = 5445
 DEFAULT_STOMP_PORT = 61613
-DEFAULT_HTTP_PORT = 8445
+DEFAULT_HTTP_PORT = 8445  # DESIGN.md's HTTP port: STOMP over WebSocket, later admin and console
 
 
 @dataclasses.dataclass
 class ServerConfig:
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
-    stomp_port: int = 0  # STOMP arrives with its own issue; 0 = off
-    http_port: int = 0  # the admin API arrives with its own issue; 0 = off
+    stomp_port: int = DEFAULT_STOMP_PORT  # 0 = off
+    http_port: int = DEFAULT_HTTP_PORT  # 0 = off
     data_dir: Path = Path("chute-data")
     auto_create: bool = True
     max_packet_size: int = 16 << 20
@@ -62,11 +68,14 @@ class ServerConfig:
     sync: str = "always"  # journal: always | batch | never (see docs/durability.md)
     sync_batch_ms: int = 10
     segment_size: int = 32 << 20
+    max_memory: int = 64 << 20  # message data in memory before durable queues page; 0 = never
     users: dict[str, str] = dataclasses.field(default_factory=dict)
     destinations: dict[str, DestinationSettings] = dataclasses.field(default_factory=dict)
     default_destination: DestinationSettings = dataclasses.field(
         default_factory=DestinationSettings
     )
+    smq: SmqSettings | None = None  # seed 002's listeners; off unless [smq] (docs/smq.md)
+    dropbox: list[DropboxMount] = dataclasses.field(default_factory=list)  # docs/dropbox.md
 
     def resolver(self) -> SettingsResolver:
         return SettingsResolver(self.destinations, self.default_destination)
@@ -112,6 +121,7 @@ _SERVER_KEYS = {
     "sync": ("always", "batch", "never"),
     "sync_batch_ms": int,
     "segment_size": "size",
+    "max_memory": "size",
 }
 
 
@@ -130,11 +140,15 @@ def load(path: Path | None, overrides: Mapping[str, Any] | None = None) -> Serve
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path} is not valid TOML: {exc}") from None
     config = ServerConfig()
-    unknown = set(raw) - {"server", "users", "destinations"}
+    unknown = set(raw) - {"server", "users", "destinations", "smq", "dropbox"}
     if unknown:
         raise ConfigError(
-            f"unknown section(s) {sorted(unknown)}: expected server, users, destinations"
+            f"unknown section(s) {sorted(unknown)}: "
+            "expected server, users, destinations, smq, dropbox"
         )
+    if "smq" in raw:
+        config.smq = smq_settings.from_table(raw["smq"])
+    config.dropbox = parse_mounts(raw.get("dropbox", []))
     server = dict(raw.get("server", {}))
     server.update({k: v for k, v in (overrides or {}).items() if v is not None})
     for key, value in server.items():

@@ -20,7 +20,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final, Self
 
@@ -264,6 +264,111 @@ class Connection:
         """Roll back a prepared transaction: its sends are dropped, its acks undone."""
         with self._lock:
             corr = self._proto.rollback_prepared(xid)
+        self._call(corr)
+
+    def commit_batch(
+        self, sink: str, batch: int, xids: Sequence[str], *, keep: bool = True
+    ) -> bool:
+        """Commit the prepared transactions ``xids`` all together, once per (sink, batch).
+
+        Returns False when the broker had committed this batch (or a later one) of
+        ``sink`` before: the xids were rolled back instead (a retried batch). With
+        ``keep=False`` no batch is remembered (a one-off job): the commit is only atomic.
+
+        Raises:
+            NotFound: an xid is not prepared; nothing was committed.
+            TransactionError: a bad sink name, batch or xid.
+        """
+        with self._lock:
+            corr = self._proto.commit_batch(sink, batch, tuple(xids), keep)
+        return self._proto.commit_batch_result(self._call(corr))
+
+    # -- cursors: reading a destination by sequence number (docs/spark.md) -------------
+
+    def cursor_open(
+        self,
+        address: str,
+        cursor: str | None = None,
+        *,
+        selector: str | None = None,
+        lease_ms: int = 0,
+    ) -> tuple[int, int]:
+        """Open (or refresh) the named cursor; returns ``(earliest, head)`` sequence numbers.
+
+        ``head`` is the first sequence not readable yet. Without ``cursor``, nothing
+        is opened: the numbers describe a queue for a snapshot read.
+
+        Raises:
+            ConsumerError: the queue is held by another exclusive consumer or has
+                messages in flight; a topic cursor exists with another selector.
+            InvalidAddress, InvalidSelector: refused by the broker.
+        """
+        with self._lock:
+            corr = self._proto.cursor_open(address, cursor, selector, lease_ms)
+        return self._proto.cursor_info(self._call(corr))
+
+    def cursor_fetch(
+        self,
+        address: str,
+        cursor: str | None,
+        start: int,
+        end: int,
+        *,
+        max_messages: int = 0,
+        max_bytes: int = 0,
+    ) -> tuple[int, tuple[tuple[int, Message], ...]]:
+        """One page of the messages with ``start <= seq < end``, not consumed: returns
+        ``(next start, ((seq, message), ...))``; the range is done when next == end."""
+        with self._lock:
+            corr = self._proto.cursor_fetch(address, cursor, start, end, max_messages, max_bytes)
+        return self._proto.cursor_batch(self._call(corr))
+
+    def cursor_read(
+        self,
+        address: str,
+        cursor: str | None,
+        start: int,
+        end: int,
+        *,
+        page_messages: int = 4096,
+        page_bytes: int = 4 << 20,
+    ) -> Iterator[tuple[tuple[int, Message], ...]]:
+        """Every message with ``start <= seq < end``, page by page, in sequence order.
+
+        The next page is requested before this one is handed out, so the broker
+        works while the caller does.
+        """
+        proto = self._proto
+        if start >= end:
+            return
+        with self._lock:
+            corr = proto.cursor_fetch(address, cursor, start, end, page_messages, page_bytes)
+        while True:
+            next_start, messages = proto.cursor_batch(self._call(corr))
+            more = start < next_start < end
+            if more:
+                with self._lock:
+                    corr = proto.cursor_fetch(
+                        address, cursor, next_start, end, page_messages, page_bytes
+                    )
+                    self._nudge()  # the writer sends it while the caller works
+            if messages:
+                yield messages
+            if not more:
+                return
+            start = next_start
+
+    def cursor_ack(self, address: str, cursor: str, end: int) -> None:
+        """Consume every message the cursor holds below ``end``; returns once durable."""
+        with self._lock:
+            corr = self._proto.cursor_ack(address, cursor, end)
+        self._call(corr)
+
+    def cursor_close(self, address: str, cursor: str, *, delete: bool = False) -> None:
+        """Release the cursor's lease; ``delete`` also forgets it (and a topic cursor's
+        messages)."""
+        with self._lock:
+            corr = self._proto.cursor_close(address, cursor, delete)
         self._call(corr)
 
     def close(self) -> None:

@@ -78,6 +78,12 @@ from chute.protocol.packets import (
     ConsumerClose,
     ConsumerOpen,
     Credit,
+    CursorAck,
+    CursorBatch,
+    CursorClose,
+    CursorFetch,
+    CursorInfo,
+    CursorOpen,
     Disconnect,
     Error,
     Header,
@@ -95,6 +101,7 @@ from chute.protocol.packets import (
     TempQueueCreated,
     Unsubscribe,
     XaCommit,
+    XaCommitBatch,
     XaPrepare,
     XaRecover,
     XaRollback,
@@ -570,6 +577,51 @@ class ClientProtocol:
 
     def prepared(self) -> int:
         return self._request(XaRecover())
+
+    def commit_batch(self, sink: str, batch: int, xids: tuple[str, ...], keep: bool) -> int:
+        return self._request(XaCommitBatch(sink, batch, tuple(xids), keep))
+
+    @staticmethod
+    def commit_batch_result(packet: Packet) -> bool:
+        """True if the batch was committed now, False if it had been before (a duplicate)."""
+        result: Ok = _expect(packet, Ok)
+        return result.value != "duplicate"
+
+    # -- cursors (docs/spark.md) -----------------------------------------------------
+
+    def cursor_open(
+        self, address: str, cursor: str | None, selector: str | None, lease_ms: int
+    ) -> int:
+        return self._request(CursorOpen(canonical(address), cursor, selector, lease_ms))
+
+    @staticmethod
+    def cursor_info(packet: Packet) -> tuple[int, int]:
+        info: CursorInfo = _expect(packet, CursorInfo)
+        return info.earliest, info.head
+
+    def cursor_fetch(  # noqa: PLR0917 - mirrors the packet
+        self,
+        address: str,
+        cursor: str | None,
+        start: int,
+        end: int,
+        max_messages: int,
+        max_bytes: int,
+    ) -> int:
+        return self._request(
+            CursorFetch(canonical(address), cursor, start, end, max_messages, max_bytes)
+        )
+
+    @staticmethod
+    def cursor_batch(packet: Packet) -> tuple[int, tuple[tuple[int, Message], ...]]:
+        batch: CursorBatch = _expect(packet, CursorBatch)
+        return batch.next, batch.messages
+
+    def cursor_ack(self, address: str, cursor: str, end: int) -> int:
+        return self._request(CursorAck(canonical(address), cursor, end))
+
+    def cursor_close(self, address: str, cursor: str, delete: bool) -> int:
+        return self._request(CursorClose(canonical(address), cursor, delete))
 
     @staticmethod
     def prepared_result(packet: Packet) -> list[str]:

@@ -28,6 +28,7 @@ from typing import Any
 
 from chute.core.address import DEAD_LETTER, EXPIRED, Kind, canonical, parse
 from chute.core.consumer import Entry
+from chute.core.cursor import CommittedBatches, Cursors
 from chute.core.paging import MemoryBudget
 from chute.core.queue import QueueChannel, Reason
 from chute.core.queuetypes import LoginQueue, attach_forwarder
@@ -35,14 +36,11 @@ from chute.core.selector import compile_selector
 from chute.core.settings import Overflow, SettingsResolver
 from chute.core.store import AddOp, Batch, QueueDefinition, QueueKind, Store
 from chute.core.topic import Subscription, SubscriptionKind, Topic
-from chute.core.twophase import AlreadyWritten, PreparedTransactions
+from chute.core.twophase import PreparedTransactions
 from chute.errors import DestinationFull, InvalidAddress, NotFound
 from chute.message import Message, now_ms
 
 log = logging.getLogger("chute.broker")
-
-# stores that stand in while records are gathered or already written: no paging then
-_APPLYING = (Batch, AlreadyWritten)
 
 ORIGINAL_DESTINATION = "chute_original_destination"
 DIVERT_REASON = "chute_reason"
@@ -85,6 +83,7 @@ class Broker:
     ) -> None:
         self.store = store
         self.memory = MemoryBudget(memory_limit)  # 0: never page (see chute.core.paging)
+        self._page_later: set[QueueChannel] = set()
         self.settings = settings or SettingsResolver()
         self.clock = clock
         self.auto_create = auto_create
@@ -96,6 +95,8 @@ class Broker:
         self.discarded = 0  # diversions that found no room anywhere
         self.connections: dict[str, Any] = {}  # id -> chute.core.session.Connection
         self.xa = PreparedTransactions(self)
+        self.cursors = Cursors(self)  # the Spark connector's readers (docs/spark.md)
+        self.batches = CommittedBatches(self)  # idempotent group commits of prepared work
         self.prepared_timeout_ms = prepared_timeout_ms  # 0 = prepared work waits forever
         self._next_connection = 0
         for address in (DEAD_LETTER, EXPIRED, *predefined):
@@ -317,8 +318,15 @@ class Broker:
             self._forward_depth -= 1
 
     def can_page(self) -> bool:
-        """Queues page only with a limit set, and never while a transaction applies."""
-        return self.memory.limit > 0 and type(self.store) not in _APPLYING
+        return self.memory.limit > 0
+
+    def defer_page_in(self, queue: QueueChannel) -> bool:
+        """Inside :meth:`atomically` the store lacks the records being gathered: a paging
+        queue reads back once they are written."""
+        if isinstance(self.store, Batch):
+            self._page_later.add(queue)
+            return True
+        return False
 
     def room_freed(self, queue: QueueChannel) -> None:
         waiters = self._room_waiters.pop(queue.address, None)
@@ -352,6 +360,7 @@ class Broker:
             for sub in list(topic.subscriptions.values()):
                 count += sub.expire_due(now)
         self.xa.expire(now, self.prepared_timeout_ms)
+        self.cursors.expire(now)
         return count
 
     @contextlib.contextmanager
@@ -372,6 +381,10 @@ class Broker:
         finally:
             self.store = batch.store
             batch.flush()
+            if self._page_later:
+                waiting, self._page_later = self._page_later, set()
+                for queue in waiting:
+                    queue.deliver()
 
     def sync(self, callback: Callable[[BaseException | None], None]) -> None:
         """Call back once everything recorded so far is durable (see Store.sync)."""
@@ -470,6 +483,7 @@ class Broker:
                 )
                 count += 1
         self.xa.restore(recovered)
+        self.batches.recover()  # rolls forward batches a crash cut short
         for sub in subscriptions.values():
             if sub.kind is SubscriptionKind.CALLBACK and sub.forward_to:
                 self._start_forwarding(sub, sub.forward_to)

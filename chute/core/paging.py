@@ -23,8 +23,9 @@ Costs and limits, written for users in ``docs/durability.md``: priorities
 order what is in memory, so a high-priority message paged behind a backlog
 waits for its turn to be read back; selectors see the in-memory window only;
 temporary queues and non-durable subscriptions never page (their bound is
-their overflow policy); nothing pages inside a transaction (its messages
-are placed when the transaction commits, and stay in memory).
+their overflow policy); while a transaction's records are being gathered
+(:meth:`Broker.atomically`) a queue reads nothing back, since the store
+does not hold them yet: it reads once they are written.
 """
 
 from __future__ import annotations

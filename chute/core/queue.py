@@ -31,7 +31,10 @@ from chute.errors import ConsumerError, StoreError
 from chute.message import Message
 
 PRIORITIES = 10
-PAGE_LOW = 64  # a paging queue reads back its next window when fewer are waiting
+# A paging queue reads back its next window when fewer than this are waiting; a queue
+# with fewer waiting never starts paging (its consumers keep up: paging would only
+# write each message out and read it straight back).
+PAGE_LOW = 64
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +58,11 @@ class QueueHost(Protocol):
     memory: MemoryBudget
 
     def can_page(self) -> bool:
-        """Whether a queue may page now (a limit is set, no transaction is applying)."""
+        """Whether queues page at all (a memory limit is set)."""
+
+    def defer_page_in(self, queue: QueueChannel) -> bool:
+        """True if ``queue`` must not read from the store now (a transaction's records are
+        being gathered); the host calls ``queue.deliver()`` once they reached the store."""
 
     def divert(self, queue: QueueChannel, entry: Entry, reason: Reason) -> None:
         """Send a message that left ``queue`` unconsumed to its dead-letter or expiry address."""
@@ -183,9 +190,12 @@ class QueueChannel:
         if entry.message.expiration:
             self.expiring += 1
         memory = self.host.memory
-        if (self.paged or (memory.limit and memory.used + size > memory.limit)) and self._page_out(
-            entry
-        ):
+        if (
+            self.paged
+            or (memory.limit and memory.used + size > memory.limit and self.ready >= PAGE_LOW)
+        ) and self._page_out(entry):
+            if not self.ready and self.router.consumers:
+                self.deliver()  # a consumer is starving: read the backlog back
             return
         memory.used += size
         if entry.seq > self.top_seq:
@@ -221,6 +231,8 @@ class QueueChannel:
 
     def _page_in(self) -> None:
         """Read the next window of paged messages back from the store into the lanes."""
+        if self.host.defer_page_in(self):
+            return
         wanted = window(self.paged, self.paged_bytes)
         skip = self._page_skip
         try:
@@ -543,7 +555,7 @@ class QueueChannel:
 
     @property
     def inflight(self) -> int:
-        return self.held - self.ready
+        return self.held - self.ready - self.paged
 
     def __repr__(self) -> str:
         return f"QueueChannel({self.name!r}, ready={self.ready}, held={self.held})"

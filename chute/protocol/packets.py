@@ -76,6 +76,7 @@ class PacketType(enum.IntEnum):
     XA_COMMIT = 33
     XA_ROLLBACK = 34
     XA_RECOVER = 35
+    XA_COMMIT_BATCH = 36
     BROWSE = 40
     BROWSE_RESULT = 41
     STAT = 42
@@ -84,6 +85,12 @@ class PacketType(enum.IntEnum):
     TEMP_QUEUE = 45
     TEMP_QUEUE_CREATED = 46
     CALLBACK_CREATE = 47
+    CURSOR_OPEN = 50
+    CURSOR_INFO = 51
+    CURSOR_FETCH = 52
+    CURSOR_BATCH = 53
+    CURSOR_ACK = 54
+    CURSOR_CLOSE = 55
 
 
 class AckMode(enum.StrEnum):
@@ -334,6 +341,24 @@ class XaRecover:
     """List the prepared transactions; the answer is ``Ok`` with a JSON array of xids."""
 
 
+@dataclass(frozen=True, slots=True)
+class XaCommitBatch:
+    """Commit the prepared transactions ``xids`` together, once per (``sink``, ``batch``).
+
+    The broker records a durable marker naming the xids before it commits them
+    (and rolls them forward after a crash), so the group commits all or none.
+    With ``keep``, the marker stays as the sink's newest committed batch: a
+    later XaCommitBatch of the same sink with ``batch`` at or below it is a
+    duplicate (a batch Spark retried), whose xids are rolled back instead. The
+    answer is ``Ok("committed")`` or ``Ok("duplicate")``, once durable.
+    """
+
+    sink: str
+    batch: int
+    xids: tuple[str, ...]
+    keep: bool = True
+
+
 # -- management ----------------------------------------------------------------------
 
 
@@ -397,6 +422,80 @@ class CallbackCreate:
     selector: str | None = None
 
 
+# -- cursors (the Spark connector: docs/spark.md) ------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CursorOpen:
+    """Open (or refresh) the named cursor ``cursor`` on ``address``; answered by CursorInfo.
+
+    A cursor reads a destination by sequence number without consuming: on a
+    queue it holds the queue like an exclusive consumer, on a topic it is a
+    durable subscription of its own. It stays leased while a connection that
+    opened it is alive and ``lease_ms`` after that (0: the broker's default).
+    Without ``cursor``, nothing is opened: the answer describes the queue
+    (a snapshot, as browsing).
+    """
+
+    address: str
+    cursor: str | None = None
+    selector: str | None = None
+    lease_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CursorInfo:
+    """Answer to CursorOpen: ``earliest`` is the lowest sequence the cursor still holds
+    (``head`` if none), ``head`` the first sequence not yet readable (every message
+    below it that the cursor will ever see is there now)."""
+
+    earliest: int
+    head: int
+
+
+@dataclass(frozen=True, slots=True)
+class CursorFetch:
+    """Read the held messages with ``start <= seq < end`` in sequence order, without
+    consuming them: one page of at most ``max_messages`` and about ``max_bytes``
+    of bodies (0: no limit). Answered by CursorBatch; continue from its ``next``."""
+
+    address: str
+    cursor: str | None
+    start: int
+    end: int
+    max_messages: int = 0
+    max_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CursorBatch:
+    """Answer to CursorFetch: ``(seq, message)`` pairs in sequence order, and where the
+    next page starts (``next`` equals the request's ``end`` when the range is done)."""
+
+    next: int
+    messages: tuple[tuple[int, Message], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CursorAck:
+    """Consume every message the cursor holds below ``end`` (Spark's commit); Ok once
+    durable."""
+
+    address: str
+    cursor: str
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class CursorClose:
+    """Release the cursor's lease; with ``delete`` also forget it (a topic cursor's
+    subscription and what it holds go)."""
+
+    address: str
+    cursor: str
+    delete: bool = False
+
+
 Packet = (
     Connect
     | Connected
@@ -420,6 +519,7 @@ Packet = (
     | XaCommit
     | XaRollback
     | XaRecover
+    | XaCommitBatch
     | Browse
     | BrowseResult
     | Stat
@@ -428,5 +528,11 @@ Packet = (
     | TempQueue
     | TempQueueCreated
     | CallbackCreate
+    | CursorOpen
+    | CursorInfo
+    | CursorFetch
+    | CursorBatch
+    | CursorAck
+    | CursorClose
 )
 """Any packet of the native protocol."""

@@ -15,6 +15,8 @@ Layout (all integers big-endian)::
              | content (rest of the packet)                              target = consumer
     BrowseResult  count u32, then per message: seq u64 | delivery_count u32 | redelivered u8
              | timestamp i64 | expiration i64 | content_len u32 | content
+    CursorBatch   next u64, then the entries of a BrowseResult (count u32, ...)
+    strings  (XaCommitBatch's xids) count u32, then count x s16
 
 Every other packet is a fixed list of fields (``_SPECS``). The content block of
 a Send is exactly the content block of the Deliver that forwards it, so the
@@ -61,6 +63,12 @@ from chute.protocol.packets import (
     ConsumerClose,
     ConsumerOpen,
     Credit,
+    CursorAck,
+    CursorBatch,
+    CursorClose,
+    CursorFetch,
+    CursorInfo,
+    CursorOpen,
     Deliver,
     Disconnect,
     Error,
@@ -81,6 +89,7 @@ from chute.protocol.packets import (
     TempQueueCreated,
     Unsubscribe,
     XaCommit,
+    XaCommitBatch,
     XaPrepare,
     XaRecover,
     XaRollback,
@@ -381,37 +390,58 @@ def _encode_deliver_packet(packet: Deliver) -> tuple[int, int, bytes]:
 
 
 def _encode_browse_result(packet: BrowseResult) -> tuple[int, int, bytes]:
-    parts = [_U32.pack(len(packet.messages))]
-    for seq, m in packet.messages:
-        content = encode_content(m)
+    return 0, 0, _encode_entries(packet.messages)
+
+
+def _encode_entries(messages: tuple[tuple[int, Message], ...]) -> bytes:
+    parts = [_U32.pack(len(messages))]
+    for seq, m in messages:
+        content = m.encoded if m.encoded is not None else encode_content(m)  # the splice
         parts.append(
             _BROWSE_ENTRY.pack(
                 seq, m.delivery_count, m.redelivered, m.timestamp, m.expiration, len(content)
             )
         )
         parts.append(content)
-    return 0, 0, b"".join(parts)
+    return b"".join(parts)
 
 
 def _decode_browse_result(
     data: bytes, start: int, end: int, header: Header, max_properties: int
 ) -> BrowseResult:
+    return BrowseResult(_decode_entries(data[start:end], 0, max_properties, "BrowseResult"))
+
+
+def _encode_cursor_batch(packet: CursorBatch) -> tuple[int, int, bytes]:
+    return 0, 0, _U64.pack(packet.next) + _encode_entries(packet.messages)
+
+
+def _decode_cursor_batch(
+    data: bytes, start: int, end: int, header: Header, max_properties: int
+) -> CursorBatch:
     data = data[start:end]
-    (count,) = _U32.unpack_from(data, 0)
-    pos = 4
+    (next_start,) = _U64.unpack_from(data, 0)
+    return CursorBatch(next_start, _decode_entries(data, 8, max_properties, "CursorBatch"))
+
+
+def _decode_entries(
+    data: bytes, pos: int, max_properties: int, name: str
+) -> tuple[tuple[int, Message], ...]:
+    (count,) = _U32.unpack_from(data, pos)
+    pos += 4
     entries: list[tuple[int, Message]] = []
     for _ in range(count):
         seq, dc, redelivered, ts, exp, length = _BROWSE_ENTRY.unpack_from(data, pos)
         pos += _BROWSE_ENTRY.size
         end = pos + length
         if end > len(data):
-            raise malformed("BrowseResult entry overruns the packet")
+            raise malformed(f"{name} entry overruns the packet")
         m = decode_content(data, pos, end, max_properties, ts, exp, dc, as_bool(redelivered))
         entries.append((seq, m))
         pos = end
     if pos != len(data):
-        raise malformed("trailing bytes after BrowseResult")
-    return BrowseResult(tuple(entries))
+        raise malformed(f"trailing bytes after {name}")
+    return tuple(entries)
 
 
 # -- every other packet: a list of typed fields ------------------------------------------
@@ -479,6 +509,19 @@ def _o32(value: str | None) -> bytes:
     return b"\x00" if value is None else b"\x01" + _s32(value)
 
 
+def _strings(values: tuple[str, ...]) -> bytes:
+    if isinstance(values, str):  # a lone string is not a list of them
+        raise TypeError("expected a sequence of strings")
+    return _U32.pack(len(values)) + b"".join(_s16(v) for v in values)
+
+
+def _read_strings(r: _Reader) -> tuple[str, ...]:
+    count = r.fixed(_U32)
+    if count > len(r.data) - r.pos:  # each takes at least 2 bytes: refuse absurd counts early
+        raise malformed("string list overruns the packet")
+    return tuple(_read_s16(r) for _ in range(count))
+
+
 class _Field(NamedTuple):
     encode: Callable[[Any], bytes]
     decode: Callable[[_Reader], Any]
@@ -495,6 +538,7 @@ _FIELDS: Final[dict[str, _Field]] = {
     "s32": _Field(_s32, _read_s32),
     "o16": _Field(_o16, _read_o16),
     "o32": _Field(_o32, _read_o32),
+    "strs": _Field(_strings, _read_strings),
     "ack": _Field(lambda m: _U8.pack(_ACK_INDEX[AckMode(m)]), lambda r: _ACK_MODES[r.fixed(_U8)]),
 }
 TARGET: Final = "target"
@@ -525,6 +569,7 @@ _SPECS: Final[dict[type, tuple[PacketType, tuple[str, ...]]]] = {
     XaCommit: (PacketType.XA_COMMIT, ("s16",)),
     XaRollback: (PacketType.XA_ROLLBACK, ("s16",)),
     XaRecover: (PacketType.XA_RECOVER, ()),
+    XaCommitBatch: (PacketType.XA_COMMIT_BATCH, ("s16", "i64", "strs", "bool")),
     Browse: (PacketType.BROWSE, ("s16", "o32", "u32")),
     Stat: (PacketType.STAT, ()),
     StatResult: (PacketType.STAT_RESULT, ("s32",)),
@@ -532,6 +577,11 @@ _SPECS: Final[dict[type, tuple[PacketType, tuple[str, ...]]]] = {
     TempQueue: (PacketType.TEMP_QUEUE, ()),
     TempQueueCreated: (PacketType.TEMP_QUEUE_CREATED, ("s16",)),
     CallbackCreate: (PacketType.CALLBACK_CREATE, ("s16", "s16", "s16", "o32")),
+    CursorOpen: (PacketType.CURSOR_OPEN, ("s16", "o16", "o32", "u32")),
+    CursorInfo: (PacketType.CURSOR_INFO, ("u64", "u64")),
+    CursorFetch: (PacketType.CURSOR_FETCH, ("s16", "o16", "u64", "u64", "u32", "u32")),
+    CursorAck: (PacketType.CURSOR_ACK, ("s16", "s16", "u64")),
+    CursorClose: (PacketType.CURSOR_CLOSE, ("s16", "s16", "bool")),
 }
 
 Encoder = Callable[[Any], tuple[int, int, bytes]]
@@ -594,6 +644,9 @@ def _build_table() -> dict[int, Codec]:
     )
     table[PacketType.BROWSE_RESULT] = Codec(
         PacketType.BROWSE_RESULT, BrowseResult, _encode_browse_result, _decode_browse_result
+    )
+    table[PacketType.CURSOR_BATCH] = Codec(
+        PacketType.CURSOR_BATCH, CursorBatch, _encode_cursor_batch, _decode_cursor_batch
     )
     return table
 

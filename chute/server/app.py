@@ -1,11 +1,12 @@
 """The broker process: the core, its store and the listeners around it.
 
 :class:`BrokerServer` owns the event loop's side of chute: it builds the
-:class:`~chute.core.broker.Broker`, opens the native TCP listener and, when
-``stomp_port`` is set, the STOMP one (more listeners arrive with their
-issues), runs the expiry sweep, and stops gracefully: listeners close first,
-then every connection, so consumers' unacknowledged messages go back to their
-queues before the store closes.
+:class:`~chute.core.broker.Broker`, opens the native TCP listener, the STOMP one
+(``stomp_port``) and the HTTP one (``http_port``: STOMP over WebSocket), each
+unless its port is 0 (more listeners arrive with their issues), runs the
+expiry sweep, and stops gracefully: listeners close first, then every
+connection, so consumers' unacknowledged messages go back to their queues
+before the store closes.
 """
 
 from __future__ import annotations
@@ -19,16 +20,21 @@ import signal
 import socket
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chute.config import ServerConfig
 from chute.core.broker import Broker
 from chute.core.store import Store
+from chute.dropbox.bridge import DropboxBridge, start_bridges, stop_bridges
+from chute.server import smq
 from chute.server.native import NativeConnection
 from chute.server.stomp import StompConnection
 from chute.server.stream import StreamConnection
 from chute.store.journal import Journal
 from chute.store.memory import MemoryStore
+
+if TYPE_CHECKING:
+    from chute.server.http import HttpListener
 
 log = logging.getLogger("chute.server")
 
@@ -45,9 +51,13 @@ class BrokerServer:
             auto_create=config.auto_create,
             predefined=[a for a in config.destinations if "*" not in a],
             prepared_timeout_ms=config.prepared_timeout_ms,
+            # paging moves memory to the journal: with the memory store it would only copy
+            memory_limit=config.max_memory if config.store == "journal" else 0,
         )
         self.connections: set[StreamConnection] = set()
         self.listeners: list[asyncio.Server] = []
+        self.http: HttpListener | None = None  # http_port: STOMP over WebSocket, later admin
+        self.bridges: list[DropboxBridge] = []  # [[dropbox]] mounts (docs/dropbox.md)
         self.started = time.time()
         self._stopping: asyncio.Event | None = None
         self._sweeper: asyncio.Task[None] | None = None
@@ -67,6 +77,7 @@ class BrokerServer:
         restored = self.broker.recover()
         if restored:
             log.info("recovered %d messages", restored)
+        self.bridges = start_bridges(self)  # before the listeners: a bad mount stops us early
         bound: list[tuple[str, str, int]] = []
         if self.config.port:
             server = await self._listen(
@@ -80,6 +91,14 @@ class BrokerServer:
             )
             sock = server.sockets[0].getsockname()
             bound.append(("stomp", sock[0], sock[1]))
+        if self.config.http_port:
+            from chute.server.http import HttpListener  # noqa: PLC0415 - aiohttp only when used
+
+            self.http = HttpListener(self)
+            host, port = await self.http.start(self.config.host, self.config.http_port)
+            bound.append(("http", host, port))
+        if self.config.smq is not None:  # seed 002's source and sink listeners
+            bound += await smq.listen(self, self.config.smq)
         self._sweeper = asyncio.create_task(self._sweep_expired(), name="chute-expiry")
         return bound
 
@@ -122,12 +141,16 @@ class BrokerServer:
         if self._stopping is not None:
             self._stopping.set()
 
-    async def serve_until_stopped(self) -> None:
-        if self._stopping is None:
-            raise RuntimeError("start() the server before serving")
+    def handle_signals(self) -> None:
+        """SIGTERM and SIGINT stop the broker gracefully (before anyone is told it listens)."""
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 self.loop.add_signal_handler(sig, self.request_stop)
+
+    async def serve_until_stopped(self) -> None:
+        if self._stopping is None:
+            raise RuntimeError("start() the server before serving")
+        self.handle_signals()
         await self._stopping.wait()
         await self.stop()
 
@@ -138,6 +161,7 @@ class BrokerServer:
             len(self.listeners),
             len(self.connections),
         )
+        await stop_bridges(self.bridges)  # their files settled while the broker still runs
         for server in self.listeners:
             server.close()
         for conn in list(self.connections):
@@ -147,6 +171,8 @@ class BrokerServer:
         for server in self.listeners:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 2)
+        if self.http is not None:
+            await self.http.stop()  # its WebSockets' STOMP connections end here
         for conn in list(self.connections):  # transports that did not report connection_lost
             conn.connection_lost(None)
         if self._sweeper is not None:
@@ -211,6 +237,7 @@ def run(config: ServerConfig, *, ready: Any = None) -> None:
         except BaseException:
             server.store.close()
             raise
+        server.handle_signals()
         if ready is not None:
             ready(bound)
         await server.serve_until_stopped()

@@ -82,6 +82,11 @@ class NativeConnection(StreamConnection):
             p.XaCommit: self._on_xa_commit,
             p.XaRollback: self._on_xa_rollback,
             p.XaRecover: self._on_xa_recover,
+            p.XaCommitBatch: self._on_xa_commit_batch,
+            p.CursorOpen: self._on_cursor_open,
+            p.CursorFetch: self._on_cursor_fetch,
+            p.CursorAck: self._on_cursor_ack,
+            p.CursorClose: self._on_cursor_close,
             p.Browse: self._on_browse,
             p.Stat: self._on_stat,
             p.Unsubscribe: self._on_unsubscribe,
@@ -187,9 +192,11 @@ class NativeConnection(StreamConnection):
         else:
             self._respond(header, p.Ok())
 
-    def _confirmed(self, header: p.Header, error: BaseException | None) -> None:
+    def _confirmed(
+        self, header: p.Header, error: BaseException | None, value: str | None = None
+    ) -> None:
         if error is None:
-            self._respond(header, p.Ok())
+            self._respond(header, p.Ok(value))
         else:
             reason = error.reason if isinstance(error, ChuteError) else str(error)
             self._respond(header, p.Error("store-error", f"not stored: {reason}"))
@@ -295,6 +302,49 @@ class NativeConnection(StreamConnection):
 
         self._respond(header, p.Ok(json.dumps(self.broker.xa.xids())))
 
+    def _on_xa_commit_batch(self, header: p.Header, packet: p.XaCommitBatch) -> None:
+        committed = self.broker.batches.commit(
+            packet.sink, packet.batch, packet.xids, keep=packet.keep
+        )
+        value = "committed" if committed else "duplicate"
+        self._after_sync(lambda error: self._confirmed(header, error, value))
+
+    # -- cursors (the Spark connector, docs/spark.md) ------------------------------------
+
+    def _on_cursor_open(self, header: p.Header, packet: p.CursorOpen) -> None:
+        cursors = self.broker.cursors
+        if packet.cursor is None:
+            earliest, head = cursors.info(packet.address)
+        else:
+            earliest, head = cursors.open(
+                packet.address,
+                packet.cursor,
+                selector=packet.selector,
+                lease_ms=packet.lease_ms,
+                owner=self._core().id,
+            )
+        self._respond(header, p.CursorInfo(earliest, head))
+
+    def _on_cursor_fetch(self, header: p.Header, packet: p.CursorFetch) -> None:
+        next_start, entries = self.broker.cursors.fetch(
+            packet.address,
+            packet.cursor,
+            packet.start,
+            packet.end,
+            max_messages=packet.max_messages,
+            max_bytes=packet.max_bytes or self.codec.max_packet_size // 2,
+        )
+        messages = tuple((e.seq, _delivered_view(e)) for e in entries)
+        self._respond(header, p.CursorBatch(next_start, messages))
+
+    def _on_cursor_ack(self, header: p.Header, packet: p.CursorAck) -> None:
+        self.broker.cursors.ack(packet.address, packet.cursor, packet.end)
+        self._confirm(header, durable=True)
+
+    def _on_cursor_close(self, header: p.Header, packet: p.CursorClose) -> None:
+        self.broker.cursors.close(packet.address, packet.cursor, delete=packet.delete)
+        self._confirm(header, durable=packet.delete)
+
     def _on_browse(self, header: p.Header, packet: p.Browse) -> None:
         entries = self.broker.browse(packet.address, packet.selector, packet.limit)
         messages = tuple((e.seq, _delivered_view(e)) for e in entries)
@@ -396,6 +446,8 @@ class NativeConnection(StreamConnection):
                 self.codec.version,
             )
         )
+        if message.persistent and consumer.ack_mode is not AckMode.AUTO and consumer.queue.durable:
+            self.mark_delivery()
         self._schedule_flush()
 
     # -- heartbeats ---------------------------------------------------------------------

@@ -87,6 +87,14 @@ EXAMPLES: list[p.Packet] = [
     p.TempQueueCreated("queue:__tmp__.1"),
     p.CallbackCreate("topic:t", "cb", "queue:forward"),
     p.CallbackCreate("topic:t", "cb", "queue:forward", "x = 1"),
+    # the Spark connector's packets (more in tests/unit/spark/test_cursor_packets.py)
+    p.XaCommitBatch("query-1", 3, ("xid-1", "xid-2")),
+    p.CursorOpen("queue:orders", "spark", "a > 1", 1000),
+    p.CursorInfo(1, 5),
+    p.CursorFetch("queue:orders", None, 1, 5, 10, 1 << 20),
+    p.CursorBatch(5, ((1, DELIVERED),)),
+    p.CursorAck("queue:orders", "spark", 5),
+    p.CursorClose("topic:t", "spark", delete=True),
 ]
 
 

@@ -1,0 +1,548 @@
+"""Cursors and committed batches: what the Spark connector needs from the core.
+
+Theory of operation
+-------------------
+Offsets are a destination's sequence numbers (DESIGN.md), so a Spark
+micro-batch is a range ``[start, end)``. A :class:`Cursor` reads such ranges
+without consuming them, and consumes (acks) everything below a position when
+Spark commits:
+
+* On a **queue**, the cursor holds the queue like an exclusive consumer with
+  no credit (:attr:`Cursor.holder`): nothing is delivered to anybody else
+  while it holds the queue, so the messages of an uncommitted range wait for
+  a replay. Opening fails while another exclusive consumer holds the queue or
+  while messages are in flight to other consumers (a range could not be read
+  whole). A selector filters what the cursor reads and acks; what it skips
+  stays in the queue.
+* On a **topic**, the cursor is a durable subscription of its own (store key
+  ``cursor:<topic>.<name>``), so it survives restarts and keeps what is
+  published while the query is down. Its entries carry the topic's sequence.
+
+The **lease**: a cursor holds its queue while a connection that opened it is
+alive, and ``lease_ms`` after the last one went (a killed Spark driver), then
+lets go (:meth:`Cursors.expire`, run by the broker's sweep). Any cursor request
+takes the lease again. Leases are memory only: after a broker restart a queue
+is held again at the first cursor request.
+
+The **head** (what Spark's ``latestOffset`` sees) is the destination's next
+sequence number, lowered to the first sequence a prepared transaction holds
+there: a prepared send has its number but is placed only at commit, and a
+range read past it would miss it for good.
+
+:class:`CommittedBatches` makes a sink's commit idempotent per (sink, batch):
+before committing the prepared transactions of a batch, it records a durable
+*marker* naming them. The marker is a persistent message on the system queue
+:data:`BATCHES`, written with the previous marker's ack in one atomic store
+commit (existing record kinds only). After a crash, :meth:`CommittedBatches.
+recover` rolls forward any xid a marker names that is still prepared, so a
+batch commits all or nothing. A sink's marker is its newest committed batch: a
+batch at or below it is a duplicate (Spark retried it), whose xids are rolled
+back.
+
+Pure: no sockets, no files. Used from the broker's loop only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
+
+from chute.core.address import canonical, check_name
+from chute.core.consumer import AckMode, Consumer, Entry
+from chute.core.queue import QueueChannel
+from chute.core.selector import Selector, compile_selector
+from chute.core.store import QueueDefinition, QueueKind
+from chute.core.topic import Subscription, SubscriptionKind, Topic
+from chute.core.twophase import check_xid
+from chute.errors import ConsumerError, InvalidAddress, NotFound, TransactionError
+from chute.message import Message, new_message_id
+
+if TYPE_CHECKING:
+    from chute.core.broker import Broker
+
+log = logging.getLogger("chute.cursor")
+
+DEFAULT_LEASE_MS: Final = 60_000
+"""How long a cursor outlives the last connection that opened it (lease_ms 0)."""
+BATCHES: Final = "queue:__sys__committedBatches"
+"""The system queue that holds the sinks' committed-batch markers."""
+MARKER_TYPE: Final = "chute.committed-batch"
+
+
+class _Idle:
+    """The receiver of a holder: it has no credit, so nothing is ever pushed to it."""
+
+    def handle(self, consumer: Consumer, entry: Entry) -> None:
+        raise AssertionError("a cursor's holder has no credit")  # pragma: no cover
+
+
+_IDLE: Final = _Idle()
+
+
+def cursor_key(topic: str, name: str) -> str:
+    """The store key of a topic cursor's durable subscription."""
+    return f"cursor:{topic}.{name}"
+
+
+@dataclass(eq=False)
+class Cursor:
+    """A named reader of one destination by sequence number. See the module docstring."""
+
+    name: str
+    address: str
+    queue: QueueChannel
+    selector: Selector | None = None  # queues only; a topic cursor's subscription filters
+    lease_ms: int = DEFAULT_LEASE_MS
+    holder: Consumer | None = None
+    openers: set[str] = field(default_factory=set)  # connection ids
+    last_seen: int = 0
+
+    @property
+    def held(self) -> bool:
+        return self.holder is not None and not self.holder.closed
+
+    def wants(self, entry: Entry) -> bool:
+        return self.selector is None or self.selector.matches(entry.message)
+
+
+class Cursors:
+    """Every cursor of the broker, by (address, name)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._by_key: dict[tuple[str, str], Cursor] = {}
+
+    # -- requests -------------------------------------------------------------------
+
+    def open(
+        self,
+        address: str,
+        name: str,
+        *,
+        selector: str | None = None,
+        lease_ms: int = 0,
+        owner: str | None = None,
+    ) -> tuple[int, int]:
+        """Open (create, or refresh and hold again) a cursor; returns ``(earliest, head)``.
+
+        Raises:
+            InvalidAddress, InvalidSelector, NotFound: a bad address, name or selector.
+            ConsumerError: the queue is held by another exclusive consumer or has
+                messages in flight; a topic cursor exists with another selector.
+        """
+        address = canonical(address)
+        check_name(name)
+        compiled = compile_selector(selector) if selector else None
+        dest = self.broker.destination(address)
+        if isinstance(dest, Topic):
+            cursor = self._topic_cursor(dest, name, selector)
+        else:
+            cursor = self._by_key.get((address, name)) or Cursor(name, address, dest)
+            cursor.selector = compiled  # a queue cursor's selector is the reader's choice
+            self._by_key[address, name] = cursor
+        cursor.lease_ms = lease_ms if lease_ms > 0 else DEFAULT_LEASE_MS
+        if owner is not None:
+            cursor.openers.add(owner)
+        self._hold(cursor)
+        return self.earliest(cursor.queue), self.head(dest)
+
+    def info(self, address: str) -> tuple[int, int]:
+        """``(earliest, head)`` of a queue without a cursor (a snapshot read).
+
+        Raises:
+            InvalidAddress: a topic (read a topic through a cursor).
+        """
+        dest = self._queue(address)
+        return self.earliest(dest), self.head(dest)
+
+    def fetch(
+        self,
+        address: str,
+        name: str | None,
+        start: int,
+        end: int,
+        *,
+        max_messages: int = 0,
+        max_bytes: int = 0,
+    ) -> tuple[int, list[Entry]]:
+        """One page of the held messages with ``start <= seq < end``, in sequence order,
+        not consumed; returns ``(next start, entries)`` (next start == end: done).
+
+        Without ``name``, reads a queue as a snapshot (no cursor, no lease).
+
+        Raises:
+            NotFound: the cursor is not open. InvalidAddress: a topic without a cursor.
+        """
+        if name is None:
+            queue: QueueChannel = self._queue(address)
+            wants: Callable[[Entry], bool] | None = None
+        else:
+            cursor = self._cursor(address, name)
+            self._hold(cursor)
+            queue, wants = cursor.queue, cursor.wants if cursor.selector else None
+        if end <= start:
+            return end, []
+        page = queue.waiting_between(start, end, max_messages)
+        entries: list[Entry] = []
+        size = 0
+        next_start = end
+        for entry in page:
+            if max_bytes and entries and size + entry.message.size > max_bytes:
+                next_start = entry.seq
+                break
+            if wants is None or wants(entry):
+                entries.append(entry)
+                size += entry.message.size
+        else:
+            if max_messages and len(page) >= max_messages:
+                next_start = page[-1].seq + 1
+        return next_start, entries
+
+    def ack(self, address: str, name: str, end: int) -> int:
+        """Consume every message the cursor holds below ``end``; returns how many.
+
+        The acks reach the store as one atomic commit; the caller syncs before
+        answering.
+
+        Raises:
+            NotFound: the cursor is not open.
+        """
+        cursor = self._cursor(address, name)
+        self._hold(cursor)
+        taken = cursor.queue.take_waiting_below(end, cursor.wants if cursor.selector else None)
+        with self.broker.atomically():
+            for entry in taken:
+                cursor.queue.settle(entry)
+        return len(taken)
+
+    def close(self, address: str, name: str, *, delete: bool = False) -> None:
+        """Let go of the cursor's queue; with ``delete``, forget the cursor (a topic
+        cursor's subscription and everything it holds go too).
+
+        Raises:
+            NotFound: no such cursor.
+        """
+        cursor = self._cursor(address, name)
+        self._release(cursor)
+        if delete:
+            self._by_key.pop((cursor.address, name), None)
+            queue = cursor.queue
+            if isinstance(queue, Subscription):
+                _drop(self.broker, queue)
+
+    # -- sweep ------------------------------------------------------------------------
+
+    def expire(self, now: int) -> list[str]:
+        """Release the cursors whose lease ran out; returns their names."""
+        released: list[str] = []
+        live = self.broker.connections
+        for cursor in self._by_key.values():
+            if not cursor.held:
+                continue
+            cursor.openers.intersection_update(live)
+            if cursor.openers:
+                cursor.last_seen = now
+            elif now - cursor.last_seen >= cursor.lease_ms:
+                log.info(
+                    "cursor %s on %s: nobody renewed its lease for %d ms; releasing the queue",
+                    cursor.name,
+                    cursor.address,
+                    cursor.lease_ms,
+                )
+                self._release(cursor)
+                released.append(cursor.name)
+        return released
+
+    # -- positions --------------------------------------------------------------------
+
+    def head(self, dest: QueueChannel | Topic) -> int:
+        """The first sequence number a reader may not read yet (see the module docstring)."""
+        address = dest.address
+        head = dest.next_seq
+        for queue, entry in _prepared_placements(self.broker):
+            if queue.address == address and entry.seq < head:
+                head = entry.seq
+        return head
+
+    def earliest(self, queue: QueueChannel) -> int:
+        """The lowest sequence number ``queue`` holds waiting, or its head if none."""
+        first = queue.waiting_between(0, 1 << 63, 1)
+        if first:
+            return first[0].seq
+        topic = queue.topic if isinstance(queue, Subscription) else queue
+        return self.head(topic)
+
+    # -- helpers ----------------------------------------------------------------------
+
+    def _cursor(self, address: str, name: str) -> Cursor:
+        address = canonical(address)
+        cursor = self._by_key.get((address, name))
+        if cursor is None:
+            dest = self.broker.destination(address)
+            if (
+                isinstance(dest, Topic)
+                and cursor_key(dest.address, name) in self.broker.subscriptions
+            ):
+                cursor = self._topic_cursor(
+                    dest, name, None
+                )  # after a restart: its subscription survived
+        if cursor is None:
+            raise NotFound(f"cursor {name!r} on {address} is not open (open it first)")
+        cursor.last_seen = self.broker.clock()
+        return cursor
+
+    def _topic_cursor(self, topic: Topic, name: str, selector: str | None) -> Cursor:
+        """The topic cursor's subscription: the one that exists (with this selector), or new."""
+        broker = self.broker
+        key = cursor_key(topic.address, name)
+        sub = broker.subscriptions.get(key)
+        existing = self._by_key.get((topic.address, name))
+        if sub is not None and existing is None and selector is None:
+            pass  # found after a restart: whatever selector it was made with stays
+        elif sub is not None and _selector_text(sub) != (selector or None):
+            raise ConsumerError(
+                f"cursor {name!r} on {topic.address} exists with selector "
+                f"{_selector_text(sub)!r}; delete it (close with delete) to change it"
+            )
+        if sub is None:
+            sub = Subscription(
+                key,
+                topic,
+                SubscriptionKind.DURABLE,
+                topic.settings,
+                broker,
+                selector=compile_selector(selector) if selector else None,
+                name=name,
+            )
+            topic.subscriptions[key] = sub
+            broker.subscriptions[key] = sub
+            broker.store.define(
+                QueueDefinition(key, QueueKind.SUBSCRIPTION, topic=topic.address, selector=selector)
+            )
+        cursor = existing
+        if cursor is None or cursor.queue is not sub:
+            cursor = Cursor(name, topic.address, sub)
+            self._by_key[topic.address, name] = cursor
+        return cursor
+
+    def _queue(self, address: str) -> QueueChannel:
+        dest = self.broker.destination(address)
+        if isinstance(dest, Topic):
+            raise InvalidAddress(
+                f"{dest.address} is a topic: a topic holds nothing; read it through a cursor"
+            )
+        return dest
+
+    def _hold(self, cursor: Cursor) -> None:
+        """Take the lease: attach the holder unless it is attached."""
+        cursor.last_seen = self.broker.clock()
+        if cursor.held:
+            return
+        queue = cursor.queue
+        if queue.deleted:
+            raise NotFound(f"{cursor.address} was deleted")
+        if any(c.exclusive for c in queue.router.consumers):
+            raise ConsumerError(
+                f"{cursor.address} is held by another exclusive consumer; "
+                f"cursor {cursor.name!r} cannot hold it"
+            )
+        inflight = sum(len(c.inflight) for c in queue.router.consumers)
+        if inflight:
+            raise ConsumerError(
+                f"{cursor.address} has {inflight} messages in flight to consumers; "
+                f"cursor {cursor.name!r} needs the queue to itself (close them first)"
+            )
+        holder = Consumer(
+            0, queue, _IDLE, ack_mode=AckMode.INDIVIDUAL, credit=0, exclusive=True, owner=cursor
+        )
+        queue.attach(holder)
+        cursor.holder = holder
+
+    def _release(self, cursor: Cursor) -> None:
+        if cursor.holder is not None:
+            cursor.queue.detach(cursor.holder)
+            cursor.holder = None
+        cursor.openers.clear()
+
+
+# -- committed batches -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Marker:
+    """What a committed-batch marker says."""
+
+    sink: str
+    batch: int
+    xids: tuple[str, ...]
+    keep: bool
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {"sink": self.sink, "batch": self.batch, "xids": list(self.xids), "keep": self.keep},
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def decode(cls, body: bytes) -> Marker:
+        """Raises ValueError for anything that is not a marker."""
+        doc = json.loads(body)
+        sink, batch, xids, keep = doc["sink"], doc["batch"], doc["xids"], doc["keep"]
+        if not (
+            isinstance(sink, str)
+            and isinstance(batch, int)
+            and isinstance(xids, list)
+            and all(isinstance(x, str) for x in xids)
+            and isinstance(keep, bool)
+        ):
+            raise ValueError("not a committed-batch marker")
+        return cls(sink, batch, tuple(xids), keep)
+
+
+class CommittedBatches:
+    """Idempotent group commits of prepared transactions (see the module docstring)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.latest: dict[str, tuple[Marker, int]] = {}  # sink -> (newest marker, its seq)
+        self._queue: QueueChannel | None = None
+        self._holder: Consumer | None = None
+
+    def commit(self, sink: str, batch: int, xids: tuple[str, ...], *, keep: bool = True) -> bool:
+        """Commit every xid of a batch once; False if the batch was a duplicate (its xids
+        were rolled back). The caller syncs before answering.
+
+        Raises:
+            TransactionError: a bad sink name, batch or xid; xids repeated.
+            NotFound: an xid is not prepared (it timed out?); nothing was committed.
+        """
+        check_xid(sink)
+        for xid in xids:
+            check_xid(xid)
+        if batch < 0:
+            raise TransactionError(f"batch {batch} must not be negative")
+        if len(set(xids)) != len(xids):
+            raise TransactionError("the same xid is listed twice")
+        xa = self.broker.xa
+        prepared = set(xa.xids())
+        previous = self.latest.get(sink) if keep else None
+        if previous is not None and batch <= previous[0].batch:
+            done = set(previous[0].xids)
+            for xid in xids:
+                if xid in prepared:
+                    (xa.commit if xid in done else xa.rollback)(xid)
+            log.info("sink %s: batch %d was committed before; dropped its retry", sink, batch)
+            return False
+        missing = [x for x in xids if x not in prepared]
+        if missing:
+            raise NotFound(
+                f"sink {sink} batch {batch}: transactions {', '.join(missing)} are not prepared "
+                "(rolled back by the broker's prepared timeout?); nothing was committed"
+            )
+        marker = Marker(sink, batch, xids, keep)
+        queue = self._marker_queue()
+        with self.broker.atomically():
+            seq = queue.next_seq
+            self.broker.send(BATCHES, _marker_message(marker))
+            if previous is not None:
+                _settle(queue, previous[1])
+        for xid in xids:
+            xa.commit(xid)
+        if keep:
+            self.latest[sink] = (marker, seq)
+        else:
+            _settle(queue, seq)
+        return True
+
+    def recover(self) -> int:
+        """After the broker recovered: hold the marker queue, learn each sink's newest
+        batch, and commit what a marker names but a crash left prepared; returns how
+        many transactions were rolled forward."""
+        queue = self.broker.queues.get(BATCHES)
+        if queue is None:
+            return 0
+        self._hold(queue)
+        xa = self.broker.xa
+        prepared = set(xa.xids())
+        rolled = 0
+        for entry in queue.waiting_between(0, 1 << 63):
+            try:
+                marker = Marker.decode(entry.message.body)
+            except (ValueError, KeyError, TypeError):
+                log.warning("%s holds a message that is not a marker (seq %d)", BATCHES, entry.seq)
+                continue
+            for xid in marker.xids:
+                if xid in prepared:
+                    log.warning(
+                        "sink %s batch %d: rolling %s forward", marker.sink, marker.batch, xid
+                    )
+                    xa.commit(xid)
+                    prepared.discard(xid)
+                    rolled += 1
+            if not marker.keep:
+                _settle(queue, entry.seq)
+                continue
+            known = self.latest.get(marker.sink)
+            if known is None or known[0].batch < marker.batch:
+                self.latest[marker.sink] = (marker, entry.seq)
+        return rolled
+
+    def _marker_queue(self) -> QueueChannel:
+        queue = self._queue
+        if queue is None or queue.deleted:
+            dest = self.broker.destination(BATCHES, create=True)
+            if not isinstance(dest, QueueChannel):  # pragma: no cover - a queue: parse() says so
+                raise InvalidAddress(f"{BATCHES} is not a queue")
+            queue = dest
+            self._hold(queue)
+        return queue
+
+    def _hold(self, queue: QueueChannel) -> None:
+        """Nobody else may consume the markers: hold the queue like a cursor does."""
+        self._queue = queue
+        if self._holder is None or self._holder.closed or self._holder.queue is not queue:
+            self._holder = Consumer(
+                0, queue, _IDLE, ack_mode=AckMode.INDIVIDUAL, credit=0, exclusive=True, owner=self
+            )
+            queue.attach(self._holder)
+
+
+def _marker_message(marker: Marker) -> Message:
+    return Message(
+        marker.encode(),
+        id=new_message_id(),
+        type=MARKER_TYPE,
+        properties={"sink": marker.sink},
+    )
+
+
+def _settle(queue: QueueChannel, seq: int) -> None:
+    entry = queue.withdraw(seq)
+    if entry is not None:
+        queue.settle(entry)
+
+
+def _drop(broker: Broker, sub: Subscription) -> None:
+    """Remove a cursor's subscription and what it holds (as unsubscribing does)."""
+    sub.topic.subscriptions.pop(sub.name, None)
+    broker.subscriptions.pop(sub.name, None)
+    sub.deleted = True
+    for entry in sub.drain():
+        sub.settle(entry, acked=False)
+    if sub.durable:
+        broker.store.undefine(sub.name)
+
+
+def _selector_text(sub: Subscription) -> str | None:
+    return sub.selector.text if sub.selector is not None else None
+
+
+def _prepared_placements(broker: Broker) -> Iterator[tuple[QueueChannel, Entry]]:
+    """Where the prepared sends will go at commit. PreparedTransactions has no public
+    view of its plans; this only reads them."""
+    for prepared in broker.xa._by_xid.values():
+        for plan in prepared.plans:
+            yield from plan.placements

@@ -1,0 +1,51 @@
+"""The ``chute`` DataSource: Spark asks it for readers and writers (planning workers)."""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+from pyspark.sql.types import StructType
+
+from chute.spark.options import ChuteOptions, OptionError
+from chute.spark.schema import READ_SCHEMA
+from chute.spark.sink import ChuteBatchWriter, ChuteStreamWriter
+from chute.spark.source import ChuteBatchReader, ChuteStreamReader
+
+
+class ChuteDataSource(DataSource):
+    """Options: docs/spark.md. Columns of a read: :data:`chute.spark.schema.READ_SCHEMA`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "chute"
+
+    def schema(self) -> str:
+        return READ_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        options = ChuteOptions.parse(self.options)
+        explicit = any(k.lower() in ("cursor", "subscription") for k in self.options)
+        return ChuteBatchReader(
+            options, use_cursor=explicit or options.address.startswith("topic:")
+        )
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return ChuteStreamReader(ChuteOptions.parse(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        _append_only(overwrite)
+        return ChuteBatchWriter(ChuteOptions.parse(self.options, need_destination=False))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        _append_only(overwrite)
+        return ChuteStreamWriter(ChuteOptions.parse(self.options, need_destination=False))
+
+
+def _append_only(overwrite: bool) -> None:
+    if overwrite:
+        raise OptionError("the chute sink only appends messages: use mode('append')")

@@ -1,0 +1,152 @@
+"""The sink: each task sends inside a two-phase transaction and prepares it; the driver
+commits the batch's transactions together, once per (query, batch).
+
+Transaction ids are ``spark/<query or job>/<batch>/<partition>/<attempt>/<random>``:
+the random part keeps a rerun after a restart (same partition, attempt 0) from
+meeting a staged transaction a killed run left prepared. The driver's commit
+goes through ``XaCommitBatch`` (docs/spark.md): a batch Spark retries after it
+was committed is dropped, its new transactions rolled back. Then the
+orphans of this query at or below the batch (tasks killed before they could
+report) are rolled back too; those of a killed driver wait for the broker's
+``prepared_timeout_ms``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+
+from chute.client.blocking import Connection
+from chute.errors import NotFound
+from chute.spark.options import ChuteOptions, OptionError
+from chute.spark.schema import rows_of
+
+log = logging.getLogger("chute.spark")
+PREFIX = "spark"
+
+
+@dataclass
+class Staged(WriterCommitMessage):
+    """What a task hands the driver: its prepared transaction (None if it sent nothing)."""
+
+    job: str
+    xid: str | None
+    count: int
+
+
+def write_staged(
+    options: ChuteOptions, job: str, batch: int, batches: Iterator[pa.RecordBatch]
+) -> Staged:
+    """Send every row in one transaction and prepare it (executors)."""
+    ctx = TaskContext.get()
+    partition = ctx.partitionId() if ctx is not None else 0
+    attempt = ctx.attemptNumber() if ctx is not None else 0
+    xid = f"{PREFIX}/{job}/{batch}/{partition}/{attempt}/{secrets.token_hex(4)}"
+    count = 0
+    conn = options.connect()
+    try:
+        session = conn.session(transacted=True)
+        send = session.send
+        default = options.destination
+        for record_batch in batches:
+            for row in rows_of(record_batch):
+                target = row.destination or default
+                if target is None:
+                    raise OptionError(
+                        'a row has no destination: set option "destination" or a destination column'
+                    )
+                send(target, row.body, **row.options)
+                count += 1
+        if not count:
+            session.rollback()
+            return Staged(job, None, 0)
+        session.prepare(xid)
+    finally:
+        conn.close()
+    return Staged(job, xid, count)
+
+
+def xids_of(messages: Sequence[WriterCommitMessage | None]) -> list[str]:
+    return [m.xid for m in messages if isinstance(m, Staged) and m.xid]
+
+
+def roll_back(conn: Connection, xids: Sequence[str]) -> None:
+    """Roll back what is still prepared (abort may follow a commit that published)."""
+    for xid in xids:
+        with contextlib.suppress(NotFound):
+            conn.rollback_prepared(xid)
+
+
+class ChuteStreamWriter(DataSourceStreamArrowWriter):
+    """``writeStream.format("chute")``. ``commit``/``abort`` run on a fresh instance on
+    the driver: everything they need is in the messages."""
+
+    def __init__(self, options: ChuteOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Staged:
+        ctx = TaskContext.get()
+        query = ctx.getLocalProperty("sql.streaming.queryId") if ctx is not None else None
+        batch = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
+        return write_staged(self.options, query or "query", int(batch or 0), iterator)
+
+    def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
+        xids = xids_of(messages)
+        jobs = {m.job for m in messages if isinstance(m, Staged)}
+        if not jobs:
+            return
+        (job,) = jobs
+        with self.options.connect_retrying() as conn:
+            if xids and not conn.commit_batch(job, batchId, xids, keep=True):
+                log.warning("query %s batch %d had been committed: retry dropped", job, batchId)
+            orphans = [x for x in conn.prepared() if _orphan(x, job, batchId, xids)]
+            roll_back(conn, orphans)
+
+    def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
+        xids = xids_of(messages)
+        if xids:
+            with self.options.connect_retrying() as conn:
+                roll_back(conn, xids)
+
+
+class ChuteBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("chute")``: every task's rows become visible together, or none."""
+
+    def __init__(self, options: ChuteOptions) -> None:
+        self.options = options
+        self.job = uuid.uuid4().hex  # made at planning: the same in every task and the commit
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Staged:
+        return write_staged(self.options, self.job, 0, iterator)
+
+    def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:
+        xids = xids_of(messages)
+        if xids:
+            with self.options.connect() as conn:
+                conn.commit_batch(self.job, 0, xids, keep=False)
+
+    def abort(self, messages: Sequence[WriterCommitMessage | None]) -> None:
+        xids = xids_of(messages)
+        if xids:
+            with self.options.connect() as conn:
+                roll_back(conn, xids)
+
+
+def _orphan(xid: str, job: str, batch: int, kept: Sequence[str]) -> bool:
+    """A prepared transaction of this query at or below ``batch`` that no commit names."""
+    parts = xid.split("/")
+    if len(parts) != 6 or parts[0] != PREFIX or parts[1] != job or xid in kept:
+        return False
+    return parts[2].isdigit() and int(parts[2]) <= batch

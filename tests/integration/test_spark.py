@@ -1,0 +1,329 @@
+"""The Spark connector end to end: local-mode Spark against a real ``chute serve``.
+
+One SparkSession for the whole module (its start costs seconds); each test has
+its own broker, destinations and checkpoint. Streams run with
+``trigger(availableNow=True)``, which ends by itself once everything that was
+there at the start is processed: no sleeps.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import chute
+from chute.client.blocking import Connection
+
+from .conftest import ChuteServer, start_server
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
+
+pyspark = pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+
+from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+
+import chute.spark  # noqa: E402
+
+SPARK_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+}
+
+
+def _spark_env() -> None:
+    if not os.environ.get("JAVA_HOME"):
+        java = shutil.which("java")
+        if java is None:
+            pytest.fail("the Spark tests need a JDK (java on PATH or JAVA_HOME)")
+        os.environ["JAVA_HOME"] = str(Path(os.path.realpath(java)).parent.parent)
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers must use this venv (pyarrow)
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    _spark_env()
+    tmp = tmp_path_factory.mktemp("spark")
+    builder = SparkSession.builder.master("local[2]").appName("chute-tests")
+    for key, value in SPARK_CONF.items():
+        builder = builder.config(key, value)
+    session = (
+        builder.config("spark.sql.warehouse.dir", str(tmp / "wh"))
+        .config("spark.local.dir", str(tmp / "local"))
+        .config(
+            "spark.driver.extraJavaOptions",
+            f"-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Dderby.system.home={tmp}",
+        )
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    chute.spark.register(session)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[ChuteServer]:
+    srv = start_server(tmp_path)
+    yield srv
+    if srv.process.poll() is None:
+        srv.stop()
+
+
+def produce(url: str, address: str, bodies: list[bytes]) -> None:
+    with chute.connect(url) as conn, conn.session(transacted=True) as s:
+        for i, body in enumerate(bodies, 1):
+            s.send(address, body)
+            if i % 500 == 0:
+                s.commit()
+        s.commit()
+
+
+def read_all(conn: Connection, address: str) -> list[bytes]:
+    """Every message a queue holds, in sequence order, without consuming."""
+    earliest, head = conn.cursor_open(address)
+    return [m.body for page in conn.cursor_read(address, None, earliest, head) for _, m in page]
+
+
+def spark_prepared(conn: Connection) -> list[str]:
+    return [x for x in conn.prepared() if x.startswith("spark/")]
+
+
+def stream(
+    spark: SparkSession, url: str, source: str, sink: str, checkpoint: Path, **options: Any
+) -> Any:
+    """A pass-through stream source -> sink, run until everything there now is done."""
+    reader = spark.readStream.format("chute").option("url", url).option("destination", source)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    query = (
+        reader.load()
+        .select("body")
+        .writeStream.format("chute")
+        .option("url", url)
+        .option("destination", sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return query
+
+
+def test_stream_reads_n_and_writes_n_exactly_once(
+    spark: SparkSession, broker: ChuteServer, tmp_path: Path
+) -> None:
+    bodies = [f"order-{i}".encode() for i in range(1000)]
+    produce(broker.url, "queue:in", bodies)
+    query = stream(
+        spark, broker.url, "queue:in", "queue:out", tmp_path / "ck", maxMessagesPerTrigger=300
+    )
+    assert query.exception() is None
+    batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert batches == [300, 300, 300, 100]
+    with chute.connect(broker.url) as conn:
+        out = read_all(conn, "queue:out")
+        assert len(out) == len(bodies)
+        assert Counter(out) == Counter(bodies)  # each once (tasks of a batch may interleave)
+        assert spark_prepared(conn) == []
+        # Spark's source commit lags a batch: the last batch waits, held, for a replay.
+        assert read_all(conn, "queue:in") == bodies[900:]
+
+
+def test_batch_read_and_write_round_trip(spark: SparkSession, broker: ChuteServer) -> None:
+    with chute.connect(broker.url) as conn, conn.session() as s:
+        for i in range(50):
+            s.send(
+                "queue:src",
+                f"row-{i}".encode(),
+                priority=i % 10,
+                properties={"region": "eu" if i % 2 else "us", "n": i},
+                correlation_id=f"c{i}",
+            )
+    df = spark.read.format("chute").option("url", broker.url).option("destination", "queue:src")
+    rows = df.load().orderBy("seq").collect()
+    assert [r.body for r in rows] == [f"row-{i}".encode() for i in range(50)]
+    assert [r.seq for r in rows] == list(range(1, 51))
+    assert rows[3].properties == {"region": "eu", "n": "3"}
+    assert (rows[3].priority, rows[3].correlation_id, rows[3].destination) == (3, "c3", "queue:src")
+    assert rows[3].timestamp is not None
+
+    (
+        df.load()
+        .select("body", "priority", "properties", "correlation_id")
+        .write.format("chute")
+        .option("url", broker.url)
+        .option("destination", "queue:dst")
+        .mode("append")
+        .save()
+    )
+    with chute.connect(broker.url) as conn, conn.session() as s:
+        copied = sorted(s.browse("queue:dst"), key=lambda m: m.correlation_id or "")
+        assert sorted(m.body for m in copied) == sorted(r.body for r in rows)
+        by_corr = {m.correlation_id: m for m in copied}
+        assert by_corr["c3"].priority == 3
+        assert by_corr["c3"].properties == {"region": "eu", "n": "3"}
+        assert len(s.browse("queue:src")) == 50  # a batch read consumes nothing
+        assert spark_prepared(conn) == []
+
+
+def test_failing_task_rolls_the_sink_back(spark: SparkSession, broker: ChuteServer) -> None:
+    rows = [(f"ok-{i}".encode(), "queue:staged") for i in range(40)]
+    rows.append((b"poison", "queue:no such name"))  # an invalid address fails its task
+    df = spark.createDataFrame(rows, "body BINARY, destination STRING").repartition(2)
+    with pytest.raises(Exception, match="invalid destination name"):
+        df.write.format("chute").option("url", broker.url).mode("append").save()
+    with chute.connect(broker.url) as conn:
+        assert read_all(conn, "queue:staged") == []
+        assert spark_prepared(conn) == []
+
+
+def test_failing_stream_task_leaves_nothing_visible(spark: SparkSession, tmp_path: Path) -> None:
+    # A task that was still running when its sibling failed may prepare after Spark's
+    # abort (which names no transaction of a failed batch): the broker's prepared
+    # timeout is the safety net for those (docs/spark.md).
+    config = tmp_path / "chute.toml"
+    config.write_text("[server]\nprepared_timeout_ms = 1500\nexpiry_interval_ms = 100\n")
+    broker = start_server(tmp_path, "--config", str(config))
+    try:
+        _fail_a_stream_task(spark, broker, tmp_path)
+    finally:
+        broker.stop()
+
+
+def _fail_a_stream_task(spark: SparkSession, broker: ChuteServer, tmp_path: Path) -> None:
+    produce(broker.url, "queue:in", [b"a", b"b", b"poison", b"c"])
+
+    @F.udf("binary")
+    def check(body: bytes) -> bytes:
+        if body == b"poison":
+            raise ValueError("poison message")
+        return body
+
+    query = (
+        spark.readStream.format("chute")
+        .option("url", broker.url)
+        .option("destination", "queue:in")
+        .option("numPartitions", 2)
+        .load()
+        .select(check("body").alias("body"))
+        .writeStream.format("chute")
+        .option("url", broker.url)
+        .option("destination", "queue:out")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(Exception, match="poison message"):
+        query.awaitTermination()
+    with chute.connect(broker.url) as conn:
+        assert read_all(conn, "queue:out") == []
+        deadline = time.monotonic() + 30
+        while spark_prepared(conn) and time.monotonic() < deadline:
+            time.sleep(0.1)  # polling the broker's state, with a deadline
+        assert spark_prepared(conn) == []
+        assert read_all(conn, "queue:out") == []  # rolled back, never published
+        assert read_all(conn, "queue:in") == [b"a", b"b", b"poison", b"c"]  # nothing consumed
+
+
+def test_broker_restart_between_batches_keeps_exactly_once(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    srv = start_server(tmp_path, data_dir=data)
+    first = [f"a{i}".encode() for i in range(250)]
+    second = [f"b{i}".encode() for i in range(250)]
+    try:
+        produce(srv.url, "topic:events", [])  # nothing yet: the cursor subscribes first
+        ck = tmp_path / "ck"
+        opts = {"maxMessagesPerTrigger": 100, "cursor": "restart-test"}
+        with chute.connect(srv.url) as conn:
+            conn.cursor_open("topic:events", "restart-test")
+        produce(srv.url, "topic:events", first)
+        stream(spark, srv.url, "topic:events", "queue:out", ck, **opts)
+        srv.stop(signal.SIGKILL)
+        srv = start_server(tmp_path, port=srv.port, data_dir=data)
+        produce(srv.url, "topic:events", second)
+        query = stream(spark, srv.url, "topic:events", "queue:out", ck, **opts)
+        assert query.exception() is None
+        with chute.connect(srv.url) as conn:
+            out = read_all(conn, "queue:out")
+            assert len(out) == len(first + second)
+            assert Counter(out) == Counter(first + second)
+            assert spark_prepared(conn) == []
+    finally:
+        srv.stop()
+
+
+KILLED_QUERY = textwrap.dedent(
+    """
+    import os, sys
+    from pyspark.sql import SparkSession
+    import chute.spark
+    url, checkpoint = sys.argv[1], sys.argv[2]
+    builder = SparkSession.builder.master("local[2]")
+    for key, value in {conf!r}.items():
+        builder = builder.config(key, value)
+    spark = builder.config("spark.driver.extraJavaOptions",
+                           "-XX:+UseSerialGC -XX:TieredStopAtLevel=1").getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    chute.spark.register(spark)
+    (spark.readStream.format("chute").option("url", url).option("destination", "queue:in")
+         .option("maxMessagesPerTrigger", 50).load().select("body")
+         .writeStream.format("chute").option("url", url).option("destination", "queue:out")
+         .option("checkpointLocation", checkpoint).trigger(processingTime="200 milliseconds")
+         .start().awaitTermination())
+    """
+)
+
+
+def test_query_killed_mid_stream_restarts_from_checkpoint_exactly_once(
+    spark: SparkSession, broker: ChuteServer, tmp_path: Path
+) -> None:
+    bodies = [f"m{i}".encode() for i in range(1500)]
+    produce(broker.url, "queue:in", bodies)
+    ck = tmp_path / "ck"
+    script = tmp_path / "query.py"
+    script.write_text(KILLED_QUERY.format(conf=SPARK_CONF))
+    _spark_env()
+    child = subprocess.Popen(
+        [sys.executable, str(script), broker.url, str(ck)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its JVM and Python workers die with it
+    )
+    try:
+        with chute.connect(broker.url) as conn:
+            deadline = time.monotonic() + 120
+            while len(read_all(conn, "queue:out")) < 200:
+                assert child.poll() is None, "the query ended by itself"
+                assert time.monotonic() < deadline, "the query made no progress"
+                time.sleep(0.1)  # polling the broker for progress, with a deadline
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait(30)
+    with chute.connect(broker.url) as conn:
+        assert 200 <= len(read_all(conn, "queue:out")) < len(bodies)
+    query = stream(spark, broker.url, "queue:in", "queue:out", ck, maxMessagesPerTrigger=500)
+    assert query.exception() is None
+    with chute.connect(broker.url) as conn:
+        out = read_all(conn, "queue:out")
+        assert Counter(out) == Counter(bodies)  # nothing lost, nothing twice
+        assert spark_prepared(conn) == []
