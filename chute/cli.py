@@ -86,6 +86,12 @@ def _add_serve(sub: Any) -> None:
         "--smq-sink-port", type=int, metavar="PORT", help="sink port (default 6212, 0 = off)"
     )
     serve.add_argument(
+        "--flow-backlog",
+        type=int,
+        help="pause a queue's producers while its consumers lag this many messages "
+        "(default 5000; 0 = never)",
+    )
+    serve.add_argument(
         "--max-memory",
         help="message data held in memory before durable queues page to disk "
         "(default 64MiB; 0 = never page)",
@@ -179,6 +185,7 @@ def _serve(args: argparse.Namespace) -> int:
         "store": args.store,
         "sync": args.sync,
         "max_memory": args.max_memory,
+        "flow_backlog": args.flow_backlog,
     }
     config = config_module.load(args.config, overrides)
     config.smq = smq_settings.with_overrides(

@@ -13,6 +13,7 @@ auto_create = true       # create destinations on first use
 prepared_timeout_ms = 0  # roll back two-phase work no coordinator finished; 0 = never
 max_packet_size = "16MiB"
 max_memory = "64MiB"     # message data held in memory before durable queues page to disk
+flow_backlog = 5000      # pause a queue's producers while its consumers lag this far; 0 = off
 heartbeat_ms = 10000     # the most a client may ask for is honoured; 0 = off
 
 [users]                  # required before binding anything but loopback
@@ -69,6 +70,7 @@ class ServerConfig:
     sync_batch_ms: int = 10
     segment_size: int = 32 << 20
     max_memory: int = 64 << 20  # message data in memory before durable queues page; 0 = never
+    flow_backlog: int = 5000  # pause producers of a queue whose consumers fall this far behind
     users: dict[str, str] = dataclasses.field(default_factory=dict)
     destinations: dict[str, DestinationSettings] = dataclasses.field(default_factory=dict)
     default_destination: DestinationSettings = dataclasses.field(
@@ -122,6 +124,7 @@ _SERVER_KEYS = {
     "sync_batch_ms": int,
     "segment_size": "size",
     "max_memory": "size",
+    "flow_backlog": int,
 }
 
 

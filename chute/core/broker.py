@@ -80,10 +80,13 @@ class Broker:
         predefined: Iterable[str] = (),
         prepared_timeout_ms: int = 0,
         memory_limit: int = 0,
+        flow_backlog: int = 0,
     ) -> None:
         self.store = store
         self.memory = MemoryBudget(memory_limit)  # 0: never page (see chute.core.paging)
         self._page_later: set[QueueChannel] = set()
+        self.flow_backlog = flow_backlog  # 0: producers are never paused for a backlog
+        self.pressure: list[QueueChannel] = []  # congested since the driver last looked
         self.settings = settings or SettingsResolver()
         self.clock = clock
         self.auto_create = auto_create
@@ -316,6 +319,10 @@ class Broker:
             self._apply(plan)
         finally:
             self._forward_depth -= 1
+
+    def congested(self, queue: QueueChannel) -> None:
+        if not self.pressure or self.pressure[-1] is not queue:
+            self.pressure.append(queue)
 
     def can_page(self) -> bool:
         return self.memory.limit > 0

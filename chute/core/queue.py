@@ -56,6 +56,11 @@ class QueueHost(Protocol):
     store: Store
     clock: Callable[[], int]
     memory: MemoryBudget
+    flow_backlog: int  # waiting messages that make a queue with consumers push back; 0 = never
+
+    def congested(self, queue: QueueChannel) -> None:
+        """``queue`` has consumers and a backlog past ``flow_backlog``: its producers should
+        pause (see ``QueueChannel.flow_waiters``)."""
 
     def can_page(self) -> bool:
         """Whether queues page at all (a memory limit is set)."""
@@ -178,6 +183,8 @@ class QueueChannel:
         # seqs above top_seq held in memory all the same (a transaction's, a withdrawn one)
         self._page_skip: set[int] = set()
         self._transient_stored: set[int] = set()  # non-persistent seqs recorded for paging
+        # producer flow control: called once the backlog is down to half of flow_backlog
+        self.flow_waiters: list[Callable[[], None]] = []
 
     # -- entering ---------------------------------------------------------------
 
@@ -194,8 +201,11 @@ class QueueChannel:
             self.paged
             or (memory.limit and memory.used + size > memory.limit and self.ready >= PAGE_LOW)
         ) and self._page_out(entry):
-            if not self.ready and self.router.consumers:
-                self.deliver()  # a consumer is starving: read the backlog back
+            if self.router.consumers:
+                if not self.ready:
+                    self.deliver()  # a consumer is starving: read the backlog back
+                if self.host.flow_backlog and self.paged + self.ready >= self.host.flow_backlog:
+                    self.host.congested(self)
             return
         memory.used += size
         if entry.seq > self.top_seq:
@@ -212,6 +222,9 @@ class QueueChannel:
         self.ready += 1
         if self.router.consumers:
             self.deliver()
+            flow = self.host.flow_backlog
+            if flow and self.ready + self.paged >= flow and self.router.consumers:
+                self.host.congested(self)
 
     def _page_out(self, entry: Entry) -> bool:
         """Keep ``entry`` in the store only, if it may be paged; True if it was."""
@@ -308,6 +321,25 @@ class QueueChannel:
 
     def deliver(self) -> None:
         """Push waiting entries to consumers with credit until one side runs out."""
+        try:
+            self._deliver()
+        finally:
+            if self.flow_waiters:
+                self.relieve()
+
+    def relieve(self) -> None:
+        """Wake paused producers once the backlog is down to half of ``flow_backlog`` (or
+        nobody consumes any more, or the queue is gone)."""
+        if (
+            self.deleted
+            or not self.router.consumers
+            or (self.ready + self.paged) * 2 <= self.host.flow_backlog
+        ):
+            waiters, self.flow_waiters = self.flow_waiters, []
+            for wake in waiters:
+                wake()
+
+    def _deliver(self) -> None:
         if self.deleted:
             return
         if self.paged and self.ready < PAGE_LOW:
@@ -463,6 +495,8 @@ class QueueChannel:
             self.requeue(returned)
         elif self.ready:
             self.deliver()
+        if self.flow_waiters:
+            self.relieve()
 
     # -- bounds -----------------------------------------------------------------
 
@@ -551,6 +585,9 @@ class QueueChannel:
             lane.clear()
         self.ready = 0
         self.host.memory.used -= sum(e.message.size for e in out)
+        waiters, self.flow_waiters = self.flow_waiters, []
+        for wake in waiters:  # nothing is left to wait for
+            wake()
         return out
 
     @property

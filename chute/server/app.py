@@ -53,6 +53,7 @@ class BrokerServer:
             prepared_timeout_ms=config.prepared_timeout_ms,
             # paging moves memory to the journal: with the memory store it would only copy
             memory_limit=config.max_memory if config.store == "journal" else 0,
+            flow_backlog=config.flow_backlog,
         )
         self.connections: set[StreamConnection] = set()
         self.listeners: list[asyncio.Server] = []

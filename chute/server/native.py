@@ -107,6 +107,7 @@ class NativeConnection(StreamConnection):
             self._protocol_error(exc)
             return
         self._process()
+        self._check_flow()
 
     # -- packets ----------------------------------------------------------------------
 

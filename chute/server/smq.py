@@ -139,6 +139,7 @@ class SmqSource(_SmqConnection):
         if not self._closing:
             self.codec.receive_data(data)
             self._process()
+            self._check_flow()
 
     def _process(self) -> None:
         try:

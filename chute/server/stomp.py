@@ -198,6 +198,7 @@ class StompConnection(StreamConnection):
             self._protocol_error(exc, None)
             return
         self._process()
+        self._check_flow()
 
     def connection_lost(self, exc: Exception | None) -> None:
         for name in list(self._tx_nacks):

@@ -23,12 +23,14 @@ with :meth:`queue_bytes`. Lives on the server's event loop only.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 from chute.core.broker import WouldBlock
+from chute.core.queue import QueueChannel
 from chute.core.session import Connection
 from chute.errors import ChuteError, DestinationFull
 
@@ -36,6 +38,8 @@ if TYPE_CHECKING:
     from chute.server.app import BrokerServer
 
 log = logging.getLogger("chute.server")
+
+FLOW_MAX_PAUSE = 0.5  # seconds: a flow-control pause never lasts longer than this
 
 SyncedCallback = Callable[[BaseException | None], None]
 Retry = Callable[[ChuteError | None], None]
@@ -59,6 +63,8 @@ class StreamConnection(asyncio.Protocol):
         self._held = 0  # leading items of _out waiting for a sync of their marks
         self._closing = False
         self._blocked = False  # a send waits for room under the block policy
+        self._flow_paused = False  # producer flow control: a destination's backlog is high
+        self._flow_timer: asyncio.TimerHandle | None = None
         self._paused = False  # the transport's write buffer is full
         self._last_read = self._last_write = time.monotonic()
         self._heartbeat: asyncio.TimerHandle | None = None
@@ -79,6 +85,8 @@ class StreamConnection(asyncio.Protocol):
         self._closing = True
         if self._heartbeat is not None:
             self._heartbeat.cancel()
+        if self._flow_timer is not None:
+            self._flow_timer.cancel()
         self.server.connections.discard(self)
         if self.core is not None:
             self.core.close()  # in-flight messages go back; open transactions roll back
@@ -92,7 +100,12 @@ class StreamConnection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._paused = False
-        if self.transport is not None and not self._blocked and not self._closing:
+        if (
+            self.transport is not None
+            and not self._blocked
+            and not self._flow_paused
+            and not self._closing
+        ):
             self.transport.resume_reading()
         self._writable()
 
@@ -215,6 +228,55 @@ class StreamConnection(asyncio.Protocol):
         self._blocked = False
         retry(error)  # may block again
         if not self._blocked and not self._closing:
-            if self.transport is not None and not self._paused:
+            if self.transport is not None and not self._paused and not self._flow_paused:
                 self.transport.resume_reading()
             self._process()
+
+    # -- producer flow control ---------------------------------------------------------
+
+    def _check_flow(self) -> None:
+        """After a read: pause reading while a queue this client just sent to holds a backlog
+        past ``flow_backlog`` although it has consumers (they cannot keep up).
+
+        The client's sends then wait in TCP buffers instead of in the broker's memory and
+        journal, and the consumers get the CPU. Never for a queue this connection itself
+        consumes from (its acks must still be read); at most ``FLOW_MAX_PAUSE`` at a time.
+        """
+        pressure = self.broker.pressure
+        if not pressure:
+            return
+        queues = list(dict.fromkeys(pressure))
+        pressure.clear()
+        if self._flow_paused or self._closing or self.transport is None or self.core is None:
+            return
+        own = {id(c) for s in self.core.sessions for c in s.consumers.values()}
+        queues = [q for q in queues if not any(id(c) in own for c in q.router.consumers)]
+        if not queues:
+            return
+        self._flow_paused = True
+        self.transport.pause_reading()
+        waiting = set(queues)
+
+        def relieved(queue: QueueChannel) -> None:
+            waiting.discard(queue)
+            if not waiting:
+                self._end_flow_pause()
+
+        for queue in queues:
+            queue.flow_waiters.append(functools.partial(relieved, queue))
+        self._flow_timer = self.server.loop.call_later(FLOW_MAX_PAUSE, self._end_flow_pause)
+
+    def _end_flow_pause(self) -> None:
+        if not self._flow_paused:
+            return
+        self._flow_paused = False
+        if self._flow_timer is not None:
+            self._flow_timer.cancel()
+            self._flow_timer = None
+        if (
+            self.transport is not None
+            and not self._paused
+            and not self._blocked
+            and not self._closing
+        ):
+            self.transport.resume_reading()
