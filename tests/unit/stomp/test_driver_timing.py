@@ -63,7 +63,9 @@ class FakeTransport:
 @pytest.fixture
 def loop() -> Iterator[asyncio.AbstractEventLoop]:
     loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)  # BrokerServer takes the current loop when it is made
     yield loop
+    asyncio.set_event_loop(None)
     loop.close()
 
 

@@ -67,7 +67,9 @@ class Client:
 @pytest.fixture
 def loop() -> Iterator[asyncio.AbstractEventLoop]:
     loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)  # BrokerServer takes the current loop when it is made
     yield loop
+    asyncio.set_event_loop(None)
     loop.close()
 
 
