@@ -14,6 +14,7 @@ prepared_timeout_ms = 0  # roll back two-phase work no coordinator finished; 0 =
 max_packet_size = "16MiB"
 max_memory = "64MiB"     # message data held in memory before durable queues page to disk
 flow_backlog = 5000      # pause a queue's producers while its consumers lag this far; 0 = off
+inline_sync = true       # an idle journal syncs on the broker's loop (docs/durability.md)
 heartbeat_ms = 10000     # the most a client may ask for is honoured; 0 = off
 
 [users]                  # required before binding anything but loopback
@@ -71,6 +72,7 @@ class ServerConfig:
     segment_size: int = 32 << 20
     max_memory: int = 64 << 20  # message data in memory before durable queues page; 0 = never
     flow_backlog: int = 5000  # pause producers of a queue whose consumers fall this far behind
+    inline_sync: bool = True  # an idle journal syncs on the broker's loop (docs/durability.md)
     users: dict[str, str] = dataclasses.field(default_factory=dict)
     destinations: dict[str, DestinationSettings] = dataclasses.field(default_factory=dict)
     default_destination: DestinationSettings = dataclasses.field(
@@ -125,6 +127,7 @@ _SERVER_KEYS = {
     "segment_size": "size",
     "max_memory": "size",
     "flow_backlog": int,
+    "inline_sync": bool,
 }
 
 

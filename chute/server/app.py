@@ -61,6 +61,7 @@ class BrokerServer:
         self.bridges: list[DropboxBridge] = []  # [[dropbox]] mounts (docs/dropbox.md)
         self.started = time.time()
         self._stopping: asyncio.Event | None = None
+        self._sync_requests: list[Callable[[BaseException | None], None]] = []
         self._sweeper: asyncio.Task[None] | None = None
         self.loop: asyncio.AbstractEventLoop = asyncio.get_event_loop_policy().get_event_loop()
 
@@ -120,6 +121,27 @@ class BrokerServer:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.listeners.append(server)
         return server
+
+    def request_sync(self, callback: Callable[[BaseException | None], None]) -> None:
+        """``callback(error)`` once everything recorded so far is durable (maybe on the
+        store's thread).
+
+        Requests are gathered until the loop's ready callbacks ran (so the producers
+        whose data arrived together share one fsync), then either synced right here
+        when the journal's writer is idle (``inline_sync``: a lone producer waits for
+        one fsync and no thread hand-off), or handed to the writer thread.
+        """
+        self._sync_requests.append(callback)
+        if len(self._sync_requests) == 1:
+            self.loop.call_soon(self._sync_gathered)
+
+    def _sync_gathered(self) -> None:
+        requests, self._sync_requests = self._sync_requests, []
+        inline = getattr(self.store, "sync_inline", None)
+        if inline is not None and self.config.inline_sync and inline(requests):
+            return
+        for callback in requests:
+            self.broker.sync(callback)
 
     async def _sweep_expired(self) -> None:
         interval = max(self.config.expiry_interval_ms, 10) / 1000

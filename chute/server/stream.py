@@ -193,7 +193,7 @@ class StreamConnection(asyncio.Protocol):
             if not loop.is_closed():
                 loop.call_soon_threadsafe(self._synced, then, error)
 
-        self.broker.sync(synced)
+        self.server.request_sync(synced)
 
     def _synced(self, then: SyncedCallback, error: BaseException | None) -> None:
         # A closing connection still gets its last answers (a DISCONNECT's receipt);

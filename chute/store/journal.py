@@ -254,6 +254,15 @@ class Journal:
             recovered, _ = recover(self.directory, disk=self._disk, cut=False)
         return recovered
 
+    def sync_inline(self, callbacks: list[SyncCallback]) -> bool:
+        """Make everything appended durable and call ``callbacks`` on this thread, now, if
+        the writer is idle (``always`` mode); False if not (then use :meth:`sync`).
+
+        For a caller that gathered its sync requests (the broker's loop, once per
+        iteration): a lone producer then waits for one fsync and no thread hand-off.
+        """
+        return self._writer.run_inline(callbacks)
+
     def page_in(self, queue: str, after: int, limit: int) -> list[StoredMessage]:
         """Read paged messages back (see :mod:`chute.store.pager`).
 

@@ -179,6 +179,8 @@ class Writer:
         self.files = threading.Lock()  # held while segments are deleted or re-read
         # held while the index changes; taken before ``files`` when both are needed
         self.index_lock = threading.RLock()
+        # held by whoever runs a write/sync cycle: the writer thread, or run_inline's caller
+        self.cycle_lock = threading.Lock()
         self._intake = intake
         self._index = index
         self._segments = segments
@@ -228,38 +230,81 @@ class Writer:
         while True:
             with intake.cond:
                 self._wait_for_work()
+            with self.cycle_lock:  # a caller may have run the cycle meanwhile (run_inline)
+                with intake.cond:
+                    batch, intake.pending = intake.pending, []
+                    intake.pending_bytes = 0
+                    self._linger_until = None
+                    self._waiting += intake.callbacks
+                    intake.callbacks = []
+                    requests, intake.requests = intake.requests, []
+                    closing = intake.closing
+                if batch or self._waiting:
+                    self._active_at = time.monotonic()
+                self._carry += batch
+                try:
+                    self._cycle(final=closing)
+                except Exception as exc:  # noqa: BLE001 - the writer must outlive any failure
+                    self._failed(exc)
+                    for request in requests:
+                        request(_as_store_error(exc, "write"))
+                    if closing:
+                        attempts += 1
+                        if attempts < _CLOSE_ATTEMPTS:
+                            time.sleep(_BACKOFF_FIRST * 10 * attempts)
+                            continue
+                        self._abandon(exc)
+                        return
+                    continue
+                self._retry_at = None
+                self._backoff = 0.0
+                if closing:
+                    for request in requests:
+                        request(JournalClosed(f"journal {self.directory} is closed"))
+                    return
+                if requests or self._reclaim_due:
+                    self._reclaim_safely(requests)
+
+    def run_inline(self, callbacks: list[SyncCallback]) -> bool:
+        """Write, sync and call back on the caller's thread, if the writer is idle.
+
+        ``always`` mode only, and only when no cycle is running, no failure is
+        being retried and nothing else is asked of the writer: then a lone
+        producer waiting for its fsync saves the two thread hand-offs. Returns
+        False (nothing done) otherwise; the caller then hands ``callbacks`` to
+        :meth:`Intake.sync` as usual.
+        """
+        if self.mode is not SyncMode.ALWAYS or not self.cycle_lock.acquire(blocking=False):
+            return False
+        try:
+            intake = self._intake
+            with intake.cond:
+                if (
+                    intake.closing
+                    or intake.requests
+                    or self._retry_at is not None
+                    or self._rewrite
+                    or self._reclaim_due
+                ):
+                    return False
                 batch, intake.pending = intake.pending, []
                 intake.pending_bytes = 0
                 self._linger_until = None
                 self._waiting += intake.callbacks
                 intake.callbacks = []
-                requests, intake.requests = intake.requests, []
-                closing = intake.closing
-            if batch or self._waiting:
-                self._active_at = time.monotonic()
+            self._waiting += callbacks
             self._carry += batch
+            self._active_at = time.monotonic()
             try:
-                self._cycle(final=closing)
-            except Exception as exc:  # noqa: BLE001 - the writer must outlive any failure
+                self._cycle(final=False)
+            except Exception as exc:  # noqa: BLE001 - the writer thread takes over the retries
                 self._failed(exc)
-                for request in requests:
-                    request(_as_store_error(exc, "write"))
-                if closing:
-                    attempts += 1
-                    if attempts < _CLOSE_ATTEMPTS:
-                        time.sleep(_BACKOFF_FIRST * 10 * attempts)
-                        continue
-                    self._abandon(exc)
-                    return
-                continue
-            self._retry_at = None
-            self._backoff = 0.0
-            if closing:
-                for request in requests:
-                    request(JournalClosed(f"journal {self.directory} is closed"))
-                return
-            if requests or self._reclaim_due:
-                self._reclaim_safely(requests)
+            if self._reclaim_due or self._retry_at is not None:
+                with intake.cond:
+                    intake.cond.notify()
+            return True
+        finally:
+            self.cycle_lock.release()
 
     def _wait_for_work(self) -> None:
         """Wait (holding the intake's ``cond``) until there is something to do now."""

@@ -248,3 +248,61 @@ def test_settings_are_checked(tmp_path: Path) -> None:
         Journal(tmp_path, segment_size=100)
     with pytest.raises(ValueError, match="sync"):
         Journal(tmp_path, sync="sometimes")
+
+
+# -- syncing on the caller's thread (the broker's loop, when the writer is idle) ------------
+
+
+def test_an_idle_journal_syncs_inline_on_the_callers_thread(journals: Journals) -> None:
+    journal = journals.open(preallocate=False)
+    journal.flush()
+    journal.add(add("q", 1))
+    threads: list[threading.Thread] = []
+    done = Callbacks()
+
+    def callback(error: BaseException | None) -> None:
+        threads.append(threading.current_thread())
+        done(error)
+
+    before = journals.disk.data_syncs
+    assert journal.sync_inline([callback])
+    assert done.wait() == [None]  # already called: no waiting
+    assert threads == [threading.current_thread()]
+    assert journals.disk.data_syncs == before + 1
+    journal = journals.reopen(journal)
+    assert [s.seq for s in journal.recover().messages["q"]] == [1]
+
+
+def test_inline_sync_declines_while_the_writer_is_busy(journals: Journals) -> None:
+    journal = journals.open(preallocate=False)
+    journal.flush()
+    gate = Gate("sync")
+    journals.disk.hook = gate
+    journal.add(add("q", 1))
+    first = Callbacks()
+    journal.sync(first)  # the writer thread enters its fsync and waits at the gate
+    gate.wait_entered()
+    journal.add(add("q", 2))
+    assert not journal.sync_inline([Callbacks()])  # busy: the caller hands over instead
+    gate.released.set()
+    assert first.wait() == [None]
+
+
+def test_an_inline_fsync_failure_fails_the_callbacks_and_the_writer_recovers(
+    journals: Journals,
+) -> None:
+    journal = journals.open(preallocate=False)
+    journal.define(QueueDefinition("q", QueueKind.QUEUE))
+    journal.flush()
+    journals.disk.sync_error = errno.EIO
+    journal.add(add("q", 1))
+    failed = Callbacks()
+    assert journal.sync_inline([failed])
+    [error] = failed.wait()
+    assert isinstance(error, DiskFailure)
+    journals.disk.sync_error = None
+    ok = Callbacks()
+    journal.sync(ok)  # the writer thread retries what failed, and this with it
+    assert ok.wait() == [None]
+    journal = journals.reopen(journal)
+    assert [s.seq for s in journal.recover().messages["q"]] == [1]
