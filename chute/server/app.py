@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import errno
 import gc
 import logging
@@ -79,6 +80,7 @@ class BrokerServer:
         restored = self.broker.recover()
         if restored:
             log.info("recovered %d messages", restored)
+            release_free_memory()  # recovery's garbage: a paged backlog was decoded whole
         self.bridges = start_bridges(self)  # before the listeners: a bad mount stops us early
         bound: list[tuple[str, str, int]] = []
         if self.config.port:
@@ -221,6 +223,20 @@ def open_store(config: ServerConfig) -> Store:
         batch_ms=config.sync_batch_ms,
         segment_size=config.segment_size,
     )
+
+
+def release_free_memory() -> None:
+    """Give the C allocator's free pages back to the system (glibc's ``malloc_trim``).
+
+    Message bodies live in malloc'd blocks; after recovery frees a large backlog's
+    decoded copies (the queues keep only what fits in ``max_memory``), glibc
+    keeps the freed heap unless asked. Elsewhere this does nothing.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        return
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
