@@ -489,6 +489,11 @@ class Broker:
                     Entry(item.seq, item.message, item.delivery_count, item.delivery_count > 0)
                 )
                 count += 1
+            paged = recovered.paged.get(name)
+            if paged is not None:
+                after = stored[-1].seq if stored else 0
+                queue.restore_paged(*paged, after=after, up_to=numbered.next_seq - 1)
+                count += paged[0]
         self.xa.restore(recovered)
         self.batches.recover()  # rolls forward batches a crash cut short
         for sub in subscriptions.values():

@@ -183,6 +183,7 @@ class QueueChannel:
         # seqs above top_seq held in memory all the same (a transaction's, a withdrawn one)
         self._page_skip: set[int] = set()
         self._transient_stored: set[int] = set()  # non-persistent seqs recorded for paging
+        self._uncounted = (0, 0)  # seqs paged by a lazy recovery: expirations not yet counted
         # producer flow control: called once the backlog is down to half of flow_backlog
         self.flow_waiters: list[Callable[[], None]] = []
 
@@ -242,6 +243,16 @@ class QueueChannel:
         self.paged_bytes += message.size
         return True
 
+    def restore_paged(self, count: int, size: int, *, after: int, up_to: int) -> None:
+        """Recovery left ``count`` live messages (about ``size`` bytes) numbered in
+        (``after``, ``up_to``] in the store: this queue pages them from the start."""
+        self.held += count
+        self.held_bytes += size
+        self.enqueued += count
+        self.paged += count
+        self.paged_bytes += size
+        self._uncounted = (after, up_to)
+
     def _page_in(self) -> None:
         """Read the next window of paged messages back from the store into the lanes."""
         if self.host.defer_page_in(self):
@@ -266,6 +277,8 @@ class QueueChannel:
             message = item.message
             if not message.persistent:
                 self._transient_stored.add(seq)
+            if message.expiration and self._uncounted[0] < seq <= self._uncounted[1]:
+                self.expiring += 1  # restored paged: its expiration was not counted yet
             self.paged -= 1
             self.paged_bytes -= message.size
             memory.used += message.size
@@ -273,6 +286,9 @@ class QueueChannel:
                 Entry(seq, message, item.delivery_count, item.delivery_count > 0)
             )
             self.ready += 1
+        if not self.paged and self.paged_bytes:  # restored sizes were estimates
+            self.held_bytes -= self.paged_bytes
+            self.paged_bytes = 0
         if skip:
             skip.difference_update([s for s in skip if s <= self.top_seq])
         if skip and not self.paged:

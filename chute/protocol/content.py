@@ -51,6 +51,7 @@ KIND_CODES: Final = _KIND_INDEX
 KINDS: Final = _KINDS
 """The body kind of each wire code."""
 CONTENT_HEAD: Final = _CONTENT
+PERSISTENT_FLAG: Final = _PERSISTENT  # in the content block's second byte (flags)
 """The fixed head of a content block: priority, flags, kind, the four string
 lengths and the property count."""
 _PROP_HEAD: Final = struct.Struct(">BH")

@@ -91,7 +91,7 @@ from chute.store.payload import (
 )
 from chute.store.reclaim import LiveIndex
 from chute.store.record import Kind
-from chute.store.recovery import recover
+from chute.store.recovery import recover_lazily
 from chute.store.segment import list_segments, remove_spares
 from chute.store.writer import Intake, ReclaimResult, SyncMode, Writer
 
@@ -139,13 +139,14 @@ class Journal:
         try:
             remove_spares(self.directory)
             index = LiveIndex()
-            recovered, self.report = recover(self.directory, disk=disk, index=index)
+            recovered, self.report = recover_lazily(self.directory, disk=disk, index=index)
             segments = list_segments(self.directory)
         except BaseException:
             os.close(self._lock_fd)
             raise
         self._disk = disk
         self._recovered: Recovered | None = recovered
+        self._changed = False  # anything but a definition appended since the open
         self._prepared: dict[str, tuple[TxOp, ...]] = {
             xid: ops for xid, (ops, _) in index.prepared.items()
         }
@@ -176,6 +177,11 @@ class Journal:
 
     def define(self, definition: QueueDefinition) -> None:
         self._append_record(DefineRecord(definition))
+        recovered = self._recovered
+        if recovered is not None:  # still what recover() returns: keep it in step
+            recovered.definitions = [
+                d for d in recovered.definitions if d.name != definition.name
+            ] + [definition]
 
     def undefine(self, name: str) -> None:
         self._append_record(UndefineRecord(name))
@@ -191,6 +197,7 @@ class Journal:
             payload = encode_add(op)
         except ENCODE_ERRORS as exc:
             raise StoreError(f"message {op.message.id!r} cannot be journaled: {exc}") from exc
+        self._changed = True
         self._intake.append(Kind.ADD, payload, AddRecord(op))
 
     def ack(self, op: AckOp) -> None:
@@ -198,6 +205,7 @@ class Journal:
             payload = encode_ack(op)
         except ENCODE_ERRORS as exc:
             raise StoreError(f"ack cannot be journaled: {exc}") from exc
+        self._changed = True
         self._intake.append(Kind.ACK, payload, AckRecord(op))
 
     def delivered(self, queue: str, seq: int, delivery_count: int) -> None:
@@ -205,6 +213,7 @@ class Journal:
             payload = encode_delivered(queue, seq, delivery_count)
         except ENCODE_ERRORS as exc:
             raise StoreError(f"delivery mark cannot be journaled: {exc}") from exc
+        self._changed = True
         self._intake.append(Kind.DELIVERED, payload, DeliveredRecord(queue, seq, delivery_count))
 
     def commit(self, ops: Sequence[TxOp]) -> None:
@@ -237,7 +246,8 @@ class Journal:
             callback(JournalClosed(f"journal {self.directory} is closed"))
 
     def recover(self) -> Recovered:
-        """What is durable: what the open replayed, until something is appended.
+        """What is durable: what the open replayed, until something but a queue definition
+        is appended (a broker defines its system queues before it recovers).
 
         After that (or on a second call) it flushes everything buffered and
         reads the segments again.
@@ -246,12 +256,14 @@ class Journal:
             StoreError: the flush failed (the disk) or timed out.
         """
         recovered, self._recovered = self._recovered, None
-        if recovered is not None and not self._intake.appended:
+        if recovered is not None and not self._changed:
             return recovered
         del recovered
         self.flush()
         with self._writer.files:
-            recovered, _ = recover(self.directory, disk=self._disk, cut=False)
+            recovered, _ = recover_lazily(
+                self.directory, index=LiveIndex(), disk=self._disk, cut=False
+            )
         return recovered
 
     def sync_inline(self, callbacks: list[SyncCallback]) -> bool:
@@ -363,6 +375,8 @@ class Journal:
     # -- caller-side helpers ---------------------------------------------------------
 
     def _append_record(self, record: Record) -> None:
+        if type(record) is not DefineRecord:
+            self._changed = True
         try:
             kind, payload = encode(record)
         except ENCODE_ERRORS as exc:

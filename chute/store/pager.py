@@ -41,24 +41,27 @@ _OFFSET_MASK: Final = (1 << SEGMENT_SHIFT) - 1
 
 
 class TxLayouts:
-    """Where the adds of recently read transaction records sit: ``location -> {seq: span}``.
+    """Where the adds of recently read transaction records sit:
+    ``location -> {(seq, queue): span}``.
 
-    A span is the add's (start, end) in the segment file. Records never change
+    A span is the add's (start, end) in the segment file. (One record can hold
+    two adds of the same sequence number for different queues: compaction
+    splits a fanned-out add whose queues know different delivery counts.) Records never change
     once written, so a layout stays true until its segment is deleted (and a
     paged message's location then moved: it is looked up afresh).
     """
 
     def __init__(self, capacity: int = 16) -> None:
         self.capacity = capacity
-        self._layouts: OrderedDict[int, dict[int, tuple[int, int]]] = OrderedDict()
+        self._layouts: OrderedDict[int, dict[tuple[int, str], tuple[int, int]]] = OrderedDict()
 
-    def get(self, location: int) -> dict[int, tuple[int, int]] | None:
+    def get(self, location: int) -> dict[tuple[int, str], tuple[int, int]] | None:
         layout = self._layouts.get(location)
         if layout is not None:
             self._layouts.move_to_end(location)
         return layout
 
-    def put(self, location: int, layout: dict[int, tuple[int, int]]) -> None:
+    def put(self, location: int, layout: dict[tuple[int, str], tuple[int, int]]) -> None:
         self._layouts[location] = layout
         while len(self._layouts) > self.capacity:
             self._layouts.popitem(last=False)
@@ -163,7 +166,10 @@ class _Reader:
             if kind in (Kind.COMMIT, Kind.COMMIT_PREPARED):
                 base = offset - p  # the file position of chunk[0]
                 keys = op_add_keys(kind, chunk, start, end, self.names)
-                self.layouts.put(location, {s: (base + a, base + b) for s, _, a, b in keys})
+                self.layouts.put(
+                    location,
+                    {(s, q): (base + a, base + b) for s, queues, a, b in keys for q in queues},
+                )
                 return None
         except CorruptRecord as exc:
             log.error("journal: paged record at segment %d offset %d: %s", segment, offset, exc)
@@ -177,7 +183,8 @@ class _Reader:
         self, fd: int, segment: int, location: int, seqs: list[int]
     ) -> dict[int, Message]:
         layout = self.layouts.get(location) or {}
-        spans = [(seq, layout[seq]) for seq in seqs if seq in layout]
+        queue = self.queue
+        spans = [(seq, layout[seq, queue]) for seq in seqs if (seq, queue) in layout]
         if not spans:
             return {}
         low = min(a for _, (a, _) in spans)

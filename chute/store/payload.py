@@ -48,7 +48,13 @@ from typing import Final
 from chute.core.store import AckOp, AddOp, QueueDefinition, QueueKind, TxOp
 from chute.errors import ChuteError
 from chute.message import Message
-from chute.protocol.content import DEFAULT_MAX_PROPERTIES, decode_content, encode_content
+from chute.protocol.content import (
+    CONTENT_HEAD,
+    DEFAULT_MAX_PROPERTIES,
+    PERSISTENT_FLAG,
+    decode_content,
+    encode_content,
+)
 from chute.store.errors import CorruptRecord
 from chute.store.record import Kind
 
@@ -353,6 +359,43 @@ def add_keys(data: bytes, start: int, names: Names) -> tuple[int, list[str]]:
     except _DECODE_ERRORS as exc:
         raise CorruptRecord(f"malformed add record: {exc}") from exc
     return seq, queues
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AddHead:
+    """What an ADD payload says without decoding its message (lazy recovery)."""
+
+    seq: int
+    destination: str
+    queues: tuple[str, ...]
+    stored_count: int
+    persistent: bool
+    size: int  # of the content block: about the message's size
+
+
+def add_head(data: bytes, start: int, end: int, names: Names) -> AddHead:
+    """The ADD payload's keys and flags, leaving its message undecoded.
+
+    Raises:
+        CorruptRecord: the payload is malformed.
+    """
+    try:
+        seq, _, _, stored, _, _, dest_len = _ADD.unpack_from(data, start)
+        p = start + _ADD_SIZE
+        q = p + dest_len
+        destination = names.intern(data[p:q])
+        (count,) = _U16.unpack_from(data, q)
+        p = q + 2
+        queues = []
+        for _ in range(count):
+            queue, p = names.read(data, p)
+            queues.append(queue)
+        if p + CONTENT_HEAD.size > end:
+            raise IndexError("add header runs past the record")
+        flags = data[p + 1]
+    except _DECODE_ERRORS as exc:
+        raise CorruptRecord(f"malformed add record: {exc}") from exc
+    return AddHead(seq, destination, tuple(queues), stored, bool(flags & PERSISTENT_FLAG), end - p)
 
 
 def op_add_keys(

@@ -34,11 +34,14 @@ import os
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Final
 
 from chute.core.store import AckOp, AddOp, Recovered, TxOp
+from chute.message import Message
 from chute.store.disk import Disk
 from chute.store.errors import CorruptRecord
 from chute.store.memory import MemoryStore
+from chute.store.pager import TxLayouts, read_paged
 from chute.store.payload import (
     AckRecord,
     AddRecord,
@@ -52,6 +55,7 @@ from chute.store.payload import (
     Record,
     RollbackPreparedRecord,
     UndefineRecord,
+    add_head,
     decode,
     decode_ack,
     decode_add,
@@ -67,6 +71,9 @@ from chute.store.segment import (
 )
 
 log = logging.getLogger(__name__)
+
+# The message of an add replayed lazily: the index keeps only keys and locations.
+UNREAD: Final = Message.create(b"", persistent=True)
 
 _ADD, _ACK = int(Kind.ADD), int(Kind.ACK)
 
@@ -140,6 +147,121 @@ def recover(
             gc.enable()
     report.seconds = time.perf_counter() - started
     return store.recover(), report
+
+
+def recover_lazily(
+    directory: str,
+    *,
+    index: LiveIndex,
+    disk: Disk | None = None,
+    window_bytes: int = 1 << 20,
+    cut: bool = True,
+) -> tuple[Recovered, RecoveryReport]:
+    """Replay ``directory`` into ``index`` without decoding the messages of ADD records, then
+    read back only the first ``window_bytes`` of each queue; the rest is reported as paged.
+
+    What the journal opens with: a backlog of millions costs its index (8 bytes a
+    message) and one window per queue, not every message decoded at once. The
+    queues read the rest back as consumers drain them (``Store.page_in``).
+    ``Recovered.paged[queue]`` is (count, estimated bytes) of what was left unread.
+    ``cut`` truncates torn tails; a re-read of a journal in use passes False.
+
+    Raises:
+        OSError: only if the directory itself cannot be listed.
+    """
+    disk = disk or Disk()
+    report = RecoveryReport(directory)
+    started = time.perf_counter()
+    names = Names()
+    sizes: dict[str, list[int]] = {}  # queue -> [adds, content bytes]: for the estimate
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for segment, data in _read_ahead(directory, list_segments(directory)):
+            if isinstance(data, OSError):
+                report.records_skipped += 1
+                report.note(f"segment {segment} cannot be read, skipped: {data}")
+                continue
+            report.segments += 1
+            report.bytes_read += len(data)
+            end = _index_segment(data, segment, index, names, sizes, report)
+            if end < len(data) and cut:
+                _cut(directory, segment, end, disk, report)
+    finally:
+        if collecting:
+            gc.enable()
+    recovered = Recovered(
+        definitions=[definition for definition, _ in index.definitions.values()],
+        prepared={xid: list(ops) for xid, (ops, _) in index.prepared.items()},
+        next_seq=dict(index.next_seq),
+    )
+    layouts = TxLayouts()
+    for queue, held in index.locations.items():
+        if not held:
+            continue
+        adds, content = sizes.get(queue, (1, 1024))
+        average = max(1, content // max(1, adds))
+        wanted = min(len(held), max(16, window_bytes // average))
+        window = read_paged(directory, index, queue, 0, wanted, layouts)
+        recovered.messages[queue] = window
+        rest = len(held) - len(window)
+        if rest > 0:
+            recovered.paged[queue] = (rest, rest * average)
+    report.seconds = time.perf_counter() - started
+    return recovered, report
+
+
+def _index_segment(  # noqa: PLR0917 - private
+    data: bytes,
+    segment: int,
+    index: LiveIndex,
+    names: Names,
+    sizes: dict[str, list[int]],
+    report: RecoveryReport,
+) -> int:
+    """Replay one segment into ``index`` only; returns where a torn tail starts."""
+    problem = header_problem(data, segment)
+    if problem is not None:
+        if data.count(0) == len(data):
+            return len(data)
+        report.note(f"segment {segment}: {problem}; reading its records anyway")
+    base = segment << SEGMENT_SHIFT
+    scan = Scan(data, segment, SEGMENT_HEADER_SIZE)
+    replayed = 0
+    for offset, kind, start, end in scan:
+        try:
+            if kind == _ADD:
+                head = add_head(data, start, end, names)
+                replayed += 1
+                if not head.persistent:  # a paged transient: gone with the process
+                    continue
+                index.add(
+                    AddOp(head.destination, head.queues, head.seq, UNREAD),
+                    head.stored_count,
+                    base | offset,
+                )
+                for queue in head.queues:
+                    tally = sizes.get(queue)
+                    if tally is None:
+                        sizes[queue] = [1, head.size]
+                    else:
+                        tally[0] += 1
+                        tally[1] += head.size
+                continue
+            if kind == _ACK:
+                index.ack(decode_ack(data, start, names), base | offset)
+            else:
+                index.apply(
+                    _without_transients(decode(kind, data, start, end, names)), base | offset
+                )
+        except CorruptRecord as exc:
+            report.records_skipped += 1
+            report.bytes_skipped += end - offset
+            report.note(f"segment {segment} offset {offset}: {exc}; skipped")
+            continue
+        replayed += 1
+    report.records += replayed
+    return _account_damage(scan, segment, data, report)
 
 
 def _replay_all(  # noqa: PLR0917 - private, called once
@@ -236,6 +358,11 @@ def _replay_segment(  # noqa: PLR0917 - private, called once
             continue
         replayed += 1
     report.records += replayed
+    return _account_damage(scan, segment, data, report)
+
+
+def _account_damage(scan: Scan, segment: int, data: bytes, report: RecoveryReport) -> int:
+    """Report the scan's damage; returns where a torn tail starts (or ``len(data)``)."""
     torn = len(data)
     for damage in scan.damage:
         if damage.tail:

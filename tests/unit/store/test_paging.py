@@ -21,6 +21,8 @@ from chute.message import Message
 from chute.store.journal import Journal
 from chute.store.memory import MemoryStore
 
+from ..core.helpers import FakeClock
+
 LIMIT = 32 << 10  # 32 KiB of message data in memory
 BODY = b"x" * 200
 
@@ -270,3 +272,59 @@ def test_one_huge_transaction_pages_and_drains_in_order(open_store: OpenStore) -
     assert (q.held, q.inflight) == (20_000, 0)  # paged messages are not in flight
     s = Connection(broker).session(AckMode.CLIENT)
     assert [b for b, _ in drain(s, "queue:q", prefetch=500)] == expected(20_000)
+
+
+def test_a_journal_reopens_a_deep_backlog_without_decoding_it(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "j", sync="never")
+    broker = Broker(journal)  # no memory limit: everything in memory while it runs
+    s = Connection(broker).session(AckMode.CLIENT)
+    big = b"y" * 1000
+    for i in range(5000):
+        s.send("queue:q", Message.create(big + str(i).encode()))
+    journal.close()
+    journal = Journal(tmp_path / "j", sync="never")
+    try:
+        recovered = journal.recover()
+        window = recovered.messages["queue:q"]
+        count, size = recovered.paged["queue:q"]
+        assert len(window) < 1200  # about 1 MiB decoded, not 5 MB
+        assert len(window) + count == 5000
+        assert 0.8 < size / (count * 1000) < 1.5  # an estimate, from the records' sizes
+        restarted = Broker(journal, memory_limit=LIMIT)
+        restarted.recover()
+        q = queue(restarted, "queue:q")
+        assert q.held == 5000
+        assert q.paged >= count  # the window itself pages past the memory limit
+        s2 = Connection(restarted).session(AckMode.CLIENT)
+        got = [b for b, _ in drain(s2, "queue:q")]
+        assert got == [big + str(i).encode() for i in range(5000)]
+        assert (q.held, q.held_bytes, q.paged, q.paged_bytes) == (0, 0, 0, 0)
+    finally:
+        journal.close()
+
+
+def test_restored_paged_messages_still_expire(tmp_path: Path) -> None:
+    clock = FakeClock()
+    journal = Journal(tmp_path / "j", sync="never")
+    broker = Broker(journal, clock=clock)
+    s = Connection(broker).session(AckMode.CLIENT)
+    for i in range(3000):
+        s.send("queue:q", Message.create(BODY * 5 + str(i).encode()), ttl=60_000)
+    journal.close()
+    journal = Journal(tmp_path / "j", sync="never")
+    try:
+        restarted = Broker(journal, memory_limit=LIMIT, clock=clock)
+        restarted.recover()
+        q = queue(restarted, "queue:q")
+        assert q.paged > 2000
+        clock.advance(61_000)
+        expired = 0
+        while q.held:  # each sweep expires what is in memory; deliver() reads the next window
+            swept = restarted.expire_due()
+            assert swept, "nothing expired although messages are held"
+            expired += swept
+            q.deliver()
+        assert expired == 3000
+        assert q.expiring == 0
+    finally:
+        journal.close()
