@@ -29,7 +29,11 @@ SEQ = struct.Struct(">Q")
 
 
 def rss_kib(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:  # the process is gone (a restart)
+        return 0
+    for line in status.splitlines():
         if line.startswith(field + ":"):
             return int(line.split()[1])
     return 0
@@ -39,6 +43,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=2_000_000)
     parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument(
+        "--restart", action="store_true", help="restart the broker between fill and drain"
+    )
     args = parser.parse_args()
     data_dir = tempfile.mkdtemp(prefix="chute-paging-")
     proc, url = start_broker(data_dir)
@@ -61,6 +68,19 @@ def main() -> None:
         rss_full = rss_kib(proc.pid, "VmRSS")
         with chute.connect(url) as conn:
             stats = {d["address"]: d for d in _destinations(conn)}
+        restart: dict[str, float] = {}
+        if args.restart:
+            peak_before = rss_kib(proc.pid, "VmHWM")
+            proc.terminate()
+            proc.wait(120)
+            began = time.perf_counter()
+            proc, url = start_broker(data_dir)
+            restart = {
+                "restart_s": round(time.perf_counter() - began, 1),
+                "peak_rss_mib_before_restart": round(peak_before / 1024, 1),
+                "peak_rss_mib_after_recovery": round(rss_kib(proc.pid, "VmHWM") / 1024, 1),
+            }
+            t0 += time.perf_counter() - began
         drain(url, args.count)
         drained = time.perf_counter() - t0 - filled
         peak = rss_kib(proc.pid, "VmHWM")
@@ -85,6 +105,7 @@ def main() -> None:
                 "rss_full_mib": round(rss_full / 1024, 1),
                 "peak_rss_mib": round(peak / 1024, 1),
                 "target_peak_rss_mib": 300,
+                **restart,
                 "rss_samples_mib": [
                     (round(t, 1), round(kib / 1024, 1))
                     for t, kib in samples[:: max(1, len(samples) // 20)]

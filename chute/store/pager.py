@@ -149,8 +149,8 @@ class _Reader:
             chunk, p = os.pread(fd, HEADER_SIZE, offset), 0
         magic, crc, length, kind = HEADER.unpack_from(chunk, p)
         start, end = p + HEADER_SIZE, p + HEADER_SIZE + length
-        if end > len(chunk):
-            chunk = os.pread(fd, HEADER_SIZE + length, offset)
+        if end > len(chunk):  # the read-ahead cut the record short: read it whole
+            chunk, p = os.pread(fd, HEADER_SIZE + length, offset), 0
             start, end = HEADER_SIZE, HEADER_SIZE + length
         payload = memoryview(chunk)[start:end]
         if (
@@ -162,7 +162,18 @@ class _Reader:
             return None
         try:
             if kind == Kind.ADD:
-                return decode_add(chunk, start, end, self.names)[0].message
+                op, _ = decode_add(chunk, start, end, self.names)
+                if op.seq == seq and self.queue in op.queues:
+                    return op.message
+                log.error(
+                    "journal: segment %d offset %d holds add #%d, not %s #%d",
+                    segment,
+                    offset,
+                    op.seq,
+                    self.queue,
+                    seq,
+                )
+                return None
             if kind in (Kind.COMMIT, Kind.COMMIT_PREPARED):
                 base = offset - p  # the file position of chunk[0]
                 keys = op_add_keys(kind, chunk, start, end, self.names)
@@ -197,6 +208,10 @@ class _Reader:
             except CorruptRecord as exc:
                 log.error("journal: segment %d: add #%d in a transaction: %s", segment, seq, exc)
                 continue
-            if self.queue in op.queues:
+            if op.seq != seq:  # never expected: the layout would be wrong
+                log.error(
+                    "journal: segment %d: add #%d read where #%d was due", segment, op.seq, seq
+                )
+            elif self.queue in op.queues:
                 found[seq] = op.message
         return found

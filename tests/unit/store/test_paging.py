@@ -328,3 +328,29 @@ def test_restored_paged_messages_still_expire(tmp_path: Path) -> None:
         assert q.expiring == 0
     finally:
         journal.close()
+
+
+def test_a_window_spanning_plain_adds_and_a_large_transaction_reads_every_message(
+    tmp_path: Path,
+) -> None:
+    """The read-ahead of a window covers the plain adds and only the start of the big
+    transaction record after them: that record is read whole on its own."""
+    journal = Journal(tmp_path / "j", sync="never")
+    broker = Broker(journal)
+    plain = Connection(broker).session(AckMode.CLIENT)
+    tx = Connection(broker).session(AckMode.CLIENT, transacted=True)
+    big = b"z" * 1000
+    bodies = [big + str(i).encode() for i in range(300)]
+    for body in bodies[:10]:
+        plain.send("queue:q", Message.create(body))
+    for body in bodies[10:]:
+        tx.send("queue:q", Message.create(body))
+    tx.commit()  # one record of ~300 KB, past the pager's 64 KiB read-ahead
+    journal.close()
+    journal = Journal(tmp_path / "j", sync="never")
+    try:
+        window = journal.recover().messages["queue:q"]
+        assert [s.message.body for s in window] == bodies
+        assert journal.page_in("queue:q", 5, 20) == window[5:25]
+    finally:
+        journal.close()
