@@ -86,6 +86,11 @@ def _add_serve(sub: Any) -> None:
         "--smq-sink-port", type=int, metavar="PORT", help="sink port (default 6212, 0 = off)"
     )
     serve.add_argument(
+        "--tls-port", type=int, help="native protocol over TLS, chutes:// (default 0 = off)"
+    )
+    serve.add_argument("--tls-cert", help="PEM certificate chain for --tls-port")
+    serve.add_argument("--tls-key", help="PEM private key, if not in --tls-cert")
+    serve.add_argument(
         "--flow-backlog",
         type=int,
         help="pause a queue's producers while its consumers lag this many messages "
@@ -185,6 +190,9 @@ def _serve(args: argparse.Namespace) -> int:
         "store": args.store,
         "sync": args.sync,
         "max_memory": args.max_memory,
+        "tls_port": args.tls_port,
+        "tls_cert": args.tls_cert,
+        "tls_key": args.tls_key,
         "flow_backlog": args.flow_backlog,
     }
     config = config_module.load(args.config, overrides)

@@ -73,6 +73,9 @@ class ServerConfig:
     max_memory: int = 64 << 20  # message data in memory before durable queues page; 0 = never
     flow_backlog: int = 5000  # pause producers of a queue whose consumers fall this far behind
     inline_sync: bool = True  # an idle journal syncs on the broker's loop (docs/durability.md)
+    tls_port: int = 0  # the native protocol over TLS (chutes://); 0 = off; needs tls_cert
+    tls_cert: str = ""  # PEM certificate chain (may hold the key too)
+    tls_key: str = ""  # PEM private key, if not in tls_cert
     users: dict[str, str] = dataclasses.field(default_factory=dict)
     destinations: dict[str, DestinationSettings] = dataclasses.field(default_factory=dict)
     default_destination: DestinationSettings = dataclasses.field(
@@ -90,9 +93,15 @@ class ServerConfig:
             ("port", self.port),
             ("stomp_port", self.stomp_port),
             ("http_port", self.http_port),
+            ("tls_port", self.tls_port),
         ):
             if not 0 <= port <= 65535:
                 raise ConfigError(f"server.{name}: {port} is not a TCP port (0-65535)")
+        if self.tls_port and not self.tls_cert:
+            raise ConfigError(
+                "server.tls_port is set but server.tls_cert is not: give the PEM certificate "
+                "(and tls_key, unless the key is in the same file)"
+            )
         if not self.users and not _is_loopback(self.host):
             raise ConfigError(
                 f"server.host = {self.host!r} accepts connections from other machines: "
@@ -128,6 +137,9 @@ _SERVER_KEYS = {
     "max_memory": "size",
     "flow_backlog": int,
     "inline_sync": bool,
+    "tls_port": int,
+    "tls_cert": str,
+    "tls_key": str,
 }
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import ssl
 import time
 from collections.abc import AsyncIterator, Generator, Mapping
 from types import TracebackType
@@ -20,6 +21,7 @@ from typing import Any, Final, Self
 
 from chute.client.protocol import ClientProtocol, Progress
 from chute.client.received import Received
+from chute.client.tls import client_context
 from chute.client.url import parse_url
 from chute.errors import ConnectError, ConsumerError, RequestTimeout
 from chute.message import DEFAULT_PRIORITY, BodyKind, Message
@@ -62,6 +64,8 @@ def connect(
     passcode: str | None = None,
     timeout: float = 10.0,
     heartbeat: float = 0.0,
+    tls_ca: str | None = None,
+    tls_verify: bool = True,
 ) -> _ConnectAttempt:
     """Connect to a broker: ``conn = await connect(...)`` or ``async with connect(...) as conn``.
 
@@ -72,11 +76,18 @@ def connect(
         target = parse_url(url)
         loop = asyncio.get_running_loop()
         proto = ClientProtocol()
+        context = client_context(tls_ca, verify=tls_verify) if target.tls else None
         try:
             async with asyncio.timeout(timeout):
                 _, adapter = await loop.create_connection(
-                    lambda: _Adapter(proto), target.host, target.port
+                    lambda: _Adapter(proto),
+                    target.host,
+                    target.port,
+                    ssl=context,
+                    server_hostname=target.host if context is not None else None,
                 )
+        except ssl.SSLError as exc:
+            raise ConnectError(f"TLS handshake with {target} failed: {exc.reason or exc}") from None
         except (OSError, TimeoutError) as exc:
             raise ConnectError(f"cannot connect to {target}: {exc or 'timed out'}") from None
         conn = adapter.connection(timeout)

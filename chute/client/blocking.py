@@ -26,6 +26,7 @@ from typing import Any, Final, Self
 
 from chute.client.protocol import ClientProtocol
 from chute.client.received import Received
+from chute.client.tls import TlsSocket, client_context
 from chute.client.url import parse_url
 from chute.errors import ChuteError, ConnectError, ConsumerError, RequestTimeout
 from chute.message import DEFAULT_PRIORITY, BodyKind, Message
@@ -45,6 +46,8 @@ def connect(
     passcode: str | None = None,
     timeout: float = 10.0,
     heartbeat: float = 0.0,
+    tls_ca: str | None = None,
+    tls_verify: bool = True,
 ) -> Connection:
     """Connect to a broker and return a :class:`Connection` (also a context manager).
 
@@ -54,6 +57,8 @@ def connect(
         login, passcode: credentials, if the broker requires them.
         timeout: seconds to wait for the connection and for every request's answer.
         heartbeat: seconds; if > 0, ask the broker to check liveness that often.
+        tls_ca: for ``chutes://``: a CA file to trust (default: the system's).
+        tls_verify: for ``chutes://``: False skips the certificate check (testing only).
 
     Raises:
         ConnectError: cannot reach the broker, or it refused the connection.
@@ -66,8 +71,15 @@ def connect(
     except OSError as exc:
         raise ConnectError(f"cannot connect to {target}: {exc}") from None
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    channel: socket.socket | TlsSocket = sock
+    if target.tls:
+        try:
+            channel = TlsSocket(sock, client_context(tls_ca, verify=tls_verify), target.host)
+        except BaseException:
+            sock.close()
+            raise
     sock.settimeout(None)
-    conn = Connection(sock, ClientProtocol(), timeout)
+    conn = Connection(channel, ClientProtocol(), timeout)
     try:
         conn._handshake(client_id, login, passcode, heartbeat)
     except BaseException:
@@ -79,7 +91,9 @@ def connect(
 class Connection:
     """A connection to a broker. Thread-safe. Use :func:`connect` to make one."""
 
-    def __init__(self, sock: socket.socket, protocol: ClientProtocol, timeout: float) -> None:
+    def __init__(
+        self, sock: socket.socket | TlsSocket, protocol: ClientProtocol, timeout: float
+    ) -> None:
         self.timeout = timeout
         self.connection_id = ""
         self._sock = sock

@@ -19,6 +19,7 @@ import gc
 import logging
 import signal
 import socket
+import ssl as ssl_module
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -89,6 +90,15 @@ class BrokerServer:
             )
             sock = server.sockets[0].getsockname()
             bound.append(("native", sock[0], sock[1]))
+        if self.config.tls_port:
+            server = await self._listen(
+                self.config.host,
+                self.config.tls_port,
+                lambda: NativeConnection(self),
+                ssl=server_context(self.config.tls_cert, self.config.tls_key),
+            )
+            sock = server.sockets[0].getsockname()
+            bound.append(("native-tls", sock[0], sock[1]))
         if self.config.stomp_port:
             server = await self._listen(
                 self.config.host, self.config.stomp_port, lambda: StompConnection(self)
@@ -107,11 +117,15 @@ class BrokerServer:
         return bound
 
     async def _listen(
-        self, host: str, port: int, factory: Callable[[], asyncio.Protocol]
+        self,
+        host: str,
+        port: int,
+        factory: Callable[[], asyncio.Protocol],
+        ssl: ssl_module.SSLContext | None = None,
     ) -> asyncio.Server:
         try:
             server = await self.loop.create_server(
-                factory, host, port, reuse_address=True, backlog=512
+                factory, host, port, reuse_address=True, backlog=512, ssl=ssl
             )
         except OSError as exc:
             hint = " (is another broker running?)" if exc.errno == errno.EADDRINUSE else ""
@@ -223,6 +237,21 @@ def open_store(config: ServerConfig) -> Store:
         batch_ms=config.sync_batch_ms,
         segment_size=config.segment_size,
     )
+
+
+def server_context(cert: str, key: str) -> ssl_module.SSLContext:
+    """The TLS context of the ``chutes://`` listener (TLS 1.2 or later).
+
+    Raises:
+        OSError: the certificate or key cannot be loaded (with the file names).
+    """
+    context = ssl_module.create_default_context(ssl_module.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl_module.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert, key or None)
+    except (OSError, ssl_module.SSLError) as exc:
+        raise OSError(f"cannot load the TLS certificate {cert!r} / key {key!r}: {exc}") from None
+    return context
 
 
 def release_free_memory() -> None:

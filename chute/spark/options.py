@@ -43,6 +43,8 @@ class ChuteOptions:
     lease_ms: int = 0
     page_messages: int = 4096
     timeout: float = 30.0
+    tls_ca: str | None = None  # chutes:// URLs: a CA file to trust (default: the system's)
+    tls_verify: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, need_destination: bool = True) -> ChuteOptions:
@@ -75,6 +77,8 @@ class ChuteOptions:
             lease_ms=_int(get, "leaseMs", 0),
             page_messages=max(1, _int(get, "pageMessages", 4096)),
             timeout=float(_int(get, "timeoutMs", 30_000)) / 1000,
+            tls_ca=get("tlsCaFile", "tls.caFile") or None,
+            tls_verify=(get("tlsVerify") or "true").strip().lower() not in ("false", "0", "no"),
         )
 
     @property
@@ -85,7 +89,14 @@ class ChuteOptions:
 
     def connect(self) -> Connection:
         """A new connection to the broker (callers close it)."""
-        return connect(self.url, login=self.login, passcode=self.passcode, timeout=self.timeout)
+        return connect(
+            self.url,
+            login=self.login,
+            passcode=self.passcode,
+            timeout=self.timeout,
+            tls_ca=self.tls_ca,
+            tls_verify=self.tls_verify,
+        )
 
     def connect_retrying(self, patience: float = RECONNECT_S) -> Connection:
         """Connect, trying again for ``patience`` seconds while the broker is unreachable

@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trustme
 
 import chute
 from chute.client.blocking import Connection
 
-from .conftest import ChuteServer, start_server
+from .conftest import ChuteServer, free_port, start_server
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -145,6 +146,41 @@ def test_stream_reads_n_and_writes_n_exactly_once(
         assert spark_prepared(conn) == []
         # Spark's source commit lags a batch: the last batch waits, held, for a replay.
         assert read_all(conn, "queue:in") == bodies[900:]
+
+
+def test_batch_read_and_write_over_tls(spark: SparkSession, tmp_path: Path) -> None:
+    ca = trustme.CA()
+    pem, ca_file = tmp_path / "broker.pem", tmp_path / "ca.pem"
+    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(pem))
+    ca.cert_pem.write_to_path(str(ca_file))
+    port = free_port()
+    srv = start_server(tmp_path, "--tls-port", str(port), "--tls-cert", str(pem))
+    url = f"chutes://127.0.0.1:{port}"
+    try:
+        produce(srv.url, "queue:tls-src", [f"t{i}".encode() for i in range(20)])
+        df = (
+            spark.read.format("chute")
+            .option("url", url)
+            .option("tlsCaFile", str(ca_file))
+            .option("destination", "queue:tls-src")
+            .load()
+        )
+        assert sorted(r.body for r in df.collect()) == sorted(f"t{i}".encode() for i in range(20))
+        (
+            df.select("body")
+            .write.format("chute")
+            .option("url", url)
+            .option("tlsCaFile", str(ca_file))
+            .option("destination", "queue:tls-dst")
+            .mode("append")
+            .save()
+        )
+        with chute.connect(srv.url) as conn:
+            assert sorted(read_all(conn, "queue:tls-dst")) == sorted(
+                f"t{i}".encode() for i in range(20)
+            )
+    finally:
+        srv.stop()
 
 
 def test_batch_read_and_write_round_trip(spark: SparkSession, broker: ChuteServer) -> None:

@@ -159,7 +159,7 @@ def test_connect_errors(broker: FakeBroker) -> None:
         with pytest.raises(ConnectError, match="cannot connect"):
             await chute.aio.connect("chute://127.0.0.1:1", timeout=2)
         with pytest.raises(ConnectError, match="not supported yet"):
-            await chute.aio.connect("chutes://127.0.0.1:1")
+            await chute.aio.connect("wss://127.0.0.1:1")
 
     run(main)
 

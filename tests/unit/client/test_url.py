@@ -26,7 +26,13 @@ def test_str_roundtrips() -> None:
         assert str(parse_url(url)) == url
 
 
-@pytest.mark.parametrize("scheme", ["chutes", "ws", "wss"])
+def test_chutes_is_tls_on_its_own_default_port() -> None:
+    assert parse_url("chutes://h") == BrokerUrl("h", 5446, tls=True)
+    assert parse_url("chutes://h:9") == BrokerUrl("h", 9, tls=True)
+    assert str(parse_url("chutes://h:9")) == "chutes://h:9"
+
+
+@pytest.mark.parametrize("scheme", ["ws", "wss"])
 def test_later_transports_say_so(scheme: str) -> None:
     with pytest.raises(ConnectError, match="not supported yet"):
         parse_url(f"{scheme}://h:1")
