@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from chute.cli_output import print_message, print_received
 from chute.errors import ChuteError, ConfigError
-from chute.message import Message
 
 DEFAULT_URL = "chute://127.0.0.1:5445"
 
@@ -257,40 +257,17 @@ def _send(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_message(message: Message, as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(message.to_json(), ensure_ascii=False), flush=True)
-    else:
-        sys.stdout.buffer.write(message.body + b"\n")
-        sys.stdout.flush()
-
-
 def _receive(args: argparse.Namespace) -> int:
-    received = 0
     with _connect(args) as conn, conn.session(ack="client") as session:
         prefetch = max(1, min(args.count or 100, 100))
         consumer = session.consumer(args.destination, selector=args.selector, prefetch=prefetch)
-        while args.count == 0 or received < args.count:
-            message = consumer.receive(timeout=args.timeout)
-            if message is None:
-                break
-            _print_message(message.message, args.json)
-            message.ack()
-            received += 1
-    if args.count and received < args.count:
-        print(
-            f"chute: received {received} of {args.count} messages before the "
-            f"{args.timeout:g} s timeout",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
+        return print_received(consumer, args.count, args.timeout, args.json)
 
 
 def _browse(args: argparse.Namespace) -> int:
     with _connect(args) as conn, conn.session() as session:
         for message in session.browse(args.destination, selector=args.selector, limit=args.limit):
-            _print_message(message, args.json)
+            print_message(message, args.json)
     return 0
 
 

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from chute.cli_output import print_received
 from chute.core.address import Kind, parse
 from chute.dropbox.client import (
     DropboxConnection,
@@ -146,14 +147,11 @@ def _send(args: argparse.Namespace) -> int:
 
 
 def _receive(args: argparse.Namespace) -> int:
-    from chute.cli import _print_message  # noqa: PLC0415
-
     if args.count < 0:
         raise ConfigError("--count must be 0 or more")
     addr = parse(args.destination)
     if addr.kind is Kind.TOPIC and not args.subscription:
         raise ConfigError("receiving from a topic needs --subscription NAME")
-    received = 0
     with (
         _open(args.root, args.client) as conn,
         conn.session(ack="client") as session,
@@ -168,21 +166,7 @@ def _receive(args: argparse.Namespace) -> int:
             )
         else:
             consumer = session.consumer(args.destination, selector=args.selector)
-        while args.count == 0 or received < args.count:
-            message = consumer.receive(timeout=args.timeout)
-            if message is None:
-                break
-            _print_message(message.message, args.json)
-            message.ack()
-            received += 1
-    if args.count and received < args.count:
-        print(
-            f"chute: received {received} of {args.count} messages before the "
-            f"{args.timeout:g} s timeout",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
+        return print_received(consumer, args.count, args.timeout, args.json)
 
 
 def _recover(args: argparse.Namespace) -> int:

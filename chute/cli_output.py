@@ -1,0 +1,55 @@
+"""What the ``chute`` commands print: messages, and the receive loop that prints them.
+
+Shared by ``chute receive`` and ``chute dropbox receive``, so both print the
+same JSON shape and end the same way when fewer messages came than asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Protocol
+
+from chute.message import Message
+
+
+class Received(Protocol):
+    """A received message to acknowledge (the broker's and the dropbox client's)."""
+
+    @property
+    def message(self) -> Message: ...
+
+    def ack(self) -> None: ...
+
+
+class Receiving(Protocol):
+    def receive(self, timeout: float | None = None) -> Received | None: ...
+
+
+def print_message(message: Message, as_json: bool) -> None:
+    """One JSON object per line (``--json``), else the raw body and a newline."""
+    if as_json:
+        print(json.dumps(message.to_json(), ensure_ascii=False), flush=True)
+    else:
+        sys.stdout.buffer.write(message.body + b"\n")
+        sys.stdout.flush()
+
+
+def print_received(consumer: Receiving, count: int, timeout: float, as_json: bool) -> int:
+    """Print and ack up to ``count`` messages (0: until ``timeout`` passes with none);
+    the exit status: 1 if fewer than ``count`` came."""
+    received = 0
+    while count == 0 or received < count:
+        message = consumer.receive(timeout=timeout)
+        if message is None:
+            break
+        print_message(message.message, as_json)
+        message.ack()
+        received += 1
+    if count and received < count:
+        print(
+            f"chute: received {received} of {count} messages before the {timeout:g} s timeout",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
