@@ -2,10 +2,17 @@
 
 Every segment is read whole (one large sequential read), scanned for frames
 (:class:`~chute.store.record.Scan`) and each record replayed, in segment
-then offset order, into a :class:`~chute.store.memory.MemoryStore`: the
-reference store, so that what the journal recovers is by construction what
-a MemoryStore given the same calls would hold. The same pass rebuilds the
-writer's :class:`~chute.store.reclaim.LiveIndex` when one is given.
+then offset order. Two replays share that walk:
+
+* :func:`recover_lazily`, what the journal opens with: records go into the
+  writer's :class:`~chute.store.reclaim.LiveIndex` only, an ADD by its keys
+  without decoding its message; then each queue's first window is read back
+  (:mod:`chute.store.pager`) and the rest reported as paged, so a restart
+  costs the index, not the backlog;
+* :func:`recover`, the reference: every record replayed into a
+  :class:`~chute.store.memory.MemoryStore`, so what it returns is by
+  construction what a MemoryStore given the same calls would hold. The tests
+  hold the journal to it.
 
 What can go wrong is reported, never raised (Kafka's ``LogSegment.recover``,
 nats' ``LostStreamData``):
@@ -32,7 +39,7 @@ import gc
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Final
 
@@ -131,21 +138,16 @@ def recover(
     Raises:
         OSError: only if the directory itself cannot be listed.
     """
-    disk = disk or Disk()
     report = RecoveryReport(directory)
-    started = time.perf_counter()
     store = MemoryStore()
     names = Names()
-    # Replay makes millions of objects and frees none: the cyclic collector
-    # would rescan them over and over (recovery took 1.7x as long with it on).
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        _replay_all(directory, disk, store, index, names, report, cut=cut)
-    finally:
-        if collecting:
-            gc.enable()
-    report.seconds = time.perf_counter() - started
+    _walk(
+        directory,
+        disk or Disk(),
+        report,
+        lambda data, segment: _replay_segment(data, segment, store, index, names, report),
+        cut=cut,
+    )
     return store.recover(), report
 
 
@@ -169,27 +171,17 @@ def recover_lazily(
     Raises:
         OSError: only if the directory itself cannot be listed.
     """
-    disk = disk or Disk()
     report = RecoveryReport(directory)
     started = time.perf_counter()
     names = Names()
     sizes: dict[str, list[int]] = {}  # queue -> [adds, content bytes]: for the estimate
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        for segment, data in _read_ahead(directory, list_segments(directory)):
-            if isinstance(data, OSError):
-                report.records_skipped += 1
-                report.note(f"segment {segment} cannot be read, skipped: {data}")
-                continue
-            report.segments += 1
-            report.bytes_read += len(data)
-            end = _index_segment(data, segment, index, names, sizes, report)
-            if end < len(data) and cut:
-                _cut(directory, segment, end, disk, report)
-    finally:
-        if collecting:
-            gc.enable()
+    _walk(
+        directory,
+        disk or Disk(),
+        report,
+        lambda data, segment: _index_segment(data, segment, index, names, sizes, report),
+        cut=cut,
+    )
     recovered = Recovered(
         definitions=[definition for definition, _ in index.definitions.values()],
         prepared={xid: list(ops) for xid, (ops, _) in index.prepared.items()},
@@ -264,26 +256,36 @@ def _index_segment(  # noqa: PLR0917 - private
     return _account_damage(scan, segment, data, report)
 
 
-def _replay_all(  # noqa: PLR0917 - private, called once
+def _walk(
     directory: str,
     disk: Disk,
-    store: MemoryStore,
-    index: LiveIndex | None,
-    names: Names,
     report: RecoveryReport,
+    replay_segment: Callable[[bytes, int], int],
     *,
     cut: bool,
 ) -> None:
-    for segment, data in _read_ahead(directory, list_segments(directory)):
-        if isinstance(data, OSError):
-            report.records_skipped += 1
-            report.note(f"segment {segment} cannot be read, skipped: {data}")
-            continue
-        report.segments += 1
-        report.bytes_read += len(data)
-        end = _replay_segment(data, segment, store, index, names, report)
-        if end < len(data) and cut:
-            _cut(directory, segment, end, disk, report)
+    """Every segment in order through ``replay_segment(data, number)`` (which returns where
+    a torn tail starts), cutting torn tails if ``cut``; the time goes in the report."""
+    started = time.perf_counter()
+    # Replay makes millions of objects and frees none: the cyclic collector
+    # would rescan them over and over (recovery took 1.7x as long with it on).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for segment, data in _read_ahead(directory, list_segments(directory)):
+            if isinstance(data, OSError):
+                report.records_skipped += 1
+                report.note(f"segment {segment} cannot be read, skipped: {data}")
+                continue
+            report.segments += 1
+            report.bytes_read += len(data)
+            end = replay_segment(data, segment)
+            if end < len(data) and cut:
+                _cut(directory, segment, end, disk, report)
+    finally:
+        if collecting:
+            gc.enable()
+    report.seconds = time.perf_counter() - started
 
 
 def _read_ahead(directory: str, segments: list[int]) -> Iterator[tuple[int, bytes | OSError]]:
