@@ -425,7 +425,7 @@ class Broker:
                 {
                     "name": s.name,
                     "kind": s.kind.value,
-                    "selector": _selector_text(s),
+                    "selector": s.selector_text,
                     **_queue_stats(s),
                 }
                 for s in topic.subscriptions.values()
@@ -501,6 +501,17 @@ class Broker:
                 self._start_forwarding(sub, sub.forward_to)
         return count
 
+    def drop_subscription(self, sub: Subscription) -> None:
+        """Remove a subscription and discard what it holds (unsubscribing, a changed
+        selector, a deleted cursor)."""
+        sub.topic.subscriptions.pop(sub.name, None)
+        self.subscriptions.pop(sub.name, None)
+        sub.deleted = True
+        for entry in sub.drain():
+            sub.settle(entry, acked=False)
+        if sub.durable:
+            self.store.undefine(sub.name)
+
     def queue_by_name(self, name: str) -> QueueChannel | None:
         """A queue or subscription by its store name."""
         return self.queues.get(name) or self.subscriptions.get(name)
@@ -562,7 +573,3 @@ def _queue_stats(queue: QueueChannel) -> dict[str, Any]:
         "expired": queue.expired,
         "dead_lettered": queue.dead_lettered,
     }
-
-
-def _selector_text(sub: Subscription) -> str | None:
-    return sub.selector.text if sub.selector is not None else None

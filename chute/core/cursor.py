@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
@@ -231,7 +231,7 @@ class Cursors:
             self._by_key.pop((cursor.address, name), None)
             queue = cursor.queue
             if isinstance(queue, Subscription):
-                _drop(self.broker, queue)
+                self.broker.drop_subscription(queue)
 
     # -- sweep ------------------------------------------------------------------------
 
@@ -262,7 +262,7 @@ class Cursors:
         """The first sequence number a reader may not read yet (see the module docstring)."""
         address = dest.address
         head = dest.next_seq
-        for queue, entry in _prepared_placements(self.broker):
+        for queue, entry in self.broker.xa.placements():
             if queue.address == address and entry.seq < head:
                 head = entry.seq
         return head
@@ -302,10 +302,10 @@ class Cursors:
         existing = self._by_key.get((topic.address, name))
         if sub is not None and existing is None and selector is None:
             pass  # found after a restart: whatever selector it was made with stays
-        elif sub is not None and _selector_text(sub) != (selector or None):
+        elif sub is not None and sub.selector_text != (selector or None):
             raise ConsumerError(
                 f"cursor {name!r} on {topic.address} exists with selector "
-                f"{_selector_text(sub)!r}; delete it (close with delete) to change it"
+                f"{sub.selector_text!r}; delete it (close with delete) to change it"
             )
         if sub is None:
             sub = Subscription(
@@ -523,26 +523,3 @@ def _settle(queue: QueueChannel, seq: int) -> None:
     entry = queue.withdraw(seq)
     if entry is not None:
         queue.settle(entry)
-
-
-def _drop(broker: Broker, sub: Subscription) -> None:
-    """Remove a cursor's subscription and what it holds (as unsubscribing does)."""
-    sub.topic.subscriptions.pop(sub.name, None)
-    broker.subscriptions.pop(sub.name, None)
-    sub.deleted = True
-    for entry in sub.drain():
-        sub.settle(entry, acked=False)
-    if sub.durable:
-        broker.store.undefine(sub.name)
-
-
-def _selector_text(sub: Subscription) -> str | None:
-    return sub.selector.text if sub.selector is not None else None
-
-
-def _prepared_placements(broker: Broker) -> Iterator[tuple[QueueChannel, Entry]]:
-    """Where the prepared sends will go at commit. PreparedTransactions has no public
-    view of its plans; this only reads them."""
-    for prepared in broker.xa._by_xid.values():
-        for plan in prepared.plans:
-            yield from plan.placements

@@ -237,14 +237,14 @@ class Session:
             kind = SubscriptionKind.NON_DURABLE
         sub = broker.subscriptions.get(key)
         if sub is not None and (
-            sub.topic is not topic or _selector_of(sub) != (compiled_text or None)
+            sub.topic is not topic or sub.selector_text != (compiled_text or None)
         ):
             if sub.router.consumers:
                 raise ConsumerError(
                     f"subscription {name!r} is in use on {sub.topic.address} with selector "
-                    f"{_selector_of(sub)!r}; close its consumers before changing it"
+                    f"{sub.selector_text!r}; close its consumers before changing it"
                 )
-            drop_subscription(broker, sub)  # JMS: a changed topic or selector makes a new one
+            broker.drop_subscription(sub)  # JMS: a changed topic or selector makes a new one
             sub = None
         if sub is None:
             sub = Subscription(
@@ -281,7 +281,7 @@ class Session:
             and not queue.router.consumers
             and queue.kind in (SubscriptionKind.NON_DURABLE, SubscriptionKind.SHARED)
         ):
-            drop_subscription(self.broker, queue)
+            self.broker.drop_subscription(queue)
 
     def unsubscribe(self, name: str, *, client_id: str | None = None) -> None:
         """Delete a durable subscription (of ``client_id``, default this connection's; a
@@ -306,7 +306,7 @@ class Session:
             raise ConsumerError(f"subscription {name!r} still has consumers; close them first")
         for consumer in list(sub.router.consumers):
             sub.detach(consumer)
-        drop_subscription(self.broker, sub)
+        self.broker.drop_subscription(sub)
 
     def callback(self, topic: str, name: str, forward_to: str, selector: str | None = None) -> None:
         """Create (or replace) a callback queue: a durable subscription of ``topic`` that
@@ -329,7 +329,7 @@ class Session:
         if old is not None:
             for consumer in list(old.router.consumers):
                 old.detach(consumer)
-            drop_subscription(self.broker, old)
+            self.broker.drop_subscription(old)
         definition = QueueDefinition(
             key, QueueKind.CALLBACK, topic=address, selector=selector or None, forward_to=target
         )
@@ -483,18 +483,3 @@ def durable_key(name: str, client_id: str | None) -> str:
 
 def callback_key(name: str) -> str:
     return f"callback:{name}"
-
-
-def drop_subscription(broker: Broker, sub: Subscription) -> None:
-    """Remove a subscription and discard what it holds."""
-    sub.topic.subscriptions.pop(sub.name, None)
-    broker.subscriptions.pop(sub.name, None)
-    sub.deleted = True
-    for entry in sub.drain():
-        sub.settle(entry, acked=False)
-    if sub.durable:
-        broker.store.undefine(sub.name)
-
-
-def _selector_of(sub: Subscription) -> str | None:
-    return sub.selector.text if sub.selector is not None else None

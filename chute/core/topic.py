@@ -60,6 +60,10 @@ class Subscription(QueueChannel):
     def wants(self, message: Message) -> bool:
         return self.selector is None or self.selector.matches(message)
 
+    @property
+    def selector_text(self) -> str | None:
+        return self.selector.text if self.selector is not None else None
+
     def __repr__(self) -> str:
         return f"Subscription({self.name!r}, {self.kind.value}, held={self.held})"
 

@@ -69,6 +69,12 @@ class PreparedTransactions:
         self.broker = broker
         self._by_xid: dict[str, Prepared] = {}
 
+    def placements(self) -> Iterator[tuple[QueueChannel, Entry]]:
+        """Where every prepared send will go at its commit (nothing changes)."""
+        for prepared in self._by_xid.values():
+            for plan in prepared.plans:
+                yield from plan.placements
+
     def xids(self) -> list[str]:
         """Every prepared transaction waiting for commit or rollback, sorted."""
         return sorted(self._by_xid)
