@@ -20,13 +20,13 @@ import json
 import statistics
 import struct
 import time
-from typing import Any
 
 from chute.config import ServerConfig
 from chute.message import Message
 from chute.protocol import packets as p
 from chute.protocol.wire import HEADER_SIZE, encode_content, encode_packet, encode_send
 from chute.server.app import BrokerServer, tune_gc
+from chute.server.memory_transport import MemoryTransport
 from chute.server.native import NativeConnection
 from chute.store.memory import MemoryStore
 
@@ -34,29 +34,9 @@ HEAD = struct.Struct(">IBB")
 SEQ = struct.Struct(">Q")
 
 
-class FakeTransport:
-    """Just enough of asyncio.Transport for NativeConnection."""
-
-    def __init__(self) -> None:
-        self.written: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        self.written.append(data)
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("127.0.0.1", 1) if name == "peername" else default
-
-    def is_closing(self) -> bool:
-        return False
-
-    def pause_reading(self) -> None: ...
-    def resume_reading(self) -> None: ...
-    def close(self) -> None: ...
-
-
-def connect(server: BrokerServer) -> tuple[NativeConnection, FakeTransport]:
+def connect(server: BrokerServer) -> tuple[NativeConnection, MemoryTransport]:
     conn = NativeConnection(server)
-    transport = FakeTransport()
+    transport = MemoryTransport()
     conn.connection_made(transport)  # type: ignore[arg-type]
     conn.data_received(encode_packet(p.Connect(), correlation_id=1))
     conn.data_received(encode_packet(p.SessionOpen(1, p.AckMode.AUTO), callback_id=1))

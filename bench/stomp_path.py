@@ -34,6 +34,7 @@ from typing import Any
 
 from chute.config import ServerConfig
 from chute.server.app import BrokerServer, tune_gc
+from chute.server.memory_transport import MemoryTransport
 from chute.server.stomp import StompConnection
 from chute.store.memory import MemoryStore
 
@@ -43,40 +44,14 @@ _ACK_ID = re.compile(rb"\nack:([^\n]*)\n")
 _MESSAGE_ID = re.compile(rb"\nmessage-id:([^\n]*)\n")
 
 
-class FakeTransport:
-    """Just enough of asyncio.Transport for StompConnection."""
-
-    def __init__(self) -> None:
-        self.written: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        self.written.append(data)
-
-    def take(self) -> bytes:
-        data = b"".join(self.written)
-        self.written.clear()
-        return data
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("127.0.0.1", 1) if name == "peername" else default
-
-    def is_closing(self) -> bool:
-        return False
-
-    def pause_reading(self) -> None: ...
-    def resume_reading(self) -> None: ...
-    def close(self) -> None: ...
-    def abort(self) -> None: ...
-
-
 def frame(command: str, headers: dict[str, str], body: bytes = b"") -> bytes:
     lines = [command, *(f"{k}:{v}" for k, v in headers.items())]
     return "\n".join(lines).encode() + b"\n\n" + body + b"\0"
 
 
-def connect(server: BrokerServer, version: str) -> tuple[StompConnection, FakeTransport]:
+def connect(server: BrokerServer, version: str) -> tuple[StompConnection, MemoryTransport]:
     conn = StompConnection(server)
-    transport = FakeTransport()
+    transport = MemoryTransport()
     conn.connection_made(transport)  # type: ignore[arg-type]
     conn.data_received(frame("CONNECT", {"accept-version": version, "host": "localhost"}))
     assert transport.take().startswith(b"CONNECTED\n")

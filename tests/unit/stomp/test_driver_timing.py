@@ -13,12 +13,12 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 
 from chute.config import ServerConfig
 from chute.server.app import BrokerServer
+from chute.server.memory_transport import MemoryTransport
 from chute.server.stomp import StompConnection
 from chute.store.memory import MemoryStore
 
@@ -42,24 +42,6 @@ class ThreadSyncStore(MemoryStore):
         thread.join()
 
 
-class FakeTransport:
-    def __init__(self) -> None:
-        self.written: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        self.written.append(data)
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("127.0.0.1", 1) if name == "peername" else default
-
-    def is_closing(self) -> bool:
-        return False
-
-    def pause_reading(self) -> None: ...
-    def resume_reading(self) -> None: ...
-    def close(self) -> None: ...
-
-
 @pytest.fixture
 def loop() -> Iterator[asyncio.AbstractEventLoop]:
     loop = asyncio.new_event_loop()
@@ -76,7 +58,7 @@ def test_a_durable_receipt_goes_out_in_the_sync_callbacks_own_iteration(
     server = BrokerServer(ServerConfig(), store)
     server.loop = loop
     conn = StompConnection(server)
-    transport = FakeTransport()
+    transport = MemoryTransport()
     conn.connection_made(transport)  # type: ignore[arg-type]
     conn.data_received(b"CONNECT\naccept-version:1.2\nhost:h\n\n\x00")
     transport.written.clear()

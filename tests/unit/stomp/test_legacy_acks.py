@@ -11,46 +11,23 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from chute.config import ServerConfig
 from chute.server.app import BrokerServer
+from chute.server.memory_transport import MemoryTransport
 from chute.server.stomp import StompConnection
 from chute.store.memory import MemoryStore
 
 MESSAGE_ID = re.compile(rb"\nmessage-id:([^\n]*)\n")
 
 
-class FakeTransport:
-    def __init__(self) -> None:
-        self.written: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        self.written.append(data)
-
-    def take(self) -> bytes:
-        data = b"".join(self.written)
-        self.written.clear()
-        return data
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("127.0.0.1", 1) if name == "peername" else default
-
-    def is_closing(self) -> bool:
-        return False
-
-    def pause_reading(self) -> None: ...
-    def resume_reading(self) -> None: ...
-    def close(self) -> None: ...
-
-
 class Client:
     def __init__(self, server: BrokerServer, loop: asyncio.AbstractEventLoop, version: str):
         self.loop = loop
         self.conn = StompConnection(server)
-        self.out = FakeTransport()
+        self.out = MemoryTransport()
         self.conn.connection_made(self.out)  # type: ignore[arg-type]
         connected = self.send_bytes(
             b"CONNECT\naccept-version:%s\nhost:h\n\n\x00" % version.encode()
