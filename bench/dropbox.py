@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import chute
-from bench.native import free_port
+from bench.native import start_broker as start_native_broker
 
 BODY = 1024
 BASE_DIR: str | None = None
@@ -95,22 +95,7 @@ def serverless(count: int, sync: bool) -> dict[str, Any]:
 
 
 def start_broker(tmp: Path, config: str) -> tuple[subprocess.Popen[str], str]:
-    port = free_port()
-    (tmp / "chute.toml").write_text(config)
-    command = [sys.executable, "-m", "chute.cli", "serve", "--config", str(tmp / "chute.toml")]
-    command += ["--port", str(port), "--stomp-port", "0", "--http-port", "0"]
-    command += ["--data-dir", str(tmp / "data"), "--log-level", "warning"]
-    proc = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.startswith("chute listening"):
-        proc.kill()
-        raise SystemExit(f"chute serve did not start: {line}")
-    return proc, f"chute://127.0.0.1:{port}"
+    return start_native_broker(str(tmp / "data"), config)
 
 
 def bridge_import(count: int) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import chute
-from bench.native import start_broker
+from bench.native import broker_log, start_broker
 
 SEQ = struct.Struct(">Q")
 
@@ -49,9 +49,6 @@ def main() -> None:
     args = parser.parse_args()
     data_dir = tempfile.mkdtemp(prefix="chute-paging-")
     proc, url = start_broker(data_dir)
-    broker_log: list[str] = []
-    assert proc.stdout is not None
-    threading.Thread(target=lambda: broker_log.extend(proc.stdout or ()), daemon=True).start()
     samples: list[tuple[float, int]] = []
     stop = threading.Event()
     t0 = time.perf_counter()
@@ -85,7 +82,7 @@ def main() -> None:
         drained = time.perf_counter() - t0 - filled
         peak = rss_kib(proc.pid, "VmHWM")
     except BaseException:
-        print("".join(broker_log[-30:]))
+        print("".join(broker_log(proc)[-30:]))
         raise
     finally:
         stop.set()

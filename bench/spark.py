@@ -24,41 +24,16 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import chute
-from bench.native import free_port
+from bench.native import start_broker
 
 BODY = 1024
-
-
-def start_broker(data_dir: str) -> tuple[subprocess.Popen[str], str]:
-    """``chute serve`` on a journal, native listener only (other ports may be taken)."""
-    port = free_port()
-    config = Path(data_dir).with_suffix(".toml")
-    config.write_text("[server]\nmax_memory = 0\n")  # no paging: this measures the connector
-    cmd = [sys.executable, "-m", "chute.cli", "serve", "--config", str(config), "--port"]
-    cmd += [str(port), "--data-dir"]
-    off = ["--stomp-port", "0", "--http-port", "0", "--smq-source-port", "0"]
-    proc = subprocess.Popen(
-        [*cmd, data_dir, *off, "--smq-sink-port", "0", "--log-level", "warning"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if line.startswith("chute listening"):
-            # keep reading its log, or the broker blocks on a full pipe
-            threading.Thread(target=proc.stdout.read, daemon=True).start()
-            return proc, f"chute://127.0.0.1:{port}"
-    raise RuntimeError("broker did not start")
 
 
 def spark_session(tmp: str) -> Any:
@@ -145,7 +120,10 @@ def main() -> None:
     args = parser.parse_args()
     n = args.count
     with tempfile.TemporaryDirectory(prefix="chute-bench-spark-") as tmp:
-        proc, url = start_broker(os.path.join(tmp, "data"))
+        proc, url = start_broker(
+            os.path.join(tmp, "data"),
+            "[server]\nmax_memory = 0\n",  # no paging: the connector
+        )
         try:
             spark = spark_session(os.path.join(tmp, "spark"))
             # Warm up: Python workers, the data source's first query, both directions.
