@@ -427,6 +427,12 @@ class QueueChannel:
                 self.host.store.delivered(self.name, entry.seq, entry.delivery_count)
         consumer.receiver.handle(consumer, entry)
 
+    def marked(self, consumer: Consumer, entry: Entry) -> bool:
+        """Whether delivering ``entry`` to ``consumer`` recorded a delivery mark in the store
+        (a driver then holds the delivery until the mark is durable: see
+        ``StreamConnection.mark_delivery``)."""
+        return consumer.ack_mode is not AckMode.AUTO and self.durable and entry.message.persistent
+
     # -- leaving ----------------------------------------------------------------
 
     def settle(self, entry: Entry, *, acked: bool = True) -> None:

@@ -447,7 +447,7 @@ class NativeConnection(StreamConnection):
                 self.codec.version,
             )
         )
-        if message.persistent and consumer.ack_mode is not AckMode.AUTO and consumer.queue.durable:
+        if consumer.queue.marked(consumer, entry):
             self.mark_delivery()
         self._schedule_flush()
 

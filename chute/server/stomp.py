@@ -718,7 +718,7 @@ class StompConnection(StreamConnection):
             self._owing.add(sub)
         elif sub.legacy is not None:
             sub.legacy[message.id] = entry.seq
-        if not sub.auto and message.persistent and consumer.queue.durable:
+        if consumer.queue.marked(consumer, entry):
             self.mark_delivery()  # redelivered after a crash (docs/durability.md)
         if not self._flush_scheduled:
             self._schedule_flush()
