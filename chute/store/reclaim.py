@@ -261,13 +261,20 @@ def plan(
     *,
     compact_ratio: float = 0.1,
     max_moves: int = 4096,
+    settle: int = 0,
 ) -> Plan:
     """The segments that may go now, by the rule in the module docstring.
 
     ``current`` (the segment being written) and anything after it never go.
     A segment qualifies for compaction when its live positives are at most
-    ``compact_ratio`` of those written in it; at most ``max_moves`` positives
-    are moved in one pass, oldest segments first.
+    ``compact_ratio`` of those written in it and at least ``settle`` segments
+    were closed after it; at most ``max_moves`` positives are moved in one
+    pass, oldest segments first.
+
+    ``settle`` spares the segments just closed: what is live in them is
+    usually what consumers are working through right now, acked moments
+    later, so copying it forward is wasted reading and writing (the journal
+    uses 1: a segment is compacted one roll-over later, if still pinned).
     """
     present = set(segments)
     going: set[int] = set()
@@ -278,7 +285,11 @@ def plan(
         alive = live.get(segment, 0)
         if alive <= 0:
             going.add(segment)
-        elif alive <= compact_ratio * written.get(segment, 0) and moves + alive <= max_moves:
+        elif (
+            segment < current - settle
+            and alive <= compact_ratio * written.get(segment, 0)
+            and moves + alive <= max_moves
+        ):
             going.add(segment)
             moves += alive
     changed = True

@@ -76,6 +76,7 @@ _IDLE_AFTER: Final = 0.2  # seconds without work before the writer sleeps until 
 _BACKOFF_FIRST: Final = 0.005
 _BACKOFF_MAX: Final = 1.0
 _CLOSE_ATTEMPTS: Final = 3
+_COMPACT_SETTLE: Final = 1  # segments closed after one before it is compacted (reclaim.plan)
 
 Item = tuple[Kind, bytes, Record]
 
@@ -549,6 +550,7 @@ class Writer:
             index.deps,
             compact_ratio=self._compact_ratio,
             max_moves=self._max_moves,
+            settle=0 if force else _COMPACT_SETTLE,
         )
         if not decision.delete:
             return ReclaimResult()

@@ -63,6 +63,19 @@ def test_compaction_is_bounded_per_pass() -> None:
     assert result.compact == (1, 2)
 
 
+def test_segments_just_closed_settle_before_they_are_compacted() -> None:
+    """Segment 2 was closed by the last roll-over: its few live messages are likely being
+    consumed right now, so only 1 is compacted; a fully acked segment still goes at once."""
+    live = {1: 1, 2: 1}
+    written = {1: 100, 2: 100, 3: 100}
+    assert plan([1, 2, 3], 3, live=live, written=written, deps={}, settle=1) == Plan(
+        delete=(1,), compact=(1,)
+    )
+    assert plan([1, 2, 3], 3, live={1: 1}, written=written, deps={}, settle=1) == Plan(
+        delete=(1, 2), compact=(1,)
+    )
+
+
 def test_a_segment_compaction_would_not_free_is_left_alone() -> None:
     """Segment 2 is sparse but its acks cancel adds in 1, which stays: moving 2's is useless."""
     result = plan([1, 2, 3], 3, live={1: 50, 2: 1}, written={1: 50, 2: 100}, deps={2: {1}})
