@@ -74,20 +74,16 @@ from chute.store.errors import JournalClosed
 from chute.store.pager import TxLayouts, read_paged
 from chute.store.payload import (
     ENCODE_ERRORS,
-    AckRecord,
     AddRecord,
     CommitPreparedRecord,
     CommitRecord,
     DefineRecord,
-    DeliveredRecord,
     PrepareRecord,
     Record,
     RollbackPreparedRecord,
     UndefineRecord,
     encode,
-    encode_ack,
     encode_add,
-    encode_delivered,
 )
 from chute.store.reclaim import LiveIndex
 from chute.store.record import Kind
@@ -198,23 +194,17 @@ class Journal:
         except ENCODE_ERRORS as exc:
             raise StoreError(f"message {op.message.id!r} cannot be journaled: {exc}") from exc
         self._changed = True
-        self._intake.append(Kind.ADD, payload, AddRecord(op))
+        self._intake.append(Kind.ADD, payload, AddRecord(op), op.queues)
 
     def ack(self, op: AckOp) -> None:
-        try:
-            payload = encode_ack(op)
-        except ENCODE_ERRORS as exc:
-            raise StoreError(f"ack cannot be journaled: {exc}") from exc
+        """Buffer an ack; the writer gathers a queue's acks into one record."""
         self._changed = True
-        self._intake.append(Kind.ACK, payload, AckRecord(op))
+        self._intake.ack(op.queue, op.seq)
 
     def delivered(self, queue: str, seq: int, delivery_count: int) -> None:
-        try:
-            payload = encode_delivered(queue, seq, delivery_count)
-        except ENCODE_ERRORS as exc:
-            raise StoreError(f"delivery mark cannot be journaled: {exc}") from exc
+        """Buffer a delivery mark; the writer gathers a queue's marks into one record."""
         self._changed = True
-        self._intake.append(Kind.DELIVERED, payload, DeliveredRecord(queue, seq, delivery_count))
+        self._intake.mark(queue, seq, delivery_count)
 
     def commit(self, ops: Sequence[TxOp]) -> None:
         """One record for all of ``ops``: after a crash, all of them or none."""

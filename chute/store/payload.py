@@ -10,7 +10,9 @@ then the string)::
                | delivery_count u32 | flags u8 (1 redelivered) | destination s16
                | n_queues u16 | queue s16 x n | content (the rest)
     ACK        seq u64 | queue s16
+    ACKS       queue s16 | n u32 | seq u64 x n
     DELIVERED  seq u64 | count u32 | queue s16
+    MARKS      queue s16 | n u32 | seq u64 x n | count u32 x n
     DEFINE     kind u8 | name s16 | topic o16 | selector o32 | forward_to o16
     UNDEFINE   name s16
     COMMIT     ops
@@ -26,6 +28,11 @@ codec already made it); timestamp, expiration and the delivery fields are
 not in it, so the ADD payload carries them. ``stored_count`` is the store's
 delivery count: zero for a new add, the known count for an add that
 compaction moved forward.
+
+ACKS and MARKS are what the journal's writer makes of the acks and delivery
+marks of one queue that arrived together (:class:`~chute.store.writer.Intake`):
+one record, one frame and one CRC for a consumer's whole batch instead of one
+each; a lone ack or mark is still written as ACK or DELIVERED.
 
 A COMMIT_PREPARED record repeats the transaction's operations instead of
 pointing back at its PREPARE: every record can be replayed on its own, so
@@ -105,10 +112,27 @@ class AckRecord:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class AcksRecord:
+    """Acks of several messages of one queue."""
+
+    queue: str
+    seqs: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class DeliveredRecord:
     queue: str
     seq: int
     count: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MarksRecord:
+    """Delivery marks of several messages of one queue: ``counts[i]`` is ``seqs[i]``'s."""
+
+    queue: str
+    seqs: tuple[int, ...]
+    counts: tuple[int, ...]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -154,7 +178,9 @@ class CheckpointRecord:
 Record = (
     AddRecord
     | AckRecord
+    | AcksRecord
     | DeliveredRecord
+    | MarksRecord
     | DefineRecord
     | UndefineRecord
     | CommitRecord
@@ -237,6 +263,19 @@ def encode_delivered(queue: str, seq: int, count: int) -> bytes:
     return _SEQ_COUNT_NAME.pack(seq, count, len(raw)) + raw
 
 
+def encode_acks(queue: str, seqs: Sequence[int]) -> bytes:
+    return b"".join((_s16(queue), _U32.pack(len(seqs)), struct.pack(f">{len(seqs)}Q", *seqs)))
+
+
+def encode_marks(queue: str, seqs: Sequence[int], counts: Sequence[int]) -> bytes:
+    n = len(seqs)
+    if len(counts) != n:
+        raise ValueError(f"{n} delivery marks but {len(counts)} counts")
+    return b"".join(
+        (_s16(queue), _U32.pack(n), struct.pack(f">{n}Q", *seqs), struct.pack(f">{n}I", *counts))
+    )
+
+
 def encode_ops(ops: Sequence[TxOp]) -> bytes:
     parts = [_U32.pack(len(ops))]
     for op in ops:
@@ -261,8 +300,12 @@ def encode(record: Record) -> tuple[Kind, bytes]:
             return Kind.ADD, encode_add(op, count)
         case AckRecord(op):
             return Kind.ACK, encode_ack(op)
+        case AcksRecord(queue, seqs):
+            return Kind.ACKS, encode_acks(queue, seqs)
         case DeliveredRecord(queue, seq, count):
             return Kind.DELIVERED, encode_delivered(queue, seq, count)
+        case MarksRecord(queue, seqs, counts):
+            return Kind.MARKS, encode_marks(queue, seqs, counts)
         case DefineRecord(d):
             return Kind.DEFINE, b"".join(
                 (
@@ -537,6 +580,15 @@ def _decode(kind: int, data: bytes, start: int, end: int, names: Names) -> Recor
             seq, count, _ = _SEQ_COUNT_NAME.unpack_from(data, start)
             queue, _ = names.read(data, start + 12)
             return DeliveredRecord(queue, seq, count)
+        case Kind.ACKS:
+            queue, p = names.read(data, start)
+            n, p = _counted(data, p, end, 8)
+            return AcksRecord(queue, struct.unpack_from(f">{n}Q", data, p))
+        case Kind.MARKS:
+            queue, p = names.read(data, start)
+            n, p = _counted(data, p, end, 12)
+            seqs = struct.unpack_from(f">{n}Q", data, p)
+            return MarksRecord(queue, seqs, struct.unpack_from(f">{n}I", data, p + 8 * n))
         case Kind.DEFINE:
             queue_kind = _KIND_BY_TAG[data[start]]
             name, p = names.read(data, start + 1)
@@ -559,6 +611,16 @@ def _decode(kind: int, data: bytes, start: int, end: int, names: Names) -> Recor
         case Kind.CHECKPOINT:
             return _decode_checkpoint(data, start, names)
     raise CorruptRecord(f"unknown record kind {kind}")
+
+
+def _counted(data: bytes, p: int, end: int, each: int) -> tuple[int, int]:
+    """The u32 count at ``p`` of entries of ``each`` bytes that must fill the record to
+    ``end``, and where they start."""
+    (n,) = _U32.unpack_from(data, p)
+    p += 4
+    if p + n * each != end:
+        raise ValueError(f"{n} entries of {each} bytes do not fill the record")
+    return n, p
 
 
 def _decode_checkpoint(data: bytes, p: int, names: Names) -> CheckpointRecord:

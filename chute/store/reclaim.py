@@ -46,12 +46,14 @@ from collections.abc import Iterable, Mapping, Set
 from chute.core.store import AckOp, AddOp, QueueDefinition, TxOp
 from chute.store.payload import (
     AckRecord,
+    AcksRecord,
     AddRecord,
     CheckpointRecord,
     CommitPreparedRecord,
     CommitRecord,
     DefineRecord,
     DeliveredRecord,
+    MarksRecord,
     Names,
     PrepareRecord,
     Record,
@@ -101,8 +103,13 @@ class LiveIndex:
             self.add(record.op, record.delivery_count, location)
             return
         match record:
+            case AcksRecord(queue, seqs):
+                self.acks(queue, seqs, location)
             case AckRecord(op):
                 self.ack(op, location)
+            case MarksRecord(queue, seqs, counts):
+                for seq, count in zip(seqs, counts, strict=True):
+                    self.delivered(queue, seq, count)
             case DeliveredRecord(queue, seq, count):
                 self.delivered(queue, seq, count)
             case DefineRecord(definition):
@@ -172,6 +179,32 @@ class LiveIndex:
             counts = self.counts.get(op.queue)
             if counts:
                 counts.pop(op.seq, None)
+
+    def acks(self, queue: str, seqs: Iterable[int], location: int) -> None:
+        """:meth:`ack` for each of ``seqs`` of ``queue`` (one ACKS record)."""
+        held = self.locations.get(queue)
+        if held is None:
+            return
+        counts = self.counts.get(queue)
+        segment = location >> SEGMENT_SHIFT
+        live = self.live
+        cancelled: set[int] = set()
+        for seq in seqs:
+            old = held.pop(seq, None)
+            if old is None:
+                continue
+            dead = old >> SEGMENT_SHIFT
+            live[dead] -= 1
+            cancelled.add(dead)
+            if counts:
+                counts.pop(seq, None)
+        cancelled.discard(segment)
+        if cancelled:
+            deps = self.deps.get(segment)
+            if deps is None:
+                self.deps[segment] = cancelled
+            else:
+                deps |= cancelled
 
     def delivered(self, queue: str, seq: int, count: int) -> None:
         held = self.locations.get(queue)

@@ -59,6 +59,8 @@ class Kind(enum.IntEnum):
     COMMIT_PREPARED = 8
     ROLLBACK_PREPARED = 9
     CHECKPOINT = 10
+    ACKS = 11
+    MARKS = 12
 
 
 def checksum(segment: int, offset: int, kind: int, payload: bytes | memoryview) -> int:

@@ -51,12 +51,14 @@ from chute.store.memory import MemoryStore
 from chute.store.pager import TxLayouts, read_paged
 from chute.store.payload import (
     AckRecord,
+    AcksRecord,
     AddRecord,
     CheckpointRecord,
     CommitPreparedRecord,
     CommitRecord,
     DefineRecord,
     DeliveredRecord,
+    MarksRecord,
     Names,
     PrepareRecord,
     Record,
@@ -416,8 +418,14 @@ def replay(store: MemoryStore, record: Record) -> None:
                     store.delivered(queue, op.seq, count)
         case AckRecord(op):
             store.ack(op)
+        case AcksRecord(queue, seqs):
+            for seq in seqs:
+                store.ack(AckOp(queue, seq))
         case DeliveredRecord(queue, seq, count):
             store.delivered(queue, seq, count)
+        case MarksRecord(queue, seqs, counts):
+            for seq, count in zip(seqs, counts, strict=True):
+                store.delivered(queue, seq, count)
         case DefineRecord(definition):
             store.define(definition)
         case UndefineRecord(name):

@@ -51,11 +51,18 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-from chute.core.store import SyncCallback
+from chute.core.store import AckOp, SyncCallback
 from chute.errors import StoreError
 from chute.store.disk import Disk
 from chute.store.errors import DiskFailure, JournalClosed, disk_error
-from chute.store.payload import Record, encode
+from chute.store.payload import (
+    AckRecord,
+    AcksRecord,
+    DeliveredRecord,
+    MarksRecord,
+    Record,
+    encode,
+)
 from chute.store.reclaim import SEGMENT_SHIFT, LiveIndex, compaction_records, plan
 from chute.store.record import HEADER_SIZE, Kind, frame_header
 from chute.store.segment import (
@@ -79,6 +86,8 @@ _CLOSE_ATTEMPTS: Final = 3
 _COMPACT_SETTLE: Final = 1  # segments closed after one before it is compacted (reclaim.plan)
 
 Item = tuple[Kind, bytes, Record]
+Acks = dict[str, list[int]]  # queue -> seqs
+Marks = dict[str, tuple[list[int], list[int]]]  # queue -> (seqs, counts)
 
 
 class SyncMode(enum.Enum):
@@ -99,7 +108,17 @@ Request = Callable[[ReclaimResult | BaseException], None]
 
 
 class Intake:
-    """What callers hand the writer: records, sync callbacks, reclaim requests.
+    """What callers hand the writer: records, acks and delivery marks, sync callbacks,
+    reclaim requests.
+
+    Records wait in ``pending`` in the order they came. Acks and delivery marks
+    are gathered per queue instead (``acks``, ``marks``), one record per queue
+    (:func:`gathered_items`): a consumer's batch of acks costs one frame, one
+    CRC and one index update rather than one each. They are written before the
+    next add to their queue or the next record of another kind (see
+    :meth:`append`), else after everything taken with them: writing an ack
+    later than it came only delays what it cancels, and a mark written after
+    its add is what recovery expects.
 
     Shared by the callers and the writer; every field is read and written
     under ``cond`` (methods here take it; the writer takes it itself).
@@ -109,6 +128,8 @@ class Intake:
         self.directory = directory
         self.cond = threading.Condition(threading.Lock())
         self.pending: list[Item] = []
+        self.acks: Acks = {}
+        self.marks: Marks = {}
         self.pending_bytes = 0
         self.callbacks: list[SyncCallback] = []
         self.requests: list[Request] = []
@@ -116,17 +137,82 @@ class Intake:
         self.closing = False
         self.appended = False  # anything since the journal opened
 
-    def append(self, kind: Kind, payload: bytes, record: Record) -> None:
-        """Hand over one record. Raises JournalClosed once closing."""
+    @property
+    def has_records(self) -> bool:
+        """Anything to write (``cond`` held)."""
+        return bool(self.pending or self.acks or self.marks)
+
+    def append(
+        self, kind: Kind, payload: bytes, record: Record, queues: tuple[str, ...] | None = None
+    ) -> None:
+        """Hand over one record: an add to ``queues``, or (None) any other. Raises
+        JournalClosed once closing.
+
+        Acks and marks gathered so far for those queues (for any other record,
+        all of them) go before it, so that nothing is written out of order that
+        could matter: an ack after a new add of the same message, a delivery
+        count after the message was acked and added again.
+        """
         with self.cond:
             if self.closing:
                 raise JournalClosed(f"journal {self.directory} is closed")
+            if self.acks or self.marks:
+                self._gathered_first(queues)
             self.pending.append((kind, payload, record))
-            self.pending_bytes += len(payload)
-            self.appended = True
-            if self.idle or self.pending_bytes >= WAKE_BYTES:
-                self.idle = False
-                self.cond.notify()
+            self._arrived(len(payload))
+
+    def ack(self, queue: str, seq: int) -> None:
+        """Hand over an ack of message ``seq`` of ``queue``. Raises JournalClosed once closing."""
+        with self.cond:
+            if self.closing:
+                raise JournalClosed(f"journal {self.directory} is closed")
+            seqs = self.acks.get(queue)
+            if seqs is None:
+                self.acks[queue] = [seq]
+            else:
+                seqs.append(seq)
+            self._arrived(8)
+
+    def mark(self, queue: str, seq: int, count: int) -> None:
+        """Hand over a delivery mark. Raises JournalClosed once closing."""
+        with self.cond:
+            if self.closing:
+                raise JournalClosed(f"journal {self.directory} is closed")
+            marks = self.marks.get(queue)
+            if marks is None:
+                self.marks[queue] = ([seq], [count])
+            else:
+                marks[0].append(seq)
+                marks[1].append(count)
+            self._arrived(12)
+
+    def _gathered_first(self, queues: tuple[str, ...] | None) -> None:
+        if queues is None:
+            acks, self.acks = self.acks, {}
+            marks, self.marks = self.marks, {}
+        else:
+            acks = {q: seqs for q in queues if (seqs := self.acks.pop(q, None)) is not None}
+            marks = {q: got for q in queues if (got := self.marks.pop(q, None)) is not None}
+            if not acks and not marks:
+                return
+        self.pending += gathered_items(acks, marks)
+
+    def _arrived(self, size: int) -> None:
+        self.pending_bytes += size
+        self.appended = True
+        if self.idle or self.pending_bytes >= WAKE_BYTES:
+            self.idle = False
+            self.cond.notify()
+
+    def take(
+        self,
+    ) -> tuple[list[Item], dict[str, list[int]], dict[str, tuple[list[int], list[int]]]]:
+        """Everything to write, emptied out (``cond`` held): records, then acks and marks."""
+        batch, self.pending = self.pending, []
+        acks, self.acks = self.acks, {}
+        marks, self.marks = self.marks, {}
+        self.pending_bytes = 0
+        return batch, acks, marks
 
     def sync(self, callback: SyncCallback) -> bool:
         """Hand over a sync callback and wake the writer; False once closing."""
@@ -153,6 +239,39 @@ class Intake:
             self.closing = True
             self.cond.notify()
             return already
+
+
+_GATHERED_MAX: Final = 8192  # acks or marks in one ACKS or MARKS record
+
+
+def gathered_items(acks: Acks, marks: Marks) -> list[Item]:
+    """The records for gathered delivery marks and acks: per queue, DELIVERED or MARKS,
+    then ACK or ACKS (at most ``_GATHERED_MAX`` in one); a message's mark came before
+    its ack."""
+    items: list[Item] = []
+    record: Record
+    for queue, (seqs, counts) in marks.items():
+        for i in range(0, len(seqs), _GATHERED_MAX):
+            chunk = seqs[i : i + _GATHERED_MAX]
+            if len(chunk) == 1:
+                record = DeliveredRecord(queue, chunk[0], counts[i])
+            else:
+                record = MarksRecord(queue, tuple(chunk), tuple(counts[i : i + _GATHERED_MAX]))
+            items.append(_encoded(record))
+    for queue, seqs in acks.items():
+        for i in range(0, len(seqs), _GATHERED_MAX):
+            chunk = seqs[i : i + _GATHERED_MAX]
+            if len(chunk) == 1:
+                record = AckRecord(AckOp(queue, chunk[0]))
+            else:
+                record = AcksRecord(queue, tuple(chunk))
+            items.append(_encoded(record))
+    return items
+
+
+def _encoded(record: Record) -> Item:
+    kind, payload = encode(record)  # a queue name that held an add always encodes
+    return kind, payload, record
 
 
 class Writer:
@@ -233,13 +352,14 @@ class Writer:
                 self._wait_for_work()
             with self.cycle_lock:  # a caller may have run the cycle meanwhile (run_inline)
                 with intake.cond:
-                    batch, intake.pending = intake.pending, []
-                    intake.pending_bytes = 0
+                    batch, acks, marks = intake.take()
                     self._linger_until = None
                     self._waiting += intake.callbacks
                     intake.callbacks = []
                     requests, intake.requests = intake.requests, []
                     closing = intake.closing
+                if acks or marks:
+                    batch += gathered_items(acks, marks)
                 if batch or self._waiting:
                     self._active_at = time.monotonic()
                 self._carry += batch
@@ -288,11 +408,12 @@ class Writer:
                     or self._reclaim_due
                 ):
                     return False
-                batch, intake.pending = intake.pending, []
-                intake.pending_bytes = 0
+                batch, acks, marks = intake.take()
                 self._linger_until = None
                 self._waiting += intake.callbacks
                 intake.callbacks = []
+            if acks or marks:
+                batch += gathered_items(acks, marks)
             self._waiting += callbacks
             self._carry += batch
             self._active_at = time.monotonic()
@@ -322,7 +443,7 @@ class Writer:
             if intake.pending_bytes >= WAKE_BYTES:
                 return
             deadline = self._sync_deadline()
-            if intake.pending:
+            if intake.has_records:
                 if self._linger_until is None:
                     self._linger_until = now + self._flush
                 if deadline is None or self._linger_until < deadline:
@@ -498,8 +619,9 @@ class Writer:
         with intake.cond:
             self._waiting += intake.callbacks
             intake.callbacks = []
-            lost = len(self._carry) + len(intake.pending)
-            intake.pending = []
+            batch, acks, marks = intake.take()
+            lost = len(self._carry) + len(batch) + sum(map(len, acks.values()))
+            lost += sum(len(seqs) for seqs, _ in marks.values())
         self._carry.clear()
         log.error("journal %s closed with %d records not written: %s", self.directory, lost, exc)
         self._fire(exc)

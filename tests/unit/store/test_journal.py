@@ -12,6 +12,9 @@ from chute.core.store import AckOp, QueueDefinition, QueueKind
 from chute.errors import StoreError
 from chute.store.errors import DiskFailure, DiskFull, JournalClosed
 from chute.store.journal import Journal, SyncMode
+from chute.store.payload import Names, Record, decode
+from chute.store.record import Kind, Scan
+from chute.store.segment import SEGMENT_HEADER_SIZE, read_segment
 
 from .conftest import Journals
 from .helpers import DEADLINE, Callbacks, Gate, add
@@ -306,3 +309,64 @@ def test_an_inline_fsync_failure_fails_the_callbacks_and_the_writer_recovers(
     assert ok.wait() == [None]
     journal = journals.reopen(journal)
     assert [s.seq for s in journal.recover().messages["q"]] == [1]
+
+
+def _records(journal: Journal, directory: Path) -> list[tuple[int, Record]]:
+    """Every record in the journal's segments, as (kind, record), in order."""
+    found = []
+    for segment in journal.segments():
+        data = read_segment(str(directory), segment)
+        for _, kind, start, end in Scan(data, segment, SEGMENT_HEADER_SIZE):
+            found.append((kind, decode(kind, data, start, end, Names())))
+    return found
+
+
+def test_a_consumers_batch_of_acks_and_marks_is_one_record_each(journals: Journals) -> None:
+    journal = journals.open()
+    for seq in range(1, 101):
+        journal.add(add("q", seq))
+    journal.flush()
+    for seq in range(1, 101):
+        journal.delivered("q", seq, 1)
+    for seq in range(1, 51):
+        journal.ack(AckOp("q", seq))
+    journal.flush()
+    kinds = [kind for kind, _ in _records(journal, journals.directory)]
+    assert kinds.count(Kind.MARKS) == 1
+    assert kinds.count(Kind.ACKS) == 1
+    assert Kind.ACK not in kinds
+    assert Kind.DELIVERED not in kinds
+    journal = journals.reopen(journal)
+    recovered = journal.recover()
+    assert [(s.seq, s.delivery_count) for s in recovered.messages["q"]] == [
+        (seq, 1) for seq in range(51, 101)
+    ]
+
+
+def test_gathered_acks_go_before_a_later_add_to_their_queue(journals: Journals) -> None:
+    """An ack held back to be gathered is written before anything it must precede, even
+    when they all reach the writer together: a new add of the same (queue, seq), whose
+    count must not inherit the old mark."""
+    gate = Gate("sync")
+    journals.disk.hook = gate
+    journal = journals.open(preallocate=False)
+    journal.add(add("q", 1))
+    journal.add(add("r", 1))
+    first = Callbacks()
+    journal.sync(first)
+    gate.wait_entered()  # everything below reaches the writer in one batch
+    journal.delivered("q", 1, 3)
+    journal.ack(AckOp("q", 1))
+    journal.ack(AckOp("r", 1))
+    journal.add(add("q", 1))  # the same seq again
+    journal.delivered("r", 7, 1)  # nothing live: ignored
+    gate.released.set()
+    assert first.wait() == [None]
+    journal.flush()
+    kinds = [kind for kind, _ in _records(journal, journals.directory)]
+    # q's mark and ack before the new add; r's after everything, marks before acks
+    assert kinds[-5:] == [Kind.DELIVERED, Kind.ACK, Kind.ADD, Kind.DELIVERED, Kind.ACK]
+    journal = journals.reopen(journal)
+    recovered = journal.recover()
+    assert [(s.seq, s.delivery_count) for s in recovered.messages["q"]] == [(1, 0)]
+    assert recovered.messages.get("r", []) == []

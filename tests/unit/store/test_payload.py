@@ -11,12 +11,14 @@ from chute.protocol.content import encode_content
 from chute.store.errors import CorruptRecord
 from chute.store.payload import (
     AckRecord,
+    AcksRecord,
     AddRecord,
     CheckpointRecord,
     CommitPreparedRecord,
     CommitRecord,
     DefineRecord,
     DeliveredRecord,
+    MarksRecord,
     Names,
     PrepareRecord,
     Record,
@@ -37,6 +39,8 @@ RECORDS: list[Record] = [
     AddRecord(ADD, 3),
     AckRecord(AckOp("q", 1 << 40)),
     DeliveredRecord("q", 2, 7),
+    AcksRecord("q-é", (1, 2, 1 << 40)),
+    MarksRecord("q", (5, 9), (1, 1 << 31)),
     DefineRecord(QueueDefinition("q", QueueKind.QUEUE)),
     DefineRecord(QueueDefinition("s", QueueKind.SUBSCRIPTION, "topic:t", "x = 'é'" * 100)),
     DefineRecord(QueueDefinition("c", QueueKind.CALLBACK, "topic:t", None, "queue:q")),
@@ -105,6 +109,16 @@ def test_truncated_payloads_raise_corrupt_record_only(record: Record) -> None:
 def test_an_unknown_kind_is_corrupt() -> None:
     with pytest.raises(CorruptRecord, match="unknown record kind"):
         decode(99, b"", 0, 0, Names())
+
+
+@pytest.mark.parametrize(
+    "record", [AcksRecord("q", (1, 2)), MarksRecord("q", (1, 2), (3, 4))], ids=repr
+)
+def test_gathered_entries_must_fill_the_record(record: Record) -> None:
+    kind, payload = encode(record)
+    for bad in (payload + b"x", payload[:-1]):
+        with pytest.raises(CorruptRecord, match="do not fill"):
+            decode(kind, bad, 0, len(bad), Names())
 
 
 def test_operations_must_fill_the_record() -> None:
