@@ -20,6 +20,7 @@ import logging
 import signal
 import socket
 import ssl as ssl_module
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -64,6 +65,8 @@ class BrokerServer:
         self.started = time.time()
         self._stopping: asyncio.Event | None = None
         self._sync_requests: list[Callable[[BaseException | None], None]] = []
+        self._sync_seals: list[Callable[[], None]] = []
+        self.loop_thread = threading.get_ident()  # where the loop runs (set again in start)
         self._sweeper: asyncio.Task[None] | None = None
         self.loop: asyncio.AbstractEventLoop = asyncio.get_event_loop_policy().get_event_loop()
 
@@ -74,6 +77,7 @@ class BrokerServer:
             OSError: a port could not be bound (with the port in the message).
         """
         self.loop = asyncio.get_running_loop()
+        self.loop_thread = threading.get_ident()
         self._stopping = asyncio.Event()
         report = getattr(self.store, "report", None)
         if report is not None:
@@ -138,21 +142,33 @@ class BrokerServer:
         self.listeners.append(server)
         return server
 
-    def request_sync(self, callback: Callable[[BaseException | None], None]) -> None:
+    def request_sync(
+        self,
+        callback: Callable[[BaseException | None], None],
+        seal: Callable[[], None] | None = None,
+    ) -> None:
         """``callback(error)`` once everything recorded so far is durable (maybe on the
-        store's thread).
+        store's thread, or on the loop's before this returns to it).
 
         Requests are gathered until the loop's ready callbacks ran (so the producers
         whose data arrived together share one fsync), then either synced right here
         when the journal's writer is idle (``inline_sync``: a lone producer waits for
-        one fsync and no thread hand-off), or handed to the writer thread.
+        one fsync and no thread hand-off), or handed to the writer thread. ``seal``
+        is called when the requests are taken, just before the sync is asked for:
+        a connection gathering its own answers under one request stops adding to it
+        then (what it records later may not be covered).
         """
         self._sync_requests.append(callback)
+        if seal is not None:
+            self._sync_seals.append(seal)
         if len(self._sync_requests) == 1:
             self.loop.call_soon(self._sync_gathered)
 
     def _sync_gathered(self) -> None:
         requests, self._sync_requests = self._sync_requests, []
+        seals, self._sync_seals = self._sync_seals, []
+        for seal in seals:
+            seal()
         inline = getattr(self.store, "sync_inline", None)
         if inline is not None and self.config.inline_sync and inline(requests):
             return

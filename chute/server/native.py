@@ -201,7 +201,6 @@ class NativeConnection(StreamConnection):
         else:
             reason = error.reason if isinstance(error, ChuteError) else str(error)
             self._respond(header, p.Error("store-error", f"not stored: {reason}"))
-        self.flush()
 
     def _retry_send(self, header: p.Header, packet: p.Send) -> Retry:
         def retry(error: ChuteError | None) -> None:

@@ -628,8 +628,6 @@ class StompConnection(StreamConnection):
             self._write(Frame.error("not stored", reason, receipt_id=receipt))
         if then_close:
             self._close_after_flush()
-        else:
-            self.flush()
 
     def _write(self, frame: Frame) -> None:
         try:

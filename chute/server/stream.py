@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
@@ -61,6 +62,7 @@ class StreamConnection(asyncio.Protocol):
         self._flush_scheduled = False
         self._last_mark = -1  # index in _out of the last delivery whose mark is not yet durable
         self._held = 0  # leading items of _out waiting for a sync of their marks
+        self._sync_batch: list[SyncedCallback] | None = None  # then()s awaiting one sync
         self._closing = False
         self._blocked = False  # a send waits for room under the block policy
         self._flow_paused = False  # producer flow control: a destination's backlog is high
@@ -186,20 +188,38 @@ class StreamConnection(asyncio.Protocol):
             self.transport.close()
 
     def _after_sync(self, then: SyncedCallback) -> None:
-        """Run ``then(error)`` on the loop once everything recorded so far is durable."""
-        loop = self.server.loop
+        """Run ``then(error)`` on the loop once everything recorded so far is durable.
 
-        def synced(error: BaseException | None) -> None:  # maybe on the store's thread
-            if not loop.is_closed():
-                loop.call_soon_threadsafe(self._synced, then, error)
+        The ``then``s of one loop iteration share one sync request and run together,
+        in order; what they queue goes out in one flush after the last of them (a
+        producer pipelining persistent sends gets its confirmations in one write).
+        """
+        batch = self._sync_batch
+        if batch is None:
+            batch = self._sync_batch = []
+            server = self.server
+            loop = server.loop
 
-        self.server.request_sync(synced)
+            def synced(error: BaseException | None) -> None:  # maybe on the store's thread
+                if threading.get_ident() == server.loop_thread:
+                    self._synced(batch, error)
+                elif not loop.is_closed():
+                    loop.call_soon_threadsafe(self._synced, batch, error)
 
-    def _synced(self, then: SyncedCallback, error: BaseException | None) -> None:
+            server.request_sync(synced, self._seal_sync)
+        batch.append(then)
+
+    def _seal_sync(self) -> None:
+        self._sync_batch = None
+
+    def _synced(self, thens: list[SyncedCallback], error: BaseException | None) -> None:
         # A closing connection still gets its last answers (a DISCONNECT's receipt);
         # only a lost transport has no one left to answer.
-        if self.transport is not None:
+        if self.transport is None:
+            return
+        for then in thens:
             then(error)
+        self.flush()
 
     def _block_until_room(self, exc: WouldBlock, retry: Retry) -> None:
         """Hold this connection until ``exc.address`` has room or ``exc.timeout_ms`` passes."""
