@@ -13,11 +13,14 @@ before it.
 When it wakes: at once for a sync callback (in ``always`` and ``never``
 modes), a reclaim request, a close, or more than 1 MiB buffered; otherwise
 it lingers ``flush_ms`` after records arrive so that more join the same
-write. Appends do not wake it while it is active (it polls every
-``flush_ms``); after ``_IDLE_AFTER`` seconds with nothing to do it sleeps
-until an append wakes it. ``batch`` mode syncs at most once per
-``batch_ms``; ``always`` mode also syncs written records nobody waits for
-after 4 MiB or 0.5 s, so what must be kept for a rewrite stays bounded.
+write. Appends never wake it: while it is active it polls every
+``flush_ms``; after ``_IDLE_AFTER`` seconds with nothing to do it polls
+every ``_IDLE_POLL`` seconds. Records nobody waits for are therefore written
+within 50 ms, and an append costs no thread wake-up (on the broker's loop, a
+lone producer's add and inline sync never involve this thread at all).
+``batch`` mode syncs at most once per ``batch_ms``; ``always`` mode also
+syncs written records nobody waits for after 4 MiB or 0.5 s, so what must be
+kept for a rewrite stays bounded.
 
 Disk faults: when a write, a sync or making a new segment fails, every
 callback taken so far gets a :class:`~chute.store.errors.DiskFull` or
@@ -79,7 +82,8 @@ log = logging.getLogger("chute.store.journal")
 WAKE_BYTES: Final = 1 << 20  # buffered bytes that wake the writer at once
 _UNSYNCED_BYTES: Final = 4 << 20  # ``always``: sync written records after this much ...
 _UNSYNCED_AGE: Final = 0.5  # ... or this many seconds, even with no callback waiting
-_IDLE_AFTER: Final = 0.2  # seconds without work before the writer sleeps until woken
+_IDLE_AFTER: Final = 0.2  # seconds without work before the writer polls only ...
+_IDLE_POLL: Final = 0.05  # ... this often
 _BACKOFF_FIRST: Final = 0.005
 _BACKOFF_MAX: Final = 1.0
 _CLOSE_ATTEMPTS: Final = 3
@@ -133,7 +137,6 @@ class Intake:
         self.pending_bytes = 0
         self.callbacks: list[SyncCallback] = []
         self.requests: list[Request] = []
-        self.idle = False  # the writer sleeps until woken
         self.closing = False
         self.appended = False  # anything since the journal opened
 
@@ -200,8 +203,7 @@ class Intake:
     def _arrived(self, size: int) -> None:
         self.pending_bytes += size
         self.appended = True
-        if self.idle or self.pending_bytes >= WAKE_BYTES:
-            self.idle = False
+        if self.pending_bytes >= WAKE_BYTES:
             self.cond.notify()
 
     def take(
@@ -416,7 +418,6 @@ class Writer:
                 batch += gathered_items(acks, marks)
             self._waiting += callbacks
             self._carry += batch
-            self._active_at = time.monotonic()
             try:
                 self._cycle(final=False)
             except Exception as exc:  # noqa: BLE001 - the writer thread takes over the retries
@@ -449,12 +450,8 @@ class Writer:
                 if deadline is None or self._linger_until < deadline:
                     deadline = self._linger_until
             elif deadline is None:
-                if now - self._active_at >= _IDLE_AFTER:
-                    intake.idle = True
-                    intake.cond.wait()
-                    intake.idle = False
-                    continue
-                deadline = now + self._flush  # poll: appends need not wake us
+                idle = now - self._active_at >= _IDLE_AFTER
+                deadline = now + (_IDLE_POLL if idle else self._flush)  # appends do not wake us
             if now >= deadline:
                 return
             intake.cond.wait(deadline - now)
