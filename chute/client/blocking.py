@@ -34,7 +34,10 @@ from chute.protocol.packets import Packet
 
 HIGH_WATER: Final = 1 << 20
 """Bytes of queued output past which a sender writes them itself (and so blocks)."""
-READ_SIZE: Final = 1 << 18
+READ_SIZE: Final = 1 << 16
+"""Bytes asked of one ``recv``: under glibc's mmap threshold (128 KiB), so each read's
+buffer comes from the heap; a larger one costs an mmap, page faults and an munmap per
+read, which a lone producer waiting for each confirmation pays every time."""
 CLOSE_TIMEOUT: Final = 5.0
 
 
@@ -469,7 +472,7 @@ class Session:
                 id,
                 kind,
             )
-            if conn._writer_waiting:
+            if not corr and conn._writer_waiting:  # a request is flushed by _call below
                 conn._nudge()
             full = proto.outbox_size >= HIGH_WATER
         if corr:
