@@ -86,7 +86,6 @@ from chute.store.payload import (
     encode_add,
 )
 from chute.store.reclaim import LiveIndex
-from chute.store.record import Kind
 from chute.store.recovery import recover_lazily
 from chute.store.segment import list_segments, remove_spares
 from chute.store.writer import Intake, ReclaimResult, SyncMode, Writer
@@ -194,7 +193,7 @@ class Journal:
         except ENCODE_ERRORS as exc:
             raise StoreError(f"message {op.message.id!r} cannot be journaled: {exc}") from exc
         self._changed = True
-        self._intake.append(Kind.ADD, payload, AddRecord(op), op.queues)
+        self._intake.add(payload, AddRecord(op))
 
     def ack(self, op: AckOp) -> None:
         """Buffer an ack; the writer gathers a queue's acks into one record."""

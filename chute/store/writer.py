@@ -61,6 +61,7 @@ from chute.store.errors import DiskFailure, JournalClosed, disk_error
 from chute.store.payload import (
     AckRecord,
     AcksRecord,
+    AddRecord,
     DeliveredRecord,
     MarksRecord,
     Record,
@@ -118,9 +119,10 @@ class Intake:
     Records wait in ``pending`` in the order they came. Acks and delivery marks
     are gathered per queue instead (``acks``, ``marks``), one record per queue
     (:func:`gathered_items`): a consumer's batch of acks costs one frame, one
-    CRC and one index update rather than one each. They are written before the
-    next add to their queue or the next record of another kind (see
-    :meth:`append`), else after everything taken with them: writing an ack
+    CRC and one index update rather than one each. They are written before an
+    add to their queue that may be of the same message and before any record of
+    another kind (see :meth:`add`, :meth:`append`), else after everything taken
+    with them: writing an ack
     later than it came only delays what it cancels, and a mark written after
     its add is what recovery expects.
 
@@ -134,6 +136,7 @@ class Intake:
         self.pending: list[Item] = []
         self.acks: Acks = {}
         self.marks: Marks = {}
+        self._tops: dict[str, int] = {}  # queue -> the highest seq in its acks and marks
         self.pending_bytes = 0
         self.callbacks: list[SyncCallback] = []
         self.requests: list[Request] = []
@@ -145,23 +148,38 @@ class Intake:
         """Anything to write (``cond`` held)."""
         return bool(self.pending or self.acks or self.marks)
 
-    def append(
-        self, kind: Kind, payload: bytes, record: Record, queues: tuple[str, ...] | None = None
-    ) -> None:
-        """Hand over one record: an add to ``queues``, or (None) any other. Raises
-        JournalClosed once closing.
+    def append(self, kind: Kind, payload: bytes, record: Record) -> None:
+        """Hand over one record (not an add: see :meth:`add`). Raises JournalClosed once
+        closing.
 
-        Acks and marks gathered so far for those queues (for any other record,
-        all of them) go before it, so that nothing is written out of order that
-        could matter: an ack after a new add of the same message, a delivery
-        count after the message was acked and added again.
+        Every ack and mark gathered so far goes before it: a commit may ack a
+        message and add it again, whose count must not inherit an older mark.
         """
         with self.cond:
             if self.closing:
                 raise JournalClosed(f"journal {self.directory} is closed")
             if self.acks or self.marks:
-                self._gathered_first(queues)
+                self._gathered_first(None)
             self.pending.append((kind, payload, record))
+            self._arrived(len(payload))
+
+    def add(self, payload: bytes, record: AddRecord) -> None:
+        """Hand over an ADD record. Raises JournalClosed once closing.
+
+        Acks and marks gathered for one of its queues go before it if they may be
+        about its very message (a seq not above the highest gathered there): an
+        ack written after an add of the same message again would cancel it. A new
+        message's seq is above them all, so the common add never waits for this.
+        """
+        with self.cond:
+            if self.closing:
+                raise JournalClosed(f"journal {self.directory} is closed")
+            if self._tops:
+                seq = record.op.seq
+                tops = self._tops
+                if any(seq <= tops.get(queue, -1) for queue in record.op.queues):
+                    self._gathered_first(record.op.queues)
+            self.pending.append((Kind.ADD, payload, record))
             self._arrived(len(payload))
 
     def ack(self, queue: str, seq: int) -> None:
@@ -174,6 +192,8 @@ class Intake:
                 self.acks[queue] = [seq]
             else:
                 seqs.append(seq)
+            if seq > self._tops.get(queue, -1):
+                self._tops[queue] = seq
             self._arrived(8)
 
     def mark(self, queue: str, seq: int, count: int) -> None:
@@ -187,17 +207,20 @@ class Intake:
             else:
                 marks[0].append(seq)
                 marks[1].append(count)
+            if seq > self._tops.get(queue, -1):
+                self._tops[queue] = seq
             self._arrived(12)
 
     def _gathered_first(self, queues: tuple[str, ...] | None) -> None:
         if queues is None:
             acks, self.acks = self.acks, {}
             marks, self.marks = self.marks, {}
+            self._tops.clear()
         else:
             acks = {q: seqs for q in queues if (seqs := self.acks.pop(q, None)) is not None}
             marks = {q: got for q in queues if (got := self.marks.pop(q, None)) is not None}
-            if not acks and not marks:
-                return
+            for queue in queues:
+                self._tops.pop(queue, None)
         self.pending += gathered_items(acks, marks)
 
     def _arrived(self, size: int) -> None:
@@ -213,6 +236,7 @@ class Intake:
         batch, self.pending = self.pending, []
         acks, self.acks = self.acks, {}
         marks, self.marks = self.marks, {}
+        self._tops.clear()
         self.pending_bytes = 0
         return batch, acks, marks
 

@@ -330,6 +330,7 @@ def test_a_consumers_batch_of_acks_and_marks_is_one_record_each(journals: Journa
         journal.delivered("q", seq, 1)
     for seq in range(1, 51):
         journal.ack(AckOp("q", seq))
+        journal.add(add("q", 100 + seq))  # a new message: the acks stay gathered
     journal.flush()
     kinds = [kind for kind, _ in _records(journal, journals.directory)]
     assert kinds.count(Kind.MARKS) == 1
@@ -340,7 +341,7 @@ def test_a_consumers_batch_of_acks_and_marks_is_one_record_each(journals: Journa
     recovered = journal.recover()
     assert [(s.seq, s.delivery_count) for s in recovered.messages["q"]] == [
         (seq, 1) for seq in range(51, 101)
-    ]
+    ] + [(seq, 0) for seq in range(101, 151)]
 
 
 def test_gathered_acks_go_before_a_later_add_to_their_queue(journals: Journals) -> None:

@@ -130,8 +130,12 @@ def test_an_ack_lost_to_corruption_brings_its_message_back(tmp_path: Path) -> No
         journal.add(add("q", 2))
     [path] = tmp_path.glob("*.seg")
     data = bytearray(path.read_bytes())
-    spans = [(o, e) for o, _, _, e in Scan(bytes(data), int(path.stem), SEGMENT_HEADER_SIZE)]
-    data[spans[1][0] + HEADER_SIZE] ^= 1
+    [ack] = [
+        offset
+        for offset, kind, _, _ in Scan(bytes(data), int(path.stem), SEGMENT_HEADER_SIZE)
+        if kind == Kind.ACK
+    ]
+    data[ack + HEADER_SIZE] ^= 1
     path.write_bytes(data)
     assert seqs(tmp_path) == [1, 2]
 
