@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from chute.core.address import TEMP_PREFIX, Kind, canonical, parse, user_queue
-from chute.core.broker import WouldBlock
+from chute.core.broker import Destination, WouldBlock
 from chute.core.consumer import AckMode, Consumer, Entry, Receiver
 from chute.core.queue import QueueChannel
 from chute.core.queuetypes import LoginQueue
@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     from chute.core.broker import Broker
 
 log = logging.getLogger("chute.session")
+
+_REFUSING = (Overflow.REJECT, Overflow.BLOCK)  # the policies that can refuse a commit
 
 
 @dataclass
@@ -404,19 +406,30 @@ class Session:
         Also resolves every address first, so a send to a destination that has
         gone since (a closed temporary queue) fails before anything is applied.
         """
+        needed: dict[str, tuple[QueueChannel, int, int]] = {}
+        resolved: dict[str, Destination | None] = {}  # None: a queue without a bound
+        for address, message, _ttl in tx.sends:
+            try:
+                dest = resolved[address]
+            except KeyError:
+                dest = self.broker.destination(address)
+                if not isinstance(dest, Topic) and dest.settings.overflow not in _REFUSING:
+                    dest = None
+                resolved[address] = dest
+            if dest is None:
+                continue
+            targets = dest.router.route(message) if isinstance(dest, Topic) else [dest]
+            for queue in targets:
+                if queue.settings.overflow not in _REFUSING:
+                    continue
+                _, count, size = needed.get(queue.name, (queue, 0, 0))
+                needed[queue.name] = (queue, count + 1, size + message.size)
+        if not needed:
+            return
         freed: dict[str, tuple[int, int]] = {}
         for queue, entry in tx.acks:
             count, size = freed.get(queue.name, (0, 0))
             freed[queue.name] = (count + 1, size + entry.message.size)
-        needed: dict[str, tuple[QueueChannel, int, int]] = {}
-        for address, message, _ttl in tx.sends:
-            dest = self.broker.destination(address)
-            targets = dest.router.route(message) if isinstance(dest, Topic) else [dest]
-            for queue in targets:
-                if queue.settings.overflow not in (Overflow.REJECT, Overflow.BLOCK):
-                    continue
-                _, count, size = needed.get(queue.name, (queue, 0, 0))
-                needed[queue.name] = (queue, count + 1, size + message.size)
         for name, (queue, count, size) in needed.items():
             s = queue.settings
             freed_count, freed_size = freed.get(name, (0, 0))

@@ -693,6 +693,15 @@ def encode_packet(
         raise LocalProtocolError(f"cannot encode {packet!r}: {exc}") from exc
 
 
+def encode_ok(correlation_id: int, version: int = PROTOCOL_VERSION) -> bytes:
+    """``encode_packet(Ok(), correlation_id, version=version)``, for the hot confirmations."""
+    return HEADER.pack(_OK_LENGTH, version, PacketType.OK, correlation_id, 0, 0) + _OK_BODY
+
+
+_OK_BODY: Final = _BY_CLASS[Ok].encode(Ok())[2]
+_OK_LENGTH: Final = len(_OK_BODY) + HEADER_REST
+
+
 def decode_body(  # noqa: PLR0917 - hot path, called positionally
     packet_type: int,
     header: Header,

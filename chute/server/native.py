@@ -37,7 +37,7 @@ from chute.errors import (
 from chute.message import new_message_id
 from chute.protocol import packets as p
 from chute.protocol.codec import NeedData, PacketCodec
-from chute.protocol.wire import encode_content, encode_deliver, encode_packet
+from chute.protocol.wire import encode_content, encode_deliver, encode_ok, encode_packet
 from chute.server.stream import Retry, StreamConnection
 
 if TYPE_CHECKING:
@@ -197,7 +197,10 @@ class NativeConnection(StreamConnection):
         self, header: p.Header, error: BaseException | None, value: str | None = None
     ) -> None:
         if error is None:
-            self._respond(header, p.Ok(value))
+            if value is None and header.correlation_id:
+                self._out.append(encode_ok(header.correlation_id, self.codec.version))
+            else:
+                self._respond(header, p.Ok(value))
         else:
             reason = error.reason if isinstance(error, ChuteError) else str(error)
             self._respond(header, p.Error("store-error", f"not stored: {reason}"))
