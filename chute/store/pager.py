@@ -109,7 +109,18 @@ class _Reader:
     def __init__(self, queue: str, layouts: TxLayouts) -> None:
         self.queue = queue
         self.layouts = layouts
+        # the layouts this read-back uses: the shared cache may evict one before its
+        # turn comes (a window can span more transaction records than it holds)
+        self.mine: dict[int, dict[tuple[int, str], tuple[int, int]]] = {}
         self.names = Names()
+
+    def _layout(self, location: int) -> dict[tuple[int, str], tuple[int, int]] | None:
+        layout = self.mine.get(location)
+        if layout is None:
+            layout = self.layouts.get(location)
+            if layout is not None:
+                self.mine[location] = layout
+        return layout
 
     def segment(self, fd: int, segment: int, picks: list[tuple[int, int]]) -> dict[int, Message]:
         """The messages of ``picks`` (seq, location), all in ``segment``, by seq."""
@@ -117,7 +128,7 @@ class _Reader:
         in_tx: dict[int, list[int]] = {}  # location of a transaction record -> seqs wanted
         plain = []
         for seq, location in picks:
-            if self.layouts.get(location) is not None:
+            if self._layout(location) is not None:
                 in_tx.setdefault(location, []).append(seq)
             else:
                 plain.append((seq, location))
@@ -132,7 +143,7 @@ class _Reader:
                 message = self._record(fd, chunk, low, segment, location, seq)
                 if message is not None:
                     found[seq] = message
-                elif self.layouts.get(location) is not None:
+                elif self._layout(location) is not None:
                     in_tx.setdefault(location, []).append(seq)
         for location, seqs in in_tx.items():
             found.update(self._from_layout(fd, segment, location, seqs))
@@ -177,10 +188,9 @@ class _Reader:
             if kind in (Kind.COMMIT, Kind.COMMIT_PREPARED):
                 base = offset - p  # the file position of chunk[0]
                 keys = op_add_keys(kind, chunk, start, end, self.names)
-                self.layouts.put(
-                    location,
-                    {(s, q): (base + a, base + b) for s, queues, a, b in keys for q in queues},
-                )
+                layout = {(s, q): (base + a, base + b) for s, queues, a, b in keys for q in queues}
+                self.layouts.put(location, layout)
+                self.mine[location] = layout
                 return None
         except CorruptRecord as exc:
             log.error("journal: paged record at segment %d offset %d: %s", segment, offset, exc)
@@ -193,7 +203,7 @@ class _Reader:
     def _from_layout(
         self, fd: int, segment: int, location: int, seqs: list[int]
     ) -> dict[int, Message]:
-        layout = self.layouts.get(location) or {}
+        layout = self.mine.get(location) or {}
         queue = self.queue
         spans = [(seq, layout[seq, queue]) for seq in seqs if (seq, queue) in layout]
         if not spans:

@@ -354,3 +354,27 @@ def test_a_window_spanning_plain_adds_and_a_large_transaction_reads_every_messag
         assert journal.page_in("queue:q", 5, 20) == window[5:25]
     finally:
         journal.close()
+
+
+def test_a_window_spanning_more_transactions_than_the_layout_cache_reads_them_all(
+    tmp_path: Path,
+) -> None:
+    """A restart reads back a window of 40 small transactions: more records than the pager
+    remembers layouts of (16). None of their messages may go missing from the window."""
+    journal = Journal(tmp_path / "j", sync="never")
+    broker = Broker(journal)
+    tx = Connection(broker).session(AckMode.CLIENT, transacted=True)
+    bodies = [f"{batch}-{i}".encode() for batch in range(40) for i in range(5)]
+    for n, body in enumerate(bodies, 1):
+        tx.send("queue:q", Message.create(body))
+        if n % 5 == 0:
+            tx.commit()
+    journal.close()
+    journal = Journal(tmp_path / "j", sync="never")
+    try:
+        recovered = journal.recover()
+        assert [s.message.body for s in recovered.messages["queue:q"]] == bodies
+        assert recovered.paged == {}
+        assert [s.message.body for s in journal.page_in("queue:q", 0, 200)] == bodies
+    finally:
+        journal.close()
