@@ -336,18 +336,34 @@ def plan(
     return Plan(delete, tuple(s for s in delete if live.get(s, 0) > 0))
 
 
-def compaction_records(index: LiveIndex, segment: int, data: bytes) -> list[Record]:
+def holds_live_messages(index: LiveIndex, segment: int) -> bool:
+    """Whether ``segment`` holds live adds, besides definitions and prepared transactions
+    (which the index knows in full: moving only those needs no read of the segment)."""
+    known = sum(
+        1 for _, location in index.definitions.values() if location >> SEGMENT_SHIFT == segment
+    )
+    known += sum(
+        1 for _, location in index.prepared.values() if location >> SEGMENT_SHIFT == segment
+    )
+    return index.live.get(segment, 0) > known
+
+
+def compaction_records(index: LiveIndex, segment: int, data: bytes | None) -> list[Record]:
     """Records that copy the live content of ``segment`` (its bytes are ``data``) forward.
 
     Applied to the index at their new location, they cancel every live
     positive in ``segment``. A compacted add keeps its store delivery count;
     a message in several queues with different counts gets one add per count.
+    ``data`` may be None when :func:`holds_live_messages` says the segment holds
+    no live message (a queue definition pinning an old segment is the usual case).
     """
     out: list[Record] = [
         DefineRecord(definition)
         for definition, location in index.definitions.values()
         if location >> SEGMENT_SHIFT == segment
     ]
+    if data is None:
+        return out + _prepares_in(index, segment)
     names = Names()
     base = segment << SEGMENT_SHIFT
     locations = index.locations
@@ -370,12 +386,15 @@ def compaction_records(index: LiveIndex, segment: int, data: bytes) -> list[Reco
                 for tx_op in record.ops:
                     if isinstance(tx_op, AddOp):
                         out += _moved(index, tx_op, location)
-    out += [
+    return out + _prepares_in(index, segment)
+
+
+def _prepares_in(index: LiveIndex, segment: int) -> list[Record]:
+    return [
         PrepareRecord(xid, ops)
         for xid, (ops, location) in index.prepared.items()
         if location >> SEGMENT_SHIFT == segment
     ]
-    return out
 
 
 def _moved(index: LiveIndex, op: AddOp, location: int) -> list[Record]:

@@ -67,7 +67,13 @@ from chute.store.payload import (
     Record,
     encode,
 )
-from chute.store.reclaim import SEGMENT_SHIFT, LiveIndex, compaction_records, plan
+from chute.store.reclaim import (
+    SEGMENT_SHIFT,
+    LiveIndex,
+    compaction_records,
+    holds_live_messages,
+    plan,
+)
 from chute.store.record import HEADER_SIZE, Kind, frame_header
 from chute.store.segment import (
     SEGMENT_HEADER_SIZE,
@@ -700,7 +706,12 @@ class Writer:
             return ReclaimResult()
         records: list[Record] = []
         for segment in decision.compact:
-            records += compaction_records(index, segment, read_segment(self.directory, segment))
+            data = (
+                read_segment(self.directory, segment)
+                if holds_live_messages(index, segment)
+                else None
+            )
+            records += compaction_records(index, segment, data)
         moved = len(records)
         records.append(index.checkpoint_record())
         items: list[Item] = []
