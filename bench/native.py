@@ -8,7 +8,9 @@ Workloads (each the median of ``--runs``, every process separate, as a user runs
   end-to-end latency p50/p99/p999 in ms (send timestamp in the body).
 * ``fanout``: 1 producer to a topic with 4 subscriber processes; deliveries/s.
 * ``persistent``: like ``throughput`` with persistent messages, the producer
-  committing a transaction every 100 sends (one journal sync per commit).
+  committing a transaction every 100 sends (one journal sync per commit) and
+  keeping up to 4 commits unconfirmed (``confirm_window=4``), as the peers were
+  measured (notes/baselines.md, column b: a receipt every 100, 4 outstanding).
 * ``sync``: one producer sends 5,000 persistent messages, each waiting for the
   broker's confirmation (fsync), with a consumer draining; confirmed sends/s,
   next to the fsyncs/s this disk sustains, probed in the same run.
@@ -110,7 +112,8 @@ def producer(  # noqa: PLR0917
     url: str, address: str, count: int, size: int, rate: float = 0.0, mode: str = "transient"
 ) -> float:
     body_tail = b"x" * (size - STAMP.size)
-    with chute.connect(url) as conn, conn.session(transacted=mode == "persistent") as s:
+    tx = mode == "persistent"
+    with chute.connect(url) as conn, conn.session(transacted=tx, confirm_window=4 * tx) as s:
         start = time.time()
         if mode == "persistent":
             for i in range(1, count + 1):

@@ -15,11 +15,13 @@ consumers may be shared between threads.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final, Self
@@ -109,6 +111,7 @@ class Connection:
         self._closing = False
         self._heartbeat = 0.0
         self._last_received = self._last_sent = time.monotonic()
+        self._windowed: weakref.WeakSet[Session] = weakref.WeakSet()  # close awaits them
         self._reader = threading.Thread(target=self._read_loop, name="chute-reader", daemon=True)
         self._writer = threading.Thread(target=self._write_loop, name="chute-writer", daemon=True)
         self._reader.start()
@@ -242,21 +245,33 @@ class Connection:
     def closed(self) -> bool:
         return self._proto.failure is not None
 
-    def session(self, ack: str = "auto", transacted: bool = False) -> Session:
+    def session(
+        self, ack: str = "auto", transacted: bool = False, *, confirm_window: int = 0
+    ) -> Session:
         """Open a session (no round trip: errors surface on its first request).
 
         Args:
             ack: ``auto``, ``client`` (cumulative ``ack()``) or ``individual``.
             transacted: sends and acks take effect on :meth:`Session.commit`.
+            confirm_window: how many persistent sends (in a transacted session:
+                commits) may await the broker's confirmation (its fsync) while the
+                application goes on; 0, the default, makes each wait for its own.
+                See :meth:`Session.send`, :meth:`Session.commit` and
+                :meth:`Session.flush`.
 
         Raises:
-            ValueError: unknown ack mode.
+            ValueError: unknown ack mode, or a negative window.
             ConnectError: the connection is gone.
         """
+        if confirm_window < 0:
+            raise ValueError("confirm_window must not be negative")
         with self._lock:
             session_id = self._proto.open_session(ack, transacted)
             self._nudge()
-        return Session(self, session_id)
+        session = Session(self, session_id, confirm_window)
+        if confirm_window:
+            self._windowed.add(session)
+        return session
 
     def stat(self) -> dict[str, Any]:
         """The broker's statistics (a JSON document)."""
@@ -389,11 +404,23 @@ class Connection:
         self._call(corr)
 
     def close(self) -> None:
-        """Close gracefully: acks and credit owed are sent, then DISCONNECT; never raises
-        for a connection that is already gone."""
+        """Close gracefully: sessions' unconfirmed sends are awaited, acks and credit
+        owed are sent, then DISCONNECT; never raises for a connection that is already
+        gone.
+
+        Raises:
+            ChuteError: a session's unconfirmed send was refused or not stored (the
+                connection is closed all the same).
+        """
         if self._closing:
             self._shutdown()
             return
+        failure: ChuteError | None = None
+        for session in list(self._windowed):
+            try:
+                session._settle_all()
+            except ChuteError as exc:
+                failure = failure or exc
         try:
             with self._lock:
                 corr = self._proto.disconnect() if self._proto.failure is None else 0
@@ -403,6 +430,8 @@ class Connection:
             pass
         finally:
             self._shutdown()
+        if failure is not None:
+            raise failure
 
     def __enter__(self) -> Self:
         return self
@@ -413,7 +442,13 @@ class Connection:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.close()
+        if exc is None:
+            self.close()
+            return
+        try:  # an exception is on its way out: a send's failure must not replace it
+            self.close()
+        except ChuteError as failure:
+            exc.add_note(f"closing the connection also failed: {failure}")
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
@@ -423,9 +458,12 @@ class Connection:
 class Session:
     """A session: an ack mode, maybe a transaction, and its consumers. Thread-safe."""
 
-    def __init__(self, connection: Connection, session_id: int) -> None:
+    def __init__(self, connection: Connection, session_id: int, confirm_window: int = 0) -> None:
         self.connection = connection
         self.id = session_id
+        self.confirm_window = confirm_window
+        self._unconfirmed: collections.deque[int] = collections.deque()  # request ids, oldest first
+        self._confirming = threading.Lock()  # one thread at a time waits for confirmations
 
     def send(
         self,
@@ -448,6 +486,13 @@ class Session:
         disk; a non-persistent one returns at once (errors surface on a later call).
         In a transacted session nothing waits: :meth:`commit` does. A ``str`` body
         is sent as UTF-8 ``text``; ``ttl`` is in milliseconds (0 = never expires).
+
+        With a ``confirm_window`` of N (see :meth:`Connection.session`), a persistent
+        send returns as soon as at most N sends of this session await their
+        confirmation, so the producer pipelines instead of waiting for each fsync.
+        A send the broker then refuses, or could not store, is raised by a later
+        :meth:`send`, :meth:`flush` or :meth:`close` (the exception's note says so);
+        every other message of the session stays confirmed or pending as it was.
 
         Raises:
             InvalidAddress, InvalidMessage: a bad address or field.
@@ -472,13 +517,52 @@ class Session:
                 id,
                 kind,
             )
-            if not corr and conn._writer_waiting:  # a request is flushed by _call below
+            # A request waited for at once is flushed by _call below; anything else
+            # (one-way, or left in the confirm window) goes out by the writer thread.
+            if conn._writer_waiting and (not corr or self.confirm_window):
                 conn._nudge()
             full = proto.outbox_size >= HIGH_WATER
-        if corr:
+        if not corr:
+            if full:
+                conn._flush()
+        elif self.confirm_window:
+            unconfirmed = self._unconfirmed
+            unconfirmed.append(corr)
+            if len(unconfirmed) > self.confirm_window:
+                self._await_confirmations(self.confirm_window)
+            elif full:
+                conn._flush()
+        else:
             conn._call(corr)
-        elif full:
-            conn._flush()
+
+    def flush(self) -> None:
+        """Wait until every persistent send (or commit) of this session is confirmed
+        (with a ``confirm_window``; otherwise there is nothing to wait for).
+
+        Raises:
+            ChuteError: a send was refused or not stored (the others are still awaited
+                by the next call), or the connection failed.
+            RequestTimeout: no confirmation within the connection's timeout.
+        """
+        self._await_confirmations(0)
+
+    def _await_confirmations(self, most: int) -> None:
+        """Wait until at most ``most`` sends are unconfirmed, oldest first."""
+        unconfirmed = self._unconfirmed
+        with self._confirming:
+            if len(unconfirmed) <= most:
+                return
+            self.connection._flush()  # what is queued goes out before we wait on it
+            while len(unconfirmed) > most:
+                corr = unconfirmed.popleft()
+                try:
+                    self.connection._call(corr)
+                except ChuteError as exc:
+                    exc.add_note(
+                        f"raised for an earlier persistent send or commit of session "
+                        f"{self.id}, which awaited its confirmation (confirm_window)"
+                    )
+                    raise
 
     def consumer(
         self,
@@ -525,11 +609,27 @@ class Session:
         return self.connection._call(corr)
 
     def commit(self) -> None:
-        """Commit the transaction: its sends are delivered, its acks take effect."""
+        """Commit the transaction: its sends are delivered, its acks take effect.
+
+        With a ``confirm_window`` of N it returns as soon as at most N commits of
+        this session await the broker's answer (pipelined transactions: the
+        producer fills the next while the broker stores the last). A commit the
+        broker then refused is raised by a later call, as for windowed sends (see
+        :meth:`send`); as with a refused commit waited for, nothing of it was
+        applied and its transaction stays open, now with whatever was sent since:
+        roll it back and send again from the last commit :meth:`flush` confirmed.
+        """
         conn = self.connection
         with conn._lock:
             corr = conn._proto.commit(self.id)
-        conn._call(corr)
+        if self.confirm_window:
+            self._unconfirmed.append(corr)
+            if len(self._unconfirmed) > self.confirm_window:
+                self._await_confirmations(self.confirm_window)
+            else:
+                conn._flush()
+        else:
+            conn._call(corr)
 
     def prepare(self, xid: str) -> None:
         """Prepare the transaction under ``xid`` (two-phase) and start a new one; returns
@@ -580,8 +680,35 @@ class Session:
         conn._call(corr)
 
     def close(self) -> None:
-        """Close the session and its consumers (never raises for a lost connection)."""
+        """Wait for every unconfirmed send (:meth:`flush`), then close the session and
+        its consumers (never raises for a lost connection).
+
+        Raises:
+            ChuteError: an unconfirmed send was refused or not stored (the first such;
+                the others were awaited all the same, and the session is closed).
+        """
+        try:
+            self._settle_all()
+        finally:
+            self._close()
+
+    def _settle_all(self) -> None:
+        """Await every unconfirmed send, past failures; raise the first failure (not a lost
+        connection or a timeout: what is unconfirmed then stays unknown)."""
+        first: ChuteError | None = None
+        while self._unconfirmed:
+            try:
+                self.flush()
+            except (ConnectError, RequestTimeout):
+                break
+            except ChuteError as exc:
+                first = first or exc
+        if first is not None:
+            raise first
+
+    def _close(self) -> None:
         conn = self.connection
+        conn._windowed.discard(self)
         with conn._lock:
             corr = conn._proto.close_session(self.id)
             conn._cond.notify_all()
@@ -598,7 +725,13 @@ class Session:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.close()
+        if exc is None:
+            self.close()
+            return
+        try:  # an exception is on its way out: a send's failure must not replace it
+            self.close()
+        except ChuteError as failure:
+            exc.add_note(f"closing session {self.id} also failed: {failure}")
 
 
 class Consumer:
