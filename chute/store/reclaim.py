@@ -41,7 +41,7 @@ before the writer starts).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 
 from chute.core.store import AckOp, AddOp, QueueDefinition, TxOp
 from chute.store.payload import (
@@ -146,19 +146,28 @@ class LiveIndex:
             deps.add(dead)
 
     def add(self, op: AddOp, count: int, location: int) -> None:
-        seq = op.seq
+        self._add(op, count, location)
         segment = location >> SEGMENT_SHIFT
-        live, written = self.live, self.written
+        n = len(op.queues)
+        self.live[segment] = self.live.get(segment, 0) + n
+        self.written[segment] = self.written.get(segment, 0) + n
+
+    def _add(self, op: AddOp, count: int, location: int) -> None:
+        """:meth:`add` but for the segment's counters (the caller adds one per queue)."""
+        seq = op.seq
+        locations = self.locations
         for queue in op.queues:
-            held = self.locations.get(queue)
+            held = locations.get(queue)
             if held is None:
-                held = self.locations[queue] = SeqMap()
-            old = held.get(seq)
-            if old is not None:
-                self._kill(old, location)
-            held[seq] = location
-            live[segment] = live.get(segment, 0) + 1
-            written[segment] = written.get(segment, 0) + 1
+                held = locations[queue] = SeqMap()
+            if held.append_next(seq, location):  # a new message: nothing to replace
+                if not count:
+                    continue  # and no count to keep or drop
+            else:
+                old = held.get(seq)
+                if old is not None:
+                    self._kill(old, location)
+                held[seq] = location
             counts = self.counts.get(queue)
             if count:
                 if counts is None:
@@ -231,10 +240,17 @@ class LiveIndex:
             self._kill(held, location)
         self.counts.pop(name, None)
 
-    def commit(self, ops: Iterable[TxOp], location: int) -> None:
+    def commit(self, ops: Sequence[TxOp], location: int) -> None:
+        # the segment's counters first, once: an ack further on may cancel an add of
+        # this very record
+        added = sum(len(op.queues) for op in ops if isinstance(op, AddOp))
+        if added:
+            segment = location >> SEGMENT_SHIFT
+            self.live[segment] = self.live.get(segment, 0) + added
+            self.written[segment] = self.written.get(segment, 0) + added
         for op in ops:
             if isinstance(op, AddOp):
-                self.add(op, 0, location)
+                self._add(op, 0, location)
             else:
                 self.ack(op, location)
 

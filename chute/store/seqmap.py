@@ -56,6 +56,17 @@ class SeqMap:
                 return location
         return self._extra.get(seq, default)
 
+    def append_next(self, seq: int, location: int) -> bool:
+        """Store ``location`` for ``seq`` if ``seq`` comes right after the last slot and
+        nothing else is kept (the common add of a new message); False, nothing done,
+        otherwise (use ``map[seq] = location``)."""
+        slots = self._slots
+        if self._count and not self._extra and seq - self._base == len(slots) and location > 0:
+            slots.append(location)
+            self._count += 1
+            return True
+        return False
+
     def __setitem__(self, seq: int, location: int) -> None:
         if location <= 0:
             raise ValueError(f"location {location} cannot be stored (must be positive)")

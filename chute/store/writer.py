@@ -199,9 +199,13 @@ class Intake:
                 self.acks[queue] = [seq]
             else:
                 seqs.append(seq)
-            if seq > self._tops.get(queue, -1):
-                self._tops[queue] = seq
-            self._arrived(8)
+            tops = self._tops
+            if seq > tops.get(queue, -1):
+                tops[queue] = seq
+            self.pending_bytes += 8
+            self.appended = True
+            if self.pending_bytes >= WAKE_BYTES:
+                self.cond.notify()
 
     def mark(self, queue: str, seq: int, count: int) -> None:
         """Hand over a delivery mark. Raises JournalClosed once closing."""
@@ -214,9 +218,13 @@ class Intake:
             else:
                 marks[0].append(seq)
                 marks[1].append(count)
-            if seq > self._tops.get(queue, -1):
-                self._tops[queue] = seq
-            self._arrived(12)
+            tops = self._tops
+            if seq > tops.get(queue, -1):
+                tops[queue] = seq
+            self.pending_bytes += 12
+            self.appended = True
+            if self.pending_bytes >= WAKE_BYTES:
+                self.cond.notify()
 
     def _gathered_first(self, queues: tuple[str, ...] | None) -> None:
         if queues is None:
