@@ -14,8 +14,10 @@ Workloads (each the median of ``--runs``, every process separate, as a user runs
 * ``sync``: one producer sends 5,000 persistent messages, each waiting for the
   broker's confirmation (fsync), with a consumer draining; confirmed sends/s,
   next to the fsyncs/s this disk sustains, probed in the same run.
+* ``sync-group``: the same with ``--producers`` (4) producer processes sending
+  4,000 each at once: what group commit makes of synchronous sends.
 
-    python -m bench.native                 # all three, 3 runs each
+    python -m bench.native                 # every workload, 3 runs each
     python -m bench.native --only throughput --runs 5 --count 300000
 """
 
@@ -139,6 +141,14 @@ def producer(  # noqa: PLR0917
     return start
 
 
+def producer_proc(  # noqa: PLR0917 - a multiprocessing target takes positional arguments
+    url: str, address: str, count: int, size: int, mode: str, go: Any, out: Any
+) -> None:
+    """One of several producers: starts when ``go`` is set, reports its start time."""
+    go.wait(30)
+    out.put(producer(url, address, count, size, 0.0, mode))
+
+
 def run_once(
     url: str,
     address: str,
@@ -146,6 +156,7 @@ def run_once(
     count: int,
     size: int,
     consumers: int = 1,
+    producers: int = 1,
     rate: float = 0.0,
     latency: bool = False,
     mode: str = "transient",
@@ -162,7 +173,23 @@ def run_once(
         readies.append(ready)
     for ready in readies:
         ready.wait(30)
-    start = producer(url, address, count, size, rate, mode)
+    if producers == 1:
+        start = producer(url, address, count, size, rate, mode)
+    else:
+        go, starts = ctx.Event(), ctx.Queue()
+        senders = [
+            ctx.Process(
+                target=producer_proc,
+                args=(url, address, count // producers, size, mode, go, starts),
+            )
+            for _ in range(producers)
+        ]
+        for sender in senders:
+            sender.start()
+        go.set()
+        start = min(starts.get(timeout=120) for _ in senders)
+        for sender in senders:
+            sender.join(30)
     results = [out.get(timeout=120) for _ in procs]
     for proc in procs:
         proc.join(30)
@@ -208,9 +235,10 @@ def main() -> None:
     )
     parser.add_argument(
         "--only",
-        choices=["throughput", "latency", "fanout", "persistent", "sync"],
+        choices=["throughput", "latency", "fanout", "persistent", "sync", "sync-group"],
         action="append",
     )
+    parser.add_argument("--producers", type=int, default=4, help="sync-group producers")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--count", type=int, default=200_000)
     parser.add_argument("--fanout-count", type=int, default=100_000)
@@ -219,7 +247,14 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=10, help="latency run seconds")
     parser.add_argument("--url", help="use a running broker instead of starting one")
     args = parser.parse_args()
-    workloads = args.only or ["throughput", "latency", "fanout", "persistent", "sync"]
+    workloads = args.only or [
+        "throughput",
+        "latency",
+        "fanout",
+        "persistent",
+        "sync",
+        "sync-group",
+    ]
     with tempfile.TemporaryDirectory() as data_dir:
         proc = None
         url = args.url
@@ -246,8 +281,15 @@ def main() -> None:
                         r = run_once(
                             url, f"queue:{tag}", count=args.count, size=args.size, mode="persistent"
                         )
-                    elif name == "sync":
-                        r = run_once(url, f"queue:{tag}", count=5000, size=args.size, mode="sync")
+                    elif name in ("sync", "sync-group"):
+                        r = run_once(
+                            url,
+                            f"queue:{tag}",
+                            count=5000 if name == "sync" else 4000 * args.producers,
+                            size=args.size,
+                            mode="sync",
+                            producers=1 if name == "sync" else args.producers,
+                        )
                         r["disk_fsyncs_per_s"] = fsync_probe(data_dir)
                         r["ratio_to_fsync"] = round(r["msgs_per_s"] / r["disk_fsyncs_per_s"], 2)
                     else:
