@@ -70,6 +70,7 @@ _U16: Final = struct.Struct(">H")
 _U32: Final = struct.Struct(">I")
 _ADD: Final = struct.Struct(">QqqIIBH")  # ... flags, destination length
 _ADD_SIZE: Final = _ADD.size
+_ADD_HEAD: Final = struct.Struct(">QqqIIB")  # _ADD without the destination's length
 _SEQ_NAME: Final = struct.Struct(">QH")
 _SEQ_COUNT_NAME: Final = struct.Struct(">QIH")
 _NEXT_SEQ: Final = struct.Struct(">Q")
@@ -239,17 +240,16 @@ def encode_add(op: AddOp, delivery_count: int = 0) -> bytes:
     content = m.encoded
     if content is None:
         content = encode_content(m)
-    dest = _raw(op.destination)
     queues = op.queues
-    head = _ADD.pack(
+    head = _ADD_HEAD.pack(
         op.seq,
         m.timestamp,
         m.expiration,
         delivery_count,
         m.delivery_count,
         _REDELIVERED if m.redelivered else 0,
-        len(dest),
     )
+    dest = _s16(op.destination)  # the destination's length and name, as _ADD ends
     if len(queues) == 1:
         return b"".join((head, dest, b"\x00\x01", _s16(queues[0]), content))
     return b"".join((head, dest, _U16.pack(len(queues)), *(_s16(q) for q in queues), content))

@@ -2,8 +2,24 @@
 
 The kill cycle (:func:`run_scenario`, also driven by ``scripts/crash_soak.py``
 for hundreds of kills): a producer thread sends persistent messages with
-unique bodies and records each one the broker acknowledged (``send``
-returned); a consumer thread takes and acks part of them meanwhile (a random
+unique bodies and records each one the broker acknowledged, in one of the
+:data:`MODES` (:attr:`Scenario.mode`):
+
+* ``sync``: each ``send`` waits for its confirmation; it is acknowledged once
+  ``send`` returned;
+* ``window``: sends with a confirm window of N (docs/client.md): when ``send``
+  returns, all but the last N sends of the session are confirmed, and a
+  ``flush()`` (called every few hundred sends) confirms everything before it;
+  the producer keeps its own list of the last N and acknowledges a message only
+  once it left that list or a flush after it returned;
+* ``tx-window``: a transacted session committing every 1..50 sends, with a
+  confirm window of 4 commits: a transaction (all its messages) is acknowledged
+  the same way, once it left the window of commits or a flush returned.
+
+When the connection breaks, what was sent and not acknowledged is
+*unconfirmed*: it may or may not be there after the restart; the messages of a
+transaction whose commit was never asked for are *uncommitted*: never there.
+A consumer thread takes and acks part of them meanwhile (a random
 quota from each broker, acked in random batches, then it idles with the last
 batch unacked and more prefetched, so a backlog builds up and messages are in
 flight at each kill); the main thread SIGKILLs the broker after a random delay,
@@ -11,8 +27,13 @@ restarts it on the same data directory, and the threads reconnect and go on.
 At the end a consumer drains the queue. Then (:meth:`Outcome.violations`):
 
 * every acknowledged message was delivered at least once (none **lost**);
-* nothing **unknown** appears: only bodies the producer tried to send (a send
-  that failed with the connection may or may not have been stored);
+* nothing **unknown** appears: only bodies the producer tried to send (an
+  unconfirmed one may or may not have been stored);
+* no **uncommitted** message appears, and every transaction is delivered
+  whole or not at all (atomicity across ``kill -9``, for those a kill left
+  unconfirmed too);
+* every message the producer tried to send is acknowledged, unconfirmed or
+  uncommitted (the producer's own bookkeeping);
 * a message delivered again carries ``redelivered=True`` on the later
   delivery, always: a delivery leaves the broker only once its delivery mark
   is durable (docs/durability.md), so no kill can lose the mark of a message
@@ -27,7 +48,9 @@ A failure prints the seed; ``CHUTE_CRASH_SEED=<seed>`` replays the same kill del
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import functools
 import itertools
 import os
 import random
@@ -53,6 +76,10 @@ ACK_WINDOW = 2.0
 WAIT = 30.0
 """Deadline for a worker waiting for a broker to come back, and for each drained message."""
 LOST_CONNECTION = (ConnectError, RequestTimeout)
+MODES = ("sync", "window", "tx-window")
+"""How the producer sends (:attr:`Scenario.mode`; the module docstring says what each is)."""
+FLUSH_SPREAD = 8
+"""A windowed producer flushes every 1..FLUSH_SPREAD * window sends (or commits)."""
 
 
 def seed_from_env() -> int:
@@ -75,6 +102,14 @@ class Scenario:
     max_ack_batch: int = 8  # it acks every 1..max_ack_batch messages
     prefetch: int = 10
     segment_size: str = "256KiB"  # small, so segments roll over and get reclaimed
+    mode: str = "sync"  # one of MODES
+    send_window: int = 64  # "window": persistent sends awaiting confirmation
+    commit_window: int = 4  # "tx-window": commits awaiting confirmation
+    max_transaction: int = 50  # "tx-window": each transaction sends 1..max_transaction
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -95,7 +130,12 @@ class Outcome:
     kills: int = 0
     attempted: set[bytes] = dataclasses.field(default_factory=set)
     acknowledged: set[bytes] = dataclasses.field(default_factory=set)
-    unknown_sends: set[bytes] = dataclasses.field(default_factory=set)  # send raised
+    # sent, not acknowledged when the connection broke: stored or not
+    unconfirmed: set[bytes] = dataclasses.field(default_factory=set)
+    # sent in a transaction whose commit was never asked for: never stored
+    uncommitted: set[bytes] = dataclasses.field(default_factory=set)
+    # every transaction whose commit was asked for: each all delivered or none of it
+    transactions: list[tuple[bytes, ...]] = dataclasses.field(default_factory=list)
     deliveries: dict[bytes, list[Delivery]] = dataclasses.field(default_factory=dict)
     killed_at: dict[int, float] = dataclasses.field(default_factory=dict)  # incarnation -> time
     recovery_warnings: list[str] = dataclasses.field(default_factory=list)
@@ -108,6 +148,30 @@ class Outcome:
     @property
     def unknown(self) -> list[bytes]:
         return sorted(self.deliveries.keys() - self.attempted)
+
+    @property
+    def uncommitted_delivered(self) -> list[bytes]:
+        return sorted(self.uncommitted & self.deliveries.keys())
+
+    @property
+    def unaccounted(self) -> list[bytes]:
+        """Tried, yet neither acknowledged, unconfirmed nor uncommitted: a producer's slip."""
+        return sorted(self.attempted - self.acknowledged - self.unconfirmed - self.uncommitted)
+
+    def partial_transactions(self) -> list[str]:
+        """One line for each transaction delivered in part."""
+        found = []
+        for bodies in self.transactions:
+            got = [body for body in bodies if body in self.deliveries]
+            if 0 < len(got) < len(bodies):
+                missing = sorted(set(bodies) - set(got))
+                state = "acknowledged" if bodies[0] in self.acknowledged else "unconfirmed"
+                found.append(
+                    f"{state} transaction {bodies[0].decode()}..{bodies[-1].decode()}: "
+                    f"{len(got)} of {len(bodies)} delivered, missing "
+                    f"{', '.join(b.decode() for b in missing)}"
+                )
+        return found
 
     def duplicates(self) -> Iterator[tuple[bytes, Delivery, Delivery]]:
         """(body, earlier, later) for every delivery after a message's first."""
@@ -145,13 +209,21 @@ class Outcome:
     def summary(self) -> dict[str, Any]:
         kinds = self.classify()
         deliveries = sum(len(d) for d in self.deliveries.values())
+        delivered = self.deliveries.keys()
+        unconfirmed_tx = [t for t in self.transactions if t[0] in self.unconfirmed]
         return {
             "seed": self.seed,
             "kills": self.kills,
             "attempted": len(self.attempted),
             "acknowledged": len(self.acknowledged),
-            "send_failed": len(self.unknown_sends),
-            "send_failed_stored": len(self.unknown_sends & self.deliveries.keys()),
+            "unconfirmed": len(self.unconfirmed),
+            "unconfirmed_stored": len(self.unconfirmed & delivered),
+            "uncommitted": len(self.uncommitted),
+            "uncommitted_stored": len(self.uncommitted & delivered),
+            "transactions": len(self.transactions),
+            "transactions_unconfirmed": len(unconfirmed_tx),
+            "transactions_unconfirmed_stored": sum(t[0] in delivered for t in unconfirmed_tx),
+            "transactions_partial": len(self.partial_transactions()),
             "delivered": len(self.deliveries),
             "deliveries": deliveries,
             "duplicates": deliveries - len(self.deliveries),
@@ -160,6 +232,7 @@ class Outcome:
             "resurrected": len(kinds["resurrected"]),
             "lost": len(self.lost),
             "unknown": len(self.unknown),
+            "unaccounted": len(self.unaccounted),
             "recovery_warnings": len(self.recovery_warnings),
             "errors": len(self.errors),
         }
@@ -169,6 +242,16 @@ class Outcome:
         kinds = self.classify()
         found = [f"lost (acknowledged, never delivered): {b.decode()}" for b in self.lost]
         found += [f"unknown body delivered: {b!r}" for b in self.unknown]
+        found += [
+            f"delivered, though its transaction was never committed: {b.decode()}"
+            for b in self.uncommitted_delivered
+        ]
+        found += [f"transaction delivered in part: {t}" for t in self.partial_transactions()]
+        found += [
+            f"neither acknowledged, unconfirmed nor uncommitted (producer bookkeeping): "
+            f"{b.decode()}"
+            for b in self.unaccounted
+        ]
         found += [f"duplicate without redelivered: {w}" for w in kinds["unflagged"]]
         found += [f"resurrected after its ack: {w}" for w in kinds["resurrected"]]
         found += [f"error: {e}" for e in self.errors]
@@ -285,27 +368,109 @@ class CrashRun:
                 self.outcome.errors.append(f"{who} lost broker #{incarnation} alive: {exc!r}")
         self.brokers.after_failure(incarnation)
 
-    def produce(self) -> None:
+    def produce(self, index: int) -> None:
+        """Send until stopped, in the scenario's mode; reconnect after each kill."""
+        rng = random.Random(self.scenario.seed + 2 + index)
         while not self.stop.is_set():
             if (found := self.brokers.current()) is None:
                 return
             incarnation, url = found
+            # Sent, not acknowledged yet, oldest first: the confirm window as the
+            # producer sees it, one entry per send (a transaction's: per commit).
+            window: collections.deque[tuple[bytes, ...]] = collections.deque()
             try:
-                with chute.connect(url) as conn, conn.session() as session:
-                    while not self.stop.is_set():
-                        body = b"m-%010d" % next(self.next_body)
-                        with self.lock:
-                            self.outcome.attempted.add(body)
-                        try:
-                            session.send(QUEUE, body, persistent=True)
-                        except LOST_CONNECTION:
-                            with self.lock:
-                                self.outcome.unknown_sends.add(body)
-                            raise
-                        with self.lock:
-                            self.outcome.acknowledged.add(body)
+                with chute.connect(url) as conn:
+                    if self.scenario.mode == "tx-window":
+                        self._commit_windowed(conn, window, rng)
+                    else:
+                        self._send_windowed(conn, window, rng)
             except LOST_CONNECTION as exc:
+                with self.lock:
+                    for bodies in window:
+                        self.outcome.unconfirmed.update(bodies)
                 self._disconnected("producer", incarnation, exc)
+
+    def _send_windowed(
+        self,
+        conn: chute.Connection,
+        window: collections.deque[tuple[bytes, ...]],
+        rng: random.Random,
+    ) -> None:
+        """Persistent sends, ``send_window`` at a time in flight (mode ``window``) or
+        each waited for (``sync``: a window of 0, so nothing is ever left in it)."""
+        size = self.scenario.send_window if self.scenario.mode == "window" else 0
+        with conn.session(confirm_window=size) as session:
+            until_flush = rng.randint(1, FLUSH_SPREAD * size) if size else 0
+            while not self.stop.is_set():
+                body = self.new_body()
+                window.append((body,))  # if send raises, it may have gone out
+                session.send(QUEUE, body, persistent=True)
+                self._confirmed(session, window, size)
+                if size:
+                    until_flush -= 1
+                    if not until_flush:
+                        session.flush()
+                        self._confirmed(session, window, 0)
+                        until_flush = rng.randint(1, FLUSH_SPREAD * size)
+            session.flush()
+            self._confirmed(session, window, 0)
+
+    def _commit_windowed(
+        self,
+        conn: chute.Connection,
+        window: collections.deque[tuple[bytes, ...]],
+        rng: random.Random,
+    ) -> None:
+        """Transactions of 1..max_transaction sends, ``commit_window`` commits in flight."""
+        size = self.scenario.commit_window
+        with conn.session(transacted=True, confirm_window=size) as session:
+            until_flush = rng.randint(1, FLUSH_SPREAD * size) if size else 0
+            while not self.stop.is_set():
+                transaction: list[bytes] = []
+                try:
+                    for _ in range(rng.randint(1, self.scenario.max_transaction)):
+                        transaction.append(self.new_body())
+                        session.send(QUEUE, transaction[-1], persistent=True)
+                except LOST_CONNECTION:
+                    with self.lock:  # no commit asked for: the broker drops them
+                        self.outcome.uncommitted.update(transaction)
+                    raise
+                bodies = tuple(transaction)
+                with self.lock:
+                    self.outcome.transactions.append(bodies)
+                window.append(bodies)  # if commit raises, it may have gone out
+                session.commit()
+                self._confirmed(session, window, size)
+                if size:
+                    until_flush -= 1
+                    if not until_flush:
+                        session.flush()
+                        self._confirmed(session, window, 0)
+                        until_flush = rng.randint(1, FLUSH_SPREAD * size)
+            session.flush()
+            self._confirmed(session, window, 0)
+
+    def new_body(self) -> bytes:
+        body = b"m-%010d" % next(self.next_body)
+        with self.lock:
+            self.outcome.attempted.add(body)
+        return body
+
+    def _confirmed(
+        self, session: chute.Session, window: collections.deque[tuple[bytes, ...]], keep: int
+    ) -> None:
+        """A send, commit or flush returned: all but the last ``keep`` entries of
+        ``window`` are confirmed (docs/client.md); acknowledge them."""
+        left = len(session._unconfirmed)  # what the client still awaits
+        if left > len(window):  # it awaits requests we counted as confirmed
+            with self.lock:
+                self.outcome.errors.append(
+                    f"producer: the client awaits {left} requests, the producer "
+                    f"thought at most {len(window)}"
+                )
+        with self.lock:
+            while len(window) > keep:
+                self.outcome.acknowledged.update(window.popleft())
 
     def consume(self) -> None:
         """Take part of what each broker holds; the rest stays for the next one."""
@@ -389,9 +554,15 @@ def run_scenario(
     brokers = Brokers(data_dir, "--config", str(config))
     run = CrashRun(scenario, brokers)
     outcome = run.outcome
-    progress(f"crash run: seed {scenario.seed}, {scenario.kills} kills, data in {data_dir}")
+    progress(
+        f"crash run: seed {scenario.seed}, {scenario.kills} kills, producer mode "
+        f"{scenario.mode}, data in {data_dir}"
+    )
     brokers.start()
-    threads = [run.guarded(f"producer-{i}", run.produce) for i in range(scenario.producers)]
+    threads = [
+        run.guarded(f"producer-{i}", functools.partial(run.produce, i))
+        for i in range(scenario.producers)
+    ]
     if scenario.consume:
         threads.append(run.guarded("consumer", run.consume))
     try:
@@ -410,7 +581,7 @@ def run_scenario(
                 counts = (
                     f"kill {cycle}/{scenario.kills} after {delay:.2f} s: "
                     f"acknowledged {len(outcome.acknowledged)}, "
-                    f"send failed {len(outcome.unknown_sends)}, "
+                    f"unconfirmed {len(outcome.unconfirmed)}, "
                     f"delivered {len(outcome.deliveries)}; "
                     f"restarted in {time.monotonic() - started:.2f} s"
                 )
@@ -433,10 +604,9 @@ def run_scenario(
 # -- the tests ------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(90)
-def test_kill_9_loses_nothing_acknowledged(tmp_path: Path) -> None:
-    scenario = Scenario(kills=5, seed=seed_from_env(), max_delay=1.2)
+def _crash_test(tmp_path: Path, mode: str) -> dict[str, Any]:
+    """A few kills with the producer in ``mode``; asserts the guarantees, returns the summary."""
+    scenario = Scenario(kills=5, seed=seed_from_env(), max_delay=1.2, mode=mode)
     print(f"crash test seed: {scenario.seed} (replay: CHUTE_CRASH_SEED={scenario.seed})")
     outcome = run_scenario(scenario, tmp_path / "data")
     summary = outcome.summary()
@@ -446,6 +616,28 @@ def test_kill_9_loses_nothing_acknowledged(tmp_path: Path) -> None:
     assert outcome.kills == scenario.kills
     assert summary["acknowledged"] > 0
     assert summary["delivered"] >= summary["acknowledged"]
+    return summary
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_kill_9_loses_nothing_acknowledged(tmp_path: Path) -> None:
+    _crash_test(tmp_path, "sync")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_kill_9_loses_nothing_a_confirm_window_confirmed(tmp_path: Path) -> None:
+    _crash_test(tmp_path, "window")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_kill_9_keeps_windowed_transactions_whole(tmp_path: Path) -> None:
+    summary = _crash_test(tmp_path, "tx-window")
+    assert summary["transactions"] > 0
+    assert summary["uncommitted_stored"] == 0
+    assert summary["transactions_partial"] == 0
 
 
 def _receive_all(url: str, count: int) -> list[chute.Received]:
