@@ -443,6 +443,15 @@ class QueueChannel:
         diversion of the message must be recorded *before* this is called, so
         the store never holds an ack without the add that replaces it.
         """
+        if self._leave(entry, acked):
+            self.host.store.ack(AckOp(self.name, entry.seq))
+        if entry.origin is not None:
+            entry.origin.copy_finished(entry, acked=acked)
+        if self.settings.bounded:
+            self.host.room_freed(self)
+
+    def _leave(self, entry: Entry, acked: bool) -> bool:
+        """The queue's accounting of :meth:`settle`; True if the store must record an ack."""
         size = entry.message.size
         self.held -= 1
         self.held_bytes -= size
@@ -451,15 +460,10 @@ class QueueChannel:
             self.expiring -= 1
         if acked:
             self.acked += 1
-        if self.durable and (
+        return self.durable and (
             entry.message.persistent
-            or (self._transient_stored and _discard(self._transient_stored, entry.seq))
-        ):
-            self.host.store.ack(AckOp(self.name, entry.seq))
-        if entry.origin is not None:
-            entry.origin.copy_finished(entry, acked=acked)
-        if self.settings.bounded:
-            self.host.room_freed(self)
+            or bool(self._transient_stored and _discard(self._transient_stored, entry.seq))
+        )
 
     def take_acked(self, consumer: Consumer, seq: int, *, cumulative: bool) -> list[Entry]:
         """Remove from ``consumer``'s in-flight set what an ack of ``seq`` covers.
@@ -483,10 +487,22 @@ class QueueChannel:
                 return taken
 
     def ack(self, consumer: Consumer, seq: int, *, cumulative: bool) -> int:
-        """Settle what an ack covers; returns how many messages it settled."""
+        """Settle what an ack covers; returns how many messages it settled.
+
+        The store gets the acks of a cumulative ack in one call (``Store.acks``).
+        """
         taken = self.take_acked(consumer, seq, cumulative=cumulative)
+        if len(taken) == 1:
+            self.settle(taken[0])
+            return 1
+        recorded = [entry.seq for entry in taken if self._leave(entry, True)]
+        if recorded:
+            self.host.store.acks(self.name, recorded)
         for entry in taken:
-            self.settle(entry)
+            if entry.origin is not None:
+                entry.origin.copy_finished(entry, acked=True)
+        if self.settings.bounded:
+            self.host.room_freed(self)
         return len(taken)
 
     def reject(self, entry: Entry) -> None:

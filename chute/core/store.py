@@ -109,6 +109,9 @@ class Store(Protocol):
     def ack(self, op: AckOp) -> None:
         """A message left a durable queue for good (consumed, expired or moved)."""
 
+    def acks(self, queue: str, seqs: Sequence[int]) -> None:
+        """:meth:`ack` of each of ``seqs`` of ``queue``, in one call (a cumulative ack)."""
+
     def delivered(self, queue: str, seq: int, delivery_count: int) -> None:
         """A hint that a message was handed to a consumer (drives ``redelivered`` after a crash).
 
@@ -177,6 +180,9 @@ class Batch:
 
     def ack(self, op: AckOp) -> None:
         self.ops.append(op)
+
+    def acks(self, queue: str, seqs: Sequence[int]) -> None:
+        self.ops.extend(AckOp(queue, seq) for seq in seqs)
 
     def delivered(self, queue: str, seq: int, delivery_count: int) -> None:
         self._hints.append((queue, seq, delivery_count))

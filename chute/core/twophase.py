@@ -208,6 +208,9 @@ class AlreadyWritten:
     def ack(self, op: AckOp) -> None:
         return None
 
+    def acks(self, queue: str, seqs: Sequence[int]) -> None:
+        return None
+
     def delivered(self, queue: str, seq: int, delivery_count: int) -> None:
         self.store.delivered(queue, seq, delivery_count)
 

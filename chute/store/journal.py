@@ -200,6 +200,11 @@ class Journal:
         self._changed = True
         self._intake.ack(op.queue, op.seq)
 
+    def acks(self, queue: str, seqs: Sequence[int]) -> None:
+        """Buffer the acks of a cumulative ack (one call, one gathered record)."""
+        self._changed = True
+        self._intake.acks_many(queue, seqs)
+
     def delivered(self, queue: str, seq: int, delivery_count: int) -> None:
         """Buffer a delivery mark; the writer gathers a queue's marks into one record."""
         self._changed = True

@@ -49,6 +49,11 @@ class MemoryStore:
     def ack(self, op: AckOp) -> None:
         self.messages.get(op.queue, {}).pop(op.seq, None)
 
+    def acks(self, queue: str, seqs: Sequence[int]) -> None:
+        held = self.messages.get(queue, {})
+        for seq in seqs:
+            held.pop(seq, None)
+
     def delivered(self, queue: str, seq: int, delivery_count: int) -> None:
         stored = self.messages.get(queue, {}).get(seq)
         if stored is not None:

@@ -51,7 +51,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from chute.core.store import AckOp, SyncCallback
@@ -203,6 +203,27 @@ class Intake:
             if seq > tops.get(queue, -1):
                 tops[queue] = seq
             self.pending_bytes += 8
+            self.appended = True
+            if self.pending_bytes >= WAKE_BYTES:
+                self.cond.notify()
+
+    def acks_many(self, queue: str, seqs: Sequence[int]) -> None:
+        """:meth:`ack` of each of ``seqs``, under one lock."""
+        if not seqs:
+            return
+        with self.lock:
+            if self.closing:
+                raise JournalClosed(f"journal {self.directory} is closed")
+            gathered = self.acks.get(queue)
+            if gathered is None:
+                self.acks[queue] = list(seqs)
+            else:
+                gathered.extend(seqs)
+            top = max(seqs)
+            tops = self._tops
+            if top > tops.get(queue, -1):
+                tops[queue] = top
+            self.pending_bytes += 8 * len(seqs)
             self.appended = True
             if self.pending_bytes >= WAKE_BYTES:
                 self.cond.notify()

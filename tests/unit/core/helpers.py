@@ -71,6 +71,11 @@ class RecordingStore(MemoryStore):
         self.calls.append(("ack", op))
         super().ack(op)
 
+    def acks(self, queue: str, seqs: Sequence[int]) -> None:
+        """Logged as one ``ack`` per message: what reached the store, not how."""
+        self.calls += [("ack", AckOp(queue, seq)) for seq in seqs]
+        MemoryStore.acks(self, queue, seqs)
+
     def commit(self, ops: Sequence[TxOp]) -> None:
         self.calls.append(("commit", list(ops)))
         for op in ops:  # not through self.add/self.ack: those would log the ops again

@@ -45,6 +45,19 @@ def test_adds_come_back_in_seq_order_without_the_acked(harness: Harness) -> None
     assert [s.seq for s in harness.store.recover().messages["q"]] == [1, 3, 5]
 
 
+def test_a_cumulative_ack_acks_each_message(harness: Harness) -> None:
+    def scenario(store: Store) -> None:
+        store.define(QueueDefinition("q", QueueKind.QUEUE))
+        for seq in range(1, 8):
+            store.add(add("q", seq))
+        store.acks("q", [1, 3, 5])
+        store.acks("q", [])
+        store.acks("elsewhere", [1])
+
+    check(harness, scenario)
+    assert [s.seq for s in harness.store.recover().messages["q"]] == [2, 4, 6, 7]
+
+
 def test_every_message_field_survives(harness: Harness) -> None:
     def scenario(store: Store) -> None:
         store.define(QueueDefinition("q", QueueKind.QUEUE))
