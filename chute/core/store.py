@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -118,6 +119,9 @@ class Store(Protocol):
         Never needs a sync; a store may drop or coalesce these.
         """
 
+    def delivered_many(self, queue: str, seqs: Sequence[int], counts: Sequence[int]) -> None:
+        """:meth:`delivered` of each of ``seqs`` (with ``counts[i]``), in one call."""
+
     def commit(self, ops: Sequence[TxOp]) -> None:
         """Apply a local transaction's records atomically (all or none after a crash)."""
 
@@ -187,6 +191,9 @@ class Batch:
     def delivered(self, queue: str, seq: int, delivery_count: int) -> None:
         self._hints.append((queue, seq, delivery_count))
 
+    def delivered_many(self, queue: str, seqs: Sequence[int], counts: Sequence[int]) -> None:
+        self._hints += [(queue, seq, count) for seq, count in zip(seqs, counts, strict=True)]
+
     def commit(self, ops: Sequence[TxOp]) -> None:
         self.ops.extend(ops)
 
@@ -217,5 +224,9 @@ class Batch:
         hints, self._hints = self._hints, []
         if ops:
             self.store.commit(ops)
-        for queue, seq, count in hints:
-            self.store.delivered(queue, seq, count)
+        if len(hints) == 1:
+            self.store.delivered(*hints[0])
+        elif hints:  # one call per queue (in order: a commit's deliveries are mostly one queue's)
+            for queue, group in itertools.groupby(hints, key=lambda hint: hint[0]):
+                marks = list(group)
+                self.store.delivered_many(queue, [m[1] for m in marks], [m[2] for m in marks])

@@ -214,6 +214,9 @@ class AlreadyWritten:
     def delivered(self, queue: str, seq: int, delivery_count: int) -> None:
         self.store.delivered(queue, seq, delivery_count)
 
+    def delivered_many(self, queue: str, seqs: Sequence[int], counts: Sequence[int]) -> None:
+        self.store.delivered_many(queue, seqs, counts)
+
     def commit(self, ops: Sequence[TxOp]) -> None:
         self.store.commit(ops)
 

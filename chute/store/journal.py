@@ -210,6 +210,10 @@ class Journal:
         self._changed = True
         self._intake.mark(queue, seq, delivery_count)
 
+    def delivered_many(self, queue: str, seqs: Sequence[int], counts: Sequence[int]) -> None:
+        self._changed = True
+        self._intake.marks_many(queue, seqs, counts)
+
     def commit(self, ops: Sequence[TxOp]) -> None:
         """One record for all of ``ops``: after a crash, all of them or none."""
         if len(ops) == 1:

@@ -59,6 +59,10 @@ class MemoryStore:
         if stored is not None:
             stored.delivery_count = max(stored.delivery_count, delivery_count)
 
+    def delivered_many(self, queue: str, seqs: Sequence[int], counts: Sequence[int]) -> None:
+        for seq, count in zip(seqs, counts, strict=True):
+            self.delivered(queue, seq, count)
+
     def commit(self, ops: Sequence[TxOp]) -> None:
         for op in ops:
             if isinstance(op, AddOp):

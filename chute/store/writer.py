@@ -228,6 +228,30 @@ class Intake:
             if self.pending_bytes >= WAKE_BYTES:
                 self.cond.notify()
 
+    def marks_many(self, queue: str, seqs: Sequence[int], counts: Sequence[int]) -> None:
+        """:meth:`mark` of each of ``seqs`` (``counts[i]`` each), under one lock."""
+        if not seqs:
+            return
+        if len(counts) != len(seqs):
+            raise ValueError(f"{len(seqs)} delivery marks but {len(counts)} counts")
+        with self.lock:
+            if self.closing:
+                raise JournalClosed(f"journal {self.directory} is closed")
+            marks = self.marks.get(queue)
+            if marks is None:
+                self.marks[queue] = (list(seqs), list(counts))
+            else:
+                marks[0].extend(seqs)
+                marks[1].extend(counts)
+            top = max(seqs)
+            tops = self._tops
+            if top > tops.get(queue, -1):
+                tops[queue] = top
+            self.pending_bytes += 12 * len(seqs)
+            self.appended = True
+            if self.pending_bytes >= WAKE_BYTES:
+                self.cond.notify()
+
     def mark(self, queue: str, seq: int, count: int) -> None:
         """Hand over a delivery mark. Raises JournalClosed once closing."""
         with self.lock:

@@ -58,6 +58,19 @@ def test_a_cumulative_ack_acks_each_message(harness: Harness) -> None:
     assert [s.seq for s in harness.store.recover().messages["q"]] == [2, 4, 6, 7]
 
 
+def test_marks_of_many_messages_in_one_call(harness: Harness) -> None:
+    def scenario(store: Store) -> None:
+        store.define(QueueDefinition("q", QueueKind.QUEUE))
+        for seq in range(1, 5):
+            store.add(add("q", seq))
+        store.delivered_many("q", [1, 2, 9], [1, 3, 1])
+        store.delivered_many("q", [], [])
+
+    check(harness, scenario)
+    counts = [(s.seq, s.delivery_count) for s in harness.store.recover().messages["q"]]
+    assert counts == [(1, 1), (2, 3), (3, 0), (4, 0)]
+
+
 def test_every_message_field_survives(harness: Harness) -> None:
     def scenario(store: Store) -> None:
         store.define(QueueDefinition("q", QueueKind.QUEUE))
