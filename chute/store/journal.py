@@ -71,6 +71,7 @@ from chute.core.store import (
 from chute.errors import StoreError
 from chute.store.disk import Disk
 from chute.store.errors import JournalClosed
+from chute.store.intake import Intake, ReclaimResult
 from chute.store.pager import TxLayouts, read_paged
 from chute.store.payload import (
     ENCODE_ERRORS,
@@ -88,7 +89,7 @@ from chute.store.payload import (
 from chute.store.reclaim import LiveIndex
 from chute.store.recovery import recover_lazily
 from chute.store.segment import list_segments, remove_spares
-from chute.store.writer import Intake, ReclaimResult, SyncMode, Writer
+from chute.store.writer import SyncMode, Writer
 
 __all__ = ["DEFAULT_SEGMENT_SIZE", "Journal", "ReclaimResult", "SyncMode"]
 

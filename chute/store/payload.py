@@ -30,7 +30,7 @@ delivery count: zero for a new add, the known count for an add that
 compaction moved forward.
 
 ACKS and MARKS are what the journal's writer makes of the acks and delivery
-marks of one queue that arrived together (:class:`~chute.store.writer.Intake`):
+marks of one queue that arrived together (:class:`~chute.store.intake.Intake`):
 one record, one frame and one CRC for a consumer's whole batch instead of one
 each; a lone ack or mark is still written as ACK or DELIVERED.
 
