@@ -4,9 +4,12 @@ The long version of ``tests/integration/test_crash.py`` (same scenario, same
 checks: see that module's docstring). One line per kill cycle, then a JSON
 summary. Exit status 1 if an acknowledged message was lost, an unknown one
 appeared, a duplicate came without ``redelivered``, an acked message came
-back long after its ack, or a worker hit an unexpected error; 0 otherwise.
+back long after its ack, an uncommitted message appeared, a transaction was
+delivered in part, or a worker hit an unexpected error; 0 otherwise.
 
     python scripts/crash_soak.py --kills 200 --seed 42
+    python scripts/crash_soak.py --kills 200 --mode window   # a confirm window of 64 sends
+    python scripts/crash_soak.py --kills 200 --mode tx-window  # 4 commits of 1..50 sends
 
 The data directory is kept when the run fails (to look at the journal), and
 removed otherwise unless ``--data-dir`` was given.
@@ -24,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.integration.test_crash import Scenario, run_scenario, seed_from_env
+from tests.integration.test_crash import MODES, Scenario, run_scenario, seed_from_env
 
 
 def main() -> int:
@@ -37,6 +40,28 @@ def main() -> int:
     parser.add_argument("--producers", type=int, default=1, help="producer threads (default 1)")
     parser.add_argument("--no-consumer", action="store_true", help="nobody consumes until the end")
     parser.add_argument("--segment-size", default="256KiB", help="journal segment size")
+    parser.add_argument(
+        "--mode",
+        choices=MODES,
+        default="sync",
+        help="sync: wait for each send; window: a confirm window of sends; "
+        "tx-window: transactions with a confirm window of commits (default sync)",
+    )
+    parser.add_argument(
+        "--send-window", type=int, default=64, help="sends in flight, --mode window (default 64)"
+    )
+    parser.add_argument(
+        "--commit-window",
+        type=int,
+        default=4,
+        help="commits in flight, --mode tx-window (default 4)",
+    )
+    parser.add_argument(
+        "--max-transaction",
+        type=int,
+        default=50,
+        help="each transaction sends 1..this many, --mode tx-window (default 50)",
+    )
     args = parser.parse_args()
 
     seed = args.seed if args.seed is not None else seed_from_env()
@@ -48,6 +73,10 @@ def main() -> int:
         producers=args.producers,
         consume=not args.no_consumer,
         segment_size=args.segment_size,
+        mode=args.mode,
+        send_window=args.send_window,
+        commit_window=args.commit_window,
+        max_transaction=args.max_transaction,
     )
     if args.data_dir is not None:
         data_dir: Path = args.data_dir
