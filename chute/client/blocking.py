@@ -22,7 +22,7 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final, Self
 
@@ -442,13 +442,7 @@ class Connection:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if exc is None:
-            self.close()
-            return
-        try:  # an exception is on its way out: a send's failure must not replace it
-            self.close()
-        except ChuteError as failure:
-            exc.add_note(f"closing the connection also failed: {failure}")
+        _close_at_exit(self.close, exc, "the connection")
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
@@ -725,13 +719,7 @@ class Session:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if exc is None:
-            self.close()
-            return
-        try:  # an exception is on its way out: a send's failure must not replace it
-            self.close()
-        except ChuteError as failure:
-            exc.add_note(f"closing session {self.id} also failed: {failure}")
+        _close_at_exit(self.close, exc, f"session {self.id}")
 
 
 class Consumer:
@@ -830,3 +818,16 @@ class Consumer:
 
 
 __all__ = ["ChuteError", "Connection", "Consumer", "Received", "Session", "connect"]
+
+
+def _close_at_exit(close: Callable[[], None], exc: BaseException | None, what: str) -> None:
+    """``close()`` at the end of a ``with`` block. With an exception on its way out, a
+    failure to close (an unconfirmed send refused) becomes a note on that exception
+    instead of replacing it."""
+    if exc is None:
+        close()
+        return
+    try:
+        close()
+    except ChuteError as failure:
+        exc.add_note(f"closing {what} also failed: {failure}")

@@ -407,12 +407,7 @@ class CrashRun:
                 window.append((body,))  # if send raises, it may have gone out
                 session.send(QUEUE, body, persistent=True)
                 self._confirmed(session, window, size)
-                if size:
-                    until_flush -= 1
-                    if not until_flush:
-                        session.flush()
-                        self._confirmed(session, window, 0)
-                        until_flush = rng.randint(1, FLUSH_SPREAD * size)
+                until_flush = self._count_down(session, window, rng, size, until_flush)
             session.flush()
             self._confirmed(session, window, 0)
 
@@ -442,14 +437,28 @@ class CrashRun:
                 window.append(bodies)  # if commit raises, it may have gone out
                 session.commit()
                 self._confirmed(session, window, size)
-                if size:
-                    until_flush -= 1
-                    if not until_flush:
-                        session.flush()
-                        self._confirmed(session, window, 0)
-                        until_flush = rng.randint(1, FLUSH_SPREAD * size)
+                until_flush = self._count_down(session, window, rng, size, until_flush)
             session.flush()
             self._confirmed(session, window, 0)
+
+    def _count_down(
+        self,
+        session: chute.Session,
+        window: collections.deque[tuple[bytes, ...]],
+        rng: random.Random,
+        size: int,
+        until_flush: int,
+    ) -> int:
+        """One more send or commit toward the next ``flush()`` (every 1..FLUSH_SPREAD x
+        ``size`` of them); returns the new count."""
+        if not size:
+            return until_flush
+        until_flush -= 1
+        if until_flush:
+            return until_flush
+        session.flush()
+        self._confirmed(session, window, 0)
+        return rng.randint(1, FLUSH_SPREAD * size)
 
     def new_body(self) -> bytes:
         body = b"m-%010d" % next(self.next_body)
