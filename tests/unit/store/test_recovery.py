@@ -196,3 +196,44 @@ def test_a_copied_journal_recovers_the_same(tmp_path: Path) -> None:
     build(tmp_path / "a", preallocate=True)
     shutil.copytree(tmp_path / "a", tmp_path / "b")
     assert seqs(tmp_path / "a") == seqs(tmp_path / "b") == list(range(1, N))
+
+
+def _gathered_journal(directory: Path) -> tuple[Path, list[tuple[int, int, int]]]:
+    """Ten adds, then one MARKS record (6..10 delivered once) and one ACKS record (1..5)."""
+    with Journal(directory, segment_size=64 * 1024, preallocate=False) as journal:
+        for seq in range(1, 11):
+            journal.add(add("q", seq))
+        journal.flush()
+        for seq in range(6, 11):
+            journal.delivered("q", seq, 1)
+        journal.acks("q", [1, 2, 3, 4, 5])
+    [path] = directory.glob("*.seg")
+    data = path.read_bytes()
+    records = [(o, kind, e) for o, kind, _, e in Scan(data, int(path.stem), SEGMENT_HEADER_SIZE)]
+    assert [kind for _, kind, _ in records[-2:]] == [Kind.MARKS, Kind.ACKS]
+    return path, records
+
+
+def counts(directory: Path) -> list[tuple[int, int]]:
+    recovered, _ = recover(str(directory))
+    return [(s.seq, s.delivery_count) for s in recovered.messages.get("q", [])]
+
+
+def test_a_torn_acks_record_brings_its_messages_back_and_loses_nothing(tmp_path: Path) -> None:
+    path, records = _gathered_journal(tmp_path / "original")
+    original = path.read_bytes()
+    start, _, end = records[-1]
+    work = tmp_path / "work"
+    work.mkdir()
+    for cut in range(start, end):
+        (work / path.name).write_bytes(original[:cut])
+        assert counts(work) == [(s, 0) for s in range(1, 6)] + [(s, 1) for s in range(6, 11)], cut
+
+
+def test_a_corrupt_marks_record_loses_only_the_marks(tmp_path: Path) -> None:
+    path, records = _gathered_journal(tmp_path)
+    data = bytearray(path.read_bytes())
+    start, _, _ = records[-2]
+    data[start + HEADER_SIZE + 3] ^= 0xFF
+    path.write_bytes(data)
+    assert counts(tmp_path) == [(s, 0) for s in range(6, 11)]
