@@ -11,10 +11,14 @@ good the broker is. This measures those with no broker at all, in the same run:
 * ``ideal_round_trip``: a blocking-socket client sends 1 KiB, waits for a 20-byte
   answer; the server, an asyncio (uvloop) process, does ``pwrite`` + ``fdatasync``
   before answering. No parsing, no routing, no bookkeeping: the best any Python
-  broker could do for one synchronous producer here.
+  broker could do for one synchronous producer here;
+* ``chute_bare_client``: a real ``chute serve`` with its journal, driven by a
+  client with no threads (a socket and the sans-IO protocol): the broker's own
+  cost, without the blocking client's reader thread.
 
-Compare ``bench.native``'s ``sync`` figure with ``ideal_round_trip``: what is left
-between them is the broker's and the client's own work.
+Compare ``bench.native``'s ``sync`` figure with ``ideal_round_trip`` and
+``chute_bare_client``: what is left between them is the broker's and the
+client's own work.
 
     python -m bench.sync_floor [--seconds 3] [--runs 3]
 """
@@ -26,13 +30,16 @@ import asyncio
 import json
 import multiprocessing as mp
 import os
+import signal
 import socket
 import statistics
 import tempfile
 import time
 from typing import Any
 
-from bench.native import fsync_probe
+from bench.native import fsync_probe, start_broker
+from chute.client.protocol import ClientProtocol
+from chute.protocol.packets import Packet
 
 _BODY = b"x" * 1024
 _ANSWER = b"y" * 20
@@ -122,6 +129,34 @@ def ideal_round_trip(directory: str, seconds: float) -> int:
         server.join(10)
 
 
+def chute_bare_client(directory: str, seconds: float) -> int:
+    """Synchronous persistent sends/s to a real broker from a client without threads."""
+    proc, url = start_broker(os.path.join(directory, "broker"))
+    try:
+        host, port = url.removeprefix("chute://").rsplit(":", 1)
+        with socket.create_connection((host, int(port))) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            proto = ClientProtocol()
+
+            def call(corr: int) -> Packet:
+                sock.sendall(proto.data_to_send())
+                while (result := proto.result(corr)) is None:
+                    proto.receive_data(sock.recv(65536))
+                return result
+
+            proto.finish_connect(call(proto.connect(None, None, None, 0)))
+            session = proto.open_session("auto", False)
+            n = 0
+            started = time.perf_counter()
+            while time.perf_counter() - started < seconds:
+                call(proto.send(session, "queue:sync-floor", _BODY))
+                n += 1
+            return round(n / (time.perf_counter() - started))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(15)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -136,10 +171,11 @@ def main() -> None:
                 "fsync_probe_per_s": fsync_probe(directory, args.seconds),
                 "disk_only_per_s": disk_only(directory, args.seconds),
                 "ideal_round_trip_per_s": ideal_round_trip(directory, args.seconds),
+                "chute_bare_client_per_s": chute_bare_client(directory, args.seconds),
             }
-            run["ideal_to_probe"] = round(
-                run["ideal_round_trip_per_s"] / run["fsync_probe_per_s"], 2
-            )
+            probe = run["fsync_probe_per_s"]
+            run["ideal_to_probe"] = round(run["ideal_round_trip_per_s"] / probe, 2)
+            run["chute_bare_client_to_probe"] = round(run["chute_bare_client_per_s"] / probe, 2)
             runs.append(run)
     report: dict[str, Any] = {"runs": runs}
     for key in runs[0]:
