@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from chute.cli_message import add_message_arguments, message_fields
 from chute.cli_output import print_message, print_received
 from chute.errors import ChuteError, ConfigError
 
@@ -122,20 +123,7 @@ def _add_client_commands(sub: Any) -> None:
     send = sub.add_parser("send", help="send one message")
     send.add_argument("destination", help="queue:NAME, topic:NAME or NAME")
     send.add_argument("body", nargs="?", help="the body; read from stdin when left out or '-'")
-    send.add_argument("--priority", type=int, default=4, help="0..9 (default 4)")
-    send.add_argument("--ttl", type=int, default=0, help="time to live in ms (0 = never expires)")
-    send.add_argument(
-        "--property",
-        "-p",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a property; VALUE is typed like JSON (42, 1.5, true) else a string",
-    )
-    send.add_argument("--correlation-id")
-    send.add_argument("--reply-to")
-    send.add_argument("--type")
-    send.add_argument("--id", help="message id (default: generated)")
+    add_message_arguments(send, id_help="message id (default: generated)")
     send.add_argument("--non-persistent", action="store_true", help="do not store on disk")
     client_args(send)
     send.set_defaults(func=_send)
@@ -221,39 +209,15 @@ def _connect(args: argparse.Namespace) -> Any:
     return chute.connect(args.url, login=args.login, passcode=args.passcode)
 
 
-def _parse_property(text: str) -> tuple[str, Any]:
-    name, sep, raw = text.partition("=")
-    if not sep or not name:
-        raise ConfigError(f"--property {text!r}: expected NAME=VALUE")
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError:
-        return name, raw
-    if isinstance(value, bool | int | float | str):
-        return name, value
-    return name, raw
-
-
 def _send(args: argparse.Namespace) -> int:
     body: bytes
     if args.body is None or args.body == "-":
         body = sys.stdin.buffer.read()
     else:
         body = args.body.encode("utf-8")
-    properties = dict(_parse_property(p) for p in args.property)
+    fields = message_fields(args)
     with _connect(args) as conn, conn.session() as session:
-        session.send(
-            args.destination,
-            body,
-            priority=args.priority,
-            ttl=args.ttl,
-            properties=properties,
-            correlation_id=args.correlation_id,
-            reply_to=args.reply_to,
-            type=args.type,
-            id=args.id,
-            persistent=not args.non_persistent,
-        )
+        session.send(args.destination, body, persistent=not args.non_persistent, **fields)
     return 0
 
 

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from chute.cli_message import add_message_arguments, message_fields
 from chute.cli_output import print_received
 from chute.core.address import Kind, parse
 from chute.dropbox.client import (
@@ -55,20 +56,7 @@ def add_dropbox_commands(sub: Any) -> None:
     send.add_argument(
         "body", nargs="?", help="the body (text); read from stdin (bytes) if left out or '-'"
     )
-    send.add_argument("--priority", type=int, default=4, help="0..9 (default 4)")
-    send.add_argument("--ttl", type=int, default=0, help="time to live in ms (0 = never expires)")
-    send.add_argument(
-        "--property",
-        "-p",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a property; VALUE is typed like JSON (42, 1.5, true) else a string",
-    )
-    send.add_argument("--correlation-id")
-    send.add_argument("--reply-to")
-    send.add_argument("--type")
-    send.add_argument("--id", help="message id (default: a DropboxMQ id carrying the time)")
+    add_message_arguments(send, id_help="message id (default: a DropboxMQ id carrying the time)")
     send.add_argument("--kind", choices=[k.value for k in BodyKind], help="body kind")
     send.add_argument("--no-sync", action="store_true", help="do not fsync the file")
     send.set_defaults(func=_send)
@@ -124,24 +112,16 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _send(args: argparse.Namespace) -> int:
-    from chute.cli import _parse_property  # noqa: PLC0415 - chute.cli imports this module
-
     from_stdin = args.body is None or args.body == "-"
     body: bytes | str = sys.stdin.buffer.read() if from_stdin else args.body
-    properties = dict(_parse_property(p) for p in args.property)
+    fields = message_fields(args)
     with _open(args.root) as conn, conn.session() as session:
         session.send(
             args.destination,
             body,
-            priority=args.priority,
-            ttl=args.ttl,
-            properties=properties,
-            correlation_id=args.correlation_id,
-            reply_to=args.reply_to,
-            type=args.type,
-            id=args.id,
             kind=BodyKind(args.kind) if args.kind else None,
             persistent=not args.no_sync,
+            **fields,
         )
     return 0
 

@@ -1,0 +1,69 @@
+"""The message a ``chute send`` or ``chute dropbox send`` command line describes.
+
+Both commands take the same message fields and pass them to a session's
+``send`` (the broker's or the dropbox client's, which share its keywords):
+:func:`add_message_arguments` declares them, :func:`message_fields` turns the
+parsed arguments into those keywords.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from chute.errors import ConfigError
+
+
+def add_message_arguments(parser: argparse.ArgumentParser, *, id_help: str) -> None:
+    """``--priority``, ``--ttl``, ``--property``, ``--correlation-id``, ``--reply-to``,
+    ``--type`` and ``--id`` (``id_help`` says what the default id is)."""
+    parser.add_argument("--priority", type=int, default=4, help="0..9 (default 4)")
+    parser.add_argument("--ttl", type=int, default=0, help="time to live in ms (0 = never expires)")
+    parser.add_argument(
+        "--property",
+        "-p",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a property; VALUE is typed like JSON (42, 1.5, true) else a string",
+    )
+    parser.add_argument("--correlation-id")
+    parser.add_argument("--reply-to")
+    parser.add_argument("--type")
+    parser.add_argument("--id", help=id_help)
+
+
+def message_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``send`` keywords of the arguments :func:`add_message_arguments` declared.
+
+    Raises:
+        ConfigError: a ``--property`` that is not NAME=VALUE.
+    """
+    return {
+        "priority": args.priority,
+        "ttl": args.ttl,
+        "properties": dict(parse_property(p) for p in args.property),
+        "correlation_id": args.correlation_id,
+        "reply_to": args.reply_to,
+        "type": args.type,
+        "id": args.id,
+    }
+
+
+def parse_property(text: str) -> tuple[str, Any]:
+    """``NAME=VALUE`` as (name, value): a JSON boolean, number or string, else the text.
+
+    Raises:
+        ConfigError: no ``=``, or no name.
+    """
+    name, sep, raw = text.partition("=")
+    if not sep or not name:
+        raise ConfigError(f"--property {text!r}: expected NAME=VALUE")
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        return name, raw
+    if isinstance(value, bool | int | float | str):
+        return name, value
+    return name, raw
