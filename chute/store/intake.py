@@ -93,8 +93,7 @@ class Intake:
         message and add it again, whose count must not inherit an older mark.
         """
         with self.lock:
-            if self.closing:
-                raise JournalClosed(f"journal {self.directory} is closed")
+            self._check_open()
             if self.acks or self.marks:
                 self._gathered_first(None)
             self.pending.append((kind, payload, record))
@@ -109,8 +108,7 @@ class Intake:
         message's seq is above them all, so the common add never waits for this.
         """
         with self.lock:
-            if self.closing:
-                raise JournalClosed(f"journal {self.directory} is closed")
+            self._check_open()
             if self._tops:
                 seq = record.op.seq
                 tops = self._tops
@@ -122,41 +120,26 @@ class Intake:
     def ack(self, queue: str, seq: int) -> None:
         """Hand over an ack of message ``seq`` of ``queue``. Raises JournalClosed once closing."""
         with self.lock:
-            if self.closing:
-                raise JournalClosed(f"journal {self.directory} is closed")
+            self._check_open()
             seqs = self.acks.get(queue)
             if seqs is None:
                 self.acks[queue] = [seq]
             else:
                 seqs.append(seq)
-            tops = self._tops
-            if seq > tops.get(queue, -1):
-                tops[queue] = seq
-            self.pending_bytes += 8
-            self.appended = True
-            if self.pending_bytes >= WAKE_BYTES:
-                self.cond.notify()
+            self._gathered(queue, seq, 8)
 
     def acks_many(self, queue: str, seqs: Sequence[int]) -> None:
         """:meth:`ack` of each of ``seqs``, under one lock."""
         if not seqs:
             return
         with self.lock:
-            if self.closing:
-                raise JournalClosed(f"journal {self.directory} is closed")
+            self._check_open()
             gathered = self.acks.get(queue)
             if gathered is None:
                 self.acks[queue] = list(seqs)
             else:
                 gathered.extend(seqs)
-            top = max(seqs)
-            tops = self._tops
-            if top > tops.get(queue, -1):
-                tops[queue] = top
-            self.pending_bytes += 8 * len(seqs)
-            self.appended = True
-            if self.pending_bytes >= WAKE_BYTES:
-                self.cond.notify()
+            self._gathered(queue, max(seqs), 8 * len(seqs))
 
     def marks_many(self, queue: str, seqs: Sequence[int], counts: Sequence[int]) -> None:
         """:meth:`mark` of each of ``seqs`` (``counts[i]`` each), under one lock."""
@@ -165,41 +148,26 @@ class Intake:
         if len(counts) != len(seqs):
             raise ValueError(f"{len(seqs)} delivery marks but {len(counts)} counts")
         with self.lock:
-            if self.closing:
-                raise JournalClosed(f"journal {self.directory} is closed")
+            self._check_open()
             marks = self.marks.get(queue)
             if marks is None:
                 self.marks[queue] = (list(seqs), list(counts))
             else:
                 marks[0].extend(seqs)
                 marks[1].extend(counts)
-            top = max(seqs)
-            tops = self._tops
-            if top > tops.get(queue, -1):
-                tops[queue] = top
-            self.pending_bytes += 12 * len(seqs)
-            self.appended = True
-            if self.pending_bytes >= WAKE_BYTES:
-                self.cond.notify()
+            self._gathered(queue, max(seqs), 12 * len(seqs))
 
     def mark(self, queue: str, seq: int, count: int) -> None:
         """Hand over a delivery mark. Raises JournalClosed once closing."""
         with self.lock:
-            if self.closing:
-                raise JournalClosed(f"journal {self.directory} is closed")
+            self._check_open()
             marks = self.marks.get(queue)
             if marks is None:
                 self.marks[queue] = ([seq], [count])
             else:
                 marks[0].append(seq)
                 marks[1].append(count)
-            tops = self._tops
-            if seq > tops.get(queue, -1):
-                tops[queue] = seq
-            self.pending_bytes += 12
-            self.appended = True
-            if self.pending_bytes >= WAKE_BYTES:
-                self.cond.notify()
+            self._gathered(queue, seq, 12)
 
     def _gathered_first(self, queues: tuple[str, ...] | None) -> None:
         if queues is None:
@@ -212,6 +180,18 @@ class Intake:
             for queue in queues:
                 self._tops.pop(queue, None)
         self.pending += gathered_items(acks, marks)
+
+    def _check_open(self) -> None:
+        """(Lock held.) Raises JournalClosed once closing."""
+        if self.closing:
+            raise JournalClosed(f"journal {self.directory} is closed")
+
+    def _gathered(self, queue: str, top: int, size: int) -> None:
+        """(Lock held.) Account for acks or marks of ``queue`` up to seq ``top``."""
+        tops = self._tops
+        if top > tops.get(queue, -1):
+            tops[queue] = top
+        self._arrived(size)
 
     def _arrived(self, size: int) -> None:
         self.pending_bytes += size

@@ -118,6 +118,12 @@ class RecoveryReport:
             text += f"; skipped {self.records_skipped} corrupt records ({self.bytes_skipped} bytes)"
         return text
 
+    def skipped(self, segment: int, offset: int, end: int, exc: CorruptRecord) -> None:
+        """A record at ``offset`` (up to ``end``) passed its CRC but does not decode."""
+        self.records_skipped += 1
+        self.bytes_skipped += end - offset
+        self.note(f"segment {segment} offset {offset}: {exc}; skipped")
+
     def note(self, text: str) -> None:
         """Log a problem and keep it in the report."""
         log.warning("journal %s: %s", self.directory, text)
@@ -249,9 +255,7 @@ def _index_segment(  # noqa: PLR0917 - private
                     _without_transients(decode(kind, data, start, end, names)), base | offset
                 )
         except CorruptRecord as exc:
-            report.records_skipped += 1
-            report.bytes_skipped += end - offset
-            report.note(f"segment {segment} offset {offset}: {exc}; skipped")
+            report.skipped(segment, offset, end, exc)
             continue
         replayed += 1
     report.records += replayed
@@ -356,9 +360,7 @@ def _replay_segment(  # noqa: PLR0917 - private, called once
                 if index is not None:
                     index.apply(record, base | offset)
         except CorruptRecord as exc:
-            report.records_skipped += 1
-            report.bytes_skipped += end - offset
-            report.note(f"segment {segment} offset {offset}: {exc}; skipped")
+            report.skipped(segment, offset, end, exc)
             continue
         replayed += 1
     report.records += replayed

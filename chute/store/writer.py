@@ -56,7 +56,16 @@ from chute.core.store import SyncCallback
 from chute.errors import StoreError
 from chute.store.disk import Disk
 from chute.store.errors import DiskFailure, JournalClosed, disk_error
-from chute.store.intake import WAKE_BYTES, Intake, Item, ReclaimResult, Request, gathered_items
+from chute.store.intake import (
+    WAKE_BYTES,
+    Acks,
+    Intake,
+    Item,
+    Marks,
+    ReclaimResult,
+    Request,
+    gathered_items,
+)
 from chute.store.payload import Record, encode
 from chute.store.reclaim import (
     SEGMENT_SHIFT,
@@ -173,17 +182,11 @@ class Writer:
                 self._wait_for_work()
             with self.cycle_lock:  # a caller may have run the cycle meanwhile (run_inline)
                 with intake.cond:
-                    batch, acks, marks = intake.take()
-                    self._linger_until = None
-                    self._waiting += intake.callbacks
-                    intake.callbacks = []
+                    taken = self._take()
                     requests, intake.requests = intake.requests, []
                     closing = intake.closing
-                if acks or marks:
-                    batch += gathered_items(acks, marks)
-                if batch or self._waiting:
+                if self._carry_taken(*taken) or self._waiting:
                     self._active_at = time.monotonic()
-                self._carry += batch
                 try:
                     self._cycle(final=closing)
                 except Exception as exc:  # noqa: BLE001 - the writer must outlive any failure
@@ -229,14 +232,9 @@ class Writer:
                     or self._reclaim_due
                 ):
                     return False
-                batch, acks, marks = intake.take()
-                self._linger_until = None
-                self._waiting += intake.callbacks
-                intake.callbacks = []
-            if acks or marks:
-                batch += gathered_items(acks, marks)
+                taken = self._take()
+            self._carry_taken(*taken)
             self._waiting += callbacks
-            self._carry += batch
             try:
                 self._cycle(final=False)
             except Exception as exc:  # noqa: BLE001 - the writer thread takes over the retries
@@ -247,6 +245,23 @@ class Writer:
             return True
         finally:
             self.cycle_lock.release()
+
+    def _take(self) -> tuple[list[Item], Acks, Marks]:
+        """(The intake's ``cond`` held.) Everything the intake holds; its sync callbacks
+        now wait for this cycle's sync."""
+        intake = self._intake
+        self._linger_until = None
+        self._waiting += intake.callbacks
+        intake.callbacks = []
+        return intake.take()
+
+    def _carry_taken(self, batch: list[Item], acks: Acks, marks: Marks) -> list[Item]:
+        """Queue what :meth:`_take` took for writing, the gathered acks and marks
+        encoded last (off the intake's lock); returns the items."""
+        if acks or marks:
+            batch += gathered_items(acks, marks)
+        self._carry += batch
+        return batch
 
     def _wait_for_work(self) -> None:
         """Wait (holding the intake's ``cond``) until there is something to do now."""
