@@ -80,14 +80,6 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     session.stop()
 
 
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[ChuteServer]:
-    srv = start_server(tmp_path)
-    yield srv
-    if srv.process.poll() is None:
-        srv.stop()
-
-
 def produce(url: str, address: str, bodies: list[bytes]) -> None:
     with chute.connect(url) as conn, conn.session(transacted=True) as s:
         for i, body in enumerate(bodies, 1):
@@ -129,17 +121,17 @@ def stream(
 
 
 def test_stream_reads_n_and_writes_n_exactly_once(
-    spark: SparkSession, broker: ChuteServer, tmp_path: Path
+    spark: SparkSession, server: ChuteServer, tmp_path: Path
 ) -> None:
     bodies = [f"order-{i}".encode() for i in range(1000)]
-    produce(broker.url, "queue:in", bodies)
+    produce(server.url, "queue:in", bodies)
     query = stream(
-        spark, broker.url, "queue:in", "queue:out", tmp_path / "ck", maxMessagesPerTrigger=300
+        spark, server.url, "queue:in", "queue:out", tmp_path / "ck", maxMessagesPerTrigger=300
     )
     assert query.exception() is None
     batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     assert batches == [300, 300, 300, 100]
-    with chute.connect(broker.url) as conn:
+    with chute.connect(server.url) as conn:
         out = read_all(conn, "queue:out")
         assert len(out) == len(bodies)
         assert Counter(out) == Counter(bodies)  # each once (tasks of a batch may interleave)
@@ -183,8 +175,8 @@ def test_batch_read_and_write_over_tls(spark: SparkSession, tmp_path: Path) -> N
         srv.stop()
 
 
-def test_batch_read_and_write_round_trip(spark: SparkSession, broker: ChuteServer) -> None:
-    with chute.connect(broker.url) as conn, conn.session() as s:
+def test_batch_read_and_write_round_trip(spark: SparkSession, server: ChuteServer) -> None:
+    with chute.connect(server.url) as conn, conn.session() as s:
         for i in range(50):
             s.send(
                 "queue:src",
@@ -193,7 +185,7 @@ def test_batch_read_and_write_round_trip(spark: SparkSession, broker: ChuteServe
                 properties={"region": "eu" if i % 2 else "us", "n": i},
                 correlation_id=f"c{i}",
             )
-    df = spark.read.format("chute").option("url", broker.url).option("destination", "queue:src")
+    df = spark.read.format("chute").option("url", server.url).option("destination", "queue:src")
     rows = df.load().orderBy("seq").collect()
     assert [r.body for r in rows] == [f"row-{i}".encode() for i in range(50)]
     assert [r.seq for r in rows] == list(range(1, 51))
@@ -205,12 +197,12 @@ def test_batch_read_and_write_round_trip(spark: SparkSession, broker: ChuteServe
         df.load()
         .select("body", "priority", "properties", "correlation_id")
         .write.format("chute")
-        .option("url", broker.url)
+        .option("url", server.url)
         .option("destination", "queue:dst")
         .mode("append")
         .save()
     )
-    with chute.connect(broker.url) as conn, conn.session() as s:
+    with chute.connect(server.url) as conn, conn.session() as s:
         copied = sorted(s.browse("queue:dst"), key=lambda m: m.correlation_id or "")
         assert sorted(m.body for m in copied) == sorted(r.body for r in rows)
         by_corr = {m.correlation_id: m for m in copied}
@@ -220,13 +212,13 @@ def test_batch_read_and_write_round_trip(spark: SparkSession, broker: ChuteServe
         assert spark_prepared(conn) == []
 
 
-def test_failing_task_rolls_the_sink_back(spark: SparkSession, broker: ChuteServer) -> None:
+def test_failing_task_rolls_the_sink_back(spark: SparkSession, server: ChuteServer) -> None:
     rows = [(f"ok-{i}".encode(), "queue:staged") for i in range(40)]
     rows.append((b"poison", "queue:no such name"))  # an invalid address fails its task
     df = spark.createDataFrame(rows, "body BINARY, destination STRING").repartition(2)
     with pytest.raises(Exception, match="invalid destination name"):
-        df.write.format("chute").option("url", broker.url).mode("append").save()
-    with chute.connect(broker.url) as conn:
+        df.write.format("chute").option("url", server.url).mode("append").save()
+    with chute.connect(server.url) as conn:
         assert read_all(conn, "queue:staged") == []
         assert spark_prepared(conn) == []
 
@@ -331,22 +323,22 @@ KILLED_QUERY = textwrap.dedent(
 
 
 def test_query_killed_mid_stream_restarts_from_checkpoint_exactly_once(
-    spark: SparkSession, broker: ChuteServer, tmp_path: Path
+    spark: SparkSession, server: ChuteServer, tmp_path: Path
 ) -> None:
     bodies = [f"m{i}".encode() for i in range(1500)]
-    produce(broker.url, "queue:in", bodies)
+    produce(server.url, "queue:in", bodies)
     ck = tmp_path / "ck"
     script = tmp_path / "query.py"
     script.write_text(KILLED_QUERY.format(conf=SPARK_CONF))
     _spark_env()
     child = subprocess.Popen(
-        [sys.executable, str(script), broker.url, str(ck)],
+        [sys.executable, str(script), server.url, str(ck)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # its JVM and Python workers die with it
     )
     try:
-        with chute.connect(broker.url) as conn:
+        with chute.connect(server.url) as conn:
             deadline = time.monotonic() + 120
             while len(read_all(conn, "queue:out")) < 200:
                 assert child.poll() is None, "the query ended by itself"
@@ -355,11 +347,11 @@ def test_query_killed_mid_stream_restarts_from_checkpoint_exactly_once(
     finally:
         os.killpg(child.pid, signal.SIGKILL)
         child.wait(30)
-    with chute.connect(broker.url) as conn:
+    with chute.connect(server.url) as conn:
         assert 200 <= len(read_all(conn, "queue:out")) < len(bodies)
-    query = stream(spark, broker.url, "queue:in", "queue:out", ck, maxMessagesPerTrigger=500)
+    query = stream(spark, server.url, "queue:in", "queue:out", ck, maxMessagesPerTrigger=500)
     assert query.exception() is None
-    with chute.connect(broker.url) as conn:
+    with chute.connect(server.url) as conn:
         out = read_all(conn, "queue:out")
         assert Counter(out) == Counter(bodies)  # nothing lost, nothing twice
         assert spark_prepared(conn) == []
