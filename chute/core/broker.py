@@ -1,14 +1,24 @@
 """The broker: destinations by address, routing, diversion, expiry and recovery.
 
-This is the facade adapters drive (the native server, STOMP, the dropbox
-gateway). It is pure: no sockets, no files, no asyncio. Time comes from an
-injected clock and durability from the injected :class:`~chute.core.store.Store`.
-Used from one thread (the server's event loop); nothing here is thread-safe.
+It owns every destination and the parts built around them: subscriptions
+(:mod:`chute.core.subscriptions`), prepared transactions
+(:mod:`chute.core.twophase`), cursors and committed batches
+(:mod:`chute.core.cursor`, :mod:`chute.core.batches`) and the gate of
+:mod:`chute.core.access`. Each part gets the broker through the narrow
+interface it declares (``QueueHost``, ``XaHost``, ``CursorHost``, ``BatchHost``,
+``ForwardHost``), never as a whole. Adapters (the protocol drivers, the
+DropboxMQ bridge) never call it directly either: they drive a core
+:class:`~chute.core.session.Connection`, which checks who may do what.
+
+It is pure: no sockets, no files, no asyncio. Time comes from an injected
+clock and durability from the injected :class:`~chute.core.store.Store`. Used
+from one thread (the server's event loop); nothing here is thread-safe.
 
 Sending is two steps so the store always sees records in a recoverable order:
-:meth:`Broker._plan` picks the queues, applies the overflow policies and
-assigns sequence numbers; then the add record is written; then the entries are
-placed (and maybe pushed to consumers, whose delivery marks follow the add).
+:meth:`Broker.route` picks the queues, applies the overflow policies and
+assigns sequence numbers; then the add record is written; then
+:meth:`Broker.place` places the entries (maybe pushing to consumers, whose
+delivery marks follow the add).
 A transaction applies its acks and then its sends inside :meth:`Broker.atomically`,
 which gathers every record they cause (diversions and auto-acks included) into
 one atomic ``store.commit``; the session checks the bounds first, so a commit
@@ -23,18 +33,21 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
+from chute.core.access import Access, Client
 from chute.core.address import DEAD_LETTER, EXPIRED, Kind, canonical, parse
+from chute.core.batches import CommittedBatches
 from chute.core.consumer import Entry
-from chute.core.cursor import CommittedBatches, Cursors
+from chute.core.cursor import Cursors
 from chute.core.paging import MemoryBudget
 from chute.core.queue import QueueChannel, Reason
 from chute.core.queuetypes import LoginQueue, attach_forwarder
+from chute.core.routing import Destination, Route, WouldBlock
 from chute.core.selector import compile_selector
 from chute.core.settings import Overflow, SettingsResolver
-from chute.core.store import AddOp, Batch, QueueDefinition, QueueKind, Store
+from chute.core.store import AddOp, Gathering, QueueDefinition, QueueKind, Store
+from chute.core.subscriptions import Subscriptions
 from chute.core.topic import Subscription, SubscriptionKind, Topic
 from chute.core.twophase import PreparedTransactions
 from chute.errors import DestinationFull, InvalidAddress, NotFound
@@ -45,26 +58,6 @@ log = logging.getLogger("chute.broker")
 ORIGINAL_DESTINATION = "chute_original_destination"
 DIVERT_REASON = "chute_reason"
 MAX_FORWARD_DEPTH = 8
-
-
-class WouldBlock(DestinationFull):
-    """A destination under the ``block`` policy is full: wait for room, then retry."""
-
-    def __init__(self, reason: str, address: str, timeout_ms: int) -> None:
-        super().__init__(reason)
-        self.address = address
-        self.timeout_ms = timeout_ms
-
-
-@dataclass(slots=True)
-class Plan:
-    """Where one accepted message goes: entries to place and the store record, if any."""
-
-    placements: list[tuple[QueueChannel, Entry]]
-    record: AddOp | None
-
-
-Destination = QueueChannel | Topic
 
 
 class Broker:
@@ -81,8 +74,10 @@ class Broker:
         prepared_timeout_ms: int = 0,
         memory_limit: int = 0,
         flow_backlog: int = 0,
+        access: Access | None = None,
     ) -> None:
         self.store = store
+        self.access = access or Access()
         self.memory = MemoryBudget(memory_limit)  # 0: never page (see chute.core.paging)
         self._page_later: set[QueueChannel] = set()
         self.flow_backlog = flow_backlog  # 0: producers are never paused for a backlog
@@ -92,16 +87,15 @@ class Broker:
         self.auto_create = auto_create
         self.queues: dict[str, QueueChannel] = {}
         self.topics: dict[str, Topic] = {}
-        self.subscriptions: dict[str, Subscription] = {}  # every topic's, by key
+        self.subscriptions = Subscriptions(self)
         self._room_waiters: dict[str, list[Callable[[], None]]] = {}
         self._forward_depth = 0
         self.discarded = 0  # diversions that found no room anywhere
-        self.connections: dict[str, Any] = {}  # id -> chute.core.session.Connection
+        self.connections: dict[str, Client] = {}  # by id; see chute.core.session.Connection
         self.xa = PreparedTransactions(self)
         self.cursors = Cursors(self)  # the Spark connector's readers (docs/spark.md)
         self.batches = CommittedBatches(self)  # idempotent group commits of prepared work
         self.prepared_timeout_ms = prepared_timeout_ms  # 0 = prepared work waits forever
-        self._next_connection = 0
         for address in (DEAD_LETTER, EXPIRED, *predefined):
             self.destination(address, create=True)
 
@@ -140,6 +134,10 @@ class Broker:
         log.debug("created %s", canonical)
         return queue
 
+    def find(self, address: str) -> Destination | None:
+        """The queue or topic of a canonical address, if it exists (never creates)."""
+        return self.queues.get(address) or self.topics.get(address)
+
     def add_queue(self, queue: QueueChannel) -> None:
         """Register a queue the broker did not create itself (temporary queues)."""
         self.queues[queue.name] = queue
@@ -175,10 +173,10 @@ class Broker:
                 self.store.add(AddOp(dest.name, (dest.name,), seq, message))
             dest.place(Entry(seq, message))
             return
-        plan = self._plan(dest or self.destination(address), message)
-        if plan.record is not None:
-            self.store.add(plan.record)
-        self._apply(plan)
+        route = self.route(dest or self.destination(address), message)
+        if route.record is not None:
+            self.store.add(route.record)
+        self.place(route)
 
     def stamp(self, message: Message, ttl: int = 0) -> None:
         """Set the broker-owned fields of an accepted message: timestamp and expiration."""
@@ -187,7 +185,13 @@ class Broker:
         if ttl > 0:
             message.expiration = now + ttl
 
-    def _plan(self, dest: Destination, message: Message) -> Plan:
+    def route(self, dest: Destination, message: Message) -> Route:
+        """Where ``message`` goes: its sequence number, the queues that take it (after
+        the overflow policies) and the store record. Nothing is placed yet.
+
+        Raises:
+            WouldBlock: full under ``block``. DestinationFull: full under ``reject``.
+        """
         if isinstance(dest, Topic):
             targets: list[QueueChannel] = list(dest.router.route(message))
             seq = dest.next_seq
@@ -208,10 +212,11 @@ class Broker:
                 stored.append(queue.name)
         address = dest.address if isinstance(dest, Topic) else dest.name
         record = AddOp(address, tuple(stored), seq, message) if stored else None
-        return Plan(placements, record)
+        return Route(placements, record)
 
-    def _apply(self, plan: Plan) -> None:
-        for queue, entry in plan.placements:
+    def place(self, route: Route) -> None:
+        """Place a route's entries in their queues (pushing to consumers with credit)."""
+        for queue, entry in route.placements:
             queue.place(entry)
 
     def _check_room(self, targets: list[QueueChannel], message: Message) -> None:
@@ -285,10 +290,10 @@ class Broker:
         )
         self._forward_depth += 1
         try:
-            plan = self._plan(self.destination(target, create=True), copy)
-            if plan.record is not None:
-                self.store.add(plan.record)
-            self._apply(plan)
+            route = self.route(self.destination(target, create=True), copy)
+            if route.record is not None:
+                self.store.add(route.record)
+            self.place(route)
         except (DestinationFull, InvalidAddress, NotFound) as exc:
             self.discarded += 1
             log.error(
@@ -313,10 +318,10 @@ class Broker:
         self._forward_depth += 1
         try:
             copy = message.replace(redelivered=False, delivery_count=0)
-            plan = self._plan(self.destination(address), copy)
-            if plan.record is not None:
-                self.store.add(plan.record)
-            self._apply(plan)
+            route = self.route(self.destination(address), copy)
+            if route.record is not None:
+                self.store.add(route.record)
+            self.place(route)
         finally:
             self._forward_depth -= 1
 
@@ -330,7 +335,7 @@ class Broker:
     def defer_page_in(self, queue: QueueChannel) -> bool:
         """Inside :meth:`atomically` the store lacks the records being gathered: a paging
         queue reads back once they are written."""
-        if isinstance(self.store, Batch):
+        if isinstance(self.store, Gathering):
             self._page_later.add(queue)
             return True
         return False
@@ -378,16 +383,16 @@ class Broker:
         follow as one group when the block ends, even by an error, so the store
         stays in step with memory. Nested uses join the outer group.
         """
-        if isinstance(self.store, Batch):
+        if isinstance(self.store, Gathering):
             yield
             return
-        batch = Batch(self.store)
-        self.store = batch
+        gathering = Gathering(self.store)
+        self.store = gathering
         try:
             yield
         finally:
-            self.store = batch.store
-            batch.flush()
+            self.store = gathering.store
+            gathering.flush()
             if self._page_later:
                 waiting, self._page_later = self._page_later, set()
                 for queue in waiting:
@@ -462,6 +467,8 @@ class Broker:
         message never takes a recovered message's sequence number or place.
         """
         recovered = self.store.recover()
+        if recovered.report:
+            (log.info if recovered.clean else log.warning)("%s", recovered.report)
         subscriptions: dict[str, Subscription] = {}
         for definition in recovered.definitions:
             if definition.kind is QueueKind.QUEUE:
@@ -498,19 +505,8 @@ class Broker:
         self.batches.recover()  # rolls forward batches a crash cut short
         for sub in subscriptions.values():
             if sub.kind is SubscriptionKind.CALLBACK and sub.forward_to:
-                self._start_forwarding(sub, sub.forward_to)
+                attach_forwarder(self, sub, sub.forward_to)
         return count
-
-    def drop_subscription(self, sub: Subscription) -> None:
-        """Remove a subscription and discard what it holds (unsubscribing, a changed
-        selector, a deleted cursor)."""
-        sub.topic.subscriptions.pop(sub.name, None)
-        self.subscriptions.pop(sub.name, None)
-        sub.deleted = True
-        for entry in sub.drain():
-            sub.settle(entry, acked=False)
-        if sub.durable:
-            self.store.undefine(sub.name)
 
     def queue_by_name(self, name: str) -> QueueChannel | None:
         """A queue or subscription by its store name."""
@@ -531,28 +527,10 @@ class Broker:
         topic = self.destination(definition.topic, create=True)
         if not isinstance(topic, Topic):
             raise InvalidAddress(f"{definition.topic} is not a topic")
-        kind = (
-            SubscriptionKind.CALLBACK
-            if definition.kind is QueueKind.CALLBACK
-            else SubscriptionKind.DURABLE
-        )
-        sub = Subscription(
-            definition.name,
-            topic,
-            kind,
-            topic.settings,
-            self,
-            selector=compile_selector(definition.selector) if definition.selector else None,
-            forward_to=definition.forward_to,
-        )
-        topic.subscriptions[definition.name] = sub
-        self.subscriptions[definition.name] = sub
-        if start and kind is SubscriptionKind.CALLBACK and definition.forward_to:
-            self._start_forwarding(sub, definition.forward_to)
+        sub = self.subscriptions.restore(definition, topic)
+        if start and sub.kind is SubscriptionKind.CALLBACK and sub.forward_to:
+            attach_forwarder(self, sub, sub.forward_to)
         return sub
-
-    def _start_forwarding(self, sub: Subscription, forward_to: str) -> None:
-        attach_forwarder(self, sub, forward_to)
 
     def close(self) -> None:
         """Close every connection (their consumers' in-flight messages go back) and the store."""

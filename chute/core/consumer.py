@@ -14,19 +14,21 @@ Ack modes:
 
 Unsettled messages are *in flight*: they still count against the queue's
 bounds and go back to the queue, in their place, if the consumer closes.
+
+A consumer knows its queue only through :class:`ConsumedQueue`, the part of
+:class:`~chute.core.queue.QueueChannel` that sessions and drivers use on a
+consumer's behalf (the queue module imports this one, never the reverse).
 """
 
 from __future__ import annotations
 
 import enum
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Iterable
+from typing import Protocol
 
+from chute.core.selector import Selector
 from chute.message import Message
-
-if TYPE_CHECKING:
-    from chute.core.queue import QueueChannel
-    from chute.core.selector import Selector
 
 
 class AckMode(enum.Enum):
@@ -68,6 +70,47 @@ class Fanout(Protocol):
     def copy_finished(self, entry: Entry, *, acked: bool) -> None: ...
 
 
+class ConsumedQueue(Protocol):
+    """What a consumer's session and driver may ask of the queue it consumes from
+    (:class:`~chute.core.queue.QueueChannel` is the one implementation)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def address(self) -> str: ...
+
+    @property
+    def durable(self) -> bool: ...
+
+    @property
+    def deleted(self) -> bool: ...
+
+    def deliver(self) -> None:
+        """Push waiting messages to consumers with credit."""
+
+    def marked(self, consumer: Consumer, entry: Entry) -> bool:
+        """Whether delivering ``entry`` recorded a delivery mark in the store."""
+
+    def take_acked(self, consumer: Consumer, seq: int, *, cumulative: bool) -> list[Entry]:
+        """Take what an ack of ``seq`` covers out of flight (raises ConsumerError)."""
+
+    def ack(self, consumer: Consumer, seq: int, *, cumulative: bool) -> int:
+        """Settle what an ack of ``seq`` covers; how many messages it settled."""
+
+    def settle(self, entry: Entry, *, acked: bool = True, recorded: bool = False) -> None:
+        """An entry taken out of flight leaves the queue for good."""
+
+    def requeue(self, entries: Iterable[Entry]) -> None:
+        """Put entries taken out of flight back in their place, redelivered."""
+
+    def reject(self, entry: Entry) -> None:
+        """An entry taken out of flight goes to the dead-letter address."""
+
+    def detach(self, consumer: Consumer) -> None:
+        """Remove the consumer; its in-flight messages go back."""
+
+
 class Receiver(Protocol):
     """Seed 004's Receiver: something that handles a pushed message.
 
@@ -89,7 +132,6 @@ class Consumer:
         "exclusive",
         "id",
         "inflight",
-        "owner",
         "queue",
         "receiver",
         "selector",
@@ -98,14 +140,13 @@ class Consumer:
     def __init__(
         self,
         consumer_id: int,
-        queue: QueueChannel,
+        queue: ConsumedQueue,
         receiver: Receiver,
         *,
         ack_mode: AckMode,
         credit: int,
         selector: Selector | None = None,
         exclusive: bool = False,
-        owner: object = None,
     ) -> None:
         self.id = consumer_id
         self.queue = queue
@@ -114,7 +155,6 @@ class Consumer:
         self.credit = credit
         self.selector = selector
         self.exclusive = exclusive
-        self.owner = owner
         self.inflight: OrderedDict[int, Entry] = OrderedDict()
         self.delivered = 0
         self.closed = False

@@ -1,4 +1,4 @@
-"""Cursors and committed batches: what the Spark connector needs from the core.
+"""Cursors: how the Spark connector reads a destination by sequence number.
 
 Theory of operation
 -------------------
@@ -29,62 +29,74 @@ sequence number, lowered to the first sequence a prepared transaction holds
 there: a prepared send has its number but is placed only at commit, and a
 range read past it would miss it for good.
 
-:class:`CommittedBatches` makes a sink's commit idempotent per (sink, batch):
-before committing the prepared transactions of a batch, it records a durable
-*marker* naming them. The marker is a persistent message on the system queue
-:data:`BATCHES`, written with the previous marker's ack in one atomic store
-commit (existing record kinds only). After a crash, :meth:`CommittedBatches.
-recover` rolls forward any xid a marker names that is still prepared, so a
-batch commits all or nothing. A sink's marker is its newest committed batch: a
-batch at or below it is a duplicate (Spark retried it), whose xids are rolled
-back.
-
-Pure: no sockets, no files. Used from the broker's loop only.
+Committed batches (the sink's side) are in :mod:`chute.core.batches`. What
+cursors need from the broker is :class:`CursorHost`. Pure: no sockets, no
+files. Used from the broker's loop only.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
+from chute.core.access import Client
 from chute.core.address import canonical, check_name
 from chute.core.consumer import AckMode, Consumer, Entry
 from chute.core.queue import QueueChannel
+from chute.core.routing import Destination
 from chute.core.selector import Selector, compile_selector
-from chute.core.store import QueueDefinition, QueueKind
+from chute.core.subscriptions import Subscriptions, cursor_key
 from chute.core.topic import Subscription, SubscriptionKind, Topic
-from chute.core.twophase import check_xid
-from chute.errors import ConsumerError, InvalidAddress, NotFound, TransactionError
-from chute.message import Message, new_message_id
-
-if TYPE_CHECKING:
-    from chute.core.broker import Broker
+from chute.core.twophase import PreparedTransactions
+from chute.errors import ConsumerError, InvalidAddress, NotFound
 
 log = logging.getLogger("chute.cursor")
 
 DEFAULT_LEASE_MS: Final = 60_000
 """How long a cursor outlives the last connection that opened it (lease_ms 0)."""
-BATCHES: Final = "queue:__sys__committedBatches"
-"""The system queue that holds the sinks' committed-batch markers."""
-MARKER_TYPE: Final = "chute.committed-batch"
 
 
 class _Idle:
     """The receiver of a holder: it has no credit, so nothing is ever pushed to it."""
 
     def handle(self, consumer: Consumer, entry: Entry) -> None:
-        raise AssertionError("a cursor's holder has no credit")  # pragma: no cover
+        raise AssertionError("a holder has no credit")  # pragma: no cover
 
 
 _IDLE: Final = _Idle()
 
 
-def cursor_key(topic: str, name: str) -> str:
-    """The store key of a topic cursor's durable subscription."""
-    return f"cursor:{topic}.{name}"
+def holder(queue: QueueChannel) -> Consumer:
+    """An exclusive consumer with no credit: attached, it keeps every other consumer of
+    ``queue`` from receiving anything, and receives nothing itself."""
+    consumer = Consumer(0, queue, _IDLE, ack_mode=AckMode.INDIVIDUAL, credit=0, exclusive=True)
+    queue.attach(consumer)
+    return consumer
+
+
+class CursorHost(Protocol):
+    """What cursors need from the broker."""
+
+    @property
+    def clock(self) -> Callable[[], int]: ...
+
+    @property
+    def subscriptions(self) -> Subscriptions: ...
+
+    @property
+    def xa(self) -> PreparedTransactions: ...
+
+    @property
+    def connections(self) -> Mapping[str, Client]: ...
+
+    def destination(self, address: str, *, create: bool | None = None) -> Destination:
+        """The queue or topic at ``address`` (raises InvalidAddress, NotFound)."""
+
+    def atomically(self) -> AbstractContextManager[None]:
+        """Gather the records made inside into one atomic store commit."""
 
 
 @dataclass(eq=False)
@@ -111,8 +123,8 @@ class Cursor:
 class Cursors:
     """Every cursor of the broker, by (address, name)."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, host: CursorHost) -> None:
+        self.host = host
         self._by_key: dict[tuple[str, str], Cursor] = {}
 
     # -- requests -------------------------------------------------------------------
@@ -136,7 +148,7 @@ class Cursors:
         address = canonical(address)
         check_name(name)
         compiled = compile_selector(selector) if selector else None
-        dest = self.broker.destination(address)
+        dest = self.host.destination(address)
         if isinstance(dest, Topic):
             cursor = self._topic_cursor(dest, name, selector)
         else:
@@ -213,7 +225,7 @@ class Cursors:
         cursor = self._cursor(address, name)
         self._hold(cursor)
         taken = cursor.queue.take_waiting_below(end, cursor.wants if cursor.selector else None)
-        with self.broker.atomically():
+        with self.host.atomically():
             for entry in taken:
                 cursor.queue.settle(entry)
         return len(taken)
@@ -231,14 +243,14 @@ class Cursors:
             self._by_key.pop((cursor.address, name), None)
             queue = cursor.queue
             if isinstance(queue, Subscription):
-                self.broker.drop_subscription(queue)
+                self.host.subscriptions.drop(queue)
 
     # -- sweep ------------------------------------------------------------------------
 
     def expire(self, now: int) -> list[str]:
         """Release the cursors whose lease ran out; returns their names."""
         released: list[str] = []
-        live = self.broker.connections
+        live = self.host.connections
         for cursor in self._by_key.values():
             if not cursor.held:
                 continue
@@ -262,7 +274,7 @@ class Cursors:
         """The first sequence number a reader may not read yet (see the module docstring)."""
         address = dest.address
         head = dest.next_seq
-        for queue, entry in self.broker.xa.placements():
+        for queue, entry in self.host.xa.placements():
             if queue.address == address and entry.seq < head:
                 head = entry.seq
         return head
@@ -281,24 +293,24 @@ class Cursors:
         address = canonical(address)
         cursor = self._by_key.get((address, name))
         if cursor is None:
-            dest = self.broker.destination(address)
+            dest = self.host.destination(address)
             if (
                 isinstance(dest, Topic)
-                and cursor_key(dest.address, name) in self.broker.subscriptions
+                and cursor_key(dest.address, name) in self.host.subscriptions
             ):
                 cursor = self._topic_cursor(
                     dest, name, None
                 )  # after a restart: its subscription survived
         if cursor is None:
             raise NotFound(f"cursor {name!r} on {address} is not open (open it first)")
-        cursor.last_seen = self.broker.clock()
+        cursor.last_seen = self.host.clock()
         return cursor
 
     def _topic_cursor(self, topic: Topic, name: str, selector: str | None) -> Cursor:
         """The topic cursor's subscription: the one that exists (with this selector), or new."""
-        broker = self.broker
         key = cursor_key(topic.address, name)
-        sub = broker.subscriptions.get(key)
+        subscriptions = self.host.subscriptions
+        sub = subscriptions.get(key)
         existing = self._by_key.get((topic.address, name))
         if sub is not None and existing is None and selector is None:
             pass  # found after a restart: whatever selector it was made with stays
@@ -308,19 +320,8 @@ class Cursors:
                 f"{sub.selector_text!r}; delete it (close with delete) to change it"
             )
         if sub is None:
-            sub = Subscription(
-                key,
-                topic,
-                SubscriptionKind.DURABLE,
-                topic.settings,
-                broker,
-                selector=compile_selector(selector) if selector else None,
-                name=name,
-            )
-            topic.subscriptions[key] = sub
-            broker.subscriptions[key] = sub
-            broker.store.define(
-                QueueDefinition(key, QueueKind.SUBSCRIPTION, topic=topic.address, selector=selector)
+            sub = subscriptions.create(
+                key, topic, SubscriptionKind.DURABLE, selector=selector, name=name
             )
         cursor = existing
         if cursor is None or cursor.queue is not sub:
@@ -329,7 +330,7 @@ class Cursors:
         return cursor
 
     def _queue(self, address: str) -> QueueChannel:
-        dest = self.broker.destination(address)
+        dest = self.host.destination(address)
         if isinstance(dest, Topic):
             raise InvalidAddress(
                 f"{dest.address} is a topic: a topic holds nothing; read it through a cursor"
@@ -338,7 +339,7 @@ class Cursors:
 
     def _hold(self, cursor: Cursor) -> None:
         """Take the lease: attach the holder unless it is attached."""
-        cursor.last_seen = self.broker.clock()
+        cursor.last_seen = self.host.clock()
         if cursor.held:
             return
         queue = cursor.queue
@@ -355,171 +356,10 @@ class Cursors:
                 f"{cursor.address} has {inflight} messages in flight to consumers; "
                 f"cursor {cursor.name!r} needs the queue to itself (close them first)"
             )
-        holder = Consumer(
-            0, queue, _IDLE, ack_mode=AckMode.INDIVIDUAL, credit=0, exclusive=True, owner=cursor
-        )
-        queue.attach(holder)
-        cursor.holder = holder
+        cursor.holder = holder(queue)
 
     def _release(self, cursor: Cursor) -> None:
         if cursor.holder is not None:
             cursor.queue.detach(cursor.holder)
             cursor.holder = None
         cursor.openers.clear()
-
-
-# -- committed batches -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Marker:
-    """What a committed-batch marker says."""
-
-    sink: str
-    batch: int
-    xids: tuple[str, ...]
-    keep: bool
-
-    def encode(self) -> bytes:
-        return json.dumps(
-            {"sink": self.sink, "batch": self.batch, "xids": list(self.xids), "keep": self.keep},
-            separators=(",", ":"),
-        ).encode()
-
-    @classmethod
-    def decode(cls, body: bytes) -> Marker:
-        """Raises ValueError for anything that is not a marker."""
-        doc = json.loads(body)
-        sink, batch, xids, keep = doc["sink"], doc["batch"], doc["xids"], doc["keep"]
-        if not (
-            isinstance(sink, str)
-            and isinstance(batch, int)
-            and isinstance(xids, list)
-            and all(isinstance(x, str) for x in xids)
-            and isinstance(keep, bool)
-        ):
-            raise ValueError("not a committed-batch marker")
-        return cls(sink, batch, tuple(xids), keep)
-
-
-class CommittedBatches:
-    """Idempotent group commits of prepared transactions (see the module docstring)."""
-
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.latest: dict[str, tuple[Marker, int]] = {}  # sink -> (newest marker, its seq)
-        self._queue: QueueChannel | None = None
-        self._holder: Consumer | None = None
-
-    def commit(self, sink: str, batch: int, xids: tuple[str, ...], *, keep: bool = True) -> bool:
-        """Commit every xid of a batch once; False if the batch was a duplicate (its xids
-        were rolled back). The caller syncs before answering.
-
-        Raises:
-            TransactionError: a bad sink name, batch or xid; xids repeated.
-            NotFound: an xid is not prepared (it timed out?); nothing was committed.
-        """
-        check_xid(sink)
-        for xid in xids:
-            check_xid(xid)
-        if batch < 0:
-            raise TransactionError(f"batch {batch} must not be negative")
-        if len(set(xids)) != len(xids):
-            raise TransactionError("the same xid is listed twice")
-        xa = self.broker.xa
-        prepared = set(xa.xids())
-        previous = self.latest.get(sink) if keep else None
-        if previous is not None and batch <= previous[0].batch:
-            done = set(previous[0].xids)
-            for xid in xids:
-                if xid in prepared:
-                    (xa.commit if xid in done else xa.rollback)(xid)
-            log.info("sink %s: batch %d was committed before; dropped its retry", sink, batch)
-            return False
-        missing = [x for x in xids if x not in prepared]
-        if missing:
-            raise NotFound(
-                f"sink {sink} batch {batch}: transactions {', '.join(missing)} are not prepared "
-                "(rolled back by the broker's prepared timeout?); nothing was committed"
-            )
-        marker = Marker(sink, batch, xids, keep)
-        queue = self._marker_queue()
-        with self.broker.atomically():
-            seq = queue.next_seq
-            self.broker.send(BATCHES, _marker_message(marker))
-            if previous is not None:
-                _settle(queue, previous[1])
-        for xid in xids:
-            xa.commit(xid)
-        if keep:
-            self.latest[sink] = (marker, seq)
-        else:
-            _settle(queue, seq)
-        return True
-
-    def recover(self) -> int:
-        """After the broker recovered: hold the marker queue, learn each sink's newest
-        batch, and commit what a marker names but a crash left prepared; returns how
-        many transactions were rolled forward."""
-        queue = self.broker.queues.get(BATCHES)
-        if queue is None:
-            return 0
-        self._hold(queue)
-        xa = self.broker.xa
-        prepared = set(xa.xids())
-        rolled = 0
-        for entry in queue.waiting_between(0, 1 << 63):
-            try:
-                marker = Marker.decode(entry.message.body)
-            except (ValueError, KeyError, TypeError):
-                log.warning("%s holds a message that is not a marker (seq %d)", BATCHES, entry.seq)
-                continue
-            for xid in marker.xids:
-                if xid in prepared:
-                    log.warning(
-                        "sink %s batch %d: rolling %s forward", marker.sink, marker.batch, xid
-                    )
-                    xa.commit(xid)
-                    prepared.discard(xid)
-                    rolled += 1
-            if not marker.keep:
-                _settle(queue, entry.seq)
-                continue
-            known = self.latest.get(marker.sink)
-            if known is None or known[0].batch < marker.batch:
-                self.latest[marker.sink] = (marker, entry.seq)
-        return rolled
-
-    def _marker_queue(self) -> QueueChannel:
-        queue = self._queue
-        if queue is None or queue.deleted:
-            dest = self.broker.destination(BATCHES, create=True)
-            if not isinstance(dest, QueueChannel):  # pragma: no cover - a queue: parse() says so
-                raise InvalidAddress(f"{BATCHES} is not a queue")
-            queue = dest
-            self._hold(queue)
-        return queue
-
-    def _hold(self, queue: QueueChannel) -> None:
-        """Nobody else may consume the markers: hold the queue like a cursor does."""
-        self._queue = queue
-        if self._holder is None or self._holder.closed or self._holder.queue is not queue:
-            self._holder = Consumer(
-                0, queue, _IDLE, ack_mode=AckMode.INDIVIDUAL, credit=0, exclusive=True, owner=self
-            )
-            queue.attach(self._holder)
-
-
-def _marker_message(marker: Marker) -> Message:
-    return Message(
-        marker.encode(),
-        id=new_message_id(),
-        type=MARKER_TYPE,
-        properties={"sink": marker.sink},
-    )
-
-
-def _settle(queue: QueueChannel, seq: int) -> None:
-    entry = queue.withdraw(seq)
-    if entry is not None:
-        queue.settle(entry)

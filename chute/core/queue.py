@@ -435,15 +435,16 @@ class QueueChannel:
 
     # -- leaving ----------------------------------------------------------------
 
-    def settle(self, entry: Entry, *, acked: bool = True) -> None:
+    def settle(self, entry: Entry, *, acked: bool = True, recorded: bool = False) -> None:
         """An entry leaves the queue for good.
 
         Its ack record goes to the store (inside a transaction's commit, the
-        broker gathers it with the others; see ``Broker.atomically``); any
+        broker gathers it with the others; see ``Broker.atomically``) unless
+        ``recorded`` (a prepared transaction's commit record carries it); any
         diversion of the message must be recorded *before* this is called, so
         the store never holds an ack without the add that replaces it.
         """
-        if self._leave(entry, acked):
+        if self._leave(entry, acked) and not recorded:
             self.host.store.ack(AckOp(self.name, entry.seq))
         if entry.origin is not None:
             entry.origin.copy_finished(entry, acked=acked)

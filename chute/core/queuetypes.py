@@ -13,7 +13,9 @@
   (:func:`attach_forwarder`).
 
 Temporary queues need nothing special: they are plain queues owned by a
-connection (:mod:`chute.core.session`).
+connection (:mod:`chute.core.session`). A login-name queue needs what every
+queue needs from the broker (:class:`~chute.core.queue.QueueHost`); a
+forwarder needs :class:`ForwardHost`.
 """
 
 from __future__ import annotations
@@ -21,18 +23,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from chute.core.address import parse
 from chute.core.consumer import AckMode, Consumer, Entry
-from chute.core.queue import QueueChannel, Reason
+from chute.core.queue import QueueChannel, QueueHost, Reason
 from chute.core.settings import DestinationSettings
 from chute.core.topic import Subscription
 from chute.errors import ChuteError
-
-if TYPE_CHECKING:
-    from chute.core.broker import Broker
-    from chute.core.session import Connection
+from chute.message import Message
 
 log = logging.getLogger("chute.session")
 
@@ -83,8 +82,8 @@ class _Copies:
 class LoginQueue(QueueChannel):
     """A user's queue, copied to every live session of that user (see module docstring)."""
 
-    def __init__(self, address: str, settings: DestinationSettings, broker: Broker) -> None:
-        super().__init__(address, address, settings, broker, durable=True)
+    def __init__(self, address: str, settings: DestinationSettings, host: QueueHost) -> None:
+        super().__init__(address, address, settings, host, durable=True)
         self.login = parse(address).login
         self.pipes: dict[str, Pipe] = {}
         self.fanned: dict[int, Entry] = {}  # by seq: entries whose copies are out
@@ -130,22 +129,24 @@ class LoginQueue(QueueChannel):
         held.sort(key=lambda e: (-e.message.priority, e.seq))
         return held
 
-    def pipe_for(self, connection: Connection) -> Pipe:
-        pipe = self.pipes.get(connection.id)
+    def pipe_for(self, connection_id: str) -> Pipe:
+        """The pipe of one connection of the user (made on first use)."""
+        pipe = self.pipes.get(connection_id)
         if pipe is None:
             # unbounded, and the login queue counts deliveries
             settings = dataclasses.replace(
                 self.settings, max_messages=0, max_bytes=0, max_deliveries=0
             )
             pipe = Pipe(
-                f"{self.name}@{connection.id}", self.address, settings, self.host, durable=False
+                f"{self.name}@{connection_id}", self.address, settings, self.host, durable=False
             )
-            self.pipes[connection.id] = pipe
+            self.pipes[connection_id] = pipe
             self.deliver()
         return pipe
 
-    def drop_pipe(self, connection: Connection) -> None:
-        pipe = self.pipes.pop(connection.id, None)
+    def drop_pipe(self, connection_id: str) -> None:
+        """The connection ended: its pipe goes, and the copies it held finish unacked."""
+        pipe = self.pipes.pop(connection_id, None)
         if pipe is None:
             return
         pipe.deleted = True
@@ -153,18 +154,29 @@ class LoginQueue(QueueChannel):
             pipe.settle(entry, acked=False)
 
 
+class ForwardHost(Protocol):
+    """What a callback queue's forwarder needs from the broker."""
+
+    def forward(self, address: str, message: Message) -> None:
+        """Route a copy onwards (raises DestinationFull on a full target or a loop)."""
+
+    def divert(self, queue: QueueChannel, entry: Entry, reason: Reason) -> None:
+        """Send a message that left ``queue`` unconsumed to its dead-letter address."""
+
+
 class Forwarder:
     """The receiver of a callback queue: forwards each message, then acks it."""
 
-    def __init__(self, broker: Broker, forward_to: str) -> None:
-        self.broker = broker
+    def __init__(self, host: ForwardHost, queue: Subscription, forward_to: str) -> None:
+        self.host = host
+        self.queue = queue
         self.forward_to = forward_to
 
     def handle(self, consumer: Consumer, entry: Entry) -> None:
-        queue = consumer.queue
+        queue = self.queue
         consumer.credit += 1  # never runs dry
         try:
-            self.broker.forward(self.forward_to, entry.message)
+            self.host.forward(self.forward_to, entry.message)
         except ChuteError as exc:
             log.warning(
                 "callback %s could not forward %s to %s: %s",
@@ -175,15 +187,15 @@ class Forwarder:
             )
             queue.take_acked(consumer, entry.seq, cumulative=False)
             queue.dead_lettered += 1
-            self.broker.divert(queue, entry, Reason.FORWARD_FAILED)
+            self.host.divert(queue, entry, Reason.FORWARD_FAILED)
             queue.settle(entry, acked=False)
             return
         queue.ack(consumer, entry.seq, cumulative=False)
 
 
-def attach_forwarder(broker: Broker, sub: Subscription, forward_to: str) -> Consumer:
-    consumer = Consumer(
-        0, sub, Forwarder(broker, forward_to), ack_mode=AckMode.INDIVIDUAL, credit=1
-    )
+def attach_forwarder(host: ForwardHost, sub: Subscription, forward_to: str) -> Consumer:
+    """Make ``sub`` a callback queue: its one consumer forwards to ``forward_to``."""
+    forwarder = Forwarder(host, sub, forward_to)
+    consumer = Consumer(0, sub, forwarder, ack_mode=AckMode.INDIVIDUAL, credit=1)
     sub.attach(consumer)
     return consumer

@@ -1,11 +1,27 @@
 """Per-client state: connections, sessions, consumers, transactions, special queues.
 
-A :class:`Connection` is one logged-in client (seed 001's *session*); it owns
-:class:`Session` objects (seed 003/JMS sessions: an ack mode and maybe a local
-transaction), its temporary queues and, for a named user, its pipe from the
-user's login-name queue. Closing a connection undoes all of it: consumers'
-in-flight messages go back in their place, an open transaction rolls back,
-temporary queues and non-durable subscriptions disappear.
+A :class:`Connection` is one logged-in client (seed 001's *session*), made by
+:func:`connect`, which authenticates it (:mod:`chute.core.access`). It is the
+one face of the broker that every adapter drives: it owns :class:`Session`
+objects (seed 003/JMS sessions: an ack mode and maybe a local transaction),
+its temporary queues and, for a named user, its pipe from the user's
+login-name queue; and it carries out what a client asks for the connection
+as a whole (browse, prepared transactions, cursors, subscriptions, stats).
+Every such operation asks the broker's :class:`~chute.core.access.Access`
+first, so no protocol decides on its own what a client may do.
+
+Closing a connection undoes all of it: consumers' in-flight messages go back
+in their place, an open transaction rolls back, temporary queues and
+non-durable subscriptions disappear.
+
+Transactions: a transacted session gathers sends, acks and nacks and applies
+them together at :meth:`Session.commit` (acks, then sends, then nacks, in one
+atomic store commit), or stages them under an xid at :meth:`Session.prepare`.
+A nack inside a transaction takes its messages out of flight at once (their
+consumer may receive more) and decides their fate at commit: back in their
+place (``requeue``) or to the dead-letter address. A rollback, or the session
+closing with the transaction open, puts acked and nacked messages back,
+redelivered, alike.
 
 Temporary (session) queues from seed 001 live here too —
 ``queue:__tmp__.<connection>.<n>``: anyone may send to one (it is the usual
@@ -18,20 +34,23 @@ from __future__ import annotations
 import itertools
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
+from chute.core.access import ANONYMOUS, Action, Principal
 from chute.core.address import TEMP_PREFIX, Kind, canonical, parse, user_queue
-from chute.core.broker import Destination, WouldBlock
+from chute.core.broker import Broker
 from chute.core.consumer import AckMode, Consumer, Entry, Receiver
 from chute.core.queue import QueueChannel
-from chute.core.queuetypes import LoginQueue
+from chute.core.queuetypes import LoginQueue, attach_forwarder
+from chute.core.routing import Destination, WouldBlock
 from chute.core.selector import compile_selector
 from chute.core.settings import Overflow
-from chute.core.store import QueueDefinition, QueueKind
+from chute.core.subscriptions import callback_key, durable_key, shared_key
 from chute.core.topic import Subscription, SubscriptionKind, Topic
-from chute.core.twophase import check_xid
+from chute.core.twophase import Nacked, Send, Taken, check_xid, give_back
 from chute.errors import (
     AccessDenied,
+    AuthenticationFailed,
     ConsumerError,
     DestinationFull,
     InvalidAddress,
@@ -40,40 +59,94 @@ from chute.errors import (
 )
 from chute.message import Message
 
-if TYPE_CHECKING:
-    from chute.core.broker import Broker
-
 log = logging.getLogger("chute.session")
 
 _REFUSING = (Overflow.REJECT, Overflow.BLOCK)  # the policies that can refuse a commit
 
 
+def connect(
+    broker: Broker,
+    login: str | None,
+    passcode: str | None,
+    *,
+    client_id: str | None = None,
+    protocol: str = "native",
+    peer: str = "",
+) -> Connection:
+    """Authenticate a client and make its core connection (every protocol comes here).
+
+    Raises:
+        AuthenticationFailed: the login and passcode do not match (logged).
+    """
+    try:
+        principal = broker.access.authenticate(login, passcode)
+    except AuthenticationFailed:
+        log.warning("%s authentication failed for %r from %s", protocol, login, peer or "?")
+        raise
+    connection = Connection(broker, principal, client_id=client_id, protocol=protocol, peer=peer)
+    log.info(
+        "%s client %s connected from %s (user=%s, client_id=%s)",
+        protocol,
+        connection.id,
+        peer or "?",
+        principal,
+        client_id,
+    )
+    return connection
+
+
 @dataclass
 class Transaction:
-    """A local transaction: sends and acks that commit or roll back together."""
+    """A local transaction: sends, acks and nacks that commit or roll back together."""
 
-    sends: list[tuple[str, Message, int]] = field(default_factory=list)
-    acks: list[tuple[QueueChannel, Entry]] = field(default_factory=list)
+    sends: list[Send] = field(default_factory=list)
+    acks: list[Taken] = field(default_factory=list)
+    nacks: list[Nacked] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.sends or self.acks or self.nacks)
 
 
 _connection_ids = itertools.count(1)
 
 
 class Connection:
-    """One client connection's core state."""
+    """One client connection's core state and the operations it may ask for.
+
+    Made by :func:`connect` (which authenticates); built directly, it trusts its
+    ``principal`` (tests, and the broker's own clients). Used from the broker's loop only.
+    """
 
     def __init__(
-        self, broker: Broker, *, login: str | None = None, client_id: str | None = None
+        self,
+        broker: Broker,
+        principal: Principal = ANONYMOUS,
+        *,
+        client_id: str | None = None,
+        protocol: str = "core",
+        peer: str = "",
     ) -> None:
         self.broker = broker
         self.id = f"c{next(_connection_ids)}"
-        self.login = login
+        self.principal = principal
         self.client_id = client_id
+        self.protocol = protocol
+        self.peer = peer
         self.sessions: list[Session] = []
         self.temp_queues: dict[str, QueueChannel] = {}
         self._temp_ids = itertools.count(1)
         self.closed = False
         broker.connections[self.id] = self
+
+    @property
+    def login(self) -> str | None:
+        """The user this connection acts for (None: anonymous)."""
+        return self.principal.user
+
+    def authorize(self, action: Action, address: str) -> None:
+        """Raise AccessDenied unless this connection's user may do ``action`` on ``address``."""
+        self.broker.access.authorize(self.principal, action, address)
 
     def session(self, ack_mode: AckMode = AckMode.AUTO, *, transacted: bool = False) -> Session:
         session = Session(self, ack_mode, transacted)
@@ -89,6 +162,141 @@ class Connection:
         self.temp_queues[address] = queue
         return address
 
+    # -- looking ----------------------------------------------------------------------
+
+    def browse(self, address: str, selector: str | None = None, limit: int = 0) -> list[Entry]:
+        """A snapshot of a queue in delivery order; nothing is consumed.
+
+        Raises:
+            AccessDenied, InvalidAddress, InvalidSelector, NotFound.
+        """
+        self.authorize(Action.BROWSE, address)
+        return self.broker.browse(address, selector, limit)
+
+    def stats(self) -> dict[str, Any]:
+        """Every destination with its counters (see ``Broker.stats``)."""
+        self.authorize(Action.MANAGE, "*")
+        return self.broker.stats()
+
+    # -- prepared transactions and committed batches -----------------------------------
+
+    def prepared(self) -> list[str]:
+        """The xids of the prepared transactions waiting for commit or rollback."""
+        self.authorize(Action.MANAGE, "*")
+        return self.broker.xa.xids()
+
+    def commit_prepared(self, xid: str) -> None:
+        """Commit a prepared transaction (raises NotFound for an unknown xid)."""
+        self.authorize(Action.MANAGE, "*")
+        self.broker.xa.commit(xid)
+
+    def rollback_prepared(self, xid: str) -> None:
+        """Roll back a prepared transaction (raises NotFound for an unknown xid)."""
+        self.authorize(Action.MANAGE, "*")
+        self.broker.xa.rollback(xid)
+
+    def commit_batch(self, sink: str, batch: int, xids: tuple[str, ...], *, keep: bool) -> bool:
+        """Commit a sink's batch once (``CommittedBatches.commit``); False for a duplicate."""
+        return self.broker.batches.commit(sink, batch, xids, keep=keep)
+
+    # -- cursors (the Spark connector) ---------------------------------------------------
+
+    def cursor_open(
+        self, address: str, name: str | None, *, selector: str | None = None, lease_ms: int = 0
+    ) -> tuple[int, int]:
+        """Open a cursor (or, with no name, look at a queue); ``(earliest, head)``."""
+        self.authorize(Action.CONSUME, address)
+        self.authorize(Action.BROWSE, address)
+        cursors = self.broker.cursors
+        if name is None:
+            return cursors.info(address)
+        return cursors.open(address, name, selector=selector, lease_ms=lease_ms, owner=self.id)
+
+    def cursor_fetch(
+        self,
+        address: str,
+        name: str | None,
+        start: int,
+        end: int,
+        *,
+        max_messages: int = 0,
+        max_bytes: int = 0,
+    ) -> tuple[int, list[Entry]]:
+        """One page of a cursor's range (see ``Cursors.fetch``)."""
+        self.authorize(Action.BROWSE, address)
+        return self.broker.cursors.fetch(
+            address, name, start, end, max_messages=max_messages, max_bytes=max_bytes
+        )
+
+    def cursor_ack(self, address: str, name: str, end: int) -> int:
+        """Consume everything the cursor holds below ``end``; how many."""
+        self.authorize(Action.CONSUME, address)
+        return self.broker.cursors.ack(address, name, end)
+
+    def cursor_close(self, address: str, name: str, *, delete: bool = False) -> None:
+        self.broker.cursors.close(address, name, delete=delete)
+
+    # -- subscriptions ------------------------------------------------------------------
+
+    def unsubscribe(self, name: str, *, client_id: str | None = None) -> None:
+        """Delete a durable subscription (of ``client_id``, default this connection's; a
+        shared durable subscription when neither has one) and every message it holds.
+
+        Raises:
+            NotFound: no such subscription. ConsumerError: it still has consumers.
+        """
+        owner = client_id or self.client_id
+        subs = self.broker.subscriptions
+        sub = (
+            (subs.get(durable_key(name, owner)) if owner else None)
+            or subs.get(durable_key(name, None))
+            or subs.get(callback_key(name))
+        )
+        if sub is None:
+            raise NotFound(
+                f"no durable subscription named {name!r}"
+                + (f" for client id {owner!r}" if owner else "")
+            )
+        self.authorize(Action.DELETE, sub.address)
+        if sub.router.consumers and sub.kind is not SubscriptionKind.CALLBACK:
+            raise ConsumerError(f"subscription {name!r} still has consumers; close them first")
+        for consumer in list(sub.router.consumers):
+            sub.detach(consumer)
+        subs.drop(sub)
+
+    def callback(self, topic: str, name: str, forward_to: str, selector: str | None = None) -> None:
+        """Create (or replace) a callback queue: a durable subscription of ``topic`` that
+        forwards every message to ``forward_to``.
+
+        Raises:
+            InvalidAddress: ``topic`` is not a topic, or forwards to itself. InvalidSelector.
+        """
+        broker = self.broker
+        address = canonical(topic)
+        target = canonical(forward_to)
+        if target == address:
+            raise InvalidAddress("a callback cannot forward a topic to itself")
+        self.authorize(Action.CONSUME, address)
+        self.authorize(Action.SEND, target)
+        dest = broker.destination(address)
+        if not isinstance(dest, Topic):
+            raise InvalidAddress(f"{topic} is not a topic")
+        broker.destination(target)
+        if selector:
+            compile_selector(selector)
+        key = callback_key(name)
+        old = broker.subscriptions.get(key)
+        if old is not None:
+            for consumer in list(old.router.consumers):
+                old.detach(consumer)
+            broker.subscriptions.drop(old)
+        sub = broker.subscriptions.create(
+            key, dest, SubscriptionKind.CALLBACK, selector=selector, forward_to=target
+        )
+        attach_forwarder(broker, sub, target)
+
+    # -- closing ------------------------------------------------------------------------
+
     def close(self) -> None:
         """Close every session, drop temporary queues and login pipes. Idempotent."""
         if self.closed:
@@ -102,8 +310,11 @@ class Connection:
         if self.login is not None:
             login_queue = self.broker.queues.get(user_queue(self.login))
             if isinstance(login_queue, LoginQueue):
-                login_queue.drop_pipe(self)
+                login_queue.drop_pipe(self.id)
         self.broker.connections.pop(self.id, None)
+
+    def __repr__(self) -> str:
+        return f"Connection({self.id}, {self.protocol}, user={self.principal})"
 
 
 class Session:
@@ -117,11 +328,18 @@ class Session:
         self.consumers: dict[int, Consumer] = {}
         self.tx: Transaction | None = Transaction() if transacted else None
         self.closed = False
+        self._checks = not self.broker.access.allows_all  # skip the gate when all is allowed
 
     # -- producing --------------------------------------------------------------
 
     def send(self, address: str, message: Message, *, ttl: int = 0) -> None:
-        """Send now, or at commit in a transacted session (see Broker.send for errors)."""
+        """Send now, or at commit in a transacted session (see Broker.send for errors).
+
+        Raises:
+            AccessDenied: this connection's user may not send to ``address``.
+        """
+        if self._checks:
+            self.connection.authorize(Action.SEND, address)
         if self.tx is not None:
             self.broker.destination(address)  # fail now on a bad address
             self.tx.sends.append((address, message, ttl))
@@ -156,11 +374,12 @@ class Session:
         mode = ack_mode or self.ack_mode
         compiled = compile_selector(selector) if selector else None
         addr = parse(address)
+        self.connection.authorize(Action.CONSUME, str(addr))
         if addr.kind is Kind.TOPIC:
             queue: QueueChannel = self._subscription(
                 consumer_id,
                 str(addr),
-                compiled_text=selector,
+                selector=selector,
                 name=subscription,
                 durable=durable,
                 shared=shared,
@@ -178,7 +397,6 @@ class Session:
             credit=prefetch,
             selector=compiled,
             exclusive=exclusive,
-            owner=self,
         )
         self.consumers[consumer_id] = consumer
         queue.attach(consumer)
@@ -199,7 +417,7 @@ class Session:
             login_queue = self.broker.destination(address)
             if not isinstance(login_queue, LoginQueue):
                 raise InvalidAddress(f"{address} is not a login-name queue")
-            return login_queue.pipe_for(self.connection)
+            return login_queue.pipe_for(self.connection.id)
         dest = self.broker.destination(address)
         if not isinstance(dest, QueueChannel):
             raise InvalidAddress(f"{address} is not a queue")
@@ -210,7 +428,7 @@ class Session:
         consumer_id: int,
         address: str,
         *,
-        compiled_text: str | None,
+        selector: str | None,
         name: str | None,
         durable: bool,
         shared: bool,
@@ -232,40 +450,23 @@ class Session:
         elif shared:
             if not name:
                 raise ConsumerError("a shared subscription needs a subscription name")
-            key = f"shared:{address}.{name}"
+            key = shared_key(address, name)
             kind = SubscriptionKind.SHARED
         else:
             key = f"nondurable:{conn.id}.{id(self)}.{consumer_id}"
             kind = SubscriptionKind.NON_DURABLE
-        sub = broker.subscriptions.get(key)
-        if sub is not None and (
-            sub.topic is not topic or sub.selector_text != (compiled_text or None)
-        ):
+        subscriptions = broker.subscriptions
+        sub = subscriptions.get(key)
+        if sub is not None and (sub.topic is not topic or sub.selector_text != (selector or None)):
             if sub.router.consumers:
                 raise ConsumerError(
                     f"subscription {name!r} is in use on {sub.topic.address} with selector "
                     f"{sub.selector_text!r}; close its consumers before changing it"
                 )
-            broker.drop_subscription(sub)  # JMS: a changed topic or selector makes a new one
+            subscriptions.drop(sub)  # JMS: a changed topic or selector makes a new one
             sub = None
         if sub is None:
-            sub = Subscription(
-                key,
-                topic,
-                kind,
-                topic.settings,
-                broker,
-                selector=compile_selector(compiled_text) if compiled_text else None,
-                name=name,
-            )
-            topic.subscriptions[key] = sub
-            broker.subscriptions[key] = sub
-            if sub.durable:
-                broker.store.define(
-                    QueueDefinition(
-                        key, QueueKind.SUBSCRIPTION, topic=address, selector=compiled_text
-                    )
-                )
+            sub = subscriptions.create(key, topic, kind, selector=selector, name=name)
         elif kind is SubscriptionKind.DURABLE and not shared and sub.router.consumers:
             raise ConsumerError(
                 f"durable subscription {name!r} already has a consumer "
@@ -283,65 +484,22 @@ class Session:
             and not queue.router.consumers
             and queue.kind in (SubscriptionKind.NON_DURABLE, SubscriptionKind.SHARED)
         ):
-            self.broker.drop_subscription(queue)
+            self.broker.subscriptions.drop(queue)
 
     def unsubscribe(self, name: str, *, client_id: str | None = None) -> None:
-        """Delete a durable subscription (of ``client_id``, default this connection's; a
-        shared durable subscription when neither has one) and every message it holds.
-
-        Raises:
-            NotFound: no such subscription. ConsumerError: it still has consumers.
-        """
-        owner = client_id or self.connection.client_id
-        subs = self.broker.subscriptions
-        sub = (
-            (subs.get(durable_key(name, owner)) if owner else None)
-            or subs.get(durable_key(name, None))
-            or subs.get(callback_key(name))
-        )
-        if sub is None:
-            raise NotFound(
-                f"no durable subscription named {name!r}"
-                + (f" for client id {owner!r}" if owner else "")
-            )
-        if sub.router.consumers and sub.kind is not SubscriptionKind.CALLBACK:
-            raise ConsumerError(f"subscription {name!r} still has consumers; close them first")
-        for consumer in list(sub.router.consumers):
-            sub.detach(consumer)
-        self.broker.drop_subscription(sub)
+        """:meth:`Connection.unsubscribe` (JMS puts it on the session)."""
+        self.connection.unsubscribe(name, client_id=client_id)
 
     def callback(self, topic: str, name: str, forward_to: str, selector: str | None = None) -> None:
-        """Create (or replace) a callback queue: a durable subscription of ``topic`` that
-        forwards every message to ``forward_to``.
-
-        Raises:
-            InvalidAddress: ``topic`` is not a topic, or forwards to itself. InvalidSelector.
-        """
-        address = canonical(topic)
-        target = canonical(forward_to)
-        if target == address:
-            raise InvalidAddress("a callback cannot forward a topic to itself")
-        if not isinstance(self.broker.destination(address), Topic):
-            raise InvalidAddress(f"{topic} is not a topic")
-        self.broker.destination(target)
-        if selector:
-            compile_selector(selector)
-        key = callback_key(name)
-        old = self.broker.subscriptions.get(key)
-        if old is not None:
-            for consumer in list(old.router.consumers):
-                old.detach(consumer)
-            self.broker.drop_subscription(old)
-        definition = QueueDefinition(
-            key, QueueKind.CALLBACK, topic=address, selector=selector or None, forward_to=target
-        )
-        self.broker.store.define(definition)
-        self.broker.restore_subscription(definition)
+        """:meth:`Connection.callback`."""
+        self.connection.callback(topic, name, forward_to, selector)
 
     # -- acknowledging ------------------------------------------------------------
 
     def ack(self, consumer: Consumer, seq: int, *, cumulative: bool | None = None) -> int:
         """Acknowledge; cumulative in ``client`` mode unless told. Returns messages settled.
+
+        In a transacted session the messages leave flight now and are settled at commit.
 
         Raises:
             ConsumerError: ``seq`` is not awaiting an ack from this consumer.
@@ -357,18 +515,29 @@ class Session:
             return len(taken)
         return queue.ack(consumer, seq, cumulative=cumulative)
 
-    def nack(self, consumer: Consumer, seq: int, *, requeue: bool = True) -> None:
-        """Give a message back (``requeue``) or refuse it for good (dead letter).
+    def nack(
+        self, consumer: Consumer, seq: int, *, requeue: bool = True, cumulative: bool = False
+    ) -> int:
+        """Give a message back (``requeue``) or refuse it for good (dead letter); with
+        ``cumulative``, every message delivered to ``consumer`` up to ``seq`` too.
+        Returns how many messages it took out of flight.
+
+        In a transacted session the messages leave flight now and their fate is
+        decided at commit (see the module docstring).
 
         Raises:
             ConsumerError: ``seq`` is not awaiting an ack from this consumer.
         """
         queue = consumer.queue
-        [entry] = queue.take_acked(consumer, seq, cumulative=False)
-        if requeue:
-            queue.requeue([entry])
+        taken = queue.take_acked(consumer, seq, cumulative=cumulative)
+        if self.tx is not None:
+            self.tx.nacks.extend((queue, e, requeue) for e in taken)
+        elif requeue:
+            queue.requeue(taken)
         else:
-            queue.reject(entry)
+            for entry in taken:
+                queue.reject(entry)
+        return len(taken)
 
     @staticmethod
     def add_credit(consumer: Consumer, credit: int) -> None:
@@ -382,7 +551,8 @@ class Session:
     # -- transactions ---------------------------------------------------------------
 
     def commit(self) -> None:
-        """Apply the transaction's acks, then its sends; the store gets one atomic commit.
+        """Apply the transaction's acks, then its sends, then its nacks; the store gets
+        one atomic commit.
 
         Raises:
             TransactionError: not a transacted session.
@@ -399,6 +569,13 @@ class Session:
                 queue.settle(entry)
             for address, message, ttl in tx.sends:
                 broker.send(address, message, ttl=ttl)
+            for queue, entry, requeue in tx.nacks:
+                if queue.deleted:
+                    continue
+                if requeue:
+                    queue.requeue([entry])
+                else:
+                    queue.reject(entry)
 
     def _check_tx_room(self, tx: Transaction) -> None:
         """Refuse a commit whose sends cannot all fit under ``reject``/``block`` policies.
@@ -427,9 +604,9 @@ class Session:
         if not needed:
             return
         freed: dict[str, tuple[int, int]] = {}
-        for queue, entry in tx.acks:
-            count, size = freed.get(queue.name, (0, 0))
-            freed[queue.name] = (count + 1, size + entry.message.size)
+        for taken_from, entry in tx.acks:
+            count, size = freed.get(taken_from.name, (0, 0))
+            freed[taken_from.name] = (count + 1, size + entry.message.size)
         for name, (queue, count, size) in needed.items():
             s = queue.settings
             freed_count, freed_size = freed.get(name, (0, 0))
@@ -446,8 +623,8 @@ class Session:
 
     def prepare(self, xid: str) -> None:
         """Prepare the transaction under ``xid`` (two-phase): its sends and acks are
-        staged durably and wait, across restarts, for ``Broker.xa.commit(xid)`` or
-        ``rollback(xid)`` from any connection. The session starts a new transaction.
+        staged durably and wait, across restarts, for a commit or rollback of ``xid``
+        from any connection. The session starts a new transaction.
 
         Raises:
             TransactionError: not transacted, a bad xid, or one already prepared.
@@ -457,17 +634,13 @@ class Session:
         check_xid(xid)
         self._check_tx_room(tx)
         self.tx = Transaction()
-        self.broker.xa.prepare(xid, tx.sends, tx.acks)
+        self.broker.xa.prepare(xid, tx.sends, tx.acks, tx.nacks)
 
     def rollback(self) -> None:
-        """Discard the sends; the acked messages are delivered again (redelivered)."""
+        """Discard the sends; the acked and nacked messages are delivered again (redelivered)."""
         tx = self._require_tx()
         self.tx = Transaction()
-        by_queue: dict[int, tuple[QueueChannel, list[Entry]]] = {}
-        for queue, entry in tx.acks:
-            by_queue.setdefault(id(queue), (queue, []))[1].append(entry)
-        for queue, entries in by_queue.values():
-            queue.requeue(entries)
+        give_back(tx.acks + [(queue, entry) for queue, entry, _ in tx.nacks])
 
     def _require_tx(self) -> Transaction:
         if self.tx is None:
@@ -481,18 +654,9 @@ class Session:
         if self.closed:
             return
         self.closed = True
-        if self.tx is not None and (self.tx.acks or self.tx.sends):
+        if self.tx is not None and not self.tx.empty:
             self.rollback()
         for consumer in list(self.consumers.values()):
             self.close_consumer(consumer)
         if self in self.connection.sessions:
             self.connection.sessions.remove(self)
-
-
-def durable_key(name: str, client_id: str | None) -> str:
-    """The broker-wide key of a durable subscription (JMS: client id + name, or a shared name)."""
-    return f"durable:{client_id}.{name}" if client_id else f"durable-shared:{name}"
-
-
-def callback_key(name: str) -> str:
-    return f"callback:{name}"

@@ -8,7 +8,8 @@ every record appended so far is durable. That split is what lets a journal
 group many producers' records into one fsync.
 
 Only persistent messages held by durable queues reach the store; transient
-messages and temporary queues never do.
+messages and temporary queues never do (but for a paging queue's transient
+messages, which it records to page them out).
 
 Sequence numbers are per destination, assigned by the core in the order the
 broker accepted the messages; they also order recovery.
@@ -93,6 +94,10 @@ class Recovered:
     # queue -> (count, estimated bytes) of live messages numbered above those in
     # ``messages``, left in the store: the queue starts paging them (``page_in``)
     paged: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    report: str = ""
+    """What the store found and did while recovering, for the operator ("" if nothing)."""
+    clean: bool = True
+    """False if the store skipped or cut anything (a torn tail, a corrupt record)."""
 
 
 class Store(Protocol):
@@ -142,6 +147,11 @@ class Store(Protocol):
         marshals it back to its own loop.
         """
 
+    def sync_inline(self, callbacks: list[SyncCallback]) -> bool:
+        """Make everything appended so far durable and call each of ``callbacks`` now, on
+        the caller's thread, if the store can do it without handing off (a journal whose
+        writer is idle); False if not, and the caller uses :meth:`sync` instead."""
+
     def recover(self) -> Recovered:
         """Everything durable, for the core to rebuild its queues from."""
 
@@ -159,7 +169,7 @@ class Store(Protocol):
         """Flush and release resources."""
 
 
-class Batch:
+class Gathering:
     """Stands in for a store while a transaction applies (see ``Broker.atomically``).
 
     Adds and acks (the transaction's own, and any its sends cause: diversions,
@@ -208,6 +218,9 @@ class Batch:
 
     def sync(self, callback: SyncCallback) -> None:
         self.store.sync(callback)
+
+    def sync_inline(self, callbacks: list[SyncCallback]) -> bool:
+        return self.store.sync_inline(callbacks)
 
     def recover(self) -> Recovered:
         return self.store.recover()

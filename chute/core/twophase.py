@@ -18,74 +18,106 @@ purists leave it at 0.
 
 Commit applies the acks without writing them again (the store's
 commit-prepared record carries them) and then places the sends, whose later
-records (deliveries, auto-acks) follow that record. Rollback puts the acked
-messages back (redelivered) and drops the sends; their sequence numbers stay
-unused.
+records (deliveries, auto-acks) follow that record, and last the nacks (a
+requeue, or a dead letter). Rollback puts the acked and nacked messages back
+(redelivered) and drops the sends; their sequence numbers stay unused. Nacks
+are memory only: after a restart a nacked message is simply back in its queue.
+
+What this needs from the broker is :class:`XaHost`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
 
-from chute.core.consumer import Entry
+from chute.core.consumer import ConsumedQueue, Entry
 from chute.core.queue import QueueChannel
-from chute.core.store import (
-    AckOp,
-    AddOp,
-    QueueDefinition,
-    Recovered,
-    Store,
-    StoredMessage,
-    SyncCallback,
-    TxOp,
-)
+from chute.core.routing import Destination, Route
+from chute.core.store import AckOp, AddOp, Recovered, Store, TxOp
 from chute.errors import NotFound, TransactionError
 from chute.message import Message
-
-if TYPE_CHECKING:
-    from chute.core.broker import Broker, Plan
 
 log = logging.getLogger("chute.broker")
 
 MAX_XID_LENGTH = 200
 
+Send = tuple[str, Message, int]
+"""A transaction's send: (address, message, ttl in ms)."""
+Taken = tuple[ConsumedQueue, Entry]
+"""A message a transaction took out of flight, with its queue."""
+Nacked = tuple[ConsumedQueue, Entry, bool]
+"""A message a transaction refused, with its queue and whether it goes back (requeue)."""
+
+
+class XaHost(Protocol):
+    """What prepared transactions need from the broker."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def clock(self) -> Callable[[], int]: ...
+
+    def stamp(self, message: Message, ttl: int = 0) -> None:
+        """Set the broker-owned fields of an accepted message."""
+
+    def destination(self, address: str, *, create: bool | None = None) -> Destination:
+        """The queue or topic at ``address`` (raises InvalidAddress, NotFound)."""
+
+    def find(self, address: str) -> Destination | None:
+        """The queue or topic of a canonical address, if it exists."""
+
+    def route(self, dest: Destination, message: Message) -> Route:
+        """Where ``message`` goes (overflow policies applied, sequence assigned)."""
+
+    def place(self, route: Route) -> None:
+        """Place a route's entries (pushing to consumers)."""
+
+    def queue_by_name(self, name: str) -> QueueChannel | None:
+        """A queue or subscription by its store name."""
+
 
 @dataclass
 class Prepared:
     xid: str
-    plans: list[Plan]
-    acks: list[tuple[QueueChannel, Entry]]
+    routes: list[Route]
+    acks: list[Taken]
     since: int  # broker clock (ms) when prepared, or when recovered
+    nacks: list[Nacked] = field(default_factory=list)
 
 
 class PreparedTransactions:
     """The broker's prepared transactions, by xid. Used from the broker's loop only."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, host: XaHost) -> None:
+        self.host = host
         self._by_xid: dict[str, Prepared] = {}
 
     def placements(self) -> Iterator[tuple[QueueChannel, Entry]]:
         """Where every prepared send will go at its commit (nothing changes)."""
         for prepared in self._by_xid.values():
-            for plan in prepared.plans:
-                yield from plan.placements
+            for route in prepared.routes:
+                yield from route.placements
 
     def xids(self) -> list[str]:
         """Every prepared transaction waiting for commit or rollback, sorted."""
         return sorted(self._by_xid)
 
+    def __contains__(self, xid: str) -> bool:
+        return xid in self._by_xid
+
     def prepare(
         self,
         xid: str,
-        sends: Sequence[tuple[str, Message, int]],
-        acks: Sequence[tuple[QueueChannel, Entry]],
+        sends: Sequence[Send],
+        acks: Sequence[Taken],
+        nacks: Sequence[Nacked] = (),
     ) -> None:
-        """Stage sends and acks durably under ``xid`` (the caller checked room first).
+        """Stage sends, acks and nacks durably under ``xid`` (the caller checked room
+        first; nacks are kept in memory only).
 
         Raises:
             TransactionError: a bad xid, or one already prepared.
@@ -93,41 +125,44 @@ class PreparedTransactions:
         check_xid(xid)
         if xid in self._by_xid:
             raise TransactionError(f"transaction {xid!r} is already prepared")
-        broker = self.broker
-        plans: list[Plan] = []
+        host = self.host
+        routes: list[Route] = []
         ops: list[TxOp] = []
         for address, message, ttl in sends:
-            broker.stamp(message, ttl)
-            plan = broker._plan(broker.destination(address), message)
-            plans.append(plan)
-            if plan.record is not None:
-                ops.append(plan.record)
+            host.stamp(message, ttl)
+            route = host.route(host.destination(address), message)
+            routes.append(route)
+            if route.record is not None:
+                ops.append(route.record)
         for queue, entry in acks:
             if queue.durable and entry.message.persistent:
                 ops.append(AckOp(queue.name, entry.seq))
-        broker.store.prepare(xid, ops)
-        self._by_xid[xid] = Prepared(xid, plans, list(acks), broker.clock())
+        host.store.prepare(xid, ops)
+        self._by_xid[xid] = Prepared(xid, routes, list(acks), host.clock(), list(nacks))
 
     def commit(self, xid: str) -> None:
         """Apply a prepared transaction. Raises NotFound for an unknown xid."""
         prepared = self._take(xid)
-        broker = self.broker
-        broker.store.commit_prepared(xid)
-        with _records_already_written(broker):
-            for queue, entry in prepared.acks:
-                queue.settle(entry)
-        for plan in prepared.plans:
-            broker._apply(plan)
+        host = self.host
+        host.store.commit_prepared(xid)
+        for queue, entry in prepared.acks:
+            queue.settle(entry, recorded=True)  # the commit-prepared record carries the ack
+        for route in prepared.routes:
+            host.place(route)
+        for queue, entry, requeue in prepared.nacks:
+            if queue.deleted:
+                continue
+            if requeue:
+                queue.requeue([entry])
+            else:
+                queue.reject(entry)
 
     def rollback(self, xid: str) -> None:
-        """Discard a prepared transaction; its acked messages are delivered again."""
+        """Discard a prepared transaction; its acked and nacked messages are delivered
+        again. Raises NotFound for an unknown xid."""
         prepared = self._take(xid)
-        self.broker.store.rollback_prepared(xid)
-        by_queue: dict[int, tuple[QueueChannel, list[Entry]]] = {}
-        for queue, entry in prepared.acks:
-            by_queue.setdefault(id(queue), (queue, []))[1].append(entry)
-        for queue, entries in by_queue.values():
-            queue.requeue(entries)
+        self.host.store.rollback_prepared(xid)
+        give_back(prepared.acks + [(queue, entry) for queue, entry, _ in prepared.nacks])
 
     def expire(self, now: int, timeout_ms: int) -> list[str]:
         """Roll back every transaction prepared more than ``timeout_ms`` ago; their xids."""
@@ -151,29 +186,27 @@ class PreparedTransactions:
 
     def restore(self, recovered: Recovered) -> None:
         """Rebuild prepared transactions after a restart (messages already placed)."""
-        from chute.core.broker import Plan  # noqa: PLC0415 - avoids an import cycle
-
-        broker = self.broker
+        host = self.host
         for xid, ops in recovered.prepared.items():
-            plans: list[Plan] = []
-            acks: list[tuple[QueueChannel, Entry]] = []
+            routes: list[Route] = []
+            acks: list[Taken] = []
             for op in ops:
                 if isinstance(op, AddOp):
                     placements = [
                         (queue, Entry(op.seq, op.message))
-                        for queue in map(broker.queue_by_name, op.queues)
+                        for queue in map(host.queue_by_name, op.queues)
                         if queue is not None
                     ]
-                    dest = broker.queues.get(op.destination) or broker.topics.get(op.destination)
+                    dest = host.find(op.destination)
                     if dest is not None:
                         dest.next_seq = max(dest.next_seq, op.seq + 1)
-                    plans.append(Plan(placements, None))
+                    routes.append(Route(placements, None))
                 else:
-                    queue = broker.queue_by_name(op.queue)
+                    queue = host.queue_by_name(op.queue)
                     entry = queue.withdraw(op.seq) if queue is not None else None
                     if queue is not None and entry is not None:
                         acks.append((queue, entry))
-            self._by_xid[xid] = Prepared(xid, plans, acks, broker.clock())
+            self._by_xid[xid] = Prepared(xid, routes, acks, host.clock())
         if recovered.prepared:
             log.warning(
                 "%d prepared transactions wait for commit or rollback: %s",
@@ -182,71 +215,17 @@ class PreparedTransactions:
             )
 
 
+def give_back(taken: Sequence[Taken]) -> None:
+    """Requeue messages a transaction took out of flight, one call per queue (redelivered)."""
+    by_queue: dict[int, tuple[ConsumedQueue, list[Entry]]] = {}
+    for queue, entry in taken:
+        by_queue.setdefault(id(queue), (queue, []))[1].append(entry)
+    for queue, entries in by_queue.values():
+        queue.requeue(entries)
+
+
 def check_xid(xid: str) -> str:
     """Raises TransactionError unless ``xid`` is 1-200 printable characters."""
     if not isinstance(xid, str) or not 0 < len(xid) <= MAX_XID_LENGTH or not xid.isprintable():
         raise TransactionError(f"a transaction id must be 1-{MAX_XID_LENGTH} printable characters")
     return xid
-
-
-class AlreadyWritten:
-    """Stands in for the store while applying records a commit-prepared record carries."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    def define(self, definition: QueueDefinition) -> None:
-        self.store.define(definition)
-
-    def undefine(self, name: str) -> None:
-        self.store.undefine(name)
-
-    def add(self, op: AddOp) -> None:
-        if not op.message.persistent:  # recorded by a paging queue, not by the commit record
-            self.store.add(op)
-
-    def ack(self, op: AckOp) -> None:
-        return None
-
-    def acks(self, queue: str, seqs: Sequence[int]) -> None:
-        return None
-
-    def delivered(self, queue: str, seq: int, delivery_count: int) -> None:
-        self.store.delivered(queue, seq, delivery_count)
-
-    def delivered_many(self, queue: str, seqs: Sequence[int], counts: Sequence[int]) -> None:
-        self.store.delivered_many(queue, seqs, counts)
-
-    def commit(self, ops: Sequence[TxOp]) -> None:
-        self.store.commit(ops)
-
-    def prepare(self, xid: str, ops: Sequence[TxOp]) -> None:
-        self.store.prepare(xid, ops)
-
-    def commit_prepared(self, xid: str) -> None:
-        self.store.commit_prepared(xid)
-
-    def rollback_prepared(self, xid: str) -> None:
-        self.store.rollback_prepared(xid)
-
-    def sync(self, callback: SyncCallback) -> None:
-        self.store.sync(callback)
-
-    def recover(self) -> Recovered:
-        return self.store.recover()
-
-    def page_in(self, queue: str, after: int, limit: int) -> list[StoredMessage]:
-        return self.store.page_in(queue, after, limit)
-
-    def close(self) -> None:
-        self.store.close()
-
-
-@contextmanager
-def _records_already_written(broker: Broker) -> Iterator[None]:
-    store = broker.store
-    broker.store = AlreadyWritten(store)
-    try:
-        yield
-    finally:
-        broker.store = store

@@ -46,11 +46,13 @@ import itertools
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
+from chute.core.access import ANONYMOUS
 from chute.core.address import Kind, parse
+from chute.core.broker import Broker
 from chute.core.consumer import AckMode, Consumer, Entry
 from chute.core.session import Connection, Session
 from chute.dropbox.layout import QueueLayout, init_queue, init_topic
@@ -67,15 +69,22 @@ from chute.dropbox.watch import Watcher
 from chute.errors import ChuteError, InvalidMessage
 from chute.message import Message
 
-if TYPE_CHECKING:
-    from chute.server.app import BrokerServer
-
 __all__ = ["DropboxBridge"]
 
 log = logging.getLogger("chute.dropbox")
 
 _STOP_TIMEOUT: Final = 10.0
 _RESULT_POLL: Final = 0.5
+
+
+class BridgeHost(Protocol):
+    """What a bridge needs of the server around it."""
+
+    @property
+    def broker(self) -> Broker: ...
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
 
 
 @dataclass(slots=True)
@@ -95,7 +104,7 @@ class _Export:
 class DropboxBridge:
     """One mounted dropbox root. Start and stop it on the server's loop."""
 
-    def __init__(self, server: BrokerServer, mount: DropboxMount) -> None:
+    def __init__(self, server: BridgeHost, mount: DropboxMount) -> None:
         self.server = server
         self.mount = mount
         self.poll_interval = mount.poll_interval_ms / 1000
@@ -121,6 +130,15 @@ class DropboxBridge:
             OSError: the root or a dropbox cannot be created.
         """
         mount = self.mount
+        # The bridge acts through a core connection of its own, like any client.
+        self._core = Connection(
+            self.server.broker,
+            ANONYMOUS,
+            client_id=f"dropbox:{mount.client}",
+            protocol="dropbox",
+            peer=str(mount.root),
+        )
+        self._session = self._core.session(AckMode.INDIVIDUAL)
         if mount.direction is Direction.IMPORT:
             options = ConsumerOptions(delete_processed=mount.delete_processed)
             for address in mount.destinations:
@@ -159,9 +177,9 @@ class DropboxBridge:
         return init_queue(self.mount.root, addr.name)
 
     def _open_exports(self) -> None:
-        broker = self.server.broker
-        self._core = Connection(broker, client_id=f"dropbox:{self.mount.client}")
-        self._session = self._core.session(AckMode.INDIVIDUAL)
+        session = self._session
+        if session is None:
+            raise RuntimeError("start() opens the bridge's session first")
         ids = itertools.count(1)
         for address in self.mount.destinations:
             addr = parse(address)
@@ -172,7 +190,7 @@ class DropboxBridge:
                 write = QueueProducer(self.mount.root, addr.name).send
             export = _Export(address, write)
             receiver = _ExportReceiver(self, export)
-            export.consumer = self._session.consumer(
+            export.consumer = session.consumer(
                 next(ids),
                 address,
                 receiver,
@@ -281,10 +299,13 @@ class DropboxBridge:
     ) -> None:
         """On the loop: send each message, then answer once the store synced."""
         broker = self.server.broker
+        session = self._session
         errors: list[BaseException | None] = []
         for message in messages:
             try:
-                broker.send(address, message)
+                if session is None:
+                    raise ChuteError("the bridge is stopping")
+                session.send(address, message)
             except ChuteError as exc:  # full, no such destination, ...
                 errors.append(exc)
             except Exception as exc:  # a bug: keep the file, keep the broker
@@ -371,11 +392,11 @@ class _ExportReceiver:
         self.bridge._delivered(self.export, consumer, entry)
 
 
-def start_bridges(server: BrokerServer) -> list[DropboxBridge]:
+def start_bridges(server: BridgeHost, mounts: Sequence[DropboxMount]) -> list[DropboxBridge]:
     """Start one bridge per ``[[dropbox]]`` table of the server's configuration."""
     bridges: list[DropboxBridge] = []
     try:
-        for mount in server.config.dropbox:
+        for mount in mounts:
             bridge = DropboxBridge(server, mount)
             bridge.start()
             bridges.append(bridge)

@@ -6,7 +6,10 @@
 unless its port is 0 (more listeners arrive with their issues), runs the
 expiry sweep, and stops gracefully: listeners close first, then every
 connection, so consumers' unacknowledged messages go back to their queues
-before the store closes.
+before the store closes. It is the one implementation of the interfaces its
+drivers declare (:class:`~chute.server.stream.ServerHost`,
+:class:`~chute.dropbox.bridge.BridgeHost`); nothing imports this module but
+the CLI.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from chute.config import ServerConfig
+from chute.core.access import Access
 from chute.core.broker import Broker
 from chute.core.store import Store
 from chute.dropbox.bridge import DropboxBridge, start_bridges, stop_bridges
@@ -36,7 +40,7 @@ from chute.server.stream import StreamConnection
 from chute.store.journal import Journal
 from chute.store.memory import MemoryStore
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # aiohttp is imported only when the HTTP listener is on
     from chute.server.http import HttpListener
 
 log = logging.getLogger("chute.server")
@@ -57,6 +61,7 @@ class BrokerServer:
             # paging moves memory to the journal: with the memory store it would only copy
             memory_limit=config.max_memory if config.store == "journal" else 0,
             flow_backlog=config.flow_backlog,
+            access=Access(config.users),
         )
         self.connections: set[StreamConnection] = set()
         self.listeners: list[asyncio.Server] = []
@@ -79,14 +84,13 @@ class BrokerServer:
         self.loop = asyncio.get_running_loop()
         self.loop_thread = threading.get_ident()
         self._stopping = asyncio.Event()
-        report = getattr(self.store, "report", None)
-        if report is not None:
-            (log.info if report.clean else log.warning)("%s", report)
         restored = self.broker.recover()
         if restored:
             log.info("recovered %d messages", restored)
             release_free_memory()  # recovery's garbage: a paged backlog was decoded whole
-        self.bridges = start_bridges(self)  # before the listeners: a bad mount stops us early
+        self.bridges = start_bridges(
+            self, self.config.dropbox
+        )  # before the listeners: a bad mount stops us early
         bound: list[tuple[str, str, int]] = []
         if self.config.port:
             server = await self._listen(
@@ -115,8 +119,15 @@ class BrokerServer:
             self.http = HttpListener(self)
             host, port = await self.http.start(self.config.host, self.config.http_port)
             bound.append(("http", host, port))
-        if self.config.smq is not None:  # seed 002's source and sink listeners
-            bound += await smq.listen(self, self.config.smq)
+        if self.config.smq is not None:  # Simple-message-queue's source and sink listeners
+            self.broker.destination(self.config.smq.queue, create=True)
+            for name, port, factory in smq.listeners(self, self.config.smq):
+                server = await self._listen(self.config.host, port, factory)
+                host, bound_port = server.sockets[0].getsockname()[:2]
+                bound.append((name, host, bound_port))
+                log.info(
+                    "%s listener for %s on %s:%d", name, self.config.smq.queue, host, bound_port
+                )
         self._sweeper = asyncio.create_task(self._sweep_expired(), name="chute-expiry")
         return bound
 
@@ -169,8 +180,7 @@ class BrokerServer:
         seals, self._sync_seals = self._sync_seals, []
         for seal in seals:
             seal()
-        inline = getattr(self.store, "sync_inline", None)
-        if inline is not None and self.config.inline_sync and inline(requests):
+        if self.config.inline_sync and self.broker.store.sync_inline(requests):
             return
         for callback in requests:
             self.broker.sync(callback)

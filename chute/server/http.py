@@ -12,14 +12,11 @@ from __future__ import annotations
 import errno
 import functools
 import logging
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from chute.server.stream import ServerHost
 from chute.server.websocket import stomp_endpoint
-
-if TYPE_CHECKING:
-    from chute.server.app import BrokerServer
 
 log = logging.getLogger("chute.server")
 
@@ -30,7 +27,7 @@ SHUTDOWN_TIMEOUT = 2.0
 class HttpListener:
     """One aiohttp application on ``host:port``. Not thread-safe: the server's loop only."""
 
-    def __init__(self, server: BrokerServer) -> None:
+    def __init__(self, server: ServerHost) -> None:
         self.server = server
         self.app = web.Application(client_max_size=1 << 20)
         handler = functools.partial(stomp_endpoint, server)

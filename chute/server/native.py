@@ -19,13 +19,14 @@ targeted at the session). A protocol violation becomes a connection-level
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from chute.core.broker import WouldBlock
 from chute.core.consumer import AckMode, Consumer, Entry
+from chute.core.routing import WouldBlock
 from chute.core.session import Connection, Session
 from chute.errors import (
     AuthenticationFailed,
@@ -38,10 +39,7 @@ from chute.message import new_message_id
 from chute.protocol import packets as p
 from chute.protocol.codec import NeedData, PacketCodec
 from chute.protocol.wire import encode_content, encode_deliver, encode_ok, encode_packet
-from chute.server.stream import Retry, StreamConnection
-
-if TYPE_CHECKING:
-    from chute.server.app import BrokerServer
+from chute.server.stream import Retry, ServerHost, StreamConnection
 
 log = logging.getLogger("chute.server")
 
@@ -58,15 +56,14 @@ _CORE_ACK_MODES = {
 class NativeConnection(StreamConnection):
     """One client connection. Lives on the server's event loop only."""
 
-    def __init__(self, server: BrokerServer) -> None:
+    def __init__(self, server: ServerHost) -> None:
         super().__init__(server)
         config = server.config
         self.codec = PacketCodec(
             max_packet_size=config.max_packet_size, max_properties=config.max_properties
         )
         self.sessions: dict[int, Session] = {}
-        self.consumers: dict[int, Consumer] = {}
-        self._heartbeat_s = 0.0
+        self.consumers: dict[int, tuple[Consumer, Session]] = {}
         self._handlers: dict[type, Callable[[p.Header, Any], None]] = {
             p.Send: self._on_send,
             p.Ack: self._on_ack,
@@ -116,7 +113,7 @@ class NativeConnection(StreamConnection):
         codec = self.codec
         handlers = self._handlers
         try:
-            while not self._blocked and not self._closing:
+            while self.acting:
                 item = codec.next_packet()
                 if isinstance(item, NeedData):
                     break
@@ -147,28 +144,17 @@ class NativeConnection(StreamConnection):
                 f"supported (this broker speaks {sorted(p.SUPPORTED_VERSIONS)})",
                 "unsupported-version",
             )
-        users = self.server.config.users
-        if users and (packet.login is None or users.get(packet.login) != packet.passcode):
-            log.warning("authentication failed for %r from %s", packet.login, self.peer)
+        core = self._login(packet.login, packet.passcode, packet.client_id)
+        if core is None:
             self._respond(header, p.Error(AuthenticationFailed.code, "login or passcode rejected"))
             self._close_after_flush()
             return
         self.codec.version = version
-        self.core = Connection(self.broker, login=packet.login, client_id=packet.client_id)
         heartbeat = 0
         if packet.heartbeat_ms and self.server.config.heartbeat_ms:
             heartbeat = max(packet.heartbeat_ms, 1000)
-            self._start_heartbeat(heartbeat / 1000)
-        self._respond(
-            header, p.Connected(version, self.core.id, heartbeat, self.codec.max_packet_size)
-        )
-        log.info(
-            "client %s connected from %s (login=%s, client_id=%s)",
-            self.core.id,
-            self.peer,
-            packet.login,
-            packet.client_id,
-        )
+            self._start_heartbeat(heartbeat / 1000, 3 * heartbeat / 1000)
+        self._respond(header, p.Connected(version, core.id, heartbeat, self.codec.max_packet_size))
 
     def _on_send(self, header: p.Header, packet: p.Send) -> None:
         session = self._session(header.target_id)
@@ -218,8 +204,7 @@ class NativeConnection(StreamConnection):
         return retry
 
     def _on_ack(self, header: p.Header, packet: p.Ack) -> None:
-        consumer = self._consumer(header.target_id)
-        session = _session_of(consumer)
+        consumer, session = self._consumer(header.target_id)
         if packet.seq:  # seq 0: no ack, only credit
             session.ack(consumer, packet.seq, cumulative=packet.cumulative)
         if packet.credit:
@@ -228,11 +213,10 @@ class NativeConnection(StreamConnection):
             self._confirm(header, durable=True)
 
     def _on_credit(self, header: p.Header, packet: p.Credit) -> None:
-        Session.add_credit(self._consumer(header.target_id), packet.credit)
+        Session.add_credit(self._consumer(header.target_id)[0], packet.credit)
 
     def _on_nack(self, header: p.Header, packet: p.Nack) -> None:
-        consumer = self._consumer(header.target_id)
-        session = _session_of(consumer)
+        consumer, session = self._consumer(header.target_id)
         session.nack(consumer, packet.seq, requeue=packet.requeue)
         if header.correlation_id:
             self._confirm(header, durable=True)
@@ -252,13 +236,14 @@ class NativeConnection(StreamConnection):
             durable=packet.durable,
             shared=packet.shared,
         )
-        self.consumers[packet.consumer_id] = consumer
+        self.consumers[packet.consumer_id] = (consumer, session)
         self._respond(header, p.Ok())
 
     def _on_consumer_close(self, header: p.Header, packet: p.ConsumerClose) -> None:
-        consumer = self.consumers.pop(header.target_id, None)
-        if consumer is not None:
-            _session_of(consumer).close_consumer(consumer)
+        found = self.consumers.pop(header.target_id, None)
+        if found is not None:
+            consumer, session = found
+            session.close_consumer(consumer)
         if header.correlation_id:
             self._respond(header, p.Ok())
 
@@ -274,7 +259,7 @@ class NativeConnection(StreamConnection):
     def _on_session_close(self, header: p.Header, packet: p.SessionClose) -> None:
         session = self.sessions.pop(header.target_id, None)
         if session is not None:
-            for cid in [cid for cid, c in self.consumers.items() if c.owner is session]:
+            for cid in [cid for cid, (_, s) in self.consumers.items() if s is session]:
                 del self.consumers[cid]
             session.close()
         if header.correlation_id:
@@ -293,20 +278,18 @@ class NativeConnection(StreamConnection):
         self._confirm(header, durable=True)
 
     def _on_xa_commit(self, header: p.Header, packet: p.XaCommit) -> None:
-        self.broker.xa.commit(packet.xid)
+        self._core().commit_prepared(packet.xid)
         self._confirm(header, durable=True)
 
     def _on_xa_rollback(self, header: p.Header, packet: p.XaRollback) -> None:
-        self.broker.xa.rollback(packet.xid)
+        self._core().rollback_prepared(packet.xid)
         self._confirm(header, durable=True)
 
     def _on_xa_recover(self, header: p.Header, packet: p.XaRecover) -> None:
-        import json  # noqa: PLC0415 - management path only
-
-        self._respond(header, p.Ok(json.dumps(self.broker.xa.xids())))
+        self._respond(header, p.Ok(json.dumps(self._core().prepared())))
 
     def _on_xa_commit_batch(self, header: p.Header, packet: p.XaCommitBatch) -> None:
-        committed = self.broker.batches.commit(
+        committed = self._core().commit_batch(
             packet.sink, packet.batch, packet.xids, keep=packet.keep
         )
         value = "committed" if committed else "duplicate"
@@ -315,21 +298,13 @@ class NativeConnection(StreamConnection):
     # -- cursors (the Spark connector, docs/spark.md) ------------------------------------
 
     def _on_cursor_open(self, header: p.Header, packet: p.CursorOpen) -> None:
-        cursors = self.broker.cursors
-        if packet.cursor is None:
-            earliest, head = cursors.info(packet.address)
-        else:
-            earliest, head = cursors.open(
-                packet.address,
-                packet.cursor,
-                selector=packet.selector,
-                lease_ms=packet.lease_ms,
-                owner=self._core().id,
-            )
+        earliest, head = self._core().cursor_open(
+            packet.address, packet.cursor, selector=packet.selector, lease_ms=packet.lease_ms
+        )
         self._respond(header, p.CursorInfo(earliest, head))
 
     def _on_cursor_fetch(self, header: p.Header, packet: p.CursorFetch) -> None:
-        next_start, entries = self.broker.cursors.fetch(
+        next_start, entries = self._core().cursor_fetch(
             packet.address,
             packet.cursor,
             packet.start,
@@ -341,35 +316,32 @@ class NativeConnection(StreamConnection):
         self._respond(header, p.CursorBatch(next_start, messages))
 
     def _on_cursor_ack(self, header: p.Header, packet: p.CursorAck) -> None:
-        self.broker.cursors.ack(packet.address, packet.cursor, packet.end)
+        self._core().cursor_ack(packet.address, packet.cursor, packet.end)
         self._confirm(header, durable=True)
 
     def _on_cursor_close(self, header: p.Header, packet: p.CursorClose) -> None:
-        self.broker.cursors.close(packet.address, packet.cursor, delete=packet.delete)
+        self._core().cursor_close(packet.address, packet.cursor, delete=packet.delete)
         self._confirm(header, durable=packet.delete)
 
     def _on_browse(self, header: p.Header, packet: p.Browse) -> None:
-        entries = self.broker.browse(packet.address, packet.selector, packet.limit)
+        entries = self._core().browse(packet.address, packet.selector, packet.limit)
         messages = tuple((e.seq, _delivered_view(e)) for e in entries)
         self._respond(header, p.BrowseResult(messages))
 
     def _on_stat(self, header: p.Header, packet: p.Stat) -> None:
-        import json  # noqa: PLC0415 - management path only
-
-        self._respond(header, p.StatResult(json.dumps(self.server.stats())))
+        stats = self._core().stats()
+        stats["uptime_s"] = round(time.time() - self.server.started, 1)
+        self._respond(header, p.StatResult(json.dumps(stats)))
 
     def _on_unsubscribe(self, header: p.Header, packet: p.Unsubscribe) -> None:
-        session = self._any_session()
-        session.unsubscribe(packet.subscription, client_id=packet.client_id)
+        self._core().unsubscribe(packet.subscription, client_id=packet.client_id)
         self._confirm(header, durable=True)
 
     def _on_temp_queue(self, header: p.Header, packet: p.TempQueue) -> None:
         self._respond(header, p.TempQueueCreated(self._core().temporary_queue()))
 
     def _on_callback_create(self, header: p.Header, packet: p.CallbackCreate) -> None:
-        self._any_session().callback(
-            packet.topic, packet.subscription, packet.forward_to, packet.selector
-        )
+        self._core().callback(packet.topic, packet.subscription, packet.forward_to, packet.selector)
         self._confirm(header, durable=True)
 
     def _on_ping(self, header: p.Header, packet: p.Ping) -> None:
@@ -391,21 +363,16 @@ class NativeConnection(StreamConnection):
             raise NotFound(f"session {session_id} is not open on this connection")
         return session
 
-    def _any_session(self) -> Session:
-        """Management requests act for the connection; any session (or a fresh one) does."""
-        core = self._core()
-        return core.sessions[0] if core.sessions else core.session()
-
     def _core(self) -> Connection:
         if self.core is None:
             raise RemoteProtocolError("the first packet must be Connect", "not-connected")
         return self.core
 
-    def _consumer(self, consumer_id: int) -> Consumer:
-        consumer = self.consumers.get(consumer_id)
-        if consumer is None:
+    def _consumer(self, consumer_id: int) -> tuple[Consumer, Session]:
+        found = self.consumers.get(consumer_id)
+        if found is None:
             raise NotFound(f"consumer {consumer_id} is not open on this connection")
-        return consumer
+        return found
 
     def _respond(self, header: p.Header, packet: p.Packet) -> None:
         if header.correlation_id or isinstance(packet, p.Error | p.Connected):
@@ -453,34 +420,8 @@ class NativeConnection(StreamConnection):
             self.mark_delivery()
         self._schedule_flush()
 
-    # -- heartbeats ---------------------------------------------------------------------
-
-    def _start_heartbeat(self, interval: float) -> None:
-        self._heartbeat_s = interval
-        self._heartbeat = self.server.loop.call_later(interval, self._beat)
-
-    def _beat(self) -> None:
-        if self._closing or self.transport is None:
-            return
-        silent = time.monotonic() - self._last_read
-        if silent > 3 * self._heartbeat_s:
-            log.warning(
-                "client %s sent nothing for %.1f s; closing",
-                self.core.id if self.core else self.peer,
-                silent,
-            )
-            self.transport.abort()
-            return
-        self._out.append(encode_packet(p.Ping(), 0, 0, 0, self.codec.version))
-        self.flush()
-        self._heartbeat = self.server.loop.call_later(self._heartbeat_s, self._beat)
-
-
-def _session_of(consumer: Consumer) -> Session:
-    session = consumer.owner
-    if not isinstance(session, Session):  # only the forwarder of a callback queue has none
-        raise ConsumerError(f"consumer {consumer.id} belongs to no session")
-    return session
+    def _heartbeat_bytes(self) -> bytes:
+        return encode_packet(p.Ping(), 0, 0, 0, self.codec.version)
 
 
 def _delivered_view(entry: Entry) -> Any:

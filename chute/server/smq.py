@@ -29,15 +29,16 @@ import asyncio
 import functools
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
-from chute.core.broker import WouldBlock
+from chute.core.access import ANONYMOUS
 from chute.core.consumer import AckMode, Consumer, Entry
 from chute.core.queue import QueueChannel
+from chute.core.routing import WouldBlock
 from chute.core.session import Connection, Session
 from chute.errors import ChuteError, RemoteProtocolError
 from chute.message import Message, new_message_id
-from chute.server.stream import Retry, StreamConnection
+from chute.server.stream import Hold, Retry, ServerHost, StreamConnection
 from chute.smq import (
     CLOSED,
     NEED_DATA,
@@ -52,49 +53,35 @@ from chute.smq import (
     to_wire_id,
 )
 
-if TYPE_CHECKING:
-    from chute.server.app import BrokerServer
-
 log = logging.getLogger("chute.smq")
 
 
-async def listen(server: BrokerServer, settings: SmqSettings) -> list[tuple[str, str, int]]:
-    """Open the configured source and sink listeners; returns (name, host, port) of each.
-
-    Raises:
-        OSError: a port could not be bound.
-        ChuteError: the queue cannot be created.
-    """
-    server.broker.destination(settings.queue, create=True)
-    bound: list[tuple[str, str, int]] = []
+def listeners(
+    server: ServerHost, settings: SmqSettings
+) -> list[tuple[str, int, Callable[[], asyncio.Protocol]]]:
+    """The source and sink listeners the settings ask for: (name, port, protocol factory)."""
     queue = settings.queue
-    listeners: list[tuple[str, int, type[SmqSource | SmqSink]]] = [
+    kinds: list[tuple[str, int, type[SmqSource | SmqSink]]] = [
         ("smq-source", settings.source_port, SmqSource),
         ("smq-sink", settings.sink_port, SmqSink),
     ]
-    for name, port, kind in listeners:
-        if not port:
-            continue
-        listener = await server._listen(
-            server.config.host, port, functools.partial(kind, server, queue)
-        )
-        host, bound_port = listener.sockets[0].getsockname()[:2]
-        bound.append((name, host, bound_port))
-        log.info("%s listener for %s on %s:%d", name, queue, host, bound_port)
-    return bound
+    return [
+        (name, port, functools.partial(kind, server, queue)) for name, port, kind in kinds if port
+    ]
 
 
 class _SmqConnection(StreamConnection):
     """What a source and a sink share: a core connection and a closing rule."""
 
-    def __init__(self, server: BrokerServer, address: str) -> None:
+    def __init__(self, server: ServerHost, address: str) -> None:
         super().__init__(server)
         self.address = address
         self.session: Session | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        self.core = Connection(self.broker)
+        # The protocol has no login: each listener runs as a configured user.
+        self.core = Connection(self.broker, ANONYMOUS, protocol=self.protocol_name, peer=self.peer)
         self.session = self.core.session(AckMode.INDIVIDUAL)
         log.info("%s %s connected from %s", self.protocol_name, self.core.id, self.peer)
 
@@ -124,7 +111,7 @@ class SmqSource(_SmqConnection):
 
     protocol_name = "smq source"
 
-    def __init__(self, server: BrokerServer, address: str) -> None:
+    def __init__(self, server: ServerHost, address: str) -> None:
         super().__init__(server, address)
         self.codec = SourceCodec(max_body_size=server.config.max_packet_size)
         self._unanswered = 0  # sent to the queue, waiting for the sync before 'Y'
@@ -136,14 +123,14 @@ class SmqSource(_SmqConnection):
         return True  # keep our side open for the answers still owed; _end closes it
 
     def _feed(self, data: bytes) -> None:
-        if not self._closing:
+        if not self.closing:
             self.codec.receive_data(data)
             self._process()
             self._check_flow()
 
     def _process(self) -> None:
         try:
-            while not self._blocked and not self._closing:
+            while self.acting:
                 event = self.codec.next_event()
                 if event is NEED_DATA:
                     break
@@ -206,7 +193,7 @@ class SmqSource(_SmqConnection):
 
     def _end(self) -> None:
         """Read no more; close once every message already sent is answered."""
-        self._closing = True
+        self._holds |= Hold.CLOSING
         self._ending = True
         if not self._unanswered:
             self._close_after_flush()
@@ -220,7 +207,7 @@ class SmqSink(_SmqConnection):
 
     protocol_name = "smq sink"
 
-    def __init__(self, server: BrokerServer, address: str) -> None:
+    def __init__(self, server: ServerHost, address: str) -> None:
         super().__init__(server, address)
         self.codec = SinkCodec()
         self.consumer: Consumer | None = None
@@ -250,7 +237,7 @@ class SmqSink(_SmqConnection):
         self._after_sync(lambda error: self._write_delivery(entry, error))
 
     def _write_delivery(self, entry: Entry, error: BaseException | None) -> None:
-        if self._entry is not entry or self._closing:
+        if self._entry is not entry or self.closing:
             return
         if error is not None:
             reason = error.reason if isinstance(error, ChuteError) else str(error)
@@ -264,13 +251,13 @@ class SmqSink(_SmqConnection):
     # -- the sink answers --------------------------------------------------------------
 
     def _feed(self, data: bytes) -> None:
-        if not self._closing:
+        if not self.closing:
             self.codec.receive_data(data)
             self._process()
 
     def _process(self) -> None:
         try:
-            while not self._closing:
+            while not self.closing:
                 event = self.codec.next_event()
                 if event is NEED_DATA or event is CLOSED:
                     break

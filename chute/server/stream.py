@@ -16,27 +16,38 @@ asks the store for a sync first and writes once it calls back, holding
 everything queued behind it, so the client's order is kept. One sync covers
 every delivery of a flush, and the store groups it with the producers'.
 
+Reading: whether the connection reads is one explicit state, the set of
+:class:`Hold` reasons that stop it (a full write buffer, a send blocked for
+room, producer flow control, closing); :meth:`_hold` and :meth:`_release`
+change it and :meth:`_decide_reading` alone pauses or resumes the transport.
+
+What every protocol shares besides: the login (:meth:`_login`, through the
+core's one gate, :func:`chute.core.session.connect`) and heart-beats
+(:meth:`_start_heartbeat`: write one when nothing was written for a while,
+give up on a client that sent nothing for too long).
+
 Subclasses parse their protocol in :meth:`_process` and write encoded bytes
-with :meth:`queue_bytes`. Lives on the server's event loop only.
+with :meth:`queue_bytes`. What a driver needs of the server around it is
+:class:`ServerHost`. Lives on the server's event loop only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import functools
 import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import Protocol, cast
 
-from chute.core.broker import WouldBlock
+from chute.config import ServerConfig
+from chute.core.broker import Broker
 from chute.core.queue import QueueChannel
-from chute.core.session import Connection
-from chute.errors import ChuteError, DestinationFull
-
-if TYPE_CHECKING:
-    from chute.server.app import BrokerServer
+from chute.core.routing import WouldBlock
+from chute.core.session import Connection, connect
+from chute.errors import AuthenticationFailed, ChuteError, DestinationFull
 
 log = logging.getLogger("chute.server")
 
@@ -47,12 +58,57 @@ Retry = Callable[[ChuteError | None], None]
 """Called when a blocked send may go again (None) or gave up (the error to report)."""
 
 
+class ServerHost(Protocol):
+    """What a connection driver needs of the server around it."""
+
+    @property
+    def broker(self) -> Broker: ...
+
+    @property
+    def config(self) -> ServerConfig: ...
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    @property
+    def loop_thread(self) -> int:
+        """The thread the loop runs on (a store callback may come from another)."""
+
+    @property
+    def started(self) -> float:
+        """When the server started (``time.time()``)."""
+
+    @property
+    def connections(self) -> set[StreamConnection]:
+        """Every open driver connection (for a graceful stop)."""
+
+    def request_sync(
+        self,
+        callback: Callable[[BaseException | None], None],
+        seal: Callable[[], None] | None = None,
+    ) -> None:
+        """``callback(error)`` once everything recorded so far is durable."""
+
+
+class Hold(enum.Flag):
+    """Why a connection does not read now; reading resumes once none is left."""
+
+    WRITE_BUFFER_FULL = enum.auto()  # the transport's write buffer is full: the peer is slow
+    BLOCKED_SEND = enum.auto()  # a send waits for room (overflow = block); later input waits
+    FLOW_CONTROL = enum.auto()  # a destination this client sends to has a backlog
+    CLOSING = enum.auto()  # the connection ends: nothing more is read or acted on
+
+
+NOT_ACTING = Hold.BLOCKED_SEND | Hold.CLOSING
+"""Holds under which input already read waits too (only reading stops for the others)."""
+
+
 class StreamConnection(asyncio.Protocol):
     """One client's transport plumbing; see the module docstring."""
 
     protocol_name = "native"  # for log lines
 
-    def __init__(self, server: BrokerServer) -> None:
+    def __init__(self, server: ServerHost) -> None:
         self.server = server
         self.broker = server.broker
         self.transport: asyncio.Transport | None = None
@@ -62,14 +118,14 @@ class StreamConnection(asyncio.Protocol):
         self._flush_scheduled = False
         self._last_mark = -1  # index in _out of the last delivery whose mark is not yet durable
         self._held = 0  # leading items of _out waiting for a sync of their marks
-        self._sync_batch: list[SyncedCallback] | None = None  # then()s awaiting one sync
-        self._closing = False
-        self._blocked = False  # a send waits for room under the block policy
-        self._flow_paused = False  # producer flow control: a destination's backlog is high
+        self._sync_waiters: list[SyncedCallback] | None = None  # then()s awaiting one sync
+        self._holds = Hold(0)
+        self._reading = True  # what the transport was last told
         self._flow_timer: asyncio.TimerHandle | None = None
-        self._paused = False  # the transport's write buffer is full
         self._last_read = self._last_write = time.monotonic()
         self._heartbeat: asyncio.TimerHandle | None = None
+        self._send_every = 0.0  # heart-beats: write one after this long without writing
+        self._expect_within = 0.0  # ... and give up after this long without reading
 
     # -- asyncio.Protocol -------------------------------------------------------------
 
@@ -84,7 +140,7 @@ class StreamConnection(asyncio.Protocol):
         return None  # close our side too
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._closing = True
+        self._holds |= Hold.CLOSING
         if self._heartbeat is not None:
             self._heartbeat.cancel()
         if self._flow_timer is not None:
@@ -96,20 +152,102 @@ class StreamConnection(asyncio.Protocol):
         self.transport = None
 
     def pause_writing(self) -> None:
-        self._paused = True
-        if self.transport is not None:
-            self.transport.pause_reading()
+        self._hold(Hold.WRITE_BUFFER_FULL)
 
     def resume_writing(self) -> None:
-        self._paused = False
-        if (
-            self.transport is not None
-            and not self._blocked
-            and not self._flow_paused
-            and not self._closing
-        ):
-            self.transport.resume_reading()
+        self._release(Hold.WRITE_BUFFER_FULL)
         self._writable()
+
+    # -- the read state ---------------------------------------------------------------
+
+    @property
+    def closing(self) -> bool:
+        """The connection is ending: nothing more is read or acted on."""
+        return Hold.CLOSING in self._holds
+
+    @property
+    def acting(self) -> bool:
+        """Input already read may be acted on (no send is blocked, not closing)."""
+        return not self._holds & NOT_ACTING
+
+    @property
+    def writable(self) -> bool:
+        """The transport takes writes (its buffer is not full) and the connection is open."""
+        return not self._holds & (Hold.WRITE_BUFFER_FULL | Hold.CLOSING)
+
+    def _hold(self, reason: Hold) -> None:
+        self._holds |= reason
+        self._decide_reading()
+
+    def _release(self, reason: Hold) -> None:
+        self._holds &= ~reason
+        self._decide_reading()
+
+    def _decide_reading(self) -> None:
+        """Pause or resume the transport's reading to match the holds: the one place that
+        tells the transport."""
+        transport = self.transport
+        reading = not self._holds
+        if reading is self._reading or transport is None or transport.is_closing():
+            return
+        self._reading = reading
+        if reading:
+            transport.resume_reading()
+        else:
+            transport.pause_reading()
+
+    # -- what every protocol shares -----------------------------------------------------
+
+    def _login(
+        self, login: str | None, passcode: str | None, client_id: str | None
+    ) -> Connection | None:
+        """Make this client's core connection (the core authenticates); None if refused,
+        and the driver answers with its protocol's refusal."""
+        try:
+            self.core = connect(
+                self.broker,
+                login,
+                passcode,
+                client_id=client_id,
+                protocol=self.protocol_name,
+                peer=self.peer,
+            )
+        except AuthenticationFailed:
+            return None
+        return self.core
+
+    def _start_heartbeat(self, send_every: float, expect_within: float) -> None:
+        """Write :meth:`_heartbeat_bytes` after ``send_every`` s without writing, and give
+        up on the client after ``expect_within`` s without reading (0: never)."""
+        self._send_every = send_every
+        self._expect_within = expect_within
+        if send_every or expect_within:
+            self._heartbeat = self.server.loop.call_later(self._beat_interval(), self._beat)
+
+    def _beat_interval(self) -> float:
+        return min(s for s in (self._send_every, self._expect_within / 2) if s) / 2
+
+    def _beat(self) -> None:
+        if self.closing or self.transport is None:
+            return
+        now = time.monotonic()
+        if self._expect_within and now - self._last_read > self._expect_within:
+            log.warning(
+                "%s client %s sent nothing for %.1f s; closing",
+                self.protocol_name,
+                self.core.id if self.core else self.peer,
+                now - self._last_read,
+            )
+            self.transport.abort()
+            return
+        if self._send_every and now - self._last_write >= self._send_every / 2:
+            self._out.append(self._heartbeat_bytes())
+            self.flush()
+        self._heartbeat = self.server.loop.call_later(self._beat_interval(), self._beat)
+
+    def _heartbeat_bytes(self) -> bytes:
+        """One heart-beat in this protocol."""
+        raise NotImplementedError
 
     # -- for subclasses ---------------------------------------------------------------
 
@@ -182,7 +320,7 @@ class StreamConnection(asyncio.Protocol):
             self._writable()
 
     def _close_after_flush(self) -> None:
-        self._closing = True
+        self._holds |= Hold.CLOSING
         self.flush(force=True)
         if self.transport is not None:
             self.transport.close()
@@ -194,9 +332,9 @@ class StreamConnection(asyncio.Protocol):
         in order; what they queue goes out in one flush after the last of them (a
         producer pipelining persistent sends gets its confirmations in one write).
         """
-        batch = self._sync_batch
+        batch = self._sync_waiters
         if batch is None:
-            batch = self._sync_batch = []
+            batch = self._sync_waiters = []
             server = self.server
             loop = server.loop
 
@@ -210,7 +348,7 @@ class StreamConnection(asyncio.Protocol):
         batch.append(then)
 
     def _seal_sync(self) -> None:
-        self._sync_batch = None
+        self._sync_waiters = None
 
     def _synced(self, thens: list[SyncedCallback], error: BaseException | None) -> None:
         # A closing connection still gets its last answers (a DISCONNECT's receipt);
@@ -223,9 +361,7 @@ class StreamConnection(asyncio.Protocol):
 
     def _block_until_room(self, exc: WouldBlock, retry: Retry) -> None:
         """Hold this connection until ``exc.address`` has room or ``exc.timeout_ms`` passes."""
-        self._blocked = True
-        if self.transport is not None:
-            self.transport.pause_reading()
+        self._hold(Hold.BLOCKED_SEND)
         loop = self.server.loop
         timer: asyncio.TimerHandle | None = None
 
@@ -243,13 +379,12 @@ class StreamConnection(asyncio.Protocol):
         timer = loop.call_later(exc.timeout_ms / 1000, give_up)
 
     def _unblock(self, retry: Retry, error: ChuteError | None) -> None:
-        if self._closing:
+        if self.closing:
             return
-        self._blocked = False
+        self._holds &= ~Hold.BLOCKED_SEND
         retry(error)  # may block again
-        if not self._blocked and not self._closing:
-            if self.transport is not None and not self._paused and not self._flow_paused:
-                self.transport.resume_reading()
+        if self.acting:
+            self._decide_reading()
             self._process()
 
     # -- producer flow control ---------------------------------------------------------
@@ -267,14 +402,15 @@ class StreamConnection(asyncio.Protocol):
             return
         queues = list(dict.fromkeys(pressure))
         pressure.clear()
-        if self._flow_paused or self._closing or self.transport is None or self.core is None:
+        if self._holds & (Hold.FLOW_CONTROL | Hold.CLOSING) or self.transport is None:
+            return
+        if self.core is None:
             return
         own = {id(c) for s in self.core.sessions for c in s.consumers.values()}
         queues = [q for q in queues if not any(id(c) in own for c in q.router.consumers)]
         if not queues:
             return
-        self._flow_paused = True
-        self.transport.pause_reading()
+        self._hold(Hold.FLOW_CONTROL)
         waiting = set(queues)
 
         def relieved(queue: QueueChannel) -> None:
@@ -287,16 +423,9 @@ class StreamConnection(asyncio.Protocol):
         self._flow_timer = self.server.loop.call_later(FLOW_MAX_PAUSE, self._end_flow_pause)
 
     def _end_flow_pause(self) -> None:
-        if not self._flow_paused:
+        if Hold.FLOW_CONTROL not in self._holds:
             return
-        self._flow_paused = False
         if self._flow_timer is not None:
             self._flow_timer.cancel()
             self._flow_timer = None
-        if (
-            self.transport is not None
-            and not self._paused
-            and not self._blocked
-            and not self._closing
-        ):
-            self.transport.resume_reading()
+        self._release(Hold.FLOW_CONTROL)

@@ -32,14 +32,12 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import WSMsgType, web
 
 from chute.server.stomp import StompConnection
-
-if TYPE_CHECKING:
-    from chute.server.app import BrokerServer
+from chute.server.stream import ServerHost
 
 log = logging.getLogger("chute.stomp")
 
@@ -163,7 +161,7 @@ class WebSocketTransport(asyncio.Transport):
             await self._writer
 
 
-async def stomp_endpoint(server: BrokerServer, request: web.Request) -> web.StreamResponse:
+async def stomp_endpoint(server: ServerHost, request: web.Request) -> web.StreamResponse:
     """The ``/stomp`` handler: one :class:`StompConnection` per WebSocket."""
     ws = web.WebSocketResponse(
         protocols=SUBPROTOCOLS,

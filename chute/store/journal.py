@@ -256,6 +256,8 @@ class Journal:
         """
         recovered, self._recovered = self._recovered, None
         if recovered is not None and not self._changed:
+            recovered.report = str(self.report)
+            recovered.clean = self.report.clean
             return recovered
         del recovered
         self.flush()

@@ -83,6 +83,10 @@ class MemoryStore:
         self.syncs += 1
         callback(None)
 
+    def sync_inline(self, callbacks: list[SyncCallback]) -> bool:
+        """Never: :meth:`sync` answers at once already."""
+        return False
+
     def recover(self) -> Recovered:
         return Recovered(
             definitions=list(self.definitions.values()),

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from chute.core.batches import BATCHES, Marker
 from chute.core.broker import Broker
 from chute.core.consumer import AckMode
-from chute.core.cursor import BATCHES, DEFAULT_LEASE_MS, Marker
+from chute.core.cursor import DEFAULT_LEASE_MS
 from chute.core.session import Connection
 from chute.errors import ConsumerError, InvalidAddress, NotFound, TransactionError
 

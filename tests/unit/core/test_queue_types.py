@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from chute.core.access import Principal
 from chute.core.address import user_queue
 from chute.core.broker import DIVERT_REASON, ORIGINAL_DESTINATION, Broker
 from chute.core.consumer import AckMode
@@ -82,26 +83,26 @@ def test_a_temporary_queue_that_never_existed_is_not_found(broker: Broker) -> No
 
 def test_only_the_user_may_consume_from_a_login_queue(broker: Broker) -> None:
     with pytest.raises(AccessDenied):
-        Connection(broker, login="bob").session().consumer(1, ALICE, Recorder())
+        Connection(broker, Principal("bob")).session().consumer(1, ALICE, Recorder())
     with pytest.raises(AccessDenied):
         Connection(broker).session().consumer(1, ALICE, Recorder())
-    Connection(broker, login="alice").session().consumer(1, ALICE, Recorder())
+    Connection(broker, Principal("alice")).session().consumer(1, ALICE, Recorder())
 
 
 def test_messages_wait_until_the_user_has_a_session(broker: Broker) -> None:
-    Connection(broker, login="bob").session().send(ALICE, msg(b"hi alice"))
-    Connection(broker, login="bob").session().send(ALICE, msg(b"again"))
+    Connection(broker, Principal("bob")).session().send(ALICE, msg(b"hi alice"))
+    Connection(broker, Principal("bob")).session().send(ALICE, msg(b"again"))
     assert stats_of(broker, ALICE)["depth"] == 2
     r = Recorder()
-    Connection(broker, login="alice").session(AckMode.CLIENT).consumer(1, ALICE, r)
+    Connection(broker, Principal("alice")).session(AckMode.CLIENT).consumer(1, ALICE, r)
     assert r.bodies == [b"hi alice", b"again"]
     assert [(e.redelivered, e.delivery_count) for e in r.entries] == [(False, 1), (False, 1)]
 
 
 def test_every_live_session_of_the_user_gets_every_message(broker: Broker) -> None:
     r1, r2 = Recorder(), Recorder()
-    Connection(broker, login="alice").session(AckMode.CLIENT).consumer(1, ALICE, r1)
-    Connection(broker, login="alice").session(AckMode.CLIENT).consumer(1, ALICE, r2)
+    Connection(broker, Principal("alice")).session(AckMode.CLIENT).consumer(1, ALICE, r1)
+    Connection(broker, Principal("alice")).session(AckMode.CLIENT).consumer(1, ALICE, r2)
     producer = Connection(broker).session()
     producer.send(ALICE, msg(b"1"))
     producer.send(ALICE, msg(b"2"))
@@ -110,8 +111,8 @@ def test_every_live_session_of_the_user_gets_every_message(broker: Broker) -> No
 
 
 def test_a_copy_settles_once_one_was_acked_and_all_are_finished(broker: Broker) -> None:
-    a1 = Connection(broker, login="alice")
-    a2 = Connection(broker, login="alice")
+    a1 = Connection(broker, Principal("alice"))
+    a2 = Connection(broker, Principal("alice"))
     r1, r2 = Recorder(), Recorder()
     s1 = a1.session(AckMode.CLIENT)
     s2 = a2.session(AckMode.CLIENT)
@@ -124,14 +125,14 @@ def test_a_copy_settles_once_one_was_acked_and_all_are_finished(broker: Broker) 
     assert stored(broker, ALICE) == []
     assert stats_of(broker, ALICE)["depth"] == 0
     r3 = Recorder()
-    Connection(broker, login="alice").session().consumer(1, ALICE, r3)
+    Connection(broker, Principal("alice")).session().consumer(1, ALICE, r3)
     assert r3.entries == []
 
 
 def test_both_copies_acked_settles_once(broker: Broker) -> None:
     r1, r2 = Recorder(), Recorder()
-    s1 = Connection(broker, login="alice").session(AckMode.CLIENT)
-    s2 = Connection(broker, login="alice").session(AckMode.CLIENT)
+    s1 = Connection(broker, Principal("alice")).session(AckMode.CLIENT)
+    s2 = Connection(broker, Principal("alice")).session(AckMode.CLIENT)
     c1 = s1.consumer(1, ALICE, r1)
     c2 = s2.consumer(1, ALICE, r2)
     Connection(broker).session().send(ALICE, msg(b"x"))
@@ -143,8 +144,8 @@ def test_both_copies_acked_settles_once(broker: Broker) -> None:
 
 
 def test_a_message_comes_back_if_every_session_closed_without_acking(broker: Broker) -> None:
-    a1 = Connection(broker, login="alice")
-    a2 = Connection(broker, login="alice")
+    a1 = Connection(broker, Principal("alice"))
+    a2 = Connection(broker, Principal("alice"))
     a1.session(AckMode.CLIENT).consumer(1, ALICE, Recorder())
     a2.session(AckMode.CLIENT).consumer(1, ALICE, Recorder())
     Connection(broker).session().send(ALICE, msg(b"x"))
@@ -153,7 +154,7 @@ def test_a_message_comes_back_if_every_session_closed_without_acking(broker: Bro
     assert stored(broker, ALICE) == [b"x"]
     assert stats_of(broker, ALICE)["depth"] == 1
     r = Recorder()
-    Connection(broker, login="alice").session(AckMode.CLIENT).consumer(1, ALICE, r)
+    Connection(broker, Principal("alice")).session(AckMode.CLIENT).consumer(1, ALICE, r)
     [e] = r.entries
     assert e.message.body == b"x"
     assert e.redelivered
@@ -161,11 +162,11 @@ def test_a_message_comes_back_if_every_session_closed_without_acking(broker: Bro
 
 
 def test_a_returned_message_goes_to_a_session_that_is_still_live(broker: Broker) -> None:
-    a1 = Connection(broker, login="alice")
+    a1 = Connection(broker, Principal("alice"))
     a1.session(AckMode.CLIENT).consumer(1, ALICE, Recorder())
     Connection(broker).session().send(ALICE, msg(b"x"))
     late = Recorder()
-    a2 = Connection(broker, login="alice")
+    a2 = Connection(broker, Principal("alice"))
     a2.session(AckMode.CLIENT).consumer(1, ALICE, late)  # logged in after the fan-out
     assert late.entries == []
     a1.close()
@@ -174,7 +175,7 @@ def test_a_returned_message_goes_to_a_session_that_is_still_live(broker: Broker)
 
 
 def test_two_consumers_of_one_connection_share_its_copy(broker: Broker) -> None:
-    s = Connection(broker, login="alice").session(AckMode.AUTO)
+    s = Connection(broker, Principal("alice")).session(AckMode.AUTO)
     r1, r2 = Recorder(), Recorder()
     s.consumer(1, ALICE, r1)
     s.consumer(2, ALICE, r2)
@@ -185,7 +186,7 @@ def test_two_consumers_of_one_connection_share_its_copy(broker: Broker) -> None:
 
 
 def test_a_rejected_copy_is_dead_lettered_once_and_not_sent_again(broker: Broker) -> None:
-    s = Connection(broker, login="alice").session(AckMode.CLIENT)
+    s = Connection(broker, Principal("alice")).session(AckMode.CLIENT)
     r = Recorder()
     c = s.consumer(1, ALICE, r, prefetch=5)
     Connection(broker).session().send(ALICE, msg(b"no"))
@@ -198,8 +199,8 @@ def test_a_rejected_copy_is_dead_lettered_once_and_not_sent_again(broker: Broker
 
 
 def test_a_copy_rejected_by_one_session_and_acked_by_another_is_settled(broker: Broker) -> None:
-    s1 = Connection(broker, login="alice").session(AckMode.CLIENT)
-    s2 = Connection(broker, login="alice").session(AckMode.CLIENT)
+    s1 = Connection(broker, Principal("alice")).session(AckMode.CLIENT)
+    s2 = Connection(broker, Principal("alice")).session(AckMode.CLIENT)
     r1, r2 = Recorder(), Recorder()
     c1 = s1.consumer(1, ALICE, r1)
     c2 = s2.consumer(1, ALICE, r2)
@@ -212,7 +213,7 @@ def test_a_copy_rejected_by_one_session_and_acked_by_another_is_settled(broker: 
 
 
 def test_browsing_a_login_queue_shows_messages_out_with_sessions(broker: Broker) -> None:
-    Connection(broker, login="alice").session(AckMode.CLIENT).consumer(
+    Connection(broker, Principal("alice")).session(AckMode.CLIENT).consumer(
         1, ALICE, Recorder(), prefetch=1
     )
     producer = Connection(broker).session()
@@ -225,7 +226,7 @@ def test_an_expired_login_message_is_moved_once() -> None:
     clock = FakeClock()
     broker = make_broker(clock=clock)
     for _ in range(2):
-        Connection(broker, login="alice").session(AckMode.CLIENT).consumer(
+        Connection(broker, Principal("alice")).session(AckMode.CLIENT).consumer(
             1, ALICE, Recorder(), prefetch=1
         )
     producer = Connection(broker).session()
@@ -237,20 +238,20 @@ def test_an_expired_login_message_is_moved_once() -> None:
 
 
 def test_login_queue_messages_survive_a_restart(broker: Broker) -> None:
-    a = Connection(broker, login="alice")
+    a = Connection(broker, Principal("alice"))
     a.session(AckMode.CLIENT).consumer(1, ALICE, Recorder())
     Connection(broker).session().send(ALICE, msg(b"delivered"))
     Connection(broker).session().send(ALICE, msg(b"transient", persistent=False))
     broker2 = restart(broker)
     r = Recorder()
-    Connection(broker2, login="alice").session(AckMode.CLIENT).consumer(1, ALICE, r)
+    Connection(broker2, Principal("alice")).session(AckMode.CLIENT).consumer(1, ALICE, r)
     assert r.bodies == [b"delivered"]
     assert r.entries[0].redelivered
 
 
 def test_a_login_queue_uses_its_destination_settings() -> None:
     broker = make_broker({"queue:__user__.*": DestinationSettings(max_deliveries=1)})
-    s = Connection(broker, login="alice").session(AckMode.CLIENT)
+    s = Connection(broker, Principal("alice")).session(AckMode.CLIENT)
     r = Recorder()
     c = s.consumer(1, ALICE, r)
     Connection(broker).session().send(ALICE, msg(b"x"))

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from chute.core.broker import Broker, WouldBlock
+from chute.core.broker import Broker
 from chute.core.consumer import AckMode
+from chute.core.routing import WouldBlock
 from chute.core.session import Connection, Session
 from chute.core.settings import DestinationSettings, Overflow
 from chute.core.store import AckOp, AddOp

@@ -67,7 +67,8 @@ def setup(
 
 
 def inflight(client: Client) -> int:
-    [sub] = client.conn.subscriptions.values()
+    assert client.conn.stomp is not None
+    [sub] = client.conn.stomp.subscriptions.values()
     assert sub.consumer is not None
     assert sub.legacy is not None
     assert len(sub.legacy) == len(sub.consumer.inflight)

@@ -1,0 +1,41 @@
+"""Where an accepted message goes: the types routing shares with its users.
+
+:meth:`Broker.route <chute.core.broker.Broker.route>` turns one accepted
+message into a :class:`Route`: the entries to place (one per target queue: a
+queue, or each matching subscription of a topic) and the store record, if any
+target is durable and the message persistent. Placing is a separate step
+(:meth:`Broker.place <chute.core.broker.Broker.place>`), so a caller can
+record first (the add must reach the store before a consumer's delivery mark)
+or hold a route until later (a prepared transaction places its sends at
+commit).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from chute.core.consumer import Entry
+from chute.core.queue import QueueChannel
+from chute.core.store import AddOp
+from chute.core.topic import Topic
+from chute.errors import DestinationFull
+
+Destination = QueueChannel | Topic
+"""What an address names: a queue (also a login-name or temporary queue) or a topic."""
+
+
+@dataclass(slots=True)
+class Route:
+    """Where one accepted message goes: entries to place and the store record, if any."""
+
+    placements: list[tuple[QueueChannel, Entry]]
+    record: AddOp | None
+
+
+class WouldBlock(DestinationFull):
+    """A destination under the ``block`` policy is full: wait for room, then retry."""
+
+    def __init__(self, reason: str, address: str, timeout_ms: int) -> None:
+        super().__init__(reason)
+        self.address = address
+        self.timeout_ms = timeout_ms

@@ -1,0 +1,132 @@
+"""Every topic's subscriptions: the one place they are named, made, restored and dropped.
+
+A subscription (:class:`~chute.core.topic.Subscription`) is a queue of its
+own behind a topic's router. It is created by a consumer (non-durable, shared,
+durable), by a callback queue, or by a cursor on a topic (the Spark
+connector), and after a restart by recovery from its stored definition. Each
+way goes through :meth:`Subscriptions.create`, which registers the
+subscription with its topic and here, and records the definition of a durable
+one in the store, so the three stay in step.
+
+Keys are the store names of subscriptions, unique broker-wide; the functions
+below make them. Used from the broker's loop only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from chute.core.queue import QueueHost
+from chute.core.selector import compile_selector
+from chute.core.store import QueueDefinition, QueueKind
+from chute.core.topic import Subscription, SubscriptionKind, Topic
+
+_STORED_KINDS = {
+    SubscriptionKind.DURABLE: QueueKind.SUBSCRIPTION,
+    SubscriptionKind.CALLBACK: QueueKind.CALLBACK,
+}
+
+
+def durable_key(name: str, client_id: str | None) -> str:
+    """The key of a durable subscription (JMS: client id + name, or a shared name)."""
+    return f"durable:{client_id}.{name}" if client_id else f"durable-shared:{name}"
+
+
+def shared_key(topic: str, name: str) -> str:
+    """The key of a non-durable shared subscription."""
+    return f"shared:{topic}.{name}"
+
+
+def callback_key(name: str) -> str:
+    """The key of a callback queue's subscription."""
+    return f"callback:{name}"
+
+
+def cursor_key(topic: str, name: str) -> str:
+    """The key of a topic cursor's durable subscription."""
+    return f"cursor:{topic}.{name}"
+
+
+class Subscriptions(Mapping[str, Subscription]):
+    """Every subscription by key (a read-only mapping); see the module docstring."""
+
+    def __init__(self, host: QueueHost) -> None:
+        self.host = host
+        self._by_key: dict[str, Subscription] = {}
+
+    def __getitem__(self, key: str) -> Subscription:
+        return self._by_key[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_key)
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def create(
+        self,
+        key: str,
+        topic: Topic,
+        kind: SubscriptionKind,
+        *,
+        selector: str | None = None,
+        name: str | None = None,
+        forward_to: str | None = None,
+        define: bool = True,
+    ) -> Subscription:
+        """Make and register a subscription of ``topic``; a durable one is also defined
+        in the store unless ``define`` is False (recovery: it is defined already).
+
+        Raises:
+            InvalidSelector: a bad selector.
+        """
+        sub = Subscription(
+            key,
+            topic,
+            kind,
+            topic.settings,
+            self.host,
+            selector=compile_selector(selector) if selector else None,
+            name=name,
+            forward_to=forward_to,
+        )
+        topic.subscriptions[key] = sub
+        self._by_key[key] = sub
+        if define and sub.durable:
+            self.host.store.define(
+                QueueDefinition(
+                    key,
+                    _STORED_KINDS[kind],
+                    topic=topic.address,
+                    selector=selector or None,
+                    forward_to=forward_to,
+                )
+            )
+        return sub
+
+    def restore(self, definition: QueueDefinition, topic: Topic) -> Subscription:
+        """Recreate a durable or callback subscription from its stored definition."""
+        kind = (
+            SubscriptionKind.CALLBACK
+            if definition.kind is QueueKind.CALLBACK
+            else SubscriptionKind.DURABLE
+        )
+        return self.create(
+            definition.name,
+            topic,
+            kind,
+            selector=definition.selector,
+            forward_to=definition.forward_to,
+            define=False,
+        )
+
+    def drop(self, sub: Subscription) -> None:
+        """Remove a subscription and discard what it holds (unsubscribing, a changed
+        selector, a deleted cursor); its consumers must be detached first."""
+        sub.topic.subscriptions.pop(sub.name, None)
+        self._by_key.pop(sub.name, None)
+        sub.deleted = True
+        for entry in sub.drain():
+            sub.settle(entry, acked=False)
+        if sub.durable:
+            self.host.store.undefine(sub.name)
