@@ -2,9 +2,9 @@
 
 Every way into the broker (the native protocol, STOMP over TCP and WebSocket,
 the Simple-message-queue listeners, the DropboxMQ bridge) makes its core
-connection through :func:`chute.core.session.connect`, which asks
+connection through :func:`chute.core.connection.connect`, which asks
 :meth:`Access.authenticate` for a :class:`Principal`; every operation of a
-core :class:`~chute.core.session.Connection` or
+core :class:`~chute.core.connection.Connection` or
 :class:`~chute.core.session.Session` asks :meth:`Access.authorize` whether its
 principal may do it. A driver never checks a password or a permission itself.
 

@@ -8,7 +8,7 @@ It owns every destination and the parts built around them: subscriptions
 interface it declares (``QueueHost``, ``XaHost``, ``CursorHost``, ``BatchHost``,
 ``ForwardHost``), never as a whole. Adapters (the protocol drivers, the
 DropboxMQ bridge) never call it directly either: they drive a core
-:class:`~chute.core.session.Connection`, which checks who may do what.
+:class:`~chute.core.connection.Connection`, which checks who may do what.
 
 It is pure: no sockets, no files, no asyncio. Time comes from an injected
 clock and durability from the injected :class:`~chute.core.store.Store`. Used
@@ -91,7 +91,7 @@ class Broker:
         self._room_waiters: dict[str, list[Callable[[], None]]] = {}
         self._forward_depth = 0
         self.discarded = 0  # diversions that found no room anywhere
-        self.connections: dict[str, Client] = {}  # by id; see chute.core.session.Connection
+        self.connections: dict[str, Client] = {}  # by id; see chute.core.connection.Connection
         self.xa = PreparedTransactions(self)
         self.cursors = Cursors(self)  # the Spark connector's readers (docs/spark.md)
         self.batches = CommittedBatches(self)  # idempotent group commits of prepared work

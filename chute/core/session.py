@@ -1,18 +1,8 @@
-"""Per-client state: connections, sessions, consumers, transactions, special queues.
+"""Sessions: an ack mode, its consumers, and maybe a local transaction.
 
-A :class:`Connection` is one logged-in client (seed 001's *session*), made by
-:func:`connect`, which authenticates it (:mod:`chute.core.access`). It is the
-one face of the broker that every adapter drives: it owns :class:`Session`
-objects (seed 003/JMS sessions: an ack mode and maybe a local transaction),
-its temporary queues and, for a named user, its pipe from the user's
-login-name queue; and it carries out what a client asks for the connection
-as a whole (browse, prepared transactions, cursors, subscriptions, stats).
-Every such operation asks the broker's :class:`~chute.core.access.Access`
-first, so no protocol decides on its own what a client may do.
-
-Closing a connection undoes all of it: consumers' in-flight messages go back
-in their place, an open transaction rolls back, temporary queues and
-non-durable subscriptions disappear.
+A :class:`Session` belongs to one connection (:mod:`chute.core.connection`),
+whose user every operation is checked for; what it needs of its connection
+is :class:`SessionOwner`.
 
 Transactions: a transacted session gathers sends, acks and nacks and applies
 them together at :meth:`Session.commit` (acks, then sends, then nacks, in one
@@ -21,36 +11,28 @@ A nack inside a transaction takes its messages out of flight at once (their
 consumer may receive more) and decides their fate at commit: back in their
 place (``requeue``) or to the dead-letter address. A rollback, or the session
 closing with the transaction open, puts acked and nacked messages back,
-redelivered, alike.
-
-Temporary (session) queues from seed 001 live here too —
-``queue:__tmp__.<connection>.<n>``: anyone may send to one (it is the usual
-reply-to), only its connection may consume, and it dies with the connection.
-Login-name and callback queues are in :mod:`chute.core.queuetypes`.
+redelivered, alike. Every protocol reaches these rules here, so they agree.
 """
 
 from __future__ import annotations
 
-import itertools
-import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
-from chute.core.access import ANONYMOUS, Action, Principal
-from chute.core.address import TEMP_PREFIX, Kind, canonical, parse, user_queue
+from chute.core.access import Action
+from chute.core.address import Kind, parse
 from chute.core.broker import Broker
-from chute.core.consumer import AckMode, Consumer, Entry, Receiver
+from chute.core.consumer import AckMode, Consumer, Receiver
 from chute.core.queue import QueueChannel
-from chute.core.queuetypes import LoginQueue, attach_forwarder
+from chute.core.queuetypes import LoginQueue
 from chute.core.routing import Destination, WouldBlock
 from chute.core.selector import compile_selector
 from chute.core.settings import Overflow
-from chute.core.subscriptions import callback_key, durable_key, shared_key
+from chute.core.subscriptions import durable_key, shared_key
 from chute.core.topic import Subscription, SubscriptionKind, Topic
 from chute.core.twophase import Nacked, Send, Taken, check_xid, give_back
 from chute.errors import (
     AccessDenied,
-    AuthenticationFailed,
     ConsumerError,
     DestinationFull,
     InvalidAddress,
@@ -59,40 +41,39 @@ from chute.errors import (
 )
 from chute.message import Message
 
-log = logging.getLogger("chute.session")
-
 _REFUSING = (Overflow.REJECT, Overflow.BLOCK)  # the policies that can refuse a commit
 
 
-def connect(
-    broker: Broker,
-    login: str | None,
-    passcode: str | None,
-    *,
-    client_id: str | None = None,
-    protocol: str = "native",
-    peer: str = "",
-) -> Connection:
-    """Authenticate a client and make its core connection (every protocol comes here).
+class SessionOwner(Protocol):
+    """What a session needs of its connection (:class:`chute.core.connection.Connection`)."""
 
-    Raises:
-        AuthenticationFailed: the login and passcode do not match (logged).
-    """
-    try:
-        principal = broker.access.authenticate(login, passcode)
-    except AuthenticationFailed:
-        log.warning("%s authentication failed for %r from %s", protocol, login, peer or "?")
-        raise
-    connection = Connection(broker, principal, client_id=client_id, protocol=protocol, peer=peer)
-    log.info(
-        "%s client %s connected from %s (user=%s, client_id=%s)",
-        protocol,
-        connection.id,
-        peer or "?",
-        principal,
-        client_id,
-    )
-    return connection
+    @property
+    def broker(self) -> Broker: ...
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def login(self) -> str | None: ...
+
+    @property
+    def client_id(self) -> str | None: ...
+
+    @property
+    def temp_queues(self) -> dict[str, QueueChannel]:
+        """This connection's temporary queues, by address."""
+
+    def authorize(self, action: Action, address: str) -> None:
+        """Raise AccessDenied unless the connection's user may do ``action`` on ``address``."""
+
+    def unsubscribe(self, name: str, *, client_id: str | None = None) -> None:
+        """Delete a durable subscription."""
+
+    def callback(self, topic: str, name: str, forward_to: str, selector: str | None = None) -> None:
+        """Create (or replace) a callback queue."""
+
+    def session_closed(self, session: Session) -> None:
+        """The session closed."""
 
 
 @dataclass
@@ -108,219 +89,10 @@ class Transaction:
         return not (self.sends or self.acks or self.nacks)
 
 
-_connection_ids = itertools.count(1)
-
-
-class Connection:
-    """One client connection's core state and the operations it may ask for.
-
-    Made by :func:`connect` (which authenticates); built directly, it trusts its
-    ``principal`` (tests, and the broker's own clients). Used from the broker's loop only.
-    """
-
-    def __init__(
-        self,
-        broker: Broker,
-        principal: Principal = ANONYMOUS,
-        *,
-        client_id: str | None = None,
-        protocol: str = "core",
-        peer: str = "",
-    ) -> None:
-        self.broker = broker
-        self.id = f"c{next(_connection_ids)}"
-        self.principal = principal
-        self.client_id = client_id
-        self.protocol = protocol
-        self.peer = peer
-        self.sessions: list[Session] = []
-        self.temp_queues: dict[str, QueueChannel] = {}
-        self._temp_ids = itertools.count(1)
-        self.closed = False
-        broker.connections[self.id] = self
-
-    @property
-    def login(self) -> str | None:
-        """The user this connection acts for (None: anonymous)."""
-        return self.principal.user
-
-    def authorize(self, action: Action, address: str) -> None:
-        """Raise AccessDenied unless this connection's user may do ``action`` on ``address``."""
-        self.broker.access.authorize(self.principal, action, address)
-
-    def session(self, ack_mode: AckMode = AckMode.AUTO, *, transacted: bool = False) -> Session:
-        session = Session(self, ack_mode, transacted)
-        self.sessions.append(session)
-        return session
-
-    def temporary_queue(self) -> str:
-        """Create a queue that lives as long as this connection; returns its address."""
-        address = f"queue:{TEMP_PREFIX}{self.id}.{next(self._temp_ids)}"
-        settings = self.broker.settings(address)
-        queue = QueueChannel(address, address, settings, self.broker, durable=False)
-        self.broker.add_queue(queue)
-        self.temp_queues[address] = queue
-        return address
-
-    # -- looking ----------------------------------------------------------------------
-
-    def browse(self, address: str, selector: str | None = None, limit: int = 0) -> list[Entry]:
-        """A snapshot of a queue in delivery order; nothing is consumed.
-
-        Raises:
-            AccessDenied, InvalidAddress, InvalidSelector, NotFound.
-        """
-        self.authorize(Action.BROWSE, address)
-        return self.broker.browse(address, selector, limit)
-
-    def stats(self) -> dict[str, Any]:
-        """Every destination with its counters (see ``Broker.stats``)."""
-        self.authorize(Action.MANAGE, "*")
-        return self.broker.stats()
-
-    # -- prepared transactions and committed batches -----------------------------------
-
-    def prepared(self) -> list[str]:
-        """The xids of the prepared transactions waiting for commit or rollback."""
-        self.authorize(Action.MANAGE, "*")
-        return self.broker.xa.xids()
-
-    def commit_prepared(self, xid: str) -> None:
-        """Commit a prepared transaction (raises NotFound for an unknown xid)."""
-        self.authorize(Action.MANAGE, "*")
-        self.broker.xa.commit(xid)
-
-    def rollback_prepared(self, xid: str) -> None:
-        """Roll back a prepared transaction (raises NotFound for an unknown xid)."""
-        self.authorize(Action.MANAGE, "*")
-        self.broker.xa.rollback(xid)
-
-    def commit_batch(self, sink: str, batch: int, xids: tuple[str, ...], *, keep: bool) -> bool:
-        """Commit a sink's batch once (``CommittedBatches.commit``); False for a duplicate."""
-        return self.broker.batches.commit(sink, batch, xids, keep=keep)
-
-    # -- cursors (the Spark connector) ---------------------------------------------------
-
-    def cursor_open(
-        self, address: str, name: str | None, *, selector: str | None = None, lease_ms: int = 0
-    ) -> tuple[int, int]:
-        """Open a cursor (or, with no name, look at a queue); ``(earliest, head)``."""
-        self.authorize(Action.CONSUME, address)
-        self.authorize(Action.BROWSE, address)
-        cursors = self.broker.cursors
-        if name is None:
-            return cursors.info(address)
-        return cursors.open(address, name, selector=selector, lease_ms=lease_ms, owner=self.id)
-
-    def cursor_fetch(
-        self,
-        address: str,
-        name: str | None,
-        start: int,
-        end: int,
-        *,
-        max_messages: int = 0,
-        max_bytes: int = 0,
-    ) -> tuple[int, list[Entry]]:
-        """One page of a cursor's range (see ``Cursors.fetch``)."""
-        self.authorize(Action.BROWSE, address)
-        return self.broker.cursors.fetch(
-            address, name, start, end, max_messages=max_messages, max_bytes=max_bytes
-        )
-
-    def cursor_ack(self, address: str, name: str, end: int) -> int:
-        """Consume everything the cursor holds below ``end``; how many."""
-        self.authorize(Action.CONSUME, address)
-        return self.broker.cursors.ack(address, name, end)
-
-    def cursor_close(self, address: str, name: str, *, delete: bool = False) -> None:
-        self.broker.cursors.close(address, name, delete=delete)
-
-    # -- subscriptions ------------------------------------------------------------------
-
-    def unsubscribe(self, name: str, *, client_id: str | None = None) -> None:
-        """Delete a durable subscription (of ``client_id``, default this connection's; a
-        shared durable subscription when neither has one) and every message it holds.
-
-        Raises:
-            NotFound: no such subscription. ConsumerError: it still has consumers.
-        """
-        owner = client_id or self.client_id
-        subs = self.broker.subscriptions
-        sub = (
-            (subs.get(durable_key(name, owner)) if owner else None)
-            or subs.get(durable_key(name, None))
-            or subs.get(callback_key(name))
-        )
-        if sub is None:
-            raise NotFound(
-                f"no durable subscription named {name!r}"
-                + (f" for client id {owner!r}" if owner else "")
-            )
-        self.authorize(Action.DELETE, sub.address)
-        if sub.router.consumers and sub.kind is not SubscriptionKind.CALLBACK:
-            raise ConsumerError(f"subscription {name!r} still has consumers; close them first")
-        for consumer in list(sub.router.consumers):
-            sub.detach(consumer)
-        subs.drop(sub)
-
-    def callback(self, topic: str, name: str, forward_to: str, selector: str | None = None) -> None:
-        """Create (or replace) a callback queue: a durable subscription of ``topic`` that
-        forwards every message to ``forward_to``.
-
-        Raises:
-            InvalidAddress: ``topic`` is not a topic, or forwards to itself. InvalidSelector.
-        """
-        broker = self.broker
-        address = canonical(topic)
-        target = canonical(forward_to)
-        if target == address:
-            raise InvalidAddress("a callback cannot forward a topic to itself")
-        self.authorize(Action.CONSUME, address)
-        self.authorize(Action.SEND, target)
-        dest = broker.destination(address)
-        if not isinstance(dest, Topic):
-            raise InvalidAddress(f"{topic} is not a topic")
-        broker.destination(target)
-        if selector:
-            compile_selector(selector)
-        key = callback_key(name)
-        old = broker.subscriptions.get(key)
-        if old is not None:
-            for consumer in list(old.router.consumers):
-                old.detach(consumer)
-            broker.subscriptions.drop(old)
-        sub = broker.subscriptions.create(
-            key, dest, SubscriptionKind.CALLBACK, selector=selector, forward_to=target
-        )
-        attach_forwarder(broker, sub, target)
-
-    # -- closing ------------------------------------------------------------------------
-
-    def close(self) -> None:
-        """Close every session, drop temporary queues and login pipes. Idempotent."""
-        if self.closed:
-            return
-        self.closed = True
-        for session in list(self.sessions):
-            session.close()
-        for queue in self.temp_queues.values():
-            self.broker.delete_queue(queue)
-        self.temp_queues.clear()
-        if self.login is not None:
-            login_queue = self.broker.queues.get(user_queue(self.login))
-            if isinstance(login_queue, LoginQueue):
-                login_queue.drop_pipe(self.id)
-        self.broker.connections.pop(self.id, None)
-
-    def __repr__(self) -> str:
-        return f"Connection({self.id}, {self.protocol}, user={self.principal})"
-
-
 class Session:
     """An ack mode, its consumers and maybe a local transaction."""
 
-    def __init__(self, connection: Connection, ack_mode: AckMode, transacted: bool) -> None:
+    def __init__(self, connection: SessionOwner, ack_mode: AckMode, transacted: bool) -> None:
         self.connection = connection
         self.broker = connection.broker
         self.ack_mode = ack_mode
@@ -487,11 +259,11 @@ class Session:
             self.broker.subscriptions.drop(queue)
 
     def unsubscribe(self, name: str, *, client_id: str | None = None) -> None:
-        """:meth:`Connection.unsubscribe` (JMS puts it on the session)."""
+        """``Connection.unsubscribe`` (JMS puts it on the session)."""
         self.connection.unsubscribe(name, client_id=client_id)
 
     def callback(self, topic: str, name: str, forward_to: str, selector: str | None = None) -> None:
-        """:meth:`Connection.callback`."""
+        """``Connection.callback``."""
         self.connection.callback(topic, name, forward_to, selector)
 
     # -- acknowledging ------------------------------------------------------------
@@ -658,5 +430,4 @@ class Session:
             self.rollback()
         for consumer in list(self.consumers.values()):
             self.close_consumer(consumer)
-        if self in self.connection.sessions:
-            self.connection.sessions.remove(self)
+        self.connection.session_closed(self)

@@ -53,8 +53,9 @@ from typing import Final, Protocol
 from chute.core.access import ANONYMOUS
 from chute.core.address import Kind, parse
 from chute.core.broker import Broker
+from chute.core.connection import Connection
 from chute.core.consumer import AckMode, Consumer, Entry
-from chute.core.session import Connection, Session
+from chute.core.session import Session
 from chute.dropbox.layout import QueueLayout, init_queue, init_topic
 from chute.dropbox.mount import Direction, DropboxMount
 from chute.dropbox.queue import (

@@ -25,9 +25,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from chute.core.connection import Connection
 from chute.core.consumer import AckMode, Consumer, Entry
 from chute.core.routing import WouldBlock
-from chute.core.session import Connection, Session
+from chute.core.session import Session
 from chute.errors import (
     AuthenticationFailed,
     ChuteError,

@@ -32,10 +32,11 @@ import time
 from collections.abc import Callable
 
 from chute.core.access import ANONYMOUS
+from chute.core.connection import Connection
 from chute.core.consumer import AckMode, Consumer, Entry
 from chute.core.queue import QueueChannel
 from chute.core.routing import WouldBlock
-from chute.core.session import Connection, Session
+from chute.core.session import Session
 from chute.errors import ChuteError, RemoteProtocolError
 from chute.message import Message, new_message_id
 from chute.server.stream import Hold, Retry, ServerHost, StreamConnection

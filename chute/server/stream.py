@@ -22,7 +22,7 @@ room, producer flow control, closing); :meth:`_hold` and :meth:`_release`
 change it and :meth:`_decide_reading` alone pauses or resumes the transport.
 
 What every protocol shares besides: the login (:meth:`_login`, through the
-core's one gate, :func:`chute.core.session.connect`) and heart-beats
+core's one gate, :func:`chute.core.connection.connect`) and heart-beats
 (:meth:`_start_heartbeat`: write one when nothing was written for a while,
 give up on a client that sent nothing for too long).
 
@@ -44,9 +44,9 @@ from typing import Protocol, cast
 
 from chute.config import ServerConfig
 from chute.core.broker import Broker
+from chute.core.connection import Connection, connect
 from chute.core.queue import QueueChannel
 from chute.core.routing import WouldBlock
-from chute.core.session import Connection, connect
 from chute.errors import AuthenticationFailed, ChuteError, DestinationFull
 
 log = logging.getLogger("chute.server")

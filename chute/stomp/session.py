@@ -32,8 +32,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Final
 
+from chute.core.connection import Connection
 from chute.core.consumer import AckMode, Consumer, Entry
-from chute.core.session import Connection, Session
+from chute.core.session import Session
 from chute.errors import ConsumerError, InvalidAddress, RemoteProtocolError, TransactionError
 from chute.stomp.adapter import (
     TEMP_QUEUE_PREFIX,

@@ -15,8 +15,8 @@ from chute.core.address import (
     user_queue,
 )
 from chute.core.broker import Broker
+from chute.core.connection import Connection
 from chute.core.consumer import AckMode
-from chute.core.session import Connection
 from chute.errors import InvalidAddress
 
 from .helpers import Recorder, msg

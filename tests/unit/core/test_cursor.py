@@ -6,9 +6,9 @@ import pytest
 
 from chute.core.batches import BATCHES, Marker
 from chute.core.broker import Broker
+from chute.core.connection import Connection
 from chute.core.consumer import AckMode
 from chute.core.cursor import DEFAULT_LEASE_MS
-from chute.core.session import Connection
 from chute.errors import ConsumerError, InvalidAddress, NotFound, TransactionError
 
 from .helpers import FakeClock, Recorder, bodies, msg, restart

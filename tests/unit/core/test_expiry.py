@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from chute.core.broker import DIVERT_REASON, ORIGINAL_DESTINATION, Broker
+from chute.core.connection import Connection
 from chute.core.consumer import AckMode
-from chute.core.session import Connection, Session
+from chute.core.session import Session
 from chute.core.settings import DestinationSettings
 
 from .helpers import FakeClock, Recorder, bodies, make_broker, msg, restart, stats_of, stored

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from chute.core.broker import Broker
+from chute.core.connection import Connection
 from chute.core.consumer import AckMode
-from chute.core.session import Connection, Session
+from chute.core.session import Session
 from chute.store.memory import MemoryStore
 
 from .helpers import Recorder, msg

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from chute.core.broker import Broker
+from chute.core.connection import Connection
 from chute.core.consumer import AckMode
-from chute.core.session import Connection
 from chute.errors import InvalidMessage
 from chute.message import (
     BodyKind,

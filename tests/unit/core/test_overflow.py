@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from chute.core.broker import DIVERT_REASON, ORIGINAL_DESTINATION, Broker
+from chute.core.connection import Connection
 from chute.core.consumer import AckMode
 from chute.core.routing import WouldBlock
-from chute.core.session import Connection, Session
+from chute.core.session import Session
 from chute.core.settings import DestinationSettings, Overflow
 from chute.errors import DestinationFull
 from chute.message import Message

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from chute.core.broker import Broker
+from chute.core.connection import Connection
 from chute.core.consumer import AckMode, Consumer, Entry
-from chute.core.session import Connection, Session
+from chute.core.session import Session
 from chute.errors import ConsumerError, InvalidAddress, InvalidSelector
 
 from .helpers import Recorder, bodies, msg, stats_of, stored

@@ -7,8 +7,8 @@ import pytest
 from chute.core.access import Principal
 from chute.core.address import user_queue
 from chute.core.broker import DIVERT_REASON, ORIGINAL_DESTINATION, Broker
+from chute.core.connection import Connection
 from chute.core.consumer import AckMode
-from chute.core.session import Connection
 from chute.core.settings import DestinationSettings
 from chute.core.store import AddOp
 from chute.errors import AccessDenied, ConsumerError, InvalidAddress, NotFound
@@ -251,12 +251,13 @@ def test_login_queue_messages_survive_a_restart(broker: Broker) -> None:
 
 def test_a_login_queue_uses_its_destination_settings() -> None:
     broker = make_broker({"queue:__user__.*": DestinationSettings(max_deliveries=1)})
-    s = Connection(broker, Principal("alice")).session(AckMode.CLIENT)
+    alice = Connection(broker, Principal("alice"))
+    s = alice.session(AckMode.CLIENT)
     r = Recorder()
     c = s.consumer(1, ALICE, r)
     Connection(broker).session().send(ALICE, msg(b"x"))
     s.close_consumer(c)  # its copy goes back to the connection's pipe
-    s.connection.close()  # and the connection's end makes it a failed delivery
+    alice.close()  # and the connection's end makes it a failed delivery
     assert bodies(broker.browse("queue:__sys__deadLetter")) == [b"x"]
 
 

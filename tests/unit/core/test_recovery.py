@@ -7,8 +7,8 @@ import logging
 import pytest
 
 from chute.core.broker import Broker
+from chute.core.connection import Connection
 from chute.core.consumer import AckMode
-from chute.core.session import Connection
 from chute.core.store import AddOp
 
 from .helpers import Recorder, bodies, make_broker, memory, msg, restart, stats_of

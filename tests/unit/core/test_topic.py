@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from chute.core.broker import Broker
+from chute.core.connection import Connection
 from chute.core.consumer import AckMode
-from chute.core.session import Connection, Session
+from chute.core.session import Session
 from chute.errors import ConsumerError, NotFound
 
 from .helpers import FakeClock, Recorder, memory, msg, restart, stats_of, stored

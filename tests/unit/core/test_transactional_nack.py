@@ -13,8 +13,9 @@ import pytest
 
 from chute.core.address import DEAD_LETTER
 from chute.core.broker import DIVERT_REASON, Broker
+from chute.core.connection import Connection
 from chute.core.consumer import AckMode, Consumer
-from chute.core.session import Connection, Session
+from chute.core.session import Session
 from chute.errors import ConsumerError
 
 from .helpers import Recorder, RecordingStore, bodies, make_broker, msg, restart, stats_of, stored

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from chute.core.broker import Broker
+from chute.core.connection import Connection
 from chute.core.consumer import AckMode
-from chute.core.session import Connection
 from chute.errors import NotFound, TransactionError
 from chute.store.memory import MemoryStore
 

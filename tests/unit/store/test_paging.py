@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from chute.core.broker import Broker
+from chute.core.connection import Connection
 from chute.core.consumer import AckMode, Consumer, Entry
 from chute.core.queue import PAGE_LOW, QueueChannel
-from chute.core.session import Connection, Session
+from chute.core.session import Session
 from chute.core.store import Store
 from chute.message import Message
 from chute.store.journal import Journal
