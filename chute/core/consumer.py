@@ -15,6 +15,7 @@ Ack modes:
 Unsettled messages are *in flight*: they still count against the queue's
 bounds and go back to the queue, in their place, if the consumer closes.
 
+A queue picks the consumer of each message with a :class:`PointToPointRouter`.
 A consumer knows its queue only through :class:`ConsumedQueue`, the part of
 :class:`~chute.core.queue.QueueChannel` that sessions and drivers use on a
 consumer's behalf (the queue module imports this one, never the reverse).
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import enum
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Protocol
 
 from chute.core.selector import Selector
@@ -164,3 +165,73 @@ class Consumer:
             f"Consumer(id={self.id}, queue={self.queue.name}, credit={self.credit}, "
             f"inflight={len(self.inflight)})"
         )
+
+
+class PointToPointRouter:
+    """Picks one consumer per message: round-robin over those with credit.
+
+    While an exclusive consumer is attached, only the first-attached exclusive
+    consumer receives (seed 002's single sink); the others stand by.
+    """
+
+    __slots__ = ("_exclusive", "_next", "consumers")
+
+    def __init__(self) -> None:
+        self.consumers: list[Consumer] = []
+        self._next = 0
+        self._exclusive: Consumer | None = None
+
+    def add(self, consumer: Consumer) -> None:
+        self.consumers.append(consumer)
+        self._elect()
+
+    def remove(self, consumer: Consumer) -> None:
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+        self._elect()
+
+    def _elect(self) -> None:
+        self._exclusive = next((c for c in self.consumers if c.exclusive), None)
+
+    def pick(self) -> Consumer | None:
+        """The next consumer with credit (and advance the round-robin past it), or None.
+
+        On the per-message path: a plain loop, no generator.
+        """
+        exclusive = self._exclusive
+        if exclusive is not None:
+            return exclusive if exclusive.credit > 0 else None
+        consumers = self.consumers
+        n = len(consumers)
+        i = self._next
+        for _ in range(n):
+            if i >= n:
+                i = 0
+            c = consumers[i]
+            i += 1
+            if c.credit > 0:
+                self._next = i
+                return c
+        return None
+
+    def candidates(self) -> Iterator[Consumer]:
+        """Consumers with credit, in the order the router would try them (no side effects)."""
+        exclusive = self._exclusive
+        if exclusive is not None:
+            if exclusive.credit > 0:
+                yield exclusive
+            return
+        consumers = self.consumers
+        n = len(consumers)
+        start = self._next % n if n else 0
+        for i in range(n):
+            c = consumers[(start + i) % n]
+            if c.credit > 0:
+                yield c
+
+    def chosen(self, consumer: Consumer) -> None:
+        """Advance the round-robin past ``consumer`` (after a selective choice)."""
+        try:
+            self._next = self.consumers.index(consumer) + 1
+        except ValueError:
+            self._next = 0

@@ -9,7 +9,7 @@ for the purpose) and the queue keeps nothing for it but its count and size.
 As consumers drain the queue, it reads the paged messages back from the
 store in sequence order, a window at a time (:meth:`Store.page_in`).
 
-Invariants (per queue, in :class:`~chute.core.queue.QueueChannel`):
+Invariants (per queue, kept by its :class:`Pager`):
 
 * ``top_seq`` is the highest sequence number the queue ever held in memory;
   the paged messages are exactly the live ones in the store above it. So a
@@ -30,7 +30,15 @@ does not hold them yet: it reads once they are written.
 
 from __future__ import annotations
 
-from typing import Final
+import logging
+from dataclasses import dataclass, field
+from typing import Final, Protocol
+
+from chute.core.consumer import Entry
+from chute.core.store import AddOp, Store
+from chute.errors import StoreError
+
+log = logging.getLogger("chute.core.queue")
 
 PAGE_BYTES: Final = 1 << 20  # how much one read-back brings in
 PAGE_MIN: Final = 16  # ... but at least this many messages
@@ -62,3 +70,159 @@ def window(paged: int, paged_bytes: int) -> int:
         return 0
     average = max(1, paged_bytes // paged)
     return min(paged, max(PAGE_MIN, min(PAGE_MAX, PAGE_BYTES // average)))
+
+
+class PagingHost(Protocol):
+    """What a pager needs from the broker."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def memory(self) -> MemoryBudget: ...
+
+    def can_page(self) -> bool:
+        """Whether queues page at all (a memory limit is set)."""
+
+
+@dataclass(slots=True)
+class ReadBack:
+    """What one read-back brought in, for the queue's own accounting."""
+
+    entries: list[Entry] = field(default_factory=list)
+    """In sequence order, for the queue's lanes."""
+    expiring: int = 0
+    """Of them, restored ones whose expiration the queue has not counted yet."""
+    gone: tuple[int, int] = (0, 0)
+    """(count, bytes) the queue held for paged messages the store no longer has, or the
+    surplus of restored byte estimates: no longer held."""
+
+
+class Pager:
+    """The paged messages of one durable queue, and the read-back that keeps them in
+    order (see the module docstring). Used from the broker's loop only."""
+
+    __slots__ = (
+        "address",
+        "count",
+        "host",
+        "name",
+        "size",
+        "skip",
+        "top_seq",
+        "transient",
+        "uncounted",
+    )
+
+    def __init__(self, name: str, address: str, host: PagingHost) -> None:
+        self.name = name
+        self.address = address
+        self.host = host
+        self.count = 0  # messages that live only in the store
+        self.size = 0  # ... and their bytes (estimated for a lazy recovery's)
+        self.top_seq = 0  # the highest sequence number ever held in memory
+        # seqs above top_seq held in memory all the same (a transaction's, a withdrawn one)
+        self.skip: set[int] = set()
+        self.transient: set[int] = set()  # non-persistent seqs recorded for paging
+        self.uncounted = (0, 0)  # seqs paged by a lazy recovery: expirations not yet counted
+
+    def page_out(self, entry: Entry) -> bool:
+        """Keep ``entry`` (of a durable queue) in the store only, if it may be paged;
+        True if it was."""
+        if entry.seq <= self.top_seq or entry.origin is not None or not self.host.can_page():
+            return False
+        message = entry.message
+        if not message.persistent:  # the broker recorded the persistent ones already
+            self.host.store.add(AddOp(self.address, (self.name,), entry.seq, message))
+        self.count += 1
+        self.size += message.size
+        return True
+
+    def restore(self, count: int, size: int, *, after: int, up_to: int) -> None:
+        """Recovery left ``count`` live messages (about ``size`` bytes) numbered in
+        (``after``, ``up_to``] in the store: they are paged from the start."""
+        self.count += count
+        self.size += size
+        self.uncounted = (after, up_to)
+
+    def read_back(self) -> ReadBack | None:
+        """Read the next window of paged messages back from the store (None: the store
+        cannot read now; the queue tries again later)."""
+        wanted = window(self.count, self.size)
+        skip = self.skip
+        try:
+            stored = self.host.store.page_in(self.name, self.top_seq, wanted + len(skip))
+        except StoreError as exc:
+            log.warning("queue %s: cannot read paged messages back yet: %s", self.name, exc)
+            return None
+        memory = self.host.memory
+        result = ReadBack()
+        entries = result.entries
+        low, high = self.uncounted
+        for item in stored:
+            seq = item.seq
+            if seq <= self.top_seq:
+                continue
+            self.top_seq = seq
+            if skip and seq in skip:
+                skip.discard(seq)
+                continue
+            message = item.message
+            if not message.persistent:
+                self.transient.add(seq)
+            if message.expiration and low < seq <= high:
+                result.expiring += 1  # restored paged: its expiration was not counted yet
+            self.count -= 1
+            self.size -= message.size
+            memory.used += message.size
+            entries.append(Entry(seq, message, item.delivery_count, item.delivery_count > 0))
+        if not self.count and self.size:  # restored sizes were estimates
+            result.gone = (0, self.size)
+            self.size = 0
+        if skip:
+            skip.difference_update([s for s in skip if s <= self.top_seq])
+        if skip and not self.count:
+            self.top_seq = max(self.top_seq, *skip)
+            skip.clear()
+        if not stored and self.count:
+            log.error(
+                "queue %s: the store holds none of its %d paged messages; counting them gone",
+                self.name,
+                self.count,
+            )
+            result.gone = (self.count, self.size)
+            self.count = self.size = 0
+            skip.clear()
+        return result
+
+    def peek(self, after: int, room: int) -> list[Entry]:
+        """Up to ``room`` paged messages numbered above ``after``, read from the store in
+        sequence order; nothing changes (browsing, cursors)."""
+        skip = self.skip
+        return [
+            Entry(item.seq, item.message, item.delivery_count)
+            for item in self.host.store.page_in(self.name, after, room + len(skip))
+            if item.seq not in skip
+        ]
+
+    def withdraw(self, seq: int) -> Entry | None:
+        """Take the paged message ``seq`` out of the pager (it is then held in memory,
+        and the read-back skips it), or None if it is not paged."""
+        if not self.count or seq <= self.top_seq or seq in self.skip:
+            return None
+        for item in self.host.store.page_in(self.name, seq - 1, 1):
+            if item.seq == seq:
+                self.skip.add(seq)
+                self.count -= 1
+                self.size -= item.message.size
+                self.host.memory.used += item.message.size
+                return Entry(seq, item.message, item.delivery_count, item.delivery_count > 0)
+        return None
+
+    def forget_transient(self, seq: int) -> bool:
+        """A non-persistent message left: whether it had been recorded for paging (so its
+        ack must be recorded too)."""
+        if seq in self.transient:
+            self.transient.remove(seq)
+            return True
+        return False

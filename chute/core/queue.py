@@ -2,11 +2,16 @@
 
 A :class:`QueueChannel` holds entries that wait for delivery in ten FIFO lanes,
 one per priority, so the order is "higher priority first, then the order the
-broker accepted them" at O(1) per message. It pushes to its consumers through
-a :class:`PointToPointRouter` (round-robin among consumers with credit; only
-the active exclusive consumer while one is attached). Delivery is synchronous
+broker accepted them" at O(1) per message. It pushes to its consumers
+through a :class:`~chute.core.consumer.PointToPointRouter` (round-robin among
+consumers with credit; only the active exclusive consumer while one is
+attached). Delivery is synchronous
 when it can be (a message arriving at an idle queue with a ready consumer
 never waits in a lane), stored otherwise, as seed 004's Channel prefers.
+
+Past the broker's memory limit a durable queue keeps new messages in the
+store only; its :class:`~chute.core.paging.Pager` keeps those and reads them
+back in order as the lanes run low.
 
 Everything that leaves a queue leaves through :meth:`QueueChannel.settle`
 (consumed, expired, dead-lettered, dropped), which keeps the counters, the
@@ -18,16 +23,15 @@ from __future__ import annotations
 
 import enum
 import heapq
-import logging
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
-from chute.core.consumer import AckMode, Consumer, Entry
-from chute.core.paging import MemoryBudget, window
+from chute.core.consumer import AckMode, Consumer, Entry, PointToPointRouter
+from chute.core.paging import MemoryBudget, Pager
 from chute.core.settings import DestinationSettings
-from chute.core.store import AckOp, AddOp, Store
-from chute.errors import ConsumerError, StoreError
+from chute.core.store import AckOp, Store
+from chute.errors import ConsumerError
 from chute.message import Message
 
 PRIORITIES = 10
@@ -35,8 +39,6 @@ PRIORITIES = 10
 # with fewer waiting never starts paging (its consumers keep up: paging would only
 # write each message out and read it straight back).
 PAGE_LOW = 64
-
-log = logging.getLogger(__name__)
 
 
 class Reason(enum.Enum):
@@ -76,76 +78,6 @@ class QueueHost(Protocol):
         """A bounded queue has room again (wakes producers waiting under ``block``)."""
 
 
-class PointToPointRouter:
-    """Picks one consumer per message: round-robin over those with credit.
-
-    While an exclusive consumer is attached, only the first-attached exclusive
-    consumer receives (seed 002's single sink); the others stand by.
-    """
-
-    __slots__ = ("_exclusive", "_next", "consumers")
-
-    def __init__(self) -> None:
-        self.consumers: list[Consumer] = []
-        self._next = 0
-        self._exclusive: Consumer | None = None
-
-    def add(self, consumer: Consumer) -> None:
-        self.consumers.append(consumer)
-        self._elect()
-
-    def remove(self, consumer: Consumer) -> None:
-        if consumer in self.consumers:
-            self.consumers.remove(consumer)
-        self._elect()
-
-    def _elect(self) -> None:
-        self._exclusive = next((c for c in self.consumers if c.exclusive), None)
-
-    def pick(self) -> Consumer | None:
-        """The next consumer with credit (and advance the round-robin past it), or None.
-
-        On the per-message path: a plain loop, no generator.
-        """
-        exclusive = self._exclusive
-        if exclusive is not None:
-            return exclusive if exclusive.credit > 0 else None
-        consumers = self.consumers
-        n = len(consumers)
-        i = self._next
-        for _ in range(n):
-            if i >= n:
-                i = 0
-            c = consumers[i]
-            i += 1
-            if c.credit > 0:
-                self._next = i
-                return c
-        return None
-
-    def candidates(self) -> Iterator[Consumer]:
-        """Consumers with credit, in the order the router would try them (no side effects)."""
-        exclusive = self._exclusive
-        if exclusive is not None:
-            if exclusive.credit > 0:
-                yield exclusive
-            return
-        consumers = self.consumers
-        n = len(consumers)
-        start = self._next % n if n else 0
-        for i in range(n):
-            c = consumers[(start + i) % n]
-            if c.credit > 0:
-                yield c
-
-    def chosen(self, consumer: Consumer) -> None:
-        """Advance the round-robin past ``consumer`` (after a selective choice)."""
-        try:
-            self._next = self.consumers.index(consumer) + 1
-        except ValueError:
-            self._next = 0
-
-
 class QueueChannel:
     """A queue (or a subscription, or a session pipe). Used from the broker's loop only."""
 
@@ -176,14 +108,7 @@ class QueueChannel:
         self.deleted = False
         self.next_seq = 1  # queues number their own messages; subscriptions use the topic's
         self._selective = 0  # consumers with a selector
-        # paging (see chute.core.paging): counts of messages that live only in the store
-        self.paged = 0
-        self.paged_bytes = 0
-        self.top_seq = 0  # the highest sequence number ever held in memory
-        # seqs above top_seq held in memory all the same (a transaction's, a withdrawn one)
-        self._page_skip: set[int] = set()
-        self._transient_stored: set[int] = set()  # non-persistent seqs recorded for paging
-        self._uncounted = (0, 0)  # seqs paged by a lazy recovery: expirations not yet counted
+        self.pager = Pager(name, address, host)  # messages that live only in the store
         # producer flow control: called once the backlog is down to half of flow_backlog
         self.flow_waiters: list[Callable[[], None]] = []
 
@@ -198,22 +123,27 @@ class QueueChannel:
         if entry.message.expiration:
             self.expiring += 1
         memory = self.host.memory
+        pager = self.pager
         if (
-            self.paged
-            or (memory.limit and memory.used + size > memory.limit and self.ready >= PAGE_LOW)
-        ) and self._page_out(entry):
+            (
+                pager.count
+                or (memory.limit and memory.used + size > memory.limit and self.ready >= PAGE_LOW)
+            )
+            and self.durable
+            and pager.page_out(entry)
+        ):
             if self.router.consumers:
                 if not self.ready:
                     self.deliver()  # a consumer is starving: read the backlog back
-                if self.host.flow_backlog and self.paged + self.ready >= self.host.flow_backlog:
+                if self.host.flow_backlog and pager.count + self.ready >= self.host.flow_backlog:
                     self.host.congested(self)
             return
         memory.used += size
-        if entry.seq > self.top_seq:
-            if self.paged:  # held ahead of paged messages (a transaction): read-back skips it
-                self._page_skip.add(entry.seq)
+        if entry.seq > pager.top_seq:  # the pager's invariant (chute.core.paging), inline
+            if pager.count:  # held ahead of paged messages (a transaction): read-back skips it
+                pager.skip.add(entry.seq)
             else:
-                self.top_seq = entry.seq
+                pager.top_seq = entry.seq
         if not self.ready and not self._selective and self.router.consumers:
             consumer = self.router.pick()
             if consumer is not None:
@@ -224,24 +154,17 @@ class QueueChannel:
         if self.router.consumers:
             self.deliver()
             flow = self.host.flow_backlog
-            if flow and self.ready + self.paged >= flow and self.router.consumers:
+            if flow and self.ready + pager.count >= flow and self.router.consumers:
                 self.host.congested(self)
 
-    def _page_out(self, entry: Entry) -> bool:
-        """Keep ``entry`` in the store only, if it may be paged; True if it was."""
-        if (
-            not self.durable
-            or entry.seq <= self.top_seq
-            or entry.origin is not None
-            or not self.host.can_page()
-        ):
-            return False
-        message = entry.message
-        if not message.persistent:  # the broker recorded the persistent ones already
-            self.host.store.add(AddOp(self.address, (self.name,), entry.seq, message))
-        self.paged += 1
-        self.paged_bytes += message.size
-        return True
+    @property
+    def paged(self) -> int:
+        """Messages held only in the store (see :mod:`chute.core.paging`)."""
+        return self.pager.count
+
+    @property
+    def paged_bytes(self) -> int:
+        return self.pager.size
 
     def restore_paged(self, count: int, size: int, *, after: int, up_to: int) -> None:
         """Recovery left ``count`` live messages (about ``size`` bytes) numbered in
@@ -249,61 +172,23 @@ class QueueChannel:
         self.held += count
         self.held_bytes += size
         self.enqueued += count
-        self.paged += count
-        self.paged_bytes += size
-        self._uncounted = (after, up_to)
+        self.pager.restore(count, size, after=after, up_to=up_to)
 
     def _page_in(self) -> None:
         """Read the next window of paged messages back from the store into the lanes."""
         if self.host.defer_page_in(self):
             return
-        wanted = window(self.paged, self.paged_bytes)
-        skip = self._page_skip
-        try:
-            stored = self.host.store.page_in(self.name, self.top_seq, wanted + len(skip))
-        except StoreError as exc:
-            log.warning("queue %s: cannot read paged messages back yet: %s", self.name, exc)
+        read = self.pager.read_back()
+        if read is None:
             return
-        memory = self.host.memory
         lanes = self._lanes
-        for item in stored:
-            seq = item.seq
-            if seq <= self.top_seq:
-                continue
-            self.top_seq = seq
-            if skip and seq in skip:
-                skip.discard(seq)
-                continue
-            message = item.message
-            if not message.persistent:
-                self._transient_stored.add(seq)
-            if message.expiration and self._uncounted[0] < seq <= self._uncounted[1]:
-                self.expiring += 1  # restored paged: its expiration was not counted yet
-            self.paged -= 1
-            self.paged_bytes -= message.size
-            memory.used += message.size
-            lanes[message.priority].append(
-                Entry(seq, message, item.delivery_count, item.delivery_count > 0)
-            )
-            self.ready += 1
-        if not self.paged and self.paged_bytes:  # restored sizes were estimates
-            self.held_bytes -= self.paged_bytes
-            self.paged_bytes = 0
-        if skip:
-            skip.difference_update([s for s in skip if s <= self.top_seq])
-        if skip and not self.paged:
-            self.top_seq = max(self.top_seq, *skip)
-            skip.clear()
-        if not stored and self.paged:
-            log.error(
-                "queue %s: the store holds none of its %d paged messages; counting them gone",
-                self.name,
-                self.paged,
-            )
-            self.held -= self.paged
-            self.held_bytes -= self.paged_bytes
-            self.paged = self.paged_bytes = 0
-            skip.clear()
+        for entry in read.entries:
+            lanes[entry.message.priority].append(entry)
+        self.ready += len(read.entries)
+        self.expiring += read.expiring
+        count, size = read.gone
+        self.held -= count
+        self.held_bytes -= size
 
     def requeue(self, entries: Iterable[Entry]) -> None:
         """Put entries that went out back in their place, marked redelivered.
@@ -349,7 +234,7 @@ class QueueChannel:
         if (
             self.deleted
             or not self.router.consumers
-            or (self.ready + self.paged) * 2 <= self.host.flow_backlog
+            or (self.ready + self.pager.count) * 2 <= self.host.flow_backlog
         ):
             waiters, self.flow_waiters = self.flow_waiters, []
             for wake in waiters:
@@ -358,10 +243,11 @@ class QueueChannel:
     def _deliver(self) -> None:
         if self.deleted:
             return
-        if self.paged and self.ready < PAGE_LOW:
+        pager = self.pager
+        if pager.count and self.ready < PAGE_LOW:
             self._page_in()
         while self.ready:
-            if self.paged and self.ready < PAGE_LOW:
+            if pager.count and self.ready < PAGE_LOW:
                 self._page_in()
             if self._selective:
                 if not self._deliver_selective():
@@ -463,7 +349,7 @@ class QueueChannel:
             self.acked += 1
         return self.durable and (
             entry.message.persistent
-            or bool(self._transient_stored and _discard(self._transient_stored, entry.seq))
+            or bool(self.pager.transient and self.pager.forget_transient(entry.seq))
         )
 
     def take_acked(self, consumer: Consumer, seq: int, *, cumulative: bool) -> list[Entry]:
@@ -557,19 +443,11 @@ class QueueChannel:
                     lane.remove(entry)
                     self.ready -= 1
                     return entry
-        if self.paged and seq > self.top_seq and seq not in self._page_skip:
-            for item in self.host.store.page_in(self.name, seq - 1, 1):
-                if item.seq == seq:
-                    self._page_skip.add(seq)
-                    self.paged -= 1
-                    self.paged_bytes -= item.message.size
-                    self.host.memory.used += item.message.size
-                    return Entry(seq, item.message, item.delivery_count, item.delivery_count > 0)
-        return None
+        return self.pager.withdraw(seq)
 
     def evict_oldest(self) -> Entry | None:
         """Remove the oldest waiting entry (lowest sequence in any lane), for drop-oldest."""
-        if not self.ready and self.paged:
+        if not self.ready and self.pager.count:
             self._page_in()
         oldest: deque[Entry] | None = None
         for lane in self._lanes:
@@ -609,12 +487,10 @@ class QueueChannel:
         for consumer in self.router.consumers:
             held.extend(consumer.inflight.values())
         held.sort(key=_delivery_order)
-        room = (limit - len(held)) if limit > 0 else self.paged
-        if self.paged and room > 0:
-            skip = self._page_skip
-            for item in self.host.store.page_in(self.name, self.top_seq, room + len(skip)):
-                if item.seq not in skip:
-                    held.append(Entry(item.seq, item.message, item.delivery_count))
+        pager = self.pager
+        room = (limit - len(held)) if limit > 0 else pager.count
+        if pager.count and room > 0:
+            held.extend(pager.peek(pager.top_seq, room))
         return held[:limit] if limit > 0 else held
 
     def drain(self) -> list[Entry]:
@@ -631,7 +507,7 @@ class QueueChannel:
 
     @property
     def inflight(self) -> int:
-        return self.held - self.ready - self.paged
+        return self.held - self.ready - self.pager.count
 
     def __repr__(self) -> str:
         return f"QueueChannel({self.name!r}, ready={self.ready}, held={self.held})"
@@ -646,15 +522,13 @@ class QueueChannel:
         found.sort(key=_seq)
         if limit > 0:
             del found[limit:]
-        if self.paged and end - 1 > self.top_seq and (limit <= 0 or len(found) < limit):
-            room = limit - len(found) if limit > 0 else self.paged
-            skip = self._page_skip
-            after = max(self.top_seq, start - 1)
-            for item in self.host.store.page_in(self.name, after, room + len(skip)):
-                if item.seq >= end or (limit > 0 and len(found) >= limit):
+        pager = self.pager
+        if pager.count and end - 1 > pager.top_seq and (limit <= 0 or len(found) < limit):
+            room = limit - len(found) if limit > 0 else pager.count
+            for entry in pager.peek(max(pager.top_seq, start - 1), room):
+                if entry.seq >= end or (limit > 0 and len(found) >= limit):
                     break
-                if item.seq not in skip:
-                    found.append(Entry(item.seq, item.message, item.delivery_count))
+                found.append(entry)
         return found
 
     def take_waiting_below(
@@ -663,10 +537,11 @@ class QueueChannel:
         """Remove the waiting entries with ``seq < end`` (that ``wanted`` accepts) from their
         lanes, paging in what the store holds below ``end`` first; they stay held until
         the caller settles them."""
-        while self.paged and self.top_seq < end - 1:
-            before = self.top_seq
+        pager = self.pager
+        while pager.count and pager.top_seq < end - 1:
+            before = pager.top_seq
             self._page_in()
-            if self.top_seq == before:
+            if pager.top_seq == before:
                 break
         taken: list[Entry] = []
         for lane in self._lanes:
@@ -683,14 +558,6 @@ class QueueChannel:
         self.ready -= len(taken)
         taken.sort(key=_seq)
         return taken
-
-
-def _discard(seqs: set[int], seq: int) -> bool:
-    """Remove ``seq`` from ``seqs``; whether it was there."""
-    if seq in seqs:
-        seqs.remove(seq)
-        return True
-    return False
 
 
 def as_delivered(entry: Entry) -> Message:
