@@ -44,6 +44,7 @@ from chute.errors import (
     LocalProtocolError,
     RemoteProtocolError,
 )
+from chute.sansio import NeedData
 from chute.server.stream import Hold, Retry, ServerHost, StreamConnection
 from chute.stomp import heartbeat
 from chute.stomp.adapter import (
@@ -53,7 +54,7 @@ from chute.stomp.adapter import (
     require,
     subscribe_options,
 )
-from chute.stomp.codec import HEARTBEAT, NeedData, StompCodec
+from chute.stomp.codec import HEARTBEAT, StompCodec
 from chute.stomp.frames import SUPPORTED_VERSIONS, Frame
 from chute.stomp.session import StompSession, StompSubscription
 from chute.version import __version__

@@ -3,16 +3,14 @@
 The asyncio listeners that serve it are in :mod:`chute.server.smq`.
 """
 
+from chute.sansio import CLOSED, NEED_DATA, NeedData
 from chute.smq.codec import DEFAULT_MAX_BODY_SIZE, SinkCodec, SourceCodec
 from chute.smq.events import (
-    CLOSED,
     ID_SIZE,
-    NEED_DATA,
     STORED,
     Ack,
     Deliver,
     EndOfSession,
-    NeedData,
     Publish,
     Refuse,
     SinkEvent,

@@ -44,15 +44,13 @@ import struct
 from typing import Final
 
 from chute.errors import LocalProtocolError, RemoteProtocolError
+from chute.sansio import CLOSED, NEED_DATA, NeedData
 from chute.smq.events import (
-    CLOSED,
     ID_SIZE,
-    NEED_DATA,
     STORED,
     Ack,
     Deliver,
     EndOfSession,
-    NeedData,
     Publish,
     Refuse,
     SinkEvent,

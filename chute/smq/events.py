@@ -8,7 +8,6 @@ Events are frozen dataclasses named for the act. A source sends
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 from typing import Final
 
@@ -17,19 +16,6 @@ ID_SIZE: Final = 16
 
 STORED: Final = b"Y"
 """The queue's answer to a source once its message is on disk (after the fsync)."""
-
-
-class NeedData(enum.Enum):
-    """What ``next_event`` returns when it has no whole event."""
-
-    NEED_DATA = "need-data"
-    """Feed more bytes with ``receive_data``."""
-    CLOSED = "closed"
-    """The peer closed the stream between frames: no event will ever come."""
-
-
-NEED_DATA: Final = NeedData.NEED_DATA
-CLOSED: Final = NeedData.CLOSED
 
 
 @dataclass(frozen=True, slots=True)

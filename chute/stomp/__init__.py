@@ -1,13 +1,7 @@
 """STOMP 1.0/1.1/1.2: a sans-IO codec (bytes in, frames out) and the pure mapping onto the core."""
 
-from chute.stomp.codec import (
-    CLOSED,
-    HEARTBEAT,
-    NEED_DATA,
-    HeartBeat,
-    NeedData,
-    StompCodec,
-)
+from chute.sansio import CLOSED, NEED_DATA, NeedData
+from chute.stomp.codec import HEARTBEAT, HeartBeat, StompCodec
 from chute.stomp.frames import (
     ALL_COMMANDS,
     BODY_COMMANDS,

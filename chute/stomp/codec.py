@@ -63,7 +63,8 @@ import re
 from collections.abc import Iterable
 from typing import Final
 
-from chute.errors import LocalProtocolError, RemoteProtocolError
+from chute.errors import RemoteProtocolError
+from chute.sansio import CLOSED, NEED_DATA, NeedData
 from chute.stomp.frames import (
     ALL_COMMANDS,
     BODY_COMMANDS,
@@ -72,16 +73,8 @@ from chute.stomp.frames import (
     UNESCAPED_COMMANDS,
     Frame,
 )
-from chute.stomp.headers import escape, split_headers, unescape
-
-
-class NeedData(enum.Enum):
-    """What :meth:`StompCodec.next_frame` returns when it has no whole frame."""
-
-    NEED_DATA = "need-data"
-    """Feed more bytes with :meth:`StompCodec.receive_data`."""
-    CLOSED = "closed"
-    """The peer closed the stream between frames: no frame will ever come."""
+from chute.stomp.headers import split_headers, unescape
+from chute.stomp.writer import encode_frame, encode_receipt
 
 
 class HeartBeat(enum.Enum):
@@ -90,8 +83,6 @@ class HeartBeat(enum.Enum):
     HEARTBEAT = "heart-beat"
 
 
-NEED_DATA: Final = NeedData.NEED_DATA
-CLOSED: Final = NeedData.CLOSED
 HEARTBEAT: Final = HeartBeat.HEARTBEAT
 
 
@@ -607,66 +598,16 @@ class StompCodec:
         Raises:
             LocalProtocolError: as :meth:`send` (a line break in STOMP 1.0).
         """
-        if self._escape:
-            text = escape(receipt_id)
-        elif "\n" in receipt_id or "\r" in receipt_id:
-            return self.send(Frame.receipt(receipt_id))  # raises
-        else:
-            text = receipt_id
-        try:
-            return b"RECEIPT\nreceipt-id:%s\n\n\x00" % text.encode()
-        except UnicodeEncodeError as exc:
-            raise LocalProtocolError(f"a header is not valid unicode: {exc}") from None
+        return encode_receipt(receipt_id, escaped=self._escape, version=self._version)
 
     def send(self, frame: Frame | HeartBeat) -> bytes:
-        """The bytes of ``frame`` (or of a heart-beat: an LF), to be written to the peer.
-
-        Headers are escaped as the negotiated :attr:`version` requires; the frame
-        is otherwise written as given: ``content-length`` is not added (the
-        :class:`Frame` constructors add it) but, if present, must match the body.
+        """The bytes of ``frame`` (or of a heart-beat: an LF), to be written to the peer
+        (see :func:`chute.stomp.writer.encode_frame`).
 
         Raises:
-            LocalProtocolError: the frame cannot be encoded: unknown command, a body
-                on a frame that may not have one, a header that cannot be written
-                without escaping in an unescaped frame, a wrong ``content-length``,
-                a NUL in a body without ``content-length``, or a lone surrogate.
+            LocalProtocolError: the frame cannot be encoded.
         """
         if type(frame) is HeartBeat:
             return b"\n"
         assert isinstance(frame, Frame)  # noqa: S101 (for mypy)
-        command = frame.command
-        body = frame.body
-        if command not in ALL_COMMANDS:
-            raise LocalProtocolError(f"{command!r} is not a STOMP command")
-        if body and command not in BODY_COMMANDS:
-            raise LocalProtocolError(f"a {command} frame may not have a body")
-        escaped = self._escape and command not in UNESCAPED_COMMANDS
-        lines = [command]
-        length: str | None = None
-        for name, value in frame.headers:
-            if not name:
-                raise LocalProtocolError("a header name may not be empty")
-            if length is None and name == "content-length":
-                length = value
-            if escaped:
-                lines.append(f"{escape(name)}:{escape(value)}")
-            elif ":" in name or "\n" in name or "\r" in name or "\n" in value or "\r" in value:
-                raise LocalProtocolError(
-                    f"header {name!r} cannot be written unescaped in a {command} frame"
-                    f" (STOMP {self._version})"
-                )
-            else:
-                lines.append(f"{name}:{value}")
-        if length is not None:
-            if length != str(len(body)):
-                raise LocalProtocolError(
-                    f"content-length {length!r} does not match a body of {len(body)} bytes"
-                )
-        elif b"\x00" in body:
-            raise LocalProtocolError("a body containing NUL needs a content-length header")
-        lines.append("\n")
-        try:
-            head = "\n".join(lines).encode()
-        except UnicodeEncodeError as exc:
-            raise LocalProtocolError(f"a header is not valid unicode: {exc}") from None
-        return head + body + b"\x00"
+        return encode_frame(frame, escaped=self._escape, version=self._version)
