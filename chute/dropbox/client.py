@@ -57,17 +57,12 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from chute.client.received import Received
 from chute.core.address import Kind, parse
 from chute.core.selector import compile_selector
+from chute.dropbox.escape import enc
 from chute.dropbox.layout import QueueLayout, init_queue, init_topic, queue_layout
+from chute.dropbox.names import MAX_CLIENT_ID_BYTES, TOPIC_ROOT, check_destination_name
 from chute.dropbox.queue import ConsumerOptions, Delivery, QueueConsumer, QueueProducer
 from chute.dropbox.topic import TopicPublisher, remove_subscription
-from chute.dropbox.transcoder import (
-    MAX_CLIENT_ID_BYTES,
-    TOPIC_ROOT,
-    DecodedName,
-    check_destination_name,
-    decode_filename,
-    enc,
-)
+from chute.dropbox.transcoder import DecodedName, decode_filename
 from chute.dropbox.watch import DEFAULT_POLL_INTERVAL
 from chute.errors import (
     ChuteError,

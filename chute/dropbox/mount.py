@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from chute.core.address import Kind, parse
-from chute.dropbox.transcoder import MAX_CLIENT_ID_BYTES, check_destination_name, enc
+from chute.dropbox.escape import enc
+from chute.dropbox.names import MAX_CLIENT_ID_BYTES, check_destination_name
 from chute.errors import ChuteError, ConfigError
 
 __all__ = ["DEFAULT_BRIDGE_CLIENT", "Direction", "DropboxMount", "parse_mounts"]

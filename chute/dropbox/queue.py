@@ -59,13 +59,8 @@ from pathlib import Path
 from typing import Final
 
 from chute.dropbox.layout import QueueLayout, init_queue
-from chute.dropbox.transcoder import (
-    DecodedName,
-    claim_name,
-    decode_filename,
-    encode_filename,
-    split_claim_name,
-)
+from chute.dropbox.names import claim_name, split_claim_name
+from chute.dropbox.transcoder import DecodedName, decode_filename, encode_filename
 from chute.dropbox.watch import Watcher
 from chute.errors import InvalidAddress, InvalidMessage
 from chute.message import Message, now_ms
