@@ -59,7 +59,12 @@ from chute.core.address import Kind, parse
 from chute.core.selector import compile_selector
 from chute.dropbox.escape import enc
 from chute.dropbox.layout import QueueLayout, init_queue, init_topic, queue_layout
-from chute.dropbox.names import MAX_CLIENT_ID_BYTES, TOPIC_ROOT, check_destination_name
+from chute.dropbox.names import (
+    MAX_CLIENT_ID_BYTES,
+    TOPIC_ROOT,
+    check_client_id,
+    check_destination_name,
+)
 from chute.dropbox.queue import ConsumerOptions, Delivery, QueueConsumer, QueueProducer
 from chute.dropbox.topic import TopicPublisher, remove_subscription
 from chute.dropbox.transcoder import DecodedName, decode_filename
@@ -140,11 +145,9 @@ def parse_dropbox_url(url: str, client_id: str | None = None) -> DropboxOptions:
         values["poll_interval" if key == "poll_ms" else key] = _option(url, key, raw)
     given = values.pop("client_id", None) or client_id or default_client_id()
     try:
-        enc(given)
-    except ChuteError as exc:
-        raise ConnectError(f"client id: {exc.reason}") from None
-    if len(enc(given)) > MAX_CLIENT_ID_BYTES:
-        raise ConnectError(f"client id {given[:60]!r} is longer than {MAX_CLIENT_ID_BYTES} bytes")
+        check_client_id(given)
+    except InvalidAddress as exc:
+        raise ConnectError(exc.reason) from None
     return DropboxOptions(root=Path(path), client_id=given, **values)
 
 

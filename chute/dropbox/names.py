@@ -10,8 +10,8 @@ filename is :mod:`~chute.dropbox.transcoder`'s, and
 - **Claimed files** (:func:`claim_name`, :func:`split_claim_name`): a consumer
   claims a file by renaming it to ``<enc(clientId)>~<name>``, and keeps that
   name in ``processed/`` and ``error/``. The client id encodes to 1 to
-  :data:`MAX_CLIENT_ID_BYTES` bytes; it never holds ``~`` once encoded, so the
-  first ``~`` is the separator.
+  :data:`MAX_CLIENT_ID_BYTES` bytes (:func:`check_client_id`); it never holds
+  ``~`` once encoded, so the first ``~`` is the separator.
 - **Subscription directories** (:func:`subscription_dir_name`,
   :func:`check_subscription_dir`): ``<enc(subscription)>.<enc(clientId)>``
   under a topic's ``.subscriptions/``.
@@ -34,6 +34,7 @@ __all__ = [
     "MAX_CLIENT_ID_BYTES",
     "NAME_MAX_BYTES",
     "TOPIC_ROOT",
+    "check_client_id",
     "check_destination_name",
     "check_subscription_dir",
     "claim_name",
@@ -58,23 +59,38 @@ TOPIC_ROOT: Final = "topic-root"
 # -- claimed files -------------------------------------------------------------------------
 
 
-def claim_name(client_id: str, name: str) -> str:
-    """The name a consumer gives a file it claims: ``<enc(clientId)>~<name>``.
+def check_client_id(client_id: str) -> str:
+    """``client_id`` as it prefixes a claimed name (``enc(client_id)``), checked.
+
+    Every client id chute accepts (a consumer's, a ``dropbox:`` URL's, a
+    mount's) passes here, so a claimed name can always be made from it.
 
     Raises:
-        InvalidAddress: the client id is empty or encodes to more than
-            :data:`MAX_CLIENT_ID_BYTES`, or the result would exceed
-            :data:`NAME_MAX_BYTES`.
+        InvalidAddress: the client id is empty, holds a lone surrogate, or
+            encodes to more than :data:`MAX_CLIENT_ID_BYTES`.
     """
     try:
         encoded = enc(client_id)
     except InvalidMessage as exc:
         raise InvalidAddress(f"client id: {exc.reason}") from None
-    if not encoded or len(encoded) > MAX_CLIENT_ID_BYTES:
+    if not encoded:
+        raise InvalidAddress("client id must not be empty")
+    if len(encoded) > MAX_CLIENT_ID_BYTES:
         raise InvalidAddress(
-            f"client id {client_id[:60]!r} must encode to 1-{MAX_CLIENT_ID_BYTES} bytes"
+            f"client id {client_id[:60]!r} is longer than {MAX_CLIENT_ID_BYTES} bytes "
+            "once URL-encoded"
         )
-    claimed = f"{encoded}~{name}"
+    return encoded
+
+
+def claim_name(client_id: str, name: str) -> str:
+    """The name a consumer gives a file it claims: ``<enc(clientId)>~<name>``.
+
+    Raises:
+        InvalidAddress: a bad client id (see :func:`check_client_id`), or the
+            result would exceed :data:`NAME_MAX_BYTES`.
+    """
+    claimed = f"{check_client_id(client_id)}~{name}"
     if len(claimed.encode("utf-8", "surrogateescape")) > NAME_MAX_BYTES:
         raise InvalidAddress(f"claimed name would exceed {NAME_MAX_BYTES} bytes")
     return claimed
