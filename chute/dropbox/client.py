@@ -57,13 +57,19 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from chute.client.received import Received
 from chute.core.address import Kind, parse
 from chute.core.selector import compile_selector
-from chute.dropbox.escape import enc
-from chute.dropbox.layout import QueueLayout, init_queue, init_topic, queue_layout
+from chute.dropbox.layout import (
+    TOPIC_SUBSCRIPTIONS,
+    QueueLayout,
+    init_queue,
+    init_topic,
+    queue_layout,
+)
 from chute.dropbox.names import (
     MAX_CLIENT_ID_BYTES,
     TOPIC_ROOT,
     check_client_id,
     check_destination_name,
+    subscription_dir_name,
 )
 from chute.dropbox.queue import ConsumerOptions, Delivery, QueueConsumer, QueueProducer
 from chute.dropbox.topic import TopicPublisher, remove_subscription
@@ -541,11 +547,16 @@ class DropboxSession:
             NotFound-like ConsumerError: no such subscription.
         """
         self._check()
+        client_id = self.connection.client_id
+        missing = ConsumerError(f"no durable subscription {name!r} of {client_id}")
+        try:
+            wanted = subscription_dir_name(name, client_id)
+        except InvalidAddress:
+            raise missing from None  # a subscription cannot have been made with this name
         topic_root = self.connection.root / TOPIC_ROOT
-        wanted = f"{enc(name)}.{enc(self.connection.client_id)}"
-        found = [p for p in topic_root.rglob(wanted) if p.parent.name == ".subscriptions"]
+        found = [p for p in topic_root.rglob(wanted) if p.parent.name == TOPIC_SUBSCRIPTIONS]
         if not found:
-            raise ConsumerError(f"no durable subscription {name!r} of {self.connection.client_id}")
+            raise missing
         for path in found:
             remove_subscription(QueueLayout(self.connection.root, name, path))
 
