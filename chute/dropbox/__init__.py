@@ -1,6 +1,9 @@
 """DropboxMQ interop: the filesystem protocol of DropboxMQ 1.2 (seed 000).
 
-- :mod:`~chute.dropbox.transcoder`: filenames both ways (pure);
+- :mod:`~chute.dropbox.transcoder`: message filenames both ways (pure), over
+  :mod:`~chute.dropbox.escape`, the escaping of text in every name;
+- :mod:`~chute.dropbox.names`: what a destination's directory, a subscription's
+  directory and a claimed file may be called (pure);
 - :mod:`~chute.dropbox.layout`: where queue and topic dropboxes live under a root;
 - :mod:`~chute.dropbox.queue`, :mod:`~chute.dropbox.topic`: serverless produce,
   claim, ack, recover, publish and fan-out with real files;
@@ -22,6 +25,13 @@ from chute.dropbox.layout import (
     queue_layout,
     topic_layout,
 )
+from chute.dropbox.names import (
+    check_destination_name,
+    claim_name,
+    destination_parts,
+    split_claim_name,
+    subscription_dir_name,
+)
 from chute.dropbox.queue import (
     ConsumerOptions,
     Delivery,
@@ -31,17 +41,7 @@ from chute.dropbox.queue import (
     recover_layout,
 )
 from chute.dropbox.topic import TopicPublisher, distribute, subscribe
-from chute.dropbox.transcoder import (
-    DecodedName,
-    check_destination_name,
-    claim_name,
-    decode_filename,
-    destination_parts,
-    dropbox_id,
-    encode_filename,
-    split_claim_name,
-    subscription_dir_name,
-)
+from chute.dropbox.transcoder import DecodedName, decode_filename, dropbox_id, encode_filename
 from chute.dropbox.watch import Watcher
 
 __all__ = [

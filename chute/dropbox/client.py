@@ -57,17 +57,23 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from chute.client.received import Received
 from chute.core.address import Kind, parse
 from chute.core.selector import compile_selector
-from chute.dropbox.layout import QueueLayout, init_queue, init_topic, queue_layout
-from chute.dropbox.queue import ConsumerOptions, Delivery, QueueConsumer, QueueProducer
-from chute.dropbox.topic import TopicPublisher, remove_subscription
-from chute.dropbox.transcoder import (
+from chute.dropbox.layout import (
+    TOPIC_SUBSCRIPTIONS,
+    QueueLayout,
+    init_queue,
+    init_topic,
+    queue_layout,
+)
+from chute.dropbox.names import (
     MAX_CLIENT_ID_BYTES,
     TOPIC_ROOT,
-    DecodedName,
+    check_client_id,
     check_destination_name,
-    decode_filename,
-    enc,
+    subscription_dir_name,
 )
+from chute.dropbox.queue import ConsumerOptions, Delivery, QueueConsumer, QueueProducer
+from chute.dropbox.topic import TopicPublisher, remove_subscription
+from chute.dropbox.transcoder import DecodedName, decode_filename
 from chute.dropbox.watch import DEFAULT_POLL_INTERVAL
 from chute.errors import (
     ChuteError,
@@ -145,11 +151,9 @@ def parse_dropbox_url(url: str, client_id: str | None = None) -> DropboxOptions:
         values["poll_interval" if key == "poll_ms" else key] = _option(url, key, raw)
     given = values.pop("client_id", None) or client_id or default_client_id()
     try:
-        enc(given)
-    except ChuteError as exc:
-        raise ConnectError(f"client id: {exc.reason}") from None
-    if len(enc(given)) > MAX_CLIENT_ID_BYTES:
-        raise ConnectError(f"client id {given[:60]!r} is longer than {MAX_CLIENT_ID_BYTES} bytes")
+        check_client_id(given)
+    except InvalidAddress as exc:
+        raise ConnectError(exc.reason) from None
     return DropboxOptions(root=Path(path), client_id=given, **values)
 
 
@@ -543,11 +547,16 @@ class DropboxSession:
             NotFound-like ConsumerError: no such subscription.
         """
         self._check()
+        client_id = self.connection.client_id
+        missing = ConsumerError(f"no durable subscription {name!r} of {client_id}")
+        try:
+            wanted = subscription_dir_name(name, client_id)
+        except InvalidAddress:
+            raise missing from None  # a subscription cannot have been made with this name
         topic_root = self.connection.root / TOPIC_ROOT
-        wanted = f"{enc(name)}.{enc(self.connection.client_id)}"
-        found = [p for p in topic_root.rglob(wanted) if p.parent.name == ".subscriptions"]
+        found = [p for p in topic_root.rglob(wanted) if p.parent.name == TOPIC_SUBSCRIPTIONS]
         if not found:
-            raise ConsumerError(f"no durable subscription {name!r} of {self.connection.client_id}")
+            raise missing
         for path in found:
             remove_subscription(QueueLayout(self.connection.root, name, path))
 

@@ -1,4 +1,4 @@
-"""Where a queue dropbox's files live under a dropbox root.
+"""Where queue and topic dropboxes live under a dropbox root.
 
 DropboxMQ 1.2 keeps a queue ``orders`` in ``root/orders/incoming/`` with six
 directories (``shared/notes/dropboxmq.md``):
@@ -10,11 +10,16 @@ directories (``shared/notes/dropboxmq.md``):
 - ``expired/``: messages found expired at delivery (unless deleted);
 - ``error/``: messages past the redelivery limit, and files that cannot be read.
 
-A destination name is never a path: it is checked with
-:func:`~chute.dropbox.transcoder.check_destination_name`, and every directory of
+A topic ``a.b`` lives in ``root/topic-root/a/b/``: its ``.incoming/`` and each
+subscription's ``.subscriptions/<enc(subscription)>.<enc(clientId)>/`` are
+dropboxes with the same six directories.
+
+What a destination, subscription directory or claimed file may be called is
+:mod:`~chute.dropbox.names`'s rule; this module turns the names into paths. A
+destination name is never a path: it is checked with
+:func:`~chute.dropbox.names.check_destination_name`, and every directory of
 the layout must resolve to exactly the path built from the resolved root, so
 neither ``..`` nor a symlink planted under the root can lead outside it.
-Topic dropboxes (``topic-root/``) are not here yet.
 """
 
 from __future__ import annotations
@@ -24,8 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from chute.dropbox.transcoder import (
+from chute.dropbox.names import (
     check_destination_name,
+    check_subscription_dir,
     destination_parts,
     subscription_dir_name,
 )
@@ -171,14 +177,17 @@ class TopicLayout:
         """The dropbox of one subscription (not checked, not created).
 
         Raises:
-            InvalidAddress: see :func:`~chute.dropbox.transcoder.subscription_dir_name`.
+            InvalidAddress: see :func:`~chute.dropbox.names.subscription_dir_name`.
         """
         return self.subscription_dir(subscription_dir_name(subscription, client_id))
 
     def subscription_dir(self, dir_name: str) -> QueueLayout:
-        """The dropbox of the subscription whose directory is ``dir_name``."""
-        if dir_name in ("", ".", "..") or "/" in dir_name or "\\" in dir_name or "\0" in dir_name:
-            raise InvalidAddress(f"{dir_name!r} is not a subscription directory name")
+        """The dropbox of the subscription whose directory is ``dir_name``.
+
+        Raises:
+            InvalidAddress: see :func:`~chute.dropbox.names.check_subscription_dir`.
+        """
+        check_subscription_dir(dir_name)
         return QueueLayout(
             self.root, f"topic:{self.topic}/{dir_name}", self.subscriptions_dir / dir_name
         )

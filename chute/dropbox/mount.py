@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from chute.core.address import Kind, parse
-from chute.dropbox.transcoder import MAX_CLIENT_ID_BYTES, check_destination_name, enc
-from chute.errors import ChuteError, ConfigError
+from chute.dropbox.names import MAX_CLIENT_ID_BYTES, check_client_id, check_destination_name
+from chute.errors import ChuteError, ConfigError, InvalidAddress
 
 __all__ = ["DEFAULT_BRIDGE_CLIENT", "Direction", "DropboxMount", "parse_mounts"]
 
@@ -113,8 +113,13 @@ def _mount(index: int, table: Any) -> DropboxMount:
     poll = _int(table, "poll_interval_ms", 300, where, low=1)
     batch = _int(table, "batch", 256, where, low=1)
     client = table.get("client", DEFAULT_BRIDGE_CLIENT)
-    if not isinstance(client, str) or not client or len(enc(client)) > MAX_CLIENT_ID_BYTES:
-        raise ConfigError(f"{where}.client: 1-{MAX_CLIENT_ID_BYTES} bytes of client id")
+    bad_client = ConfigError(f"{where}.client: 1-{MAX_CLIENT_ID_BYTES} bytes of client id")
+    if not isinstance(client, str):
+        raise bad_client
+    try:
+        check_client_id(client)
+    except InvalidAddress:
+        raise bad_client from None
     delete = table.get("delete_processed", False)
     if not isinstance(delete, bool):
         raise ConfigError(f"{where}.delete_processed: expected true or false")

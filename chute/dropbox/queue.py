@@ -59,13 +59,8 @@ from pathlib import Path
 from typing import Final
 
 from chute.dropbox.layout import QueueLayout, init_queue
-from chute.dropbox.transcoder import (
-    DecodedName,
-    claim_name,
-    decode_filename,
-    encode_filename,
-    split_claim_name,
-)
+from chute.dropbox.names import check_client_id, claim_name, split_claim_name
+from chute.dropbox.transcoder import DecodedName, decode_filename, encode_filename
 from chute.dropbox.watch import Watcher
 from chute.errors import InvalidAddress, InvalidMessage
 from chute.message import Message, now_ms
@@ -244,7 +239,7 @@ class QueueConsumer:
         options: ConsumerOptions | None = None,
         accept: Callable[[DecodedName], bool] | None = None,
     ) -> None:
-        claim_name(client_id, "x")  # raises on a bad client id
+        check_client_id(client_id)
         self.layout: QueueLayout = open_layout(root, destination)
         self.client_id = client_id
         self.options = options or ConsumerOptions()

@@ -27,10 +27,10 @@ Encoding (:func:`encode_filename`) writes
 ``priority.id.class[.expiration[.correlation[.replyTo[.type[.properties]]]]]``,
 leaving out the fields after the last non-empty one. Text is URL-encoded in the
 form style (space is ``+``; ``*``, ``-``, ``_`` kept), then ``.`` becomes ``%2E``
-and ``~`` becomes ``%7E``, so an encoded field holds only ``A-Z a-z 0-9 * - _ + %``:
-never a separator of ours, never ``/``. A property is ``enc(name) + letter + "=" +
-enc(value)``, pairs joined by ``&``. The delivery count is the property
-``JMSXDeliveryCountI``.
+and ``~`` becomes ``%7E`` (:func:`~chute.dropbox.escape.enc`), so an encoded field
+holds only ``A-Z a-z 0-9 * - _ + %``: never a separator of ours, never ``/``. A
+property is ``enc(name) + letter + "=" + enc(value)``, pairs joined by ``&``. The
+delivery count is the property ``JMSXDeliveryCountI``.
 
 Where chute deliberately differs from DropboxMQ
 -----------------------------------------------
@@ -68,13 +68,17 @@ What a name cannot carry
 Name length
 -----------
 A filename is at most 255 bytes on every common filesystem, and a consumer
-later renames the file to ``<enc(clientId)>~<name>`` and adds
-``&JMSXDeliveryCountI=<n>``. :func:`encode_filename` therefore **refuses**
-(raises :class:`~chute.errors.InvalidMessage`) a name longer than
+later renames the file to ``<enc(clientId)>~<name>``
+(:func:`~chute.dropbox.names.claim_name`) and adds ``&JMSXDeliveryCountI=<n>``.
+:func:`encode_filename` therefore **refuses** (raises
+:class:`~chute.errors.InvalidMessage`) a name longer than
 :data:`MAX_ENCODED_BYTES` (172 by default) rather than spilling properties
 elsewhere: a spilled property is one a DropboxMQ reader would never see, and a
 sidecar file would break the single-rename atomicity of the protocol.
 :func:`decode_filename` accepts names of any length.
+
+The names of directories and of claimed files are not a message's:
+:mod:`~chute.dropbox.names` holds their rules.
 """
 
 from __future__ import annotations
@@ -85,10 +89,10 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
-from urllib.parse import quote_plus
 
-from chute.core.address import check_name
-from chute.errors import InvalidAddress, InvalidMessage
+from chute.dropbox.escape import dec, enc
+from chute.dropbox.names import MAX_CLAIMABLE_BYTES
+from chute.errors import InvalidMessage
 from chute.message import (
     DEFAULT_PRIORITY,
     MAX_PROPERTY_NAME_LENGTH,
@@ -107,92 +111,30 @@ from chute.message import (
 
 __all__ = [
     "DELIVERY_COUNT",
-    "MAX_CLIENT_ID_BYTES",
     "MAX_ENCODED_BYTES",
-    "NAME_MAX_BYTES",
-    "TOPIC_ROOT",
     "DecodedName",
-    "check_destination_name",
-    "claim_name",
     "decode_filename",
-    "destination_parts",
     "dropbox_id",
-    "enc",
     "encode_filename",
-    "split_claim_name",
-    "subscription_dir_name",
 ]
-
-NAME_MAX_BYTES: Final = 255
-"""The longest filename (in bytes) of ext4, XFS, btrfs, APFS, NTFS (in UTF-16 units)."""
-
-MAX_CLIENT_ID_BYTES: Final = 48
-"""The longest encoded client id :func:`claim_name` accepts."""
 
 DELIVERY_COUNT: Final = "JMSXDeliveryCount"
 # the most a count adds: the four empty slots before the properties, and 10 digits
 _DELIVERY_COUNT_RESERVE: Final = len(f".....{DELIVERY_COUNT}I=") + 10
 
-MAX_ENCODED_BYTES: Final = NAME_MAX_BYTES - (MAX_CLIENT_ID_BYTES + 1) - _DELIVERY_COUNT_RESERVE
+MAX_ENCODED_BYTES: Final = MAX_CLAIMABLE_BYTES - _DELIVERY_COUNT_RESERVE
 """The longest name :func:`encode_filename` writes, leaving room for claim and count."""
-
-_CLAIMABLE_BYTES: Final = NAME_MAX_BYTES - (MAX_CLIENT_ID_BYTES + 1)
-
-TOPIC_ROOT: Final = "topic-root"
 
 _FIELDS: Final = 7
 _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
 _LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
 _MAX_PRIORITY: Final = 9
 
-# -- URL encoding ---------------------------------------------------------------------------
-
-
-def enc(text: str) -> str:
-    """DropboxMQ's field encoding: form-style URL encoding, then ``.`` and ``~`` escaped.
-
-    Raises:
-        InvalidMessage: the text holds a lone surrogate (it has no UTF-8 form).
-    """
-    try:
-        quoted = quote_plus(text, safe="*")
-    except UnicodeEncodeError:
-        raise InvalidMessage(f"{text[:40]!r} is not valid Unicode (lone surrogate)") from None
-    return quoted.replace(".", "%2E").replace("~", "%7E")
-
-
-_ESCAPES: Final = re.compile(r"(?:%[0-9A-Fa-f]{2})+")
-
-
-def _dec(text: str) -> str | None:
-    """Java's ``URLDecoder.decode(text, "UTF-8")``, or None where Java would throw.
-
-    ``+`` is a space; runs of ``%XX`` are UTF-8. A ``%`` not followed by two hex
-    digits, or escapes that are not UTF-8, give None (Java throws or substitutes).
-    """
-    if "%" not in text:
-        return text.replace("+", " ")
-    out: list[str] = []
-    pos = 0
-    for match in _ESCAPES.finditer(text):
-        plain = text[pos : match.start()]
-        if "%" in plain:
-            return None
-        out.append(plain.replace("+", " "))
-        try:
-            out.append(bytes.fromhex(match.group().replace("%", "")).decode("utf-8"))
-        except UnicodeDecodeError:
-            return None
-        pos = match.end()
-    rest = text[pos:]
-    if "%" in rest:
-        return None
-    out.append(rest.replace("+", " "))
-    return "".join(out)
+# -- URL decoding -------------------------------------------------------------------------
 
 
 def _dec_or_literal(text: str, what: str, notes: list[str]) -> str:
-    decoded = _dec(text)
+    decoded = dec(text)
     if decoded is None:
         notes.append(f"{what} {text[:60]!r} does not URL-decode: kept literally")
         return text
@@ -453,7 +395,7 @@ class DecodedName:
             None,
         )
 
-    def with_delivery_count(self, count: int, *, max_bytes: int = _CLAIMABLE_BYTES) -> str:
+    def with_delivery_count(self, count: int, *, max_bytes: int = MAX_CLAIMABLE_BYTES) -> str:
         """This message's name with ``JMSXDeliveryCount`` set to ``count``.
 
         The name is re-encoded (a foreign name becomes a DropboxMQ one whose id
@@ -627,95 +569,3 @@ def _encode_fields(
             f"{max_bytes}: shorten the id, correlation id, reply-to, type or properties"
         )
     return name
-
-
-# -- names around messages: claims, subscriptions, destinations ------------------------------
-
-
-def claim_name(client_id: str, name: str) -> str:
-    """The name a consumer gives a file it claims: ``<enc(clientId)>~<name>``.
-
-    Raises:
-        InvalidAddress: the client id is empty or encodes to more than
-            :data:`MAX_CLIENT_ID_BYTES`, or the result would exceed
-            :data:`NAME_MAX_BYTES`.
-    """
-    try:
-        encoded = enc(client_id)
-    except InvalidMessage as exc:
-        raise InvalidAddress(f"client id: {exc.reason}") from None
-    if not encoded or len(encoded) > MAX_CLIENT_ID_BYTES:
-        raise InvalidAddress(
-            f"client id {client_id[:60]!r} must encode to 1-{MAX_CLIENT_ID_BYTES} bytes"
-        )
-    claimed = f"{encoded}~{name}"
-    if len(claimed.encode("utf-8", "surrogateescape")) > NAME_MAX_BYTES:
-        raise InvalidAddress(f"claimed name would exceed {NAME_MAX_BYTES} bytes")
-    return claimed
-
-
-def split_claim_name(claimed: str) -> tuple[str | None, str]:
-    """(client id, original name) of a claimed file; (None, name) if it is not one.
-
-    The encoded client id never holds ``~`` (it is escaped), so the first
-    ``~`` is the separator even when the original name holds more.
-    """
-    encoded, sep, name = claimed.partition("~")
-    if not sep or not encoded:
-        return None, claimed
-    client = _dec(encoded)
-    return (encoded if client is None else client), name
-
-
-def subscription_dir_name(subscription: str, client_id: str) -> str:
-    """A topic subscription's directory: ``<enc(subscription)>.<enc(clientId)>``.
-
-    Raises:
-        InvalidAddress: either part is empty or the name would be too long.
-    """
-    if not subscription or not client_id:
-        raise InvalidAddress("subscription name and client id must not be empty")
-    try:
-        name = f"{enc(subscription)}.{enc(client_id)}"
-    except InvalidMessage as exc:
-        raise InvalidAddress(exc.reason) from None
-    if len(name) > NAME_MAX_BYTES:
-        raise InvalidAddress(f"subscription directory name would exceed {NAME_MAX_BYTES} bytes")
-    return name
-
-
-def check_destination_name(name: str, *, topic: bool = False) -> str:
-    """Raise unless ``name`` can name a dropbox directory under the root.
-
-    A destination name is never a path. On top of chute's naming rules (letters,
-    digits, ``.``, ``-``, ``_``, ``:``; no ``/``, ``\\``, NUL or ``..``; at most
-    200 characters), a dropbox name must not start or end with ``.`` (hidden
-    files, ``.incoming``/``.subscriptions``, and Windows trims a trailing dot),
-    and a queue must not be called ``topic-root`` in any letter case (the topic
-    tree lives there). A topic ``a.b`` becomes the directories ``a/b``.
-
-    Raises:
-        InvalidAddress: the name would not stay one directory (or topic tree)
-            inside the root.
-    """
-    check_name(name)
-    if name.startswith(".") or name.endswith("."):
-        raise InvalidAddress(f"dropbox name {name!r} must not start or end with '.'")
-    if not topic and name.lower() == TOPIC_ROOT:
-        raise InvalidAddress(f"a queue cannot be called {TOPIC_ROOT!r}: topics live there")
-    return name
-
-
-def destination_parts(name: str, *, topic: bool = False) -> tuple[str, ...]:
-    """The directories of a destination's dropbox, relative to the root.
-
-    ``orders`` gives ``("orders",)``; the topic ``a.b`` gives
-    ``("topic-root", "a", "b")``.
-
-    Raises:
-        InvalidAddress: as :func:`check_destination_name`.
-    """
-    check_destination_name(name, topic=topic)
-    if topic:
-        return (TOPIC_ROOT, *name.split("."))
-    return (name,)

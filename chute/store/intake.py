@@ -21,7 +21,8 @@ from typing import Final
 
 from chute.core.store import AckOp, SyncCallback
 from chute.store.errors import JournalClosed
-from chute.store.payload import (
+from chute.store.record import Kind
+from chute.store.records import (
     AckRecord,
     AcksRecord,
     AddRecord,
@@ -30,7 +31,6 @@ from chute.store.payload import (
     Record,
     encode,
 )
-from chute.store.record import Kind
 
 WAKE_BYTES: Final = 1 << 20  # buffered bytes that wake the writer at once
 

@@ -4,8 +4,9 @@ Theory of operation
 -------------------
 The caller (the broker's event loop) never touches the disk. ``add``,
 ``ack`` and the other record methods encode the record's payload
-(:mod:`chute.store.payload`) and hand it to the writer's intake, a list
-under a short lock: no system call, a couple of microseconds.
+(:mod:`chute.store.records`; an add's is :mod:`chute.store.payload`'s) and
+hand it to the writer's intake, a list under a short lock: no system call, a
+couple of microseconds.
 ``sync(callback)`` hands over the callback and wakes the writer.
 
 One writer thread (:mod:`chute.store.writer`) does all the I/O: it takes
@@ -73,8 +74,9 @@ from chute.store.disk import Disk
 from chute.store.errors import JournalClosed
 from chute.store.intake import Intake, ReclaimResult
 from chute.store.pager import TxLayouts, read_paged
-from chute.store.payload import (
-    ENCODE_ERRORS,
+from chute.store.payload import ENCODE_ERRORS, encode_add
+from chute.store.reclaim import LiveIndex
+from chute.store.records import (
     AddRecord,
     CommitPreparedRecord,
     CommitRecord,
@@ -84,9 +86,7 @@ from chute.store.payload import (
     RollbackPreparedRecord,
     UndefineRecord,
     encode,
-    encode_add,
 )
-from chute.store.reclaim import LiveIndex
 from chute.store.recovery import recover_lazily
 from chute.store.segment import list_segments, remove_spares
 from chute.store.writer import SyncMode, Writer

@@ -1,25 +1,18 @@
-"""Journal records and their payloads: what each :class:`~chute.store.record.Kind` holds.
+"""The payloads of the core's operations: an add, an ack, and a transaction's list of them.
 
-Pure, no files. Records are named for the act (after Artemis' journal
-records) and carry the core's own values (:class:`~chute.core.store.AddOp`,
-:class:`~chute.core.store.QueueDefinition`, ...). Payload layouts
-(big-endian; ``s16`` is a u16 length and UTF-8, ``o16``/``o32`` a present u8
-then the string)::
+Pure, no files. These are the journal's hot paths: every message goes in
+through :func:`encode_add` and comes back through :func:`add_head` (lazy
+recovery), :func:`add_keys` and :func:`op_add_keys` (reclaiming, paging) or
+:func:`decode_add`. They take and give the core's own values
+(:class:`~chute.core.store.AddOp`, :class:`~chute.core.store.AckOp`); the
+records that carry them, and the payloads of every other kind, are
+:mod:`chute.store.records`', built on the names and errors here. Payload
+layouts (big-endian; ``s16`` is a u16 length and UTF-8)::
 
     ADD        seq u64 | timestamp i64 | expiration i64 | stored_count u32
                | delivery_count u32 | flags u8 (1 redelivered) | destination s16
                | n_queues u16 | queue s16 x n | content (the rest)
     ACK        seq u64 | queue s16
-    ACKS       queue s16 | n u32 | seq u64 x n
-    DELIVERED  seq u64 | count u32 | queue s16
-    MARKS      queue s16 | n u32 | seq u64 x n | count u32 x n
-    DEFINE     kind u8 | name s16 | topic o16 | selector o32 | forward_to o16
-    UNDEFINE   name s16
-    COMMIT     ops
-    PREPARE, COMMIT_PREPARED   xid s16 | ops
-    ROLLBACK_PREPARED          xid s16
-    CHECKPOINT n u32 | (destination s16 | next_seq u64) x n
-               | m u32 | (queue s16 | seq u64 | count u32) x m
     ops        n u32 | (tag u8 (1 add, 2 ack) | length u32 | ADD or ACK payload) x n
 
 ``content`` is the message's wire content block
@@ -29,16 +22,8 @@ not in it, so the ADD payload carries them. ``stored_count`` is the store's
 delivery count: zero for a new add, the known count for an add that
 compaction moved forward.
 
-ACKS and MARKS are what the journal's writer makes of the acks and delivery
-marks of one queue that arrived together (:class:`~chute.store.intake.Intake`):
-one record, one frame and one CRC for a consumer's whole batch instead of one
-each; a lone ack or mark is still written as ACK or DELIVERED.
-
-A COMMIT_PREPARED record repeats the transaction's operations instead of
-pointing back at its PREPARE: every record can be replayed on its own, so
-reclaiming never needs to keep a prepare alive for a commit that followed it.
-
-Decoding raises only :class:`~chute.store.errors.CorruptRecord`.
+Decoding raises only :class:`~chute.store.errors.CorruptRecord`, but for
+:func:`decode_ops`, whose caller turns its :data:`DECODE_ERRORS` into one.
 
 Thread-safety: the functions are pure and may run on any thread (the
 module's cache of encoded names is a dict, safe to share under the GIL);
@@ -52,7 +37,7 @@ import struct
 from collections.abc import Sequence
 from typing import Final
 
-from chute.core.store import AckOp, AddOp, QueueDefinition, QueueKind, TxOp
+from chute.core.store import AckOp, AddOp, TxOp
 from chute.errors import ChuteError
 from chute.message import Message
 from chute.protocol.content import (
@@ -65,28 +50,21 @@ from chute.protocol.content import (
 from chute.store.errors import CorruptRecord
 from chute.store.record import Kind
 
-_U8: Final = struct.Struct(">B")
 _U16: Final = struct.Struct(">H")
 _U32: Final = struct.Struct(">I")
 _ADD: Final = struct.Struct(">QqqIIBH")  # ... flags, destination length
 _ADD_SIZE: Final = _ADD.size
 _ADD_HEAD: Final = struct.Struct(">QqqIIB")  # _ADD without the destination's length
 _SEQ_NAME: Final = struct.Struct(">QH")
-_SEQ_COUNT_NAME: Final = struct.Struct(">QIH")
-_NEXT_SEQ: Final = struct.Struct(">Q")
-_COUNT: Final = struct.Struct(">QI")
 _OP_HEAD: Final = struct.Struct(">BI")
 _OP_ADD, _OP_ACK = 1, 2
 _REDELIVERED = 1
-
-_QUEUE_KINDS: Final = {QueueKind.QUEUE: 0, QueueKind.SUBSCRIPTION: 1, QueueKind.CALLBACK: 2}
-_KIND_BY_TAG: Final = {v: k for k, v in _QUEUE_KINDS.items()}
 
 ENCODE_ERRORS: Final = (ChuteError, ValueError, struct.error, OverflowError)
 """What encoding a record the journal cannot hold may raise (a name over 64 KiB, a
 message field the content block cannot carry, a sequence number out of range)."""
 
-_DECODE_ERRORS: Final = (
+DECODE_ERRORS: Final = (
     struct.error,
     UnicodeDecodeError,
     IndexError,
@@ -96,249 +74,33 @@ _DECODE_ERRORS: Final = (
     OverflowError,
     ChuteError,  # RemoteProtocolError and InvalidMessage from the content block
 )
+"""What decoding a malformed payload may raise before it is turned into
+:class:`~chute.store.errors.CorruptRecord`."""
 
 
-# -- records -------------------------------------------------------------------------
-# Values nobody changes; the per-message ones are not ``frozen`` only because a frozen
-# dataclass's ``__init__`` costs about 2.5 times as much.
-
-
-@dataclasses.dataclass(slots=True)
-class AddRecord:
-    op: AddOp
-    delivery_count: int = 0  # the store's count (non-zero only for a compacted add)
-
-
-@dataclasses.dataclass(slots=True)
-class AckRecord:
-    op: AckOp
-
-
-@dataclasses.dataclass(slots=True)
-class AcksRecord:
-    """Acks of several messages of one queue."""
-
-    queue: str
-    seqs: tuple[int, ...]
-
-
-@dataclasses.dataclass(slots=True)
-class DeliveredRecord:
-    queue: str
-    seq: int
-    count: int
-
-
-@dataclasses.dataclass(slots=True)
-class MarksRecord:
-    """Delivery marks of several messages of one queue: ``counts[i]`` is ``seqs[i]``'s."""
-
-    queue: str
-    seqs: tuple[int, ...]
-    counts: tuple[int, ...]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class DefineRecord:
-    definition: QueueDefinition
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class UndefineRecord:
-    name: str
-
-
-@dataclasses.dataclass(slots=True)
-class CommitRecord:
-    ops: tuple[TxOp, ...]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class PrepareRecord:
-    xid: str
-    ops: tuple[TxOp, ...]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class CommitPreparedRecord:
-    xid: str
-    ops: tuple[TxOp, ...]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class RollbackPreparedRecord:
-    xid: str
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class CheckpointRecord:
-    """Carries what deleted segments knew: sequence high-water marks, delivery counts."""
-
-    next_seq: tuple[tuple[str, int], ...]
-    counts: tuple[tuple[str, int, int], ...]  # (queue, seq, count) of live messages
-
-
-Record = (
-    AddRecord
-    | AckRecord
-    | AcksRecord
-    | DeliveredRecord
-    | MarksRecord
-    | DefineRecord
-    | UndefineRecord
-    | CommitRecord
-    | PrepareRecord
-    | CommitPreparedRecord
-    | RollbackPreparedRecord
-    | CheckpointRecord
-)
-
-
-# -- encoding ------------------------------------------------------------------------
+# -- names ---------------------------------------------------------------------------
 
 _names: dict[str, bytes] = {}
 
 
-def _raw(name: str) -> bytes:
+def name_bytes(name: str) -> bytes:
+    """``name`` in UTF-8, refused if its length does not fit a u16."""
     raw = name.encode()
     if len(raw) > 0xFFFF:
         raise ValueError(f"a name of {len(raw)} bytes does not fit a journal record")
     return raw
 
 
-def _s16(name: str) -> bytes:
+def s16(name: str) -> bytes:
     """``name`` as s16, cached (names repeat: queues, destinations)."""
     encoded = _names.get(name)
     if encoded is None:
-        raw = _raw(name)
+        raw = name_bytes(name)
         encoded = _U16.pack(len(raw)) + raw
         if len(_names) > 4096:
             _names.clear()
         _names[name] = encoded
     return encoded
-
-
-def _o16(value: str | None) -> bytes:
-    return b"\x00" if value is None else b"\x01" + _s16(value)
-
-
-def _o32(value: str | None) -> bytes:
-    if value is None:
-        return b"\x00"
-    raw = value.encode()
-    return b"\x01" + _U32.pack(len(raw)) + raw
-
-
-def encode_add(op: AddOp, delivery_count: int = 0) -> bytes:
-    """The ADD payload of ``op``.
-
-    Raises:
-        ENCODE_ERRORS: the message cannot be encoded (a field too long, a name
-            over 64 KiB, a sequence number out of range).
-    """
-    m = op.message
-    content = m.encoded
-    if content is None:
-        content = encode_content(m)
-    queues = op.queues
-    head = _ADD_HEAD.pack(
-        op.seq,
-        m.timestamp,
-        m.expiration,
-        delivery_count,
-        m.delivery_count,
-        _REDELIVERED if m.redelivered else 0,
-    )
-    dest = _s16(op.destination)  # the destination's length and name, as _ADD ends
-    if len(queues) == 1:
-        return b"".join((head, dest, b"\x00\x01", _s16(queues[0]), content))
-    return b"".join((head, dest, _U16.pack(len(queues)), *(_s16(q) for q in queues), content))
-
-
-def encode_ack(op: AckOp) -> bytes:
-    raw = _raw(op.queue)
-    return _SEQ_NAME.pack(op.seq, len(raw)) + raw
-
-
-def encode_delivered(queue: str, seq: int, count: int) -> bytes:
-    raw = _raw(queue)
-    return _SEQ_COUNT_NAME.pack(seq, count, len(raw)) + raw
-
-
-def encode_acks(queue: str, seqs: Sequence[int]) -> bytes:
-    return b"".join((_s16(queue), _U32.pack(len(seqs)), struct.pack(f">{len(seqs)}Q", *seqs)))
-
-
-def encode_marks(queue: str, seqs: Sequence[int], counts: Sequence[int]) -> bytes:
-    n = len(seqs)
-    if len(counts) != n:
-        raise ValueError(f"{n} delivery marks but {len(counts)} counts")
-    return b"".join(
-        (_s16(queue), _U32.pack(n), struct.pack(f">{n}Q", *seqs), struct.pack(f">{n}I", *counts))
-    )
-
-
-def encode_ops(ops: Sequence[TxOp]) -> bytes:
-    parts = [_U32.pack(len(ops))]
-    for op in ops:
-        if isinstance(op, AddOp):
-            payload = encode_add(op)
-            parts.append(_OP_HEAD.pack(_OP_ADD, len(payload)))
-        else:
-            payload = encode_ack(op)
-            parts.append(_OP_HEAD.pack(_OP_ACK, len(payload)))
-        parts.append(payload)
-    return b"".join(parts)
-
-
-def encode(record: Record) -> tuple[Kind, bytes]:
-    """The kind and payload of any record (the hot adds and acks have their own functions).
-
-    Raises:
-        ENCODE_ERRORS: a message or name cannot be encoded (see :func:`encode_add`).
-    """
-    match record:
-        case AddRecord(op, count):
-            return Kind.ADD, encode_add(op, count)
-        case AckRecord(op):
-            return Kind.ACK, encode_ack(op)
-        case AcksRecord(queue, seqs):
-            return Kind.ACKS, encode_acks(queue, seqs)
-        case DeliveredRecord(queue, seq, count):
-            return Kind.DELIVERED, encode_delivered(queue, seq, count)
-        case MarksRecord(queue, seqs, counts):
-            return Kind.MARKS, encode_marks(queue, seqs, counts)
-        case DefineRecord(d):
-            return Kind.DEFINE, b"".join(
-                (
-                    _U8.pack(_QUEUE_KINDS[d.kind]),
-                    _s16(d.name),
-                    _o16(d.topic),
-                    _o32(d.selector),
-                    _o16(d.forward_to),
-                )
-            )
-        case UndefineRecord(name):
-            return Kind.UNDEFINE, _s16(name)
-        case CommitRecord(ops):
-            return Kind.COMMIT, encode_ops(ops)
-        case PrepareRecord(xid, ops):
-            return Kind.PREPARE, _s16(xid) + encode_ops(ops)
-        case CommitPreparedRecord(xid, ops):
-            return Kind.COMMIT_PREPARED, _s16(xid) + encode_ops(ops)
-        case RollbackPreparedRecord(xid):
-            return Kind.ROLLBACK_PREPARED, _s16(xid)
-        case CheckpointRecord(next_seq, counts):
-            parts = [_U32.pack(len(next_seq))]
-            for dest, seq in next_seq:
-                parts += (_s16(dest), _NEXT_SEQ.pack(seq))
-            parts.append(_U32.pack(len(counts)))
-            for queue, seq, count in counts:
-                parts += (_s16(queue), _COUNT.pack(seq, count))
-            return Kind.CHECKPOINT, b"".join(parts)
-
-
-# -- decoding ------------------------------------------------------------------------
 
 
 class Names:
@@ -370,20 +132,54 @@ class Names:
         return name, q
 
 
-def _o16_at(data: bytes, p: int, names: Names) -> tuple[str | None, int]:
-    if data[p] == 0:
-        return None, p + 1
-    return names.read(data, p + 1)
+# -- encoding ------------------------------------------------------------------------
 
 
-def _o32_at(data: bytes, p: int) -> tuple[str | None, int]:
-    if data[p] == 0:
-        return None, p + 1
-    (length,) = _U32.unpack_from(data, p + 1)
-    q = p + 5 + length
-    if q > len(data):
-        raise IndexError("string runs past the record")
-    return data[p + 5 : q].decode(), q
+def encode_add(op: AddOp, delivery_count: int = 0) -> bytes:
+    """The ADD payload of ``op``.
+
+    Raises:
+        ENCODE_ERRORS: the message cannot be encoded (a field too long, a name
+            over 64 KiB, a sequence number out of range).
+    """
+    m = op.message
+    content = m.encoded
+    if content is None:
+        content = encode_content(m)
+    queues = op.queues
+    head = _ADD_HEAD.pack(
+        op.seq,
+        m.timestamp,
+        m.expiration,
+        delivery_count,
+        m.delivery_count,
+        _REDELIVERED if m.redelivered else 0,
+    )
+    dest = s16(op.destination)  # the destination's length and name, as _ADD ends
+    if len(queues) == 1:
+        return b"".join((head, dest, b"\x00\x01", s16(queues[0]), content))
+    return b"".join((head, dest, _U16.pack(len(queues)), *(s16(q) for q in queues), content))
+
+
+def encode_ack(op: AckOp) -> bytes:
+    raw = name_bytes(op.queue)
+    return _SEQ_NAME.pack(op.seq, len(raw)) + raw
+
+
+def encode_ops(ops: Sequence[TxOp]) -> bytes:
+    parts = [_U32.pack(len(ops))]
+    for op in ops:
+        if isinstance(op, AddOp):
+            payload = encode_add(op)
+            parts.append(_OP_HEAD.pack(_OP_ADD, len(payload)))
+        else:
+            payload = encode_ack(op)
+            parts.append(_OP_HEAD.pack(_OP_ACK, len(payload)))
+        parts.append(payload)
+    return b"".join(parts)
+
+
+# -- decoding ------------------------------------------------------------------------
 
 
 def add_keys(data: bytes, start: int, names: Names) -> tuple[int, list[str]]:
@@ -401,7 +197,7 @@ def add_keys(data: bytes, start: int, names: Names) -> tuple[int, list[str]]:
         for _ in range(count):
             queue, p = names.read(data, p)
             queues.append(queue)
-    except _DECODE_ERRORS as exc:
+    except DECODE_ERRORS as exc:
         raise CorruptRecord(f"malformed add record: {exc}") from exc
     return seq, queues
 
@@ -438,7 +234,7 @@ def add_head(data: bytes, start: int, end: int, names: Names) -> AddHead:
         if p + CONTENT_HEAD.size > end:
             raise IndexError("add header runs past the record")
         flags = data[p + 1]
-    except _DECODE_ERRORS as exc:
+    except DECODE_ERRORS as exc:
         raise CorruptRecord(f"malformed add record: {exc}") from exc
     return AddHead(seq, destination, tuple(queues), stored, bool(flags & PERSISTENT_FLAG), end - p)
 
@@ -471,7 +267,7 @@ def op_add_keys(
             p += length
             if p > end:
                 raise IndexError("operation runs past the record")
-    except _DECODE_ERRORS as exc:
+    except DECODE_ERRORS as exc:
         raise CorruptRecord(f"malformed transaction record: {exc}") from exc
     return keys
 
@@ -515,7 +311,7 @@ def decode_add(data: bytes, start: int, end: int, names: Names) -> tuple[AddOp, 
             delivered,
             flags & _REDELIVERED != 0,
         )
-    except _DECODE_ERRORS as exc:
+    except DECODE_ERRORS as exc:
         raise CorruptRecord(f"malformed add record: {exc}") from exc
     return AddOp(destination, queues, seq, message), stored
 
@@ -529,12 +325,18 @@ def decode_ack(data: bytes, start: int, names: Names) -> AckOp:
     try:
         seq, _ = _SEQ_NAME.unpack_from(data, start)
         queue, _ = names.read(data, start + 8)
-    except _DECODE_ERRORS as exc:
+    except DECODE_ERRORS as exc:
         raise CorruptRecord(f"malformed ack record: {exc}") from exc
     return AckOp(queue, seq)
 
 
-def _decode_ops(data: bytes, p: int, end: int, names: Names) -> tuple[TxOp, ...]:
+def decode_ops(data: bytes, p: int, end: int, names: Names) -> tuple[TxOp, ...]:
+    """The operations of the ``ops`` payload at ``p``, which must end at ``end``.
+
+    Raises:
+        DECODE_ERRORS: the payload is malformed (its caller,
+            :func:`chute.store.records.decode`, makes them a CorruptRecord).
+    """
     (count,) = _U32.unpack_from(data, p)
     p += 4
     ops: list[TxOp] = []
@@ -555,91 +357,3 @@ def _decode_ops(data: bytes, p: int, end: int, names: Names) -> tuple[TxOp, ...]
     if p != end:
         raise ValueError("operations do not fill the record")
     return tuple(ops)
-
-
-def decode(kind: int, data: bytes, start: int, end: int, names: Names) -> Record:
-    """The record of ``kind`` whose payload is ``data[start:end]``.
-
-    Raises:
-        CorruptRecord: an unknown kind or a malformed payload.
-    """
-    try:
-        return _decode(kind, data, start, end, names)
-    except CorruptRecord:
-        raise
-    except _DECODE_ERRORS as exc:
-        raise CorruptRecord(f"malformed record of kind {kind}: {exc}") from exc
-
-
-def _decode(kind: int, data: bytes, start: int, end: int, names: Names) -> Record:
-    match kind:
-        case Kind.ADD:
-            op, count = decode_add(data, start, end, names)
-            return AddRecord(op, count)
-        case Kind.ACK:
-            return AckRecord(decode_ack(data, start, names))
-        case Kind.DELIVERED:
-            seq, count, _ = _SEQ_COUNT_NAME.unpack_from(data, start)
-            queue, _ = names.read(data, start + 12)
-            return DeliveredRecord(queue, seq, count)
-        case Kind.ACKS:
-            queue, p = names.read(data, start)
-            n, p = _counted(data, p, end, 8)
-            return AcksRecord(queue, struct.unpack_from(f">{n}Q", data, p))
-        case Kind.MARKS:
-            queue, p = names.read(data, start)
-            n, p = _counted(data, p, end, 12)
-            seqs = struct.unpack_from(f">{n}Q", data, p)
-            return MarksRecord(queue, seqs, struct.unpack_from(f">{n}I", data, p + 8 * n))
-        case Kind.DEFINE:
-            queue_kind = _KIND_BY_TAG[data[start]]
-            name, p = names.read(data, start + 1)
-            topic, p = _o16_at(data, p, names)
-            selector, p = _o32_at(data, p)
-            forward_to, _ = _o16_at(data, p, names)
-            return DefineRecord(QueueDefinition(name, queue_kind, topic, selector, forward_to))
-        case Kind.UNDEFINE:
-            return UndefineRecord(names.read(data, start)[0])
-        case Kind.COMMIT:
-            return CommitRecord(_decode_ops(data, start, end, names))
-        case Kind.PREPARE | Kind.COMMIT_PREPARED:
-            xid, p = names.read(data, start)
-            ops = _decode_ops(data, p, end, names)
-            if kind == Kind.PREPARE:
-                return PrepareRecord(xid, ops)
-            return CommitPreparedRecord(xid, ops)
-        case Kind.ROLLBACK_PREPARED:
-            return RollbackPreparedRecord(names.read(data, start)[0])
-        case Kind.CHECKPOINT:
-            return _decode_checkpoint(data, start, names)
-    raise CorruptRecord(f"unknown record kind {kind}")
-
-
-def _counted(data: bytes, p: int, end: int, each: int) -> tuple[int, int]:
-    """The u32 count at ``p`` of entries of ``each`` bytes that must fill the record to
-    ``end``, and where they start."""
-    (n,) = _U32.unpack_from(data, p)
-    p += 4
-    if p + n * each != end:
-        raise ValueError(f"{n} entries of {each} bytes do not fill the record")
-    return n, p
-
-
-def _decode_checkpoint(data: bytes, p: int, names: Names) -> CheckpointRecord:
-    (count,) = _U32.unpack_from(data, p)
-    p += 4
-    next_seq = []
-    for _ in range(count):
-        dest, p = names.read(data, p)
-        (seq,) = _NEXT_SEQ.unpack_from(data, p)
-        p += 8
-        next_seq.append((dest, seq))
-    (count,) = _U32.unpack_from(data, p)
-    p += 4
-    counts = []
-    for _ in range(count):
-        queue, p = names.read(data, p)
-        seq, n = _COUNT.unpack_from(data, p)
-        p += 12
-        counts.append((queue, seq, n))
-    return CheckpointRecord(tuple(next_seq), tuple(counts))

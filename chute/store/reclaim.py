@@ -32,7 +32,7 @@ a segment is compacted only if it will actually go.
 
 What deleted segments knew that no positive carries, the sequence
 high-water mark of each destination and the delivery counts of live
-messages, is written first in a :class:`~chute.store.payload.CheckpointRecord`.
+messages, is written first in a :class:`~chute.store.records.CheckpointRecord`.
 
 Thread-safety: none. The writer thread owns the index (recovery builds it
 before the writer starts).
@@ -44,7 +44,9 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence, Set
 
 from chute.core.store import AckOp, AddOp, QueueDefinition, TxOp
-from chute.store.payload import (
+from chute.store.payload import Names, add_keys, decode_add, op_add_keys
+from chute.store.record import Kind, Scan
+from chute.store.records import (
     AckRecord,
     AcksRecord,
     AddRecord,
@@ -54,17 +56,12 @@ from chute.store.payload import (
     DefineRecord,
     DeliveredRecord,
     MarksRecord,
-    Names,
     PrepareRecord,
     Record,
     RollbackPreparedRecord,
     UndefineRecord,
-    add_keys,
     decode,
-    decode_add,
-    op_add_keys,
 )
-from chute.store.record import Kind, Scan
 from chute.store.segment import SEGMENT_HEADER_SIZE
 from chute.store.seqmap import SeqMap
 

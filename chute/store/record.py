@@ -7,7 +7,7 @@ Pure: bytes in, frames out; no files. Layout (big-endian)::
                     followed by the payload
     length u32      payload length
     kind   u8       a :class:`Kind`
-    payload         ``length`` bytes (see :mod:`chute.store.payload`)
+    payload         ``length`` bytes (see :mod:`chute.store.records`)
 
 The CRC covers the record's own position (its segment number and offset)
 besides its length, kind and payload. A frame copied elsewhere fails its

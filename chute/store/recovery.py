@@ -49,7 +49,10 @@ from chute.store.disk import Disk
 from chute.store.errors import CorruptRecord
 from chute.store.memory import MemoryStore
 from chute.store.pager import TxLayouts, read_paged
-from chute.store.payload import (
+from chute.store.payload import Names, add_head, decode_ack, decode_add
+from chute.store.reclaim import SEGMENT_SHIFT, LiveIndex
+from chute.store.record import Kind, Scan
+from chute.store.records import (
     AckRecord,
     AcksRecord,
     AddRecord,
@@ -59,18 +62,12 @@ from chute.store.payload import (
     DefineRecord,
     DeliveredRecord,
     MarksRecord,
-    Names,
     PrepareRecord,
     Record,
     RollbackPreparedRecord,
     UndefineRecord,
-    add_head,
     decode,
-    decode_ack,
-    decode_add,
 )
-from chute.store.reclaim import SEGMENT_SHIFT, LiveIndex
-from chute.store.record import Kind, Scan
 from chute.store.segment import (
     SEGMENT_HEADER_SIZE,
     header_problem,

@@ -66,7 +66,6 @@ from chute.store.intake import (
     Request,
     gathered_items,
 )
-from chute.store.payload import Record, encode
 from chute.store.reclaim import (
     SEGMENT_SHIFT,
     LiveIndex,
@@ -75,6 +74,7 @@ from chute.store.reclaim import (
     plan,
 )
 from chute.store.record import HEADER_SIZE, frame_header
+from chute.store.records import Record, encode
 from chute.store.segment import (
     SEGMENT_HEADER_SIZE,
     SegmentFile,

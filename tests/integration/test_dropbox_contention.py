@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from chute.dropbox.layout import init_queue
-from chute.dropbox.transcoder import split_claim_name
+from chute.dropbox.names import split_claim_name
 
 MESSAGES_PER_PRODUCER = 10_000
 PRODUCERS = 2

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from chute.dropbox.names import split_claim_name
 from chute.dropbox.queue import (
     ConsumerOptions,
     Delivery,
@@ -20,7 +21,6 @@ from chute.dropbox.queue import (
     QueueProducer,
     recover_client,
 )
-from chute.dropbox.transcoder import split_claim_name
 from chute.errors import InvalidAddress, InvalidMessage
 from chute.message import BodyKind, Message, now_ms
 

@@ -12,8 +12,9 @@ from chute.core.store import AckOp, QueueDefinition, QueueKind
 from chute.errors import StoreError
 from chute.store.errors import DiskFailure, DiskFull, JournalClosed
 from chute.store.journal import Journal, SyncMode
-from chute.store.payload import Names, Record, decode
+from chute.store.payload import Names
 from chute.store.record import Kind, Scan
+from chute.store.records import Record, decode
 from chute.store.segment import SEGMENT_HEADER_SIZE, read_segment
 
 from .conftest import Journals

@@ -9,7 +9,9 @@ import pytest
 from chute.core.store import AckOp, AddOp, QueueDefinition, QueueKind
 from chute.protocol.content import encode_content
 from chute.store.errors import CorruptRecord
-from chute.store.payload import (
+from chute.store.payload import Names, add_keys
+from chute.store.record import Kind
+from chute.store.records import (
     AckRecord,
     AcksRecord,
     AddRecord,
@@ -19,16 +21,13 @@ from chute.store.payload import (
     DefineRecord,
     DeliveredRecord,
     MarksRecord,
-    Names,
     PrepareRecord,
     Record,
     RollbackPreparedRecord,
     UndefineRecord,
-    add_keys,
     decode,
     encode,
 )
-from chute.store.record import Kind
 
 from .helpers import describe, msg, rich_message
 

@@ -1,0 +1,183 @@
+"""What a directory or a claimed file may be called in a DropboxMQ root. Pure: no file I/O.
+
+Every rule about a name *around* a message lives here; the message's own
+filename is :mod:`~chute.dropbox.transcoder`'s, and
+:mod:`~chute.dropbox.layout` turns these names into checked paths.
+
+- **Destinations** (:func:`check_destination_name`, :func:`destination_parts`):
+  a queue ``orders`` is the directory ``orders/``; a topic ``a.b`` is
+  ``topic-root/a/b/``. A destination name is never a path.
+- **Claimed files** (:func:`claim_name`, :func:`split_claim_name`): a consumer
+  claims a file by renaming it to ``<enc(clientId)>~<name>``, and keeps that
+  name in ``processed/`` and ``error/``. The client id encodes to 1 to
+  :data:`MAX_CLIENT_ID_BYTES` bytes (:func:`check_client_id`); it never holds
+  ``~`` once encoded, so the first ``~`` is the separator.
+- **Subscription directories** (:func:`subscription_dir_name`,
+  :func:`check_subscription_dir`): ``<enc(subscription)>.<enc(clientId)>``
+  under a topic's ``.subscriptions/``.
+
+Every name is at most :data:`NAME_MAX_BYTES`. A message filename leaves room
+for the longest claim prefix: it is at most :data:`MAX_CLAIMABLE_BYTES`.
+``enc`` is :func:`chute.dropbox.escape.enc`.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from chute.core.address import check_name
+from chute.dropbox.escape import dec, enc
+from chute.errors import InvalidAddress, InvalidMessage
+
+__all__ = [
+    "MAX_CLAIMABLE_BYTES",
+    "MAX_CLIENT_ID_BYTES",
+    "NAME_MAX_BYTES",
+    "TOPIC_ROOT",
+    "check_client_id",
+    "check_destination_name",
+    "check_subscription_dir",
+    "claim_name",
+    "destination_parts",
+    "split_claim_name",
+    "subscription_dir_name",
+]
+
+NAME_MAX_BYTES: Final = 255
+"""The longest filename (in bytes) of ext4, XFS, btrfs, APFS, NTFS (in UTF-16 units)."""
+
+MAX_CLIENT_ID_BYTES: Final = 48
+"""The longest encoded client id :func:`claim_name` accepts."""
+
+MAX_CLAIMABLE_BYTES: Final = NAME_MAX_BYTES - (MAX_CLIENT_ID_BYTES + 1)
+"""The longest name every client can claim: room is left for ``<enc(clientId)>~``."""
+
+TOPIC_ROOT: Final = "topic-root"
+"""The directory under the root that holds every topic."""
+
+
+# -- claimed files -------------------------------------------------------------------------
+
+
+def check_client_id(client_id: str) -> str:
+    """``client_id`` as it prefixes a claimed name (``enc(client_id)``), checked.
+
+    Every client id chute accepts (a consumer's, a ``dropbox:`` URL's, a
+    mount's) passes here, so a claimed name can always be made from it.
+
+    Raises:
+        InvalidAddress: the client id is empty, holds a lone surrogate, or
+            encodes to more than :data:`MAX_CLIENT_ID_BYTES`.
+    """
+    try:
+        encoded = enc(client_id)
+    except InvalidMessage as exc:
+        raise InvalidAddress(f"client id: {exc.reason}") from None
+    if not encoded:
+        raise InvalidAddress("client id must not be empty")
+    if len(encoded) > MAX_CLIENT_ID_BYTES:
+        raise InvalidAddress(
+            f"client id {client_id[:60]!r} is longer than {MAX_CLIENT_ID_BYTES} bytes "
+            "once URL-encoded"
+        )
+    return encoded
+
+
+def claim_name(client_id: str, name: str) -> str:
+    """The name a consumer gives a file it claims: ``<enc(clientId)>~<name>``.
+
+    Raises:
+        InvalidAddress: a bad client id (see :func:`check_client_id`), or the
+            result would exceed :data:`NAME_MAX_BYTES`.
+    """
+    claimed = f"{check_client_id(client_id)}~{name}"
+    if len(claimed.encode("utf-8", "surrogateescape")) > NAME_MAX_BYTES:
+        raise InvalidAddress(f"claimed name would exceed {NAME_MAX_BYTES} bytes")
+    return claimed
+
+
+def split_claim_name(claimed: str) -> tuple[str | None, str]:
+    """(client id, original name) of a claimed file; (None, name) if it is not one.
+
+    The encoded client id never holds ``~`` (it is escaped), so the first
+    ``~`` is the separator even when the original name holds more.
+    """
+    encoded, sep, name = claimed.partition("~")
+    if not sep or not encoded:
+        return None, claimed
+    client = dec(encoded)
+    return (encoded if client is None else client), name
+
+
+# -- subscription directories --------------------------------------------------------------
+
+
+def subscription_dir_name(subscription: str, client_id: str) -> str:
+    """A topic subscription's directory: ``<enc(subscription)>.<enc(clientId)>``.
+
+    Raises:
+        InvalidAddress: either part is empty or the name would be too long.
+    """
+    if not subscription or not client_id:
+        raise InvalidAddress("subscription name and client id must not be empty")
+    try:
+        name = f"{enc(subscription)}.{enc(client_id)}"
+    except InvalidMessage as exc:
+        raise InvalidAddress(exc.reason) from None
+    if len(name) > NAME_MAX_BYTES:
+        raise InvalidAddress(f"subscription directory name would exceed {NAME_MAX_BYTES} bytes")
+    return name
+
+
+def check_subscription_dir(dir_name: str) -> str:
+    """Raise unless ``dir_name``, found under ``.subscriptions/``, is one directory.
+
+    Any name is followed (a DropboxMQ client may have made it), so long as it
+    is not a path.
+
+    Raises:
+        InvalidAddress: empty, ``.``, ``..``, or holding ``/``, ``\\`` or NUL.
+    """
+    if dir_name in ("", ".", "..") or "/" in dir_name or "\\" in dir_name or "\0" in dir_name:
+        raise InvalidAddress(f"{dir_name!r} is not a subscription directory name")
+    return dir_name
+
+
+# -- destinations --------------------------------------------------------------------------
+
+
+def check_destination_name(name: str, *, topic: bool = False) -> str:
+    """Raise unless ``name`` can name a dropbox directory under the root.
+
+    A destination name is never a path. On top of chute's naming rules (letters,
+    digits, ``.``, ``-``, ``_``, ``:``; no ``/``, ``\\``, NUL or ``..``; at most
+    200 characters), a dropbox name must not start or end with ``.`` (hidden
+    files, ``.incoming``/``.subscriptions``, and Windows trims a trailing dot),
+    and a queue must not be called ``topic-root`` in any letter case (the topic
+    tree lives there). A topic ``a.b`` becomes the directories ``a/b``.
+
+    Raises:
+        InvalidAddress: the name would not stay one directory (or topic tree)
+            inside the root.
+    """
+    check_name(name)
+    if name.startswith(".") or name.endswith("."):
+        raise InvalidAddress(f"dropbox name {name!r} must not start or end with '.'")
+    if not topic and name.lower() == TOPIC_ROOT:
+        raise InvalidAddress(f"a queue cannot be called {TOPIC_ROOT!r}: topics live there")
+    return name
+
+
+def destination_parts(name: str, *, topic: bool = False) -> tuple[str, ...]:
+    """The directories of a destination's dropbox, relative to the root.
+
+    ``orders`` gives ``("orders",)``; the topic ``a.b`` gives
+    ``("topic-root", "a", "b")``.
+
+    Raises:
+        InvalidAddress: as :func:`check_destination_name`.
+    """
+    check_destination_name(name, topic=topic)
+    if topic:
+        return (TOPIC_ROOT, *name.split("."))
+    return (name,)
