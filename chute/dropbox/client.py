@@ -554,7 +554,11 @@ class DropboxSession:
         except InvalidAddress:
             raise missing from None  # a subscription cannot have been made with this name
         topic_root = self.connection.root / TOPIC_ROOT
-        found = [p for p in topic_root.rglob(wanted) if p.parent.name == TOPIC_SUBSCRIPTIONS]
+        found = [
+            p
+            for p in topic_root.rglob(wanted)
+            if p.name == wanted and p.parent.name == TOPIC_SUBSCRIPTIONS  # rglob: * is a glob
+        ]
         if not found:
             raise missing
         for path in found:

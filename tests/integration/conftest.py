@@ -83,18 +83,23 @@ def start_server(
     )
     server = ChuteServer(process, port, data_dir)
     ready = threading.Event()
+    listening = threading.Event()
 
     def pump() -> None:
         assert process.stdout is not None
         for line in process.stdout:
             server.lines.append(line.rstrip("\n"))
             if line.startswith("chute listening"):
+                listening.set()
                 ready.set()
-        ready.set()  # the process ended
+        ready.set()  # the output ended: the process is ending
 
     threading.Thread(target=pump, daemon=True).start()
-    if not ready.wait(READY_TIMEOUT) or process.poll() is not None:
+    # Its output may end before the process has exited: what decides is whether it said
+    # it listens, not whether poll() already sees the exit.
+    if not ready.wait(READY_TIMEOUT) or not listening.is_set() or process.poll() is not None:
         process.kill()
+        process.wait(READY_TIMEOUT)
         raise RuntimeError(f"chute serve did not start:\n{server.output}")
     return server
 

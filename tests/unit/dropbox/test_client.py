@@ -190,6 +190,16 @@ def test_a_topic_reaches_every_subscription_that_exists(tmp_path: Path) -> None:
             sa.unsubscribe("daily")
 
 
+def test_unsubscribe_of_a_name_with_a_star_deletes_only_that_subscription(
+    tmp_path: Path,
+) -> None:
+    with open_root(tmp_path, client="alice") as conn, conn.session() as s:
+        s.consumer("topic:news", subscription="abc", durable=True).close()
+        with pytest.raises(ConsumerError):
+            s.unsubscribe("a*")  # no subscription is named a*: nothing goes
+        assert names(topic_layout(tmp_path, "news").subscriptions_dir) == ["abc.alice"]
+
+
 def test_a_selector_leaves_other_files_where_they_are(tmp_path: Path) -> None:
     with open_root(tmp_path) as conn, conn.session() as s:
         s.send("q", "eu", properties={"region": "eu"})
