@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from chute.client.received import Acknowledger, Received
+from chute.content import encode_fields
 from chute.core.address import canonical
 from chute.errors import (
     ChuteError,
@@ -109,7 +110,6 @@ from chute.protocol.packets import (
 from chute.protocol.wire import (
     BYTES_KIND,
     SEND_TAG,
-    encode_fields,
     encode_packet,
     encode_send,
     plain_send_struct,

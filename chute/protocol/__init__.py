@@ -50,10 +50,7 @@ from chute.protocol.packets import (
 )
 from chute.protocol.wire import (
     decode_body,
-    decode_content,
-    encode_content,
     encode_deliver,
-    encode_fields,
     encode_packet,
     encode_send,
 )
@@ -108,10 +105,7 @@ __all__ = [
     "XaRecover",
     "XaRollback",
     "decode_body",
-    "decode_content",
-    "encode_content",
     "encode_deliver",
-    "encode_fields",
     "encode_packet",
     "encode_send",
     "negotiate_version",

@@ -8,7 +8,7 @@ Layout (all integers big-endian)::
     optional o16/o32: present u8 (0/1), then the string if present
     bool     u8, 0 or 1
 
-    content  the message content block (see chute.protocol.content)
+    content  the message content block (see chute.content)
 
     Send     ttl_ms u64 | address s16 | content (rest of the packet)      target = session
     Deliver  seq u64 | delivery_count u32 | redelivered u8 | timestamp i64 | expiration i64
@@ -35,9 +35,7 @@ import struct
 from collections.abc import Callable
 from typing import Any, Final, NamedTuple
 
-from chute.errors import LocalProtocolError, RemoteProtocolError
-from chute.message import BodyKind, Message
-from chute.protocol.content import (
+from chute.content import (
     CONTENT_HEAD,
     DEFAULT_MAX_PROPERTIES,
     ENCODE_ERRORS,
@@ -46,9 +44,10 @@ from chute.protocol.content import (
     as_bool,
     decode_content,
     encode_content,
-    encode_fields,
     malformed,
 )
+from chute.errors import LocalProtocolError, RemoteProtocolError
+from chute.message import BodyKind, Message
 from chute.protocol.packets import (
     PROTOCOL_VERSION,
     SUPPORTED_VERSIONS,
@@ -737,11 +736,8 @@ __all__ = [
     "VERSIONLESS",
     "Codec",
     "decode_body",
-    "decode_content",
     "decode_deliveries",
-    "encode_content",
     "encode_deliver",
-    "encode_fields",
     "encode_packet",
     "encode_send",
 ]

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from chute.content import encode_content
 from chute.core.broker import WouldBlock
 from chute.core.consumer import AckMode, Consumer, Entry
 from chute.core.session import Connection, Session
@@ -37,7 +38,7 @@ from chute.errors import (
 from chute.message import new_message_id
 from chute.protocol import packets as p
 from chute.protocol.codec import NeedData, PacketCodec
-from chute.protocol.wire import encode_content, encode_deliver, encode_ok, encode_packet
+from chute.protocol.wire import encode_deliver, encode_ok, encode_packet
 from chute.server.stream import Retry, StreamConnection
 
 if TYPE_CHECKING:

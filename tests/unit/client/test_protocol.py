@@ -8,6 +8,7 @@ import pytest
 
 from chute.client.protocol import ClientProtocol
 from chute.client.received import Received
+from chute.content import encode_content
 from chute.errors import (
     AuthenticationFailed,
     ConnectError,
@@ -21,7 +22,7 @@ from chute.errors import (
 from chute.message import BodyKind, Message
 from chute.protocol import packets as p
 from chute.protocol.codec import PacketCodec
-from chute.protocol.wire import encode_content, encode_deliver, encode_packet
+from chute.protocol.wire import encode_deliver, encode_packet
 
 
 class Peer:

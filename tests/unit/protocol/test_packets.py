@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from chute.content import decode_content, encode_content
 from chute.errors import LocalProtocolError, RemoteProtocolError
 from chute.message import BodyKind, Byte, Float, Int, Long, Message, Short
 from chute.protocol import packets as p
@@ -16,8 +17,6 @@ from chute.protocol.codec import NeedData, PacketCodec
 from chute.protocol.wire import (
     CODECS,
     HEADER,
-    decode_content,
-    encode_content,
     encode_deliver,
     encode_packet,
     encode_send,
