@@ -191,6 +191,10 @@ def check_properties(properties: Mapping[str, Any]) -> dict[str, PropertyValue]:
     return checked
 
 
+GENERATED_ID_SIZE: Final = 32
+"""Characters in a generated message id (16 bytes as hex)."""
+
+
 class _IdGenerator:
     """16 time-ordered bytes: 48-bit ms clock, 32 random bits per process, 48-bit counter.
 

@@ -107,17 +107,11 @@ from chute.protocol.packets import (
     XaRecover,
     XaRollback,
 )
-from chute.protocol.wire import (
-    BYTES_KIND,
-    SEND_TAG,
-    encode_packet,
-    encode_send,
-    plain_send_struct,
-)
+from chute.protocol.splice import PlainSend, encode_send, plain_send_encoder
+from chute.protocol.wire import encode_packet
 
 _ADDRESS_CACHE_SIZE: Final = 1024
 _ID_MASK: Final = 0xFFFF_FFFF_FFFF
-_PLAIN_ID_SIZE: Final = 32
 
 
 class _IdSeed:
@@ -228,7 +222,7 @@ class ClientProtocol:
         self._results: dict[int, Packet | ChuteError] = {}
         self._sessions: dict[int, SessionState] = {}
         self._consumers: dict[int, ConsumerState] = {}
-        self._addresses: dict[str, tuple[bytes, struct.Struct]] = {}
+        self._addresses: dict[str, tuple[bytes, PlainSend]] = {}
         self._id_ms = -1
         self._id_prefix = b""
         self.failure: ChuteError | None = None
@@ -419,7 +413,7 @@ class ClientProtocol:
         cached = self._addresses.get(address)
         if cached is None:
             cached = self._address(address)
-        address_bytes, plain = cached
+        address_bytes, encode_plain = cached
         if (
             body.__class__ is bytes
             and id is None
@@ -440,29 +434,15 @@ class ClientProtocol:
                 self._id_prefix = b"%012x%08x" % (ms & _ID_MASK, _IDS.node)
             corr = self._correlate(persistent and not session.transacted)
             try:
-                packet = (
-                    plain.pack(
-                        plain.size - 4 + len(body),
-                        self.codec.version,
-                        SEND_TAG,
-                        corr,
-                        session_id,
-                        0,
-                        ttl,
-                        len(address_bytes),
-                        address_bytes,
-                        priority,
-                        1 if persistent else 0,
-                        BYTES_KIND,
-                        _PLAIN_ID_SIZE,
-                        0,
-                        0,
-                        0,
-                        0,
-                        self._id_prefix,
-                        b"%012x" % (next(_IDS.counter) & _ID_MASK),
-                    )
-                    + body
+                packet = encode_plain(
+                    body,
+                    self.codec.version,
+                    corr,
+                    session_id,
+                    ttl,
+                    priority,
+                    persistent,
+                    self._id_prefix + b"%012x" % (next(_IDS.counter) & _ID_MASK),
                 )
             except struct.error as exc:  # ttl or session id out of range
                 self._pending.discard(corr)
@@ -553,11 +533,11 @@ class ClientProtocol:
         n = next(_IDS.counter) & _ID_MASK
         return f"{ms & _ID_MASK:012x}{_IDS.node:08x}{n:012x}"
 
-    def _address(self, address: str) -> tuple[bytes, struct.Struct]:
+    def _address(self, address: str) -> tuple[bytes, PlainSend]:
         encoded = canonical(address).encode()
         if len(self._addresses) >= _ADDRESS_CACHE_SIZE:
             self._addresses.clear()
-        cached = self._addresses[address] = (encoded, plain_send_struct(encoded))
+        cached = self._addresses[address] = (encoded, plain_send_encoder(encoded))
         return cached
 
     def commit(self, session_id: int) -> int:

@@ -48,12 +48,8 @@ from chute.protocol.packets import (
     XaRollback,
     negotiate_version,
 )
-from chute.protocol.wire import (
-    decode_body,
-    encode_deliver,
-    encode_packet,
-    encode_send,
-)
+from chute.protocol.splice import encode_deliver, encode_send
+from chute.protocol.wire import decode_body, encode_packet
 
 __all__ = [
     "CLOSED",

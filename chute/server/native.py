@@ -38,7 +38,8 @@ from chute.errors import (
 from chute.message import new_message_id
 from chute.protocol import packets as p
 from chute.protocol.codec import NeedData, PacketCodec
-from chute.protocol.wire import encode_deliver, encode_ok, encode_packet
+from chute.protocol.splice import encode_deliver, encode_ok
+from chute.protocol.wire import encode_packet
 from chute.server.stream import Retry, StreamConnection
 
 if TYPE_CHECKING:

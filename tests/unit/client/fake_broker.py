@@ -23,7 +23,8 @@ from chute.errors import RemoteProtocolError
 from chute.message import Message
 from chute.protocol import packets as p
 from chute.protocol.codec import PacketCodec
-from chute.protocol.wire import encode_deliver, encode_packet
+from chute.protocol.splice import encode_deliver
+from chute.protocol.wire import encode_packet
 
 
 @dataclass
