@@ -34,9 +34,7 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import struct
-import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -62,6 +60,7 @@ from chute.message import (
     check_id,
     check_priority,
     check_properties,
+    new_message_id,
 )
 from chute.protocol.codec import PacketCodec
 from chute.protocol.packets import (
@@ -111,29 +110,7 @@ from chute.protocol.splice import PlainSend, encode_send, plain_send_encoder
 from chute.protocol.wire import encode_packet
 
 _ADDRESS_CACHE_SIZE: Final = 1024
-_ID_MASK: Final = 0xFFFF_FFFF_FFFF
-
-
-class _IdSeed:
-    """The process-wide parts of the message ids the client generates.
-
-    An id has the layout of :func:`chute.message.new_message_id` (32 hex digits:
-    48-bit ms clock, 32 random bits, 48-bit counter), so ids sort by creation
-    time to the millisecond; the counter is shared by every connection of the
-    process, so ids are unique within it. Reseeded in a forked child.
-    """
-
-    def __init__(self) -> None:
-        self.reseed()
-
-    def reseed(self) -> None:
-        self.node = int.from_bytes(os.urandom(4), "big")
-        self.counter = itertools.count(int.from_bytes(os.urandom(2), "big"))
-
-
-_IDS: Final = _IdSeed()
-_time_ns: Final = time.time_ns
-os.register_at_fork(after_in_child=_IDS.reseed)
+_next_id: Final = new_message_id.next_bytes
 
 
 @dataclass(slots=True)
@@ -223,8 +200,6 @@ class ClientProtocol:
         self._sessions: dict[int, SessionState] = {}
         self._consumers: dict[int, ConsumerState] = {}
         self._addresses: dict[str, tuple[bytes, PlainSend]] = {}
-        self._id_ms = -1
-        self._id_prefix = b""
         self.failure: ChuteError | None = None
         """Set once the connection failed; every later call raises it."""
         self.connected: Connected | None = None
@@ -428,10 +403,6 @@ class ClientProtocol:
             # The common message: its whole packet in one pack (no Message, no join).
             if ttl < 0:
                 raise ValueError("ttl must not be negative")
-            ms = _time_ns() // 1_000_000
-            if ms != self._id_ms:
-                self._id_ms = ms
-                self._id_prefix = b"%012x%08x" % (ms & _ID_MASK, _IDS.node)
             corr = self._correlate(persistent and not session.transacted)
             try:
                 packet = encode_plain(
@@ -442,7 +413,7 @@ class ClientProtocol:
                     ttl,
                     priority,
                     persistent,
-                    self._id_prefix + b"%012x" % (next(_IDS.counter) & _ID_MASK),
+                    _next_id(),
                 )
             except struct.error as exc:  # ttl or session id out of range
                 self._pending.discard(corr)
@@ -497,7 +468,7 @@ class ClientProtocol:
         try:
             content = encode_fields(
                 data,
-                self._new_id() if id is None else check_id(id),
+                new_message_id() if id is None else check_id(id),
                 priority,
                 persistent,
                 kind,
@@ -527,11 +498,6 @@ class ClientProtocol:
         corr = next(self._correlation) & 0xFFFF_FFFF or next(self._correlation)
         self._pending.add(corr)
         return corr
-
-    def _new_id(self) -> str:
-        ms = _time_ns() // 1_000_000
-        n = next(_IDS.counter) & _ID_MASK
-        return f"{ms & _ID_MASK:012x}{_IDS.node:08x}{n:012x}"
 
     def _address(self, address: str) -> tuple[bytes, PlainSend]:
         encoded = canonical(address).encode()
