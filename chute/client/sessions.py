@@ -65,9 +65,7 @@ class ConsumerState:
     pending_credit: int = 0
     """Messages taken since credit was last returned."""
     last_taken: int = -1
-    """seq of the last message taken (auto mode acks up to it)."""
-    acked: int = -1
-    """seq up to which auto mode has acked."""
+    """seq of the last message taken (auto mode acks up to it, in delivery order)."""
     error: ChuteError | None = None
     """A failure the broker reported for this consumer, raised by the next take."""
     batch: int = field(init=False)
@@ -275,11 +273,12 @@ class Sessions:
     def _settle(self, consumer: ConsumerState) -> None:
         """Return the credit owed (in auto mode: as an ack of everything taken)."""
         credit = consumer.pending_credit
+        if not credit:
+            return
+        consumer.pending_credit = 0
         if consumer.acks_by_taking:
-            if consumer.last_taken > consumer.acked:
-                consumer.acked = consumer.last_taken
-                consumer.pending_credit = 0
-                self._emit(Ack(consumer.id, consumer.last_taken, True, credit))
-        elif credit:
-            consumer.pending_credit = 0
+            # Cumulative "in delivery order" (the broker's rule), so the last one taken
+            # acks every earlier one, whatever their seqs (priority reorders them).
+            self._emit(Ack(consumer.id, consumer.last_taken, True, credit))
+        else:
             self._emit(Credit(consumer.id, credit))

@@ -277,6 +277,18 @@ def test_auto_mode_acks_and_returns_credit_every_half_window() -> None:
     assert proto.sessions.take(cid) is None
 
 
+def test_auto_mode_acks_in_delivery_order_whatever_the_seqs() -> None:
+    # Priority reorders deliveries: seq 5 (priority 9) before seq 1. Each take must
+    # still ack (cumulative means "in delivery order") and return its credit, or the
+    # consumer's window never refills.
+    proto, peer, _, cid = open_consumer("auto", prefetch=2)
+    proto.receive_data(deliver(cid, 5) + deliver(cid, 1))
+    assert proto.sessions.take(cid) is not None
+    assert peer.packets() == [p.Ack(cid, 5, cumulative=True, credit=1)]
+    assert proto.sessions.take(cid) is not None
+    assert peer.packets() == [p.Ack(cid, 1, cumulative=True, credit=1)]
+
+
 def test_before_wait_returns_what_is_owed() -> None:
     proto, peer, _, cid = open_consumer("auto", prefetch=10)
     proto.receive_data(deliver(cid, 1))
