@@ -57,7 +57,6 @@ from chute.errors import (
 from chute.message import (
     DEFAULT_PRIORITY,
     BodyKind,
-    Message,
     check_id,
     check_priority,
     check_properties,
@@ -495,20 +494,17 @@ class ClientProtocol:
         if self.failure is not None:
             return progress
         self.codec.receive_data(data)
-        deliver = self.sessions.deliver
-        woken = progress.consumers
-
-        def on_deliver(consumer_id: int, seq: int, message: Message) -> None:
-            if deliver(consumer_id, seq, message):
-                woken.add(consumer_id)
-
+        sessions = self.sessions
         try:
-            items = self.codec.next_packets(on_deliver)
+            items = self.codec.next_packets(sessions.deliver)
         except RemoteProtocolError as exc:
+            sessions.woken.clear()  # fail() wakes every consumer
             self._oneway(Error(exc.error_code, exc.reason))
             return self.fail(
                 ConnectError(f"the broker broke the protocol ({exc.error_code}): {exc.reason}")
             )
+        if sessions.woken:
+            progress.consumers, sessions.woken = sessions.woken, set()
         for header, packet in items:
             self._handle(header, packet, progress)
             if progress.failed:

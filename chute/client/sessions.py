@@ -81,7 +81,7 @@ class ConsumerState:
 class Sessions:
     """Every open session and consumer of one connection. Not thread-safe."""
 
-    __slots__ = ("_consumers", "_emit", "_ids", "by_id", "failure")
+    __slots__ = ("_consumers", "_emit", "_ids", "by_id", "failure", "woken")
 
     def __init__(self, emit: Emit) -> None:
         self._emit = emit
@@ -91,6 +91,8 @@ class Sessions:
         self._consumers: dict[int, ConsumerState] = {}
         self.failure: ChuteError | None = None
         """Set once the connection failed: what every later call raises."""
+        self.woken: set[int] = set()
+        """Consumers :meth:`deliver` buffered something for; the owner empties it."""
 
     # -- sessions ---------------------------------------------------------------------
 
@@ -198,14 +200,14 @@ class Sessions:
     def consumer_ids(self) -> list[int]:
         return list(self._consumers)
 
-    def deliver(self, consumer_id: int, seq: int, message: Message) -> bool:
-        """Buffer a delivery; False if the consumer closed meanwhile (the broker
-        redelivers what it sent)."""
+    def deliver(self, consumer_id: int, seq: int, message: Message) -> None:
+        """Buffer a delivery and note its consumer in :attr:`woken` (the codec's sink: one
+        call per message). Dropped if the consumer closed meanwhile: the broker
+        redelivers what it sent."""
         consumer = self._consumers.get(consumer_id)
-        if consumer is None:
-            return False
-        consumer.buffer.append(Received(message, seq, consumer.owner))
-        return True
+        if consumer is not None:
+            consumer.buffer.append(Received(message, seq, consumer.owner))
+            self.woken.add(consumer_id)
 
     def take(self, consumer_id: int) -> Received | None:
         """The next message of the consumer, or None if its buffer is empty.
