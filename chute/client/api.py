@@ -31,11 +31,8 @@ from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
 from chute.client.received import Received
-from chute.client.requests import CursorPage
+from chute.client.requests import CursorPage, Page
 from chute.message import DEFAULT_PRIORITY, BodyKind, Message
-
-Page = tuple[tuple[int, Message], ...]
-"""Messages of a cursor read, as ``(seq, message)`` pairs in sequence order."""
 
 
 @runtime_checkable

@@ -53,7 +53,9 @@ from chute.protocol.packets import (
 T = TypeVar("T")
 P = TypeVar("P", bound=Packet)
 
-CursorPage = tuple[int, tuple[tuple[int, Message], ...]]
+Page = tuple[tuple[int, Message], ...]
+"""Messages of a cursor read, as ``(seq, message)`` pairs in sequence order."""
+CursorPage = tuple[int, Page]
 """A page of a cursor fetch: ``(next start, ((seq, message), ...))``."""
 
 

@@ -49,7 +49,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
 
-from chute.client.requests import CursorPage
+from chute.client.requests import CursorPage, Page
 from chute.core.address import Kind, parse
 from chute.core.selector import compile_selector
 from chute.dropbox.consumer import Deliveries, DropboxConsumer
@@ -237,7 +237,7 @@ class DropboxConnection:
         *,
         page_messages: int = 4096,
         page_bytes: int = 4 << 20,
-    ) -> Iterator[tuple[tuple[int, Message], ...]]:
+    ) -> Iterator[Page]:
         """Raises ChuteError (at once, not when iterated): cursors need a broker."""
         raise ChuteError(_NO_CURSORS)
 
