@@ -22,9 +22,12 @@ import struct
 import time
 
 from chute.config import ServerConfig
+from chute.content import encode_content
 from chute.message import Message
 from chute.protocol import packets as p
-from chute.protocol.wire import HEADER_SIZE, encode_content, encode_packet, encode_send
+from chute.protocol.spec import HEADER_SIZE
+from chute.protocol.splice import encode_send
+from chute.protocol.wire import encode_packet
 from chute.server.app import BrokerServer, tune_gc
 from chute.server.memory_transport import MemoryTransport
 from chute.server.native import NativeConnection

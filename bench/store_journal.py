@@ -25,9 +25,9 @@ import tempfile
 import threading
 import time
 
+from chute.content import encode_content
 from chute.core.store import AddOp, QueueDefinition, QueueKind
 from chute.message import Message
-from chute.protocol.content import encode_content
 from chute.store.disk import FaultyDisk
 from chute.store.journal import Journal
 

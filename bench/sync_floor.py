@@ -144,7 +144,8 @@ def chute_bare_client(directory: str, seconds: float) -> int:
                     proto.receive_data(sock.recv(65536))
                 return result
 
-            proto.finish_connect(call(proto.connect(None, None, None, 0)))
+            hello = proto.connect(None, None, None, 0)
+            hello.parse(call(proto.start(hello)))
             session = proto.open_session("auto", False)
             n = 0
             started = time.perf_counter()

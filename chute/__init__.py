@@ -8,15 +8,15 @@
         if m is not None:
             m.ack()
 
-``chute.aio`` has the same API for asyncio. ``chute.connect("dropbox:///srv/mq")``
-gives the same blocking API with no broker, over a DropboxMQ directory
-(``chute.dropbox.client``; docs/dropbox.md).
+``chute.connect("dropbox:///srv/mq")`` gives the same API with no broker, over
+a DropboxMQ directory (``chute.dropbox.client``; docs/dropbox.md), and
+``chute.aio`` the same for asyncio. ``chute.Connection``, ``chute.Session`` and
+``chute.Consumer`` are that API, declared once (:mod:`chute.client.api`).
 """
 
-from typing import Any
-
-from chute.client import Connection, Consumer, Received, Session
-from chute.client import connect as _connect_broker
+from chute.client.api import Connection, Consumer, Session
+from chute.client.blocking import connect as _connect_broker
+from chute.client.received import Received
 from chute.dropbox.client import DropboxConnection
 from chute.errors import (
     AccessDenied,
@@ -38,22 +38,53 @@ from chute.message import BodyKind, Byte, Float, Int, Long, Message, Short
 __version__ = "0.1.0"
 
 
-def connect(url: str = "chute://127.0.0.1:5445", **options: Any) -> Any:
-    """Connect to a broker (``chute://host:port``) or open a dropbox root
-    (``dropbox:///path``); both give the same session, producer and consumer API.
+def connect(
+    url: str = "chute://127.0.0.1:5445",
+    *,
+    client_id: str | None = None,
+    login: str | None = None,
+    passcode: str | None = None,
+    timeout: float = 10.0,
+    heartbeat: float = 0.0,
+    tls_ca: str | None = None,
+    tls_verify: bool = True,
+) -> Connection:
+    """Connect to a broker (``chute://host:port``, ``chutes://`` for TLS) or open a
+    dropbox root (``dropbox:///path``); both give the same :class:`Connection` API.
 
-    Returns a :class:`chute.client.blocking.Connection` or a
-    :class:`chute.dropbox.client.DropboxConnection`. Typed ``Any`` on purpose:
-    which one depends on the URL's text, which a type checker cannot see; for
-    precise types call :func:`chute.client.connect` or
-    :func:`chute.dropbox.client.connect` directly. See those for the options
-    and what they raise.
+    The arguments are those of :func:`chute.client.blocking.connect`; a dropbox
+    ignores ``login``, ``passcode`` and ``heartbeat`` (file permissions guard it)
+    and takes its other options in the URL (:mod:`chute.dropbox.options`).
+
+    Raises:
+        ConnectError: cannot reach the broker or use the root, or refused; TLS
+            options given for a dropbox.
+        AuthenticationFailed: the broker rejected the credentials.
+        RequestTimeout: the broker did not answer in time.
     """
     if url[:8].lower() == "dropbox:":
+        if tls_ca is not None or not tls_verify:
+            raise ConnectError("tls_ca and tls_verify apply to chutes:// brokers, not a dropbox")
         from chute.dropbox.client import connect as connect_dropbox  # noqa: PLC0415
 
-        return connect_dropbox(url, **options)
-    return _connect_broker(url, **options)
+        return connect_dropbox(
+            url,
+            client_id=client_id,
+            login=login,
+            passcode=passcode,
+            timeout=timeout,
+            heartbeat=heartbeat,
+        )
+    return _connect_broker(
+        url,
+        client_id=client_id,
+        login=login,
+        passcode=passcode,
+        timeout=timeout,
+        heartbeat=heartbeat,
+        tls_ca=tls_ca,
+        tls_verify=tls_verify,
+    )
 
 
 __all__ = [

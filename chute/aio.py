@@ -6,6 +6,10 @@ async with chute.aio.connect("chute://127.0.0.1:5445") as conn:
         c = await s.consumer("queue:orders")
         m = await c.receive(timeout=1.0)
         m.ack()
+
+``Connection``, ``Session`` and ``Consumer`` here are the asyncio client's
+classes; the API they implement is :class:`chute.client.api.AsyncConnection`
+and its siblings.
 """
 
 from chute.client.aio import Connection, Consumer, Session, connect

@@ -18,7 +18,6 @@ from __future__ import annotations
 import enum
 import itertools
 import os
-import threading
 import time
 from collections.abc import Mapping
 from typing import Any, Final
@@ -191,32 +190,54 @@ def check_properties(properties: Mapping[str, Any]) -> dict[str, PropertyValue]:
     return checked
 
 
-class _IdGenerator:
-    """16 time-ordered bytes: 48-bit ms clock, 32 random bits per process, 48-bit counter.
+GENERATED_ID_SIZE: Final = 32
+"""Characters in a generated message id (16 bytes as hex)."""
+_ID_MASK: Final = 0xFFFF_FFFF_FFFF  # 48 bits
+_time_ns: Final = time.time_ns
 
-    Unique within a process (the counter), unlikely to collide across processes
-    (the random part), and sortable by creation time to the millisecond.
+
+class MessageIds:
+    """The process's message ids: 16 time-ordered bytes as 32 lowercase hex digits.
+
+    Layout: a 48-bit ms clock, 32 random bits per process, a 48-bit counter
+    (randomly started). Unique within a process (the counter), unlikely to
+    collide across processes (the random part), and sortable by creation time
+    to the millisecond. The broker, its adapters and both client drivers take
+    their ids from the one instance, :data:`new_message_id`.
+
+    Thread-safe: the counter's ``next`` is atomic, and the clock's hex prefix
+    is cached as one (ms, prefix) tuple, swapped whole. Fork-safe: a forked
+    child draws new random bits and a new counter before it runs, so it never
+    repeats its parent's ids.
     """
 
+    __slots__ = ("_counter", "_node", "_stamp")
+
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self._reseed()
+        os.register_at_fork(after_in_child=self._reseed)
 
     def _reseed(self) -> None:
-        self._pid = os.getpid()
         self._node = int.from_bytes(os.urandom(4), "big")
         self._counter = itertools.count(int.from_bytes(os.urandom(2), "big"))
+        self._stamp: tuple[int, bytes] = (-1, b"")
+
+    def next_bytes(self) -> bytes:
+        """A new id as :data:`GENERATED_ID_SIZE` ASCII bytes (the client's hot path packs
+        these as they are)."""
+        ms = _time_ns() // 1_000_000
+        stamp = self._stamp
+        if stamp[0] != ms:
+            stamp = self._stamp = (ms, b"%012x%08x" % (ms & _ID_MASK, self._node))
+        return stamp[1] + b"%012x" % (next(self._counter) & _ID_MASK)
 
     def __call__(self) -> str:
-        if os.getpid() != self._pid:  # forked: never share a sequence with the parent
-            with self._lock:
-                self._reseed()
-        ms = time.time_ns() // 1_000_000
-        n = next(self._counter) & 0xFFFF_FFFF_FFFF
-        return f"{ms & 0xFFFF_FFFF_FFFF:012x}{self._node:08x}{n:012x}"
+        """A new id."""
+        return self.next_bytes().decode()
 
 
-new_message_id: Final = _IdGenerator()
+new_message_id: Final = MessageIds()
+"""``new_message_id()``: a new message id; see :class:`MessageIds`."""
 
 
 def now_ms() -> int:

@@ -1,4 +1,11 @@
-"""The Python client: one API, two thin drivers (blocking and asyncio) over one protocol."""
+"""The Python client: one API (:mod:`chute.client.api`), three clients.
+
+The blocking client (:mod:`chute.client.blocking`, over the threads of
+:mod:`chute.client.link`) and the asyncio client (:mod:`chute.client.aio`,
+over :mod:`chute.client.aio_link`) drive one sans-IO state machine
+(:mod:`chute.client.protocol`); the dropbox client (:mod:`chute.dropbox.client`)
+offers the same API with no broker.
+"""
 
 from chute.client.blocking import Connection, Consumer, Session, connect
 from chute.client.protocol import ClientProtocol

@@ -2,52 +2,52 @@
 
 Theory of operation
 -------------------
-:class:`ClientProtocol` holds every piece of client state: the codec, the
-output buffer, the requests waiting for a response (by correlation id), the
-open sessions and consumers (ids allocated from one counter, so a target id
-is never ambiguous), each consumer's buffer of deliveries and its credit, and
-the errors to raise later. The two drivers (:mod:`chute.client.blocking`,
-:mod:`chute.client.aio`) only move bytes and wait:
+:class:`ClientProtocol` is the state of one connection, made of three parts
+it owns: the codec and output buffer (here), the requests awaiting an answer
+(:class:`~chute.client.correlation.Correlator`), and the sessions and
+consumers with their buffers and credit (:class:`~chute.client.sessions.Sessions`,
+public as :attr:`ClientProtocol.sessions` for the consumer hot paths). The
+two drivers (:mod:`chute.client.link` for threads, :mod:`chute.client.aio_link`
+for asyncio) only move bytes and wait:
 
 * every operation appends packets to the output buffer; the driver sends
   :meth:`~ClientProtocol.data_to_send` when it likes, so many one-way sends
   cost one write;
 * an operation that needs an answer returns a correlation id; the driver waits
   until :meth:`~ClientProtocol.result` has it (``receive_data`` reports which
-  requests completed and which consumers got something);
+  requests completed and which consumers got something). A request that
+  changes no client state is a :class:`~chute.client.requests.Request`, a
+  packet with its answer's parser: :meth:`~ClientProtocol.start` queues it;
 * one-way failures (a ``Send`` the broker refused) come back as an ``Error``
   targeted at the session and are raised by the next call on that session; a
   connection-level ``Error`` or the loss of the connection fails everything
   with :class:`~chute.errors.ConnectError`.
 
-Credit: a consumer opens with ``prefetch`` credits. As the application takes
-messages, the credit to return accumulates; it goes back with the next ack
-(one ``Ack`` packet acks and refills the window), or on its own once half the
-window is used, or before the application blocks waiting for more. In ``auto``
-mode (and in transacted sessions) that same packet is a cumulative ack of the
-messages taken so far.
+Sends: a persistent send outside a transaction is a request (the broker
+answers once the message is on disk); the rest are one-way. The common message
+(bytes body, generated id, no optional header nor property) is encoded in one
+``pack`` by :func:`chute.protocol.splice.plain_send_encoder`; anything else
+goes through the content codec (:mod:`chute.content`).
 
 Not thread-safe: a driver serialises calls (the blocking driver with a lock).
 """
 
 from __future__ import annotations
 
-import itertools
-import json
-import os
 import struct
-import time
-from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from chute.client.received import Acknowledger, Received
+from chute.client.correlation import Correlator
+from chute.client.received import Acknowledger
+from chute.client.requests import Request, expect
+from chute.client.sessions import Sessions, SessionState
+from chute.content import encode_fields
 from chute.core.address import canonical
 from chute.errors import (
     ChuteError,
     ConnectError,
-    ConsumerError,
     InvalidMessage,
     LocalProtocolError,
     RemoteProtocolError,
@@ -57,89 +57,38 @@ from chute.errors import (
 from chute.message import (
     DEFAULT_PRIORITY,
     BodyKind,
-    Message,
     check_id,
     check_priority,
     check_properties,
+    new_message_id,
 )
 from chute.protocol.codec import PacketCodec
 from chute.protocol.packets import (
     MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
     SUPPORTED_VERSIONS,
-    Ack,
     AckMode,
-    Browse,
-    BrowseResult,
-    CallbackCreate,
     Commit,
     Connect,
     Connected,
     ConsumerClose,
     ConsumerOpen,
-    Credit,
-    CursorAck,
-    CursorBatch,
-    CursorClose,
-    CursorFetch,
-    CursorInfo,
-    CursorOpen,
     Disconnect,
     Error,
     Header,
-    Nack,
-    Ok,
     Packet,
     Ping,
     Pong,
     Rollback,
     SessionClose,
     SessionOpen,
-    Stat,
-    StatResult,
-    TempQueue,
-    TempQueueCreated,
-    Unsubscribe,
-    XaCommit,
-    XaCommitBatch,
     XaPrepare,
-    XaRecover,
-    XaRollback,
 )
-from chute.protocol.wire import (
-    BYTES_KIND,
-    SEND_TAG,
-    encode_fields,
-    encode_packet,
-    encode_send,
-    plain_send_struct,
-)
+from chute.protocol.splice import PlainSend, encode_send, plain_send_encoder
+from chute.protocol.wire import encode_packet
 
 _ADDRESS_CACHE_SIZE: Final = 1024
-_ID_MASK: Final = 0xFFFF_FFFF_FFFF
-_PLAIN_ID_SIZE: Final = 32
-
-
-class _IdSeed:
-    """The process-wide parts of the message ids the client generates.
-
-    An id has the layout of :func:`chute.message.new_message_id` (32 hex digits:
-    48-bit ms clock, 32 random bits, 48-bit counter), so ids sort by creation
-    time to the millisecond; the counter is shared by every connection of the
-    process, so ids are unique within it. Reseeded in a forked child.
-    """
-
-    def __init__(self) -> None:
-        self.reseed()
-
-    def reseed(self) -> None:
-        self.node = int.from_bytes(os.urandom(4), "big")
-        self.counter = itertools.count(int.from_bytes(os.urandom(2), "big"))
-
-
-_IDS: Final = _IdSeed()
-_time_ns: Final = time.time_ns
-os.register_at_fork(after_in_child=_IDS.reseed)
+_next_id: Final = new_message_id.next_bytes
 
 
 @dataclass(slots=True)
@@ -153,65 +102,26 @@ class Progress:
     failed: bool = False
     """The connection failed: wake everybody."""
 
-
-@dataclass(slots=True)
-class SessionState:
-    id: int
-    ack_mode: AckMode
-    transacted: bool
-    consumers: set[int] = field(default_factory=set)
-    error: ChuteError | None = None
-    closed: bool = False
+    def absorb(self, other: Progress) -> None:
+        self.completed.extend(other.completed)
+        self.consumers.update(other.consumers)
+        self.failed = self.failed or other.failed
 
 
 class _DirectAcks:
-    """The acknowledger of a consumer no driver has bound: acks go straight to the protocol."""
+    """The acknowledger of a consumer no driver has bound: acks go straight to the state."""
 
-    __slots__ = ("consumer_id", "proto")
+    __slots__ = ("consumer_id", "sessions")
 
-    def __init__(self, proto: ClientProtocol, consumer_id: int) -> None:
-        self.proto = proto
+    def __init__(self, sessions: Sessions, consumer_id: int) -> None:
+        self.sessions = sessions
         self.consumer_id = consumer_id
 
-    def _ack(self, seq: int) -> None:
-        self.proto.ack(self.consumer_id, seq)
+    def ack(self, seq: int) -> None:
+        self.sessions.ack(self.consumer_id, seq)
 
-    def _nack(self, seq: int, requeue: bool) -> None:
-        self.proto.nack(self.consumer_id, seq, requeue)
-
-
-@dataclass(slots=True)
-class ConsumerState:
-    id: int
-    session: SessionState
-    prefetch: int
-    owner: Acknowledger
-    """What the consumer's messages ack through (the driver's consumer)."""
-    buffer: deque[Received] = field(default_factory=deque)
-    pending_credit: int = 0
-    """Messages taken since credit was last returned."""
-    last_taken: int = -1
-    """seq of the last message taken (auto mode acks up to it)."""
-    acked: int = -1
-    """seq up to which auto mode has acked."""
-    error: ChuteError | None = None
-    closed: bool = False
-    batch: int = field(init=False)
-    """Credit is returned once this many messages are taken (half the window)."""
-    acks_by_taking: bool = field(init=False)
-    """Taking a message acks it (auto mode, transacted sessions)."""
-
-    def __post_init__(self) -> None:
-        self.batch = max(1, self.prefetch // 2)
-        self.acks_by_taking = self.session.ack_mode is AckMode.AUTO or self.session.transacted
-
-
-def _expect(packet: Packet, cls: type[Any]) -> Any:
-    if not isinstance(packet, cls):
-        raise LocalProtocolError(
-            f"broker answered {type(packet).__name__} where {cls.__name__} was expected"
-        )
-    return packet
+    def nack(self, seq: int, requeue: bool) -> None:
+        self.sessions.nack(self.consumer_id, seq, requeue)
 
 
 class ClientProtocol:
@@ -222,19 +132,23 @@ class ClientProtocol:
         self._out: list[bytes] = []
         self.outbox_size = 0
         """Bytes waiting in the output buffer."""
-        self._correlation = itertools.count(1)
-        self._ids = itertools.count(1)
-        self._pending: set[int] = set()
-        self._results: dict[int, Packet | ChuteError] = {}
-        self._sessions: dict[int, SessionState] = {}
-        self._consumers: dict[int, ConsumerState] = {}
-        self._addresses: dict[str, tuple[bytes, struct.Struct]] = {}
-        self._id_ms = -1
-        self._id_prefix = b""
-        self.failure: ChuteError | None = None
-        """Set once the connection failed; every later call raises it."""
+        self._requests = Correlator()
+        self.sessions = Sessions(self._oneway)
+        """The sessions and consumers: what ``take``, ``before_wait``, ``ack`` and
+        ``nack`` of a consumer go to."""
+        self._sessions_by_id = self.sessions.by_id
+        self._addresses: dict[str, tuple[bytes, PlainSend]] = {}
         self.connected: Connected | None = None
-        self._connect_corr = 0
+
+    @property
+    def failure(self) -> ChuteError | None:
+        """Set once the connection failed; every later call raises it."""
+        return self._requests.failure
+
+    @property
+    def in_flight(self) -> int:
+        """How many requests await their answer."""
+        return len(self._requests)
 
     # -- output ---------------------------------------------------------------------
 
@@ -256,55 +170,36 @@ class ClientProtocol:
         self._write(encode_packet(packet, version=self.codec.version))
 
     def _request(self, packet: Packet) -> int:
-        self._check()
-        corr = next(self._correlation) & 0xFFFF_FFFF or next(self._correlation)
+        corr = self._requests.open()
         self._write(encode_packet(packet, corr, version=self.codec.version))
-        self._pending.add(corr)
         return corr
 
-    # -- results --------------------------------------------------------------------
+    # -- requests and results ---------------------------------------------------------
+
+    def start(self, request: Request[Any], session_id: int = 0) -> int:
+        """Queue ``request``; returns the correlation id whose answer ``request.parse``
+        reads. With ``session_id``, an error deferred to that session is raised first.
+
+        Raises:
+            ConnectError: the connection failed.
+            ChuteError: an error deferred to the session (a failed one-way send).
+        """
+        if session_id:
+            self.sessions.session(session_id)
+        return self._request(request.packet)
 
     def result(self, corr: int) -> Packet | None:
-        """The response to request ``corr``, or None while it has not arrived.
+        """The answer to request ``corr``, or None while it has not arrived.
 
         Raises:
             ChuteError: the broker answered with an error (rebuilt by its code).
             ConnectError: the connection failed before the answer came.
         """
-        result = self._results.pop(corr, None)
-        if result is None:
-            if self.failure is not None:
-                self._pending.discard(corr)
-                raise self.failure
-            return None
-        if isinstance(result, ChuteError):
-            raise result
-        return result
+        return self._requests.result(corr)
 
     def forget(self, corr: int) -> None:
         """Stop waiting for ``corr`` (timed out): a late answer is dropped."""
-        self._pending.discard(corr)
-        self._results.pop(corr, None)
-
-    def _check(self) -> None:
-        if self.failure is not None:
-            raise self.failure
-
-    def check_session(self, session_id: int) -> SessionState:
-        """The session, after raising any error deferred to it.
-
-        Raises:
-            ConnectError: the connection failed.
-            ChuteError: a one-way send of this session failed earlier.
-        """
-        self._check()
-        session = self._sessions.get(session_id)
-        if session is None or session.closed:
-            raise ConsumerError(f"session {session_id} is closed")
-        if session.error is not None:
-            error, session.error = session.error, None
-            raise error
-        return session
+        self._requests.forget(corr)
 
     # -- connection -----------------------------------------------------------------
 
@@ -314,30 +209,30 @@ class ClientProtocol:
         login: str | None = None,
         passcode: str | None = None,
         heartbeat_ms: int = 0,
-    ) -> int:
-        """Queue CONNECT; returns its correlation id (finish with :meth:`finish_connect`)."""
-        self._connect_corr = self._request(
-            Connect(
-                MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, client_id, login, passcode, heartbeat_ms
-            )
-        )
-        return self._connect_corr
+    ) -> Request[Connected]:
+        """The CONNECT request; its parser adopts the negotiated version.
 
-    def finish_connect(self, packet: Packet) -> Connected:
-        connected: Connected = _expect(packet, Connected)
+        A refusal comes back as :class:`~chute.errors.ConnectError` (or the error its
+        code names, such as :class:`~chute.errors.AuthenticationFailed`).
+        """
+        packet = Connect(
+            MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, client_id, login, passcode, heartbeat_ms
+        )
+        return Request(packet, self._connected)
+
+    def _connected(self, packet: Packet) -> Connected:
+        connected = expect(packet, Connected)
         if connected.version not in SUPPORTED_VERSIONS:
-            self.fail(
-                ConnectError(f"broker chose unsupported protocol version {connected.version}")
-            )
-            self._check()
+            error = ConnectError(f"broker chose unsupported protocol version {connected.version}")
+            self.fail(error)
+            raise error
         self.codec.version = connected.version
         self.connected = connected
         return connected
 
     def disconnect(self) -> int:
         """Return the credit and acks still owed, then queue DISCONNECT (a request)."""
-        for consumer in list(self._consumers.values()):
-            self._return_credit(consumer)
+        self.sessions.settle_all()
         return self._request(Disconnect())
 
     def ping(self) -> None:
@@ -345,13 +240,9 @@ class ClientProtocol:
 
     def fail(self, error: ChuteError) -> Progress:
         """The connection is gone: fail every waiter and every later call with ``error``."""
-        progress = Progress(failed=True)
-        if self.failure is None:
-            self.failure = error
-        progress.completed.extend(self._pending)
-        self._pending.clear()
-        progress.consumers.update(self._consumers)
-        return progress
+        completed = self._requests.fail(error)
+        self.sessions.failure = self._requests.failure
+        return Progress(completed, set(self.sessions.consumer_ids()), failed=True)
 
     def connection_lost(self, exc: BaseException | None = None) -> Progress:
         if self.failure is not None:
@@ -366,26 +257,37 @@ class ClientProtocol:
 
         Raises:
             ValueError: unknown ack mode.
+            ConnectError: the connection failed.
         """
-        self._check()
-        mode = AckMode(ack_mode)
-        session_id = next(self._ids)
-        self._sessions[session_id] = SessionState(session_id, mode, bool(transacted))
-        self._oneway(SessionOpen(session_id, mode, bool(transacted)))
-        return session_id
+        if self.failure is not None:
+            raise self.failure
+        session = self.sessions.open_session(AckMode(ack_mode), bool(transacted))
+        self._oneway(SessionOpen(session.id, session.ack_mode, session.transacted))
+        return session.id
 
     def close_session(self, session_id: int) -> int | None:
         """Close the session's consumers and queue SESSION_CLOSE (a request); None if closed."""
-        session = self._sessions.get(session_id)
-        if session is None or session.closed or self.failure is not None:
-            self._sessions.pop(session_id, None)
+        if not self.sessions.close_session(session_id):
             return None
-        for consumer_id in list(session.consumers):
-            self._drop_consumer(consumer_id)
-        session.closed = True
-        corr = self._request(SessionClose(session_id))
-        del self._sessions[session_id]
-        return corr
+        return self._request(SessionClose(session_id))
+
+    def commit(self, session_id: int) -> int:
+        """Queue COMMIT (a request), after acking what the session's consumers took."""
+        return self._transaction(session_id, Commit(session_id))
+
+    def rollback(self, session_id: int) -> int:
+        return self._transaction(session_id, Rollback(session_id))
+
+    def prepare(self, session_id: int, xid: str) -> int:
+        return self._transaction(session_id, XaPrepare(session_id, xid))
+
+    def _transaction(self, session_id: int, packet: Commit | Rollback | XaPrepare) -> int:
+        """Raises TransactionError for a session that is not transacted."""
+        session = self.sessions.session(session_id)
+        if not session.transacted:
+            raise TransactionError(f"session {session_id} is not transacted")
+        self.sessions.settle_session(session)
+        return self._request(packet)
 
     def send(  # noqa: PLR0917 - drivers call it positionally (hot path)
         self,
@@ -404,22 +306,20 @@ class ClientProtocol:
     ) -> int:
         """Queue a SEND. Returns the correlation id to wait for, or 0 for a one-way send.
 
-        Persistent sends outside a transaction are requests (the broker answers once
-        the message is on disk); the rest are one-way and pipelined. The arguments
-        after ``body`` may be given by keyword; the drivers pass them positionally,
-        which is cheaper, in this order.
+        The arguments after ``body`` may be given by keyword; the drivers pass them
+        positionally, which is cheaper, in this order.
 
         Raises:
             InvalidAddress, InvalidMessage: bad address or message field.
+            ValueError: a negative ``ttl``.
             ChuteError: an error deferred to this session (a failed earlier send).
         """
-        session = self._sessions.get(session_id)
-        if session is None or session.error is not None or self.failure is not None:
-            session = self.check_session(session_id)  # raises
+        session = self._sessions_by_id.get(session_id)
+        if session is None or session.error is not None or self.sessions.failure is not None:
+            session = self.sessions.session(session_id)  # raises
         cached = self._addresses.get(address)
         if cached is None:
             cached = self._address(address)
-        address_bytes, plain = cached
         if (
             body.__class__ is bytes
             and id is None
@@ -434,45 +334,27 @@ class ClientProtocol:
             # The common message: its whole packet in one pack (no Message, no join).
             if ttl < 0:
                 raise ValueError("ttl must not be negative")
-            ms = _time_ns() // 1_000_000
-            if ms != self._id_ms:
-                self._id_ms = ms
-                self._id_prefix = b"%012x%08x" % (ms & _ID_MASK, _IDS.node)
-            corr = self._correlate(persistent and not session.transacted)
+            corr = self._requests.open() if persistent and not session.transacted else 0
             try:
-                packet = (
-                    plain.pack(
-                        plain.size - 4 + len(body),
-                        self.codec.version,
-                        SEND_TAG,
-                        corr,
-                        session_id,
-                        0,
-                        ttl,
-                        len(address_bytes),
-                        address_bytes,
-                        priority,
-                        1 if persistent else 0,
-                        BYTES_KIND,
-                        _PLAIN_ID_SIZE,
-                        0,
-                        0,
-                        0,
-                        0,
-                        self._id_prefix,
-                        b"%012x" % (next(_IDS.counter) & _ID_MASK),
-                    )
-                    + body
+                packet = cached[1](
+                    body,
+                    self.codec.version,
+                    corr,
+                    session_id,
+                    ttl,
+                    priority,
+                    persistent,
+                    _next_id(),
                 )
             except struct.error as exc:  # ttl or session id out of range
-                self._pending.discard(corr)
+                self._requests.cancel(corr)
                 raise InvalidMessage(f"message cannot be encoded: {exc}") from None
             self._out.append(packet)
             self.outbox_size += len(packet)
             return corr
         return self._send_general(
             session,
-            address_bytes,
+            cached[0],
             body,
             priority,
             ttl,
@@ -517,7 +399,7 @@ class ClientProtocol:
         try:
             content = encode_fields(
                 data,
-                self._new_id() if id is None else check_id(id),
+                new_message_id() if id is None else check_id(id),
                 priority,
                 persistent,
                 kind,
@@ -530,112 +412,21 @@ class ClientProtocol:
             raise InvalidMessage(exc.reason) from exc
         if ttl < 0:
             raise ValueError("ttl must not be negative")
-        corr = self._correlate(persistent and not session.transacted)
+        corr = self._requests.open() if persistent and not session.transacted else 0
         try:
             packet = encode_send(session.id, address_bytes, content, ttl, corr, self.codec.version)
         except struct.error as exc:
-            self._pending.discard(corr)
+            self._requests.cancel(corr)
             raise InvalidMessage(f"message cannot be encoded: {exc}") from None
-        self._out.append(packet)
-        self.outbox_size += len(packet)
+        self._write(packet)
         return corr
 
-    def _correlate(self, request: bool) -> int:
-        """A correlation id to wait for (0 for a one-way packet)."""
-        if not request:
-            return 0
-        corr = next(self._correlation) & 0xFFFF_FFFF or next(self._correlation)
-        self._pending.add(corr)
-        return corr
-
-    def _new_id(self) -> str:
-        ms = _time_ns() // 1_000_000
-        n = next(_IDS.counter) & _ID_MASK
-        return f"{ms & _ID_MASK:012x}{_IDS.node:08x}{n:012x}"
-
-    def _address(self, address: str) -> tuple[bytes, struct.Struct]:
+    def _address(self, address: str) -> tuple[bytes, PlainSend]:
         encoded = canonical(address).encode()
         if len(self._addresses) >= _ADDRESS_CACHE_SIZE:
             self._addresses.clear()
-        cached = self._addresses[address] = (encoded, plain_send_struct(encoded))
+        cached = self._addresses[address] = (encoded, plain_send_encoder(encoded))
         return cached
-
-    def commit(self, session_id: int) -> int:
-        return self._transaction(session_id, Commit(session_id))
-
-    def rollback(self, session_id: int) -> int:
-        return self._transaction(session_id, Rollback(session_id))
-
-    def prepare(self, session_id: int, xid: str) -> int:
-        return self._transaction(session_id, XaPrepare(session_id, xid))
-
-    def commit_prepared(self, xid: str) -> int:
-        return self._request(XaCommit(xid))
-
-    def rollback_prepared(self, xid: str) -> int:
-        return self._request(XaRollback(xid))
-
-    def prepared(self) -> int:
-        return self._request(XaRecover())
-
-    def commit_batch(self, sink: str, batch: int, xids: tuple[str, ...], keep: bool) -> int:
-        return self._request(XaCommitBatch(sink, batch, tuple(xids), keep))
-
-    @staticmethod
-    def commit_batch_result(packet: Packet) -> bool:
-        """True if the batch was committed now, False if it had been before (a duplicate)."""
-        result: Ok = _expect(packet, Ok)
-        return result.value != "duplicate"
-
-    # -- cursors (docs/spark.md) -----------------------------------------------------
-
-    def cursor_open(
-        self, address: str, cursor: str | None, selector: str | None, lease_ms: int
-    ) -> int:
-        return self._request(CursorOpen(canonical(address), cursor, selector, lease_ms))
-
-    @staticmethod
-    def cursor_info(packet: Packet) -> tuple[int, int]:
-        info: CursorInfo = _expect(packet, CursorInfo)
-        return info.earliest, info.head
-
-    def cursor_fetch(  # noqa: PLR0917 - mirrors the packet
-        self,
-        address: str,
-        cursor: str | None,
-        start: int,
-        end: int,
-        max_messages: int,
-        max_bytes: int,
-    ) -> int:
-        return self._request(
-            CursorFetch(canonical(address), cursor, start, end, max_messages, max_bytes)
-        )
-
-    @staticmethod
-    def cursor_batch(packet: Packet) -> tuple[int, tuple[tuple[int, Message], ...]]:
-        batch: CursorBatch = _expect(packet, CursorBatch)
-        return batch.next, batch.messages
-
-    def cursor_ack(self, address: str, cursor: str, end: int) -> int:
-        return self._request(CursorAck(canonical(address), cursor, end))
-
-    def cursor_close(self, address: str, cursor: str, delete: bool) -> int:
-        return self._request(CursorClose(canonical(address), cursor, delete))
-
-    @staticmethod
-    def prepared_result(packet: Packet) -> list[str]:
-        result: Ok = _expect(packet, Ok)
-        xids: list[str] = json.loads(result.value or "[]")
-        return xids
-
-    def _transaction(self, session_id: int, packet: Commit | Rollback | XaPrepare) -> int:
-        session = self.check_session(session_id)
-        if not session.transacted:
-            raise TransactionError(f"session {session_id} is not transacted")
-        for consumer_id in session.consumers:
-            self._return_credit(self._consumers[consumer_id])
-        return self._request(packet)
 
     # -- consumers ------------------------------------------------------------------
 
@@ -653,15 +444,19 @@ class ClientProtocol:
     ) -> tuple[int, int]:
         """Queue CONSUMER_OPEN (a request). Returns ``(consumer id, correlation id)``.
 
+        Until :meth:`bind`, the consumer's messages ack straight through this state.
+
         Raises:
             ValueError: prefetch below 1; durable without a subscription name.
         """
-        session = self.check_session(session_id)
+        session = self.sessions.session(session_id)
         if prefetch < 1:
             raise ValueError("prefetch must be at least 1")
         if durable and not subscription:
             raise ValueError("a durable subscription needs a name (subscription=...)")
-        consumer_id = next(self._ids)
+        consumer_id = self.sessions.add_consumer(
+            session, prefetch, lambda cid: _DirectAcks(self.sessions, cid)
+        )
         corr = self._request(
             ConsumerOpen(
                 session_id,
@@ -675,156 +470,21 @@ class ClientProtocol:
                 shared,
             )
         )
-        self._consumers[consumer_id] = ConsumerState(
-            consumer_id, session, prefetch, _DirectAcks(self, consumer_id)
-        )
-        session.consumers.add(consumer_id)
         return consumer_id, corr
+
+    def bind(self, consumer_id: int, owner: Acknowledger) -> None:
+        """Make ``owner`` (the driver's acknowledger) what the consumer's messages ack
+        through from now on."""
+        self.sessions.bind(consumer_id, owner)
 
     def close_consumer(self, consumer_id: int) -> int | None:
         """Return owed credit/acks, queue CONSUMER_CLOSE (a request); None if already closed.
 
         Messages still in the buffer were never handed out: the broker redelivers them.
         """
-        if consumer_id not in self._consumers or self.failure is not None:
-            self._drop_consumer(consumer_id)
+        if not self.sessions.drop_consumer(consumer_id) or self.failure is not None:
             return None
-        self._drop_consumer(consumer_id)
         return self._request(ConsumerClose(consumer_id))
-
-    def _drop_consumer(self, consumer_id: int) -> None:
-        consumer = self._consumers.pop(consumer_id, None)
-        if consumer is None:
-            return
-        if self.failure is None:
-            self._return_credit(consumer)
-        consumer.closed = True
-        consumer.buffer.clear()
-        consumer.session.consumers.discard(consumer_id)
-
-    def session_consumers(self, session_id: int) -> list[int]:
-        """Ids of the session's open consumers (to wake their waiters on close)."""
-        session = self._sessions.get(session_id)
-        return list(session.consumers) if session is not None else []
-
-    def consumer(self, consumer_id: int) -> ConsumerState | None:
-        return self._consumers.get(consumer_id)
-
-    def bind(self, consumer_id: int, owner: Acknowledger) -> None:
-        """Make ``owner`` (the driver's consumer) what the consumer's messages ack through.
-
-        Until then they ack straight through this protocol.
-        """
-        consumer = self._consumers.get(consumer_id)
-        if consumer is not None:
-            consumer.owner = owner
-
-    def take(self, consumer_id: int) -> Received | None:
-        """The next message of the consumer, or None if its buffer is empty.
-
-        Raises:
-            ConnectError: the connection failed.
-            ChuteError: an error the broker reported for this consumer.
-            ConsumerError: the consumer is closed.
-        """
-        consumer = self._consumers.get(consumer_id)
-        if consumer is None or self.failure is not None:
-            self._check()
-            raise ConsumerError(f"consumer {consumer_id} is closed")
-        if consumer.error is not None:
-            error, consumer.error = consumer.error, None
-            raise error
-        if not consumer.buffer:
-            return None
-        received = consumer.buffer.popleft()
-        consumer.last_taken = received.seq
-        consumer.pending_credit += 1
-        if consumer.pending_credit >= consumer.batch:
-            self._return_credit(consumer)
-        return received
-
-    def before_wait(self, consumer_id: int) -> None:
-        """The application is about to block on an empty buffer: give back all credit."""
-        consumer = self._consumers.get(consumer_id)
-        if consumer is not None and not consumer.buffer:
-            self._return_credit(consumer)
-
-    def _return_credit(self, consumer: ConsumerState) -> None:
-        credit = consumer.pending_credit
-        if consumer.acks_by_taking:
-            if consumer.last_taken > consumer.acked:
-                consumer.acked = consumer.last_taken
-                consumer.pending_credit = 0
-                self._oneway(Ack(consumer.id, consumer.last_taken, True, credit))
-        elif credit:
-            consumer.pending_credit = 0
-            self._oneway(Credit(consumer.id, credit))
-
-    def ack(self, consumer_id: int, seq: int) -> None:
-        """Ack delivery ``seq``: cumulative in ``client`` mode, just it in ``individual``
-        mode; a no-op in ``auto`` mode and in transacted sessions (taking or commit acks).
-
-        Raises:
-            ConnectError: the connection failed.
-            ConsumerError: the consumer is closed.
-        """
-        self._check()
-        consumer = self._consumers.get(consumer_id)
-        if consumer is None:
-            raise ConsumerError(f"cannot ack: consumer {consumer_id} is closed")
-        if consumer.acks_by_taking:
-            return
-        credit, consumer.pending_credit = consumer.pending_credit, 0
-        cumulative = consumer.session.ack_mode is AckMode.CLIENT
-        self._oneway(Ack(consumer_id, seq, cumulative, credit))
-
-    def nack(self, consumer_id: int, seq: int, requeue: bool = True) -> None:
-        """Refuse delivery ``seq``: requeue it, or reject it to the dead-letter queue.
-
-        Raises:
-            ConnectError: the connection failed.
-            ConsumerError: the consumer is closed.
-        """
-        self._check()
-        if consumer_id not in self._consumers:
-            raise ConsumerError(f"cannot nack: consumer {consumer_id} is closed")
-        self._oneway(Nack(consumer_id, seq, requeue))
-
-    # -- management -----------------------------------------------------------------
-
-    def browse(self, address: str, selector: str | None = None, limit: int = 0) -> int:
-        return self._request(Browse(canonical(address), selector, limit))
-
-    @staticmethod
-    def browse_result(packet: Packet) -> list[Message]:
-        result: BrowseResult = _expect(packet, BrowseResult)
-        return [message for _seq, message in result.messages]
-
-    def stat(self) -> int:
-        return self._request(Stat())
-
-    @staticmethod
-    def stat_result(packet: Packet) -> str:
-        result: StatResult = _expect(packet, StatResult)
-        return result.json_text
-
-    def temporary_queue(self) -> int:
-        return self._request(TempQueue())
-
-    @staticmethod
-    def temporary_queue_result(packet: Packet) -> str:
-        result: TempQueueCreated = _expect(packet, TempQueueCreated)
-        return result.address
-
-    def unsubscribe(self, subscription: str, client_id: str | None = None) -> int:
-        return self._request(Unsubscribe(subscription, client_id))
-
-    def callback(
-        self, topic: str, subscription: str, forward_to: str, selector: str | None = None
-    ) -> int:
-        return self._request(
-            CallbackCreate(canonical(topic), subscription, canonical(forward_to), selector)
-        )
 
     # -- input ----------------------------------------------------------------------
 
@@ -834,79 +494,56 @@ class ClientProtocol:
         if self.failure is not None:
             return progress
         self.codec.receive_data(data)
-        consumers = self._consumers
-        woken = progress.consumers
-
-        def deliver(consumer_id: int, seq: int, message: Message) -> None:
-            consumer = consumers.get(consumer_id)
-            if consumer is not None:  # else closed meanwhile: the broker redelivers
-                consumer.buffer.append(Received(message, seq, consumer.owner))
-                woken.add(consumer_id)
-
+        sessions = self.sessions
         try:
-            items = self.codec.next_packets(deliver)
+            items = self.codec.next_packets(sessions.deliver)
         except RemoteProtocolError as exc:
+            sessions.woken.clear()  # fail() wakes every consumer
             self._oneway(Error(exc.error_code, exc.reason))
             return self.fail(
                 ConnectError(f"the broker broke the protocol ({exc.error_code}): {exc.reason}")
             )
+        if sessions.woken:
+            progress.consumers, sessions.woken = sessions.woken, set()
         for header, packet in items:
             self._handle(header, packet, progress)
             if progress.failed:
                 return progress
         if not data:
-            _absorb(progress, self.connection_lost())
+            progress.absorb(self.connection_lost())
         return progress
 
     def _handle(self, header: Header, packet: Packet, progress: Progress) -> None:
         corr = header.correlation_id
         if isinstance(packet, Ping):
             self._write(encode_packet(Pong(), corr, version=self.codec.version))
-            return
-        if isinstance(packet, Pong):
-            return
-        if isinstance(packet, Disconnect):
-            _absorb(progress, self.fail(ConnectError("the broker closed the connection")))
-            return
-        if isinstance(packet, Error):
+        elif isinstance(packet, Pong):
+            pass
+        elif isinstance(packet, Disconnect):
+            progress.absorb(self.fail(ConnectError("the broker closed the connection")))
+        elif isinstance(packet, Error):
             self._handle_error(header, packet, progress)
-            return
-        if corr in self._pending:
-            self._pending.discard(corr)
-            self._results[corr] = packet
+        elif self._requests.answer(corr, packet):
             progress.completed.append(corr)
-        # An answer nobody waits for (a timed-out request): dropped.
+        # else: an answer nobody waits for (a timed-out request): dropped.
 
     def _handle_error(self, header: Header, packet: Error, progress: Progress) -> None:
         corr = header.correlation_id
         error = error_for_code(packet.code, packet.reason)
         if corr:
-            if corr in self._pending:
-                self._pending.discard(corr)
-                if corr == self._connect_corr and type(error) is ChuteError:
-                    error = _connect_error(packet)  # refused for a reason of its own
-                self._results[corr] = error
+            if self.connected is None and type(error) is ChuteError:
+                error = _connect_error(packet)  # CONNECT refused for a reason of its own
+            if self._requests.answer(corr, error):
                 progress.completed.append(corr)
             return
         target = header.target_id
-        session = self._sessions.get(target)
-        if session is not None:
-            session.error = error
-            progress.consumers.update(session.consumers)
-            return
-        consumer = self._consumers.get(target)
-        if consumer is not None:
-            consumer.error = error
+        consumers = self.sessions.fail_session(target, error)
+        if consumers is not None:
+            progress.consumers.update(consumers)
+        elif self.sessions.fail_consumer(target, error):
             progress.consumers.add(target)
-            return
-        if target == 0:
-            _absorb(progress, self.fail(_connect_error(packet)))
-
-
-def _absorb(progress: Progress, other: Progress) -> None:
-    progress.completed.extend(other.completed)
-    progress.consumers.update(other.consumers)
-    progress.failed = progress.failed or other.failed
+        elif target == 0:
+            progress.absorb(self.fail(_connect_error(packet)))
 
 
 def _connect_error(packet: Error) -> ConnectError:

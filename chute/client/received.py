@@ -8,11 +8,15 @@ from chute.message import BodyKind, Message, PropertyValue
 
 
 class Acknowledger(Protocol):
-    """What a driver's consumer offers a received message (both drivers implement it)."""
+    """What a received message acks through: its consumer's deliveries, by ``seq``.
 
-    def _ack(self, seq: int) -> None: ...
+    Each client has its own (the blocking and asyncio drivers, the dropbox
+    client); one is made per consumer.
+    """
 
-    def _nack(self, seq: int, requeue: bool) -> None: ...
+    def ack(self, seq: int) -> None: ...
+
+    def nack(self, seq: int, requeue: bool) -> None: ...
 
 
 class Received:
@@ -25,12 +29,12 @@ class Received:
     a failure surfaces from a later call. Safe to use from any thread.
     """
 
-    __slots__ = ("_consumer", "message", "seq")
+    __slots__ = ("_acks", "message", "seq")
 
-    def __init__(self, message: Message, seq: int, consumer: Acknowledger) -> None:
+    def __init__(self, message: Message, seq: int, acks: Acknowledger) -> None:
         self.message = message
         self.seq = seq
-        self._consumer = consumer
+        self._acks = acks
 
     def ack(self) -> None:
         """Acknowledge: this message and, in ``client`` ack mode, every earlier one of
@@ -40,7 +44,7 @@ class Received:
             ConnectError: the connection is gone.
             ConsumerError: the consumer is closed.
         """
-        self._consumer._ack(self.seq)
+        self._acks.ack(self.seq)
 
     def nack(self, requeue: bool = True) -> None:
         """Refuse this message: requeue it for redelivery, or (``requeue=False``) reject it
@@ -50,7 +54,7 @@ class Received:
             ConnectError: the connection is gone.
             ConsumerError: the consumer is closed.
         """
-        self._consumer._nack(self.seq, requeue)
+        self._acks.nack(self.seq, requeue)
 
     @property
     def body(self) -> bytes:

@@ -8,7 +8,8 @@
 - :mod:`~chute.dropbox.queue`, :mod:`~chute.dropbox.topic`: serverless produce,
   claim, ack, recover, publish and fan-out with real files;
 - :mod:`~chute.dropbox.watch`: inotify with polling as the fallback;
-- :mod:`~chute.dropbox.client`: ``chute.connect("dropbox:///path")``;
+- :mod:`~chute.dropbox.client`: ``chute.connect("dropbox:///path")``, with its URL
+  (:mod:`~chute.dropbox.options`) and its consumer (:mod:`~chute.dropbox.consumer`);
 - :mod:`~chute.dropbox.mount`, :mod:`~chute.dropbox.bridge`: the broker's
   ``[[dropbox]]`` mounts (import and export);
 - :mod:`~chute.dropbox.cli`: ``chute dropbox ...``.

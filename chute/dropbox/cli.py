@@ -22,14 +22,10 @@ from typing import Any
 from chute.cli_message import add_message_arguments, message_fields
 from chute.cli_output import print_received
 from chute.core.address import Kind, parse
-from chute.dropbox.client import (
-    DropboxConnection,
-    DropboxConsumer,
-    DropboxOptions,
-    default_client_id,
-    open_root,
-)
+from chute.dropbox.client import DropboxConnection, open_root
+from chute.dropbox.consumer import DropboxConsumer
 from chute.dropbox.layout import init_queue, init_topic
+from chute.dropbox.options import DropboxOptions, default_client_id
 from chute.dropbox.queue import recover_client, recover_layout
 from chute.dropbox.topic import distribute
 from chute.errors import ConfigError

@@ -8,14 +8,8 @@ browsing) over the DropboxMQ files of :mod:`chute.dropbox.queue` and
 machines sharing a filesystem) exchange messages through a directory.
 
 URL: ``dropbox:///abs/path`` or ``dropbox:relative/path``, with options in the
-query: ``client_id`` (default ``<host>-<pid>``: the name claimed files carry
-in ``processing/``, and what ``chute dropbox recover --client`` takes back),
-``poll_ms`` (300), ``redelivery_attempts`` (9: a message is delivered at most
-10 times, as the broker's default ``max_deliveries``; DropboxMQ's own default
-is 0), ``sync`` (``true``: fsync every file; ``false`` is faster and may lose
-recent messages in a power cut), ``delete_processed`` and ``delete_expired``
-(``false``: keep them in ``processed/`` and ``expired/``), ``scan_timeout_ms``
-(30000, DropboxMQ's target scan timeout).
+query (:mod:`chute.dropbox.options`). The API is :mod:`chute.client.api`'s,
+method for method.
 
 What the filesystem cannot do, and what happens instead (docs/dropbox.md):
 
@@ -32,6 +26,11 @@ What the filesystem cannot do, and what happens instead (docs/dropbox.md):
   when its consumer closes; a killed process leaves it behind.
 - **Temporary queues** are queue dropboxes removed when the connection
   closes (a killed process leaves them behind).
+- **Confirm window**: a persistent send is on disk when ``send`` returns, so
+  nothing ever awaits confirmation (``unconfirmed`` is 0, ``flush`` returns).
+- **Cursors** (reading by sequence number) and **batch commits** need a
+  broker: they raise :class:`~chute.errors.ChuteError` and
+  :class:`~chute.errors.TransactionError`.
 
 Not thread-safe: use a connection, its sessions and consumers from one thread
 at a time (open one connection per thread; they may share the root).
@@ -44,19 +43,16 @@ import itertools
 import os
 import re
 import shutil
-import socket
 import uuid
-from collections import OrderedDict
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
-from urllib.parse import parse_qsl, unquote, urlsplit
 
-from chute.client.received import Received
+from chute.client.requests import CursorPage, Page
 from chute.core.address import Kind, parse
 from chute.core.selector import compile_selector
+from chute.dropbox.consumer import Deliveries, DropboxConsumer
 from chute.dropbox.layout import (
     TOPIC_SUBSCRIPTIONS,
     QueueLayout,
@@ -65,16 +61,14 @@ from chute.dropbox.layout import (
     queue_layout,
 )
 from chute.dropbox.names import (
-    MAX_CLIENT_ID_BYTES,
     TOPIC_ROOT,
-    check_client_id,
     check_destination_name,
     subscription_dir_name,
 )
-from chute.dropbox.queue import ConsumerOptions, Delivery, QueueConsumer, QueueProducer
+from chute.dropbox.options import DropboxOptions, parse_dropbox_url
+from chute.dropbox.queue import QueueConsumer, QueueProducer
 from chute.dropbox.topic import TopicPublisher, remove_subscription
 from chute.dropbox.transcoder import DecodedName, decode_filename
-from chute.dropbox.watch import DEFAULT_POLL_INTERVAL
 from chute.errors import (
     ChuteError,
     ConnectError,
@@ -86,101 +80,16 @@ from chute.message import DEFAULT_PRIORITY, BodyKind, Message, now_ms
 
 __all__ = [
     "DropboxConnection",
-    "DropboxConsumer",
-    "DropboxOptions",
     "DropboxSession",
     "connect",
-    "default_client_id",
     "open_root",
-    "parse_dropbox_url",
 ]
 
 SHARED_CLIENT: Final = "__shared__"
 """The client part of a shared subscription's directory name."""
 _ACK_MODES: Final = ("auto", "client", "individual")
-
-
-@dataclass(frozen=True, slots=True)
-class DropboxOptions:
-    """A dropbox URL: the root and the options in its query (see the module docstring)."""
-
-    root: Path
-    client_id: str
-    poll_interval: float = DEFAULT_POLL_INTERVAL
-    redelivery_attempts: int = 9
-    sync: bool = True
-    delete_processed: bool = False
-    delete_expired: bool = False
-    scan_timeout_ms: int = 30_000
-
-    def consumer_options(self) -> ConsumerOptions:
-        return ConsumerOptions(
-            redelivery_attempts=self.redelivery_attempts,
-            delete_processed=self.delete_processed,
-            delete_expired=self.delete_expired,
-            target_scan_timeout_ms=self.scan_timeout_ms,
-        )
-
-
-def default_client_id() -> str:
-    """``<host>-<pid>``, short enough to prefix every claimed filename."""
-    host = socket.gethostname().split(".")[0] or "host"
-    return f"{host[: MAX_CLIENT_ID_BYTES - 12]}-{os.getpid()}"
-
-
-def parse_dropbox_url(url: str, client_id: str | None = None) -> DropboxOptions:
-    """Read ``dropbox:///path?option=value&...``.
-
-    Raises:
-        ConnectError: not a dropbox URL, a host other than localhost, no path,
-            or an unknown or malformed option.
-    """
-    parts = urlsplit(url)
-    if parts.scheme.lower() != "dropbox":
-        raise ConnectError(f"invalid dropbox URL {url!r}: expected dropbox:///path")
-    if parts.netloc not in ("", "localhost"):
-        raise ConnectError(
-            f"invalid dropbox URL {url!r}: a dropbox is a local directory "
-            "(dropbox:///abs/path); mount a remote one and use its local path"
-        )
-    path = unquote(parts.path)
-    if not path:
-        raise ConnectError(f"invalid dropbox URL {url!r}: no directory")
-    values: dict[str, Any] = {}
-    for key, raw in parse_qsl(parts.query, keep_blank_values=True, strict_parsing=False):
-        values["poll_interval" if key == "poll_ms" else key] = _option(url, key, raw)
-    given = values.pop("client_id", None) or client_id or default_client_id()
-    try:
-        check_client_id(given)
-    except InvalidAddress as exc:
-        raise ConnectError(exc.reason) from None
-    return DropboxOptions(root=Path(path), client_id=given, **values)
-
-
-def _option(url: str, key: str, raw: str) -> Any:
-    try:
-        if key == "client_id":
-            return raw
-        if key == "poll_ms":
-            value = int(raw)
-            if value <= 0:
-                raise ValueError
-            return value / 1000
-        if key in ("redelivery_attempts", "scan_timeout_ms"):
-            number = int(raw)
-            if number < 0:
-                raise ValueError
-            return number
-        if key in ("sync", "delete_processed", "delete_expired"):
-            if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                raise ValueError
-            return raw.lower() in ("true", "1", "yes")
-    except ValueError:
-        raise ConnectError(f"dropbox URL {url!r}: bad value {raw!r} for {key}") from None
-    raise ConnectError(
-        f"dropbox URL {url!r}: unknown option {key!r} (known: client_id, poll_ms, "
-        "redelivery_attempts, sync, delete_processed, delete_expired, scan_timeout_ms)"
-    )
+_NO_TWO_PHASE: Final = "two-phase transactions need a broker (chute://), not a dropbox"
+_NO_CURSORS: Final = "cursors need a broker (chute://): a dropbox has no sequence numbers"
 
 
 def connect(
@@ -241,14 +150,25 @@ class DropboxConnection:
         if self._closed:
             raise ConnectError("the connection is closed")
 
-    def session(self, ack: str = "auto", transacted: bool = False) -> DropboxSession:
-        """Open a session. Raises ValueError for an unknown ack mode."""
+    def session(
+        self, ack: str = "auto", transacted: bool = False, *, confirm_window: int = 0
+    ) -> DropboxSession:
+        """Open a session. A ``confirm_window`` is accepted and never fills: each send is
+        on disk when it returns. Raises ValueError for an unknown ack mode or a
+        negative window."""
         self._check()
         if ack not in _ACK_MODES:
             raise ValueError(f"ack must be one of {', '.join(_ACK_MODES)}, not {ack!r}")
-        session = DropboxSession(self, next(self._session_ids), ack, transacted)
+        if confirm_window < 0:
+            raise ValueError("confirm_window must not be negative")
+        session = DropboxSession(self, next(self._session_ids), ack, transacted, confirm_window)
         self._sessions.append(session)
         return session
+
+    def release(self, session: DropboxSession) -> None:
+        """Forget a session that closed itself."""
+        with contextlib.suppress(ValueError):
+            self._sessions.remove(session)
 
     def stat(self) -> dict[str, Any]:
         """Each queue dropbox with ``depth`` (files in ``target/``) and ``inflight``
@@ -274,12 +194,68 @@ class DropboxConnection:
         return []
 
     def commit_prepared(self, xid: str) -> None:
-        raise TransactionError("two-phase transactions need a broker (chute://), not a dropbox")
+        """Raises TransactionError: two-phase transactions need a broker."""
+        raise TransactionError(_NO_TWO_PHASE)
 
     def rollback_prepared(self, xid: str) -> None:
-        raise TransactionError("two-phase transactions need a broker (chute://), not a dropbox")
+        """Raises TransactionError: two-phase transactions need a broker."""
+        raise TransactionError(_NO_TWO_PHASE)
 
-    def _temporary_queue(self) -> str:
+    def commit_batch(
+        self, sink: str, batch: int, xids: Sequence[str], *, keep: bool = True
+    ) -> bool:
+        """Raises TransactionError: batch commits of prepared transactions need a broker."""
+        raise TransactionError(_NO_TWO_PHASE)
+
+    # -- cursors: a broker's sequence numbers; a dropbox has none -----------------------
+
+    def cursor_open(
+        self,
+        address: str,
+        cursor: str | None = None,
+        *,
+        selector: str | None = None,
+        lease_ms: int = 0,
+    ) -> tuple[int, int]:
+        """Raises ChuteError: cursors need a broker."""
+        raise ChuteError(_NO_CURSORS)
+
+    def cursor_fetch(
+        self,
+        address: str,
+        cursor: str | None,
+        start: int,
+        end: int,
+        *,
+        max_messages: int = 0,
+        max_bytes: int = 0,
+    ) -> CursorPage:
+        """Raises ChuteError: cursors need a broker."""
+        raise ChuteError(_NO_CURSORS)
+
+    def cursor_read(
+        self,
+        address: str,
+        cursor: str | None,
+        start: int,
+        end: int,
+        *,
+        page_messages: int = 4096,
+        page_bytes: int = 4 << 20,
+    ) -> Iterator[Page]:
+        """Raises ChuteError (at once, not when iterated): cursors need a broker."""
+        raise ChuteError(_NO_CURSORS)
+
+    def cursor_ack(self, address: str, cursor: str, end: int) -> None:
+        """Raises ChuteError: cursors need a broker."""
+        raise ChuteError(_NO_CURSORS)
+
+    def cursor_close(self, address: str, cursor: str, *, delete: bool = False) -> None:
+        """Raises ChuteError: cursors need a broker."""
+        raise ChuteError(_NO_CURSORS)
+
+    def temporary_queue(self) -> str:
+        """Create a queue dropbox removed when this connection closes; its address."""
         self._check()
         client = re.sub(r"[^A-Za-z0-9_-]", "_", self.client_id)[:100]
         name = f"__tmp__.{client}.{uuid.uuid4().hex[:8]}"
@@ -322,19 +298,39 @@ class DropboxSession:
     """An ack mode and maybe a local transaction, over a dropbox root."""
 
     def __init__(
-        self, connection: DropboxConnection, session_id: int, ack: str, transacted: bool
+        self,
+        connection: DropboxConnection,
+        session_id: int,
+        ack: str,
+        transacted: bool,
+        confirm_window: int = 0,
     ) -> None:
         self.connection = connection
         self.id = session_id
         self.ack_mode = ack
         self.transacted = transacted
-        self._consumers: list[DropboxConsumer] = []
+        self.confirm_window = confirm_window
+        self._consumers: list[tuple[DropboxConsumer, Deliveries]] = []
         self._producers: dict[tuple[str, bool], QueueProducer | TopicPublisher] = {}
         self._tx_sends: list[tuple[str, Message, bool]] = []
         self._closed = False
 
+    @property
+    def closed(self) -> bool:
+        return self._closed or self.connection.closed
+
+    @property
+    def unconfirmed(self) -> int:
+        """Always 0: a send is on disk (or refused) when it returns."""
+        return 0
+
+    def flush(self) -> None:
+        """Returns at once: nothing ever awaits confirmation (see :attr:`unconfirmed`)."""
+        self._check()
+
     def _check(self) -> None:
-        self.connection._check()
+        if self.connection.closed:
+            raise ConnectError("the connection is closed")
         if self._closed:
             raise ConsumerError("the session is closed")
 
@@ -460,8 +456,9 @@ class DropboxSession:
             options=conn.options.consumer_options(),
             accept=accept if compiled is not None else None,
         )
-        consumer = DropboxConsumer(self, len(self._consumers) + 1, files, temporary)
-        self._consumers.append(consumer)
+        deliveries = Deliveries(files, self.ack_mode, self.transacted)
+        consumer = DropboxConsumer(self, len(self._consumers) + 1, deliveries, temporary)
+        self._consumers.append((consumer, deliveries))
         return consumer
 
     # -- transactions -------------------------------------------------------------------
@@ -482,11 +479,12 @@ class DropboxSession:
             address, message, durable = self._tx_sends[0]
             self._write(address, message, durable)
             self._tx_sends.pop(0)
-        for consumer in self._consumers:
-            consumer._settle_all()
+        for _, deliveries in self._consumers:
+            deliveries.settle_all()
 
     def prepare(self, xid: str) -> None:
-        raise TransactionError("two-phase transactions need a broker (chute://), not a dropbox")
+        """Raises TransactionError: two-phase transactions need a broker."""
+        raise TransactionError(_NO_TWO_PHASE)
 
     def rollback(self) -> None:
         """Drop the held sends; messages received in the transaction go back to
@@ -495,8 +493,8 @@ class DropboxSession:
         if not self.transacted:
             raise TransactionError("this session is not transacted")
         self._tx_sends.clear()
-        for consumer in self._consumers:
-            consumer._recover_all()
+        for _, deliveries in self._consumers:
+            deliveries.recover_all()
 
     # -- the rest of the API ----------------------------------------------------------
 
@@ -538,7 +536,7 @@ class DropboxSession:
     def temporary_queue(self) -> str:
         """Create a queue dropbox removed when the connection closes; returns its address."""
         self._check()
-        return self.connection._temporary_queue()
+        return self.connection.temporary_queue()
 
     def unsubscribe(self, name: str) -> None:
         """Delete the durable subscription ``name`` of this client id, with its messages.
@@ -565,6 +563,7 @@ class DropboxSession:
             remove_subscription(QueueLayout(self.connection.root, name, path))
 
     def callback(self, topic: str, name: str, forward_to: str, selector: str | None = None) -> None:
+        """Raises ChuteError: callback queues need a broker (a dropbox has no forwarder)."""
         raise ChuteError("callback queues need a broker (chute://): a dropbox has no forwarder")
 
     def close(self) -> None:
@@ -572,130 +571,10 @@ class DropboxSession:
         if self._closed:
             return
         self._tx_sends.clear()
-        for consumer in list(self._consumers):
+        for consumer, _ in list(self._consumers):
             consumer.close()
         self._closed = True
-        with contextlib.suppress(ValueError):
-            self.connection._sessions.remove(self)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-class DropboxConsumer:
-    """Receives from one dropbox by claiming files. One thread at a time."""
-
-    def __init__(
-        self,
-        session: DropboxSession,
-        consumer_id: int,
-        files: QueueConsumer,
-        temporary: QueueLayout | None,
-    ) -> None:
-        self.session = session
-        self.id = consumer_id
-        self.files = files
-        self._temporary = temporary
-        self._unacked: OrderedDict[int, Delivery] = OrderedDict()
-        self._seq = itertools.count(1)
-        self._closed = False
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    @property
-    def layout(self) -> QueueLayout:
-        return self.files.layout
-
-    def receive(self, timeout: float | None = None) -> Received | None:
-        """The next message, or None after ``timeout`` seconds (None = wait forever).
-
-        Wakes as soon as a file arrives (inotify), else within the polling
-        interval. In ``auto`` mode the file is acknowledged (moved to
-        ``processed/``) before it is returned.
-
-        Raises:
-            ConsumerError: the consumer is closed.
-        """
-        if self._closed:
-            raise ConsumerError("the consumer is closed")
-        self.session._check()
-        poll = self.session.connection.options.poll_interval
-        delivery = self.files.receive_wait(timeout, poll)
-        if delivery is None:
-            return None
-        message = delivery.message
-        message.delivery_count = delivery.decoded.delivery_count + 1  # as a broker counts
-        seq = next(self._seq)
-        if self.session.ack_mode == "auto" and not self.session.transacted:
-            self.files.ack(delivery)
-        else:
-            self._unacked[seq] = delivery
-        return Received(message, seq, self)
-
-    def __iter__(self) -> Iterator[Received]:
-        """Receive until the consumer is closed."""
-        while not self._closed:
-            message = self.receive()
-            if message is not None:
-                yield message
-
-    # -- Acknowledger -------------------------------------------------------------------
-
-    def _ack(self, seq: int) -> None:
-        if self._closed:
-            raise ConsumerError("the consumer is closed")
-        if self.session.transacted or self.session.ack_mode == "auto":
-            return
-        if seq not in self._unacked:
-            raise ConsumerError(f"message {seq} is not waiting for an acknowledgement")
-        if self.session.ack_mode == "client":  # cumulative, in delivery order
-            for earlier in [s for s in self._unacked if s <= seq]:
-                self.files.ack(self._unacked.pop(earlier))
-        else:
-            self.files.ack(self._unacked.pop(seq))
-
-    def _nack(self, seq: int, requeue: bool) -> None:
-        if self._closed:
-            raise ConsumerError("the consumer is closed")
-        delivery = self._unacked.pop(seq, None)
-        if delivery is None:
-            raise ConsumerError(f"message {seq} is not waiting for an acknowledgement")
-        if requeue:
-            self.files.recover(delivery)
-        else:
-            self.files.reject(delivery)
-
-    def _settle_all(self) -> None:
-        while self._unacked:
-            _, delivery = self._unacked.popitem(last=False)
-            self.files.ack(delivery)
-
-    def _recover_all(self) -> None:
-        while self._unacked:
-            _, delivery = self._unacked.popitem(last=False)
-            with contextlib.suppress(FileNotFoundError):
-                self.files.recover(delivery)
-
-    def close(self) -> None:
-        """Close: unacknowledged messages go back to ``target/`` (redelivered); a
-        non-durable subscription's directory is removed."""
-        if self._closed:
-            return
-        self._recover_all()
-        self.files.close()
-        if self._temporary is not None:
-            remove_subscription(self._temporary)
-        self._closed = True
+        self.connection.release(self)
 
     def __enter__(self) -> Self:
         return self

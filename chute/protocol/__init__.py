@@ -48,15 +48,8 @@ from chute.protocol.packets import (
     XaRollback,
     negotiate_version,
 )
-from chute.protocol.wire import (
-    decode_body,
-    decode_content,
-    encode_content,
-    encode_deliver,
-    encode_fields,
-    encode_packet,
-    encode_send,
-)
+from chute.protocol.splice import encode_deliver, encode_send
+from chute.protocol.wire import decode_body, encode_packet
 
 __all__ = [
     "CLOSED",
@@ -108,10 +101,7 @@ __all__ = [
     "XaRecover",
     "XaRollback",
     "decode_body",
-    "decode_content",
-    "encode_content",
     "encode_deliver",
-    "encode_fields",
     "encode_packet",
     "encode_send",
     "negotiate_version",

@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Final
 
+from chute.content import DEFAULT_MAX_PROPERTIES
 from chute.errors import RemoteProtocolError
 from chute.message import Message
 from chute.protocol.packets import (
@@ -24,16 +25,9 @@ from chute.protocol.packets import (
     Header,
     Packet,
 )
-from chute.protocol.wire import (
-    DEFAULT_MAX_PROPERTIES,
-    HEADER,
-    HEADER_REST,
-    HEADER_SIZE,
-    VERSIONLESS,
-    decode_body,
-    decode_deliveries,
-    encode_packet,
-)
+from chute.protocol.spec import HEADER, HEADER_REST, HEADER_SIZE
+from chute.protocol.splice import decode_deliveries
+from chute.protocol.wire import VERSIONLESS, decode_body, encode_packet
 
 DeliverSink = Callable[[int, int, Message], None]
 """Takes a decoded Deliver as ``(consumer id, seq, message)``: see

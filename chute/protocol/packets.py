@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 Every packet travels as a fixed header followed by a body (see
-:mod:`chute.protocol.wire` for the bytes)::
+:mod:`chute.protocol.spec` and :mod:`chute.protocol.splice` for the bytes)::
 
     length u32 | version u8 | type u8 | correlation u32 | target u32 | callback u32 | body
 
@@ -215,7 +215,7 @@ class Send:
     Error (for a persistent message only once the store made it durable).
     ``ttl_ms`` of 0 means the message never expires. ``content`` holds the raw
     encoded message content when the packet was decoded (or pre-encoded), for
-    :func:`chute.protocol.wire.encode_deliver`.
+    :func:`chute.protocol.splice.encode_deliver`.
     """
 
     session_id: int

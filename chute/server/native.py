@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from chute.content import encode_content
 from chute.core.connection import Connection
 from chute.core.consumer import AckMode, Consumer, Entry
 from chute.core.routing import WouldBlock
@@ -39,7 +40,8 @@ from chute.errors import (
 from chute.message import new_message_id
 from chute.protocol import packets as p
 from chute.protocol.codec import NeedData, PacketCodec
-from chute.protocol.wire import encode_content, encode_deliver, encode_ok, encode_packet
+from chute.protocol.splice import encode_deliver, encode_ok
+from chute.protocol.wire import encode_packet
 from chute.server.stream import Retry, ServerHost, StreamConnection
 
 log = logging.getLogger("chute.server")

@@ -16,7 +16,7 @@ layouts (big-endian; ``s16`` is a u16 length and UTF-8)::
     ops        n u32 | (tag u8 (1 add, 2 ack) | length u32 | ADD or ACK payload) x n
 
 ``content`` is the message's wire content block
-(:func:`chute.protocol.content.encode_content`, or ``Message.encoded`` when a
+(:func:`chute.content.encode_content`, or ``Message.encoded`` when a
 codec already made it); timestamp, expiration and the delivery fields are
 not in it, so the ADD payload carries them. ``stored_count`` is the store's
 delivery count: zero for a new add, the known count for an add that
@@ -37,16 +37,16 @@ import struct
 from collections.abc import Sequence
 from typing import Final
 
-from chute.core.store import AckOp, AddOp, TxOp
-from chute.errors import ChuteError
-from chute.message import Message
-from chute.protocol.content import (
+from chute.content import (
     CONTENT_HEAD,
     DEFAULT_MAX_PROPERTIES,
     PERSISTENT_FLAG,
     decode_content,
     encode_content,
 )
+from chute.core.store import AckOp, AddOp, TxOp
+from chute.errors import ChuteError
+from chute.message import Message
 from chute.store.errors import CorruptRecord
 from chute.store.record import Kind
 

@@ -7,7 +7,7 @@ persistent sends of the session await the broker's confirmation (its fsync);
 relies on: nothing confirmed is ever lost (not even by ``kill -9``), order is
 kept, errors are not swallowed, and the session goes on working after one.
 
-``session._unconfirmed`` (the request ids still awaited) is inspected where the
+``session.unconfirmed`` (how many sends are still awaited) is inspected where the
 window's size is the point; everything else is observed as a user would: by
 consuming, browsing, and restarting the broker on its journal.
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import chute
-from chute.client.blocking import Session
+from chute import Session
 from chute.errors import ChuteError, ConnectError, ConsumerError, DestinationFull
 
 from .conftest import ChuteServer, start_server
@@ -120,7 +120,7 @@ def test_flushed_sends_are_all_delivered_in_order_and_survive_a_kill(
         for body in expected:
             producer.send("queue:win", body)
         producer.flush()
-        assert not producer._unconfirmed
+        assert not producer.unconfirmed
         # client acks, none given: the broker keeps every message for the restart
         consumer = conn.session(ack="client").consumer("queue:win", prefetch=count)
         assert receive_bodies(consumer, count) == expected
@@ -147,20 +147,20 @@ def test_the_window_pipelines_sends_and_never_exceeds_its_size(server: ChuteServ
         first = [b"first-%d" % i for i in range(window + 1)]
         for i, body in enumerate(first[:window]):
             s.send("queue:pipe", body)
-            assert len(s._unconfirmed) == i + 1  # returned without awaiting anything
+            assert s.unconfirmed == i + 1  # returned without awaiting anything
         # The next send overflows the window: it awaits the oldest confirmation only,
         # and what the window held went out before (the broker has every one of them).
         s.send("queue:pipe", first[window])
-        assert len(s._unconfirmed) == window
+        assert s.unconfirmed == window
         wait_for_bodies(look, "queue:pipe", first)
-        assert len(s._unconfirmed) == window  # still: the producer awaited nothing more
+        assert s.unconfirmed == window  # still: the producer awaited nothing more
 
         more = [b"more-%d" % i for i in range(200)]
         for body in more:
             s.send("queue:pipe", body)
-            assert 1 <= len(s._unconfirmed) <= window
+            assert 1 <= s.unconfirmed <= window
         s.flush()
-        assert not s._unconfirmed
+        assert not s.unconfirmed
         assert bodies(look, "queue:pipe") == first + more
         s.flush()  # nothing left: returns at once
         s.close()
@@ -178,7 +178,7 @@ def test_sends_left_in_the_window_reach_the_broker_without_another_call(
             s.send("queue:linger", body)
         # The producer now does something else; its messages must not wait for it.
         wait_for_bodies(look, "queue:linger", sent, within=3.0)
-        assert len(s._unconfirmed) == len(sent)  # none was awaited meanwhile
+        assert s.unconfirmed == len(sent)  # none was awaited meanwhile
         s.close()
 
 
@@ -192,7 +192,7 @@ def test_threads_sharing_a_windowed_session(server: ChuteServer) -> None:
             try:
                 for i in range(each):
                     s.send("queue:shared", b"%d-%d" % (t, i))
-                    assert len(s._unconfirmed) <= window + threads  # others' sends in flight
+                    assert s.unconfirmed <= window + threads  # others' sends in flight
             except BaseException as exc:  # noqa: BLE001 - reported to the test thread
                 failures.append(exc)
 
@@ -204,7 +204,7 @@ def test_threads_sharing_a_windowed_session(server: ChuteServer) -> None:
         assert not any(worker.is_alive() for worker in workers)
         assert not failures, failures
         s.flush()
-        assert not s._unconfirmed
+        assert not s.unconfirmed
         got = bodies(s, "queue:shared")
         s.close()
     assert len(got) == threads * each
@@ -218,9 +218,9 @@ def test_non_persistent_sends_do_not_enter_the_window(server: ChuteServer) -> No
     with chute.connect(server.url) as conn, conn.session(confirm_window=4) as s:
         for i in range(20):
             s.send("queue:np", b"%d" % i, persistent=False)
-            assert not s._unconfirmed
+            assert not s.unconfirmed
         s.send("queue:np", b"last")
-        assert len(s._unconfirmed) == 1
+        assert s.unconfirmed == 1
         s.flush()
         assert bodies(s, "queue:np") == [b"%d" % i for i in range(20)] + [b"last"]
 
@@ -240,13 +240,13 @@ def test_a_refused_send_is_raised_by_a_later_send_then_by_flush(
         with pytest.raises(DestinationFull) as raised:
             s.send(SMALL, b"refused-2")
         assert has_note(raised.value, EARLIER_NOTE), raised.value.__notes__
-        assert len(s._unconfirmed) == 2  # refused-1 and refused-2 still awaited
+        assert s.unconfirmed == 2  # refused-1 and refused-2 still awaited
 
         # flush raises the other two, one per call, each with the note, then returns.
         errors = flush_errors(s)
         assert [type(e) for e in errors] == [DestinationFull, DestinationFull]
         assert all(has_note(e, EARLIER_NOTE) for e in errors)
-        assert not s._unconfirmed
+        assert not s.unconfirmed
         assert bodies(s, SMALL) == [b"full-%d" % i for i in range(SMALL_MAX)]
 
         # Make room (a consumer takes and acks everything); the same session goes on.
@@ -289,8 +289,8 @@ def test_closing_waits_for_unconfirmed_sends(server: ChuteServer, tmp_path: Path
         with conn.session(confirm_window=64) as s:
             for body in expected:
                 s.send("queue:closing", body)
-            assert len(s._unconfirmed) == len(expected)  # none confirmed yet
-        assert not s._unconfirmed  # close() awaited every confirmation
+            assert s.unconfirmed == len(expected)  # none confirmed yet
+        assert not s.unconfirmed  # close() awaited every confirmation
 
     server = restart(server, tmp_path)  # kill -9: confirmed means durable
     try:
@@ -331,7 +331,7 @@ def test_closing_awaits_the_sends_after_a_refused_one(bounded_server: ChuteServe
         with pytest.raises(DestinationFull):
             s.close()
         # close() "waits for unconfirmed sends": none may be left unawaited
-        assert not s._unconfirmed
+        assert not s.unconfirmed
 
 
 # -- 5. __exit__ with an exception on its way out -------------------------------------
@@ -362,7 +362,7 @@ def test_an_exception_in_the_block_still_flushes_the_window(server: ChuteServer)
                 s.send("queue:exit", b"%d" % i)
             raise KeyError("app")
         assert not getattr(raised.value, "__notes__", None)  # nothing failed on close
-        assert not s._unconfirmed
+        assert not s.unconfirmed
         with conn.session() as look:
             assert bodies(look, "queue:exit") == [b"%d" % i for i in range(5)]
 
@@ -386,7 +386,7 @@ def test_a_killed_broker_keeps_every_confirmed_send(server: ChuteServer, tmp_pat
                     s.send("queue:killed", b"%d" % i)
                     i += 1
                     state["sent"] = i
-                    state["confirmed"] = i - len(s._unconfirmed)  # left the window: stored
+                    state["confirmed"] = i - s.unconfirmed  # left the window: stored
                     if i % flush_every == 0:
                         s.flush()
                         state["flushed"] = state["confirmed"] = i
@@ -444,7 +444,7 @@ def test_window_zero_makes_each_send_wait_for_its_own_confirmation(
             with s:
                 for i in range(SMALL_MAX):
                     s.send(SMALL, b"%d" % i)
-                    assert not s._unconfirmed  # confirmed before send returned
+                    assert not s.unconfirmed  # confirmed before send returned
                 # the refused send is raised by itself, not by a later call
                 with pytest.raises(DestinationFull) as raised:
                     s.send(SMALL, b"refused")
@@ -464,7 +464,7 @@ def test_closing_the_connection_awaits_its_sessions_windows(
         s = conn.session(confirm_window=64)
         for i in range(50):
             s.send("queue:left-open", f"m{i}".encode())
-        assert s._unconfirmed
+        assert s.unconfirmed
     server = restart(server, tmp_path)
     try:
         with chute.connect(server.url) as conn, conn.session() as look:
@@ -493,9 +493,9 @@ def test_windowed_commits_pipeline_transactions(server: ChuteServer, tmp_path: P
             for i in range(10):
                 s.send("queue:tx", f"{batch}-{i}".encode())
             s.commit()
-            assert len(s._unconfirmed) <= 2
+            assert s.unconfirmed <= 2
         s.flush()
-        assert not s._unconfirmed
+        assert not s.unconfirmed
         s.close()
     server = restart(server, tmp_path)
     try:

@@ -474,7 +474,7 @@ class CrashRun:
         with self.lock:
             while len(window) > keep:
                 self.outcome.acknowledged.update(window.popleft())
-            left = len(session._unconfirmed)  # what the client still awaits
+            left = session.unconfirmed  # what the client still awaits
             if left > len(window) and not self.miscounted:  # reported once
                 self.miscounted = True  # it awaits requests we counted as confirmed
                 self.outcome.errors.append(

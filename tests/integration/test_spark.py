@@ -24,7 +24,7 @@ import pytest
 import trustme
 
 import chute
-from chute.client.blocking import Connection
+from chute import Connection
 
 from .conftest import ChuteServer, free_port, start_server
 

@@ -18,11 +18,13 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 
+from chute.content import decode_content, encode_content
 from chute.errors import RemoteProtocolError
 from chute.message import Message
 from chute.protocol import packets as p
 from chute.protocol.codec import PacketCodec
-from chute.protocol.wire import decode_content, encode_content, encode_deliver, encode_packet
+from chute.protocol.splice import encode_deliver
+from chute.protocol.wire import encode_packet
 
 
 @dataclass

@@ -9,7 +9,9 @@ from collections.abc import Iterator
 import pytest
 
 import chute
-from chute.client.blocking import Connection
+from chute.client.blocking import Connection, connect
+from chute.client.link import open_link
+from chute.client.url import parse_url
 from chute.errors import (
     AuthenticationFailed,
     ConnectError,
@@ -32,7 +34,7 @@ def broker() -> Iterator[FakeBroker]:
 
 @pytest.fixture
 def conn(broker: FakeBroker) -> Iterator[Connection]:
-    with chute.connect(broker.url, client_id="c1", timeout=5) as c:
+    with connect(broker.url, client_id="c1", timeout=5) as c:
         yield c
 
 
@@ -235,19 +237,24 @@ def test_heartbeats(broker: FakeBroker) -> None:
         assert not c.closed
 
 
-def test_a_burst_of_one_way_output_notifies_the_sleeping_writer_once(conn: Connection) -> None:
-    notified: list[int] = []
-    notify = conn._writer_cond.notify
+def test_a_burst_of_one_way_output_notifies_the_sleeping_writer_once(broker: FakeBroker) -> None:
+    link = open_link(parse_url(broker.url), 5, None, True)
+    try:
+        link.handshake("c1", None, None, 0)
+        notified: list[int] = []
+        notify = link._writer_cond.notify
 
-    def counting(n: int = 1) -> None:
-        notified.append(n)
-        notify(n)
+        def counting(n: int = 1) -> None:
+            notified.append(n)
+            notify(n)
 
-    conn._writer_cond.notify = counting  # type: ignore[method-assign]
-    wait_for(lambda: conn._writer_waiting)
-    with conn._lock:
-        assert conn._writer_waiting
-        for _ in range(3):
-            conn._nudge()
-        assert not conn._writer_waiting
-    assert notified == [1]
+        link._writer_cond.notify = counting  # type: ignore[method-assign]
+        wait_for(lambda: link._writer_waiting)
+        with link._lock:
+            assert link._writer_waiting
+            for _ in range(3):
+                link._nudge()
+            assert not link._writer_waiting
+        assert notified == [1]
+    finally:
+        link.close()

@@ -6,8 +6,10 @@ import time
 
 import pytest
 
+from chute.client import requests
 from chute.client.protocol import ClientProtocol
 from chute.client.received import Received
+from chute.content import encode_content
 from chute.errors import (
     AuthenticationFailed,
     ConnectError,
@@ -21,7 +23,8 @@ from chute.errors import (
 from chute.message import BodyKind, Message
 from chute.protocol import packets as p
 from chute.protocol.codec import PacketCodec
-from chute.protocol.wire import encode_content, encode_deliver, encode_packet
+from chute.protocol.splice import encode_deliver
+from chute.protocol.wire import encode_packet
 
 
 class Peer:
@@ -44,7 +47,8 @@ class Peer:
 def connected() -> tuple[ClientProtocol, Peer]:
     proto = ClientProtocol()
     peer = Peer(proto)
-    corr = proto.connect("client-1", "alice", "pw", 0)
+    request = proto.connect("client-1", "alice", "pw", 0)
+    corr = proto.start(request)
     [(header, connect)] = peer.sent()
     assert connect == p.Connect(1, 1, "client-1", "alice", "pw", 0)
     assert header.correlation_id == corr
@@ -52,7 +56,7 @@ def connected() -> tuple[ClientProtocol, Peer]:
     assert progress.completed == [corr]
     result = proto.result(corr)
     assert result is not None
-    proto.finish_connect(result)
+    request.parse(result)
     return proto, peer
 
 
@@ -70,7 +74,7 @@ def test_handshake_sets_version_and_connection() -> None:
 
 def test_connect_refused_is_a_connect_error() -> None:
     proto = ClientProtocol()
-    corr = proto.connect()
+    corr = proto.start(proto.connect())
     proto.receive_data(encode_packet(p.Error("unsupported-version", "too new"), corr))
     with pytest.raises(ConnectError, match="too new"):
         proto.result(corr)
@@ -78,7 +82,7 @@ def test_connect_refused_is_a_connect_error() -> None:
 
 def test_authentication_failure_keeps_its_code() -> None:
     proto = ClientProtocol()
-    corr = proto.connect(login="x")
+    corr = proto.start(proto.connect(login="x"))
     proto.receive_data(encode_packet(p.Error("authentication-failed", "bad login"), corr))
     with pytest.raises(AuthenticationFailed, match="bad login"):
         proto.result(corr)
@@ -185,7 +189,7 @@ def test_connection_level_error_fails_everything() -> None:
     proto, _ = connected()
     sid = proto.open_session()
     cid, open_corr = proto.open_consumer(sid, "q")
-    corr = proto.stat()
+    corr = proto.start(requests.stat())
     progress = proto.receive_data(encode_packet(p.Error("shutting-down", "bye")))
     assert progress.failed
     assert set(progress.completed) == {open_corr, corr}
@@ -193,8 +197,8 @@ def test_connection_level_error_fails_everything() -> None:
     for call in (
         lambda: proto.result(corr),
         lambda: proto.send(sid, "q", b""),
-        lambda: proto.take(cid),
-        proto.stat,
+        lambda: proto.sessions.take(cid),
+        lambda: proto.start(requests.stat()),
     ):
         with pytest.raises(ConnectError, match="bye"):
             call()
@@ -202,7 +206,7 @@ def test_connection_level_error_fails_everything() -> None:
 
 def test_eof_fails_everything() -> None:
     proto, _ = connected()
-    corr = proto.stat()
+    corr = proto.start(requests.stat())
     progress = proto.receive_data(b"")
     assert progress.failed
     assert progress.completed == [corr]
@@ -216,14 +220,14 @@ def test_garbage_from_the_broker_fails_the_connection_and_reports_it() -> None:
     assert progress.failed
     assert peer.packets() == [p.Error("unknown-packet-type", "unknown packet type 250")]
     with pytest.raises(ConnectError, match="unknown-packet-type"):
-        proto.stat()
+        proto.start(requests.stat())
 
 
 def test_broker_disconnect_fails_the_connection() -> None:
     proto, _ = connected()
     assert proto.receive_data(encode_packet(p.Disconnect())).failed
     with pytest.raises(ConnectError, match="closed"):
-        proto.stat()
+        proto.start(requests.stat())
 
 
 def test_ping_is_answered_with_pong_of_the_same_correlation() -> None:
@@ -236,7 +240,7 @@ def test_ping_is_answered_with_pong_of_the_same_correlation() -> None:
 
 def test_late_answer_after_forget_is_dropped() -> None:
     proto, _ = connected()
-    corr = proto.stat()
+    corr = proto.start(requests.stat())
     proto.forget(corr)
     progress = proto.receive_data(encode_packet(p.StatResult("{}"), corr))
     assert progress.completed == []
@@ -258,29 +262,41 @@ def test_auto_mode_acks_and_returns_credit_every_half_window() -> None:
     proto, peer, _, cid = open_consumer("auto", prefetch=4)
     progress = proto.receive_data(b"".join(deliver(cid, seq) for seq in (1, 2, 3, 4)))
     assert progress.consumers == {cid}
-    first = proto.take(cid)
+    first = proto.sessions.take(cid)
     assert first is not None
     assert first.seq == 1
     assert first.message.id == "m1"
     assert peer.packets() == []
-    assert proto.take(cid) is not None
+    assert proto.sessions.take(cid) is not None
     assert peer.packets() == [p.Ack(cid, 2, cumulative=True, credit=2)]
-    assert proto.take(cid) is not None
-    proto.before_wait(cid)  # buffer not empty: nothing owed yet
+    assert proto.sessions.take(cid) is not None
+    proto.sessions.before_wait(cid)  # buffer not empty: nothing owed yet
     assert peer.packets() == []
-    assert proto.take(cid) is not None
+    assert proto.sessions.take(cid) is not None
     assert peer.packets() == [p.Ack(cid, 4, cumulative=True, credit=2)]
-    assert proto.take(cid) is None
+    assert proto.sessions.take(cid) is None
+
+
+def test_auto_mode_acks_in_delivery_order_whatever_the_seqs() -> None:
+    # Priority reorders deliveries: seq 5 (priority 9) before seq 1. Each take must
+    # still ack (cumulative means "in delivery order") and return its credit, or the
+    # consumer's window never refills.
+    proto, peer, _, cid = open_consumer("auto", prefetch=2)
+    proto.receive_data(deliver(cid, 5) + deliver(cid, 1))
+    assert proto.sessions.take(cid) is not None
+    assert peer.packets() == [p.Ack(cid, 5, cumulative=True, credit=1)]
+    assert proto.sessions.take(cid) is not None
+    assert peer.packets() == [p.Ack(cid, 1, cumulative=True, credit=1)]
 
 
 def test_before_wait_returns_what_is_owed() -> None:
     proto, peer, _, cid = open_consumer("auto", prefetch=10)
     proto.receive_data(deliver(cid, 1))
-    assert proto.take(cid) is not None
+    assert proto.sessions.take(cid) is not None
     assert peer.packets() == []
-    proto.before_wait(cid)
+    proto.sessions.before_wait(cid)
     assert peer.packets() == [p.Ack(cid, 1, cumulative=True, credit=1)]
-    proto.before_wait(cid)
+    proto.sessions.before_wait(cid)
     assert peer.packets() == []
 
 
@@ -288,37 +304,37 @@ def test_client_mode_ack_is_cumulative_and_carries_credit() -> None:
     proto, peer, _, cid = open_consumer("client", prefetch=10)
     proto.receive_data(b"".join(deliver(cid, seq) for seq in (1, 2, 3)))
     for _ in range(3):
-        assert proto.take(cid) is not None
+        assert proto.sessions.take(cid) is not None
     assert peer.packets() == []
-    proto.ack(cid, 2)
+    proto.sessions.ack(cid, 2)
     assert peer.packets() == [p.Ack(cid, 2, cumulative=True, credit=3)]
-    proto.ack(cid, 3)
+    proto.sessions.ack(cid, 3)
     assert peer.packets() == [p.Ack(cid, 3, cumulative=True, credit=0)]
 
 
 def test_client_mode_returns_credit_without_acks_so_it_never_stalls() -> None:
     proto, peer, _, cid = open_consumer("client", prefetch=4)
     proto.receive_data(b"".join(deliver(cid, seq) for seq in (1, 2)))
-    proto.take(cid)
-    proto.take(cid)
+    proto.sessions.take(cid)
+    proto.sessions.take(cid)
     assert peer.packets() == [p.Credit(cid, 2)]
 
 
 def test_individual_mode_and_nack() -> None:
     proto, peer, _, cid = open_consumer("individual", prefetch=10)
     proto.receive_data(b"".join(deliver(cid, seq) for seq in (1, 2)))
-    proto.take(cid)
-    proto.take(cid)
-    proto.ack(cid, 2)
-    proto.nack(cid, 1, requeue=False)
+    proto.sessions.take(cid)
+    proto.sessions.take(cid)
+    proto.sessions.ack(cid, 2)
+    proto.sessions.nack(cid, 1, requeue=False)
     assert peer.packets() == [p.Ack(cid, 2, False, 2), p.Nack(cid, 1, False)]
 
 
 def test_transacted_commit_acks_what_was_taken_first() -> None:
     proto, peer, sid, cid = open_consumer("auto", prefetch=10, transacted=True)
     proto.receive_data(deliver(cid, 1))
-    proto.take(cid)
-    proto.ack(cid, 1)  # a no-op: commit acks
+    proto.sessions.take(cid)
+    proto.sessions.ack(cid, 1)  # a no-op: commit acks
     corr = proto.commit(sid)
     sent = peer.sent()
     assert [x for _, x in sent] == [p.Ack(cid, 1, True, 1), p.Commit(sid)]
@@ -337,21 +353,21 @@ def test_consumer_error_and_unknown_consumer_deliveries() -> None:
     assert proto.receive_data(deliver(999, 1)).consumers == set()
     proto.receive_data(encode_packet(p.Error("not-found", "queue deleted"), target_id=cid))
     with pytest.raises(NotFound):
-        proto.take(cid)
-    assert proto.take(cid) is None
+        proto.sessions.take(cid)
+    assert proto.sessions.take(cid) is None
 
 
 def test_close_consumer_returns_credit_then_closes() -> None:
     proto, peer, _, cid = open_consumer("auto", prefetch=10)
     proto.receive_data(b"".join(deliver(cid, seq) for seq in (1, 2)))
-    proto.take(cid)
+    proto.sessions.take(cid)
     corr = proto.close_consumer(cid)
     assert corr
     assert peer.packets() == [p.Ack(cid, 1, True, 1), p.ConsumerClose(cid)]
     with pytest.raises(ConsumerError):
-        proto.take(cid)
+        proto.sessions.take(cid)
     with pytest.raises(ConsumerError):
-        proto.ack(cid, 1)
+        proto.sessions.ack(cid, 1)
     assert proto.close_consumer(cid) is None
     assert proto.receive_data(deliver(cid, 3)).consumers == set()
 
@@ -362,7 +378,7 @@ def test_close_session_closes_its_consumers() -> None:
     assert corr
     assert peer.packets() == [p.SessionClose(sid)]
     with pytest.raises(ConsumerError):
-        proto.take(cid)
+        proto.sessions.take(cid)
     with pytest.raises(ConsumerError):
         proto.send(sid, "q", b"")
     assert proto.close_session(sid) is None
@@ -380,11 +396,11 @@ def test_consumer_arguments_are_checked() -> None:
 def test_management_requests_and_results() -> None:
     proto, peer = connected()
     corrs = [
-        proto.browse("orders", "a = 1", 5),
-        proto.stat(),
-        proto.temporary_queue(),
-        proto.unsubscribe("sub"),
-        proto.callback("topic:t", "cb", "out"),
+        proto.start(requests.browse("orders", "a = 1", 5)),
+        proto.start(requests.stat()),
+        proto.start(requests.temporary_queue()),
+        proto.start(requests.unsubscribe("sub")),
+        proto.start(requests.callback("topic:t", "cb", "out")),
         proto.disconnect(),
     ]
     sent = peer.sent()
@@ -398,11 +414,12 @@ def test_management_requests_and_results() -> None:
     ]
     assert [h.correlation_id for h, _ in sent] == corrs
     m = Message(b"b", id="i", timestamp=5)
-    assert proto.browse_result(p.BrowseResult(((1, m),))) == [m]
-    assert proto.stat_result(p.StatResult("{}")) == "{}"
-    assert proto.temporary_queue_result(p.TempQueueCreated("queue:t")) == "queue:t"
+    assert requests.browse("orders").parse(p.BrowseResult(((1, m),))) == [m]
+    assert requests.stat().parse(p.StatResult('{"a": 1}')) == {"a": 1}
+    assert requests.temporary_queue().parse(p.TempQueueCreated("queue:t")) == "queue:t"
+    assert requests.unsubscribe("sub").parse(p.Ok()) is None
     with pytest.raises(Exception, match="expected"):
-        proto.stat_result(p.Ok())
+        requests.stat().parse(p.Ok())
 
 
 # -- the hot paths: plain sends, generated ids, deliveries as Received -------------------
@@ -467,13 +484,13 @@ def test_send_values_the_wire_cannot_carry_are_invalid_messages() -> None:
     with pytest.raises(InvalidMessage):
         proto.send(sid, "q", b"x", kind="bogus")  # type: ignore[arg-type]
     assert proto.outbox_size == 0
-    assert not proto._pending  # no request left waiting for an answer
+    assert proto.in_flight == 0  # no request left waiting for an answer
 
 
 def test_take_hands_out_received_messages_that_ack_through_their_owner() -> None:
     proto, peer, _, cid = open_consumer("individual", prefetch=10)
     proto.receive_data(b"".join(deliver(cid, seq) for seq in (1, 2)))
-    first = proto.take(cid)
+    first = proto.sessions.take(cid)
     assert isinstance(first, Received)
     assert (first.seq, first.body, first.id) == (1, b"x", "m1")
     first.ack()  # unbound: straight to the protocol
@@ -482,16 +499,16 @@ def test_take_hands_out_received_messages_that_ack_through_their_owner() -> None
     acked: list[tuple[str, int]] = []
 
     class Owner:
-        def _ack(self, seq: int) -> None:
+        def ack(self, seq: int) -> None:
             acked.append(("ack", seq))
 
-        def _nack(self, seq: int, requeue: bool) -> None:
+        def nack(self, seq: int, requeue: bool) -> None:
             acked.append(("nack", seq))
 
     proto.bind(cid, Owner())  # from now on: what was received before keeps its owner
     proto.receive_data(b"".join(deliver(cid, seq) for seq in (3, 4)))
     for seq in (2, 3, 4):
-        received = proto.take(cid)
+        received = proto.sessions.take(cid)
         assert received is not None
         assert received.seq == seq
         received.nack() if seq == 4 else received.ack()

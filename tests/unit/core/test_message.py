@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import threading
 from typing import Any
 
 import pytest
@@ -12,6 +14,7 @@ from chute.core.connection import Connection
 from chute.core.consumer import AckMode
 from chute.errors import InvalidMessage
 from chute.message import (
+    GENERATED_ID_SIZE,
     BodyKind,
     Byte,
     Float,
@@ -53,6 +56,43 @@ def test_generated_ids_are_unique_and_time_ordered() -> None:
     assert ids == sorted(ids)
     ms = int(ids[0][:12], 16)
     assert abs(ms - now_ms()) < 60_000
+
+
+def test_the_bytes_and_str_forms_come_from_one_sequence() -> None:
+    a, b, c = new_message_id(), new_message_id.next_bytes(), new_message_id()
+    assert len(b) == GENERATED_ID_SIZE
+    assert a < b.decode() < c
+    assert a[12:20] == b[12:20].decode() == c[12:20]  # one process: one random part
+
+
+def test_threads_never_share_an_id() -> None:
+    out: list[list[bytes]] = [[] for _ in range(4)]
+
+    def make(into: list[bytes]) -> None:
+        into.extend(new_message_id.next_bytes() for _ in range(5000))
+
+    threads = [threading.Thread(target=make, args=(ids,)) for ids in out]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    every = [i for ids in out for i in ids]
+    assert len(set(every)) == len(every)
+
+
+def test_a_forked_child_never_repeats_its_parents_ids() -> None:
+    read, write = os.pipe()
+    parent_next = new_message_id()
+    pid = os.fork()
+    if pid == 0:  # the child: report its next id and leave at once
+        os.write(write, new_message_id.next_bytes())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        child = pipe.read().decode()
+    os.waitpid(pid, 0)
+    assert len(child) == GENERATED_ID_SIZE
+    assert child[12:20] != parent_next[12:20]  # the child drew its own random part
 
 
 def test_a_producer_may_choose_the_id() -> None:

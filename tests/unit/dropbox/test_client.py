@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 import chute
-from chute.dropbox.client import DropboxConnection, parse_dropbox_url
+from chute.dropbox.client import DropboxConnection
 from chute.dropbox.layout import init_queue, topic_layout
+from chute.dropbox.options import parse_dropbox_url
 from chute.errors import (
     ConnectError,
     ConsumerError,

@@ -9,11 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from chute.content import encode_content
 from chute.errors import RemoteProtocolError
 from chute.message import BodyKind, Message
 from chute.protocol import packets as p
 from chute.protocol.codec import CLOSED, NEED_DATA, NeedData, PacketCodec
-from chute.protocol.wire import HEADER, HEADER_SIZE, encode_content, encode_deliver, encode_packet
+from chute.protocol.spec import HEADER, HEADER_SIZE
+from chute.protocol.splice import encode_deliver
+from chute.protocol.wire import encode_packet
 
 from .test_packets import EXAMPLES
 

@@ -9,19 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from chute.content import decode_content, encode_content
 from chute.errors import LocalProtocolError, RemoteProtocolError
 from chute.message import BodyKind, Byte, Float, Int, Long, Message, Short
 from chute.protocol import packets as p
 from chute.protocol.codec import NeedData, PacketCodec
-from chute.protocol.wire import (
-    CODECS,
-    HEADER,
-    decode_content,
-    encode_content,
-    encode_deliver,
-    encode_packet,
-    encode_send,
-)
+from chute.protocol.spec import HEADER
+from chute.protocol.splice import encode_deliver, encode_send, plain_send_encoder
+from chute.protocol.wire import CODECS, encode_packet
 
 MESSAGE = Message.create(
     b"hello",
@@ -184,6 +179,19 @@ def test_encode_send_matches_the_generic_encoder() -> None:
     content = encode_content(MESSAGE)
     fast = encode_send(3, b"queue:a", content, 500, correlation_id=8)
     assert fast == encode_packet(p.Send(3, "queue:a", MESSAGE, 500), correlation_id=8)
+
+
+@pytest.mark.parametrize(
+    ("body", "priority", "persistent", "ttl", "corr"),
+    [(b"", 0, False, 0, 0), (b"x" * 1000, 9, True, 60_000, 77), (b"\x00\xff", 4, True, 1, 1)],
+)
+def test_a_plain_send_is_the_generic_encoding_of_its_message(
+    body: bytes, priority: int, persistent: bool, ttl: int, corr: int
+) -> None:
+    message_id = b"0192f3c4a1b2c3d4e5f60718293a4b5c"
+    fast = plain_send_encoder(b"queue:a")(body, 1, corr, 3, ttl, priority, persistent, message_id)
+    message = Message(body, id=message_id.decode(), priority=priority, persistent=persistent)
+    assert fast == encode_packet(p.Send(3, "queue:a", message, ttl), correlation_id=corr)
 
 
 def test_deliver_with_precomputed_content_matches() -> None:

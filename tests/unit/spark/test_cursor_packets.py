@@ -24,7 +24,7 @@ from chute.protocol import (
     decode_body,
     encode_packet,
 )
-from chute.protocol.wire import HEADER_SIZE
+from chute.protocol.spec import HEADER_SIZE
 
 PACKETS = [
     CursorOpen("queue:orders", "spark", "region = 'eu'", 30_000),

@@ -6,8 +6,8 @@ import contextlib
 
 import pytest
 
+from chute.content import encode_content
 from chute.core.store import AckOp, AddOp, QueueDefinition, QueueKind
-from chute.protocol.content import encode_content
 from chute.store.errors import CorruptRecord
 from chute.store.payload import Names, add_keys
 from chute.store.record import Kind

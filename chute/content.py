@@ -1,5 +1,12 @@
 """The message content block: everything a producer chose, encoded once.
 
+One codec, two users: the native protocol carries the block in ``Send``,
+``Deliver`` and browse results (:mod:`chute.protocol`), and the journal keeps
+the same bytes in its ADD records (:mod:`chute.store.payload`). It belongs to
+neither: both depend on it, and it depends only on the message model. So a
+message the broker received is forwarded and stored without being encoded
+again (``Message.encoded`` holds the block a decoded ``Send`` came with).
+
 Layout (big-endian)::
 
     priority u8 | flags u8 | kind u8 | id_len u16 | corr_len u16 | reply_len u16
@@ -14,6 +21,12 @@ Layout (big-endian)::
 The broker-assigned fields (timestamp, expiration, delivery count,
 redelivered) are not in the block: they travel in the Deliver envelope, so
 the bytes of a Send's block are exactly those of the Deliver that forwards it.
+
+Encoders raise :class:`~chute.errors.LocalProtocolError` for a value the block
+cannot carry; :func:`decode_content` raises
+:class:`~chute.errors.RemoteProtocolError` (``malformed-packet``,
+``too-many-properties``), which the journal reports as a corrupt record.
+Pure functions: safe on any thread.
 """
 
 from __future__ import annotations
@@ -51,9 +64,10 @@ KIND_CODES: Final = _KIND_INDEX
 KINDS: Final = _KINDS
 """The body kind of each wire code."""
 CONTENT_HEAD: Final = _CONTENT
-PERSISTENT_FLAG: Final = _PERSISTENT  # in the content block's second byte (flags)
 """The fixed head of a content block: priority, flags, kind, the four string
 lengths and the property count."""
+PERSISTENT_FLAG: Final = _PERSISTENT
+"""The persistent bit of the head's second byte (flags)."""
 _PROP_HEAD: Final = struct.Struct(">BH")
 
 ENCODE_ERRORS: Final = (

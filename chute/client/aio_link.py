@@ -1,0 +1,452 @@
+"""The asyncio client's I/O: one transport, its ClientProtocol, and the futures that wait.
+
+:class:`AsyncLink` is the asyncio protocol of the connection (``data_received``
+feeds the state machine and completes the futures of whoever waits) and the
+whole interface the asyncio API (:mod:`chute.client.aio`) has to it:
+
+* output is batched per event-loop iteration: operations queue packets and
+  schedule one write with ``call_soon``; a request writes at once and awaits a
+  future completed when its answer arrives;
+* flow control: a send that finds a megabyte queued, or the transport paused
+  (``pause_writing``), writes and waits for the transport to drain
+  (:attr:`AsyncLink.congested`, :meth:`AsyncLink.drain`);
+* heartbeats: a timer pings a quiet connection and gives up on a silent
+  broker.
+
+Everything belongs to the event loop that made it: not thread-safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import time
+from collections.abc import Mapping
+from typing import Any, Final, TypeVar
+
+from chute.client.protocol import ClientProtocol, Progress
+from chute.client.received import Received
+from chute.client.requests import Pending, Request
+from chute.client.tls import client_context
+from chute.client.url import BrokerUrl
+from chute.errors import ConnectError, RequestTimeout
+from chute.message import BodyKind
+from chute.protocol.packets import Connected, Packet
+
+T = TypeVar("T")
+
+HIGH_WATER: Final = 1 << 20
+"""Bytes of queued output past which a sender writes and waits for the transport."""
+CLOSE_TIMEOUT: Final = 5.0
+
+
+async def open_link(
+    target: BrokerUrl, limit: float, tls_ca: str | None, tls_verify: bool
+) -> AsyncLink:
+    """A connection to ``target`` (TLS for ``chutes://``), not yet handshaken; ``limit``
+    seconds for connecting, and for every request later.
+
+    Raises:
+        ConnectError: cannot reach the broker, or the TLS handshake failed.
+    """
+    loop = asyncio.get_running_loop()
+    link = AsyncLink(limit)
+    context = client_context(tls_ca, verify=tls_verify) if target.tls else None
+    try:
+        async with asyncio.timeout(limit):
+            await loop.create_connection(
+                lambda: link,
+                target.host,
+                target.port,
+                ssl=context,
+                server_hostname=target.host if context is not None else None,
+            )
+    except ssl.SSLError as exc:
+        raise ConnectError(f"TLS handshake with {target} failed: {exc.reason or exc}") from None
+    except (OSError, TimeoutError) as exc:
+        raise ConnectError(f"cannot connect to {target}: {exc or 'timed out'}") from None
+    return link
+
+
+class _Acks:
+    """What a consumer's received messages ack through: the link."""
+
+    __slots__ = ("consumer_id", "link")
+
+    def __init__(self, link: AsyncLink, consumer_id: int) -> None:
+        self.link = link
+        self.consumer_id = consumer_id
+
+    def ack(self, seq: int) -> None:
+        self.link.ack(self.consumer_id, seq)
+
+    def nack(self, seq: int, requeue: bool) -> None:
+        self.link.nack(self.consumer_id, seq, requeue)
+
+
+class AsyncLink(asyncio.Protocol):
+    """A transport, its protocol state and its waiters, for one event loop."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        """Seconds to wait for the answer to a request."""
+        self._proto = ClientProtocol()
+        self._loop = asyncio.get_running_loop()
+        self._transport: asyncio.Transport | None = None
+        self._waiters: dict[int, asyncio.Future[None]] = {}
+        self._consumer_waiters: dict[int, list[asyncio.Future[None]]] = {}
+        self._flush_scheduled = False
+        self._paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        self._heartbeat = 0.0
+        self._last_received = self._last_sent = time.monotonic()
+        self._heartbeat_timer: asyncio.TimerHandle | None = None
+        self._lost: asyncio.Future[None] = self._loop.create_future()
+
+    @property
+    def closed(self) -> bool:
+        """The connection failed or was closed: every call raises."""
+        return self._proto.failure is not None
+
+    @property
+    def congested(self) -> bool:
+        """The transport is paused, or a megabyte waits: a sender should :meth:`drain`."""
+        return self._paused or self._proto.outbox_size >= HIGH_WATER
+
+    async def handshake(
+        self, client_id: str | None, login: str | None, passcode: str | None, heartbeat: float
+    ) -> Connected:
+        """CONNECT and await the broker's answer; start heartbeats if agreed.
+
+        Raises:
+            ConnectError, AuthenticationFailed, RequestTimeout: refused or unanswered.
+        """
+        request = self._proto.connect(client_id, login, passcode, int(heartbeat * 1000))
+        connected = await self.call(request)
+        if connected.heartbeat_ms:
+            self._heartbeat = connected.heartbeat_ms / 1000
+            self._heartbeat_timer = self._loop.call_later(self._heartbeat / 2, self._beat)
+        return connected
+
+    # -- requests -------------------------------------------------------------------------
+
+    async def call(self, request: Request[T], *, session: int = 0) -> T:
+        """Send ``request`` and return its parsed answer. With ``session``, an error
+        deferred to that session is raised first.
+
+        Raises:
+            ChuteError: the broker refused it (the error its code names).
+            ConnectError: the connection failed. RequestTimeout: no answer in time.
+        """
+        corr = self._proto.start(request, session)
+        return request.parse(await self.wait(corr))
+
+    def start(self, request: Request[T]) -> Pending[T]:
+        """Queue ``request`` (written at the end of this loop iteration); :meth:`result`
+        takes its answer."""
+        corr = self._proto.start(request)
+        self._flush_soon()
+        return Pending(corr, request)
+
+    async def result(self, pending: Pending[T]) -> T:
+        """The parsed answer to a request :meth:`start` queued. Raises as :meth:`call`."""
+        return pending.request.parse(await self.wait(pending.corr))
+
+    async def wait(self, corr: int, limit: float | None = None) -> Packet:
+        """Write what is queued, then wait for the answer to request ``corr`` (at most
+        ``limit`` seconds, the link's timeout by default).
+
+        Raises:
+            ChuteError: the broker answered with an error.
+            ConnectError: the connection failed. RequestTimeout: no answer in time.
+        """
+        result = self._proto.result(corr)
+        if result is not None:  # answered already (a request left in a confirm window)
+            return result
+        fut = self._loop.create_future()
+        self._waiters[corr] = fut
+        self.flush()
+        limit = self.timeout if limit is None else limit
+        try:
+            if self._proto.failure is None:
+                async with asyncio.timeout(limit):
+                    await fut
+        except TimeoutError:
+            raise RequestTimeout(f"no answer from the broker within {limit:g} s") from None
+        finally:
+            if self._waiters.pop(corr, None) is not None:
+                self._proto.forget(corr)
+        result = self._proto.result(corr)
+        if result is None:  # pragma: no cover - woken without a result: a driver bug
+            raise ConnectError("woken without an answer")
+        return result
+
+    def flush(self) -> None:
+        """Write what is queued now."""
+        self._flush_scheduled = False
+        data = self._proto.data_to_send()
+        if data and self._transport is not None and not self._transport.is_closing():
+            self._transport.write(data)
+            self._last_sent = time.monotonic()
+
+    async def drain(self) -> None:
+        """Write now; wait while the transport is paused (flow control)."""
+        self.flush()
+        await asyncio.sleep(0)  # let the loop read what the broker sent meanwhile
+        while self._paused and self._proto.failure is None:
+            fut = self._loop.create_future()
+            self._drain_waiters.append(fut)
+            await fut
+
+    # -- sessions -------------------------------------------------------------------------
+
+    def open_session(self, ack: str, transacted: bool) -> int:
+        """Open a session (one-way); its id. Raises ValueError, ConnectError."""
+        session_id = self._proto.open_session(ack, transacted)
+        self._flush_soon()
+        return session_id
+
+    async def close_session(self, session_id: int) -> None:
+        """Close the session and its consumers (waking their receivers); quiet if the
+        connection is gone."""
+        consumers = self._proto.sessions.session_consumers(session_id)
+        corr = self._proto.close_session(session_id)
+        for consumer_id in consumers:
+            self._wake_consumer(consumer_id)
+        if corr:
+            with contextlib.suppress(ConnectError, RequestTimeout):
+                await self.wait(corr)
+
+    def send(  # noqa: PLR0917 - the hot path, called positionally
+        self,
+        session_id: int,
+        address: str,
+        body: bytes | str,
+        priority: int,
+        ttl: int,
+        properties: Mapping[str, Any] | None,
+        persistent: bool,
+        correlation_id: str | None,
+        reply_to: str | None,
+        type: str | None,
+        id: str | None,
+        kind: BodyKind | None,
+        windowed: bool,
+    ) -> int:
+        """Queue a SEND (see :meth:`ClientProtocol.send`); the correlation id to wait for,
+        or 0 for a one-way send. What is not awaited at once (one-way, or left in a
+        confirm window) is written at the end of this loop iteration."""
+        corr = self._proto.send(
+            session_id,
+            address,
+            body,
+            priority,
+            ttl,
+            properties,
+            persistent,
+            correlation_id,
+            reply_to,
+            type,
+            id,
+            kind,
+        )
+        if (not corr or windowed) and not self._flush_scheduled:
+            self._flush_soon()
+        return corr
+
+    def commit(self, session_id: int) -> int:
+        """Queue COMMIT; the correlation id to wait for. Raises TransactionError."""
+        return self._proto.commit(session_id)
+
+    def rollback(self, session_id: int) -> int:
+        return self._proto.rollback(session_id)
+
+    def prepare(self, session_id: int, xid: str) -> int:
+        return self._proto.prepare(session_id, xid)
+
+    # -- consumers ------------------------------------------------------------------------
+
+    async def open_consumer(self, session_id: int, address: str, **options: Any) -> int:
+        """Open a consumer (``options`` as :meth:`ClientProtocol.open_consumer`) and wait
+        until the broker has it; its id.
+
+        Raises:
+            ValueError: bad options. ChuteError: refused by the broker.
+        """
+        consumer_id, corr = self._proto.open_consumer(session_id, address, **options)
+        self._proto.bind(consumer_id, _Acks(self, consumer_id))
+        try:
+            await self.wait(corr)
+        except BaseException:
+            self._proto.close_consumer(consumer_id)
+            self._flush_soon()
+            raise
+        return consumer_id
+
+    async def close_consumer(self, consumer_id: int) -> None:
+        """Close the consumer (waking its receivers); quiet if the connection is gone."""
+        corr = self._proto.close_consumer(consumer_id)
+        self._wake_consumer(consumer_id)
+        if corr:
+            with contextlib.suppress(ConnectError, RequestTimeout):
+                await self.wait(corr)
+
+    def consumer_open(self, consumer_id: int) -> bool:
+        return self._proto.sessions.is_open(consumer_id)
+
+    async def receive(self, consumer_id: int, within: float | None) -> Received | None:
+        """The consumer's next message, or None after ``within`` seconds (None = forever).
+
+        Raises:
+            ConsumerError: the consumer is closed. ConnectError: the connection failed.
+            ChuteError: the broker reported an error for this consumer or session.
+        """
+        received = self._proto.sessions.take(consumer_id)
+        if received is None:
+            deadline = None if within is None else self._loop.time() + within
+            received = await self._wait_delivery(consumer_id, deadline)
+            if received is None:
+                return None
+        if self._proto.outbox_size and not self._flush_scheduled:
+            self._flush_soon()
+        return received
+
+    async def _wait_delivery(self, consumer_id: int, deadline: float | None) -> Received | None:
+        sessions = self._proto.sessions
+        sessions.before_wait(consumer_id)
+        self.flush()
+        while True:
+            fut = self._loop.create_future()
+            self._consumer_waiters.setdefault(consumer_id, []).append(fut)
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await fut
+            except TimeoutError:
+                return None
+            finally:
+                waiters = self._consumer_waiters.get(consumer_id)
+                if waiters is not None and fut in waiters:
+                    waiters.remove(fut)
+            received = sessions.take(consumer_id)
+            if received is not None:
+                return received
+
+    def ack(self, consumer_id: int, seq: int) -> None:
+        """Queue the ack of delivery ``seq`` (written at the end of this loop iteration).
+
+        Raises:
+            ConnectError: the connection failed. ConsumerError: the consumer is closed.
+        """
+        self._proto.sessions.ack(consumer_id, seq)
+        self._flush_soon()
+
+    def nack(self, consumer_id: int, seq: int, requeue: bool) -> None:
+        """Queue the refusal of delivery ``seq``. Raises as :meth:`ack`."""
+        self._proto.sessions.nack(consumer_id, seq, requeue)
+        self._flush_soon()
+
+    # -- closing --------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Close gracefully (acks and credit owed, then DISCONNECT); never raises for a
+        connection already gone."""
+        try:
+            if self._proto.failure is None:
+                corr = self._proto.disconnect()
+                with contextlib.suppress(ConnectError, RequestTimeout):
+                    await self.wait(corr, min(self.timeout, CLOSE_TIMEOUT))
+        finally:
+            self.abort()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(CLOSE_TIMEOUT):
+                    await asyncio.shield(self._lost)
+
+    def abort(self) -> None:
+        """Fail what still waits and close the transport at once."""
+        if self._heartbeat_timer is not None:
+            self._heartbeat_timer.cancel()
+        if self._proto.failure is None:
+            self._progress(self._proto.fail(ConnectError("the connection is closed")))
+        if self._transport is not None:
+            self._transport.close()
+
+    # -- asyncio.Protocol -----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment] # create_connection: a Transport
+
+    def data_received(self, data: bytes) -> None:
+        self._progress(self._proto.receive_data(data))
+
+    def eof_received(self) -> bool | None:
+        self.data_received(b"")
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._progress(self._proto.connection_lost(exc))
+        if not self._lost.done():
+            self._lost.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._resume()
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def _progress(self, progress: Progress) -> None:
+        self._last_received = time.monotonic()
+        for corr in progress.completed:
+            fut = self._waiters.pop(corr, None)
+            if fut is not None and not fut.done():
+                fut.set_result(None)
+        for consumer_id in progress.consumers:
+            self._wake_consumer(consumer_id)
+        if progress.failed:
+            self._wake_all()
+            if self._transport is not None:
+                self._transport.close()
+        elif self._proto.outbox_size:
+            self._flush_soon()
+
+    def _wake_consumer(self, consumer_id: int) -> None:
+        for fut in self._consumer_waiters.pop(consumer_id, ()):
+            if not fut.done():
+                fut.set_result(None)
+
+    def _wake_all(self) -> None:
+        for fut in self._waiters.values():
+            if not fut.done():
+                fut.set_result(None)
+        self._waiters.clear()
+        for consumer_id in list(self._consumer_waiters):
+            self._wake_consumer(consumer_id)
+        self._resume()
+
+    def _resume(self) -> None:
+        self._paused = False
+        for fut in self._drain_waiters:
+            if not fut.done():
+                fut.set_result(None)
+        self._drain_waiters.clear()
+
+    def _flush_soon(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self.flush)
+
+    def _beat(self) -> None:
+        now = time.monotonic()
+        if self._proto.failure is not None:
+            return
+        if now - self._last_received > 2 * self._heartbeat:
+            self._progress(
+                self._proto.fail(ConnectError("the broker stopped answering (heartbeat timeout)"))
+            )
+            return
+        if now - self._last_sent >= self._heartbeat / 2:
+            self._proto.ping()
+            self.flush()
+        self._heartbeat_timer = self._loop.call_later(self._heartbeat / 2, self._beat)

@@ -1,0 +1,553 @@
+"""The client API, declared once: what every chute client offers, as typed protocols.
+
+Three clients implement the blocking shape (:class:`Connection`,
+:class:`Session`, :class:`Consumer`):
+
+* :mod:`chute.client.blocking`, a broker over ``chute://`` or ``chutes://``;
+* :mod:`chute.dropbox.client`, a DropboxMQ directory, no broker (``dropbox:``);
+* and, through ``await``, :mod:`chute.client.aio`, which implements the async
+  mirror (:class:`AsyncConnection`, :class:`AsyncSession`,
+  :class:`AsyncConsumer`): the same methods, those that talk to the broker as
+  coroutines.
+
+:func:`chute.connect` returns a :class:`Connection`. mypy checks that each
+client conforms (``tests/unit/client/test_api.py``), and one behavioural suite
+runs against all three (``tests/integration/test_client_api.py``). What a
+client cannot do it still offers, raising the error documented on the method
+(the dropbox client: cursors, callback queues, two-phase transactions,
+exclusive consumers). The semantics are in docs/client.md; the methods'
+arguments and errors are documented here once.
+
+Messages come back as :class:`~chute.client.received.Received`, shared by all
+clients. Whether objects may be shared between threads is each client's
+business (the blocking client: yes; the dropbox client: one thread at a time;
+asyncio: one event loop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Protocol, Self, runtime_checkable
+
+from chute.client.received import Received
+from chute.client.requests import CursorPage, Page
+from chute.message import DEFAULT_PRIORITY, BodyKind, Message
+
+
+@runtime_checkable
+class Consumer(Protocol):
+    """Receives messages from one address; iterate it to receive until it closes."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def receive(self, timeout: float | None = None) -> Received | None:
+        """The next message, or None after ``timeout`` seconds (None = wait forever).
+
+        Raises:
+            ConsumerError: the consumer is closed.
+            ConnectError: the connection failed.
+            ChuteError: the broker reported an error for this consumer or session.
+        """
+        ...
+
+    def __iter__(self) -> Iterator[Received]:
+        """Receive until the consumer is closed."""
+        ...
+
+    def close(self) -> None:
+        """Close; messages not yet received go back to the destination."""
+        ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+@runtime_checkable
+class Session(Protocol):
+    """An ack mode, maybe a transaction, a confirm window, and the session's consumers."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def confirm_window(self) -> int:
+        """How many persistent sends (transacted: commits) may await confirmation."""
+        ...
+
+    @property
+    def unconfirmed(self) -> int:
+        """How many persistent sends (or commits) of the window await confirmation now."""
+        ...
+
+    def send(
+        self,
+        address: str,
+        body: bytes | str = b"",
+        *,
+        priority: int = DEFAULT_PRIORITY,
+        ttl: int = 0,
+        properties: Mapping[str, Any] | None = None,
+        persistent: bool = True,
+        correlation_id: str | None = None,
+        reply_to: str | None = None,
+        type: str | None = None,
+        id: str | None = None,
+        kind: BodyKind | None = None,
+    ) -> None:
+        """Send a message to ``address`` (``queue:NAME``, ``topic:NAME`` or ``NAME``).
+
+        A persistent send (the default) returns once the message is stored (on
+        disk); a non-persistent one may return at once (errors surface on a later
+        call of the session). In a transacted session nothing waits: :meth:`commit`
+        does. A ``str`` body is sent as UTF-8 ``text``; ``ttl`` is in milliseconds
+        (0 = never expires).
+
+        With a ``confirm_window`` of N, a persistent send returns as soon as at most
+        N sends of this session await their confirmation. A send then refused, or
+        not stored, is raised by a later :meth:`send`, :meth:`commit`,
+        :meth:`flush` or :meth:`close`, with a note saying it was an earlier one.
+
+        Raises:
+            InvalidAddress, InvalidMessage: a bad address or field.
+            ValueError: a negative ``ttl``.
+            DestinationFull: the destination refused the message (now or earlier).
+            ConnectError, RequestTimeout: the connection failed or the broker is slow.
+        """
+        ...
+
+    def flush(self) -> None:
+        """Wait until every persistent send (or commit) of the session is confirmed.
+
+        Raises:
+            ChuteError: one refused or unstored send (one per call: call until it
+                returns to see them all), or the connection failed.
+            RequestTimeout: no confirmation in time.
+        """
+        ...
+
+    def consumer(
+        self,
+        address: str,
+        *,
+        selector: str | None = None,
+        prefetch: int = 100,
+        exclusive: bool = False,
+        subscription: str | None = None,
+        durable: bool = False,
+        shared: bool = False,
+    ) -> Consumer:
+        """Open a consumer on ``address``; for a topic, ``subscription`` names the
+        subscription (``durable`` outlives the connection, ``shared`` competes).
+
+        Raises:
+            InvalidAddress, InvalidSelector, NotFound, AccessDenied: refused.
+            ConsumerError: ``exclusive`` where no broker can grant it (dropbox).
+            ValueError: prefetch below 1, or durable without a name.
+        """
+        ...
+
+    def commit(self) -> None:
+        """Commit the transaction: its sends are delivered, its acks take effect.
+
+        Raises:
+            TransactionError: the session is not transacted.
+        """
+        ...
+
+    def rollback(self) -> None:
+        """Roll back: sends are dropped, messages taken are redelivered.
+
+        Raises:
+            TransactionError: the session is not transacted.
+        """
+        ...
+
+    def prepare(self, xid: str) -> None:
+        """Prepare the transaction under ``xid`` (two-phase) and start a new one; finish
+        it with :meth:`Connection.commit_prepared` (from any connection).
+
+        Raises:
+            TransactionError: not transacted, or no broker to hold it (dropbox).
+        """
+        ...
+
+    def browse(self, address: str, selector: str | None = None, limit: int = 0) -> list[Message]:
+        """A snapshot of a queue in delivery order, nothing consumed (``limit`` 0 = all)."""
+        ...
+
+    def temporary_queue(self) -> str:
+        """Create a queue that lives as long as the connection; returns its address."""
+        ...
+
+    def unsubscribe(self, name: str) -> None:
+        """Delete the durable subscription ``name`` of this connection's client id."""
+        ...
+
+    def callback(self, topic: str, name: str, forward_to: str, selector: str | None = None) -> None:
+        """Create a callback queue: durable subscription ``name`` on ``topic`` forwarding
+        every (selected) message to ``forward_to``.
+
+        Raises:
+            ChuteError: no broker to forward (dropbox).
+        """
+        ...
+
+    def close(self) -> None:
+        """Await every unconfirmed send (:meth:`flush`), then close the session and its
+        consumers; never raises for a lost connection.
+
+        Raises:
+            ChuteError: an unconfirmed send was refused or not stored (the session is
+                closed all the same).
+        """
+        ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+@runtime_checkable
+class Connection(Protocol):
+    """A connection to a broker, or an opened dropbox: sessions, management, cursors."""
+
+    @property
+    def connection_id(self) -> str: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def session(
+        self, ack: str = "auto", transacted: bool = False, *, confirm_window: int = 0
+    ) -> Session:
+        """Open a session.
+
+        Args:
+            ack: ``auto``, ``client`` (cumulative ``ack()``) or ``individual``.
+            transacted: sends and acks take effect on :meth:`Session.commit`.
+            confirm_window: how many persistent sends (in a transacted session:
+                commits) may await confirmation while the application goes on; 0
+                makes each wait for its own.
+
+        Raises:
+            ValueError: unknown ack mode, or a negative window.
+            ConnectError: the connection is gone.
+        """
+        ...
+
+    def stat(self) -> dict[str, Any]:
+        """Statistics: ``destinations`` (each with ``address``, ``depth``, ``inflight``,
+        ...) and ``connections``."""
+        ...
+
+    def prepared(self) -> list[str]:
+        """The xids of every prepared (two-phase) transaction waiting."""
+        ...
+
+    def commit_prepared(self, xid: str) -> None:
+        """Commit a prepared transaction (prepared by any connection, also before a
+        restart). Raises NotFound, or TransactionError without a broker."""
+        ...
+
+    def rollback_prepared(self, xid: str) -> None:
+        """Roll back a prepared transaction: its sends are dropped, its acks undone."""
+        ...
+
+    def commit_batch(
+        self, sink: str, batch: int, xids: Sequence[str], *, keep: bool = True
+    ) -> bool:
+        """Commit the prepared transactions ``xids`` together, once per (sink, batch).
+
+        Returns False when this batch (or a later one) of ``sink`` was committed
+        before: the xids were rolled back instead (a retried batch). With
+        ``keep=False`` no batch is remembered: the commit is only atomic.
+
+        Raises:
+            NotFound: an xid is not prepared; nothing was committed.
+            TransactionError: a bad sink name, batch or xid; no broker (dropbox).
+        """
+        ...
+
+    def cursor_open(
+        self,
+        address: str,
+        cursor: str | None = None,
+        *,
+        selector: str | None = None,
+        lease_ms: int = 0,
+    ) -> tuple[int, int]:
+        """Open (or refresh) the named cursor; returns ``(earliest, head)`` sequence
+        numbers, ``head`` being the first not readable yet. Without ``cursor``,
+        nothing is opened: the numbers describe a queue for a snapshot read
+        (docs/spark.md).
+
+        Raises:
+            ConsumerError: the queue is held by another exclusive consumer or has
+                messages in flight; a topic cursor exists with another selector.
+            InvalidAddress, InvalidSelector: refused.
+            ChuteError: cursors need a broker (dropbox).
+        """
+        ...
+
+    def cursor_fetch(
+        self,
+        address: str,
+        cursor: str | None,
+        start: int,
+        end: int,
+        *,
+        max_messages: int = 0,
+        max_bytes: int = 0,
+    ) -> CursorPage:
+        """One page of the messages with ``start <= seq < end``, not consumed: returns
+        ``(next start, ((seq, message), ...))``; the range is done when next == end.
+        Raises as :meth:`cursor_open`."""
+        ...
+
+    def cursor_read(
+        self,
+        address: str,
+        cursor: str | None,
+        start: int,
+        end: int,
+        *,
+        page_messages: int = 4096,
+        page_bytes: int = 4 << 20,
+    ) -> Iterator[Page]:
+        """Every message with ``start <= seq < end``, page by page, in sequence order;
+        the next page is requested before this one is handed out. Raises as
+        :meth:`cursor_open`."""
+        ...
+
+    def cursor_ack(self, address: str, cursor: str, end: int) -> None:
+        """Consume every message the cursor holds below ``end``; returns once durable."""
+        ...
+
+    def cursor_close(self, address: str, cursor: str, *, delete: bool = False) -> None:
+        """Release the cursor's lease; ``delete`` also forgets it (and a topic cursor's
+        messages)."""
+        ...
+
+    def close(self) -> None:
+        """Close gracefully: sessions' unconfirmed sends are awaited, then everything is
+        released; never raises for a connection already gone.
+
+        Raises:
+            ChuteError: a session's unconfirmed send was refused or not stored (the
+                connection is closed all the same).
+        """
+        ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+# -- the asyncio mirror: the same methods, those that talk to the broker awaited ----------
+
+
+@runtime_checkable
+class AsyncConsumer(Protocol):
+    """:class:`Consumer` for asyncio: ``await receive()``, ``async for``."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    async def receive(self, timeout: float | None = None) -> Received | None:  # noqa: ASYNC109 - the API's shape
+        """As :meth:`Consumer.receive`."""
+        ...
+
+    def __aiter__(self) -> AsyncIterator[Received]: ...
+
+    async def close(self) -> None: ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+@runtime_checkable
+class AsyncSession(Protocol):
+    """:class:`Session` for asyncio; see it for every method."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def confirm_window(self) -> int: ...
+
+    @property
+    def unconfirmed(self) -> int: ...
+
+    async def send(
+        self,
+        address: str,
+        body: bytes | str = b"",
+        *,
+        priority: int = DEFAULT_PRIORITY,
+        ttl: int = 0,
+        properties: Mapping[str, Any] | None = None,
+        persistent: bool = True,
+        correlation_id: str | None = None,
+        reply_to: str | None = None,
+        type: str | None = None,
+        id: str | None = None,
+        kind: BodyKind | None = None,
+    ) -> None: ...
+
+    async def flush(self) -> None: ...
+
+    async def consumer(
+        self,
+        address: str,
+        *,
+        selector: str | None = None,
+        prefetch: int = 100,
+        exclusive: bool = False,
+        subscription: str | None = None,
+        durable: bool = False,
+        shared: bool = False,
+    ) -> AsyncConsumer: ...
+
+    async def commit(self) -> None: ...
+
+    async def rollback(self) -> None: ...
+
+    async def prepare(self, xid: str) -> None: ...
+
+    async def browse(
+        self, address: str, selector: str | None = None, limit: int = 0
+    ) -> list[Message]: ...
+
+    async def temporary_queue(self) -> str: ...
+
+    async def unsubscribe(self, name: str) -> None: ...
+
+    async def callback(
+        self, topic: str, name: str, forward_to: str, selector: str | None = None
+    ) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+@runtime_checkable
+class AsyncConnection(Protocol):
+    """:class:`Connection` for asyncio; see it for every method."""
+
+    @property
+    def connection_id(self) -> str: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def session(
+        self, ack: str = "auto", transacted: bool = False, *, confirm_window: int = 0
+    ) -> AsyncSession: ...
+
+    async def stat(self) -> dict[str, Any]: ...
+
+    async def prepared(self) -> list[str]: ...
+
+    async def commit_prepared(self, xid: str) -> None: ...
+
+    async def rollback_prepared(self, xid: str) -> None: ...
+
+    async def commit_batch(
+        self, sink: str, batch: int, xids: Sequence[str], *, keep: bool = True
+    ) -> bool: ...
+
+    async def cursor_open(
+        self,
+        address: str,
+        cursor: str | None = None,
+        *,
+        selector: str | None = None,
+        lease_ms: int = 0,
+    ) -> tuple[int, int]: ...
+
+    async def cursor_fetch(
+        self,
+        address: str,
+        cursor: str | None,
+        start: int,
+        end: int,
+        *,
+        max_messages: int = 0,
+        max_bytes: int = 0,
+    ) -> CursorPage: ...
+
+    def cursor_read(
+        self,
+        address: str,
+        cursor: str | None,
+        start: int,
+        end: int,
+        *,
+        page_messages: int = 4096,
+        page_bytes: int = 4 << 20,
+    ) -> AsyncIterator[Page]: ...
+
+    async def cursor_ack(self, address: str, cursor: str, end: int) -> None: ...
+
+    async def cursor_close(self, address: str, cursor: str, *, delete: bool = False) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+__all__ = [
+    "AsyncConnection",
+    "AsyncConsumer",
+    "AsyncSession",
+    "Connection",
+    "Consumer",
+    "CursorPage",
+    "Page",
+    "Session",
+]

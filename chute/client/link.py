@@ -1,0 +1,451 @@
+"""The blocking client's I/O: one socket, its ClientProtocol, and the two threads that move bytes.
+
+* a reader thread feeds whatever arrives into the protocol and wakes waiters;
+* a writer thread sends the output buffer whenever it is not empty, so that
+  one-way sends, acks and credit pile up while it writes and go out together
+  (one syscall for many packets);
+* a request (a persistent send, commit, ...) sends the buffer itself and then
+  waits for its answer; so does a send that finds the buffer past a high-water
+  mark, which bounds memory when the broker cannot keep up;
+* heartbeats: the writer pings a quiet connection and gives up on a silent
+  broker.
+
+:func:`open_link` makes the socket (TLS for ``chutes://``, through
+:class:`~chute.client.tls.TlsSocket`, so the two threads never share one
+OpenSSL connection). A :class:`Link` is the whole interface the blocking API
+(:mod:`chute.client.blocking`) has to the connection: every public method
+takes the state lock itself, queues what the protocol decides, wakes the
+writer when it sleeps, and waits where the API must. One lock guards the
+protocol state; a write lock keeps writes in buffer order (always taken
+before the state lock). Thread-safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any, Final, TypeVar
+
+from chute.client.protocol import ClientProtocol
+from chute.client.received import Received
+from chute.client.requests import Pending, Request
+from chute.client.tls import TlsSocket, client_context
+from chute.client.url import BrokerUrl
+from chute.errors import ConnectError, RequestTimeout
+from chute.message import BodyKind
+from chute.protocol.packets import Connected, Packet
+
+T = TypeVar("T")
+
+HIGH_WATER: Final = 1 << 20
+"""Bytes of queued output past which a sender writes them itself (and so blocks)."""
+READ_SIZE: Final = 1 << 16
+"""Bytes asked of one ``recv``: under glibc's mmap threshold (128 KiB), so each read's
+buffer comes from the heap; a larger one costs an mmap, page faults and an munmap per
+read, which a lone producer waiting for each confirmation pays every time."""
+CLOSE_TIMEOUT: Final = 5.0
+
+
+def open_link(target: BrokerUrl, timeout: float, tls_ca: str | None, tls_verify: bool) -> Link:
+    """A connected socket to ``target`` (TLS for ``chutes://``) with its threads running;
+    not yet handshaken (:meth:`Link.handshake`).
+
+    Raises:
+        ConnectError: cannot reach the broker, or the TLS handshake failed.
+    """
+    try:
+        sock = socket.create_connection((target.host, target.port), timeout=timeout)
+    except OSError as exc:
+        raise ConnectError(f"cannot connect to {target}: {exc}") from None
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    channel: socket.socket | TlsSocket = sock
+    if target.tls:
+        try:
+            channel = TlsSocket(sock, client_context(tls_ca, verify=tls_verify), target.host)
+        except BaseException:
+            sock.close()
+            raise
+    sock.settimeout(None)
+    return Link(channel, timeout)
+
+
+class _Acks:
+    """What a consumer's received messages ack through: the link, under its lock."""
+
+    __slots__ = ("consumer_id", "link")
+
+    def __init__(self, link: Link, consumer_id: int) -> None:
+        self.link = link
+        self.consumer_id = consumer_id
+
+    def ack(self, seq: int) -> None:
+        self.link.ack(self.consumer_id, seq)
+
+    def nack(self, seq: int, requeue: bool) -> None:
+        self.link.nack(self.consumer_id, seq, requeue)
+
+
+class Link:
+    """A socket, its protocol state and its two threads. Thread-safe; see the module
+    docstring. Use :func:`open_link` to make one."""
+
+    def __init__(self, sock: socket.socket | TlsSocket, timeout: float) -> None:
+        self.timeout = timeout
+        """Seconds to wait for the answer to a request."""
+        self._sock = sock
+        self._proto = ClientProtocol()
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)  # results, deliveries, failure
+        self._writer_cond = threading.Condition(self._lock)
+        self._writer_waiting = False
+        self._write_lock = threading.Lock()
+        self._closing = False
+        self._heartbeat = 0.0
+        self._last_received = self._last_sent = time.monotonic()
+        self._reader = threading.Thread(target=self._read_loop, name="chute-reader", daemon=True)
+        self._writer = threading.Thread(target=self._write_loop, name="chute-writer", daemon=True)
+        self._reader.start()
+        self._writer.start()
+
+    @property
+    def closed(self) -> bool:
+        """The connection failed or was closed: every call raises."""
+        return self._proto.failure is not None
+
+    def handshake(
+        self, client_id: str | None, login: str | None, passcode: str | None, heartbeat: float
+    ) -> Connected:
+        """CONNECT and wait for the broker's answer; start heartbeats if agreed.
+
+        Raises:
+            ConnectError, AuthenticationFailed, RequestTimeout: refused or unanswered.
+        """
+        connected = self.call(
+            self._proto.connect(client_id, login, passcode, int(heartbeat * 1000))
+        )
+        with self._lock:
+            self._heartbeat = connected.heartbeat_ms / 1000
+            self._writer_cond.notify()
+        return connected
+
+    # -- requests -------------------------------------------------------------------------
+
+    def call(self, request: Request[T], *, session: int = 0) -> T:
+        """Send ``request`` and return its parsed answer. With ``session``, an error
+        deferred to that session is raised first.
+
+        Raises:
+            ChuteError: the broker refused it (the error its code names).
+            ConnectError: the connection failed. RequestTimeout: no answer in time.
+        """
+        with self._lock:
+            corr = self._proto.start(request, session)
+        return request.parse(self.wait(corr))
+
+    def start(self, request: Request[T]) -> Pending[T]:
+        """Queue ``request`` for the writer and return at once; :meth:`result` takes
+        its answer (so the broker works on it while the caller does something else)."""
+        with self._lock:
+            corr = self._proto.start(request)
+            self._nudge()
+        return Pending(corr, request)
+
+    def result(self, pending: Pending[T]) -> T:
+        """The parsed answer to a request :meth:`start` queued. Raises as :meth:`call`."""
+        return pending.request.parse(self.wait(pending.corr))
+
+    def wait(self, corr: int, timeout: float | None = None) -> Packet:
+        """Send what is queued, then wait for the answer to request ``corr``.
+
+        Raises:
+            ChuteError: the broker answered with an error.
+            ConnectError: the connection failed. RequestTimeout: no answer in time.
+        """
+        self.flush()
+        limit = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        with self._lock:
+            while True:
+                result = self._proto.result(corr)
+                if result is not None:
+                    return result
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self._proto.forget(corr)
+                    raise RequestTimeout(f"no answer from the broker within {limit:g} s")
+                self._cond.wait(remaining)
+
+    def flush(self) -> None:
+        """Write what is queued now, on the caller's thread."""
+        with self._write_lock:
+            with self._lock:
+                data = self._proto.data_to_send()
+            if data:
+                try:
+                    self._sock.sendall(data)
+                except OSError as exc:
+                    self._lost(exc)
+                self._last_sent = time.monotonic()
+
+    # -- sessions -------------------------------------------------------------------------
+
+    def open_session(self, ack: str, transacted: bool) -> int:
+        """Open a session (one-way); its id. Raises ValueError, ConnectError."""
+        with self._lock:
+            session_id = self._proto.open_session(ack, transacted)
+            self._nudge()
+        return session_id
+
+    def close_session(self, session_id: int) -> None:
+        """Close the session and its consumers (waking their receivers); quiet if the
+        connection is gone."""
+        with self._lock:
+            corr = self._proto.close_session(session_id)
+            self._cond.notify_all()
+        if corr:
+            with contextlib.suppress(ConnectError, RequestTimeout):
+                self.wait(corr)
+
+    def send(  # noqa: PLR0917 - the hot path, called positionally
+        self,
+        session_id: int,
+        address: str,
+        body: bytes | str,
+        priority: int,
+        ttl: int,
+        properties: Mapping[str, Any] | None,
+        persistent: bool,
+        correlation_id: str | None,
+        reply_to: str | None,
+        type: str | None,
+        id: str | None,
+        kind: BodyKind | None,
+        windowed: bool,
+    ) -> int:
+        """Queue a SEND (see :meth:`ClientProtocol.send`); the correlation id to wait for,
+        or 0 for a one-way send. One-way output, and a request left in a confirm window
+        (``windowed``), goes out by the writer thread, or now if the buffer is past
+        :data:`HIGH_WATER`; a request awaited at once is flushed by :meth:`wait`."""
+        with self._lock:
+            proto = self._proto
+            corr = proto.send(
+                session_id,
+                address,
+                body,
+                priority,
+                ttl,
+                properties,
+                persistent,
+                correlation_id,
+                reply_to,
+                type,
+                id,
+                kind,
+            )
+            unawaited = not corr or windowed
+            if unawaited and self._writer_waiting:
+                self._nudge()
+            full = proto.outbox_size >= HIGH_WATER
+        if full and unawaited:
+            self.flush()
+        return corr
+
+    def commit(self, session_id: int) -> int:
+        """Queue COMMIT; the correlation id to wait for. Raises TransactionError."""
+        with self._lock:
+            return self._proto.commit(session_id)
+
+    def rollback(self, session_id: int) -> int:
+        with self._lock:
+            return self._proto.rollback(session_id)
+
+    def prepare(self, session_id: int, xid: str) -> int:
+        with self._lock:
+            return self._proto.prepare(session_id, xid)
+
+    # -- consumers ------------------------------------------------------------------------
+
+    def open_consumer(self, session_id: int, address: str, **options: Any) -> int:
+        """Open a consumer (``options`` as :meth:`ClientProtocol.open_consumer`) and wait
+        until the broker has it; its id.
+
+        Raises:
+            ValueError: bad options. ChuteError: refused by the broker.
+        """
+        with self._lock:
+            consumer_id, corr = self._proto.open_consumer(session_id, address, **options)
+            self._proto.bind(consumer_id, _Acks(self, consumer_id))
+        try:
+            self.wait(corr)
+        except BaseException:
+            with self._lock:
+                self._proto.close_consumer(consumer_id)
+            raise
+        return consumer_id
+
+    def close_consumer(self, consumer_id: int) -> None:
+        """Close the consumer (waking its receivers); what it had not handed out goes back
+        to the broker. Quiet if the connection is gone."""
+        with self._lock:
+            corr = self._proto.close_consumer(consumer_id)
+            self._cond.notify_all()
+        if corr:
+            with contextlib.suppress(ConnectError, RequestTimeout):
+                self.wait(corr)
+
+    def consumer_open(self, consumer_id: int) -> bool:
+        return self._proto.sessions.is_open(consumer_id)
+
+    def receive(self, consumer_id: int, timeout: float | None) -> Received | None:
+        """The consumer's next message, or None after ``timeout`` seconds (None = forever).
+
+        Raises:
+            ConsumerError: the consumer is closed. ConnectError: the connection failed.
+            ChuteError: the broker reported an error for this consumer or session.
+        """
+        sessions = self._proto.sessions
+        with self._lock:
+            received = sessions.take(consumer_id)
+            if received is None:
+                received = self._wait_delivery(consumer_id, timeout)
+            if self._proto.outbox_size and self._writer_waiting:
+                self._nudge()
+        return received
+
+    def ack(self, consumer_id: int, seq: int) -> None:
+        """Queue the ack of delivery ``seq`` (see :meth:`Sessions.ack`) for the writer.
+
+        Raises:
+            ConnectError: the connection failed. ConsumerError: the consumer is closed.
+        """
+        with self._lock:
+            self._proto.sessions.ack(consumer_id, seq)
+            self._nudge()
+
+    def nack(self, consumer_id: int, seq: int, requeue: bool) -> None:
+        """Queue the refusal of delivery ``seq`` for the writer. Raises as :meth:`ack`."""
+        with self._lock:
+            self._proto.sessions.nack(consumer_id, seq, requeue)
+            self._nudge()
+
+    def _wait_delivery(self, consumer_id: int, timeout: float | None) -> Received | None:
+        """Lock held: wait for the consumer's next message."""
+        sessions = self._proto.sessions
+        sessions.before_wait(consumer_id)
+        if self._proto.outbox_size and self._writer_waiting:
+            self._nudge()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if deadline is None:
+                self._cond.wait()
+            else:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._cond.wait(remaining)
+            received = sessions.take(consumer_id)
+            if received is not None:
+                return received
+
+    # -- closing --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close gracefully: acks and credit owed, then DISCONNECT, then the socket and
+        threads. Never raises for a connection that is already gone."""
+        if not self._closing:
+            try:
+                with self._lock:
+                    corr = self._proto.disconnect() if self._proto.failure is None else 0
+                if corr:
+                    self.wait(corr, min(self.timeout, CLOSE_TIMEOUT))
+            except (ConnectError, RequestTimeout):
+                pass
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        """Fail what still waits, stop both threads and close the socket at once."""
+        with self._lock:
+            if self._proto.failure is None:
+                self._proto.fail(ConnectError("the connection is closed"))
+            self._closing = True
+            self._cond.notify_all()
+            self._writer_cond.notify()
+        current = threading.current_thread()
+        if self._writer is not current:
+            self._writer.join(CLOSE_TIMEOUT)
+        self._close_socket()
+        if self._reader is not current:
+            self._reader.join(CLOSE_TIMEOUT)
+        self._sock.close()
+
+    # -- the threads ----------------------------------------------------------------------
+
+    def _nudge(self) -> None:
+        """Called with the lock held after queuing one-way output: wake the writer if it
+        sleeps (once: the flag is cleared here, so a burst of sends notifies once)."""
+        if self._writer_waiting:
+            self._writer_waiting = False
+            self._writer_cond.notify()
+
+    def _read_loop(self) -> None:
+        sock, proto = self._sock, self._proto
+        while True:
+            error: OSError | None = None
+            try:
+                data = sock.recv(READ_SIZE)
+            except OSError as exc:
+                data, error = b"", exc
+            with self._lock:
+                self._last_received = time.monotonic()
+                if error is not None:
+                    progress = proto.connection_lost(None if self._closing else error)
+                else:
+                    progress = proto.receive_data(data)
+                if progress.completed or progress.consumers or progress.failed:
+                    self._cond.notify_all()
+                if proto.outbox_size:
+                    self._nudge()
+                if progress.failed or not data:
+                    self._closing = True
+                    self._writer_cond.notify()
+                    return
+
+    def _write_loop(self) -> None:
+        proto = self._proto
+        while True:
+            with self._lock:
+                while not proto.outbox_size and not self._closing:
+                    self._writer_waiting = True
+                    timeout = self._heartbeat / 2 if self._heartbeat else None
+                    woken = self._writer_cond.wait(timeout)
+                    self._writer_waiting = False
+                    if not woken:
+                        self._idle()
+                if self._closing and (not proto.outbox_size or proto.failure is not None):
+                    return
+            self.flush()
+
+    def _idle(self) -> None:
+        """Heartbeats (lock held): ping when quiet; give up on a silent broker."""
+        now = time.monotonic()
+        if now - self._last_received > 2 * self._heartbeat:
+            self._proto.fail(ConnectError("the broker stopped answering (heartbeat timeout)"))
+            self._closing = True
+            self._cond.notify_all()
+            self._close_socket()
+        elif now - self._last_sent >= self._heartbeat / 2:
+            self._proto.ping()
+
+    def _lost(self, exc: OSError) -> None:
+        with self._lock:
+            self._proto.connection_lost(exc)
+            self._closing = True
+            self._cond.notify_all()
+            self._writer_cond.notify()
+
+    def _close_socket(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)

@@ -1,0 +1,210 @@
+"""The client's requests that need no session state: each a packet and its answer's parser.
+
+A :class:`Request` pairs the packet to send with what its answer means, so a
+driver never pairs a builder with a parser by hand::
+
+    messages = conn.call(requests.browse("queue:orders", limit=10))   # list[Message]
+    stats = await conn.call(requests.stat())                          # dict[str, Any]
+
+The drivers' ``call`` queues the packet (``ClientProtocol.start``), waits for
+the answer with the same correlation id, and returns ``request.parse(answer)``.
+An ``Error`` answer never reaches a parser: it is raised as the error its code
+names. A parser raises :class:`~chute.errors.LocalProtocolError` for an answer
+of the wrong type (a broker bug).
+
+Requests that change the client's own state (connect, opening and closing
+sessions and consumers, transactions, sends) are made by
+:class:`~chute.client.protocol.ClientProtocol` itself. Builders are pure.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from chute.core.address import canonical
+from chute.errors import LocalProtocolError
+from chute.message import Message
+from chute.protocol.packets import (
+    Browse,
+    BrowseResult,
+    CallbackCreate,
+    CursorAck,
+    CursorBatch,
+    CursorClose,
+    CursorFetch,
+    CursorInfo,
+    CursorOpen,
+    Ok,
+    Packet,
+    Stat,
+    StatResult,
+    TempQueue,
+    TempQueueCreated,
+    Unsubscribe,
+    XaCommit,
+    XaCommitBatch,
+    XaRecover,
+    XaRollback,
+)
+
+T = TypeVar("T")
+P = TypeVar("P", bound=Packet)
+
+Page = tuple[tuple[int, Message], ...]
+"""Messages of a cursor read, as ``(seq, message)`` pairs in sequence order."""
+CursorPage = tuple[int, Page]
+"""A page of a cursor fetch: ``(next start, ((seq, message), ...))``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Request(Generic[T]):
+    """A request packet and the parser of its answer: what a driver's ``call`` sends."""
+
+    packet: Packet
+    parse: Callable[[Packet], T]
+
+
+@dataclass(frozen=True, slots=True)
+class Pending(Generic[T]):
+    """A request on its way: the correlation id its answer will carry, and the request
+    (whose parser reads that answer). For a driver that sends a request now and
+    takes its result later."""
+
+    corr: int
+    request: Request[T]
+
+
+def expect(packet: Packet, cls: type[P]) -> P:
+    """``packet`` as a ``cls``.
+
+    Raises:
+        LocalProtocolError: the broker answered with another packet type.
+    """
+    if not isinstance(packet, cls):
+        raise LocalProtocolError(
+            f"broker answered {type(packet).__name__} where {cls.__name__} was expected"
+        )
+    return packet
+
+
+def ok(packet: Packet) -> None:
+    """The parser of a request whose answer is a plain ``Ok``."""
+    expect(packet, Ok)
+
+
+# -- management -------------------------------------------------------------------------
+
+
+def browse(address: str, selector: str | None = None, limit: int = 0) -> Request[list[Message]]:
+    """A snapshot of a queue in delivery order, nothing consumed (``limit`` 0 = all)."""
+    return Request(Browse(canonical(address), selector, limit), _browsed)
+
+
+def _browsed(packet: Packet) -> list[Message]:
+    return [message for _seq, message in expect(packet, BrowseResult).messages]
+
+
+def stat() -> Request[dict[str, Any]]:
+    """The broker's statistics (its JSON document, parsed)."""
+    return Request(Stat(), _stats)
+
+
+def _stats(packet: Packet) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(expect(packet, StatResult).json_text)
+    return result
+
+
+def temporary_queue() -> Request[str]:
+    """A queue that lives as long as the connection; the answer is its address."""
+    return Request(TempQueue(), _temporary_queue)
+
+
+def _temporary_queue(packet: Packet) -> str:
+    return expect(packet, TempQueueCreated).address
+
+
+def unsubscribe(subscription: str, client_id: str | None = None) -> Request[None]:
+    """Delete a durable subscription (of the connection's client id by default)."""
+    return Request(Unsubscribe(subscription, client_id), ok)
+
+
+def callback(
+    topic: str, subscription: str, forward_to: str, selector: str | None = None
+) -> Request[None]:
+    """Create a callback queue: a durable subscription forwarding to ``forward_to``."""
+    return Request(
+        CallbackCreate(canonical(topic), subscription, canonical(forward_to), selector), ok
+    )
+
+
+# -- two-phase transactions ---------------------------------------------------------------
+
+
+def prepared() -> Request[list[str]]:
+    """The xids of every prepared transaction waiting in the broker."""
+    return Request(XaRecover(), _xids)
+
+
+def _xids(packet: Packet) -> list[str]:
+    xids: list[str] = json.loads(expect(packet, Ok).value or "[]")
+    return xids
+
+
+def commit_prepared(xid: str) -> Request[None]:
+    return Request(XaCommit(xid), ok)
+
+
+def rollback_prepared(xid: str) -> Request[None]:
+    return Request(XaRollback(xid), ok)
+
+
+def commit_batch(sink: str, batch: int, xids: Sequence[str], keep: bool) -> Request[bool]:
+    """Commit ``xids`` together, once per (sink, batch); the answer is False when the
+    batch had been committed before (a duplicate: the xids were rolled back)."""
+    return Request(XaCommitBatch(sink, batch, tuple(xids), keep), _committed_now)
+
+
+def _committed_now(packet: Packet) -> bool:
+    return expect(packet, Ok).value != "duplicate"
+
+
+# -- cursors (docs/spark.md) ----------------------------------------------------------------
+
+
+def cursor_open(
+    address: str, cursor: str | None, selector: str | None, lease_ms: int
+) -> Request[tuple[int, int]]:
+    """Open (or refresh) a cursor; the answer is ``(earliest, head)``."""
+    return Request(CursorOpen(canonical(address), cursor, selector, lease_ms), _cursor_info)
+
+
+def _cursor_info(packet: Packet) -> tuple[int, int]:
+    info = expect(packet, CursorInfo)
+    return info.earliest, info.head
+
+
+def cursor_fetch(  # noqa: PLR0917 - mirrors the packet
+    address: str, cursor: str | None, start: int, end: int, max_messages: int, max_bytes: int
+) -> Request[CursorPage]:
+    """One page of the messages with ``start <= seq < end``, not consumed."""
+    return Request(
+        CursorFetch(canonical(address), cursor, start, end, max_messages, max_bytes), _page
+    )
+
+
+def _page(packet: Packet) -> CursorPage:
+    batch = expect(packet, CursorBatch)
+    return batch.next, batch.messages
+
+
+def cursor_ack(address: str, cursor: str, end: int) -> Request[None]:
+    """Consume every message the cursor holds below ``end``."""
+    return Request(CursorAck(canonical(address), cursor, end), ok)
+
+
+def cursor_close(address: str, cursor: str, delete: bool) -> Request[None]:
+    """Release the cursor's lease (``delete``: and forget it)."""
+    return Request(CursorClose(canonical(address), cursor, delete), ok)
