@@ -42,7 +42,7 @@ def connect(server: BrokerServer) -> tuple[NativeConnection, MemoryTransport]:
     transport = MemoryTransport()
     conn.connection_made(transport)  # type: ignore[arg-type]
     conn.data_received(encode_packet(p.Connect(), correlation_id=1))
-    conn.data_received(encode_packet(p.SessionOpen(1, p.AckMode.AUTO), callback_id=1))
+    conn.data_received(encode_packet(p.SessionOpen(1, p.SessionAckMode.AUTO), callback_id=1))
     transport.written.clear()
     return conn, transport
 

@@ -67,7 +67,6 @@ from chute.protocol.packets import (
     MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
     SUPPORTED_VERSIONS,
-    AckMode,
     Commit,
     Connect,
     Connected,
@@ -80,6 +79,7 @@ from chute.protocol.packets import (
     Ping,
     Pong,
     Rollback,
+    SessionAckMode,
     SessionClose,
     SessionOpen,
     XaPrepare,
@@ -261,7 +261,7 @@ class ClientProtocol:
         """
         if self.failure is not None:
             raise self.failure
-        session = self.sessions.open_session(AckMode(ack_mode), bool(transacted))
+        session = self.sessions.open_session(SessionAckMode(ack_mode), bool(transacted))
         self._oneway(SessionOpen(session.id, session.ack_mode, session.transacted))
         return session.id
 

@@ -27,12 +27,12 @@ from typing import Any, Generic, TypeVar
 from chute.core.address import canonical
 from chute.errors import LocalProtocolError
 from chute.message import Message
+from chute.protocol import packets
 from chute.protocol.packets import (
     Browse,
     BrowseResult,
     CallbackCreate,
     CursorAck,
-    CursorBatch,
     CursorClose,
     CursorFetch,
     CursorInfo,
@@ -196,8 +196,8 @@ def cursor_fetch(  # noqa: PLR0917 - mirrors the packet
 
 
 def _page(packet: Packet) -> CursorPage:
-    batch = expect(packet, CursorBatch)
-    return batch.next, batch.messages
+    page = expect(packet, packets.CursorPage)
+    return page.next, page.messages
 
 
 def cursor_ack(address: str, cursor: str, end: int) -> Request[None]:

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from chute.client.received import Acknowledger, Received
 from chute.errors import ChuteError, ConsumerError
 from chute.message import Message
-from chute.protocol.packets import Ack, AckMode, Credit, Nack, Packet
+from chute.protocol.packets import Ack, Credit, Nack, Packet, SessionAckMode
 
 Emit = Callable[[Packet], None]
 """Queues a one-way packet for the broker."""
@@ -46,7 +46,7 @@ Emit = Callable[[Packet], None]
 @dataclass(slots=True)
 class SessionState:
     id: int
-    ack_mode: AckMode
+    ack_mode: SessionAckMode
     transacted: bool
     consumers: set[int] = field(default_factory=set)
     error: ChuteError | None = None
@@ -75,7 +75,9 @@ class ConsumerState:
 
     def __post_init__(self) -> None:
         self.batch = max(1, self.prefetch // 2)
-        self.acks_by_taking = self.session.ack_mode is AckMode.AUTO or self.session.transacted
+        self.acks_by_taking = (
+            self.session.ack_mode is SessionAckMode.AUTO or self.session.transacted
+        )
 
 
 class Sessions:
@@ -96,7 +98,7 @@ class Sessions:
 
     # -- sessions ---------------------------------------------------------------------
 
-    def open_session(self, ack_mode: AckMode, transacted: bool) -> SessionState:
+    def open_session(self, ack_mode: SessionAckMode, transacted: bool) -> SessionState:
         session_id = next(self._ids)
         session = self.by_id[session_id] = SessionState(session_id, ack_mode, transacted)
         return session
@@ -256,7 +258,7 @@ class Sessions:
         if consumer.acks_by_taking:
             return
         credit, consumer.pending_credit = consumer.pending_credit, 0
-        cumulative = consumer.session.ack_mode is AckMode.CLIENT
+        cumulative = consumer.session.ack_mode is SessionAckMode.CLIENT
         self._emit(Ack(consumer_id, seq, cumulative, credit))
 
     def nack(self, consumer_id: int, seq: int, requeue: bool = True) -> None:

@@ -10,7 +10,7 @@ is thread-safe.
 **Import** (files -> broker). The thread claims files from each mounted
 dropbox's ``target/`` by rename, exactly as any DropboxMQ consumer does
 (``processing/<client>~<name>``), so a DropboxMQ consumer elsewhere on the same
-root never gets the same file. A batch of claimed messages goes to the loop,
+root never gets the same file. The claimed messages go to the loop in groups,
 which sends each to the broker (``queue:NAME``, or ``topic:NAME`` for a
 topic's ``.incoming``) as a persistent message and asks the store to sync.
 Only once the store calls back is each file moved to ``processed/`` (or
@@ -240,16 +240,17 @@ class DropboxBridge:
             watcher.close()
 
     def _import_some(self, item: _Import) -> tuple[int, bool]:
-        """Claim up to a batch, hand it to the broker, settle the files. (moved, all ok)"""
-        batch: list[Delivery] = []
-        while len(batch) < self.mount.batch and not self._stopping.is_set():
+        """Claim up to the mount's ``batch`` of files, hand them to the broker, settle
+        the files: (moved, all ok)."""
+        claimed: list[Delivery] = []
+        while len(claimed) < self.mount.batch and not self._stopping.is_set():
             delivery = item.files.receive()
             if delivery is None:
                 break
-            batch.append(delivery)
-        if not batch:
+            claimed.append(delivery)
+        if not claimed:
             return 0, True
-        messages = [d.message for d in batch]
+        messages = [d.message for d in claimed]
         for message in messages:
             message.delivery_count = 0  # the broker counts its own deliveries
         outcome: concurrent.futures.Future[list[BaseException | None]] = concurrent.futures.Future()
@@ -257,10 +258,10 @@ class DropboxBridge:
             self.server.loop.call_soon_threadsafe(self._accept, item.address, messages, outcome)
             errors = self._result(outcome)
         except RuntimeError:  # the loop is gone: keep the files for the next start
-            log.warning("dropbox import: the broker stopped; %d file(s) stay claimed", len(batch))
+            log.warning("dropbox import: the broker stopped; %d file(s) stay claimed", len(claimed))
             return 0, False
         moved, refused = 0, None
-        for delivery, error in zip(batch, errors, strict=True):
+        for delivery, error in zip(claimed, errors, strict=True):
             try:
                 if error is None:
                     moved += 1

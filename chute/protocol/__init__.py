@@ -1,12 +1,11 @@
 """chute's native wire protocol (seed 003) as a sans-IO codec: bytes in, packets out."""
 
-from chute.protocol.codec import CLOSED, NEED_DATA, NeedData, PacketCodec
+from chute.protocol.codec import PacketCodec
 from chute.protocol.packets import (
     MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
     SUPPORTED_VERSIONS,
     Ack,
-    AckMode,
     Browse,
     BrowseResult,
     CallbackCreate,
@@ -17,11 +16,11 @@ from chute.protocol.packets import (
     ConsumerOpen,
     Credit,
     CursorAck,
-    CursorBatch,
     CursorClose,
     CursorFetch,
     CursorInfo,
     CursorOpen,
+    CursorPage,
     Deliver,
     Disconnect,
     Error,
@@ -34,6 +33,7 @@ from chute.protocol.packets import (
     Pong,
     Rollback,
     Send,
+    SessionAckMode,
     SessionClose,
     SessionOpen,
     Stat,
@@ -50,6 +50,7 @@ from chute.protocol.packets import (
 )
 from chute.protocol.splice import encode_deliver, encode_send
 from chute.protocol.wire import decode_body, encode_packet
+from chute.sansio import CLOSED, NEED_DATA, NeedData
 
 __all__ = [
     "CLOSED",
@@ -58,7 +59,6 @@ __all__ = [
     "PROTOCOL_VERSION",
     "SUPPORTED_VERSIONS",
     "Ack",
-    "AckMode",
     "Browse",
     "BrowseResult",
     "CallbackCreate",
@@ -69,11 +69,11 @@ __all__ = [
     "ConsumerOpen",
     "Credit",
     "CursorAck",
-    "CursorBatch",
     "CursorClose",
     "CursorFetch",
     "CursorInfo",
     "CursorOpen",
+    "CursorPage",
     "Deliver",
     "Disconnect",
     "Error",
@@ -88,6 +88,7 @@ __all__ = [
     "Pong",
     "Rollback",
     "Send",
+    "SessionAckMode",
     "SessionClose",
     "SessionOpen",
     "Stat",

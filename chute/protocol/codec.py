@@ -10,7 +10,6 @@ A ``PacketCodec`` is not thread-safe; each connection owns one.
 
 from __future__ import annotations
 
-import enum
 from collections import deque
 from collections.abc import Callable
 from typing import Final
@@ -28,24 +27,14 @@ from chute.protocol.packets import (
 from chute.protocol.spec import HEADER, HEADER_REST, HEADER_SIZE
 from chute.protocol.splice import decode_deliveries
 from chute.protocol.wire import VERSIONLESS, decode_body, encode_packet
+from chute.sansio import CLOSED, NEED_DATA, NeedData
 
 DeliverSink = Callable[[int, int, Message], None]
 """Takes a decoded Deliver as ``(consumer id, seq, message)``: see
 :meth:`PacketCodec.next_packets`."""
 
 
-class NeedData(enum.Enum):
-    """What :meth:`PacketCodec.next_packet` returns when it has no whole packet."""
-
-    NEED_DATA = "need-data"
-    """Feed more bytes with :meth:`PacketCodec.receive_data`."""
-    CLOSED = "closed"
-    """The peer closed the stream at a packet boundary: no packet will ever come."""
-
-
 _new_header: Final = tuple.__new__
-NEED_DATA: Final = NeedData.NEED_DATA
-CLOSED: Final = NeedData.CLOSED
 
 
 class PacketCodec:

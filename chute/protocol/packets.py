@@ -88,12 +88,12 @@ class PacketType(enum.IntEnum):
     CURSOR_OPEN = 50
     CURSOR_INFO = 51
     CURSOR_FETCH = 52
-    CURSOR_BATCH = 53
+    CURSOR_PAGE = 53
     CURSOR_ACK = 54
     CURSOR_CLOSE = 55
 
 
-class AckMode(enum.StrEnum):
+class SessionAckMode(enum.StrEnum):
     """How a session's consumers acknowledge (DESIGN.md, Delivery semantics)."""
 
     AUTO = "auto"
@@ -196,7 +196,7 @@ class SessionOpen:
     """Open a session. Target 0; ``session_id`` (chosen by the client) is the callback."""
 
     session_id: int
-    ack_mode: AckMode = AckMode.AUTO
+    ack_mode: SessionAckMode = SessionAckMode.AUTO
     transacted: bool = False
 
 
@@ -457,7 +457,7 @@ class CursorInfo:
 class CursorFetch:
     """Read the held messages with ``start <= seq < end`` in sequence order, without
     consuming them: one page of at most ``max_messages`` and about ``max_bytes``
-    of bodies (0: no limit). Answered by CursorBatch; continue from its ``next``."""
+    of bodies (0: no limit). Answered by CursorPage; continue from its ``next``."""
 
     address: str
     cursor: str | None
@@ -468,7 +468,7 @@ class CursorFetch:
 
 
 @dataclass(frozen=True, slots=True)
-class CursorBatch:
+class CursorPage:
     """Answer to CursorFetch: ``(seq, message)`` pairs in sequence order, and where the
     next page starts (``next`` equals the request's ``end`` when the range is done)."""
 
@@ -531,7 +531,7 @@ Packet = (
     | CursorOpen
     | CursorInfo
     | CursorFetch
-    | CursorBatch
+    | CursorPage
     | CursorAck
     | CursorClose
 )

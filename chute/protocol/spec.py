@@ -13,11 +13,11 @@ Layout (all integers big-endian)::
     content  the message content block (see chute.content)
     BrowseResult  count u32, then per message: seq u64 | delivery_count u32 | redelivered u8
              | timestamp i64 | expiration i64 | content_len u32 | content
-    CursorBatch   next u64, then the entries of a BrowseResult (count u32, ...)
+    CursorPage   next u64, then the entries of a BrowseResult (count u32, ...)
 
 Every packet but four is a fixed list of those fields: its spec in ``_SPECS``
 (field order = the dataclass's; a handler-id field is the header's target or
-callback, never repeated in the body). BrowseResult and CursorBatch carry
+callback, never repeated in the body). BrowseResult and CursorPage carry
 messages, so their codecs are written out here. Send and Deliver are the hot
 paths and splice content blocks: :mod:`chute.protocol.splice` has their
 codecs, and :mod:`chute.protocol.wire` joins both tables.
@@ -39,7 +39,6 @@ from chute.content import as_bool, decode_content, encode_content, malformed
 from chute.message import Message
 from chute.protocol.packets import (
     Ack,
-    AckMode,
     Browse,
     BrowseResult,
     CallbackCreate,
@@ -50,11 +49,11 @@ from chute.protocol.packets import (
     ConsumerOpen,
     Credit,
     CursorAck,
-    CursorBatch,
     CursorClose,
     CursorFetch,
     CursorInfo,
     CursorOpen,
+    CursorPage,
     Disconnect,
     Error,
     Header,
@@ -64,6 +63,7 @@ from chute.protocol.packets import (
     Ping,
     Pong,
     Rollback,
+    SessionAckMode,
     SessionClose,
     SessionOpen,
     Stat,
@@ -106,7 +106,7 @@ Decoder = Callable[[bytes, int, int, Header, int], Any]
 """(data, body start, body end, header, max properties) → packet"""
 
 
-# -- packets that carry messages: BrowseResult and CursorBatch --------------------------
+# -- packets that carry messages: BrowseResult and CursorPage --------------------------
 
 
 def _encode_browse_result(packet: BrowseResult) -> tuple[int, int, bytes]:
@@ -132,16 +132,16 @@ def _decode_browse_result(
     return BrowseResult(_decode_entries(data[start:end], 0, max_properties, "BrowseResult"))
 
 
-def _encode_cursor_batch(packet: CursorBatch) -> tuple[int, int, bytes]:
+def _encode_cursor_page(packet: CursorPage) -> tuple[int, int, bytes]:
     return 0, 0, _U64.pack(packet.next) + _encode_entries(packet.messages)
 
 
-def _decode_cursor_batch(
+def _decode_cursor_page(
     data: bytes, start: int, end: int, header: Header, max_properties: int
-) -> CursorBatch:
+) -> CursorPage:
     data = data[start:end]
     (next_start,) = _U64.unpack_from(data, 0)
-    return CursorBatch(next_start, _decode_entries(data, 8, max_properties, "CursorBatch"))
+    return CursorPage(next_start, _decode_entries(data, 8, max_properties, "CursorPage"))
 
 
 def _decode_entries(
@@ -207,7 +207,7 @@ def _read_o32(r: _Reader) -> str | None:
     return _read_s32(r) if r.flag() else None
 
 
-_ACK_MODES: Final = tuple(AckMode)
+_ACK_MODES: Final = tuple(SessionAckMode)
 _ACK_INDEX: Final = {m: i for i, m in enumerate(_ACK_MODES)}
 
 
@@ -259,7 +259,9 @@ _FIELDS: Final[dict[str, _Field]] = {
     "o16": _Field(_o16, _read_o16),
     "o32": _Field(_o32, _read_o32),
     "strs": _Field(_strings, _read_strings),
-    "ack": _Field(lambda m: _U8.pack(_ACK_INDEX[AckMode(m)]), lambda r: _ACK_MODES[r.fixed(_U8)]),
+    "ack": _Field(
+        lambda m: _U8.pack(_ACK_INDEX[SessionAckMode(m)]), lambda r: _ACK_MODES[r.fixed(_U8)]
+    ),
 }
 _TARGET: Final = "target"
 _CALLBACK: Final = "callback"
@@ -356,8 +358,8 @@ def _build_table() -> dict[int, Codec]:
     table[PacketType.BROWSE_RESULT] = Codec(
         PacketType.BROWSE_RESULT, BrowseResult, _encode_browse_result, _decode_browse_result
     )
-    table[PacketType.CURSOR_BATCH] = Codec(
-        PacketType.CURSOR_BATCH, CursorBatch, _encode_cursor_batch, _decode_cursor_batch
+    table[PacketType.CURSOR_PAGE] = Codec(
+        PacketType.CURSOR_PAGE, CursorPage, _encode_cursor_page, _decode_cursor_page
     )
     return table
 

@@ -39,9 +39,10 @@ from chute.errors import (
 )
 from chute.message import new_message_id
 from chute.protocol import packets as p
-from chute.protocol.codec import NeedData, PacketCodec
+from chute.protocol.codec import PacketCodec
 from chute.protocol.splice import encode_deliver, encode_ok
 from chute.protocol.wire import encode_packet
+from chute.sansio import NeedData
 from chute.server.stream import Retry, ServerHost, StreamConnection
 
 log = logging.getLogger("chute.server")
@@ -50,9 +51,9 @@ log = logging.getLogger("chute.server")
 # messages (batched with its credit), so the core runs it as cumulative acks and
 # nothing in a dead client's prefetch buffer is lost.
 _CORE_ACK_MODES = {
-    p.AckMode.AUTO: AckMode.CLIENT,
-    p.AckMode.CLIENT: AckMode.CLIENT,
-    p.AckMode.INDIVIDUAL: AckMode.INDIVIDUAL,
+    p.SessionAckMode.AUTO: AckMode.CLIENT,
+    p.SessionAckMode.CLIENT: AckMode.CLIENT,
+    p.SessionAckMode.INDIVIDUAL: AckMode.INDIVIDUAL,
 }
 
 
@@ -254,7 +255,7 @@ class NativeConnection(StreamConnection):
         sid = header.callback_id or packet.session_id
         if sid in self.sessions:
             raise ConsumerError(f"session id {sid} is already in use")
-        mode = _CORE_ACK_MODES[p.AckMode(packet.ack_mode)]
+        mode = _CORE_ACK_MODES[p.SessionAckMode(packet.ack_mode)]
         self.sessions[sid] = self._core().session(mode, transacted=packet.transacted)
         if header.correlation_id:
             self._respond(header, p.Ok())
@@ -316,7 +317,7 @@ class NativeConnection(StreamConnection):
             max_bytes=packet.max_bytes or self.codec.max_packet_size // 2,
         )
         messages = tuple((e.seq, _delivered_view(e)) for e in entries)
-        self._respond(header, p.CursorBatch(next_start, messages))
+        self._respond(header, p.CursorPage(next_start, messages))
 
     def _on_cursor_ack(self, header: p.Header, packet: p.CursorAck) -> None:
         self._core().cursor_ack(packet.address, packet.cursor, packet.end)

@@ -255,13 +255,13 @@ class Writer:
         intake.callbacks = []
         return intake.take()
 
-    def _carry_taken(self, batch: list[Item], acks: Acks, marks: Marks) -> list[Item]:
+    def _carry_taken(self, items: list[Item], acks: Acks, marks: Marks) -> list[Item]:
         """Queue what :meth:`_take` took for writing, the gathered acks and marks
         encoded last (off the intake's lock); returns the items."""
         if acks or marks:
-            batch += gathered_items(acks, marks)
-        self._carry += batch
-        return batch
+            items += gathered_items(acks, marks)
+        self._carry += items
+        return items
 
     def _wait_for_work(self) -> None:
         """Wait (holding the intake's ``cond``) until there is something to do now."""
@@ -450,8 +450,8 @@ class Writer:
         with intake.cond:
             self._waiting += intake.callbacks
             intake.callbacks = []
-            batch, acks, marks = intake.take()
-            lost = len(self._carry) + len(batch) + sum(map(len, acks.values()))
+            items, acks, marks = intake.take()
+            lost = len(self._carry) + len(items) + sum(map(len, acks.values()))
             lost += sum(len(seqs) for seqs, _ in marks.values())
         self._carry.clear()
         log.error("journal %s closed with %d records not written: %s", self.directory, lost, exc)

@@ -7,8 +7,9 @@ import struct
 
 from chute.message import Message
 from chute.protocol import packets as p
-from chute.protocol.codec import NeedData, PacketCodec
+from chute.protocol.codec import PacketCodec
 from chute.protocol.wire import encode_packet
+from chute.sansio import NeedData
 
 from .conftest import ChuteServer
 
@@ -142,7 +143,7 @@ def test_credit_only_ack_with_messages_in_flight(server: ChuteServer) -> None:
         return item[1]
 
     sock.sendall(
-        encode_packet(p.SessionOpen(1, p.AckMode.CLIENT), callback_id=1)
+        encode_packet(p.SessionOpen(1, p.SessionAckMode.CLIENT), callback_id=1)
         + encode_packet(p.ConsumerOpen(1, 2, "queue:credit", prefetch=1), correlation_id=2)
         + encode_packet(p.Send(1, "queue:credit", Message.create(b"a", persistent=False)))
         + encode_packet(p.Send(1, "queue:credit", Message.create(b"b", persistent=False)))

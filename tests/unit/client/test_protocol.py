@@ -96,11 +96,11 @@ def test_session_and_consumer_ids_never_collide() -> None:
     c2, _ = proto.open_consumer(s2, "b")
     assert len({s1, s2, c1, c2}) == 4
     sent = peer.sent()
-    assert sent[0][1] == p.SessionOpen(s1, p.AckMode.AUTO, False)
+    assert sent[0][1] == p.SessionOpen(s1, p.SessionAckMode.AUTO, False)
     assert sent[0][0].correlation_id == 0
     assert sent[1][1] == p.ConsumerOpen(s1, c1, "queue:a")
     assert sent[1][0].correlation_id != 0
-    assert sent[2][1] == p.SessionOpen(s2, p.AckMode.CLIENT, True)
+    assert sent[2][1] == p.SessionOpen(s2, p.SessionAckMode.CLIENT, True)
     assert sent[3][1] == p.ConsumerOpen(s2, c2, "queue:b")  # canonical address
 
 

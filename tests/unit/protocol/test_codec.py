@@ -13,10 +13,11 @@ from chute.content import encode_content
 from chute.errors import RemoteProtocolError
 from chute.message import BodyKind, Message
 from chute.protocol import packets as p
-from chute.protocol.codec import CLOSED, NEED_DATA, NeedData, PacketCodec
+from chute.protocol.codec import PacketCodec
 from chute.protocol.spec import HEADER, HEADER_SIZE
 from chute.protocol.splice import encode_deliver
 from chute.protocol.wire import encode_packet
+from chute.sansio import CLOSED, NEED_DATA, NeedData
 
 from .test_packets import EXAMPLES
 

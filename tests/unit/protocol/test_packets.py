@@ -13,10 +13,11 @@ from chute.content import decode_content, encode_content
 from chute.errors import LocalProtocolError, RemoteProtocolError
 from chute.message import BodyKind, Byte, Float, Int, Long, Message, Short
 from chute.protocol import packets as p
-from chute.protocol.codec import NeedData, PacketCodec
+from chute.protocol.codec import PacketCodec
 from chute.protocol.spec import HEADER
 from chute.protocol.splice import encode_deliver, encode_send, plain_send_encoder
 from chute.protocol.wire import CODECS, encode_packet
+from chute.sansio import NeedData
 
 MESSAGE = Message.create(
     b"hello",
@@ -51,7 +52,7 @@ EXAMPLES: list[p.Packet] = [
     p.Ok(),
     p.Ok("value"),
     p.SessionOpen(3),
-    p.SessionOpen(3, p.AckMode.INDIVIDUAL, transacted=True),
+    p.SessionOpen(3, p.SessionAckMode.INDIVIDUAL, transacted=True),
     p.SessionClose(3),
     p.Send(3, "queue:orders", MESSAGE),
     p.Send(3, "topic:prices", Message(b""), ttl_ms=60_000),
@@ -87,7 +88,7 @@ EXAMPLES: list[p.Packet] = [
     p.CursorOpen("queue:orders", "spark", "a > 1", 1000),
     p.CursorInfo(1, 5),
     p.CursorFetch("queue:orders", None, 1, 5, 10, 1 << 20),
-    p.CursorBatch(5, ((1, DELIVERED),)),
+    p.CursorPage(5, ((1, DELIVERED),)),
     p.CursorAck("queue:orders", "spark", 5),
     p.CursorClose("topic:t", "spark", delete=True),
 ]
@@ -231,9 +232,9 @@ def test_negotiate_version(offered: tuple[int, int], chosen: int | None) -> None
 
 
 def test_ack_mode_compares_as_text() -> None:
-    assert p.AckMode("client") is p.AckMode.CLIENT
-    assert str(p.AckMode.CLIENT) == "client"
-    assert "client" in {p.AckMode.CLIENT}
+    assert p.SessionAckMode("client") is p.SessionAckMode.CLIENT
+    assert str(p.SessionAckMode.CLIENT) == "client"
+    assert "client" in {p.SessionAckMode.CLIENT}
 
 
 def test_packets_are_frozen() -> None:

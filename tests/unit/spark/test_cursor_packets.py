@@ -12,11 +12,11 @@ from chute.errors import LocalProtocolError, RemoteProtocolError
 from chute.message import Message
 from chute.protocol import (
     CursorAck,
-    CursorBatch,
     CursorClose,
     CursorFetch,
     CursorInfo,
     CursorOpen,
+    CursorPage,
     Header,
     PacketCodec,
     PacketType,
@@ -36,8 +36,8 @@ PACKETS = [
     CursorClose("topic:t", "c", delete=True),
     XaCommitBatch("query-1", 7, ("spark/q/7/0/0/ab", "spark/q/7/1/0/cd"), keep=True),
     XaCommitBatch("job", 0, (), keep=False),
-    CursorBatch(11, ((3, Message(b"x", id="i1", properties={"n": 1})), (9, Message(b"")))),
-    CursorBatch(4),
+    CursorPage(11, ((3, Message(b"x", id="i1", properties={"n": 1})), (9, Message(b"")))),
+    CursorPage(4),
 ]
 
 
@@ -80,7 +80,7 @@ def test_string_list_count_past_the_packet_is_malformed() -> None:
             PacketType.CURSOR_OPEN,
             PacketType.CURSOR_INFO,
             PacketType.CURSOR_FETCH,
-            PacketType.CURSOR_BATCH,
+            PacketType.CURSOR_PAGE,
             PacketType.CURSOR_ACK,
             PacketType.CURSOR_CLOSE,
             PacketType.XA_COMMIT_BATCH,
