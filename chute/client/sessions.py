@@ -13,9 +13,13 @@ acking, is what returns credit:
   the window), or on its own once half the window is taken, or before the
   application blocks on an empty buffer (:meth:`Sessions.before_wait`), so an
   application that acks in batches larger than the window never stalls;
-* in ``auto`` mode and in transacted sessions, taking *is* acknowledging: the
-  same packet is a cumulative ``Ack`` of everything taken so far (a commit
-  settles it first, :meth:`Sessions.settle_session`).
+* in ``auto`` mode, taking *is* acknowledging: the same packet is a
+  cumulative ``Ack`` of everything taken so far, and a taken message cannot be
+  nacked;
+* in a transacted session taking acknowledges too, but the cumulative ``Ack``
+  waits for the commit, rollback or prepare (:meth:`Sessions.settle_session`)
+  or the consumer's close, and names the last message taken that was not
+  nacked: a nack in a transaction is the broker's to decide at commit.
 
 One-way failures come back later: an ``Error`` targeted at a session or a
 consumer is kept on it and raised by its next call (:meth:`Sessions.session`,
@@ -64,20 +68,26 @@ class ConsumerState:
     buffer: deque[Received] = field(default_factory=deque)
     pending_credit: int = 0
     """Messages taken since credit was last returned."""
-    last_taken: int = -1
-    """seq of the last message taken (auto mode acks up to it, in delivery order)."""
+    taken: list[int] = field(default_factory=list)
+    """seqs taken and not yet acked, in delivery order (only where taking acks: the
+    last one is what the next cumulative ack names)."""
     error: ChuteError | None = None
     """A failure the broker reported for this consumer, raised by the next take."""
-    batch: int = field(init=False)
+    refill: int = field(init=False)
     """Credit is returned once this many messages are taken (half the window)."""
     acks_by_taking: bool = field(init=False)
     """Taking a message acks it (auto mode, transacted sessions)."""
+    acks_at_refill: bool = field(init=False)
+    """Returning credit also acks what was taken (auto mode outside a transaction). A
+    transacted session acks at commit, rollback, prepare or close instead, so that a
+    nack in the transaction never meets a message already acked in it."""
 
     def __post_init__(self) -> None:
-        self.batch = max(1, self.prefetch // 2)
+        self.refill = max(1, self.prefetch // 2)
         self.acks_by_taking = (
             self.session.ack_mode is SessionAckMode.AUTO or self.session.transacted
         )
+        self.acks_at_refill = self.acks_by_taking and not self.session.transacted
 
 
 class Sessions:
@@ -230,17 +240,18 @@ class Sessions:
         if not consumer.buffer:
             return None
         received = consumer.buffer.popleft()
-        consumer.last_taken = received.seq
+        if consumer.acks_by_taking:
+            consumer.taken.append(received.seq)
         consumer.pending_credit += 1
-        if consumer.pending_credit >= consumer.batch:
-            self._settle(consumer)
+        if consumer.pending_credit >= consumer.refill:
+            self._refill(consumer)
         return received
 
     def before_wait(self, consumer_id: int) -> None:
         """The application is about to block on an empty buffer: give back all credit."""
         consumer = self._consumers.get(consumer_id)
         if consumer is not None and not consumer.buffer:
-            self._settle(consumer)
+            self._refill(consumer)
 
     def ack(self, consumer_id: int, seq: int) -> None:
         """Ack delivery ``seq``: cumulative in ``client`` mode, just it in ``individual``
@@ -262,27 +273,56 @@ class Sessions:
         self._emit(Ack(consumer_id, seq, cumulative, credit))
 
     def nack(self, consumer_id: int, seq: int, requeue: bool = True) -> None:
-        """Refuse delivery ``seq``: requeue it, or reject it to the dead-letter queue.
+        """Refuse delivery ``seq``: requeue it, or reject it to the dead-letter queue. In
+        a transacted session the broker decides its fate at commit (a rollback gives it
+        back like every other message of the transaction).
 
         Raises:
             ConnectError: the connection failed.
-            ConsumerError: the consumer is closed.
+            ConsumerError: the consumer is closed; in ``auto`` mode outside a
+                transaction (taking acknowledged it); ``seq`` is not waiting for an ack.
         """
         if self.failure is not None:
             raise self.failure
-        if consumer_id not in self._consumers:
+        consumer = self._consumers.get(consumer_id)
+        if consumer is None:
             raise ConsumerError(f"cannot nack: consumer {consumer_id} is closed")
+        if consumer.acks_at_refill:
+            raise ConsumerError(
+                f"cannot nack message {seq}: in auto mode taking a message acknowledges "
+                "it; open the session with ack='client' or 'individual', or transacted, "
+                "to refuse messages"
+            )
+        if consumer.acks_by_taking:
+            try:
+                consumer.taken.remove(seq)
+            except ValueError:
+                raise ConsumerError(
+                    f"cannot nack message {seq}: it is not waiting for an acknowledgement"
+                ) from None
         self._emit(Nack(consumer_id, seq, requeue))
 
-    def _settle(self, consumer: ConsumerState) -> None:
-        """Return the credit owed (in auto mode: as an ack of everything taken)."""
+    def _refill(self, consumer: ConsumerState) -> None:
+        """Return the credit owed: in auto mode as an ack of everything taken."""
         credit = consumer.pending_credit
         if not credit:
             return
         consumer.pending_credit = 0
-        if consumer.acks_by_taking:
-            # Cumulative "in delivery order" (the broker's rule), so the last one taken
-            # acks every earlier one, whatever their seqs (priority reorders them).
-            self._emit(Ack(consumer.id, consumer.last_taken, True, credit))
+        if consumer.acks_at_refill:
+            self._emit(Ack(consumer.id, consumer.taken[-1], True, credit))
+            consumer.taken.clear()
         else:
+            self._emit(Credit(consumer.id, credit))
+
+    def _settle(self, consumer: ConsumerState) -> None:
+        """Return the credit owed and, where taking acks, ack everything taken."""
+        credit = consumer.pending_credit
+        consumer.pending_credit = 0
+        if consumer.taken:
+            # Cumulative "in delivery order" (the broker's rule), so the last one taken
+            # acks every earlier one still in flight, whatever their seqs (priority
+            # reorders them); a nacked one has left flight already.
+            self._emit(Ack(consumer.id, consumer.taken[-1], True, credit))
+            consumer.taken.clear()
+        elif credit:
             self._emit(Credit(consumer.id, credit))

@@ -55,7 +55,17 @@ class Deliveries:
     """A consumer's received messages not yet settled, by ``seq``: what each
     :class:`Received` acks through (the consumer's Acknowledger). One thread at a time."""
 
-    __slots__ = ("_seq", "_unacked", "closed", "cumulative", "files", "ignores_acks", "settled")
+    __slots__ = (
+        "_refused",
+        "_seq",
+        "_unacked",
+        "closed",
+        "cumulative",
+        "files",
+        "ignores_acks",
+        "settled",
+        "transacted",
+    )
 
     def __init__(self, files: QueueConsumer, ack_mode: str, transacted: bool) -> None:
         self.files = files
@@ -64,7 +74,11 @@ class Deliveries:
         self.ignores_acks = transacted or ack_mode == "auto"
         """``ack()`` is a no-op: taking or the commit settles."""
         self.cumulative = ack_mode == "client"
+        self.transacted = transacted
+        """A nack is decided at commit (a rollback gives the message back instead)."""
         self._unacked: OrderedDict[int, Delivery] = OrderedDict()
+        self._refused: list[tuple[Delivery, bool]] = []
+        """Messages nacked in the open transaction, with ``requeue``."""
         self._seq = itertools.count(1)
         self.closed = False
 
@@ -96,21 +110,34 @@ class Deliveries:
         delivery = self._unacked.pop(seq, None)
         if delivery is None:
             raise ConsumerError(f"message {seq} is not waiting for an acknowledgement")
+        if self.transacted:
+            self._refused.append((delivery, requeue))
+        else:
+            self._refuse(delivery, requeue)
+
+    def _refuse(self, delivery: Delivery, requeue: bool) -> None:
         if requeue:
             self.files.recover(delivery)
         else:
             self.files.reject(delivery)
 
     def settle_all(self) -> None:
-        """Acknowledge every message taken (a commit)."""
+        """Acknowledge every message taken and apply the nacks (a commit)."""
         while self._unacked:
             _, delivery = self._unacked.popitem(last=False)
             self.files.ack(delivery)
+        refused, self._refused = self._refused, []
+        for delivery, requeue in refused:
+            self._refuse(delivery, requeue)
 
     def recover_all(self) -> None:
-        """Give every message taken back to ``target/`` (a rollback, a close)."""
+        """Give every message taken or nacked back to ``target/`` (a rollback, a close)."""
+        refused, self._refused = self._refused, []
         while self._unacked:
             _, delivery = self._unacked.popitem(last=False)
+            with contextlib.suppress(FileNotFoundError):
+                self.files.recover(delivery)
+        for delivery, _ in refused:
             with contextlib.suppress(FileNotFoundError):
                 self.files.recover(delivery)
 

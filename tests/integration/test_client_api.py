@@ -285,6 +285,79 @@ def test_nack_requeues_or_rejects(client: Client) -> None:
         assert c.receive(timeout=ABSENT) is None
 
 
+def test_a_taken_message_cannot_be_nacked_in_auto_mode(client: Client) -> None:
+    q = client.address()
+    with client.connect() as conn, conn.session() as s:
+        s.send(q, "taken")
+        taken = receive(s.consumer(q, prefetch=4))
+        with pytest.raises(ConsumerError):
+            taken.nack()  # taking acknowledged it
+    with client.connect() as conn, conn.session() as s:
+        assert drain(s.consumer(q)) == []
+
+
+def test_nack_in_a_transaction_waits_for_commit(client: Client) -> None:
+    """As STOMP's NACK in a transaction (test_stomp_semantics): decided at commit."""
+    q = client.address()
+    with client.connect() as conn, conn.session(transacted=True) as s:
+        s.send(q, "one")
+        s.commit()
+        c = s.consumer(q, prefetch=1)
+        first = receive(c)
+        first.nack()
+        assert c.receive(timeout=ABSENT) is None  # not applied before the commit
+        s.rollback()
+        again = receive(c)  # the rolled-back nack gives it back, like a rolled-back ack
+        assert (again.text, again.redelivered) == ("one", True)
+        assert again.delivery_count == first.delivery_count + 1
+        again.nack()
+        assert c.receive(timeout=ABSENT) is None
+        s.commit()
+        third = receive(c)  # the committed nack requeued it
+        assert third.delivery_count == first.delivery_count + 2
+        third.nack(requeue=False)
+        s.commit()  # refused for good: to the dead letters
+        assert c.receive(timeout=ABSENT) is None
+        with pytest.raises(ConsumerError):
+            third.nack()  # settled by the commit: no longer waiting
+
+
+def test_a_nack_in_a_transaction_leaves_the_messages_around_it_to_the_commit(
+    client: Client,
+) -> None:
+    q = client.address()
+    with client.connect() as conn, conn.session(transacted=True) as s:
+        for i in range(4):
+            s.send(q, f"m{i}")
+        s.commit()
+        c = s.consumer(q, prefetch=2)
+        got = [receive(c) for _ in range(4)]
+        assert [m.text for m in got] == ["m0", "m1", "m2", "m3"]
+        got[1].nack()
+        got[3].nack()  # the last one taken: the commit still acks m0 and m2
+        s.commit()
+        again = [receive(c), receive(c)]
+        assert sorted(m.text for m in again) == ["m1", "m3"]
+        assert all(m.redelivered for m in again)
+        s.commit()
+        assert c.receive(timeout=ABSENT) is None
+
+
+def test_a_nack_of_an_open_transaction_comes_back_when_the_connection_ends(
+    client: Client,
+) -> None:
+    q = client.address()
+    with client.connect() as conn, conn.session() as s:
+        s.send(q, "kept")
+    with client.connect() as conn, conn.session(transacted=True) as s:
+        receive(s.consumer(q)).nack(requeue=False)
+    # never committed: closing rolled the transaction back
+    with client.connect() as conn, conn.session(ack="individual") as s:
+        back = receive(s.consumer(q))
+        assert (back.text, back.redelivered) == ("kept", True)
+        back.ack()
+
+
 def test_a_closed_consumer_raises_and_ends_iteration(client: Client) -> None:
     q = client.address()
     with client.connect() as conn, conn.session() as s:
