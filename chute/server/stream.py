@@ -34,13 +34,12 @@ with :meth:`queue_bytes`. What a driver needs of the server around it is
 from __future__ import annotations
 
 import asyncio
-import enum
 import functools
 import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol, cast
+from typing import Final, Protocol, cast
 
 from chute.config import ServerConfig
 from chute.core.broker import Broker
@@ -90,17 +89,20 @@ class ServerHost(Protocol):
         """``callback(error)`` once everything recorded so far is durable."""
 
 
-class Hold(enum.Flag):
-    """Why a connection does not read now; reading resumes once none is left."""
+class Hold:
+    """Why a connection does not read now, as bits of one int (reading resumes once none
+    is left). Plain ints, not an ``enum.Flag``: :attr:`StreamConnection.acting` is
+    asked once per packet, and a Flag's ``&`` costs a Python call."""
 
-    WRITE_BUFFER_FULL = enum.auto()  # the transport's write buffer is full: the peer is slow
-    BLOCKED_SEND = enum.auto()  # a send waits for room (overflow = block); later input waits
-    FLOW_CONTROL = enum.auto()  # a destination this client sends to has a backlog
-    CLOSING = enum.auto()  # the connection ends: nothing more is read or acted on
+    WRITE_BUFFER_FULL: Final = 1  # the transport's write buffer is full: the peer is slow
+    BLOCKED_SEND: Final = 2  # a send waits for room (overflow = block); later input waits
+    FLOW_CONTROL: Final = 4  # a destination this client sends to has a backlog
+    CLOSING: Final = 8  # the connection ends: nothing more is read or acted on
 
 
-NOT_ACTING = Hold.BLOCKED_SEND | Hold.CLOSING
+NOT_ACTING: Final = Hold.BLOCKED_SEND | Hold.CLOSING
 """Holds under which input already read waits too (only reading stops for the others)."""
+_NOT_WRITABLE: Final = Hold.WRITE_BUFFER_FULL | Hold.CLOSING
 
 
 class StreamConnection(asyncio.Protocol):
@@ -119,7 +121,7 @@ class StreamConnection(asyncio.Protocol):
         self._last_mark = -1  # index in _out of the last delivery whose mark is not yet durable
         self._held = 0  # leading items of _out waiting for a sync of their marks
         self._sync_waiters: list[SyncedCallback] | None = None  # then()s awaiting one sync
-        self._holds = Hold(0)
+        self._holds = 0  # Hold bits
         self._reading = True  # what the transport was last told
         self._flow_timer: asyncio.TimerHandle | None = None
         self._last_read = self._last_write = time.monotonic()
@@ -163,7 +165,7 @@ class StreamConnection(asyncio.Protocol):
     @property
     def closing(self) -> bool:
         """The connection is ending: nothing more is read or acted on."""
-        return Hold.CLOSING in self._holds
+        return bool(self._holds & Hold.CLOSING)
 
     @property
     def acting(self) -> bool:
@@ -173,13 +175,13 @@ class StreamConnection(asyncio.Protocol):
     @property
     def writable(self) -> bool:
         """The transport takes writes (its buffer is not full) and the connection is open."""
-        return not self._holds & (Hold.WRITE_BUFFER_FULL | Hold.CLOSING)
+        return not self._holds & _NOT_WRITABLE
 
-    def _hold(self, reason: Hold) -> None:
+    def _hold(self, reason: int) -> None:
         self._holds |= reason
         self._decide_reading()
 
-    def _release(self, reason: Hold) -> None:
+    def _release(self, reason: int) -> None:
         self._holds &= ~reason
         self._decide_reading()
 
@@ -423,7 +425,7 @@ class StreamConnection(asyncio.Protocol):
         self._flow_timer = self.server.loop.call_later(FLOW_MAX_PAUSE, self._end_flow_pause)
 
     def _end_flow_pause(self) -> None:
-        if Hold.FLOW_CONTROL not in self._holds:
+        if not self._holds & Hold.FLOW_CONTROL:
             return
         if self._flow_timer is not None:
             self._flow_timer.cancel()
