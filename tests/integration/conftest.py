@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -11,17 +12,45 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 import pytest
 
 READY_TIMEOUT = 20.0
 
 
+def _ephemeral_ports() -> range:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return range(int(low), int(high) + 1)
+    except (OSError, ValueError):
+        return range(32768, 61000)
+
+
+_EPHEMERAL: Final = _ephemeral_ports()
+_picked: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
+    """A TCP port nothing listens on, for a server to bind later.
+
+    Picked below the kernel's ephemeral range: a port from that range (what binding to
+    port 0 gives) may be handed to some client's outgoing connection before the server
+    binds it, which made a test fail now and then with "address already in use".
+    """
+    low, high = 20000, min(_EPHEMERAL.start, 32768) - 1
+    for _ in range(1000):
+        port = random.randint(low, high)
+        if port in _picked:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _picked.add(port)
         return port
+    raise RuntimeError(f"no free port between {low} and {high}")
 
 
 @dataclass
