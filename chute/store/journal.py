@@ -357,6 +357,12 @@ class Journal:
             raise result
         return result
 
+    @property
+    def records_moved(self) -> int:
+        """Live records compaction copied forward since the journal opened, by every
+        reclaim pass (the writer's own after roll-overs, and :meth:`reclaim`)."""
+        return self._writer.records_moved
+
     def segments(self) -> list[int]:
         """The numbers of the segment files, oldest first (a snapshot)."""
         return self._writer.segments()

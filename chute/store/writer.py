@@ -140,6 +140,8 @@ class Writer:
         self._batch = batch
         self._flush = flush
         self._compact_ratio = compact_ratio
+        self.records_moved = 0
+        """Live records compaction copied forward since the journal opened (every pass)."""
         self._max_moves = max_moves
         self._auto_reclaim = auto_reclaim
         self._current: SegmentFile | None = None
@@ -537,6 +539,7 @@ class Writer:
         log.debug(
             "journal %s: deleted segments %s, moved %d records", self.directory, deleted, moved
         )
+        self.records_moved += moved
         return ReclaimResult(tuple(deleted), moved)
 
 

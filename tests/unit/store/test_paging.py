@@ -257,8 +257,8 @@ def test_paged_messages_are_found_after_compaction_moved_them(tmp_path: Path) ->
         assert queue(broker, "queue:keep").paged > 2500
         assert len(drain(s, "queue:drop")) == 3000
         journal.flush()  # the acks are written and counted before the pass looks
-        moved = journal.reclaim()
-        assert moved.moved > 0  # live paged adds were copied forward
+        journal.reclaim()  # (the writer may have compacted already, after a roll-over)
+        assert journal.records_moved > 0  # live paged adds were copied forward
         assert [b for b, _ in drain(s, "queue:keep")] == expected(3000)
     finally:
         journal.close()
