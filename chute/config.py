@@ -17,8 +17,17 @@ flow_backlog = 5000      # pause a queue's producers while its consumers lag thi
 inline_sync = true       # an idle journal syncs on the broker's loop (docs/durability.md)
 heartbeat_ms = 10000     # the most a client may ask for is honoured; 0 = off
 
-[users]                  # required before binding anything but loopback
-alice = "secret"
+[users.alice]            # users are required before binding anything but loopback
+password = "$argon2id$..."  # from `chute passwd`; plain text only on loopback
+roles = ["orders"]
+
+[roles.orders]           # what a role may do, by address pattern (docs/security.md)
+send = ["queue:orders.*"]
+consume = ["queue:orders.*"]
+browse = []
+create = ["queue:orders.*"]
+delete = []
+manage = []
 
 [destinations."queue:orders"]
 max_messages = 100000
@@ -31,11 +40,14 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
+from chute import passwords
+from chute.core.access import ADMIN_ROLE, Action, Role, User
 from chute.core.address import canonical
 from chute.core.settings import (
     DestinationSettings,
@@ -76,7 +88,11 @@ class ServerConfig:
     tls_port: int = 0  # the native protocol over TLS (chutes://); 0 = off; needs tls_cert
     tls_cert: str = ""  # PEM certificate chain (may hold the key too)
     tls_key: str = ""  # PEM private key, if not in tls_cert
-    users: dict[str, str] = dataclasses.field(default_factory=dict)
+    max_login_failures: int = 10  # per client address and window; 0 = no limit
+    login_failure_window_ms: int = 60_000
+    max_cursor_lease_ms: int = 300_000  # the longest lease a cursor may ask for
+    users: dict[str, User] = dataclasses.field(default_factory=dict)
+    roles: dict[str, Role] = dataclasses.field(default_factory=lambda: {"admin": ADMIN_ROLE})
     destinations: dict[str, DestinationSettings] = dataclasses.field(default_factory=dict)
     default_destination: DestinationSettings = dataclasses.field(
         default_factory=DestinationSettings
@@ -107,6 +123,30 @@ class ServerConfig:
                 f"server.host = {self.host!r} accepts connections from other machines: "
                 "configure [users] first (anonymous access is only allowed on loopback)"
             )
+        plain = sorted(n for n, u in self.users.items() if u.password and not u.hashed)
+        if plain and not _is_loopback(self.host):
+            raise ConfigError(
+                f"user(s) {', '.join(plain)} have plain-text passwords, which are only "
+                f"accepted while the broker listens on loopback (server.host = {self.host!r}): "
+                "put the hash `chute passwd` prints in their password"
+            )
+
+    def warnings(self) -> list[str]:
+        """What is allowed but deserves the operator's attention (logged at start)."""
+        out: list[str] = []
+        plain = sorted(n for n, u in self.users.items() if u.password and not u.hashed)
+        if plain:
+            out.append(
+                f"user(s) {', '.join(plain)} have plain-text passwords (loopback only): "
+                "hash them with `chute passwd` before binding to a network"
+            )
+        roleless = sorted(n for n, u in self.users.items() if not u.roles)
+        if roleless:
+            out.append(
+                f"user(s) {', '.join(roleless)} have no roles: every operation they try "
+                "is refused (give them roles = [...], see docs/security.md)"
+            )
+        return out
 
 
 def _is_loopback(host: str) -> bool:
@@ -140,6 +180,9 @@ _SERVER_KEYS = {
     "tls_port": int,
     "tls_cert": str,
     "tls_key": str,
+    "max_login_failures": int,
+    "login_failure_window_ms": int,
+    "max_cursor_lease_ms": int,
 }
 
 
@@ -158,11 +201,11 @@ def load(path: Path | None, overrides: Mapping[str, Any] | None = None) -> Serve
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path} is not valid TOML: {exc}") from None
     config = ServerConfig()
-    unknown = set(raw) - {"server", "users", "destinations", "smq", "dropbox"}
+    unknown = set(raw) - {"server", "users", "roles", "destinations", "smq", "dropbox"}
     if unknown:
         raise ConfigError(
             f"unknown section(s) {sorted(unknown)}: "
-            "expected server, users, destinations, smq, dropbox"
+            "expected server, users, roles, destinations, smq, dropbox"
         )
     if "smq" in raw:
         config.smq = smq_settings.from_table(raw["smq"])
@@ -171,12 +214,8 @@ def load(path: Path | None, overrides: Mapping[str, Any] | None = None) -> Serve
     server.update({k: v for k, v in (overrides or {}).items() if v is not None})
     for key, value in server.items():
         _set_server_key(config, key, value)
-    users = raw.get("users", {})
-    if not isinstance(users, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in users.items()
-    ):
-        raise ConfigError('[users] must map user names to passwords: alice = "secret"')
-    config.users = dict(users)
+    config.roles = _roles(raw.get("roles", {}))
+    config.users = _users(raw.get("users", {}), config.roles)
     destinations = raw.get("destinations", {})
     if not isinstance(destinations, dict):
         raise ConfigError("[destinations] must be tables keyed by address")
@@ -192,6 +231,70 @@ def load(path: Path | None, overrides: Mapping[str, Any] | None = None) -> Serve
             config.destinations[address] = DestinationSettings(**values)
     config.check()
     return config
+
+
+_USER_NAME: Final = re.compile(r"[A-Za-z0-9._@-]{1,64}")
+
+
+def _roles(table: Any) -> dict[str, Role]:
+    if not isinstance(table, dict):
+        raise ConfigError("[roles] must hold one table per role: [roles.NAME]")
+    roles = {"admin": ADMIN_ROLE}
+    known = {a.value: a for a in Action}
+    for name, grants in table.items():
+        where = f"roles.{name}"
+        if name == "admin":
+            raise ConfigError(f"{where}: 'admin' is built in (every action on every address)")
+        if not isinstance(grants, dict):
+            raise ConfigError(f"{where} must be a table of action = [address patterns]")
+        parsed: dict[Action, tuple[str, ...]] = {}
+        for action, patterns in grants.items():
+            if action not in known:
+                raise ConfigError(f"{where}.{action}: unknown action (known: {', '.join(known)})")
+            if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+                raise ConfigError(f'{where}.{action}: expected a list of patterns, ["queue:a.*"]')
+            for pattern in patterns:
+                if pattern != "*":
+                    _check_destination_key(pattern, f"{where}.{action}")
+            parsed[known[action]] = tuple(patterns)
+        roles[name] = Role(name, parsed)
+    return roles
+
+
+def _users(table: Any, roles: Mapping[str, Role]) -> dict[str, User]:
+    if not isinstance(table, dict):
+        raise ConfigError("[users] must hold one table per user: [users.NAME]")
+    users: dict[str, User] = {}
+    for name, given in table.items():
+        where = f"users.{name}"
+        if not _USER_NAME.fullmatch(name):
+            raise ConfigError(f"{where}: a user name is 1-64 letters, digits, '.', '_', '@' or '-'")
+        # a string is the short form of earlier versions: a password alone
+        spec = {"password": given} if isinstance(given, str) else given
+        if not isinstance(spec, dict):
+            raise ConfigError(f'{where} must be a table: password = "...", roles = [...]')
+        unknown = set(spec) - {"password", "roles"}
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)} (password, roles)")
+        password = spec.get("password", "")
+        user_roles = spec.get("roles", [])
+        if not isinstance(password, str):
+            raise ConfigError(f"{where}.password must be a string")
+        if passwords.is_hash(password):
+            try:
+                passwords.check_hash(password)
+            except ValueError as exc:
+                raise ConfigError(f"{where}.password: {exc}") from None
+        if not isinstance(user_roles, list) or not all(isinstance(r, str) for r in user_roles):
+            raise ConfigError(f'{where}.roles must be a list of role names: ["admin"]')
+        for role in user_roles:
+            if role not in roles:
+                raise ConfigError(
+                    f"{where}.roles: no role named {role!r} (define [roles.{role}], or "
+                    "use the built-in 'admin')"
+                )
+        users[name] = User(name, password, tuple(user_roles))
+    return users
 
 
 def _check_destination_key(key: str, where: str) -> None:

@@ -8,24 +8,57 @@ core :class:`~chute.core.connection.Connection` or
 :class:`~chute.core.session.Session` asks :meth:`Access.authorize` whether its
 principal may do it. A driver never checks a password or a permission itself.
 
-Authentication: with no users configured anyone may connect, as an anonymous
-principal or under any login (loopback only: the configuration refuses to
-bind elsewhere without users). With users, a login and passcode must match;
-a wrong passcode, an unknown user and a missing login are refused alike.
+Authentication
+--------------
+With no users configured anyone may connect, as an anonymous principal or
+under any login, and may do everything (loopback only: the configuration
+refuses to bind elsewhere without users). With users, a login and password
+must match (:mod:`chute.passwords`: an argon2 hash, or plain text on
+loopback), or a TLS client certificate the server verified must name the user.
+A wrong password, an unknown user and a missing login get the same refusal.
+Each address gets ``max_failures`` failed logins per ``failure_window_ms``;
+past that, its logins are refused without being checked until the window
+ends (:class:`LoginThrottle`), and the log says so once per lockout.
 
-Authorization: :attr:`Access.allows_all` says that nothing is restricted, so
-the per-message paths skip the check entirely.
+Authorization
+-------------
+A user's roles grant actions on address patterns (:class:`Grants`); what is
+not granted is refused. A pattern is an address where ``*`` stands for any
+characters, or ``*`` alone for every address. A wildcard never reaches a
+reserved name (``__sys__…``, ``__tmp__.…``, ``__user__.…``): a pattern
+reaches those only if its text before the first ``*`` names the reserved
+prefix (``queue:__sys__*``). Ownership rules beyond grants (a login-name queue
+is its user's, a temporary queue its connection's, a durable subscription its
+creator's, a prepared transaction its user's) are the connection's and the
+session's, which hold the objects owned.
+
+:attr:`Access.allows_all` says nothing is restricted (no users), so the
+per-message paths skip the check entirely; otherwise a :class:`Grants`
+remembers its answers per (action, address).
 """
 
 from __future__ import annotations
 
 import enum
+import fnmatch
+import hashlib
 import hmac
-from collections.abc import Mapping
-from dataclasses import dataclass
+import logging
+import re
+import secrets
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Final, Protocol
 
-from chute.errors import AuthenticationFailed
+from chute import passwords
+from chute.core.address import TEMP_PREFIX, USER_PREFIX
+from chute.errors import AccessDenied, AuthenticationFailed
+
+log = logging.getLogger("chute.access")
+
+RESERVED_PREFIXES: Final = ("__sys__", TEMP_PREFIX, USER_PREFIX)
+"""Name prefixes a wildcard does not reach unless it names them."""
 
 
 class Action(enum.Enum):
@@ -39,11 +72,126 @@ class Action(enum.Enum):
     MANAGE = "manage"
 
 
+# -- grants -----------------------------------------------------------------------------
+
+
+def pattern_address(pattern: str) -> str:
+    """A pattern spelled as any address (``logs.*``, ``/topic/logs.*``) as ``kind:name``."""
+    for prefix, kind in (
+        ("queue:", "queue:"),
+        ("topic:", "topic:"),
+        ("/queue/", "queue:"),
+        ("/topic/", "topic:"),
+    ):
+        if pattern.startswith(prefix):
+            return kind + pattern[len(prefix) :]
+    return f"queue:{pattern}"
+
+
 @dataclass(frozen=True, slots=True)
+class _Pattern:
+    regex: re.Pattern[str]
+    reaches_reserved: bool
+
+    @classmethod
+    def compile(cls, pattern: str) -> _Pattern:
+        if pattern == "*":
+            return cls(re.compile(r"(?:queue|topic):.*\Z", re.S), False)
+        text = pattern_address(pattern)
+        name = text.split(":", 1)[1]
+        literal = name.split("*", 1)[0]
+        reserved = any(literal.startswith(p) or p.startswith(literal) for p in RESERVED_PREFIXES)
+        return cls(re.compile(fnmatch.translate(text)), bool(literal) and reserved)
+
+    def matches(self, address: str) -> bool:
+        if not self.regex.match(address):
+            return False
+        if self.reaches_reserved:
+            return True
+        name = address.split(":", 1)[1]
+        return not name.startswith(RESERVED_PREFIXES)
+
+
+_CACHE_LIMIT: Final = 10_000
+
+
+class Grants:
+    """What one user's roles allow: per action, the address patterns granted.
+
+    Answers are remembered per (action, address): the per-message check is one
+    dict lookup. Used from the broker's loop only.
+    """
+
+    __slots__ = ("_answers", "_patterns", "manages_all")
+
+    def __init__(self, grants: Mapping[Action, Iterable[str]]) -> None:
+        texts = {action: tuple(patterns) for action, patterns in grants.items()}
+        self._patterns = {
+            action: tuple(_Pattern.compile(p) for p in patterns)
+            for action, patterns in texts.items()
+        }
+        self._answers: dict[tuple[Action, str], bool] = {}
+        self.manages_all = "*" in texts.get(Action.MANAGE, ())
+        """``manage = ["*"]``: prepared transactions of other users, every destination's
+        statistics, the admin operations."""
+
+    def allows(self, action: Action, address: str) -> bool:
+        key = (action, address)
+        answer = self._answers.get(key)
+        if answer is None:
+            answer = any(p.matches(address) for p in self._patterns.get(action, ()))
+            if len(self._answers) >= _CACHE_LIMIT:
+                self._answers.clear()
+            self._answers[key] = answer
+        return answer
+
+
+@dataclass(frozen=True, slots=True)
+class Role:
+    """A named set of grants: per action, address patterns."""
+
+    name: str
+    grants: Mapping[Action, tuple[str, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    """A configured user: a password (an argon2 hash, or plain text) and roles."""
+
+    name: str
+    password: str
+    """An argon2 hash, plain text, or empty (TLS client certificate logins only)."""
+    roles: tuple[str, ...] = ()
+
+    @property
+    def hashed(self) -> bool:
+        return passwords.is_hash(self.password)
+
+
+ADMIN_ROLE: Final = Role("admin", {action: ("*", "queue:__sys__*") for action in Action})
+"""The built-in role that may do everything (a login-name or temporary queue stays its
+owner's all the same)."""
+
+
+# -- principals -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class Principal:
-    """Who a connection acts for: a user, or nobody in particular (``user`` None)."""
+    """Who a connection acts for: a user, or nobody in particular (``user`` None).
+
+    ``grants`` None means unrestricted (no users are configured).
+    """
 
     user: str | None = None
+    grants: Grants | None = None
+
+    def may(self, action: Action, address: str) -> bool:
+        return self.grants is None or self.grants.allows(action, address)
+
+    @property
+    def manages_all(self) -> bool:
+        return self.grants is None or self.grants.manages_all
 
     def __str__(self) -> str:
         return self.user if self.user is not None else "anonymous"
@@ -68,37 +216,178 @@ class Client(Protocol):
         """End the connection: its in-flight messages go back, open work rolls back."""
 
 
+# -- failed logins ----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Failures:
+    since: float
+    count: int = 0
+    announced: bool = False
+
+
+class LoginThrottle:
+    """Failed logins per client address: past ``max_failures`` within ``window``
+    seconds, the address's logins are refused unchecked until the window ends."""
+
+    def __init__(
+        self,
+        max_failures: int = 10,
+        window: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.max_failures = max_failures
+        self.window = window
+        self._clock = clock
+        self._failures: dict[str, _Failures] = {}
+
+    def _current(self, host: str) -> _Failures | None:
+        failures = self._failures.get(host)
+        if failures is not None and self._clock() - failures.since >= self.window:
+            del self._failures[host]
+            return None
+        return failures
+
+    def locked_for(self, host: str) -> float:
+        """Seconds until ``host`` may try again (0: it may now)."""
+        failures = self._current(host)
+        if failures is None or not self.max_failures or failures.count < self.max_failures:
+            return 0.0
+        return max(0.0, failures.since + self.window - self._clock())
+
+    def failed(self, host: str) -> bool:
+        """Count a failure; True the first time ``host`` reaches the limit."""
+        failures = self._current(host)
+        if failures is None:
+            if len(self._failures) >= _CACHE_LIMIT:
+                self._failures.clear()
+            failures = self._failures[host] = _Failures(self._clock())
+        failures.count += 1
+        if self.max_failures and failures.count >= self.max_failures and not failures.announced:
+            failures.announced = True
+            return True
+        return False
+
+
+def peer_host(peer: str) -> str:
+    """The address part of ``host:port`` (``[v6]:port`` too); what is throttled."""
+    host, sep, port = peer.rpartition(":")
+    if not sep or not port.isdigit():
+        return peer
+    return host.strip("[]")
+
+
+# -- the gate ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Known:
+    """A user as the gate uses it: the configured user, its grants, and a digest of
+    the last password verified for it (so a correct login need not hash again)."""
+
+    user: User
+    grants: Grants
+    verified: bytes | None = field(default=None)
+
+
 class Access:
     """Authentication and authorization for the whole broker. See the module docstring.
 
     Used from the broker's loop only.
     """
 
-    def __init__(self, users: Mapping[str, str] | None = None) -> None:
-        self._users = dict(users or {})
+    def __init__(
+        self,
+        users: Mapping[str, User] | None = None,
+        roles: Mapping[str, Role] | None = None,
+        *,
+        throttle: LoginThrottle | None = None,
+    ) -> None:
+        roles = dict(roles or {})
+        self._users: dict[str, _Known] = {}
+        for name, user in (users or {}).items():
+            grants: dict[Action, list[str]] = {}
+            for role_name in user.roles:
+                role = roles.get(role_name)
+                if role is None:
+                    raise ValueError(f"user {name!r}: no role named {role_name!r}")
+                for action, patterns in role.grants.items():
+                    grants.setdefault(action, []).extend(patterns)
+            self._users[name] = _Known(user, Grants(grants))
+        self.throttle = throttle or LoginThrottle()
+        self._key = secrets.token_bytes(32)
 
     @property
     def allows_all(self) -> bool:
-        """Nothing is restricted: every principal may do everything."""
-        return True
+        """Nothing is restricted: no users are configured."""
+        return not self._users
 
-    def authenticate(self, login: str | None, passcode: str | None) -> Principal:
-        """The principal a login and passcode stand for.
+    def authenticate(
+        self,
+        login: str | None,
+        passcode: str | None,
+        *,
+        peer: str = "",
+        certificate_user: str | None = None,
+    ) -> Principal:
+        """The principal a login and passcode stand for, or a verified TLS client
+        certificate's user (``certificate_user``; a login given beside it must name
+        the same user, and no passcode is needed).
 
         Raises:
-            AuthenticationFailed: users are configured and the pair does not match
-                (the same error for an unknown user, a wrong passcode or no login).
+            AuthenticationFailed: users are configured and neither matches (the same
+                error for an unknown user, a wrong passcode or no login); or ``peer``
+                failed too often lately.
         """
         if not self._users:
-            return Principal(login) if login else ANONYMOUS
-        expected = self._users.get(login) if login is not None else None
-        given = (passcode or "").encode()
-        # Compare even for an unknown user, so the time taken does not tell which it was.
-        matched = hmac.compare_digest((expected or "\0").encode(), given)
-        if expected is None or not matched:
+            name = certificate_user or login
+            return Principal(name) if name else ANONYMOUS
+        host = peer_host(peer)
+        wait = self.throttle.locked_for(host)
+        if wait:
+            raise AuthenticationFailed(
+                f"too many failed logins from {host}; try again in {wait:.0f} s"
+            )
+        known = self._check(login, passcode, certificate_user)
+        if known is None:
+            if self.throttle.failed(host):
+                log.warning(
+                    "%d failed logins from %s within %.0f s: refusing its logins until then",
+                    self.throttle.max_failures,
+                    host,
+                    self.throttle.window,
+                )
             raise AuthenticationFailed("login or passcode rejected")
-        return Principal(login)
+        return Principal(known.user.name, known.grants)
+
+    def _check(
+        self, login: str | None, passcode: str | None, certificate_user: str | None
+    ) -> _Known | None:
+        if certificate_user is not None:
+            if login is not None and login != certificate_user:
+                return None
+            return self._users.get(certificate_user)
+        known = self._users.get(login) if login is not None else None
+        given = passcode or ""
+        digest = hmac.new(self._key, given.encode(), hashlib.sha256).digest()
+        if (
+            known is not None
+            and known.verified is not None
+            and hmac.compare_digest(known.verified, digest)
+        ):
+            return known
+        stored = known.user.password if known is not None else passwords.dummy_hash()
+        if not passwords.verify(stored or passwords.dummy_hash(), given) or not stored:
+            return None  # no password configured: certificate logins only
+        if known is None:
+            return None
+        known.verified = digest
+        return known
 
     def authorize(self, principal: Principal, action: Action, address: str) -> None:
         """Raise AccessDenied unless ``principal`` may do ``action`` on ``address``."""
-        return None
+        grants = principal.grants
+        if grants is not None and not grants.allows(action, address):
+            raise AccessDenied(
+                f"user {principal} may not {action.value} {address}: no role of theirs grants it"
+            )

@@ -50,14 +50,20 @@ def connect(
     client_id: str | None = None,
     protocol: str = "native",
     peer: str = "",
+    certificate_user: str | None = None,
 ) -> Connection:
     """Authenticate a client and make its core connection (every protocol comes here).
+
+    ``certificate_user`` is the user a TLS client certificate names, once the server
+    verified the certificate against its CA.
 
     Raises:
         AuthenticationFailed: the login and passcode do not match (logged).
     """
     try:
-        principal = broker.access.authenticate(login, passcode)
+        principal = broker.access.authenticate(
+            login, passcode, peer=peer, certificate_user=certificate_user
+        )
     except AuthenticationFailed:
         log.warning("%s authentication failed for %r from %s", protocol, login, peer or "?")
         raise

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from chute.config import ServerConfig
-from chute.core.access import Access
+from chute.core.access import Access, LoginThrottle
 from chute.core.broker import Broker
 from chute.core.store import Store
 from chute.dropbox.bridge import DropboxBridge, start_bridges, stop_bridges
@@ -61,7 +61,13 @@ class BrokerServer:
             # paging moves memory to the journal: with the memory store it would only copy
             memory_limit=config.max_memory if config.store == "journal" else 0,
             flow_backlog=config.flow_backlog,
-            access=Access(config.users),
+            access=Access(
+                config.users,
+                config.roles,
+                throttle=LoginThrottle(
+                    config.max_login_failures, config.login_failure_window_ms / 1000
+                ),
+            ),
         )
         self.connections: set[StreamConnection] = set()
         self.listeners: list[asyncio.Server] = []
@@ -84,6 +90,8 @@ class BrokerServer:
         self.loop = asyncio.get_running_loop()
         self.loop_thread = threading.get_ident()
         self._stopping = asyncio.Event()
+        for warning in self.config.warnings():
+            log.warning("configuration: %s", warning)
         restored = self.broker.recover()
         if restored:
             log.info("recovered %d messages", restored)

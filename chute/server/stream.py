@@ -116,6 +116,8 @@ class StreamConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.core: Connection | None = None
         self.peer = "?"
+        self.certificate_user: str | None = None
+        """The user a verified TLS client certificate names (set as the connection is made)."""
         self._out: list[bytes] = []
         self._flush_scheduled = False
         self._last_mark = -1  # index in _out of the last delivery whose mark is not yet durable
@@ -213,6 +215,7 @@ class StreamConnection(asyncio.Protocol):
                 client_id=client_id,
                 protocol=self.protocol_name,
                 peer=self.peer,
+                certificate_user=self.certificate_user,
             )
         except AuthenticationFailed:
             return None

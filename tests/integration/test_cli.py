@@ -151,7 +151,7 @@ def test_public_bind_needs_users(tmp_path: Path) -> None:
 
 def test_authentication(tmp_path: Path) -> None:
     config = tmp_path / "auth.toml"
-    config.write_text('[users]\nalice = "secret"\n')
+    config.write_text('[users.alice]\npassword = "secret"\nroles = ["admin"]\n')
     srv = start_server(tmp_path, "--config", str(config))
     try:
         denied = chute(srv, "send", "queue:x", "hi")

@@ -401,7 +401,7 @@ def test_hostile_client_gets_an_error_and_others_carry_on(port: int, clients: li
 
 def test_login_is_checked_against_users(tmp_path: Path) -> None:
     config = tmp_path / "chute.toml"
-    config.write_text('[users]\nalice = "secret"\n')
+    config.write_text('[users.alice]\npassword = "secret"\nroles = ["admin"]\n')
     stomp_port = free_port()
     srv = start_server(tmp_path, "--config", str(config), "--stomp-port", str(stomp_port))
     try:

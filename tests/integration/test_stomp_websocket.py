@@ -58,7 +58,7 @@ class WsClient(Client):
 def ports(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ports]:
     tmp = tmp_path_factory.mktemp("stomp-ws")
     config = tmp / "chute.toml"
-    config.write_text('[users]\nalice = "secret"\n')
+    config.write_text('[users.alice]\npassword = "secret"\nroles = ["admin"]\n')
     p = Ports(free_port(), free_port())
     srv: ChuteServer = start_server(
         tmp, "--config", str(config), "--stomp-port", str(p.stomp), "--http-port", str(p.http)

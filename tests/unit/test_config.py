@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 
 from chute.config import ServerConfig, load
+from chute.core.access import User
 from chute.core.settings import Overflow
 from chute.errors import ConfigError
+from chute.passwords import hash_password
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -53,7 +55,15 @@ def test_destinations_with_wildcards_and_default(tmp_path: Path) -> None:
         ('[destinations."queue:x"]\nmax_bytes = "lots"\n', "max_bytes"),
         ('[destinations."queue:x"]\nwhat = 1\n', "what: unknown setting"),
         ('[destinations."queue:a/b"]\nmax_messages = 1\n', "queue:a/b"),
-        ("[users]\nalice = 3\n", "[users]"),
+        ("[users]\nalice = 3\n", "users.alice must be a table"),
+        ('[users.alice]\npassword = "s"\nroles = ["nobody"]\n', "no role named 'nobody'"),
+        ('[users.alice]\npassword = "$argon2id$broken"\n', "not a valid argon2 hash"),
+        ('[users.alice]\npasswd = "s"\n', "unknown key(s) ['passwd']"),
+        ('[users."a b"]\npassword = "s"\n', "a user name is"),
+        ('[roles.r]\nsend = "queue:x"\n', "expected a list of patterns"),
+        ('[roles.r]\nsteal = ["*"]\n', "roles.r.steal: unknown action"),
+        ('[roles.r]\nsend = ["queue:a/b"]\n', "roles.r.send"),
+        ('[roles.admin]\nsend = ["*"]\n', "'admin' is built in"),
         ("this is = not toml [", "not valid TOML"),
     ],
 )
@@ -68,8 +78,23 @@ def test_missing_file(tmp_path: Path) -> None:
         load(tmp_path / "absent.toml")
 
 
-def test_non_loopback_needs_users(tmp_path: Path) -> None:
+def test_non_loopback_needs_users_with_hashed_passwords(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="users"):
         load(None, {"host": "192.0.2.1"})
-    config = load(write(tmp_path, '[users]\nalice = "s"\n'), {"host": "192.0.2.1"})
-    assert config.users == {"alice": "s"}
+    plain = write(tmp_path, '[users.alice]\npassword = "s"\nroles = ["admin"]\n')
+    with pytest.raises(ConfigError, match=r"plain-text passwords.*chute passwd"):
+        load(plain, {"host": "192.0.2.1"})
+    assert "plain-text" in load(plain).warnings()[0]  # on loopback: a warning
+    hashed = hash_password("s")
+    config = load(
+        write(tmp_path, f'[users.alice]\npassword = "{hashed}"\nroles = ["admin"]\n'),
+        {"host": "192.0.2.1"},
+    )
+    assert config.users["alice"] == User("alice", hashed, ("admin",))
+    assert config.warnings() == []
+
+
+def test_the_short_form_of_a_user_is_a_plain_password_and_no_roles(tmp_path: Path) -> None:
+    config = load(write(tmp_path, '[users]\nalice = "s"\n'))
+    assert config.users["alice"] == User("alice", "s", ())
+    assert any("no roles" in w for w in config.warnings())
