@@ -123,6 +123,17 @@ class ServerConfig:
                 f"server.host = {self.host!r} accepts connections from other machines: "
                 "configure [users] first (anonymous access is only allowed on loopback)"
             )
+        if self.users:
+            acting = [("smq.user", self.smq.user)] if self.smq is not None else []
+            acting += [(f"dropbox[{i}].user", m.user) for i, m in enumerate(self.dropbox)]
+            for key, user in acting:
+                if user is None:
+                    raise ConfigError(
+                        f"{key} is required once [users] exist: it has no login of its own, "
+                        "so it acts as this user (give it a user with the roles it needs)"
+                    )
+                if user not in self.users:
+                    raise ConfigError(f"{key}: no user named {user!r} in [users]")
         plain = sorted(n for n, u in self.users.items() if u.password and not u.hashed)
         if plain and not _is_loopback(self.host):
             raise ConfigError(

@@ -57,6 +57,12 @@ class AccessDenied(ChuteError):
     code = "access-denied"
 
 
+class ClientIdInUse(ChuteError):
+    """Another live connection has this client id (JMS: one at a time)."""
+
+    code = "client-id-in-use"
+
+
 class AuthenticationFailed(ChuteError):
     """Login or passcode rejected."""
 

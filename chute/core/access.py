@@ -168,7 +168,9 @@ class User:
         return passwords.is_hash(self.password)
 
 
-ADMIN_ROLE: Final = Role("admin", {action: ("*", "queue:__sys__*") for action in Action})
+ADMIN_ROLE: Final = Role(
+    "admin", {action: ("*", "queue:__sys__*", "queue:__user__.*") for action in Action}
+)
 """The built-in role that may do everything (a login-name or temporary queue stays its
 owner's all the same)."""
 
@@ -383,6 +385,20 @@ class Access:
             return None
         known.verified = digest
         return known
+
+    def as_user(self, name: str | None) -> Principal:
+        """The principal of a configured user, for what acts without a login (the
+        Simple-message-queue listeners, the DropboxMQ bridge).
+
+        Raises:
+            AuthenticationFailed: users are configured and ``name`` is not one.
+        """
+        if not self._users:
+            return Principal(name) if name else ANONYMOUS
+        known = self._users.get(name) if name is not None else None
+        if known is None:
+            raise AuthenticationFailed(f"no configured user named {name!r}")
+        return Principal(known.user.name, known.grants)
 
     def authorize(self, principal: Principal, action: Action, address: str) -> None:
         """Raise AccessDenied unless ``principal`` may do ``action`` on ``address``."""

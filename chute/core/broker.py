@@ -75,8 +75,10 @@ class Broker:
         memory_limit: int = 0,
         flow_backlog: int = 0,
         access: Access | None = None,
+        max_cursor_lease_ms: int = 300_000,
     ) -> None:
         self.store = store
+        self.max_lease_ms = max_cursor_lease_ms  # see chute.core.cursor
         self.access = access or Access()
         self.memory = MemoryBudget(memory_limit)  # 0: never page (see chute.core.paging)
         self._page_later: set[QueueChannel] = set()
@@ -92,6 +94,7 @@ class Broker:
         self._forward_depth = 0
         self.discarded = 0  # diversions that found no room anywhere
         self.connections: dict[str, Client] = {}  # by id; see chute.core.connection.Connection
+        self.client_ids: dict[str, str] = {}  # client id -> the one live connection's id
         self.xa = PreparedTransactions(self)
         self.cursors = Cursors(self)  # the Spark connector's readers (docs/spark.md)
         self.batches = CommittedBatches(self)  # idempotent group commits of prepared work

@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import itertools
 import logging
+import secrets
 from typing import Any
 
 from chute.core.access import ANONYMOUS, Action, Principal
-from chute.core.address import TEMP_PREFIX, canonical, user_queue
+from chute.core.address import TEMP_PREFIX, canonical, parse, user_queue
 from chute.core.broker import Broker
 from chute.core.consumer import AckMode, Entry
 from chute.core.queue import QueueChannel
@@ -36,8 +37,15 @@ from chute.core.queuetypes import LoginQueue, attach_forwarder
 from chute.core.selector import compile_selector
 from chute.core.session import Session
 from chute.core.subscriptions import callback_key, durable_key
-from chute.core.topic import SubscriptionKind, Topic
-from chute.errors import AuthenticationFailed, ConsumerError, InvalidAddress, NotFound
+from chute.core.topic import Subscription, SubscriptionKind, Topic
+from chute.errors import (
+    AccessDenied,
+    AuthenticationFailed,
+    ClientIdInUse,
+    ConsumerError,
+    InvalidAddress,
+    NotFound,
+)
 
 log = logging.getLogger("chute.session")
 
@@ -67,6 +75,20 @@ def connect(
     except AuthenticationFailed:
         log.warning("%s authentication failed for %r from %s", protocol, login, peer or "?")
         raise
+    if client_id is not None:
+        holder = broker.client_ids.get(client_id)
+        if holder is not None:
+            log.warning(
+                "%s client from %s refused: client id %r is in use by %s",
+                protocol,
+                peer or "?",
+                client_id,
+                holder,
+            )
+            raise ClientIdInUse(
+                f"client id {client_id!r} is in use by another connection (one at a time): "
+                "close that one first, or use another client id"
+            )
     connection = Connection(broker, principal, client_id=client_id, protocol=protocol, peer=peer)
     log.info(
         "%s client %s connected from %s (user=%s, client_id=%s)",
@@ -106,18 +128,60 @@ class Connection:
         self.peer = peer
         self.sessions: list[Session] = []
         self.temp_queues: dict[str, QueueChannel] = {}
-        self._temp_ids = itertools.count(1)
         self.closed = False
+        self._sendable: set[str] = set()  # addresses this connection was allowed to send to
         broker.connections[self.id] = self
+        if client_id is not None:
+            broker.client_ids.setdefault(client_id, self.id)
 
     @property
     def login(self) -> str | None:
         """The user this connection acts for (None: anonymous)."""
         return self.principal.user
 
+    @property
+    def owner_name(self) -> str | None:
+        """Who owns what this connection makes (durable subscriptions): its user when
+        users are configured, else nobody in particular."""
+        return None if self.broker.access.allows_all else self.login
+
     def authorize(self, action: Action, address: str) -> None:
-        """Raise AccessDenied unless this connection's user may do ``action`` on ``address``."""
+        """Raise AccessDenied unless this connection may do ``action`` on ``address``:
+        its user's grants, and ownership (see the module docstring).
+
+        Ownership holds with or without users: a login-name queue is consumed and
+        browsed by its user alone, a temporary queue by its connection alone (anyone
+        may send to one: it is the usual reply-to address).
+        """
+        addr = parse(address)
+        if addr.is_temporary:
+            if action is Action.SEND or address in self.temp_queues:
+                return
+            if address not in self.broker.queues:
+                raise NotFound(f"temporary queue {address} does not exist")
+            raise AccessDenied(f"{address} is a temporary queue of another connection")
+        login = addr.login
+        if login is not None and action in (Action.CONSUME, Action.BROWSE):
+            if login != self.login:
+                raise AccessDenied(f"{address} is the login-name queue of another user")
+            return
         self.broker.access.authorize(self.principal, action, address)
+
+    def authorize_use(self, action: Action, address: str) -> None:
+        """:meth:`authorize`, and ``create`` too if ``address`` does not exist yet (using
+        it would create it)."""
+        self.authorize(action, address)
+        if self.broker.find(canonical(address)) is None and self.broker.auto_create:
+            self.authorize(Action.CREATE, address)
+
+    def authorize_send(self, address: str) -> None:
+        """:meth:`authorize_use` for sending, remembered per address (the per-message
+        check, when users are configured, is one set lookup)."""
+        if address not in self._sendable:
+            self.authorize_use(Action.SEND, address)
+            if len(self._sendable) >= 10_000:
+                self._sendable.clear()
+            self._sendable.add(address)
 
     def session(self, ack_mode: AckMode = AckMode.AUTO, *, transacted: bool = False) -> Session:
         session = Session(self, ack_mode, transacted)
@@ -126,7 +190,7 @@ class Connection:
 
     def temporary_queue(self) -> str:
         """Create a queue that lives as long as this connection; returns its address."""
-        address = f"queue:{TEMP_PREFIX}{self.id}.{next(self._temp_ids)}"
+        address = f"queue:{TEMP_PREFIX}{secrets.token_hex(12)}"  # unguessable
         settings = self.broker.settings(address)
         queue = QueueChannel(address, address, settings, self.broker, durable=False)
         self.broker.add_queue(queue)
@@ -145,30 +209,73 @@ class Connection:
         return self.broker.browse(address, selector, limit)
 
     def stats(self) -> dict[str, Any]:
-        """Every destination with its counters (see ``Broker.stats``)."""
-        self.authorize(Action.MANAGE, "*")
-        return self.broker.stats()
+        """The destinations with their counters (see ``Broker.stats``): every one for a
+        user who may manage everything; else those they may browse, consume or manage,
+        and only their own prepared transactions."""
+        stats = self.broker.stats()
+        if self.principal.manages_all and self.broker.access.allows_all:
+            return stats
+        if self.principal.manages_all:
+            stats["prepared"] = [self._shown_xid(key) for key in stats["prepared"]]
+            return stats
+        stats["destinations"] = [d for d in stats["destinations"] if self._sees(d["address"])]
+        stats["prepared"] = self.prepared()
+        stats.pop("connections", None)
+        return stats
+
+    def _sees(self, address: str) -> bool:
+        for action in (Action.BROWSE, Action.CONSUME, Action.MANAGE):
+            try:
+                self.authorize(action, address)
+            except AccessDenied:
+                continue
+            return True
+        return False
 
     # -- prepared transactions and committed batches -----------------------------------
 
+    def xa_key(self, xid: str) -> str:
+        """The broker-wide key of this user's transaction ``xid`` (``user/xid``; the xid
+        itself without users), so that users never see or settle each other's. A user
+        who may manage everything names another user's transaction by its key."""
+        if self.login is None or self.broker.access.allows_all:
+            return xid
+        prefix = f"{self.login}/"
+        if self.principal.manages_all and "/" in xid and not xid.startswith(prefix):
+            return xid
+        return prefix + xid
+
+    def _shown_xid(self, key: str) -> str:
+        prefix = f"{self.login}/"
+        if self.login is not None and not self.broker.access.allows_all:
+            return key.removeprefix(prefix)
+        return key
+
     def prepared(self) -> list[str]:
-        """The xids of the prepared transactions waiting for commit or rollback."""
-        self.authorize(Action.MANAGE, "*")
-        return self.broker.xa.xids()
+        """The xids of this user's prepared transactions waiting for commit or rollback
+        (every user's, as keys, for one who may manage everything)."""
+        keys = self.broker.xa.xids()
+        if self.broker.access.allows_all or self.login is None:
+            return keys
+        prefix = f"{self.login}/"
+        if self.principal.manages_all:
+            return [self._shown_xid(k) for k in keys]
+        return [k.removeprefix(prefix) for k in keys if k.startswith(prefix)]
 
     def commit_prepared(self, xid: str) -> None:
         """Commit a prepared transaction (raises NotFound for an unknown xid)."""
-        self.authorize(Action.MANAGE, "*")
-        self.broker.xa.commit(xid)
+        self.broker.xa.commit(self.xa_key(xid))
 
     def rollback_prepared(self, xid: str) -> None:
         """Roll back a prepared transaction (raises NotFound for an unknown xid)."""
-        self.authorize(Action.MANAGE, "*")
-        self.broker.xa.rollback(xid)
+        self.broker.xa.rollback(self.xa_key(xid))
 
     def commit_batch(self, sink: str, batch: int, xids: tuple[str, ...], *, keep: bool) -> bool:
-        """Commit a sink's batch once (``CommittedBatches.commit``); False for a duplicate."""
-        return self.broker.batches.commit(sink, batch, xids, keep=keep)
+        """Commit a sink's batch once (``CommittedBatches.commit``); False for a duplicate.
+        A sink's batches, like its transactions, are its user's own."""
+        return self.broker.batches.commit(
+            self.xa_key(sink), batch, tuple(self.xa_key(x) for x in xids), keep=keep
+        )
 
     # -- cursors (the Spark connector) ---------------------------------------------------
 
@@ -181,6 +288,7 @@ class Connection:
         cursors = self.broker.cursors
         if name is None:
             return cursors.info(address)
+        self.authorize_use(Action.CONSUME, address)
         return cursors.open(address, name, selector=selector, lease_ms=lease_ms, owner=self.id)
 
     def cursor_fetch(
@@ -205,6 +313,9 @@ class Connection:
         return self.broker.cursors.ack(address, name, end)
 
     def cursor_close(self, address: str, name: str, *, delete: bool = False) -> None:
+        self.authorize(Action.CONSUME, address)
+        if delete:
+            self.authorize(Action.DELETE, address)
         self.broker.cursors.close(address, name, delete=delete)
 
     # -- subscriptions ------------------------------------------------------------------
@@ -228,12 +339,20 @@ class Connection:
                 f"no durable subscription named {name!r}"
                 + (f" for client id {owner!r}" if owner else "")
             )
+        self.check_owner(sub)
         self.authorize(Action.DELETE, sub.address)
         if sub.router.consumers and sub.kind is not SubscriptionKind.CALLBACK:
             raise ConsumerError(f"subscription {name!r} still has consumers; close them first")
         for consumer in list(sub.router.consumers):
             sub.detach(consumer)
         subs.drop(sub)
+
+    def check_owner(self, sub: Subscription) -> None:
+        """Raise AccessDenied unless this connection's user made ``sub`` (or may manage
+        everything, or nobody is restricted)."""
+        if sub.owner is None or sub.owner == self.login or self.principal.manages_all:
+            return
+        raise AccessDenied(f"subscription {sub.name!r} belongs to another user")
 
     def callback(self, topic: str, name: str, forward_to: str, selector: str | None = None) -> None:
         """Create (or replace) a callback queue: a durable subscription of ``topic`` that
@@ -247,8 +366,9 @@ class Connection:
         target = canonical(forward_to)
         if target == address:
             raise InvalidAddress("a callback cannot forward a topic to itself")
-        self.authorize(Action.CONSUME, address)
-        self.authorize(Action.SEND, target)
+        self.authorize_use(Action.CONSUME, address)
+        self.authorize(Action.CREATE, address)
+        self.authorize_use(Action.SEND, target)
         dest = broker.destination(address)
         if not isinstance(dest, Topic):
             raise InvalidAddress(f"{topic} is not a topic")
@@ -258,11 +378,17 @@ class Connection:
         key = callback_key(name)
         old = broker.subscriptions.get(key)
         if old is not None:
+            self.check_owner(old)
             for consumer in list(old.router.consumers):
                 old.detach(consumer)
             broker.subscriptions.drop(old)
         sub = broker.subscriptions.create(
-            key, dest, SubscriptionKind.CALLBACK, selector=selector, forward_to=target
+            key,
+            dest,
+            SubscriptionKind.CALLBACK,
+            selector=selector,
+            forward_to=target,
+            owner=self.owner_name,
         )
         attach_forwarder(broker, sub, target)
 
@@ -283,6 +409,8 @@ class Connection:
             if isinstance(login_queue, LoginQueue):
                 login_queue.drop_pipe(self.id)
         self.broker.connections.pop(self.id, None)
+        if self.client_id is not None and self.broker.client_ids.get(self.client_id) == self.id:
+            del self.broker.client_ids[self.client_id]
 
     def session_closed(self, session: Session) -> None:
         """A session of this connection closed."""

@@ -19,8 +19,9 @@ Spark commits:
   published while the query is down. Its entries carry the topic's sequence.
 
 The **lease**: a cursor holds its queue while a connection that opened it is
-alive, and ``lease_ms`` after the last one went (a killed Spark driver), then
-lets go (:meth:`Cursors.expire`, run by the broker's sweep). Any cursor request
+alive, and ``lease_ms`` after the last one went (a killed Spark driver; at
+most the broker's ``max_lease_ms``, so no client can hold a queue for long after
+it is gone), then lets go (:meth:`Cursors.expire`, run by the broker's sweep). Any cursor request
 takes the lease again. Leases are memory only: after a broker restart a queue
 is held again at the first cursor request.
 
@@ -92,6 +93,10 @@ class CursorHost(Protocol):
     @property
     def connections(self) -> Mapping[str, Client]: ...
 
+    @property
+    def max_lease_ms(self) -> int:
+        """The longest a cursor may outlive the connections that opened it."""
+
     def destination(self, address: str, *, create: bool | None = None) -> Destination:
         """The queue or topic at ``address`` (raises InvalidAddress, NotFound)."""
 
@@ -155,7 +160,9 @@ class Cursors:
             cursor = self._by_key.get((address, name)) or Cursor(name, address, dest)
             cursor.selector = compiled  # a queue cursor's selector is the reader's choice
             self._by_key[address, name] = cursor
-        cursor.lease_ms = lease_ms if lease_ms > 0 else DEFAULT_LEASE_MS
+        cursor.lease_ms = min(
+            lease_ms if lease_ms > 0 else DEFAULT_LEASE_MS, self.host.max_lease_ms
+        )
         if owner is not None:
             cursor.openers.add(owner)
         self._hold(cursor)

@@ -63,8 +63,24 @@ class SessionOwner(Protocol):
     def temp_queues(self) -> dict[str, QueueChannel]:
         """This connection's temporary queues, by address."""
 
+    @property
+    def owner_name(self) -> str | None:
+        """Who owns the durable subscriptions this connection makes."""
+
     def authorize(self, action: Action, address: str) -> None:
-        """Raise AccessDenied unless the connection's user may do ``action`` on ``address``."""
+        """Raise AccessDenied unless the connection may do ``action`` on ``address``."""
+
+    def authorize_use(self, action: Action, address: str) -> None:
+        """:meth:`authorize`, and ``create`` if ``address`` does not exist yet."""
+
+    def authorize_send(self, address: str) -> None:
+        """:meth:`authorize_use` for a send, remembered per address."""
+
+    def check_owner(self, sub: Subscription) -> None:
+        """Raise AccessDenied unless the connection's user made ``sub``."""
+
+    def xa_key(self, xid: str) -> str:
+        """The broker-wide key of this user's transaction ``xid``."""
 
     def unsubscribe(self, name: str, *, client_id: str | None = None) -> None:
         """Delete a durable subscription."""
@@ -111,7 +127,7 @@ class Session:
             AccessDenied: this connection's user may not send to ``address``.
         """
         if self._checks:
-            self.connection.authorize(Action.SEND, address)
+            self.connection.authorize_send(address)
         if self.tx is not None:
             self.broker.destination(address)  # fail now on a bad address
             self.tx.sends.append((address, message, ttl))
@@ -146,7 +162,7 @@ class Session:
         mode = ack_mode or self.ack_mode
         compiled = compile_selector(selector) if selector else None
         addr = parse(address)
-        self.connection.authorize(Action.CONSUME, str(addr))
+        self.connection.authorize_use(Action.CONSUME, str(addr))
         if addr.kind is Kind.TOPIC:
             queue: QueueChannel = self._subscription(
                 consumer_id,
@@ -230,6 +246,7 @@ class Session:
         subscriptions = broker.subscriptions
         sub = subscriptions.get(key)
         if sub is not None and (sub.topic is not topic or sub.selector_text != (selector or None)):
+            conn.check_owner(sub)
             if sub.router.consumers:
                 raise ConsumerError(
                     f"subscription {name!r} is in use on {sub.topic.address} with selector "
@@ -237,8 +254,14 @@ class Session:
                 )
             subscriptions.drop(sub)  # JMS: a changed topic or selector makes a new one
             sub = None
+        if sub is not None:
+            conn.check_owner(sub)
         if sub is None:
-            sub = subscriptions.create(key, topic, kind, selector=selector, name=name)
+            if kind is SubscriptionKind.DURABLE:
+                conn.authorize(Action.CREATE, address)  # a durable queue of its own
+            sub = subscriptions.create(
+                key, topic, kind, selector=selector, name=name, owner=conn.owner_name
+            )
         elif kind is SubscriptionKind.DURABLE and not shared and sub.router.consumers:
             raise ConsumerError(
                 f"durable subscription {name!r} already has a consumer "
@@ -406,7 +429,7 @@ class Session:
         check_xid(xid)
         self._check_tx_room(tx)
         self.tx = Transaction()
-        self.broker.xa.prepare(xid, tx.sends, tx.acks, tx.nacks)
+        self.broker.xa.prepare(self.connection.xa_key(xid), tx.sends, tx.acks, tx.nacks)
 
     def rollback(self) -> None:
         """Discard the sends; the acked and nacked messages are delivered again (redelivered)."""

@@ -43,6 +43,7 @@ class QueueDefinition:
     topic: str | None = None  # subscriptions: the topic address
     selector: str | None = None
     forward_to: str | None = None  # callback queues
+    owner: str | None = None  # subscriptions: the user who made it
 
 
 @dataclasses.dataclass(slots=True)

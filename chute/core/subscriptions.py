@@ -72,6 +72,7 @@ class Subscriptions(Mapping[str, Subscription]):
         selector: str | None = None,
         name: str | None = None,
         forward_to: str | None = None,
+        owner: str | None = None,
         define: bool = True,
     ) -> Subscription:
         """Make and register a subscription of ``topic``; a durable one is also defined
@@ -89,6 +90,7 @@ class Subscriptions(Mapping[str, Subscription]):
             selector=compile_selector(selector) if selector else None,
             name=name,
             forward_to=forward_to,
+            owner=owner,
         )
         topic.subscriptions[key] = sub
         self._by_key[key] = sub
@@ -100,6 +102,7 @@ class Subscriptions(Mapping[str, Subscription]):
                     topic=topic.address,
                     selector=selector or None,
                     forward_to=forward_to,
+                    owner=owner,
                 )
             )
         return sub
@@ -117,6 +120,7 @@ class Subscriptions(Mapping[str, Subscription]):
             kind,
             selector=definition.selector,
             forward_to=definition.forward_to,
+            owner=definition.owner,
             define=False,
         )
 

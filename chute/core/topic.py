@@ -48,6 +48,7 @@ class Subscription(QueueChannel):
         selector: Selector | None = None,
         name: str | None = None,
         forward_to: str | None = None,
+        owner: str | None = None,
     ) -> None:
         durable = kind in (SubscriptionKind.DURABLE, SubscriptionKind.CALLBACK)
         super().__init__(key, topic.address, settings, host, durable=durable)
@@ -56,6 +57,8 @@ class Subscription(QueueChannel):
         self.selector = selector
         self.subscription_name = name
         self.forward_to = forward_to
+        self.owner = owner
+        """The user who made it (None: nobody in particular, as without users)."""
 
     def wants(self, message: Message) -> bool:
         return self.selector is None or self.selector.matches(message)

@@ -122,7 +122,7 @@ class PreparedTransactions:
         Raises:
             TransactionError: a bad xid, or one already prepared.
         """
-        check_xid(xid)
+        check_xid(xid, MAX_XID_LENGTH + 65)  # a key: the user's xid behind "user/"
         if xid in self._by_xid:
             raise TransactionError(f"transaction {xid!r} is already prepared")
         host = self.host
@@ -224,8 +224,8 @@ def give_back(taken: Sequence[Taken]) -> None:
         queue.requeue(entries)
 
 
-def check_xid(xid: str) -> str:
+def check_xid(xid: str, limit: int = MAX_XID_LENGTH) -> str:
     """Raises TransactionError unless ``xid`` is 1-200 printable characters."""
-    if not isinstance(xid, str) or not 0 < len(xid) <= MAX_XID_LENGTH or not xid.isprintable():
+    if not isinstance(xid, str) or not 0 < len(xid) <= limit or not xid.isprintable():
         raise TransactionError(f"a transaction id must be 1-{MAX_XID_LENGTH} printable characters")
     return xid

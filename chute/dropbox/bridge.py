@@ -50,7 +50,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from chute.core.access import ANONYMOUS
 from chute.core.address import Kind, parse
 from chute.core.broker import Broker
 from chute.core.connection import Connection
@@ -134,7 +133,7 @@ class DropboxBridge:
         # The bridge acts through a core connection of its own, like any client.
         self._core = Connection(
             self.server.broker,
-            ANONYMOUS,
+            self.server.broker.access.as_user(mount.user),
             client_id=f"dropbox:{mount.client}",
             protocol="dropbox",
             peer=str(mount.root),

@@ -40,6 +40,7 @@ _KEYS: Final = (
     "client",
     "delete_processed",
     "batch",
+    "user",
 )
 
 
@@ -59,6 +60,7 @@ class DropboxMount:
     client: str = DEFAULT_BRIDGE_CLIENT
     delete_processed: bool = False
     batch: int = 256
+    user: str | None = None  # who the bridge acts as (required once [users] exist)
 
 
 def parse_mounts(value: Any) -> list[DropboxMount]:
@@ -120,6 +122,9 @@ def _mount(index: int, table: Any) -> DropboxMount:
         check_client_id(client)
     except InvalidAddress:
         raise bad_client from None
+    user = table.get("user")
+    if user is not None and (not isinstance(user, str) or not user):
+        raise ConfigError(f"{where}.user: expected a user name, got {user!r}")
     delete = table.get("delete_processed", False)
     if not isinstance(delete, bool):
         raise ConfigError(f"{where}.delete_processed: expected true or false")
@@ -131,6 +136,7 @@ def _mount(index: int, table: Any) -> DropboxMount:
         client=client,
         delete_processed=delete,
         batch=batch,
+        user=user,
     )
 
 

@@ -61,6 +61,7 @@ class BrokerServer:
             # paging moves memory to the journal: with the memory store it would only copy
             memory_limit=config.max_memory if config.store == "journal" else 0,
             flow_backlog=config.flow_backlog,
+            max_cursor_lease_ms=config.max_cursor_lease_ms,
             access=Access(
                 config.users,
                 config.roles,

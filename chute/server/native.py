@@ -31,7 +31,6 @@ from chute.core.consumer import AckMode, Consumer, Entry
 from chute.core.routing import WouldBlock
 from chute.core.session import Session
 from chute.errors import (
-    AuthenticationFailed,
     ChuteError,
     ConsumerError,
     NotFound,
@@ -149,8 +148,8 @@ class NativeConnection(StreamConnection):
                 "unsupported-version",
             )
         core = self._login(packet.login, packet.passcode, packet.client_id)
-        if core is None:
-            self._respond(header, p.Error(AuthenticationFailed.code, "login or passcode rejected"))
+        if isinstance(core, ChuteError):
+            self._respond(header, p.Error(core.code, core.reason))
             self._close_after_flush()
             return
         self.codec.version = version

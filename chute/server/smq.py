@@ -31,7 +31,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from chute.core.access import ANONYMOUS
+from chute.core.access import peer_host
 from chute.core.connection import Connection
 from chute.core.consumer import AckMode, Consumer, Entry
 from chute.core.queue import QueueChannel
@@ -81,8 +81,21 @@ class _SmqConnection(StreamConnection):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        # The protocol has no login: each listener runs as a configured user.
-        self.core = Connection(self.broker, ANONYMOUS, protocol=self.protocol_name, peer=self.peer)
+        settings = self.server.config.smq or SmqSettings()
+        host = peer_host(self.peer)
+        if not settings.allows(host):
+            log.warning(
+                "%s connection from %s refused: not in smq.allowed_clients",
+                self.protocol_name,
+                self.peer,
+            )
+            self._holds |= Hold.CLOSING
+            self.transport = None
+            transport.close()
+            return
+        # The protocol has no login: each listener acts as the configured user.
+        principal = self.broker.access.as_user(settings.user)
+        self.core = Connection(self.broker, principal, protocol=self.protocol_name, peer=self.peer)
         self.session = self.core.session(AckMode.INDIVIDUAL)
         log.info("%s %s connected from %s", self.protocol_name, self.core.id, self.peer)
 
@@ -216,7 +229,8 @@ class SmqSink(_SmqConnection):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        assert self.session is not None  # noqa: S101 - for mypy
+        if self.session is None:  # refused: not an allowed client
+            return
         queue = self.broker.destination(self.address)
         waiting = isinstance(queue, QueueChannel) and any(
             c.exclusive for c in queue.router.consumers

@@ -174,14 +174,13 @@ class StompConnection(StreamConnection):
         core = self._login(
             frame.header("login"), frame.header("passcode"), frame.header("client-id") or None
         )
-        if core is None:
-            self._write(
-                Frame.error(
-                    "login or passcode rejected",
-                    "check the login and passcode headers",
-                    headers=[("code", AuthenticationFailed.code)],
-                )
+        if isinstance(core, ChuteError):
+            hint = (
+                "check the login and passcode headers"
+                if isinstance(core, AuthenticationFailed)
+                else "another connection uses this client-id header's value"
             )
+            self._write(Frame.error(core.reason, hint, headers=[("code", core.code)]))
             self._close_after_flush()
             return
         beat = (0, 0)

@@ -46,7 +46,7 @@ from chute.core.broker import Broker
 from chute.core.connection import Connection, connect
 from chute.core.queue import QueueChannel
 from chute.core.routing import WouldBlock
-from chute.errors import AuthenticationFailed, ChuteError, DestinationFull
+from chute.errors import AuthenticationFailed, ChuteError, ClientIdInUse, DestinationFull
 
 log = logging.getLogger("chute.server")
 
@@ -204,9 +204,10 @@ class StreamConnection(asyncio.Protocol):
 
     def _login(
         self, login: str | None, passcode: str | None, client_id: str | None
-    ) -> Connection | None:
-        """Make this client's core connection (the core authenticates); None if refused,
-        and the driver answers with its protocol's refusal."""
+    ) -> Connection | ChuteError:
+        """Make this client's core connection (the core authenticates), or the refusal
+        (wrong login, throttled address, client id in use), which the driver answers
+        with its protocol's error."""
         try:
             self.core = connect(
                 self.broker,
@@ -217,8 +218,8 @@ class StreamConnection(asyncio.Protocol):
                 peer=self.peer,
                 certificate_user=self.certificate_user,
             )
-        except AuthenticationFailed:
-            return None
+        except (AuthenticationFailed, ClientIdInUse) as refusal:
+            return refusal
         return self.core
 
     def _start_heartbeat(self, send_every: float, expect_within: float) -> None:

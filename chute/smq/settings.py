@@ -5,7 +5,12 @@
 queue = "smq"            # the chute queue they serve (default "smq")
 source_port = 6211       # 0 = no source listener
 sink_port = 6212         # 0 = no sink listener
+user = "legacy"          # who the listeners act as (required once [users] exist)
+allowed_clients = ["127.0.0.0/8", "::1"]   # addresses or networks that may connect
 ```
+The protocol has no login, so the listeners act as the configured ``user``
+(its roles decide what they may do) and accept connections only from
+``allowed_clients`` (default: loopback only; ``["0.0.0.0/0", "::/0"]`` for any).
 The same from the command line: ``--smq-queue``, ``--smq-source-port``,
 ``--smq-sink-port`` (any of them turns the listeners on). Without either,
 both are off. The listeners bind the server's ``host``.
@@ -14,6 +19,7 @@ both are off. The listeners bind the server's ``host``.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -23,6 +29,8 @@ from chute.errors import ConfigError, InvalidAddress
 DEFAULT_SOURCE_PORT: Final = 6211
 DEFAULT_SINK_PORT: Final = 6212
 DEFAULT_QUEUE: Final = "queue:smq"
+LOOPBACK: Final = ("127.0.0.0/8", "::1")
+_KEYS: Final = ("queue", "source_port", "sink_port", "user", "allowed_clients")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +38,18 @@ class SmqSettings:
     queue: str = DEFAULT_QUEUE  # canonical: queue:NAME
     source_port: int = DEFAULT_SOURCE_PORT
     sink_port: int = DEFAULT_SINK_PORT
+    user: str | None = None  # who the listeners act as
+    allowed_clients: tuple[str, ...] = LOOPBACK
+
+    def allows(self, host: str) -> bool:
+        """A client at ``host`` may connect."""
+        try:
+            address = ipaddress.ip_address(host.split("%", 1)[0])
+        except ValueError:
+            return False
+        if address.version == 6 and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        return any(address in ipaddress.ip_network(n, strict=False) for n in self.allowed_clients)
 
 
 def from_table(table: object) -> SmqSettings:
@@ -39,13 +59,26 @@ def from_table(table: object) -> SmqSettings:
         ConfigError: not a table, an unknown key or a bad value (naming the key).
     """
     if not isinstance(table, Mapping):
-        raise ConfigError("[smq] must be a table: queue, source_port, sink_port")
-    unknown = set(table) - {"queue", "source_port", "sink_port"}
+        raise ConfigError(f"[smq] must be a table: {', '.join(_KEYS)}")
+    unknown = set(table) - set(_KEYS)
     if unknown:
-        raise ConfigError(
-            f"smq: unknown setting(s) {sorted(unknown)} (known: queue, source_port, sink_port)"
-        )
-    return _apply(SmqSettings(), **dict(table))
+        raise ConfigError(f"smq: unknown setting(s) {sorted(unknown)} (known: {', '.join(_KEYS)})")
+    values = dict(table)
+    user = values.pop("user", None)
+    if user is not None and (not isinstance(user, str) or not user):
+        raise ConfigError(f"smq.user: expected a user name, got {user!r}")
+    clients = values.pop("allowed_clients", list(LOOPBACK))
+    if not isinstance(clients, list) or not all(isinstance(c, str) for c in clients):
+        raise ConfigError('smq.allowed_clients: a list of addresses or networks, ["10.0.0.0/8"]')
+    for client in clients:
+        try:
+            ipaddress.ip_network(client, strict=False)
+        except ValueError:
+            raise ConfigError(
+                f"smq.allowed_clients: {client!r} is not an address or network"
+            ) from None
+    base = dataclasses.replace(SmqSettings(), user=user, allowed_clients=tuple(clients))
+    return _apply(base, **values)
 
 
 def with_overrides(
@@ -70,7 +103,8 @@ def with_overrides(
 def _apply(
     base: SmqSettings, *, queue: Any = None, source_port: Any = None, sink_port: Any = None
 ) -> SmqSettings:
-    return SmqSettings(
+    return dataclasses.replace(
+        base,
         queue=base.queue if queue is None else _queue(queue),
         source_port=base.source_port if source_port is None else _port("source_port", source_port),
         sink_port=base.sink_port if sink_port is None else _port("sink_port", sink_port),

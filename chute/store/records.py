@@ -14,6 +14,7 @@ present u8 then the string)::
     DELIVERED  seq u64 | count u32 | queue s16
     MARKS      queue s16 | n u32 | seq u64 x n | count u32 x n
     DEFINE     kind u8 | name s16 | topic o16 | selector o32 | forward_to o16
+               [| owner o16: the user who made a subscription; absent in older journals]
     UNDEFINE   name s16
     COMMIT     ops
     PREPARE, COMMIT_PREPARED   xid s16 | ops
@@ -223,6 +224,7 @@ def encode(record: Record) -> tuple[Kind, bytes]:
                     _o16(d.topic),
                     _o32(d.selector),
                     _o16(d.forward_to),
+                    _o16(d.owner) if d.owner is not None else b"",
                 )
             )
         case UndefineRecord(name):
@@ -287,8 +289,11 @@ def _decode(kind: int, data: bytes, start: int, end: int, names: Names) -> Recor
             name, p = names.read(data, start + 1)
             topic, p = _o16_at(data, p, names)
             selector, p = _o32_at(data, p)
-            forward_to, _ = _o16_at(data, p, names)
-            return DefineRecord(QueueDefinition(name, queue_kind, topic, selector, forward_to))
+            forward_to, p = _o16_at(data, p, names)
+            owner = _o16_at(data, p, names)[0] if p < end else None
+            return DefineRecord(
+                QueueDefinition(name, queue_kind, topic, selector, forward_to, owner)
+            )
         case Kind.UNDEFINE:
             return UndefineRecord(names.read(data, start)[0])
         case Kind.COMMIT:

@@ -43,6 +43,7 @@ RECORDS: list[Record] = [
     DefineRecord(QueueDefinition("q", QueueKind.QUEUE)),
     DefineRecord(QueueDefinition("s", QueueKind.SUBSCRIPTION, "topic:t", "x = 'é'" * 100)),
     DefineRecord(QueueDefinition("c", QueueKind.CALLBACK, "topic:t", None, "queue:q")),
+    DefineRecord(QueueDefinition("o", QueueKind.SUBSCRIPTION, "topic:t", None, None, "alice")),
     UndefineRecord("q"),
     CommitRecord((ADD, AckOp("q", 1), AddOp("q", ("q",), 2, msg(b"2")))),
     CommitRecord(()),
