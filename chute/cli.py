@@ -156,6 +156,13 @@ def _add_client_commands(sub: Any) -> None:
     tx.add_argument("xid", nargs="?", help="the transaction id (commit, rollback)")
     client_args(tx)
     tx.set_defaults(func=_tx)
+    passwd = sub.add_parser(
+        "passwd", help="print the hash of a password, for a [users.NAME] table's password"
+    )
+    passwd.add_argument(
+        "--stdin", action="store_true", help="read the password from standard input"
+    )
+    passwd.set_defaults(func=_passwd)
 
 
 # -- serve --------------------------------------------------------------------------------
@@ -276,6 +283,23 @@ def _tx(args: argparse.Namespace) -> int:
             conn.commit_prepared(args.xid)
         else:
             conn.rollback_prepared(args.xid)
+    return 0
+
+
+def _passwd(args: argparse.Namespace) -> int:
+    import getpass  # noqa: PLC0415 - only this command needs it
+
+    from chute.passwords import hash_password  # noqa: PLC0415
+
+    if args.stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    else:
+        password = getpass.getpass("password: ")
+        if getpass.getpass("again: ") != password:
+            raise ConfigError("the two passwords differ; nothing printed")
+    if not password:
+        raise ConfigError("an empty password logs nobody in; nothing printed")
+    print(hash_password(password))
     return 0
 
 

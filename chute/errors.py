@@ -57,12 +57,6 @@ class AccessDenied(ChuteError):
     code = "access-denied"
 
 
-class ClientIdInUse(ChuteError):
-    """Another live connection has this client id (JMS: one at a time)."""
-
-    code = "client-id-in-use"
-
-
 class AuthenticationFailed(ChuteError):
     """Login or passcode rejected."""
 
@@ -120,6 +114,12 @@ class ConnectError(ChuteError, ConnectionError):
     code = "connect-error"
 
 
+class ClientIdInUse(ConnectError):
+    """Another live connection has this client id (JMS: one at a time)."""
+
+    code = "client-id-in-use"
+
+
 class RequestTimeout(ChuteError, TimeoutError):
     """A blocking request got no response in time."""
 
@@ -143,6 +143,7 @@ _BY_CODE: dict[str, type[ChuteError]] = {
         ConfigError,
         ProtocolError,
         ConnectError,
+        ClientIdInUse,
         RequestTimeout,
     )
 }

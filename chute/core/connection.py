@@ -220,7 +220,6 @@ class Connection:
             return stats
         stats["destinations"] = [d for d in stats["destinations"] if self._sees(d["address"])]
         stats["prepared"] = self.prepared()
-        stats.pop("connections", None)
         return stats
 
     def _sees(self, address: str) -> bool:

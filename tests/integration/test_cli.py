@@ -161,3 +161,36 @@ def test_authentication(tmp_path: Path) -> None:
         assert ok.returncode == 0, ok.stderr
     finally:
         srv.stop()
+
+
+def test_passwd_prints_a_hash_that_logs_in_and_a_user_without_a_role_may_do_nothing(
+    tmp_path: Path,
+) -> None:
+    made = subprocess.run(
+        [sys.executable, "-m", "chute.cli", "passwd", "--stdin"],
+        input=b"s3cret\n",
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert made.returncode == 0, made.stderr
+    hashed = made.stdout.decode().strip()
+    assert hashed.startswith("$argon2id$")
+    assert b"s3cret" not in made.stdout
+    config = tmp_path / "auth.toml"
+    config.write_text(
+        f'[users.alice]\npassword = "{hashed}"\nroles = ["admin"]\n'
+        '[users.idle]\npassword = "pw"\n'  # the short form of old: no roles
+    )
+    srv = start_server(tmp_path, "--config", str(config))
+    try:
+        assert any("idle have no roles" in line for line in srv.lines)
+        ok = chute(srv, "send", "queue:x", "hi", "--login", "alice", "--passcode", "s3cret")
+        assert ok.returncode == 0, ok.stderr
+        wrong = chute(srv, "send", "queue:x", "hi", "--login", "alice", "--passcode", "secret")
+        assert b"rejected" in wrong.stderr
+        idle = chute(srv, "send", "queue:x", "hi", "--login", "idle", "--passcode", "pw")
+        assert idle.returncode == 1
+        assert b"may not send queue:x" in idle.stderr
+    finally:
+        srv.stop()

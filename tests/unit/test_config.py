@@ -98,3 +98,33 @@ def test_the_short_form_of_a_user_is_a_plain_password_and_no_roles(tmp_path: Pat
     config = load(write(tmp_path, '[users]\nalice = "s"\n'))
     assert config.users["alice"] == User("alice", "s", ())
     assert any("no roles" in w for w in config.warnings())
+
+
+def test_listeners_without_a_login_must_name_a_user_once_users_exist(tmp_path: Path) -> None:
+    users = '[users.legacy]\npassword = "pw"\nroles = ["admin"]\n'
+    with pytest.raises(ConfigError, match=r"smq\.user is required"):
+        load(write(tmp_path, users + "[smq]\nqueue = 'jobs'\n"))
+    with pytest.raises(ConfigError, match=r"smq\.user: no user named 'ghost'"):
+        load(write(tmp_path, users + "[smq]\nuser = 'ghost'\n"))
+    mount = '[[dropbox]]\nroot = "/srv/mq"\ndestinations = ["orders"]\n'
+    with pytest.raises(ConfigError, match=r"dropbox\[0\]\.user is required"):
+        load(write(tmp_path, users + mount))
+    config = load(write(tmp_path, users + "[smq]\nuser = 'legacy'\n" + mount + 'user = "legacy"\n'))
+    assert config.smq is not None
+    assert config.smq.user == "legacy"
+    assert config.dropbox[0].user == "legacy"
+
+
+def test_smq_accepts_loopback_only_unless_told(tmp_path: Path) -> None:
+    smq = load(write(tmp_path, "[smq]\n")).smq
+    assert smq is not None
+    assert smq.allows("127.0.0.1")
+    assert smq.allows("::1")
+    assert not smq.allows("10.1.2.3")
+    wide = load(write(tmp_path, '[smq]\nallowed_clients = ["10.0.0.0/8"]\n')).smq
+    assert wide is not None
+    assert wide.allows("10.1.2.3")
+    assert wide.allows("::ffff:10.1.2.3")
+    assert not wide.allows("127.0.0.1")
+    with pytest.raises(ConfigError, match="not an address or network"):
+        load(write(tmp_path, '[smq]\nallowed_clients = ["everyone"]\n'))

@@ -1,0 +1,253 @@
+"""Who may do what, over the wire: a real ``chute serve`` with three users and roles.
+
+alice (role ``orders``: send/consume/browse/create on ``queue:orders.*``), bob
+(role ``own``: the same on ``queue:bob.*``) and root (the built-in ``admin``).
+alice tries, through the native protocol (the Python client) and STOMP
+(stomp.py), each bypass an attacker would: every one is refused with a clear
+error, and bob's messages stay where they are.
+"""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+import chute
+from chute.core.address import DEAD_LETTER, user_queue
+from chute.errors import AccessDenied, AuthenticationFailed, ChuteError, ClientIdInUse
+from chute.passwords import hash_password
+
+from .conftest import ChuteServer, free_port, start_server
+from .test_stomp import TIMEOUT, Client
+
+ACTIONS = '["queue:{0}.*"]'
+CONFIG = f"""
+[users.alice]
+password = "{hash_password("alice-pw")}"
+roles = ["orders"]
+
+[users.bob]
+password = "bob-pw"
+roles = ["own"]
+
+[users.root]
+password = "root-pw"
+roles = ["admin"]
+
+[roles.orders]
+send = {ACTIONS.format("orders")}
+consume = {ACTIONS.format("orders")}
+browse = {ACTIONS.format("orders")}
+create = {ACTIONS.format("orders")}
+
+[roles.own]
+send = {ACTIONS.format("bob")}
+consume = {ACTIONS.format("bob")}
+browse = {ACTIONS.format("bob")}
+create = {ACTIONS.format("bob")}
+"""
+PASSWORDS = {"alice": "alice-pw", "bob": "bob-pw", "root": "root-pw"}
+
+
+@dataclass
+class Broker:
+    server: ChuteServer
+    stomp_port: int
+
+    def native(self, user: str, client_id: str | None = None) -> chute.Connection:
+        return chute.connect(
+            f"chute://127.0.0.1:{self.server.port}",
+            login=user,
+            passcode=PASSWORDS[user],
+            client_id=client_id,
+        )
+
+    def stomp(self, user: str, **headers: str) -> Client:
+        return Client(self.stomp_port, username=user, passcode=PASSWORDS[user], headers=headers)
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    home = tmp_path_factory.mktemp("security")
+    config = home / "chute.toml"
+    config.write_text(CONFIG)
+    stomp_port = free_port()
+    server = start_server(home, "--config", str(config), "--stomp-port", str(stomp_port))
+    with (
+        chute.connect(f"chute://127.0.0.1:{server.port}", login="bob", passcode="bob-pw") as bob,
+        bob.session() as s,
+    ):
+        s.send("queue:bob.inbox", "bob's secret")
+    with (
+        chute.connect(f"chute://127.0.0.1:{server.port}", login="root", passcode="root-pw") as root,
+        root.session() as s,
+    ):
+        s.send(user_queue("bob"), "for bob only")
+    yield Broker(server, stomp_port)
+    assert server.stop() == 0, server.output
+
+
+def bobs_messages(broker: Broker) -> list[str]:
+    with broker.native("bob") as bob, bob.session() as s:
+        return [m.text for m in s.browse("queue:bob.inbox")]
+
+
+# -- the native protocol ----------------------------------------------------------------
+
+
+def test_a_wrong_password_an_unknown_user_and_no_login_are_refused_alike(broker: Broker) -> None:
+    url = f"chute://127.0.0.1:{broker.server.port}"
+    for login, passcode in (("alice", "bob-pw"), ("mallory", "x"), (None, None)):
+        with pytest.raises(AuthenticationFailed, match="login or passcode rejected"):
+            chute.connect(url, login=login, passcode=passcode)
+
+
+@pytest.mark.parametrize(
+    "address", ["queue:bob.inbox", DEAD_LETTER, "queue:__sys__expired", "topic:anything"]
+)
+def test_native_send_without_the_grant_is_refused(broker: Broker, address: str) -> None:
+    with (
+        broker.native("alice") as alice,
+        alice.session() as s,
+        pytest.raises(AccessDenied, match=r"may not (send|create)"),
+    ):
+        s.send(address, "intruder")
+    assert bobs_messages(broker) == ["bob's secret"]
+
+
+def test_native_consume_browse_and_cursor_of_anothers_queue_are_refused(broker: Broker) -> None:
+    with broker.native("alice") as alice, alice.session() as s:
+        with pytest.raises(AccessDenied):
+            s.consumer("queue:bob.inbox")
+        for address in ("queue:bob.inbox", DEAD_LETTER, user_queue("bob")):
+            with pytest.raises(AccessDenied):
+                s.browse(address)
+            with pytest.raises(AccessDenied):
+                alice.cursor_open(address, "steal")
+    assert bobs_messages(broker) == ["bob's secret"]
+    with broker.native("bob") as bob, bob.session() as s:
+        assert [m.text for m in s.browse(user_queue("bob"))] == ["for bob only"]
+
+
+def test_native_create_on_first_use_needs_create(broker: Broker) -> None:
+    with broker.native("alice") as alice, alice.session() as s:
+        s.send("queue:orders.new", "fine")  # granted: created
+        with pytest.raises(AccessDenied, match=r"may not (send|create) queue:elsewhere"):
+            s.send("queue:elsewhere", "no")
+    with broker.native("root") as root:
+        addresses = {d["address"] for d in root.stat()["destinations"]}
+    assert "queue:orders.new" in addresses
+    assert "queue:elsewhere" not in addresses
+
+
+def test_native_stat_shows_only_what_the_user_may_see(broker: Broker) -> None:
+    with broker.native("alice") as alice:
+        seen = {d["address"] for d in alice.stat()["destinations"]}
+    assert "queue:bob.inbox" not in seen
+    assert DEAD_LETTER not in seen
+    with broker.native("root") as root:
+        assert "queue:bob.inbox" in {d["address"] for d in root.stat()["destinations"]}
+
+
+def test_native_prepared_transactions_are_their_users(broker: Broker) -> None:
+    with broker.native("bob") as bob:
+        tx = bob.session(transacted=True)
+        tx.send("queue:bob.inbox", "staged")
+        tx.prepare("bob-xid")
+        with broker.native("alice") as alice:
+            assert "bob-xid" not in alice.prepared()
+            with pytest.raises(ChuteError):
+                alice.rollback_prepared("bob-xid")
+        assert bob.prepared() == ["bob-xid"]
+        bob.rollback_prepared("bob-xid")
+    assert bobs_messages(broker) == ["bob's secret"]
+
+
+def test_native_client_id_is_one_connection_at_a_time(broker: Broker) -> None:
+    with broker.native("bob", client_id="bob-app"), pytest.raises(ClientIdInUse, match="in use"):
+        broker.native("alice", client_id="bob-app")
+    with broker.native("alice", client_id="bob-app"):
+        pass  # free again once bob's connection ended
+
+
+def test_native_durable_subscription_is_its_creators(broker: Broker) -> None:
+    with broker.native("root", client_id="shared-id") as root, root.session() as s:
+        s.consumer("topic:prices", subscription="s", durable=True).close()
+    with broker.native("bob", client_id="shared-id") as bob, bob.session() as s:
+        with pytest.raises(AccessDenied):
+            s.consumer("topic:prices", subscription="s", durable=True)
+        with pytest.raises(AccessDenied):
+            s.unsubscribe("s")
+    with broker.native("root", client_id="shared-id") as root, root.session() as s:
+        s.unsubscribe("s")
+
+
+def test_native_temporary_queue_is_its_connections(broker: Broker) -> None:
+    with (
+        broker.native("bob") as bob,
+        bob.session() as mine,
+        broker.native("alice") as alice,
+        alice.session() as s,
+    ):
+        reply = mine.temporary_queue()
+        s.send(reply, "a reply")  # anyone may answer
+        with pytest.raises(AccessDenied):
+            s.consumer(reply)
+        with pytest.raises(AccessDenied):
+            s.browse(reply)
+        assert [m.text for m in mine.browse(reply)] == ["a reply"]
+
+
+# -- STOMP ------------------------------------------------------------------------------
+
+
+def stomp_error(client: Client) -> str:
+    """The ERROR frame's message; the broker then ends the connection."""
+    frame = client.errors.get(timeout=TIMEOUT)
+    message: str = frame.headers.get("message", "")
+    assert client.disconnected.wait(TIMEOUT)
+    return message
+
+
+def close(client: Client) -> None:
+    if not client.disconnected.is_set():
+        client.close()
+
+
+@pytest.mark.parametrize("address", ["/queue/bob.inbox", "/queue/__sys__deadLetter"])
+def test_stomp_send_without_the_grant_is_refused(broker: Broker, address: str) -> None:
+    alice = broker.stomp("alice")
+    try:
+        alice.conn.send(address, b"intruder", receipt="r")
+        assert "may not" in stomp_error(alice)
+    finally:
+        close(alice)
+    assert bobs_messages(broker) == ["bob's secret"]
+
+
+@pytest.mark.parametrize(
+    "address", ["/queue/bob.inbox", "/queue/__sys__deadLetter", f"/queue/{user_queue('bob')[6:]}"]
+)
+def test_stomp_subscribe_to_anothers_queue_is_refused(broker: Broker, address: str) -> None:
+    alice = broker.stomp("alice")
+    try:
+        alice.conn.subscribe(address, id="s", ack="client-individual", receipt="r")
+        assert stomp_error(alice)
+        with pytest.raises(queue.Empty):
+            alice.messages.get(timeout=0.3)
+    finally:
+        close(alice)
+    assert bobs_messages(broker) == ["bob's secret"]
+
+
+def test_stomp_login_is_refused_alike_and_client_id_is_one_at_a_time(broker: Broker) -> None:
+    with pytest.raises(Exception):  # noqa: B017, PT011 - stomp.py raises its own errors
+        Client(broker.stomp_port, username="alice", passcode="wrong")
+    with (
+        broker.native("bob", client_id="stomp-app"),
+        pytest.raises(Exception),  # noqa: B017, PT011
+    ):
+        broker.stomp("alice", **{"client-id": "stomp-app"})
