@@ -16,6 +16,9 @@ max_memory = "64MiB"     # message data held in memory before durable queues pag
 flow_backlog = 5000      # pause a queue's producers while its consumers lag this far; 0 = off
 inline_sync = true       # an idle journal syncs on the broker's loop (docs/durability.md)
 heartbeat_ms = 10000     # the most a client may ask for is honoured; 0 = off
+max_login_failures = 10  # per client address and window; past it logins wait; 0 = off
+login_failure_window_ms = 60000
+max_cursor_lease_ms = 300000  # the longest a cursor holds a queue after its client left
 
 [users.alice]            # users are required before binding anything but loopback
 password = "$argon2id$..."  # from `chute passwd`; plain text only on loopback
