@@ -54,13 +54,15 @@ def free_port() -> int:
 _LOGS: dict[int, list[str]] = {}
 
 
-def start_broker(data_dir: str, config: str | None = None) -> tuple[subprocess.Popen[str], str]:
-    """``chute serve`` on a free port (native listener only) with its journal in
-    ``data_dir``, and ``config`` as its TOML file if given. Its log is read on (so it
-    never blocks on a full pipe) into :func:`broker_log`."""
+def start_broker(
+    data_dir: str, config: str | None = None, *, stomp_port: int = 0
+) -> tuple[subprocess.Popen[str], str]:
+    """``chute serve`` on a free port (native listener, and STOMP on ``stomp_port`` if
+    given) with its journal in ``data_dir``, and ``config`` as its TOML file if given.
+    Its log is read on (so it never blocks on a full pipe) into :func:`broker_log`."""
     port = free_port()
     cmd = [sys.executable, "-m", "chute.cli", "serve", "--port", str(port)]
-    cmd += ["--data-dir", data_dir, "--stomp-port", "0", "--http-port", "0"]
+    cmd += ["--data-dir", data_dir, "--stomp-port", str(stomp_port), "--http-port", "0"]
     if config is not None:
         path = Path(data_dir).with_suffix(".toml")
         path.write_text(config)
