@@ -12,6 +12,7 @@ from __future__ import annotations
 import queue
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +22,8 @@ from chute.errors import AccessDenied, AuthenticationFailed, ChuteError, ClientI
 from chute.passwords import hash_password
 
 from .conftest import ChuteServer, free_port, start_server
+from .test_smq import wait_for_line
+from .test_smq_client import MessageQueueWriter, QueueClosed
 from .test_stomp import TIMEOUT, Client
 
 ACTIONS = '["queue:{0}.*"]'
@@ -251,3 +254,44 @@ def test_stomp_login_is_refused_alike_and_client_id_is_one_at_a_time(broker: Bro
         pytest.raises(Exception),  # noqa: B017, PT011
     ):
         broker.stomp("alice", **{"client-id": "stomp-app"})
+
+
+# -- the seed-002 listeners: no login, a configured user, allowed client addresses -------
+
+
+def smq_broker(tmp: Path, smq: str) -> tuple[ChuteServer, int]:
+    source = free_port()
+    config = tmp / "chute.toml"
+    config.write_text(
+        CONFIG + f"\n[smq]\nqueue = 'jobs'\nsource_port = {source}\nsink_port = 0\n{smq}"
+    )
+    return start_server(tmp, "--config", str(config)), source
+
+
+def test_smq_sources_act_as_their_user(tmp_path: Path) -> None:
+    server, source = smq_broker(tmp_path, 'user = "bob"\n')  # bob may not send to jobs
+    try:
+        writer = MessageQueueWriter("127.0.0.1", source)
+        with pytest.raises((QueueClosed, OSError)):
+            writer.write(b"from a legacy producer")
+        wait_for_line(server, "may not send queue:jobs")
+        with (
+            chute.connect(
+                f"chute://127.0.0.1:{server.port}", login="root", passcode="root-pw"
+            ) as root,
+            root.session() as s,
+        ):
+            assert s.browse("queue:jobs") == []  # nothing was stored
+    finally:
+        assert server.stop() == 0, server.output
+
+
+def test_smq_refuses_clients_outside_its_allowed_addresses(tmp_path: Path) -> None:
+    server, source = smq_broker(tmp_path, 'user = "root"\nallowed_clients = ["10.0.0.0/8"]\n')
+    try:
+        writer = MessageQueueWriter("127.0.0.1", source)
+        with pytest.raises((QueueClosed, OSError)):
+            writer.write(b"from outside")
+        wait_for_line(server, "refused: not in smq.allowed_clients")
+    finally:
+        assert server.stop() == 0, server.output
