@@ -268,3 +268,41 @@ batch = 16
         assert count(layout.target) == count(layout.processing) == 0
     finally:
         server.stop()
+
+
+def test_the_bridge_acts_as_its_configured_user(tmp_path: Path) -> None:
+    mq = tmp_path / "mq"
+    layout = init_queue(mq, "orders")
+    server = serve(
+        tmp_path,
+        f"""
+[users.importer]
+password = "pw"
+roles = ["elsewhere"]
+
+[users.root]
+password = "pw"
+roles = ["admin"]
+
+[roles.elsewhere]
+send = ["queue:other"]
+
+[[dropbox]]
+root = "{mq}"
+destinations = ["orders"]
+poll_interval_ms = 50
+user = "importer"
+""",
+    )
+    try:
+        drop(mq, "orders", "4.1700000000000000-1.T", "not allowed in")
+        wait_until(
+            lambda: any("may not send queue:orders" in line for line in server.lines),
+            "the refusal in the log",
+        )
+        assert count(layout.processed) == 0  # nothing imported, nothing lost:
+        wait_until(lambda: count(layout.target) == 1, "the file back in target/")
+        with chute.connect(server.url, login="root", passcode="pw") as conn, conn.session() as s:
+            assert s.browse("queue:orders") == []
+    finally:
+        server.stop()
