@@ -33,6 +33,7 @@ from chute.core.topic import Subscription, SubscriptionKind, Topic
 from chute.core.twophase import Nacked, Send, Taken, check_xid, give_back
 from chute.errors import (
     AccessDenied,
+    ChuteError,
     ConsumerError,
     DestinationFull,
     InvalidAddress,
@@ -99,10 +100,13 @@ class Transaction:
     sends: list[Send] = field(default_factory=list)
     acks: list[Taken] = field(default_factory=list)
     nacks: list[Nacked] = field(default_factory=list)
+    refused: ChuteError | None = None
+    """Why a send of this transaction was refused: it can only roll back now (a client
+    that sends without waiting must not see the rest commit without it)."""
 
     @property
     def empty(self) -> bool:
-        return not (self.sends or self.acks or self.nacks)
+        return not (self.sends or self.acks or self.nacks or self.refused)
 
 
 class Session:
@@ -126,13 +130,20 @@ class Session:
         Raises:
             AccessDenied: this connection's user may not send to ``address``.
         """
-        if self._checks:
-            self.connection.authorize_send(address)
-        if self.tx is not None:
-            self.broker.destination(address)  # fail now on a bad address
-            self.tx.sends.append((address, message, ttl))
+        tx = self.tx
+        if tx is None:
+            if self._checks:
+                self.connection.authorize_send(address)
+            self.broker.send(address, message, ttl=ttl)
             return
-        self.broker.send(address, message, ttl=ttl)
+        try:
+            if self._checks:
+                self.connection.authorize_send(address)
+            self.broker.destination(address)  # fail now on a bad address
+        except ChuteError as exc:
+            tx.refused = tx.refused or exc
+            raise
+        tx.sends.append((address, message, ttl))
 
     # -- consuming --------------------------------------------------------------
 
@@ -356,6 +367,7 @@ class Session:
                 was applied and the transaction stays open (roll it back or retry).
         """
         tx = self._require_tx()
+        self._check_refused(tx)
         broker = self.broker
         self._check_tx_room(tx)
         self.tx = Transaction()
@@ -427,6 +439,7 @@ class Session:
         """
         tx = self._require_tx()
         check_xid(xid)
+        self._check_refused(tx)
         self._check_tx_room(tx)
         self.tx = Transaction()
         self.broker.xa.prepare(self.connection.xa_key(xid), tx.sends, tx.acks, tx.nacks)
@@ -436,6 +449,15 @@ class Session:
         tx = self._require_tx()
         self.tx = Transaction()
         give_back(tx.acks + [(queue, entry) for queue, entry, _ in tx.nacks])
+
+    def _check_refused(self, tx: Transaction) -> None:
+        """Roll back and raise TransactionError if a send of ``tx`` was refused."""
+        if tx.refused is not None:
+            reason = tx.refused.reason
+            self.rollback()
+            raise TransactionError(
+                f"rolled back: a send in this transaction was refused ({reason})"
+            )
 
     def _require_tx(self) -> Transaction:
         if self.tx is None:

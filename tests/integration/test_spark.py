@@ -355,3 +355,51 @@ def test_query_killed_mid_stream_restarts_from_checkpoint_exactly_once(
         out = read_all(conn, "queue:out")
         assert Counter(out) == Counter(bodies)  # nothing lost, nothing twice
         assert spark_prepared(conn) == []
+
+
+def test_spark_reads_and_writes_only_what_its_user_may(spark: SparkSession, tmp_path: Path) -> None:
+    config = tmp_path / "users.toml"
+    config.write_text(
+        '[users.etl]\npassword = "pw"\nroles = ["etl"]\n'
+        '[users.root]\npassword = "pw"\nroles = ["admin"]\n'
+        '[roles.etl]\nconsume = ["queue:in.*"]\nbrowse = ["queue:in.*"]\n'
+        'send = ["queue:out.*"]\ncreate = ["queue:out.*"]\n'
+    )
+    srv = start_server(tmp_path, "--config", str(config))
+
+    def read(address: str) -> list[bytes]:
+        df = (
+            spark.read.format("chute")
+            .option("url", srv.url)
+            .option("login", "etl")
+            .option("passcode", "pw")
+            .option("destination", address)
+            .load()
+        )
+        return sorted(r.body for r in df.collect())
+
+    try:
+        with chute.connect(srv.url, login="root", passcode="pw") as conn, conn.session() as s:
+            for address in ("queue:in.a", "queue:secret"):
+                for i in range(5):
+                    s.send(address, f"{address}-{i}".encode())
+        assert read("queue:in.a") == sorted(f"queue:in.a-{i}".encode() for i in range(5))
+        with pytest.raises(Exception, match="may not consume queue:secret"):
+            read("queue:secret")
+        rows = spark.createDataFrame([(b"x",)], "body binary")
+        with pytest.raises(Exception, match=r"may not send queue:in\.a"):
+            (
+                rows.write.format("chute")
+                .option("url", srv.url)
+                .option("login", "etl")
+                .option("passcode", "pw")
+                .option("destination", "queue:in.a")
+                .mode("append")
+                .save()
+            )
+        with chute.connect(srv.url, login="root", passcode="pw") as conn, conn.session() as s:
+            assert len(s.browse("queue:in.a")) == 5  # nothing written, nothing consumed
+            assert len(s.browse("queue:secret")) == 5
+            assert conn.prepared() == []
+    finally:
+        srv.stop()

@@ -31,6 +31,7 @@ from chute.errors import (
     AuthenticationFailed,
     ClientIdInUse,
     NotFound,
+    TransactionError,
 )
 from chute.passwords import hash_password
 from chute.store.memory import MemoryStore
@@ -302,3 +303,18 @@ def test_the_listeners_act_as_their_configured_user(broker: Broker) -> None:
     with pytest.raises(AuthenticationFailed):
         broker.access.as_user("mallory")
     assert memory(broker).definitions.get("queue:orders.eu") is None
+
+
+def test_a_refused_send_dooms_its_transaction(broker: Broker) -> None:
+    alice = login(broker, "alice")
+    tx = alice.session(AckMode.CLIENT, transacted=True)
+    tx.send("queue:orders.eu", msg("first"))
+    with pytest.raises(AccessDenied):
+        tx.send("queue:bob.inbox", msg("refused"))
+    tx.send("queue:orders.eu", msg("after"))
+    with pytest.raises(TransactionError, match="rolled back: a send in this transaction"):
+        tx.commit()  # a client that did not wait for the refusal must not lose it silently
+    assert alice.browse("queue:orders.eu") == []
+    tx.send("queue:orders.eu", msg("next"))
+    tx.commit()  # the next transaction is a fresh one
+    assert [e.message.body for e in alice.browse("queue:orders.eu")] == [b"next"]
