@@ -9,7 +9,10 @@ error, and bob's messages stay where they are.
 
 from __future__ import annotations
 
+import json
 import queue
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -295,3 +298,23 @@ def test_smq_refuses_clients_outside_its_allowed_addresses(tmp_path: Path) -> No
         wait_for_line(server, "refused: not in smq.allowed_clients")
     finally:
         assert server.stop() == 0, server.output
+
+
+def test_the_cli_stat_and_tx_show_a_user_only_their_own(broker: Broker) -> None:
+    def cli(user: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "chute.cli", *args, "--url", f"chute://127.0.0.1:{broker.server.port}",
+             "--login", user, "--passcode", PASSWORDS[user]],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+
+    alice = cli("alice", "stat", "--json")
+    assert alice.returncode == 0, alice.stderr
+    seen = {d["address"] for d in json.loads(alice.stdout)["destinations"]}
+    assert "queue:bob.inbox" not in seen
+    assert DEAD_LETTER not in seen
+    root = cli("root", "stat", "--json")
+    assert "queue:bob.inbox" in {d["address"] for d in json.loads(root.stdout)["destinations"]}
+    denied = cli("alice", "send", "queue:bob.inbox", "hi")
+    assert denied.returncode == 1
+    assert "may not send queue:bob.inbox" in denied.stderr

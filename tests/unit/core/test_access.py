@@ -318,3 +318,28 @@ def test_a_refused_send_dooms_its_transaction(broker: Broker) -> None:
     tx.send("queue:orders.eu", msg("next"))
     tx.commit()  # the next transaction is a fresh one
     assert [e.message.body for e in alice.browse("queue:orders.eu")] == [b"next"]
+
+
+def test_deleting_a_subscription_needs_delete_and_making_one_needs_create(
+    clock: FakeClock,
+) -> None:
+    broker = make_broker(clock=clock)
+    reader = Role("reader", {Action.CONSUME: ("topic:t",)})
+    keeper = Role("keeper", {a: ("topic:t",) for a in (Action.CONSUME, Action.CREATE)})
+    broker.access = Access(
+        {"r": User("r", "pw", ("reader",)), "k": User("k", "pw", ("keeper",))},
+        {"reader": reader, "keeper": keeper},
+    )
+    broker.destination("topic:t")
+    r = connect(broker, "r", "pw", client_id="r")
+    with pytest.raises(AccessDenied, match="may not create topic:t"):
+        r.session().consumer(1, "topic:t", Recorder(), subscription="s", durable=True)
+    r.session().consumer(1, "topic:t", Recorder())  # a plain subscription needs consume only
+    k = connect(broker, "k", "pw", client_id="k")
+    session = k.session()
+    session.close_consumer(
+        session.consumer(1, "topic:t", Recorder(), subscription="s", durable=True)
+    )
+    with pytest.raises(AccessDenied, match="may not delete topic:t"):
+        k.unsubscribe("s")
+    assert "durable:k.s" in broker.subscriptions
