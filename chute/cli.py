@@ -89,8 +89,23 @@ def _add_serve(sub: Any) -> None:
     serve.add_argument(
         "--tls-port", type=int, help="native protocol over TLS, chutes:// (default 0 = off)"
     )
-    serve.add_argument("--tls-cert", help="PEM certificate chain for --tls-port")
+    serve.add_argument(
+        "--stomp-tls-port", type=int, help="STOMP over TLS, e.g. 61614 (default 0 = off)"
+    )
+    serve.add_argument(
+        "--http-tls",
+        action="store_const",
+        const=True,
+        help="serve HTTPS and WSS (wss://) on the HTTP port",
+    )
+    serve.add_argument("--tls-cert", help="PEM certificate chain of every TLS listener")
     serve.add_argument("--tls-key", help="PEM private key, if not in --tls-cert")
+    serve.add_argument("--tls-ca", help="PEM CA file that signs client certificates")
+    serve.add_argument(
+        "--tls-client-certs",
+        choices=["none", "optional", "required"],
+        help="ask TLS clients for a certificate whose CN names their user (default none)",
+    )
     serve.add_argument(
         "--flow-backlog",
         type=int,
@@ -181,6 +196,10 @@ def _serve(args: argparse.Namespace) -> int:
         "tls_port": args.tls_port,
         "tls_cert": args.tls_cert,
         "tls_key": args.tls_key,
+        "stomp_tls_port": args.stomp_tls_port,
+        "http_tls": args.http_tls,
+        "tls_ca": args.tls_ca,
+        "tls_client_certs": args.tls_client_certs,
         "flow_backlog": args.flow_backlog,
     }
     config = config_module.load(args.config, overrides)
