@@ -130,10 +130,20 @@ def _add_client_commands(sub: Any) -> None:
         p.add_argument(
             "--url",
             default=os.environ.get("CHUTE_URL", DEFAULT_URL),
-            help=f"broker URL (default {DEFAULT_URL}, or $CHUTE_URL)",
+            help=f"broker URL (default {DEFAULT_URL}, or $CHUTE_URL); chutes:// for TLS; "
+            "chute://LOGIN:PASSCODE@host:port logs in (percent-encoded)",
         )
-        p.add_argument("--login", default=os.environ.get("CHUTE_LOGIN"))
-        p.add_argument("--passcode", default=os.environ.get("CHUTE_PASSCODE"))
+        p.add_argument("--login", help="login (wins over the URL's; else $CHUTE_LOGIN)")
+        p.add_argument("--passcode", help="passcode (wins over the URL's; else $CHUTE_PASSCODE)")
+        tls = p.add_argument_group("TLS, for chutes:// URLs")
+        tls.add_argument("--tls-ca", metavar="FILE", help="PEM CA file to trust for the broker")
+        tls.add_argument(
+            "--tls-cert",
+            metavar="FILE",
+            help="PEM client certificate (its commonName names your user), for a broker "
+            "that asks for one",
+        )
+        tls.add_argument("--tls-key", metavar="FILE", help="its PEM key, if not in --tls-cert")
 
     send = sub.add_parser("send", help="send one message")
     send.add_argument("destination", help="queue:NAME, topic:NAME or NAME")
@@ -223,9 +233,26 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _connect(args: argparse.Namespace) -> Any:
+    """Connect as the arguments say: the login from --login, else the URL's, else
+    $CHUTE_LOGIN; the passcode likewise (the URL's only with the URL's login)."""
     import chute  # noqa: PLC0415
+    from chute.client.url import parse_url  # noqa: PLC0415
 
-    return chute.connect(args.url, login=args.login, passcode=args.passcode)
+    login, passcode = args.login, args.passcode
+    if not args.url.lower().startswith("dropbox:"):
+        login, passcode = parse_url(args.url).credentials(login, passcode)
+    if login is None:
+        login = os.environ.get("CHUTE_LOGIN")
+    if passcode is None:
+        passcode = os.environ.get("CHUTE_PASSCODE")
+    return chute.connect(
+        args.url,
+        login=login,
+        passcode=passcode,
+        tls_ca=args.tls_ca,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+    )
 
 
 def _send(args: argparse.Namespace) -> int:
