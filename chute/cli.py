@@ -1,4 +1,5 @@
-"""The ``chute`` command: ``serve``, ``send``, ``receive``, ``browse``, ``stat``, ``tx``.
+"""The ``chute`` command: ``serve``, ``send``, ``receive``, ``browse``, ``stat``, ``tx``,
+``cert``.
 
 Errors a user can fix are printed as one line (``chute: error: ...``) with
 exit status 2 for bad usage or configuration and 1 for a failed operation;
@@ -50,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_serve(sub)
     _add_client_commands(sub)
+    _add_cert(sub)
     from chute.dropbox.cli import add_dropbox_commands  # noqa: PLC0415 - its own module
 
     add_dropbox_commands(sub)
@@ -123,6 +125,43 @@ def _add_serve(sub: Any) -> None:
         choices=["debug", "info", "warning", "error"],
     )
     serve.set_defaults(func=_serve)
+
+
+def _add_cert(sub: Any) -> None:
+    cert = sub.add_parser(
+        "cert",
+        help="make a CA, a broker certificate and client certificates to try TLS out",
+        description="Write a self-signed CA, the broker's certificate and key, and client "
+        "certificates (--client NAME) into DIR, then print the configuration to use. "
+        "Files that exist are kept, and the CA there signs what is new.",
+    )
+    cert.add_argument("dir", type=Path, help="where to write the files (made if missing)")
+    cert.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name or address clients use for the broker, besides localhost, "
+        "127.0.0.1 and ::1 (repeatable)",
+    )
+    cert.add_argument(
+        "--client",
+        action="append",
+        default=[],
+        metavar="USER",
+        help="also make a client certificate whose commonName is USER (repeatable)",
+    )
+    cert.add_argument(
+        "--days", type=int, default=365, help="how long the certificates last (default 365)"
+    )
+    cert.add_argument("--force", action="store_true", help="replace files that exist")
+    cert.set_defaults(func=_cert)
+
+
+def _cert(args: argparse.Namespace) -> int:
+    from chute.cli_cert import run  # noqa: PLC0415 - cryptography only when used
+
+    return run(args)
 
 
 def _add_client_commands(sub: Any) -> None:
