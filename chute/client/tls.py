@@ -19,6 +19,7 @@ connection closed before the broker answered says what the likely causes are
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
 import threading
@@ -123,6 +124,8 @@ class TlsSocket:
                 self._incoming.write(data)
                 continue
             except ssl.SSLError as exc:
+                with contextlib.suppress(OSError):
+                    self._send_pending()  # the alert: the broker's log then says why
                 raise ConnectError(f"TLS handshake failed: {describe(exc)}") from None
             self._send_pending()
             return

@@ -205,8 +205,11 @@ def test_the_asyncio_client_speaks_tls_and_presents_certificates_too(
 
 
 def test_an_untrusted_broker_certificate_is_refused_clearly(optional: Broker) -> None:
+    start = len(optional.server.lines)
     with pytest.raises(ConnectError, match="TLS handshake failed: the broker's certificate"):
         chute.connect(optional.url)  # the system's trust store does not know this CA
+    line = optional.server.wait_for_line("native-tls: TLS handshake", start=start)
+    assert "the client refused the handshake (TLSV1_ALERT_UNKNOWN_CA)" in line
     with chute.connect(optional.url, tls_verify=False, login="bob", passcode="pw") as conn:
         assert conn.connection_id  # testing only: no check
 
