@@ -48,6 +48,8 @@ def connect(
     heartbeat: float = 0.0,
     tls_ca: str | None = None,
     tls_verify: bool = True,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
 ) -> Connection:
     """Connect to a broker (``chute://host:port``, ``chutes://`` for TLS) or open a
     dropbox root (``dropbox:///path``); both give the same :class:`Connection` API.
@@ -63,8 +65,10 @@ def connect(
         RequestTimeout: the broker did not answer in time.
     """
     if url[:8].lower() == "dropbox:":
-        if tls_ca is not None or not tls_verify:
-            raise ConnectError("tls_ca and tls_verify apply to chutes:// brokers, not a dropbox")
+        if tls_ca is not None or not tls_verify or tls_cert is not None or tls_key is not None:
+            raise ConnectError(
+                "tls_ca, tls_verify, tls_cert and tls_key apply to chutes:// brokers, not a dropbox"
+            )
         from chute.dropbox.client import connect as connect_dropbox  # noqa: PLC0415
 
         return connect_dropbox(
@@ -84,6 +88,8 @@ def connect(
         heartbeat=heartbeat,
         tls_ca=tls_ca,
         tls_verify=tls_verify,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
     )
 
 

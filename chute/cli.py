@@ -1,4 +1,5 @@
-"""The ``chute`` command: ``serve``, ``send``, ``receive``, ``browse``, ``stat``, ``tx``.
+"""The ``chute`` command: ``serve``, ``send``, ``receive``, ``browse``, ``stat``, ``tx``,
+``cert``.
 
 Errors a user can fix are printed as one line (``chute: error: ...``) with
 exit status 2 for bad usage or configuration and 1 for a failed operation;
@@ -50,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_serve(sub)
     _add_client_commands(sub)
+    _add_cert(sub)
     from chute.dropbox.cli import add_dropbox_commands  # noqa: PLC0415 - its own module
 
     add_dropbox_commands(sub)
@@ -89,8 +91,23 @@ def _add_serve(sub: Any) -> None:
     serve.add_argument(
         "--tls-port", type=int, help="native protocol over TLS, chutes:// (default 0 = off)"
     )
-    serve.add_argument("--tls-cert", help="PEM certificate chain for --tls-port")
+    serve.add_argument(
+        "--stomp-tls-port", type=int, help="STOMP over TLS, e.g. 61614 (default 0 = off)"
+    )
+    serve.add_argument(
+        "--http-tls",
+        action="store_const",
+        const=True,
+        help="serve HTTPS and WSS (wss://) on the HTTP port",
+    )
+    serve.add_argument("--tls-cert", help="PEM certificate chain of every TLS listener")
     serve.add_argument("--tls-key", help="PEM private key, if not in --tls-cert")
+    serve.add_argument("--tls-ca", help="PEM CA file that signs client certificates")
+    serve.add_argument(
+        "--tls-client-certs",
+        choices=["none", "optional", "required"],
+        help="ask TLS clients for a certificate whose CN names their user (default none)",
+    )
     serve.add_argument(
         "--flow-backlog",
         type=int,
@@ -110,15 +127,62 @@ def _add_serve(sub: Any) -> None:
     serve.set_defaults(func=_serve)
 
 
+def _add_cert(sub: Any) -> None:
+    cert = sub.add_parser(
+        "cert",
+        help="make a CA, a broker certificate and client certificates to try TLS out",
+        description="Write a self-signed CA, the broker's certificate and key, and client "
+        "certificates (--client NAME) into DIR, then print the configuration to use. "
+        "Files that exist are kept, and the CA there signs what is new.",
+    )
+    cert.add_argument("dir", type=Path, help="where to write the files (made if missing)")
+    cert.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name or address clients use for the broker, besides localhost, "
+        "127.0.0.1 and ::1 (repeatable)",
+    )
+    cert.add_argument(
+        "--client",
+        action="append",
+        default=[],
+        metavar="USER",
+        help="also make a client certificate whose commonName is USER (repeatable)",
+    )
+    cert.add_argument(
+        "--days", type=int, default=365, help="how long the certificates last (default 365)"
+    )
+    cert.add_argument("--force", action="store_true", help="replace files that exist")
+    cert.set_defaults(func=_cert)
+
+
+def _cert(args: argparse.Namespace) -> int:
+    from chute.cli_cert import run  # noqa: PLC0415 - cryptography only when used
+
+    return run(args)
+
+
 def _add_client_commands(sub: Any) -> None:
     def client_args(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             "--url",
             default=os.environ.get("CHUTE_URL", DEFAULT_URL),
-            help=f"broker URL (default {DEFAULT_URL}, or $CHUTE_URL)",
+            help=f"broker URL (default {DEFAULT_URL}, or $CHUTE_URL); chutes:// for TLS; "
+            "chute://LOGIN:PASSCODE@host:port logs in (percent-encoded)",
         )
-        p.add_argument("--login", default=os.environ.get("CHUTE_LOGIN"))
-        p.add_argument("--passcode", default=os.environ.get("CHUTE_PASSCODE"))
+        p.add_argument("--login", help="login (wins over the URL's; else $CHUTE_LOGIN)")
+        p.add_argument("--passcode", help="passcode (wins over the URL's; else $CHUTE_PASSCODE)")
+        tls = p.add_argument_group("TLS, for chutes:// URLs")
+        tls.add_argument("--tls-ca", metavar="FILE", help="PEM CA file to trust for the broker")
+        tls.add_argument(
+            "--tls-cert",
+            metavar="FILE",
+            help="PEM client certificate (its commonName names your user), for a broker "
+            "that asks for one",
+        )
+        tls.add_argument("--tls-key", metavar="FILE", help="its PEM key, if not in --tls-cert")
 
     send = sub.add_parser("send", help="send one message")
     send.add_argument("destination", help="queue:NAME, topic:NAME or NAME")
@@ -188,6 +252,10 @@ def _serve(args: argparse.Namespace) -> int:
         "tls_port": args.tls_port,
         "tls_cert": args.tls_cert,
         "tls_key": args.tls_key,
+        "stomp_tls_port": args.stomp_tls_port,
+        "http_tls": args.http_tls,
+        "tls_ca": args.tls_ca,
+        "tls_client_certs": args.tls_client_certs,
         "flow_backlog": args.flow_backlog,
     }
     config = config_module.load(args.config, overrides)
@@ -211,9 +279,26 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _connect(args: argparse.Namespace) -> Any:
+    """Connect as the arguments say: the login from --login, else the URL's, else
+    $CHUTE_LOGIN; the passcode likewise (the URL's only with the URL's login)."""
     import chute  # noqa: PLC0415
+    from chute.client.url import parse_url  # noqa: PLC0415
 
-    return chute.connect(args.url, login=args.login, passcode=args.passcode)
+    login, passcode = args.login, args.passcode
+    if not args.url.lower().startswith("dropbox:"):
+        login, passcode = parse_url(args.url).credentials(login, passcode)
+    if login is None:
+        login = os.environ.get("CHUTE_LOGIN")
+    if passcode is None:
+        passcode = os.environ.get("CHUTE_PASSCODE")
+    return chute.connect(
+        args.url,
+        login=login,
+        passcode=passcode,
+        tls_ca=args.tls_ca,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+    )
 
 
 def _send(args: argparse.Namespace) -> int:

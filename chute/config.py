@@ -19,6 +19,15 @@ heartbeat_ms = 10000     # the most a client may ask for is honoured; 0 = off
 max_login_failures = 10  # per client address and window; past it logins wait; 0 = off
 login_failure_window_ms = 60000
 max_cursor_lease_ms = 300000  # the longest a cursor holds a queue after its client left
+tls_port = 0             # the native protocol over TLS (chutes://), e.g. 5446; 0 = off
+stomp_tls_port = 0       # STOMP over TLS, e.g. 61614; 0 = off
+http_tls = false         # true: http_port serves HTTPS and WSS (wss://.../stomp)
+tls_cert = ""            # PEM certificate chain (may hold the key too); needed for TLS
+tls_key = ""             # PEM private key, if not in tls_cert
+tls_ca = ""              # PEM CA that signs client certificates (docs/security.md)
+tls_client_certs = "none"  # none | optional | required: a certificate's CN names a user
+allowed_origins = ["https://app.example.com"]  # web pages a browser may open the
+                         # WebSocket from, besides the broker's own (docs/security.md)
 
 [users.alice]            # users are required before binding anything but loopback
 password = "$argon2id$..."  # from `chute passwd`; plain text only on loopback
@@ -49,7 +58,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from chute import passwords
+from chute import origins, passwords
 from chute.core.access import ADMIN_ROLE, Action, Role, User
 from chute.core.address import canonical
 from chute.core.settings import (
@@ -91,6 +100,11 @@ class ServerConfig:
     tls_port: int = 0  # the native protocol over TLS (chutes://); 0 = off; needs tls_cert
     tls_cert: str = ""  # PEM certificate chain (may hold the key too)
     tls_key: str = ""  # PEM private key, if not in tls_cert
+    stomp_tls_port: int = 0  # STOMP over TLS (conventionally 61614); 0 = off; needs tls_cert
+    http_tls: bool = False  # http_port serves HTTPS and WSS; needs tls_cert
+    tls_ca: str = ""  # PEM CA file that client certificates must chain to
+    tls_client_certs: str = "none"  # none | optional | required (docs/security.md)
+    allowed_origins: tuple[str, ...] = ()  # WebSocket origins besides the broker's own
     max_login_failures: int = 10  # per client address and window; 0 = no limit
     login_failure_window_ms: int = 60_000
     max_cursor_lease_ms: int = 300_000  # the longest lease a cursor may ask for
@@ -113,14 +127,11 @@ class ServerConfig:
             ("stomp_port", self.stomp_port),
             ("http_port", self.http_port),
             ("tls_port", self.tls_port),
+            ("stomp_tls_port", self.stomp_tls_port),
         ):
             if not 0 <= port <= 65535:
                 raise ConfigError(f"server.{name}: {port} is not a TCP port (0-65535)")
-        if self.tls_port and not self.tls_cert:
-            raise ConfigError(
-                "server.tls_port is set but server.tls_cert is not: give the PEM certificate "
-                "(and tls_key, unless the key is in the same file)"
-            )
+        self._check_tls()
         if not self.users and not _is_loopback(self.host):
             raise ConfigError(
                 f"server.host = {self.host!r} accepts connections from other machines: "
@@ -145,9 +156,44 @@ class ServerConfig:
                 "put the hash `chute passwd` prints in their password"
             )
 
+    def _check_tls(self) -> None:
+        for name, wanted in (
+            ("tls_port", bool(self.tls_port)),
+            ("stomp_tls_port", bool(self.stomp_tls_port)),
+            ("http_tls", self.http_tls and bool(self.http_port)),
+        ):
+            if wanted and not self.tls_cert:
+                raise ConfigError(
+                    f"server.{name} is set but server.tls_cert is not: give the PEM "
+                    "certificate (and tls_key, unless the key is in the same file); "
+                    "`chute cert` makes one to try TLS out"
+                )
+        if self.tls_key and not self.tls_cert:
+            raise ConfigError("server.tls_key is set but server.tls_cert is not: give both")
+        if self.tls_client_certs != "none" and not self.tls_ca:
+            raise ConfigError(
+                f'server.tls_client_certs = "{self.tls_client_certs}" needs server.tls_ca: '
+                "the PEM file of the CA that signs the clients' certificates"
+            )
+
+    @property
+    def tls_listening(self) -> bool:
+        """Some listener speaks TLS."""
+        return bool(self.tls_port or self.stomp_tls_port or (self.http_tls and self.http_port))
+
     def warnings(self) -> list[str]:
         """What is allowed but deserves the operator's attention (logged at start)."""
         out: list[str] = []
+        if origins.ANY in self.allowed_origins:
+            out.append(
+                'server.allowed_origins = ["*"]: any web page a user visits may use the '
+                "broker's WebSocket as that user can (list the pages' origins instead)"
+            )
+        if (self.tls_ca or self.tls_client_certs != "none") and not self.tls_listening:
+            out.append(
+                "server.tls_ca / tls_client_certs are set but no listener speaks TLS "
+                "(tls_port, stomp_tls_port, http_tls): they have no effect"
+            )
         plain = sorted(n for n, u in self.users.items() if u.password and not u.hashed)
         if plain:
             out.append(
@@ -194,6 +240,11 @@ _SERVER_KEYS = {
     "tls_port": int,
     "tls_cert": str,
     "tls_key": str,
+    "stomp_tls_port": int,
+    "http_tls": bool,
+    "tls_ca": str,
+    "tls_client_certs": ("none", "optional", "required"),
+    "allowed_origins": list,
     "max_login_failures": int,
     "login_failure_window_ms": int,
     "max_cursor_lease_ms": int,
@@ -339,7 +390,28 @@ def _set_server_key(config: ServerConfig, key: str, value: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ConfigError(f"server.{key}: expected a non-negative integer, got {value!r}")
         setattr(config, key, value)
+    elif kind is list:
+        config.allowed_origins = _origins(value)
     elif key == "data_dir":
         setattr(config, key, Path(str(value)))
     else:
         setattr(config, key, str(value))
+
+
+def _origins(value: Any) -> tuple[str, ...]:
+    """``allowed_origins``: each ``scheme://host[:port]`` (in one spelling) or ``"*"``."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(
+            'server.allowed_origins: expected a list of origins, ["https://app.example.com"]'
+        )
+    out: list[str] = []
+    for text in value:
+        origin = text if text == origins.ANY else origins.normalize(text)
+        if origin is None:
+            raise ConfigError(
+                f"server.allowed_origins: {text!r} is not an origin: write "
+                'scheme://host[:port] as a browser sends it, e.g. "https://app.example.com" '
+                '(no path), or "*" for any (unsafe)'
+            )
+        out.append(origin)
+    return tuple(out)

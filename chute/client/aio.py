@@ -36,6 +36,7 @@ from chute.client.aio_link import AsyncLink, open_link
 from chute.client.api import Page
 from chute.client.received import Received
 from chute.client.requests import CursorPage
+from chute.client.tls import unanswered
 from chute.client.url import parse_url
 from chute.errors import ChuteError, ConnectError, ConsumerError, RequestTimeout
 from chute.message import DEFAULT_PRIORITY, BodyKind, Message
@@ -75,6 +76,8 @@ def connect(
     heartbeat: float = 0.0,
     tls_ca: str | None = None,
     tls_verify: bool = True,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
 ) -> _ConnectAttempt:
     """Connect to a broker: ``conn = await connect(...)`` or ``async with connect(...) as conn``.
 
@@ -82,9 +85,16 @@ def connect(
     """
 
     async def make() -> Connection:
-        link = await open_link(parse_url(url), timeout, tls_ca, tls_verify)
+        target = parse_url(url)
+        user, secret = target.credentials(login, passcode)
+        link = await open_link(
+            target, timeout, tls_ca, tls_verify, tls_cert=tls_cert, tls_key=tls_key
+        )
         try:
-            connected = await link.handshake(client_id, login, passcode, heartbeat)
+            connected = await link.handshake(client_id, user, secret, heartbeat)
+        except ConnectError as exc:  # never the broker's answer: the connection failed
+            link.abort()
+            raise unanswered(target.tls, exc) from None
         except BaseException:
             link.abort()
             raise

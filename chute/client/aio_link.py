@@ -28,7 +28,7 @@ from typing import Any, Final, TypeVar
 from chute.client.protocol import ClientProtocol, Progress
 from chute.client.received import Received
 from chute.client.requests import Pending, Request
-from chute.client.tls import client_context
+from chute.client.tls import client_context, describe
 from chute.client.url import BrokerUrl
 from chute.errors import ConnectError, RequestTimeout
 from chute.message import BodyKind
@@ -42,17 +42,26 @@ CLOSE_TIMEOUT: Final = 5.0
 
 
 async def open_link(
-    target: BrokerUrl, limit: float, tls_ca: str | None, tls_verify: bool
+    target: BrokerUrl,
+    limit: float,
+    tls_ca: str | None,
+    tls_verify: bool,
+    *,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
 ) -> AsyncLink:
-    """A connection to ``target`` (TLS for ``chutes://``), not yet handshaken; ``limit``
-    seconds for connecting, and for every request later.
+    """A connection to ``target`` (TLS for ``chutes://``, with the client certificate
+    ``tls_cert`` if given), not yet handshaken; ``limit`` seconds for connecting, and
+    for every request later.
 
     Raises:
         ConnectError: cannot reach the broker, or the TLS handshake failed.
     """
     loop = asyncio.get_running_loop()
     link = AsyncLink(limit)
-    context = client_context(tls_ca, verify=tls_verify) if target.tls else None
+    context = None
+    if target.tls:
+        context = client_context(tls_ca, verify=tls_verify, cert_file=tls_cert, key_file=tls_key)
     try:
         async with asyncio.timeout(limit):
             await loop.create_connection(
@@ -63,7 +72,7 @@ async def open_link(
                 server_hostname=target.host if context is not None else None,
             )
     except ssl.SSLError as exc:
-        raise ConnectError(f"TLS handshake with {target} failed: {exc.reason or exc}") from None
+        raise ConnectError(f"TLS handshake with {target} failed: {describe(exc)}") from None
     except (OSError, TimeoutError) as exc:
         raise ConnectError(f"cannot connect to {target}: {exc or 'timed out'}") from None
     return link
@@ -384,6 +393,8 @@ class AsyncLink(asyncio.Protocol):
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if isinstance(exc, ssl.SSLError):  # e.g. the broker's alert after a TLS 1.3 handshake
+            exc = OSError(describe(exc))
         self._progress(self._proto.connection_lost(exc))
         if not self._lost.done():
             self._lost.set_result(None)

@@ -29,6 +29,7 @@ from chute.client.api import Page
 from chute.client.link import Link, open_link
 from chute.client.received import Received
 from chute.client.requests import CursorPage
+from chute.client.tls import unanswered
 from chute.client.url import parse_url
 from chute.errors import ChuteError, ConnectError, ConsumerError, RequestTimeout
 from chute.message import DEFAULT_PRIORITY, BodyKind, Message
@@ -44,26 +45,38 @@ def connect(
     heartbeat: float = 0.0,
     tls_ca: str | None = None,
     tls_verify: bool = True,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
 ) -> Connection:
     """Connect to a broker and return a :class:`Connection` (also a context manager).
 
     Args:
-        url: ``chute://host[:port]`` (port 5445 by default), ``chutes://`` for TLS.
+        url: ``chute://host[:port]`` (port 5445 by default), ``chutes://`` for TLS;
+            ``chute://login:passcode@host`` carries credentials (percent-encoded).
         client_id: names the client for durable subscriptions.
-        login, passcode: credentials, if the broker requires them.
+        login, passcode: credentials, if the broker requires them (these win over the
+            URL's).
         timeout: seconds to wait for the connection and for every request's answer.
         heartbeat: seconds; if > 0, ask the broker to check liveness that often.
         tls_ca: for ``chutes://``: a CA file to trust (default: the system's).
         tls_verify: for ``chutes://``: False skips the certificate check (testing only).
+        tls_cert, tls_key: for ``chutes://``: the client's certificate (PEM; the key may
+            be in the same file), for a broker that asks for one: its commonName names
+            the user, who then needs no passcode.
 
     Raises:
         ConnectError: cannot reach the broker, or it refused the connection.
         AuthenticationFailed: the broker rejected the credentials.
         RequestTimeout: the broker did not answer in time.
     """
-    link = open_link(parse_url(url), timeout, tls_ca, tls_verify)
+    target = parse_url(url)
+    login, passcode = target.credentials(login, passcode)
+    link = open_link(target, timeout, tls_ca, tls_verify, tls_cert=tls_cert, tls_key=tls_key)
     try:
         connected = link.handshake(client_id, login, passcode, heartbeat)
+    except ConnectError as exc:  # never the broker's answer: the connection failed
+        link.shutdown()
+        raise unanswered(target.tls, exc) from None
     except BaseException:
         link.shutdown()
         raise

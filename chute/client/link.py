@@ -49,22 +49,34 @@ read, which a lone producer waiting for each confirmation pays every time."""
 CLOSE_TIMEOUT: Final = 5.0
 
 
-def open_link(target: BrokerUrl, timeout: float, tls_ca: str | None, tls_verify: bool) -> Link:
-    """A connected socket to ``target`` (TLS for ``chutes://``) with its threads running;
-    not yet handshaken (:meth:`Link.handshake`).
+def open_link(
+    target: BrokerUrl,
+    timeout: float,
+    tls_ca: str | None,
+    tls_verify: bool,
+    *,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+) -> Link:
+    """A connected socket to ``target`` (TLS for ``chutes://``, with the client
+    certificate ``tls_cert`` if given) with its threads running; not yet handshaken
+    (:meth:`Link.handshake`).
 
     Raises:
         ConnectError: cannot reach the broker, or the TLS handshake failed.
     """
+    context = None
+    if target.tls:
+        context = client_context(tls_ca, verify=tls_verify, cert_file=tls_cert, key_file=tls_key)
     try:
         sock = socket.create_connection((target.host, target.port), timeout=timeout)
     except OSError as exc:
         raise ConnectError(f"cannot connect to {target}: {exc}") from None
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     channel: socket.socket | TlsSocket = sock
-    if target.tls:
+    if context is not None:
         try:
-            channel = TlsSocket(sock, client_context(tls_ca, verify=tls_verify), target.host)
+            channel = TlsSocket(sock, context, target.host)
         except BaseException:
             sock.close()
             raise

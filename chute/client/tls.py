@@ -6,12 +6,20 @@ blocking ``SSLSocket.recv`` would stall every write behind it. So the TLS
 state is an :class:`ssl.SSLObject` over memory BIOs: the crypto runs under a
 short lock, and the socket calls (which block) run outside it.
 
-The broker side is asyncio's own TLS (``create_server(ssl=...)``), so nothing
+The broker side is asyncio's own TLS (:mod:`chute.server.tls`), so nothing
 here is on the broker's path.
+
+A client certificate (``tls_cert``, ``tls_key``) lets a broker that asks for
+one (``tls_client_certs``) log the client in as the user its commonName names.
+A broker that refuses the certificate (or its absence) usually just closes the
+connection, at the handshake or, with TLS 1.3, right after it; so a ``chutes://``
+connection closed before the broker answered says what the likely causes are
+(:func:`unanswered`), and the broker's log says which one it was.
 """
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
 import threading
@@ -22,12 +30,19 @@ from chute.errors import ConnectError
 _CHUNK: Final = 1 << 16
 
 
-def client_context(ca_file: str | None = None, *, verify: bool = True) -> ssl.SSLContext:
+def client_context(
+    ca_file: str | None = None,
+    *,
+    verify: bool = True,
+    cert_file: str | None = None,
+    key_file: str | None = None,
+) -> ssl.SSLContext:
     """A client context: the system's trust store, or ``ca_file``; ``verify=False`` only
-    for testing (no certificate or host name check).
+    for testing (no certificate or host name check). ``cert_file`` (and ``key_file``,
+    unless the key is in it) is the client's own certificate, for a broker that asks.
 
     Raises:
-        ConnectError: ``ca_file`` cannot be read.
+        ConnectError: a file cannot be read, or a key without a certificate.
     """
     try:
         context = ssl.create_default_context(cafile=ca_file)
@@ -36,7 +51,48 @@ def client_context(ca_file: str | None = None, *, verify: bool = True) -> ssl.SS
     if not verify:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
+    if key_file and not cert_file:
+        raise ConnectError("a TLS client key without its certificate: give tls_cert too")
+    if cert_file:
+        try:
+            context.load_cert_chain(cert_file, key_file or None)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConnectError(
+                f"cannot load the client certificate {cert_file!r}"
+                f"{f' / key {key_file!r}' if key_file else ''}: {exc}"
+            ) from None
     return context
+
+
+def describe(exc: ssl.SSLError) -> str:
+    """A failed handshake or TLS read, as the person connecting can act on it."""
+    reason = exc.reason or str(exc)
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return (
+            f"the broker's certificate did not verify ({exc.verify_message or reason}): "
+            "give the CA that signed it (tls_ca, --tls-ca)"
+        )
+    if reason in ("WRONG_VERSION_NUMBER", "UNKNOWN_PROTOCOL", "RECORD_LAYER_FAILURE"):
+        return f"the broker did not answer in TLS ({reason}): a plain port? then use chute://"
+    if reason == "TLSV13_ALERT_CERTIFICATE_REQUIRED":
+        return f"the broker requires a client certificate ({reason}): give tls_cert, --tls-cert"
+    if "ALERT" in reason:
+        return f"the broker refused the TLS connection ({reason}): check the client certificate"
+    return f"TLS error: {reason}"
+
+
+def unanswered(tls: bool, error: ConnectError) -> ConnectError:
+    """``error``, the connection failing before the broker answered the Connect, with
+    what usually causes that."""
+    if tls:
+        hint = (
+            "the broker closed the TLS connection before answering: it may want a client "
+            "certificate signed by its CA (tls_cert, --tls-cert), or the port may be plain "
+            "TCP (chute://); the broker's log says which"
+        )
+    else:
+        hint = "no answer from the broker: if the port speaks TLS, use chutes://"
+    return ConnectError(f"{error.reason} ({hint})")
 
 
 class TlsSocket:
@@ -61,12 +117,16 @@ class TlsSocket:
                 data = self._sock.recv(_CHUNK)
                 if not data:
                     raise ConnectError(
-                        "the broker closed the connection during the TLS handshake"
+                        "the broker closed the connection during the TLS handshake "
+                        "(a plain port? then use chute://; or it refused the client "
+                        "certificate: the broker's log says)"
                     ) from None
                 self._incoming.write(data)
                 continue
             except ssl.SSLError as exc:
-                raise ConnectError(f"TLS handshake failed: {exc.reason or exc}") from None
+                with contextlib.suppress(OSError):
+                    self._send_pending()  # the alert: the broker's log then says why
+                raise ConnectError(f"TLS handshake failed: {describe(exc)}") from None
             self._send_pending()
             return
 
@@ -92,7 +152,7 @@ class TlsSocket:
                 except ssl.SSLZeroReturnError:
                     return b""
                 except ssl.SSLError as exc:
-                    raise OSError(f"TLS error: {exc.reason or exc}") from None
+                    raise OSError(describe(exc)) from None
                 reply = self._outgoing.read()  # e.g. a TLS 1.3 key update's answer
             if reply:
                 self._sock.sendall(reply)

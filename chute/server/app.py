@@ -1,15 +1,18 @@
 """The broker process: the core, its store and the listeners around it.
 
 :class:`BrokerServer` owns the event loop's side of chute: it builds the
-:class:`~chute.core.broker.Broker`, opens the native TCP listener, the STOMP one
-(``stomp_port``) and the HTTP one (``http_port``: STOMP over WebSocket), each
-unless its port is 0 (more listeners arrive with their issues), runs the
-expiry sweep, and stops gracefully: listeners close first, then every
-connection, so consumers' unacknowledged messages go back to their queues
-before the store closes. It is the one implementation of the interfaces its
-drivers declare (:class:`~chute.server.stream.ServerHost`,
-:class:`~chute.dropbox.bridge.BridgeHost`); nothing imports this module but
-the CLI.
+:class:`~chute.core.broker.Broker`, opens the native TCP listener (``port``), its
+TLS twin (``tls_port``), the STOMP ones (``stomp_port``, ``stomp_tls_port``) and
+the HTTP one (``http_port``: STOMP over WebSocket; HTTPS and WSS with
+``http_tls``), each unless its port is 0, runs the expiry sweep, and stops
+gracefully: listeners close first, then every connection, so consumers'
+unacknowledged messages go back to their queues before the store closes. Every
+TLS listener shares one context, and every native, STOMP and HTTP connection
+passes through :mod:`chute.server.tls` as it is accepted (where a handshake's
+failure, or TLS spoken to a plain port, is logged). It is the one
+implementation of the interfaces its drivers declare
+(:class:`~chute.server.stream.ServerHost`, :class:`~chute.dropbox.bridge.BridgeHost`);
+nothing imports this module but the CLI.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import gc
 import logging
 import signal
 import socket
-import ssl as ssl_module
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -37,6 +40,7 @@ from chute.server import smq
 from chute.server.native import NativeConnection
 from chute.server.stomp import StompConnection
 from chute.server.stream import StreamConnection
+from chute.server.tls import Accepting, ProtocolFactory, server_context
 from chute.store.journal import Journal
 from chute.store.memory import MemoryStore
 
@@ -73,6 +77,8 @@ class BrokerServer:
         self.connections: set[StreamConnection] = set()
         self.listeners: list[asyncio.Server] = []
         self.http: HttpListener | None = None  # http_port: STOMP over WebSocket, later admin
+        self.accepting = Accepting()  # connections not yet handed to their driver
+        self.tls_context: ssl.SSLContext | None = None  # every TLS listener's (start makes it)
         self.bridges: list[DropboxBridge] = []  # [[dropbox]] mounts (docs/dropbox.md)
         self.started = time.time()
         self._stopping: asyncio.Event | None = None
@@ -86,12 +92,21 @@ class BrokerServer:
         """Open the listeners; returns (name, host, port) of each one actually bound.
 
         Raises:
-            OSError: a port could not be bound (with the port in the message).
+            OSError: a port could not be bound (with the port in the message), or the
+                TLS certificate, key or CA file could not be loaded.
         """
         self.loop = asyncio.get_running_loop()
         self.loop_thread = threading.get_ident()
         self._stopping = asyncio.Event()
-        for warning in self.config.warnings():
+        config = self.config
+        if config.tls_listening:
+            self.tls_context = server_context(
+                config.tls_cert,
+                config.tls_key,
+                ca=config.tls_ca,
+                client_certs=config.tls_client_certs,
+            )
+        for warning in config.warnings():
             log.warning("configuration: %s", warning)
         restored = self.broker.recover()
         if restored:
@@ -101,33 +116,29 @@ class BrokerServer:
             self, self.config.dropbox
         )  # before the listeners: a bad mount stops us early
         bound: list[tuple[str, str, int]] = []
-        if self.config.port:
-            server = await self._listen(
-                self.config.host, self.config.port, lambda: NativeConnection(self)
-            )
-            sock = server.sockets[0].getsockname()
-            bound.append(("native", sock[0], sock[1]))
-        if self.config.tls_port:
-            server = await self._listen(
-                self.config.host,
-                self.config.tls_port,
-                lambda: NativeConnection(self),
-                ssl=server_context(self.config.tls_cert, self.config.tls_key),
-            )
-            sock = server.sockets[0].getsockname()
-            bound.append(("native-tls", sock[0], sock[1]))
-        if self.config.stomp_port:
-            server = await self._listen(
-                self.config.host, self.config.stomp_port, lambda: StompConnection(self)
-            )
-            sock = server.sockets[0].getsockname()
-            bound.append(("stomp", sock[0], sock[1]))
-        if self.config.http_port:
+        native: ProtocolFactory = lambda: NativeConnection(self)  # noqa: E731
+        stomp: ProtocolFactory = lambda: StompConnection(self)  # noqa: E731
+        for name, port, make, tls in (
+            ("native", config.port, native, False),
+            ("native-tls", config.tls_port, native, True),
+            ("stomp", config.stomp_port, stomp, False),
+            ("stomp-tls", config.stomp_tls_port, stomp, True),
+        ):
+            if port:
+                server = await self._listen(config.host, port, self._accept(name, make, tls))
+                sock = server.sockets[0].getsockname()
+                bound.append((name, sock[0], sock[1]))
+        if config.http_port:
             from chute.server.http import HttpListener  # noqa: PLC0415 - aiohttp only when used
 
             self.http = HttpListener(self)
-            host, port = await self.http.start(self.config.host, self.config.http_port)
-            bound.append(("http", host, port))
+            https = config.http_tls
+            host, port = await self.http.start(
+                config.host,
+                config.http_port,
+                lambda server: self._accept("https" if https else "http", server, https),
+            )
+            bound.append(("https" if https else "http", host, port))
         if self.config.smq is not None:  # Simple-message-queue's source and sink listeners
             self.broker.destination(self.config.smq.queue, create=True)
             for name, port, factory in smq.listeners(self, self.config.smq):
@@ -140,16 +151,21 @@ class BrokerServer:
         self._sweeper = asyncio.create_task(self._sweep_expired(), name="chute-expiry")
         return bound
 
+    def _accept(self, name: str, factory: ProtocolFactory, tls: bool) -> ProtocolFactory:
+        """``factory`` behind :mod:`chute.server.tls`'s accepting: the handshake on a TLS
+        listener, the check for TLS spoken to a plain one."""
+        if not tls:
+            return self.accepting.plain(name, factory)
+        if self.tls_context is None:
+            raise RuntimeError("no TLS context: start() makes it before the listeners")
+        return self.accepting.tls(name, factory, self.tls_context)
+
     async def _listen(
-        self,
-        host: str,
-        port: int,
-        factory: Callable[[], asyncio.Protocol],
-        ssl: ssl_module.SSLContext | None = None,
+        self, host: str, port: int, factory: Callable[[], asyncio.BaseProtocol]
     ) -> asyncio.Server:
         try:
             server = await self.loop.create_server(
-                factory, host, port, reuse_address=True, backlog=512, ssl=ssl
+                factory, host, port, reuse_address=True, backlog=512
             )
         except OSError as exc:
             hint = " (is another broker running?)" if exc.errno == errno.EADDRINUSE else ""
@@ -238,6 +254,7 @@ class BrokerServer:
         await stop_bridges(self.bridges)  # their files settled while the broker still runs
         for server in self.listeners:
             server.close()
+        self.accepting.close()  # handshakes under way, connections that never spoke
         for conn in list(self.connections):
             conn.flush()
             if conn.transport is not None:
@@ -272,21 +289,6 @@ def open_store(config: ServerConfig) -> Store:
         batch_ms=config.sync_batch_ms,
         segment_size=config.segment_size,
     )
-
-
-def server_context(cert: str, key: str) -> ssl_module.SSLContext:
-    """The TLS context of the ``chutes://`` listener (TLS 1.2 or later).
-
-    Raises:
-        OSError: the certificate or key cannot be loaded (with the file names).
-    """
-    context = ssl_module.create_default_context(ssl_module.Purpose.CLIENT_AUTH)
-    context.minimum_version = ssl_module.TLSVersion.TLSv1_2
-    try:
-        context.load_cert_chain(cert, key or None)
-    except (OSError, ssl_module.SSLError) as exc:
-        raise OSError(f"cannot load the TLS certificate {cert!r} / key {key!r}: {exc}") from None
-    return context
 
 
 def release_free_memory() -> None:

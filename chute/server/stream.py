@@ -22,7 +22,9 @@ room, producer flow control, closing); :meth:`_hold` and :meth:`_release`
 change it and :meth:`_decide_reading` alone pauses or resumes the transport.
 
 What every protocol shares besides: the login (:meth:`_login`, through the
-core's one gate, :func:`chute.core.connection.connect`) and heart-beats
+core's one gate, :func:`chute.core.connection.connect`, with the user a
+verified TLS client certificate names, :func:`chute.server.tls.certificate_user`)
+and heart-beats
 (:meth:`_start_heartbeat`: write one when nothing was written for a while,
 give up on a client that sent nothing for too long).
 
@@ -47,6 +49,7 @@ from chute.core.connection import Connection, connect
 from chute.core.queue import QueueChannel
 from chute.core.routing import WouldBlock
 from chute.errors import AuthenticationFailed, ChuteError, ClientIdInUse, DestinationFull
+from chute.server.tls import certificate_user
 
 log = logging.getLogger("chute.server")
 
@@ -137,6 +140,7 @@ class StreamConnection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         peer = self.transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.certificate_user = certificate_user(self.transport)
         self.server.connections.add(self)
         log.debug("%s connection from %s", self.protocol_name, self.peer)
 

@@ -23,6 +23,13 @@ back pressure and heart-beats are the same code on both listeners:
 - ``close`` sends what is queued (an ERROR frame) and then the close frame;
   ``abort`` drops it.
 
+Browsers: a request whose ``Origin`` the listener's :class:`~chute.origins.OriginPolicy`
+does not allow is refused with 403 before any WebSocket is made, whoever the
+client and whatever the login (a page from anywhere may make a browser open a
+WebSocket to a broker on the user's loopback). A request with no ``Origin`` is
+not from a browser and goes on. Over WSS the transport carries the TLS
+``ssl_object``, so a client certificate names a user as on the TCP listeners.
+
 Lives on the server's event loop only.
 """
 
@@ -36,6 +43,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from chute.origins import OriginPolicy
 from chute.server.stomp import StompConnection
 from chute.server.stream import ServerHost
 
@@ -161,8 +169,24 @@ class WebSocketTransport(asyncio.Transport):
             await self._writer
 
 
-async def stomp_endpoint(server: ServerHost, request: web.Request) -> web.StreamResponse:
-    """The ``/stomp`` handler: one :class:`StompConnection` per WebSocket."""
+async def stomp_endpoint(
+    server: ServerHost, origins: OriginPolicy, request: web.Request
+) -> web.StreamResponse:
+    """The ``/stomp`` handler: one :class:`StompConnection` per WebSocket, for a client
+    from an allowed origin."""
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    origin = request.headers.get("Origin")
+    if not origins.allows(origin):
+        log.warning(
+            "WebSocket from %s refused: origin %r is not in server.allowed_origins",
+            f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else peer,
+            origin,
+        )
+        return web.Response(
+            status=403,
+            text=f"origin {origin} may not open this broker's WebSocket: "
+            "add it to [server] allowed_origins\n",
+        )
     ws = web.WebSocketResponse(
         protocols=SUBPROTOCOLS,
         max_msg_size=server.config.max_packet_size + (64 << 10),
@@ -179,8 +203,10 @@ async def stomp_endpoint(server: ServerHost, request: web.Request) -> web.Stream
         )
     await ws.prepare(request)
     conn = StompConnection(server)
-    peer = request.transport.get_extra_info("peername") if request.transport else None
-    transport = WebSocketTransport(ws, conn, {"peername": peer, "websocket": ws})
+    ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
+    transport = WebSocketTransport(
+        ws, conn, {"peername": peer, "websocket": ws, "ssl_object": ssl_object}
+    )
     conn.protocol_name = "STOMP/WebSocket"
     conn.connection_made(transport)
     try:

@@ -1,8 +1,9 @@
 """The connector's options, as Spark hands them over: strings in a case-insensitive map.
 
-Read and write share ``url``, ``login``/``passcode`` (or ``user``/``password``)
-and ``destination``. TLS follows the URL (``chutes://``) once the client
-speaks it; until then the client refuses such a URL with a clear error.
+Read and write share ``url``, ``login``/``passcode`` (or ``user``/``password``,
+or in the URL: ``chute://login:passcode@host``) and ``destination``. TLS follows
+the URL (``chutes://``), with ``tlsCaFile``, ``tlsVerify`` and a client
+certificate (``tlsCertFile``, ``tlsKeyFile``) whose commonName names the user.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ class ChuteOptions:
     timeout: float = 30.0
     tls_ca: str | None = None  # chutes:// URLs: a CA file to trust (default: the system's)
     tls_verify: bool = True
+    tls_cert: str | None = None  # chutes:// URLs: a client certificate (its CN is the user)
+    tls_key: str | None = None  # its key, if not in tls_cert
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, need_destination: bool = True) -> ChuteOptions:
@@ -79,6 +82,8 @@ class ChuteOptions:
             timeout=float(_int(get, "timeoutMs", 30_000)) / 1000,
             tls_ca=get("tlsCaFile", "tls.caFile") or None,
             tls_verify=(get("tlsVerify") or "true").strip().lower() not in ("false", "0", "no"),
+            tls_cert=get("tlsCertFile", "tls.certFile") or None,
+            tls_key=get("tlsKeyFile", "tls.keyFile") or None,
         )
 
     @property
@@ -96,6 +101,8 @@ class ChuteOptions:
             timeout=self.timeout,
             tls_ca=self.tls_ca,
             tls_verify=self.tls_verify,
+            tls_cert=self.tls_cert,
+            tls_key=self.tls_key,
         )
 
     def connect_retrying(self, patience: float = RECONNECT_S) -> Connection:

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +62,8 @@ class ChuteServer:
     port: int
     data_dir: Path
     lines: list[str] = field(default_factory=list)
+    arrived: threading.Condition = field(default_factory=threading.Condition, repr=False)
+    """Notified whenever a line of output arrives."""
 
     @property
     def url(self) -> str:
@@ -74,6 +77,20 @@ class ChuteServer:
     @property
     def output(self) -> str:
         return "\n".join(self.lines)
+
+    def wait_for_line(self, text: str, *, start: int = 0, timeout: float = READY_TIMEOUT) -> str:
+        """The first output line from index ``start`` on containing ``text``: waits for it
+        (each arriving line wakes the wait) until ``timeout`` seconds passed."""
+        end = time.monotonic() + timeout
+        with self.arrived:
+            while True:
+                for line in self.lines[start:]:
+                    if text in line:
+                        return line
+                remaining = end - time.monotonic()
+                if remaining <= 0:
+                    raise AssertionError(f"no output line with {text!r}:\n{self.output}")
+                self.arrived.wait(remaining)
 
 
 def start_server(
@@ -117,7 +134,9 @@ def start_server(
     def pump() -> None:
         assert process.stdout is not None
         for line in process.stdout:
-            server.lines.append(line.rstrip("\n"))
+            with server.arrived:
+                server.lines.append(line.rstrip("\n"))
+                server.arrived.notify_all()
             if line.startswith("chute listening"):
                 listening.set()
                 ready.set()

@@ -49,3 +49,30 @@ def test_a_dropbox_url_points_at_chute_connect() -> None:
 def test_invalid(url: str) -> None:
     with pytest.raises(ConnectError, match="invalid broker URL"):
         parse_url(url)
+
+
+def test_a_url_carries_a_percent_encoded_login_and_passcode() -> None:
+    url = parse_url("chute://alice:s3cr%3At%40%2F%25@h:1")
+    assert url == BrokerUrl("h", 1, False, "alice", "s3cr:t@/%")
+    assert str(url) == "chute://h:1"  # never the passcode
+    assert parse_url("chutes://al%20ice@h") == BrokerUrl("h", 5446, True, "al ice", None)
+    assert parse_url("chute://alice:@h").passcode == ""  # an empty passcode is one
+
+
+def test_given_credentials_win_over_the_urls() -> None:
+    url = parse_url("chute://alice:secret@h")
+    assert url.credentials(None, None) == ("alice", "secret")
+    assert url.credentials("bob", None) == ("bob", None)  # alice's passcode is not bob's
+    assert url.credentials("bob", "pw") == ("bob", "pw")
+    assert url.credentials("alice", None) == ("alice", "secret")
+    assert url.credentials(None, "other") == ("alice", "other")
+    assert parse_url("chute://h").credentials(None, None) == (None, None)
+
+
+def test_errors_about_a_url_never_show_its_passcode() -> None:
+    with pytest.raises(ConnectError) as info:
+        parse_url("chute://alice:hunter2@h:1/path")
+    assert "hunter2" not in info.value.reason
+    assert "alice:***@h:1/path" in info.value.reason
+    with pytest.raises(ConnectError, match="a passcode without a login"):
+        parse_url("chute://:pw@h")

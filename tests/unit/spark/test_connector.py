@@ -35,6 +35,19 @@ def test_options_are_case_insensitive_strings() -> None:
     )
 
 
+def test_tls_options_name_the_files() -> None:
+    o = ChuteOptions.parse(
+        {
+            "url": "chutes://alice@h",
+            "destination": "q",
+            "tlsCaFile": "ca.pem",
+            "tlsCertFile": "alice.pem",
+            "tls.keyFile": "alice-key.pem",
+        }
+    )
+    assert (o.tls_ca, o.tls_cert, o.tls_key) == ("ca.pem", "alice.pem", "alice-key.pem")
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [

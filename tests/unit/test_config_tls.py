@@ -1,0 +1,83 @@
+"""The TLS and browser keys of ``[server]``: defaults, parsing, and errors that say what to do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chute.config import ServerConfig, load
+from chute.errors import ConfigError
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "chute.toml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults() -> None:
+    config = ServerConfig()
+    assert (config.stomp_tls_port, config.http_tls) == (0, False)
+    assert (config.tls_ca, config.tls_client_certs, config.allowed_origins) == ("", "none", ())
+    assert not config.tls_listening
+
+
+def test_every_key_from_the_file(tmp_path: Path) -> None:
+    config = load(
+        write(
+            tmp_path,
+            "[server]\n"
+            'tls_cert = "broker.pem"\ntls_key = "broker-key.pem"\n'
+            "tls_port = 5446\nstomp_tls_port = 61614\nhttp_tls = true\n"
+            'tls_ca = "ca.pem"\ntls_client_certs = "required"\n'
+            'allowed_origins = ["HTTPS://App.Example.com:443", "http://localhost:3000"]\n',
+        )
+    )
+    assert (config.tls_port, config.stomp_tls_port, config.http_tls) == (5446, 61614, True)
+    assert (config.tls_ca, config.tls_client_certs) == ("ca.pem", "required")
+    assert config.allowed_origins == ("https://app.example.com", "http://localhost:3000")
+    assert config.tls_listening
+
+
+def test_flags_override_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, '[server]\ntls_cert = "a.pem"\nstomp_tls_port = 1\n')
+    config = load(path, {"stomp_tls_port": 2, "http_tls": None, "tls_client_certs": None})
+    assert config.stomp_tls_port == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("stomp_tls_port = 61614\n", "server.stomp_tls_port is set but server.tls_cert is not"),
+        ("http_tls = true\n", "server.http_tls is set but server.tls_cert is not"),
+        ("tls_port = 5446\n", "`chute cert` makes one"),
+        ('tls_key = "k.pem"\n', "server.tls_key is set but server.tls_cert is not"),
+        (
+            'tls_cert = "c.pem"\ntls_client_certs = "required"\n',
+            'tls_client_certs = "required" needs server.tls_ca',
+        ),
+        ('tls_client_certs = "sometimes"\n', "must be one of none | optional | required"),
+        ("stomp_tls_port = 70000\n", "server.stomp_tls_port: 70000 is not a TCP port"),
+        ("http_tls = 1\n", "server.http_tls: expected true or false"),
+        ('allowed_origins = "https://a.example"\n', "expected a list of origins"),
+        ('allowed_origins = ["a.example"]\n', "'a.example' is not an origin"),
+        ('allowed_origins = ["https://a.example/app"]\n', "(no path)"),
+    ],
+)
+def test_mistakes_say_what_to_do(tmp_path: Path, text: str, fragment: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load(write(tmp_path, "[server]\n" + text))
+    assert fragment in info.value.reason
+
+
+def test_http_tls_with_the_http_listener_off_is_no_error() -> None:
+    load(None, {"http_tls": True, "http_port": 0})
+
+
+def test_warnings_for_any_origin_and_for_a_ca_without_tls(tmp_path: Path) -> None:
+    config = load(write(tmp_path, '[server]\nallowed_origins = ["*"]\ntls_ca = "ca.pem"\n'))
+    assert config.allowed_origins == ("*",)
+    said = "\n".join(config.warnings())
+    assert "any web page a user visits" in said
+    assert "no listener speaks TLS" in said
