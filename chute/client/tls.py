@@ -83,7 +83,10 @@ def describe(exc: ssl.SSLError) -> str:
 
 def unanswered(tls: bool, error: ConnectError) -> ConnectError:
     """``error``, the connection failing before the broker answered the Connect, with
-    what usually causes that."""
+    what usually causes that. A refusal the broker did answer with (a subclass, such
+    as :class:`~chute.errors.ClientIdInUse`) is returned as it is."""
+    if type(error) is not ConnectError:
+        return error
     if tls:
         hint = (
             "the broker closed the TLS connection before answering: it may want a client "

@@ -9,7 +9,7 @@ import pytest
 import trustme
 
 from chute.client.tls import client_context, describe, unanswered
-from chute.errors import ConnectError
+from chute.errors import ClientIdInUse, ConnectError
 
 
 def test_a_client_certificate_is_loaded_with_its_key(tmp_path: Path) -> None:
@@ -64,3 +64,10 @@ def test_a_connection_lost_before_the_answer_says_what_usually_causes_it() -> No
     assert "use chutes://" in unanswered(False, lost).reason
     assert "client certificate" in unanswered(True, lost).reason
     assert unanswered(True, lost).reason.startswith("connection to the broker lost (")
+
+
+def test_a_refusal_the_broker_answered_with_is_kept_as_it_is() -> None:
+    refusal = ClientIdInUse("client id 'x' is in use")
+    assert unanswered(False, refusal) is refusal
+    lost = unanswered(True, ConnectError("connection lost"))
+    assert "client certificate" in lost.reason
