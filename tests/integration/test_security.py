@@ -13,11 +13,13 @@ import json
 import queue
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import stomp
 
 import chute
 from chute.core.address import DEAD_LETTER, user_queue
@@ -62,6 +64,7 @@ PASSWORDS = {"alice": "alice-pw", "bob": "bob-pw", "root": "root-pw"}
 class Broker:
     server: ChuteServer
     stomp_port: int
+    http_port: int
 
     def native(self, user: str, client_id: str | None = None) -> chute.Connection:
         return chute.connect(
@@ -80,8 +83,16 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     home = tmp_path_factory.mktemp("security")
     config = home / "chute.toml"
     config.write_text(CONFIG)
-    stomp_port = free_port()
-    server = start_server(home, "--config", str(config), "--stomp-port", str(stomp_port))
+    stomp_port, http_port = free_port(), free_port()
+    server = start_server(
+        home,
+        "--config",
+        str(config),
+        "--stomp-port",
+        str(stomp_port),
+        "--http-port",
+        str(http_port),
+    )
     with (
         chute.connect(f"chute://127.0.0.1:{server.port}", login="bob", passcode="bob-pw") as bob,
         bob.session() as s,
@@ -92,7 +103,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
         root.session() as s,
     ):
         s.send(user_queue("bob"), "for bob only")
-    yield Broker(server, stomp_port)
+    yield Broker(server, stomp_port, http_port)
     assert server.stop() == 0, server.output
 
 
@@ -318,3 +329,44 @@ def test_the_cli_stat_and_tx_show_a_user_only_their_own(broker: Broker) -> None:
     denied = cli("alice", "send", "queue:bob.inbox", "hi")
     assert denied.returncode == 1
     assert "may not send queue:bob.inbox" in denied.stderr
+
+
+def test_stomp_over_websocket_obeys_the_same_rules(broker: Broker) -> None:
+    alice = Client.__new__(Client)
+    alice.messages, alice.receipts, alice.errors = queue.Queue(), queue.Queue(), queue.Queue()
+    alice.order, alice.heartbeat, alice.disconnected = [], threading.Event(), threading.Event()
+    alice.conn = stomp.WSStompConnection(
+        [("127.0.0.1", broker.http_port)],
+        ws_path="/stomp",
+        header={"Sec-WebSocket-Protocol": "v12.stomp"},
+        auto_decode=False,
+        reconnect_attempts_max=1,
+    )
+    alice.conn.set_listener("", alice)
+    alice.conn.connect(wait=True, username="alice", passcode="alice-pw")
+    try:
+        alice.conn.subscribe("/queue/bob.inbox", id="s", ack="client-individual")
+        assert "may not consume queue:bob.inbox" in stomp_error(alice)
+        with pytest.raises(queue.Empty):
+            alice.messages.get(timeout=0.3)
+    finally:
+        close(alice)
+    assert bobs_messages(broker) == ["bob's secret"]
+
+
+def test_failed_logins_lock_an_address_out_over_the_wire(tmp_path: Path) -> None:
+    config = tmp_path / "chute.toml"
+    config.write_text(
+        '[server]\nmax_login_failures = 2\n[users.bob]\npassword = "bob-pw"\nroles = ["admin"]\n'
+    )
+    server = start_server(tmp_path, "--config", str(config))
+    url = f"chute://127.0.0.1:{server.port}"
+    try:
+        for _ in range(2):
+            with pytest.raises(AuthenticationFailed, match="rejected"):
+                chute.connect(url, login="bob", passcode="guess")
+        with pytest.raises(AuthenticationFailed, match="too many failed logins"):
+            chute.connect(url, login="bob", passcode="bob-pw")  # even the right one, for now
+        wait_for_line(server, "failed logins from 127.0.0.1")
+    finally:
+        assert server.stop() == 0, server.output
