@@ -1,6 +1,7 @@
 """Who may do what, over the wire: a real ``chute serve`` with three users and roles.
 
-alice (role ``orders``: send/consume/browse/create on ``queue:orders.*``), bob
+alice (role ``orders``: send/consume/browse/create on ``queue:orders.*``, and
+consume on ``topic:prices``), bob
 (role ``own``: the same on ``queue:bob.*``) and root (the built-in ``admin``).
 alice tries, through the native protocol (the Python client) and STOMP
 (stomp.py), each bypass an attacker would: every one is refused with a clear
@@ -47,7 +48,7 @@ roles = ["admin"]
 
 [roles.orders]
 send = {ACTIONS.format("orders")}
-consume = {ACTIONS.format("orders")}
+consume = ["queue:orders.*", "topic:prices"]
 browse = {ACTIONS.format("orders")}
 create = {ACTIONS.format("orders")}
 
@@ -370,3 +371,24 @@ def test_failed_logins_lock_an_address_out_over_the_wire(tmp_path: Path) -> None
         wait_for_line(server, "failed logins from 127.0.0.1")
     finally:
         assert server.stop() == 0, server.output
+
+
+def test_stomp_create_and_durable_subscriptions_obey_the_same_rules(broker: Broker) -> None:
+    alice = broker.stomp("alice")
+    try:
+        alice.conn.send("/queue/nowhere.new", b"x")  # not granted: not created
+        assert "may not send queue:nowhere.new" in stomp_error(alice)
+    finally:
+        close(alice)
+    with broker.native("root", client_id="stomp-durable") as root, root.session() as s:
+        s.consumer("topic:prices", subscription="d", durable=True).close()
+    alice = broker.stomp("alice", **{"client-id": "stomp-durable"})
+    try:
+        alice.conn.subscribe(
+            "/topic/prices", id="s", ack="client-individual", **{"durable-subscription-name": "d"}
+        )
+        assert "belongs to another user" in stomp_error(alice)
+    finally:
+        close(alice)
+    with broker.native("root") as root:
+        assert "queue:nowhere.new" not in {d["address"] for d in root.stat()["destinations"]}
