@@ -83,7 +83,38 @@ def parse(address: str) -> Address:
     ):
         if address.startswith(prefix):
             return Address(kind, check_name(address[len(prefix) :]))
+    _check_prefix(address)
     return Address(Kind.QUEUE, check_name(address))
+
+
+def _edits(a: str, b: str) -> int:
+    """The Damerau-Levenshtein distance (optimal string alignment) of two short words."""
+    rows = [list(range(len(b) + 1))]
+    for i, ca in enumerate(a, 1):
+        row = [i]
+        for j, cb in enumerate(b, 1):
+            cost = min(rows[-1][j] + 1, row[j - 1] + 1, rows[-1][j - 1] + (ca != cb))
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                cost = min(cost, rows[-2][j - 2] + 1)
+            row.append(cost)
+        rows.append(row)
+    return rows[-1][-1]
+
+
+def _check_prefix(address: str) -> None:
+    """Refuse a bare name whose part before a ``:`` looks like a mistyped kind: the kind
+    in another case (``Topic:news``), its letters shuffled (``qeueu:orders``) or one
+    edit away (``queu:x``, ``tpoic:x``). It would silently make a queue of that name."""
+    head, sep, _ = address.partition(":")
+    if not sep or not head.isalpha() or len(head) > 8:
+        return
+    word = head.lower()
+    for kind in ("queue", "topic"):
+        if sorted(word) == sorted(kind) or _edits(word, kind) <= 1:
+            raise InvalidAddress(
+                f"{address[:60]!r} looks like a mistyped {kind}: address: write "
+                f"{kind}:NAME (a queue name may hold ':' only after other text, e.g. a.b:c)"
+            )
 
 
 def canonical(address: str) -> str:

@@ -119,7 +119,9 @@ class Broker:
         found = self.queues.get(canonical) or self.topics.get(canonical)
         if found is not None:
             return found
-        if not (self.auto_create if create is None else create):
+        if create is False:
+            raise NotFound(f"destination {canonical} does not exist")
+        if not self.auto_create and create is None:
             raise NotFound(f"destination {canonical} does not exist (auto-create is off)")
         if addr.is_temporary:
             raise NotFound(f"temporary queue {canonical} does not exist (its connection closed?)")
@@ -408,13 +410,22 @@ class Broker:
     # -- looking ---------------------------------------------------------------------
 
     def browse(self, address: str, selector: str | None = None, limit: int = 0) -> list[Entry]:
-        """A snapshot of a queue in delivery order; nothing is consumed.
+        """A snapshot of a queue in delivery order; nothing is consumed, and nothing is
+        created (looking is not using): a queue that does not exist holds nothing.
 
         Raises:
-            InvalidAddress: a topic (browse one of its subscriptions' queues instead).
+            InvalidAddress: a bad address; a topic (browse one of its subscriptions'
+                queues instead).
             InvalidSelector: a bad selector.
         """
-        dest = self.destination(address)
+        canonical = str(parse(address))
+        if selector:
+            compile_selector(selector)
+        dest = self.find(canonical)
+        if dest is None:
+            if parse(canonical).kind is Kind.TOPIC:
+                raise InvalidAddress(f"{canonical} is a topic: a topic holds nothing to browse")
+            return []
         if isinstance(dest, Topic):
             raise InvalidAddress(f"{address} is a topic: a topic holds nothing to browse")
         entries = dest.snapshot(0 if selector else limit)

@@ -173,8 +173,9 @@ class Cursors:
 
         Raises:
             InvalidAddress: a topic (read a topic through a cursor).
+            NotFound: no such queue (a look creates nothing).
         """
-        dest = self._queue(address)
+        dest = self._queue(address, create=False)
         return self.earliest(dest), self.head(dest)
 
     def fetch(
@@ -196,7 +197,7 @@ class Cursors:
             NotFound: the cursor is not open. InvalidAddress: a topic without a cursor.
         """
         if name is None:
-            queue: QueueChannel = self._queue(address)
+            queue: QueueChannel = self._queue(address, create=False)
             wants: Callable[[Entry], bool] | None = None
         else:
             cursor = self._cursor(address, name)
@@ -336,8 +337,8 @@ class Cursors:
             self._by_key[topic.address, name] = cursor
         return cursor
 
-    def _queue(self, address: str) -> QueueChannel:
-        dest = self.host.destination(address)
+    def _queue(self, address: str, *, create: bool | None = None) -> QueueChannel:
+        dest = self.host.destination(address, create=create)
         if isinstance(dest, Topic):
             raise InvalidAddress(
                 f"{dest.address} is a topic: a topic holds nothing; read it through a cursor"

@@ -512,10 +512,13 @@ class DropboxSession:
         if addr.kind is not Kind.QUEUE:
             raise InvalidAddress("only queues can be browsed")
         compiled = compile_selector(selector) if selector else None
-        layout = init_queue(self.connection.root, addr.name)
+        layout = queue_layout(self.connection.root, addr.name)  # looking creates nothing
         now = now_ms()
-        with os.scandir(layout.target) as entries:
-            decoded = [decode_filename(e.name, now_ms=now) for e in entries]
+        try:
+            with os.scandir(layout.target) as entries:
+                decoded = [decode_filename(e.name, now_ms=now) for e in entries]
+        except FileNotFoundError:
+            return []  # no such dropbox: it holds nothing
         decoded.sort(key=lambda d: d.sort_key)
         out: list[Message] = []
         for item in decoded:

@@ -194,3 +194,16 @@ def test_passwd_prints_a_hash_that_logs_in_and_a_user_without_a_role_may_do_noth
         assert b"may not send queue:x" in idle.stderr
     finally:
         srv.stop()
+
+
+def test_looking_creates_nothing_and_a_mistyped_kind_is_refused(server: ChuteServer) -> None:
+    looked = chute(server, "browse", "queue:never-made")
+    assert looked.returncode == 0, looked.stderr
+    assert looked.stdout == b""  # it holds nothing ...
+    typo = chute(server, "send", "qeueu:orders", "hi")
+    assert typo.returncode == 1
+    assert b"looks like a mistyped queue" in typo.stderr
+    stat = chute(server, "stat", "--json")
+    addresses = {d["address"] for d in json.loads(stat.stdout)["destinations"]}
+    assert "queue:never-made" not in addresses  # ... and looking did not make it
+    assert not any("qeueu" in a for a in addresses)

@@ -556,3 +556,10 @@ def test_a_refused_windowed_send_is_raised_later_with_a_note(client: Client) -> 
         assert (notes, stored) == ([True, True], [f"s{i}" for i in range(SMALL_MAX)])
     else:  # a dropbox destination has no bounds: every send is stored when it returns
         assert (errors, stored) == ([], [f"s{i}" for i in range(sends)])
+
+
+def test_browsing_a_queue_nothing_made_shows_nothing_and_makes_nothing(client: Client) -> None:
+    q = client.address()
+    with client.connect() as conn, conn.session() as s:
+        assert s.browse(q) == []
+        assert q not in {d["address"] for d in conn.stat()["destinations"]}

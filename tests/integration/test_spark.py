@@ -25,6 +25,7 @@ import trustme
 
 import chute
 from chute import Connection
+from chute.errors import NotFound
 
 from .conftest import ChuteServer, free_port, start_server
 
@@ -90,8 +91,12 @@ def produce(url: str, address: str, bodies: list[bytes]) -> None:
 
 
 def read_all(conn: Connection, address: str) -> list[bytes]:
-    """Every message a queue holds, in sequence order, without consuming."""
-    earliest, head = conn.cursor_open(address)
+    """Every message a queue holds, in sequence order, without consuming (none for a
+    queue nothing ever made: looking does not create it)."""
+    try:
+        earliest, head = conn.cursor_open(address)
+    except NotFound:
+        return []
     return [m.body for page in conn.cursor_read(address, None, earliest, head) for _, m in page]
 
 

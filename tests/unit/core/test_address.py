@@ -123,3 +123,16 @@ def test_the_broker_refuses_bad_addresses_and_accepts_every_spelling(broker: Bro
     s.send("queue:x", msg(b"3"))
     assert [e.message.body for e in broker.browse("queue:x")] == [b"1", b"2", b"3"]
     assert broker.destination("/queue/x") is broker.destination("queue:x")
+
+
+@pytest.mark.parametrize(
+    "typo", ["qeueu:orders", "Topic:news", "QUEUE:x", "queu:x", "tpoic:x", "queues:x"]
+)
+def test_a_mistyped_kind_is_refused_not_made_a_queue(typo: str) -> None:
+    with pytest.raises(InvalidAddress, match="looks like a mistyped"):
+        parse(typo)
+
+
+@pytest.mark.parametrize("name", ["orders:eu", "a.b:c", "q:x", "quest:x", "v2:orders"])
+def test_a_colon_after_other_text_is_still_a_name(name: str) -> None:
+    assert parse(name) == Address(Kind.QUEUE, name)

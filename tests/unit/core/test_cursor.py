@@ -126,6 +126,10 @@ def test_lease_outlives_the_connection_for_lease_ms(broker: Broker, clock: FakeC
 def test_requests_for_unknown_cursors_and_topics_fail_clearly(broker: Broker) -> None:
     with pytest.raises(NotFound, match="not open"):
         broker.cursors.fetch("queue:q", "nope", 1, 2)
+    with pytest.raises(NotFound, match="does not exist"):  # a look creates nothing
+        broker.cursors.fetch("topic:t", None, 1, 2)
+    assert "topic:t" not in broker.topics
+    broker.destination("topic:t")
     with pytest.raises(InvalidAddress, match="topic"):
         broker.cursors.fetch("topic:t", None, 1, 2)
     with pytest.raises(InvalidAddress):

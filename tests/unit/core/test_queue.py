@@ -8,7 +8,7 @@ from chute.core.broker import Broker
 from chute.core.connection import Connection
 from chute.core.consumer import AckMode, Consumer, Entry
 from chute.core.session import Session
-from chute.errors import ConsumerError, InvalidAddress, InvalidSelector
+from chute.errors import ConsumerError, InvalidAddress, InvalidSelector, NotFound
 
 from .helpers import Recorder, bodies, msg, stats_of, stored
 
@@ -414,8 +414,22 @@ def test_browse_includes_unacked_messages_in_their_place(broker: Broker) -> None
 
 
 def test_browse_errors(broker: Broker) -> None:
+    broker.destination("topic:t")
     with pytest.raises(InvalidAddress):
         broker.browse("topic:t")
+    broker.destination("queue:q")
     with pytest.raises(InvalidSelector):
         broker.browse("queue:q", selector="((")
+    broker.destination("queue:empty")
     assert broker.browse("queue:empty") == []
+
+
+def test_looking_creates_nothing(broker: Broker) -> None:
+    assert broker.browse("queue:never-made") == []  # holds nothing, and stays unmade
+    with pytest.raises(InvalidAddress, match="is a topic"):
+        broker.browse("topic:never-made")
+    for address in ("queue:never-made", "topic:never-made"):
+        with pytest.raises(NotFound, match=f"destination {address} does not exist"):
+            broker.cursors.info(address)
+    assert broker.find("queue:never-made") is None
+    assert broker.find("topic:never-made") is None
