@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from chute import passwords
-from chute.core.address import TEMP_PREFIX, USER_PREFIX
+from chute.core.address import TEMP_PREFIX, USER_PREFIX, pattern_address
 from chute.errors import AccessDenied, AuthenticationFailed
 
 log = logging.getLogger("chute.access")
@@ -73,19 +73,6 @@ class Action(enum.Enum):
 
 
 # -- grants -----------------------------------------------------------------------------
-
-
-def pattern_address(pattern: str) -> str:
-    """A pattern spelled as any address (``logs.*``, ``/topic/logs.*``) as ``kind:name``."""
-    for prefix, kind in (
-        ("queue:", "queue:"),
-        ("topic:", "topic:"),
-        ("/queue/", "queue:"),
-        ("/topic/", "topic:"),
-    ):
-        if pattern.startswith(prefix):
-            return kind + pattern[len(prefix) :]
-    return f"queue:{pattern}"
 
 
 @dataclass(frozen=True, slots=True)

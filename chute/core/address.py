@@ -117,6 +117,21 @@ def _check_prefix(address: str) -> None:
             )
 
 
+def pattern_address(pattern: str) -> str:
+    """An address pattern (``*`` for any characters) spelled as any address
+    (``logs.*``, ``/topic/logs.*``) as ``kind:name``; used by the configuration's
+    per-destination settings and by roles' grants."""
+    for prefix, kind in (
+        ("queue:", "queue:"),
+        ("topic:", "topic:"),
+        ("/queue/", "queue:"),
+        ("/topic/", "topic:"),
+    ):
+        if pattern.startswith(prefix):
+            return kind + pattern[len(prefix) :]
+    return f"queue:{pattern}"
+
+
 def canonical(address: str) -> str:
     """The canonical text of an address (``queue:NAME`` or ``topic:NAME``)."""
     return str(parse(address))

@@ -210,16 +210,12 @@ class Connection:
 
     def stats(self) -> dict[str, Any]:
         """The destinations with their counters (see ``Broker.stats``): every one for a
-        user who may manage everything; else those they may browse, consume or manage,
-        and only their own prepared transactions."""
+        user who may manage everything; else those they may browse, consume or manage.
+        Prepared transactions as :meth:`prepared` shows them."""
         stats = self.broker.stats()
-        if self.principal.manages_all and self.broker.access.allows_all:
-            return stats
-        if self.principal.manages_all:
-            stats["prepared"] = [self._shown_xid(key) for key in stats["prepared"]]
-            return stats
-        stats["destinations"] = [d for d in stats["destinations"] if self._sees(d["address"])]
         stats["prepared"] = self.prepared()
+        if not self.principal.manages_all:
+            stats["destinations"] = [d for d in stats["destinations"] if self._sees(d["address"])]
         return stats
 
     def _sees(self, address: str) -> bool:
@@ -244,12 +240,6 @@ class Connection:
             return xid
         return prefix + xid
 
-    def _shown_xid(self, key: str) -> str:
-        prefix = f"{self.login}/"
-        if self.login is not None and not self.broker.access.allows_all:
-            return key.removeprefix(prefix)
-        return key
-
     def prepared(self) -> list[str]:
         """The xids of this user's prepared transactions waiting for commit or rollback
         (every user's, as keys, for one who may manage everything)."""
@@ -257,9 +247,8 @@ class Connection:
         if self.broker.access.allows_all or self.login is None:
             return keys
         prefix = f"{self.login}/"
-        if self.principal.manages_all:
-            return [self._shown_xid(k) for k in keys]
-        return [k.removeprefix(prefix) for k in keys if k.startswith(prefix)]
+        manager = self.principal.manages_all
+        return [k.removeprefix(prefix) for k in keys if manager or k.startswith(prefix)]
 
     def commit_prepared(self, xid: str) -> None:
         """Commit a prepared transaction (raises NotFound for an unknown xid)."""

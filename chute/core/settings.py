@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from chute.core.address import DEAD_LETTER, EXPIRED, canonical
+from chute.core.address import DEAD_LETTER, EXPIRED, canonical, pattern_address
 from chute.errors import ConfigError
 
 
@@ -124,7 +124,7 @@ class SettingsResolver:
         self._wild: list[tuple[int, re.Pattern[str], DestinationSettings]] = []
         for key, settings in (patterns or {}).items():
             if "*" in key:
-                text = _pattern_address(key)
+                text = pattern_address(key)
                 specificity = len(text.replace("*", ""))
                 self._wild.append((specificity, re.compile(fnmatch.translate(text)), settings))
             else:
@@ -141,16 +141,3 @@ class SettingsResolver:
             found = next((s for _, pat, s in self._wild if pat.match(address)), self.default)
         self._cache[address] = found
         return found
-
-
-def _pattern_address(key: str) -> str:
-    """A wildcard key spelled as any address (``logs.*``, ``/queue/logs.*``) -> ``queue:logs.*``."""
-    for prefix, kind in (
-        ("queue:", "queue:"),
-        ("topic:", "topic:"),
-        ("/queue/", "queue:"),
-        ("/topic/", "topic:"),
-    ):
-        if key.startswith(prefix):
-            return kind + key[len(prefix) :]
-    return f"queue:{key}"

@@ -14,13 +14,11 @@ import json
 import queue
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import stomp
 
 import chute
 from chute.core.address import DEAD_LETTER, user_queue
@@ -31,6 +29,7 @@ from .conftest import ChuteServer, free_port, start_server
 from .test_smq import wait_for_line
 from .test_smq_client import MessageQueueWriter, QueueClosed
 from .test_stomp import TIMEOUT, Client
+from .test_stomp_websocket import WsClient
 
 ACTIONS = '["queue:{0}.*"]'
 CONFIG = f"""
@@ -333,18 +332,7 @@ def test_the_cli_stat_and_tx_show_a_user_only_their_own(broker: Broker) -> None:
 
 
 def test_stomp_over_websocket_obeys_the_same_rules(broker: Broker) -> None:
-    alice = Client.__new__(Client)
-    alice.messages, alice.receipts, alice.errors = queue.Queue(), queue.Queue(), queue.Queue()
-    alice.order, alice.heartbeat, alice.disconnected = [], threading.Event(), threading.Event()
-    alice.conn = stomp.WSStompConnection(
-        [("127.0.0.1", broker.http_port)],
-        ws_path="/stomp",
-        header={"Sec-WebSocket-Protocol": "v12.stomp"},
-        auto_decode=False,
-        reconnect_attempts_max=1,
-    )
-    alice.conn.set_listener("", alice)
-    alice.conn.connect(wait=True, username="alice", passcode="alice-pw")
+    alice = WsClient(broker.http_port, username="alice", passcode="alice-pw")
     try:
         alice.conn.subscribe("/queue/bob.inbox", id="s", ack="client-individual")
         assert "may not consume queue:bob.inbox" in stomp_error(alice)

@@ -35,7 +35,9 @@ class Ports:
 class WsClient(Client):
     """A :class:`Client` whose connection is stomp.py's WebSocket one."""
 
-    def __init__(self, port: int, *, path: str = "/stomp", binary: bool = False) -> None:
+    def __init__(
+        self, port: int, *, path: str = "/stomp", binary: bool = False, **login: str
+    ) -> None:
         self.messages: queue.Queue[Any] = queue.Queue()
         self.receipts: queue.Queue[str] = queue.Queue()
         self.errors: queue.Queue[Any] = queue.Queue()
@@ -51,7 +53,7 @@ class WsClient(Client):
             reconnect_attempts_max=1,
         )
         self.conn.set_listener("", self)
-        self.conn.connect(wait=True, **LOGIN)
+        self.conn.connect(wait=True, **(login or LOGIN))
 
 
 @pytest.fixture(scope="module")
