@@ -13,6 +13,10 @@ auto_create = true       # create destinations on first use
 prepared_timeout_ms = 0  # roll back two-phase work no coordinator finished; 0 = never
 max_packet_size = "16MiB"
 max_memory = "64MiB"     # message data held in memory before durable queues page to disk
+memory_high_watermark = "256MiB"  # past it every producer waits (flow control); 0 = off
+block_timeout_ms = 30000 # how long a producer waits for the broker's memory or disk
+max_subscription_bytes = "16MiB"  # a non-durable subscription's bound when its topic
+                         # has none: past it its oldest messages go to the dead-letter queue
 flow_backlog = 5000      # pause a queue's producers while its consumers lag this far; 0 = off
 inline_sync = true       # an idle journal syncs on the broker's loop (docs/durability.md)
 heartbeat_ms = 10000     # the most a client may ask for is honoured; 0 = off
@@ -95,6 +99,9 @@ class ServerConfig:
     sync_batch_ms: int = 10
     segment_size: int = 32 << 20
     max_memory: int = 64 << 20  # message data in memory before durable queues page; 0 = never
+    memory_high_watermark: int = 256 << 20  # past it producers wait (admission); 0 = never
+    block_timeout_ms: int = 30_000  # a producer waiting for memory or disk fails after this
+    max_subscription_bytes: int = 16 << 20  # a non-durable subscription of an unbounded topic
     flow_backlog: int = 5000  # pause producers of a queue whose consumers fall this far behind
     inline_sync: bool = True  # an idle journal syncs on the broker's loop (docs/durability.md)
     tls_port: int = 0  # the native protocol over TLS (chutes://); 0 = off; needs tls_cert
@@ -132,6 +139,13 @@ class ServerConfig:
             if not 0 <= port <= 65535:
                 raise ConfigError(f"server.{name}: {port} is not a TCP port (0-65535)")
         self._check_tls()
+        if 0 < self.memory_high_watermark <= self.max_memory and self.store == "journal":
+            raise ConfigError(
+                f"server.memory_high_watermark ({self.memory_high_watermark} bytes) must be "
+                f"above server.max_memory ({self.max_memory} bytes): durable queues page at "
+                "max_memory, so producers should only wait for what cannot page (raise "
+                "memory_high_watermark, or lower max_memory)"
+            )
         if not self.users and not _is_loopback(self.host):
             raise ConfigError(
                 f"server.host = {self.host!r} accepts connections from other machines: "
@@ -235,6 +249,9 @@ _SERVER_KEYS = {
     "sync_batch_ms": int,
     "segment_size": "size",
     "max_memory": "size",
+    "memory_high_watermark": "size",
+    "block_timeout_ms": int,
+    "max_subscription_bytes": "size",
     "flow_backlog": int,
     "inline_sync": bool,
     "tls_port": int,

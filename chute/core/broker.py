@@ -37,6 +37,7 @@ from typing import Any
 
 from chute.core.access import Access, Client
 from chute.core.address import DEAD_LETTER, EXPIRED, Kind, canonical, parse
+from chute.core.admission import Admission
 from chute.core.batches import CommittedBatches
 from chute.core.consumer import Entry
 from chute.core.cursor import Cursors
@@ -58,6 +59,7 @@ log = logging.getLogger("chute.broker")
 ORIGINAL_DESTINATION = "chute_original_destination"
 DIVERT_REASON = "chute_reason"
 MAX_FORWARD_DEPTH = 8
+DIVERT_LOG_INTERVAL_MS = 60_000
 
 
 class Broker:
@@ -73,16 +75,29 @@ class Broker:
         predefined: Iterable[str] = (),
         prepared_timeout_ms: int = 0,
         memory_limit: int = 0,
+        memory_high_watermark: int = 0,
+        block_timeout_ms: int = 30_000,
         flow_backlog: int = 0,
+        max_subscription_bytes: int = 0,
         access: Access | None = None,
         max_cursor_lease_ms: int = 300_000,
     ) -> None:
         self.store = store
         self.max_lease_ms = max_cursor_lease_ms  # see chute.core.cursor
         self.access = access or Access()
-        self.memory = MemoryBudget(memory_limit)  # 0: never page (see chute.core.paging)
+        # past memory_limit durable queues page (chute.core.paging); past the high
+        # watermark producers wait (chute.core.admission); 0: never
+        self.memory = MemoryBudget(memory_limit, memory_high_watermark)
+        self.admission = Admission(
+            self.memory,
+            lambda: self.store.space_low(),  # noqa: PLW0108 - swapped while a transaction gathers
+            clock,
+            block_timeout_ms,
+        )
         self._page_later: set[QueueChannel] = set()
         self.flow_backlog = flow_backlog  # 0: producers are never paused for a backlog
+        self.max_subscription_bytes = max_subscription_bytes  # see Subscriptions.create
+        self._diverted: dict[tuple[str, Reason], tuple[int, int]] = {}  # see _log_diverted
         self.pressure: list[QueueChannel] = []  # congested since the driver last looked
         self.settings = settings or SettingsResolver()
         self.clock = clock
@@ -284,15 +299,10 @@ class Broker:
         copy = message.replace(
             properties=properties, expiration=0, redelivered=False, delivery_count=0
         )
-        level = logging.DEBUG if reason is Reason.EXPIRED else logging.WARNING
-        log.log(
-            level,
-            "message %s from %s moved to %s: %s",
-            message.id,
-            queue.address,
-            target,
-            reason.value,
-        )
+        if reason is Reason.EXPIRED:
+            log.debug("message %s from %s moved to %s: expired", message.id, queue.name, target)
+        else:
+            self._log_diverted(queue, message, target, reason)
         self._forward_depth += 1
         try:
             route = self.route(self.destination(target, create=True), copy)
@@ -311,6 +321,32 @@ class Broker:
             )
         finally:
             self._forward_depth -= 1
+
+    def _log_diverted(
+        self, queue: QueueChannel, message: Message, target: str, reason: Reason
+    ) -> None:
+        """A warning for the first diversion of a queue for a reason, then one a minute at
+        most with how many followed (a subscriber far behind may lose thousands a
+        second: each is counted in the queue's stats, not logged)."""
+        key = (queue.name, reason)
+        now = self.clock()
+        count, since = self._diverted.get(key, (0, 0))
+        if since and now - since < DIVERT_LOG_INTERVAL_MS:
+            self._diverted[key] = (count + 1, since)
+            log.debug(
+                "message %s from %s moved to %s: %s", message.id, queue.name, target, reason.value
+            )
+            return
+        more = f" (and {count} more in the last {(now - since) // 1000} s)" if count else ""
+        log.warning(
+            "message %s from %s moved to %s: %s%s; more are counted, not logged, for a minute",
+            message.id,
+            queue.name,
+            target,
+            reason.value,
+            more,
+        )
+        self._diverted[key] = (0, now)
 
     def forward(self, address: str, message: Message) -> None:
         """Route a copy of ``message`` onwards (callback queues), guarding against loops.
@@ -351,15 +387,22 @@ class Broker:
             for wake in waiters:
                 wake()
 
-    def wait_for_room(self, address: str, wake: Callable[[], None]) -> None:
-        """Call ``wake()`` once when something leaves ``address`` (for the ``block`` policy).
+    def wait_for_room(self, address: str | None, wake: Callable[[], None]) -> None:
+        """Call ``wake()`` once when something leaves ``address`` (for the ``block`` policy),
+        or, for no address, once the broker admits producers again (its memory or disk).
 
         Raises:
             InvalidAddress: a bad address.
         """
+        if address is None:
+            self.admission.wait(wake)
+            return
         self._room_waiters.setdefault(canonical(address), []).append(wake)
 
-    def cancel_wait(self, address: str, wake: Callable[[], None]) -> None:
+    def cancel_wait(self, address: str | None, wake: Callable[[], None]) -> None:
+        if address is None:
+            self.admission.cancel(wake)
+            return
         waiters = self._room_waiters.get(canonical(address))
         if waiters and wake in waiters:
             waiters.remove(wake)
@@ -468,6 +511,15 @@ class Broker:
             "connections": len(self.connections),
             "prepared": self.xa.xids(),
             "discarded": self.discarded,
+            "memory": {
+                "held": self.memory.used,
+                "paging_at": self.memory.limit,
+                "high_watermark": self.memory.high,
+            },
+            "producers": {
+                "waiting": self.admission.waiting,
+                "blocked_by": self.admission.reason,
+            },
         }
 
     # -- recovery ----------------------------------------------------------------------

@@ -37,6 +37,7 @@ from typing import Final, Protocol
 from chute.core.consumer import Entry
 from chute.core.store import AddOp, Store
 from chute.errors import StoreError
+from chute.message import Message
 
 log = logging.getLogger("chute.core.queue")
 
@@ -44,16 +45,32 @@ PAGE_BYTES: Final = 1 << 20  # how much one read-back brings in
 PAGE_MIN: Final = 16  # ... but at least this many messages
 PAGE_MAX: Final = 4096  # ... and at most this many
 
+HELD_OVERHEAD: Final = 512
+"""What holding one message in memory costs besides twice its ``size``: the message
+and entry objects, its id, its properties' dict, the queue's slot, the journal's
+index entry. Twice the size because a message received keeps its wire encoding
+next to its body (a delivery reuses it). Measured by ``python -m bench.message_cost``:
+a message with a 16-byte body costs ~650 bytes of the broker's memory, one with
+1 KiB ~2.7 KiB."""
+
+
+def held_cost(message: Message) -> int:
+    """What ``message`` costs the broker's memory while a queue holds it."""
+    return 2 * message.size + HELD_OVERHEAD
+
 
 class MemoryBudget:
-    """Message bytes held in memory by every queue, against ``limit`` (0: no limit)."""
+    """What every queue holds in memory (:func:`held_cost` of each message), against
+    two limits: past ``limit`` durable queues page (0: never), and past ``high``
+    producers wait (0: never; see :class:`chute.core.admission.Admission`)."""
 
-    __slots__ = ("limit", "used")
+    __slots__ = ("high", "limit", "used")
 
-    def __init__(self, limit: int = 0) -> None:
-        if limit < 0:
-            raise ValueError(f"memory limit {limit} must be 0 (no paging) or positive")
+    def __init__(self, limit: int = 0, high: int = 0) -> None:
+        if limit < 0 or high < 0:
+            raise ValueError(f"memory limits ({limit}, {high}) must be 0 (none) or positive")
         self.limit = limit
+        self.high = high
         self.used = 0
 
     @property
@@ -61,7 +78,7 @@ class MemoryBudget:
         return 0 < self.limit <= self.used
 
     def __repr__(self) -> str:
-        return f"MemoryBudget(used={self.used}, limit={self.limit})"
+        return f"MemoryBudget(used={self.used}, limit={self.limit}, high={self.high})"
 
 
 def window(paged: int, paged_bytes: int) -> int:
@@ -174,7 +191,7 @@ class Pager:
                 result.expiring += 1  # restored paged: its expiration was not counted yet
             self.count -= 1
             self.size -= message.size
-            memory.used += message.size
+            memory.used += held_cost(message)
             entries.append(Entry(seq, message, item.delivery_count, item.delivery_count > 0))
         if not self.count and self.size:  # restored sizes were estimates
             result.gone = (0, self.size)
@@ -215,7 +232,7 @@ class Pager:
                 self.skip.add(seq)
                 self.count -= 1
                 self.size -= item.message.size
-                self.host.memory.used += item.message.size
+                self.host.memory.used += held_cost(item.message)
                 return Entry(seq, item.message, item.delivery_count, item.delivery_count > 0)
         return None
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from chute.core.consumer import AckMode, Consumer, Entry, PointToPointRouter
-from chute.core.paging import MemoryBudget, Pager
+from chute.core.paging import HELD_OVERHEAD, MemoryBudget, Pager, held_cost
 from chute.core.settings import DestinationSettings
 from chute.core.store import AckOp, Store
 from chute.errors import ConsumerError
@@ -59,6 +59,7 @@ class QueueHost(Protocol):
     clock: Callable[[], int]
     memory: MemoryBudget
     flow_backlog: int  # waiting messages that make a queue with consumers push back; 0 = never
+    max_subscription_bytes: int  # bound of a non-durable subscription of an unbounded topic
 
     def congested(self, queue: QueueChannel) -> None:
         """``queue`` has consumers and a backlog past ``flow_backlog``: its producers should
@@ -116,18 +117,20 @@ class QueueChannel:
 
     def place(self, entry: Entry) -> None:
         """Take a message that was admitted (bounds already checked) and push it if possible."""
-        size = entry.message.size
+        message = entry.message
+        size = message.size
         self.held += 1
         self.held_bytes += size
         self.enqueued += 1
-        if entry.message.expiration:
+        if message.expiration:
             self.expiring += 1
         memory = self.host.memory
         pager = self.pager
+        cost = 2 * size + HELD_OVERHEAD  # held_cost(message), inline on the hot path
         if (
             (
                 pager.count
-                or (memory.limit and memory.used + size > memory.limit and self.ready >= PAGE_LOW)
+                or (memory.limit and memory.used + cost > memory.limit and self.ready >= PAGE_LOW)
             )
             and self.durable
             and pager.page_out(entry)
@@ -138,7 +141,7 @@ class QueueChannel:
                 if self.host.flow_backlog and pager.count + self.ready >= self.host.flow_backlog:
                     self.host.congested(self)
             return
-        memory.used += size
+        memory.used += cost
         if entry.seq > pager.top_seq:  # the pager's invariant (chute.core.paging), inline
             if pager.count:  # held ahead of paged messages (a transaction): read-back skips it
                 pager.skip.add(entry.seq)
@@ -339,16 +342,17 @@ class QueueChannel:
 
     def _leave(self, entry: Entry, acked: bool) -> bool:
         """The queue's accounting of :meth:`settle`; True if the store must record an ack."""
-        size = entry.message.size
+        message = entry.message
+        size = message.size
         self.held -= 1
         self.held_bytes -= size
-        self.host.memory.used -= size
-        if entry.message.expiration:
+        self.host.memory.used -= 2 * size + HELD_OVERHEAD  # held_cost(message)
+        if message.expiration:
             self.expiring -= 1
         if acked:
             self.acked += 1
         return self.durable and (
-            entry.message.persistent
+            message.persistent
             or bool(self.pager.transient and self.pager.forget_transient(entry.seq))
         )
 
@@ -499,7 +503,7 @@ class QueueChannel:
         for lane in self._lanes:
             lane.clear()
         self.ready = 0
-        self.host.memory.used -= sum(e.message.size for e in out)
+        self.host.memory.used -= sum(held_cost(e.message) for e in out)
         waiters, self.flow_waiters = self.flow_waiters, []
         for wake in waiters:  # nothing is left to wait for
             wake()

@@ -33,9 +33,19 @@ class Route:
 
 
 class WouldBlock(DestinationFull):
-    """A destination under the ``block`` policy is full: wait for room, then retry."""
+    """No room now: wait for it, then retry. ``address`` is the destination under the
+    ``block`` policy that is full, or None when the whole broker is over its memory or
+    disk limit (:mod:`chute.core.admission`)."""
 
-    def __init__(self, reason: str, address: str, timeout_ms: int) -> None:
+    def __init__(self, reason: str, address: str | None, timeout_ms: int) -> None:
         super().__init__(reason)
         self.address = address
         self.timeout_ms = timeout_ms
+
+    def gave_up(self) -> DestinationFull:
+        """What the producer is told once ``timeout_ms`` passed without room."""
+        why = "overflow = block" if self.address is not None else "block_timeout_ms"
+        return DestinationFull(
+            f"{self.reason}; no room within {self.timeout_ms} ms ({why}): "
+            "the message was not accepted, send it again later"
+        )

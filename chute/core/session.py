@@ -23,6 +23,7 @@ from chute.core.access import Action
 from chute.core.address import Kind, parse
 from chute.core.broker import Broker
 from chute.core.consumer import AckMode, Consumer, Receiver
+from chute.core.paging import held_cost
 from chute.core.queue import QueueChannel
 from chute.core.queuetypes import LoginQueue
 from chute.core.routing import Destination, WouldBlock
@@ -100,6 +101,8 @@ class Transaction:
     sends: list[Send] = field(default_factory=list)
     acks: list[Taken] = field(default_factory=list)
     nacks: list[Nacked] = field(default_factory=list)
+    held: int = 0
+    """What the sends cost the broker's memory until they commit (``held_cost``)."""
     refused: ChuteError | None = None
     """Why a send of this transaction was refused: it can only roll back now (a client
     that sends without waiting must not see the rest commit without it)."""
@@ -129,21 +132,28 @@ class Session:
 
         Raises:
             AccessDenied: this connection's user may not send to ``address``.
+            WouldBlock: the broker is over its memory or disk limit (address None:
+                retry once it admits again, :mod:`chute.core.admission`).
         """
         tx = self.tx
+        broker = self.broker
+        broker.admission.admit()
         if tx is None:
             if self._checks:
                 self.connection.authorize_send(address)
-            self.broker.send(address, message, ttl=ttl)
+            broker.send(address, message, ttl=ttl)
             return
         try:
             if self._checks:
                 self.connection.authorize_send(address)
-            self.broker.destination(address)  # fail now on a bad address
+            broker.destination(address)  # fail now on a bad address
         except ChuteError as exc:
             tx.refused = tx.refused or exc
             raise
         tx.sends.append((address, message, ttl))
+        cost = held_cost(message)
+        tx.held += cost
+        broker.memory.used += cost  # held here until the commit places it
 
     # -- consuming --------------------------------------------------------------
 
@@ -371,6 +381,7 @@ class Session:
         broker = self.broker
         self._check_tx_room(tx)
         self.tx = Transaction()
+        broker.memory.used -= tx.held  # the queues count what they take
         with broker.atomically():
             for queue, entry in tx.acks:
                 queue.settle(entry)
@@ -442,12 +453,14 @@ class Session:
         self._check_refused(tx)
         self._check_tx_room(tx)
         self.tx = Transaction()
+        self.broker.memory.used -= tx.held
         self.broker.xa.prepare(self.connection.xa_key(xid), tx.sends, tx.acks, tx.nacks)
 
     def rollback(self) -> None:
         """Discard the sends; the acked and nacked messages are delivered again (redelivered)."""
         tx = self._require_tx()
         self.tx = Transaction()
+        self.broker.memory.used -= tx.held
         give_back(tx.acks + [(queue, entry) for queue, entry, _ in tx.nacks])
 
     def _check_refused(self, tx: Transaction) -> None:

@@ -166,6 +166,10 @@ class Store(Protocol):
             StoreError: the store cannot read them now (a disk fault).
         """
 
+    def space_low(self) -> str | None:
+        """Why the store cannot take new messages now (its disk is under its free-space
+        limit), as a sentence for the producers that wait; None while it can."""
+
     def close(self) -> None:
         """Flush and release resources."""
 
@@ -228,6 +232,9 @@ class Gathering:
 
     def page_in(self, queue: str, after: int, limit: int) -> list[StoredMessage]:
         return self.store.page_in(queue, after, limit)
+
+    def space_low(self) -> str | None:
+        return self.store.space_low()
 
     def close(self) -> None:
         self.store.close()

@@ -14,10 +14,12 @@ below make them. Used from the broker's loop only.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping
 
 from chute.core.queue import QueueHost
 from chute.core.selector import compile_selector
+from chute.core.settings import DestinationSettings, Overflow
 from chute.core.store import QueueDefinition, QueueKind
 from chute.core.topic import Subscription, SubscriptionKind, Topic
 
@@ -25,6 +27,7 @@ _STORED_KINDS = {
     SubscriptionKind.DURABLE: QueueKind.SUBSCRIPTION,
     SubscriptionKind.CALLBACK: QueueKind.CALLBACK,
 }
+_CANNOT_PAGE = frozenset({SubscriptionKind.NON_DURABLE, SubscriptionKind.SHARED})
 
 
 def durable_key(name: str, client_id: str | None) -> str:
@@ -85,7 +88,7 @@ class Subscriptions(Mapping[str, Subscription]):
             key,
             topic,
             kind,
-            topic.settings,
+            self._bound(topic.settings, kind),
             self.host,
             selector=compile_selector(selector) if selector else None,
             name=name,
@@ -106,6 +109,16 @@ class Subscriptions(Mapping[str, Subscription]):
                 )
             )
         return sub
+
+    def _bound(self, settings: DestinationSettings, kind: SubscriptionKind) -> DestinationSettings:
+        """A non-durable subscription cannot page: when its topic sets no bound, it holds
+        at most ``max_subscription_bytes`` and a subscriber that falls behind loses its
+        oldest messages to the dead-letter queue (``drop-oldest``), not the broker's
+        memory."""
+        limit = self.host.max_subscription_bytes
+        if settings.bounded or not limit or kind not in _CANNOT_PAGE:
+            return settings
+        return dataclasses.replace(settings, max_bytes=limit, overflow=Overflow.DROP_OLDEST)
 
     def restore(self, definition: QueueDefinition, topic: Topic) -> Subscription:
         """Recreate a durable or callback subscription from its stored definition."""

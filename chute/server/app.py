@@ -49,6 +49,8 @@ if TYPE_CHECKING:  # aiohttp is imported only when the HTTP listener is on
 
 log = logging.getLogger("chute.server")
 
+RESOURCE_CHECK_S = 0.1  # how often admission re-reads memory and disk (chute.core.admission)
+
 
 class BrokerServer:
     """Not thread-safe: everything runs on ``self.loop``."""
@@ -64,6 +66,9 @@ class BrokerServer:
             prepared_timeout_ms=config.prepared_timeout_ms,
             # paging moves memory to the journal: with the memory store it would only copy
             memory_limit=config.max_memory if config.store == "journal" else 0,
+            memory_high_watermark=config.memory_high_watermark,
+            block_timeout_ms=config.block_timeout_ms,
+            max_subscription_bytes=config.max_subscription_bytes,
             flow_backlog=config.flow_backlog,
             max_cursor_lease_ms=config.max_cursor_lease_ms,
             access=Access(
@@ -86,6 +91,7 @@ class BrokerServer:
         self._sync_seals: list[Callable[[], None]] = []
         self.loop_thread = threading.get_ident()  # where the loop runs (set again in start)
         self._sweeper: asyncio.Task[None] | None = None
+        self._watcher: asyncio.Task[None] | None = None
         self.loop: asyncio.AbstractEventLoop = asyncio.get_event_loop_policy().get_event_loop()
 
     async def start(self) -> list[tuple[str, str, int]]:
@@ -112,6 +118,7 @@ class BrokerServer:
         if restored:
             log.info("recovered %d messages", restored)
             release_free_memory()  # recovery's garbage: a paged backlog was decoded whole
+        self.broker.admission.check()  # a full disk waits producers now
         self.bridges = start_bridges(
             self, self.config.dropbox
         )  # before the listeners: a bad mount stops us early
@@ -149,6 +156,7 @@ class BrokerServer:
                     "%s listener for %s on %s:%d", name, self.config.smq.queue, host, bound_port
                 )
         self._sweeper = asyncio.create_task(self._sweep_expired(), name="chute-expiry")
+        self._watcher = asyncio.create_task(self._watch_resources(), name="chute-admission")
         return bound
 
     def _accept(self, name: str, factory: ProtocolFactory, tls: bool) -> ProtocolFactory:
@@ -222,6 +230,17 @@ class BrokerServer:
             if count:
                 log.debug("expired %d messages", count)
 
+    async def _watch_resources(self) -> None:
+        """Re-evaluate the broker's memory and the journal's free space a few times a
+        second: admission opens (waiting producers go on) once both allow."""
+        admission = self.broker.admission
+        while True:
+            await asyncio.sleep(RESOURCE_CHECK_S)
+            try:
+                admission.check()
+            except Exception:  # a bug here must not end the broker
+                log.exception("checking memory and disk failed")
+
     def stats(self) -> dict[str, Any]:
         stats = self.broker.stats()
         stats["uptime_s"] = round(time.time() - self.started, 1)
@@ -266,10 +285,11 @@ class BrokerServer:
             await self.http.stop()  # its WebSockets' STOMP connections end here
         for conn in list(self.connections):  # transports that did not report connection_lost
             conn.connection_lost(None)
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+        for task in (self._sweeper, self._watcher):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         self.broker.close()
         log.info("stopped")
 

@@ -48,7 +48,7 @@ from chute.core.broker import Broker
 from chute.core.connection import Connection, connect
 from chute.core.queue import QueueChannel
 from chute.core.routing import WouldBlock
-from chute.errors import AuthenticationFailed, ChuteError, ClientIdInUse, DestinationFull
+from chute.errors import AuthenticationFailed, ChuteError, ClientIdInUse
 from chute.server.tls import certificate_user
 
 log = logging.getLogger("chute.server")
@@ -370,7 +370,9 @@ class StreamConnection(asyncio.Protocol):
         self.flush()
 
     def _block_until_room(self, exc: WouldBlock, retry: Retry) -> None:
-        """Hold this connection until ``exc.address`` has room or ``exc.timeout_ms`` passes."""
+        """Hold this connection until ``exc.address`` has room (the whole broker, for no
+        address: its memory or disk, :mod:`chute.core.admission`) or ``exc.timeout_ms``
+        passes."""
         self._hold(Hold.BLOCKED_SEND)
         loop = self.server.loop
         timer: asyncio.TimerHandle | None = None
@@ -382,8 +384,7 @@ class StreamConnection(asyncio.Protocol):
 
         def give_up() -> None:
             self.broker.cancel_wait(exc.address, wake)
-            reason = f"{exc.reason}; no room within {exc.timeout_ms} ms (overflow = block)"
-            self._unblock(retry, DestinationFull(reason))
+            self._unblock(retry, exc.gave_up())
 
         self.broker.wait_for_room(exc.address, wake)
         timer = loop.call_later(exc.timeout_ms / 1000, give_up)

@@ -96,6 +96,11 @@ __all__ = ["DEFAULT_SEGMENT_SIZE", "Journal", "ReclaimResult", "SyncMode"]
 DEFAULT_SEGMENT_SIZE: Final = 32 << 20
 
 
+MAX_BEHIND = 4 << 20
+"""What may wait for the writer before producers wait (non-persistent messages paged and
+dead letters are recorded without a producer waiting for a sync)."""
+
+
 class Journal:
     """Append-only segment files behind the Store interface. See the module docstring.
 
@@ -300,6 +305,15 @@ class Journal:
             raise StoreError(
                 f"journal {self.directory}: cannot read paged messages: {exc}"
             ) from exc
+
+    def space_low(self) -> str | None:
+        behind = self._intake.pending_bytes
+        if behind > MAX_BEHIND:
+            return (
+                f"the journal's writer is {behind >> 20} MiB behind the broker: "
+                "producers wait while it writes"
+            )
+        return None
 
     def close(self) -> None:
         """Write and sync everything buffered, stop the writer, release the directory.

@@ -105,6 +105,9 @@ class MemoryStore:
         held = self.messages.get(queue, {})
         return [held[seq] for seq in sorted(s for s in held if s > after)[:limit]]
 
+    def space_low(self) -> str | None:
+        return None  # it holds nothing on disk
+
     def close(self) -> None:
         return None
 

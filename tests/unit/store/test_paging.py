@@ -15,6 +15,7 @@ import pytest
 from chute.core.broker import Broker
 from chute.core.connection import Connection
 from chute.core.consumer import AckMode, Consumer, Entry
+from chute.core.paging import held_cost
 from chute.core.queue import PAGE_LOW, QueueChannel
 from chute.core.session import Session
 from chute.core.store import Store
@@ -24,8 +25,9 @@ from chute.store.memory import MemoryStore
 
 from ..core.helpers import FakeClock
 
-LIMIT = 32 << 10  # 32 KiB of message data in memory
+LIMIT = 128 << 10  # what the queues may hold in memory: ~120 of these messages
 BODY = b"x" * 200
+COST = held_cost(Message.create(BODY))  # what one costs the broker's memory
 
 OpenStore = Callable[[], Store]
 
@@ -104,7 +106,7 @@ def test_a_deep_backlog_stays_within_the_limit_and_drains_in_order(open_store: O
     send(s, "queue:q", 2000)
     q = queue(broker, "queue:q")
     assert q.held == 2000
-    assert q.paged >= q.held - LIMIT // len(BODY)
+    assert q.paged >= q.held - LIMIT // COST
     assert broker.memory.used <= LIMIT
     got = drain(s, "queue:q")
     assert [body for body, _ in got] == expected(2000)
@@ -129,7 +131,7 @@ def test_non_persistent_messages_page_too_and_die_with_the_process(
     s = Connection(broker).session(AckMode.CLIENT)
     send(s, "queue:q", 200, persistent=False)
     send(s, "queue:q", 200, start=200)
-    assert queue(broker, "queue:q").paged >= 400 - LIMIT // len(BODY)
+    assert queue(broker, "queue:q").paged >= 400 - LIMIT // COST
     restarted = start(open_store())  # non-persistent messages do not survive a restart
     s2 = Connection(restarted).session(AckMode.CLIENT)
     assert [b for b, _ in drain(s2, "queue:q")] == expected(200, start=200)
@@ -153,7 +155,7 @@ def test_a_restart_with_a_paged_backlog_recovers_everything_in_order(
     restarted = start(open_store())
     q = queue(restarted, "queue:q")
     assert q.held == 1500
-    assert restarted.memory.used <= LIMIT + len(BODY) * 2
+    assert restarted.memory.used <= LIMIT + COST * 2
     s2 = Connection(restarted).session(AckMode.CLIENT)
     assert [b for b, _ in drain(s2, "queue:q")] == expected(1500)
 
@@ -182,7 +184,7 @@ def test_durable_subscriptions_page_each_on_their_own(open_store: OpenStore) -> 
     for name in ("a", "b"):  # subscribe, then go away: the subscriptions keep what comes
         s.close_consumer(s.consumer(1, "topic:t", Taker(), subscription=name, durable=True))
     send(s, "topic:t", 600)
-    assert broker.memory.used <= LIMIT + PAGE_LOW * 2 * (len(BODY) + 100)  # < PAGE_LOW: no paging
+    assert broker.memory.used <= LIMIT + PAGE_LOW * COST  # < PAGE_LOW: no paging
     for name in ("a", "b"):
         taker = Taker()
         consumer = s.consumer(1, "topic:t", taker, prefetch=50, subscription=name, durable=True)
@@ -225,7 +227,7 @@ def test_a_transacted_producer_pages_too(open_store: OpenStore) -> None:
     for start_at in range(0, 2000, 100):
         send(tx, "queue:q", 100, start=start_at)
         tx.commit()
-    assert queue(broker, "queue:q").paged >= 2000 - LIMIT // len(BODY)
+    assert queue(broker, "queue:q").paged >= 2000 - LIMIT // COST
     assert broker.memory.used <= LIMIT
     s = Connection(broker).session(AckMode.CLIENT)
     assert [b for b, _ in drain(s, "queue:q")] == expected(2000)
@@ -270,7 +272,7 @@ def test_one_huge_transaction_pages_and_drains_in_order(open_store: OpenStore) -
     send(tx, "queue:q", 20_000)
     tx.commit()  # one record holding every add
     q = queue(broker, "queue:q")
-    assert q.paged >= 20_000 - LIMIT // len(BODY)
+    assert q.paged >= 20_000 - LIMIT // COST
     assert (q.held, q.inflight) == (20_000, 0)  # paged messages are not in flight
     s = Connection(broker).session(AckMode.CLIENT)
     assert [b for b, _ in drain(s, "queue:q", prefetch=500)] == expected(20_000)

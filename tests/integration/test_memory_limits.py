@@ -1,0 +1,158 @@
+"""The broker's memory, tried over real sockets: past the high watermark producers wait
+(and fail clearly after block_timeout_ms) while consumers drain; a STOMP subscriber that
+never reads its socket costs the broker its subscription's bound, not its memory."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import chute
+from chute.errors import DestinationFull
+
+from .conftest import ChuteServer, free_port, start_server
+
+BODY = b"m" * 1024
+
+
+def rss(server: ChuteServer) -> int:
+    with open(f"/proc/{server.process.pid}/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def stats(conn: chute.Connection, address: str = "queue:q") -> dict[str, int]:
+    found: dict[str, int] = next(d for d in conn.stat()["destinations"] if d["address"] == address)
+    return found
+
+
+def serve(tmp_path: Path, config: str, *extra: str) -> ChuteServer:
+    path = tmp_path / "chute.toml"
+    path.write_text("[server]\n" + config)
+    return start_server(tmp_path, "--config", str(path), *extra)
+
+
+@pytest.fixture
+def tight(tmp_path: Path) -> Iterator[ChuteServer]:
+    """A broker whose queues cannot page (memory store) and that stops producers at 2 MiB."""
+    server = serve(
+        tmp_path, 'store = "memory"\nmemory_high_watermark = "2MiB"\nblock_timeout_ms = 1500\n'
+    )
+    yield server
+    server.stop()
+
+
+def test_a_producer_past_the_high_watermark_gets_a_clear_error_and_consumers_still_drain(
+    tight: ChuteServer,
+) -> None:
+    with chute.connect(tight.url) as conn, conn.session() as s:
+
+        def fill() -> int:
+            for _ in range(10_000):
+                s.send("queue:q", BODY)
+                s.flush()
+            return 10_000
+
+        with pytest.raises(DestinationFull) as refused:
+            fill()
+        sent = stats(conn)["depth"]
+        assert "memory_high_watermark" in refused.value.reason
+        assert "not accepted" in refused.value.reason
+        assert 100 < sent < 2000  # ~2.6 KiB a message against 2 MiB
+        tight.wait_for_line("producers wait")
+        with chute.connect(tight.url) as other, other.session(ack="auto") as reader:
+            consumer = reader.consumer("queue:q")
+            got = [consumer.receive(timeout=10) for _ in range(sent)]
+            assert all(m is not None for m in got)
+            assert consumer.receive(timeout=0.2) is None  # the refused one was not kept
+        tight.wait_for_line("producers resume")
+        s.send("queue:q", b"after")
+        s.flush()
+    assert sum("producers wait" in line for line in tight.lines) == 1  # once, not per send
+
+
+def test_a_waiting_producer_goes_on_by_itself_once_consumers_drain(tmp_path: Path) -> None:
+    server = serve(
+        tmp_path, 'store = "memory"\nmemory_high_watermark = "2MiB"\nblock_timeout_ms = 30000\n'
+    )
+    total = 3000  # ~8 MiB: four times what the broker admits at once
+    failure: list[BaseException] = []
+
+    def produce() -> None:
+        try:
+            with chute.connect(server.url) as conn, conn.session() as s:
+                for i in range(total):
+                    s.send("queue:q", str(i).encode() + BODY)
+                s.flush()
+        except BaseException as exc:  # noqa: BLE001 - reported by the test below
+            failure.append(exc)
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    try:
+        server.wait_for_line("producers wait")
+        with chute.connect(server.url) as conn, conn.session(ack="auto") as s:
+            consumer = s.consumer("queue:q")
+            got: list[bytes] = []
+            for _ in range(total):
+                m = consumer.receive(timeout=20)
+                assert m is not None, f"stalled after {len(got)} messages"
+                got.append(m.body[: -len(BODY)])
+        assert got == [str(i).encode() for i in range(total)]
+    finally:
+        producer.join(30)
+        server.stop()
+    assert not failure
+
+
+def test_a_stomp_subscriber_that_never_reads_costs_its_bound_not_the_broker(
+    tmp_path: Path,
+) -> None:
+    stomp_port = free_port()
+    server = serve(
+        tmp_path,
+        'max_subscription_bytes = "2MiB"\nmax_memory = "4MiB"\nmemory_high_watermark = "16MiB"\n',
+        "--stomp-port",
+        str(stomp_port),
+    )
+    try:
+        stuck = socket.create_connection(("127.0.0.1", stomp_port))
+        stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stuck.sendall(b"CONNECT\naccept-version:1.2\nhost:x\n\n\0")
+        stuck.recv(4096)  # CONNECTED
+        stuck.sendall(b"SUBSCRIBE\nid:0\ndestination:/topic/news\nack:auto\nreceipt:r\n\n\0")
+        answer = b""
+        while b"RECEIPT" not in answer:
+            answer += stuck.recv(4096)
+        before = rss(server)
+        body = b"n" * 8192
+        with chute.connect(server.url) as conn, conn.session() as s:
+            for _ in range(24 * 1024):  # 192 MiB published to a subscriber that reads nothing
+                s.send("topic:news", body, persistent=False)
+            s.flush()
+            grown = rss(server) - before
+            stats = conn.stat()
+        topic = next(d for d in stats["destinations"] if d["address"] == "topic:news")
+        assert topic["dead_lettered"] > 20_000  # the oldest went to the dead-letter queue
+        # bounded by the subscription's bound, the paging line and the high watermark (22
+        # MiB), what the journal's writer may be behind (4 MiB) and a margin for the
+        # allocator; without the bound the broker grew by everything published
+        assert grown < 112 << 20, f"the broker grew by {grown >> 20} MiB"
+        server.wait_for_line("dropped-oldest")
+        assert sum("dropped-oldest" in line for line in server.lines) == 1
+        # the subscriber is still connected and gets the newest messages once it reads
+        stuck.settimeout(10)
+        seen = b""
+        while b"MESSAGE" not in seen:
+            chunk = stuck.recv(65536)
+            assert chunk, "the broker closed the slow subscriber"
+            seen += chunk
+        stuck.close()
+    finally:
+        server.stop()

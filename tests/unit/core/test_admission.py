@@ -1,0 +1,220 @@
+"""Admission: past the memory high watermark or under the disk's free-space limit, every
+producer waits while consumers drain; a slow non-durable subscriber loses its oldest
+messages to the dead-letter queue instead of growing the broker."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from chute.core.admission import RESUME_RATIO, STORE_CHECK_EVERY
+from chute.core.broker import Broker
+from chute.core.connection import Connection
+from chute.core.consumer import AckMode
+from chute.core.paging import held_cost
+from chute.core.routing import WouldBlock
+from chute.core.settings import DestinationSettings, Overflow, SettingsResolver
+from chute.store.memory import MemoryStore
+
+from .helpers import FakeClock, Recorder, msg, stats_of
+
+BODY = b"x" * 1000
+COST = held_cost(msg(BODY))
+DLQ = "queue:__sys__deadLetter"
+
+
+class ShortStore(MemoryStore):
+    """A store whose disk is short when a test says so."""
+
+    short: str | None = None
+
+    def space_low(self) -> str | None:
+        return self.short
+
+
+def broker_with(high: int = 0, subscription_bytes: int = 0) -> Broker:
+    return Broker(
+        ShortStore(),
+        SettingsResolver({}),
+        clock=FakeClock(),
+        memory_high_watermark=high,
+        block_timeout_ms=5_000,
+        max_subscription_bytes=subscription_bytes,
+    )
+
+
+def fill_until_refused(broker: Broker, address: str = "queue:q") -> tuple[int, WouldBlock]:
+    s = Connection(broker).session(AckMode.CLIENT)
+    for sent in range(100_000):
+        try:
+            s.send(address, msg(BODY))
+        except WouldBlock as refused:
+            return sent, refused
+    raise AssertionError("the high watermark never stopped the producer")
+
+
+def test_a_message_costs_what_it_holds_not_a_fixed_64_bytes() -> None:
+    small, large = held_cost(msg(b"x" * 16)), held_cost(msg(b"x" * 1024))
+    assert small > 500  # measured ~650 bytes for a 16-byte body (bench/message_cost.py)
+    assert large - small == 2 * (1024 - 16)  # the body, and its wire encoding kept beside it
+
+
+def test_producers_wait_at_the_high_watermark_with_a_reason_and_no_address() -> None:
+    broker = broker_with(high=100 * COST)
+    sent, refused = fill_until_refused(broker)
+    assert sent == 100
+    assert refused.address is None
+    assert refused.timeout_ms == 5_000
+    assert "memory_high_watermark" in refused.reason
+    assert broker.stats()["producers"]["blocked_by"] == refused.reason
+    assert stats_of(broker, "queue:q")["depth"] == 100  # nothing half-accepted
+
+
+def test_consumers_drain_while_producers_wait_and_admission_reopens_below_the_ratio() -> None:
+    broker = broker_with(high=100 * COST)
+    fill_until_refused(broker)
+    woken: list[str] = []
+    broker.wait_for_room(None, lambda: woken.append("go"))
+    consumer_session = Connection(broker).session(AckMode.INDIVIDUAL)
+    r = Recorder()
+    c = consumer_session.consumer(1, "queue:q", r, prefetch=100)
+    entries = r.take()
+    assert len(entries) == 100  # delivering is not producing: it goes on
+    for entry in entries[:5]:
+        consumer_session.ack(c, entry.seq)
+    broker.admission.check()
+    assert broker.admission.reason is not None  # 95 % held: still over the resume line
+    assert woken == []
+    drained = int(100 * (1 - RESUME_RATIO)) + 1
+    for entry in entries[5 : 5 + drained]:
+        consumer_session.ack(c, entry.seq)
+    broker.admission.check()
+    assert broker.admission.reason is None
+    assert woken == ["go"]
+    Connection(broker).session(AckMode.CLIENT).send("queue:q", msg(BODY))
+
+
+def test_a_low_disk_stops_producers_but_not_acks() -> None:
+    broker = broker_with()
+    s = Connection(broker).session(AckMode.INDIVIDUAL)
+    s.send("queue:q", msg(BODY))
+    store = broker.store
+    assert isinstance(store, ShortStore)
+    store.short = "the disk has 1 MiB free, under disk_free_limit (64 MiB)"
+    broker.admission.check()
+    with pytest.raises(WouldBlock, match="disk_free_limit") as refused:
+        s.send("queue:q", msg(BODY))
+    assert refused.value.address is None
+    r = Recorder()
+    c = s.consumer(1, "queue:q", r)
+    s.ack(c, r.take()[0].seq)
+    assert stats_of(broker, "queue:q")["depth"] == 0
+    store.short = None
+    broker.admission.check()
+    s.send("queue:q", msg(BODY))
+
+
+def test_the_store_is_asked_every_few_sends_not_only_by_the_timer() -> None:
+    broker = broker_with()
+    store = broker.store
+    assert isinstance(store, ShortStore)
+    s = Connection(broker).session(AckMode.CLIENT)
+    s.send("queue:q", msg(BODY))
+    store.short = "the journal's writer is 17 MiB behind the broker"
+    for _ in range(STORE_CHECK_EVERY - 2):
+        s.send("queue:q", msg(BODY))  # the store is not asked on every send
+    with pytest.raises(WouldBlock, match="behind"):
+        s.send("queue:q", msg(BODY))
+
+
+def test_a_transaction_counts_what_it_holds_until_it_ends() -> None:
+    broker = broker_with(high=50 * COST)
+    tx = Connection(broker).session(AckMode.CLIENT, transacted=True)
+    for _ in range(50):
+        tx.send("queue:q", msg(BODY))
+    with pytest.raises(WouldBlock):  # an open transaction cannot grow the broker unbounded
+        tx.send("queue:q", msg(BODY))
+    assert broker.memory.used == 50 * COST
+    tx.rollback()
+    assert broker.memory.used == 0
+    broker.admission.check()
+    for _ in range(10):
+        tx.send("queue:q", msg(BODY))
+    tx.commit()
+    assert broker.memory.used == 10 * COST  # held by the queue now, counted once
+
+
+def test_giving_up_says_what_to_do() -> None:
+    broker = broker_with(high=COST)
+    _, refused = fill_until_refused(broker)
+    final = refused.gave_up()
+    assert "not accepted" in final.reason
+    assert "5000 ms" in final.reason
+
+
+def test_a_slow_non_durable_subscriber_loses_its_oldest_messages_to_the_dead_letter_queue(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    bound = 20 * msg(BODY).size
+    broker = broker_with(subscription_bytes=bound)
+    subscriber = Connection(broker).session(AckMode.CLIENT)
+    subscriber.consumer(1, "topic:t", Recorder(), prefetch=1)  # takes one, then stalls
+    producer = Connection(broker).session(AckMode.CLIENT)
+    with caplog.at_level(logging.WARNING, logger="chute.broker"):
+        for i in range(500):
+            producer.send("topic:t", msg(f"{i:04d}".encode() + BODY[4:]))
+    sub = next(iter(broker.topics["topic:t"].subscriptions.values()))
+    assert sub.held_bytes <= bound
+    assert sub.settings.overflow is Overflow.DROP_OLDEST
+    newest = [e.message.body[:4] for e in sub.snapshot()]
+    assert newest[-1] == b"0499"  # the newest are kept; the oldest went
+    dead = stats_of(broker, DLQ)["depth"]
+    assert dead == 500 - sub.held
+    assert stats_of(broker, "topic:t")["dead_lettered"] == dead
+    moved = [r for r in caplog.records if "moved to" in r.getMessage()]
+    assert len(moved) == 1  # logged once, counted in the stats
+
+
+def test_the_diversion_log_summarises_once_a_minute() -> None:
+    bound = 5 * msg(BODY).size
+    broker = broker_with(subscription_bytes=bound)
+    assert isinstance(broker.clock, FakeClock)
+    Connection(broker).session(AckMode.CLIENT).consumer(1, "topic:t", Recorder(), prefetch=1)
+    producer = Connection(broker).session(AckMode.CLIENT)
+    for _ in range(50):
+        producer.send("topic:t", msg(BODY))
+    broker.clock.advance(61_000)
+    logger = logging.getLogger("chute.broker")
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = Keep()
+    logger.addHandler(handler)
+    try:
+        producer.send("topic:t", msg(BODY))
+    finally:
+        logger.removeHandler(handler)
+    summary = [r.getMessage() for r in records if r.levelno == logging.WARNING]
+    assert len(summary) == 1
+    assert "and 44 more" in summary[0]
+
+
+def test_a_topic_with_its_own_bound_and_durable_subscriptions_keep_their_settings() -> None:
+    own = DestinationSettings(max_messages=3, overflow=Overflow.REJECT)
+    broker = Broker(
+        MemoryStore(),
+        SettingsResolver({"topic:bounded": own}),
+        clock=FakeClock(),
+        max_subscription_bytes=1000,
+    )
+    s = Connection(broker, client_id="c").session(AckMode.CLIENT)
+    s.consumer(1, "topic:bounded", Recorder(), prefetch=1)
+    s.consumer(2, "topic:free", Recorder(), prefetch=1, subscription="d", durable=True)
+    bounded = next(iter(broker.topics["topic:bounded"].subscriptions.values()))
+    durable = next(iter(broker.topics["topic:free"].subscriptions.values()))
+    assert bounded.settings == own
+    assert not durable.settings.bounded  # a durable subscription pages instead
