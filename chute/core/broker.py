@@ -148,12 +148,15 @@ class Broker:
         self.queues[queue.name] = queue
 
     def delete_queue(self, queue: QueueChannel) -> list[Entry]:
-        """Remove a queue; returns what it still held (the caller decides their fate)."""
+        """Remove a queue; returns what it still held waiting (gone, with the memory it
+        took; the store forgets them with the queue)."""
         queue.deleted = True
         self.queues.pop(queue.name, None)
         if queue.durable:
             self.store.undefine(queue.name)
-        return queue.drain()
+        drained = queue.drain()
+        self.memory.used -= sum(e.message.size for e in drained)
+        return drained
 
     # -- sending ------------------------------------------------------------------
 

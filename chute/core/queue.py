@@ -494,12 +494,12 @@ class QueueChannel:
         return held[:limit] if limit > 0 else held
 
     def drain(self) -> list[Entry]:
-        """Remove and return every waiting entry (used when a queue is deleted)."""
+        """Remove and return every waiting entry (used when a queue is deleted); they
+        still count in memory until the caller settles them or forgets them."""
         out = [e for lane in self._lanes for e in lane]
         for lane in self._lanes:
             lane.clear()
         self.ready = 0
-        self.host.memory.used -= sum(e.message.size for e in out)
         waiters, self.flow_waiters = self.flow_waiters, []
         for wake in waiters:  # nothing is left to wait for
             wake()
