@@ -1,5 +1,5 @@
-"""The ``chute`` command: ``serve``, ``send``, ``receive``, ``browse``, ``stat``, ``tx``,
-``cert``.
+"""The ``chute`` command: ``serve``, ``send``, ``receive``, ``browse``, ``purge``, ``delete``,
+``stat``, ``tx``, ``cert``.
 
 Errors a user can fix are printed as one line (``chute: error: ...``) with
 exit status 2 for bad usage or configuration and 1 for a failed operation;
@@ -13,7 +13,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -211,6 +211,8 @@ def _add_client_commands(sub: Any) -> None:
     client_args(browse)
     browse.set_defaults(func=_browse)
 
+    _add_removal_commands(sub, client_args)
+
     stat = sub.add_parser("stat", help="destinations with depth, consumers and in/out counts")
     stat.add_argument("--json", action="store_true")
     client_args(stat)
@@ -227,6 +229,26 @@ def _add_client_commands(sub: Any) -> None:
         "--stdin", action="store_true", help="read the password from standard input"
     )
     passwd.set_defaults(func=_passwd)
+
+
+def _add_removal_commands(sub: Any, client_args: Callable[[argparse.ArgumentParser], None]) -> None:
+    purge = sub.add_parser(
+        "purge", help="remove every waiting message of a queue (those in flight stay)"
+    )
+    purge.add_argument("destination")
+    client_args(purge)
+    purge.set_defaults(func=_purge)
+    delete = sub.add_parser(
+        "delete", help="delete a queue or topic: its messages go, its consumers are closed"
+    )
+    delete.add_argument("destination")
+    delete.add_argument(
+        "--force",
+        action="store_true",
+        help="also delete a topic's durable subscriptions and their messages",
+    )
+    client_args(delete)
+    delete.set_defaults(func=_delete)
 
 
 # -- serve --------------------------------------------------------------------------------
@@ -327,6 +349,24 @@ def _browse(args: argparse.Namespace) -> int:
     return 0
 
 
+def _purge(args: argparse.Namespace) -> int:
+    with _connect(args) as conn:
+        count = conn.purge(args.destination)
+    print(f"purged {args.destination}: {_messages(count)} removed")
+    return 0
+
+
+def _delete(args: argparse.Namespace) -> int:
+    with _connect(args) as conn:
+        count = conn.delete(args.destination, force=args.force)
+    print(f"deleted {args.destination}: {_messages(count)} discarded")
+    return 0
+
+
+def _messages(count: int) -> str:
+    return f"{count} message" if count == 1 else f"{count} messages"
+
+
 def _stat(args: argparse.Namespace) -> int:
     with _connect(args) as conn:
         stats = conn.stat()
@@ -353,7 +393,13 @@ def _stat(args: argparse.Namespace) -> int:
     print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)))
     for row in rows:
         print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
-    print(f"{stats['connections']} connections")
+    made = stats.get("made")
+    count = stats.get("destination_count", len(stats["destinations"]))
+    print(f"{stats['connections']} connections, {count} destinations", end="")
+    if made:
+        mine = ", ".join(f"{user} {n}" for user, n in made["by_user"].items())
+        print(f"; {made['total']} made by use{f' ({mine})' if mine else ''}", end="")
+    print()
     return 0
 
 

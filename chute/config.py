@@ -10,6 +10,9 @@ data_dir = "chute-data"
 store = "journal"        # or "memory": nothing survives a restart
 sync = "always"          # journal: always | batch | never (docs/durability.md)
 auto_create = true       # create destinations on first use
+max_destinations = 10000 # destinations clients may make by use, all together; 0 = no limit
+max_destinations_per_user = 1000  # each user's share (admins and [destinations] aside); 0 = none
+auto_delete_after_ms = 0 # a destination made by use and unused this long goes; 0 = never
 prepared_timeout_ms = 0  # roll back two-phase work no coordinator finished; 0 = never
 max_packet_size = "16MiB"
 max_memory = "64MiB"     # message data held in memory before durable queues page to disk
@@ -48,6 +51,9 @@ manage = []
 [destinations."queue:orders"]
 max_messages = 100000
 overflow = "dead-letter"
+
+[destinations."queue:scratch.*"]
+auto_delete_after_ms = 600000  # this pattern's own idle time (0 = never)
 ```
 Command-line flags override the file (see ``chute serve --help``).
 """
@@ -89,6 +95,9 @@ class ServerConfig:
     http_port: int = DEFAULT_HTTP_PORT  # 0 = off
     data_dir: Path = Path("chute-data")
     auto_create: bool = True
+    max_destinations: int = 10_000  # made by use, all clients together; 0 = no limit
+    max_destinations_per_user: int = 1000  # made by use, per user; 0 = no limit
+    auto_delete_after_ms: int = 0  # made by use and idle this long: removed; 0 = never
     max_packet_size: int = 16 << 20
     max_properties: int = 1024
     heartbeat_ms: int = 10_000
@@ -239,6 +248,9 @@ _SERVER_KEYS = {
     "http_port": int,
     "data_dir": str,
     "auto_create": bool,
+    "max_destinations": int,
+    "max_destinations_per_user": int,
+    "auto_delete_after_ms": int,
     "max_packet_size": "size",
     "max_properties": int,
     "heartbeat_ms": int,

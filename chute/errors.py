@@ -51,6 +51,12 @@ class NotFound(ChuteError, LookupError):
     code = "not-found"
 
 
+class DestinationDeleted(NotFound):
+    """The destination a consumer consumed from was deleted: the consumer is closed."""
+
+    code = "destination-deleted"
+
+
 class AccessDenied(ChuteError):
     """The connection's user may not do this."""
 
@@ -135,6 +141,7 @@ _BY_CODE: dict[str, type[ChuteError]] = {
         InvalidSelector,
         DestinationFull,
         NotFound,
+        DestinationDeleted,
         AccessDenied,
         AuthenticationFailed,
         ConsumerError,

@@ -135,6 +135,12 @@ class Connection:
     async def stat(self) -> dict[str, Any]:
         return await self._link.call(requests.stat())
 
+    async def delete(self, address: str, *, force: bool = False) -> int:
+        return await self._link.call(requests.delete(address, force))
+
+    async def purge(self, address: str) -> int:
+        return await self._link.call(requests.purge(address))
+
     async def prepared(self) -> list[str]:
         return await self._link.call(requests.prepared())
 

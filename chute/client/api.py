@@ -256,6 +256,32 @@ class Connection(Protocol):
         ...) and ``connections``."""
         ...
 
+    def delete(self, address: str, *, force: bool = False) -> int:
+        """Delete a queue or topic; returns how many messages went with it. Its consumers
+        are closed (their next receive raises DestinationDeleted). A topic with durable
+        subscriptions is deleted only with ``force``, which deletes them too. Needs the
+        ``delete`` permission on the address.
+
+        Raises:
+            NotFound: no such destination.
+            InvalidAddress: it cannot be deleted (a reserved, configured, temporary or
+                login-name queue; the dropbox: a topic).
+            ConsumerError: durable subscriptions and no ``force``; or a consumer the
+                broker runs itself.
+            TransactionError: prepared transactions hold messages of it.
+            AccessDenied: not permitted.
+        """
+        ...
+
+    def purge(self, address: str) -> int:
+        """Remove every waiting message of a queue (those in flight to consumers stay);
+        returns how many. Needs the ``delete`` permission on the address.
+
+        Raises:
+            NotFound: no such queue. InvalidAddress: a topic. AccessDenied.
+        """
+        ...
+
     def prepared(self) -> list[str]:
         """The xids of every prepared (two-phase) transaction waiting."""
         ...
@@ -483,6 +509,10 @@ class AsyncConnection(Protocol):
     ) -> AsyncSession: ...
 
     async def stat(self) -> dict[str, Any]: ...
+
+    async def delete(self, address: str, *, force: bool = False) -> int: ...
+
+    async def purge(self, address: str) -> int: ...
 
     async def prepared(self) -> list[str]: ...
 

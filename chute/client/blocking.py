@@ -115,6 +115,12 @@ class Connection:
     def stat(self) -> dict[str, Any]:
         return self._link.call(requests.stat())
 
+    def delete(self, address: str, *, force: bool = False) -> int:
+        return self._link.call(requests.delete(address, force))
+
+    def purge(self, address: str) -> int:
+        return self._link.call(requests.purge(address))
+
     def prepared(self) -> list[str]:
         return self._link.call(requests.prepared())
 

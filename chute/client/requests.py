@@ -37,6 +37,8 @@ from chute.protocol.packets import (
     CursorFetch,
     CursorInfo,
     CursorOpen,
+    DestinationDelete,
+    DestinationPurge,
     Ok,
     Packet,
     Stat,
@@ -138,6 +140,24 @@ def callback(
     return Request(
         CallbackCreate(canonical(topic), subscription, canonical(forward_to), selector), ok
     )
+
+
+def delete(address: str, force: bool = False) -> Request[int]:
+    """Delete a queue or topic (``force``: with its durable subscriptions); the answer is
+    how many messages went with it."""
+    return Request(DestinationDelete(canonical(address), force), _count)
+
+
+def purge(address: str) -> Request[int]:
+    """Remove every waiting message of a queue; the answer is how many."""
+    return Request(DestinationPurge(canonical(address)), _count)
+
+
+def _count(packet: Packet) -> int:
+    value = expect(packet, Ok).value
+    if value is None or not value.isdigit():
+        raise LocalProtocolError(f"broker answered Ok({value!r}) where a count was expected")
+    return int(value)
 
 
 # -- two-phase transactions ---------------------------------------------------------------

@@ -24,6 +24,10 @@ acking, is what returns credit:
 One-way failures come back later: an ``Error`` targeted at a session or a
 consumer is kept on it and raised by its next call (:meth:`Sessions.session`,
 :meth:`Sessions.take`); once the connection failed, every call raises that.
+A ``destination-deleted`` error means the broker closed the consumer (its
+destination was deleted): the consumer closes here too, what it buffered is
+dropped (it went with the destination), and its next take raises the error
+once; later ones find it closed.
 
 The packets this decides (``Ack``, ``Credit``, ``Nack``) go out through the
 ``emit`` callable the owner gives; nothing here encodes or waits.
@@ -39,7 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from chute.client.received import Acknowledger, Received
-from chute.errors import ChuteError, ConsumerError
+from chute.errors import ChuteError, ConsumerError, DestinationDeleted
 from chute.message import Message
 from chute.protocol.packets import Ack, Credit, Nack, Packet, SessionAckMode
 
@@ -93,7 +97,7 @@ class ConsumerState:
 class Sessions:
     """Every open session and consumer of one connection. Not thread-safe."""
 
-    __slots__ = ("_consumers", "_emit", "_ids", "by_id", "failure", "woken")
+    __slots__ = ("_consumers", "_emit", "_ended", "_ids", "by_id", "failure", "woken")
 
     def __init__(self, emit: Emit) -> None:
         self._emit = emit
@@ -101,6 +105,7 @@ class Sessions:
         self.by_id: dict[int, SessionState] = {}
         """The open sessions by id: read it (the send path's lookup), never change it."""
         self._consumers: dict[int, ConsumerState] = {}
+        self._ended: dict[int, ChuteError] = {}  # closed by the broker, error not yet raised
         self.failure: ChuteError | None = None
         """Set once the connection failed: what every later call raises."""
         self.woken: set[int] = set()
@@ -194,6 +199,7 @@ class Sessions:
         False if it was not open."""
         consumer = self._consumers.pop(consumer_id, None)
         if consumer is None:
+            self._ended.pop(consumer_id, None)
             return False
         if self.failure is None:
             self._settle(consumer)
@@ -206,6 +212,12 @@ class Sessions:
         consumer = self._consumers.get(consumer_id)
         if consumer is None:
             return False
+        if isinstance(error, DestinationDeleted):  # the broker closed it: nothing to settle
+            del self._consumers[consumer_id]
+            consumer.buffer.clear()
+            consumer.session.consumers.discard(consumer_id)
+            self._ended[consumer_id] = error
+            return True
         consumer.error = error
         return True
 
@@ -233,6 +245,9 @@ class Sessions:
         if consumer is None or self.failure is not None:
             if self.failure is not None:
                 raise self.failure
+            ended = self._ended.pop(consumer_id, None)
+            if ended is not None:
+                raise ended
             raise ConsumerError(f"consumer {consumer_id} is closed")
         if consumer.error is not None:
             error, consumer.error = consumer.error, None

@@ -41,6 +41,7 @@ from chute.core.admission import Admission
 from chute.core.batches import CommittedBatches
 from chute.core.consumer import Entry
 from chute.core.cursor import Cursors
+from chute.core.destinations import ANONYMOUS, Destinations, Limits
 from chute.core.paging import MemoryBudget
 from chute.core.queue import QueueChannel, Reason
 from chute.core.queuetypes import LoginQueue, attach_forwarder
@@ -81,6 +82,7 @@ class Broker:
         max_subscription_bytes: int = 0,
         access: Access | None = None,
         max_cursor_lease_ms: int = 300_000,
+        limits: Limits | None = None,
     ) -> None:
         self.store = store
         self.max_lease_ms = max_cursor_lease_ms  # see chute.core.cursor
@@ -114,17 +116,31 @@ class Broker:
         self.cursors = Cursors(self)  # the Spark connector's readers (docs/spark.md)
         self.batches = CommittedBatches(self)  # idempotent group commits of prepared work
         self.prepared_timeout_ms = prepared_timeout_ms  # 0 = prepared work waits forever
-        for address in (DEAD_LETTER, EXPIRED, *predefined):
+        declared = [canonical(a) for a in (DEAD_LETTER, EXPIRED, *predefined)]
+        self.destinations = Destinations(  # made by use, deleted, idle (docs/semantics.md)
+            self, limits or Limits(), declared=declared, idle_settings=self.settings.auto_deletes
+        )
+        for address in declared:
             self.destination(address, create=True)
 
     # -- destinations -------------------------------------------------------------
 
-    def destination(self, address: str, *, create: bool | None = None) -> Destination:
-        """The queue or topic at ``address``, created on first use if allowed.
+    def destination(
+        self,
+        address: str,
+        *,
+        create: bool | None = None,
+        maker: str | None = None,
+        quota: bool = True,
+    ) -> Destination:
+        """The queue or topic at ``address``, made by this use if allowed (``create``
+        None: counted as ``maker``'s, anonymous if None; see ``Destinations.admit``), or
+        for the broker itself (``create`` True; a recovered queue keeps its ``maker``).
 
         Raises:
             InvalidAddress: a bad address, or a reserved name used directly.
             NotFound: it does not exist and may not be created.
+            DestinationFull: making it would pass a limit on destinations made by use.
         """
         found: Destination | None = self.queues.get(address) or self.topics.get(address)
         if found is not None:
@@ -140,19 +156,26 @@ class Broker:
             raise NotFound(f"destination {canonical} does not exist (auto-create is off)")
         if addr.is_temporary:
             raise NotFound(f"temporary queue {canonical} does not exist (its connection closed?)")
+        by_use = create is None
+        if by_use:
+            maker = maker or ANONYMOUS
+            self.destinations.admit(canonical, maker, quota=quota)
         settings = self.settings(canonical)
+        dest: Destination
         if addr.kind is Kind.TOPIC:
-            topic = Topic(canonical, settings)
-            self.topics[canonical] = topic
-            return topic
-        if addr.login is not None:
-            queue: QueueChannel = LoginQueue(canonical, settings, self)
+            dest = self.topics[canonical] = Topic(canonical, settings)
         else:
-            queue = QueueChannel(canonical, canonical, settings, self)
-        self.queues[canonical] = queue
-        self.store.define(QueueDefinition(canonical, QueueKind.QUEUE))
+            if addr.login is not None:
+                dest = LoginQueue(canonical, settings, self)
+            else:
+                dest = QueueChannel(canonical, canonical, settings, self)
+            self.queues[canonical] = dest
+            self.store.define(QueueDefinition(canonical, QueueKind.QUEUE, owner=maker))
+        dest.next_seq = self.destinations.reborn_seq
+        if maker is not None and by_use:
+            self.destinations.note_made(canonical, maker)
         log.debug("created %s", canonical)
-        return queue
+        return dest
 
     def find(self, address: str) -> Destination | None:
         """The queue or topic of a canonical address, if it exists (never creates)."""
@@ -163,12 +186,15 @@ class Broker:
         self.queues[queue.name] = queue
 
     def delete_queue(self, queue: QueueChannel) -> list[Entry]:
-        """Remove a queue; returns what it still held (the caller decides their fate)."""
+        """Remove a queue; returns what it still held waiting (gone, with the memory it
+        took; the store forgets them with the queue)."""
         queue.deleted = True
         self.queues.pop(queue.name, None)
         if queue.durable:
             self.store.undefine(queue.name)
-        return queue.drain()
+        drained = queue.drain()
+        self.memory.used -= sum(e.message.size for e in drained)
+        return drained
 
     # -- sending ------------------------------------------------------------------
 
@@ -421,6 +447,7 @@ class Broker:
                 count += sub.expire_due(now)
         self.xa.expire(now, self.prepared_timeout_ms)
         self.cursors.expire(now)
+        self.destinations.remove_idle(now)
         return count
 
     @contextlib.contextmanager
@@ -478,7 +505,8 @@ class Broker:
         return entries[:limit] if limit > 0 else entries
 
     def stats(self) -> dict[str, Any]:
-        """Every destination with depth, consumers and in/out counts (JSON-ready)."""
+        """Every destination with depth, consumers and in/out counts, and how many
+        clients made (JSON-ready)."""
         destinations: list[dict[str, Any]] = []
         for queue in sorted(self.queues.values(), key=lambda q: q.name):
             destinations.append({"address": queue.address, "kind": "queue", **_queue_stats(queue)})
@@ -508,6 +536,8 @@ class Broker:
             )
         return {
             "destinations": destinations,
+            "destination_count": len(self.queues) + len(self.topics),
+            "made": self.destinations.stats(),
             "connections": len(self.connections),
             "prepared": self.xa.xids(),
             "discarded": self.discarded,
@@ -538,7 +568,8 @@ class Broker:
         subscriptions: dict[str, Subscription] = {}
         for definition in recovered.definitions:
             if definition.kind is QueueKind.QUEUE:
-                self.destination(definition.name, create=True)
+                self.destination(definition.name, create=True, maker=definition.owner)
+                self.destinations.restored(definition)
             elif definition.topic is not None:
                 subscriptions[definition.name] = self.restore_subscription(definition, start=False)
         for address, next_seq in recovered.next_seq.items():

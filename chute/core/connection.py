@@ -130,6 +130,7 @@ class Connection:
         self.temp_queues: dict[str, QueueChannel] = {}
         self.closed = False
         self._sendable: set[str] = set()  # addresses this connection was allowed to send to
+        self._removed = broker.destinations.removed  # when _sendable was last valid
         broker.connections[self.id] = self
         if client_id is not None:
             broker.client_ids.setdefault(client_id, self.id)
@@ -168,19 +169,28 @@ class Connection:
         self.broker.access.authorize(self.principal, action, address)
 
     def authorize_use(self, action: Action, address: str) -> None:
-        """:meth:`authorize`, and ``create`` too if ``address`` does not exist yet (using
-        it would create it)."""
+        """:meth:`authorize`, and ``create`` too if ``address`` does not exist yet: using
+        it makes it, now, counted as this connection's user's (``Destinations.admit``).
+
+        Raises:
+            AccessDenied, InvalidAddress, NotFound; DestinationFull: past a limit on
+            destinations made by use.
+        """
         self.authorize(action, address)
-        if self.broker.find(canonical(address)) is None and self.broker.auto_create:
+        broker = self.broker
+        if broker.find(canonical(address)) is None and broker.auto_create:
             self.authorize(Action.CREATE, address)
+            broker.destination(address, maker=self.owner_name, quota=not self.principal.manages_all)
 
     def authorize_send(self, address: str) -> None:
         """:meth:`authorize_use` for sending, remembered per address (the per-message
-        check, when users are configured, is one set lookup)."""
-        if address not in self._sendable:
+        check, when users are configured, is one set lookup), until a destination is
+        removed (sending to it again would make it again)."""
+        if address not in self._sendable or self._removed != self.broker.destinations.removed:
             self.authorize_use(Action.SEND, address)
-            if len(self._sendable) >= 10_000:
+            if len(self._sendable) >= 10_000 or self._removed != self.broker.destinations.removed:
                 self._sendable.clear()
+                self._removed = self.broker.destinations.removed
             self._sendable.add(address)
 
     def session(self, ack_mode: AckMode = AckMode.AUTO, *, transacted: bool = False) -> Session:
@@ -210,12 +220,15 @@ class Connection:
 
     def stats(self) -> dict[str, Any]:
         """The destinations with their counters (see ``Broker.stats``): every one for a
-        user who may manage everything; else those they may browse, consume or manage.
-        Prepared transactions as :meth:`prepared` shows them."""
+        user who may manage everything; else those they may browse, consume or manage,
+        and of the destinations made by use, only their own count. Prepared
+        transactions as :meth:`prepared` shows them."""
         stats = self.broker.stats()
         stats["prepared"] = self.prepared()
         if not self.principal.manages_all:
             stats["destinations"] = [d for d in stats["destinations"] if self._sees(d["address"])]
+            mine = stats["made"]["by_user"].get(self.login or "anonymous", 0)
+            stats["made"]["by_user"] = {self.login or "anonymous": mine}
         return stats
 
     def _sees(self, address: str) -> bool:
@@ -226,6 +239,34 @@ class Connection:
                 continue
             return True
         return False
+
+    # -- deleting and purging -----------------------------------------------------------
+
+    def delete(self, address: str, *, force: bool = False) -> int:
+        """Delete a queue or topic (``Destinations.delete``: its messages go, its
+        consumers are closed; a topic's durable subscriptions only with ``force``).
+        Needs ``delete`` on the address (and, for another user's durable subscription,
+        ``manage = ["*"]``). Returns how many messages went.
+
+        Raises:
+            AccessDenied, InvalidAddress, NotFound, ConsumerError, TransactionError.
+        """
+        target = canonical(address)
+        self.authorize(Action.DELETE, target)
+        return self.broker.destinations.delete(
+            target, force=force, check_owner=self.check_owner, by=str(self.principal)
+        )
+
+    def purge(self, address: str) -> int:
+        """Remove every waiting message of a queue (in-flight ones stay); how many.
+        Needs ``delete`` on the address.
+
+        Raises:
+            AccessDenied, InvalidAddress, NotFound.
+        """
+        target = canonical(address)
+        self.authorize(Action.DELETE, target)
+        return self.broker.destinations.purge(target, by=str(self.principal))
 
     # -- prepared transactions and committed batches -----------------------------------
 

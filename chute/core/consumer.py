@@ -26,9 +26,10 @@ from __future__ import annotations
 import enum
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from chute.core.selector import Selector
+from chute.errors import ChuteError
 from chute.message import Message
 
 
@@ -120,6 +121,17 @@ class Receiver(Protocol):
     """
 
     def handle(self, consumer: Consumer, entry: Entry) -> None: ...
+
+
+@runtime_checkable
+class Cancellable(Protocol):
+    """A receiver that can be told the broker closed its consumer (the destination was
+    deleted: :mod:`chute.core.destinations`). A destination consumed through a receiver
+    that cannot be told is not deleted."""
+
+    def cancelled(self, consumer: Consumer, error: ChuteError) -> None:
+        """``consumer`` is closed and detached already: forget it, and tell the client
+        ``error`` if there is one to tell. Must not raise."""
 
 
 class Consumer:

@@ -52,7 +52,7 @@ from chute.core.selector import Selector, compile_selector
 from chute.core.subscriptions import Subscriptions, cursor_key
 from chute.core.topic import Subscription, SubscriptionKind, Topic
 from chute.core.twophase import PreparedTransactions
-from chute.errors import ConsumerError, InvalidAddress, NotFound
+from chute.errors import ChuteError, ConsumerError, InvalidAddress, NotFound
 
 log = logging.getLogger("chute.cursor")
 
@@ -65,6 +65,9 @@ class _Idle:
 
     def handle(self, consumer: Consumer, entry: Entry) -> None:
         raise AssertionError("a holder has no credit")  # pragma: no cover
+
+    def cancelled(self, consumer: Consumer, error: ChuteError) -> None:
+        """Its queue was deleted: :meth:`Cursors.forget` drops the cursor."""
 
 
 _IDLE: Final = _Idle()
@@ -252,6 +255,12 @@ class Cursors:
             queue = cursor.queue
             if isinstance(queue, Subscription):
                 self.host.subscriptions.drop(queue)
+
+    def forget(self, address: str) -> None:
+        """``address`` was deleted: its cursors go (a later request finds none open)."""
+        for key in [k for k in self._by_key if k[0] == address]:
+            cursor = self._by_key.pop(key)
+            cursor.holder = None
 
     # -- sweep ------------------------------------------------------------------------
 

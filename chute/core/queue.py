@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from chute.core.consumer import AckMode, Consumer, Entry, PointToPointRouter
-from chute.core.paging import HELD_OVERHEAD, MemoryBudget, Pager, held_cost
+from chute.core.paging import HELD_OVERHEAD, MemoryBudget, Pager
 from chute.core.settings import DestinationSettings
 from chute.core.store import AckOp, Store
 from chute.errors import ConsumerError
@@ -106,6 +106,7 @@ class QueueChannel:
         self.acked = 0
         self.expired = 0
         self.dead_lettered = 0
+        self.attached = 0  # consumers ever attached (use, for idle removal)
         self.deleted = False
         self.next_seq = 1  # queues number their own messages; subscriptions use the topic's
         self._selective = 0  # consumers with a selector
@@ -405,6 +406,7 @@ class QueueChannel:
     # -- consumers ----------------------------------------------------------------
 
     def attach(self, consumer: Consumer) -> None:
+        self.attached += 1
         self.router.add(consumer)
         if consumer.selector is not None:
             self._selective += 1
@@ -426,6 +428,19 @@ class QueueChannel:
             self.deliver()
         if self.flow_waiters:
             self.relieve()
+
+    def evict_consumers(self) -> list[Consumer]:
+        """Detach every consumer, keeping its in-flight messages from going back (the queue
+        is being deleted: they go with it); returns the consumers."""
+        consumers = list(self.router.consumers)
+        memory = self.host.memory
+        for consumer in consumers:
+            consumer.closed = True
+            self.router.remove(consumer)
+            memory.used -= sum(e.message.size for e in consumer.inflight.values())
+            consumer.inflight.clear()
+        self._selective = 0
+        return consumers
 
     # -- bounds -----------------------------------------------------------------
 
@@ -498,16 +513,36 @@ class QueueChannel:
         return held[:limit] if limit > 0 else held
 
     def drain(self) -> list[Entry]:
-        """Remove and return every waiting entry (used when a queue is deleted)."""
+        """Remove and return every waiting entry (used when a queue is deleted); they
+        still count in memory until the caller settles them or forgets them."""
         out = [e for lane in self._lanes for e in lane]
         for lane in self._lanes:
             lane.clear()
         self.ready = 0
-        self.host.memory.used -= sum(held_cost(e.message) for e in out)
         waiters, self.flow_waiters = self.flow_waiters, []
         for wake in waiters:  # nothing is left to wait for
             wake()
         return out
+
+    def purge(self) -> int:
+        """Remove every waiting message, paged ones too, a window at a time (each acked in
+        the store, none diverted); in-flight messages stay with their consumers. Returns
+        how many went."""
+        count = 0
+        while True:
+            taken = [e for lane in self._lanes for e in lane]
+            for lane in self._lanes:
+                lane.clear()
+            self.ready = 0
+            for entry in taken:
+                self.settle(entry, acked=False)
+            count += len(taken)
+            before = self.pager.count
+            if not before:
+                return count
+            self._page_in()
+            if self.pager.count == before:  # nothing could be read back now
+                return count
 
     @property
     def inflight(self) -> int:

@@ -192,6 +192,9 @@ class Forwarder:
             return
         queue.ack(consumer, entry.seq, cumulative=False)
 
+    def cancelled(self, consumer: Consumer, error: ChuteError) -> None:
+        """Its subscription went with its topic: nothing more to forward."""
+
 
 def attach_forwarder(host: ForwardHost, sub: Subscription, forward_to: str) -> Consumer:
     """Make ``sub`` a callback queue: its one consumer forwards to ``forward_to``."""

@@ -183,6 +183,8 @@ class Session:
         mode = ack_mode or self.ack_mode
         compiled = compile_selector(selector) if selector else None
         addr = parse(address)
+        if addr.kind is not Kind.TOPIC and (subscription or durable or shared):
+            raise ConsumerError("subscription, durable and shared apply to topics only")
         self.connection.authorize_use(Action.CONSUME, str(addr))
         if addr.kind is Kind.TOPIC:
             queue: QueueChannel = self._subscription(
@@ -195,8 +197,6 @@ class Session:
             )
             compiled = None  # the subscription filters; its consumers take everything
         else:
-            if subscription or durable or shared:
-                raise ConsumerError("subscription, durable and shared apply to topics only")
             queue = self._queue_for_consumer(str(addr))
         consumer = Consumer(
             consumer_id,

@@ -37,6 +37,9 @@ class DestinationSettings:
     dead_letter: str = DEAD_LETTER
     expiry: str = EXPIRED
     block_timeout_ms: int = 30_000
+    auto_delete_after_ms: int | None = None
+    """A destination made by use and left unused this long goes (0: never; None: the
+    server's ``auto_delete_after_ms``). See :mod:`chute.core.destinations`."""
 
     @property
     def bounded(self) -> bool:
@@ -88,7 +91,12 @@ def settings_from_mapping(raw: Mapping[str, Any], *, where: str) -> dict[str, An
     for key, value in raw.items():
         name = key.replace("-", "_")
         try:
-            if name in ("max_messages", "max_deliveries", "block_timeout_ms"):
+            if name in (
+                "max_messages",
+                "max_deliveries",
+                "block_timeout_ms",
+                "auto_delete_after_ms",
+            ):
                 if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                     raise ConfigError(f"must be a non-negative integer, got {value!r}")
                 out[name] = value
@@ -131,6 +139,10 @@ class SettingsResolver:
                 self._exact[canonical(key)] = settings
         self._wild.sort(key=lambda item: -item[0])
         self._cache: dict[str, DestinationSettings] = {}
+        self.auto_deletes = any(
+            s.auto_delete_after_ms for s in (self.default, *(patterns or {}).values())
+        )
+        """Some destination's settings remove it once idle (``auto_delete_after_ms``)."""
 
     def __call__(self, address: str) -> DestinationSettings:
         found = self._cache.get(address)

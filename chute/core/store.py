@@ -43,7 +43,9 @@ class QueueDefinition:
     topic: str | None = None  # subscriptions: the topic address
     selector: str | None = None
     forward_to: str | None = None  # callback queues
-    owner: str | None = None  # subscriptions: the user who made it
+    owner: str | None = None
+    """Who made it: a subscription's user; a queue made by use, its maker ("" anonymous;
+    None for one the broker or its configuration made). See chute.core.destinations."""
 
 
 @dataclasses.dataclass(slots=True)

@@ -96,6 +96,7 @@ class Subscriptions(Mapping[str, Subscription]):
             owner=owner,
         )
         topic.subscriptions[key] = sub
+        topic.subscribed += 1
         self._by_key[key] = sub
         if define and sub.durable:
             self.host.store.define(

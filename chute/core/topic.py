@@ -92,6 +92,7 @@ class Topic:
         self.router = MultipointRouter()
         self.next_seq = 1
         self.published = 0
+        self.subscribed = 0  # subscriptions ever made (use, for idle removal)
 
     @property
     def subscriptions(self) -> dict[str, Subscription]:

@@ -102,6 +102,11 @@ class PreparedTransactions:
             for route in prepared.routes:
                 yield from route.placements
 
+    def taken(self) -> Iterator[Taken]:
+        """Every message a prepared transaction acks at its commit (nothing changes)."""
+        for prepared in self._by_xid.values():
+            yield from prepared.acks
+
     def xids(self) -> list[str]:
         """Every prepared transaction waiting for commit or rollback, sorted."""
         return sorted(self._by_xid)

@@ -28,6 +28,8 @@ What the filesystem cannot do, and what happens instead (docs/dropbox.md):
   closes (a killed process leaves them behind).
 - **Confirm window**: a persistent send is on disk when ``send`` returns, so
   nothing ever awaits confirmation (``unconfirmed`` is 0, ``flush`` returns).
+- **Delete and purge** work on queue dropboxes only (a topic's subscriptions are
+  directories: unsubscribe them); other processes' consumers are told at their next scan.
 - **Cursors** (reading by sequence number) and **batch commits** need a
   broker: they raise :class:`~chute.errors.ChuteError` and
   :class:`~chute.errors.TransactionError`.
@@ -66,7 +68,7 @@ from chute.dropbox.names import (
     subscription_dir_name,
 )
 from chute.dropbox.options import DropboxOptions, parse_dropbox_url
-from chute.dropbox.queue import QueueConsumer, QueueProducer
+from chute.dropbox.queue import QueueConsumer, QueueProducer, delete_queue, purge_queue
 from chute.dropbox.topic import TopicPublisher, remove_subscription
 from chute.dropbox.transcoder import DecodedName, decode_filename
 from chute.errors import (
@@ -188,6 +190,17 @@ class DropboxConnection:
                 {"address": f"queue:{entry.name}", "depth": depth, "inflight": inflight}
             )
         return {"destinations": destinations, "connections": 0, "root": str(self.root)}
+
+    def delete(self, address: str, *, force: bool = False) -> int:
+        """Delete a queue dropbox and every file in it (``dropbox.queue.delete_queue``; a
+        topic's subscriptions are directories: unsubscribe them); how many messages went."""
+        self._check()
+        return delete_queue(self.root, address)
+
+    def purge(self, address: str) -> int:
+        """Remove the files waiting in a queue dropbox's ``target/``; how many."""
+        self._check()
+        return purge_queue(self.root, address)
 
     def prepared(self) -> list[str]:
         """Always empty: two-phase transactions need a broker."""

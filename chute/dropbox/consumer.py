@@ -27,7 +27,7 @@ from chute.dropbox.layout import QueueLayout
 from chute.dropbox.options import DropboxOptions
 from chute.dropbox.queue import Delivery, QueueConsumer
 from chute.dropbox.topic import remove_subscription
-from chute.errors import ConnectError, ConsumerError
+from chute.errors import ConnectError, ConsumerError, DestinationDeleted
 
 __all__ = ["Deliveries", "DropboxConsumer", "OwnerSession"]
 
@@ -180,6 +180,7 @@ class DropboxConsumer:
         Raises:
             ConsumerError: the consumer or its session is closed.
             ConnectError: the connection is closed.
+            DestinationDeleted: the dropbox was deleted (the consumer is closed).
         """
         if self._deliveries.closed:
             raise ConsumerError("the consumer is closed")
@@ -188,7 +189,17 @@ class DropboxConsumer:
         if self.session.closed:
             raise ConsumerError("the session is closed")
         poll = self.session.connection.options.poll_interval
-        delivery = self._deliveries.files.receive_wait(timeout, poll)
+        try:
+            delivery = self._deliveries.files.receive_wait(timeout, poll)
+        except FileNotFoundError:
+            if self.layout.base.is_dir():
+                raise
+            self._deliveries.files.close()
+            self._deliveries.closed = True
+            name = self.layout.destination
+            raise DestinationDeleted(
+                f"{name if ':' in name else 'queue:' + name} was deleted: this consumer is closed"
+            ) from None
         if delivery is None:
             return None
         message = delivery.message

@@ -30,6 +30,10 @@ Theory of operation
 - **A dead consumer**: :func:`recover_client` moves what a client id left in
   ``processing/`` back to ``target/``. Run it only when that client is gone:
   it takes the files of a live consumer with that id just the same.
+- **Purge and delete** (:func:`purge_queue`, :func:`delete_queue`): purging
+  unlinks what waits in ``target/`` (claimed files stay with their consumers);
+  deleting removes the queue's directory, claimed files too, and a consumer
+  finds it gone at its next scan.
 
 Durability: a produced file is fsynced, and so is ``target/`` after the rename.
 The consumer's moves are not fsynced: after a power cut a claimed file may be
@@ -48,9 +52,11 @@ name, or a :class:`~chute.dropbox.layout.QueueLayout` (a topic's
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
+import shutil
 import stat
 import time
 from collections.abc import Callable
@@ -58,11 +64,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from chute.dropbox.layout import QueueLayout, init_queue
+from chute.core.address import Kind, parse
+from chute.dropbox.layout import QueueLayout, init_queue, queue_layout
 from chute.dropbox.names import check_client_id, claim_name, split_claim_name
 from chute.dropbox.transcoder import DecodedName, decode_filename, encode_filename
 from chute.dropbox.watch import Watcher
-from chute.errors import InvalidAddress, InvalidMessage
+from chute.errors import InvalidAddress, InvalidMessage, NotFound
 from chute.message import Message, now_ms
 
 __all__ = [
@@ -70,7 +77,9 @@ __all__ = [
     "Delivery",
     "QueueConsumer",
     "QueueProducer",
+    "delete_queue",
     "open_layout",
+    "purge_queue",
     "recover_client",
     "recover_layout",
 ]
@@ -152,7 +161,7 @@ class QueueProducer:
             name = encode_filename(message, sequence=next(self._sequence))
             working = self.layout.working / name
             try:
-                fd = os.open(working, _CREATE_FLAGS, 0o644)
+                fd = self._create(working)
             except FileExistsError:
                 if message.id:
                     raise
@@ -173,6 +182,13 @@ class QueueProducer:
             working.unlink(missing_ok=True)
             raise
         return name, working
+
+    def _create(self, working: Path) -> int:
+        try:
+            return os.open(working, _CREATE_FLAGS, 0o644)
+        except FileNotFoundError:  # the dropbox was deleted: its next use makes it anew
+            self.layout.create()
+            return os.open(working, _CREATE_FLAGS, 0o644)
 
     def publish(self, working: Path, name: str) -> None:
         """Rename a staged file into ``target/`` (and fsync ``target/`` if durable).
@@ -436,6 +452,53 @@ def recover_layout(layout: QueueLayout, client_id: str) -> list[str]:
         if _move_if_there(layout.processing / claimed_name, layout.target / new_name):
             restored.append(new_name)
     return restored
+
+
+def purge_queue(root: str | os.PathLike[str], address: str) -> int:
+    """Remove every file waiting in a queue dropbox's ``target/`` (files claimed in
+    ``processing/`` stay with their consumers); returns how many.
+
+    Raises:
+        InvalidAddress: a bad address, or a topic. NotFound: no such queue dropbox.
+    """
+    layout = _existing_queue(root, address, "purged")
+    with os.scandir(layout.target) as entries:
+        names = [e.name for e in entries if not e.is_dir(follow_symlinks=False)]
+    count = 0
+    for name in names:
+        with contextlib.suppress(FileNotFoundError):  # claimed meanwhile
+            os.unlink(layout.target / name)
+            count += 1
+    return count
+
+
+def delete_queue(root: str | os.PathLike[str], address: str) -> int:
+    """Delete a queue dropbox, its directory and every file in it; returns how many
+    messages went (waiting in ``target/`` or claimed in ``processing/``).
+
+    Raises:
+        InvalidAddress: a bad address, or a topic. NotFound: no such queue dropbox.
+    """
+    layout = _existing_queue(root, address, "deleted")
+    count = 0
+    for directory in (layout.target, layout.processing):
+        with contextlib.suppress(FileNotFoundError), os.scandir(directory) as entries:
+            count += sum(1 for _ in entries)
+    shutil.rmtree(layout.base.parent)
+    return count
+
+
+def _existing_queue(root: str | os.PathLike[str], address: str, done: str) -> QueueLayout:
+    addr = parse(address)
+    if addr.kind is not Kind.QUEUE:
+        raise InvalidAddress(
+            f"{addr}: a dropbox topic has no messages of its own to be {done}; its "
+            "subscriptions are directories (unsubscribe them)"
+        )
+    layout = queue_layout(root, addr.name)
+    if not layout.base.is_dir():
+        raise NotFound(f"{addr} does not exist under {layout.root}")
+    return layout
 
 
 def _counted_name(decoded: DecodedName, count: int) -> str:

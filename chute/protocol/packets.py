@@ -85,6 +85,8 @@ class PacketType(enum.IntEnum):
     TEMP_QUEUE = 45
     TEMP_QUEUE_CREATED = 46
     CALLBACK_CREATE = 47
+    DESTINATION_DELETE = 48
+    DESTINATION_PURGE = 49
     CURSOR_OPEN = 50
     CURSOR_INFO = 51
     CURSOR_FETCH = 52
@@ -422,6 +424,25 @@ class CallbackCreate:
     selector: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class DestinationDelete:
+    """Delete a queue or topic: its messages go and its consumers are closed (each gets
+    an unsolicited ``Error`` ``destination-deleted``); a topic's durable subscriptions,
+    and their messages, only with ``force``. Answered once durable by ``Ok`` whose
+    value is how many messages went (decimal)."""
+
+    address: str
+    force: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DestinationPurge:
+    """Remove every waiting message of a queue (messages in flight stay with their
+    consumers). Answered once durable by ``Ok`` whose value is how many went."""
+
+    address: str
+
+
 # -- cursors (the Spark connector: docs/spark.md) ------------------------------------
 
 
@@ -528,6 +549,8 @@ Packet = (
     | TempQueue
     | TempQueueCreated
     | CallbackCreate
+    | DestinationDelete
+    | DestinationPurge
     | CursorOpen
     | CursorInfo
     | CursorFetch

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from chute.config import ServerConfig
 from chute.core.access import Access, LoginThrottle
 from chute.core.broker import Broker
+from chute.core.destinations import Limits
 from chute.core.store import Store
 from chute.dropbox.bridge import DropboxBridge, start_bridges, stop_bridges
 from chute.server import smq
@@ -71,6 +72,11 @@ class BrokerServer:
             max_subscription_bytes=config.max_subscription_bytes,
             flow_backlog=config.flow_backlog,
             max_cursor_lease_ms=config.max_cursor_lease_ms,
+            limits=Limits(
+                config.max_destinations,
+                config.max_destinations_per_user,
+                config.auto_delete_after_ms,
+            ),
             access=Access(
                 config.users,
                 config.roles,

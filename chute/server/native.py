@@ -92,6 +92,8 @@ class NativeConnection(StreamConnection):
             p.Unsubscribe: self._on_unsubscribe,
             p.TempQueue: self._on_temp_queue,
             p.CallbackCreate: self._on_callback_create,
+            p.DestinationDelete: self._on_destination_delete,
+            p.DestinationPurge: self._on_destination_purge,
             p.Ping: self._on_ping,
             p.Pong: self._on_pong,
             p.Disconnect: self._on_disconnect,
@@ -347,6 +349,14 @@ class NativeConnection(StreamConnection):
         self._core().callback(packet.topic, packet.subscription, packet.forward_to, packet.selector)
         self._confirm(header, durable=True)
 
+    def _on_destination_delete(self, header: p.Header, packet: p.DestinationDelete) -> None:
+        count = str(self._core().delete(packet.address, force=packet.force))
+        self._after_sync(lambda error: self._confirmed(header, error, count))
+
+    def _on_destination_purge(self, header: p.Header, packet: p.DestinationPurge) -> None:
+        count = str(self._core().purge(packet.address))
+        self._after_sync(lambda error: self._confirmed(header, error, count))
+
     def _on_ping(self, header: p.Header, packet: p.Ping) -> None:
         self._respond(header, p.Pong())
 
@@ -421,6 +431,18 @@ class NativeConnection(StreamConnection):
         )
         if consumer.queue.marked(consumer, entry):
             self.mark_delivery()
+        self._schedule_flush()
+
+    def cancelled(self, consumer: Consumer, error: ChuteError) -> None:
+        """The broker closed ``consumer`` (its destination was deleted): forget it and tell
+        the client, whose next receive on it raises ``error``."""
+        found = self.consumers.get(consumer.id)
+        if found is None or found[0] is not consumer:
+            return
+        del self.consumers[consumer.id]
+        found[1].close_consumer(consumer)
+        error_packet = p.Error(error.code, error.reason)
+        self._out.append(encode_packet(error_packet, 0, consumer.id, 0, self.codec.version))
         self._schedule_flush()
 
     def _heartbeat_bytes(self) -> bytes:

@@ -192,7 +192,7 @@ class StompConnection(StreamConnection):
                 beat = (floor, floor)
             send_ms, expect_ms = heartbeat.negotiate(client_beat, beat)
             self._start_heartbeat(send_ms / 1000, 2 * expect_ms / 1000)
-        self.stomp = StompSession(core, version, self.deliver)
+        self.stomp = StompSession(core, version, self.deliver, self._subscription_cancelled)
         self._write(Frame.connected(version, heart_beat=beat, session=core.id, server=_SERVER_NAME))
 
     # SEND -------------------------------------------------------------------------------
@@ -366,6 +366,18 @@ class StompConnection(StreamConnection):
             self._close_after_flush()
 
         self._after_sync(send_error)
+
+    def _subscription_cancelled(self, sub: StompSubscription, error: ChuteError) -> None:
+        """The broker closed a subscription (its destination was deleted). STOMP has no
+        frame for that but ERROR, after which the connection closes (§ERROR)."""
+        log.info("STOMP %s: subscription %r ended: %s; closing", self.peer, sub.id, error.reason)
+        self._error_and_close(
+            Frame.error(
+                error.reason,
+                f"subscription {sub.id} ended: {error.reason}",
+                headers=[("code", error.code), ("subscription", sub.id)],
+            )
+        )
 
     # -- deliveries -------------------------------------------------------------------------
 

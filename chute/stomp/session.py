@@ -35,7 +35,13 @@ from typing import Final
 from chute.core.connection import Connection
 from chute.core.consumer import AckMode, Consumer, Entry
 from chute.core.session import Session
-from chute.errors import ConsumerError, InvalidAddress, RemoteProtocolError, TransactionError
+from chute.errors import (
+    ChuteError,
+    ConsumerError,
+    InvalidAddress,
+    RemoteProtocolError,
+    TransactionError,
+)
 from chute.stomp.adapter import (
     TEMP_QUEUE_PREFIX,
     AckToken,
@@ -58,6 +64,7 @@ class StompSubscription:
     __slots__ = (
         "ack",
         "auto",
+        "cancel",
         "consumer",
         "deliver",
         "destination",
@@ -76,8 +83,10 @@ class StompSubscription:
         consumer_id: int,
         *,
         version: str,
+        cancel: Callable[[StompSubscription, ChuteError], None] | None = None,
     ) -> None:
         self.deliver = deliver
+        self.cancel = cancel
         self.id = sub_id
         self.destination = destination
         self.ack = ack
@@ -97,6 +106,11 @@ class StompSubscription:
         self.consumer = consumer
         self.deliver(self, consumer, entry)
 
+    def cancelled(self, consumer: Consumer, error: ChuteError) -> None:
+        """The broker closed the consumer (its destination was deleted)."""
+        if self.cancel is not None:
+            self.cancel(self, error)
+
 
 class StompSession:
     """See the module docstring. Used from the broker's loop only."""
@@ -106,11 +120,13 @@ class StompSession:
         core: Connection,
         version: str,
         deliver: Callable[[StompSubscription, Consumer, Entry], None],
+        cancelled: Callable[[StompSubscription, ChuteError], None] | None = None,
     ) -> None:
         self.core = core
         self.version = version
         self.session = core.session(AckMode.INDIVIDUAL)
         self._deliver = deliver
+        self._cancelled = cancelled
         self.subscriptions: dict[str, StompSubscription] = {}
         self.by_consumer: dict[int, StompSubscription] = {}
         self.transactions: dict[str, Session] = {}
@@ -186,6 +202,7 @@ class StompSession:
             options.ack,
             consumer_id,
             version=self.version,
+            cancel=self._cancel,
         )
         self.subscriptions[options.id] = sub
         self.by_consumer[consumer_id] = sub
@@ -206,6 +223,17 @@ class StompSession:
             del self.by_consumer[consumer_id]
             raise
         return sub
+
+    def _cancel(self, sub: StompSubscription, error: ChuteError) -> None:
+        """The broker closed ``sub``'s consumer: forget the subscription, tell the driver."""
+        if self.subscriptions.get(sub.id) is sub:
+            del self.subscriptions[sub.id]
+        if sub.consumer is not None:
+            self.by_consumer.pop(sub.consumer.id, None)
+            self.session.close_consumer(sub.consumer)
+        self._owing.discard(sub)
+        if self._cancelled is not None:
+            self._cancelled(sub, error)
 
     def unsubscribe(self, sub_id: str, durable_name: str | None) -> None:
         """Close a subscription; with ``durable_name``, delete that durable subscription too.

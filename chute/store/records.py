@@ -14,7 +14,8 @@ present u8 then the string)::
     DELIVERED  seq u64 | count u32 | queue s16
     MARKS      queue s16 | n u32 | seq u64 x n | count u32 x n
     DEFINE     kind u8 | name s16 | topic o16 | selector o32 | forward_to o16
-               [| owner o16: the user who made a subscription; absent in older journals]
+               [| owner o16: who made it (a subscription's user, a queue's maker); absent
+                in older journals]
     UNDEFINE   name s16
     COMMIT     ops
     PREPARE, COMMIT_PREPARED   xid s16 | ops

@@ -251,6 +251,12 @@ class SyncConnection:
     def stat(self) -> dict[str, Any]:
         return self._runner.run(self._conn.stat())
 
+    def delete(self, address: str, *, force: bool = False) -> int:
+        return self._runner.run(self._conn.delete(address, force=force))
+
+    def purge(self, address: str) -> int:
+        return self._runner.run(self._conn.purge(address))
+
     def prepared(self) -> list[str]:
         return self._runner.run(self._conn.prepared())
 

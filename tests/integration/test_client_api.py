@@ -28,8 +28,10 @@ import chute
 from chute.errors import (
     ChuteError,
     ConsumerError,
+    DestinationDeleted,
     DestinationFull,
     InvalidAddress,
+    NotFound,
     TransactionError,
 )
 from chute.message import BodyKind, Byte, Float, Int, Short
@@ -563,3 +565,85 @@ def test_browsing_a_queue_nothing_made_shows_nothing_and_makes_nothing(client: C
     with client.connect() as conn, conn.session() as s:
         assert s.browse(q) == []
         assert q not in {d["address"] for d in conn.stat()["destinations"]}
+
+
+# -- purging and deleting ----------------------------------------------------------------
+
+
+def test_purge_empties_a_queue_and_delete_removes_it(client: Client) -> None:
+    q = client.address()
+    with client.connect() as conn, conn.session() as s:
+        for i in range(3):
+            s.send(q, f"p{i}")
+        assert conn.purge(q) == 3
+        assert s.browse(q) == []
+        s.send(q, "kept")
+        assert conn.delete(q) == 1
+        assert s.browse(q) == []
+        assert q not in {d["address"] for d in conn.stat()["destinations"]}
+        with pytest.raises(NotFound, match="does not exist"):
+            conn.delete(q)
+        with pytest.raises(NotFound, match="does not exist"):
+            conn.purge(q)
+        s.send(q, "again")  # made anew by its next use
+        assert [m.text for m in s.browse(q)] == ["again"]
+
+
+def test_purge_leaves_what_is_in_flight_to_its_consumer(client: Client) -> None:
+    q = client.address()
+    with client.connect() as conn, conn.session(ack="client") as s:
+        for i in range(3):
+            s.send(q, f"m{i}")
+        consumer = s.consumer(q, prefetch=1)
+        first = receive(consumer)
+        assert first.text == "m0"
+        purged = conn.purge(q)  # what the broker pushed ahead (the prefetch) stays too
+        first.ack()
+        rest = []
+        while (message := consumer.receive(timeout=ABSENT)) is not None:
+            rest.append(message.text)
+            message.ack()
+        assert ["m0", *rest] == [f"m{i}" for i in range(3 - purged)]
+        assert purged >= 1
+        assert s.browse(q) == []
+
+
+def test_a_consumer_of_a_deleted_queue_is_closed_and_told_why(client: Client) -> None:
+    q = client.address()
+    with client.connect() as conn, conn.session(ack="client") as s:
+        s.send(q, "a")
+        consumer = s.consumer(q)
+        assert receive(consumer).text == "a"  # in flight: it goes with the queue
+        assert client.connect("other").delete(q) == 1
+        with pytest.raises(DestinationDeleted, match=f"{q} was deleted"):
+            consumer.receive(timeout=WAIT)
+        assert consumer.closed
+        with pytest.raises(ConsumerError, match="closed"):
+            consumer.receive(timeout=ABSENT)
+
+
+def test_a_topic_is_deleted_with_its_durable_subscriptions_only_when_forced(
+    client: Client,
+) -> None:
+    topic = client.address("topic")
+    with client.connect() as conn, conn.session() as s:
+        s.consumer(topic, subscription="keep", durable=True).close()
+        s.send(topic, "held")
+        if not client.broker:
+            with pytest.raises(InvalidAddress, match="unsubscribe them"):
+                conn.delete(topic, force=True)
+            return
+        with pytest.raises(ConsumerError, match="durable subscriptions"):
+            conn.delete(topic)
+        assert conn.delete(topic, force=True) == 1
+        again = s.consumer(topic, subscription="keep", durable=True)
+        assert again.receive(timeout=ABSENT) is None  # a new subscription: nothing held
+
+
+def test_the_broker_s_own_queues_are_purged_not_deleted(client: Client) -> None:
+    with client.connect() as conn:
+        if not client.broker:
+            return  # a dropbox has no queues of its own
+        with pytest.raises(InvalidAddress, match="purged, not deleted"):
+            conn.delete("queue:__sys__deadLetter")
+        assert conn.purge("queue:__sys__expired") >= 0

@@ -45,6 +45,28 @@ def test_destinations_with_wildcards_and_default(tmp_path: Path) -> None:
     assert resolve("queue:other").max_deliveries == 3
 
 
+def test_limits_on_destinations_made_by_use(tmp_path: Path) -> None:
+    defaults = load(None)
+    assert (
+        defaults.max_destinations,
+        defaults.max_destinations_per_user,
+        defaults.auto_delete_after_ms,
+    ) == (10_000, 1000, 0)
+    path = write(
+        tmp_path,
+        "[server]\nmax_destinations = 50\nmax_destinations_per_user = 0\n"
+        "auto_delete_after_ms = 3600000\n"
+        '[destinations."queue:scratch.*"]\nauto_delete_after_ms = 60000\n',
+    )
+    config = load(path)
+    assert (config.max_destinations, config.max_destinations_per_user) == (50, 0)
+    assert config.auto_delete_after_ms == 3_600_000
+    resolve = config.resolver()
+    assert resolve("queue:scratch.1").auto_delete_after_ms == 60_000
+    assert resolve("queue:other").auto_delete_after_ms is None  # the server's
+    assert resolve.auto_deletes
+
+
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [
@@ -54,6 +76,8 @@ def test_destinations_with_wildcards_and_default(tmp_path: Path) -> None:
         ("[nonsense]\n", "unknown section"),
         ('[destinations."queue:x"]\nmax_bytes = "lots"\n', "max_bytes"),
         ('[destinations."queue:x"]\nwhat = 1\n', "what: unknown setting"),
+        ("[server]\nmax_destinations = -1\n", "server.max_destinations"),
+        ('[destinations."queue:x"]\nauto_delete_after_ms = "1h"\n', "auto_delete_after_ms"),
         ('[destinations."queue:a/b"]\nmax_messages = 1\n', "queue:a/b"),
         ("[users]\nalice = 3\n", "users.alice must be a table"),
         ('[users.alice]\npassword = "s"\nroles = ["nobody"]\n', "no role named 'nobody'"),

@@ -14,9 +14,11 @@ from chute.errors import (
     AuthenticationFailed,
     ConnectError,
     ConsumerError,
+    DestinationDeleted,
     DestinationFull,
     InvalidAddress,
     InvalidMessage,
+    LocalProtocolError,
     NotFound,
     TransactionError,
 )
@@ -357,6 +359,20 @@ def test_consumer_error_and_unknown_consumer_deliveries() -> None:
     assert proto.sessions.take(cid) is None
 
 
+def test_a_deleted_destination_closes_its_consumer_once_raised() -> None:
+    proto, peer, _, cid = open_consumer("auto", prefetch=10)
+    proto.receive_data(b"".join(deliver(cid, seq) for seq in (1, 2)))
+    error = p.Error("destination-deleted", "queue:q was deleted by bob: this consumer is closed")
+    assert proto.receive_data(encode_packet(error, target_id=cid)).consumers == {cid}
+    assert not proto.sessions.is_open(cid)
+    with pytest.raises(DestinationDeleted, match="deleted by bob"):
+        proto.sessions.take(cid)  # what it buffered went with the queue
+    with pytest.raises(ConsumerError, match="closed"):
+        proto.sessions.take(cid)
+    assert proto.close_consumer(cid) is None
+    assert peer.packets() == []  # nothing owed: the broker forgot the consumer
+
+
 def test_close_consumer_returns_credit_then_closes() -> None:
     proto, peer, _, cid = open_consumer("auto", prefetch=10)
     proto.receive_data(b"".join(deliver(cid, seq) for seq in (1, 2)))
@@ -401,6 +417,8 @@ def test_management_requests_and_results() -> None:
         proto.start(requests.temporary_queue()),
         proto.start(requests.unsubscribe("sub")),
         proto.start(requests.callback("topic:t", "cb", "out")),
+        proto.start(requests.delete("t", force=True)),
+        proto.start(requests.purge("topic:t")),
         proto.disconnect(),
     ]
     sent = peer.sent()
@@ -410,6 +428,8 @@ def test_management_requests_and_results() -> None:
         p.TempQueue(),
         p.Unsubscribe("sub"),
         p.CallbackCreate("topic:t", "cb", "queue:out"),
+        p.DestinationDelete("queue:t", force=True),
+        p.DestinationPurge("topic:t"),
         p.Disconnect(),
     ]
     assert [h.correlation_id for h, _ in sent] == corrs
@@ -418,6 +438,10 @@ def test_management_requests_and_results() -> None:
     assert requests.stat().parse(p.StatResult('{"a": 1}')) == {"a": 1}
     assert requests.temporary_queue().parse(p.TempQueueCreated("queue:t")) == "queue:t"
     assert requests.unsubscribe("sub").parse(p.Ok()) is None
+    assert requests.delete("q").parse(p.Ok("12")) == 12
+    assert requests.purge("q").parse(p.Ok("0")) == 0
+    with pytest.raises(LocalProtocolError, match="a count was expected"):
+        requests.purge("q").parse(p.Ok())
     with pytest.raises(Exception, match="expected"):
         requests.stat().parse(p.Ok())
 

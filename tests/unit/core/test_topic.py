@@ -251,6 +251,21 @@ def test_unsubscribe_removes_the_subscription_and_its_messages(broker: Broker) -
     assert restart(broker).subscriptions.keys() == {key}
 
 
+def test_dropping_a_subscription_gives_back_the_memory_its_messages_took_once(
+    broker: Broker,
+) -> None:
+    conn = Connection(broker, client_id="app")
+    s = conn.session()
+    s.close_consumer(s.consumer(1, "topic:t", Recorder(), subscription="d", durable=True))
+    s.consumer(2, "topic:t", Recorder(), prefetch=1, shared=True, subscription="live")
+    for _ in range(3):
+        s.send("topic:t", msg(b"0123456789"))
+    assert broker.memory.used > 0
+    s.unsubscribe("d")
+    conn.close()  # the shared subscription ends with its consumer
+    assert broker.memory.used == 0
+
+
 def test_unsubscribe_from_another_connection_by_client_id(broker: Broker) -> None:
     conn = Connection(broker, client_id="app")
     conn.session().consumer(1, "topic:t", Recorder(), subscription="audit", durable=True)

@@ -83,6 +83,9 @@ EXAMPLES: list[p.Packet] = [
     p.TempQueueCreated("queue:__tmp__.1"),
     p.CallbackCreate("topic:t", "cb", "queue:forward"),
     p.CallbackCreate("topic:t", "cb", "queue:forward", "x = 1"),
+    p.DestinationDelete("queue:orders"),
+    p.DestinationDelete("topic:prices", force=True),
+    p.DestinationPurge("queue:orders"),
     # the Spark connector's packets (more in tests/unit/spark/test_cursor_packets.py)
     p.XaCommitBatch("query-1", 3, ("xid-1", "xid-2")),
     p.CursorOpen("queue:orders", "spark", "a > 1", 1000),

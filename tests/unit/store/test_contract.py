@@ -87,8 +87,12 @@ def test_definitions_of_every_kind_and_redefinition(harness: Harness) -> None:
         store.define(QueueDefinition("sub", QueueKind.SUBSCRIPTION, "topic:t", "a > 1"))
         store.define(QueueDefinition("cb", QueueKind.CALLBACK, "topic:t", None, "queue:q"))
         store.define(QueueDefinition("sub", QueueKind.SUBSCRIPTION, "topic:t", "a > 2"))
+        store.define(QueueDefinition("made", QueueKind.QUEUE, owner="alice"))  # its maker
+        store.define(QueueDefinition("anonymous", QueueKind.QUEUE, owner=""))
 
     check(harness, scenario)
+    owners = {d.name: d.owner for d in harness.reopen().recover().definitions}
+    assert (owners["q"], owners["made"], owners["anonymous"]) == (None, "alice", "")
 
 
 def test_undefine_forgets_the_queue_and_its_messages(harness: Harness) -> None:

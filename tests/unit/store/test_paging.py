@@ -382,3 +382,30 @@ def test_a_window_spanning_more_transactions_than_the_layout_cache_reads_them_al
         assert [s.message.body for s in journal.page_in("queue:q", 0, 200)] == bodies
     finally:
         journal.close()
+
+
+def test_purging_a_paged_backlog_removes_it_a_window_at_a_time(open_store: OpenStore) -> None:
+    broker = start(open_store())
+    conn = Connection(broker)
+    s = conn.session(AckMode.CLIENT)
+    send(s, "queue:q", 1000)
+    send(s, "queue:q", 100, persistent=False, start=1000)
+    q = queue(broker, "queue:q")
+    assert q.paged
+    assert conn.purge("queue:q") == 1100
+    assert (q.held, q.paged, q.paged_bytes, broker.memory.used) == (0, 0, 0, 0)
+    send(s, "queue:q", 3, start=2000)
+    assert [b for b, _ in drain(s, "queue:q")] == expected(3, start=2000)
+    broker.close()
+    assert queue(start(open_store()), "queue:q").held == 0  # the purge's acks were stored
+
+
+def test_deleting_a_paged_queue_forgets_it_in_the_store(open_store: OpenStore) -> None:
+    broker = start(open_store())
+    conn = Connection(broker)
+    send(conn.session(), "queue:q", 1000)
+    assert queue(broker, "queue:q").paged
+    assert conn.delete("queue:q") == 1000
+    assert broker.memory.used == 0
+    broker.close()
+    assert start(open_store()).queue_by_name("queue:q") is None
