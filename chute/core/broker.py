@@ -42,7 +42,7 @@ from chute.core.batches import CommittedBatches
 from chute.core.consumer import Entry
 from chute.core.cursor import Cursors
 from chute.core.destinations import ANONYMOUS, Destinations, Limits
-from chute.core.paging import MemoryBudget
+from chute.core.paging import MemoryBudget, held_cost
 from chute.core.queue import QueueChannel, Reason
 from chute.core.queuetypes import LoginQueue, attach_forwarder
 from chute.core.routing import Destination, Route, WouldBlock
@@ -193,7 +193,7 @@ class Broker:
         if queue.durable:
             self.store.undefine(queue.name)
         drained = queue.drain()
-        self.memory.used -= sum(e.message.size for e in drained)
+        self.memory.used -= sum(held_cost(e.message) for e in drained)
         return drained
 
     # -- sending ------------------------------------------------------------------

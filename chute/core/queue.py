@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from chute.core.consumer import AckMode, Consumer, Entry, PointToPointRouter
-from chute.core.paging import HELD_OVERHEAD, MemoryBudget, Pager
+from chute.core.paging import HELD_OVERHEAD, MemoryBudget, Pager, held_cost
 from chute.core.settings import DestinationSettings
 from chute.core.store import AckOp, Store
 from chute.errors import ConsumerError
@@ -437,7 +437,7 @@ class QueueChannel:
         for consumer in consumers:
             consumer.closed = True
             self.router.remove(consumer)
-            memory.used -= sum(e.message.size for e in consumer.inflight.values())
+            memory.used -= sum(held_cost(e.message) for e in consumer.inflight.values())
             consumer.inflight.clear()
         self._selective = 0
         return consumers
