@@ -206,7 +206,7 @@ class Session(Protocol):
         """Every message of a queue, as :meth:`browse` shows them, fetched page by page
         as the iteration goes (the memory of one or two pages, whatever the queue's
         size). ``page_messages`` and ``page_bytes`` ask for smaller pages than the
-        broker's (at most 1,000 messages and 1 MiB); 0 takes the broker's. A dropbox
+        broker's (at most 1,000 messages and 256 KiB); 0 takes the broker's. A dropbox
         reads one file at a time. Raises as :meth:`browse`, once iteration starts.
         """
         ...

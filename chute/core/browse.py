@@ -57,8 +57,11 @@ from chute.core.topic import Subscription
 
 PAGE_MESSAGES: Final = 1000
 """The most messages one page covers (a request asking more gets this many)."""
-PAGE_BYTES: Final = 1 << 20
-"""The most message bytes one page covers (a page holds at least one message)."""
+PAGE_BYTES: Final = 256 << 10
+"""The most message bytes one page covers (a page holds at least one message). Small
+enough that a page read from the journal is a few milliseconds of the loop's time
+(1 MiB took 12-15 ms: bench/README.md), large enough that a walk is not all round
+trips."""
 
 
 @dataclass(frozen=True, slots=True)

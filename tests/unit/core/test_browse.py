@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from chute.core.broker import Broker
-from chute.core.browse import PAGE_MESSAGES, BrowsePage
+from chute.core.browse import PAGE_BYTES, PAGE_MESSAGES, BrowsePage
 from chute.core.connection import Connection
 from chute.core.consumer import AckMode
 from chute.core.store import Store
@@ -61,11 +61,17 @@ def test_a_page_is_bounded_by_bytes_and_always_covers_one_message(broker: Broker
 
 
 def test_the_broker_clamps_what_a_page_may_ask(broker: Broker) -> None:
-    fill(broker, "queue:q", PAGE_MESSAGES + 5)
+    s = Connection(broker).session()
+    for _ in range(PAGE_MESSAGES + 5):
+        s.send("queue:q", msg(b"x"))
     first = broker.browse_page("queue:q", max_messages=10 * PAGE_MESSAGES, max_bytes=1 << 30)
     assert len(first.entries) == PAGE_MESSAGES
     assert not first.done
     assert len(broker.browse_page("queue:q").entries) == PAGE_MESSAGES  # 0: the broker's
+    fill(broker, "queue:big", 2000)  # 2000 x ~260 bytes: past PAGE_BYTES
+    page = broker.browse_page("queue:big", max_bytes=1 << 30)
+    assert sum(e.message.size for e in page.entries) <= PAGE_BYTES
+    assert len(page.entries) < PAGE_MESSAGES
 
 
 def test_an_empty_queue_is_one_empty_last_page(broker: Broker) -> None:
