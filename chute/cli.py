@@ -9,6 +9,7 @@ never a traceback.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import os
@@ -19,6 +20,7 @@ from typing import Any
 
 from chute.cli_message import add_message_arguments, message_fields
 from chute.cli_output import print_message, print_received
+from chute.cli_progress import Progress
 from chute.errors import ChuteError, ConfigError
 
 DEFAULT_URL = "chute://127.0.0.1:5445"
@@ -203,7 +205,12 @@ def _add_client_commands(sub: Any) -> None:
     client_args(receive)
     receive.set_defaults(func=_receive)
 
-    browse = sub.add_parser("browse", help="look at a queue without consuming")
+    browse = sub.add_parser(
+        "browse",
+        help="look at a queue without consuming",
+        description="Print every message of a queue in sequence order, nothing consumed, "
+        "page by page (a queue of any size). On a terminal, standard error shows progress.",
+    )
     browse.add_argument("destination")
     browse.add_argument("--selector")
     browse.add_argument("--limit", type=int, default=0, help="at most this many (0 = all)")
@@ -214,6 +221,9 @@ def _add_client_commands(sub: Any) -> None:
     _add_removal_commands(sub, client_args)
 
     stat = sub.add_parser("stat", help="destinations with depth, consumers and in/out counts")
+    stat.add_argument(
+        "pattern", nargs="?", help="only these destinations: an address, * for any characters"
+    )
     stat.add_argument("--json", action="store_true")
     client_args(stat)
     stat.set_defaults(func=_stat)
@@ -343,9 +353,24 @@ def _receive(args: argparse.Namespace) -> int:
 
 
 def _browse(args: argparse.Namespace) -> int:
+    """Streams: one page or two in memory whatever the queue's depth."""
     with _connect(args) as conn, conn.session() as session:
-        for message in session.browse(args.destination, selector=args.selector, limit=args.limit):
-            print_message(message, args.json)
+        progress = Progress(sys.stderr, args.destination, 0)
+        if progress.shown:  # the depth when the walk begins
+            found = conn.stat(args.destination)["destinations"]
+            depth = found[0]["depth"] if found else 0
+            progress.total = min(depth, args.limit) if args.limit > 0 else depth
+        same_terminal = progress.shown and sys.stdout.isatty()
+        messages = session.iter_browse(args.destination, selector=args.selector)
+        if args.limit > 0:
+            messages = itertools.islice(messages, args.limit)
+        for message in messages:
+            if same_terminal:
+                progress.clear()
+            print_message(message, args.json, flush=False)
+            progress.advance()
+        sys.stdout.flush()
+        progress.close()
     return 0
 
 
@@ -369,7 +394,7 @@ def _messages(count: int) -> str:
 
 def _stat(args: argparse.Namespace) -> int:
     with _connect(args) as conn:
-        stats = conn.stat()
+        stats = conn.stat(args.pattern)
     if args.json:
         print(json.dumps(stats, indent=2))
         return 0

@@ -26,13 +26,15 @@ class Receiving(Protocol):
     def receive(self, timeout: float | None = None) -> Received | None: ...
 
 
-def print_message(message: Message, as_json: bool) -> None:
-    """One JSON object per line (``--json``), else the raw body and a newline."""
+def print_message(message: Message, as_json: bool, *, flush: bool = True) -> None:
+    """One JSON object per line (``--json``), else the raw body and a newline; written
+    at once with ``flush``, else when the output's buffer fills (many messages)."""
     if as_json:
-        print(json.dumps(message.to_json(), ensure_ascii=False), flush=True)
+        print(json.dumps(message.to_json(), ensure_ascii=False), flush=flush)
     else:
         sys.stdout.buffer.write(message.body + b"\n")
-        sys.stdout.flush()
+        if flush:
+            sys.stdout.flush()
 
 
 def print_received(consumer: Receiving, count: int, timeout: float, as_json: bool) -> int:

@@ -126,6 +126,12 @@ class ClientIdInUse(ConnectError):
     code = "client-id-in-use"
 
 
+class TooLarge(ChuteError):
+    """The answer to a request would not fit in one packet (ask for it in pages)."""
+
+    code = "too-large"
+
+
 class RequestTimeout(ChuteError, TimeoutError):
     """A blocking request got no response in time."""
 
@@ -151,6 +157,7 @@ _BY_CODE: dict[str, type[ChuteError]] = {
         ProtocolError,
         ConnectError,
         ClientIdInUse,
+        TooLarge,
         RequestTimeout,
     )
 }

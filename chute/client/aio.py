@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import weakref
 from collections.abc import (
     AsyncIterator,
@@ -35,11 +36,12 @@ from chute.client import requests
 from chute.client.aio_link import AsyncLink, open_link
 from chute.client.api import Page
 from chute.client.received import Received
-from chute.client.requests import CursorPage
+from chute.client.requests import CursorPage, Pending
 from chute.client.tls import unanswered
 from chute.client.url import parse_url
 from chute.errors import ChuteError, ConnectError, ConsumerError, RequestTimeout
 from chute.message import DEFAULT_PRIORITY, BodyKind, Message
+from chute.protocol import packets as p
 
 
 class _ConnectAttempt:
@@ -132,8 +134,13 @@ class Connection:
             self._windows.add(window)
         return Session(self, self._link, session_id, window)
 
-    async def stat(self) -> dict[str, Any]:
-        return await self._link.call(requests.stat())
+    async def stat(self, pattern: str | None = None, *, page_size: int = 0) -> dict[str, Any]:
+        """Asks page after page and joins them."""
+        stats, after = await self._link.call(requests.stat_fetch(pattern, "", page_size))
+        while after is not None:
+            page, after = await self._link.call(requests.stat_fetch(pattern, after, page_size))
+            stats = requests.join_stats(stats, page)
+        return stats
 
     async def delete(self, address: str, *, force: bool = False) -> int:
         return await self._link.call(requests.delete(address, force))
@@ -411,7 +418,56 @@ class Session:
     async def browse(
         self, address: str, selector: str | None = None, limit: int = 0
     ) -> list[Message]:
-        return await self._link.call(requests.browse(address, selector, limit), session=self.id)
+        if limit <= 0:
+            return [message async for message in self.iter_browse(address, selector)]
+        found: list[Message] = []
+        after = before = 0
+        while len(found) < limit:  # page by page, each no larger than what is still missing
+            page = await self._link.call(
+                requests.browse_fetch(
+                    address, selector, after, before, 0 if selector else limit - len(found)
+                ),
+                session=self.id,
+            )
+            found += (message for _seq, message in page.messages)
+            if page.done:
+                break
+            after, before = page.after, page.before
+        return found[:limit]
+
+    async def iter_browse(
+        self,
+        address: str,
+        selector: str | None = None,
+        *,
+        page_messages: int = 0,
+        page_bytes: int = 0,
+    ) -> AsyncIterator[Message]:
+        """``async for message in session.iter_browse(q)``; the next page is requested
+        before this one is handed out, and a walk given up forgets its last request."""
+        link = self._link
+        fetch = functools.partial(
+            requests.browse_fetch,
+            address,
+            selector,
+            max_messages=page_messages,
+            max_bytes=page_bytes,
+        )
+        page = await link.call(fetch(), session=self.id)
+        pending: Pending[p.BrowsePage] | None = None
+        try:
+            while True:
+                if not page.done:
+                    pending = link.start(fetch(after=page.after, before=page.before))
+                for _seq, message in page.messages:
+                    yield message
+                if pending is None:
+                    return
+                page = await link.result(pending)
+                pending = None
+        finally:
+            if pending is not None:
+                link.forget(pending)
 
     async def temporary_queue(self) -> str:
         return await self._link.call(requests.temporary_queue(), session=self.id)

@@ -162,6 +162,10 @@ class AsyncLink(asyncio.Protocol):
         """The parsed answer to a request :meth:`start` queued. Raises as :meth:`call`."""
         return pending.request.parse(await self.wait(pending.corr))
 
+    def forget(self, pending: Pending[Any]) -> None:
+        """Give up on a request :meth:`start` queued: its answer is dropped."""
+        self._proto.forget(pending.corr)
+
     async def wait(self, corr: int, limit: float | None = None) -> Packet:
         """Write what is queued, then wait for the answer to request ``corr`` (at most
         ``limit`` seconds, the link's timeout by default).

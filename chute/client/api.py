@@ -183,7 +183,32 @@ class Session(Protocol):
         ...
 
     def browse(self, address: str, selector: str | None = None, limit: int = 0) -> list[Message]:
-        """A snapshot of a queue in delivery order, nothing consumed (``limit`` 0 = all)."""
+        """The messages of a queue in sequence order (the order the broker accepted them;
+        priorities do not reorder a browse), nothing consumed: at most ``limit`` (0 =
+        all, into one list: for a queue of any size, iterate :meth:`iter_browse`).
+        A queue nothing made holds nothing. What a walk shows of a queue that changes
+        meanwhile is in docs/semantics.md.
+
+        Raises:
+            InvalidAddress: a bad address, or a topic (browse a subscription's queue).
+            InvalidSelector, AccessDenied: refused.
+        """
+        ...
+
+    def iter_browse(
+        self,
+        address: str,
+        selector: str | None = None,
+        *,
+        page_messages: int = 0,
+        page_bytes: int = 0,
+    ) -> Iterator[Message]:
+        """Every message of a queue, as :meth:`browse` shows them, fetched page by page
+        as the iteration goes (the memory of one or two pages, whatever the queue's
+        size). ``page_messages`` and ``page_bytes`` ask for smaller pages than the
+        broker's (at most 1,000 messages and 256 KiB); 0 takes the broker's. A dropbox
+        reads one file at a time. Raises as :meth:`browse`, once iteration starts.
+        """
         ...
 
     def temporary_queue(self) -> str:
@@ -251,9 +276,17 @@ class Connection(Protocol):
         """
         ...
 
-    def stat(self) -> dict[str, Any]:
-        """Statistics: ``destinations`` (each with ``address``, ``depth``, ``inflight``,
-        ...) and ``connections``."""
+    def stat(self, pattern: str | None = None, *, page_size: int = 0) -> dict[str, Any]:
+        """Statistics: ``destinations`` in address order (each with ``address``,
+        ``depth``, ``inflight``, ...) and ``connections``. ``pattern`` keeps the
+        destinations it names (an address, or ``*`` for any characters:
+        ``queue:orders.*``). The broker answers in pages of at most ``page_size``
+        destinations (0: its own bound, 1,000), which this call joins, so any number
+        of destinations can be listed.
+
+        Raises:
+            InvalidAddress: a pattern without ``*`` that is not an address.
+        """
         ...
 
     def delete(self, address: str, *, force: bool = False) -> int:
@@ -474,6 +507,15 @@ class AsyncSession(Protocol):
         self, address: str, selector: str | None = None, limit: int = 0
     ) -> list[Message]: ...
 
+    def iter_browse(
+        self,
+        address: str,
+        selector: str | None = None,
+        *,
+        page_messages: int = 0,
+        page_bytes: int = 0,
+    ) -> AsyncIterator[Message]: ...
+
     async def temporary_queue(self) -> str: ...
 
     async def unsubscribe(self, name: str) -> None: ...
@@ -508,7 +550,7 @@ class AsyncConnection(Protocol):
         self, ack: str = "auto", transacted: bool = False, *, confirm_window: int = 0
     ) -> AsyncSession: ...
 
-    async def stat(self) -> dict[str, Any]: ...
+    async def stat(self, pattern: str | None = None, *, page_size: int = 0) -> dict[str, Any]: ...
 
     async def delete(self, address: str, *, force: bool = False) -> int: ...
 

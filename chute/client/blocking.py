@@ -18,6 +18,7 @@ only the link's public methods: none of them touches the protocol state.
 from __future__ import annotations
 
 import collections
+import functools
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -28,11 +29,12 @@ from chute.client import requests
 from chute.client.api import Page
 from chute.client.link import Link, open_link
 from chute.client.received import Received
-from chute.client.requests import CursorPage
+from chute.client.requests import CursorPage, Pending
 from chute.client.tls import unanswered
 from chute.client.url import parse_url
 from chute.errors import ChuteError, ConnectError, ConsumerError, RequestTimeout
 from chute.message import DEFAULT_PRIORITY, BodyKind, Message
+from chute.protocol import packets as p
 
 
 def connect(
@@ -112,8 +114,13 @@ class Connection:
             self._windows.add(window)
         return Session(self, self._link, session_id, window)
 
-    def stat(self) -> dict[str, Any]:
-        return self._link.call(requests.stat())
+    def stat(self, pattern: str | None = None, *, page_size: int = 0) -> dict[str, Any]:
+        """Asks page after page and joins them."""
+        stats, after = self._link.call(requests.stat_fetch(pattern, "", page_size))
+        while after is not None:
+            page, after = self._link.call(requests.stat_fetch(pattern, after, page_size))
+            stats = requests.join_stats(stats, page)
+        return stats
 
     def delete(self, address: str, *, force: bool = False) -> int:
         return self._link.call(requests.delete(address, force))
@@ -396,7 +403,56 @@ class Session:
         self._link.wait(self._link.rollback(self.id))
 
     def browse(self, address: str, selector: str | None = None, limit: int = 0) -> list[Message]:
-        return self._link.call(requests.browse(address, selector, limit), session=self.id)
+        if limit <= 0:
+            return list(self.iter_browse(address, selector))
+        found: list[Message] = []
+        after = before = 0
+        while len(found) < limit:  # page by page, each no larger than what is still missing
+            page = self._link.call(
+                requests.browse_fetch(
+                    address, selector, after, before, 0 if selector else limit - len(found)
+                ),
+                session=self.id,
+            )
+            found += (message for _seq, message in page.messages)
+            if page.done:
+                break
+            after, before = page.after, page.before
+        return found[:limit]
+
+    def iter_browse(
+        self,
+        address: str,
+        selector: str | None = None,
+        *,
+        page_messages: int = 0,
+        page_bytes: int = 0,
+    ) -> Iterator[Message]:
+        """The link's writer sends the request for the next page while the caller works
+        on this one; a walk given up forgets its last request."""
+        link = self._link
+        fetch = functools.partial(
+            requests.browse_fetch,
+            address,
+            selector,
+            max_messages=page_messages,
+            max_bytes=page_bytes,
+        )
+        page = link.call(fetch(), session=self.id)
+        pending: Pending[p.BrowsePage] | None = None
+        try:
+            while True:
+                if not page.done:
+                    pending = link.start(fetch(after=page.after, before=page.before))
+                for _seq, message in page.messages:
+                    yield message
+                if pending is None:
+                    return
+                page = link.result(pending)
+                pending = None
+        finally:
+            if pending is not None:
+                link.forget(pending)
 
     def temporary_queue(self) -> str:
         return self._link.call(requests.temporary_queue(), session=self.id)

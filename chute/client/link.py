@@ -169,6 +169,11 @@ class Link:
         """The parsed answer to a request :meth:`start` queued. Raises as :meth:`call`."""
         return pending.request.parse(self.wait(pending.corr))
 
+    def forget(self, pending: Pending[Any]) -> None:
+        """Give up on a request :meth:`start` queued: its answer is dropped."""
+        with self._lock:
+            self._proto.forget(pending.corr)
+
     def wait(self, corr: int, timeout: float | None = None) -> Packet:
         """Send what is queued, then wait for the answer to request ``corr``.
 

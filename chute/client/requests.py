@@ -3,8 +3,8 @@
 A :class:`Request` pairs the packet to send with what its answer means, so a
 driver never pairs a builder with a parser by hand::
 
-    messages = conn.call(requests.browse("queue:orders", limit=10))   # list[Message]
-    stats = await conn.call(requests.stat())                          # dict[str, Any]
+    page = conn.call(requests.browse_fetch("queue:orders"))     # packets.BrowsePage
+    stats, after = await conn.call(requests.stat_fetch())        # one page of stats
 
 The drivers' ``call`` queues the packet (``ClientProtocol.start``), waits for
 the answer with the same correlation id, and returns ``request.parse(answer)``.
@@ -29,8 +29,7 @@ from chute.errors import LocalProtocolError
 from chute.message import Message
 from chute.protocol import packets
 from chute.protocol.packets import (
-    Browse,
-    BrowseResult,
+    BrowseFetch,
     CallbackCreate,
     CursorAck,
     CursorClose,
@@ -41,8 +40,7 @@ from chute.protocol.packets import (
     DestinationPurge,
     Ok,
     Packet,
-    Stat,
-    StatResult,
+    StatFetch,
     TempQueue,
     TempQueueCreated,
     Unsubscribe,
@@ -100,23 +98,48 @@ def ok(packet: Packet) -> None:
 # -- management -------------------------------------------------------------------------
 
 
-def browse(address: str, selector: str | None = None, limit: int = 0) -> Request[list[Message]]:
-    """A snapshot of a queue in delivery order, nothing consumed (``limit`` 0 = all)."""
-    return Request(Browse(canonical(address), selector, limit), _browsed)
+def browse_fetch(  # noqa: PLR0917 - mirrors the packet
+    address: str,
+    selector: str | None = None,
+    after: int = 0,
+    before: int = 0,
+    max_messages: int = 0,
+    max_bytes: int = 0,
+) -> Request[packets.BrowsePage]:
+    """One page of a walk over a queue in sequence order, nothing consumed; ``before``
+    0 starts a walk. Send the answer's ``after`` and ``before`` back for the next page,
+    until it is ``done``."""
+    return Request(
+        BrowseFetch(canonical(address), selector, after, before, max_messages, max_bytes),
+        _browse_page,
+    )
 
 
-def _browsed(packet: Packet) -> list[Message]:
-    return [message for _seq, message in expect(packet, BrowseResult).messages]
+def _browse_page(packet: Packet) -> packets.BrowsePage:
+    return expect(packet, packets.BrowsePage)
 
 
-def stat() -> Request[dict[str, Any]]:
-    """The broker's statistics (its JSON document, parsed)."""
-    return Request(Stat(), _stats)
+def stat_fetch(pattern: str | None = None, after: str = "", limit: int = 0) -> Request[StatsPage]:
+    """One page of the broker's statistics (see :func:`join_stats`)."""
+    return Request(StatFetch(pattern, after, limit), _stat_page)
 
 
-def _stats(packet: Packet) -> dict[str, Any]:
-    result: dict[str, Any] = json.loads(expect(packet, StatResult).json_text)
-    return result
+StatsPage = tuple[dict[str, Any], str | None]
+"""A page of statistics: the JSON document, and the next page's ``after`` (None: last)."""
+
+
+def _stat_page(packet: Packet) -> StatsPage:
+    page = expect(packet, packets.StatPage)
+    document: dict[str, Any] = json.loads(page.json_text)
+    return document, page.next
+
+
+def join_stats(joined: dict[str, Any], page: dict[str, Any]) -> dict[str, Any]:
+    """The pages so far with one more: its destinations appended, its broker-wide
+    figures (the newest) kept."""
+    joined["destinations"] += page["destinations"]
+    page["destinations"] = joined["destinations"]
+    return page
 
 
 def temporary_queue() -> Request[str]:

@@ -12,7 +12,9 @@ Reserved name prefixes (documented in docs/addresses.md):
 from __future__ import annotations
 
 import enum
+import fnmatch
 import re
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Final, NamedTuple
 
@@ -130,6 +132,19 @@ def pattern_address(pattern: str) -> str:
         if pattern.startswith(prefix):
             return kind + pattern[len(prefix) :]
     return f"queue:{pattern}"
+
+
+def pattern_matcher(pattern: str) -> Callable[[str], bool]:
+    """Whether a canonical address matches ``pattern``: an address (itself alone), or
+    an address pattern with ``*`` for any characters (see :func:`pattern_address`).
+
+    Raises:
+        InvalidAddress: a pattern without ``*`` that is not an address.
+    """
+    if "*" not in pattern:
+        return canonical(pattern).__eq__
+    match = re.compile(fnmatch.translate(pattern_address(pattern))).match
+    return lambda address: match(address) is not None
 
 
 def canonical(address: str) -> str:

@@ -39,6 +39,7 @@ from chute.core.access import Access, Client
 from chute.core.address import DEAD_LETTER, EXPIRED, Kind, canonical, parse
 from chute.core.admission import Admission
 from chute.core.batches import CommittedBatches
+from chute.core.browse import PAGE_BYTES, PAGE_MESSAGES, BrowsePage, browse_page, clamp
 from chute.core.consumer import Entry
 from chute.core.cursor import Cursors
 from chute.core.destinations import ANONYMOUS, Destinations, Limits
@@ -48,6 +49,7 @@ from chute.core.queuetypes import LoginQueue, attach_forwarder
 from chute.core.routing import Destination, Route, WouldBlock
 from chute.core.selector import compile_selector
 from chute.core.settings import Overflow, SettingsResolver
+from chute.core.stats import STAT_PAGE, stats_page
 from chute.core.store import AddOp, Gathering, QueueDefinition, QueueKind, Store
 from chute.core.subscriptions import Subscriptions
 from chute.core.topic import Subscription, SubscriptionKind, Topic
@@ -479,63 +481,88 @@ class Broker:
 
     # -- looking ---------------------------------------------------------------------
 
-    def browse(self, address: str, selector: str | None = None, limit: int = 0) -> list[Entry]:
-        """A snapshot of a queue in delivery order; nothing is consumed, and nothing is
-        created (looking is not using): a queue that does not exist holds nothing.
+    def browse_page(
+        self,
+        address: str,
+        *,
+        after: int = 0,
+        before: int = 0,
+        selector: str | None = None,
+        max_messages: int = 0,
+        max_bytes: int = 0,
+    ) -> BrowsePage:
+        """One page of a walk over a queue in sequence order (see :mod:`chute.core.browse`);
+        nothing is consumed, and nothing is created (looking is not using): a queue that
+        does not exist holds nothing. The bounds are clamped to the broker's
+        (``PAGE_MESSAGES``, ``PAGE_BYTES``); 0 asks for those.
 
         Raises:
             InvalidAddress: a bad address; a topic (browse one of its subscriptions'
                 queues instead).
             InvalidSelector: a bad selector.
+            StoreError: paged messages cannot be read now.
         """
         canonical = str(parse(address))
-        if selector:
-            compile_selector(selector)
+        compiled = compile_selector(selector) if selector else None
         dest = self.find(canonical)
         if dest is None:
             if parse(canonical).kind is Kind.TOPIC:
                 raise InvalidAddress(f"{canonical} is a topic: a topic holds nothing to browse")
-            return []
+            return BrowsePage([], after, max(before, after + 1), True)
         if isinstance(dest, Topic):
             raise InvalidAddress(f"{address} is a topic: a topic holds nothing to browse")
-        entries = dest.snapshot(0 if selector else limit)
-        if selector:
-            sel = compile_selector(selector)
-            entries = [e for e in entries if sel.matches(e.message)]
-        return entries[:limit] if limit > 0 else entries
+        return browse_page(
+            dest,
+            after,
+            before,
+            max_messages=clamp(max_messages, PAGE_MESSAGES),
+            max_bytes=clamp(max_bytes, PAGE_BYTES),
+            selector=compiled,
+        )
 
-    def stats(self) -> dict[str, Any]:
-        """Every destination with depth, consumers and in/out counts, and how many
-        clients made (JSON-ready)."""
-        destinations: list[dict[str, Any]] = []
-        for queue in sorted(self.queues.values(), key=lambda q: q.name):
-            destinations.append({"address": queue.address, "kind": "queue", **_queue_stats(queue)})
-        for topic in sorted(self.topics.values(), key=lambda t: t.address):
-            subs = [
-                {
-                    "name": s.name,
-                    "kind": s.kind.value,
-                    "selector": s.selector_text,
-                    **_queue_stats(s),
-                }
-                for s in topic.subscriptions.values()
-            ]
-            destinations.append(
-                {
-                    "address": topic.address,
-                    "kind": "topic",
-                    "depth": sum(s["depth"] for s in subs),
-                    "inflight": sum(s["inflight"] for s in subs),
-                    "consumers": sum(s["consumers"] for s in subs),
-                    "enqueued": topic.published,
-                    "acked": sum(s["acked"] for s in subs),
-                    "expired": sum(s["expired"] for s in subs),
-                    "dead_lettered": sum(s["dead_lettered"] for s in subs),
-                    "subscriptions": subs,
-                }
-            )
+    def browse(self, address: str, selector: str | None = None, limit: int = 0) -> list[Entry]:
+        """A whole walk at once (:meth:`browse_page` until done): every message of a queue
+        in sequence order, at most ``limit`` (0: all). For tests and in-process use; a
+        driver answers a client page by page. Raises as :meth:`browse_page`."""
+        entries: list[Entry] = []
+        after = before = 0
+        while True:
+            page = self.browse_page(address, after=after, before=before, selector=selector)
+            entries += page.entries
+            if page.done or (limit > 0 and len(entries) >= limit):
+                return entries[:limit] if limit > 0 else entries
+            after, before = page.after, page.before
+
+    def stats_page(
+        self,
+        *,
+        pattern: str | None = None,
+        after: str = "",
+        limit: int = 0,
+        sees: Callable[[str], bool] | None = None,
+    ) -> dict[str, Any]:
+        """One page of destinations with depth, consumers and in/out counts, and the
+        broker-wide figures (JSON-ready; see :mod:`chute.core.stats`): ``destinations``,
+        ``next`` (the page's last address, to pass as ``after``; None: done),
+        ``destination_count``, ``made`` (how many destinations clients made by
+        use), ``connections``, ``prepared``, ``discarded``, ``memory``,
+        ``producers``. ``limit`` is clamped to
+        ``STAT_PAGE``; 0 asks for that.
+
+        Raises:
+            InvalidAddress: a bad ``pattern``.
+        """
+        page = stats_page(
+            self.queues,
+            self.topics,
+            pattern=pattern,
+            after=after,
+            limit=clamp(limit, STAT_PAGE),
+            sees=sees,
+        )
         return {
-            "destinations": destinations,
+            "destinations": page.destinations,
+            "next": page.after,
             "destination_count": len(self.queues) + len(self.topics),
             "made": self.destinations.stats(),
             "connections": len(self.connections),
@@ -551,6 +578,18 @@ class Broker:
                 "blocked_by": self.admission.reason,
             },
         }
+
+    def stats(self, pattern: str | None = None) -> dict[str, Any]:
+        """Every destination (matching ``pattern``) at once: :meth:`stats_page` joined.
+        For tests and in-process use; a driver answers a client page by page."""
+        stats = self.stats_page(pattern=pattern)
+        destinations: list[dict[str, Any]] = stats["destinations"]
+        while stats["next"] is not None:
+            stats = self.stats_page(pattern=pattern, after=stats["next"])
+            destinations += stats["destinations"]
+        stats["destinations"] = destinations
+        del stats["next"]
+        return stats
 
     # -- recovery ----------------------------------------------------------------------
 
@@ -634,17 +673,3 @@ class Broker:
         for connection in list(self.connections.values()):
             connection.close()
         self.store.close()
-
-
-def _queue_stats(queue: QueueChannel) -> dict[str, Any]:
-    return {
-        "depth": queue.held,
-        "ready": queue.ready,
-        "inflight": queue.inflight,
-        "bytes": queue.held_bytes,
-        "consumers": len(queue.router.consumers),
-        "enqueued": queue.enqueued,
-        "acked": queue.acked,
-        "expired": queue.expired,
-        "dead_lettered": queue.dead_lettered,
-    }

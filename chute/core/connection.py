@@ -31,6 +31,7 @@ from typing import Any
 from chute.core.access import ANONYMOUS, Action, Principal
 from chute.core.address import TEMP_PREFIX, canonical, parse, user_queue
 from chute.core.broker import Broker
+from chute.core.browse import BrowsePage
 from chute.core.consumer import AckMode, Entry
 from chute.core.queue import QueueChannel
 from chute.core.queuetypes import LoginQueue, attach_forwarder
@@ -209,26 +210,69 @@ class Connection:
 
     # -- looking ----------------------------------------------------------------------
 
-    def browse(self, address: str, selector: str | None = None, limit: int = 0) -> list[Entry]:
-        """A snapshot of a queue in delivery order; nothing is consumed.
+    def browse_page(
+        self,
+        address: str,
+        *,
+        after: int = 0,
+        before: int = 0,
+        selector: str | None = None,
+        max_messages: int = 0,
+        max_bytes: int = 0,
+    ) -> BrowsePage:
+        """One page of a walk over a queue in sequence order (see ``Broker.browse_page``);
+        nothing is consumed.
 
         Raises:
-            AccessDenied, InvalidAddress, InvalidSelector, NotFound.
+            AccessDenied, InvalidAddress, InvalidSelector, StoreError.
+        """
+        self.authorize(Action.BROWSE, address)
+        return self.broker.browse_page(
+            address,
+            after=after,
+            before=before,
+            selector=selector,
+            max_messages=max_messages,
+            max_bytes=max_bytes,
+        )
+
+    def browse(self, address: str, selector: str | None = None, limit: int = 0) -> list[Entry]:
+        """A whole walk at once, in sequence order (see ``Broker.browse``).
+
+        Raises:
+            AccessDenied, InvalidAddress, InvalidSelector, StoreError.
         """
         self.authorize(Action.BROWSE, address)
         return self.broker.browse(address, selector, limit)
 
-    def stats(self) -> dict[str, Any]:
-        """The destinations with their counters (see ``Broker.stats``): every one for a
-        user who may manage everything; else those they may browse, consume or manage,
-        and of the destinations made by use, only their own count. Prepared
-        transactions as :meth:`prepared` shows them."""
-        stats = self.broker.stats()
+    def stats_page(
+        self, *, pattern: str | None = None, after: str = "", limit: int = 0
+    ) -> dict[str, Any]:
+        """One page of the destinations with their counters (see ``Broker.stats_page``):
+        every one for a user who may manage everything; else those they may browse,
+        consume or manage, and of the destinations made by use, only their own count.
+        Prepared transactions as :meth:`prepared` shows them.
+
+        Raises:
+            InvalidAddress: a bad ``pattern``.
+        """
+        sees = None if self.principal.manages_all else self._sees
+        stats = self.broker.stats_page(pattern=pattern, after=after, limit=limit, sees=sees)
         stats["prepared"] = self.prepared()
-        if not self.principal.manages_all:
-            stats["destinations"] = [d for d in stats["destinations"] if self._sees(d["address"])]
+        if sees is not None:  # of the destinations made by use, only their own count
             mine = stats["made"]["by_user"].get(self.login or "anonymous", 0)
             stats["made"]["by_user"] = {self.login or "anonymous": mine}
+        return stats
+
+    def stats(self) -> dict[str, Any]:
+        """Every page of :meth:`stats_page` joined (for tests and in-process use)."""
+        stats = self.stats_page()
+        destinations: list[dict[str, Any]] = stats["destinations"]
+        while stats["next"] is not None:
+            stats = self.stats_page(after=stats["next"])
+            destinations += stats["destinations"]
+        stats["destinations"] = destinations
+        del stats["next"]
         return stats
 
     def _sees(self, address: str) -> bool:

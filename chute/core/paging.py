@@ -217,7 +217,7 @@ class Pager:
         sequence order; nothing changes (browsing, cursors)."""
         skip = self.skip
         return [
-            Entry(item.seq, item.message, item.delivery_count)
+            Entry(item.seq, item.message, item.delivery_count, item.delivery_count > 0)
             for item in self.host.store.page_in(self.name, after, room + len(skip))
             if item.seq not in skip
         ]

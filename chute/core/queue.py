@@ -24,7 +24,7 @@ from __future__ import annotations
 import enum
 import heapq
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
 from chute.core.consumer import AckMode, Consumer, Entry, PointToPointRouter
@@ -111,6 +111,9 @@ class QueueChannel:
         self.next_seq = 1  # queues number their own messages; subscriptions use the topic's
         self._selective = 0  # consumers with a selector
         self.pager = Pager(name, address, host)  # messages that live only in the store
+        # False while every lane is in sequence order, which lets a browse bisect a lane
+        # (chute.core.browse); set when a placement may break it, cleared by a browse's scan
+        self.out_of_order = False
         # producer flow control: called once the backlog is down to half of flow_backlog
         self.flow_waiters: list[Callable[[], None]] = []
 
@@ -146,8 +149,11 @@ class QueueChannel:
         if entry.seq > pager.top_seq:  # the pager's invariant (chute.core.paging), inline
             if pager.count:  # held ahead of paged messages (a transaction): read-back skips it
                 pager.skip.add(entry.seq)
+                self.out_of_order = True  # the read-back will put lower numbers behind it
             else:
                 pager.top_seq = entry.seq
+        else:  # numbered before one already held (a prepared send placed at its commit)
+            self.out_of_order = True
         if not self.ready and not self._selective and self.router.consumers:
             consumer = self.router.pick()
             if consumer is not None:
@@ -496,21 +502,15 @@ class QueueChannel:
             self._expire(entry)
         return len(due)
 
-    def snapshot(self, limit: int = 0) -> list[Entry]:
-        """Held entries (waiting and in flight) in delivery order: priority, then sequence.
+    @property
+    def lanes(self) -> tuple[deque[Entry], ...]:
+        """The waiting entries, one lane per priority (lowest first); for reading only."""
+        return tuple(self._lanes)
 
-        Paged messages follow those in memory, in sequence order: read back from
-        the store, at most ``limit`` entries in all (0: every one).
-        """
-        held = [e for lane in self._lanes for e in lane]
+    def sent_out(self) -> Iterator[Entry]:
+        """The held entries that are not waiting: in flight to consumers."""
         for consumer in self.router.consumers:
-            held.extend(consumer.inflight.values())
-        held.sort(key=_delivery_order)
-        pager = self.pager
-        room = (limit - len(held)) if limit > 0 else pager.count
-        if pager.count and room > 0:
-            held.extend(pager.peek(pager.top_seq, room))
-        return held[:limit] if limit > 0 else held
+            yield from consumer.inflight.values()
 
     def drain(self) -> list[Entry]:
         """Remove and return every waiting entry (used when a queue is deleted); they
@@ -609,7 +609,3 @@ def as_delivered(entry: Entry) -> Message:
 
 def _seq(entry: Entry) -> int:
     return entry.seq
-
-
-def _delivery_order(entry: Entry) -> tuple[int, int]:
-    return (-entry.message.priority, entry.seq)

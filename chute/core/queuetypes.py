@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Protocol
 
 from chute.core.address import parse
@@ -124,10 +124,9 @@ class LoginQueue(QueueChannel):
         super().expire_due(now)
         return self.expired - before
 
-    def snapshot(self, limit: int = 0) -> list[Entry]:
-        held = super().snapshot(limit) + list(self.fanned.values())
-        held.sort(key=lambda e: (-e.message.priority, e.seq))
-        return held
+    def sent_out(self) -> Iterator[Entry]:
+        yield from super().sent_out()
+        yield from self.fanned.values()  # copies out to sessions
 
     def pipe_for(self, connection_id: str) -> Pipe:
         """The pipe of one connection of the user (made on first use)."""

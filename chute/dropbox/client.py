@@ -52,7 +52,7 @@ from types import TracebackType
 from typing import Any, Final, Self
 
 from chute.client.requests import CursorPage, Page
-from chute.core.address import Kind, parse
+from chute.core.address import Kind, parse, pattern_matcher
 from chute.core.selector import compile_selector
 from chute.dropbox.consumer import Deliveries, DropboxConsumer
 from chute.dropbox.layout import (
@@ -172,13 +172,17 @@ class DropboxConnection:
         with contextlib.suppress(ValueError):
             self._sessions.remove(session)
 
-    def stat(self) -> dict[str, Any]:
-        """Each queue dropbox with ``depth`` (files in ``target/``) and ``inflight``
-        (claimed, in ``processing/``); the same shape as a broker's ``stat``."""
+    def stat(self, pattern: str | None = None, *, page_size: int = 0) -> dict[str, Any]:
+        """Each queue dropbox (that ``pattern`` names) with ``depth`` (files in
+        ``target/``) and ``inflight`` (claimed, in ``processing/``); the same shape as a
+        broker's ``stat``. There is no packet to bound: ``page_size`` changes nothing."""
         self._check()
+        keep = pattern_matcher(pattern) if pattern else None
         destinations: list[dict[str, Any]] = []
         for entry in sorted(os.scandir(self.root), key=lambda e: e.name):
             if entry.name == TOPIC_ROOT or not entry.is_dir(follow_symlinks=False):
+                continue
+            if keep is not None and not keep(f"queue:{entry.name}"):
                 continue
             try:
                 layout = queue_layout(self.root, entry.name)
@@ -512,9 +516,23 @@ class DropboxSession:
     # -- the rest of the API ----------------------------------------------------------
 
     def browse(self, address: str, selector: str | None = None, limit: int = 0) -> list[Message]:
-        """The messages in a queue dropbox's ``target/``, in delivery order, unclaimed.
+        """The messages in a queue dropbox's ``target/``, in the order they were sent,
+        unclaimed (see :meth:`iter_browse`)."""
+        browsing = self.iter_browse(address, selector)
+        return list(itertools.islice(browsing, limit) if limit > 0 else browsing)
 
-        A snapshot: a file claimed while it is read is left out.
+    def iter_browse(
+        self,
+        address: str,
+        selector: str | None = None,
+        *,
+        page_messages: int = 0,
+        page_bytes: int = 0,
+    ) -> Iterator[Message]:
+        """The messages in a queue dropbox's ``target/`` in the order they were sent
+        (their timestamp, then sequence), unclaimed; each file is read as the iteration
+        reaches it, so only the names are held. A snapshot of the names: a file claimed
+        before it is read is left out. The page bounds change nothing here.
 
         Raises:
             InvalidAddress: a bad address, or a topic (browse its subscriptions'
@@ -531,9 +549,8 @@ class DropboxSession:
             with os.scandir(layout.target) as entries:
                 decoded = [decode_filename(e.name, now_ms=now) for e in entries]
         except FileNotFoundError:
-            return []  # no such dropbox: it holds nothing
-        decoded.sort(key=lambda d: d.sort_key)
-        out: list[Message] = []
+            return  # no such dropbox: it holds nothing
+        decoded.sort(key=lambda d: d.sort_key[1:])  # as sent: priorities do not reorder
         for item in decoded:
             if 0 < item.expiration <= now:
                 continue
@@ -542,12 +559,8 @@ class DropboxSession:
             except OSError:
                 continue  # claimed (or removed) meanwhile
             message = item.to_message(body)
-            if compiled is not None and not compiled.matches(message):
-                continue
-            out.append(message)
-            if limit and len(out) >= limit:
-                break
-        return out
+            if compiled is None or compiled.matches(message):
+                yield message
 
     def temporary_queue(self) -> str:
         """Create a queue dropbox removed when the connection closes; returns its address."""

@@ -93,6 +93,10 @@ class PacketType(enum.IntEnum):
     CURSOR_PAGE = 53
     CURSOR_ACK = 54
     CURSOR_CLOSE = 55
+    BROWSE_FETCH = 60
+    BROWSE_PAGE = 61
+    STAT_FETCH = 62
+    STAT_PAGE = 63
 
 
 class SessionAckMode(enum.StrEnum):
@@ -366,7 +370,9 @@ class XaCommitBatch:
 
 @dataclass(frozen=True, slots=True)
 class Browse:
-    """Non-destructive snapshot of a queue, in delivery order. ``limit`` 0 = no limit."""
+    """Every message of a queue in one answer, in sequence order; ``limit`` 0 = no limit.
+    Kept for older clients: a queue larger than one packet can carry is refused
+    (``too-large``); BrowseFetch reads any queue in pages."""
 
     address: str
     selector: str | None = None
@@ -382,8 +388,37 @@ class BrowseResult:
 
 
 @dataclass(frozen=True, slots=True)
+class BrowseFetch:
+    """One page of a walk over a queue in sequence order, nothing consumed: the held
+    messages numbered ``after < seq < before`` (``before`` 0: the queue's head now,
+    which starts a walk), lowest first, at most ``max_messages`` and about
+    ``max_bytes`` (0: the broker's bound; it clamps both). Answered by BrowsePage;
+    a selector filters the page, so a page may hold fewer messages than asked."""
+
+    address: str
+    selector: str | None = None
+    after: int = 0
+    before: int = 0
+    max_messages: int = 0
+    max_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BrowsePage:
+    """Answer to BrowseFetch: ``(seq, message)`` pairs in sequence order (the messages
+    with their broker fields set); the next BrowseFetch sends ``after`` and ``before``
+    back, until ``done``."""
+
+    after: int
+    before: int
+    done: bool
+    messages: tuple[tuple[int, Message], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Stat:
-    """Ask for the broker's statistics."""
+    """Ask for the broker's statistics in one answer (kept for older clients; StatFetch
+    pages them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -391,6 +426,27 @@ class StatResult:
     """Response to Stat: a JSON document, opaque to the protocol."""
 
     json_text: str
+
+
+@dataclass(frozen=True, slots=True)
+class StatFetch:
+    """Ask for one page of the broker's statistics: the destinations after the address
+    ``after`` ("" from the first) in address order, those ``pattern`` matches (an
+    address, ``*`` for any characters; None: all), at most ``limit`` (0: the broker's
+    bound; it clamps it). Answered by StatPage."""
+
+    pattern: str | None = None
+    after: str = ""
+    limit: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StatPage:
+    """Answer to StatFetch: a JSON document like StatResult's with this page's
+    destinations, and ``next`` (the next StatFetch's ``after``; None: the last page)."""
+
+    json_text: str
+    next: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -557,5 +613,9 @@ Packet = (
     | CursorPage
     | CursorAck
     | CursorClose
+    | BrowseFetch
+    | BrowsePage
+    | StatFetch
+    | StatPage
 )
 """Any packet of the native protocol."""

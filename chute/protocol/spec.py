@@ -14,11 +14,12 @@ Layout (all integers big-endian)::
     BrowseResult  count u32, then per message: seq u64 | delivery_count u32 | redelivered u8
              | timestamp i64 | expiration i64 | content_len u32 | content
     CursorPage   next u64, then the entries of a BrowseResult (count u32, ...)
+    BrowsePage   after u64 | before u64 | done u8, then the entries of a BrowseResult
 
-Every packet but four is a fixed list of those fields: its spec in ``_SPECS``
+Every packet but five is a fixed list of those fields: its spec in ``_SPECS``
 (field order = the dataclass's; a handler-id field is the header's target or
-callback, never repeated in the body). BrowseResult and CursorPage carry
-messages, so their codecs are written out here. Send and Deliver are the hot
+callback, never repeated in the body). BrowseResult, BrowsePage and CursorPage
+carry messages, so their codecs are written out here. Send and Deliver are the hot
 paths and splice content blocks: :mod:`chute.protocol.splice` has their
 codecs, and :mod:`chute.protocol.wire` joins both tables.
 
@@ -40,6 +41,8 @@ from chute.message import Message
 from chute.protocol.packets import (
     Ack,
     Browse,
+    BrowseFetch,
+    BrowsePage,
     BrowseResult,
     CallbackCreate,
     Commit,
@@ -69,6 +72,8 @@ from chute.protocol.packets import (
     SessionClose,
     SessionOpen,
     Stat,
+    StatFetch,
+    StatPage,
     StatResult,
     TempQueue,
     TempQueueCreated,
@@ -144,6 +149,23 @@ def _decode_cursor_page(
     data = data[start:end]
     (next_start,) = _U64.unpack_from(data, 0)
     return CursorPage(next_start, _decode_entries(data, 8, max_properties, "CursorPage"))
+
+
+_BROWSE_PAGE: Final = struct.Struct(">QQB")
+
+
+def _encode_browse_page(packet: BrowsePage) -> tuple[int, int, bytes]:
+    head = _BROWSE_PAGE.pack(packet.after, packet.before, bool(packet.done))
+    return 0, 0, head + _encode_entries(packet.messages)
+
+
+def _decode_browse_page(
+    data: bytes, start: int, end: int, header: Header, max_properties: int
+) -> BrowsePage:
+    data = data[start:end]
+    after, before, done = _BROWSE_PAGE.unpack_from(data, 0)
+    entries = _decode_entries(data, _BROWSE_PAGE.size, max_properties, "BrowsePage")
+    return BrowsePage(after, before, as_bool(done), entries)
 
 
 def _decode_entries(
@@ -308,6 +330,9 @@ _SPECS: Final[dict[type, tuple[PacketType, tuple[str, ...]]]] = {
     CursorFetch: (PacketType.CURSOR_FETCH, ("s16", "o16", "u64", "u64", "u32", "u32")),
     CursorAck: (PacketType.CURSOR_ACK, ("s16", "s16", "u64")),
     CursorClose: (PacketType.CURSOR_CLOSE, ("s16", "s16", "bool")),
+    BrowseFetch: (PacketType.BROWSE_FETCH, ("s16", "o32", "u64", "u64", "u32", "u32")),
+    StatFetch: (PacketType.STAT_FETCH, ("o16", "s16", "u32")),
+    StatPage: (PacketType.STAT_PAGE, ("s32", "o16")),
 }
 
 
@@ -364,6 +389,9 @@ def _build_table() -> dict[int, Codec]:
     )
     table[PacketType.CURSOR_PAGE] = Codec(
         PacketType.CURSOR_PAGE, CursorPage, _encode_cursor_page, _decode_cursor_page
+    )
+    table[PacketType.BROWSE_PAGE] = Codec(
+        PacketType.BROWSE_PAGE, BrowsePage, _encode_browse_page, _decode_browse_page
     )
     return table
 

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from chute.content import encode_content
+from chute.core.browse import clamp
 from chute.core.connection import Connection
 from chute.core.consumer import AckMode, Consumer, Entry
 from chute.core.routing import WouldBlock
@@ -35,6 +36,7 @@ from chute.errors import (
     ConsumerError,
     NotFound,
     RemoteProtocolError,
+    TooLarge,
 )
 from chute.message import new_message_id
 from chute.protocol import packets as p
@@ -87,6 +89,8 @@ class NativeConnection(StreamConnection):
             p.CursorFetch: self._on_cursor_fetch,
             p.CursorAck: self._on_cursor_ack,
             p.CursorClose: self._on_cursor_close,
+            p.BrowseFetch: self._on_browse_fetch,
+            p.StatFetch: self._on_stat_fetch,
             p.Browse: self._on_browse,
             p.Stat: self._on_stat,
             p.Unsubscribe: self._on_unsubscribe,
@@ -328,13 +332,69 @@ class NativeConnection(StreamConnection):
         self._core().cursor_close(packet.address, packet.cursor, delete=packet.delete)
         self._confirm(header, durable=packet.delete)
 
+    def _on_browse_fetch(self, header: p.Header, packet: p.BrowseFetch) -> None:
+        page = self._core().browse_page(
+            packet.address,
+            after=packet.after,
+            before=packet.before,
+            selector=packet.selector,
+            max_messages=packet.max_messages,
+            max_bytes=clamp(packet.max_bytes, self.codec.max_packet_size // 2),
+        )
+        messages = tuple((e.seq, _delivered_view(e)) for e in page.entries)
+        self._respond(header, p.BrowsePage(page.after, page.before, page.done, messages))
+
+    def _on_stat_fetch(self, header: p.Header, packet: p.StatFetch) -> None:
+        stats = self._core().stats_page(
+            pattern=packet.pattern, after=packet.after, limit=packet.limit
+        )
+        after = stats.pop("next")
+        stats["uptime_s"] = round(time.time() - self.server.started, 1)
+        self._respond(header, p.StatPage(json.dumps(stats), after))
+
+    # The one-answer Browse and Stat of older clients: their pages joined, as long as
+    # the answer fits in a packet (so a request costs at most a packet's worth of work).
+
     def _on_browse(self, header: p.Header, packet: p.Browse) -> None:
-        entries = self._core().browse(packet.address, packet.selector, packet.limit)
-        messages = tuple((e.seq, _delivered_view(e)) for e in entries)
-        self._respond(header, p.BrowseResult(messages))
+        core, budget = self._core(), self.codec.max_packet_size // 2
+        messages: list[tuple[int, Any]] = []
+        size, after, before = 0, 0, 0
+        while True:
+            page = core.browse_page(
+                packet.address, after=after, before=before, selector=packet.selector
+            )
+            messages += ((e.seq, _delivered_view(e)) for e in page.entries)
+            size += sum(e.message.size for e in page.entries)
+            if page.done or 0 < packet.limit <= len(messages):
+                break
+            if size > budget:
+                raise TooLarge(
+                    f"{packet.address} holds more than one answer can carry "
+                    f"(max_packet_size {self.codec.max_packet_size}); browse it with a "
+                    "limit, or with a client that browses in pages (BrowseFetch)"
+                )
+            after, before = page.after, page.before
+        if packet.limit > 0:
+            del messages[packet.limit :]
+        self._respond(header, p.BrowseResult(tuple(messages)))
 
     def _on_stat(self, header: p.Header, packet: p.Stat) -> None:
-        stats = self._core().stats()
+        core, budget = self._core(), self.codec.max_packet_size // 2
+        stats = core.stats_page()
+        destinations: list[dict[str, Any]] = stats["destinations"]
+        size = 0
+        while stats["next"] is not None:
+            size += len(json.dumps(stats["destinations"]))
+            if size > budget:
+                raise TooLarge(
+                    f"the broker holds more destinations than one answer can carry "
+                    f"(max_packet_size {self.codec.max_packet_size}); use a client "
+                    "that asks for statistics in pages (StatFetch)"
+                )
+            stats = core.stats_page(after=stats["next"])
+            destinations += stats["destinations"]
+        del stats["next"]
+        stats["destinations"] = destinations
         stats["uptime_s"] = round(time.time() - self.server.started, 1)
         self._respond(header, p.StatResult(json.dumps(stats)))
 

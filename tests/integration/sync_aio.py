@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -203,6 +203,30 @@ class SyncSession:
     def browse(self, address: str, selector: str | None = None, limit: int = 0) -> list[Message]:
         return self._runner.run(self._session.browse(address, selector, limit))
 
+    def iter_browse(
+        self,
+        address: str,
+        selector: str | None = None,
+        *,
+        page_messages: int = 0,
+        page_bytes: int = 0,
+    ) -> Iterator[Message]:
+        """Each message taken from the asyncio iterator on the loop as this one is
+        advanced: the walk streams here as it does there."""
+        walk = self._session.iter_browse(
+            address, selector, page_messages=page_messages, page_bytes=page_bytes
+        )
+
+        async def step() -> Message | None:
+            return await anext(walk, None)
+
+        try:
+            while (message := self._runner.run(step())) is not None:
+                yield message
+        finally:
+            if isinstance(walk, AsyncGenerator):  # given up: let it forget its request
+                self._runner.run(walk.aclose())
+
     def temporary_queue(self) -> str:
         return self._runner.run(self._session.temporary_queue())
 
@@ -248,8 +272,8 @@ class SyncConnection:
         )
         return SyncSession(self._runner, session)
 
-    def stat(self) -> dict[str, Any]:
-        return self._runner.run(self._conn.stat())
+    def stat(self, pattern: str | None = None, *, page_size: int = 0) -> dict[str, Any]:
+        return self._runner.run(self._conn.stat(pattern, page_size=page_size))
 
     def delete(self, address: str, *, force: bool = False) -> int:
         return self._runner.run(self._conn.delete(address, force=force))

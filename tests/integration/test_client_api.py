@@ -213,15 +213,45 @@ def test_an_expired_message_is_never_delivered(client: Client) -> None:
         assert drain(s.consumer(q)) == ["fresh"]
 
 
-def test_browse_is_a_snapshot_in_delivery_order_that_consumes_nothing(client: Client) -> None:
+def test_browse_is_a_snapshot_in_sequence_order_that_consumes_nothing(client: Client) -> None:
     q = client.address()
     with client.connect() as conn, conn.session() as s:
         for i, priority in enumerate((1, 5, 5, 9)):
             s.send(q, f"m{i}", priority=priority, properties={"i": i})
-        assert [m.text for m in s.browse(q)] == ["m3", "m1", "m2", "m0"]
-        assert [m.text for m in s.browse(q, "i < 3", limit=2)] == ["m1", "m2"]
+        assert [m.text for m in s.browse(q)] == ["m0", "m1", "m2", "m3"]  # priorities: no
+        assert [m.text for m in s.browse(q, "i > 0", limit=2)] == ["m1", "m2"]
         assert drain(s.consumer(q)) == ["m3", "m1", "m2", "m0"]
         assert s.browse(q) == []
+
+
+def test_iter_browse_walks_a_queue_page_by_page(client: Client) -> None:
+    q = client.address()
+    with client.connect() as conn, conn.session() as s:
+        for i in range(7):
+            s.send(q, f"m{i}", properties={"i": i})
+        walk = [m.text for m in s.iter_browse(q, page_messages=2)]
+        assert walk == [f"m{i}" for i in range(7)]
+        assert [m.text for m in s.iter_browse(q, "i >= 5", page_messages=2)] == ["m5", "m6"]
+        assert list(s.iter_browse(client.address())) == []  # nothing made: nothing there
+        halfway = iter(s.iter_browse(q, page_messages=2))
+        assert next(halfway).text == "m0"
+        del halfway  # given up
+        assert [m.text for m in s.browse(q, limit=3)] == ["m0", "m1", "m2"]
+        assert len(drain(s.consumer(q))) == 7  # nothing was consumed
+
+
+def test_stat_lists_what_a_pattern_names(client: Client) -> None:
+    prefix = client.address()
+    with client.connect() as conn, conn.session() as s:
+        for i in range(5):
+            s.send(f"{prefix}.{i}", "x")
+        s.send(f"{prefix}x", "x")
+        named = conn.stat(f"{prefix}.*", page_size=2)["destinations"]
+        assert [d["address"] for d in named] == [f"{prefix}.{i}" for i in range(5)]
+        assert [d["depth"] for d in named] == [1] * 5
+        [one] = conn.stat(f"{prefix}.3")["destinations"]
+        assert (one["address"], one["depth"]) == (f"{prefix}.3", 1)
+        assert "connections" in conn.stat(f"{prefix}.none")
 
 
 def test_a_topic_gives_every_subscription_its_copy(client: Client) -> None:

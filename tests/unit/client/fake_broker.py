@@ -7,6 +7,9 @@ and a few magic addresses to provoke errors:
   or for a one-way send as an Error targeted at the session);
 * ``queue:kill``: the broker answers a send with a connection-level Error and closes;
 * ``queue:silent``: requests are never answered.
+
+Browsing answers pages of at most ``BROWSE_PAGE`` messages; statistics are
+one page, ``{"queues": {address: depth}}``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ from chute.protocol import packets as p
 from chute.protocol.codec import PacketCodec
 from chute.protocol.splice import encode_deliver
 from chute.protocol.wire import encode_packet
+
+BROWSE_PAGE = 2
+"""The fake's browse pages are this small, so a client's walk takes several."""
 
 
 @dataclass
@@ -171,16 +177,18 @@ class FakeBroker:
                         del consumer.unacked[seq]
             case p.Credit():
                 conn.consumers[packet.consumer_id].credit += packet.credit
-            case p.Browse():
+            case p.BrowseFetch():  # pages of at most BROWSE_PAGE, numbered from 1
                 queue = self.queues.get(packet.address, deque())
-                messages = tuple((i, decode_content(c, 0, len(c))) for i, c in enumerate(queue, 1))
-                reply(p.BrowseResult(messages[: packet.limit or None]))
-            case p.Stat():
-                reply(
-                    p.StatResult(
-                        json.dumps({"queues": {k: len(v) for k, v in self.queues.items()}})
-                    )
+                before = packet.before or len(queue) + 1
+                end = min(before - 1, packet.after + (packet.max_messages or BROWSE_PAGE))
+                messages = tuple(
+                    (i, decode_content(queue[i - 1], 0, len(queue[i - 1])))
+                    for i in range(packet.after + 1, end + 1)
                 )
+                reply(p.BrowsePage(end, before, end + 1 >= before, messages))
+            case p.StatFetch():
+                queues = {k: len(v) for k, v in self.queues.items()}
+                reply(p.StatPage(json.dumps({"queues": queues})))
             case p.TempQueue():
                 reply(p.TempQueueCreated("queue:__tmp__.fake-1.1"))
             case p.Ping():

@@ -120,6 +120,9 @@ def test_iteration_management_and_close(broker: FakeBroker) -> None:
                 for i in range(3):
                     await s.send("queue:it", str(i))
                 assert [m.text for m in await s.browse("queue:it")] == ["0", "1", "2"]
+                assert [m.text for m in await s.browse("queue:it", limit=1)] == ["0"]
+                walk = [m.text async for m in s.iter_browse("queue:it", page_messages=1)]
+                assert walk == ["0", "1", "2"]
                 assert await s.temporary_queue() == "queue:__tmp__.fake-1.1"
                 await s.unsubscribe("sub")
                 await s.callback("topic:t", "cb", "queue:out")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import pytest
 
@@ -151,6 +151,13 @@ def test_management_calls(conn: Connection, broker: FakeBroker) -> None:
             s.send("queue:b", f"m{i}")
         browsed = s.browse("queue:b", limit=2)
         assert [m.text for m in browsed] == ["m0", "m1"]
+        assert [m.text for m in s.browse("queue:b")] == ["m0", "m1", "m2"]  # two pages
+        walk = s.iter_browse("queue:b")
+        assert isinstance(walk, Generator)
+        assert next(walk).text == "m0"
+        walk.close()  # given up: the request for the next page is forgotten
+        assert [m.text for m in s.iter_browse("queue:b", page_messages=1)] == ["m0", "m1", "m2"]
+        assert len(broker.packets(p.BrowseFetch)) == 1 + 2 + 2 + 3
         assert conn.stat() == {"queues": {"queue:b": 3}}
         assert s.temporary_queue() == "queue:__tmp__.fake-1.1"
         s.unsubscribe("sub")

@@ -191,7 +191,7 @@ def test_connection_level_error_fails_everything() -> None:
     proto, _ = connected()
     sid = proto.open_session()
     cid, open_corr = proto.open_consumer(sid, "q")
-    corr = proto.start(requests.stat())
+    corr = proto.start(requests.stat_fetch())
     progress = proto.receive_data(encode_packet(p.Error("shutting-down", "bye")))
     assert progress.failed
     assert set(progress.completed) == {open_corr, corr}
@@ -200,7 +200,7 @@ def test_connection_level_error_fails_everything() -> None:
         lambda: proto.result(corr),
         lambda: proto.send(sid, "q", b""),
         lambda: proto.sessions.take(cid),
-        lambda: proto.start(requests.stat()),
+        lambda: proto.start(requests.stat_fetch()),
     ):
         with pytest.raises(ConnectError, match="bye"):
             call()
@@ -208,7 +208,7 @@ def test_connection_level_error_fails_everything() -> None:
 
 def test_eof_fails_everything() -> None:
     proto, _ = connected()
-    corr = proto.start(requests.stat())
+    corr = proto.start(requests.stat_fetch())
     progress = proto.receive_data(b"")
     assert progress.failed
     assert progress.completed == [corr]
@@ -222,14 +222,14 @@ def test_garbage_from_the_broker_fails_the_connection_and_reports_it() -> None:
     assert progress.failed
     assert peer.packets() == [p.Error("unknown-packet-type", "unknown packet type 250")]
     with pytest.raises(ConnectError, match="unknown-packet-type"):
-        proto.start(requests.stat())
+        proto.start(requests.stat_fetch())
 
 
 def test_broker_disconnect_fails_the_connection() -> None:
     proto, _ = connected()
     assert proto.receive_data(encode_packet(p.Disconnect())).failed
     with pytest.raises(ConnectError, match="closed"):
-        proto.start(requests.stat())
+        proto.start(requests.stat_fetch())
 
 
 def test_ping_is_answered_with_pong_of_the_same_correlation() -> None:
@@ -242,9 +242,9 @@ def test_ping_is_answered_with_pong_of_the_same_correlation() -> None:
 
 def test_late_answer_after_forget_is_dropped() -> None:
     proto, _ = connected()
-    corr = proto.start(requests.stat())
+    corr = proto.start(requests.stat_fetch())
     proto.forget(corr)
-    progress = proto.receive_data(encode_packet(p.StatResult("{}"), corr))
+    progress = proto.receive_data(encode_packet(p.StatPage("{}"), corr))
     assert progress.completed == []
     assert proto.result(corr) is None
 
@@ -412,8 +412,8 @@ def test_consumer_arguments_are_checked() -> None:
 def test_management_requests_and_results() -> None:
     proto, peer = connected()
     corrs = [
-        proto.start(requests.browse("orders", "a = 1", 5)),
-        proto.start(requests.stat()),
+        proto.start(requests.browse_fetch("orders", "a = 1", 3, 9, 5)),
+        proto.start(requests.stat_fetch("queue:o*", "queue:a", 10)),
         proto.start(requests.temporary_queue()),
         proto.start(requests.unsubscribe("sub")),
         proto.start(requests.callback("topic:t", "cb", "out")),
@@ -423,8 +423,8 @@ def test_management_requests_and_results() -> None:
     ]
     sent = peer.sent()
     assert [x for _, x in sent] == [
-        p.Browse("queue:orders", "a = 1", 5),
-        p.Stat(),
+        p.BrowseFetch("queue:orders", "a = 1", 3, 9, 5),
+        p.StatFetch("queue:o*", "queue:a", 10),
         p.TempQueue(),
         p.Unsubscribe("sub"),
         p.CallbackCreate("topic:t", "cb", "queue:out"),
@@ -434,8 +434,9 @@ def test_management_requests_and_results() -> None:
     ]
     assert [h.correlation_id for h, _ in sent] == corrs
     m = Message(b"b", id="i", timestamp=5)
-    assert requests.browse("orders").parse(p.BrowseResult(((1, m),))) == [m]
-    assert requests.stat().parse(p.StatResult('{"a": 1}')) == {"a": 1}
+    page = p.BrowsePage(1, 2, True, ((1, m),))
+    assert requests.browse_fetch("orders").parse(page) == page
+    assert requests.stat_fetch().parse(p.StatPage('{"a": 1}', "queue:x")) == ({"a": 1}, "queue:x")
     assert requests.temporary_queue().parse(p.TempQueueCreated("queue:t")) == "queue:t"
     assert requests.unsubscribe("sub").parse(p.Ok()) is None
     assert requests.delete("q").parse(p.Ok("12")) == 12
@@ -443,7 +444,7 @@ def test_management_requests_and_results() -> None:
     with pytest.raises(LocalProtocolError, match="a count was expected"):
         requests.purge("q").parse(p.Ok())
     with pytest.raises(Exception, match="expected"):
-        requests.stat().parse(p.Ok())
+        requests.stat_fetch().parse(p.Ok())
 
 
 # -- the hot paths: plain sends, generated ids, deliveries as Received -------------------

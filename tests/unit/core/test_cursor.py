@@ -45,7 +45,7 @@ def test_range_read_does_not_consume_and_pages(broker: Broker) -> None:
 
 def test_fetch_pages_by_bytes(broker: Broker) -> None:
     fill(broker, "queue:q", 5)
-    size = broker.queues["queue:q"].snapshot()[0].message.size
+    size = broker.browse("queue:q")[0].message.size
     next_start, page = broker.cursors.fetch("queue:q", None, 1, 6, max_bytes=2 * size)
     assert (next_start, len(page)) == (3, 2)
 

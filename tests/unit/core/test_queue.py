@@ -387,13 +387,13 @@ def test_stats_count_expired_and_dead_lettered(broker: Broker) -> None:
 # -- browsing -------------------------------------------------------------------------------
 
 
-def test_browse_is_a_snapshot_in_delivery_order_that_consumes_nothing(broker: Broker) -> None:
+def test_browse_is_a_snapshot_in_sequence_order_that_consumes_nothing(broker: Broker) -> None:
     s = session(broker)
     for body, priority in [(b"a", 4), (b"b", 9), (b"c", 4), (b"d", 0)]:
         s.send("queue:q", msg(body, priority=priority, properties={"p": priority}))
     before = stats_of(broker, "queue:q")
-    assert bodies(broker.browse("queue:q")) == [b"b", b"a", b"c", b"d"]
-    assert bodies(broker.browse("queue:q", limit=2)) == [b"b", b"a"]
+    assert bodies(broker.browse("queue:q")) == [b"a", b"b", b"c", b"d"]  # priorities: no
+    assert bodies(broker.browse("queue:q", limit=2)) == [b"a", b"b"]
     assert bodies(broker.browse("queue:q", selector="p = 4")) == [b"a", b"c"]
     assert bodies(broker.browse("queue:q", selector="p < 5", limit=1)) == [b"a"]
     assert stats_of(broker, "queue:q") == before

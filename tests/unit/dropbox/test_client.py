@@ -13,6 +13,7 @@ import chute
 from chute.dropbox.client import DropboxConnection
 from chute.dropbox.layout import init_queue, topic_layout
 from chute.dropbox.options import parse_dropbox_url
+from chute.dropbox.transcoder import decode_filename
 from chute.errors import (
     ConnectError,
     ConsumerError,
@@ -215,15 +216,20 @@ def test_a_selector_leaves_other_files_where_they_are(tmp_path: Path) -> None:
             s.consumer("q", selector="region = ")
 
 
-def test_browse_is_a_snapshot_in_delivery_order(tmp_path: Path) -> None:
+def test_browse_is_a_snapshot_in_the_order_sent(tmp_path: Path) -> None:
     with open_root(tmp_path) as conn, conn.session() as s:
         s.send("q", "one", priority=1)
         s.send("q", "two", priority=8)
         target = init_queue(tmp_path, "q").target
         (target / "4.1000000-1.T.1000").write_bytes(b"expired in 1970")
-        assert [m.text for m in s.browse("q")] == ["two", "one"]
-        assert [m.text for m in s.browse("q", limit=1)] == ["two"]
-        assert len(names(init_queue(tmp_path, "q").target)) == 3  # nothing consumed
+        assert [m.text for m in s.browse("q")] == ["one", "two"]  # priorities: no
+        assert [m.text for m in s.browse("q", limit=1)] == ["one"]
+        assert len(names(target)) == 3  # nothing consumed
+        walk = s.iter_browse("q")
+        assert next(walk).text == "one"
+        two = next(n for n in names(target) if decode_filename(n).priority == 8)
+        (target / two).unlink()  # claimed before the walk reached it: left out
+        assert list(walk) == []
 
 
 def test_receive_wakes_when_a_file_arrives(tmp_path: Path) -> None:

@@ -94,6 +94,14 @@ EXAMPLES: list[p.Packet] = [
     p.CursorPage(5, ((1, DELIVERED),)),
     p.CursorAck("queue:orders", "spark", 5),
     p.CursorClose("topic:t", "spark", delete=True),
+    p.BrowseFetch("queue:orders"),
+    p.BrowseFetch("queue:orders", "a > 1", 1 << 40, (1 << 40) + 9, 100, 1 << 20),
+    p.BrowsePage(0, 1, True),
+    p.BrowsePage(5, 90, False, ((1, DELIVERED), (5, Message(b"x", id="m-2")))),
+    p.StatFetch(),
+    p.StatFetch("queue:orders.*", "queue:orders.17", 50),
+    p.StatPage('{"destinations": []}'),
+    p.StatPage('{"destinations": []}', "queue:orders.17"),
 ]
 
 

@@ -1,0 +1,229 @@
+"""Browsing a deep queue: how long it takes, and what it costs everyone else (issue 13).
+
+Starts ``chute serve`` on a fresh journal with a small ``max_memory`` (most of
+the queue pages out to disk), fills one queue with ``--count`` persistent
+messages of ``--size`` bytes, then browses it whole from ``--browsers``
+processes at once while a bystander process does request/response pings (a
+request the broker's loop answers at once) as fast as it can. Reports per run: the
+browse's time and messages, the bystander's ping latency during the browse
+(max, p99, p50), the broker's RSS before the browse and its peak during it.
+Prints JSON: every run, and the medians.
+
+``--pythonpath DIR`` runs the broker from another checkout (``/work/baseline``:
+the code before browsing in pages); its browse is the one-answer ``Browse``
+(``--legacy``, implied), which the broker builds whole on its loop and the
+client then refuses once it passes the packet limit: the figures show what
+building it cost the bystander.
+
+    python -m bench.browse [--count 200000] [--runs 3]
+    python -m bench.browse --pythonpath /work/baseline --runs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import chute
+from bench.native import free_port
+from chute.client import blocking
+from chute.client.requests import Request, expect
+from chute.errors import ChuteError
+from chute.protocol import packets as p
+
+QUEUE = "queue:bench.browse"
+
+
+def start(
+    data_dir: str, max_memory: str, pythonpath: str | None
+) -> tuple[subprocess.Popen[str], str]:
+    """``chute serve`` from this checkout, or from ``pythonpath`` (run there, since ``-m``
+    puts the working directory first on the path)."""
+    port = free_port()
+    config = Path(data_dir).with_suffix(".toml")
+    config.write_text(f'[server]\nmax_memory = "{max_memory}"\n')
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "chute.cli", "serve", "--port", str(port)),
+            *("--config", str(config), "--data-dir", data_dir, "--log-level", "warning"),
+            *("--stomp-port", "0", "--http-port", "0"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=pythonpath or None,
+    )
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("chute listening"):
+            break
+    else:
+        raise RuntimeError("broker did not start:\n" + "".join(lines))
+    threading.Thread(target=proc.stdout.read, daemon=True).start()  # never a full pipe
+    return proc, f"chute://127.0.0.1:{port}"
+
+
+def status_kib(pid: int, field: str) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def fill(url: str, count: int, size: int) -> None:
+    with chute.connect(url) as conn:
+        tx = conn.session(transacted=True)
+        for i in range(count):
+            tx.send(QUEUE, f"{i:08d}".encode().ljust(size, b"."))
+            if i % 500 == 499:
+                tx.commit()
+        tx.commit()
+
+
+def bystander(url: str, ready: Any, stop: Any, out: Any) -> None:
+    """Pings until told to stop; reports (when sent, seconds it took) for each. A ping is
+    a request the broker's loop answers at once, and every broker version knows: the
+    list of prepared transactions (none)."""
+    samples: list[tuple[float, float]] = []
+    with chute.connect(url, timeout=600) as conn:
+        conn.prepared()
+        ready.set()
+        while not stop.is_set():
+            began = time.time()
+            t0 = time.perf_counter()
+            conn.prepared()
+            samples.append((began, time.perf_counter() - t0))
+    out.put(samples)
+
+
+def browser(url: str, legacy: bool, go: Any, out: Any) -> None:
+    """Browses the queue whole once ``go`` is set; reports (messages, began, ended, error)."""
+    with blocking.connect(url, timeout=600) as conn, conn.session() as s:
+        go.wait()
+        began = time.time()
+        got, error = 0, ""
+        try:
+            if legacy:  # the one-answer Browse of the code before pages
+                whole = Request(p.Browse(QUEUE), lambda x: expect(x, p.BrowseResult).messages)
+                got = len(conn._link.call(whole))
+            else:
+                for _message in s.iter_browse(QUEUE):
+                    got += 1
+        except ChuteError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        out.put((got, began, time.time(), error))
+
+
+def run_once(args: argparse.Namespace) -> dict[str, Any]:
+    data_dir = tempfile.mkdtemp(prefix="chute-browse-")
+    proc, url = start(data_dir, args.max_memory, args.pythonpath)
+    try:
+        fill(url, args.count, args.size)
+        ctx = mp.get_context("fork")
+        ready, stop, go = ctx.Event(), ctx.Event(), ctx.Event()
+        pings: Any = ctx.Queue()
+        results: Any = ctx.Queue()
+        pinger = ctx.Process(target=bystander, args=(url, ready, stop, pings))
+        pinger.start()
+        browsers = [
+            ctx.Process(target=browser, args=(url, args.legacy, go, results))
+            for _ in range(args.browsers)
+        ]
+        for b in browsers:
+            b.start()
+        ready.wait(30)
+        rss_before = status_kib(proc.pid, "VmRSS")
+        peak = [rss_before]
+        sampling = threading.Event()
+
+        def sample() -> None:
+            while not sampling.wait(0.05):
+                peak.append(status_kib(proc.pid, "VmRSS"))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        go.set()
+        done = [results.get(timeout=900) for _ in browsers]
+        sampling.set()
+        sampler.join()
+        stop.set()
+        samples: list[tuple[float, float]] = pings.get(timeout=60)
+        pinger.join(30)
+        for b in browsers:
+            b.join(30)
+        began = min(d[1] for d in done)
+        ended = max(d[2] for d in done)
+        during = sorted(s for t, s in samples if began <= t <= ended) or [0.0]
+        return {
+            "browse_s": round(ended - began, 2),
+            "messages": [d[0] for d in done],
+            "errors": sorted({d[3] for d in done if d[3]}),
+            "pings_during": len(during),
+            "ping_max_ms": round(during[-1] * 1000, 2),
+            "ping_p99_ms": round(during[int(0.99 * (len(during) - 1))] * 1000, 2),
+            "ping_p50_ms": round(statistics.median(during) * 1000, 3),
+            "rss_before_browse_mib": round(rss_before / 1024, 1),
+            "rss_peak_during_browse_mib": round(max(peak) / 1024, 1),
+        }
+    finally:
+        proc.terminate()
+        proc.wait(60)
+        shutil.rmtree(data_dir, ignore_errors=True)
+        Path(data_dir).with_suffix(".toml").unlink(missing_ok=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=200_000)
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--max-memory", default="32MiB", help="the broker's max_memory")
+    parser.add_argument("--browsers", type=int, default=1, help="processes browsing at once")
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--pythonpath", help="run the broker from this checkout instead")
+    parser.add_argument("--legacy", action="store_true", help="browse with the one-answer Browse")
+    args = parser.parse_args()
+    args.legacy = args.legacy or bool(args.pythonpath)
+    runs = [run_once(args) for _ in range(args.runs)]
+    medians = {
+        key: statistics.median(r[key] for r in runs)
+        for key in runs[0]
+        if isinstance(runs[0][key], int | float)
+    }
+    print(
+        json.dumps(
+            {
+                "broker": args.pythonpath or "this checkout",
+                "count": args.count,
+                "size": args.size,
+                "max_memory": args.max_memory,
+                "browsers": args.browsers,
+                "runs": runs,
+                "median": medians,
+            },
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
