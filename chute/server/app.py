@@ -24,7 +24,6 @@ import errno
 import gc
 import logging
 import signal
-import socket
 import ssl
 import threading
 import time
@@ -37,10 +36,12 @@ from chute.core.broker import Broker
 from chute.core.store import Store
 from chute.dropbox.bridge import DropboxBridge, start_bridges, stop_bridges
 from chute.server import smq
-from chute.server.native import NativeConnection
-from chute.server.stomp import StompConnection
+from chute.server.admission import Admission
+from chute.server.listener import Listener, Refusal, bind, raise_open_file_limit
+from chute.server.native import NativeConnection, native_refusal
+from chute.server.stomp import StompConnection, stomp_refusal
 from chute.server.stream import StreamConnection
-from chute.server.tls import Accepting, ProtocolFactory, server_context
+from chute.server.tls import Accepting, Front, ProtocolFactory, server_context
 from chute.store.journal import Journal
 from chute.store.memory import MemoryStore
 
@@ -75,8 +76,9 @@ class BrokerServer:
             ),
         )
         self.connections: set[StreamConnection] = set()
-        self.listeners: list[asyncio.Server] = []
+        self.listeners: list[Listener] = []
         self.http: HttpListener | None = None  # http_port: STOMP over WebSocket, later admin
+        self.admission = Admission(config)  # every connection, from its accept to its loss
         self.accepting = Accepting()  # connections not yet handed to their driver
         self.tls_context: ssl.SSLContext | None = None  # every TLS listener's (start makes it)
         self.bridges: list[DropboxBridge] = []  # [[dropbox]] mounts (docs/dropbox.md)
@@ -118,31 +120,36 @@ class BrokerServer:
         bound: list[tuple[str, str, int]] = []
         native: ProtocolFactory = lambda: NativeConnection(self)  # noqa: E731
         stomp: ProtocolFactory = lambda: StompConnection(self)  # noqa: E731
-        for name, port, make, tls in (
-            ("native", config.port, native, False),
-            ("native-tls", config.tls_port, native, True),
-            ("stomp", config.stomp_port, stomp, False),
-            ("stomp-tls", config.stomp_tls_port, stomp, True),
+        for name, port, make, tls, refusal in (
+            ("native", config.port, native, False, native_refusal),
+            ("native-tls", config.tls_port, native, True, None),
+            ("stomp", config.stomp_port, stomp, False, stomp_refusal),
+            ("stomp-tls", config.stomp_tls_port, stomp, True, None),
         ):
             if port:
-                server = await self._listen(config.host, port, self._accept(name, make, tls))
+                server = self._listen(name, port, self._front(name, make, tls), refusal)
                 sock = server.sockets[0].getsockname()
                 bound.append((name, sock[0], sock[1]))
         if config.http_port:
-            from chute.server.http import HttpListener  # noqa: PLC0415 - aiohttp only when used
+            from chute.server.http import HttpListener, http_refusal  # noqa: PLC0415 - aiohttp
 
             self.http = HttpListener(self)
             https = config.http_tls
+            name = "https" if https else "http"
             host, port = await self.http.start(
-                config.host,
-                config.http_port,
-                lambda server: self._accept("https" if https else "http", server, https),
+                lambda server: self._listen(
+                    name,
+                    config.http_port,
+                    self._front(name, server, https),
+                    None if https else http_refusal,
+                    budget=True,
+                )
             )
-            bound.append(("https" if https else "http", host, port))
+            bound.append((name, host, port))
         if self.config.smq is not None:  # Simple-message-queue's source and sink listeners
             self.broker.destination(self.config.smq.queue, create=True)
             for name, port, factory in smq.listeners(self, self.config.smq):
-                server = await self._listen(self.config.host, port, factory)
+                server = self._listen(name, port, Accepting.plain(name, factory), None)
                 host, bound_port = server.sockets[0].getsockname()[:2]
                 bound.append((name, host, bound_port))
                 log.info(
@@ -151,8 +158,8 @@ class BrokerServer:
         self._sweeper = asyncio.create_task(self._sweep_expired(), name="chute-expiry")
         return bound
 
-    def _accept(self, name: str, factory: ProtocolFactory, tls: bool) -> ProtocolFactory:
-        """``factory`` behind :mod:`chute.server.tls`'s accepting: the handshake on a TLS
+    def _front(self, name: str, factory: ProtocolFactory, tls: bool) -> Front:
+        """``factory`` behind :mod:`chute.server.tls`'s front: the handshake on a TLS
         listener, the check for TLS spoken to a plain one."""
         if not tls:
             return self.accepting.plain(name, factory)
@@ -160,23 +167,29 @@ class BrokerServer:
             raise RuntimeError("no TLS context: start() makes it before the listeners")
         return self.accepting.tls(name, factory, self.tls_context)
 
-    async def _listen(
-        self, host: str, port: int, factory: Callable[[], asyncio.BaseProtocol]
-    ) -> asyncio.Server:
+    def _listen(
+        self,
+        name: str,
+        port: int,
+        front: Front,
+        refusal: Refusal | None,
+        *,
+        budget: bool = False,
+    ) -> Listener:
+        """Listen on ``host:port`` through the accept loop every listener shares
+        (:mod:`chute.server.listener`: the connection limits, running out of descriptors)."""
+        host = self.config.host
         try:
-            server = await self.loop.create_server(
-                factory, host, port, reuse_address=True, backlog=512
-            )
+            sockets = bind(host, port)
         except OSError as exc:
             hint = " (is another broker running?)" if exc.errno == errno.EADDRINUSE else ""
             raise OSError(
                 exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}{hint}"
             ) from None
-        for sock in server.sockets:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.listeners.append(server)
-        return server
+        listener = Listener(name, sockets, front, self.admission, refusal=refusal, budget=budget)
+        listener.start()
+        self.listeners.append(listener)
+        return listener
 
     def request_sync(
         self,
@@ -224,6 +237,7 @@ class BrokerServer:
 
     def stats(self) -> dict[str, Any]:
         stats = self.broker.stats()
+        stats["sockets"] = self.admission.stats()
         stats["uptime_s"] = round(time.time() - self.started, 1)
         return stats
 
@@ -270,6 +284,7 @@ class BrokerServer:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
+        self.admission.close()
         self.broker.close()
         log.info("stopped")
 
@@ -332,6 +347,7 @@ def tune_gc() -> None:
 def run(config: ServerConfig, *, ready: Any = None) -> None:
     """Run a broker until SIGTERM/SIGINT. ``ready(bound)`` is called once it listens."""
     tune_gc()
+    raise_open_file_limit(config.max_connections)
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
 

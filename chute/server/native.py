@@ -62,8 +62,8 @@ class NativeConnection(StreamConnection):
     def __init__(self, server: ServerHost) -> None:
         super().__init__(server)
         config = server.config
-        self.codec = PacketCodec(
-            max_packet_size=config.max_packet_size, max_properties=config.max_properties
+        self.codec = PacketCodec(  # max_packet_size once the client logged in
+            max_packet_size=config.login_frame_size, max_properties=config.max_properties
         )
         self.sessions: dict[int, Session] = {}
         self.consumers: dict[int, tuple[Consumer, Session]] = {}
@@ -391,13 +391,15 @@ class NativeConnection(StreamConnection):
         log.debug("request from %s failed: %s: %s", self.peer, exc.code, exc.reason)
 
     def _protocol_error(self, exc: RemoteProtocolError) -> None:
-        log.warning(
-            "protocol error from %s: %s (%s); closing", self.peer, exc.reason, exc.error_code
-        )
-        self._out.append(
-            encode_packet(p.Error(exc.error_code, exc.reason), 0, 0, 0, self.codec.version)
-        )
+        self._log_protocol_error(exc.reason, exc.error_code)
+        self._out.append(self._error_bytes(exc.error_code, exc.reason))
         self._close_after_flush()
+
+    def _error_bytes(self, code: str, reason: str) -> bytes:
+        return encode_packet(p.Error(code, reason), 0, 0, 0, self.codec.version)
+
+    def _lift_login_limit(self) -> None:
+        self.codec.max_packet_size = self.server.config.max_packet_size
 
     # -- Receiver: the core pushes deliveries here ----------------------------------------
 
@@ -425,6 +427,12 @@ class NativeConnection(StreamConnection):
 
     def _heartbeat_bytes(self) -> bytes:
         return encode_packet(p.Ping(), 0, 0, 0, self.codec.version)
+
+
+def native_refusal(code: str, reason: str) -> bytes:
+    """A connection refused before a word (a connection limit): a connection-level Error,
+    which a client reads as the answer to its Connect."""
+    return encode_packet(p.Error(code, reason), 0, 0, 0, p.PROTOCOL_VERSION)
 
 
 def _delivered_view(entry: Entry) -> Any:
