@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from chute.cli_message import add_message_arguments, message_fields
-from chute.cli_output import print_message, print_received
+from chute.cli_output import print_message, print_received, sockets_line
 from chute.errors import ChuteError, ConfigError
 
 DEFAULT_URL = "chute://127.0.0.1:5445"
@@ -354,6 +354,9 @@ def _stat(args: argparse.Namespace) -> int:
     for row in rows:
         print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
     print(f"{stats['connections']} connections")
+    sockets = stats.get("sockets")
+    if sockets:
+        print(sockets_line(sockets))
     return 0
 
 

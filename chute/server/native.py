@@ -333,6 +333,7 @@ class NativeConnection(StreamConnection):
 
     def _on_stat(self, header: p.Header, packet: p.Stat) -> None:
         stats = self._core().stats()
+        stats["sockets"] = self.server.admission.stats()
         stats["uptime_s"] = round(time.time() - self.server.started, 1)
         self._respond(header, p.StatResult(json.dumps(stats)))
 

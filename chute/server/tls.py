@@ -329,8 +329,11 @@ class TlsAccept(asyncio.Protocol):
             )
             transport.abort()
             return
-        if tls is None or self._lost:  # gone between the handshake and now
+        if tls is None or self._lost or transport.is_closing():
+            # gone during the handshake (start_tls may return a dead transport then) or
+            # between its end and now
             self._gone()
+            transport.abort()
             return
         self.accepting.pending.discard(self)
         protocol = self.protocol = cast(asyncio.Protocol, self.factory())
