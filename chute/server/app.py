@@ -7,8 +7,10 @@ the HTTP one (``http_port``: STOMP over WebSocket; HTTPS and WSS with
 ``http_tls``), each unless its port is 0, runs the expiry sweep, and stops
 gracefully: listeners close first, then every connection, so consumers'
 unacknowledged messages go back to their queues before the store closes. Every
-TLS listener shares one context, and every native, STOMP and HTTP connection
-passes through :mod:`chute.server.tls` as it is accepted (where a handshake's
+listener accepts through :mod:`chute.server.listener`, where
+:mod:`chute.server.admission` counts and limits every connection (and closes one
+that does not log in in time); every TLS listener shares one context, and every
+connection has a front from :mod:`chute.server.tls` (where a handshake's
 failure, or TLS spoken to a plain port, is logged). It is the one
 implementation of the interfaces its drivers declare
 (:class:`~chute.server.stream.ServerHost`, :class:`~chute.dropbox.bridge.BridgeHost`);

@@ -12,17 +12,23 @@ signs names a user).
 Handshakes in the open. Given ``create_server(ssl=...)``, asyncio and uvloop run
 the handshake out of sight and report a failure only in debug mode: a client
 speaking plain text to a TLS port, or offering a certificate of another CA,
-would be cut off with nothing in the log. So a TLS listener accepts plain TCP,
-and its :class:`TlsAccept` upgrades each connection itself
-(``loop.start_tls``): a failure is one log line naming the cause (plain text,
-no certificate, a certificate the CA did not sign, a client that distrusts the
-broker's certificate), and a success hands the TLS transport to the listener's
-protocol as if ``create_server`` had made it. Until then, a connection is in
-its :class:`Accepting`, so a stopping broker ends the handshake too. A plain
-listener's :class:`PlainAccept` looks at the first bytes a client sends: a TLS
-ClientHello there is logged ("use the TLS port") and the connection closed;
-anything else goes to the protocol, which from then on has the transport to
-itself.
+would be cut off with nothing in the log. So a TLS listener accepts plain TCP
+(:mod:`chute.server.listener`), and its :class:`TlsAccept` upgrades each
+connection itself (``loop.start_tls``): a failure is one log line naming the
+cause (plain text, no certificate, a certificate the CA did not sign, a client
+that distrusts the broker's certificate), and a success hands the TLS transport
+to the listener's protocol as if ``create_server`` had made it. Until then, a
+connection is in its :class:`Accepting`, so a stopping broker ends the
+handshake too. A plain listener's :class:`PlainAccept` looks at the first bytes
+a client sends: a TLS ClientHello there is logged ("use the TLS port") and the
+connection closed; anything else goes to the protocol.
+
+Fronts. :class:`PlainAccept` and :class:`TlsAccept` are each connection's front:
+the protocol its transport has from accept to loss, passing every event on to
+the listener's protocol. So the connection's
+:class:`~chute.server.admission.Ticket` is released however the connection
+ends, and a listener with a budget (HTTP) stops passing bytes on once a client
+that has not logged in sent too many.
 
 Client certificates. With ``tls_client_certs = "optional"`` a client may send
 no certificate; with ``"required"`` it must. A certificate that does not chain
