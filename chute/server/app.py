@@ -30,10 +30,11 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from chute.config import ServerConfig
-from chute.core.access import Access, LoginThrottle
+from chute.core.access import Access, LoginThrottle, PasswordCheck
 from chute.core.broker import Broker
 from chute.core.store import Store
 from chute.dropbox.bridge import DropboxBridge, start_bridges, stop_bridges
@@ -51,6 +52,10 @@ if TYPE_CHECKING:  # aiohttp is imported only when the HTTP listener is on
     from chute.server.http import HttpListener
 
 log = logging.getLogger("chute.server")
+
+PASSWORD_WORKERS = 2
+"""Threads verifying password hashes: each argon2 check takes ~0.1 s of CPU and 64 MiB,
+so a flood of logins waits its turn here instead of stalling the loop or the memory."""
 
 
 class BrokerServer:
@@ -90,6 +95,7 @@ class BrokerServer:
         self._sync_seals: list[Callable[[], None]] = []
         self.loop_thread = threading.get_ident()  # where the loop runs (set again in start)
         self._sweeper: asyncio.Task[None] | None = None
+        self._password_pool: ThreadPoolExecutor | None = None  # made on the first hash login
         self.loop: asyncio.AbstractEventLoop = asyncio.get_event_loop_policy().get_event_loop()
 
     async def start(self) -> list[tuple[str, str, int]]:
@@ -215,6 +221,21 @@ class BrokerServer:
         if len(self._sync_requests) == 1:
             self.loop.call_soon(self._sync_gathered)
 
+    def verify_password(self, check: PasswordCheck, done: Callable[[], None]) -> None:
+        """Run ``check`` on a worker thread (argon2 releases the GIL), then ``done()`` on
+        the loop."""
+        if self._password_pool is None:
+            self._password_pool = ThreadPoolExecutor(
+                PASSWORD_WORKERS, thread_name_prefix="chute-password"
+            )
+
+        def verified(future: asyncio.Future[None]) -> None:
+            if not future.cancelled() and future.exception() is not None:
+                log.error("verifying a password failed: %s", future.exception())
+            done()  # without a result the core verifies on the loop itself
+
+        self.loop.run_in_executor(self._password_pool, check.run).add_done_callback(verified)
+
     def _sync_gathered(self) -> None:
         requests, self._sync_requests = self._sync_requests, []
         seals, self._sync_seals = self._sync_seals, []
@@ -287,6 +308,8 @@ class BrokerServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
         self.admission.close()
+        if self._password_pool is not None:
+            self._password_pool.shutdown(wait=False, cancel_futures=True)
         self.broker.close()
         log.info("stopped")
 

@@ -147,7 +147,14 @@ class NativeConnection(StreamConnection):
                 f"supported (this broker speaks {sorted(p.SUPPORTED_VERSIONS)})",
                 "unsupported-version",
             )
-        core = self._login(packet.login, packet.passcode, packet.client_id)
+        core = self._login(
+            packet.login,
+            packet.passcode,
+            packet.client_id,
+            lambda: self._on_connect(header, packet),
+        )
+        if core is None:
+            return  # the password is verified off the loop; this packet is handled again
         if isinstance(core, ChuteError):
             self._respond(header, p.Error(core.code, core.reason))
             self._close_after_flush()

@@ -174,8 +174,13 @@ class StompConnection(StreamConnection):
             return
         self.codec.version = version
         core = self._login(
-            frame.header("login"), frame.header("passcode"), frame.header("client-id") or None
+            frame.header("login"),
+            frame.header("passcode"),
+            frame.header("client-id") or None,
+            lambda: self._on_connect(frame),
         )
+        if core is None:
+            return  # the password is verified off the loop; this frame is handled again
         if isinstance(core, ChuteError):
             hint = (
                 "check the login and passcode headers"

@@ -40,6 +40,7 @@ with :meth:`queue_bytes`. What a driver needs of the server around it is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import threading
@@ -48,6 +49,7 @@ from collections.abc import Callable
 from typing import Final, Protocol, cast
 
 from chute.config import ServerConfig
+from chute.core.access import PasswordCheck
 from chute.core.broker import Broker
 from chute.core.connection import Connection, connect
 from chute.core.queue import QueueChannel
@@ -100,6 +102,9 @@ class ServerHost(Protocol):
     ) -> None:
         """``callback(error)`` once everything recorded so far is durable."""
 
+    def verify_password(self, check: PasswordCheck, done: Callable[[], None]) -> None:
+        """Run ``check`` off the loop (it takes ~0.1 s of CPU), then ``done()`` on it."""
+
 
 class Hold:
     """Why a connection does not read now, as bits of one int (reading resumes once none
@@ -110,9 +115,10 @@ class Hold:
     BLOCKED_SEND: Final = 2  # a send waits for room (overflow = block); later input waits
     FLOW_CONTROL: Final = 4  # a destination this client sends to has a backlog
     CLOSING: Final = 8  # the connection ends: nothing more is read or acted on
+    LOGIN: Final = 16  # its password is being verified off the loop; later input waits
 
 
-NOT_ACTING: Final = Hold.BLOCKED_SEND | Hold.CLOSING
+NOT_ACTING: Final = Hold.BLOCKED_SEND | Hold.CLOSING | Hold.LOGIN
 """Holds under which input already read waits too (only reading stops for the others)."""
 _NOT_WRITABLE: Final = Hold.WRITE_BUFFER_FULL | Hold.CLOSING
 
@@ -146,6 +152,7 @@ class StreamConnection(asyncio.Protocol):
         self._send_every = 0.0  # heart-beats: write one after this long without writing
         self._expect_within = 0.0  # ... and give up after this long without reading
         self._idle: asyncio.TimerHandle | None = None  # idle_timeout_ms, without heart-beats
+        self._pending_check: PasswordCheck | None = None  # verified, for the login frame again
 
     # -- asyncio.Protocol -------------------------------------------------------------
 
@@ -226,11 +233,33 @@ class StreamConnection(asyncio.Protocol):
     # -- what every protocol shares -----------------------------------------------------
 
     def _login(
-        self, login: str | None, passcode: str | None, client_id: str | None
-    ) -> Connection | ChuteError:
+        self,
+        login: str | None,
+        passcode: str | None,
+        client_id: str | None,
+        again: Callable[[], None],
+    ) -> Connection | ChuteError | None:
         """Make this client's core connection (the core authenticates), or the refusal
         (wrong login, throttled address, client id in use), which the driver answers
-        with its protocol's error."""
+        with its protocol's error.
+
+        None: the login needs a password hash verified, which runs off the loop
+        (:meth:`ServerHost.verify_password`) while this connection holds its input
+        (``Hold.LOGIN``); ``again()`` is then called on the loop, and the driver
+        handles its login frame again, which this time completes. So a flood of
+        logins does not stall the loop, and the client's order is kept.
+        """
+        check = self._pending_check  # verified off the loop: this is the second time
+        if check is None:
+            check = self.broker.access.password_check(
+                login, passcode, peer=self.peer, certificate_user=self.certificate_user
+            )
+            if check is not None and check.slow:
+                self._hold(Hold.LOGIN)
+                self.server.verify_password(
+                    check, lambda: self._verified(login, passcode, client_id, again, check)
+                )
+                return None
         try:
             self.core = connect(
                 self.broker,
@@ -240,11 +269,43 @@ class StreamConnection(asyncio.Protocol):
                 protocol=self.protocol_name,
                 peer=self.peer,
                 certificate_user=self.certificate_user,
+                check=check,
             )
         except (AuthenticationFailed, ClientIdInUse) as refusal:
             return refusal
         self._admitted()
         return self.core
+
+    def _verified(
+        self,
+        login: str | None,
+        passcode: str | None,
+        client_id: str | None,
+        again: Callable[[], None],
+        check: PasswordCheck,
+    ) -> None:
+        if self.closing or self.transport is None:
+            # gone meanwhile: a failure still counts for the login throttle
+            with contextlib.suppress(AuthenticationFailed):
+                self.broker.access.authenticate(
+                    login,
+                    passcode,
+                    peer=self.peer,
+                    certificate_user=self.certificate_user,
+                    check=check,
+                )
+            return
+        self._holds &= ~Hold.LOGIN
+        self._pending_check = check
+        try:
+            again()
+        finally:
+            self._pending_check = None
+        if self.acting:
+            self._decide_reading()
+            self._process()
+        else:
+            self.flush()
 
     def _admitted(self) -> None:
         """The client logged in (or, on a listener without logins, connected): its

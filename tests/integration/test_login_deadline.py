@@ -1,6 +1,7 @@
 """What a client that does not log in may cost (issue 13): ``login_timeout_ms`` on every
 listener (slowloris included), ``max_login_frame_size`` (a large frame before login is
-refused before the broker buffers it), and ``idle_timeout_ms``.
+refused before the broker buffers it), wrong passwords (verified off the loop), and
+``idle_timeout_ms``.
 
 Real sockets and a real ``chute serve``. Each closing is logged once per flood, and a
 logged-in bystander works throughout.
@@ -17,8 +18,10 @@ from pathlib import Path
 import trustme
 
 import chute
+from chute.passwords import hash_password
 from chute.protocol import packets as p
 from chute.protocol.spec import HEADER
+from chute.protocol.wire import encode_packet
 
 from .conftest import ChuteServer, free_port, start_server
 from .hostile import (
@@ -221,5 +224,60 @@ def test_the_idle_timeout_closes_clients_without_heartbeats(tmp_path: Path) -> N
             wait_until(lambda: beating.stat()["sockets"]["idle_timeouts"] == 2, "2 idle closed")
             [line] = lines_with(server, "sent and received nothing for")
             assert "WARNING" in line
+    finally:
+        assert server.stop() == 0, server.output
+
+
+def test_a_flood_of_wrong_passwords_does_not_stall_logged_in_clients(tmp_path: Path) -> None:
+    stomp = free_port()
+    text = (
+        "max_login_failures = 0\n"
+        f'[users.alice]\npassword = "{hash_password("right")}"\nroles = ["admin"]\n'
+    )
+    server = start_server(tmp_path, "--config", config(tmp_path, text), "--stomp-port", str(stomp))
+    try:
+        with chute.connect(server.url, login="alice", passcode="right") as bystander:
+            bystander.stat()
+            flood = [raw(server.port) for _ in range(16)]
+            wrong = encode_packet(p.Connect(login="alice", passcode="wrong"), 1, 0, 0, 1)
+            refusals: list[str] = []
+            done = threading.Event()
+
+            def read_refusals() -> None:
+                refusals.extend(native_error(until_closed(sock, 60)).code for sock in flood)
+                done.set()
+
+            reader = threading.Thread(target=read_refusals)
+            started = time.monotonic()
+            for sock in flood:
+                sock.sendall(wrong)
+            reader.start()
+            waits = []
+            while not done.is_set():
+                asked = time.monotonic()
+                bystander.stat()
+                waits.append(time.monotonic() - asked)
+            took = time.monotonic() - started
+            reader.join()
+            assert refusals == ["authentication-failed"] * 16
+            # on the loop, 16 argon2 checks (~0.1 s each) would hold every answer this long
+            assert max(waits) < took / 3, (max(waits), took)
+
+            # a login whose check ran elsewhere keeps its order: what followed CONNECT waited
+            with raw(stomp) as piped:
+                piped.sendall(
+                    b"CONNECT\naccept-version:1.2\nlogin:alice\npasscode:right\n\n\x00"
+                    b"SEND\ndestination:/queue/piped\nreceipt:r1\n\nafter login\x00"
+                )
+                answers = b""
+                while b"RECEIPT" not in answers:
+                    chunk = piped.recv(65536)
+                    assert chunk, answers
+                    answers += chunk
+            assert [f.command for f in stomp_frames(answers)] == ["CONNECTED", "RECEIPT"]
+            with bystander.session() as session:
+                got = session.consumer("queue:piped").receive(timeout=10)
+            assert got is not None
+            assert got.text == "after login"
     finally:
         assert server.stop() == 0, server.output
