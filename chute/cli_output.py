@@ -67,7 +67,6 @@ def sockets_line(sockets: dict[str, Any]) -> str:
         (sockets.get("refused_max_connections_per_host", 0), "by max_connections_per_host"),
         (sockets.get("login_timeouts", 0), "closed by login_timeout_ms"),
         (sockets.get("idle_timeouts", 0), "by idle_timeout_ms"),
-        (sockets.get("too_much_before_login", 0), "for too much before login"),
     ]
     told = [f"{n} {what}" for n, what in done if n]
     return line + ("; " + ", ".join(told) if told else "")

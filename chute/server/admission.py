@@ -11,9 +11,11 @@ without TLS, and the Simple-message-queue listeners) passes here first, in
   (the TLS handshake, an HTTP upgrade and the protocol's login all count) is
   closed: its driver, if it has one yet, tells the client why in its protocol
   (:class:`LoginDriver`); otherwise the socket is just closed.
-- Before login, the HTTP listener lets a client send at most a small budget of
-  bytes (what an upgrade request and a CONNECT need): aiohttp would otherwise
-  buffer a WebSocket message of up to ``max_packet_size`` for anyone. The native
+- Before login, the HTTP listener reads at most a small budget of bytes from a
+  client (what an upgrade request and a CONNECT need), then stops reading it
+  until it logs in (or its deadline closes it): aiohttp would otherwise buffer
+  a WebSocket message of up to ``max_packet_size`` for anyone. A client that
+  sends its next frames before its login is answered just waits. The native
   and STOMP drivers need no budget: their codecs refuse a large frame from its
   header until login (``max_login_frame_size``).
 
@@ -126,6 +128,7 @@ class Ticket:
         "budget",
         "driver",
         "expired",
+        "held",
         "host",
         "listener",
         "peer",
@@ -145,6 +148,7 @@ class Ticket:
         """Bytes the client may still send before it logs in (None: no budget)."""
         self.authenticated = False
         self.expired = False  # closed for its login deadline
+        self.held = False  # reading paused: the budget is spent and no login yet
         self.released = False
         self.driver: LoginDriver | None = None
         self.transport: asyncio.Transport | None = None  # the socket's own
@@ -163,7 +167,8 @@ class Ticket:
             self.admission._by_transport[transport] = self
 
     def logged_in(self) -> None:
-        """The client logged in: the login deadline and budget no longer apply."""
+        """The client logged in: the login deadline and budget no longer apply (reading
+        resumes if the budget had stopped it)."""
         if self.authenticated or self.released:
             return
         self.authenticated = True
@@ -172,19 +177,27 @@ class Ticket:
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
+        if self.held:
+            self.held = False
+            if self.visible is not None and not self.visible.is_closing():
+                cast(asyncio.Transport, self.visible).resume_reading()
 
-    def received(self, size: int) -> bool:
-        """``size`` more bytes before login: False (and the connection closed) past the
-        budget."""
+    def received(self, size: int) -> None:
+        """``size`` more bytes read before login (they go on to the protocol): past the
+        budget, reading stops until the client logs in."""
         if self.budget is None:
-            return True
-        if self.budget < 0:
-            return False  # closing already
+            return
         self.budget -= size
-        if self.budget >= 0:
-            return True
-        self.admission._over_budget(self)
-        return False
+        if self.budget < 0 and not self.held and self.visible is not None:
+            self.held = True
+            self.admission.counts["held_before_login"] += 1
+            log.debug(
+                "%s on %s sent over %d bytes before logging in: not read until it does",
+                self.peer,
+                self.listener,
+                self.admission.login_budget,
+            )
+            cast(asyncio.Transport, self.visible).pause_reading()
 
     def release(self) -> None:
         """The connection is gone (idempotent)."""
@@ -238,7 +251,6 @@ class Admission:
         self.full = Episode("connections refused by server.max_connections")
         self.host_full = Episode("connections refused by server.max_connections_per_host")
         self.late = Episode("connections closed by server.login_timeout_ms")
-        self.chatty = Episode("connections closed for sending too much before login")
         self.unruly = Episode("connections closed for breaking the protocol before login")
         self.idle = Episode("connections closed by server.idle_timeout_ms")
         self.no_descriptors = Episode("accepts that found no file descriptor free")
@@ -362,19 +374,6 @@ class Admission:
             f"no login within {self.login_timeout:g} s of connecting (server.login_timeout_ms)",
         )
 
-    def _over_budget(self, ticket: Ticket) -> None:
-        self.counts["too_much_before_login"] += 1
-        self.chatty.hit(
-            "%s on %s sent over %d bytes before logging in; closing",
-            ticket.peer,
-            ticket.listener,
-            self.login_budget,
-        )
-        ticket.close(
-            "frame-too-large",
-            f"over {self.login_budget} bytes sent before logging in (server.max_login_frame_size)",
-        )
-
     # -- what `chute stat` shows -------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
@@ -383,7 +382,7 @@ class Admission:
             "refused_max_connections",
             "refused_max_connections_per_host",
             "login_timeouts",
-            "too_much_before_login",
+            "held_before_login",
             "protocol_errors_before_login",
             "idle_timeouts",
             "accept_failures",
@@ -401,7 +400,6 @@ class Admission:
             self.full,
             self.host_full,
             self.late,
-            self.chatty,
             self.unruly,
             self.idle,
             self.no_descriptors,

@@ -8,8 +8,8 @@ drivers do.
 
 The listening socket is the broker's, not aiohttp's (:class:`_Site`): each
 connection is accepted by the broker's :class:`~chute.server.listener.Listener`
-(the connection limits count it, and before login it may send only a small
-budget: aiohttp would buffer a whole WebSocket message) and passes through
+(the connection limits count it, and before login only a small budget of its
+bytes is read: aiohttp would buffer a whole WebSocket message) and passes through
 :mod:`chute.server.tls`, as on the TCP listeners, so with ``http_tls`` the port
 serves HTTPS and WSS with the broker's one TLS context, and a failed handshake
 is logged. Browsers may open

@@ -92,7 +92,7 @@ class Listener(asyncio.AbstractServer):
         admission: the broker's limits.
         refusal: the bytes that refuse a connection over a limit, or None (TLS, or a
             protocol that cannot say why): the socket is closed without a word.
-        budget: the client may send only a small budget before it logs in (HTTP).
+        budget: only a small budget of a client's bytes is read before it logs in (HTTP).
     """
 
     def __init__(

@@ -27,8 +27,8 @@ Fronts. :class:`PlainAccept` and :class:`TlsAccept` are each connection's front:
 the protocol its transport has from accept to loss, passing every event on to
 the listener's protocol. So the connection's
 :class:`~chute.server.admission.Ticket` is released however the connection
-ends, and a listener with a budget (HTTP) stops passing bytes on once a client
-that has not logged in sent too many.
+ends, and a listener with a budget (HTTP) stops reading a client that has not
+logged in once it sent too many (:meth:`~chute.server.admission.Ticket.received`).
 
 Client certificates. With ``tls_client_certs = "optional"`` a client may send
 no certificate; with ``"required"`` it must. A certificate that does not chain
@@ -193,7 +193,7 @@ class PlainAccept(asyncio.Protocol):
     which is passed on, first bytes included. It stays the transport's protocol,
     passing every event on, so that the connection's ticket is released when it is
     lost, and a client with a budget (:class:`~chute.server.admission.Ticket`)
-    sends no more than it before logging in.
+    is not read past it before logging in.
     """
 
     def __init__(self, name: str, factory: ProtocolFactory, ticket: Ticket) -> None:
@@ -209,8 +209,8 @@ class PlainAccept(asyncio.Protocol):
         self.protocol.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
-        if self.ticket.budget is not None and not self.ticket.received(len(data)):
-            return
+        if self.ticket.budget is not None:
+            self.ticket.received(len(data))
         if self._head is None:
             self.protocol.data_received(data)
             return
@@ -373,8 +373,9 @@ class TlsAccept(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self.protocol is not None:
-            if self.ticket.budget is None or self.ticket.received(len(data)):
-                self.protocol.data_received(data)
+            if self.ticket.budget is not None:
+                self.ticket.received(len(data))
+            self.protocol.data_received(data)
             return
         if self._upgrading:
             self._early += data

@@ -16,9 +16,19 @@ from chute.server.admission import LOGIN_ALLOWANCE, Admission, Episode, Ticket
 class FakeTransport:
     def __init__(self) -> None:
         self.aborted = False
+        self.reading = True
 
     def abort(self) -> None:
         self.aborted = True
+
+    def is_closing(self) -> bool:
+        return self.aborted
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
 
 
 class FakeDriver:
@@ -129,23 +139,25 @@ def test_the_login_deadline_asks_the_driver_to_close_or_aborts() -> None:
     run(main())
 
 
-def test_a_budget_before_login_closes_the_connection_past_it() -> None:
+def test_past_its_budget_a_connection_is_not_read_until_it_logs_in() -> None:
     async def main() -> None:
         admission = Admission(ServerConfig(max_login_frame_size=2048))
         assert admission.login_budget == 2048 + LOGIN_ALLOWANCE
         ticket = cast(Ticket, admission.admit("http", "a", "a:1", budget=True))
-        driver = FakeDriver()
-        ticket.driver = driver
-        assert ticket.received(admission.login_budget)
-        assert not ticket.received(1)
-        assert not ticket.received(1)  # still closing: said once
-        assert [code for code, _ in driver.errors] == ["frame-too-large"]
-        after = cast(Ticket, admission.admit("http", "a", "a:2", budget=True))
-        after.logged_in()
-        assert after.received(10 << 20)  # no budget once logged in
-        assert admission.stats()["too_much_before_login"] == 1
+        transport = FakeTransport()
+        ticket.attach(cast(asyncio.BaseTransport, transport))
+        ticket.received(admission.login_budget)
+        assert transport.reading
+        ticket.received(1)
+        assert not transport.reading
+        ticket.received(100)  # what was read already goes on; reading stays paused
+        assert not transport.reading
+        ticket.logged_in()
+        assert transport.reading
+        ticket.received(10 << 20)  # no budget once logged in
+        assert transport.reading
+        assert admission.stats()["held_before_login"] == 1
         ticket.release()
-        after.release()
         admission.close()
 
     run(main())
