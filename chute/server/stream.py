@@ -18,7 +18,7 @@ every delivery of a flush, and the store groups it with the producers'.
 
 Reading: whether the connection reads is one explicit state, the set of
 :class:`Hold` reasons that stop it (a full write buffer, a send blocked for
-room, producer flow control, closing); :meth:`_hold` and :meth:`_release`
+room, producer flow control, closing, a password being verified); :meth:`_hold` and :meth:`_release`
 change it and :meth:`_decide_reading` alone pauses or resumes the transport.
 
 What every protocol shares besides: the login (:meth:`_login`, through the
