@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from chute.cli_message import add_message_arguments, message_fields
-from chute.cli_output import print_message, print_received
+from chute.cli_output import print_message, print_received, sockets_line
 from chute.cli_progress import Progress
 from chute.errors import ChuteError, ConfigError
 
@@ -425,6 +425,9 @@ def _stat(args: argparse.Namespace) -> int:
         mine = ", ".join(f"{user} {n}" for user, n in made["by_user"].items())
         print(f"; {made['total']} made by use{f' ({mine})' if mine else ''}", end="")
     print()
+    sockets = stats.get("sockets")
+    if sockets:
+        print(sockets_line(sockets))
     return 0
 
 

@@ -1,4 +1,5 @@
-"""What the ``chute`` commands print: messages, and the receive loop that prints them.
+"""What the ``chute`` commands print: messages, the receive loop that prints them, and
+``chute stat``'s line about the broker's sockets.
 
 Shared by ``chute receive`` and ``chute dropbox receive``, so both print the
 same JSON shape and end the same way when fewer messages came than asked for.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Protocol
+from typing import Any, Protocol
 
 from chute.message import Message
 
@@ -55,3 +56,19 @@ def print_received(consumer: Receiving, count: int, timeout: float, as_json: boo
         )
         return 1
     return 0
+
+
+def sockets_line(sockets: dict[str, Any]) -> str:
+    """``chute stat``'s summary of the broker's ``sockets`` statistics: what is open,
+    what has not logged in yet, and what the connection limits refused or closed."""
+    listeners = ", ".join(f"{n} {name}" for name, n in sockets.get("by_listener", {}).items())
+    line = f"{sockets.get('open', 0)} sockets open ({sockets.get('before_login', 0)} not logged in"
+    line += f"; {listeners})" if listeners else ")"
+    done = [
+        (sockets.get("refused_max_connections", 0), "refused by max_connections"),
+        (sockets.get("refused_max_connections_per_host", 0), "by max_connections_per_host"),
+        (sockets.get("login_timeouts", 0), "closed by login_timeout_ms"),
+        (sockets.get("idle_timeouts", 0), "by idle_timeout_ms"),
+    ]
+    told = [f"{n} {what}" for n, what in done if n]
+    return line + ("; " + ", ".join(told) if told else "")

@@ -25,6 +25,11 @@ inline_sync = true       # an idle journal syncs on the broker's loop (docs/dura
 heartbeat_ms = 10000     # the most a client may ask for is honoured; 0 = off
 max_login_failures = 10  # per client address and window; past it logins wait; 0 = off
 login_failure_window_ms = 60000
+max_connections = 10000  # open at once, logged in or not; 0 = no limit (docs/security.md)
+max_connections_per_host = 1000  # from one client address; 0 = no limit
+login_timeout_ms = 10000  # connect, TLS handshake, upgrade and log in within this; 0 = never
+max_login_frame_size = "64KiB"  # the largest packet or frame before login
+idle_timeout_ms = 0      # close a client without heart-beats silent this long; 0 = never
 max_cursor_lease_ms = 300000  # the longest a cursor holds a queue after its client left
 tls_port = 0             # the native protocol over TLS (chutes://), e.g. 5446; 0 = off
 stomp_tls_port = 0       # STOMP over TLS, e.g. 61614; 0 = off
@@ -85,6 +90,7 @@ from chute.smq.settings import SmqSettings
 DEFAULT_PORT = 5445
 DEFAULT_STOMP_PORT = 61613
 DEFAULT_HTTP_PORT = 8445  # DESIGN.md's HTTP port: STOMP over WebSocket, later admin and console
+MIN_LOGIN_FRAME_SIZE = 1024  # below it a CONNECT with a long login and passcode would not fit
 
 
 @dataclasses.dataclass
@@ -123,6 +129,11 @@ class ServerConfig:
     allowed_origins: tuple[str, ...] = ()  # WebSocket origins besides the broker's own
     max_login_failures: int = 10  # per client address and window; 0 = no limit
     login_failure_window_ms: int = 60_000
+    max_connections: int = 10_000  # open at once, from accept on; 0 = no limit
+    max_connections_per_host: int = 1000  # from one client address; 0 = no limit
+    login_timeout_ms: int = 10_000  # from accept to a completed login; 0 = no deadline
+    max_login_frame_size: int = 64 << 10  # largest packet/frame before login; 0 = max_packet_size
+    idle_timeout_ms: int = 0  # close a logged-in client without heart-beats silent this long
     max_cursor_lease_ms: int = 300_000  # the longest lease a cursor may ask for
     users: dict[str, User] = dataclasses.field(default_factory=dict)
     roles: dict[str, Role] = dataclasses.field(default_factory=lambda: {"admin": ADMIN_ROLE})
@@ -154,6 +165,12 @@ class ServerConfig:
                 f"above server.max_memory ({self.max_memory} bytes): durable queues page at "
                 "max_memory, so producers should only wait for what cannot page (raise "
                 "memory_high_watermark, or lower max_memory)"
+            )
+        if 0 < self.max_login_frame_size < MIN_LOGIN_FRAME_SIZE:
+            raise ConfigError(
+                f"server.max_login_frame_size: {self.max_login_frame_size} bytes is too small "
+                f"for a login; give at least {MIN_LOGIN_FRAME_SIZE} (1KiB), or 0 to allow "
+                "max_packet_size before login too"
             )
         if not self.users and not _is_loopback(self.host):
             raise ConfigError(
@@ -198,6 +215,11 @@ class ServerConfig:
                 f'server.tls_client_certs = "{self.tls_client_certs}" needs server.tls_ca: '
                 "the PEM file of the CA that signs the clients' certificates"
             )
+
+    @property
+    def login_frame_size(self) -> int:
+        """The largest packet or frame a client may send before it logs in."""
+        return min(self.max_login_frame_size or self.max_packet_size, self.max_packet_size)
 
     @property
     def tls_listening(self) -> bool:
@@ -277,6 +299,11 @@ _SERVER_KEYS = {
     "max_login_failures": int,
     "login_failure_window_ms": int,
     "max_cursor_lease_ms": int,
+    "max_connections": int,
+    "max_connections_per_host": int,
+    "login_timeout_ms": int,
+    "max_login_frame_size": "size",
+    "idle_timeout_ms": int,
 }
 
 

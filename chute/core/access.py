@@ -20,6 +20,13 @@ Each address gets ``max_failures`` failed logins per ``failure_window_ms``;
 past that, its logins are refused without being checked until the window
 ends (:class:`LoginThrottle`), and the log says so once per lockout.
 
+Verifying an argon2 hash costs about 0.1 s of CPU, which a server should not
+spend on its event loop: :meth:`Access.password_check` says whether a login
+needs one and returns it as a :class:`PasswordCheck`, which needs nothing of
+the broker and may run on any thread; :meth:`Access.authenticate` given the
+check that ran then uses its result instead of verifying again. Without one it
+verifies itself.
+
 Authorization
 -------------
 A user's roles grant actions on address patterns (:class:`Grants`); what is
@@ -270,6 +277,29 @@ def peer_host(peer: str) -> str:
 
 
 @dataclass(slots=True)
+class PasswordCheck:
+    """A password to verify against a stored hash: a login's slow part, separable.
+
+    :meth:`run` touches nothing but these two strings (and argon2, which releases
+    the GIL), so a server may run it on a worker thread, then hand the check to
+    :meth:`Access.authenticate` on its loop.
+    """
+
+    stored: str
+    given: str
+    result: bool | None = None
+
+    @property
+    def slow(self) -> bool:
+        """Verifying takes argon2's time (else it is a plain-text comparison)."""
+        return passwords.is_hash(self.stored)
+
+    def run(self) -> None:
+        """Verify (slow by design, any thread)."""
+        self.result = passwords.verify(self.stored, self.given)
+
+
+@dataclass(slots=True)
 class _Known:
     """A user as the gate uses it: the configured user, its grants, and a digest of
     the last password verified for it (so a correct login need not hash again)."""
@@ -311,6 +341,28 @@ class Access:
         """Nothing is restricted: no users are configured."""
         return not self._users
 
+    def password_check(
+        self,
+        login: str | None,
+        passcode: str | None,
+        *,
+        peer: str = "",
+        certificate_user: str | None = None,
+    ) -> PasswordCheck | None:
+        """The password verification :meth:`authenticate` would do for this login, for
+        a caller to run elsewhere first; None when it needs none (no users, a
+        certificate login, a throttled address, a password verified lately)."""
+        if not self._users or certificate_user is not None:
+            return None
+        if self.throttle.locked_for(peer_host(peer)):
+            return None
+        known = self._users.get(login) if login is not None else None
+        given = passcode or ""
+        if known is not None and self._remembered(known, given):
+            return None
+        stored = known.user.password if known is not None else ""
+        return PasswordCheck(stored or passwords.dummy_hash(), given)
+
     def authenticate(
         self,
         login: str | None,
@@ -318,10 +370,12 @@ class Access:
         *,
         peer: str = "",
         certificate_user: str | None = None,
+        check: PasswordCheck | None = None,
     ) -> Principal:
         """The principal a login and passcode stand for, or a verified TLS client
         certificate's user (``certificate_user``; a login given beside it must name
-        the same user, and no passcode is needed).
+        the same user, and no passcode is needed). ``check``: the
+        :meth:`password_check` of this login, already run.
 
         Raises:
             AuthenticationFailed: users are configured and neither matches (the same
@@ -337,7 +391,7 @@ class Access:
             raise AuthenticationFailed(
                 f"too many failed logins from {host}; try again in {wait:.0f} s"
             )
-        known = self._check(login, passcode, certificate_user)
+        known = self._check(login, passcode, certificate_user, check)
         if known is None:
             if self.throttle.failed(host):
                 log.warning(
@@ -350,7 +404,11 @@ class Access:
         return Principal(known.user.name, known.grants)
 
     def _check(
-        self, login: str | None, passcode: str | None, certificate_user: str | None
+        self,
+        login: str | None,
+        passcode: str | None,
+        certificate_user: str | None,
+        check: PasswordCheck | None,
     ) -> _Known | None:
         if certificate_user is not None:
             if login is not None and login != certificate_user:
@@ -358,20 +416,28 @@ class Access:
             return self._users.get(certificate_user)
         known = self._users.get(login) if login is not None else None
         given = passcode or ""
-        digest = hmac.new(self._key, given.encode(), hashlib.sha256).digest()
-        if (
-            known is not None
-            and known.verified is not None
-            and hmac.compare_digest(known.verified, digest)
-        ):
+        if known is not None and self._remembered(known, given):
             return known
         stored = known.user.password if known is not None else passwords.dummy_hash()
-        if not passwords.verify(stored or passwords.dummy_hash(), given) or not stored:
+        if check is not None and check.result is not None and check.given == given:
+            matched = check.result and check.stored == (stored or passwords.dummy_hash())
+        else:
+            matched = passwords.verify(stored or passwords.dummy_hash(), given)
+        if not matched or not stored:
             return None  # no password configured: certificate logins only
         if known is None:
             return None
-        known.verified = digest
+        known.verified = self._digest(given)
         return known
+
+    def _digest(self, given: str) -> bytes:
+        return hmac.new(self._key, given.encode(), hashlib.sha256).digest()
+
+    def _remembered(self, known: _Known, given: str) -> bool:
+        """``given`` is the password last verified for ``known``."""
+        return known.verified is not None and hmac.compare_digest(
+            known.verified, self._digest(given)
+        )
 
     def as_user(self, name: str | None) -> Principal:
         """The principal of a configured user, for what acts without a login (the

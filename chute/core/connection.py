@@ -28,7 +28,7 @@ import logging
 import secrets
 from typing import Any
 
-from chute.core.access import ANONYMOUS, Action, Principal
+from chute.core.access import ANONYMOUS, Action, PasswordCheck, Principal
 from chute.core.address import TEMP_PREFIX, canonical, parse, user_queue
 from chute.core.broker import Broker
 from chute.core.browse import BrowsePage
@@ -60,18 +60,20 @@ def connect(
     protocol: str = "native",
     peer: str = "",
     certificate_user: str | None = None,
+    check: PasswordCheck | None = None,
 ) -> Connection:
     """Authenticate a client and make its core connection (every protocol comes here).
 
     ``certificate_user`` is the user a TLS client certificate names, once the server
-    verified the certificate against its CA.
+    verified the certificate against its CA. ``check`` is this login's
+    :meth:`~chute.core.access.Access.password_check`, already run (off the loop).
 
     Raises:
         AuthenticationFailed: the login and passcode do not match (logged).
     """
     try:
         principal = broker.access.authenticate(
-            login, passcode, peer=peer, certificate_user=certificate_user
+            login, passcode, peer=peer, certificate_user=certificate_user, check=check
         )
     except AuthenticationFailed:
         log.warning("%s authentication failed for %r from %s", protocol, login, peer or "?")

@@ -7,8 +7,10 @@ the HTTP one (``http_port``: STOMP over WebSocket; HTTPS and WSS with
 ``http_tls``), each unless its port is 0, runs the expiry sweep, and stops
 gracefully: listeners close first, then every connection, so consumers'
 unacknowledged messages go back to their queues before the store closes. Every
-TLS listener shares one context, and every native, STOMP and HTTP connection
-passes through :mod:`chute.server.tls` as it is accepted (where a handshake's
+listener accepts through :mod:`chute.server.listener`, where
+:mod:`chute.server.admission` counts and limits every connection (and closes one
+that does not log in in time); every TLS listener shares one context, and every
+connection has a front from :mod:`chute.server.tls` (where a handshake's
 failure, or TLS spoken to a plain port, is logged). It is the one
 implementation of the interfaces its drivers declare
 (:class:`~chute.server.stream.ServerHost`, :class:`~chute.dropbox.bridge.BridgeHost`);
@@ -24,24 +26,26 @@ import errno
 import gc
 import logging
 import signal
-import socket
 import ssl
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from chute.config import ServerConfig
-from chute.core.access import Access, LoginThrottle
+from chute.core.access import Access, LoginThrottle, PasswordCheck
 from chute.core.broker import Broker
 from chute.core.destinations import Limits
 from chute.core.store import Store
 from chute.dropbox.bridge import DropboxBridge, start_bridges, stop_bridges
 from chute.server import smq
-from chute.server.native import NativeConnection
-from chute.server.stomp import StompConnection
+from chute.server.admission import Admission
+from chute.server.listener import Listener, Refusal, bind, raise_open_file_limit
+from chute.server.native import NativeConnection, native_refusal
+from chute.server.stomp import StompConnection, stomp_refusal
 from chute.server.stream import StreamConnection
-from chute.server.tls import Accepting, ProtocolFactory, server_context
+from chute.server.tls import Accepting, Front, ProtocolFactory, server_context
 from chute.store.journal import Journal
 from chute.store.memory import MemoryStore
 
@@ -51,6 +55,9 @@ if TYPE_CHECKING:  # aiohttp is imported only when the HTTP listener is on
 log = logging.getLogger("chute.server")
 
 RESOURCE_CHECK_S = 0.1  # how often admission re-reads memory and disk (chute.core.admission)
+PASSWORD_WORKERS = 2
+"""Threads verifying password hashes: each argon2 check takes ~0.1 s of CPU and 64 MiB,
+so a flood of logins waits its turn here instead of stalling the loop or the memory."""
 
 
 class BrokerServer:
@@ -86,8 +93,9 @@ class BrokerServer:
             ),
         )
         self.connections: set[StreamConnection] = set()
-        self.listeners: list[asyncio.Server] = []
+        self.listeners: list[Listener] = []
         self.http: HttpListener | None = None  # http_port: STOMP over WebSocket, later admin
+        self.admission = Admission(config)  # every connection, from its accept to its loss
         self.accepting = Accepting()  # connections not yet handed to their driver
         self.tls_context: ssl.SSLContext | None = None  # every TLS listener's (start makes it)
         self.bridges: list[DropboxBridge] = []  # [[dropbox]] mounts (docs/dropbox.md)
@@ -98,6 +106,7 @@ class BrokerServer:
         self.loop_thread = threading.get_ident()  # where the loop runs (set again in start)
         self._sweeper: asyncio.Task[None] | None = None
         self._watcher: asyncio.Task[None] | None = None
+        self._password_pool: ThreadPoolExecutor | None = None  # made on the first hash login
         self.loop: asyncio.AbstractEventLoop = asyncio.get_event_loop_policy().get_event_loop()
 
     async def start(self) -> list[tuple[str, str, int]]:
@@ -131,31 +140,36 @@ class BrokerServer:
         bound: list[tuple[str, str, int]] = []
         native: ProtocolFactory = lambda: NativeConnection(self)  # noqa: E731
         stomp: ProtocolFactory = lambda: StompConnection(self)  # noqa: E731
-        for name, port, make, tls in (
-            ("native", config.port, native, False),
-            ("native-tls", config.tls_port, native, True),
-            ("stomp", config.stomp_port, stomp, False),
-            ("stomp-tls", config.stomp_tls_port, stomp, True),
+        for name, port, make, tls, refusal in (
+            ("native", config.port, native, False, native_refusal),
+            ("native-tls", config.tls_port, native, True, None),
+            ("stomp", config.stomp_port, stomp, False, stomp_refusal),
+            ("stomp-tls", config.stomp_tls_port, stomp, True, None),
         ):
             if port:
-                server = await self._listen(config.host, port, self._accept(name, make, tls))
+                server = self._listen(name, port, self._front(name, make, tls), refusal)
                 sock = server.sockets[0].getsockname()
                 bound.append((name, sock[0], sock[1]))
         if config.http_port:
-            from chute.server.http import HttpListener  # noqa: PLC0415 - aiohttp only when used
+            from chute.server.http import HttpListener, http_refusal  # noqa: PLC0415 - aiohttp
 
             self.http = HttpListener(self)
             https = config.http_tls
+            name = "https" if https else "http"
             host, port = await self.http.start(
-                config.host,
-                config.http_port,
-                lambda server: self._accept("https" if https else "http", server, https),
+                lambda server: self._listen(
+                    name,
+                    config.http_port,
+                    self._front(name, server, https),
+                    None if https else http_refusal,
+                    budget=True,
+                )
             )
-            bound.append(("https" if https else "http", host, port))
+            bound.append((name, host, port))
         if self.config.smq is not None:  # Simple-message-queue's source and sink listeners
             self.broker.destination(self.config.smq.queue, create=True)
             for name, port, factory in smq.listeners(self, self.config.smq):
-                server = await self._listen(self.config.host, port, factory)
+                server = self._listen(name, port, Accepting.plain(name, factory), None)
                 host, bound_port = server.sockets[0].getsockname()[:2]
                 bound.append((name, host, bound_port))
                 log.info(
@@ -165,8 +179,8 @@ class BrokerServer:
         self._watcher = asyncio.create_task(self._watch_resources(), name="chute-admission")
         return bound
 
-    def _accept(self, name: str, factory: ProtocolFactory, tls: bool) -> ProtocolFactory:
-        """``factory`` behind :mod:`chute.server.tls`'s accepting: the handshake on a TLS
+    def _front(self, name: str, factory: ProtocolFactory, tls: bool) -> Front:
+        """``factory`` behind :mod:`chute.server.tls`'s front: the handshake on a TLS
         listener, the check for TLS spoken to a plain one."""
         if not tls:
             return self.accepting.plain(name, factory)
@@ -174,23 +188,29 @@ class BrokerServer:
             raise RuntimeError("no TLS context: start() makes it before the listeners")
         return self.accepting.tls(name, factory, self.tls_context)
 
-    async def _listen(
-        self, host: str, port: int, factory: Callable[[], asyncio.BaseProtocol]
-    ) -> asyncio.Server:
+    def _listen(
+        self,
+        name: str,
+        port: int,
+        front: Front,
+        refusal: Refusal | None,
+        *,
+        budget: bool = False,
+    ) -> Listener:
+        """Listen on ``host:port`` through the accept loop every listener shares
+        (:mod:`chute.server.listener`: the connection limits, running out of descriptors)."""
+        host = self.config.host
         try:
-            server = await self.loop.create_server(
-                factory, host, port, reuse_address=True, backlog=512
-            )
+            sockets = bind(host, port)
         except OSError as exc:
             hint = " (is another broker running?)" if exc.errno == errno.EADDRINUSE else ""
             raise OSError(
                 exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}{hint}"
             ) from None
-        for sock in server.sockets:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.listeners.append(server)
-        return server
+        listener = Listener(name, sockets, front, self.admission, refusal=refusal, budget=budget)
+        listener.start()
+        self.listeners.append(listener)
+        return listener
 
     def request_sync(
         self,
@@ -213,6 +233,21 @@ class BrokerServer:
             self._sync_seals.append(seal)
         if len(self._sync_requests) == 1:
             self.loop.call_soon(self._sync_gathered)
+
+    def verify_password(self, check: PasswordCheck, done: Callable[[], None]) -> None:
+        """Run ``check`` on a worker thread (argon2 releases the GIL), then ``done()`` on
+        the loop."""
+        if self._password_pool is None:
+            self._password_pool = ThreadPoolExecutor(
+                PASSWORD_WORKERS, thread_name_prefix="chute-password"
+            )
+
+        def verified(future: asyncio.Future[None]) -> None:
+            if not future.cancelled() and future.exception() is not None:
+                log.error("verifying a password failed: %s", future.exception())
+            done()  # without a result the core verifies on the loop itself
+
+        self.loop.run_in_executor(self._password_pool, check.run).add_done_callback(verified)
 
     def _sync_gathered(self) -> None:
         requests, self._sync_requests = self._sync_requests, []
@@ -249,6 +284,7 @@ class BrokerServer:
 
     def stats(self) -> dict[str, Any]:
         stats = self.broker.stats()
+        stats["sockets"] = self.admission.stats()
         stats["uptime_s"] = round(time.time() - self.started, 1)
         return stats
 
@@ -296,6 +332,9 @@ class BrokerServer:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        self.admission.close()
+        if self._password_pool is not None:
+            self._password_pool.shutdown(wait=False, cancel_futures=True)
         self.broker.close()
         log.info("stopped")
 
@@ -358,6 +397,7 @@ def tune_gc() -> None:
 def run(config: ServerConfig, *, ready: Any = None) -> None:
     """Run a broker until SIGTERM/SIGINT. ``ready(bound)`` is called once it listens."""
     tune_gc()
+    raise_open_file_limit(config.max_connections)
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
 

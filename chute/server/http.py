@@ -7,23 +7,25 @@ broker already runs on, so a handler calls the core directly, as the TCP
 drivers do.
 
 The listening socket is the broker's, not aiohttp's (:class:`_Site`): each
-connection passes through :mod:`chute.server.tls` as it is accepted, as on the
-TCP listeners, so with ``http_tls`` the port serves HTTPS and WSS with the
-broker's one TLS context, and a failed handshake is logged. Browsers may open
+connection is accepted by the broker's :class:`~chute.server.listener.Listener`
+(the connection limits count it, and before login only a small budget of its
+bytes is read: aiohttp would buffer a whole WebSocket message) and passes through
+:mod:`chute.server.tls`, as on the TCP listeners, so with ``http_tls`` the port
+serves HTTPS and WSS with the broker's one TLS context, and a failed handshake
+is logged. Browsers may open
 the WebSocket only from the broker's own origin or one of ``allowed_origins``
 (:mod:`chute.origins`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import errno
 import logging
 from collections.abc import Callable
 
 from aiohttp import web
 
 from chute.origins import OriginPolicy, own_origins
+from chute.server.listener import Listener
 from chute.server.stream import ServerHost
 from chute.server.tls import ProtocolFactory
 from chute.server.websocket import stomp_endpoint
@@ -32,6 +34,18 @@ log = logging.getLogger("chute.server")
 
 STOMP_PATHS = ("/stomp", "/ws")
 SHUTDOWN_TIMEOUT = 2.0
+Listen = Callable[[ProtocolFactory], Listener]
+"""Opens the broker's listener for aiohttp's protocol factory."""
+
+
+def http_refusal(code: str, reason: str) -> bytes:
+    """A connection refused over a limit, in HTTP (503: the client may try later)."""
+    body = f"{reason} ({code})\n".encode()
+    head = (
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + body
 
 
 class HttpListener:
@@ -48,11 +62,9 @@ class HttpListener:
     async def _stomp(self, request: web.Request) -> web.StreamResponse:
         return await stomp_endpoint(self.server, self.origins, request)
 
-    async def start(
-        self, host: str, port: int, accept: Callable[[ProtocolFactory], ProtocolFactory]
-    ) -> tuple[str, int]:
-        """Listen; ``accept`` wraps aiohttp's protocol factory (TLS, or the plain-port
-        check). Returns the (host, port) bound.
+    async def start(self, listen: Listen) -> tuple[str, int]:
+        """Listen with ``listen`` (the broker's listener, with aiohttp's protocol behind
+        its front). Returns the (host, port) bound.
 
         Raises:
             OSError: the port could not be bound (with the port in the message).
@@ -61,22 +73,18 @@ class HttpListener:
             self.app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT
         )
         await runner.setup()
-        site = _Site(runner, host, port, accept)
+        site = _Site(runner, listen)
         try:
             await site.start()
-        except OSError as exc:
+        except OSError:
             await runner.cleanup()
-            hint = " (is another broker running?)" if exc.errno == errno.EADDRINUSE else ""
-            raise OSError(
-                exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}{hint}"
-            ) from None
+            raise
         self._runner = runner
-        addresses = runner.addresses
-        bound = addresses[0] if addresses else (host, port)
+        host, port = runner.addresses[0][:2]
         self.origins = OriginPolicy(
-            [*own_origins(host, int(bound[1])), *self.server.config.allowed_origins]
+            [*own_origins(self.server.config.host, int(port)), *self.server.config.allowed_origins]
         )
-        return str(bound[0]), int(bound[1])
+        return str(host), int(port)
 
     async def stop(self) -> None:
         """Stop accepting and close the open WebSockets (their STOMP connections end)."""
@@ -86,31 +94,24 @@ class HttpListener:
 
 
 class _Site(web.BaseSite):
-    """aiohttp's TCPSite, with the broker's accepting in front of aiohttp's protocol."""
+    """aiohttp's TCPSite, with the broker's listener and front before aiohttp's protocol."""
 
-    __slots__ = ("_accept", "_host", "_port")
+    __slots__ = ("_listen", "_name")
 
-    def __init__(
-        self,
-        runner: web.AppRunner,
-        host: str,
-        port: int,
-        accept: Callable[[ProtocolFactory], ProtocolFactory],
-    ) -> None:
-        super().__init__(runner, backlog=512)
-        self._host = host
-        self._port = port
-        self._accept = accept
+    def __init__(self, runner: web.AppRunner, listen: Listen) -> None:
+        super().__init__(runner)
+        self._listen = listen
+        self._name = "?"
 
     @property
     def name(self) -> str:
-        return f"{self._host}:{self._port}"
+        return self._name
 
     async def start(self) -> None:
         await super().start()
         server = self._runner.server
         if server is None:
             raise RuntimeError("the runner is not set up")
-        self._server = await asyncio.get_running_loop().create_server(
-            self._accept(server), self._host, self._port, reuse_address=True, backlog=512
-        )
+        listener = self._listen(server)
+        self._server = listener
+        self._name = listener.name

@@ -64,8 +64,8 @@ class NativeConnection(StreamConnection):
     def __init__(self, server: ServerHost) -> None:
         super().__init__(server)
         config = server.config
-        self.codec = PacketCodec(
-            max_packet_size=config.max_packet_size, max_properties=config.max_properties
+        self.codec = PacketCodec(  # max_packet_size once the client logged in
+            max_packet_size=config.login_frame_size, max_properties=config.max_properties
         )
         self.sessions: dict[int, Session] = {}
         self.consumers: dict[int, tuple[Consumer, Session]] = {}
@@ -153,7 +153,14 @@ class NativeConnection(StreamConnection):
                 f"supported (this broker speaks {sorted(p.SUPPORTED_VERSIONS)})",
                 "unsupported-version",
             )
-        core = self._login(packet.login, packet.passcode, packet.client_id)
+        core = self._login(
+            packet.login,
+            packet.passcode,
+            packet.client_id,
+            lambda: self._on_connect(header, packet),
+        )
+        if core is None:
+            return  # the password is verified off the loop; this packet is handled again
         if isinstance(core, ChuteError):
             self._respond(header, p.Error(core.code, core.reason))
             self._close_after_flush()
@@ -350,6 +357,7 @@ class NativeConnection(StreamConnection):
         )
         after = stats.pop("next")
         stats["uptime_s"] = round(time.time() - self.server.started, 1)
+        stats["sockets"] = self.server.admission.stats()
         self._respond(header, p.StatPage(json.dumps(stats), after))
 
     # The one-answer Browse and Stat of older clients: their pages joined, as long as
@@ -395,6 +403,7 @@ class NativeConnection(StreamConnection):
             destinations += stats["destinations"]
         del stats["next"]
         stats["destinations"] = destinations
+        stats["sockets"] = self.server.admission.stats()
         stats["uptime_s"] = round(time.time() - self.server.started, 1)
         self._respond(header, p.StatResult(json.dumps(stats)))
 
@@ -461,13 +470,15 @@ class NativeConnection(StreamConnection):
         log.debug("request from %s failed: %s: %s", self.peer, exc.code, exc.reason)
 
     def _protocol_error(self, exc: RemoteProtocolError) -> None:
-        log.warning(
-            "protocol error from %s: %s (%s); closing", self.peer, exc.reason, exc.error_code
-        )
-        self._out.append(
-            encode_packet(p.Error(exc.error_code, exc.reason), 0, 0, 0, self.codec.version)
-        )
+        self._log_protocol_error(exc.reason, exc.error_code)
+        self._out.append(self._error_bytes(exc.error_code, exc.reason))
         self._close_after_flush()
+
+    def _error_bytes(self, code: str, reason: str) -> bytes:
+        return encode_packet(p.Error(code, reason), 0, 0, 0, self.codec.version)
+
+    def _lift_login_limit(self) -> None:
+        self.codec.max_packet_size = self.server.config.max_packet_size
 
     # -- Receiver: the core pushes deliveries here ----------------------------------------
 
@@ -507,6 +518,12 @@ class NativeConnection(StreamConnection):
 
     def _heartbeat_bytes(self) -> bytes:
         return encode_packet(p.Ping(), 0, 0, 0, self.codec.version)
+
+
+def native_refusal(code: str, reason: str) -> bytes:
+    """A connection refused before a word (a connection limit): a connection-level Error,
+    which a client reads as the answer to its Connect."""
+    return encode_packet(p.Error(code, reason), 0, 0, 0, p.PROTOCOL_VERSION)
 
 
 def _delivered_view(entry: Entry) -> Any:

@@ -97,6 +97,7 @@ class _SmqConnection(StreamConnection):
         principal = self.broker.access.as_user(settings.user)
         self.core = Connection(self.broker, principal, protocol=self.protocol_name, peer=self.peer)
         self.session = self.core.session(AckMode.INDIVIDUAL)
+        self._admitted()  # no login to wait for; server.idle_timeout_ms applies
         log.info("%s %s connected from %s", self.protocol_name, self.core.id, self.peer)
 
     def eof_received(self) -> bool | None:

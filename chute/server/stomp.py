@@ -57,6 +57,7 @@ from chute.stomp.adapter import (
 from chute.stomp.codec import HEARTBEAT, StompCodec
 from chute.stomp.frames import SUPPORTED_VERSIONS, Frame
 from chute.stomp.session import StompSession, StompSubscription
+from chute.stomp.writer import encode_frame
 from chute.version import __version__
 
 log = logging.getLogger("chute.stomp")
@@ -87,7 +88,8 @@ class StompConnection(StreamConnection):
 
     def __init__(self, server: ServerHost) -> None:
         super().__init__(server)
-        self.codec = StompCodec(max_frame_size=server.config.max_packet_size)
+        # max_packet_size once the client logged in
+        self.codec = StompCodec(max_frame_size=server.config.login_frame_size)
         self.stomp: StompSession | None = None  # once CONNECTED
         self._handlers: dict[str, Callable[[Frame], None]] = {
             "SEND": self._on_send,
@@ -172,8 +174,13 @@ class StompConnection(StreamConnection):
             return
         self.codec.version = version
         core = self._login(
-            frame.header("login"), frame.header("passcode"), frame.header("client-id") or None
+            frame.header("login"),
+            frame.header("passcode"),
+            frame.header("client-id") or None,
+            lambda: self._on_connect(frame),
         )
+        if core is None:
+            return  # the password is verified off the loop; this frame is handled again
         if isinstance(core, ChuteError):
             hint = (
                 "check the login and passcode headers"
@@ -333,9 +340,7 @@ class StompConnection(StreamConnection):
         )
 
     def _protocol_error(self, exc: RemoteProtocolError, frame: Frame | None) -> None:
-        log.warning(
-            "STOMP protocol error from %s: %s (%s); closing", self.peer, exc.reason, exc.error_code
-        )
+        self._log_protocol_error(exc.reason, exc.error_code)
         self._error_and_close(
             Frame.error(
                 exc.reason,
@@ -417,3 +422,19 @@ class StompConnection(StreamConnection):
 
     def _heartbeat_bytes(self) -> bytes:
         return b"\n"
+
+    def _error_bytes(self, code: str, reason: str) -> bytes:
+        self._stop_deliveries()
+        return self.codec.send(_error_frame(code, reason))
+
+    def _lift_login_limit(self) -> None:
+        self.codec.max_frame_size = self.server.config.max_packet_size
+
+
+def _error_frame(code: str, reason: str) -> Frame:
+    return Frame.error(reason, f"{reason} ({code})", headers=[("code", code)])
+
+
+def stomp_refusal(code: str, reason: str) -> bytes:
+    """A connection refused before a word (a connection limit): an ERROR frame."""
+    return encode_frame(_error_frame(code, reason), escaped=True, version="1.2")

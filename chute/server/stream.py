@@ -18,15 +18,19 @@ every delivery of a flush, and the store groups it with the producers'.
 
 Reading: whether the connection reads is one explicit state, the set of
 :class:`Hold` reasons that stop it (a full write buffer, a send blocked for
-room, producer flow control, closing); :meth:`_hold` and :meth:`_release`
+room, producer flow control, closing, a password being verified); :meth:`_hold` and :meth:`_release`
 change it and :meth:`_decide_reading` alone pauses or resumes the transport.
 
 What every protocol shares besides: the login (:meth:`_login`, through the
 core's one gate, :func:`chute.core.connection.connect`, with the user a
-verified TLS client certificate names, :func:`chute.server.tls.certificate_user`)
-and heart-beats
-(:meth:`_start_heartbeat`: write one when nothing was written for a while,
-give up on a client that sent nothing for too long).
+verified TLS client certificate names, :func:`chute.server.tls.certificate_user`),
+what changes once a client logged in (:meth:`_admitted`: its connection's
+:class:`~chute.server.admission.Ticket` stops the login deadline, and the codec
+takes frames up to ``max_packet_size`` instead of ``max_login_frame_size``),
+closing with the protocol's error when a limit says so (:meth:`close_with_error`),
+heart-beats (:meth:`_start_heartbeat`: write one when nothing was written for a
+while, give up on a client that sent nothing for too long) and, for a client
+without them, ``idle_timeout_ms`` (:meth:`_watch_idle`).
 
 Subclasses parse their protocol in :meth:`_process` and write encoded bytes
 with :meth:`queue_bytes`. What a driver needs of the server around it is
@@ -36,6 +40,7 @@ with :meth:`queue_bytes`. What a driver needs of the server around it is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import threading
@@ -44,11 +49,13 @@ from collections.abc import Callable
 from typing import Final, Protocol, cast
 
 from chute.config import ServerConfig
+from chute.core.access import PasswordCheck
 from chute.core.broker import Broker
 from chute.core.connection import Connection, connect
 from chute.core.queue import QueueChannel
 from chute.core.routing import WouldBlock
 from chute.errors import AuthenticationFailed, ChuteError, ClientIdInUse
+from chute.server.admission import Admission, Ticket
 from chute.server.tls import certificate_user
 
 log = logging.getLogger("chute.server")
@@ -84,12 +91,19 @@ class ServerHost(Protocol):
     def connections(self) -> set[StreamConnection]:
         """Every open driver connection (for a graceful stop)."""
 
+    @property
+    def admission(self) -> Admission:
+        """The connection limits (a driver's ticket, and what it reports)."""
+
     def request_sync(
         self,
         callback: Callable[[BaseException | None], None],
         seal: Callable[[], None] | None = None,
     ) -> None:
         """``callback(error)`` once everything recorded so far is durable."""
+
+    def verify_password(self, check: PasswordCheck, done: Callable[[], None]) -> None:
+        """Run ``check`` off the loop (it takes ~0.1 s of CPU), then ``done()`` on it."""
 
 
 class Hold:
@@ -101,9 +115,10 @@ class Hold:
     BLOCKED_SEND: Final = 2  # a send waits for room (overflow = block); later input waits
     FLOW_CONTROL: Final = 4  # a destination this client sends to has a backlog
     CLOSING: Final = 8  # the connection ends: nothing more is read or acted on
+    LOGIN: Final = 16  # its password is being verified off the loop; later input waits
 
 
-NOT_ACTING: Final = Hold.BLOCKED_SEND | Hold.CLOSING
+NOT_ACTING: Final = Hold.BLOCKED_SEND | Hold.CLOSING | Hold.LOGIN
 """Holds under which input already read waits too (only reading stops for the others)."""
 _NOT_WRITABLE: Final = Hold.WRITE_BUFFER_FULL | Hold.CLOSING
 
@@ -121,6 +136,9 @@ class StreamConnection(asyncio.Protocol):
         self.peer = "?"
         self.certificate_user: str | None = None
         """The user a verified TLS client certificate names (set as the connection is made)."""
+        self.ticket: Ticket | None = None
+        """What the connection limits know of this connection (None: not accepted by a
+        listener, as in tests; a WebSocket's is its HTTP connection's)."""
         self._out: list[bytes] = []
         self._flush_scheduled = False
         self._last_mark = -1  # index in _out of the last delivery whose mark is not yet durable
@@ -133,6 +151,8 @@ class StreamConnection(asyncio.Protocol):
         self._heartbeat: asyncio.TimerHandle | None = None
         self._send_every = 0.0  # heart-beats: write one after this long without writing
         self._expect_within = 0.0  # ... and give up after this long without reading
+        self._idle: asyncio.TimerHandle | None = None  # idle_timeout_ms, without heart-beats
+        self._pending_check: PasswordCheck | None = None  # verified, for the login frame again
 
     # -- asyncio.Protocol -------------------------------------------------------------
 
@@ -141,6 +161,10 @@ class StreamConnection(asyncio.Protocol):
         peer = self.transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.certificate_user = certificate_user(self.transport)
+        if self.ticket is None:
+            self.ticket = self.server.admission.ticket_of(transport)
+        if self.ticket is not None:
+            self.ticket.driver = self
         self.server.connections.add(self)
         log.debug("%s connection from %s", self.protocol_name, self.peer)
 
@@ -153,6 +177,8 @@ class StreamConnection(asyncio.Protocol):
             self._heartbeat.cancel()
         if self._flow_timer is not None:
             self._flow_timer.cancel()
+        if self._idle is not None:
+            self._idle.cancel()
         self.server.connections.discard(self)
         if self.core is not None:
             self.core.close()  # in-flight messages go back; open transactions roll back
@@ -207,11 +233,33 @@ class StreamConnection(asyncio.Protocol):
     # -- what every protocol shares -----------------------------------------------------
 
     def _login(
-        self, login: str | None, passcode: str | None, client_id: str | None
-    ) -> Connection | ChuteError:
+        self,
+        login: str | None,
+        passcode: str | None,
+        client_id: str | None,
+        again: Callable[[], None],
+    ) -> Connection | ChuteError | None:
         """Make this client's core connection (the core authenticates), or the refusal
         (wrong login, throttled address, client id in use), which the driver answers
-        with its protocol's error."""
+        with its protocol's error.
+
+        None: the login needs a password hash verified, which runs off the loop
+        (:meth:`ServerHost.verify_password`) while this connection holds its input
+        (``Hold.LOGIN``); ``again()`` is then called on the loop, and the driver
+        handles its login frame again, which this time completes. So a flood of
+        logins does not stall the loop, and the client's order is kept.
+        """
+        check = self._pending_check  # verified off the loop: this is the second time
+        if check is None:
+            check = self.broker.access.password_check(
+                login, passcode, peer=self.peer, certificate_user=self.certificate_user
+            )
+            if check is not None and check.slow:
+                self._hold(Hold.LOGIN)
+                self.server.verify_password(
+                    check, lambda: self._verified(login, passcode, client_id, again, check)
+                )
+                return None
         try:
             self.core = connect(
                 self.broker,
@@ -221,10 +269,108 @@ class StreamConnection(asyncio.Protocol):
                 protocol=self.protocol_name,
                 peer=self.peer,
                 certificate_user=self.certificate_user,
+                check=check,
             )
         except (AuthenticationFailed, ClientIdInUse) as refusal:
             return refusal
+        self._admitted()
         return self.core
+
+    def _verified(
+        self,
+        login: str | None,
+        passcode: str | None,
+        client_id: str | None,
+        again: Callable[[], None],
+        check: PasswordCheck,
+    ) -> None:
+        if self.closing or self.transport is None:
+            # gone meanwhile: a failure still counts for the login throttle
+            with contextlib.suppress(AuthenticationFailed):
+                self.broker.access.authenticate(
+                    login,
+                    passcode,
+                    peer=self.peer,
+                    certificate_user=self.certificate_user,
+                    check=check,
+                )
+            return
+        self._holds &= ~Hold.LOGIN
+        self._pending_check = check
+        try:
+            again()
+        finally:
+            self._pending_check = None
+        if self.acting:
+            self._decide_reading()
+            self._process()
+        else:
+            self.flush()
+
+    def _admitted(self) -> None:
+        """The client logged in (or, on a listener without logins, connected): its
+        ticket stops the login deadline, the codec takes ``max_packet_size``, and an
+        idle client may be closed (``idle_timeout_ms``)."""
+        if self.ticket is not None:
+            self.ticket.logged_in()
+        self._lift_login_limit()
+        self._watch_idle()
+
+    def _lift_login_limit(self) -> None:
+        """Let the codec take packets or frames up to ``max_packet_size`` (until login
+        it took ``max_login_frame_size``: :attr:`ServerConfig.login_frame_size`)."""
+
+    def close_with_error(self, code: str, reason: str) -> None:
+        """Tell the client ``reason`` in this protocol's error and close (a limit: the
+        login deadline, too much before login, idle); see :class:`LoginDriver`."""
+        if self.closing or self.transport is None:
+            return
+        self._holds |= Hold.CLOSING
+        error = self._error_bytes(code, reason)
+        if error:
+            self._out.append(error)
+        self._close_after_flush()
+
+    def _error_bytes(self, code: str, reason: str) -> bytes:
+        """A connection-level error in this protocol (b"": it has none)."""
+        return b""
+
+    def _log_protocol_error(self, reason: str, code: str) -> None:
+        """A protocol violation, logged once per flood while the client is not logged in
+        (anyone can send garbage), else each time."""
+        if self.core is None:
+            self.server.admission.error_before_login(self.peer, self.protocol_name, reason, code)
+        else:
+            log.warning(
+                "%s protocol error from %s: %s (%s); closing",
+                self.protocol_name,
+                self.peer,
+                reason,
+                code,
+            )
+
+    def _watch_idle(self) -> None:
+        timeout = self.server.config.idle_timeout_ms / 1000
+        if timeout and self._idle is None:
+            self._idle = self.server.loop.call_later(timeout, self._check_idle)
+
+    def _check_idle(self) -> None:
+        """Close a client that sent and was sent nothing for ``idle_timeout_ms``, unless
+        heart-beats govern it (or a hold explains its silence)."""
+        self._idle = None
+        if self.closing or self.transport is None or self._expect_within:
+            return
+        timeout = self.server.config.idle_timeout_ms / 1000
+        quiet = time.monotonic() - max(self._last_read, self._last_write)
+        if self._holds or quiet < timeout:
+            wait = timeout - quiet if quiet < timeout else timeout
+            self._idle = self.server.loop.call_later(wait, self._check_idle)
+            return
+        self.server.admission.idle_closed(self.peer, self.protocol_name, quiet)
+        self.close_with_error(
+            "idle-timeout",
+            f"nothing sent or received for {quiet:.0f} s (server.idle_timeout_ms)",
+        )
 
     def _start_heartbeat(self, send_every: float, expect_within: float) -> None:
         """Write :meth:`_heartbeat_bytes` after ``send_every`` s without writing, and give

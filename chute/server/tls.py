@@ -12,17 +12,23 @@ signs names a user).
 Handshakes in the open. Given ``create_server(ssl=...)``, asyncio and uvloop run
 the handshake out of sight and report a failure only in debug mode: a client
 speaking plain text to a TLS port, or offering a certificate of another CA,
-would be cut off with nothing in the log. So a TLS listener accepts plain TCP,
-and its :class:`TlsAccept` upgrades each connection itself
-(``loop.start_tls``): a failure is one log line naming the cause (plain text,
-no certificate, a certificate the CA did not sign, a client that distrusts the
-broker's certificate), and a success hands the TLS transport to the listener's
-protocol as if ``create_server`` had made it. Until then, a connection is in
-its :class:`Accepting`, so a stopping broker ends the handshake too. A plain
-listener's :class:`PlainAccept` looks at the first bytes a client sends: a TLS
-ClientHello there is logged ("use the TLS port") and the connection closed;
-anything else goes to the protocol, which from then on has the transport to
-itself.
+would be cut off with nothing in the log. So a TLS listener accepts plain TCP
+(:mod:`chute.server.listener`), and its :class:`TlsAccept` upgrades each
+connection itself (``loop.start_tls``): a failure is one log line naming the
+cause (plain text, no certificate, a certificate the CA did not sign, a client
+that distrusts the broker's certificate), and a success hands the TLS transport
+to the listener's protocol as if ``create_server`` had made it. Until then, a
+connection is in its :class:`Accepting`, so a stopping broker ends the
+handshake too. A plain listener's :class:`PlainAccept` looks at the first bytes
+a client sends: a TLS ClientHello there is logged ("use the TLS port") and the
+connection closed; anything else goes to the protocol.
+
+Fronts. :class:`PlainAccept` and :class:`TlsAccept` are each connection's front:
+the protocol its transport has from accept to loss, passing every event on to
+the listener's protocol. So the connection's
+:class:`~chute.server.admission.Ticket` is released however the connection
+ends, and a listener with a budget (HTTP) stops reading a client that has not
+logged in once it sent too many (:meth:`~chute.server.admission.Ticket.received`).
 
 Client certificates. With ``tls_client_certs = "optional"`` a client may send
 no certificate; with ``"required"`` it must. A certificate that does not chain
@@ -41,9 +47,13 @@ import ssl
 from collections.abc import Callable
 from typing import Final, cast
 
+from chute.server.admission import Ticket
+
 log = logging.getLogger("chute.server")
 
 ProtocolFactory = Callable[[], asyncio.BaseProtocol]
+Front = Callable[[Ticket], asyncio.BaseProtocol]
+"""Makes the protocol a connection's transport starts with (its front), for its ticket."""
 
 CLIENT_CERTS: Final = ("none", "optional", "required")
 """``tls_client_certs``: whether a client is asked for a certificate, and must send one."""
@@ -154,20 +164,20 @@ def _peer(transport: asyncio.BaseTransport) -> str:
 
 class Accepting:
     """A broker's connections accepted but not yet handed to their protocol (TLS
-    handshakes under way). Wraps a listener's protocol factory (:meth:`tls`,
+    handshakes under way). Makes each listener's front protocol (:meth:`tls`,
     :meth:`plain`); :meth:`close` ends the handshakes when the broker stops. Loop only."""
 
     def __init__(self) -> None:
         self.pending: set[TlsAccept] = set()
 
-    def tls(self, name: str, factory: ProtocolFactory, context: ssl.SSLContext) -> ProtocolFactory:
-        """The factory for a TLS listener called ``name`` (for log lines)."""
-        return lambda: TlsAccept(self, name, factory, context)
+    def tls(self, name: str, factory: ProtocolFactory, context: ssl.SSLContext) -> Front:
+        """The front of a TLS listener called ``name`` (for log lines)."""
+        return lambda ticket: TlsAccept(self, name, factory, context, ticket)
 
     @staticmethod
-    def plain(name: str, factory: ProtocolFactory) -> ProtocolFactory:
-        """The factory for a plain listener called ``name`` (for log lines)."""
-        return lambda: PlainAccept(name, factory)
+    def plain(name: str, factory: ProtocolFactory) -> Front:
+        """The front of a plain listener called ``name`` (for log lines)."""
+        return lambda ticket: PlainAccept(name, factory, ticket)
 
     def close(self) -> None:
         for accept in list(self.pending):
@@ -176,22 +186,34 @@ class Accepting:
 
 
 class PlainAccept(asyncio.Protocol):
-    """A plain listener's connection: its protocol is made (``connection_made``) at
-    once, but the transport delivers to this object until the first bytes tell a TLS
-    ClientHello (logged, and the connection closed) from the protocol's own
-    speech (the transport goes to the protocol, first bytes included)."""
+    """A plain listener's connection, from its accept to its loss.
 
-    def __init__(self, name: str, factory: ProtocolFactory) -> None:
+    Its protocol is made (``connection_made``) at once. The first bytes tell a TLS
+    ClientHello (logged, and the connection closed) from the protocol's own speech,
+    which is passed on, first bytes included. It stays the transport's protocol,
+    passing every event on, so that the connection's ticket is released when it is
+    lost, and a client with a budget (:class:`~chute.server.admission.Ticket`)
+    is not read past it before logging in.
+    """
+
+    def __init__(self, name: str, factory: ProtocolFactory, ticket: Ticket) -> None:
         self.name = name
+        self.ticket = ticket
         self.protocol = cast(asyncio.Protocol, factory())
         self.transport: asyncio.Transport | None = None
-        self._head = b""
+        self._head: bytes | None = b""  # None once the first bytes told
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self.ticket.attach(transport)
         self.protocol.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
+        if self.ticket.budget is not None:
+            self.ticket.received(len(data))
+        if self._head is None:
+            self.protocol.data_received(data)
+            return
         transport = self.transport
         if transport is None:
             return
@@ -199,6 +221,7 @@ class PlainAccept(asyncio.Protocol):
         if head == bytes([_TLS_RECORD]):
             self._head = head  # one byte: wait for the next to tell
             return
+        self._head = None
         if head[0] == _TLS_RECORD and head[1] == 0x03:  # a record header: type, version 3.x
             log.warning(
                 "%s: %s began a TLS handshake on this plain port; closing "
@@ -208,7 +231,6 @@ class PlainAccept(asyncio.Protocol):
             )
             transport.close()
             return
-        transport.set_protocol(self.protocol)
         self.protocol.data_received(head)
 
     def eof_received(self) -> bool | None:
@@ -216,6 +238,7 @@ class PlainAccept(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        self.ticket.release()
         self.protocol.connection_lost(exc)
 
     def pause_writing(self) -> None:
@@ -231,9 +254,10 @@ class TlsAccept(asyncio.Protocol):
     ``loop.start_tls`` takes the transport over only when this connection's task
     runs, and uvloop starts reading as soon as :meth:`connection_made` returns, so
     the ClientHello may reach this object first: it is kept (reading pauses) and fed
-    to the TLS protocol before that protocol starts its handshake. During the
-    handshake this object is the TLS transport's protocol, so what arrives between
-    the handshake's end and the hand-over is kept and passed on too.
+    to the TLS protocol before that protocol starts its handshake. From the
+    handshake on this object is the TLS transport's protocol: what arrives before
+    the hand-over is kept and passed on, and after it every event is passed on, as
+    :class:`PlainAccept` does (the ticket is released when the connection is lost).
     """
 
     def __init__(
@@ -242,12 +266,15 @@ class TlsAccept(asyncio.Protocol):
         name: str,
         factory: ProtocolFactory,
         context: ssl.SSLContext,
+        ticket: Ticket,
     ) -> None:
         self.accepting = accepting
         self.name = name
         self.factory = factory
         self.context = context
+        self.ticket = ticket
         self.transport: asyncio.Transport | None = None
+        self.protocol: asyncio.Protocol | None = None  # once handed over
         self.peer = "?"
         self._hello = bytearray()  # read before start_tls took the transport
         self._early = bytearray()  # decrypted before the hand-over
@@ -261,6 +288,7 @@ class TlsAccept(asyncio.Protocol):
             return
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         self.peer = _peer(transport)
+        self.ticket.attach(transport)
         self.accepting.pending.add(self)
         self._task = asyncio.get_running_loop().create_task(
             self._handshake(cast(asyncio.Transport, transport)), name=f"{self.name}-handshake"
@@ -275,7 +303,7 @@ class TlsAccept(asyncio.Protocol):
 
     async def _handshake(self, transport: asyncio.Transport) -> None:
         if transport.is_closing():  # gone before a word
-            self.accepting.pending.discard(self)
+            self._gone()
             return
         loop = asyncio.get_running_loop()
         # start_tls swaps the transport's protocol now and schedules its connection_made:
@@ -291,8 +319,13 @@ class TlsAccept(asyncio.Protocol):
                 ssl_handshake_timeout=HANDSHAKE_TIMEOUT,
             )
         except (OSError, TimeoutError) as exc:
-            self.accepting.pending.discard(self)
-            level = logging.INFO if type(exc) is ConnectionResetError else logging.WARNING
+            self._gone()
+            if self.ticket.expired:  # the login deadline ended it, and said so
+                level = logging.DEBUG
+            elif type(exc) is ConnectionResetError:
+                level = logging.INFO
+            else:
+                level = logging.WARNING
             log.log(
                 level,
                 "%s: TLS handshake with %s failed: %s",
@@ -302,17 +335,26 @@ class TlsAccept(asyncio.Protocol):
             )
             transport.abort()
             return
-        if tls is None or self._lost:  # gone between the handshake and now
-            self.accepting.pending.discard(self)
+        if tls is None or self._lost or transport.is_closing():
+            # gone during the handshake (start_tls may return a dead transport then) or
+            # between its end and now
+            self._gone()
+            transport.abort()
             return
         self.accepting.pending.discard(self)
-        protocol = cast(asyncio.Protocol, self.factory())
-        tls.set_protocol(protocol)
+        protocol = self.protocol = cast(asyncio.Protocol, self.factory())
+        self.ticket.attach(tls)
         protocol.connection_made(tls)
         if self._early:
-            protocol.data_received(bytes(self._early))
+            early = bytes(self._early)
+            self._early.clear()
+            self.data_received(early)
         if self._eof and not protocol.eof_received():
             tls.close()
+
+    def _gone(self) -> None:
+        self.accepting.pending.discard(self)
+        self.ticket.release()
 
     def _feed_hello(self, transport: asyncio.Transport) -> None:
         hello = memoryview(bytes(self._hello))
@@ -327,9 +369,14 @@ class TlsAccept(asyncio.Protocol):
             tls_protocol.buffer_updated(size)  # type: ignore[attr-defined]
             hello = hello[size:]
 
-    # -- the raw transport's protocol until start_tls, then the TLS one's until handed over
+    # -- the raw transport's protocol until start_tls, then the TLS one's
 
     def data_received(self, data: bytes) -> None:
+        if self.protocol is not None:
+            if self.ticket.budget is not None:
+                self.ticket.received(len(data))
+            self.protocol.data_received(data)
+            return
         if self._upgrading:
             self._early += data
             return
@@ -338,6 +385,8 @@ class TlsAccept(asyncio.Protocol):
             self.transport.pause_reading()  # start_tls resumes it
 
     def eof_received(self) -> bool | None:
+        if self.protocol is not None:
+            return self.protocol.eof_received()
         if not self._upgrading:
             return None  # closed before the handshake began
         self._eof = True
@@ -347,3 +396,16 @@ class TlsAccept(asyncio.Protocol):
         self._lost = True
         self.accepting.pending.discard(self)
         self.transport = None
+        if self.protocol is not None:
+            self.ticket.release()
+            self.protocol.connection_lost(exc)
+        elif not self._upgrading:  # lost before start_tls took the transport
+            self.ticket.release()
+
+    def pause_writing(self) -> None:
+        if self.protocol is not None:
+            self.protocol.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.protocol is not None:
+            self.protocol.resume_writing()

@@ -23,6 +23,14 @@ back pressure and heart-beats are the same code on both listeners:
 - ``close`` sends what is queued (an ERROR frame) and then the close frame;
   ``abort`` drops it.
 
+Limits: the WebSocket's STOMP connection has the ticket of the HTTP connection
+under it (:mod:`chute.server.admission`), so the login deadline runs from the
+TCP accept to the STOMP CONNECT, and the deadline's ERROR frame goes out over
+the WebSocket. aiohttp's ``max_msg_size`` is fixed when the WebSocket is made,
+so it is ``max_packet_size`` (plus room for the headers); before login the
+HTTP listener's byte budget bounds what aiohttp buffers, and the STOMP codec
+takes frames up to ``max_login_frame_size`` only.
+
 Browsers: a request whose ``Origin`` the listener's :class:`~chute.origins.OriginPolicy`
 does not allow is refused with 403 before any WebSocket is made, whoever the
 client and whatever the login (a page from anywhere may make a browser open a
@@ -203,6 +211,8 @@ async def stomp_endpoint(
         )
     await ws.prepare(request)
     conn = StompConnection(server)
+    if request.transport is not None:
+        conn.ticket = server.admission.ticket_of(request.transport)
     ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
     transport = WebSocketTransport(
         ws, conn, {"peername": peer, "websocket": ws, "ssl_object": ssl_object}

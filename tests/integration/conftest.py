@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -94,7 +94,11 @@ class ChuteServer:
 
 
 def start_server(
-    tmp_path: Path, *extra: str, port: int | None = None, data_dir: Path | None = None
+    tmp_path: Path,
+    *extra: str,
+    port: int | None = None,
+    data_dir: Path | None = None,
+    preexec_fn: Callable[[], object] | None = None,
 ) -> ChuteServer:
     """Start ``chute serve`` and return once it printed that it listens.
 
@@ -102,7 +106,8 @@ def start_server(
     another server on the same one to restart the broker on its journal.
     The STOMP and HTTP listeners are off (their default ports would clash
     between parallel servers) unless ``extra`` passes ``--stomp-port`` or
-    ``--http-port`` (take one from :func:`free_port`).
+    ``--http-port`` (take one from :func:`free_port`). ``preexec_fn`` runs in the
+    child before ``chute serve`` (to lower a resource limit, say).
     """
     port = port or free_port()
     data_dir = data_dir or tmp_path / "data"
@@ -125,7 +130,12 @@ def start_server(
     ]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     process = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        preexec_fn=preexec_fn,  # noqa: PLW1509 - only resource limits, before exec
     )
     server = ChuteServer(process, port, data_dir)
     ready = threading.Event()

@@ -1,10 +1,12 @@
-"""How a listener accepts (``chute.server.tls``), in-process, on asyncio's loop and uvloop's.
+"""How a listener accepts (``chute.server.listener``, ``chute.server.tls``), in-process,
+on asyncio's loop and uvloop's.
 
 The broker runs uvloop, which starts reading a connection as soon as its
 protocol's ``connection_made`` returns: the ClientHello may arrive before the
 handshake task took the transport. These tests run a tiny echo protocol behind
-:class:`Accepting` on real sockets with each loop and check what a client sees
-and what is logged.
+the broker's :class:`Listener` and :class:`Accepting` on real sockets with each
+loop and check what a client sees, what is logged, and that every connection's
+ticket is released once it is gone.
 """
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ import pytest
 import trustme
 import uvloop
 
-from chute.server.tls import Accepting, TlsAccept, server_context
+from chute.config import ServerConfig
+from chute.server.admission import Admission
+from chute.server.listener import Listener, bind
+from chute.server.tls import Accepting, Front, TlsAccept, server_context
 
 LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
     "asyncio": asyncio.new_event_loop,
@@ -75,9 +80,20 @@ def run(request: pytest.FixtureRequest) -> Callable[[Coroutine[Any, Any, Any]], 
     return runner
 
 
-async def _listen(factory: Callable[[], asyncio.BaseProtocol]) -> tuple[asyncio.Server, int]:
-    server = await asyncio.get_running_loop().create_server(factory, "127.0.0.1", 0)
-    return server, server.sockets[0].getsockname()[1]
+async def _listen(front: Front) -> tuple[Listener, int]:
+    listener = Listener("test", bind("127.0.0.1", 0), front, Admission(ServerConfig()))
+    listener.start()
+    return listener, listener.sockets[0].getsockname()[1]
+
+
+async def _all_released(admission: Admission) -> None:
+    """Wait until no connection is counted (each ticket released as its connection went)."""
+    deadline = asyncio.get_running_loop().time() + 5
+    while admission.open:
+        assert asyncio.get_running_loop().time() < deadline, admission.stats()
+        await asyncio.sleep(0.01)
+    assert admission.before_login == 0
+    assert not admission.by_listener
 
 
 def test_a_tls_client_is_handed_to_the_protocol_with_nothing_lost(
@@ -93,8 +109,10 @@ def test_a_tls_client_is_handed_to_the_protocol_with_nothing_lost(
             )
             writer.write(word)  # at once: may arrive with the handshake's end
             answers.append(await reader.readexactly(len(word)))
+            assert server.admission.open == 1
             writer.close()
         assert not accepting.pending
+        await _all_released(server.admission)
         server.close()
         return answers
 
@@ -115,6 +133,7 @@ def test_plain_text_to_a_tls_listener_is_one_log_line(
         writer.write(b"CONNECT\naccept-version:1.2\n\n\x00")
         answer = await reader.read()  # the broker closes
         writer.close()
+        await _all_released(server.admission)
         server.close()
         return answer
 
@@ -141,6 +160,7 @@ def test_a_plain_listener_refuses_tls_and_passes_anything_else_on(
         writer.write(b"plain")
         answer = await reader.readexactly(6)
         writer.close()
+        await _all_released(server.admission)
         server.close()
         return answer
 
@@ -163,7 +183,9 @@ def test_closing_ends_a_handshake_that_never_came(
                 super().connection_made(transport)
                 accepted.set()
 
-        server, port = await _listen(lambda: Watched(accepting, "test", Echo, contexts["server"]))
+        server, port = await _listen(
+            lambda ticket: Watched(accepting, "test", Echo, contexts["server"], ticket)
+        )
         reader, writer = await asyncio.open_connection("127.0.0.1", port)  # says nothing
         await accepted.wait()
         assert accepting.pending

@@ -89,12 +89,43 @@ def test_limits_on_destinations_made_by_use(tmp_path: Path) -> None:
         ('[roles.r]\nsend = ["queue:a/b"]\n', "roles.r.send"),
         ('[roles.admin]\nsend = ["*"]\n', "'admin' is built in"),
         ("this is = not toml [", "not valid TOML"),
+        ("[server]\nmax_connections = -1\n", "server.max_connections"),
+        ('[server]\nmax_connections_per_host = "many"\n', "server.max_connections_per_host"),
+        ("[server]\nlogin_timeout_ms = 1.5\n", "server.login_timeout_ms"),
+        ('[server]\nmax_login_frame_size = "lots"\n', "server.max_login_frame_size"),
+        ("[server]\nmax_login_frame_size = 100\n", "server.max_login_frame_size: 100 bytes"),
+        ("[server]\nidle_timeout_ms = false\n", "server.idle_timeout_ms"),
     ],
 )
 def test_bad_configuration_names_the_problem(tmp_path: Path, text: str, fragment: str) -> None:
     with pytest.raises(ConfigError) as info:
         load(write(tmp_path, text))
     assert fragment in info.value.reason
+
+
+def test_connection_limits(tmp_path: Path) -> None:
+    defaults = load(None)
+    assert (defaults.max_connections, defaults.max_connections_per_host) == (10_000, 1000)
+    assert (defaults.login_timeout_ms, defaults.idle_timeout_ms) == (10_000, 0)
+    assert defaults.login_frame_size == 64 << 10
+    path = write(
+        tmp_path,
+        "[server]\nmax_connections = 0\nmax_connections_per_host = 5\n"
+        'login_timeout_ms = 300\nmax_login_frame_size = "2KiB"\nidle_timeout_ms = 60000\n',
+    )
+    config = load(path)
+    assert (config.max_connections, config.max_connections_per_host) == (0, 5)
+    assert (config.login_timeout_ms, config.idle_timeout_ms) == (300, 60_000)
+    assert config.login_frame_size == 2048
+    # 0: max_packet_size before login too; never more than max_packet_size
+    unlimited = load(
+        write(tmp_path, '[server]\nmax_login_frame_size = 0\nmax_packet_size = "1MiB"\n')
+    )
+    assert unlimited.login_frame_size == 1 << 20
+    capped = load(
+        write(tmp_path, '[server]\nmax_login_frame_size = "4MiB"\nmax_packet_size = "1MiB"\n')
+    )
+    assert capped.login_frame_size == 1 << 20
 
 
 def test_missing_file(tmp_path: Path) -> None:

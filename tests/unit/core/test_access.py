@@ -126,6 +126,39 @@ def test_failed_logins_lock_the_address_out_for_the_window() -> None:
     assert access.authenticate("bob", "bob-pw", peer="10.0.0.9:4002").user == "bob"
 
 
+def test_a_password_check_runs_apart_and_its_result_decides_the_login() -> None:
+    access = Access(USERS, ROLES, throttle=LoginThrottle(2, 60.0))
+    check = access.password_check("alice", "alice-pw", peer="10.0.0.1:1")
+    assert check is not None
+    assert check.slow  # an argon2 hash: the server runs it off its loop
+    check.run()
+    assert check.result is True
+    assert access.authenticate("alice", "alice-pw", peer="10.0.0.1:1", check=check).user == "alice"
+    # verified lately, a certificate, no users: nothing to run apart
+    assert access.password_check("alice", "alice-pw", peer="10.0.0.1:2") is None
+    assert access.password_check(None, None, certificate_user="bob") is None
+    assert Access().password_check("alice", "x") is None
+    # the check's result is what counts: a refusal it reached refuses the right password
+    refused = access.password_check("alice", "alice-pw2", peer="10.0.0.2:1")
+    assert refused is not None
+    refused.run()
+    assert refused.result is False
+    denied = type(refused)(refused.stored, "alice-pw", result=False)
+    access = Access(USERS, ROLES, throttle=LoginThrottle(2, 60.0))  # nothing remembered
+    with pytest.raises(AuthenticationFailed):
+        access.authenticate("alice", "alice-pw", peer="10.0.0.2:1", check=denied)
+    # a check for another passcode or another user's hash is not believed
+    forged = type(refused)(refused.stored, "anything", result=True)
+    with pytest.raises(AuthenticationFailed):
+        access.authenticate("alice", "wrong", peer="10.0.0.2:2", check=forged)
+    # an unknown user's check is against a hash too (a refusal takes as long), and a
+    # throttled address needs none
+    unknown = access.password_check("nobody", "x", peer="10.0.0.3:1")
+    assert unknown is not None
+    assert unknown.slow
+    assert access.password_check("alice", "x", peer="10.0.0.2:3") is None  # locked out
+
+
 def test_peer_host_strips_the_port() -> None:
     assert peer_host("10.1.2.3:5445") == "10.1.2.3"
     assert peer_host("[::1]:5445") == "::1"

@@ -107,6 +107,30 @@ def test_packet_at_the_size_limit_is_accepted() -> None:
         feed_all(codec, data[:HEADER_SIZE])
 
 
+def test_the_limit_may_change_between_reads() -> None:
+    # a server takes small packets until the client logged in, then max_packet_size
+    big = encode_packet(p.Send(1, "q", Message(b"x" * 100_000, id="big")))
+    codec = PacketCodec(max_packet_size=64 << 10)
+    login = encode_packet(p.Connect(), correlation_id=1)
+    assert [x[1] for x in feed_all(codec, login)] == [p.Connect()]
+    codec.max_packet_size = 16 << 20
+    assert len(feed_all(codec, big)) == 1
+    codec.max_packet_size = 64 << 10
+    with pytest.raises(RemoteProtocolError, match="limit of 65536"):
+        feed_all(codec, big)
+
+
+def test_a_packet_announced_too_large_is_refused_having_buffered_only_its_header() -> None:
+    codec = PacketCodec(max_packet_size=64 << 10)
+    header = HEADER.pack((15 << 20) - 4, 1, p.PacketType.SEND, 0, 1, 0)
+    codec.receive_data(header)
+    with pytest.raises(RemoteProtocolError) as info:
+        codec.next_packet()
+    assert info.value.error_code == "packet-too-large"
+    assert codec.buffered == HEADER_SIZE
+    assert f"{15 << 20} bytes" in info.value.reason
+
+
 def test_unknown_packet_type() -> None:
     codec = PacketCodec()
     codec.receive_data(HEADER.pack(14, 1, 250, 0, 0, 0))

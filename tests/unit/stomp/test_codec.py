@@ -455,6 +455,31 @@ def test_frame_without_content_length_is_refused_at_the_limit() -> None:
     )
 
 
+def test_the_frame_limit_may_change_between_reads() -> None:
+    # a server takes small frames until the client logged in, then max_packet_size
+    codec = StompCodec(max_frame_size=1000)
+    assert feed(codec, b"CONNECT\naccept-version:1.2\n\n\x00") == [
+        Frame("CONNECT", (("accept-version", "1.2"),))
+    ]
+    codec.max_frame_size = 100_000
+    body = b"x" * 5000
+    frame = b"SEND\ncontent-length:5000\n\n" + body + b"\x00"
+    assert feed(codec, frame) == [Frame("SEND", (("content-length", "5000"),), body)]
+    codec.max_frame_size = 1000
+    with pytest.raises(RemoteProtocolError) as info:
+        feed(codec, frame)
+    assert info.value.error_code == "frame-too-large"
+
+
+def test_a_frame_announced_too_large_is_refused_before_its_body_arrives() -> None:
+    codec = StompCodec(max_frame_size=64 << 10)
+    head = b"SEND\ndestination:/queue/a\ncontent-length:%d\n\n" % (15 << 20)
+    with pytest.raises(RemoteProtocolError) as info:
+        feed(codec, head + b"x" * 1000)
+    assert info.value.error_code == "frame-too-large"
+    assert codec.buffered <= len(head) + 1000
+
+
 def test_frame_at_the_size_limit_is_accepted() -> None:
     for frame in (
         Frame("SEND", (("content-length", "500"),), b"x" * 500),
