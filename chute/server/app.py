@@ -8,7 +8,7 @@ the HTTP one (``http_port``: STOMP over WebSocket; HTTPS and WSS with
 gracefully: listeners close first, then every connection, so consumers'
 unacknowledged messages go back to their queues before the store closes. Every
 listener accepts through :mod:`chute.server.listener`, where
-:mod:`chute.server.admission` counts and limits every connection (and closes one
+:mod:`chute.server.limits` counts and limits every connection (and closes one
 that does not log in in time); every TLS listener shares one context, and every
 connection has a front from :mod:`chute.server.tls` (where a handshake's
 failure, or TLS spoken to a plain port, is logged). It is the one
@@ -40,7 +40,7 @@ from chute.core.destinations import Limits
 from chute.core.store import Store
 from chute.dropbox.bridge import DropboxBridge, start_bridges, stop_bridges
 from chute.server import smq
-from chute.server.admission import Admission
+from chute.server.limits import ConnectionLimits
 from chute.server.listener import Listener, Refusal, bind, raise_open_file_limit
 from chute.server.native import NativeConnection, native_refusal
 from chute.server.stomp import StompConnection, stomp_refusal
@@ -95,7 +95,7 @@ class BrokerServer:
         self.connections: set[StreamConnection] = set()
         self.listeners: list[Listener] = []
         self.http: HttpListener | None = None  # http_port: STOMP over WebSocket, later admin
-        self.admission = Admission(config)  # every connection, from its accept to its loss
+        self.limits = ConnectionLimits(config)  # every connection, from its accept to its loss
         self.accepting = Accepting()  # connections not yet handed to their driver
         self.tls_context: ssl.SSLContext | None = None  # every TLS listener's (start makes it)
         self.bridges: list[DropboxBridge] = []  # [[dropbox]] mounts (docs/dropbox.md)
@@ -207,7 +207,7 @@ class BrokerServer:
             raise OSError(
                 exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}{hint}"
             ) from None
-        listener = Listener(name, sockets, front, self.admission, refusal=refusal, budget=budget)
+        listener = Listener(name, sockets, front, self.limits, refusal=refusal, budget=budget)
         listener.start()
         self.listeners.append(listener)
         return listener
@@ -284,7 +284,7 @@ class BrokerServer:
 
     def stats(self) -> dict[str, Any]:
         stats = self.broker.stats()
-        stats["sockets"] = self.admission.stats()
+        stats["sockets"] = self.limits.stats()
         stats["uptime_s"] = round(time.time() - self.started, 1)
         return stats
 
@@ -332,7 +332,7 @@ class BrokerServer:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        self.admission.close()
+        self.limits.close()
         if self._password_pool is not None:
             self._password_pool.shutdown(wait=False, cancel_futures=True)
         self.broker.close()

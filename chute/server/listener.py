@@ -9,7 +9,7 @@ logs an error for every attempt, once a second. So a :class:`Listener` accepts
 itself (``loop.add_reader`` on the listening socket, ``socket.accept``), which
 lets it:
 
-- ask :class:`~chute.server.admission.Admission` about each connection before
+- ask :class:`~chute.server.limits.ConnectionLimits` about each connection before
   anything is made for it, and refuse one over a limit cheaply: the listener's
   ``refusal`` bytes (its protocol's error, where the protocol may speak before a
   handshake), then close;
@@ -37,7 +37,7 @@ import socket
 from collections.abc import Callable
 from typing import Any, Final
 
-from chute.server.admission import Admission, Ticket
+from chute.server.limits import ConnectionLimits, Ticket
 from chute.server.tls import Front
 
 log = logging.getLogger("chute.server")
@@ -89,7 +89,7 @@ class Listener(asyncio.AbstractServer):
         name: the listener's name in logs and statistics ("native", "stomp-tls", ...).
         sockets: bound, listening, non-blocking (:func:`bind`).
         front: the protocol each connection's transport starts with.
-        admission: the broker's limits.
+        limits: the broker's connection limits.
         refusal: the bytes that refuse a connection over a limit, or None (TLS, or a
             protocol that cannot say why): the socket is closed without a word.
         budget: only a small budget of a client's bytes is read before it logs in (HTTP).
@@ -100,7 +100,7 @@ class Listener(asyncio.AbstractServer):
         name: str,
         sockets: list[socket.socket],
         front: Front,
-        admission: Admission,
+        limits: ConnectionLimits,
         *,
         refusal: Refusal | None = None,
         budget: bool = False,
@@ -108,7 +108,7 @@ class Listener(asyncio.AbstractServer):
         self.name = name
         self.sockets = sockets
         self.front = front
-        self.admission = admission
+        self.limits = limits
         self.refusal = refusal
         self.budget = budget
         self.loop = asyncio.get_running_loop()
@@ -174,7 +174,7 @@ class Listener(asyncio.AbstractServer):
                 if exc.errno in _GONE:
                     continue  # the client left before we took it
                 if exc.errno in _NO_DESCRIPTOR:
-                    self.admission.out_of_descriptors(self.name, exc, open_file_limit())
+                    self.limits.out_of_descriptors(self.name, exc, open_file_limit())
                 else:
                     log.error("%s: accept failed: %s; retrying", self.name, exc)
                 self._pause()
@@ -195,7 +195,7 @@ class Listener(asyncio.AbstractServer):
         conn.setblocking(False)
         host = str(address[0]) if isinstance(address, tuple) else str(address)
         peer = f"{host}:{address[1]}" if isinstance(address, tuple) else host
-        admitted = self.admission.admit(self.name, host, peer, budget=self.budget)
+        admitted = self.limits.admit(self.name, host, peer, budget=self.budget)
         if not isinstance(admitted, Ticket):
             self._refuse(conn, *admitted)
             return

@@ -357,7 +357,7 @@ class NativeConnection(StreamConnection):
         )
         after = stats.pop("next")
         stats["uptime_s"] = round(time.time() - self.server.started, 1)
-        stats["sockets"] = self.server.admission.stats()
+        stats["sockets"] = self.server.limits.stats()
         self._respond(header, p.StatPage(json.dumps(stats), after))
 
     # The one-answer Browse and Stat of older clients: their pages joined, as long as
@@ -403,7 +403,7 @@ class NativeConnection(StreamConnection):
             destinations += stats["destinations"]
         del stats["next"]
         stats["destinations"] = destinations
-        stats["sockets"] = self.server.admission.stats()
+        stats["sockets"] = self.server.limits.stats()
         stats["uptime_s"] = round(time.time() - self.server.started, 1)
         self._respond(header, p.StatResult(json.dumps(stats)))
 

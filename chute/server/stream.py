@@ -25,7 +25,7 @@ What every protocol shares besides: the login (:meth:`_login`, through the
 core's one gate, :func:`chute.core.connection.connect`, with the user a
 verified TLS client certificate names, :func:`chute.server.tls.certificate_user`),
 what changes once a client logged in (:meth:`_admitted`: its connection's
-:class:`~chute.server.admission.Ticket` stops the login deadline, and the codec
+:class:`~chute.server.limits.Ticket` stops the login deadline, and the codec
 takes frames up to ``max_packet_size`` instead of ``max_login_frame_size``),
 closing with the protocol's error when a limit says so (:meth:`close_with_error`),
 heart-beats (:meth:`_start_heartbeat`: write one when nothing was written for a
@@ -55,7 +55,7 @@ from chute.core.connection import Connection, connect
 from chute.core.queue import QueueChannel
 from chute.core.routing import WouldBlock
 from chute.errors import AuthenticationFailed, ChuteError, ClientIdInUse
-from chute.server.admission import Admission, Ticket
+from chute.server.limits import ConnectionLimits, Ticket
 from chute.server.tls import certificate_user
 
 log = logging.getLogger("chute.server")
@@ -92,7 +92,7 @@ class ServerHost(Protocol):
         """Every open driver connection (for a graceful stop)."""
 
     @property
-    def admission(self) -> Admission:
+    def limits(self) -> ConnectionLimits:
         """The connection limits (a driver's ticket, and what it reports)."""
 
     def request_sync(
@@ -162,7 +162,7 @@ class StreamConnection(asyncio.Protocol):
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.certificate_user = certificate_user(self.transport)
         if self.ticket is None:
-            self.ticket = self.server.admission.ticket_of(transport)
+            self.ticket = self.server.limits.ticket_of(transport)
         if self.ticket is not None:
             self.ticket.driver = self
         self.server.connections.add(self)
@@ -339,7 +339,7 @@ class StreamConnection(asyncio.Protocol):
         """A protocol violation, logged once per flood while the client is not logged in
         (anyone can send garbage), else each time."""
         if self.core is None:
-            self.server.admission.error_before_login(self.peer, self.protocol_name, reason, code)
+            self.server.limits.error_before_login(self.peer, self.protocol_name, reason, code)
         else:
             log.warning(
                 "%s protocol error from %s: %s (%s); closing",
@@ -366,7 +366,7 @@ class StreamConnection(asyncio.Protocol):
             wait = timeout - quiet if quiet < timeout else timeout
             self._idle = self.server.loop.call_later(wait, self._check_idle)
             return
-        self.server.admission.idle_closed(self.peer, self.protocol_name, quiet)
+        self.server.limits.idle_closed(self.peer, self.protocol_name, quiet)
         self.close_with_error(
             "idle-timeout",
             f"nothing sent or received for {quiet:.0f} s (server.idle_timeout_ms)",

@@ -26,9 +26,9 @@ connection closed; anything else goes to the protocol.
 Fronts. :class:`PlainAccept` and :class:`TlsAccept` are each connection's front:
 the protocol its transport has from accept to loss, passing every event on to
 the listener's protocol. So the connection's
-:class:`~chute.server.admission.Ticket` is released however the connection
+:class:`~chute.server.limits.Ticket` is released however the connection
 ends, and a listener with a budget (HTTP) stops reading a client that has not
-logged in once it sent too many (:meth:`~chute.server.admission.Ticket.received`).
+logged in once it sent too many (:meth:`~chute.server.limits.Ticket.received`).
 
 Client certificates. With ``tls_client_certs = "optional"`` a client may send
 no certificate; with ``"required"`` it must. A certificate that does not chain
@@ -47,7 +47,7 @@ import ssl
 from collections.abc import Callable
 from typing import Final, cast
 
-from chute.server.admission import Ticket
+from chute.server.limits import Ticket
 
 log = logging.getLogger("chute.server")
 
@@ -192,7 +192,7 @@ class PlainAccept(asyncio.Protocol):
     ClientHello (logged, and the connection closed) from the protocol's own speech,
     which is passed on, first bytes included. It stays the transport's protocol,
     passing every event on, so that the connection's ticket is released when it is
-    lost, and a client with a budget (:class:`~chute.server.admission.Ticket`)
+    lost, and a client with a budget (:class:`~chute.server.limits.Ticket`)
     is not read past it before logging in.
     """
 

@@ -24,7 +24,7 @@ back pressure and heart-beats are the same code on both listeners:
   ``abort`` drops it.
 
 Limits: the WebSocket's STOMP connection has the ticket of the HTTP connection
-under it (:mod:`chute.server.admission`), so the login deadline runs from the
+under it (:mod:`chute.server.limits`), so the login deadline runs from the
 TCP accept to the STOMP CONNECT, and the deadline's ERROR frame goes out over
 the WebSocket. aiohttp's ``max_msg_size`` is fixed when the WebSocket is made,
 so it is ``max_packet_size`` (plus room for the headers); before login the
@@ -212,7 +212,7 @@ async def stomp_endpoint(
     await ws.prepare(request)
     conn = StompConnection(server)
     if request.transport is not None:
-        conn.ticket = server.admission.ticket_of(request.transport)
+        conn.ticket = server.limits.ticket_of(request.transport)
     ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
     transport = WebSocketTransport(
         ws, conn, {"peername": peer, "websocket": ws, "ssl_object": ssl_object}

@@ -181,7 +181,8 @@ def test_the_cli_lists_thousands_of_destinations(broker: ChuteServer) -> None:
     assert listed.returncode == 0, listed.stderr
     rows = listed.stdout.decode().splitlines()
     assert rows[0].split()[:2] == ["ADDRESS", "DEPTH"]
-    assert [r.split()[0] for r in rows[1:-1]] == [f"queue:many.{i:05d}" for i in range(MANY)]
+    listed_rows = [r.split()[0] for r in rows[1:] if r.startswith("queue:")]
+    assert listed_rows == [f"queue:many.{i:05d}" for i in range(MANY)]
     everything = run_chute(broker, "stat")
     assert everything.returncode == 0, everything.stderr
     assert len(everything.stdout.splitlines()) > MANY + 2

@@ -23,7 +23,7 @@ import trustme
 import uvloop
 
 from chute.config import ServerConfig
-from chute.server.admission import Admission
+from chute.server.limits import ConnectionLimits
 from chute.server.listener import Listener, bind
 from chute.server.tls import Accepting, Front, TlsAccept, server_context
 
@@ -81,12 +81,12 @@ def run(request: pytest.FixtureRequest) -> Callable[[Coroutine[Any, Any, Any]], 
 
 
 async def _listen(front: Front) -> tuple[Listener, int]:
-    listener = Listener("test", bind("127.0.0.1", 0), front, Admission(ServerConfig()))
+    listener = Listener("test", bind("127.0.0.1", 0), front, ConnectionLimits(ServerConfig()))
     listener.start()
     return listener, listener.sockets[0].getsockname()[1]
 
 
-async def _all_released(admission: Admission) -> None:
+async def _all_released(admission: ConnectionLimits) -> None:
     """Wait until no connection is counted (each ticket released as its connection went)."""
     deadline = asyncio.get_running_loop().time() + 5
     while admission.open:
@@ -109,10 +109,10 @@ def test_a_tls_client_is_handed_to_the_protocol_with_nothing_lost(
             )
             writer.write(word)  # at once: may arrive with the handshake's end
             answers.append(await reader.readexactly(len(word)))
-            assert server.admission.open == 1
+            assert server.limits.open == 1
             writer.close()
         assert not accepting.pending
-        await _all_released(server.admission)
+        await _all_released(server.limits)
         server.close()
         return answers
 
@@ -133,7 +133,7 @@ def test_plain_text_to_a_tls_listener_is_one_log_line(
         writer.write(b"CONNECT\naccept-version:1.2\n\n\x00")
         answer = await reader.read()  # the broker closes
         writer.close()
-        await _all_released(server.admission)
+        await _all_released(server.limits)
         server.close()
         return answer
 
@@ -160,7 +160,7 @@ def test_a_plain_listener_refuses_tls_and_passes_anything_else_on(
         writer.write(b"plain")
         answer = await reader.readexactly(6)
         writer.close()
-        await _all_released(server.admission)
+        await _all_released(server.limits)
         server.close()
         return answer
 

@@ -1,4 +1,4 @@
-"""Admission: the connection limits, tickets, and episodes logged once (no sockets)."""
+"""The connection limits, tickets, and episodes logged once (no sockets)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, cast
 import pytest
 
 from chute.config import ServerConfig
-from chute.server.admission import LOGIN_ALLOWANCE, Admission, Episode, Ticket
+from chute.server.limits import LOGIN_ALLOWANCE, ConnectionLimits, Episode, Ticket
 
 
 class FakeTransport:
@@ -79,20 +79,20 @@ def test_an_episode_logs_once_then_sums_up_and_a_later_one_logs_again(
 
 def test_the_limits_refuse_by_total_and_by_host_and_count_what_is_open() -> None:
     async def main() -> None:
-        admission = Admission(ServerConfig(max_connections=3, max_connections_per_host=2))
-        a1 = admission.admit("native", "a", "a:1")
-        a2 = admission.admit("stomp", "a", "a:2")
+        limits = ConnectionLimits(ServerConfig(max_connections=3, max_connections_per_host=2))
+        a1 = limits.admit("native", "a", "a:1")
+        a2 = limits.admit("stomp", "a", "a:2")
         assert isinstance(a1, Ticket)
         assert isinstance(a2, Ticket)
-        code, reason = cast(tuple[str, str], admission.admit("native", "a", "a:3"))
+        code, reason = cast(tuple[str, str], limits.admit("native", "a", "a:3"))
         assert code == "connection-limit"
         assert "max_connections_per_host" in reason
-        b1 = admission.admit("native", "b", "b:1")
+        b1 = limits.admit("native", "b", "b:1")
         assert isinstance(b1, Ticket)
-        code, reason = cast(tuple[str, str], admission.admit("native", "c", "c:1"))
+        code, reason = cast(tuple[str, str], limits.admit("native", "c", "c:1"))
         assert "server.max_connections)" in reason
         b1.logged_in()
-        stats = admission.stats()
+        stats = limits.stats()
         assert stats["open"] == 3
         assert stats["before_login"] == 2
         assert stats["by_listener"] == {"native": 2, "stomp": 1}
@@ -101,27 +101,27 @@ def test_the_limits_refuse_by_total_and_by_host_and_count_what_is_open() -> None
         a1.release()
         a1.release()  # idempotent
         b1.release()
-        assert isinstance(admission.admit("native", "a", "a:4"), Ticket)
-        assert admission.stats()["open"] == 2
-        assert admission.stats()["before_login"] == 2
-        admission.close()
+        assert isinstance(limits.admit("native", "a", "a:4"), Ticket)
+        assert limits.stats()["open"] == 2
+        assert limits.stats()["before_login"] == 2
+        limits.close()
 
     run(main())
 
 
 def test_the_login_deadline_asks_the_driver_to_close_or_aborts() -> None:
     async def main() -> None:
-        admission = Admission(ServerConfig(login_timeout_ms=10))
-        told = cast(Ticket, admission.admit("stomp", "a", "a:1"))
+        limits = ConnectionLimits(ServerConfig(login_timeout_ms=10))
+        told = cast(Ticket, limits.admit("stomp", "a", "a:1"))
         driver = FakeDriver()
         transport = FakeTransport()
         told.attach(cast(asyncio.BaseTransport, transport))
-        assert admission.ticket_of(cast(asyncio.BaseTransport, transport)) is told
+        assert limits.ticket_of(cast(asyncio.BaseTransport, transport)) is told
         told.driver = driver
-        silent = cast(Ticket, admission.admit("stomp-tls", "a", "a:2"))
+        silent = cast(Ticket, limits.admit("stomp-tls", "a", "a:2"))
         handshaking = FakeTransport()
         silent.attach(cast(asyncio.BaseTransport, handshaking))
-        logged = cast(Ticket, admission.admit("native", "a", "a:3"))
+        logged = cast(Ticket, limits.admit("native", "a", "a:3"))
         logged.logged_in()
         await until(lambda: bool(driver.errors) and handshaking.aborted)
         [(code, reason)] = driver.errors
@@ -129,24 +129,24 @@ def test_the_login_deadline_asks_the_driver_to_close_or_aborts() -> None:
         assert "0.01 s" in reason
         assert told.expired
         assert not logged.expired
-        assert admission.stats()["login_timeouts"] == 2
+        assert limits.stats()["login_timeouts"] == 2
         await until(lambda: transport.aborted)  # the driver did not close: aborted after GRACE
         for ticket in (told, silent, logged):
             ticket.release()
-        assert admission.ticket_of(cast(asyncio.BaseTransport, transport)) is None
-        admission.close()
+        assert limits.ticket_of(cast(asyncio.BaseTransport, transport)) is None
+        limits.close()
 
     run(main())
 
 
 def test_past_its_budget_a_connection_is_not_read_until_it_logs_in() -> None:
     async def main() -> None:
-        admission = Admission(ServerConfig(max_login_frame_size=2048))
-        assert admission.login_budget == 2048 + LOGIN_ALLOWANCE
-        ticket = cast(Ticket, admission.admit("http", "a", "a:1", budget=True))
+        limits = ConnectionLimits(ServerConfig(max_login_frame_size=2048))
+        assert limits.login_budget == 2048 + LOGIN_ALLOWANCE
+        ticket = cast(Ticket, limits.admit("http", "a", "a:1", budget=True))
         transport = FakeTransport()
         ticket.attach(cast(asyncio.BaseTransport, transport))
-        ticket.received(admission.login_budget)
+        ticket.received(limits.login_budget)
         assert transport.reading
         ticket.received(1)
         assert not transport.reading
@@ -156,8 +156,8 @@ def test_past_its_budget_a_connection_is_not_read_until_it_logs_in() -> None:
         assert transport.reading
         ticket.received(10 << 20)  # no budget once logged in
         assert transport.reading
-        assert admission.stats()["held_before_login"] == 1
+        assert limits.stats()["held_before_login"] == 1
         ticket.release()
-        admission.close()
+        limits.close()
 
     run(main())

@@ -2,7 +2,7 @@
 
 Every connection any listener accepts (native, STOMP, HTTP/WebSocket, with or
 without TLS, and the Simple-message-queue listeners) passes here first, in
-:meth:`Admission.admit`, before a transport or a protocol is made for it:
+:meth:`ConnectionLimits.admit`, before a transport or a protocol is made for it:
 
 - ``max_connections`` caps the connections open at once, ``max_connections_per_host``
   those of one client address. Over a limit, the listener writes its protocol's
@@ -21,7 +21,7 @@ without TLS, and the Simple-message-queue listeners) passes here first, in
 
 Each accepted connection gets a :class:`Ticket`, which the listener's front
 protocol (:mod:`chute.server.tls`) releases when the connection is lost. The
-counts are the broker's ``sockets`` statistics (:meth:`Admission.stats`).
+counts are the broker's ``sockets`` statistics (:meth:`ConnectionLimits.stats`).
 
 Logs: a condition a flood repeats (a limit refusing, the login deadline, the
 file descriptors running out) is an :class:`Episode`: one WARNING when it
@@ -123,13 +123,13 @@ class Ticket:
 
     __slots__ = (
         "_deadline",
-        "admission",
         "authenticated",
         "budget",
         "driver",
         "expired",
         "held",
         "host",
+        "limits",
         "listener",
         "peer",
         "released",
@@ -138,9 +138,9 @@ class Ticket:
     )
 
     def __init__(
-        self, admission: Admission, listener: str, host: str, peer: str, budget: int | None
+        self, limits: ConnectionLimits, listener: str, host: str, peer: str, budget: int | None
     ) -> None:
-        self.admission = admission
+        self.limits = limits
         self.listener = listener
         self.host = host
         self.peer = peer
@@ -161,10 +161,10 @@ class Ticket:
         if self.transport is None:
             self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         if self.visible is not None:
-            self.admission._by_transport.pop(self.visible, None)
+            self.limits._by_transport.pop(self.visible, None)
         self.visible = transport
         if not self.released:
-            self.admission._by_transport[transport] = self
+            self.limits._by_transport[transport] = self
 
     def logged_in(self) -> None:
         """The client logged in: the login deadline and budget no longer apply (reading
@@ -173,7 +173,7 @@ class Ticket:
             return
         self.authenticated = True
         self.budget = None
-        self.admission._logged_in(self)
+        self.limits._logged_in(self)
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
@@ -190,12 +190,12 @@ class Ticket:
         self.budget -= size
         if self.budget < 0 and not self.held and self.visible is not None:
             self.held = True
-            self.admission.counts["held_before_login"] += 1
+            self.limits.counts["held_before_login"] += 1
             log.debug(
                 "%s on %s sent over %d bytes before logging in: not read until it does",
                 self.peer,
                 self.listener,
-                self.admission.login_budget,
+                self.limits.login_budget,
             )
             cast(asyncio.Transport, self.visible).pause_reading()
 
@@ -207,7 +207,7 @@ class Ticket:
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
-        self.admission._release(self)
+        self.limits._release(self)
 
     def close(self, code: str, reason: str) -> None:
         """Close the connection, told in its protocol if a driver has it; abort it if it
@@ -231,10 +231,10 @@ class Ticket:
         if self.authenticated or self.released:
             return
         self.expired = True
-        self.admission._expired(self)
+        self.limits._expired(self)
 
 
-class Admission:
+class ConnectionLimits:
     """The limits, and the count of connections open; see the module docstring."""
 
     def __init__(self, config: ServerConfig) -> None:
