@@ -13,6 +13,8 @@ auto_create = true       # create destinations on first use
 prepared_timeout_ms = 0  # roll back two-phase work no coordinator finished; 0 = never
 max_packet_size = "16MiB"
 max_memory = "64MiB"     # message data held in memory before durable queues page to disk
+segment_size = "32MiB"   # journal segment files, each made at full size (docs/durability.md)
+disk_free_limit = "64MiB"  # under this much free on the journal's disk producers wait; 0 = off
 flow_backlog = 5000      # pause a queue's producers while its consumers lag this far; 0 = off
 inline_sync = true       # an idle journal syncs on the broker's loop (docs/durability.md)
 heartbeat_ms = 10000     # the most a client may ask for is honoured; 0 = off
@@ -71,6 +73,7 @@ from chute.dropbox.mount import DropboxMount, parse_mounts
 from chute.errors import ConfigError, InvalidAddress
 from chute.smq import settings as smq_settings
 from chute.smq.settings import SmqSettings
+from chute.store.space import size_text
 
 DEFAULT_PORT = 5445
 DEFAULT_STOMP_PORT = 61613
@@ -95,6 +98,8 @@ class ServerConfig:
     sync_batch_ms: int = 10
     segment_size: int = 32 << 20
     max_memory: int = 64 << 20  # message data in memory before durable queues page; 0 = never
+    # under this much free on the journal's disk, producers wait (docs/durability.md); 0 = off
+    disk_free_limit: int = 64 << 20
     flow_backlog: int = 5000  # pause producers of a queue whose consumers fall this far behind
     inline_sync: bool = True  # an idle journal syncs on the broker's loop (docs/durability.md)
     tls_port: int = 0  # the native protocol over TLS (chutes://); 0 = off; needs tls_cert
@@ -200,6 +205,13 @@ class ServerConfig:
                 f"user(s) {', '.join(plain)} have plain-text passwords (loopback only): "
                 "hash them with `chute passwd` before binding to a network"
             )
+        if self.store == "journal" and 0 < self.disk_free_limit < self.segment_size:
+            out.append(
+                f"server.disk_free_limit ({size_text(self.disk_free_limit)}) is under "
+                f"server.segment_size ({size_text(self.segment_size)}): once the disk is that "
+                "full the journal may have no room for the next segment that consumers' "
+                "acks go to (make disk_free_limit at least one segment, better two)"
+            )
         roleless = sorted(n for n, u in self.users.items() if not u.roles)
         if roleless:
             out.append(
@@ -235,6 +247,7 @@ _SERVER_KEYS = {
     "sync_batch_ms": int,
     "segment_size": "size",
     "max_memory": "size",
+    "disk_free_limit": "size",
     "flow_backlog": int,
     "inline_sync": bool,
     "tls_port": int,

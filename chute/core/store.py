@@ -153,6 +153,13 @@ class Store(Protocol):
         the caller's thread, if the store can do it without handing off (a journal whose
         writer is idle); False if not, and the caller uses :meth:`sync` instead."""
 
+    def space_low(self) -> str | None:
+        """None while the store can take new messages; else a sentence saying why not, for
+        the producers the core then holds off (the journal's disk is under its
+        ``disk_free_limit``). Acks, delivery marks and commits that only ack still work:
+        the space left is their reserve. Cheap enough to ask on every send.
+        """
+
     def recover(self) -> Recovered:
         """Everything durable, for the core to rebuild its queues from."""
 
@@ -222,6 +229,9 @@ class Gathering:
 
     def sync_inline(self, callbacks: list[SyncCallback]) -> bool:
         return self.store.sync_inline(callbacks)
+
+    def space_low(self) -> str | None:
+        return self.store.space_low()
 
     def recover(self) -> Recovered:
         return self.store.recover()

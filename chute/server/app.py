@@ -278,7 +278,8 @@ def open_store(config: ServerConfig) -> Store:
     """The store the configuration asks for: the journal in ``data_dir`` by default.
 
     Raises:
-        StoreError: the journal's directory is locked by another broker.
+        StoreError: the journal's directory is locked by another broker; DiskFull: its
+            disk cannot hold one more segment.
         OSError: the data directory cannot be created.
     """
     if config.store == "memory":
@@ -288,6 +289,7 @@ def open_store(config: ServerConfig) -> Store:
         sync=config.sync,
         batch_ms=config.sync_batch_ms,
         segment_size=config.segment_size,
+        disk_free_limit=config.disk_free_limit,
     )
 
 

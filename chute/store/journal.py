@@ -36,6 +36,11 @@ disk works again. A callback never gets ``None`` for a record that was not
 made durable. A producer that got an error may still find its message
 stored after a restart: the journal is at-least-once, never at-most-once.
 
+Free space (:mod:`chute.store.space`): a journal does not open on a disk
+that cannot hold one more segment, and while its disk has less free than
+``disk_free_limit`` it says so (:meth:`Journal.space_low`) so that the core
+refuses new messages while consumers ack into the space left.
+
 Segments and reclaiming: records go to the newest segment
 (:mod:`chute.store.segment`); old segments are deleted once nothing in them
 is live, and sparse ones are compacted first (:mod:`chute.store.reclaim`).
@@ -89,6 +94,7 @@ from chute.store.records import (
 )
 from chute.store.recovery import recover_lazily
 from chute.store.segment import list_segments, remove_spares
+from chute.store.space import FreeSpace, check_room_to_open
 from chute.store.writer import SyncMode, Writer
 
 __all__ = ["DEFAULT_SEGMENT_SIZE", "Journal", "ReclaimResult", "SyncMode"]
@@ -105,10 +111,12 @@ class Journal:
     (pre-zeroed spare segments), ``compact_ratio`` and ``max_compact_moves``
     (see :func:`chute.store.reclaim.plan`), ``auto_reclaim`` (a pass after
     each roll-over; tests turn it off to drive :meth:`reclaim` themselves),
+    ``disk_free_limit`` (bytes; under it :meth:`space_low` says so; 0: off),
     ``disk`` (the I/O seam, :mod:`chute.store.disk`).
 
     Raises (constructor):
-        StoreError: another journal holds the directory.
+        StoreError: another journal holds the directory; DiskFull: the disk
+            cannot hold one more segment (the message says what to do).
         OSError: the directory cannot be created or listed.
         ValueError: a setting is out of range.
     """
@@ -125,15 +133,19 @@ class Journal:
         compact_ratio: float = 0.1,
         max_compact_moves: int = 4096,
         auto_reclaim: bool = True,
+        disk_free_limit: int = 0,
         disk: Disk | None = None,
     ) -> None:
         mode = _check_settings(segment_size, sync, batch_ms, flush_ms)
+        if disk_free_limit < 0:
+            raise ValueError("disk_free_limit must be 0 (off) or positive")
         self.directory = os.fspath(directory)
         disk = disk or Disk()
         os.makedirs(self.directory, exist_ok=True)
         self._lock_fd = _lock_directory(self.directory)
         try:
             remove_spares(self.directory)
+            free = check_room_to_open(self.directory, disk, segment_size, preallocate=preallocate)
             index = LiveIndex()
             recovered, self.report = recover_lazily(self.directory, disk=disk, index=index)
             segments = list_segments(self.directory)
@@ -162,6 +174,7 @@ class Journal:
             compact_ratio=compact_ratio,
             max_moves=max_compact_moves,
             auto_reclaim=auto_reclaim,
+            space=FreeSpace(self.directory, disk, disk_free_limit, free),
         )
         self._writer.thread.start()
 
@@ -243,6 +256,14 @@ class Journal:
     def sync(self, callback: SyncCallback) -> None:
         if not self._intake.sync(callback):
             callback(JournalClosed(f"journal {self.directory} is closed"))
+
+    def space_low(self) -> str | None:
+        """None while the disk has ``disk_free_limit`` free; else why producers must wait.
+
+        Reads what the writer thread last saw (it looks after every MiB written
+        and every 100 ms): no system call, fit for every send.
+        """
+        return self._writer.space.low
 
     def recover(self) -> Recovered:
         """What is durable: what the open replayed, until something but a queue definition

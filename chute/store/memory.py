@@ -87,6 +87,9 @@ class MemoryStore:
         """Never: :meth:`sync` answers at once already."""
         return False
 
+    def space_low(self) -> str | None:
+        return None  # memory is bounded by max_memory and the destinations' limits
+
     def recover(self) -> Recovered:
         return Recovered(
             definitions=list(self.definitions.values()),

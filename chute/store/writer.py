@@ -36,6 +36,13 @@ one (:mod:`chute.store.segment`). After each roll-over the writer runs a
 reclaim pass (:mod:`chute.store.reclaim`): copy the live records of sparse
 old segments forward, write a checkpoint, sync, then delete oldest first.
 
+Free space (:mod:`chute.store.space`): the writer looks at it after each MiB
+written, every 100 ms and after each roll-over and reclaim pass. While it is
+under ``disk_free_limit`` producers are held off by the core, so segments
+roll over rarely; the writer then runs a reclaim pass every
+``_LOW_RECLAIM_SECONDS`` when anything was written (acks, mostly), so that
+what consumers acked frees its segments without waiting for a roll-over.
+
 Thread-safety: the intake is shared (see :mod:`chute.store.intake`).
 Everything here belongs to the writer thread, except ``Writer.segments()``
 and ``Writer.files`` (the lock a re-read of the directory holds so that no
@@ -83,6 +90,7 @@ from chute.store.segment import (
     read_segment,
     segment_path,
 )
+from chute.store.space import FreeSpace
 
 log = logging.getLogger("chute.store.journal")
 
@@ -94,6 +102,7 @@ _BACKOFF_FIRST: Final = 0.005
 _BACKOFF_MAX: Final = 1.0
 _CLOSE_ATTEMPTS: Final = 3
 _COMPACT_SETTLE: Final = 1  # segments closed after one before it is compacted (reclaim.plan)
+_LOW_RECLAIM_SECONDS: Final = 0.5  # under disk_free_limit: a reclaim pass this often
 
 
 class SyncMode(enum.Enum):
@@ -123,6 +132,7 @@ class Writer:
         compact_ratio: float,
         max_moves: int,
         auto_reclaim: bool,
+        space: FreeSpace,
     ) -> None:
         self.directory = directory
         self.mode = mode
@@ -144,6 +154,10 @@ class Writer:
         """Live records compaction copied forward since the journal opened (every pass)."""
         self._max_moves = max_moves
         self._auto_reclaim = auto_reclaim
+        self.space = space
+        self.bytes_written = 0  # into segments, since the open
+        self._low_reclaim_at = 0.0  # under the limit: the next reclaim pass not before
+        self._low_reclaim_written = -1  # ... nor unless bytes_written moved from this
         self._current: SegmentFile | None = None
         self._carry: list[Item] = []  # taken, not yet written
         self._unsynced: list[tuple[int, bytes]] = []  # written to the current segment, not synced
@@ -183,6 +197,7 @@ class Writer:
             with intake.cond:
                 self._wait_for_work()
             with self.cycle_lock:  # a caller may have run the cycle meanwhile (run_inline)
+                self._watch_space()
                 with intake.cond:
                     taken = self._take()
                     requests, intake.requests = intake.requests, []
@@ -211,6 +226,18 @@ class Writer:
                     return
                 if requests or self._reclaim_due:
                     self._reclaim_safely(requests)
+
+    def _watch_space(self) -> None:
+        """Look at the free space if due; while it is low, ask for reclaim passes."""
+        space = self.space
+        space.maybe_check(self.bytes_written)
+        if space.low is None or self._reclaim_due:
+            return
+        now = time.monotonic()
+        if now >= self._low_reclaim_at and self.bytes_written != self._low_reclaim_written:
+            self._reclaim_due = True
+            self._low_reclaim_at = now + _LOW_RECLAIM_SECONDS
+            self._low_reclaim_written = self.bytes_written
 
     def run_inline(self, callbacks: list[SyncCallback]) -> bool:
         """Write, sync and call back on the caller's thread, if the writer is idle.
@@ -364,6 +391,7 @@ class Writer:
                     continue
                 data = b"".join(parts)
                 self._disk.write(segment.fd, data, start)
+                self.bytes_written += len(data)
                 if self.mode is not SyncMode.NEVER:
                     self._unsynced.append((start, data))
                     self._unsynced_bytes += len(data)
@@ -399,6 +427,7 @@ class Writer:
             self._segments.append(number)
         self._current = segment
         self._reclaim_due = self._auto_reclaim
+        self.space.check()  # a new segment (and the spare made behind it) took space
         return segment
 
     def _sync(self) -> None:
@@ -469,6 +498,7 @@ class Writer:
         except Exception as exc:  # noqa: BLE001 - reclaiming again later is the remedy
             log.warning("journal %s: reclaiming failed: %s", self.directory, exc)
             outcome = _as_store_error(exc, "reclaim")
+        self.space.check()  # what the pass freed (or its failure: the disk)
         for request in requests:
             request(outcome)
 
