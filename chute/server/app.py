@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from chute.config import ServerConfig
 from chute.core.access import Access, LoginThrottle
 from chute.core.broker import Broker
-from chute.core.store import Store
+from chute.core.store import Store, TxOp
 from chute.dropbox.bridge import DropboxBridge, start_bridges, stop_bridges
 from chute.server import smq
 from chute.server.native import NativeConnection
@@ -108,6 +108,8 @@ class BrokerServer:
             )
         for warning in config.warnings():
             log.warning("configuration: %s", warning)
+        if isinstance(self.store, Journal):
+            self.store.on_unstored = self._unstored
         restored = self.broker.recover()
         if restored:
             log.info("recovered %d messages", restored)
@@ -209,6 +211,15 @@ class BrokerServer:
             return
         for callback in requests:
             self.broker.sync(callback)
+
+    def _unstored(self, ops: list[TxOp]) -> None:
+        """The journal refused ``ops`` (on its writer's thread, or on this loop's in an inline
+        sync) and is about to fail the syncs that cover them: the broker takes their
+        messages back first, so no held delivery of one goes out (``chute.core.unstored``)."""
+        if threading.get_ident() == self.loop_thread:
+            self.broker.unstored(ops)
+        elif not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self.broker.unstored, ops)
 
     async def _sweep_expired(self) -> None:
         interval = max(self.config.expiry_interval_ms, 10) / 1000

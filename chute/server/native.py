@@ -420,7 +420,7 @@ class NativeConnection(StreamConnection):
             )
         )
         if consumer.queue.marked(consumer, entry):
-            self.mark_delivery()
+            self.mark_delivery(consumer, entry)
         self._schedule_flush()
 
     def _heartbeat_bytes(self) -> bytes:

@@ -30,11 +30,16 @@ default 2), so the buffer stays small.
 
 Disk faults: when a write, a sync or a new segment fails, every callback
 waiting gets a :class:`~chute.store.errors.DiskFull` or
-:class:`~chute.store.errors.DiskFailure`; the records stay buffered and the
+:class:`~chute.store.errors.DiskFailure`. The messages, transactions and
+acks those callbacks cover are refused, not stored: ``on_unstored`` hears
+of them first, so that the broker takes the messages out of their queues
+(:mod:`chute.store.unsynced`). The other records stay buffered and the
 writer retries with back-off, so the journal recovers by itself once the
 disk works again. A callback never gets ``None`` for a record that was not
-made durable. A producer that got an error may still find its message
-stored after a restart: the journal is at-least-once, never at-most-once.
+made durable. Only a crash in the middle of a failure may leave a refused
+record on disk (it was written, its sync failed, and the machine stopped
+before the writer overwrote it): the journal is at-least-once, never
+at-most-once.
 
 Free space (:mod:`chute.store.space`): a journal does not open on a disk
 that cannot hold one more segment, and while its disk has less free than
@@ -62,7 +67,7 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from chute.core.store import (
@@ -256,6 +261,18 @@ class Journal:
     def sync(self, callback: SyncCallback) -> None:
         if not self._intake.sync(callback):
             callback(JournalClosed(f"journal {self.directory} is closed"))
+
+    @property
+    def on_unstored(self) -> Callable[[list[TxOp]], None] | None:
+        """Told what a failed write or sync refused (see :mod:`chute.store.unsynced`): the
+        adds, commits' operations and acks whose senders get an error, so that the broker
+        takes those messages out of their queues. Called on the writer's thread (or the
+        caller's of :meth:`sync_inline`), before any sync callback gets that error."""
+        return self._writer.on_refused
+
+    @on_unstored.setter
+    def on_unstored(self, hook: Callable[[list[TxOp]], None] | None) -> None:
+        self._writer.on_refused = hook
 
     def space_low(self) -> str | None:
         """None while the disk has ``disk_free_limit`` free; else why producers must wait.

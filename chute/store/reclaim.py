@@ -56,6 +56,7 @@ from chute.store.records import (
     DefineRecord,
     DeliveredRecord,
     MarksRecord,
+    PadRecord,
     PrepareRecord,
     Record,
     RollbackPreparedRecord,
@@ -124,6 +125,8 @@ class LiveIndex:
                 self.end_prepared(xid, location)
             case CheckpointRecord(next_seq, counts):
                 self.checkpoint(next_seq, counts)
+            case PadRecord():
+                pass
             case AddRecord(op, count):  # pragma: no cover - handled above
                 self.add(op, count, location)
 

@@ -21,11 +21,16 @@ present u8 then the string)::
     ROLLBACK_PREPARED          xid s16
     CHECKPOINT n u32 | (destination s16 | next_seq u64) x n
                | m u32 | (queue s16 | seq u64 | count u32) x m
+    PAD        zero bytes (any number): holds nothing
 
 ACKS and MARKS are what the journal's writer makes of the acks and delivery
 marks of one queue that arrived together (:class:`~chute.store.intake.Intake`):
 one record, one frame and one CRC for a consumer's whole batch instead of one
 each; a lone ack or mark is still written as ACK or DELIVERED.
+
+A PAD record takes the place of records the writer wrote but then refused
+(a failed sync, :mod:`chute.store.writer`): same length, same place, nothing in
+it, so the records around it stay where their checksums say they are.
 
 A COMMIT_PREPARED record repeats the transaction's operations instead of
 pointing back at its PREPARE: every record can be replayed on its own, so
@@ -150,6 +155,13 @@ class CheckpointRecord:
     counts: tuple[tuple[str, int, int], ...]  # (queue, seq, count) of live messages
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class PadRecord:
+    """Nothing, ``size`` bytes long: a refused record's place."""
+
+    size: int
+
+
 Record = (
     AddRecord
     | AckRecord
@@ -163,6 +175,7 @@ Record = (
     | CommitPreparedRecord
     | RollbackPreparedRecord
     | CheckpointRecord
+    | PadRecord
 )
 
 
@@ -245,6 +258,8 @@ def encode(record: Record) -> tuple[Kind, bytes]:
             for queue, seq, count in counts:
                 parts += (s16(queue), _COUNT.pack(seq, count))
             return Kind.CHECKPOINT, b"".join(parts)
+        case PadRecord(size):
+            return Kind.PAD, bytes(size)
 
 
 # -- decoding ------------------------------------------------------------------------
@@ -308,6 +323,8 @@ def _decode(kind: int, data: bytes, start: int, end: int, names: Names) -> Recor
             return RollbackPreparedRecord(names.read(data, start)[0])
         case Kind.CHECKPOINT:
             return _decode_checkpoint(data, start, names)
+        case Kind.PAD:
+            return PadRecord(end - start)
     raise CorruptRecord(f"unknown record kind {kind}")
 
 

@@ -62,6 +62,7 @@ from chute.store.records import (
     DefineRecord,
     DeliveredRecord,
     MarksRecord,
+    PadRecord,
     PrepareRecord,
     Record,
     RollbackPreparedRecord,
@@ -443,6 +444,8 @@ def replay(store: MemoryStore, record: Record) -> None:
                 store.next_seq[dest] = max(store.next_seq.get(dest, 0), seq)
             for queue, seq, count in counts:
                 store.delivered(queue, seq, count)
+        case PadRecord():
+            pass
 
 
 def _cut(directory: str, segment: int, end: int, disk: Disk, report: RecoveryReport) -> None:

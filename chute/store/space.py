@@ -41,6 +41,7 @@ log = logging.getLogger("chute.store.journal")
 _CHECK_BYTES: Final = 1 << 20  # written since the last look ...
 _CHECK_SECONDS: Final = 0.1  # ... or this long: look again
 _OPEN_HEADROOM: Final = 256 << 10  # the lock file, directory entries, a torn tail's cut
+_LOW_RECLAIM_SECONDS: Final = 0.5  # under the limit: a reclaim pass at most this often
 
 
 def size_text(size: int) -> str:
@@ -87,6 +88,8 @@ class FreeSpace:
         self._checked_at = time.monotonic()
         self._checked_written = 0
         self._failed = False  # statvfs failed (logged once)
+        self._reclaim_at = 0.0  # under the limit: the next reclaim pass not before ...
+        self._reclaim_written = -1  # ... nor unless the writer wrote since this
         self._judge()
 
     def maybe_check(self, written: int) -> None:
@@ -98,6 +101,20 @@ class FreeSpace:
         ):
             self._checked_written = written
             self.check()
+
+    def reclaim_wanted(self, written: int) -> bool:
+        """Look if due (:meth:`maybe_check`); True if the writer should run a reclaim pass:
+        the disk is low and something was written since the last one asked for here (acks
+        free segments only once a pass deletes them), at most every half second."""
+        self.maybe_check(written)
+        if self.low is None:
+            return False
+        now = time.monotonic()
+        if now < self._reclaim_at or written == self._reclaim_written:
+            return False
+        self._reclaim_at = now + _LOW_RECLAIM_SECONDS
+        self._reclaim_written = written
+        return True
 
     def check(self) -> None:
         """Read the free space now (after a roll-over or a reclaim pass, say)."""

@@ -24,24 +24,21 @@ kept for a rewrite stays bounded.
 
 Disk faults: when a write, a sync or making a new segment fails, every
 callback taken so far gets a :class:`~chute.store.errors.DiskFull` or
-:class:`~chute.store.errors.DiskFailure`. Records not yet written stay in
-the writer's carry, and what was written since the last good sync is kept
-too and written again at the same place before the next sync (after a
-failed fsync the kernel may have dropped those pages). The writer retries
-after a back-off of 5 ms doubling to 1 s; once the disk works again it
-carries on by itself.
+:class:`~chute.store.errors.DiskFailure`, and the messages, transactions and
+acks those callbacks cover are refused first (:mod:`chute.store.unsynced`:
+their senders are told they were not stored, so they must not be). The other
+records stay in the carry, and what was written since the last good sync is
+written again at the same place before the next sync (after a failed fsync
+the kernel may have dropped those pages). The writer retries after a back-off
+of 5 ms doubling to 1 s; once the disk works again it carries on by itself.
 
 A full segment is synced and closed, and a pre-zeroed spare becomes the next
 one (:mod:`chute.store.segment`). After each roll-over the writer runs a
 reclaim pass (:mod:`chute.store.reclaim`): copy the live records of sparse
 old segments forward, write a checkpoint, sync, then delete oldest first.
 
-Free space (:mod:`chute.store.space`): the writer looks at it after each MiB
-written, every 100 ms and after each roll-over and reclaim pass. While it is
-under ``disk_free_limit`` producers are held off by the core, so segments
-roll over rarely; the writer then runs a reclaim pass every
-``_LOW_RECLAIM_SECONDS`` when anything was written (acks, mostly), so that
-what consumers acked frees its segments without waiting for a roll-over.
+Free space: the writer looks at it (:mod:`chute.store.space`) as it goes;
+under ``disk_free_limit`` it also runs reclaim passes without roll-overs.
 
 Thread-safety: the intake is shared (see :mod:`chute.store.intake`).
 Everything here belongs to the writer thread, except ``Writer.segments()``
@@ -57,12 +54,12 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Final
 
-from chute.core.store import SyncCallback
-from chute.errors import StoreError
+from chute.core.store import AddOp, SyncCallback, TxOp
 from chute.store.disk import Disk
-from chute.store.errors import DiskFailure, JournalClosed, disk_error
+from chute.store.errors import JournalClosed, store_error
 from chute.store.intake import (
     WAKE_BYTES,
     Acks,
@@ -91,6 +88,7 @@ from chute.store.segment import (
     segment_path,
 )
 from chute.store.space import FreeSpace
+from chute.store.unsynced import Unsynced, located, refuse_carried, refused_ops
 
 log = logging.getLogger("chute.store.journal")
 
@@ -102,7 +100,6 @@ _BACKOFF_FIRST: Final = 0.005
 _BACKOFF_MAX: Final = 1.0
 _CLOSE_ATTEMPTS: Final = 3
 _COMPACT_SETTLE: Final = 1  # segments closed after one before it is compacted (reclaim.plan)
-_LOW_RECLAIM_SECONDS: Final = 0.5  # under disk_free_limit: a reclaim pass this often
 
 
 class SyncMode(enum.Enum):
@@ -156,12 +153,17 @@ class Writer:
         self._auto_reclaim = auto_reclaim
         self.space = space
         self.bytes_written = 0  # into segments, since the open
-        self._low_reclaim_at = 0.0  # under the limit: the next reclaim pass not before
-        self._low_reclaim_written = -1  # ... nor unless bytes_written moved from this
         self._current: SegmentFile | None = None
         self._carry: list[Item] = []  # taken, not yet written
-        self._unsynced: list[tuple[int, bytes]] = []  # written to the current segment, not synced
-        self._unsynced_bytes = 0
+        self._unsynced = Unsynced()  # written to the current segment, not synced
+        self._dirty_end = 0  # the current segment may hold bytes up to here (a torn write)
+        self._taken = 0  # items ever carried: the ordinal of the next one
+        self._covered = 0  # items numbered below this are covered by a waiting callback
+        self._covering = False  # the last take brought callbacks
+        self._refused = (0, 0)  # messages, acks refused since the disk last worked
+        self.on_refused: Callable[[list[TxOp]], None] | None = None
+        """Told (on the thread that ran the cycle, before the callbacks get their error)
+        what the records a failure refused held (:mod:`chute.store.unsynced`)."""
         self._waiting: list[SyncCallback] = []  # taken, to call after the next sync
         self._last_sync = time.monotonic()
         self._linger_until: float | None = None
@@ -209,7 +211,7 @@ class Writer:
                 except Exception as exc:  # noqa: BLE001 - the writer must outlive any failure
                     self._failed(exc)
                     for request in requests:
-                        request(_as_store_error(exc, "write"))
+                        request(store_error(exc, "write"))
                     if closing:
                         attempts += 1
                         if attempts < _CLOSE_ATTEMPTS:
@@ -219,7 +221,9 @@ class Writer:
                         return
                     continue
                 self._retry_at = None
-                self._backoff = 0.0
+                if self._backoff:
+                    self._backoff = 0.0
+                    self._recovered()
                 if closing:
                     for request in requests:
                         request(JournalClosed(f"journal {self.directory} is closed"))
@@ -229,15 +233,8 @@ class Writer:
 
     def _watch_space(self) -> None:
         """Look at the free space if due; while it is low, ask for reclaim passes."""
-        space = self.space
-        space.maybe_check(self.bytes_written)
-        if space.low is None or self._reclaim_due:
-            return
-        now = time.monotonic()
-        if now >= self._low_reclaim_at and self.bytes_written != self._low_reclaim_written:
+        if self.space.reclaim_wanted(self.bytes_written):
             self._reclaim_due = True
-            self._low_reclaim_at = now + _LOW_RECLAIM_SECONDS
-            self._low_reclaim_written = self.bytes_written
 
     def run_inline(self, callbacks: list[SyncCallback]) -> bool:
         """Write, sync and call back on the caller's thread, if the writer is idle.
@@ -264,6 +261,7 @@ class Writer:
                 taken = self._take()
             self._carry_taken(*taken)
             self._waiting += callbacks
+            self._covered = self._taken
             try:
                 self._cycle(final=False)
             except Exception as exc:  # noqa: BLE001 - the writer thread takes over the retries
@@ -280,6 +278,7 @@ class Writer:
         now wait for this cycle's sync."""
         intake = self._intake
         self._linger_until = None
+        self._covering = bool(intake.callbacks)
         self._waiting += intake.callbacks
         intake.callbacks = []
         return intake.take()
@@ -290,6 +289,10 @@ class Writer:
         if acks or marks:
             items += gathered_items(acks, marks)
         self._carry += items
+        self._taken += len(items)
+        if self._covering:
+            self._covered = self._taken
+            self._covering = False
         return items
 
     def _wait_for_work(self) -> None:
@@ -348,7 +351,7 @@ class Writer:
             due = (
                 final
                 or bool(self._waiting)
-                or self._unsynced_bytes >= _UNSYNCED_BYTES
+                or self._unsynced.size >= _UNSYNCED_BYTES
                 or (bool(self._unsynced) and now - self._last_sync >= _UNSYNCED_AGE)
             )
         else:
@@ -363,10 +366,16 @@ class Writer:
     def _write(self, items: list[Item]) -> None:
         """Frame and write ``items`` in as few writes as segments allow; removes those written.
 
+        Until the sync that covers them, written records wait in ``_unsynced`` (the
+        index learns them then); with ``sync = "never"`` there is no such sync, and the
+        index learns them at once.
+
         Raises:
             OSError: a write or a roll-over failed (``items`` keeps what was not written).
         """
         done = 0
+        # the ordinal of items[0], if they are the carry (what reclaiming writes is not refusable)
+        first = self._taken - len(items) if items is self._carry else None
         try:
             while done < len(items):
                 segment = self._current
@@ -389,20 +398,26 @@ class Writer:
                 if end == done:  # the next record does not fit: a new segment
                     self._roll(HEADER_SIZE + len(items[done][1]))
                     continue
+                if position < self._dirty_end:  # zero what a torn write left past these
+                    parts.append(bytes(self._dirty_end - position))
                 data = b"".join(parts)
+                self._dirty_end = max(self._dirty_end, start + len(data))
                 self._disk.write(segment.fd, data, start)
+                self._dirty_end = position
                 self.bytes_written += len(data)
-                if self.mode is not SyncMode.NEVER:
-                    self._unsynced.append((start, data))
-                    self._unsynced_bytes += len(data)
                 segment.position = position
-                apply = self._index.apply
-                base = number << SEGMENT_SHIFT
-                offset = start
-                with self.index_lock:
-                    for _, payload, record in itertools.islice(items, done, end):
-                        apply(record, base | offset)
-                        offset += HEADER_SIZE + len(payload)
+                written = located(
+                    itertools.islice(items, done, end),
+                    number << SEGMENT_SHIFT | start,
+                    None if first is None else first + done,
+                )
+                if self.mode is SyncMode.NEVER:  # no sync to wait for: the index learns now
+                    apply = self._index.apply
+                    with self.index_lock:
+                        for _, location, (_, _, record) in written:
+                            apply(record, location)
+                else:
+                    self._unsynced.add(start, data, written)
                 done = end
         finally:
             del items[:done]
@@ -426,6 +441,7 @@ class Writer:
         with self.files:
             self._segments.append(number)
         self._current = segment
+        self._dirty_end = 0
         self._reclaim_due = self._auto_reclaim
         self.space.check()  # a new segment (and the spare made behind it) took space
         return segment
@@ -438,15 +454,15 @@ class Writer:
         except OSError:
             self._rewrite = True
             raise
-        self._unsynced.clear()
-        self._unsynced_bytes = 0
+        if self._unsynced:
+            with self.index_lock:
+                self._unsynced.applied(self._index)
         self._last_sync = time.monotonic()
 
     def _rewrite_unsynced(self) -> None:
         """After a failure: write again what was written since the last good sync."""
         if self._current is not None:
-            for offset, data in self._unsynced:
-                self._disk.write(self._current.fd, data, offset)
+            self._unsynced.rewrite(self._disk, self._current.fd)
         self._rewrite = False
 
     # -- calling back ----------------------------------------------------------------
@@ -456,24 +472,62 @@ class Writer:
         waiting, self._waiting = self._waiting, []
         for callback in waiting:
             try:
-                callback(None if error is None else _as_store_error(error, "write"))
+                callback(None if error is None else store_error(error, "write"))
             except Exception:
                 log.exception("journal %s: a sync callback failed", self.directory)
 
     def _failed(self, exc: Exception) -> None:
         self._rewrite = True
+        if self._waiting:
+            self._refuse()
         self._fire(exc)
         first = self._backoff == 0.0
         self._backoff = min(max(self._backoff * 2, _BACKOFF_FIRST), _BACKOFF_MAX)
         self._retry_at = time.monotonic() + self._backoff
         if first or self._backoff >= _BACKOFF_MAX:
+            adds, acks = self._refused
             log.error(
-                "journal %s: %s; retrying (%d records buffered)",
+                "journal %s: %s; retrying (%d records buffered; so far %d messages and %d "
+                "acks not stored, their senders told so)",
                 self.directory,
-                _as_store_error(exc, "write"),
+                store_error(exc, "write"),
                 len(self._carry),
+                adds,
+                acks,
                 exc_info=not isinstance(exc, OSError),
             )
+
+    def _recovered(self) -> None:
+        """A cycle succeeded after failures: say so once."""
+        adds, acks = self._refused
+        log.warning(
+            "journal %s: writing again after a disk failure; %d messages and %d acks were "
+            "not stored meanwhile (their senders were told; acked messages come back after "
+            "a restart)",
+            self.directory,
+            adds,
+            acks,
+        )
+        self._refused = (0, 0)
+
+    def _refuse(self) -> None:
+        """The callbacks waiting are about to get an error: refuse the records they cover
+        that must then not be stored (:mod:`chute.store.unsynced`) and tell ``on_refused``."""
+        covered = self._covered
+        refused: list[Record] = []
+        if self._current is not None:
+            refused += self._unsynced.refuse(self._current.number, covered)
+        refused += refuse_carried(self._carry, covered - (self._taken - len(self._carry)))
+        if not refused:
+            return
+        ops = refused_ops(refused)
+        adds = sum(1 for op in ops if isinstance(op, AddOp))
+        self._refused = (self._refused[0] + adds, self._refused[1] + len(ops) - adds)
+        if self.on_refused is not None:
+            try:
+                self.on_refused(ops)
+            except Exception:
+                log.exception("journal %s: reporting refused records failed", self.directory)
 
     def _abandon(self, exc: Exception) -> None:
         """Closing and the disk still fails: give up on what is buffered."""
@@ -497,7 +551,7 @@ class Writer:
             outcome = self._reclaim(force=bool(requests))
         except Exception as exc:  # noqa: BLE001 - reclaiming again later is the remedy
             log.warning("journal %s: reclaiming failed: %s", self.directory, exc)
-            outcome = _as_store_error(exc, "reclaim")
+            outcome = store_error(exc, "reclaim")
         self.space.check()  # what the pass freed (or its failure: the disk)
         for request in requests:
             request(outcome)
@@ -521,6 +575,8 @@ class Writer:
 
     def _reclaim_locked(self, *, force: bool) -> ReclaimResult:
         self._reclaim_due = False
+        if self._unsynced:  # the index learns written records at their sync: plan with all
+            self._sync()
         current = self._current
         if current is None:
             if not force:
@@ -571,11 +627,3 @@ class Writer:
         )
         self.records_moved += moved
         return ReclaimResult(tuple(deleted), moved)
-
-
-def _as_store_error(exc: BaseException, what: str) -> StoreError:
-    if isinstance(exc, StoreError):
-        return exc
-    if isinstance(exc, OSError):
-        return disk_error(exc, what)
-    return DiskFailure(f"journal {what} failed: internal error: {exc!r}")
