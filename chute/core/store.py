@@ -92,8 +92,8 @@ class Recovered:
     messages: dict[str, list[StoredMessage]] = dataclasses.field(default_factory=dict)
     prepared: dict[str, list[TxOp]] = dataclasses.field(default_factory=dict)
     next_seq: dict[str, int] = dataclasses.field(default_factory=dict)
-    # queue -> (count, estimated bytes) of live messages numbered above those in
-    # ``messages``, left in the store: the queue starts paging them (``page_in``)
+    # queue -> (count, bytes) of live messages numbered above those in ``messages``, left
+    # in the store: the queue starts paging them (``page_in``)
     paged: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
     report: str = ""
     """What the store found and did while recovering, for the operator ("" if nothing)."""

@@ -76,6 +76,7 @@ from chute.store.segment import (
     read_segment,
     segment_path,
 )
+from chute.store.seqmap import SeqMap
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +172,10 @@ def recover_lazily(
     What the journal opens with: a backlog of millions costs its index (8 bytes a
     message) and one window per queue, not every message decoded at once. The
     queues read the rest back as consumers drain them (``Store.page_in``).
-    ``Recovered.paged[queue]`` is (count, estimated bytes) of what was left unread.
+    ``Recovered.paged[queue]`` is (count, bytes) of what was left unread: the bytes as
+    ``Message.size`` counts them, whatever record type brought the message (an add, a
+    transaction's commit, a prepared transaction's), so a queue's byte bound holds
+    across a restart.
     ``cut`` truncates torn tails; a re-read of a journal in use passes False.
 
     Raises:
@@ -180,7 +184,7 @@ def recover_lazily(
     report = RecoveryReport(directory)
     started = time.perf_counter()
     names = Names()
-    sizes: dict[str, list[int]] = {}  # queue -> [adds, content bytes]: for the estimate
+    sizes: dict[str, SeqMap] = {}  # queue -> seq -> Message.size of each add replayed
     _walk(
         directory,
         disk or Disk(),
@@ -197,14 +201,15 @@ def recover_lazily(
     for queue, held in index.locations.items():
         if not held:
             continue
-        adds, content = sizes.get(queue, (1, 1024))
-        average = max(1, content // max(1, adds))
+        total = _live_bytes(held, sizes.get(queue))
+        average = max(1, total // len(held))
         wanted = min(len(held), max(16, window_bytes // average))
         window = read_paged(directory, index, queue, 0, wanted, layouts)
         recovered.messages[queue] = window
         rest = len(held) - len(window)
         if rest > 0:
-            recovered.paged[queue] = (rest, rest * average)
+            read = sum(stored.message.size for stored in window)
+            recovered.paged[queue] = (rest, max(0, total - read))
     report.seconds = time.perf_counter() - started
     return recovered, report
 
@@ -214,10 +219,11 @@ def _index_segment(  # noqa: PLR0917 - private
     segment: int,
     index: LiveIndex,
     names: Names,
-    sizes: dict[str, list[int]],
+    sizes: dict[str, SeqMap],
     report: RecoveryReport,
 ) -> int:
-    """Replay one segment into ``index`` only; returns where a torn tail starts."""
+    """Replay one segment into ``index`` only, noting each add's size in ``sizes``; returns
+    where a torn tail starts."""
     problem = header_problem(data, segment)
     if problem is not None:
         if data.count(0) == len(data):
@@ -239,25 +245,48 @@ def _index_segment(  # noqa: PLR0917 - private
                     base | offset,
                 )
                 for queue in head.queues:
-                    tally = sizes.get(queue)
-                    if tally is None:
-                        sizes[queue] = [1, head.size]
-                    else:
-                        tally[0] += 1
-                        tally[1] += head.size
+                    _note_size(sizes, queue, head.seq, head.size)
                 continue
             if kind == _ACK:
                 index.ack(decode_ack(data, start, names), base | offset)
             else:
-                index.apply(
-                    _without_transients(decode(kind, data, start, end, names)), base | offset
-                )
+                record = _without_transients(decode(kind, data, start, end, names))
+                index.apply(record, base | offset)
+                if isinstance(record, CommitRecord | CommitPreparedRecord):
+                    for op in record.ops:
+                        if isinstance(op, AddOp):
+                            for queue in op.queues:
+                                _note_size(sizes, queue, op.seq, op.message.size)
         except CorruptRecord as exc:
             report.skipped(segment, offset, end, exc)
             continue
         replayed += 1
     report.records += replayed
     return _account_damage(scan, segment, data, report)
+
+
+def _note_size(sizes: dict[str, SeqMap], queue: str, seq: int, size: int) -> None:
+    known = sizes.get(queue)
+    if known is None:
+        known = sizes[queue] = SeqMap()
+    if not known.append_next(seq, size):
+        known[seq] = size
+
+
+def _live_bytes(held: SeqMap, known: SeqMap | None) -> int:
+    """The bytes of the live messages ``held`` (seq -> location), by the sizes noted; one
+    not noted (nothing should be) counts as the average of those that were."""
+    total = counted = 0
+    if known is not None:
+        for seq, _ in held.items():
+            size = known.get(seq)
+            if size is not None:
+                total += size
+                counted += 1
+    missing = len(held) - counted
+    if missing:
+        total += missing * (total // counted if counted else 1024)
+    return total
 
 
 def _walk(
