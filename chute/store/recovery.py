@@ -47,6 +47,7 @@ from chute.core.store import AckOp, AddOp, Recovered, TxOp
 from chute.message import Message
 from chute.store.disk import Disk
 from chute.store.errors import CorruptRecord
+from chute.store.gaps import Checkpoint, describe, find_holes, remove_blank_tail
 from chute.store.memory import MemoryStore
 from chute.store.pager import TxLayouts, read_paged
 from chute.store.payload import Names, add_head, decode_ack, decode_add
@@ -98,7 +99,10 @@ class RecoveryReport:
     records_skipped: int = 0  # corrupt regions and undecodable records
     bytes_skipped: int = 0
     seconds: float = 0.0
+    segments_lost: int = 0  # missing, or blank among others (chute.store.gaps)
     problems: list[str] = dataclasses.field(default_factory=list)
+    blank: list[int] = dataclasses.field(default_factory=list)  # segments read empty
+    checkpoint: Checkpoint | None = None  # the last one read: (segment, kept runs)
 
     @property
     def clean(self) -> bool:
@@ -115,6 +119,8 @@ class RecoveryReport:
             text += f"; cut a torn tail of {self.bytes_cut} bytes"
         if self.records_skipped:
             text += f"; skipped {self.records_skipped} corrupt records ({self.bytes_skipped} bytes)"
+        if self.segments_lost:
+            text += f"; {self.segments_lost} segments lost (see the warnings above)"
         return text
 
     def skipped(self, segment: int, offset: int, end: int, exc: CorruptRecord) -> None:
@@ -227,6 +233,7 @@ def _index_segment(  # noqa: PLR0917 - private
     problem = header_problem(data, segment)
     if problem is not None:
         if data.count(0) == len(data):
+            report.blank.append(segment)
             return len(data)
         report.note(f"segment {segment}: {problem}; reading its records anyway")
     base = segment << SEGMENT_SHIFT
@@ -252,7 +259,9 @@ def _index_segment(  # noqa: PLR0917 - private
             else:
                 record = _without_transients(decode(kind, data, start, end, names))
                 index.apply(record, base | offset)
-                if isinstance(record, CommitRecord | CommitPreparedRecord):
+                if type(record) is CheckpointRecord:
+                    report.checkpoint = (segment, record.kept)
+                elif isinstance(record, CommitRecord | CommitPreparedRecord):
                     for op in record.ops:
                         if isinstance(op, AddOp):
                             for queue in op.queues:
@@ -305,7 +314,8 @@ def _walk(
     collecting = gc.isenabled()
     gc.disable()
     try:
-        for segment, data in _read_ahead(directory, list_segments(directory)):
+        present = list_segments(directory)
+        for segment, data in _read_ahead(directory, present):
             if isinstance(data, OSError):
                 report.records_skipped += 1
                 report.note(f"segment {segment} cannot be read, skipped: {data}")
@@ -318,7 +328,20 @@ def _walk(
     finally:
         if collecting:
             gc.enable()
+    _check_segments(directory, present, report, cut=cut)
     report.seconds = time.perf_counter() - started
+
+
+def _check_segments(
+    directory: str, present: list[int], report: RecoveryReport, *, cut: bool
+) -> None:
+    """Report segments lost (missing, or blank among others: :mod:`chute.store.gaps`); with
+    ``cut``, remove a blank newest segment (it held nothing)."""
+    for hole in find_holes(present, report.blank, report.checkpoint):
+        report.segments_lost += hole.last - hole.first + 1
+        report.note(describe(directory, present, hole))
+    if cut:
+        remove_blank_tail(directory, present, report.blank)
 
 
 def _read_ahead(directory: str, segments: list[int]) -> Iterator[tuple[int, bytes | OSError]]:
@@ -357,7 +380,8 @@ def _replay_segment(  # noqa: PLR0917 - private, called once
     problem = header_problem(data, segment)
     if problem is not None:
         if data.count(0) == len(data):
-            return len(data)  # made but never written: nothing to replay
+            report.blank.append(segment)  # made but never written, or emptied (chute.store.gaps)
+            return len(data)
         report.note(f"segment {segment}: {problem}; reading its records anyway")
     base = segment << SEGMENT_SHIFT
     scan = Scan(data, segment, SEGMENT_HEADER_SIZE)
@@ -383,6 +407,8 @@ def _replay_segment(  # noqa: PLR0917 - private, called once
                     index.ack(ack, base | offset)
             else:
                 record = _without_transients(decode(kind, data, start, end, names))
+                if type(record) is CheckpointRecord:
+                    report.checkpoint = (segment, record.kept)
                 replay(store, record)
                 if index is not None:
                     index.apply(record, base | offset)

@@ -604,7 +604,8 @@ class Writer:
             )
             records += compaction_records(index, segment, data)
         moved = len(records)
-        records.append(index.checkpoint_record())
+        going = set(decision.delete)
+        records.append(index.checkpoint_record(s for s in self._segments if s not in going))
         items: list[Item] = []
         for record in records:
             kind, payload = encode(record)

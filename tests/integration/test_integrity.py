@@ -109,3 +109,54 @@ def test_bytes_after_a_restart_match_for_a_queue_partly_consumed(tmp_path: Path,
         assert (after["depth"], after["bytes"]) == (before["depth"], before["bytes"])
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("how", ["deleted", "emptied"])
+def test_a_lost_middle_segment_is_a_warning_that_says_what_was_lost(
+    tmp_path: Path, how: str
+) -> None:
+    server = start_server(tmp_path, "--config", str(small_segments(tmp_path)))
+    sent = 3000
+    try:
+        with chute.connect(server.url) as conn, conn.session(confirm_window=200) as s:
+            for i in range(sent):
+                s.send("queue:kept", f"{i:06d}".encode() + b"k" * 200)
+            s.flush()
+        assert server.stop() == 0
+        journal = server.data_dir / "journal"
+        segments = sorted(journal.glob("*.seg"))
+        assert len(segments) > 4
+        middle = segments[len(segments) // 2]
+        if how == "deleted":
+            middle.unlink()
+        else:
+            middle.write_bytes(b"")
+        server = start_server(
+            tmp_path, "--config", str(small_segments(tmp_path)), data_dir=server.data_dir
+        )
+        number = int(middle.stem)
+        state = "missing" if how == "deleted" else "empty"
+        warning = server.wait_for_line(f"segment {number} is {state}")
+        assert " WARNING " in warning
+        summary = server.wait_for_line("1 segments lost")
+        assert " WARNING " in summary  # not INFO: the operator must see it
+        restored = int(server.wait_for_line("recovered ").split("recovered ")[1].split()[0])
+        with chute.connect(server.url) as conn, conn.session(ack="auto") as s:
+            consumer = s.consumer("queue:kept", prefetch=500)
+            received = []
+            for _ in range(restored):
+                message = consumer.receive(timeout=10)
+                assert message is not None
+                received.append(int(message.body[:6]))
+            assert queue_stats(conn, "queue:kept")["enqueued"] == restored  # all it held
+        missing = sorted(set(range(sent)) - set(received))
+        assert missing == list(range(missing[0], missing[-1] + 1))  # one run
+        assert f"up to {len(missing)} messages lost" in warning
+    finally:
+        server.stop()
+
+
+def small_segments(tmp_path: Path) -> Path:
+    config = tmp_path / "small.toml"
+    config.write_text('[server]\nsegment_size = "64KiB"\n')
+    return config
