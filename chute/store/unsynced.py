@@ -18,10 +18,13 @@ carry what a producer or a committer was told about are *refused*:
 * ADD and COMMIT records: new messages and local transactions. Their
   operations go back to the broker, which takes the messages out of their
   queues before anyone is sent them (``Broker.unstored``).
-* ACK and ACKS records covered with them. A dead-letter or expiry move is an
-  add of a copy then an ack of the original, appended together: refusing the
-  add but writing the ack would lose the message. Refusing an ack never loses
-  anything: the message stays in the journal and comes back after a restart.
+* ACK and ACKS records covered with them, if any add or commit is refused. A
+  dead-letter or expiry move is an add of a copy then an ack of the original,
+  appended together: refusing the add but writing the ack would lose the
+  message. Refusing an ack never loses anything: the message stays in the
+  journal and comes back after a restart. Acks with no add refused beside
+  them (consumers acking while producers are held off) are kept and written
+  again, so consumers can go on freeing space on a full disk.
 
 Everything else (delivery marks, definitions, prepared transactions) is kept
 and written again: writing it late changes nothing, and a prepared
@@ -54,7 +57,8 @@ from chute.store.reclaim import LiveIndex
 from chute.store.record import HEADER_SIZE, Kind, frame_header
 from chute.store.records import AckRecord, AcksRecord, AddRecord, CommitRecord, Record
 
-REFUSABLE: Final = frozenset({Kind.ADD, Kind.COMMIT, Kind.ACK, Kind.ACKS})
+NEW: Final = frozenset({Kind.ADD, Kind.COMMIT})  # what producers and committers wait for
+REFUSABLE: Final = NEW | {Kind.ACK, Kind.ACKS}  # ... and acks, if any of those is refused
 NOT_REFUSABLE: Final = -1  # the ordinal of a record the writer made itself (reclaiming)
 _OFFSET_MASK: Final = (1 << 32) - 1
 
@@ -103,14 +107,23 @@ class Unsynced:
         self.writes.clear()
         self.size = 0
 
-    def refuse(self, segment: int, covered: int) -> list[Record]:
-        """Overwrite with PAD every refusable record numbered below ``covered``; returns them."""
+    def covers_new(self, covered: int) -> bool:
+        """Whether an add or a commit numbered below ``covered`` is here."""
+        return any(
+            0 <= ordinal < covered and item[0] in NEW
+            for written in self.writes
+            for ordinal, _, item in written.records
+        )
+
+    def refuse(self, segment: int, covered: int, kinds: frozenset[Kind]) -> list[Record]:
+        """Overwrite with PAD every record of ``kinds`` numbered below ``covered``; returns
+        them."""
         refused: list[Record] = []
         for written in self.writes:
             keep: list[tuple[int, int, Item]] = []
             for entry in written.records:
                 ordinal, location, (kind, payload, record) = entry
-                if not 0 <= ordinal < covered or kind not in REFUSABLE:
+                if not 0 <= ordinal < covered or kind not in kinds:
                     keep.append(entry)
                     continue
                 if isinstance(written.data, bytes):
@@ -140,14 +153,20 @@ def located(
     return out
 
 
-def refuse_carried(carry: list[Item], count: int) -> list[Record]:
-    """Drop the refusable records among the first ``count`` of ``carry`` (not written yet);
-    returns them."""
-    if count <= 0:
-        return []
-    head = carry[:count]
-    refused = [record for kind, _, record in head if kind in REFUSABLE]
-    if refused:
+def refuse(
+    unsynced: Unsynced, carry: list[Item], segment: int | None, covered: int, carried: int
+) -> list[Record]:
+    """Refuse what the callbacks failing now cover (the records numbered below ``covered``;
+    ``carry[0]`` is numbered ``carried``), written (to ``segment``) or not; returns them."""
+    count = min(len(carry), covered - carried)
+    if not unsynced.covers_new(covered) and not any(
+        item[0] in NEW for item in carry[: max(count, 0)]
+    ):
+        return []  # nothing new refused: acks and the rest are written again
+    refused = unsynced.refuse(segment, covered, REFUSABLE) if segment is not None else []
+    if count > 0:
+        head = carry[:count]
+        refused += [record for kind, _, record in head if kind in REFUSABLE]
         carry[:count] = [item for item in head if item[0] not in REFUSABLE]
     return refused
 

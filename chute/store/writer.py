@@ -22,23 +22,23 @@ lone producer's add and inline sync never involve this thread at all).
 syncs written records nobody waits for after 4 MiB or 0.5 s, so what must be
 kept for a rewrite stays bounded.
 
-Disk faults: when a write, a sync or making a new segment fails, every
-callback taken so far gets a :class:`~chute.store.errors.DiskFull` or
-:class:`~chute.store.errors.DiskFailure`, and the messages, transactions and
-acks those callbacks cover are refused first (:mod:`chute.store.unsynced`:
-their senders are told they were not stored, so they must not be). The other
-records stay in the carry, and what was written since the last good sync is
-written again at the same place before the next sync (after a failed fsync
-the kernel may have dropped those pages). The writer retries after a back-off
-of 5 ms doubling to 1 s; once the disk works again it carries on by itself.
+Disk faults: when a write, a sync or a new segment fails, every callback
+taken so far gets a :class:`~chute.store.errors.DiskFull` or
+:class:`~chute.store.errors.DiskFailure`, after the records it covers that
+its sender must then not find stored were refused (:mod:`chute.store.unsynced`).
+The rest is written again before the next sync; retries back off
+(:mod:`chute.store.failures`), and the writer carries on by itself.
 
 A full segment is synced and closed, and a pre-zeroed spare becomes the next
 one (:mod:`chute.store.segment`). After each roll-over the writer runs a
 reclaim pass (:mod:`chute.store.reclaim`): copy the live records of sparse
 old segments forward, write a checkpoint, sync, then delete oldest first.
 
-Free space: the writer looks at it (:mod:`chute.store.space`) as it goes;
-under ``disk_free_limit`` it also runs reclaim passes without roll-overs.
+Free space: the writer looks at it (:mod:`chute.store.space`) as it goes.
+Under ``disk_free_limit`` it runs reclaim passes without roll-overs, and new
+messages leave the last 64 KiB of a segment to acks and delivery marks: should
+the disk fill up (producers not held off), consumers can still ack into it
+until reclaiming frees space for the next segment.
 
 Thread-safety: the intake is shared (see :mod:`chute.store.intake`).
 Everything here belongs to the writer thread, except ``Writer.segments()``
@@ -60,6 +60,7 @@ from typing import Final
 from chute.core.store import AddOp, SyncCallback, TxOp
 from chute.store.disk import Disk
 from chute.store.errors import JournalClosed, store_error
+from chute.store.failures import Failures
 from chute.store.intake import (
     WAKE_BYTES,
     Acks,
@@ -88,7 +89,7 @@ from chute.store.segment import (
     segment_path,
 )
 from chute.store.space import FreeSpace
-from chute.store.unsynced import Unsynced, located, refuse_carried, refused_ops
+from chute.store.unsynced import NEW, Unsynced, located, refuse, refused_ops
 
 log = logging.getLogger("chute.store.journal")
 
@@ -96,10 +97,10 @@ _UNSYNCED_BYTES: Final = 4 << 20  # ``always``: sync written records after this 
 _UNSYNCED_AGE: Final = 0.5  # ... or this many seconds, even with no callback waiting
 _IDLE_AFTER: Final = 0.2  # seconds without work before the writer polls only ...
 _IDLE_POLL: Final = 0.05  # ... this often
-_BACKOFF_FIRST: Final = 0.005
-_BACKOFF_MAX: Final = 1.0
+_CLOSE_PAUSE: Final = 0.05  # closing on a failing disk: between the last attempts
 _CLOSE_ATTEMPTS: Final = 3
 _COMPACT_SETTLE: Final = 1  # segments closed after one before it is compacted (reclaim.plan)
+_ACK_RESERVE: Final = 64 << 10  # under disk_free_limit: a segment's end kept for acks, marks
 
 
 class SyncMode(enum.Enum):
@@ -157,10 +158,10 @@ class Writer:
         self._carry: list[Item] = []  # taken, not yet written
         self._unsynced = Unsynced()  # written to the current segment, not synced
         self._dirty_end = 0  # the current segment may hold bytes up to here (a torn write)
+        self._ack_reserve = min(_ACK_RESERVE, segment_size // 8)
         self._taken = 0  # items ever carried: the ordinal of the next one
         self._covered = 0  # items numbered below this are covered by a waiting callback
         self._covering = False  # the last take brought callbacks
-        self._refused = (0, 0)  # messages, acks refused since the disk last worked
         self.on_refused: Callable[[list[TxOp]], None] | None = None
         """Told (on the thread that ran the cycle, before the callbacks get their error)
         what the records a failure refused held (:mod:`chute.store.unsynced`)."""
@@ -168,8 +169,7 @@ class Writer:
         self._last_sync = time.monotonic()
         self._linger_until: float | None = None
         self._active_at = 0.0
-        self._retry_at: float | None = None
-        self._backoff = 0.0
+        self._failures = Failures(directory)
         self._rewrite = False
         self._reclaim_due = False
         self._spares = Spares(directory, segment_size, disk) if preallocate else None
@@ -215,15 +215,12 @@ class Writer:
                     if closing:
                         attempts += 1
                         if attempts < _CLOSE_ATTEMPTS:
-                            time.sleep(_BACKOFF_FIRST * 10 * attempts)
+                            time.sleep(_CLOSE_PAUSE * attempts)
                             continue
                         self._abandon(exc)
                         return
                     continue
-                self._retry_at = None
-                if self._backoff:
-                    self._backoff = 0.0
-                    self._recovered()
+                self._failures.succeeded()
                 if closing:
                     for request in requests:
                         request(JournalClosed(f"journal {self.directory} is closed"))
@@ -253,7 +250,7 @@ class Writer:
                 if (
                     intake.closing
                     or intake.requests
-                    or self._retry_at is not None
+                    or self._failures.retry_at is not None
                     or self._rewrite
                     or self._reclaim_due
                 ):
@@ -266,7 +263,7 @@ class Writer:
                 self._cycle(final=False)
             except Exception as exc:  # noqa: BLE001 - the writer thread takes over the retries
                 self._failed(exc)
-            if self._reclaim_due or self._retry_at is not None:
+            if self._reclaim_due or self._failures.retry_at is not None:
                 with intake.cond:
                     intake.cond.notify()
             return True
@@ -300,10 +297,11 @@ class Writer:
         intake = self._intake
         while not intake.closing and not intake.requests:
             now = time.monotonic()
-            if self._retry_at is not None:
-                if now >= self._retry_at:
+            retry_at = self._failures.retry_at
+            if retry_at is not None:
+                if now >= retry_at:
                     return
-                intake.cond.wait(self._retry_at - now)
+                intake.cond.wait(retry_at - now)
                 continue
             if intake.callbacks and self.mode is not SyncMode.BATCH:
                 return
@@ -384,11 +382,19 @@ class Writer:
                 number = segment.number
                 position = start = segment.position
                 room = segment.room
+                # under disk_free_limit new messages leave the end of a segment to acks and
+                # marks: if the disk fills, no new segment can be made for them
+                reserve = self._ack_reserve if self.space.low is not None else 0
                 parts: list[bytes] = []
                 end = done
                 for kind, payload, _ in itertools.islice(items, done, None):
                     size = HEADER_SIZE + len(payload)
-                    if size > room:
+                    if size > room or (
+                        reserve
+                        and size + reserve > room
+                        and kind in NEW
+                        and position > SEGMENT_HEADER_SIZE
+                    ):
                         break
                     parts.append(frame_header(number, position, kind, payload))
                     parts.append(payload)
@@ -429,14 +435,15 @@ class Writer:
             OSError: the sync, the spare, or the new segment failed.
         """
         old = self._current
-        if old is not None:
-            if self._unsynced:
-                self._sync()
-            old.close()
-            self._current = None
+        if old is not None and self._unsynced:
+            self._sync()
         number = self._next_segment
         capacity = max(self._segment_size, needed + SEGMENT_HEADER_SIZE)
+        # if this fails (a full disk), the old segment stays current: what still fits in it
+        # (consumers' acks, once the records that did not fit are refused) can be written
         segment = open_segment(self.directory, number, capacity, self._disk, self._spares)
+        if old is not None:
+            old.close()
         self._next_segment = number + 1
         with self.files:
             self._segments.append(number)
@@ -481,48 +488,24 @@ class Writer:
         if self._waiting:
             self._refuse()
         self._fire(exc)
-        first = self._backoff == 0.0
-        self._backoff = min(max(self._backoff * 2, _BACKOFF_FIRST), _BACKOFF_MAX)
-        self._retry_at = time.monotonic() + self._backoff
-        if first or self._backoff >= _BACKOFF_MAX:
-            adds, acks = self._refused
-            log.error(
-                "journal %s: %s; retrying (%d records buffered; so far %d messages and %d "
-                "acks not stored, their senders told so)",
-                self.directory,
-                store_error(exc, "write"),
-                len(self._carry),
-                adds,
-                acks,
-                exc_info=not isinstance(exc, OSError),
-            )
-
-    def _recovered(self) -> None:
-        """A cycle succeeded after failures: say so once."""
-        adds, acks = self._refused
-        log.warning(
-            "journal %s: writing again after a disk failure; %d messages and %d acks were "
-            "not stored meanwhile (their senders were told; acked messages come back after "
-            "a restart)",
-            self.directory,
-            adds,
-            acks,
-        )
-        self._refused = (0, 0)
+        self._failures.failed(exc, len(self._carry))
 
     def _refuse(self) -> None:
         """The callbacks waiting are about to get an error: refuse the records they cover
         that must then not be stored (:mod:`chute.store.unsynced`) and tell ``on_refused``."""
-        covered = self._covered
-        refused: list[Record] = []
-        if self._current is not None:
-            refused += self._unsynced.refuse(self._current.number, covered)
-        refused += refuse_carried(self._carry, covered - (self._taken - len(self._carry)))
+        current = self._current
+        refused = refuse(
+            self._unsynced,
+            self._carry,
+            None if current is None else current.number,
+            self._covered,
+            self._taken - len(self._carry),
+        )
         if not refused:
             return
         ops = refused_ops(refused)
         adds = sum(1 for op in ops if isinstance(op, AddOp))
-        self._refused = (self._refused[0] + adds, self._refused[1] + len(ops) - adds)
+        self._failures.refused(adds, len(ops) - adds)
         if self.on_refused is not None:
             try:
                 self.on_refused(ops)

@@ -147,3 +147,53 @@ def test_a_refused_record_is_never_paged_back_in(journals: Journals) -> None:
     assert isinstance(failed.wait()[0], DiskFull)
     journals.disk.sync_error = None
     assert [s.seq for s in journal.page_in("q", 0, 10)] == [1]
+
+
+def test_acks_failing_with_no_new_message_beside_them_are_kept_and_written_again(
+    journals: Journals,
+) -> None:
+    """Consumers acking while producers are held off: their acks must get through."""
+    journal = journals.open(preallocate=False)
+    journal.define(QueueDefinition("q", QueueKind.QUEUE))
+    journal.add(add("q", 1))
+    journal.add(add("q", 2))
+    journal.flush()
+    refused: list[TxOp] = []
+    journal.on_unstored = refused.extend
+    _fail_next_sync(journals)
+    journal.acks("q", [1, 2])
+    failed = Callbacks()
+    journal.sync(failed)
+    assert isinstance(failed.wait()[0], DiskFull)
+    assert refused == []
+    journals.disk.sync_error = None
+    journal.flush()
+    journal = journals.reopen(journal)
+    assert journal.recover().messages.get("q", []) == []
+
+
+def test_when_no_new_segment_can_be_made_acks_still_go_into_the_current_one(
+    journals: Journals,
+) -> None:
+    journal = journals.open(segment_size=8192)
+    journal.define(QueueDefinition("q", QueueKind.QUEUE))
+    for seq in range(1, 11):
+        journal.add(add("q", seq, b"m" * 400))
+    journal.flush()
+    segments = journal.segments()
+
+    def full(operation: str) -> None:  # a new segment cannot be made: the disk is full
+        if operation == "sync_directory":
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    journals.disk.hook = full
+    journal.add(add("q", 11, b"x" * 6000))  # does not fit what is left of the segment
+    failed = Callbacks()
+    journal.sync(failed)
+    assert isinstance(failed.wait()[0], DiskFull)
+    journal.acks("q", list(range(1, 11)))
+    journal.flush()  # written into the current segment, though none can be made
+    assert journal.segments() == segments
+    journals.disk.hook = None
+    journal = journals.reopen(journal, segment_size=8192)
+    assert journal.recover().messages.get("q", []) == []

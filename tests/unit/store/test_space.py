@@ -11,6 +11,8 @@ import pytest
 from chute.core.store import AckOp, QueueDefinition, QueueKind
 from chute.store.errors import DiskFull
 from chute.store.journal import Journal
+from chute.store.record import Scan
+from chute.store.segment import SEGMENT_HEADER_SIZE, read_segment
 from chute.store.space import size_text
 
 from .conftest import Journals
@@ -127,3 +129,20 @@ def test_the_ack_path_is_not_held_off(journals: Journals) -> None:
     journal.flush()
     journal = journals.reopen(journal)
     assert journal.recover().messages.get("q", []) == []
+
+
+def test_under_the_limit_new_messages_leave_a_segments_end_to_acks(journals: Journals) -> None:
+    """If the disk then fills, consumers' acks still fit where no new message may go."""
+    journals.disk.free = 100 * MiB
+    journal = journals.open(segment_size=8192, disk_free_limit=64 * MiB)
+    journals.disk.free = 10 * MiB
+    journal.reclaim()  # it sees the disk low
+    journal.define(QueueDefinition("q", QueueKind.QUEUE))
+    for seq in range(1, 40):
+        journal.add(add("q", seq, b"x" * 300))
+    journal.flush()
+    first = journal.segments()[0]
+    data = read_segment(str(journals.directory), first)
+    scan = Scan(data, first, SEGMENT_HEADER_SIZE)
+    assert len(list(scan)) > 1
+    assert len(data) - scan.end >= 8192 // 8  # the reserve: an eighth of a small segment
