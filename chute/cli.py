@@ -122,6 +122,11 @@ def _add_serve(sub: Any) -> None:
         "(default 64MiB; 0 = never page)",
     )
     serve.add_argument(
+        "--disk-free-limit",
+        help="under this much free space on the journal's disk, producers wait while "
+        "consumers ack (default 64MiB; 0 = off)",
+    )
+    serve.add_argument(
         "--log-level",
         default=os.environ.get("CHUTE_LOG_LEVEL", "info"),
         choices=["debug", "info", "warning", "error"],
@@ -281,6 +286,7 @@ def _serve(args: argparse.Namespace) -> int:
         "store": args.store,
         "sync": args.sync,
         "max_memory": args.max_memory,
+        "disk_free_limit": args.disk_free_limit,
         "tls_port": args.tls_port,
         "tls_cert": args.tls_cert,
         "tls_key": args.tls_key,

@@ -20,6 +20,8 @@ memory_high_watermark = "256MiB"  # past it every producer waits (flow control);
 block_timeout_ms = 30000 # how long a producer waits for the broker's memory or disk
 max_subscription_bytes = "16MiB"  # a non-durable subscription's bound when its topic
                          # has none: past it its oldest messages go to the dead-letter queue
+segment_size = "32MiB"   # journal segment files, each made at full size (docs/durability.md)
+disk_free_limit = "64MiB"  # under this much free on the journal's disk producers wait; 0 = off
 flow_backlog = 5000      # pause a queue's producers while its consumers lag this far; 0 = off
 inline_sync = true       # an idle journal syncs on the broker's loop (docs/durability.md)
 heartbeat_ms = 10000     # the most a client may ask for is honoured; 0 = off
@@ -86,6 +88,7 @@ from chute.dropbox.mount import DropboxMount, parse_mounts
 from chute.errors import ConfigError, InvalidAddress
 from chute.smq import settings as smq_settings
 from chute.smq.settings import SmqSettings
+from chute.store.space import size_text
 
 DEFAULT_PORT = 5445
 DEFAULT_STOMP_PORT = 61613
@@ -117,6 +120,8 @@ class ServerConfig:
     memory_high_watermark: int = 256 << 20  # past it producers wait (admission); 0 = never
     block_timeout_ms: int = 30_000  # a producer waiting for memory or disk fails after this
     max_subscription_bytes: int = 16 << 20  # a non-durable subscription of an unbounded topic
+    # under this much free on the journal's disk, producers wait (docs/durability.md); 0 = off
+    disk_free_limit: int = 64 << 20
     flow_backlog: int = 5000  # pause producers of a queue whose consumers fall this far behind
     inline_sync: bool = True  # an idle journal syncs on the broker's loop (docs/durability.md)
     tls_port: int = 0  # the native protocol over TLS (chutes://); 0 = off; needs tls_cert
@@ -245,6 +250,13 @@ class ServerConfig:
                 f"user(s) {', '.join(plain)} have plain-text passwords (loopback only): "
                 "hash them with `chute passwd` before binding to a network"
             )
+        if self.store == "journal" and 0 < self.disk_free_limit < self.segment_size:
+            out.append(
+                f"server.disk_free_limit ({size_text(self.disk_free_limit)}) is under "
+                f"server.segment_size ({size_text(self.segment_size)}): once the disk is that "
+                "full the journal may have no room for the next segment that consumers' "
+                "acks go to (make disk_free_limit at least one segment, better two)"
+            )
         roleless = sorted(n for n, u in self.users.items() if not u.roles)
         if roleless:
             out.append(
@@ -286,6 +298,7 @@ _SERVER_KEYS = {
     "memory_high_watermark": "size",
     "block_timeout_ms": int,
     "max_subscription_bytes": "size",
+    "disk_free_limit": "size",
     "flow_backlog": int,
     "inline_sync": bool,
     "tls_port": int,

@@ -37,6 +37,7 @@ from typing import Any, Final
 
 from chute.errors import InvalidMessage, LocalProtocolError, RemoteProtocolError
 from chute.message import (
+    SIZE_OVERHEAD,
     BodyKind,
     Byte,
     Float,
@@ -311,6 +312,43 @@ def decode_content(  # noqa: PLR0917 - hot path, called positionally
         _KINDS[kind],
         None,
     )
+
+
+def content_size(data: bytes, start: int, end: int) -> int:
+    """The ``Message.size`` of the message whose content block is ``data[start:end]``,
+    without decoding it: what lazy recovery counts a queue's bytes with.
+
+    Raises:
+        RemoteProtocolError: the block is malformed (struct.error, UnicodeDecodeError or
+            IndexError too, as :func:`decode_content`).
+    """
+    _, _, _, id_len, corr_len, reply_len, type_len, n_props = _CONTENT.unpack_from(data, start)
+    q: int = start + _CONTENT_SIZE + id_len + corr_len + reply_len + type_len
+    properties = 0
+    for _ in range(n_props):
+        tag, name_len = _PROP_HEAD.unpack_from(data, q)
+        p = q + 3
+        q = p + name_len
+        properties += _characters(data[p:q])
+        decoder = _VALUE_DECODERS[tag]
+        if decoder is None:
+            if tag != PropertyType.STRING:
+                raise malformed(f"unknown property type tag {tag}")
+            (length,) = _U32.unpack_from(data, q)
+            p = q + 4
+            q = p + length
+            properties += _characters(data[p:q])
+        else:
+            properties += 8  # as Message.size counts any value but a string
+            q += decoder[0].size
+    if q > end:
+        raise malformed("message content overruns its block")
+    return SIZE_OVERHEAD + (end - q) + properties
+
+
+def _characters(raw: bytes) -> int:
+    """How many characters the UTF-8 ``raw`` holds (``len`` of the decoded ``str``)."""
+    return len(raw) if raw.isascii() else len(raw.decode())
 
 
 def _decode_properties(

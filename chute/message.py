@@ -261,6 +261,8 @@ def check_id(message_id: str) -> str:
 # Rough fixed cost of a message's headers, counted into ``size`` so that a
 # queue of empty bodies still has a byte bound.
 _HEADER_OVERHEAD: Final = 64
+SIZE_OVERHEAD: Final = _HEADER_OVERHEAD
+"""What ``Message.size`` counts for a message's headers, besides its body and properties."""
 
 
 class Message:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from chute.core.access import Access, Client
@@ -50,10 +50,11 @@ from chute.core.routing import Destination, Route, WouldBlock
 from chute.core.selector import compile_selector
 from chute.core.settings import Overflow, SettingsResolver
 from chute.core.stats import STAT_PAGE, stats_page
-from chute.core.store import AddOp, Gathering, QueueDefinition, QueueKind, Store
+from chute.core.store import AddOp, Gathering, QueueDefinition, QueueKind, Store, TxOp
 from chute.core.subscriptions import Subscriptions
 from chute.core.topic import Subscription, SubscriptionKind, Topic
 from chute.core.twophase import PreparedTransactions
+from chute.core.unstored import withdraw_unstored
 from chute.errors import DestinationFull, InvalidAddress, NotFound
 from chute.message import Message, now_ms
 
@@ -673,3 +674,8 @@ class Broker:
         for connection in list(self.connections.values()):
             connection.close()
         self.store.close()
+
+    def unstored(self, ops: Sequence[TxOp]) -> None:
+        """The store refused ``ops`` (a failed sync): their messages leave their queues
+        before anyone is sent them (:mod:`chute.core.unstored`)."""
+        withdraw_unstored(self, ops)

@@ -94,8 +94,8 @@ class Recovered:
     messages: dict[str, list[StoredMessage]] = dataclasses.field(default_factory=dict)
     prepared: dict[str, list[TxOp]] = dataclasses.field(default_factory=dict)
     next_seq: dict[str, int] = dataclasses.field(default_factory=dict)
-    # queue -> (count, estimated bytes) of live messages numbered above those in
-    # ``messages``, left in the store: the queue starts paging them (``page_in``)
+    # queue -> (count, bytes) of live messages numbered above those in ``messages``, left
+    # in the store: the queue starts paging them (``page_in``)
     paged: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
     report: str = ""
     """What the store found and did while recovering, for the operator ("" if nothing)."""
@@ -155,6 +155,14 @@ class Store(Protocol):
         the caller's thread, if the store can do it without handing off (a journal whose
         writer is idle); False if not, and the caller uses :meth:`sync` instead."""
 
+    def space_low(self) -> str | None:
+        """None while the store can take new messages; else a sentence saying why not, for
+        the producers the core then holds off (the journal's disk is under its
+        ``disk_free_limit``, or its writer is far behind). Acks, delivery marks and
+        commits that only ack still work:
+        the space left is their reserve. Cheap enough to ask on every send.
+        """
+
     def recover(self) -> Recovered:
         """Everything durable, for the core to rebuild its queues from."""
 
@@ -167,10 +175,6 @@ class Store(Protocol):
         Raises:
             StoreError: the store cannot read them now (a disk fault).
         """
-
-    def space_low(self) -> str | None:
-        """Why the store cannot take new messages now (its disk is under its free-space
-        limit), as a sentence for the producers that wait; None while it can."""
 
     def close(self) -> None:
         """Flush and release resources."""
@@ -229,14 +233,14 @@ class Gathering:
     def sync_inline(self, callbacks: list[SyncCallback]) -> bool:
         return self.store.sync_inline(callbacks)
 
+    def space_low(self) -> str | None:
+        return self.store.space_low()
+
     def recover(self) -> Recovered:
         return self.store.recover()
 
     def page_in(self, queue: str, after: int, limit: int) -> list[StoredMessage]:
         return self.store.page_in(queue, after, limit)
-
-    def space_low(self) -> str | None:
-        return self.store.space_low()
 
     def close(self) -> None:
         self.store.close()

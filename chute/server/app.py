@@ -37,7 +37,7 @@ from chute.config import ServerConfig
 from chute.core.access import Access, LoginThrottle, PasswordCheck
 from chute.core.broker import Broker
 from chute.core.destinations import Limits
-from chute.core.store import Store
+from chute.core.store import Store, TxOp
 from chute.dropbox.bridge import DropboxBridge, start_bridges, stop_bridges
 from chute.server import smq
 from chute.server.limits import ConnectionLimits
@@ -129,6 +129,8 @@ class BrokerServer:
             )
         for warning in config.warnings():
             log.warning("configuration: %s", warning)
+        if isinstance(self.store, Journal):
+            self.store.on_unstored = self._unstored
         restored = self.broker.recover()
         if restored:
             log.info("recovered %d messages", restored)
@@ -259,6 +261,15 @@ class BrokerServer:
         for callback in requests:
             self.broker.sync(callback)
 
+    def _unstored(self, ops: list[TxOp]) -> None:
+        """The journal refused ``ops`` (on its writer's thread, or on this loop's in an inline
+        sync) and is about to fail the syncs that cover them: the broker takes their
+        messages back first, so no held delivery of one goes out (``chute.core.unstored``)."""
+        if threading.get_ident() == self.loop_thread:
+            self.broker.unstored(ops)
+        elif not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self.broker.unstored, ops)
+
     async def _sweep_expired(self) -> None:
         interval = max(self.config.expiry_interval_ms, 10) / 1000
         while True:
@@ -343,7 +354,8 @@ def open_store(config: ServerConfig) -> Store:
     """The store the configuration asks for: the journal in ``data_dir`` by default.
 
     Raises:
-        StoreError: the journal's directory is locked by another broker.
+        StoreError: the journal's directory is locked by another broker; DiskFull: its
+            disk cannot hold one more segment.
         OSError: the data directory cannot be created.
     """
     if config.store == "memory":
@@ -353,6 +365,7 @@ def open_store(config: ServerConfig) -> Store:
         sync=config.sync,
         batch_ms=config.sync_batch_ms,
         segment_size=config.segment_size,
+        disk_free_limit=config.disk_free_limit,
     )
 
 

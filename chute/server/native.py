@@ -501,7 +501,7 @@ class NativeConnection(StreamConnection):
             )
         )
         if consumer.queue.marked(consumer, entry):
-            self.mark_delivery()
+            self.mark_delivery(consumer, entry)
         self._schedule_flush()
 
     def cancelled(self, consumer: Consumer, error: ChuteError) -> None:

@@ -411,7 +411,7 @@ class StompConnection(StreamConnection):
         elif sub.legacy is not None:
             sub.legacy[message.id] = entry.seq
         if consumer.queue.marked(consumer, entry):
-            self.mark_delivery()  # redelivered after a crash (docs/durability.md)
+            self.mark_delivery(consumer, entry)  # redelivered after a crash (durability.md)
         if not self._flush_scheduled:
             self._schedule_flush()
 

@@ -14,7 +14,12 @@ must be durable before the delivery leaves. A driver calls
 :meth:`mark_delivery` after queueing such a delivery; the next flush then
 asks the store for a sync first and writes once it calls back, holding
 everything queued behind it, so the client's order is kept. One sync covers
-every delivery of a flush, and the store groups it with the producers'.
+every delivery of a flush, and the store groups it with the producers'. If
+a sync fails, the store refused what it covered and the broker took the
+refused messages back (:mod:`chute.core.unstored`); a held delivery whose
+entry is no longer in its consumer's flight when its own sync calls back
+(which may come later and succeed) is dropped, not written, so no consumer
+gets a message its producer was told was not stored.
 
 Reading: whether the connection reads is one explicit state, the set of
 :class:`Hold` reasons that stop it (a full write buffer, a send blocked for
@@ -52,6 +57,7 @@ from chute.config import ServerConfig
 from chute.core.access import PasswordCheck
 from chute.core.broker import Broker
 from chute.core.connection import Connection, connect
+from chute.core.consumer import Consumer, Entry
 from chute.core.queue import QueueChannel
 from chute.core.routing import WouldBlock
 from chute.errors import AuthenticationFailed, ChuteError, ClientIdInUse
@@ -142,6 +148,7 @@ class StreamConnection(asyncio.Protocol):
         self._out: list[bytes] = []
         self._flush_scheduled = False
         self._last_mark = -1  # index in _out of the last delivery whose mark is not yet durable
+        self._marks: list[tuple[int, Consumer, Entry]] = []  # (index in _out, ...) of those
         self._held = 0  # leading items of _out waiting for a sync of their marks
         self._sync_waiters: list[SyncedCallback] | None = None  # then()s awaiting one sync
         self._holds = 0  # Hold bits
@@ -424,9 +431,11 @@ class StreamConnection(asyncio.Protocol):
             self._flush_scheduled = True
             self.server.loop.call_soon(self.flush)
 
-    def mark_delivery(self) -> None:
-        """The item just queued is a delivery whose mark must be durable before it leaves."""
+    def mark_delivery(self, consumer: Consumer, entry: Entry) -> None:
+        """The item just queued is the delivery of ``entry`` to ``consumer``, whose mark
+        must be durable before it leaves."""
         self._last_mark = len(self._out) - 1
+        self._marks.append((self._last_mark, consumer, entry))
 
     def flush(self, *, force: bool = False) -> None:
         """Write everything queued, in one write (after a sync, if deliveries are marked)."""
@@ -443,6 +452,7 @@ class StreamConnection(asyncio.Protocol):
         else:
             self._held = 0
             self._last_mark = -1
+            self._marks.clear()
         if out:
             data = out[0] if len(out) == 1 else b"".join(out)
             out.clear()
@@ -452,19 +462,35 @@ class StreamConnection(asyncio.Protocol):
         self._writable()
 
     def _marks_synced(self, error: BaseException | None) -> None:
-        if error is not None:
-            log.warning(
-                "%s %s: delivery marks not durable (%s); delivering anyway",
-                self.protocol_name,
-                self.peer,
-                error,
-            )
         held, self._held = self._held, 0
         if not held:
             return  # a forced flush already wrote them
         out = self._out
-        data = b"".join(out[:held])
+        marks = self._marks
+        # a delivery whose entry left its consumer's flight meanwhile is not written: the
+        # broker took back a message the store refused, or the consumer closed
+        dropped = {
+            i for i, consumer, entry in marks if i < held and not _in_flight(consumer, entry)
+        }
+        if error is not None:
+            log.warning(
+                "%s %s: delivery marks not durable (%s); delivering the stored messages "
+                "anyway, dropping %d deliveries of messages that were not stored",
+                self.protocol_name,
+                self.peer,
+                error,
+                len(dropped),
+            )
+        if dropped:
+            data = b"".join(item for i, item in enumerate(out[:held]) if i not in dropped)
+        else:
+            data = b"".join(out[:held])
         del out[:held]
+        if marks:
+            if marks[-1][0] < held:
+                marks.clear()
+            else:
+                self._marks = [(i - held, c, e) for i, c, e in marks if i >= held]
         if self._last_mark >= 0:
             self._last_mark -= held
         if self.transport is not None and not self.transport.is_closing():
@@ -586,3 +612,8 @@ class StreamConnection(asyncio.Protocol):
             self._flow_timer.cancel()
             self._flow_timer = None
         self._release(Hold.FLOW_CONTROL)
+
+
+def _in_flight(consumer: Consumer, entry: Entry) -> bool:
+    """Whether ``entry`` still waits for ``consumer``'s ack (the broker did not take it back)."""
+    return consumer.inflight.get(entry.seq) is entry

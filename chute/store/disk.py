@@ -1,11 +1,12 @@
 """The one seam between the journal and the disk's durability.
 
 Every byte the journal writes into a segment, every ``fsync``/``fdatasync``,
-every directory sync and every truncation goes through a :class:`Disk`. The
-default does exactly what the operating system does. A test or a benchmark
-passes its own instance (usually a :class:`FaultyDisk`) to count syncs, fail
-them with ``ENOSPC`` or ``EIO``, or block inside one to look at what the
-journal does meanwhile (bbolt's failpoints, without monkeypatching).
+every directory sync, every truncation and every look at the free space goes
+through a :class:`Disk`. The default does exactly what the operating system
+does. A test or a benchmark passes its own instance (usually a
+:class:`FaultyDisk`) to count syncs, fail them with ``ENOSPC`` or ``EIO``, cut
+a write short, pretend the disk is nearly full, or block inside one to look at
+what the journal does meanwhile (bbolt's failpoints, without monkeypatching).
 
 Reads and ``unlink`` do not go through the seam: they cannot lose data that
 was acknowledged.
@@ -74,6 +75,16 @@ class Disk:
         """
         os.ftruncate(fd, length)
 
+    def free_bytes(self, path: str) -> int:
+        """The bytes an unprivileged process may still write on ``path``'s filesystem
+        (``statvfs``: ``f_bavail * f_frsize``; root may have a few reserved blocks more).
+
+        Raises:
+            OSError: as the operating system reports it.
+        """
+        st = os.statvfs(path)
+        return st.f_bavail * st.f_frsize
+
 
 class FaultyDisk(Disk):
     """A :class:`Disk` that counts what it does and fails or blocks on demand.
@@ -84,9 +95,12 @@ class FaultyDisk(Disk):
     ``truncate``. ``data_syncs`` is ``counts["sync"]``.
 
     Set ``write_error`` or ``sync_error`` to an errno (``errno.ENOSPC``) to make
-    every write or sync fail with it until it is set back to ``None``. ``hook``,
-    if set, is called with the operation name before each operation (after the
-    counters are updated) and may block or raise.
+    every write or sync fail with it until it is set back to ``None``; with
+    ``torn_writes`` set too, a failing write first writes that many bytes of its
+    data (a write the disk filled up in the middle of). ``free`` (bytes), if
+    set, is what :meth:`free_bytes` reports instead of the real free space.
+    ``hook``, if set, is called with the operation name before each operation
+    (after the counters are updated) and may block or raise.
     """
 
     def __init__(self) -> None:
@@ -95,6 +109,8 @@ class FaultyDisk(Disk):
         self.bytes_written = 0
         self.write_error: int | None = None
         self.sync_error: int | None = None
+        self.torn_writes = 0
+        self.free: int | None = None
         self.hook: Callable[[str], None] | None = None
 
     def _enter(self, operation: str, failure: int | None) -> None:
@@ -107,7 +123,10 @@ class FaultyDisk(Disk):
             raise OSError(failure, os.strerror(failure))
 
     def write(self, fd: int, data: bytes, offset: int) -> None:
-        self._enter("write", self.write_error)
+        failure = self.write_error
+        if failure is not None and self.torn_writes:
+            super().write(fd, data[: self.torn_writes], offset)
+        self._enter("write", failure)
         super().write(fd, data, offset)
         with self._lock:
             self.bytes_written += len(data)
@@ -127,3 +146,7 @@ class FaultyDisk(Disk):
     def truncate(self, fd: int, length: int) -> None:
         self._enter("truncate", self.write_error)
         super().truncate(fd, length)
+
+    def free_bytes(self, path: str) -> int:
+        self._enter("free_bytes", None)
+        return super().free_bytes(path) if self.free is None else self.free

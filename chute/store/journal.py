@@ -30,11 +30,21 @@ default 2), so the buffer stays small.
 
 Disk faults: when a write, a sync or a new segment fails, every callback
 waiting gets a :class:`~chute.store.errors.DiskFull` or
-:class:`~chute.store.errors.DiskFailure`; the records stay buffered and the
+:class:`~chute.store.errors.DiskFailure`. The messages, transactions and
+acks those callbacks cover are refused, not stored: ``on_unstored`` hears
+of them first, so that the broker takes the messages out of their queues
+(:mod:`chute.store.unsynced`). The other records stay buffered and the
 writer retries with back-off, so the journal recovers by itself once the
 disk works again. A callback never gets ``None`` for a record that was not
-made durable. A producer that got an error may still find its message
-stored after a restart: the journal is at-least-once, never at-most-once.
+made durable. Only a crash in the middle of a failure may leave a refused
+record on disk (it was written, its sync failed, and the machine stopped
+before the writer overwrote it): the journal is at-least-once, never
+at-most-once.
+
+Free space (:mod:`chute.store.space`): a journal does not open on a disk
+that cannot hold one more segment, and while its disk has less free than
+``disk_free_limit`` it says so (:meth:`Journal.space_low`) so that the core
+refuses new messages while consumers ack into the space left.
 
 Segments and reclaiming: records go to the newest segment
 (:mod:`chute.store.segment`); old segments are deleted once nothing in them
@@ -57,7 +67,7 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from chute.core.store import (
@@ -89,6 +99,7 @@ from chute.store.records import (
 )
 from chute.store.recovery import recover_lazily
 from chute.store.segment import list_segments, remove_spares
+from chute.store.space import FreeSpace, check_room_to_open
 from chute.store.writer import SyncMode, Writer
 
 __all__ = ["DEFAULT_SEGMENT_SIZE", "Journal", "ReclaimResult", "SyncMode"]
@@ -110,10 +121,12 @@ class Journal:
     (pre-zeroed spare segments), ``compact_ratio`` and ``max_compact_moves``
     (see :func:`chute.store.reclaim.plan`), ``auto_reclaim`` (a pass after
     each roll-over; tests turn it off to drive :meth:`reclaim` themselves),
+    ``disk_free_limit`` (bytes; under it :meth:`space_low` says so; 0: off),
     ``disk`` (the I/O seam, :mod:`chute.store.disk`).
 
     Raises (constructor):
-        StoreError: another journal holds the directory.
+        StoreError: another journal holds the directory; DiskFull: the disk
+            cannot hold one more segment (the message says what to do).
         OSError: the directory cannot be created or listed.
         ValueError: a setting is out of range.
     """
@@ -130,15 +143,19 @@ class Journal:
         compact_ratio: float = 0.1,
         max_compact_moves: int = 4096,
         auto_reclaim: bool = True,
+        disk_free_limit: int = 0,
         disk: Disk | None = None,
     ) -> None:
         mode = _check_settings(segment_size, sync, batch_ms, flush_ms)
+        if disk_free_limit < 0:
+            raise ValueError("disk_free_limit must be 0 (off) or positive")
         self.directory = os.fspath(directory)
         disk = disk or Disk()
         os.makedirs(self.directory, exist_ok=True)
         self._lock_fd = _lock_directory(self.directory)
         try:
             remove_spares(self.directory)
+            free = check_room_to_open(self.directory, disk, segment_size, preallocate=preallocate)
             index = LiveIndex()
             recovered, self.report = recover_lazily(self.directory, disk=disk, index=index)
             segments = list_segments(self.directory)
@@ -167,6 +184,7 @@ class Journal:
             compact_ratio=compact_ratio,
             max_moves=max_compact_moves,
             auto_reclaim=auto_reclaim,
+            space=FreeSpace(self.directory, disk, disk_free_limit, free),
         )
         self._writer.thread.start()
 
@@ -249,6 +267,34 @@ class Journal:
         if not self._intake.sync(callback):
             callback(JournalClosed(f"journal {self.directory} is closed"))
 
+    @property
+    def on_unstored(self) -> Callable[[list[TxOp]], None] | None:
+        """Told what a failed write or sync refused (see :mod:`chute.store.unsynced`): the
+        adds, commits' operations and acks whose senders get an error, so that the broker
+        takes those messages out of their queues. Called on the writer's thread (or the
+        caller's of :meth:`sync_inline`), before any sync callback gets that error."""
+        return self._writer.on_refused
+
+    @on_unstored.setter
+    def on_unstored(self, hook: Callable[[list[TxOp]], None] | None) -> None:
+        self._writer.on_refused = hook
+
+    def space_low(self) -> str | None:
+        """None while the disk has ``disk_free_limit`` free; else why producers must wait.
+
+        Reads what the writer thread last saw (it looks after every MiB written
+        and every 100 ms): no system call, fit for every send. Producers also wait
+        while the writer is more than :data:`MAX_BEHIND` behind (a flood of
+        non-persistent messages paged can outrun it).
+        """
+        behind = self._intake.pending_bytes
+        if behind > MAX_BEHIND:
+            return (
+                f"the journal's writer is {behind >> 20} MiB behind the broker: "
+                "producers wait while it writes"
+            )
+        return self._writer.space.low
+
     def recover(self) -> Recovered:
         """What is durable: what the open replayed, until something but a queue definition
         is appended (a broker defines its system queues before it recovers).
@@ -305,15 +351,6 @@ class Journal:
             raise StoreError(
                 f"journal {self.directory}: cannot read paged messages: {exc}"
             ) from exc
-
-    def space_low(self) -> str | None:
-        behind = self._intake.pending_bytes
-        if behind > MAX_BEHIND:
-            return (
-                f"the journal's writer is {behind >> 20} MiB behind the broker: "
-                "producers wait while it writes"
-            )
-        return None
 
     def close(self) -> None:
         """Write and sync everything buffered, stop the writer, release the directory.

@@ -87,6 +87,9 @@ class MemoryStore:
         """Never: :meth:`sync` answers at once already."""
         return False
 
+    def space_low(self) -> str | None:
+        return None  # memory is bounded by memory_high_watermark and the destinations' limits
+
     def recover(self) -> Recovered:
         return Recovered(
             definitions=list(self.definitions.values()),
@@ -104,9 +107,6 @@ class MemoryStore:
     def page_in(self, queue: str, after: int, limit: int) -> list[StoredMessage]:
         held = self.messages.get(queue, {})
         return [held[seq] for seq in sorted(s for s in held if s > after)[:limit]]
-
-    def space_low(self) -> str | None:
-        return None  # it holds nothing on disk
 
     def close(self) -> None:
         return None

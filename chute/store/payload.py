@@ -41,6 +41,7 @@ from chute.content import (
     CONTENT_HEAD,
     DEFAULT_MAX_PROPERTIES,
     PERSISTENT_FLAG,
+    content_size,
     decode_content,
     encode_content,
 )
@@ -211,7 +212,7 @@ class AddHead:
     queues: tuple[str, ...]
     stored_count: int
     persistent: bool
-    size: int  # of the content block: about the message's size
+    size: int  # the message's ``Message.size`` (what a queue's byte bound counts)
 
 
 def add_head(data: bytes, start: int, end: int, names: Names) -> AddHead:
@@ -234,9 +235,10 @@ def add_head(data: bytes, start: int, end: int, names: Names) -> AddHead:
         if p + CONTENT_HEAD.size > end:
             raise IndexError("add header runs past the record")
         flags = data[p + 1]
+        size = content_size(data, p, end)
     except DECODE_ERRORS as exc:
         raise CorruptRecord(f"malformed add record: {exc}") from exc
-    return AddHead(seq, destination, tuple(queues), stored, bool(flags & PERSISTENT_FLAG), end - p)
+    return AddHead(seq, destination, tuple(queues), stored, bool(flags & PERSISTENT_FLAG), size)
 
 
 def op_add_keys(

@@ -56,6 +56,7 @@ from chute.store.records import (
     DefineRecord,
     DeliveredRecord,
     MarksRecord,
+    PadRecord,
     PrepareRecord,
     Record,
     RollbackPreparedRecord,
@@ -71,6 +72,17 @@ SEGMENT_SHIFT = 32
 
 def segment_of(location: int) -> int:
     return location >> SEGMENT_SHIFT
+
+
+def runs(numbers: Iterable[int]) -> tuple[tuple[int, int], ...]:
+    """``numbers`` as ascending runs of consecutive numbers, (first, last) each."""
+    out: list[tuple[int, int]] = []
+    for n in sorted(numbers):
+        if out and out[-1][1] == n - 1:
+            out[-1] = (out[-1][0], n)
+        else:
+            out.append((n, n))
+    return tuple(out)
 
 
 class LiveIndex:
@@ -124,6 +136,8 @@ class LiveIndex:
                 self.end_prepared(xid, location)
             case CheckpointRecord(next_seq, counts):
                 self.checkpoint(next_seq, counts)
+            case PadRecord():
+                pass
             case AddRecord(op, count):  # pragma: no cover - handled above
                 self.add(op, count, location)
 
@@ -272,8 +286,9 @@ class LiveIndex:
 
     # -- reclaiming ------------------------------------------------------------------
 
-    def checkpoint_record(self) -> CheckpointRecord:
-        """What deleted segments may have known that no live positive carries."""
+    def checkpoint_record(self, kept: Iterable[int] | None = None) -> CheckpointRecord:
+        """What deleted segments may have known that no live positive carries, and the
+        segments a pass keeps (``kept``, as runs: see :mod:`chute.store.gaps`)."""
         return CheckpointRecord(
             tuple(self.next_seq.items()),
             tuple(
@@ -281,6 +296,7 @@ class LiveIndex:
                 for queue, held in self.counts.items()
                 for seq, count in held.items()
             ),
+            None if kept is None else runs(kept),
         )
 
     def forget(self, segment: int) -> None:

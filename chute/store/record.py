@@ -61,6 +61,7 @@ class Kind(enum.IntEnum):
     CHECKPOINT = 10
     ACKS = 11
     MARKS = 12
+    PAD = 13  # nothing: where a record the disk refused was written (see the writer)
 
 
 def checksum(segment: int, offset: int, kind: int, payload: bytes | memoryview) -> int:

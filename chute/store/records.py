@@ -22,11 +22,18 @@ present u8 then the string)::
     ROLLBACK_PREPARED          xid s16
     CHECKPOINT n u32 | (destination s16 | next_seq u64) x n
                | m u32 | (queue s16 | seq u64 | count u32) x m
+               [| k u32 | (first u64 | last u64) x k: the segments the pass kept,
+                as runs; absent in older journals]
+    PAD        zero bytes (any number): holds nothing
 
 ACKS and MARKS are what the journal's writer makes of the acks and delivery
 marks of one queue that arrived together (:class:`~chute.store.intake.Intake`):
 one record, one frame and one CRC for a consumer's whole batch instead of one
 each; a lone ack or mark is still written as ACK or DELIVERED.
+
+A PAD record takes the place of records the writer wrote but then refused
+(a failed sync, :mod:`chute.store.writer`): same length, same place, nothing in
+it, so the records around it stay where their checksums say they are.
 
 A COMMIT_PREPARED record repeats the transaction's operations instead of
 pointing back at its PREPARE: every record can be replayed on its own, so
@@ -66,6 +73,7 @@ _U32: Final = struct.Struct(">I")
 _SEQ_COUNT_NAME: Final = struct.Struct(">QIH")
 _NEXT_SEQ: Final = struct.Struct(">Q")
 _COUNT: Final = struct.Struct(">QI")
+_RUN: Final = struct.Struct(">QQ")
 
 _QUEUE_KINDS: Final = {QueueKind.QUEUE: 0, QueueKind.SUBSCRIPTION: 1, QueueKind.CALLBACK: 2}
 _KIND_BY_TAG: Final = {v: k for k, v in _QUEUE_KINDS.items()}
@@ -145,10 +153,20 @@ class RollbackPreparedRecord:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CheckpointRecord:
-    """Carries what deleted segments knew: sequence high-water marks, delivery counts."""
+    """Carries what deleted segments knew: sequence high-water marks, delivery counts; and
+    which segments the reclaim pass that wrote it kept, so that a recovery can tell a
+    segment reclaimed from one lost (:mod:`chute.store.gaps`)."""
 
     next_seq: tuple[tuple[str, int], ...]
     counts: tuple[tuple[str, int, int], ...]  # (queue, seq, count) of live messages
+    kept: tuple[tuple[int, int], ...] | None = None  # runs (first, last); None: not known
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PadRecord:
+    """Nothing, ``size`` bytes long: a refused record's place."""
+
+    size: int
 
 
 Record = (
@@ -164,6 +182,7 @@ Record = (
     | CommitPreparedRecord
     | RollbackPreparedRecord
     | CheckpointRecord
+    | PadRecord
 )
 
 
@@ -238,14 +257,19 @@ def encode(record: Record) -> tuple[Kind, bytes]:
             return Kind.COMMIT_PREPARED, s16(xid) + encode_ops(ops)
         case RollbackPreparedRecord(xid):
             return Kind.ROLLBACK_PREPARED, s16(xid)
-        case CheckpointRecord(next_seq, counts):
+        case CheckpointRecord(next_seq, counts, kept):
             parts = [_U32.pack(len(next_seq))]
             for dest, seq in next_seq:
                 parts += (s16(dest), _NEXT_SEQ.pack(seq))
             parts.append(_U32.pack(len(counts)))
             for queue, seq, count in counts:
                 parts += (s16(queue), _COUNT.pack(seq, count))
+            if kept is not None:
+                parts.append(_U32.pack(len(kept)))
+                parts += (_RUN.pack(first, last) for first, last in kept)
             return Kind.CHECKPOINT, b"".join(parts)
+        case PadRecord(size):
+            return Kind.PAD, bytes(size)
 
 
 # -- decoding ------------------------------------------------------------------------
@@ -308,7 +332,9 @@ def _decode(kind: int, data: bytes, start: int, end: int, names: Names) -> Recor
         case Kind.ROLLBACK_PREPARED:
             return RollbackPreparedRecord(names.read(data, start)[0])
         case Kind.CHECKPOINT:
-            return _decode_checkpoint(data, start, names)
+            return _decode_checkpoint(data, start, end, names)
+        case Kind.PAD:
+            return PadRecord(end - start)
     raise CorruptRecord(f"unknown record kind {kind}")
 
 
@@ -322,7 +348,7 @@ def _counted(data: bytes, p: int, end: int, each: int) -> tuple[int, int]:
     return n, p
 
 
-def _decode_checkpoint(data: bytes, p: int, names: Names) -> CheckpointRecord:
+def _decode_checkpoint(data: bytes, p: int, end: int, names: Names) -> CheckpointRecord:
     (count,) = _U32.unpack_from(data, p)
     p += 4
     next_seq = []
@@ -339,7 +365,11 @@ def _decode_checkpoint(data: bytes, p: int, names: Names) -> CheckpointRecord:
         seq, n = _COUNT.unpack_from(data, p)
         p += 12
         counts.append((queue, seq, n))
-    return CheckpointRecord(tuple(next_seq), tuple(counts))
+    if p >= end:
+        return CheckpointRecord(tuple(next_seq), tuple(counts))
+    n, p = _counted(data, p, end, _RUN.size)
+    kept = tuple(_RUN.unpack_from(data, p + i * _RUN.size) for i in range(n))
+    return CheckpointRecord(tuple(next_seq), tuple(counts), kept)
 
 
 def _o16_at(data: bytes, p: int, names: Names) -> tuple[str | None, int]:

@@ -47,6 +47,7 @@ from chute.core.store import AckOp, AddOp, Recovered, TxOp
 from chute.message import Message
 from chute.store.disk import Disk
 from chute.store.errors import CorruptRecord
+from chute.store.gaps import Checkpoint, describe, find_holes, remove_blank_tail
 from chute.store.memory import MemoryStore
 from chute.store.pager import TxLayouts, read_paged
 from chute.store.payload import Names, add_head, decode_ack, decode_add
@@ -62,6 +63,7 @@ from chute.store.records import (
     DefineRecord,
     DeliveredRecord,
     MarksRecord,
+    PadRecord,
     PrepareRecord,
     Record,
     RollbackPreparedRecord,
@@ -75,6 +77,7 @@ from chute.store.segment import (
     read_segment,
     segment_path,
 )
+from chute.store.seqmap import SeqMap
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +99,10 @@ class RecoveryReport:
     records_skipped: int = 0  # corrupt regions and undecodable records
     bytes_skipped: int = 0
     seconds: float = 0.0
+    segments_lost: int = 0  # missing, or blank among others (chute.store.gaps)
     problems: list[str] = dataclasses.field(default_factory=list)
+    blank: list[int] = dataclasses.field(default_factory=list)  # segments read empty
+    checkpoint: Checkpoint | None = None  # the last one read: (segment, kept runs)
 
     @property
     def clean(self) -> bool:
@@ -113,6 +119,8 @@ class RecoveryReport:
             text += f"; cut a torn tail of {self.bytes_cut} bytes"
         if self.records_skipped:
             text += f"; skipped {self.records_skipped} corrupt records ({self.bytes_skipped} bytes)"
+        if self.segments_lost:
+            text += f"; {self.segments_lost} segments lost (see the warnings above)"
         return text
 
     def skipped(self, segment: int, offset: int, end: int, exc: CorruptRecord) -> None:
@@ -170,7 +178,10 @@ def recover_lazily(
     What the journal opens with: a backlog of millions costs its index (8 bytes a
     message) and one window per queue, not every message decoded at once. The
     queues read the rest back as consumers drain them (``Store.page_in``).
-    ``Recovered.paged[queue]`` is (count, estimated bytes) of what was left unread.
+    ``Recovered.paged[queue]`` is (count, bytes) of what was left unread: the bytes as
+    ``Message.size`` counts them, whatever record type brought the message (an add, a
+    transaction's commit, a prepared transaction's), so a queue's byte bound holds
+    across a restart.
     ``cut`` truncates torn tails; a re-read of a journal in use passes False.
 
     Raises:
@@ -179,7 +190,7 @@ def recover_lazily(
     report = RecoveryReport(directory)
     started = time.perf_counter()
     names = Names()
-    sizes: dict[str, list[int]] = {}  # queue -> [adds, content bytes]: for the estimate
+    sizes: dict[str, SeqMap] = {}  # queue -> seq -> Message.size of each add replayed
     _walk(
         directory,
         disk or Disk(),
@@ -196,14 +207,15 @@ def recover_lazily(
     for queue, held in index.locations.items():
         if not held:
             continue
-        adds, content = sizes.get(queue, (1, 1024))
-        average = max(1, content // max(1, adds))
+        total = _live_bytes(held, sizes.get(queue))
+        average = max(1, total // len(held))
         wanted = min(len(held), max(16, window_bytes // average))
         window = read_paged(directory, index, queue, 0, wanted, layouts)
         recovered.messages[queue] = window
         rest = len(held) - len(window)
         if rest > 0:
-            recovered.paged[queue] = (rest, rest * average)
+            read = sum(stored.message.size for stored in window)
+            recovered.paged[queue] = (rest, max(0, total - read))
     report.seconds = time.perf_counter() - started
     return recovered, report
 
@@ -213,13 +225,15 @@ def _index_segment(  # noqa: PLR0917 - private
     segment: int,
     index: LiveIndex,
     names: Names,
-    sizes: dict[str, list[int]],
+    sizes: dict[str, SeqMap],
     report: RecoveryReport,
 ) -> int:
-    """Replay one segment into ``index`` only; returns where a torn tail starts."""
+    """Replay one segment into ``index`` only, noting each add's size in ``sizes``; returns
+    where a torn tail starts."""
     problem = header_problem(data, segment)
     if problem is not None:
         if data.count(0) == len(data):
+            report.blank.append(segment)
             return len(data)
         report.note(f"segment {segment}: {problem}; reading its records anyway")
     base = segment << SEGMENT_SHIFT
@@ -238,25 +252,50 @@ def _index_segment(  # noqa: PLR0917 - private
                     base | offset,
                 )
                 for queue in head.queues:
-                    tally = sizes.get(queue)
-                    if tally is None:
-                        sizes[queue] = [1, head.size]
-                    else:
-                        tally[0] += 1
-                        tally[1] += head.size
+                    _note_size(sizes, queue, head.seq, head.size)
                 continue
             if kind == _ACK:
                 index.ack(decode_ack(data, start, names), base | offset)
             else:
-                index.apply(
-                    _without_transients(decode(kind, data, start, end, names)), base | offset
-                )
+                record = _without_transients(decode(kind, data, start, end, names))
+                index.apply(record, base | offset)
+                if type(record) is CheckpointRecord:
+                    report.checkpoint = (segment, record.kept)
+                elif isinstance(record, CommitRecord | CommitPreparedRecord):
+                    for op in record.ops:
+                        if isinstance(op, AddOp):
+                            for queue in op.queues:
+                                _note_size(sizes, queue, op.seq, op.message.size)
         except CorruptRecord as exc:
             report.skipped(segment, offset, end, exc)
             continue
         replayed += 1
     report.records += replayed
     return _account_damage(scan, segment, data, report)
+
+
+def _note_size(sizes: dict[str, SeqMap], queue: str, seq: int, size: int) -> None:
+    known = sizes.get(queue)
+    if known is None:
+        known = sizes[queue] = SeqMap()
+    if not known.append_next(seq, size):
+        known[seq] = size
+
+
+def _live_bytes(held: SeqMap, known: SeqMap | None) -> int:
+    """The bytes of the live messages ``held`` (seq -> location), by the sizes noted; one
+    not noted (nothing should be) counts as the average of those that were."""
+    total = counted = 0
+    if known is not None:
+        for seq, _ in held.items():
+            size = known.get(seq)
+            if size is not None:
+                total += size
+                counted += 1
+    missing = len(held) - counted
+    if missing:
+        total += missing * (total // counted if counted else 1024)
+    return total
 
 
 def _walk(
@@ -275,7 +314,8 @@ def _walk(
     collecting = gc.isenabled()
     gc.disable()
     try:
-        for segment, data in _read_ahead(directory, list_segments(directory)):
+        present = list_segments(directory)
+        for segment, data in _read_ahead(directory, present):
             if isinstance(data, OSError):
                 report.records_skipped += 1
                 report.note(f"segment {segment} cannot be read, skipped: {data}")
@@ -288,7 +328,20 @@ def _walk(
     finally:
         if collecting:
             gc.enable()
+    _check_segments(directory, present, report, cut=cut)
     report.seconds = time.perf_counter() - started
+
+
+def _check_segments(
+    directory: str, present: list[int], report: RecoveryReport, *, cut: bool
+) -> None:
+    """Report segments lost (missing, or blank among others: :mod:`chute.store.gaps`); with
+    ``cut``, remove a blank newest segment (it held nothing)."""
+    for hole in find_holes(present, report.blank, report.checkpoint):
+        report.segments_lost += hole.last - hole.first + 1
+        report.note(describe(directory, present, hole))
+    if cut:
+        remove_blank_tail(directory, present, report.blank)
 
 
 def _read_ahead(directory: str, segments: list[int]) -> Iterator[tuple[int, bytes | OSError]]:
@@ -327,7 +380,8 @@ def _replay_segment(  # noqa: PLR0917 - private, called once
     problem = header_problem(data, segment)
     if problem is not None:
         if data.count(0) == len(data):
-            return len(data)  # made but never written: nothing to replay
+            report.blank.append(segment)  # made but never written, or emptied (chute.store.gaps)
+            return len(data)
         report.note(f"segment {segment}: {problem}; reading its records anyway")
     base = segment << SEGMENT_SHIFT
     scan = Scan(data, segment, SEGMENT_HEADER_SIZE)
@@ -353,6 +407,8 @@ def _replay_segment(  # noqa: PLR0917 - private, called once
                     index.ack(ack, base | offset)
             else:
                 record = _without_transients(decode(kind, data, start, end, names))
+                if type(record) is CheckpointRecord:
+                    report.checkpoint = (segment, record.kept)
                 replay(store, record)
                 if index is not None:
                     index.apply(record, base | offset)
@@ -443,6 +499,8 @@ def replay(store: MemoryStore, record: Record) -> None:
                 store.next_seq[dest] = max(store.next_seq.get(dest, 0), seq)
             for queue, seq, count in counts:
                 store.delivered(queue, seq, count)
+        case PadRecord():
+            pass
 
 
 def _cut(directory: str, segment: int, end: int, disk: Disk, report: RecoveryReport) -> None:

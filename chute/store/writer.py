@@ -22,19 +22,23 @@ lone producer's add and inline sync never involve this thread at all).
 syncs written records nobody waits for after 4 MiB or 0.5 s, so what must be
 kept for a rewrite stays bounded.
 
-Disk faults: when a write, a sync or making a new segment fails, every
-callback taken so far gets a :class:`~chute.store.errors.DiskFull` or
-:class:`~chute.store.errors.DiskFailure`. Records not yet written stay in
-the writer's carry, and what was written since the last good sync is kept
-too and written again at the same place before the next sync (after a
-failed fsync the kernel may have dropped those pages). The writer retries
-after a back-off of 5 ms doubling to 1 s; once the disk works again it
-carries on by itself.
+Disk faults: when a write, a sync or a new segment fails, every callback
+taken so far gets a :class:`~chute.store.errors.DiskFull` or
+:class:`~chute.store.errors.DiskFailure`, after the records it covers that
+its sender must then not find stored were refused (:mod:`chute.store.unsynced`).
+The rest is written again before the next sync; retries back off
+(:mod:`chute.store.failures`), and the writer carries on by itself.
 
 A full segment is synced and closed, and a pre-zeroed spare becomes the next
 one (:mod:`chute.store.segment`). After each roll-over the writer runs a
 reclaim pass (:mod:`chute.store.reclaim`): copy the live records of sparse
 old segments forward, write a checkpoint, sync, then delete oldest first.
+
+Free space: the writer looks at it (:mod:`chute.store.space`) as it goes.
+Under ``disk_free_limit`` it runs reclaim passes without roll-overs, and new
+messages leave the last 64 KiB of a segment to acks and delivery marks: should
+the disk fill up (producers not held off), consumers can still ack into it
+until reclaiming frees space for the next segment.
 
 Thread-safety: the intake is shared (see :mod:`chute.store.intake`).
 Everything here belongs to the writer thread, except ``Writer.segments()``
@@ -50,12 +54,13 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Final
 
-from chute.core.store import SyncCallback
-from chute.errors import StoreError
+from chute.core.store import AddOp, SyncCallback, TxOp
 from chute.store.disk import Disk
-from chute.store.errors import DiskFailure, JournalClosed, disk_error
+from chute.store.errors import JournalClosed, store_error
+from chute.store.failures import Failures
 from chute.store.intake import (
     WAKE_BYTES,
     Acks,
@@ -83,6 +88,8 @@ from chute.store.segment import (
     read_segment,
     segment_path,
 )
+from chute.store.space import FreeSpace
+from chute.store.unsynced import NEW, Unsynced, located, refuse, refused_ops
 
 log = logging.getLogger("chute.store.journal")
 
@@ -90,10 +97,10 @@ _UNSYNCED_BYTES: Final = 4 << 20  # ``always``: sync written records after this 
 _UNSYNCED_AGE: Final = 0.5  # ... or this many seconds, even with no callback waiting
 _IDLE_AFTER: Final = 0.2  # seconds without work before the writer polls only ...
 _IDLE_POLL: Final = 0.05  # ... this often
-_BACKOFF_FIRST: Final = 0.005
-_BACKOFF_MAX: Final = 1.0
+_CLOSE_PAUSE: Final = 0.05  # closing on a failing disk: between the last attempts
 _CLOSE_ATTEMPTS: Final = 3
 _COMPACT_SETTLE: Final = 1  # segments closed after one before it is compacted (reclaim.plan)
+_ACK_RESERVE: Final = 64 << 10  # under disk_free_limit: a segment's end kept for acks, marks
 
 
 class SyncMode(enum.Enum):
@@ -123,6 +130,7 @@ class Writer:
         compact_ratio: float,
         max_moves: int,
         auto_reclaim: bool,
+        space: FreeSpace,
     ) -> None:
         self.directory = directory
         self.mode = mode
@@ -144,16 +152,24 @@ class Writer:
         """Live records compaction copied forward since the journal opened (every pass)."""
         self._max_moves = max_moves
         self._auto_reclaim = auto_reclaim
+        self.space = space
+        self.bytes_written = 0  # into segments, since the open
         self._current: SegmentFile | None = None
         self._carry: list[Item] = []  # taken, not yet written
-        self._unsynced: list[tuple[int, bytes]] = []  # written to the current segment, not synced
-        self._unsynced_bytes = 0
+        self._unsynced = Unsynced()  # written to the current segment, not synced
+        self._dirty_end = 0  # the current segment may hold bytes up to here (a torn write)
+        self._ack_reserve = min(_ACK_RESERVE, segment_size // 8)
+        self._taken = 0  # items ever carried: the ordinal of the next one
+        self._covered = 0  # items numbered below this are covered by a waiting callback
+        self._covering = False  # the last take brought callbacks
+        self.on_refused: Callable[[list[TxOp]], None] | None = None
+        """Told (on the thread that ran the cycle, before the callbacks get their error)
+        what the records a failure refused held (:mod:`chute.store.unsynced`)."""
         self._waiting: list[SyncCallback] = []  # taken, to call after the next sync
         self._last_sync = time.monotonic()
         self._linger_until: float | None = None
         self._active_at = 0.0
-        self._retry_at: float | None = None
-        self._backoff = 0.0
+        self._failures = Failures(directory)
         self._rewrite = False
         self._reclaim_due = False
         self._spares = Spares(directory, segment_size, disk) if preallocate else None
@@ -183,6 +199,7 @@ class Writer:
             with intake.cond:
                 self._wait_for_work()
             with self.cycle_lock:  # a caller may have run the cycle meanwhile (run_inline)
+                self._watch_space()
                 with intake.cond:
                     taken = self._take()
                     requests, intake.requests = intake.requests, []
@@ -194,23 +211,27 @@ class Writer:
                 except Exception as exc:  # noqa: BLE001 - the writer must outlive any failure
                     self._failed(exc)
                     for request in requests:
-                        request(_as_store_error(exc, "write"))
+                        request(store_error(exc, "write"))
                     if closing:
                         attempts += 1
                         if attempts < _CLOSE_ATTEMPTS:
-                            time.sleep(_BACKOFF_FIRST * 10 * attempts)
+                            time.sleep(_CLOSE_PAUSE * attempts)
                             continue
                         self._abandon(exc)
                         return
                     continue
-                self._retry_at = None
-                self._backoff = 0.0
+                self._failures.succeeded()
                 if closing:
                     for request in requests:
                         request(JournalClosed(f"journal {self.directory} is closed"))
                     return
                 if requests or self._reclaim_due:
                     self._reclaim_safely(requests)
+
+    def _watch_space(self) -> None:
+        """Look at the free space if due; while it is low, ask for reclaim passes."""
+        if self.space.reclaim_wanted(self.bytes_written):
+            self._reclaim_due = True
 
     def run_inline(self, callbacks: list[SyncCallback]) -> bool:
         """Write, sync and call back on the caller's thread, if the writer is idle.
@@ -229,7 +250,7 @@ class Writer:
                 if (
                     intake.closing
                     or intake.requests
-                    or self._retry_at is not None
+                    or self._failures.retry_at is not None
                     or self._rewrite
                     or self._reclaim_due
                 ):
@@ -237,11 +258,12 @@ class Writer:
                 taken = self._take()
             self._carry_taken(*taken)
             self._waiting += callbacks
+            self._covered = self._taken
             try:
                 self._cycle(final=False)
             except Exception as exc:  # noqa: BLE001 - the writer thread takes over the retries
                 self._failed(exc)
-            if self._reclaim_due or self._retry_at is not None:
+            if self._reclaim_due or self._failures.retry_at is not None:
                 with intake.cond:
                     intake.cond.notify()
             return True
@@ -253,6 +275,7 @@ class Writer:
         now wait for this cycle's sync."""
         intake = self._intake
         self._linger_until = None
+        self._covering = bool(intake.callbacks)
         self._waiting += intake.callbacks
         intake.callbacks = []
         return intake.take()
@@ -263,6 +286,10 @@ class Writer:
         if acks or marks:
             items += gathered_items(acks, marks)
         self._carry += items
+        self._taken += len(items)
+        if self._covering:
+            self._covered = self._taken
+            self._covering = False
         return items
 
     def _wait_for_work(self) -> None:
@@ -270,10 +297,11 @@ class Writer:
         intake = self._intake
         while not intake.closing and not intake.requests:
             now = time.monotonic()
-            if self._retry_at is not None:
-                if now >= self._retry_at:
+            retry_at = self._failures.retry_at
+            if retry_at is not None:
+                if now >= retry_at:
                     return
-                intake.cond.wait(self._retry_at - now)
+                intake.cond.wait(retry_at - now)
                 continue
             if intake.callbacks and self.mode is not SyncMode.BATCH:
                 return
@@ -321,7 +349,7 @@ class Writer:
             due = (
                 final
                 or bool(self._waiting)
-                or self._unsynced_bytes >= _UNSYNCED_BYTES
+                or self._unsynced.size >= _UNSYNCED_BYTES
                 or (bool(self._unsynced) and now - self._last_sync >= _UNSYNCED_AGE)
             )
         else:
@@ -336,10 +364,16 @@ class Writer:
     def _write(self, items: list[Item]) -> None:
         """Frame and write ``items`` in as few writes as segments allow; removes those written.
 
+        Until the sync that covers them, written records wait in ``_unsynced`` (the
+        index learns them then); with ``sync = "never"`` there is no such sync, and the
+        index learns them at once.
+
         Raises:
             OSError: a write or a roll-over failed (``items`` keeps what was not written).
         """
         done = 0
+        # the ordinal of items[0], if they are the carry (what reclaiming writes is not refusable)
+        first = self._taken - len(items) if items is self._carry else None
         try:
             while done < len(items):
                 segment = self._current
@@ -348,11 +382,19 @@ class Writer:
                 number = segment.number
                 position = start = segment.position
                 room = segment.room
+                # under disk_free_limit new messages leave the end of a segment to acks and
+                # marks: if the disk fills, no new segment can be made for them
+                reserve = self._ack_reserve if self.space.low is not None else 0
                 parts: list[bytes] = []
                 end = done
                 for kind, payload, _ in itertools.islice(items, done, None):
                     size = HEADER_SIZE + len(payload)
-                    if size > room:
+                    if size > room or (
+                        reserve
+                        and size + reserve > room
+                        and kind in NEW
+                        and position > SEGMENT_HEADER_SIZE
+                    ):
                         break
                     parts.append(frame_header(number, position, kind, payload))
                     parts.append(payload)
@@ -362,19 +404,26 @@ class Writer:
                 if end == done:  # the next record does not fit: a new segment
                     self._roll(HEADER_SIZE + len(items[done][1]))
                     continue
+                if position < self._dirty_end:  # zero what a torn write left past these
+                    parts.append(bytes(self._dirty_end - position))
                 data = b"".join(parts)
+                self._dirty_end = max(self._dirty_end, start + len(data))
                 self._disk.write(segment.fd, data, start)
-                if self.mode is not SyncMode.NEVER:
-                    self._unsynced.append((start, data))
-                    self._unsynced_bytes += len(data)
+                self._dirty_end = position
+                self.bytes_written += len(data)
                 segment.position = position
-                apply = self._index.apply
-                base = number << SEGMENT_SHIFT
-                offset = start
-                with self.index_lock:
-                    for _, payload, record in itertools.islice(items, done, end):
-                        apply(record, base | offset)
-                        offset += HEADER_SIZE + len(payload)
+                written = located(
+                    itertools.islice(items, done, end),
+                    number << SEGMENT_SHIFT | start,
+                    None if first is None else first + done,
+                )
+                if self.mode is SyncMode.NEVER:  # no sync to wait for: the index learns now
+                    apply = self._index.apply
+                    with self.index_lock:
+                        for _, location, (_, _, record) in written:
+                            apply(record, location)
+                else:
+                    self._unsynced.add(start, data, written)
                 done = end
         finally:
             del items[:done]
@@ -386,19 +435,22 @@ class Writer:
             OSError: the sync, the spare, or the new segment failed.
         """
         old = self._current
-        if old is not None:
-            if self._unsynced:
-                self._sync()
-            old.close()
-            self._current = None
+        if old is not None and self._unsynced:
+            self._sync()
         number = self._next_segment
         capacity = max(self._segment_size, needed + SEGMENT_HEADER_SIZE)
+        # if this fails (a full disk), the old segment stays current: what still fits in it
+        # (consumers' acks, once the records that did not fit are refused) can be written
         segment = open_segment(self.directory, number, capacity, self._disk, self._spares)
+        if old is not None:
+            old.close()
         self._next_segment = number + 1
         with self.files:
             self._segments.append(number)
         self._current = segment
+        self._dirty_end = 0
         self._reclaim_due = self._auto_reclaim
+        self.space.check()  # a new segment (and the spare made behind it) took space
         return segment
 
     def _sync(self) -> None:
@@ -409,15 +461,15 @@ class Writer:
         except OSError:
             self._rewrite = True
             raise
-        self._unsynced.clear()
-        self._unsynced_bytes = 0
+        if self._unsynced:
+            with self.index_lock:
+                self._unsynced.applied(self._index)
         self._last_sync = time.monotonic()
 
     def _rewrite_unsynced(self) -> None:
         """After a failure: write again what was written since the last good sync."""
         if self._current is not None:
-            for offset, data in self._unsynced:
-                self._disk.write(self._current.fd, data, offset)
+            self._unsynced.rewrite(self._disk, self._current.fd)
         self._rewrite = False
 
     # -- calling back ----------------------------------------------------------------
@@ -427,24 +479,38 @@ class Writer:
         waiting, self._waiting = self._waiting, []
         for callback in waiting:
             try:
-                callback(None if error is None else _as_store_error(error, "write"))
+                callback(None if error is None else store_error(error, "write"))
             except Exception:
                 log.exception("journal %s: a sync callback failed", self.directory)
 
     def _failed(self, exc: Exception) -> None:
         self._rewrite = True
+        if self._waiting:
+            self._refuse()
         self._fire(exc)
-        first = self._backoff == 0.0
-        self._backoff = min(max(self._backoff * 2, _BACKOFF_FIRST), _BACKOFF_MAX)
-        self._retry_at = time.monotonic() + self._backoff
-        if first or self._backoff >= _BACKOFF_MAX:
-            log.error(
-                "journal %s: %s; retrying (%d records buffered)",
-                self.directory,
-                _as_store_error(exc, "write"),
-                len(self._carry),
-                exc_info=not isinstance(exc, OSError),
-            )
+        self._failures.failed(exc, len(self._carry))
+
+    def _refuse(self) -> None:
+        """The callbacks waiting are about to get an error: refuse the records they cover
+        that must then not be stored (:mod:`chute.store.unsynced`) and tell ``on_refused``."""
+        current = self._current
+        refused = refuse(
+            self._unsynced,
+            self._carry,
+            None if current is None else current.number,
+            self._covered,
+            self._taken - len(self._carry),
+        )
+        if not refused:
+            return
+        ops = refused_ops(refused)
+        adds = sum(1 for op in ops if isinstance(op, AddOp))
+        self._failures.refused(adds, len(ops) - adds)
+        if self.on_refused is not None:
+            try:
+                self.on_refused(ops)
+            except Exception:
+                log.exception("journal %s: reporting refused records failed", self.directory)
 
     def _abandon(self, exc: Exception) -> None:
         """Closing and the disk still fails: give up on what is buffered."""
@@ -468,7 +534,8 @@ class Writer:
             outcome = self._reclaim(force=bool(requests))
         except Exception as exc:  # noqa: BLE001 - reclaiming again later is the remedy
             log.warning("journal %s: reclaiming failed: %s", self.directory, exc)
-            outcome = _as_store_error(exc, "reclaim")
+            outcome = store_error(exc, "reclaim")
+        self.space.check()  # what the pass freed (or its failure: the disk)
         for request in requests:
             request(outcome)
 
@@ -491,6 +558,8 @@ class Writer:
 
     def _reclaim_locked(self, *, force: bool) -> ReclaimResult:
         self._reclaim_due = False
+        if self._unsynced:  # the index learns written records at their sync: plan with all
+            self._sync()
         current = self._current
         if current is None:
             if not force:
@@ -518,7 +587,8 @@ class Writer:
             )
             records += compaction_records(index, segment, data)
         moved = len(records)
-        records.append(index.checkpoint_record())
+        going = set(decision.delete)
+        records.append(index.checkpoint_record(s for s in self._segments if s not in going))
         items: list[Item] = []
         for record in records:
             kind, payload = encode(record)
@@ -541,11 +611,3 @@ class Writer:
         )
         self.records_moved += moved
         return ReclaimResult(tuple(deleted), moved)
-
-
-def _as_store_error(exc: BaseException, what: str) -> StoreError:
-    if isinstance(exc, StoreError):
-        return exc
-    if isinstance(exc, OSError):
-        return disk_error(exc, what)
-    return DiskFailure(f"journal {what} failed: internal error: {exc!r}")

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -99,11 +99,13 @@ def start_server(
     port: int | None = None,
     data_dir: Path | None = None,
     preexec_fn: Callable[[], object] | None = None,
+    prefix: Sequence[str] = (),
 ) -> ChuteServer:
     """Start ``chute serve`` and return once it printed that it listens.
 
     Its data lives in ``data_dir`` (``tmp_path / "data"`` by default): start
     another server on the same one to restart the broker on its journal.
+    ``prefix`` goes before the command (a namespace to run it in, say).
     The STOMP and HTTP listeners are off (their default ports would clash
     between parallel servers) unless ``extra`` passes ``--stomp-port`` or
     ``--http-port`` (take one from :func:`free_port`). ``preexec_fn`` runs in the
@@ -112,6 +114,7 @@ def start_server(
     port = port or free_port()
     data_dir = data_dir or tmp_path / "data"
     cmd = [
+        *prefix,
         sys.executable,
         "-m",
         "chute.cli",

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from chute.client import aio
+from chute.client.received import Received
 from chute.config import ServerConfig
 from chute.errors import StoreError
 from chute.server.app import BrokerServer
@@ -31,13 +32,20 @@ from .conftest import free_port
 TIMEOUT = 10.0
 
 
-def run(tmp_path: Path, disk: FaultyDisk, body: Callable[[str], Awaitable[None]]) -> None:
+def run(
+    tmp_path: Path,
+    disk: FaultyDisk,
+    body: Callable[[str], Awaitable[None]],
+    *,
+    inline_sync: bool = True,
+) -> None:
     """Run ``body(url)`` against an in-process broker whose journal writes through ``disk``."""
 
     async def main() -> None:
         port = free_port()
         journal = Journal(tmp_path / "journal", disk=disk)
-        server = BrokerServer(ServerConfig(port=port, stomp_port=0, http_port=0), store=journal)
+        config = ServerConfig(port=port, stomp_port=0, http_port=0, inline_sync=inline_sync)
+        server = BrokerServer(config, store=journal)
         await server.start()
         try:
             await body(f"chute://127.0.0.1:{port}")
@@ -79,12 +87,9 @@ def test_a_failing_sync_is_an_error_to_the_producer_and_the_broker_recovers_by_i
             await producer.send("queue:q", b"after")
 
     run(tmp_path, disk, body)
-    stored = stored_bodies(tmp_path, "queue:q")
-    # everything acknowledged is there; the refused one may be too (it stayed buffered
-    # and was written once the disk came back), so a producer that resends may duplicate
-    assert stored[0] == b"stored"
-    assert stored[-1] == b"after"
-    assert set(stored) <= {b"stored", b"not acknowledged", b"after"}
+    # everything acknowledged is there, and the refused one is not: it was not stored,
+    # so a producer that sends it again makes no duplicate
+    assert stored_bodies(tmp_path, "queue:q") == [b"stored", b"after"]
 
 
 def test_a_failing_write_is_an_error_too(tmp_path: Path) -> None:
@@ -101,9 +106,7 @@ def test_a_failing_write_is_an_error_too(tmp_path: Path) -> None:
             await session.send("queue:w", b"three")
 
     run(tmp_path, disk, body)
-    stored = stored_bodies(tmp_path, "queue:w")
-    assert stored[0] == b"one"
-    assert stored[-1] == b"three"
+    assert stored_bodies(tmp_path, "queue:w") == [b"one", b"three"]
 
 
 def test_a_transaction_committed_on_a_failing_disk_is_not_acknowledged(tmp_path: Path) -> None:
@@ -122,6 +125,35 @@ def test_a_transaction_committed_on_a_failing_disk_is_not_acknowledged(tmp_path:
             await session.commit()
 
     run(tmp_path, disk, body)
-    stored = stored_bodies(tmp_path, "queue:t")
-    assert stored[-1] == b"c"
-    assert stored in ([b"c"], [b"a", b"b", b"c"])  # the refused commit: all or nothing
+    assert stored_bodies(tmp_path, "queue:t") == [b"c"]  # the refused commit: none of it
+
+
+@pytest.mark.parametrize("inline_sync", [True, False], ids=["inline", "writer-thread"])
+def test_a_send_refused_by_a_full_disk_is_never_delivered_and_a_resend_is_no_duplicate(
+    tmp_path: Path, inline_sync: bool
+) -> None:
+    """The refused message was already pushed to a waiting consumer; its delivery waited
+    for the same sync, and is dropped instead of written (issue 13)."""
+    disk = FaultyDisk()
+
+    async def body(url: str) -> None:
+        async with aio.connect(url) as consuming, aio.connect(url) as producing:
+            consumer = await consuming.session(ack="client").consumer("queue:r", prefetch=10)
+            producer = producing.session()
+            await producer.send("queue:r", b"one")
+            disk.sync_error = errno.ENOSPC
+            with pytest.raises(StoreError, match="not stored"):
+                await producer.send("queue:r", b"two")
+            disk.sync_error = None
+            await producer.send("queue:r", b"two")  # what a producer does with "not stored"
+            await producer.send("queue:r", b"end")
+            received: list[Received] = []
+            while not received or received[-1].body != b"end":
+                message = await consumer.receive(TIMEOUT)
+                assert message is not None, f"only {[m.body for m in received]} arrived"
+                received.append(message)
+            assert [m.body for m in received] == [b"one", b"two", b"end"]
+            assert not any(m.redelivered for m in received)
+
+    run(tmp_path, disk, body, inline_sync=inline_sync)
+    assert stored_bodies(tmp_path, "queue:r") == [b"one", b"two", b"end"]

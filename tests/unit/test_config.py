@@ -183,3 +183,19 @@ def test_smq_accepts_loopback_only_unless_told(tmp_path: Path) -> None:
     assert not wide.allows("127.0.0.1")
     with pytest.raises(ConfigError, match="not an address or network"):
         load(write(tmp_path, '[smq]\nallowed_clients = ["everyone"]\n'))
+
+
+def test_disk_free_limit_is_a_size_and_a_limit_under_one_segment_is_warned_of(
+    tmp_path: Path,
+) -> None:
+    assert load(None).disk_free_limit == 64 << 20
+    config = load(write(tmp_path, '[server]\ndisk_free_limit = "128MiB"\n'), {})
+    assert config.disk_free_limit == 128 << 20
+    assert not [w for w in config.warnings() if "disk_free_limit" in w]
+    config = load(write(tmp_path, '[server]\ndisk_free_limit = "1MiB"\n'), {})
+    [warning] = [w for w in config.warnings() if "disk_free_limit" in w]
+    assert "1.0 MiB" in warning
+    assert "segment_size (32.0 MiB)" in warning
+    assert load(write(tmp_path, "[server]\ndisk_free_limit = 0\n"), {}).warnings() == []
+    with pytest.raises(ConfigError, match=r"server\.disk_free_limit"):
+        load(write(tmp_path, '[server]\ndisk_free_limit = "lots"\n'), {})

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from chute.core.store import AckOp, QueueDefinition, QueueKind
+from chute.core.store import AckOp, AddOp, QueueDefinition, QueueKind, TxOp
 from chute.errors import StoreError
 from chute.store.errors import DiskFailure, DiskFull, JournalClosed
 from chute.store.journal import Journal, SyncMode
@@ -121,10 +121,12 @@ def test_sync_mode_batch_calls_back_after_an_fdatasync(journals: Journals) -> No
     assert order.count("sync") < 20
 
 
-def test_an_fsync_failure_fails_the_callbacks_then_the_journal_recovers(
+def test_an_fsync_failure_fails_the_callbacks_and_refuses_what_they_cover(
     journals: Journals,
 ) -> None:
     journal = journals.open(preallocate=False)
+    refused: list[TxOp] = []
+    journal.on_unstored = refused.extend
     journal.define(QueueDefinition("q", QueueKind.QUEUE))
     journal.flush()
     journals.disk.sync_error = errno.ENOSPC
@@ -135,33 +137,45 @@ def test_an_fsync_failure_fails_the_callbacks_then_the_journal_recovers(
     assert isinstance(error, DiskFull)
     assert isinstance(error, StoreError)
     assert "No space left" in str(error)
+    assert "was not stored" in str(error)
+    assert [(type(op), op.seq) for op in refused] == [(AddOp, 1)]
     journals.disk.sync_error = None
     journal.add(add("q", 2))
     ok = Callbacks()
     journal.sync(ok)
     assert ok.wait() == [None]
     journal = journals.reopen(journal)
-    assert [s.seq for s in journal.recover().messages["q"]] == [1, 2]
+    recovered = journal.recover()
+    assert [s.seq for s in recovered.messages["q"]] == [2]  # the refused one is not stored
+    assert recovered.clean  # it was overwritten in place, not left torn
+    written = [kind for kind, _ in _records(journal, journals.directory)]
+    assert Kind.PAD in written
 
 
-def test_a_write_failure_keeps_the_records_and_retries(journals: Journals) -> None:
+def test_a_write_failure_refuses_what_it_covers_and_the_journal_goes_on(
+    journals: Journals,
+) -> None:
     journal = journals.open(preallocate=False)
     journal.flush()
     journals.disk.write_error = errno.EIO
+    journal.define(QueueDefinition("q", QueueKind.QUEUE))
     journal.add(add("q", 1))
     failed = Callbacks()
     journal.sync(failed)
     [error] = failed.wait()
     assert isinstance(error, DiskFailure)
     again = Callbacks()
-    journal.sync(again)  # still failing: the retry fails too
+    journal.sync(again)  # the definition is kept and retried: still failing
     assert isinstance(again.wait()[0], DiskFailure)
     journals.disk.write_error = None
+    journal.add(add("q", 2))
     ok = Callbacks()
     journal.sync(ok)
     assert ok.wait() == [None]
     journal = journals.reopen(journal)
-    assert [s.seq for s in journal.recover().messages["q"]] == [1]
+    recovered = journal.recover()
+    assert [d.name for d in recovered.definitions] == ["q"]
+    assert [s.seq for s in recovered.messages["q"]] == [2]
 
 
 def test_a_failing_spare_fails_the_roll_over_until_space_is_back(journals: Journals) -> None:
@@ -174,9 +188,11 @@ def test_a_failing_spare_fails_the_roll_over_until_space_is_back(journals: Journ
     journal.sync(failed)
     assert isinstance(failed.wait()[0], DiskFull)
     journals.disk.write_error = None
+    for seq in range(40, 60):
+        journal.add(add("q", seq, b"x" * 500))
     journal.flush()
     journal = journals.reopen(journal)
-    assert [s.seq for s in journal.recover().messages["q"]] == list(range(1, 40))
+    assert [s.seq for s in journal.recover().messages["q"]] == list(range(40, 60))
 
 
 def test_close_writes_and_syncs_what_is_buffered(journals: Journals) -> None:
@@ -300,16 +316,19 @@ def test_an_inline_fsync_failure_fails_the_callbacks_and_the_writer_recovers(
     journal.flush()
     journals.disk.sync_error = errno.EIO
     journal.add(add("q", 1))
+    order: list[str] = []
+    journal.on_unstored = lambda ops: order.append(f"refused {[op.seq for op in ops]}")
     failed = Callbacks()
-    assert journal.sync_inline([failed])
-    [error] = failed.wait()
-    assert isinstance(error, DiskFailure)
+    assert journal.sync_inline([lambda error: order.append(f"told {type(error).__name__}")])
+    assert order == ["refused [1]", "told DiskFailure"]  # on the caller's thread, in order
     journals.disk.sync_error = None
-    ok = Callbacks()
-    journal.sync(ok)  # the writer thread retries what failed, and this with it
-    assert ok.wait() == [None]
+    journal.define(QueueDefinition("other", QueueKind.QUEUE))
+    journal.sync(failed)  # the writer thread rewrites what failed (the refused add as PAD)
+    assert failed.wait() == [None]
     journal = journals.reopen(journal)
-    assert [s.seq for s in journal.recover().messages["q"]] == [1]
+    recovered = journal.recover()
+    assert recovered.messages.get("q", []) == []
+    assert recovered.clean
 
 
 def _records(journal: Journal, directory: Path) -> list[tuple[int, Record]]:

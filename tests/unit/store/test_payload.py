@@ -52,6 +52,7 @@ RECORDS: list[Record] = [
     RollbackPreparedRecord("xid"),
     CheckpointRecord((("q", 8), ("topic:t", 42)), (("s1", 41, 3),)),
     CheckpointRecord((), ()),
+    CheckpointRecord((("q", 8),), (), ((1, 1), (4, 9), (12, 12))),
 ]
 
 

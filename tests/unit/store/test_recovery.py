@@ -153,7 +153,8 @@ def test_odd_segment_files_are_reported_not_fatal(
         recovered, report = recover(str(tmp_path))
     assert [s.seq for s in recovered.messages["q"]] == list(range(1, N))
     assert report.segments == 5
-    assert len(report.problems) == 4  # two bad headers, their contents cut
+    assert len(report.problems) == 5  # two bad headers, their contents cut, and the hole
+    assert "segments 2-101 are missing or empty (100, 101 empty)" in report.problems[-1]
     assert all(p in caplog.text for p in report.problems)
 
 
