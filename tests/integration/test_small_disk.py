@@ -98,7 +98,12 @@ def test_a_broker_that_fills_its_disk_refuses_clearly_drains_and_recovers_by_its
         server = start_server(
             tmp_path,
             "--config",
-            str(config(tmp_path, 'segment_size = "1MiB"\ndisk_free_limit = "8MiB"')),
+            str(
+                config(
+                    tmp_path,
+                    'segment_size = "1MiB"\ndisk_free_limit = "8MiB"\nblock_timeout_ms = 2000',
+                )
+            ),
             data_dir=disk.path / "data",
             prefix=disk.prefix,
         )
