@@ -324,31 +324,36 @@ def content_size(data: bytes, start: int, end: int) -> int:
     """
     _, _, _, id_len, corr_len, reply_len, type_len, n_props = _CONTENT.unpack_from(data, start)
     q: int = start + _CONTENT_SIZE + id_len + corr_len + reply_len + type_len
+    if not n_props:
+        return SIZE_OVERHEAD + (end - q) if q <= end else _overrun()
     properties = 0
+    head = _PROP_HEAD.unpack_from
+    decoders = _VALUE_DECODERS
     for _ in range(n_props):
-        tag, name_len = _PROP_HEAD.unpack_from(data, q)
+        tag, name_len = head(data, q)
         p = q + 3
         q = p + name_len
-        properties += _characters(data[p:q])
-        decoder = _VALUE_DECODERS[tag]
+        raw = data[p:q]
+        properties += len(raw) if raw.isascii() else len(raw.decode())
+        decoder = decoders[tag]
         if decoder is None:
             if tag != PropertyType.STRING:
                 raise malformed(f"unknown property type tag {tag}")
             (length,) = _U32.unpack_from(data, q)
             p = q + 4
             q = p + length
-            properties += _characters(data[p:q])
+            raw = data[p:q]
+            properties += len(raw) if raw.isascii() else len(raw.decode())
         else:
             properties += 8  # as Message.size counts any value but a string
             q += decoder[0].size
     if q > end:
-        raise malformed("message content overruns its block")
+        _overrun()
     return SIZE_OVERHEAD + (end - q) + properties
 
 
-def _characters(raw: bytes) -> int:
-    """How many characters the UTF-8 ``raw`` holds (``len`` of the decoded ``str``)."""
-    return len(raw) if raw.isascii() else len(raw.decode())
+def _overrun() -> int:
+    raise malformed("message content overruns its block")
 
 
 def _decode_properties(

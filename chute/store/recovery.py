@@ -251,27 +251,49 @@ def _index_segment(  # noqa: PLR0917 - private
                     head.stored_count,
                     base | offset,
                 )
-                for queue in head.queues:
-                    _note_size(sizes, queue, head.seq, head.size)
+                for queue in head.queues:  # the common case inline: the next seq of a queue
+                    known = sizes.get(queue)
+                    if known is None or not known.append_next(head.seq, head.size):
+                        _note_size(sizes, queue, head.seq, head.size)
                 continue
             if kind == _ACK:
-                index.ack(decode_ack(data, start, names), base | offset)
+                ack = decode_ack(data, start, names)
+                index.ack(ack, base | offset)
+                known = sizes.get(ack.queue)
+                if known:
+                    known.pop(ack.seq)
             else:
                 record = _without_transients(decode(kind, data, start, end, names))
                 index.apply(record, base | offset)
                 if type(record) is CheckpointRecord:
                     report.checkpoint = (segment, record.kept)
-                elif isinstance(record, CommitRecord | CommitPreparedRecord):
-                    for op in record.ops:
-                        if isinstance(op, AddOp):
-                            for queue in op.queues:
-                                _note_size(sizes, queue, op.seq, op.message.size)
+                else:
+                    _sized(record, sizes)
         except CorruptRecord as exc:
             report.skipped(segment, offset, end, exc)
             continue
         replayed += 1
     report.records += replayed
     return _account_damage(scan, segment, data, report)
+
+
+def _sized(record: Record, sizes: dict[str, SeqMap]) -> None:
+    """Keep ``sizes`` to the live messages after ``record`` (not an ADD or an ACK)."""
+    match record:
+        case AcksRecord(queue, seqs):
+            known = sizes.get(queue)
+            if known:
+                for seq in seqs:
+                    known.pop(seq)
+        case CommitRecord(ops) | CommitPreparedRecord(_, ops):
+            for op in ops:
+                if isinstance(op, AddOp):
+                    for queue in op.queues:
+                        _note_size(sizes, queue, op.seq, op.message.size)
+                elif (known := sizes.get(op.queue)) is not None:
+                    known.pop(op.seq)
+        case UndefineRecord(name):
+            sizes.pop(name, None)
 
 
 def _note_size(sizes: dict[str, SeqMap], queue: str, seq: int, size: int) -> None:
@@ -285,6 +307,8 @@ def _note_size(sizes: dict[str, SeqMap], queue: str, seq: int, size: int) -> Non
 def _live_bytes(held: SeqMap, known: SeqMap | None) -> int:
     """The bytes of the live messages ``held`` (seq -> location), by the sizes noted; one
     not noted (nothing should be) counts as the average of those that were."""
+    if known is not None and len(known) == len(held):  # acks took theirs out: the same
+        return known.total()
     total = counted = 0
     if known is not None:
         for seq, _ in held.items():

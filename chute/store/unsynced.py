@@ -50,7 +50,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Final
 
-from chute.core.store import AckOp, TxOp
+from chute.core.store import AckOp, AddOp, TxOp
 from chute.store.disk import Disk
 from chute.store.intake import Item
 from chute.store.reclaim import LiveIndex
@@ -59,6 +59,21 @@ from chute.store.records import AckRecord, AcksRecord, AddRecord, CommitRecord, 
 
 NEW: Final = frozenset({Kind.ADD, Kind.COMMIT})  # what producers and committers wait for
 REFUSABLE: Final = NEW | {Kind.ACK, Kind.ACKS}  # ... and acks, if any of those is refused
+
+
+def adds_messages(item: Item) -> bool:
+    """Whether ``item`` brings new messages: an ADD, or a COMMIT with an add in it (a
+    commit of acks only is a consumer's, and goes where acks go)."""
+    kind, _, record = item
+    if kind == Kind.ADD:
+        return True
+    return (
+        kind == Kind.COMMIT
+        and isinstance(record, CommitRecord)
+        and any(isinstance(op, AddOp) for op in record.ops)
+    )
+
+
 NOT_REFUSABLE: Final = -1  # the ordinal of a record the writer made itself (reclaiming)
 _OFFSET_MASK: Final = (1 << 32) - 1
 
@@ -110,7 +125,7 @@ class Unsynced:
     def covers_new(self, covered: int) -> bool:
         """Whether an add or a commit numbered below ``covered`` is here."""
         return any(
-            0 <= ordinal < covered and item[0] in NEW
+            0 <= ordinal < covered and adds_messages(item)
             for written in self.writes
             for ordinal, _, item in written.records
         )
@@ -160,7 +175,7 @@ def refuse(
     ``carry[0]`` is numbered ``carried``), written (to ``segment``) or not; returns them."""
     count = min(len(carry), covered - carried)
     if not unsynced.covers_new(covered) and not any(
-        item[0] in NEW for item in carry[: max(count, 0)]
+        adds_messages(item) for item in carry[: max(count, 0)]
     ):
         return []  # nothing new refused: acks and the rest are written again
     refused = unsynced.refuse(segment, covered, REFUSABLE) if segment is not None else []

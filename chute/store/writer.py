@@ -89,7 +89,7 @@ from chute.store.segment import (
     segment_path,
 )
 from chute.store.space import FreeSpace
-from chute.store.unsynced import NEW, Unsynced, located, refuse, refused_ops
+from chute.store.unsynced import NEW, Unsynced, adds_messages, located, refuse, refused_ops
 
 log = logging.getLogger("chute.store.journal")
 
@@ -387,13 +387,15 @@ class Writer:
                 reserve = self._ack_reserve if self.space.low is not None else 0
                 parts: list[bytes] = []
                 end = done
-                for kind, payload, _ in itertools.islice(items, done, None):
+                for item in itertools.islice(items, done, None):
+                    kind, payload, _ = item
                     size = HEADER_SIZE + len(payload)
                     if size > room or (
                         reserve
                         and size + reserve > room
                         and kind in NEW
                         and position > SEGMENT_HEADER_SIZE
+                        and adds_messages(item)
                     ):
                         break
                     parts.append(frame_header(number, position, kind, payload))

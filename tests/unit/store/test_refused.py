@@ -197,3 +197,24 @@ def test_when_no_new_segment_can_be_made_acks_still_go_into_the_current_one(
     journals.disk.hook = None
     journal = journals.reopen(journal, segment_size=8192)
     assert journal.recover().messages.get("q", []) == []
+
+
+def test_a_commit_of_acks_only_failing_alone_is_kept_like_acks(journals: Journals) -> None:
+    """A transacted consumer's commit brings no message: it goes where acks go."""
+    journal = journals.open(preallocate=False)
+    journal.define(QueueDefinition("q", QueueKind.QUEUE))
+    for seq in (1, 2):
+        journal.add(add("q", seq))
+    journal.flush()
+    refused: list[TxOp] = []
+    journal.on_unstored = refused.extend
+    _fail_next_sync(journals)
+    journal.commit([AckOp("q", 1), AckOp("q", 2)])
+    failed = Callbacks()
+    journal.sync(failed)
+    assert isinstance(failed.wait()[0], DiskFull)
+    assert refused == []
+    journals.disk.sync_error = None
+    journal.flush()
+    journal = journals.reopen(journal)
+    assert journal.recover().messages.get("q", []) == []
