@@ -1,7 +1,8 @@
-"""The broker: destinations by address, routing, diversion, expiry and recovery.
+"""The broker: destinations by address, routing, expiry and recovery.
 
 It owns every destination and the parts built around them: subscriptions
-(:mod:`chute.core.subscriptions`), prepared transactions
+(:mod:`chute.core.subscriptions`), dead letters and forwarding
+(:mod:`chute.core.diversion`), prepared transactions
 (:mod:`chute.core.twophase`), cursors and committed batches
 (:mod:`chute.core.cursor`, :mod:`chute.core.batches`) and the gate of
 :mod:`chute.core.access`. Each part gets the broker through the narrow
@@ -43,6 +44,7 @@ from chute.core.browse import PAGE_BYTES, PAGE_MESSAGES, BrowsePage, browse_page
 from chute.core.consumer import Entry
 from chute.core.cursor import Cursors
 from chute.core.destinations import ANONYMOUS, Destinations, Limits
+from chute.core.diversion import Diversion
 from chute.core.paging import MemoryBudget, held_cost
 from chute.core.queue import QueueChannel, Reason
 from chute.core.queuetypes import LoginQueue, attach_forwarder
@@ -59,11 +61,6 @@ from chute.errors import DestinationFull, InvalidAddress, NotFound
 from chute.message import Message, now_ms
 
 log = logging.getLogger("chute.broker")
-
-ORIGINAL_DESTINATION = "chute_original_destination"
-DIVERT_REASON = "chute_reason"
-MAX_FORWARD_DEPTH = 8
-DIVERT_LOG_INTERVAL_MS = 60_000
 
 
 class Broker:
@@ -102,7 +99,6 @@ class Broker:
         self._page_later: set[QueueChannel] = set()
         self.flow_backlog = flow_backlog  # 0: producers are never paused for a backlog
         self.max_subscription_bytes = max_subscription_bytes  # see Subscriptions.create
-        self._diverted: dict[tuple[str, Reason], tuple[int, int]] = {}  # see _log_diverted
         self.pressure: list[QueueChannel] = []  # congested since the driver last looked
         self.settings = settings or SettingsResolver()
         self.clock = clock
@@ -111,8 +107,7 @@ class Broker:
         self.topics: dict[str, Topic] = {}
         self.subscriptions = Subscriptions(self)
         self._room_waiters: dict[str, list[Callable[[], None]]] = {}
-        self._forward_depth = 0
-        self.discarded = 0  # diversions that found no room anywhere
+        self.diversion = Diversion(self)  # dead letters, expiry, callback forwarding
         self.connections: dict[str, Client] = {}  # by id; see chute.core.connection.Connection
         self.client_ids: dict[str, str] = {}  # client id -> the one live connection's id
         self.xa = PreparedTransactions(self)
@@ -299,101 +294,19 @@ class Broker:
             else:
                 return True
         queue.dead_lettered += 1
-        self._divert_message(queue, message, Reason.OVERFLOW)
+        self.diversion.divert(queue, message, Reason.OVERFLOW)
         return False
 
     # -- diversion (the QueueHost interface) ---------------------------------------
 
     def divert(self, queue: QueueChannel, entry: Entry, reason: Reason) -> None:
         """Send a message that left ``queue`` unconsumed to the dead-letter or expiry address."""
-        self._divert_message(queue, entry.message, reason)
-
-    def _divert_message(self, queue: QueueChannel, message: Message, reason: Reason) -> None:
-        settings = queue.settings
-        target = settings.expiry if reason is Reason.EXPIRED else settings.dead_letter
-        # One hop past MAX_FORWARD_DEPTH is allowed, so that what a forwarding
-        # loop gave up on still reaches the dead-letter queue.
-        if target == queue.address or self._forward_depth > MAX_FORWARD_DEPTH:
-            self.discarded += 1
-            log.warning(
-                "discarded %s from %s (%s): nowhere left to put it",
-                message.id,
-                queue.address,
-                reason.value,
-            )
-            return
-        properties = dict(message.properties)
-        properties.setdefault(ORIGINAL_DESTINATION, queue.address)
-        properties[DIVERT_REASON] = reason.value
-        copy = message.replace(
-            properties=properties, expiration=0, redelivered=False, delivery_count=0
-        )
-        if reason is Reason.EXPIRED:
-            log.debug("message %s from %s moved to %s: expired", message.id, queue.name, target)
-        else:
-            self._log_diverted(queue, message, target, reason)
-        self._forward_depth += 1
-        try:
-            route = self.route(self.destination(target, create=True), copy)
-            if route.record is not None:
-                self.store.add(route.record)
-            self.place(route)
-        except (DestinationFull, InvalidAddress, NotFound) as exc:
-            self.discarded += 1
-            log.error(
-                "discarded %s from %s (%s): %s could not take it: %s",
-                message.id,
-                queue.address,
-                reason.value,
-                target,
-                exc.reason,
-            )
-        finally:
-            self._forward_depth -= 1
-
-    def _log_diverted(
-        self, queue: QueueChannel, message: Message, target: str, reason: Reason
-    ) -> None:
-        """A warning for the first diversion of a queue for a reason, then one a minute at
-        most with how many followed (a subscriber far behind may lose thousands a
-        second: each is counted in the queue's stats, not logged)."""
-        key = (queue.name, reason)
-        now = self.clock()
-        count, since = self._diverted.get(key, (0, 0))
-        if since and now - since < DIVERT_LOG_INTERVAL_MS:
-            self._diverted[key] = (count + 1, since)
-            log.debug(
-                "message %s from %s moved to %s: %s", message.id, queue.name, target, reason.value
-            )
-            return
-        more = f" (and {count} more in the last {(now - since) // 1000} s)" if count else ""
-        log.warning(
-            "message %s from %s moved to %s: %s%s; more are counted, not logged, for a minute",
-            message.id,
-            queue.name,
-            target,
-            reason.value,
-            more,
-        )
-        self._diverted[key] = (0, now)
+        self.diversion.divert(queue, entry.message, reason)
 
     def forward(self, address: str, message: Message) -> None:
-        """Route a copy of ``message`` onwards (callback queues), guarding against loops.
-
-        Raises:
-            DestinationFull: the target is full, or the forwarding loops.
-        """
-        if self._forward_depth >= MAX_FORWARD_DEPTH:
-            raise DestinationFull(f"forwarding to {address} loops ({MAX_FORWARD_DEPTH} hops)")
-        self._forward_depth += 1
-        try:
-            copy = message.replace(redelivered=False, delivery_count=0)
-            route = self.route(self.destination(address), copy)
-            if route.record is not None:
-                self.store.add(route.record)
-            self.place(route)
-        finally:
-            self._forward_depth -= 1
+        """Route a copy of ``message`` onwards (callback queues; see
+        :meth:`Diversion.forward`)."""
+        self.diversion.forward(address, message)
 
     def congested(self, queue: QueueChannel) -> None:
         if not self.pressure or self.pressure[-1] is not queue:
@@ -503,12 +416,12 @@ class Broker:
             InvalidSelector: a bad selector.
             StoreError: paged messages cannot be read now.
         """
-        canonical = str(parse(address))
+        addr = parse(address)
         compiled = compile_selector(selector) if selector else None
-        dest = self.find(canonical)
+        dest = self.find(str(addr))
         if dest is None:
-            if parse(canonical).kind is Kind.TOPIC:
-                raise InvalidAddress(f"{canonical} is a topic: a topic holds nothing to browse")
+            if addr.kind is Kind.TOPIC:
+                raise InvalidAddress(f"{addr} is a topic: a topic holds nothing to browse")
             return BrowsePage([], after, max(before, after + 1), True)
         if isinstance(dest, Topic):
             raise InvalidAddress(f"{address} is a topic: a topic holds nothing to browse")
@@ -568,7 +481,7 @@ class Broker:
             "made": self.destinations.stats(),
             "connections": len(self.connections),
             "prepared": self.xa.xids(),
-            "discarded": self.discarded,
+            "discarded": self.diversion.discarded,
             "memory": {
                 "held": self.memory.used,
                 "paging_at": self.memory.limit,

@@ -6,9 +6,10 @@ import pytest
 
 from chute.core.access import Principal
 from chute.core.address import user_queue
-from chute.core.broker import DIVERT_REASON, ORIGINAL_DESTINATION, Broker
+from chute.core.broker import Broker
 from chute.core.connection import Connection
 from chute.core.consumer import AckMode
+from chute.core.diversion import DIVERT_REASON, ORIGINAL_DESTINATION
 from chute.core.settings import DestinationSettings
 from chute.core.store import AddOp
 from chute.errors import AccessDenied, ConsumerError, InvalidAddress, NotFound

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from chute.core.broker import DIVERT_REASON, ORIGINAL_DESTINATION, Broker
+from chute.core.broker import Broker
 from chute.core.connection import Connection
 from chute.core.consumer import AckMode
+from chute.core.diversion import DIVERT_REASON, ORIGINAL_DESTINATION
 from chute.core.session import Session
 from chute.core.settings import DestinationSettings
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 import pytest
 
 from chute.core.address import DEAD_LETTER
-from chute.core.broker import DIVERT_REASON, Broker
+from chute.core.broker import Broker
 from chute.core.connection import Connection
 from chute.core.consumer import AckMode, Consumer
+from chute.core.diversion import DIVERT_REASON
 from chute.core.session import Session
 from chute.errors import ConsumerError
 
