@@ -23,21 +23,26 @@ class Client(stomp.ConnectionListener):  # type: ignore[misc]
     """A stomp.py connection whose frames land in queues the test waits on."""
 
     def __init__(self, port: int, version: str = "1.2", **connect: Any) -> None:
-        self.messages: queue.Queue[Any] = queue.Queue()
-        self.receipts: queue.Queue[str] = queue.Queue()
-        self.errors: queue.Queue[Any] = queue.Queue()
-        self.heartbeat = threading.Event()
-        self.disconnected = threading.Event()
-        self.order: list[str] = []  # RECEIPT and ERROR frames as they came, e.g. "RECEIPT r1"
         cls = {"1.0": stomp.Connection10, "1.1": stomp.Connection11}.get(
             version, stomp.Connection12
         )
         kwargs: dict[str, Any] = {"auto_decode": False}
         if "heartbeats" in connect:
             kwargs["heartbeats"] = connect.pop("heartbeats")
-        self.conn = cls([("127.0.0.1", port)], **kwargs)
-        self.conn.set_listener("", self)
-        self.conn.connect(wait=True, **connect)
+        self._listen(cls([("127.0.0.1", port)], **kwargs), **connect)
+
+    def _listen(self, conn: Any, **connect: Any) -> None:
+        """Take ``conn``'s frames into this client's queues, then connect it (how every
+        kind of stomp.py connection a test makes, TLS or WebSocket, becomes a Client)."""
+        self.messages: queue.Queue[Any] = queue.Queue()
+        self.receipts: queue.Queue[str] = queue.Queue()
+        self.errors: queue.Queue[Any] = queue.Queue()
+        self.heartbeat = threading.Event()
+        self.disconnected = threading.Event()
+        self.order: list[str] = []  # RECEIPT and ERROR frames as they came, e.g. "RECEIPT r1"
+        self.conn = conn
+        conn.set_listener("", self)
+        conn.connect(wait=True, **connect)
 
     # stomp.py callbacks (its threads)
     def on_message(self, frame: Any) -> None:

@@ -8,13 +8,10 @@ same way as on the TCP port.
 
 from __future__ import annotations
 
-import queue
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
 import stomp
@@ -38,13 +35,7 @@ class WsClient(Client):
     def __init__(
         self, port: int, *, path: str = "/stomp", binary: bool = False, **login: str
     ) -> None:
-        self.messages: queue.Queue[Any] = queue.Queue()
-        self.receipts: queue.Queue[str] = queue.Queue()
-        self.errors: queue.Queue[Any] = queue.Queue()
-        self.order: list[str] = []
-        self.heartbeat = threading.Event()
-        self.disconnected = threading.Event()
-        self.conn = stomp.WSStompConnection(
+        conn = stomp.WSStompConnection(
             [("127.0.0.1", port)],
             ws_path=path,
             header={"Sec-WebSocket-Protocol": "v12.stomp"},
@@ -52,8 +43,7 @@ class WsClient(Client):
             auto_decode=False,
             reconnect_attempts_max=1,
         )
-        self.conn.set_listener("", self)
-        self.conn.connect(wait=True, **(login or LOGIN))
+        self._listen(conn, **(login or LOGIN))
 
 
 @pytest.fixture(scope="module")

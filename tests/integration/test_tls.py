@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import http.client
-import queue
 import socket
 import ssl
 import subprocess
 import sys
-import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -401,23 +399,16 @@ class TlsStompClient(Client):
     """A :class:`Client` over stomp.py's TLS (``set_ssl``), with a client certificate or not."""
 
     def __init__(self, port: int, ca: Path, cert: Path | None = None, **connect: Any) -> None:
-        self.messages: queue.Queue[Any] = queue.Queue()
-        self.receipts: queue.Queue[str] = queue.Queue()
-        self.errors: queue.Queue[Any] = queue.Queue()
-        self.order: list[str] = []
-        self.heartbeat = threading.Event()
-        self.disconnected = threading.Event()
-        self.conn = stomp.Connection12(
+        conn = stomp.Connection12(
             [("127.0.0.1", port)], auto_decode=False, reconnect_attempts_max=1
         )
-        self.conn.set_ssl(
+        conn.set_ssl(
             for_hosts=[("127.0.0.1", port)],
             ca_certs=str(ca),
             cert_file=str(cert) if cert else None,
             key_file=str(cert) if cert else None,
         )
-        self.conn.set_listener("", self)
-        self.conn.connect(wait=True, **connect)
+        self._listen(conn, **connect)
 
 
 def _stomp_acts_as(client: Client, user: str) -> None:
@@ -517,27 +508,20 @@ class WssClient(Client):
     """A :class:`Client` over stomp.py's ``WSStompConnection`` with TLS (wss://)."""
 
     def __init__(self, port: int, ca: Path, cert: Path | None = None, **connect: Any) -> None:
-        self.messages: queue.Queue[Any] = queue.Queue()
-        self.receipts: queue.Queue[str] = queue.Queue()
-        self.errors: queue.Queue[Any] = queue.Queue()
-        self.order: list[str] = []
-        self.heartbeat = threading.Event()
-        self.disconnected = threading.Event()
-        self.conn = stomp.WSStompConnection(
+        conn = stomp.WSStompConnection(
             [("127.0.0.1", port)],
             ws_path="/stomp",
             header={"Sec-WebSocket-Protocol": "v12.stomp"},
             auto_decode=False,
             reconnect_attempts_max=1,
         )
-        self.conn.set_ssl(for_hosts=[("127.0.0.1", port)], ca_certs=str(ca))
+        conn.set_ssl(for_hosts=[("127.0.0.1", port)], ca_certs=str(ca))
         if cert is not None:
             # stomp.py 9 hands its set_ssl options to websocket-client as they are, and
             # websocket-client names a client certificate certfile/keyfile
-            options = self.conn.transport.get_ssl(("127.0.0.1", port))
+            options = conn.transport.get_ssl(("127.0.0.1", port))
             options.update(certfile=str(cert), keyfile=str(cert))
-        self.conn.set_listener("", self)
-        self.conn.connect(wait=True, **connect)
+        self._listen(conn, **connect)
 
 
 def test_stomp_over_wss_with_a_password_and_with_a_certificate(
