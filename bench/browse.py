@@ -37,6 +37,7 @@ from typing import Any
 
 import chute
 from bench.native import free_port
+from bench.paging import rss_kib
 from chute.client import blocking
 from chute.client.requests import Request, expect
 from chute.errors import ChuteError
@@ -78,16 +79,6 @@ def start(
         raise RuntimeError("broker did not start:\n" + "".join(lines))
     threading.Thread(target=proc.stdout.read, daemon=True).start()  # never a full pipe
     return proc, f"chute://127.0.0.1:{port}"
-
-
-def status_kib(pid: int, field: str) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 def fill(url: str, count: int, size: int) -> None:
@@ -152,13 +143,13 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
         for b in browsers:
             b.start()
         ready.wait(30)
-        rss_before = status_kib(proc.pid, "VmRSS")
+        rss_before = rss_kib(proc.pid, "VmRSS")
         peak = [rss_before]
         sampling = threading.Event()
 
         def sample() -> None:
             while not sampling.wait(0.05):
-                peak.append(status_kib(proc.pid, "VmRSS"))
+                peak.append(rss_kib(proc.pid, "VmRSS"))
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()

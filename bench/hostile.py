@@ -30,7 +30,8 @@ from collections.abc import Callable
 from typing import Any
 
 import chute
-from bench.native import start_broker
+from bench.native import free_port, start_broker
+from bench.paging import rss_kib
 from chute.errors import ChuteError
 
 HIGH_WATERMARK = 96 << 20
@@ -44,14 +45,6 @@ max_subscription_bytes = "8MiB"
 block_timeout_ms = 60000
 """
 BODY = b"b" * 1024
-
-
-def rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 # -- the attacks (each runs in its own process until told to stop) -----------------------
@@ -238,7 +231,7 @@ class Bystander:
 
 def one(name: str, seconds: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
-        stomp_port = _free_port()
+        stomp_port = free_port()
         proc, url = start_broker(f"{tmp}/data", CONFIG, stomp_port=stomp_port)
         port = int(url.rsplit(":", 1)[1])
         try:
@@ -247,12 +240,12 @@ def one(name: str, seconds: float) -> dict[str, Any]:
             ctx = multiprocessing.get_context("spawn")
             stop = ctx.Event()
             attacker = ctx.Process(target=ATTACKS[name], args=(port, stomp_port, url, stop))
-            peak = [rss(proc.pid)]
+            peak = [rss_kib(proc.pid, "VmRSS") * 1024]
             watching = threading.Event()
 
             def watch() -> None:
                 while not watching.wait(0.05):
-                    peak.append(rss(proc.pid))
+                    peak.append(rss_kib(proc.pid, "VmRSS") * 1024)
 
             watcher = threading.Thread(target=watch)
             watcher.start()
@@ -286,13 +279,6 @@ def one(name: str, seconds: float) -> dict[str, Any]:
         "acked_lost": lost,
         "up": up,
     }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def main() -> None:

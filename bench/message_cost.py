@@ -19,6 +19,7 @@ from typing import Any
 
 import chute
 from bench.native import start_broker
+from bench.paging import rss_kib
 from chute.core.paging import held_cost
 from chute.message import Message
 
@@ -30,14 +31,6 @@ CASES = (  # body bytes, persistent, messages
 CONFIG = '[server]\nmax_memory = "0"\nmemory_high_watermark = "0"\nflow_backlog = 0\n'
 
 
-def rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
-
-
 def one(body_size: int, persistent: bool, count: int) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         proc, url = start_broker(f"{tmp}/data", CONFIG)
@@ -45,13 +38,13 @@ def one(body_size: int, persistent: bool, count: int) -> float:
             with chute.connect(url) as conn, conn.session() as s:
                 s.send("queue:warm", b"x")
                 s.flush()
-                before = rss(proc.pid)
+                before = rss_kib(proc.pid, "VmRSS") * 1024
                 body = b"x" * body_size
                 for _ in range(count):
                     s.send("queue:q", body, persistent=persistent)
                 s.flush()
                 conn.stat()  # everything sent has been taken
-                return (rss(proc.pid) - before) / count
+                return (rss_kib(proc.pid, "VmRSS") * 1024 - before) / count
         finally:
             proc.terminate()
             proc.wait()

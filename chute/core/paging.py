@@ -73,10 +73,6 @@ class MemoryBudget:
         self.high = high
         self.used = 0
 
-    @property
-    def over(self) -> bool:
-        return 0 < self.limit <= self.used
-
     def __repr__(self) -> str:
         return f"MemoryBudget(used={self.used}, limit={self.limit}, high={self.high})"
 

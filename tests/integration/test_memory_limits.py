@@ -15,16 +15,9 @@ import chute
 from chute.errors import DestinationFull
 
 from .conftest import ChuteServer, free_port, start_server
+from .hostile import rss_kib
 
 BODY = b"m" * 1024
-
-
-def rss(server: ChuteServer) -> int:
-    with open(f"/proc/{server.process.pid}/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
 
 
 def stats(conn: chute.Connection, address: str = "queue:q") -> dict[str, int]:
@@ -130,13 +123,13 @@ def test_a_stomp_subscriber_that_never_reads_costs_its_bound_not_the_broker(
         answer = b""
         while b"RECEIPT" not in answer:
             answer += stuck.recv(4096)
-        before = rss(server)
+        before = rss_kib(server.process.pid) * 1024
         body = b"n" * 8192
         with chute.connect(server.url) as conn, conn.session() as s:
             for _ in range(24 * 1024):  # 192 MiB published to a subscriber that reads nothing
                 s.send("topic:news", body, persistent=False)
             s.flush()
-            grown = rss(server) - before
+            grown = rss_kib(server.process.pid) * 1024 - before
             stats = conn.stat()
         topic = next(d for d in stats["destinations"] if d["address"] == "topic:news")
         assert topic["dead_lettered"] > 20_000  # the oldest went to the dead-letter queue
