@@ -29,7 +29,7 @@ from chute.protocol.spec import HEADER_SIZE
 from chute.protocol.splice import encode_send
 from chute.protocol.wire import encode_packet
 from chute.server.app import BrokerServer, tune_gc
-from chute.server.memory_transport import MemoryTransport
+from chute.server.memory_transport import MemoryTransport, settle
 from chute.server.native import NativeConnection
 from chute.store.memory import MemoryStore
 
@@ -74,7 +74,7 @@ def run(count: int, size: int, loop: asyncio.AbstractEventLoop) -> float:
     start = time.process_time()
     for _ in range(count // per_read):
         producer.data_received(chunk)
-        loop.run_until_complete(asyncio.sleep(0))  # let scheduled flushes run
+        settle(loop, producer, 1)  # its turns, and the flushes they scheduled
         data = b"".join(out.written)
         out.written.clear()
         n, last = count_deliveries(data)

@@ -34,7 +34,7 @@ from typing import Any
 
 from chute.config import ServerConfig
 from chute.server.app import BrokerServer, tune_gc
-from chute.server.memory_transport import MemoryTransport
+from chute.server.memory_transport import MemoryTransport, settle
 from chute.server.stomp import StompConnection
 from chute.store.memory import MemoryStore
 
@@ -100,9 +100,7 @@ class Run:
         """Feed ``data`` to ``conn`` and run the loop until it settles, on the clock."""
         start = time.process_time()
         conn.data_received(data)
-        loop = self.loop
-        for _ in range(4):  # flushes, credit given back, the flushes that causes
-            loop.run_until_complete(asyncio.sleep(0))
+        settle(self.loop, conn, 4)  # its turns; flushes, credit given back, their flushes
         self.cpu += time.process_time() - start
 
     def consume(self) -> int:

@@ -1,38 +1,52 @@
-"""Admission: whether the broker takes new messages now, broker-wide.
+"""Admission: whether the broker takes a producer's new message now.
 
 Two resources bound what producers may add, whatever the destination: the
-memory the queues hold (:class:`~chute.core.paging.MemoryBudget`: past its
-``high`` line) and the store (its disk under its free-space limit, or its
-writer far behind, as the store says through ``Store.space_low``). While
-either is short, a producer's send raises :class:`~chute.core.routing.WouldBlock`
-with no address (the whole broker): its driver holds that producer (it stops reading the producer's
+memory the queues hold (:class:`~chute.core.paging.MemoryBudget`) and the
+store (its disk, and how far its writer is behind the broker). When one is
+short, the producers that cause the shortage wait first: a producer's send
+raises :class:`~chute.core.routing.WouldBlock` with no address (the whole
+broker); its driver holds that producer (it stops reading the producer's
 socket, so the data waits in the network, not in the broker) and retries the
 send once admission opens, or fails it with the reason after ``timeout_ms``.
+
+Who waits, in two steps:
+
+* *Pressure* (memory past ``high``, or the writer more than
+  :data:`BEHIND` behind): the heavy producers wait. Each connection keeps a
+  :class:`Share`, what it sent lately (bytes, decayed every tick); a producer
+  is heavy while its share is at least the mean of every recent producer's.
+  So a flood waits and a bystander sending a little goes on; producers that
+  all send alike all wait, as with one gate.
+* *Shortage* (memory past ``high`` plus :data:`HARD_MARGIN` of it, the
+  writer more than :data:`BEHIND_ALL` behind, or the disk under its
+  free-space limit): every producer waits. This is the bound.
 
 Consumers are never held: receiving, acks, nacks, rollbacks and commits that
 add nothing go on, and they are what frees the room. So does paging: durable
 queues page long before ``high`` (at the budget's ``limit``), so what reaches
 ``high`` is what cannot page (temporary queues, non-durable subscriptions,
-messages in flight).
+open transactions, messages in flight).
 
 Memory has hysteresis: admission closes at ``high`` and opens again below
 :data:`RESUME_RATIO` of it, so producers do not flap around the line. A send
 checks the memory line itself (a burst overshoots by one message at most) and
-asks the store every :data:`STORE_CHECK_EVERY` sends (a flood of
-non-persistent messages paged to the journal can outrun its writer);
-:meth:`Admission.check` re-evaluates both resources, opens admission and
-wakes the waiting producers: the server calls it a few times a second. Each
-closing and opening is logged once, with how long producers waited.
+asks the store every :data:`STORE_CHECK_EVERY` sends; :meth:`Admission.check`
+(the server calls it every tick, a few times a second) ages the shares,
+re-evaluates both resources, opens admission and wakes the waiting producers.
+Each closing and opening is logged once, with how long producers waited.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from chute.core.paging import MemoryBudget
 from chute.core.routing import WouldBlock
+
+if TYPE_CHECKING:
+    from chute.core.store import Store
 
 log = logging.getLogger("chute.broker")
 
@@ -40,6 +54,26 @@ RESUME_RATIO: Final = 0.9
 """Admission closed by memory opens again once the queues hold less than this of ``high``."""
 STORE_CHECK_EVERY: Final = 256
 """Sends between two questions to the store (each is cheap, but not free)."""
+BEHIND: Final = 4 << 20
+"""Bytes the journal's writer may be behind the broker before the heavy producers wait (a
+flood of non-persistent messages paged can outrun it)."""
+BEHIND_ALL: Final = 16 << 20
+"""... and before every producer waits."""
+HARD_MARGIN: Final = 8
+"""Every producer waits once memory passes ``high`` by ``high // HARD_MARGIN``."""
+DECAY: Final = 4
+"""A share keeps ``1 - 1/DECAY`` of what it counted at each tick."""
+
+
+class Share:
+    """What one producer (a connection) sent lately: bytes, decayed every tick."""
+
+    __slots__ = ("recent", "sent", "tick")
+
+    def __init__(self) -> None:
+        self.recent = 0  # decayed bytes, as of the last tick it was aged
+        self.sent = 0  # bytes since then
+        self.tick = -1  # the tick it was last counted in (-1: never)
 
 
 def _mib(size: int) -> str:
@@ -47,78 +81,136 @@ def _mib(size: int) -> str:
 
 
 class Admission:
-    """The broker-wide gate in front of every producer. Used from the broker's loop only."""
+    """The gate in front of every producer. Used from the broker's loop only."""
 
     __slots__ = (
         "_cause",
         "_closed_at",
         "_countdown",
+        "_shares",
         "_waiters",
         "clock",
+        "everyone",
+        "heavy",
         "memory",
         "reason",
         "refused",
-        "store_says",
+        "store",
+        "tick",
         "timeout_ms",
     )
 
     def __init__(
         self,
         memory: MemoryBudget,
-        store_says: Callable[[], str | None],
+        store: Callable[[], Store],
         clock: Callable[[], int],
         timeout_ms: int = 30_000,
     ) -> None:
         self.memory = memory
-        self.store_says = store_says
-        """Why the store cannot take more now (``Store.space_low``), or None."""
+        self.store = store
+        """The store now (a transaction swaps it while it gathers)."""
         self.clock = clock
         self._countdown = STORE_CHECK_EVERY
         self.timeout_ms = timeout_ms
         self.reason: str | None = None
         """Why producers wait now (None: admission is open)."""
+        self.everyone = False
+        """Every producer waits (a shortage), not only the heavy ones."""
+        self.tick = 0
+        self.heavy = 0
+        """A share at least this heavy waits under pressure (the mean at the last tick)."""
+        self._shares: list[Share] = []  # every share counted since it last decayed to 0
         self.refused = 0  # sends that found admission closed (each retry counts)
-        self._cause = ""  # "memory" or "disk" while closed
+        self._cause = ""  # "memory" or "store" while closed
         self._closed_at = 0
         self._waiters: list[Callable[[], None]] = []
 
-    def admit(self) -> None:
-        """Return if a producer may add a message now.
+    def admit(self, share: Share, size: int) -> None:
+        """Return if the producer ``share`` belongs to may add a ``size``-byte message now.
 
         Raises:
-            WouldBlock: the broker is over its memory or disk limit (address None).
+            WouldBlock: the broker is short of memory or store and this producer is
+                heavy, or every producer waits (address None).
         """
+        if share.tick != self.tick:
+            if share.tick < 0:
+                self._shares.append(share)
+            share.tick = self.tick
         if self.reason is None:
             memory = self.memory
             if memory.high and memory.used >= memory.high:
-                self._close("memory", self._memory_reason())
+                self._close("memory", *self._memory_says())
             else:
                 self._countdown -= 1
                 if self._countdown:
+                    share.sent += size
                     return
                 self._countdown = STORE_CHECK_EVERY
-                short = self.store_says()
-                if short is None:
+                if not self._store_short():
+                    share.sent += size
                     return
-                self._close("store", short)
-        self.refused += 1
-        raise WouldBlock(self.reason or "", None, self.timeout_ms)
+        if not self.everyone:
+            memory = self.memory
+            if memory.high and memory.used >= memory.high + memory.high // HARD_MARGIN:
+                self._close("memory", *self._memory_says())  # light producers reached the bound
+        if self.everyone or share.recent + share.sent >= self.heavy:
+            self.refused += 1
+            raise WouldBlock(self.reason or "", None, self.timeout_ms)
+        share.sent += size
 
     def check(self) -> None:
-        """Re-evaluate memory and the store; open admission and wake the producers once
-        both allow."""
-        memory = self.memory
-        short = self.store_says()
-        if short is not None:
-            self._close("store", short)
+        """A tick: age the shares, re-evaluate memory and the store; open admission and
+        wake the producers once both allow."""
+        self._age()
+        if self._store_short():
             return
+        memory = self.memory
         if memory.high and memory.used >= (
             memory.high * RESUME_RATIO if self.reason is not None else memory.high
         ):
-            self._close("memory", self._memory_reason())
+            self._close("memory", *self._memory_says())
             return
         if self.reason is not None:
             self._open()
+
+    def _age(self) -> None:
+        """Decay every share by a tick and set the heavy line to their mean."""
+        self.tick += 1
+        kept: list[Share] = []
+        total = 0
+        for share in self._shares:
+            share.recent = share.recent * (DECAY - 1) // DECAY + share.sent
+            share.sent = 0
+            if share.recent:
+                kept.append(share)
+                total += share.recent
+            else:
+                share.tick = -1
+        self._shares = kept
+        self.heavy = total // len(kept) if kept else 0
+
+    def _store_short(self) -> bool:
+        """Close for the store if it is short; whether it is."""
+        store = self.store()
+        low = store.space_low()
+        if low is not None:
+            self._close("store", low, everyone=True)
+            return True
+        behind = store.backlog()
+        if behind <= BEHIND:
+            return False
+        self._close(
+            "store",
+            f"the journal's writer is {behind >> 20} MiB behind the broker: "
+            + (
+                "every producer waits while it writes"
+                if behind > BEHIND_ALL
+                else "the heaviest producers wait while it writes"
+            ),
+            everyone=behind > BEHIND_ALL,
+        )
+        return True
 
     def wait(self, wake: Callable[[], None]) -> None:
         """Call ``wake()`` once admission opens."""
@@ -133,15 +225,18 @@ class Admission:
         """Producers held now."""
         return len(self._waiters)
 
-    def _memory_reason(self) -> str:
+    def _memory_says(self) -> tuple[str, bool]:
+        """Why producers wait for memory, and whether every one does."""
         memory = self.memory
+        everyone = memory.used >= memory.high + memory.high // HARD_MARGIN
         return (
             f"the broker's queues hold {_mib(memory.used)} in memory, over "
-            f"memory_high_watermark ({_mib(memory.high)}): producers wait while "
-            "consumers drain"
-        )
+            f"memory_high_watermark ({_mib(memory.high)}): "
+            + ("every producer waits" if everyone else "the heaviest producers wait")
+            + " while consumers drain"
+        ), everyone
 
-    def _close(self, cause: str, reason: str) -> None:
+    def _close(self, cause: str, reason: str, everyone: bool) -> None:
         """Close (or keep closed) for ``cause``; logged when the cause changes."""
         if self.reason is None:
             self._closed_at = self.clock()
@@ -150,6 +245,7 @@ class Admission:
             log.warning("producers still wait: %s", reason)
         self._cause = cause
         self.reason = reason
+        self.everyone = everyone
 
     def _open(self) -> None:
         waited = self.clock() - self._closed_at
@@ -164,6 +260,7 @@ class Admission:
             _mib(self.memory.high) if self.memory.high else "no limit",
         )
         self.reason = None
+        self.everyone = False
         self._cause = ""
         self.refused = 0
         for wake in waiters:

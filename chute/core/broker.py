@@ -92,7 +92,7 @@ class Broker:
         self.memory = MemoryBudget(memory_limit, memory_high_watermark)
         self.admission = Admission(
             self.memory,
-            lambda: self.store.space_low(),  # noqa: PLW0108 - swapped while a transaction gathers
+            lambda: self.store,  # swapped while a transaction gathers
             clock,
             block_timeout_ms,
         )

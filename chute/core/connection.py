@@ -30,6 +30,7 @@ from typing import Any
 
 from chute.core.access import ANONYMOUS, Action, PasswordCheck, Principal
 from chute.core.address import TEMP_PREFIX, canonical, parse, user_queue
+from chute.core.admission import Share
 from chute.core.broker import Broker
 from chute.core.browse import BrowsePage
 from chute.core.consumer import AckMode, Entry
@@ -131,6 +132,7 @@ class Connection:
         self.peer = peer
         self.sessions: list[Session] = []
         self.temp_queues: dict[str, QueueChannel] = {}
+        self.share = Share()  # what it sent lately (chute.core.admission)
         self.closed = False
         self._sendable: set[str] = set()  # addresses this connection was allowed to send to
         self._removed = broker.destinations.removed  # when _sendable was last valid

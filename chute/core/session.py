@@ -21,6 +21,7 @@ from typing import Protocol
 
 from chute.core.access import Action
 from chute.core.address import Kind, parse
+from chute.core.admission import Share
 from chute.core.broker import Broker
 from chute.core.consumer import AckMode, Consumer, Receiver
 from chute.core.paging import held_cost
@@ -64,6 +65,10 @@ class SessionOwner(Protocol):
     @property
     def temp_queues(self) -> dict[str, QueueChannel]:
         """This connection's temporary queues, by address."""
+
+    @property
+    def share(self) -> Share:
+        """What this connection sent lately, for admission (:mod:`chute.core.admission`)."""
 
     @property
     def owner_name(self) -> str | None:
@@ -137,7 +142,7 @@ class Session:
         """
         tx = self.tx
         broker = self.broker
-        broker.admission.admit()
+        broker.admission.admit(self.connection.share, message.size)
         if tx is None:
             if self._checks:
                 self.connection.authorize_send(address)

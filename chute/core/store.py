@@ -158,10 +158,14 @@ class Store(Protocol):
     def space_low(self) -> str | None:
         """None while the store can take new messages; else a sentence saying why not, for
         the producers the core then holds off (the journal's disk is under its
-        ``disk_free_limit``, or its writer is far behind). Acks, delivery marks and
-        commits that only ack still work:
+        ``disk_free_limit``). Acks, delivery marks and commits that only ack still work:
         the space left is their reserve. Cheap enough to ask on every send.
         """
+
+    def backlog(self) -> int:
+        """Bytes recorded but not yet written by the store's writer (0 for a store that
+        writes as it records): the core holds producers off while it is large
+        (:mod:`chute.core.admission`). Cheap enough to ask on every send."""
 
     def recover(self) -> Recovered:
         """Everything durable, for the core to rebuild its queues from."""
@@ -235,6 +239,9 @@ class Gathering:
 
     def space_low(self) -> str | None:
         return self.store.space_low()
+
+    def backlog(self) -> int:
+        return self.store.backlog()
 
     def recover(self) -> Recovered:
         return self.store.recover()

@@ -8,7 +8,21 @@ what it wrote from :attr:`MemoryTransport.written`. Just enough of
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from chute.server.stream import StreamConnection
+
+
+def settle(loop: asyncio.AbstractEventLoop, conn: StreamConnection, iterations: int = 3) -> None:
+    """Run ``loop`` until ``conn`` acted on all the input fed to it (it acts in turns,
+    :mod:`chute.server.stream`), then ``iterations`` times more for what that
+    scheduled (flushes, credit given back, the flushes that causes)."""
+    while conn.between_turns:
+        loop.run_until_complete(asyncio.sleep(0))
+    for _ in range(iterations):
+        loop.run_until_complete(asyncio.sleep(0))
 
 
 class MemoryTransport:

@@ -44,7 +44,7 @@ from chute.protocol.codec import PacketCodec
 from chute.protocol.splice import encode_deliver, encode_ok
 from chute.protocol.wire import encode_packet
 from chute.sansio import NeedData
-from chute.server.stream import Retry, ServerHost, StreamConnection
+from chute.server.stream import Hold, Retry, ServerHost, StreamConnection
 
 log = logging.getLogger("chute.server")
 
@@ -112,8 +112,14 @@ class NativeConnection(StreamConnection):
         except RemoteProtocolError as exc:
             self._protocol_error(exc)
             return
+        if self._holds & Hold.TURN:
+            self._decide_reading()  # its turn comes: stop reading if it buffered enough
+            return
         self._process()
         self._check_flow()
+
+    def _buffered(self) -> int:
+        return self.codec.buffered
 
     # -- packets ----------------------------------------------------------------------
 
@@ -121,8 +127,9 @@ class NativeConnection(StreamConnection):
         """Handle every whole packet buffered, in order, unless a blocked send holds us."""
         codec = self.codec
         handlers = self._handlers
+        turn = self._turn()
         try:
-            while self.acting:
+            while self._may_act(turn):
                 item = codec.next_packet()
                 if isinstance(item, NeedData):
                     break

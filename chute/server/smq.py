@@ -133,19 +133,27 @@ class SmqSource(_SmqConnection):
         self._ending = False  # close once every earlier message is answered
         self._failed = False  # a message was not stored: no later one may be answered
 
+    def _buffered(self) -> int:
+        return self.codec.buffered
+
     def eof_received(self) -> bool | None:
         super().eof_received()
         return True  # keep our side open for the answers still owed; _end closes it
 
     def _feed(self, data: bytes) -> None:
-        if not self.closing:
-            self.codec.receive_data(data)
-            self._process()
-            self._check_flow()
+        if self.closing:
+            return
+        self.codec.receive_data(data)
+        if self._holds & Hold.TURN:
+            self._decide_reading()  # its turn comes: stop reading if it buffered enough
+            return
+        self._process()
+        self._check_flow()
 
     def _process(self) -> None:
+        turn = self._turn()
         try:
-            while self.acting:
+            while self._may_act(turn):
                 event = self.codec.next_event()
                 if event is NEED_DATA:
                     break
@@ -228,6 +236,9 @@ class SmqSink(_SmqConnection):
         self.consumer: Consumer | None = None
         self._entry: Entry | None = None  # pushed to us, not yet acked
 
+    def _buffered(self) -> int:
+        return self.codec.buffered
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         if self.session is None:  # refused: not an allowed client
@@ -267,13 +278,18 @@ class SmqSink(_SmqConnection):
     # -- the sink answers --------------------------------------------------------------
 
     def _feed(self, data: bytes) -> None:
-        if not self.closing:
-            self.codec.receive_data(data)
-            self._process()
+        if self.closing:
+            return
+        self.codec.receive_data(data)
+        if self._holds & Hold.TURN:
+            self._decide_reading()  # its turn comes: stop reading if it buffered enough
+            return
+        self._process()
 
     def _process(self) -> None:
+        turn = self._turn()
         try:
-            while not self.closing:
+            while self._may_act(turn):
                 event = self.codec.next_event()
                 if event is NEED_DATA or event is CLOSED:
                     break

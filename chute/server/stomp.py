@@ -118,8 +118,14 @@ class StompConnection(StreamConnection):
         except RemoteProtocolError as exc:
             self._protocol_error(exc, None)
             return
+        if self._holds & Hold.TURN:
+            self._decide_reading()  # its turn comes: stop reading if it buffered enough
+            return
         self._process()
         self._check_flow()
+
+    def _buffered(self) -> int:
+        return self.codec.buffered
 
     # -- frames -------------------------------------------------------------------------
 
@@ -127,8 +133,9 @@ class StompConnection(StreamConnection):
         """Handle every whole frame buffered, in order, unless a blocked send holds us."""
         codec = self.codec
         frame: Frame | None = None
+        turn = self._turn()
         try:
-            while self.acting:
+            while self._may_act(turn):
                 item = codec.next_frame()
                 if isinstance(item, NeedData):
                     break

@@ -23,8 +23,15 @@ gets a message its producer was told was not stored.
 
 Reading: whether the connection reads is one explicit state, the set of
 :class:`Hold` reasons that stop it (a full write buffer, a send blocked for
-room, producer flow control, closing, a password being verified); :meth:`_hold` and :meth:`_release`
-change it and :meth:`_decide_reading` alone pauses or resumes the transport.
+room, producer flow control, closing, a password being verified, a turn used up);
+:meth:`_hold` and :meth:`_release` change it and :meth:`_decide_reading` alone pauses
+or resumes the transport.
+
+Turns: a connection acts on its input for at most :data:`TURN_S` at a time
+(:meth:`_may_act`), then yields to the others ready in the same loop iteration
+and goes on in the next. One client sending as fast as it can no longer holds
+the loop for the whole of what the socket had buffered (uvloop reads up to
+32 times 256 KiB in one go): every other client waits at most about one turn.
 
 What every protocol shares besides: the login (:meth:`_login`, through the
 core's one gate, :func:`chute.core.connection.connect`, with the user a
@@ -66,6 +73,10 @@ from chute.server.tls import certificate_user
 
 log = logging.getLogger("chute.server")
 
+TURN_S: Final = 0.001
+"""How long a connection acts on its input before the others get their turn (seconds)."""
+TURN_BUFFER: Final = 256 << 10
+"""Input a connection waiting for its next turn may buffer before it stops reading."""
 FLOW_MAX_PAUSE = 0.5  # seconds: a flow-control pause never lasts longer than this
 
 SyncedCallback = Callable[[BaseException | None], None]
@@ -122,9 +133,10 @@ class Hold:
     FLOW_CONTROL: Final = 4  # a destination this client sends to has a backlog
     CLOSING: Final = 8  # the connection ends: nothing more is read or acted on
     LOGIN: Final = 16  # its password is being verified off the loop; later input waits
+    TURN: Final = 32  # it used its turn of the loop; the rest waits for its next turn
 
 
-NOT_ACTING: Final = Hold.BLOCKED_SEND | Hold.CLOSING | Hold.LOGIN
+NOT_ACTING: Final = Hold.BLOCKED_SEND | Hold.CLOSING | Hold.LOGIN | Hold.TURN
 """Holds under which input already read waits too (only reading stops for the others)."""
 _NOT_WRITABLE: Final = Hold.WRITE_BUFFER_FULL | Hold.CLOSING
 
@@ -153,6 +165,7 @@ class StreamConnection(asyncio.Protocol):
         self._sync_waiters: list[SyncedCallback] | None = None  # then()s awaiting one sync
         self._holds = 0  # Hold bits
         self._reading = True  # what the transport was last told
+        self._turn_fresh = False  # the turn running has not acted yet
         self._flow_timer: asyncio.TimerHandle | None = None
         self._last_read = self._last_write = time.monotonic()
         self._heartbeat: asyncio.TimerHandle | None = None
@@ -160,6 +173,8 @@ class StreamConnection(asyncio.Protocol):
         self._expect_within = 0.0  # ... and give up after this long without reading
         self._idle: asyncio.TimerHandle | None = None  # idle_timeout_ms, without heart-beats
         self._pending_check: PasswordCheck | None = None  # verified, for the login frame again
+        self._fd = -1
+        self._next_look = 0.0
 
     # -- asyncio.Protocol -------------------------------------------------------------
 
@@ -212,9 +227,42 @@ class StreamConnection(asyncio.Protocol):
         return not self._holds & NOT_ACTING
 
     @property
+    def between_turns(self) -> bool:
+        """It yielded the loop with input left to act on, in its next turn."""
+        return bool(self._holds & Hold.TURN)
+
+    @property
     def writable(self) -> bool:
         """The transport takes writes (its buffer is not full) and the connection is open."""
         return not self._holds & _NOT_WRITABLE
+
+    def _turn(self) -> float:
+        """Start a turn: when it ends (``time.perf_counter()``). A turn always acts on
+        its first unit of input, however short it is, so every turn makes progress."""
+        self._turn_fresh = True
+        return time.perf_counter() + TURN_S
+
+    def _may_act(self, turn_ends: float) -> bool:
+        """Whether to act on the next unit of input now: :attr:`acting`, and the turn that
+        ends at ``turn_ends`` is not over. If it is, the connection yields (``Hold.TURN``):
+        its next turn comes in the loop's next iteration, after every other connection
+        ready now had its own, and meanwhile it reads on only while it buffers little."""
+        if self._holds & NOT_ACTING:
+            return False
+        if self._turn_fresh or time.perf_counter() < turn_ends:
+            self._turn_fresh = False
+            return True
+        self._holds |= Hold.TURN
+        self._decide_reading()
+        self.server.loop.call_soon(self._next_turn)
+        return False
+
+    def _next_turn(self) -> None:
+        if not self._holds & Hold.TURN or self.closing:
+            return
+        self._holds &= ~Hold.TURN
+        self._process()
+        self._decide_reading()
 
     def _hold(self, reason: int) -> None:
         self._holds |= reason
@@ -228,7 +276,8 @@ class StreamConnection(asyncio.Protocol):
         """Pause or resume the transport's reading to match the holds: the one place that
         tells the transport."""
         transport = self.transport
-        reading = not self._holds
+        holds = self._holds
+        reading = not holds or (holds == Hold.TURN and self._buffered() <= TURN_BUFFER)
         if reading is self._reading or transport is None or transport.is_closing():
             return
         self._reading = reading
@@ -415,7 +464,12 @@ class StreamConnection(asyncio.Protocol):
     # -- for subclasses ---------------------------------------------------------------
 
     def _process(self) -> None:
-        """Handle every whole unit of input buffered (unless a blocked send holds us)."""
+        """Handle the whole units of input buffered, in turns: ``while
+        self._may_act(turn_ends)``, with ``turn_ends = self._turn()`` taken first."""
+        raise NotImplementedError
+
+    def _buffered(self) -> int:
+        """Bytes of input read but not handled yet."""
         raise NotImplementedError
 
     def _writable(self) -> None:

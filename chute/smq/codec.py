@@ -127,6 +127,11 @@ class SourceCodec:
         self.state = _SourceState.OPEN
         self._buf = _Buffer()
 
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as events."""
+        return self._buf.available()
+
     def receive_data(self, data: bytes) -> None:
         """Buffer ``data``; ``b""`` means the peer closed its side."""
         self._buf.feed(data)
@@ -201,6 +206,11 @@ class SinkCodec:
     @property
     def awaiting_ack(self) -> bool:
         return self.state is _SinkState.AWAITING
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as events."""
+        return self._buf.available()
 
     def receive_data(self, data: bytes) -> None:
         """Buffer ``data``; ``b""`` means the peer closed its side."""

@@ -107,11 +107,6 @@ __all__ = ["DEFAULT_SEGMENT_SIZE", "Journal", "ReclaimResult", "SyncMode"]
 DEFAULT_SEGMENT_SIZE: Final = 32 << 20
 
 
-MAX_BEHIND = 4 << 20
-"""What may wait for the writer before producers wait (non-persistent messages paged and
-dead letters are recorded without a producer waiting for a sync)."""
-
-
 class Journal:
     """Append-only segment files behind the Store interface. See the module docstring.
 
@@ -283,17 +278,13 @@ class Journal:
         """None while the disk has ``disk_free_limit`` free; else why producers must wait.
 
         Reads what the writer thread last saw (it looks after every MiB written
-        and every 100 ms): no system call, fit for every send. Producers also wait
-        while the writer is more than :data:`MAX_BEHIND` behind (a flood of
-        non-persistent messages paged can outrun it).
+        and every 100 ms): no system call, fit for every send.
         """
-        behind = self._intake.pending_bytes
-        if behind > MAX_BEHIND:
-            return (
-                f"the journal's writer is {behind >> 20} MiB behind the broker: "
-                "producers wait while it writes"
-            )
         return self._writer.space.low
+
+    def backlog(self) -> int:
+        """Bytes appended that the writer thread has not written yet."""
+        return self._intake.pending_bytes
 
     def recover(self) -> Recovered:
         """What is durable: what the open replayed, until something but a queue definition

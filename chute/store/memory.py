@@ -90,6 +90,9 @@ class MemoryStore:
     def space_low(self) -> str | None:
         return None  # memory is bounded by memory_high_watermark and the destinations' limits
 
+    def backlog(self) -> int:
+        return 0
+
     def recover(self) -> Recovered:
         return Recovered(
             definitions=list(self.definitions.values()),

@@ -1,6 +1,8 @@
-"""Admission: past the memory high watermark or under the disk's free-space limit, every
-producer waits while consumers drain; a slow non-durable subscriber loses its oldest
-messages to the dead-letter queue instead of growing the broker."""
+"""Admission: past the memory high watermark or with the journal's writer behind, the
+heavy producers wait while consumers drain and light ones go on; past the hard margin,
+or under the disk's free-space limit, every producer waits; a slow non-durable
+subscriber loses its oldest messages to the dead-letter queue instead of growing the
+broker."""
 
 from __future__ import annotations
 
@@ -8,13 +10,20 @@ import logging
 
 import pytest
 
-from chute.core.admission import RESUME_RATIO, STORE_CHECK_EVERY
+from chute.core.admission import (
+    BEHIND,
+    BEHIND_ALL,
+    HARD_MARGIN,
+    RESUME_RATIO,
+    STORE_CHECK_EVERY,
+)
 from chute.core.broker import Broker
 from chute.core.browse import browse_page
 from chute.core.connection import Connection
 from chute.core.consumer import AckMode
 from chute.core.paging import held_cost
 from chute.core.routing import WouldBlock
+from chute.core.session import Session
 from chute.core.settings import DestinationSettings, Overflow, SettingsResolver
 from chute.store.memory import MemoryStore
 
@@ -29,9 +38,13 @@ class ShortStore(MemoryStore):
     """A store whose disk is short when a test says so."""
 
     short: str | None = None
+    behind = 0
 
     def space_low(self) -> str | None:
         return self.short
+
+    def backlog(self) -> int:
+        return self.behind
 
 
 def broker_with(high: int = 0, subscription_bytes: int = 0) -> Broker:
@@ -45,14 +58,17 @@ def broker_with(high: int = 0, subscription_bytes: int = 0) -> Broker:
     )
 
 
-def fill_until_refused(broker: Broker, address: str = "queue:q") -> tuple[int, WouldBlock]:
-    s = Connection(broker).session(AckMode.CLIENT)
+def send_until_refused(session: Session, address: str) -> tuple[int, WouldBlock]:
     for sent in range(100_000):
         try:
-            s.send(address, msg(BODY))
+            session.send(address, msg(BODY))
         except WouldBlock as refused:
             return sent, refused
-    raise AssertionError("the high watermark never stopped the producer")
+    raise AssertionError("the producer never waited")
+
+
+def fill_until_refused(broker: Broker, address: str = "queue:q") -> tuple[int, WouldBlock]:
+    return send_until_refused(Connection(broker).session(AckMode.CLIENT), address)
 
 
 def test_a_message_costs_what_it_holds_not_a_fixed_64_bytes() -> None:
@@ -70,6 +86,98 @@ def test_producers_wait_at_the_high_watermark_with_a_reason_and_no_address() -> 
     assert "memory_high_watermark" in refused.reason
     assert broker.stats()["producers"]["blocked_by"] == refused.reason
     assert stats_of(broker, "queue:q")["depth"] == 100  # nothing half-accepted
+
+
+def sessions(broker: Broker, count: int) -> list[Session]:
+    return [Connection(broker).session(AckMode.CLIENT) for _ in range(count)]
+
+
+def test_under_pressure_the_heavy_producer_waits_and_a_light_one_goes_on() -> None:
+    broker = broker_with(high=400 * COST)
+    flood, bystander = sessions(broker, 2)
+    for _ in range(300):
+        flood.send("queue:flood", msg(BODY))
+    bystander.send("queue:mine", msg(BODY))
+    broker.admission.check()  # a tick: what each sent lately, against the mean
+    _, refused = send_until_refused(flood, "queue:flood")
+    assert "heaviest producers wait" in refused.reason
+    assert refused.address is None
+    for _ in range(20):
+        bystander.send("queue:mine", msg(BODY))  # light: it goes on
+    assert stats_of(broker, "queue:mine")["depth"] == 21
+
+
+def test_producers_that_send_alike_all_wait() -> None:
+    broker = broker_with(high=200 * COST)
+    a, b = sessions(broker, 2)
+    for _ in range(90):
+        a.send("queue:a", msg(BODY))
+        b.send("queue:b", msg(BODY))
+    broker.admission.check()
+    for _ in range(10):
+        a.send("queue:a", msg(BODY))
+        b.send("queue:b", msg(BODY))
+    for s in (a, b):
+        with pytest.raises(WouldBlock):
+            s.send("queue:a", msg(BODY))
+
+
+def test_past_the_hard_margin_every_producer_waits_however_little_it_sent() -> None:
+    high = 400 * COST
+    broker = broker_with(high=high)
+    flood, bystander = sessions(broker, 2)
+    for _ in range(300):
+        flood.send("queue:flood", msg(BODY))
+    bystander.send("queue:mine", msg(BODY))
+    broker.admission.check()
+    assert "heaviest" in send_until_refused(flood, "queue:flood")[1].reason
+    light, refused = send_until_refused(bystander, "queue:mine")
+    assert "every producer waits" in refused.reason
+    assert broker.memory.used == high + high // HARD_MARGIN  # the bound, to the message
+    assert light == high // HARD_MARGIN // COST
+
+
+def test_a_writer_far_behind_holds_the_heavy_producers_then_everyone() -> None:
+    broker = broker_with()
+    store = broker.store
+    assert isinstance(store, ShortStore)
+    flood, bystander = sessions(broker, 2)
+    for _ in range(300):
+        flood.send("queue:flood", msg(BODY))
+    bystander.send("queue:mine", msg(BODY))
+    store.behind = BEHIND + 1
+    broker.admission.check()
+    with pytest.raises(WouldBlock, match="heaviest producers wait while it writes"):
+        flood.send("queue:flood", msg(BODY))
+    bystander.send("queue:mine", msg(BODY))
+    store.behind = BEHIND_ALL + 1
+    broker.admission.check()
+    with pytest.raises(WouldBlock, match="every producer waits while it writes"):
+        bystander.send("queue:mine", msg(BODY))
+    store.behind = 0
+    broker.admission.check()
+    assert broker.admission.reason is None
+    flood.send("queue:flood", msg(BODY))
+
+
+def test_a_waiting_flood_comes_back_once_its_share_decays() -> None:
+    broker = broker_with(high=400 * COST)
+    flood, bystander = sessions(broker, 2)
+    for _ in range(300):
+        flood.send("queue:flood", msg(BODY))
+    broker.admission.check()
+    send_until_refused(flood, "queue:flood")
+    ticks = 0
+    while True:
+        bystander.send("queue:mine", msg(BODY))
+        broker.admission.check()
+        ticks += 1
+        try:
+            flood.send("queue:flood", msg(BODY))
+            break
+        except WouldBlock:
+            assert ticks < 100, "the flood's share never decayed"
+    assert ticks > 1  # it waited a while, not for ever
 
 
 def test_consumers_drain_while_producers_wait_and_admission_reopens_below_the_ratio() -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from chute.config import ServerConfig
 from chute.server.app import BrokerServer
-from chute.server.memory_transport import MemoryTransport
+from chute.server.memory_transport import MemoryTransport, settle
 from chute.server.stomp import StompConnection
 from chute.store.memory import MemoryStore
 
@@ -36,8 +36,7 @@ class Client:
 
     def send_bytes(self, data: bytes) -> bytes:
         self.conn.data_received(data)
-        for _ in range(3):
-            self.loop.run_until_complete(asyncio.sleep(0))
+        settle(self.loop, self.conn)
         return self.out.take()
 
 
