@@ -262,6 +262,7 @@ class StreamConnection(asyncio.Protocol):
             return
         self._holds &= ~Hold.TURN
         self._process()
+        self._check_flow()  # as after a read: what this turn sent may have made a backlog
         self._decide_reading()
 
     def _hold(self, reason: int) -> None:
