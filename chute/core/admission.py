@@ -14,7 +14,8 @@ Who waits, in two steps:
 * *Pressure* (memory past ``high``, or the writer more than
   :data:`BEHIND` behind): the heavy producers wait. Each connection keeps a
   :class:`Share`, what it sent lately (bytes, decayed every tick); a producer
-  is heavy while its share is at least the mean of every recent producer's.
+  is heavy while its share is at least the mean of every recent producer's
+  (a waiting producer's share does not decay: it still wants to send).
   So a flood waits and a bystander sending a little goes on; producers that
   all send alike all wait, as with one gate.
 * *Shortage* (memory past ``high`` plus :data:`HARD_MARGIN` of it, the
@@ -68,12 +69,13 @@ DECAY: Final = 4
 class Share:
     """What one producer (a connection) sent lately: bytes, decayed every tick."""
 
-    __slots__ = ("recent", "sent", "tick")
+    __slots__ = ("recent", "sent", "tick", "waiting")
 
     def __init__(self) -> None:
         self.recent = 0  # decayed bytes, as of the last tick it was aged
         self.sent = 0  # bytes since then
         self.tick = -1  # the tick it was last counted in (-1: never)
+        self.waiting = False  # refused, not admitted since: its share does not decay
 
 
 def _mib(size: int) -> str:
@@ -145,10 +147,12 @@ class Admission:
                 self._countdown -= 1
                 if self._countdown:
                     share.sent += size
+                    share.waiting = False
                     return
                 self._countdown = STORE_CHECK_EVERY
                 if not self._store_short():
                     share.sent += size
+                    share.waiting = False
                     return
         if not self.everyone:
             memory = self.memory
@@ -156,8 +160,10 @@ class Admission:
                 self._close("memory", *self._memory_says())  # light producers reached the bound
         if self.everyone or share.recent + share.sent >= self.heavy:
             self.refused += 1
+            share.waiting = True
             raise WouldBlock(self.reason or "", None, self.timeout_ms)
         share.sent += size
+        share.waiting = False
 
     def check(self) -> None:
         """A tick: age the shares, re-evaluate memory and the store; open admission and
@@ -180,7 +186,8 @@ class Admission:
         kept: list[Share] = []
         total = 0
         for share in self._shares:
-            share.recent = share.recent * (DECAY - 1) // DECAY + share.sent
+            if not share.waiting:  # a waiting producer still wants what it wanted
+                share.recent = share.recent * (DECAY - 1) // DECAY + share.sent
             share.sent = 0
             if share.recent:
                 kept.append(share)
@@ -263,5 +270,7 @@ class Admission:
         self.everyone = False
         self._cause = ""
         self.refused = 0
+        for share in self._shares:
+            share.waiting = False  # every waiting producer goes on: its share ages again
         for wake in waiters:
             wake()
