@@ -69,12 +69,12 @@ DECAY: Final = 4
 class Share:
     """What one producer (a connection) sent lately: bytes, decayed every tick."""
 
-    __slots__ = ("recent", "sent", "tick", "waiting")
+    __slots__ = ("counted", "recent", "sent", "waiting")
 
     def __init__(self) -> None:
-        self.recent = 0  # decayed bytes, as of the last tick it was aged
+        self.recent = 0  # decayed bytes, as of the last tick
         self.sent = 0  # bytes since then
-        self.tick = -1  # the tick it was last counted in (-1: never)
+        self.counted = False  # among the shares the ticks age (until it decays to 0)
         self.waiting = False  # refused, not admitted since: its share does not decay
 
 
@@ -98,7 +98,6 @@ class Admission:
         "reason",
         "refused",
         "store",
-        "tick",
         "timeout_ms",
     )
 
@@ -119,7 +118,6 @@ class Admission:
         """Why producers wait now (None: admission is open)."""
         self.everyone = False
         """Every producer waits (a shortage), not only the heavy ones."""
-        self.tick = 0
         self.heavy = 0
         """A share at least this heavy waits under pressure (the mean at the last tick)."""
         self._shares: list[Share] = []  # every share counted since it last decayed to 0
@@ -135,33 +133,29 @@ class Admission:
             WouldBlock: the broker is short of memory or store and this producer is
                 heavy, or every producer waits (address None).
         """
-        if share.tick != self.tick:
-            if share.tick < 0:
-                self._shares.append(share)
-            share.tick = self.tick
+        if not share.counted:
+            share.counted = True
+            self._shares.append(share)
+        memory = self.memory
         if self.reason is None:
-            memory = self.memory
             if memory.high and memory.used >= memory.high:
                 self._close("memory", *self._memory_says())
             else:
                 self._countdown -= 1
-                if self._countdown:
-                    share.sent += size
-                    share.waiting = False
-                    return
-                self._countdown = STORE_CHECK_EVERY
-                if not self._store_short():
-                    share.sent += size
-                    share.waiting = False
-                    return
-        if not self.everyone:
-            memory = self.memory
-            if memory.high and memory.used >= memory.high + memory.high // HARD_MARGIN:
+                if not self._countdown:
+                    self._countdown = STORE_CHECK_EVERY
+                    self._store_short()
+        if self.reason is not None:
+            if (
+                not self.everyone
+                and memory.high
+                and memory.used >= memory.high + memory.high // HARD_MARGIN
+            ):
                 self._close("memory", *self._memory_says())  # light producers reached the bound
-        if self.everyone or share.recent + share.sent >= self.heavy:
-            self.refused += 1
-            share.waiting = True
-            raise WouldBlock(self.reason or "", None, self.timeout_ms)
+            if self.everyone or share.recent + share.sent >= self.heavy:
+                self.refused += 1
+                share.waiting = True
+                raise WouldBlock(self.reason, None, self.timeout_ms)
         share.sent += size
         share.waiting = False
 
@@ -182,7 +176,6 @@ class Admission:
 
     def _age(self) -> None:
         """Decay every share by a tick and set the heavy line to their mean."""
-        self.tick += 1
         kept: list[Share] = []
         total = 0
         for share in self._shares:
@@ -193,7 +186,7 @@ class Admission:
                 kept.append(share)
                 total += share.recent
             else:
-                share.tick = -1
+                share.counted = False
         self._shares = kept
         self.heavy = total // len(kept) if kept else 0
 

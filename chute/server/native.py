@@ -44,7 +44,7 @@ from chute.protocol.codec import PacketCodec
 from chute.protocol.splice import encode_deliver, encode_ok
 from chute.protocol.wire import encode_packet
 from chute.sansio import NeedData
-from chute.server.stream import Hold, Retry, ServerHost, StreamConnection
+from chute.server.stream import Retry, ServerHost, StreamConnection
 
 log = logging.getLogger("chute.server")
 
@@ -106,17 +106,13 @@ class NativeConnection(StreamConnection):
     # -- asyncio.Protocol -------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
-        self._last_read = time.monotonic()
+        self.liveness.last_read = time.monotonic()
         try:
             self.codec.receive_data(data)
         except RemoteProtocolError as exc:
             self._protocol_error(exc)
             return
-        if self._holds & Hold.TURN:
-            self._decide_reading()  # its turn comes: stop reading if it buffered enough
-            return
-        self._process()
-        self._check_flow()
+        self._act()
 
     def _buffered(self) -> int:
         return self.codec.buffered
@@ -176,7 +172,7 @@ class NativeConnection(StreamConnection):
         heartbeat = 0
         if packet.heartbeat_ms and self.server.config.heartbeat_ms:
             heartbeat = max(packet.heartbeat_ms, 1000)
-            self._start_heartbeat(heartbeat / 1000, 3 * heartbeat / 1000)
+            self.liveness.start_heartbeat(heartbeat / 1000, 3 * heartbeat / 1000)
         self._respond(header, p.Connected(version, core.id, heartbeat, self.codec.max_packet_size))
 
     def _on_send(self, header: p.Header, packet: p.Send) -> None:

@@ -105,7 +105,7 @@ class _SmqConnection(StreamConnection):
         return None
 
     def data_received(self, data: bytes) -> None:
-        self._last_read = time.monotonic()
+        self.liveness.last_read = time.monotonic()
         self._feed(data)
 
     def _feed(self, data: bytes) -> None:
@@ -144,11 +144,7 @@ class SmqSource(_SmqConnection):
         if self.closing:
             return
         self.codec.receive_data(data)
-        if self._holds & Hold.TURN:
-            self._decide_reading()  # its turn comes: stop reading if it buffered enough
-            return
-        self._process()
-        self._check_flow()
+        self._act()
 
     def _process(self) -> None:
         turn = self._turn()
@@ -281,10 +277,7 @@ class SmqSink(_SmqConnection):
         if self.closing:
             return
         self.codec.receive_data(data)
-        if self._holds & Hold.TURN:
-            self._decide_reading()  # its turn comes: stop reading if it buffered enough
-            return
-        self._process()
+        self._act()
 
     def _process(self) -> None:
         turn = self._turn()

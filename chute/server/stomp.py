@@ -110,7 +110,7 @@ class StompConnection(StreamConnection):
         _set_nodelay(transport)
 
     def data_received(self, data: bytes) -> None:
-        self._last_read = time.monotonic()
+        self.liveness.last_read = time.monotonic()
         if self.closing:
             return  # after an ERROR or DISCONNECT nothing more is read
         try:
@@ -118,11 +118,7 @@ class StompConnection(StreamConnection):
         except RemoteProtocolError as exc:
             self._protocol_error(exc, None)
             return
-        if self._holds & Hold.TURN:
-            self._decide_reading()  # its turn comes: stop reading if it buffered enough
-            return
-        self._process()
-        self._check_flow()
+        self._act()
 
     def _buffered(self) -> int:
         return self.codec.buffered
@@ -205,7 +201,7 @@ class StompConnection(StreamConnection):
                 floor = min(_MIN_HEARTBEAT_MS, config_ms)
                 beat = (floor, floor)
             send_ms, expect_ms = heartbeat.negotiate(client_beat, beat)
-            self._start_heartbeat(send_ms / 1000, 2 * expect_ms / 1000)
+            self.liveness.start_heartbeat(send_ms / 1000, 2 * expect_ms / 1000)
         self.stomp = StompSession(core, version, self.deliver, self._subscription_cancelled)
         self._write(Frame.connected(version, heart_beat=beat, session=core.id, server=_SERVER_NAME))
 

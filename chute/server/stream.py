@@ -8,18 +8,8 @@ hop back onto the event loop when the store's sync calls back from its
 writer thread, and the wait of a send under the ``block`` overflow policy
 (reading pauses and later input waits, so the client's order is kept).
 
-Delivery marks: a persistent message delivered for an ack must come back
-``redelivered`` after a crash, so its delivery mark (``Store.delivered``)
-must be durable before the delivery leaves. A driver calls
-:meth:`mark_delivery` after queueing such a delivery; the next flush then
-asks the store for a sync first and writes once it calls back, holding
-everything queued behind it, so the client's order is kept. One sync covers
-every delivery of a flush, and the store groups it with the producers'. If
-a sync fails, the store refused what it covered and the broker took the
-refused messages back (:mod:`chute.core.unstored`); a held delivery whose
-entry is no longer in its consumer's flight when its own sync calls back
-(which may come later and succeed) is dropped, not written, so no consumer
-gets a message its producer was told was not stored.
+Delivery marks: a persistent delivery leaves only once its mark is durable
+(:meth:`mark_delivery`; the rules are in :mod:`chute.server.marks`).
 
 Reading: whether the connection reads is one explicit state, the set of
 :class:`Hold` reasons that stop it (a full write buffer, a send blocked for
@@ -40,9 +30,8 @@ what changes once a client logged in (:meth:`_admitted`: its connection's
 :class:`~chute.server.limits.Ticket` stops the login deadline, and the codec
 takes frames up to ``max_packet_size`` instead of ``max_login_frame_size``),
 closing with the protocol's error when a limit says so (:meth:`close_with_error`),
-heart-beats (:meth:`_start_heartbeat`: write one when nothing was written for a
-while, give up on a client that sent nothing for too long) and, for a client
-without them, ``idle_timeout_ms`` (:meth:`_watch_idle`).
+and its :class:`~chute.server.liveness.Liveness` (heart-beats, and for a client
+without them ``idle_timeout_ms``).
 
 Subclasses parse their protocol in :meth:`_process` and write encoded bytes
 with :meth:`queue_bytes`. What a driver needs of the server around it is
@@ -69,6 +58,8 @@ from chute.core.queue import QueueChannel
 from chute.core.routing import WouldBlock
 from chute.errors import AuthenticationFailed, ChuteError, ClientIdInUse
 from chute.server.limits import ConnectionLimits, Ticket
+from chute.server.liveness import Liveness
+from chute.server.marks import DeliveryMarks
 from chute.server.tls import certificate_user
 
 log = logging.getLogger("chute.server")
@@ -159,22 +150,14 @@ class StreamConnection(asyncio.Protocol):
         listener, as in tests; a WebSocket's is its HTTP connection's)."""
         self._out: list[bytes] = []
         self._flush_scheduled = False
-        self._last_mark = -1  # index in _out of the last delivery whose mark is not yet durable
-        self._marks: list[tuple[int, Consumer, Entry]] = []  # (index in _out, ...) of those
-        self._held = 0  # leading items of _out waiting for a sync of their marks
+        self._marks = DeliveryMarks()  # of deliveries in _out
         self._sync_waiters: list[SyncedCallback] | None = None  # then()s awaiting one sync
         self._holds = 0  # Hold bits
         self._reading = True  # what the transport was last told
         self._turn_fresh = False  # the turn running has not acted yet
         self._flow_timer: asyncio.TimerHandle | None = None
-        self._last_read = self._last_write = time.monotonic()
-        self._heartbeat: asyncio.TimerHandle | None = None
-        self._send_every = 0.0  # heart-beats: write one after this long without writing
-        self._expect_within = 0.0  # ... and give up after this long without reading
-        self._idle: asyncio.TimerHandle | None = None  # idle_timeout_ms, without heart-beats
+        self.liveness = Liveness(self, server.loop, server.config.idle_timeout_ms / 1000)
         self._pending_check: PasswordCheck | None = None  # verified, for the login frame again
-        self._fd = -1
-        self._next_look = 0.0
 
     # -- asyncio.Protocol -------------------------------------------------------------
 
@@ -195,12 +178,9 @@ class StreamConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._holds |= Hold.CLOSING
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
+        self.liveness.stop()
         if self._flow_timer is not None:
             self._flow_timer.cancel()
-        if self._idle is not None:
-            self._idle.cancel()
         self.server.connections.discard(self)
         if self.core is not None:
             self.core.close()  # in-flight messages go back; open transactions roll back
@@ -261,9 +241,18 @@ class StreamConnection(asyncio.Protocol):
         if not self._holds & Hold.TURN or self.closing:
             return
         self._holds &= ~Hold.TURN
-        self._process()
-        self._check_flow()  # as after a read: what this turn sent may have made a backlog
+        self._act()
         self._decide_reading()
+
+    def _act(self) -> None:
+        """Act on the input buffered (after a read, or in a new turn): now, or, while
+        the connection waits for its next turn, only decide whether it reads on. Then
+        producer flow control: what it sent may have made a backlog."""
+        if self._holds & Hold.TURN:
+            self._decide_reading()
+            return
+        self._process()
+        self._check_flow()
 
     def _hold(self, reason: int) -> None:
         self._holds |= reason
@@ -371,7 +360,7 @@ class StreamConnection(asyncio.Protocol):
         if self.ticket is not None:
             self.ticket.logged_in()
         self._lift_login_limit()
-        self._watch_idle()
+        self.liveness.watch_idle()
 
     def _lift_login_limit(self) -> None:
         """Let the codec take packets or frames up to ``max_packet_size`` (until login
@@ -406,57 +395,36 @@ class StreamConnection(asyncio.Protocol):
                 code,
             )
 
-    def _watch_idle(self) -> None:
-        timeout = self.server.config.idle_timeout_ms / 1000
-        if timeout and self._idle is None:
-            self._idle = self.server.loop.call_later(timeout, self._check_idle)
+    # -- what its Liveness needs (chute.server.liveness.Watched) ----------------------
 
-    def _check_idle(self) -> None:
-        """Close a client that sent and was sent nothing for ``idle_timeout_ms``, unless
-        heart-beats govern it (or a hold explains its silence)."""
-        self._idle = None
-        if self.closing or self.transport is None or self._expect_within:
-            return
-        timeout = self.server.config.idle_timeout_ms / 1000
-        quiet = time.monotonic() - max(self._last_read, self._last_write)
-        if self._holds or quiet < timeout:
-            wait = timeout - quiet if quiet < timeout else timeout
-            self._idle = self.server.loop.call_later(wait, self._check_idle)
-            return
+    @property
+    def gone(self) -> bool:
+        return self.closing or self.transport is None
+
+    @property
+    def held(self) -> bool:
+        return bool(self._holds)
+
+    def write_heartbeat(self) -> None:
+        self._out.append(self._heartbeat_bytes())
+        self.flush()
+
+    def give_up(self, silent_for: float) -> None:
+        log.warning(
+            "%s client %s sent nothing for %.1f s; closing",
+            self.protocol_name,
+            self.core.id if self.core else self.peer,
+            silent_for,
+        )
+        if self.transport is not None:
+            self.transport.abort()
+
+    def close_idle(self, quiet: float) -> None:
         self.server.limits.idle_closed(self.peer, self.protocol_name, quiet)
         self.close_with_error(
             "idle-timeout",
             f"nothing sent or received for {quiet:.0f} s (server.idle_timeout_ms)",
         )
-
-    def _start_heartbeat(self, send_every: float, expect_within: float) -> None:
-        """Write :meth:`_heartbeat_bytes` after ``send_every`` s without writing, and give
-        up on the client after ``expect_within`` s without reading (0: never)."""
-        self._send_every = send_every
-        self._expect_within = expect_within
-        if send_every or expect_within:
-            self._heartbeat = self.server.loop.call_later(self._beat_interval(), self._beat)
-
-    def _beat_interval(self) -> float:
-        return min(s for s in (self._send_every, self._expect_within / 2) if s) / 2
-
-    def _beat(self) -> None:
-        if self.closing or self.transport is None:
-            return
-        now = time.monotonic()
-        if self._expect_within and now - self._last_read > self._expect_within:
-            log.warning(
-                "%s client %s sent nothing for %.1f s; closing",
-                self.protocol_name,
-                self.core.id if self.core else self.peer,
-                now - self._last_read,
-            )
-            self.transport.abort()
-            return
-        if self._send_every and now - self._last_write >= self._send_every / 2:
-            self._out.append(self._heartbeat_bytes())
-            self.flush()
-        self._heartbeat = self.server.loop.call_later(self._beat_interval(), self._beat)
 
     def _heartbeat_bytes(self) -> bytes:
         """One heart-beat in this protocol."""
@@ -489,44 +457,35 @@ class StreamConnection(asyncio.Protocol):
     def mark_delivery(self, consumer: Consumer, entry: Entry) -> None:
         """The item just queued is the delivery of ``entry`` to ``consumer``, whose mark
         must be durable before it leaves."""
-        self._last_mark = len(self._out) - 1
-        self._marks.append((self._last_mark, consumer, entry))
+        self._marks.mark(len(self._out) - 1, consumer, entry)
 
     def flush(self, *, force: bool = False) -> None:
         """Write everything queued, in one write (after a sync, if deliveries are marked)."""
         self._flush_scheduled = False
         out = self._out
         if not force:
-            if self._held:
+            if self._marks.held:
                 return  # a sync is on its way: everything waits, in order
-            if self._last_mark >= 0:
-                self._held = len(out)
-                self._last_mark = -1
+            if self._marks.unsynced:
+                self._marks.hold(len(out))
                 self._after_sync(self._marks_synced)
                 return
         else:
-            self._held = 0
-            self._last_mark = -1
-            self._marks.clear()
+            self._marks.forget()
         if out:
             data = out[0] if len(out) == 1 else b"".join(out)
             out.clear()
             if self.transport is not None and not self.transport.is_closing():
                 self.transport.write(data)
-                self._last_write = time.monotonic()
+                self.liveness.last_write = time.monotonic()
         self._writable()
 
     def _marks_synced(self, error: BaseException | None) -> None:
-        held, self._held = self._held, 0
-        if not held:
-            return  # a forced flush already wrote them
         out = self._out
-        marks = self._marks
-        # a delivery whose entry left its consumer's flight meanwhile is not written: the
-        # broker took back a message the store refused, or the consumer closed
-        dropped = {
-            i for i, consumer, entry in marks if i < held and not _in_flight(consumer, entry)
-        }
+        released = self._marks.release(out)
+        if released is None:
+            return  # a forced flush already wrote them
+        data, dropped = released
         if error is not None:
             log.warning(
                 "%s %s: delivery marks not durable (%s); delivering the stored messages "
@@ -534,23 +493,11 @@ class StreamConnection(asyncio.Protocol):
                 self.protocol_name,
                 self.peer,
                 error,
-                len(dropped),
+                dropped,
             )
-        if dropped:
-            data = b"".join(item for i, item in enumerate(out[:held]) if i not in dropped)
-        else:
-            data = b"".join(out[:held])
-        del out[:held]
-        if marks:
-            if marks[-1][0] < held:
-                marks.clear()
-            else:
-                self._marks = [(i - held, c, e) for i, c, e in marks if i >= held]
-        if self._last_mark >= 0:
-            self._last_mark -= held
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
-            self._last_write = time.monotonic()
+            self.liveness.last_write = time.monotonic()
         if out:
             self.flush()
         else:
@@ -667,8 +614,3 @@ class StreamConnection(asyncio.Protocol):
             self._flow_timer.cancel()
             self._flow_timer = None
         self._release(Hold.FLOW_CONTROL)
-
-
-def _in_flight(consumer: Consumer, entry: Entry) -> bool:
-    """Whether ``entry`` still waits for ``consumer``'s ack (the broker did not take it back)."""
-    return consumer.inflight.get(entry.seq) is entry

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Iterator
 
 import pytest
 
@@ -33,15 +32,6 @@ class ReadingTransport(MemoryTransport):
 
     def resume_reading(self) -> None:
         self.reading = True
-
-
-@pytest.fixture
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)  # BrokerServer takes the current loop when it is made
-    yield loop
-    asyncio.set_event_loop(None)
-    loop.close()
 
 
 def client(

@@ -12,9 +12,7 @@ import asyncio
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
-
-import pytest
+from collections.abc import Callable
 
 from chute.config import ServerConfig
 from chute.server.app import BrokerServer
@@ -40,15 +38,6 @@ class ThreadSyncStore(MemoryStore):
         thread = threading.Thread(target=lambda: [cb(None) for cb in waiting])
         thread.start()
         thread.join()
-
-
-@pytest.fixture
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)  # BrokerServer takes the current loop when it is made
-    yield loop
-    asyncio.set_event_loop(None)
-    loop.close()
 
 
 def test_a_durable_receipt_goes_out_in_the_sync_callbacks_own_iteration(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Iterator
 
 import pytest
 
@@ -38,15 +37,6 @@ class Client:
         self.conn.data_received(data)
         settle(self.loop, self.conn)
         return self.out.take()
-
-
-@pytest.fixture
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)  # BrokerServer takes the current loop when it is made
-    yield loop
-    asyncio.set_event_loop(None)
-    loop.close()
 
 
 def setup(
