@@ -4,9 +4,11 @@ new messages, transactions or acks; never something acknowledged; nothing a rest
 from __future__ import annotations
 
 import errno
+from collections.abc import Callable
 
 from chute.core.store import AckOp, AddOp, QueueDefinition, QueueKind, TxOp
 from chute.store.errors import DiskFull
+from chute.store.journal import Journal
 
 from .conftest import Journals
 from .helpers import Callbacks, add
@@ -14,6 +16,22 @@ from .helpers import Callbacks, add
 
 def _fail_next_sync(journals: Journals, error: int = errno.ENOSPC) -> None:
     journals.disk.sync_error = error
+
+
+def _with_a_failing_sync(
+    journals: Journals, journal: Journal, record: Callable[[], object]
+) -> list[TxOp]:
+    """``record()`` while the disk fails the next sync (full); that sync fails with
+    DiskFull, then the disk works again. What the journal refused."""
+    refused: list[TxOp] = []
+    journal.on_unstored = refused.extend
+    _fail_next_sync(journals)
+    record()
+    failed = Callbacks()
+    journal.sync(failed)
+    assert isinstance(failed.wait()[0], DiskFull)
+    journals.disk.sync_error = None
+    return refused
 
 
 def test_a_write_the_full_disk_cut_short_leaves_nothing_a_restart_would_read(
@@ -79,13 +97,12 @@ def test_a_dead_letter_move_is_refused_whole_so_the_original_stays(journals: Jou
         journal.define(QueueDefinition(name, QueueKind.QUEUE))
     journal.add(add("q", 1))
     journal.flush()  # acknowledged to its producer
-    _fail_next_sync(journals)
-    journal.add(add("dlq", 1))
-    journal.ack(AckOp("q", 1))
-    failed = Callbacks()
-    journal.sync(failed)
-    assert isinstance(failed.wait()[0], DiskFull)
-    journals.disk.sync_error = None
+
+    def move() -> None:
+        journal.add(add("dlq", 1))
+        journal.ack(AckOp("q", 1))
+
+    _with_a_failing_sync(journals, journal, move)
     journal.flush()
     journal = journals.reopen(journal)
     recovered = journal.recover()
@@ -98,15 +115,10 @@ def test_a_refused_commit_is_all_or_nothing(journals: Journals) -> None:
     journal.define(QueueDefinition("q", QueueKind.QUEUE))
     journal.add(add("q", 1))
     journal.flush()
-    refused: list[TxOp] = []
-    journal.on_unstored = refused.extend
-    _fail_next_sync(journals)
-    journal.commit([add("q", 2), AckOp("q", 1)])
-    failed = Callbacks()
-    journal.sync(failed)
-    assert isinstance(failed.wait()[0], DiskFull)
+    refused = _with_a_failing_sync(
+        journals, journal, lambda: journal.commit([add("q", 2), AckOp("q", 1)])
+    )
     assert [(type(op), op.seq) for op in refused] == [(AddOp, 2), (AckOp, 1)]
-    journals.disk.sync_error = None
     journal.flush()
     journal = journals.reopen(journal)
     assert [s.seq for s in journal.recover().messages["q"]] == [1]
@@ -119,13 +131,12 @@ def test_delivery_marks_and_definitions_are_kept_and_written_once_the_disk_works
     journal.define(QueueDefinition("q", QueueKind.QUEUE))
     journal.add(add("q", 1))
     journal.flush()
-    _fail_next_sync(journals)
-    journal.delivered("q", 1, 1)
-    journal.define(QueueDefinition("r", QueueKind.QUEUE))
-    failed = Callbacks()
-    journal.sync(failed)
-    assert isinstance(failed.wait()[0], DiskFull)
-    journals.disk.sync_error = None
+
+    def mark_and_define() -> None:
+        journal.delivered("q", 1, 1)
+        journal.define(QueueDefinition("r", QueueKind.QUEUE))
+
+    _with_a_failing_sync(journals, journal, mark_and_define)
     journal.flush()
     journal = journals.reopen(journal)
     recovered = journal.recover()
@@ -140,12 +151,7 @@ def test_a_refused_record_is_never_paged_back_in(journals: Journals) -> None:
     journal.define(QueueDefinition("q", QueueKind.QUEUE))
     journal.add(add("q", 1))
     journal.flush()
-    _fail_next_sync(journals)
-    journal.add(add("q", 2))
-    failed = Callbacks()
-    journal.sync(failed)
-    assert isinstance(failed.wait()[0], DiskFull)
-    journals.disk.sync_error = None
+    _with_a_failing_sync(journals, journal, lambda: journal.add(add("q", 2)))
     assert [s.seq for s in journal.page_in("q", 0, 10)] == [1]
 
 
@@ -158,15 +164,7 @@ def test_acks_failing_with_no_new_message_beside_them_are_kept_and_written_again
     journal.add(add("q", 1))
     journal.add(add("q", 2))
     journal.flush()
-    refused: list[TxOp] = []
-    journal.on_unstored = refused.extend
-    _fail_next_sync(journals)
-    journal.acks("q", [1, 2])
-    failed = Callbacks()
-    journal.sync(failed)
-    assert isinstance(failed.wait()[0], DiskFull)
-    assert refused == []
-    journals.disk.sync_error = None
+    assert _with_a_failing_sync(journals, journal, lambda: journal.acks("q", [1, 2])) == []
     journal.flush()
     journal = journals.reopen(journal)
     assert journal.recover().messages.get("q", []) == []
@@ -206,15 +204,10 @@ def test_a_commit_of_acks_only_failing_alone_is_kept_like_acks(journals: Journal
     for seq in (1, 2):
         journal.add(add("q", seq))
     journal.flush()
-    refused: list[TxOp] = []
-    journal.on_unstored = refused.extend
-    _fail_next_sync(journals)
-    journal.commit([AckOp("q", 1), AckOp("q", 2)])
-    failed = Callbacks()
-    journal.sync(failed)
-    assert isinstance(failed.wait()[0], DiskFull)
+    refused = _with_a_failing_sync(
+        journals, journal, lambda: journal.commit([AckOp("q", 1), AckOp("q", 2)])
+    )
     assert refused == []
-    journals.disk.sync_error = None
     journal.flush()
     journal = journals.reopen(journal)
     assert journal.recover().messages.get("q", []) == []
