@@ -146,11 +146,7 @@ class Admission:
                     self._countdown = STORE_CHECK_EVERY
                     self._store_short()
         if self.reason is not None:
-            if (
-                not self.everyone
-                and memory.high
-                and memory.used >= memory.high + memory.high // HARD_MARGIN
-            ):
+            if not self.everyone and self._past_hard_line():
                 self._close("memory", *self._memory_says())  # light producers reached the bound
             if self.everyone or share.recent + share.sent >= self.heavy:
                 self.refused += 1
@@ -225,10 +221,15 @@ class Admission:
         """Producers held now."""
         return len(self._waiters)
 
+    def _past_hard_line(self) -> bool:
+        """Memory is past ``high`` and its :data:`HARD_MARGIN`: every producer waits."""
+        memory = self.memory
+        return bool(memory.high) and memory.used >= memory.high + memory.high // HARD_MARGIN
+
     def _memory_says(self) -> tuple[str, bool]:
         """Why producers wait for memory, and whether every one does."""
         memory = self.memory
-        everyone = memory.used >= memory.high + memory.high // HARD_MARGIN
+        everyone = self._past_hard_line()
         return (
             f"the broker's queues hold {_mib(memory.used)} in memory, over "
             f"memory_high_watermark ({_mib(memory.high)}): "

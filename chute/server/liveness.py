@@ -29,7 +29,7 @@ class Watched(Protocol):
         """Closing, or its transport lost: no timer acts any more."""
 
     @property
-    def held(self) -> bool:
+    def on_hold(self) -> bool:
         """The broker holds the connection (its silence is explained)."""
 
     def write_heartbeat(self) -> None:
@@ -85,7 +85,7 @@ class Liveness:
             return
         timeout = self._idle_timeout
         quiet = time.monotonic() - max(self.last_read, self.last_write)
-        if conn.held or quiet < timeout:
+        if conn.on_hold or quiet < timeout:
             wait = timeout - quiet if quiet < timeout else timeout
             self._idle = self._loop.call_later(wait, self._check_idle)
             return

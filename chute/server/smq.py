@@ -74,6 +74,8 @@ def listeners(
 class _SmqConnection(StreamConnection):
     """What a source and a sink share: a core connection and a closing rule."""
 
+    codec: SourceCodec | SinkCodec
+
     def __init__(self, server: ServerHost, address: str) -> None:
         super().__init__(server)
         self.address = address
@@ -111,6 +113,9 @@ class _SmqConnection(StreamConnection):
     def _feed(self, data: bytes) -> None:
         raise NotImplementedError
 
+    def _buffered(self) -> int:
+        return self.codec.buffered
+
     def _protocol_error(self, exc: RemoteProtocolError) -> None:
         log.warning(
             "%s protocol error from %s: %s (%s); closing",
@@ -124,6 +129,8 @@ class _SmqConnection(StreamConnection):
 class SmqSource(_SmqConnection):
     """One seed-002 source. Lives on the server's event loop only."""
 
+    codec: SourceCodec
+
     protocol_name = "smq source"
 
     def __init__(self, server: ServerHost, address: str) -> None:
@@ -132,9 +139,6 @@ class SmqSource(_SmqConnection):
         self._unanswered = 0  # sent to the queue, waiting for the sync before 'Y'
         self._ending = False  # close once every earlier message is answered
         self._failed = False  # a message was not stored: no later one may be answered
-
-    def _buffered(self) -> int:
-        return self.codec.buffered
 
     def eof_received(self) -> bool | None:
         super().eof_received()
@@ -224,6 +228,8 @@ class SmqSink(_SmqConnection):
     It is the consumer's receiver. Lives on the server's event loop only.
     """
 
+    codec: SinkCodec
+
     protocol_name = "smq sink"
 
     def __init__(self, server: ServerHost, address: str) -> None:
@@ -231,9 +237,6 @@ class SmqSink(_SmqConnection):
         self.codec = SinkCodec()
         self.consumer: Consumer | None = None
         self._entry: Entry | None = None  # pushed to us, not yet acked
-
-    def _buffered(self) -> int:
-        return self.codec.buffered
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)

@@ -402,7 +402,7 @@ class StreamConnection(asyncio.Protocol):
         return self.closing or self.transport is None
 
     @property
-    def held(self) -> bool:
+    def on_hold(self) -> bool:
         return bool(self._holds)
 
     def write_heartbeat(self) -> None:
