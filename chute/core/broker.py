@@ -33,14 +33,22 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import Any
 
 from chute.core.access import Access, Client
 from chute.core.address import DEAD_LETTER, EXPIRED, Kind, canonical, parse
 from chute.core.admission import Admission
 from chute.core.batches import CommittedBatches
-from chute.core.browse import PAGE_BYTES, PAGE_MESSAGES, BrowsePage, browse_page, clamp
+from chute.core.browse import (
+    PAGE_BYTES,
+    PAGE_MESSAGES,
+    BrowsePage,
+    at_once,
+    clamp,
+    finish,
+    page_in_steps,
+)
 from chute.core.consumer import Entry
 from chute.core.cursor import Cursors
 from chute.core.destinations import ANONYMOUS, Destinations, Limits
@@ -416,16 +424,41 @@ class Broker:
             InvalidSelector: a bad selector.
             StoreError: paged messages cannot be read now.
         """
+        return finish(
+            self.browse_steps(
+                address,
+                after=after,
+                before=before,
+                selector=selector,
+                max_messages=max_messages,
+                max_bytes=max_bytes,
+            )
+        )
+
+    def browse_steps(
+        self,
+        address: str,
+        *,
+        after: int = 0,
+        before: int = 0,
+        selector: str | None = None,
+        max_messages: int = 0,
+        max_bytes: int = 0,
+    ) -> Generator[None, None, BrowsePage]:
+        """:meth:`browse_page`'s page built in steps, one per ``next()`` (the page is the
+        generator's return value; see :func:`chute.core.browse.page_in_steps`): a driver
+        serves other clients between them. The address and selector are checked here
+        (raising as :meth:`browse_page`); a step may raise ``StoreError``."""
         addr = parse(address)
         compiled = compile_selector(selector) if selector else None
         dest = self.find(str(addr))
         if dest is None:
             if addr.kind is Kind.TOPIC:
                 raise InvalidAddress(f"{addr} is a topic: a topic holds nothing to browse")
-            return BrowsePage([], after, max(before, after + 1), True)
+            return at_once(BrowsePage([], after, max(before, after + 1), True))
         if isinstance(dest, Topic):
             raise InvalidAddress(f"{address} is a topic: a topic holds nothing to browse")
-        return browse_page(
+        return page_in_steps(
             dest,
             after,
             before,

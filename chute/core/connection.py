@@ -26,6 +26,7 @@ from __future__ import annotations
 import itertools
 import logging
 import secrets
+from collections.abc import Generator
 from typing import Any
 
 from chute.core.access import ANONYMOUS, Action, PasswordCheck, Principal
@@ -214,7 +215,7 @@ class Connection:
 
     # -- looking ----------------------------------------------------------------------
 
-    def browse_page(
+    def browse_steps(
         self,
         address: str,
         *,
@@ -223,15 +224,15 @@ class Connection:
         selector: str | None = None,
         max_messages: int = 0,
         max_bytes: int = 0,
-    ) -> BrowsePage:
-        """One page of a walk over a queue in sequence order (see ``Broker.browse_page``);
-        nothing is consumed.
+    ) -> Generator[None, None, BrowsePage]:
+        """One page of a walk over a queue in sequence order, built a step per ``next()``
+        (see ``Broker.browse_steps``); nothing is consumed.
 
         Raises:
-            AccessDenied, InvalidAddress, InvalidSelector, StoreError.
+            AccessDenied, InvalidAddress, InvalidSelector; a step: StoreError.
         """
         self.authorize(Action.BROWSE, address)
-        return self.broker.browse_page(
+        return self.broker.browse_steps(
             address,
             after=after,
             before=before,

@@ -46,6 +46,7 @@ from chute.server.native import NativeConnection, native_refusal
 from chute.server.stomp import StompConnection, stomp_refusal
 from chute.server.stream import StreamConnection
 from chute.server.tls import Accepting, Front, ProtocolFactory, server_context
+from chute.server.turns import Contenders
 from chute.store.journal import Journal
 from chute.store.memory import MemoryStore
 
@@ -97,6 +98,7 @@ class BrokerServer:
         self.http: HttpListener | None = None  # http_port: STOMP over WebSocket, later admin
         self.limits = ConnectionLimits(config)  # every connection, from its accept to its loss
         self.accepting = Accepting()  # connections not yet handed to their driver
+        self.contenders = Contenders()  # who else wants the loop, when a turn ends early
         self.tls_context: ssl.SSLContext | None = None  # every TLS listener's (start makes it)
         self.bridges: list[DropboxBridge] = []  # [[dropbox]] mounts (docs/dropbox.md)
         self.started = time.time()
@@ -254,6 +256,7 @@ class BrokerServer:
     def _sync_gathered(self) -> None:
         requests, self._sync_requests = self._sync_requests, []
         seals, self._sync_seals = self._sync_seals, []
+        self.contenders.sync_started()
         for seal in seals:
             seal()
         if self.config.inline_sync and self.broker.store.sync_inline(requests):
@@ -346,6 +349,7 @@ class BrokerServer:
         self.limits.close()
         if self._password_pool is not None:
             self._password_pool.shutdown(wait=False, cancel_futures=True)
+        self.contenders.close()
         self.broker.close()
         log.info("stopped")
 

@@ -9,7 +9,10 @@ message would cost a syscall per message.
 
 Ordering: packets of one connection are handled strictly in order. A send
 under the ``block`` overflow policy holds the connection: reading pauses and
-later packets wait until the send gets room or times out.
+later packets wait until the send gets room or times out. A browse is acted on
+in steps (``_work``, a generator a step per ``next()``: a few messages of the
+page), each a unit of the connection's turn like a packet, so a page read from
+the journal does not hold the loop for milliseconds; later packets wait for it.
 
 Any :class:`~chute.errors.ChuteError` from the core becomes an ``Error``
 packet for that request (or, for a one-way send, an unsolicited ``Error``
@@ -22,11 +25,11 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any
 
 from chute.content import encode_content
-from chute.core.browse import clamp
+from chute.core.browse import BrowsePage, clamp
 from chute.core.connection import Connection
 from chute.core.consumer import AckMode, Consumer, Entry
 from chute.core.routing import WouldBlock
@@ -69,6 +72,7 @@ class NativeConnection(StreamConnection):
         )
         self.sessions: dict[int, Session] = {}
         self.consumers: dict[int, tuple[Consumer, Session]] = {}
+        self._work: Generator[None, None, None] | None = None  # a request acted on in steps
         self._handlers: dict[type, Callable[[p.Header, Any], None]] = {
             p.Send: self._on_send,
             p.Ack: self._on_ack,
@@ -124,12 +128,22 @@ class NativeConnection(StreamConnection):
         codec = self.codec
         handlers = self._handlers
         turn = self._turn()
+        asked = False
         try:
             while self._may_act(turn):
+                work = self._work
+                if work is not None:  # a request acted on in steps comes first
+                    try:
+                        next(work)
+                    except StopIteration:
+                        self._work = None
+                    continue
                 item = codec.next_packet()
                 if isinstance(item, NeedData):
                     break
                 header, packet = item
+                if header.correlation_id:
+                    asked = True  # the client waits for the answer
                 if self.core is None:
                     self._on_connect(header, packet)
                     continue
@@ -144,6 +158,8 @@ class NativeConnection(StreamConnection):
                     self._fail(header, exc)
         except RemoteProtocolError as exc:
             self._protocol_error(exc)
+        if asked:
+            self._asked()
         self.flush()
 
     def _on_connect(self, header: p.Header, packet: Any) -> None:
@@ -343,7 +359,7 @@ class NativeConnection(StreamConnection):
         self._confirm(header, durable=packet.delete)
 
     def _on_browse_fetch(self, header: p.Header, packet: p.BrowseFetch) -> None:
-        page = self._core().browse_page(
+        steps = self._core().browse_steps(
             packet.address,
             after=packet.after,
             before=packet.before,
@@ -351,6 +367,16 @@ class NativeConnection(StreamConnection):
             max_messages=packet.max_messages,
             max_bytes=clamp(packet.max_bytes, self.codec.max_packet_size // 2),
         )
+        self._work = self._browse_page(header, steps)
+
+    def _browse_page(
+        self, header: p.Header, steps: Generator[None, None, BrowsePage]
+    ) -> Generator[None, None, None]:
+        try:
+            page = yield from steps
+        except ChuteError as exc:
+            self._fail(header, exc)
+            return
         messages = tuple((e.seq, _delivered_view(e)) for e in page.entries)
         self._respond(header, p.BrowsePage(page.after, page.before, page.done, messages))
 
@@ -367,24 +393,31 @@ class NativeConnection(StreamConnection):
     # the answer fits in a packet (so a request costs at most a packet's worth of work).
 
     def _on_browse(self, header: p.Header, packet: p.Browse) -> None:
+        self._work = self._browse_whole(header, packet)
+
+    def _browse_whole(self, header: p.Header, packet: p.Browse) -> Generator[None, None, None]:
         core, budget = self._core(), self.codec.max_packet_size // 2
         messages: list[tuple[int, Any]] = []
         size, after, before = 0, 0, 0
-        while True:
-            page = core.browse_page(
-                packet.address, after=after, before=before, selector=packet.selector
-            )
-            messages += ((e.seq, _delivered_view(e)) for e in page.entries)
-            size += sum(e.message.size for e in page.entries)
-            if page.done or 0 < packet.limit <= len(messages):
-                break
-            if size > budget:
-                raise TooLarge(
-                    f"{packet.address} holds more than one answer can carry "
-                    f"(max_packet_size {self.codec.max_packet_size}); browse it with a "
-                    "limit, or with a client that browses in pages (BrowseFetch)"
+        try:
+            while True:
+                page = yield from core.browse_steps(
+                    packet.address, after=after, before=before, selector=packet.selector
                 )
-            after, before = page.after, page.before
+                messages += ((e.seq, _delivered_view(e)) for e in page.entries)
+                size += sum(e.message.size for e in page.entries)
+                if page.done or 0 < packet.limit <= len(messages):
+                    break
+                if size > budget:
+                    raise TooLarge(
+                        f"{packet.address} holds more than one answer can carry "
+                        f"(max_packet_size {self.codec.max_packet_size}); browse it with a "
+                        "limit, or with a client that browses in pages (BrowseFetch)"
+                    )
+                after, before = page.after, page.before
+        except ChuteError as exc:
+            self._fail(header, exc)
+            return
         if packet.limit > 0:
             del messages[packet.limit :]
         self._respond(header, p.BrowseResult(tuple(messages)))

@@ -162,6 +162,7 @@ class SmqSource(_SmqConnection):
                     self._end()
                     break
                 assert isinstance(event, Publish)  # noqa: S101 - for mypy
+                self._asked()  # its 'Y' is awaited
                 self._publish(event.body, to_message_id(event.id) if event.id else None)
         except RemoteProtocolError as exc:
             self._protocol_error(exc)

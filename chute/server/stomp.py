@@ -297,6 +297,7 @@ class StompConnection(StreamConnection):
         A durable receipt is written (and flushed) in the very loop callback
         that reports the sync, with nothing waiting for a later iteration.
         """
+        self._asked()
         if not durable:
             self._write_receipt(receipt)
             if then_close:

@@ -17,11 +17,9 @@ room, producer flow control, closing, a password being verified, a turn used up)
 :meth:`_hold` and :meth:`_release` change it and :meth:`_decide_reading` alone pauses
 or resumes the transport.
 
-Turns: a connection acts on its input for at most :data:`TURN_S` at a time
-(:meth:`_may_act`), then yields to the others ready in the same loop iteration
-and goes on in the next. One client sending as fast as it can no longer holds
-the loop for the whole of what the socket had buffered (uvloop reads up to
-32 times 256 KiB in one go): every other client waits at most about one turn.
+Turns: a connection acts on its input in turns (:meth:`_may_act`), and yields the
+loop as soon as another connection has input or a sync's answer waits to hop onto
+the loop (the rules are in :mod:`chute.server.turns`).
 
 What every protocol shares besides: the login (:meth:`_login`, through the
 core's one gate, :func:`chute.core.connection.connect`, with the user a
@@ -61,13 +59,10 @@ from chute.server.limits import ConnectionLimits, Ticket
 from chute.server.liveness import Liveness
 from chute.server.marks import DeliveryMarks
 from chute.server.tls import certificate_user
+from chute.server.turns import ASKING_S, TURN_BUFFER, TURN_LOOK, TURN_S, Contenders
 
 log = logging.getLogger("chute.server")
 
-TURN_S: Final = 0.001
-"""How long a connection acts on its input before the others get their turn (seconds)."""
-TURN_BUFFER: Final = 256 << 10
-"""Input a connection waiting for its next turn may buffer before it stops reading."""
 FLOW_MAX_PAUSE = 0.5  # seconds: a flow-control pause never lasts longer than this
 
 SyncedCallback = Callable[[BaseException | None], None]
@@ -102,6 +97,10 @@ class ServerHost(Protocol):
     @property
     def limits(self) -> ConnectionLimits:
         """The connection limits (a driver's ticket, and what it reports)."""
+
+    @property
+    def contenders(self) -> Contenders:
+        """Who else wants the loop (when a turn ends early)."""
 
     def request_sync(
         self,
@@ -155,6 +154,10 @@ class StreamConnection(asyncio.Protocol):
         self._holds = 0  # Hold bits
         self._reading = True  # what the transport was last told
         self._turn_fresh = False  # the turn running has not acted yet
+        self._look_at = 0.0  # when the turn running next asks who else wants the loop
+        self._fd = -1  # the socket's, watched by the server's Contenders (-1: none)
+        self._watched = False
+        self._asked_at = time.monotonic()  # when it last asked for an answer (a login will)
         self._flow_timer: asyncio.TimerHandle | None = None
         self.liveness = Liveness(self, server.loop, server.config.idle_timeout_ms / 1000)
         self._pending_check: PasswordCheck | None = None  # verified, for the login frame again
@@ -166,6 +169,9 @@ class StreamConnection(asyncio.Protocol):
         peer = self.transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.certificate_user = certificate_user(self.transport)
+        sock = self.transport.get_extra_info("socket")
+        self._fd = sock.fileno() if sock is not None else -1
+        self._decide_reading()  # its socket is watched from now on
         if self.ticket is None:
             self.ticket = self.server.limits.ticket_of(transport)
         if self.ticket is not None:
@@ -182,6 +188,9 @@ class StreamConnection(asyncio.Protocol):
         if self._flow_timer is not None:
             self._flow_timer.cancel()
         self.server.connections.discard(self)
+        if self._watched:
+            self._watched = False
+            self.server.contenders.unwatch(self._fd)
         if self.core is not None:
             self.core.close()  # in-flight messages go back; open transactions roll back
             log.info("%s client %s (%s) disconnected", self.protocol_name, self.core.id, self.peer)
@@ -217,21 +226,31 @@ class StreamConnection(asyncio.Protocol):
         return not self._holds & _NOT_WRITABLE
 
     def _turn(self) -> float:
-        """Start a turn: when it ends (``time.perf_counter()``). A turn always acts on
-        its first unit of input, however short it is, so every turn makes progress."""
+        """Start a turn: when it ends at the latest (``time.perf_counter()``). A turn
+        always acts on its first unit of input, so every turn makes progress."""
         self._turn_fresh = True
-        return time.perf_counter() + TURN_S
+        now = time.perf_counter()
+        self._look_at = now + TURN_LOOK
+        return now + TURN_S
 
     def _may_act(self, turn_ends: float) -> bool:
         """Whether to act on the next unit of input now: :attr:`acting`, and the turn that
-        ends at ``turn_ends`` is not over. If it is, the connection yields (``Hold.TURN``):
-        its next turn comes in the loop's next iteration, after every other connection
-        ready now had its own, and meanwhile it reads on only while it buffers little."""
+        ends at ``turn_ends`` is not over, nor anyone else waiting for the loop (asked
+        every ``TURN_LOOK``). Else the connection yields (``Hold.TURN``): its next turn
+        comes in the loop's next iteration, after every other connection ready now had
+        its own, and meanwhile it reads on only while it buffers little."""
         if self._holds & NOT_ACTING:
             return False
-        if self._turn_fresh or time.perf_counter() < turn_ends:
+        if self._turn_fresh:
             self._turn_fresh = False
             return True
+        now = time.perf_counter()
+        if now < turn_ends:
+            if now < self._look_at:
+                return True
+            if not self.server.contenders.waiting(self._fd):
+                self._look_at = now + TURN_LOOK
+                return True
         self._holds |= Hold.TURN
         self._decide_reading()
         self.server.loop.call_soon(self._next_turn)
@@ -247,12 +266,19 @@ class StreamConnection(asyncio.Protocol):
     def _act(self) -> None:
         """Act on the input buffered (after a read, or in a new turn): now, or, while
         the connection waits for its next turn, only decide whether it reads on. Then
-        producer flow control: what it sent may have made a backlog."""
+        producer flow control: what it sent may have made a backlog; and whether its
+        socket is still watched (:data:`~chute.server.turns.ASKING_S`)."""
         if self._holds & Hold.TURN:
             self._decide_reading()
             return
         self._process()
         self._check_flow()
+        self._decide_reading()
+
+    def _asked(self) -> None:
+        """The input just acted on waits for an answer: for a while, this client's next
+        input ends the turn of a connection acting (:mod:`chute.server.turns`)."""
+        self._asked_at = time.monotonic()
 
     def _hold(self, reason: int) -> None:
         self._holds |= reason
@@ -268,6 +294,15 @@ class StreamConnection(asyncio.Protocol):
         transport = self.transport
         holds = self._holds
         reading = not holds or (holds == Hold.TURN and self._buffered() <= TURN_BUFFER)
+        watched = (  # its input makes the one acting yield
+            not holds and self._fd >= 0 and time.monotonic() - self._asked_at < ASKING_S
+        )
+        if watched is not self._watched:
+            self._watched = watched
+            if watched:
+                self.server.contenders.watch(self._fd)
+            else:
+                self.server.contenders.unwatch(self._fd)
         if reading is self._reading or transport is None or transport.is_closing():
             return
         self._reading = reading
@@ -521,18 +556,25 @@ class StreamConnection(asyncio.Protocol):
             batch = self._sync_waiters = []
             server = self.server
             loop = server.loop
+            contenders = server.contenders
 
             def synced(error: BaseException | None) -> None:  # maybe on the store's thread
                 if threading.get_ident() == server.loop_thread:
                     self._synced(batch, error)
                 elif not loop.is_closed():
-                    loop.call_soon_threadsafe(self._synced, batch, error)
+                    contenders.hop_coming()  # the connection acting now yields to it
+                    loop.call_soon_threadsafe(self._hopped, batch, error)
 
             server.request_sync(synced, self._seal_sync)
+            contenders.sync_asked(self._fd)
         batch.append(then)
 
     def _seal_sync(self) -> None:
         self._sync_waiters = None
+
+    def _hopped(self, thens: list[SyncedCallback], error: BaseException | None) -> None:
+        self.server.contenders.hop_arrived()
+        self._synced(thens, error)
 
     def _synced(self, thens: list[SyncedCallback], error: BaseException | None) -> None:
         # A closing connection still gets its last answers (a DISCONNECT's receipt);

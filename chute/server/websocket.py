@@ -214,8 +214,9 @@ async def stomp_endpoint(
     if request.transport is not None:
         conn.ticket = server.limits.ticket_of(request.transport)
     ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
-    transport = WebSocketTransport(
-        ws, conn, {"peername": peer, "websocket": ws, "ssl_object": ssl_object}
+    sock = request.transport.get_extra_info("socket") if request.transport else None
+    transport = WebSocketTransport(  # its socket: whose input makes another's turn end
+        ws, conn, {"peername": peer, "websocket": ws, "ssl_object": ssl_object, "socket": sock}
     )
     conn.protocol_name = "STOMP/WebSocket"
     conn.connection_made(transport)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from chute.core.broker import Broker
-from chute.core.browse import PAGE_BYTES, PAGE_MESSAGES, BrowsePage
+from chute.core.browse import PAGE_BYTES, PAGE_MESSAGES, STEP_MESSAGES, BrowsePage, finish
 from chute.core.connection import Connection
 from chute.core.consumer import AckMode
 from chute.core.store import Store
@@ -198,3 +198,53 @@ def test_a_walk_reads_paged_messages_from_the_store_page_by_page(paging_store: S
     assert queue.paged > 1000  # browsing reads back nothing into the queue
     odd = walk(broker, "queue:q", selector="JMSPriority = 9")
     assert seqs(odd) == list(range(10, 1501, 10))
+
+
+def test_a_page_built_in_steps_is_the_page_built_at_once(paging_store: Store) -> None:
+    broker = Broker(paging_store, memory_limit=32 << 10)
+    broker.recover()
+    fill(broker, "queue:q", 600)
+    assert broker.queues["queue:q"].paged > 300
+    steps = broker.browse_steps("queue:q", max_messages=200)
+    taken = 0
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            page: BrowsePage = done.value
+            break
+        taken += 1
+    assert taken == -(-200 // STEP_MESSAGES) - 1  # a step per STEP_MESSAGES; the last returns
+    assert seqs([page]) == list(range(1, 201))
+    assert seqs([page]) == seqs([broker.browse_page("queue:q", max_messages=200)])
+    assert not page.done
+
+
+def test_messages_consumed_between_steps_of_a_page_are_not_shown(broker: Broker) -> None:
+    fill(broker, "queue:q", 3 * STEP_MESSAGES)
+    steps = broker.browse_steps("queue:q")
+    next(steps)  # the first step covered 1..STEP_MESSAGES
+    s = Connection(broker).session(AckMode.INDIVIDUAL)
+    recorder = Recorder()
+    consumer = s.consumer(1, "queue:q", recorder, prefetch=2 * STEP_MESSAGES)
+    for entry in recorder.take():  # 1..2*STEP_MESSAGES: half of them ahead of the walk
+        s.ack(consumer, entry.seq)
+    page = finish(steps)
+    shown = list(range(1, STEP_MESSAGES + 1)) + list(
+        range(2 * STEP_MESSAGES + 1, 3 * STEP_MESSAGES + 1)
+    )
+    assert seqs([page]) == shown
+    assert page.done
+
+
+def test_a_later_step_keeps_the_page_within_its_bytes(broker: Broker) -> None:
+    s = Connection(broker).session()
+    for i in range(STEP_MESSAGES):
+        s.send("queue:q", msg(b"s%d" % i))
+    s.send("queue:q", msg(b"B" * 5000))  # the first of the next step: it does not fit
+    small = sum(e.message.size for e in broker.browse("queue:q")[:STEP_MESSAGES])
+    page = broker.browse_page("queue:q", max_bytes=small + 1000)
+    assert len(page.entries) == STEP_MESSAGES
+    assert not page.done
+    rest = broker.browse_page("queue:q", after=page.after, before=page.before, max_bytes=100)
+    assert [e.message.body for e in rest.entries] == [b"B" * 5000]  # alone, whatever its size
