@@ -259,6 +259,9 @@ class StreamConnection(asyncio.Protocol):
     def _next_turn(self) -> None:
         if not self._holds & Hold.TURN or self.closing:
             return
+        if self.server.contenders.due(self._fd):
+            self.server.loop.call_soon(self._next_turn)  # after the syncs and answers
+            return
         self._holds &= ~Hold.TURN
         self._act()
         self._decide_reading()

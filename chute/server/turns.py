@@ -5,16 +5,18 @@ on all of it before the loop served anyone else: a client sending as fast as it 
 made every other client wait ~100 ms per request. So a connection acts on its input
 in turns (:meth:`chute.server.stream.StreamConnection._may_act`):
 
-- a turn always acts on its first unit of input (every turn makes progress);
+- a turn always acts on its first unit of input (every turn makes progress); a
+  unit is a packet or a frame, or a step of a browse page
+  (:func:`chute.core.browse.page_in_steps`);
 - every :data:`TURN_LOOK` it asks whether anyone else wants the loop
   (:meth:`Contenders.waiting`): a client that waits for answers with input on its
   socket, a sync asked for by another connection that the loop starts only once
   its ready callbacks ran, or an answer from the store's writer thread waiting to
   hop onto the loop (a sync done). If so, the turn ends there;
-- a turn ends after :data:`TURN_S` in any case (timers, and connections without a
-  socket of their own, such as WebSockets, get the loop too).
+- a turn ends after :data:`TURN_S` in any case (timers, and clients whose input
+  is no contender, get the loop too).
 
-So a flood yields within ~0.1 ms to a client with a request, and when nobody else
+So a flood yields within ~50 µs to a client with a request, and when nobody else
 waits it acts for whole milliseconds at a time: a loop iteration costs a write per
 connection with output, so short turns for nobody's sake would cost throughput.
 
@@ -25,6 +27,7 @@ acks, one-way sends, are read in the loop's next iteration as before: were they
 contenders, a producer feeding four consumers that keep up (each answers every
 write with credit) would yield every ~0.15 ms and deliver in smaller writes, at
 half the rate.
+
 A connection waiting for its next turn reads on only while it buffers at most
 :data:`TURN_BUFFER`; the rest stays in the network.
 """
@@ -38,7 +41,7 @@ from typing import Final
 
 TURN_S: Final = 0.001
 """The longest a connection acts on its input before the others get their turn (seconds)."""
-TURN_LOOK: Final = 0.0001
+TURN_LOOK: Final = 0.00005
 """How often a turn asks whether anyone else wants the loop (seconds)."""
 ASKING_S: Final = 0.25
 """A connection that asked for an answer this recently is a contender (seconds)."""
@@ -107,6 +110,15 @@ class Contenders:
     def sync_started(self) -> None:
         """Every sync asked for so far has started."""
         self._syncing.clear()
+
+    def due(self, own: int) -> bool:
+        """Whether work the loop runs in this very iteration waits: another connection's
+        sync to start, or a sync's answers. A connection whose turn comes now lets it go
+        first (it comes back in the next iteration, once that work is done)."""
+        if self._hops:
+            return True
+        syncing = self._syncing
+        return bool(syncing) and (len(syncing) > 1 or own not in syncing)
 
     def waiting(self, own: int) -> bool:
         """Whether anyone but the connection with socket ``own`` wants the loop now."""

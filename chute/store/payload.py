@@ -313,6 +313,7 @@ def decode_add(data: bytes, start: int, end: int, names: Names) -> tuple[AddOp, 
             delivered,
             flags & _REDELIVERED != 0,
         )
+        message.encoded = bytes(data[p:end])  # the block as stored: what a delivery sends
     except DECODE_ERRORS as exc:
         raise CorruptRecord(f"malformed add record: {exc}") from exc
     return AddOp(destination, queues, seq, message), stored

@@ -285,3 +285,45 @@ def test_a_browse_page_is_built_in_turns_and_others_are_answered_meanwhile(
     assert isinstance(page, p.BrowsePage)
     assert [m.body for _, m in page.messages] == [b"m%d" % i for i in range(10 * STEP_MESSAGES)]
     assert page.done
+
+
+def test_a_turn_that_comes_while_another_sync_waits_to_start_lets_it_go_first(
+    loop: asyncio.AbstractEventLoop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(stream, "TURN_S", 0.0)
+    server = BrokerServer(ServerConfig(), MemoryStore())
+    server.loop = loop
+    flood, _ = client(server, loop)
+    flood.data_received(sends(0, 20))
+    assert flood.between_turns
+    depth = queue_depth(server)
+    server.contenders.sync_asked(1000)  # another client's send waits for its sync to start
+    for _ in range(3):
+        loop.run_until_complete(asyncio.sleep(0))
+    assert queue_depth(server) == depth  # its turns wait
+    assert flood.between_turns
+    server.contenders.sync_started()
+    settle(loop, flood)
+    assert queue_depth(server) == 20
+
+
+def test_contenders_count_only_others_syncs_as_due() -> None:
+    contenders = Contenders()
+    assert not contenders.due(7)
+    contenders.sync_asked(7)
+    assert not contenders.due(7)  # its own sync: nothing to let go first
+    assert contenders.due(8)
+    contenders.sync_started()
+    assert not contenders.due(8)
+    contenders.hop_coming()
+    assert contenders.due(7)
+    contenders.hop_arrived()
+    assert not contenders.due(7)
+    contenders.close()
+
+
+def queue_depth(server: BrokerServer) -> int:
+    for d in server.broker.stats()["destinations"]:
+        if d["address"] == "queue:q":
+            return int(d["depth"])
+    return 0

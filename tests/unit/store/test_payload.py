@@ -89,6 +89,15 @@ def test_a_cached_wire_encoding_is_used_as_is() -> None:
     assert with_cache == without
 
 
+def test_a_stored_message_keeps_its_content_block_for_delivery() -> None:
+    kind, payload = encode(AddRecord(ADD))
+    record = decode(kind, payload, 0, len(payload), Names())
+    assert isinstance(record, AddRecord)
+    stored = record.op.message
+    assert stored.encoded == encode_content(rich_message())  # sent on as is, not re-encoded
+    assert describe(stored) == describe(rich_message())
+
+
 def test_names_are_shared_between_records() -> None:
     names = Names()
     kind, payload = encode(AckRecord(AckOp("queue-name", 1)))
