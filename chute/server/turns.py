@@ -127,8 +127,9 @@ class Contenders:
         syncing = self._syncing
         if syncing and (len(syncing) > 1 or own not in syncing):
             return True
-        if self._poll is None:
-            return False
+        watched = self._watched
+        if self._poll is None or not watched or (len(watched) == 1 and own in watched):
+            return False  # nobody else to ask about: no system call
         return any(fd != own for fd, _ in self._poll.poll(0))
 
     def close(self) -> None:
