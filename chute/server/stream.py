@@ -13,7 +13,8 @@ Delivery marks: a persistent delivery leaves only once its mark is durable
 
 Reading: whether the connection reads is one explicit state, the set of
 :class:`Hold` reasons that stop it (a full write buffer, a send blocked for
-room, producer flow control, closing, a password being verified, a turn used up);
+room, producer flow control (:mod:`chute.server.flow`), closing, a password being
+verified, a turn used up);
 :meth:`_hold` and :meth:`_release` change it and :meth:`_decide_reading` alone pauses
 or resumes the transport.
 
@@ -52,9 +53,9 @@ from chute.core.access import PasswordCheck
 from chute.core.broker import Broker
 from chute.core.connection import Connection, connect
 from chute.core.consumer import Consumer, Entry
-from chute.core.queue import QueueChannel
 from chute.core.routing import WouldBlock
 from chute.errors import AuthenticationFailed, ChuteError, ClientIdInUse
+from chute.server.flow import ProducerFlow
 from chute.server.limits import ConnectionLimits, Ticket
 from chute.server.liveness import Liveness
 from chute.server.marks import DeliveryMarks
@@ -63,7 +64,6 @@ from chute.server.turns import ASKING_S, TURN_BUFFER, TURN_LOOK, TURN_S, Contend
 
 log = logging.getLogger("chute.server")
 
-FLOW_MAX_PAUSE = 0.5  # seconds: a flow-control pause never lasts longer than this
 
 SyncedCallback = Callable[[BaseException | None], None]
 Retry = Callable[[ChuteError | None], None]
@@ -158,7 +158,11 @@ class StreamConnection(asyncio.Protocol):
         self._fd = -1  # the socket's, watched by the server's Contenders (-1: none)
         self._watched = False
         self._asked_at = time.monotonic()  # when it last asked for an answer (a login will)
-        self._flow_timer: asyncio.TimerHandle | None = None
+        self.flow = ProducerFlow(
+            server.loop,
+            functools.partial(self._hold, Hold.FLOW_CONTROL),
+            functools.partial(self._release, Hold.FLOW_CONTROL),
+        )
         self.liveness = Liveness(self, server.loop, server.config.idle_timeout_ms / 1000)
         self._pending_check: PasswordCheck | None = None  # verified, for the login frame again
 
@@ -185,8 +189,7 @@ class StreamConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._holds |= Hold.CLOSING
         self.liveness.stop()
-        if self._flow_timer is not None:
-            self._flow_timer.cancel()
+        self.flow.stop()
         self.server.connections.discard(self)
         if self._watched:
             self._watched = False
@@ -277,6 +280,11 @@ class StreamConnection(asyncio.Protocol):
         self._process()
         self._check_flow()
         self._decide_reading()
+
+    def _check_flow(self) -> None:
+        """Producer flow control after a turn (:mod:`chute.server.flow`)."""
+        live = not self._holds & Hold.CLOSING and self.transport is not None
+        self.flow.check(self.broker, self.core if live else None)
 
     def _asked(self) -> None:
         """The input just acted on waits for an answer: for a while, this client's next
@@ -616,46 +624,3 @@ class StreamConnection(asyncio.Protocol):
         if self.acting:
             self._decide_reading()
             self._process()
-
-    # -- producer flow control ---------------------------------------------------------
-
-    def _check_flow(self) -> None:
-        """After a read: pause reading while a queue this client just sent to holds a backlog
-        past ``flow_backlog`` although it has consumers (they cannot keep up).
-
-        The client's sends then wait in TCP buffers instead of in the broker's memory and
-        journal, and the consumers get the CPU. Never for a queue this connection itself
-        consumes from (its acks must still be read); at most ``FLOW_MAX_PAUSE`` at a time.
-        """
-        pressure = self.broker.pressure
-        if not pressure:
-            return
-        queues = list(dict.fromkeys(pressure))
-        pressure.clear()
-        if self._holds & (Hold.FLOW_CONTROL | Hold.CLOSING) or self.transport is None:
-            return
-        if self.core is None:
-            return
-        own = {id(c) for s in self.core.sessions for c in s.consumers.values()}
-        queues = [q for q in queues if not any(id(c) in own for c in q.router.consumers)]
-        if not queues:
-            return
-        self._hold(Hold.FLOW_CONTROL)
-        waiting = set(queues)
-
-        def relieved(queue: QueueChannel) -> None:
-            waiting.discard(queue)
-            if not waiting:
-                self._end_flow_pause()
-
-        for queue in queues:
-            queue.flow_waiters.append(functools.partial(relieved, queue))
-        self._flow_timer = self.server.loop.call_later(FLOW_MAX_PAUSE, self._end_flow_pause)
-
-    def _end_flow_pause(self) -> None:
-        if not self._holds & Hold.FLOW_CONTROL:
-            return
-        if self._flow_timer is not None:
-            self._flow_timer.cancel()
-            self._flow_timer = None
-        self._release(Hold.FLOW_CONTROL)
