@@ -9,20 +9,28 @@ filename is :mod:`~chute.dropbox.transcoder`'s, and
   ``topic-root/a/b/``. A destination name is never a path.
 - **Claimed files** (:func:`claim_name`, :func:`split_claim_name`): a consumer
   claims a file by renaming it to ``<enc(clientId)>~<name>``, and keeps that
-  name in ``processed/`` and ``error/``. The client id encodes to 1 to
-  :data:`MAX_CLIENT_ID_BYTES` bytes (:func:`check_client_id`); it never holds
-  ``~`` once encoded, so the first ``~`` is the separator.
+  name in ``processed/`` and ``error/``. DropboxMQ's consumer also puts a
+  recovered or rolled-back file back into ``target/`` with its prefix, and
+  operators re-drive ``error/`` files the same way, so a reader takes
+  everything up to the first ``~`` of *any* name as a claim prefix, as
+  DropboxMQ does. The client id encodes to 1 to :data:`MAX_CLIENT_ID_BYTES`
+  bytes (:func:`check_client_id`); it never holds ``~`` once encoded, so the
+  first ``~`` is the separator.
 - **Subscription directories** (:func:`subscription_dir_name`,
   :func:`check_subscription_dir`): ``<enc(subscription)>.<enc(clientId)>``
   under a topic's ``.subscriptions/``.
 
-Every name is at most :data:`NAME_MAX_BYTES`. A message filename leaves room
-for the longest claim prefix: it is at most :data:`MAX_CLAIMABLE_BYTES`.
-``enc`` is :func:`chute.dropbox.escape.enc`.
+Every name is at most :data:`NAME_MAX_BYTES`, the claimed name included (that
+is DropboxMQ's only limit too). How much a claim adds depends on the client id
+that makes it: :func:`claim_room`. A producer cannot know which consumer will
+claim its file, so it reserves room for the client ids it knows of, or
+:data:`DEFAULT_CLAIM_ROOM` (DropboxMQ's generated client ids) when it knows
+none. ``enc`` is :func:`chute.dropbox.escape.enc`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Final
 
 from chute.core.address import check_name
@@ -30,7 +38,8 @@ from chute.dropbox.escape import dec, enc
 from chute.errors import InvalidAddress, InvalidMessage
 
 __all__ = [
-    "MAX_CLAIMABLE_BYTES",
+    "DEFAULT_CLAIM_ROOM",
+    "GENERATED_CLIENT_ID_BYTES",
     "MAX_CLIENT_ID_BYTES",
     "NAME_MAX_BYTES",
     "TOPIC_ROOT",
@@ -38,6 +47,7 @@ __all__ = [
     "check_destination_name",
     "check_subscription_dir",
     "claim_name",
+    "claim_room",
     "destination_parts",
     "split_claim_name",
     "subscription_dir_name",
@@ -49,8 +59,12 @@ NAME_MAX_BYTES: Final = 255
 MAX_CLIENT_ID_BYTES: Final = 48
 """The longest encoded client id :func:`claim_name` accepts."""
 
-MAX_CLAIMABLE_BYTES: Final = NAME_MAX_BYTES - (MAX_CLIENT_ID_BYTES + 1)
-"""The longest name every client can claim: room is left for ``<enc(clientId)>~``."""
+GENERATED_CLIENT_ID_BYTES: Final = 27
+"""The length of the client id a DropboxMQ connection makes up when none is
+configured: ``<ms * 1000 + sequence>-<10 random digits>``, like its message ids."""
+
+DEFAULT_CLAIM_ROOM: Final = GENERATED_CLIENT_ID_BYTES + 1
+"""What a claim by a DropboxMQ connection with a generated client id adds to a name."""
 
 TOPIC_ROOT: Final = "topic-root"
 """The directory under the root that holds every topic."""
@@ -83,30 +97,54 @@ def check_client_id(client_id: str) -> str:
     return encoded
 
 
+def claim_room(client_ids: Iterable[str]) -> int:
+    """How many bytes the longest claim prefix ``<enc(clientId)>~`` of ``client_ids`` adds.
+
+    :data:`DEFAULT_CLAIM_ROOM` when ``client_ids`` is empty (no claimant is known).
+
+    Raises:
+        InvalidAddress: a bad client id (see :func:`check_client_id`).
+    """
+    return max((len(check_client_id(c)) + 1 for c in client_ids), default=DEFAULT_CLAIM_ROOM)
+
+
 def claim_name(client_id: str, name: str) -> str:
     """The name a consumer gives a file it claims: ``<enc(clientId)>~<name>``.
+
+    A claim prefix ``name`` already has (a file put back into ``target/`` by
+    another consumer) is replaced, not stacked: a reader drops only up to the
+    first ``~``.
 
     Raises:
         InvalidAddress: a bad client id (see :func:`check_client_id`), or the
             result would exceed :data:`NAME_MAX_BYTES`.
     """
-    claimed = f"{check_client_id(client_id)}~{name}"
-    if len(claimed.encode("utf-8", "surrogateescape")) > NAME_MAX_BYTES:
-        raise InvalidAddress(f"claimed name would exceed {NAME_MAX_BYTES} bytes")
+    _, unclaimed = split_claim_name(name)
+    claimed = f"{check_client_id(client_id)}~{unclaimed}"
+    size = len(claimed.encode("utf-8", "surrogateescape"))
+    if size > NAME_MAX_BYTES:
+        raise InvalidAddress(
+            f"claimed by {client_id[:60]!r} the name would be {size} bytes, over the "
+            f"filesystem's {NAME_MAX_BYTES}"
+        )
     return claimed
 
 
-def split_claim_name(claimed: str) -> tuple[str | None, str]:
-    """(client id, original name) of a claimed file; (None, name) if it is not one.
+def split_claim_name(name: str) -> tuple[str | None, str]:
+    """(client id, unclaimed name): DropboxMQ's reading of any name in a dropbox.
 
-    The encoded client id never holds ``~`` (it is escaped), so the first
-    ``~`` is the separator even when the original name holds more.
+    Everything up to the first ``~`` is a claim prefix, whichever directory the
+    file is in. The client id is None when there is no ``~`` or nothing before
+    it. The encoded client id never holds ``~`` (it is escaped), so the first
+    ``~`` is the separator even when the rest holds more.
     """
-    encoded, sep, name = claimed.partition("~")
-    if not sep or not encoded:
-        return None, claimed
+    encoded, sep, unclaimed = name.partition("~")
+    if not sep:
+        return None, name
+    if not encoded:
+        return None, unclaimed
     client = dec(encoded)
-    return (encoded if client is None else client), name
+    return (encoded if client is None else client), unclaimed
 
 
 # -- subscription directories --------------------------------------------------------------

@@ -7,17 +7,25 @@ by a DropboxMQ client or by a shell script following its rules reads the same.
 
 Theory of operation
 -------------------
-Decoding (:func:`decode_filename`) never raises. The name is cut at ``.`` into at
-most seven fields, the rest (dots included) being the properties text::
+Decoding (:func:`decode_filename`) never raises. Everything up to the name's
+first ``~`` is a claim prefix ``<enc(clientId)>~`` and is set aside
+(:func:`~chute.dropbox.names.split_claim_name`), in whichever directory the file
+is: DropboxMQ's consumer puts a recovered or rolled-back file back into
+``target/`` with its prefix, and operators re-drive ``error/`` files that way.
+The rest is cut at ``.`` into at most seven fields, the rest (dots included)
+being the properties text::
 
     priority . id . class . expiration . correlation . replyTo . type . properties
 
 Missing fields and trailing dots mean the same thing. Numbers are cut at their
 first ``-`` and may start with ``+`` (so nothing negative parses). The id's
-leading number is ``milliseconds * 1000 + sequence``. A name whose priority is
-missing or not a number, whose id is empty, whose class is not one of
-``M B S P O T`` or whose expiration does not parse is **foreign**: its message id
-is the URL-decoded whole name, its priority 4, its expiration 0 and its
+leading number is ``milliseconds * 1000 + sequence``. The message id is the
+id field, URL-decoded, behind JMS's ``ID:`` prefix: DropboxMQ's
+``JMSMessageID``, so a reply whose correlation id is the request's message id
+matches at a DropboxMQ requester. A name whose priority is missing or not a
+number, whose id is empty, whose class is not one of ``M B S P O T`` or whose
+expiration does not parse is **foreign**: its message id is ``ID:`` and the
+URL-decoded whole (unclaimed) name, its priority 4, its expiration 0 and its
 timestamp the time of receipt (the whole name is not an id field, so its
 leading digits are not read as a time); the correlation id, reply-to, type and
 properties that did parse still apply. A class that is missing, or not one of
@@ -25,12 +33,22 @@ the six letters, means text.
 
 Encoding (:func:`encode_filename`) writes
 ``priority.id.class[.expiration[.correlation[.replyTo[.type[.properties]]]]]``,
-leaving out the fields after the last non-empty one. Text is URL-encoded in the
-form style (space is ``+``; ``*``, ``-``, ``_`` kept), then ``.`` becomes ``%2E``
-and ``~`` becomes ``%7E`` (:func:`~chute.dropbox.escape.enc`), so an encoded field
+leaving out the fields after the last non-empty one. The id field is the
+message id without its ``ID:`` prefix (an id without one is written whole, and
+so reads back with it). Text is URL-encoded in the form style (space is
+``+``; ``*``, ``-``, ``_`` kept), then ``.`` becomes ``%2E`` and ``~`` becomes
+``%7E`` (:func:`~chute.dropbox.escape.enc`), so an encoded field
 holds only ``A-Z a-z 0-9 * - _ + %``: never a separator of ours, never ``/``. A
 property is ``enc(name) + letter + "=" + enc(value)``, pairs joined by ``&``. The
-delivery count is the property ``JMSXDeliveryCountI``.
+delivery count is the property ``JMSXDeliveryCountI``: the deliveries
+attempted so far (a consumer that reads ``n`` delivers the message as
+redelivered, for the ``n + 1``-th time).
+
+A property whose name is not a Java identifier is **not written**
+(:func:`lost_properties` lists them): DropboxMQ's reader refuses such a name
+and drops every property after it, so writing it would lose the others too.
+``content-type`` (a STOMP header) is one; what it says, text or bytes, the
+body kind already carries.
 
 Where chute deliberately differs from DropboxMQ
 -----------------------------------------------
@@ -42,6 +60,9 @@ Each difference keeps data DropboxMQ would lose or hang on, and is reported in
 - A property whose name is not a Java identifier is kept, and so is every
   property after it (DropboxMQ silently drops them all). Only names chute's
   model cannot hold (empty, over 256 characters) are dropped, with a note.
+- A name that says it was delivered before (``JMSXDeliveryCountI=n``, n > 0)
+  is read as redelivered (DropboxMQ 1.2 never sets ``JMSRedelivered`` from a
+  name); JMS says a message that may have been delivered before is.
 - A ``%`` escape that does not decode (or decodes to invalid UTF-8) leaves that
   text literal (DropboxMQ throws, and the file stays in ``target/`` forever).
 - A typed property whose value does not parse as its type (``countI=abc``,
@@ -67,15 +88,18 @@ What a name cannot carry
 
 Name length
 -----------
-A filename is at most 255 bytes on every common filesystem, and a consumer
-later renames the file to ``<enc(clientId)>~<name>``
-(:func:`~chute.dropbox.names.claim_name`) and adds ``&JMSXDeliveryCountI=<n>``.
-:func:`encode_filename` therefore **refuses** (raises
-:class:`~chute.errors.InvalidMessage`) a name longer than
-:data:`MAX_ENCODED_BYTES` (172 by default) rather than spilling properties
-elsewhere: a spilled property is one a DropboxMQ reader would never see, and a
-sidecar file would break the single-rename atomicity of the protocol.
-:func:`decode_filename` accepts names of any length.
+A filename is at most 255 bytes on every common filesystem
+(:data:`~chute.dropbox.names.NAME_MAX_BYTES`), and DropboxMQ's only limit is
+that its *claimed* name, ``<enc(clientId)>~<name>`` with the delivery count,
+fits. :func:`encode_filename` therefore **refuses** (raises
+:class:`~chute.errors.InvalidMessage`) a name that would not fit once claimed
+with a delivery count up to :data:`ROOM_FOR_COUNT`, the claim adding ``claim_room`` bytes
+(:func:`~chute.dropbox.names.claim_room` of the client ids that will claim it,
+as far as they are known). It does not spill properties elsewhere: a spilled
+property is one a DropboxMQ reader would never see, and a sidecar file would
+break the single-rename atomicity of the protocol. :func:`decode_filename`
+accepts names of any length. A consumer that finds no room for a larger count
+(a thousandth delivery of a name at the limit) sends the file to ``error/``.
 
 The names of directories and of claimed files are not a message's:
 :mod:`~chute.dropbox.names` holds their rules.
@@ -86,12 +110,13 @@ from __future__ import annotations
 import math
 import re
 import secrets
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
 from chute.dropbox.escape import dec, enc
-from chute.dropbox.names import MAX_CLAIMABLE_BYTES
+from chute.dropbox.names import DEFAULT_CLAIM_ROOM, NAME_MAX_BYTES, split_claim_name
 from chute.errors import InvalidMessage
 from chute.message import (
     DEFAULT_PRIORITY,
@@ -111,19 +136,22 @@ from chute.message import (
 
 __all__ = [
     "DELIVERY_COUNT",
-    "MAX_ENCODED_BYTES",
+    "JMS_ID_PREFIX",
+    "ROOM_FOR_COUNT",
     "DecodedName",
     "decode_filename",
     "dropbox_id",
     "encode_filename",
+    "is_java_identifier",
+    "lost_properties",
 ]
 
 DELIVERY_COUNT: Final = "JMSXDeliveryCount"
-# the most a count adds: the four empty slots before the properties, and 10 digits
-_DELIVERY_COUNT_RESERVE: Final = len(f".....{DELIVERY_COUNT}I=") + 10
-
-MAX_ENCODED_BYTES: Final = MAX_CLAIMABLE_BYTES - _DELIVERY_COUNT_RESERVE
-"""The longest name :func:`encode_filename` writes, leaving room for claim and count."""
+JMS_ID_PREFIX: Final = "ID:"
+"""What JMS puts before every ``JMSMessageID``, and DropboxMQ before the id field."""
+_CONTENT_TYPE: Final = "content-type"  # a STOMP header; the body kind says text or bytes
+ROOM_FOR_COUNT: Final = 999
+"""The largest delivery count an encoded name leaves room for (see Name length)."""
 
 _FIELDS: Final = 7
 _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
@@ -263,6 +291,31 @@ def _take_delivery_count(properties: dict[str, PropertyValue], notes: list[str])
     return 0
 
 
+_JAVA_START: Final = frozenset({"Lu", "Ll", "Lt", "Lm", "Lo", "Nl", "Sc", "Pc"})
+_JAVA_PART: Final = _JAVA_START | {"Nd", "Mn", "Mc", "Cf"}
+_JAVA_IGNORABLE: Final = frozenset(
+    chr(c) for c in (*range(0x09), *range(0x0E, 0x1C), *range(0x7F, 0xA0))
+)
+
+
+def is_java_identifier(name: str) -> bool:
+    """Whether Java's ``Character.isJavaIdentifierStart``/``Part`` accept ``name``.
+
+    DropboxMQ's reader refuses a property name that is not one (and drops every
+    property after it).
+    """
+    if not name or unicodedata.category(name[0]) not in _JAVA_START:
+        return False
+    return all(unicodedata.category(c) in _JAVA_PART or c in _JAVA_IGNORABLE for c in name[1:])
+
+
+def lost_properties(properties: Mapping[str, PropertyValue]) -> list[str]:
+    """The names of ``properties`` that :func:`encode_filename` does not write and
+    whose meaning is lost: every name that is not a Java identifier, except
+    ``content-type`` (the body kind carries what it says)."""
+    return [n for n in properties if n != _CONTENT_TYPE and not is_java_identifier(n)]
+
+
 def _encode_property(name: str, value: PropertyValue) -> str:
     kind = property_type(value)
     if kind is PropertyType.BOOLEAN:
@@ -345,7 +398,10 @@ _LETTER_KINDS: Final = {kind.letter: kind for kind in BodyKind}
 class DecodedName:
     """What one DropboxMQ filename holds. Build the message with :meth:`to_message`.
 
-    ``priority`` is already clamped to 0..9; ``delivery_count`` comes from the
+    ``name`` is the filename as found; ``claimed_by`` the client id of its
+    claim prefix (None if it has none), which is not part of the message.
+    ``id`` is the JMS message id (``ID:`` and the id field). ``priority`` is
+    already clamped to 0..9; ``delivery_count`` comes from the
     ``JMSXDeliveryCount`` property (deliveries attempted so far) and is not left
     in ``properties``. ``notes`` says, for a person, what was read differently
     from the letter of the name (see the module docstring); it is empty for any
@@ -353,6 +409,7 @@ class DecodedName:
     """
 
     name: str
+    claimed_by: str | None
     foreign: bool
     priority: int
     id: str
@@ -395,21 +452,21 @@ class DecodedName:
             None,
         )
 
-    def with_delivery_count(self, count: int, *, max_bytes: int = MAX_CLAIMABLE_BYTES) -> str:
-        """This message's name with ``JMSXDeliveryCount`` set to ``count``.
+    def with_delivery_count(self, count: int, *, claim_room: int = DEFAULT_CLAIM_ROOM) -> str:
+        """This message's name, without a claim prefix, with ``JMSXDeliveryCount`` set to ``count``.
 
         The name is re-encoded (a foreign name becomes a DropboxMQ one whose id
-        is the old name, so the id survives), and the default limit leaves room
-        for a claim prefix only: any name :func:`encode_filename` wrote fits.
-        A re-encoded foreign name is read with DropboxMQ's id rule, so its
-        timestamp comes from the old name's leading digits, if any, not receipt.
+        field is the old name, so the id survives). A re-encoded foreign name is
+        read with DropboxMQ's id rule, so its timestamp comes from the old
+        name's leading digits, if any, not receipt.
 
         Raises:
-            InvalidMessage: the new name would be longer than ``max_bytes``.
+            InvalidMessage: the new name, claimed with ``claim_room`` bytes of
+                prefix, would exceed the filesystem's 255 bytes.
         """
-        return _encode_fields(
+        name = _encode_fields(
             priority=self.priority,
-            id_field=enc(self.id),
+            id_field=_id_field(self.id),
             kind=self.kind,
             expiration=self.expiration,
             correlation_id=self.correlation_id,
@@ -417,8 +474,9 @@ class DecodedName:
             type_=self.type,
             properties=self.properties,
             delivery_count=count,
-            max_bytes=max_bytes,
         )
+        _check_room(name, name, claim_room)
+        return name
 
 
 def decode_filename(name: str, *, now_ms: int | None = None) -> DecodedName:
@@ -430,7 +488,8 @@ def decode_filename(name: str, *, now_ms: int | None = None) -> DecodedName:
     """
     receipt = _now() if now_ms is None else now_ms
     notes: list[str] = []
-    parts = name.split(".", _FIELDS)
+    claimed_by, unclaimed = split_claim_name(name)
+    parts = unclaimed.split(".", _FIELDS)
     fields = parts[:_FIELDS] + [""] * (_FIELDS - min(len(parts), _FIELDS))
     props_text = parts[_FIELDS] if len(parts) > _FIELDS else ""
     raw_priority, raw_id, raw_class, raw_expiration, raw_corr, raw_reply, raw_type = fields
@@ -447,17 +506,18 @@ def decode_filename(name: str, *, now_ms: int | None = None) -> DecodedName:
 
     if priority is None or not raw_id or kind is None or expiration is None:
         foreign = True
-        message_id = _dec_or_literal(name, "foreign name", notes)
+        message_id = JMS_ID_PREFIX + _dec_or_literal(unclaimed, "foreign name", notes)
         timestamp, sequence, priority, expiration = receipt, 0, DEFAULT_PRIORITY, 0
     else:
         foreign = False
-        message_id = _dec_or_literal(raw_id, "id", notes)
+        message_id = JMS_ID_PREFIX + _dec_or_literal(raw_id, "id", notes)
         timestamp, sequence = _id_time(raw_id, receipt)
         if priority > _MAX_PRIORITY:
             notes.append(f"priority {priority} read as {_MAX_PRIORITY}")
             priority = _MAX_PRIORITY
     return DecodedName(
         name=name,
+        claimed_by=claimed_by,
         foreign=foreign,
         priority=priority,
         id=message_id,
@@ -486,26 +546,31 @@ def encode_filename(
     *,
     sequence: int = 0,
     now_ms: int | None = None,
-    max_bytes: int = MAX_ENCODED_BYTES,
+    claim_room: int = DEFAULT_CLAIM_ROOM,
 ) -> str:
     """The DropboxMQ filename of ``message`` (its body goes in the file).
 
-    The id is ``message.id``, URL-encoded. A message without an id gets a new
-    :func:`dropbox_id` from its timestamp (or ``now_ms``, or the clock) and
-    ``sequence``. ``delivery_count`` is written as ``JMSXDeliveryCountI`` when
-    non-zero. ``max_bytes`` defaults to :data:`MAX_ENCODED_BYTES`, which leaves
-    room for the consumer's claim prefix and a later delivery count.
+    The id field is ``message.id`` without its ``ID:`` prefix, URL-encoded. A
+    message without an id gets a new :func:`dropbox_id` from its timestamp (or
+    ``now_ms``, or the clock) and ``sequence``. ``delivery_count`` is written as
+    ``JMSXDeliveryCountI`` when non-zero. Properties whose names are not Java
+    identifiers are left out (see :func:`lost_properties`).
+
+    ``claim_room`` is what the claim prefix of the consumer that will take the
+    file adds (:func:`~chute.dropbox.names.claim_room`; by default, room for
+    DropboxMQ's generated client ids): the name must fit the filesystem's 255
+    bytes once claimed and carrying a delivery count up to :data:`ROOM_FOR_COUNT`.
 
     Raises:
         InvalidMessage: a field cannot be encoded safely: priority outside 0..9,
             negative expiration or delivery count, an empty reply-to name, a
             property named ``JMSXDeliveryCount`` (use ``delivery_count``), a
-            property with no JMS type, a lone surrogate, or a name longer than
-            ``max_bytes``.
+            property with no JMS type, a lone surrogate, or a name that would
+            not fit once claimed.
     """
     check_priority(message.priority)
     if message.id:
-        id_field = enc(message.id)
+        id_field = _id_field(message.id)
     else:
         stamp = message.timestamp or (_now() if now_ms is None else now_ms)
         id_field = dropbox_id(stamp, sequence)
@@ -513,18 +578,42 @@ def encode_filename(
         raise InvalidMessage(
             f"property {DELIVERY_COUNT} is the delivery count: set delivery_count instead"
         )
-    return _encode_fields(
-        priority=message.priority,
-        id_field=id_field,
-        kind=message.kind,
-        expiration=message.expiration,
-        correlation_id=message.correlation_id,
-        reply_to=message.reply_to,
-        type_=message.type,
-        properties=message.properties,
-        delivery_count=message.delivery_count,
-        max_bytes=max_bytes,
-    )
+
+    def named(delivery_count: int) -> str:
+        return _encode_fields(
+            priority=message.priority,
+            id_field=id_field,
+            kind=message.kind,
+            expiration=message.expiration,
+            correlation_id=message.correlation_id,
+            reply_to=message.reply_to,
+            type_=message.type,
+            properties=message.properties,
+            delivery_count=delivery_count,
+        )
+
+    name = named(message.delivery_count)
+    _check_room(name, named(max(message.delivery_count, ROOM_FOR_COUNT)), claim_room)
+    return name
+
+
+def _id_field(message_id: str) -> str:
+    """The id field of ``message_id``: without JMS's ``ID:`` prefix (DropboxMQ adds it)."""
+    if message_id.startswith(JMS_ID_PREFIX) and len(message_id) > len(JMS_ID_PREFIX):
+        message_id = message_id[len(JMS_ID_PREFIX) :]
+    return enc(message_id)
+
+
+def _check_room(name: str, longest: str, claim_room: int) -> None:
+    """Raise unless ``longest`` (``name`` at its longest) fits once claimed."""
+    room = NAME_MAX_BYTES - claim_room
+    if len(longest) > room:  # the encoded name is ASCII: characters are bytes
+        raise InvalidMessage(
+            f"the DropboxMQ filename would be {len(name)} bytes and up to {len(longest)} "
+            f"with a delivery count; claimed with a {claim_room}-byte client prefix it "
+            f"must fit {NAME_MAX_BYTES} bytes: shorten the id, correlation id, reply-to, "
+            "type or properties (or the consumers' client ids)"
+        )
 
 
 def _encode_fields(
@@ -538,7 +627,6 @@ def _encode_fields(
     type_: str | None,
     properties: Mapping[str, PropertyValue],
     delivery_count: int,
-    max_bytes: int,
 ) -> str:
     if expiration < 0 or expiration > _LONG_MAX:
         raise InvalidMessage(f"expiration {expiration} is not a time in ms (0 = never)")
@@ -547,7 +635,11 @@ def _encode_fields(
     for name in properties:
         if not isinstance(name, str) or not 0 < len(name) <= MAX_PROPERTY_NAME_LENGTH:
             raise InvalidMessage(f"property name {name!r} must be 1-256 characters")
-    pairs = [_encode_property(name, value) for name, value in properties.items()]
+    pairs = [
+        _encode_property(name, value)
+        for name, value in properties.items()
+        if is_java_identifier(name)
+    ]
     if delivery_count:
         pairs.append(f"{DELIVERY_COUNT}I={int(delivery_count)}")
     fields = [
@@ -562,10 +654,4 @@ def _encode_fields(
     ]
     while len(fields) > 3 and not fields[-1]:
         fields.pop()
-    name = ".".join(fields)
-    if len(name) > max_bytes:  # the encoded name is ASCII: characters are bytes
-        raise InvalidMessage(
-            f"the DropboxMQ filename would be {len(name)} bytes, over the limit of "
-            f"{max_bytes}: shorten the id, correlation id, reply-to, type or properties"
-        )
-    return name
+    return ".".join(fields)

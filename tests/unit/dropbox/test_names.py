@@ -5,9 +5,12 @@ from __future__ import annotations
 import pytest
 
 from chute.dropbox.names import (
+    DEFAULT_CLAIM_ROOM,
     MAX_CLIENT_ID_BYTES,
+    NAME_MAX_BYTES,
     check_destination_name,
     claim_name,
+    claim_room,
     destination_parts,
     split_claim_name,
     subscription_dir_name,
@@ -19,20 +22,43 @@ def test_claim_name_round_trip() -> None:
     claimed = claim_name("client.1~x", "4.1.T")
     assert claimed == "client%2E1%7Ex~4.1.T"
     assert split_claim_name(claimed) == ("client.1~x", "4.1.T")
-    assert split_claim_name("c~backup~1") == ("c", "backup~1")
     assert split_claim_name("4.1.T") == (None, "4.1.T")
-    assert split_claim_name("~x") == (None, "~x")
+
+
+def test_everything_up_to_the_first_tilde_is_a_claim_prefix() -> None:
+    """DropboxMQ drops up to the first ``~`` of any name it reads."""
+    assert split_claim_name("c~backup~1") == ("c", "backup~1")
+    assert split_claim_name("~x") == (None, "x")
+    assert split_claim_name("java+C%7E1~4.1.T") == ("java C~1", "4.1.T")
+
+
+def test_claiming_a_claimed_name_replaces_its_prefix() -> None:
+    """A file put back into target/ by another consumer keeps its prefix there."""
+    assert claim_name("me", "javaC~4.1.T.....JMSXDeliveryCountI=1") == (
+        "me~4.1.T.....JMSXDeliveryCountI=1"
+    )
 
 
 @pytest.mark.parametrize("client", ["", "c" * (MAX_CLIENT_ID_BYTES + 1), "\ud800"])
 def test_claim_name_refuses_bad_client_ids(client: str) -> None:
     with pytest.raises(InvalidAddress):
         claim_name(client, "4.1.T")
+    with pytest.raises(InvalidAddress):
+        claim_room([client])
 
 
 def test_claim_name_refuses_a_name_it_cannot_fit() -> None:
-    with pytest.raises(InvalidAddress):
+    assert len(claim_name("c", "x" * 253)) == NAME_MAX_BYTES
+    with pytest.raises(InvalidAddress, match="256 bytes"):
         claim_name("c", "x" * 254)
+
+
+def test_claim_room_is_the_longest_prefix_of_the_claimants() -> None:
+    assert claim_room(["javaC"]) == len("javaC~")
+    assert claim_room(["a", "b.c"]) == len("b%2Ec~")
+    # no claimant known: room for the client ids DropboxMQ generates
+    generated = "1795419216341000-0462377156"
+    assert claim_room([]) == DEFAULT_CLAIM_ROOM == len(generated + "~")
 
 
 def test_subscription_dir_name() -> None:

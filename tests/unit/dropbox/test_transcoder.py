@@ -6,17 +6,24 @@ import math
 import re
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
 from chute.dropbox.escape import enc
-from chute.dropbox.names import MAX_CLIENT_ID_BYTES, NAME_MAX_BYTES, claim_name
+from chute.dropbox.names import (
+    DEFAULT_CLAIM_ROOM,
+    MAX_CLIENT_ID_BYTES,
+    NAME_MAX_BYTES,
+    claim_name,
+    claim_room,
+)
 from chute.dropbox.transcoder import (
-    MAX_ENCODED_BYTES,
     DecodedName,
     decode_filename,
     dropbox_id,
     encode_filename,
+    is_java_identifier,
+    lost_properties,
 )
 from chute.errors import InvalidMessage
 from chute.message import (
@@ -63,7 +70,7 @@ def test_seed_example_1_all_fields() -> None:
     d = dec(SEED_EXAMPLE_1)
     assert not d.foreign
     assert d.priority == 4
-    assert d.id == "1140429201295000-9262574723"
+    assert d.id == "ID:1140429201295000-9262574723"  # JMSMessageID, as JMS shows it
     assert (d.timestamp, d.sequence) == (1140429201295, 0)
     assert d.kind is BodyKind.TEXT
     assert d.expiration == 1140429211295
@@ -80,7 +87,7 @@ def test_seed_example_2_minimum_fields() -> None:
     assert not d.foreign
     assert (d.priority, d.id, d.timestamp, d.kind) == (
         4,
-        "1140429201295000-9262574723",
+        "ID:1140429201295000-9262574723",
         1140429201295,
         BodyKind.TEXT,
     )
@@ -99,7 +106,7 @@ def test_to_message_builds_the_message() -> None:
     assert m.body == b"body"
     assert m.text == "body"
     assert (m.id, m.priority, m.timestamp, m.expiration) == (
-        "1140429201295000-9262574723",
+        "ID:1140429201295000-9262574723",
         4,
         1140429201295,
         1140429211295,
@@ -171,7 +178,7 @@ def test_id_number_is_milliseconds_times_1000_plus_sequence() -> None:
 def test_an_id_without_a_time_gives_the_time_of_receipt(id_: str) -> None:
     d = dec(f"4.{id_}.T")
     assert not d.foreign
-    assert d.id == id_
+    assert d.id == "ID:" + id_
     assert (d.timestamp, d.sequence) == (NOW, 0)
 
 
@@ -294,14 +301,14 @@ def test_foreign_names_get_dropboxmq_defaults(name: str) -> None:
     assert d.foreign
     assert d.priority == 4
     assert d.expiration == 0
-    assert d.id == name
+    assert d.id == "ID:" + name
     assert d.timestamp == NOW
 
 
 def test_a_foreign_id_is_the_url_decoded_whole_name() -> None:
     d = dec("my+report%21.csv")
     assert d.foreign
-    assert d.id == "my report!.csv"
+    assert d.id == "ID:my report!.csv"
     assert d.kind is BodyKind.TEXT
 
 
@@ -324,7 +331,7 @@ def test_a_foreign_name_survives_re_encoding() -> None:
     again = dec(d.with_delivery_count(1))
     assert not again.foreign
     assert (again.id, again.priority, again.kind, again.delivery_count) == (
-        "report 1.final.csv",
+        "ID:report 1.final.csv",
         4,
         BodyKind.TEXT,
         1,
@@ -447,7 +454,7 @@ def test_a_bad_percent_escape_is_kept_literally_and_consumed() -> None:
 def test_a_bad_percent_escape_in_a_foreign_name() -> None:
     d = dec("100%.txt")
     assert d.foreign
-    assert d.id == "100%.txt"
+    assert d.id == "ID:100%.txt"
 
 
 # -- the delivery count ---------------------------------------------------------------------
@@ -519,13 +526,38 @@ def test_property_encoding() -> None:
                 "f": Float(0.5),
                 "d": 1e16,
                 "s": "a.b&c",
-                "n a.me": "v",
+                "né$_1": "v",
             },
         )
     )
     assert name == (
-        "4.ID.T.....bB=true&yY=1&hH=2&iI=3&lL=4&fF=0%2E5&dD=1e%2B16&sS=a%2Eb%26c&n+a%2EmeS=v"
+        "4.ID.T.....bB=true&yY=1&hH=2&iI=3&lL=4&fF=0%2E5&dD=1e%2B16&sS=a%2Eb%26c&n%C3%A9%24_1S=v"
     )
+
+
+@pytest.mark.parametrize("name", ["a", "_x", "$y", "\u00e9t\u00e9", "x1", "JMS_dropboxmq_x"])
+def test_java_identifiers_are_written(name: str) -> None:
+    assert is_java_identifier(name)
+    assert dec(encode_filename(msg(id="1", properties={name: 1}))).properties == {name: 1}
+
+
+@pytest.mark.parametrize("name", ["content-type", "x-trace", "a.b", "1x", "a b", "\u20ac-"])
+def test_names_dropboxmq_cannot_read_are_not_written(name: str) -> None:
+    """DropboxMQ refuses them, and drops every property after one."""
+    assert not is_java_identifier(name)
+    name_ = encode_filename(msg(id="1", properties={name: "v", "after": "w"}))
+    assert name_ == "4.1.T.....afterS=w"
+
+
+def test_only_lost_meaning_is_reported() -> None:
+    """content-type is implied by the body kind; any other unwritten name is lost."""
+    properties: dict[str, PropertyValue] = {
+        "content-type": "text/plain",
+        "x-trace": "1",
+        "ok": 2,
+        "a.b": 3,
+    }
+    assert lost_properties(properties) == ["x-trace", "a.b"]
 
 
 def test_infinite_doubles_are_written_as_java_reads_them() -> None:
@@ -629,34 +661,69 @@ def test_encoded_names_never_hold_path_characters() -> None:
     assert name.split(".", 7)[:3] == ["4", "%2E%2E%2Fx", "T"]
 
 
-def test_a_name_too_long_is_refused_not_spilled() -> None:
-    fits = msg(id="x" * (MAX_ENCODED_BYTES - len("4..T")))
-    assert len(encode_filename(fits)) == MAX_ENCODED_BYTES
-    with pytest.raises(InvalidMessage, match="over the limit"):
-        encode_filename(msg(id="x" * (MAX_ENCODED_BYTES - len("4..T") + 1)))
+# The longest count a name leaves room for, as the consumer that takes it adds it.
+COUNT_FIELD = "&JMSXDeliveryCountI=999"
+
+
+def test_a_name_too_long_to_claim_is_refused_not_spilled() -> None:
+    base = msg(id="x", properties={"p": "v"})
+    room = NAME_MAX_BYTES - DEFAULT_CLAIM_ROOM - len(encode_filename(base) + COUNT_FIELD)
+    fits = msg(id="x" * (1 + room), properties={"p": "v"})
+    assert len(encode_filename(fits) + COUNT_FIELD) + DEFAULT_CLAIM_ROOM == NAME_MAX_BYTES
+    with pytest.raises(InvalidMessage, match="must fit 255 bytes"):
+        encode_filename(msg(id="x" * (2 + room), properties={"p": "v"}))
     with pytest.raises(InvalidMessage):
         encode_filename(msg(properties={f"p{i}": "v" * 20 for i in range(20)}))
 
 
-def test_the_limit_leaves_room_to_claim_and_count() -> None:
-    name = encode_filename(msg(id="x" * (MAX_ENCODED_BYTES - len("4..T"))))
-    counted = dec(name).with_delivery_count(2**31 - 1)
-    claimed = claim_name("c" * MAX_CLIENT_ID_BYTES, counted)
-    assert len(claimed) <= NAME_MAX_BYTES
-
-
-def test_encode_limit_is_adjustable() -> None:
-    long_id = "x" * 240
-    assert len(encode_filename(msg(id=long_id), max_bytes=NAME_MAX_BYTES)) == 244
+def test_a_name_that_fits_can_be_claimed_counted_and_claimed_again() -> None:
+    """Room for 999 deliveries; the thousandth count would need one byte more."""
+    client = "consumer-7"
+    room = claim_room([client])
+    longest = msg(id="x" * (NAME_MAX_BYTES - room - len("4..T.....JMSXDeliveryCountI=999")))
+    name = encode_filename(longest, claim_room=room)
+    counted = dec(claim_name(client, name)).with_delivery_count(999, claim_room=room)
+    assert len(claim_name(client, counted).encode()) == NAME_MAX_BYTES
     with pytest.raises(InvalidMessage):
-        encode_filename(msg(id=long_id))
+        dec(name).with_delivery_count(1000, claim_room=room)
+    with pytest.raises(InvalidMessage):
+        encode_filename(longest, claim_room=room + 1)
+
+
+def test_the_room_reserved_is_the_claimants_not_the_longest_client_id() -> None:
+    """A realistic DropboxMQ name (10 typed properties, a correlation id, a reply-to
+    and a type: ~200 bytes) is written when its claimants' ids leave room for it."""
+    realistic = msg(
+        priority=3,
+        kind=BodyKind.BYTES,
+        reply_to="topic:news.eu",
+        type="Order.v1",
+        properties={
+            "b": False,
+            "r": "base",
+            "s": "a.b&c=d~e%f/g+ é€",
+            "d": 220.75,
+            "f": Float(110.375),
+            "h": Short(12671),
+            "y": Byte(-13),
+            "i": Int(883002649),
+            "l": 883000006181,
+            "n": Int(883),
+        },
+    )
+    name = encode_filename(realistic)  # room for DropboxMQ's generated client ids
+    assert len(name) > 172
+    assert encode_filename(realistic, claim_room=claim_room(["javaC"])) == name
+    with pytest.raises(InvalidMessage, match="48-byte client prefix"):
+        encode_filename(realistic, claim_room=claim_room(["c" * (MAX_CLIENT_ID_BYTES - 1)]))
 
 
 def test_a_long_foreign_name_decodes_and_refuses_to_grow_past_the_limit() -> None:
-    d = dec("r" * 250 + ".csv")
+    d = dec("r" * 200 + ".csv")
     assert d.foreign
     with pytest.raises(InvalidMessage):
-        d.with_delivery_count(1)
+        d.with_delivery_count(1)  # no room for a generated client id's claim
+    assert dec(d.with_delivery_count(1, claim_room=claim_room(["c"]))).id == d.id
 
 
 # -- round trip ---------------------------------------------------------------------------
@@ -672,7 +739,10 @@ _value = st.one_of(
     st.floats(allow_nan=False),
     st.text(st.characters(codec="utf-8"), max_size=12),
 )
-_names = _text.filter(lambda n: n != "JMSXDeliveryCount")
+# Java identifiers: what a DropboxMQ reader can read (other names are not written).
+_names = st.from_regex(r"[A-Za-z_$\u00e9][A-Za-z0-9_$\u00e9\u0660]{0,8}", fullmatch=True).filter(
+    lambda n: n != "JMSXDeliveryCount"
+)
 
 
 @st.composite
@@ -701,17 +771,25 @@ def messages(draw: st.DrawFn) -> Message:
     )
 
 
+def _encoded(message: Message) -> str:
+    try:
+        return encode_filename(message)
+    except InvalidMessage as exc:
+        if "must fit" in exc.reason:
+            reject()  # too long for a filename: the length tests' matter
+        raise
+
+
 @given(messages())
 @settings(max_examples=500)
 def test_round_trip(message: Message) -> None:
-    name = encode_filename(message, max_bytes=10_000)
+    name = _encoded(message)
     d = decode_filename(name, now_ms=NOW)
     assert not d.foreign
     assert d.notes == ()
     back = d.to_message(message.body)
     for field in (
         "body",
-        "id",
         "priority",
         "expiration",
         "correlation_id",
@@ -722,12 +800,14 @@ def test_round_trip(message: Message) -> None:
     ):
         assert getattr(back, field) == getattr(message, field), field
     assert typed(back.properties) == typed(message.properties)
+    # the id is JMS's: behind "ID:", which the id field leaves out
+    assert back.id == (message.id if message.id.startswith("ID:") else "ID:" + message.id)
     assert back.persistent
     assert back.redelivered == (message.delivery_count > 0)
     if re.fullmatch(r"[0-9]{16}-[0-9]{10}", message.id):
         assert back.timestamp == message.timestamp
     # decoding then encoding again gives the same name (a consumer can rename it)
-    assert encode_filename(back, max_bytes=10_000) == name
+    assert encode_filename(back) == name
 
 
 @given(messages())
@@ -736,7 +816,8 @@ def test_encoded_names_are_safe_filenames(message: Message) -> None:
         name = encode_filename(message)
     except InvalidMessage:
         return  # over the default limit
-    assert len(name.encode()) <= MAX_ENCODED_BYTES
+    counted = decode_filename(name).with_delivery_count(999)  # never refused
+    assert len(counted.encode()) + DEFAULT_CLAIM_ROOM <= NAME_MAX_BYTES
     assert set(name) <= set(
         "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789*-_+%.&="
     )
