@@ -88,6 +88,8 @@ class _BoundedInt(int):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({int(self)})"
 
+    __str__ = int.__repr__  # its text is the plain number (a STOMP header, a Spark column)
+
 
 class Byte(_BoundedInt):
     """A JMS byte property value (8-bit signed)."""
@@ -118,6 +120,8 @@ class Float(float):
 
     def __repr__(self) -> str:
         return f"Float({float(self)!r})"
+
+    __str__ = float.__repr__  # its text is the plain number
 
 
 PropertyValue = bool | int | float | str

@@ -16,21 +16,28 @@ ActiveMQ or RabbitMQ would expect, written down once:
 * ``content-type`` travels as a string property of that name; a ``text/*``
   content type makes the message's kind ``text``.
 * Any other SEND header becomes a string property (STOMP has no typed
-  headers); on the way out each property becomes a header (``true``/``false``
-  for booleans, the decimal text for numbers).
+  headers); on the way out each property becomes a header holding its plain
+  value, as ActiveMQ and RabbitMQ render JMS typed properties: ``true``/``false``
+  for booleans, the decimal text for integers of every width (``-128``, not
+  ``Byte(-128)``), and for floating point the shortest text that reads back as
+  the same value at the property's own width (a 32-bit float ``1.1`` is
+  ``1.1``), with Java's ``NaN``, ``Infinity`` and ``-Infinity``, which Java,
+  JavaScript and Python all parse.
 * MESSAGE frames carry ``chute-delivery-count`` (1 on the first delivery).
 """
 
 from __future__ import annotations
 
 import enum
+import math
+import struct
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
 from chute.core.address import canonical, parse
 from chute.core.consumer import AckMode
 from chute.errors import ConsumerError, InvalidAddress, InvalidMessage, RemoteProtocolError
-from chute.message import BodyKind, Message, PropertyValue, check_priority, new_message_id
+from chute.message import BodyKind, Float, Message, PropertyValue, check_priority, new_message_id
 from chute.stomp.frames import SUPPORTED_VERSIONS, Frame
 
 DELIVERY_COUNT_HEADER: Final = "chute-delivery-count"
@@ -304,10 +311,61 @@ def read_send(frame: Frame) -> SendFrame:
     return SendReader().read(frame)
 
 
-def _text(value: PropertyValue) -> str:
+def property_text(value: PropertyValue) -> str:
+    """A property value as a header's text: its plain value, whatever its JMS type.
+
+    ``str()`` is not that: the narrow types' ``repr`` (``Byte(-128)``) is also
+    their ``str``.
+    """
     if isinstance(value, bool):
         return "true" if value else "false"
-    return str(value) if not isinstance(value, float) else repr(float(value))
+    if isinstance(value, int):
+        return int.__repr__(value)
+    if isinstance(value, Float):
+        return _float_text(value)
+    if isinstance(value, float):
+        return _double_text(value)
+    return value
+
+
+_SINGLE: Final = struct.Struct(">f")
+_SINGLE_DIGITS: Final = 9
+"""Significant digits that always tell two 32-bit floats apart."""
+
+
+def _double_text(value: float) -> str:
+    """A double's shortest round-trip text; Java's names for the non-finite values."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return float.__repr__(value)
+
+
+def _float_text(value: float) -> str:
+    """A 32-bit float's shortest text that reads back as the same 32-bit float.
+
+    A float property that crossed the native wire holds the 32-bit value as a
+    double (``1.100000023841858`` for ``1.1``); Java's ``Float.toString`` shows
+    ``1.1``, and so does this.
+    """
+    single = _as_single(value)
+    if not math.isfinite(single):
+        return _double_text(single)
+    for digits in range(1, _SINGLE_DIGITS):
+        shorter = float(f"{single:.{digits}g}")
+        if _as_single(shorter) == single:
+            return float.__repr__(shorter)
+    return float.__repr__(float(f"{single:.{_SINGLE_DIGITS}g}"))
+
+
+def _as_single(value: float) -> float:
+    """``value`` rounded to 32 bits; infinite beyond their range, as Java's cast gives."""
+    try:
+        single: float = _SINGLE.unpack(_SINGLE.pack(value))[0]
+    except OverflowError:
+        return math.copysign(math.inf, value)
+    return single
 
 
 def message_frame(
@@ -371,7 +429,7 @@ def property_headers(properties: dict[str, PropertyValue], version: str) -> list
     for name, value in properties.items():
         if name in _MESSAGE_HEADERS or name == "content-length":
             continue
-        text = _text(value)
+        text = property_text(value)
         if version == "1.0" and not _unescaped_ok(name, text):
             continue
         headers.append((name, text))

@@ -28,6 +28,20 @@ Values are ``None`` (SQL's NULL / *unknown*), ``bool``, ``int``, ``float`` or
   point (as Artemis does); integer ``+ - *`` is exact, without Java's 64-bit
   wrap-around.
 
+Three headers read as JMS clients see them, not as chute stores them (what
+DropboxMQ's selectors do, and what its consumers read from a file):
+
+- ``JMSMessageID`` is the id with JMS's ``ID:`` prefix: JMS requires every
+  message id to start with it, so a chute id without one (a native chute id)
+  is read as ``'ID:' + id`` (as Artemis does), and an id that has one (a
+  message decoded from a DropboxMQ file) is read as it is.
+- ``JMSReplyTo`` is the reply-to destination's plain name, ``replies`` for
+  ``queue:replies`` and ``news.eu`` for ``topic:news.eu`` (JMS has no text for
+  a destination; its name is what a JMS selector compares). Queue and topic
+  look the same here.
+- ``JMSXDeliveryCount`` is NULL on a message that has no delivery count (0:
+  never delivered, a DropboxMQ file whose name has none), else the count.
+
 Closures never raise for JMS-typed values. :meth:`Selector.matches` still
 catches anything (a message built with a non-JMS property value, say), logs it
 and answers False: evaluation runs on the broker's delivery path.
@@ -157,8 +171,34 @@ def _delivery_mode(message: Message) -> str:
     return "PERSISTENT" if message.persistent else "NON_PERSISTENT"
 
 
+JMS_ID_PREFIX: Final = "ID:"
+"""What every JMS message id starts with (JMS 1.1 §3.4.3)."""
+
+_DESTINATION_KINDS: Final = frozenset({"queue", "topic"})
+
+
+def _message_id(message: Message) -> str:
+    """``JMSMessageID``: the id as a JMS client sees it, ``ID:`` prefix and all."""
+    message_id = message.id
+    return message_id if message_id.startswith(JMS_ID_PREFIX) else JMS_ID_PREFIX + message_id
+
+
+def _reply_to(message: Message) -> str | None:
+    """``JMSReplyTo``: the reply-to destination's name, without ``queue:`` or ``topic:``."""
+    reply_to = message.reply_to
+    if reply_to is None:
+        return None
+    kind, colon, name = reply_to.partition(":")
+    return name if colon and kind in _DESTINATION_KINDS else reply_to
+
+
+def _delivery_count(message: Message) -> int | None:
+    """``JMSXDeliveryCount``: NULL (None) for a message without a count (0)."""
+    return message.delivery_count or None
+
+
 HEADERS: Final[dict[str, Fn]] = {
-    "JMSMessageID": operator.attrgetter("id"),
+    "JMSMessageID": _message_id,
     "JMSPriority": operator.attrgetter("priority"),
     "JMSTimestamp": operator.attrgetter("timestamp"),
     "JMSCorrelationID": operator.attrgetter("correlation_id"),
@@ -166,8 +206,8 @@ HEADERS: Final[dict[str, Fn]] = {
     "JMSDeliveryMode": _delivery_mode,
     "JMSExpiration": operator.attrgetter("expiration"),
     "JMSRedelivered": operator.attrgetter("redelivered"),
-    "JMSXDeliveryCount": operator.attrgetter("delivery_count"),
-    "JMSReplyTo": operator.attrgetter("reply_to"),
+    "JMSXDeliveryCount": _delivery_count,
+    "JMSReplyTo": _reply_to,
 }
 
 

@@ -7,7 +7,7 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("pyspark")
 
-from chute.message import Message  # noqa: E402
+from chute.message import Byte, Float, Int, Message, Short  # noqa: E402
 from chute.spark.options import ChuteOptions, OptionError  # noqa: E402
 from chute.spark.schema import ARROW_SCHEMA, rows_of, to_record_batch  # noqa: E402
 from chute.spark.sink import _orphan  # noqa: E402
@@ -90,6 +90,13 @@ def test_a_page_becomes_a_record_batch_of_the_read_schema() -> None:
     assert row["timestamp"].timestamp() == pytest.approx(1_700_000_000.123)
     assert dict(row["properties"]) == {"region": "eu", "flag": "true", "n": "3"}
     assert batch.to_pylist()[1]["properties"] is None
+
+
+def test_typed_properties_are_plain_text_in_the_properties_column() -> None:
+    m = Message(b"", id="i1")
+    m.properties = {"y": Byte(-128), "h": Short(-20000), "i": Int(0), "f": Float(2.5)}
+    row = to_record_batch("queue:q", [(1, m)]).to_pylist()[0]
+    assert dict(row["properties"]) == {"y": "-128", "h": "-20000", "i": "0", "f": "2.5"}
 
 
 def test_rows_become_send_arguments() -> None:

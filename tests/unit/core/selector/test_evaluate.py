@@ -482,13 +482,13 @@ def test_headers_map_to_message_fields() -> None:
         properties={"JMSPriority_": 1},
     )
     for selector in [
-        "JMSMessageID = 'id-1'",
+        "JMSMessageID = 'ID:id-1'",
         "JMSPriority = 7",
         "JMSPriority > 4 AND JMSPriority BETWEEN 7 AND 9",
         "JMSTimestamp = 1700000000000",
         "JMSExpiration - JMSTimestamp = 100000000000",
         "JMSCorrelationID = 'corr'",
-        "JMSReplyTo = 'queue:replies'",
+        "JMSReplyTo = 'replies'",
         "JMSType = 'order'",
         "JMSType LIKE 'ord%'",
         "JMSDeliveryMode = 'NON_PERSISTENT'",
@@ -503,13 +503,74 @@ def test_headers_map_to_message_fields() -> None:
         ("JMSDeliveryMode = 'PERSISTENT'", True),
         ("JMSPriority = 4", True),
         ("JMSRedelivered", False),
-        ("JMSXDeliveryCount = 0", True),
+        ("JMSXDeliveryCount IS NULL", True),
+        ("JMSXDeliveryCount = 0", None),
         ("JMSCorrelationID IS NULL", True),
         ("JMSReplyTo IS NULL", True),
         ("JMSType IS NULL", True),
         ("JMSType = 'order'", None),
     ]:
         assert compile_selector(selector).evaluate(defaults) is expected, selector
+
+
+@pytest.mark.parametrize(
+    ("message_id", "jms_id"),
+    [
+        ("0190a1b2c3d4e5f6a7b8c9d0e1f2a3b4", "ID:0190a1b2c3d4e5f6a7b8c9d0e1f2a3b4"),  # native
+        ("ID:1795418161834000-1189107306", "ID:1795418161834000-1189107306"),  # DropboxMQ's
+        ("order-1", "ID:order-1"),  # chosen by a producer
+        ("id:lower", "ID:id:lower"),  # the prefix is case-sensitive
+    ],
+)
+def test_jms_message_id_always_carries_the_id_prefix(message_id: str, jms_id: str) -> None:
+    """JMS: every JMSMessageID starts with ``ID:``; an id that has it is not given it twice."""
+    m = Message(b"", id=message_id)
+    assert compile_selector(f"JMSMessageID = '{jms_id}'").matches(m)
+    assert compile_selector("JMSMessageID LIKE 'ID:%'").matches(m)
+    assert not compile_selector("JMSMessageID LIKE 'ID:ID:%'").matches(m)
+    if message_id != jms_id:
+        assert not compile_selector(f"JMSMessageID = '{message_id}'").matches(m)
+
+
+@pytest.mark.parametrize(
+    ("reply_to", "name"),
+    [
+        ("queue:replies", "replies"),
+        ("topic:news.eu", "news.eu"),
+        ("queue:__tmp__.c1.7", "__tmp__.c1.7"),
+        ("queue:a:b", "a:b"),  # a name may hold ':'
+        ("replies", "replies"),  # a bare name is a queue's
+    ],
+)
+def test_jms_reply_to_is_the_destination_s_plain_name(reply_to: str, name: str) -> None:
+    m = Message(b"", reply_to=reply_to)
+    assert compile_selector(f"JMSReplyTo = '{name}'").matches(m)
+    if reply_to != name:
+        assert not compile_selector(f"JMSReplyTo = '{reply_to}'").matches(m)
+    assert compile_selector(f"JMSReplyTo IN ('other', '{name}')").matches(m)
+    assert compile_selector("JMSReplyTo IS NOT NULL").matches(m)
+
+
+@pytest.mark.parametrize(
+    ("count", "results"),
+    [
+        # count: IS NULL, = 1, > 0, NOT (> 0)
+        (0, (True, None, None, None)),  # never delivered: no count, as a DropboxMQ name has none
+        (1, (False, True, True, False)),
+        (3, (False, False, True, False)),
+    ],
+)
+def test_jms_x_delivery_count_is_null_without_a_count(
+    count: int, results: tuple[bool | None, ...]
+) -> None:
+    m = Message(b"", delivery_count=count)
+    selectors = [
+        "JMSXDeliveryCount IS NULL",
+        "JMSXDeliveryCount = 1",
+        "JMSXDeliveryCount > 0",
+        "NOT (JMSXDeliveryCount > 0)",
+    ]
+    assert [compile_selector(s).evaluate(m) for s in selectors] == list(results)
 
 
 def test_header_names_are_case_sensitive_and_not_properties() -> None:
