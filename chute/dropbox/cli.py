@@ -1,10 +1,14 @@
 """``chute dropbox ...``: work on a dropbox root with no broker.
 
 - ``chute dropbox init ROOT DEST...``: create queue (``NAME``/``queue:NAME``) and
-  topic (``topic:NAME``) dropboxes;
-- ``chute dropbox send --root ROOT DEST [BODY]``: write one message file;
+  topic (``topic:NAME``) dropboxes, and what DropboxMQ's ``create-dropbox``
+  creates beside them (``ROOT/dropboxmq/``, see :mod:`chute.dropbox.layout`);
+- ``chute dropbox send --root ROOT DEST [BODY]``: write one message file
+  (waiting up to ``--block-timeout`` seconds while DropboxMQ's write lock holds
+  it back, see :mod:`chute.dropbox.flow`);
 - ``chute dropbox receive --root ROOT DEST [--count N] [--json]``: consume, printing
-  what ``chute receive`` prints (the same JSON shape);
+  what ``chute receive`` prints (the same JSON shape); a read-locked dropbox
+  looks empty;
 - ``chute dropbox recover --root ROOT DEST --client NAME``: give a killed
   consumer's claimed files (``processing/NAME~...``) back to ``target/``;
 - ``chute dropbox distribute --root ROOT TOPIC``: fan out a topic's ``.incoming``.
@@ -25,7 +29,7 @@ from chute.core.address import Kind, parse
 from chute.dropbox.client import DropboxConnection, open_root
 from chute.dropbox.consumer import DropboxConsumer
 from chute.dropbox.layout import init_queue, init_topic
-from chute.dropbox.options import DropboxOptions, default_client_id
+from chute.dropbox.options import DEFAULT_BLOCK_TIMEOUT_MS, DropboxOptions, default_client_id
 from chute.dropbox.queue import recover_client, recover_layout
 from chute.dropbox.topic import distribute
 from chute.errors import ConfigError
@@ -39,7 +43,9 @@ def add_dropbox_commands(sub: Any) -> None:
     dropbox = sub.add_parser("dropbox", help="serverless messaging on a DropboxMQ directory")
     commands = dropbox.add_subparsers(dest="dropbox_command", metavar="COMMAND", required=True)
 
-    init = commands.add_parser("init", help="create queue and topic dropboxes")
+    init = commands.add_parser(
+        "init", help="create queue and topic dropboxes (and DropboxMQ's dropboxmq/ directory)"
+    )
     init.add_argument("root", type=Path, help="the dropbox root directory")
     init.add_argument(
         "destinations", nargs="+", metavar="DEST", help="NAME, queue:NAME, topic:NAME"
@@ -55,6 +61,13 @@ def add_dropbox_commands(sub: Any) -> None:
     add_message_arguments(send, id_help="message id (default: a DropboxMQ id carrying the time)")
     send.add_argument("--kind", choices=[k.value for k in BodyKind], help="body kind")
     send.add_argument("--no-sync", action="store_true", help="do not fsync the file")
+    send.add_argument(
+        "--block-timeout",
+        type=float,
+        default=DEFAULT_BLOCK_TIMEOUT_MS / 1000,
+        help="seconds to wait while DropboxMQ's write-lock.properties holds the send back "
+        "(default %(default)g)",
+    )
     send.set_defaults(func=_send)
 
     receive = commands.add_parser("receive", help="consume messages from a dropbox")
@@ -93,8 +106,13 @@ def _root(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--root", type=Path, required=True, help="the dropbox root directory")
 
 
-def _open(root: Path, client_id: str | None = None) -> DropboxConnection:
-    return open_root(DropboxOptions(root, client_id or default_client_id()))
+def _open(
+    root: Path, client_id: str | None = None, block_timeout: float = DEFAULT_BLOCK_TIMEOUT_MS / 1000
+) -> DropboxConnection:
+    options = DropboxOptions(
+        root, client_id or default_client_id(), block_timeout_ms=round(block_timeout * 1000)
+    )
+    return open_root(options)
 
 
 def _init(args: argparse.Namespace) -> int:
@@ -110,8 +128,10 @@ def _init(args: argparse.Namespace) -> int:
 def _send(args: argparse.Namespace) -> int:
     from_stdin = args.body is None or args.body == "-"
     body: bytes | str = sys.stdin.buffer.read() if from_stdin else args.body
+    if args.block_timeout < 0:
+        raise ConfigError("--block-timeout must be 0 or more")
     fields = message_fields(args)
-    with _open(args.root) as conn, conn.session() as session:
+    with _open(args.root, block_timeout=args.block_timeout) as conn, conn.session() as session:
         session.send(
             args.destination,
             body,

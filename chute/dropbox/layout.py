@@ -14,6 +14,12 @@ A topic ``a.b`` lives in ``root/topic-root/a/b/``: its ``.incoming/`` and each
 subscription's ``.subscriptions/<enc(subscription)>.<enc(clientId)>/`` are
 dropboxes with the same six directories.
 
+Creating a queue or a topic also creates what DropboxMQ's ``create-dropbox``
+creates beside the dropboxes, in the root: ``dropboxmq/clients/`` and
+``dropboxmq/transaction/{associated,unassociated,prepared,committing,committed,
+rolling-back,rolled-back}/``. chute uses none of them, but DropboxMQ's
+client-acknowledge and transacted sessions fail on a root without them.
+
 What a destination, subscription directory or claimed file may be called is
 :mod:`~chute.dropbox.names`'s rule; this module turns the names into paths. A
 destination name is never a path: it is checked with
@@ -40,8 +46,10 @@ from chute.errors import InvalidAddress
 __all__ = [
     "INCOMING",
     "QUEUE_DIRS",
+    "SUPPORT_DIR",
     "TOPIC_INCOMING",
     "TOPIC_SUBSCRIPTIONS",
+    "TRANSACTION_STATES",
     "QueueLayout",
     "TopicLayout",
     "init_queue",
@@ -49,6 +57,7 @@ __all__ = [
     "init_topic",
     "queue_layout",
     "subscription_layouts",
+    "support_dirs",
     "topic_layout",
 ]
 
@@ -56,6 +65,18 @@ INCOMING: Final = "incoming"
 TOPIC_INCOMING: Final = ".incoming"
 TOPIC_SUBSCRIPTIONS: Final = ".subscriptions"
 QUEUE_DIRS: Final = ("working", "target", "processing", "processed", "expired", "error")
+SUPPORT_DIR: Final = "dropboxmq"
+"""DropboxMQ's own directory in a root, beside the dropboxes."""
+TRANSACTION_STATES: Final = (
+    "associated",
+    "unassociated",
+    "prepared",
+    "committing",
+    "committed",
+    "rolling-back",
+    "rolled-back",
+)
+"""The directories of ``dropboxmq/transaction/``: DropboxMQ's transaction logs, by state."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,8 +163,9 @@ def queue_layout(root: str | os.PathLike[str], destination: str) -> QueueLayout:
 def init_queue(root: str | os.PathLike[str], destination: str) -> QueueLayout:
     """Create (if missing) the directories of queue ``destination`` under ``root``.
 
-    Idempotent. ``root`` itself is created if missing. The layout is checked
-    before and after creating, so a symlink raced in between is caught too.
+    Idempotent. ``root`` itself is created if missing, and so are DropboxMQ's
+    own directories in it (:func:`support_dirs`). The layout is checked before
+    and after creating, so a symlink raced in between is caught too.
 
     Raises:
         InvalidAddress: as :func:`queue_layout`.
@@ -153,6 +175,7 @@ def init_queue(root: str | os.PathLike[str], destination: str) -> QueueLayout:
     Path(root).mkdir(parents=True, exist_ok=True)
     layout = queue_layout(root, destination)
     layout.create()
+    _create_support(layout.root)
     return layout
 
 
@@ -209,7 +232,8 @@ def topic_layout(root: str | os.PathLike[str], topic: str) -> TopicLayout:
 
 def init_topic(root: str | os.PathLike[str], topic: str) -> TopicLayout:
     """Create (if missing) ``topic``'s directory, its ``.incoming`` dropbox and
-    ``.subscriptions``. Idempotent.
+    ``.subscriptions``, and DropboxMQ's own directories (:func:`support_dirs`).
+    Idempotent.
 
     Raises:
         InvalidAddress: as :func:`topic_layout`.
@@ -221,6 +245,7 @@ def init_topic(root: str | os.PathLike[str], topic: str) -> TopicLayout:
     layout.incoming.create()
     layout.subscriptions_dir.mkdir(exist_ok=True)
     _check_resolves_to_itself(layout.subscriptions_dir)
+    _create_support(layout.root)
     return layout
 
 
@@ -251,6 +276,29 @@ def subscription_layouts(topic: TopicLayout) -> list[QueueLayout]:
             continue
         found.append(topic.subscription_dir(entry.name))
     return sorted(found, key=lambda layout: layout.base.name)
+
+
+def support_dirs(root: Path) -> tuple[Path, ...]:
+    """DropboxMQ's directories in ``root`` (resolved), parents first: ``dropboxmq``,
+    ``dropboxmq/clients``, ``dropboxmq/transaction`` and one directory per
+    :data:`TRANSACTION_STATES`. What DropboxMQ's ``create-dropbox`` makes beside
+    the dropbox it creates."""
+    support = root / SUPPORT_DIR
+    transaction = support / "transaction"
+    states = tuple(transaction / state for state in TRANSACTION_STATES)
+    return (support, support / "clients", transaction, *states)
+
+
+def _create_support(root: Path) -> None:
+    """Create (if missing) :func:`support_dirs`, checking each as :meth:`QueueLayout.create`.
+
+    Raises:
+        InvalidAddress: one resolves elsewhere (a symlink).
+        OSError: one cannot be created (or a plain file is in the way).
+    """
+    for path in support_dirs(root):
+        path.mkdir(exist_ok=True)
+        _check_resolves_to_itself(path)
 
 
 def _levels(root: Path, base: Path) -> list[Path]:

@@ -17,7 +17,12 @@ query:
 ``delete_processed``, ``delete_expired``
     ``false``: keep them in ``processed/`` and ``expired/``;
 ``scan_timeout_ms``
-    30000, DropboxMQ's target scan timeout.
+    30000, DropboxMQ's target scan timeout;
+``block_timeout_ms``
+    30000: how long a send waits while DropboxMQ's ``write-lock.properties``
+    holds it back (:mod:`chute.dropbox.flow`) before it fails with
+    ``DestinationFull``, as a broker's producer waits on a full destination
+    (DropboxMQ's own producers wait as long as the lock says).
 
 Parsing is pure (it touches no file); :func:`chute.dropbox.client.open_root`
 opens what it describes.
@@ -37,9 +42,11 @@ from chute.dropbox.queue import ConsumerOptions
 from chute.dropbox.watch import DEFAULT_POLL_INTERVAL
 from chute.errors import ConnectError, InvalidAddress
 
-_NUMBERS: Final = ("redelivery_attempts", "scan_timeout_ms")
+_NUMBERS: Final = ("redelivery_attempts", "scan_timeout_ms", "block_timeout_ms")
 _FLAGS: Final = ("sync", "delete_processed", "delete_expired")
 _KNOWN: Final = ("client_id", "poll_ms", *_NUMBERS, *_FLAGS)
+DEFAULT_BLOCK_TIMEOUT_MS: Final = 30_000
+"""How long a send waits on DropboxMQ's write lock: a broker's ``block_timeout_ms``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +61,12 @@ class DropboxOptions:
     delete_processed: bool = False
     delete_expired: bool = False
     scan_timeout_ms: int = 30_000
+    block_timeout_ms: int = DEFAULT_BLOCK_TIMEOUT_MS
+
+    @property
+    def block_timeout(self) -> float:
+        """``block_timeout_ms`` in seconds."""
+        return self.block_timeout_ms / 1000
 
     def consumer_options(self) -> ConsumerOptions:
         return ConsumerOptions(

@@ -115,3 +115,35 @@ def test_bad_input_gets_one_clear_line(tmp_path: Path) -> None:
         assert result.stderr.startswith(b"chute: "), result.stderr
         assert b"Traceback" not in result.stderr
     assert not (tmp_path / "escape").exists()
+
+
+def test_init_makes_what_dropboxmqs_create_dropbox_makes(tmp_path: Path) -> None:
+    root = tmp_path / "mq"
+    made = chute_cmd("dropbox", "init", root, "orders", "topic:news.eu")
+    assert made.returncode == 0, made.stderr
+    states = "associated unassociated prepared committing committed rolling-back rolled-back"
+    for path in ["dropboxmq/clients", *(f"dropboxmq/transaction/{s}" for s in states.split())]:
+        assert (root / path).is_dir(), path
+
+
+def test_send_and_receive_obey_dropboxmqs_lock_files(tmp_path: Path) -> None:
+    root = tmp_path / "mq"
+    assert chute_cmd("dropbox", "init", root, "orders").returncode == 0
+    incoming = root / "orders" / "incoming"
+    (incoming / "write-lock.properties").write_text("target-limit=1\n")
+    assert chute_cmd("dropbox", "send", "--root", root, "orders", "first").returncode == 0
+    locked = chute_cmd(
+        "dropbox", "send", "--root", root, "orders", "second", "--block-timeout", "0.2"
+    )
+    assert locked.returncode == 1
+    assert b"chute: error: queue:orders: write-locked" in locked.stderr, locked.stderr
+    assert len(os.listdir(incoming / "target")) == 1
+
+    (root / "global-read-lock").touch()
+    held = chute_cmd("dropbox", "receive", "--root", root, "orders", "--timeout", "0.2")
+    assert held.returncode == 1
+    assert b"received 0 of 1 messages" in held.stderr
+    (root / "global-read-lock").unlink()
+    got = chute_cmd("dropbox", "receive", "--root", root, "orders", "--timeout", "5")
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.decode().strip().endswith("first")

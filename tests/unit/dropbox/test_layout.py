@@ -1,13 +1,14 @@
-"""Queue dropbox layout: the six directories, and never a path outside the root."""
+"""Dropbox layout: the six directories, DropboxMQ's own ones, never a path outside the root."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from chute.dropbox.layout import QUEUE_DIRS, init_queue, queue_layout
+from chute.dropbox.layout import QUEUE_DIRS, init_queue, init_topic, queue_layout, support_dirs
 from chute.errors import InvalidAddress
 
 
@@ -99,3 +100,59 @@ def test_a_symlinked_root_is_followed_once(tmp_path: Path) -> None:
     layout = init_queue(tmp_path / "link", "orders")
     assert layout.root == real.resolve()
     assert (real / "orders" / "incoming" / "target").is_dir()
+
+
+SUPPORT = [
+    "dropboxmq/clients",
+    *(
+        f"dropboxmq/transaction/{state}"
+        for state in (
+            "associated",
+            "unassociated",
+            "prepared",
+            "committing",
+            "committed",
+            "rolling-back",
+            "rolled-back",
+        )
+    ),
+]
+"""What DropboxMQ's create-dropbox makes in the root beside every dropbox (its admin guide,
+and DirectoryStructure.createDropbox in the 1.2 source)."""
+
+
+def leaf_dirs(root: Path, top: str) -> list[str]:
+    return sorted(
+        str(Path(path).relative_to(root)) for path, subdirs, _ in os.walk(root / top) if not subdirs
+    )
+
+
+@pytest.mark.parametrize("make", [init_queue, init_topic], ids=["queue", "topic"])
+def test_creating_a_dropbox_makes_dropboxmqs_client_and_transaction_dirs(
+    tmp_path: Path, make: Callable[[Path, str], object]
+) -> None:
+    make(tmp_path / "root", "orders")
+    assert leaf_dirs(tmp_path / "root", "dropboxmq") == sorted(SUPPORT)
+    assert [p.resolve() for p in support_dirs((tmp_path / "root").resolve())] == [
+        (tmp_path / "root" / d).resolve()
+        for d in ["dropboxmq", "dropboxmq/clients", "dropboxmq/transaction", *SUPPORT[1:]]
+    ]
+
+
+def test_dropboxmqs_dirs_and_what_is_in_them_survive_a_second_init(tmp_path: Path) -> None:
+    init_queue(tmp_path, "orders")
+    log = tmp_path / "dropboxmq" / "transaction" / "committing" / "tx1"
+    log.write_text("kept")
+    init_queue(tmp_path, "invoices")
+    init_topic(tmp_path, "news.eu")
+    assert log.read_text() == "kept"
+
+
+def test_a_symlinked_dropboxmq_dir_leading_outside_is_refused(tmp_path: Path) -> None:
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (root / "dropboxmq").symlink_to(outside)
+    with pytest.raises(InvalidAddress, match="resolves"):
+        init_queue(root, "orders")
+    assert list(outside.iterdir()) == []
