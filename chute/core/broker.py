@@ -204,18 +204,23 @@ class Broker:
 
     # -- sending ------------------------------------------------------------------
 
-    def send(self, address: str, message: Message, *, ttl: int = 0) -> None:
+    def send(self, address: str, message: Message, *, ttl: int = 0, carried: bool = False) -> None:
         """Accept a message for ``address``: stamp it, route it, record it, deliver it.
 
         The caller owns durability: for a persistent message, call
         :meth:`sync` and answer the producer only when it calls back.
+
+        ``carried``: a bridge brings the message from another messaging system,
+        which stamped it and counted its deliveries: its ``timestamp`` is kept,
+        and its ``delivery_count`` counts here (see :meth:`carry`).
 
         Raises:
             InvalidAddress, NotFound: no such destination.
             WouldBlock: full under ``block``; retry after :meth:`wait_for_room`.
             DestinationFull: full under ``reject``.
         """
-        self.stamp(message, ttl)
+        if not carried:
+            self.stamp(message, ttl)
         dest = self.queues.get(address)
         if dest is not None and not dest.settings.bounded:
             # The common case on the per-message path: an unbounded queue.
@@ -223,12 +228,30 @@ class Broker:
             dest.next_seq = seq + 1
             if dest.durable and message.persistent:
                 self.store.add(AddOp(dest.name, (dest.name,), seq, message))
-            dest.place(Entry(seq, message))
+            entry = Entry(seq, message)
+            if carried:
+                self.carry(dest, entry)
+            dest.place(entry)
             return
         route = self.route(dest or self.destination(address), message)
         if route.record is not None:
             self.store.add(route.record)
+        if carried:
+            for queue, entry in route.placements:
+                self.carry(queue, entry)
         self.place(route)
+
+    def carry(self, queue: QueueChannel, entry: Entry) -> None:
+        """Count the deliveries another system made of a carried message (a DropboxMQ
+        file's ``JMSXDeliveryCount``) as this broker's own: its next delivery is
+        marked redelivered, and the store's delivery mark keeps it so after a restart."""
+        count = entry.message.delivery_count
+        if not count:
+            return
+        entry.delivery_count = count
+        entry.redelivered = True
+        if queue.durable and entry.message.persistent:
+            self.store.delivered(queue.name, entry.seq, count)
 
     def stamp(self, message: Message, ttl: int = 0) -> None:
         """Set the broker-owned fields of an accepted message: timestamp and expiration."""

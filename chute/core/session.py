@@ -132,21 +132,25 @@ class Session:
 
     # -- producing --------------------------------------------------------------
 
-    def send(self, address: str, message: Message, *, ttl: int = 0) -> None:
-        """Send now, or at commit in a transacted session (see Broker.send for errors).
+    def send(self, address: str, message: Message, *, ttl: int = 0, carried: bool = False) -> None:
+        """Send now, or at commit in a transacted session (see Broker.send for errors
+        and ``carried``, which only a session that is not transacted takes).
 
         Raises:
             AccessDenied: this connection's user may not send to ``address``.
             WouldBlock: the broker is over its memory or disk limit (address None:
                 retry once it admits again, :mod:`chute.core.admission`).
+            TransactionError: ``carried`` in a transacted session.
         """
         tx = self.tx
         broker = self.broker
+        if carried and tx is not None:
+            raise TransactionError("a carried message is sent outside a transaction")
         broker.admission.admit(self.connection.share, message.size)
         if tx is None:
             if self._checks:
                 self.connection.authorize_send(address)
-            broker.send(address, message, ttl=ttl)
+            broker.send(address, message, ttl=ttl, carried=carried)
             return
         try:
             if self._checks:

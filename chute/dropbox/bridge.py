@@ -10,16 +10,29 @@ is thread-safe.
 **Import** (files -> broker). The thread claims files from each mounted
 dropbox's ``target/`` by rename, exactly as any DropboxMQ consumer does
 (``processing/<client>~<name>``), so a DropboxMQ consumer elsewhere on the same
-root never gets the same file. The claimed messages go to the loop in groups,
-which sends each to the broker (``queue:NAME``, or ``topic:NAME`` for a
-topic's ``.incoming``) as a persistent message and asks the store to sync.
-Only once the store calls back is each file moved to ``processed/`` (or
-deleted): a file's message is never lost. A message the broker refuses (full,
-no such destination) is given back to ``target/`` unchanged and retried after
-a polling interval. A broker killed between the sync and the move leaves the
-files in ``processing/``; the next start gives them back (with the delivery
-count raised) and they are imported again: at least once, never lost.
-Expired files go to ``expired/`` when claimed (the consumer's rule); priority,
+root never gets the same file. A queue ``NAME`` is read from its dropbox. A
+topic is read the way a DropboxMQ subscriber reads it: from a durable
+subscription of the bridge's own, ``.subscriptions/<client>.<client>/``, into
+which DropboxMQ publishers copy (their own copy goes straight to
+``.incoming/processed``). What non-JMS producers drop into the topic's
+``.incoming/target`` the bridge fans out first, as DropboxMQ's distributor
+does (:class:`~chute.dropbox.topic.Distributor`: to every subscription of the
+topic and of the topics above it, its own included), so each message reaches
+the bridge once. The claimed messages go to the loop in groups, which sends
+each to the broker (``queue:NAME`` or ``topic:NAME``) as a persistent message
+and asks the store to sync. Only once the store calls back is each file moved
+to ``processed/`` (or deleted): a file's message is never lost. A message the
+broker refuses (full, no such destination) is given back to ``target/``
+unchanged and retried after a polling interval.
+
+A message is *carried* (:meth:`~chute.core.broker.Broker.send`): it keeps the
+timestamp its name holds (the id's leading digits, DropboxMQ's JMSTimestamp),
+and the deliveries its ``JMSXDeliveryCount`` counts are the broker's too, so
+the broker delivers it marked redelivered. That is how a re-import shows: a
+broker killed between the sync and the move leaves the files in
+``processing/``; the next start gives them back with the delivery count raised
+and they are imported again (at least once, never lost), redelivered. Expired
+files go to ``expired/`` when claimed (the consumer's rule); priority,
 expiration, properties and the other headers come from the filename.
 
 **Export** (broker -> files). On the loop, the bridge opens a core consumer
@@ -28,13 +41,21 @@ through a durable subscription named after the bridge's client id. Each
 delivery is handed to the thread, which writes the file in ``working/``,
 fsyncs it, renames it into ``target/`` and fsyncs the directory (a topic: into
 every subscription of the topic dropbox); only then is the message acked on
-the loop. A message that cannot be a DropboxMQ filename (too long) is
+the loop. The file's name keeps the message's id, so a DropboxMQ reader
+gets the timestamp back only from a DropboxMQ id (one the message was
+imported with). A message that cannot be a DropboxMQ filename (too long) is
 rejected to the dead-letter queue with a log line; one that cannot be written
-(disk full) is requeued and the thread backs off a polling interval.
+(disk full) is requeued and the thread backs off a polling interval. While
+DropboxMQ's ``write-lock.properties`` holds the dropbox's writers back
+(:class:`~chute.dropbox.flow.WriteLock`), the export waits, with no limit, as a
+DropboxMQ producer does, until the lock lets it or the bridge stops; the message
+stays in the broker meanwhile. Import reads through a
+:class:`~chute.dropbox.queue.QueueConsumer`, which obeys the read locks.
 
 Waking: import waits on a :class:`~chute.dropbox.watch.Watcher` of every
-mounted ``target/`` (inotify where available, a scan at least every
-``poll_interval_ms``); export waits on its hand-off queue.
+``target/`` it reads (a topic's: its subscription's and ``.incoming``'s),
+inotify where available, a scan at least every ``poll_interval_ms``; export
+waits on its hand-off queue.
 """
 
 from __future__ import annotations
@@ -48,6 +69,7 @@ import queue
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final, Protocol
 
 from chute.core.address import Kind, parse
@@ -55,7 +77,8 @@ from chute.core.broker import Broker
 from chute.core.connection import Connection
 from chute.core.consumer import AckMode, Consumer, Entry
 from chute.core.session import Session
-from chute.dropbox.layout import QueueLayout, init_queue, init_topic
+from chute.dropbox.flow import WriteLock
+from chute.dropbox.layout import QueueLayout, init_queue, init_subscription, init_topic
 from chute.dropbox.mount import Direction, DropboxMount
 from chute.dropbox.queue import (
     ConsumerOptions,
@@ -64,9 +87,9 @@ from chute.dropbox.queue import (
     QueueProducer,
     recover_layout,
 )
-from chute.dropbox.topic import TopicPublisher
+from chute.dropbox.topic import Distributor, TopicPublisher
 from chute.dropbox.watch import Watcher
-from chute.errors import ChuteError, InvalidMessage
+from chute.errors import ChuteError, DestinationFull, InvalidMessage
 from chute.message import Message
 
 __all__ = ["DropboxBridge"]
@@ -89,15 +112,27 @@ class BridgeHost(Protocol):
 
 @dataclass(slots=True)
 class _Import:
+    """One imported destination: the dropbox it is read from, and for a topic the
+    distributor of its ``.incoming``."""
+
     address: str
     files: QueueConsumer
+    fan_out: Distributor | None = None
     refused: bool = False
+
+    def targets(self) -> list[Path]:
+        """The ``target/`` directories whose new files this import takes."""
+        found = [self.files.layout.target]
+        if self.fan_out is not None:
+            found.append(self.fan_out.files.layout.target)
+        return found
 
 
 @dataclass(slots=True)
 class _Export:
     address: str
     write: Callable[[Message], object]
+    write_lock: WriteLock  # DropboxMQ's flow control of the dropbox written to
     consumer: Consumer | None = None
 
 
@@ -140,20 +175,7 @@ class DropboxBridge:
         )
         self._session = self._core.session(AckMode.INDIVIDUAL)
         if mount.direction is Direction.IMPORT:
-            options = ConsumerOptions(delete_processed=mount.delete_processed)
-            for address in mount.destinations:
-                layout = self._layout(address)
-                restored = recover_layout(layout, mount.client)
-                if restored:
-                    log.warning(
-                        "%s: %d file(s) a previous run had claimed go back to target/ "
-                        "(they may be imported twice)",
-                        layout.base,
-                        len(restored),
-                    )
-                self._imports.append(
-                    _Import(address, QueueConsumer(layout, "", mount.client, options=options))
-                )
+            self._imports = [self._open_import(address) for address in mount.destinations]
             target = self._run_import
         else:
             self._open_exports()
@@ -170,11 +192,42 @@ class DropboxBridge:
             mount.client,
         )
 
-    def _layout(self, address: str) -> QueueLayout:
+    def _open_import(self, address: str) -> _Import:
+        """The dropbox ``address`` is imported from, with what a previous run had
+        claimed given back (it is imported again, redelivered)."""
+        mount = self.mount
         addr = parse(address)
+        fan_out: Distributor | None = None
+        layout: QueueLayout
         if addr.kind is Kind.TOPIC:
-            return init_topic(self.mount.root, addr.name).incoming
-        return init_queue(self.mount.root, addr.name)
+            topic = init_topic(mount.root, addr.name)
+            layout = init_subscription(topic, mount.client, mount.client)
+            fan_out = Distributor(
+                mount.root,
+                addr.name,
+                client_id=mount.client,
+                delete_processed=mount.delete_processed,
+            )
+            self._warn_restored(
+                topic.incoming, fan_out.restored, "fanned out again: a subscriber may get one twice"
+            )
+        else:
+            layout = init_queue(mount.root, addr.name)
+        self._warn_restored(
+            layout, recover_layout(layout, mount.client), "imported again, marked redelivered"
+        )
+        options = ConsumerOptions(delete_processed=mount.delete_processed)
+        return _Import(address, QueueConsumer(layout, "", mount.client, options=options), fan_out)
+
+    @staticmethod
+    def _warn_restored(layout: QueueLayout, restored: list[str], then: str) -> None:
+        if restored:
+            log.warning(
+                "%s: %d file(s) a previous run had claimed go back to target/ (%s)",
+                layout.base,
+                len(restored),
+                then,
+            )
 
     def _open_exports(self) -> None:
         session = self._session
@@ -183,12 +236,15 @@ class DropboxBridge:
         ids = itertools.count(1)
         for address in self.mount.destinations:
             addr = parse(address)
-            write: Callable[[Message], object]
+            # The export waits on DropboxMQ's write lock itself (stoppable, no limit);
+            # the lock's own wait is then 0: the race of a lock made just after is a
+            # DestinationFull, and the message is delivered again.
+            producer: TopicPublisher | QueueProducer
             if addr.kind is Kind.TOPIC:
-                write = TopicPublisher(self.mount.root, addr.name).send
+                producer = TopicPublisher(self.mount.root, addr.name, block_timeout=0)
             else:
-                write = QueueProducer(self.mount.root, addr.name).send
-            export = _Export(address, write)
+                producer = QueueProducer(self.mount.root, addr.name, block_timeout=0)
+            export = _Export(address, producer.send, producer.write_lock)
             receiver = _ExportReceiver(self, export)
             export.consumer = session.consumer(
                 next(ids),
@@ -217,7 +273,8 @@ class DropboxBridge:
     # -- import (in the thread) -------------------------------------------------------
 
     def _run_import(self) -> None:
-        watcher = Watcher([i.files.layout.target for i in self._imports], self.poll_interval)
+        targets = [target for item in self._imports for target in item.targets()]
+        watcher = Watcher(targets, self.poll_interval)
         try:
             while not self._stopping.is_set():
                 moved, failed = 0, False
@@ -239,8 +296,14 @@ class DropboxBridge:
             watcher.close()
 
     def _import_some(self, item: _Import) -> tuple[int, bool]:
-        """Claim up to the mount's ``batch`` of files, hand them to the broker, settle
-        the files: (moved, all ok)."""
+        """Fan out a topic's ``.incoming`` (up to ``batch`` files), then claim up to
+        ``batch`` files, hand them to the broker, settle the files: (files moved,
+        all ok)."""
+        fanned = 0 if item.fan_out is None else item.fan_out.run(self.mount.batch)
+        moved, ok = self._import_claimed(item)
+        return fanned + moved, ok
+
+    def _import_claimed(self, item: _Import) -> tuple[int, bool]:
         claimed: list[Delivery] = []
         while len(claimed) < self.mount.batch and not self._stopping.is_set():
             delivery = item.files.receive()
@@ -250,8 +313,6 @@ class DropboxBridge:
         if not claimed:
             return 0, True
         messages = [d.message for d in claimed]
-        for message in messages:
-            message.delivery_count = 0  # the broker counts its own deliveries
         outcome: concurrent.futures.Future[list[BaseException | None]] = concurrent.futures.Future()
         try:
             self.server.loop.call_soon_threadsafe(self._accept, item.address, messages, outcome)
@@ -298,7 +359,8 @@ class DropboxBridge:
         messages: list[Message],
         outcome: concurrent.futures.Future[list[BaseException | None]],
     ) -> None:
-        """On the loop: send each message, then answer once the store synced."""
+        """On the loop: send each message (carried: its timestamp and delivery count
+        are the file's), then answer once the store synced."""
         broker = self.server.broker
         session = self._session
         errors: list[BaseException | None] = []
@@ -306,7 +368,7 @@ class DropboxBridge:
             try:
                 if session is None:
                     raise ChuteError("the bridge is stopping")
-                session.send(address, message)
+                session.send(address, message, carried=True)
             except ChuteError as exc:  # full, no such destination, ...
                 errors.append(exc)
             except Exception as exc:  # a bug: keep the file, keep the broker
@@ -352,8 +414,12 @@ class DropboxBridge:
         message = entry.message
         if message.delivery_count or message.redelivered:
             message = message.replace(delivery_count=0, redelivered=False)
+        if not export.write_lock.wait(None, stop=self._stopping):
+            return "requeue"  # the bridge stops while the dropbox is write-locked
         try:
             export.write(message)
+        except DestinationFull:
+            return "requeue"  # write-locked just now
         except InvalidMessage as exc:
             log.warning(
                 "dropbox export of %s from %s: %s: to the dead-letter queue",

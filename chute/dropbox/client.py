@@ -20,6 +20,10 @@ What the filesystem cannot do, and what happens instead (docs/dropbox.md):
   (``prepare``) needs a broker and raises :class:`TransactionError`.
 - **Prefetch** does not apply: each receive claims one file. **Exclusive**
   consumers and **callback queues** need a broker and are refused.
+- **Flow control**: DropboxMQ's lock files are obeyed
+  (:mod:`chute.dropbox.flow`): a read-locked dropbox looks empty to its
+  consumers; a queue send waits while ``write-lock.properties`` holds it back,
+  up to the URL's ``block_timeout_ms``, then raises ``DestinationFull``.
 - **Selectors** are evaluated over each file's name (headers and properties)
   before it is claimed; a file no consumer selects stays in ``target/``.
 - A **non-durable topic subscription** is a subscription directory removed
@@ -65,6 +69,7 @@ from chute.dropbox.layout import (
 from chute.dropbox.names import (
     TOPIC_ROOT,
     check_destination_name,
+    claim_room,
     subscription_dir_name,
 )
 from chute.dropbox.options import DropboxOptions, parse_dropbox_url
@@ -373,9 +378,13 @@ class DropboxSession:
         fsynced, unless ``persistent=False`` or the URL says ``sync=false``); in
         a transacted session, at :meth:`commit`.
 
+        A queue send waits while DropboxMQ's ``write-lock.properties`` holds it
+        back (:mod:`chute.dropbox.flow`), up to the URL's ``block_timeout_ms``.
+
         Raises:
             InvalidAddress: a bad address (a name is never a path).
             InvalidMessage: a bad field, or a name too long for a filename.
+            DestinationFull: still write-locked after ``block_timeout_ms``.
             OSError: the file could not be written.
         """
         self._check()
@@ -407,10 +416,24 @@ class DropboxSession:
         if producer is None:
             addr = parse(address)
             root = self.connection.root
+            options = self.connection.options
             if addr.kind is Kind.TOPIC:
-                producer = TopicPublisher(root, addr.name, durable=durable)
+                producer = TopicPublisher(
+                    root,
+                    addr.name,
+                    durable=durable,
+                    block_timeout=options.block_timeout,
+                    poll_interval=options.poll_interval,
+                )
             else:
-                producer = QueueProducer(root, addr.name, durable=durable)
+                producer = QueueProducer(
+                    root,
+                    addr.name,
+                    durable=durable,
+                    block_timeout=options.block_timeout,
+                    poll_interval=options.poll_interval,
+                    claim_room=claim_room([self.connection.client_id]),
+                )
             self._producers[(address, durable)] = producer
         producer.send(message)
 
@@ -486,8 +509,9 @@ class DropboxSession:
 
         Raises:
             TransactionError: not a transacted session.
-            OSError: a file could not be written; the sends before it are done,
-                the ones after it and the acks are still held (retry or roll back).
+            DestinationFull, OSError: a file could not be written (write-locked,
+                or an I/O error); the sends before it are done, the ones from it
+                on and the acks are still held (retry or roll back).
         """
         self._check()
         if not self.transacted:

@@ -11,10 +11,13 @@ delete_processed = false           # import: delete a taken file instead of proc
 batch = 256                        # import: files taken per store sync
 ```
 Import takes ``NAME`` (queue dropbox ``NAME`` -> ``queue:NAME``) and
-``topic:NAME`` (the topic's ``.incoming`` dropbox -> ``topic:NAME``). Export
-takes broker addresses: a queue is written to the queue dropbox of the same
-name, a topic to every subscription of the topic dropbox of the same name
-(through a durable broker subscription named after ``client``).
+``topic:NAME`` (-> ``topic:NAME``): read, as a DropboxMQ subscriber reads it,
+from the durable subscription ``<client>.<client>`` the bridge makes in the
+topic dropbox, after fanning out the topic's ``.incoming`` as DropboxMQ's
+distributor does. Export takes broker addresses: a queue is written to the
+queue dropbox of the same name, a topic to every subscription of the topic
+dropbox of the same name and of the topics above it (through a durable broker
+subscription named after ``client``).
 Pure: parsing only; :mod:`chute.dropbox.bridge` does the I/O.
 """
 

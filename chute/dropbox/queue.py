@@ -11,6 +11,11 @@ Theory of operation
   body, fsync it, rename it into ``target/`` and fsync ``target/``. A file in
   ``target/`` is therefore complete and durable; a crash leaves at worst a
   stray file in ``working/``, never a torn one in ``target/``.
+- **Flow control** (:mod:`chute.dropbox.flow`): while DropboxMQ's
+  ``write-lock.properties`` says so, a send waits (if given a
+  ``block_timeout``, that long at most, then
+  :class:`~chute.errors.DestinationFull`); while a ``read-lock``
+  or the root's ``global-read-lock`` exists, a consumer finds nothing.
 - **Claim** (:class:`QueueConsumer`): list ``target/``, decode the names and
   order them by priority (high first), timestamp, sequence, name. Claim the
   first by renaming it to ``processing/<enc(clientId)>~<name>``. Exactly one
@@ -65,10 +70,16 @@ from pathlib import Path
 from typing import Final
 
 from chute.core.address import Kind, parse
+from chute.dropbox.flow import ReadLock, WriteLock
 from chute.dropbox.layout import QueueLayout, init_queue, queue_layout
-from chute.dropbox.names import check_client_id, claim_name, split_claim_name
-from chute.dropbox.transcoder import DecodedName, decode_filename, encode_filename
-from chute.dropbox.watch import Watcher
+from chute.dropbox.names import DEFAULT_CLAIM_ROOM, claim_name, claim_room, split_claim_name
+from chute.dropbox.transcoder import (
+    DecodedName,
+    decode_filename,
+    encode_filename,
+    lost_properties,
+)
+from chute.dropbox.watch import DEFAULT_POLL_INTERVAL, Watcher
 from chute.errors import InvalidAddress, InvalidMessage, NotFound
 from chute.message import Message, now_ms
 
@@ -116,7 +127,15 @@ class QueueProducer:
 
     Creates the dropbox's directories if missing. ``durable=False`` skips the
     fsyncs (faster; a power cut may lose or empty recent files). ``fsync`` is
-    the seam tests use to fail or observe syncs.
+    the seam tests use to fail or observe syncs. ``block_timeout`` is how long
+    a send waits on DropboxMQ's write lock, in seconds (None: as long as the
+    lock says, as DropboxMQ's producers do); the lock is looked at every
+    ``poll_interval`` seconds. ``claim_room`` is what the claim prefix of the
+    consumers that will take the files adds to a name
+    (:func:`~chute.dropbox.names.claim_room`; see :func:`encode_filename`).
+    Properties DropboxMQ cannot read are not written
+    (:func:`~chute.dropbox.transcoder.lost_properties`): ``lost_properties``
+    counts them, and the first is logged.
     """
 
     def __init__(
@@ -126,8 +145,15 @@ class QueueProducer:
         *,
         durable: bool = True,
         fsync: Callable[[int], None] = os.fsync,
+        block_timeout: float | None = None,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        claim_room: int = DEFAULT_CLAIM_ROOM,
     ) -> None:
         self.layout: QueueLayout = open_layout(root, destination)
+        self.write_lock = WriteLock(self.layout, poll_interval)
+        self.block_timeout = block_timeout
+        self.claim_room = claim_room
+        self.lost_properties = 0
         self._durable = durable
         self._fsync = fsync
         self._sequence = itertools.count()
@@ -139,11 +165,17 @@ class QueueProducer:
         (or now) and this producer's sequence, so consumers order it by time;
         a message with an id keeps it, and is ordered by time of receipt.
 
+        Waits first while DropboxMQ's write lock holds sends back
+        (:meth:`~chute.dropbox.flow.WriteLock.wait`).
+
         Raises:
+            DestinationFull: still write-locked after ``block_timeout``; nothing
+                was written.
             InvalidMessage: the message cannot be written as a DropboxMQ name
                 (see :func:`encode_filename`).
             OSError: the file cannot be written; nothing is left in ``target/``.
         """
+        self.write_lock.wait(self.block_timeout)
         name, working = self.stage(message)
         self.publish(working, name)
         return name
@@ -157,8 +189,11 @@ class QueueProducer:
         Raises:
             InvalidMessage, OSError: as :meth:`send`; nothing is left behind.
         """
+        self._count_lost(message)
         for _ in range(_NAME_TRIES):
-            name = encode_filename(message, sequence=next(self._sequence))
+            name = encode_filename(
+                message, sequence=next(self._sequence), claim_room=self.claim_room
+            )
             working = self.layout.working / name
             try:
                 fd = self._create(working)
@@ -182,6 +217,17 @@ class QueueProducer:
             working.unlink(missing_ok=True)
             raise
         return name, working
+
+    def _count_lost(self, message: Message) -> None:
+        lost = lost_properties(message.properties)
+        if lost and not self.lost_properties:
+            log.warning(
+                "%s: property %r is not a Java identifier, which DropboxMQ cannot read: "
+                "not written (nor is any such property; said once per producer)",
+                self.layout.target,
+                lost[0],
+            )
+        self.lost_properties += len(lost)
 
     def _create(self, working: Path) -> int:
         try:
@@ -240,7 +286,8 @@ class QueueConsumer:
     """Claims messages from a queue dropbox as client ``client_id``.
 
     Creates the dropbox's directories if missing. :meth:`receive` never waits:
-    it returns None when a fresh scan of ``target/`` finds nothing to claim.
+    it returns None when a fresh scan of ``target/`` finds nothing to claim, and
+    while DropboxMQ's read locks (:class:`~chute.dropbox.flow.ReadLock`) exist.
 
     Raises:
         InvalidAddress: (constructor) a bad destination name or client id.
@@ -255,8 +302,9 @@ class QueueConsumer:
         options: ConsumerOptions | None = None,
         accept: Callable[[DecodedName], bool] | None = None,
     ) -> None:
-        check_client_id(client_id)
+        self._claim_room = claim_room([client_id])  # checks the client id
         self.layout: QueueLayout = open_layout(root, destination)
+        self.read_lock = ReadLock(self.layout)
         self.client_id = client_id
         self.options = options or ConsumerOptions()
         self._accept = accept
@@ -264,13 +312,15 @@ class QueueConsumer:
         self._scanned_at = 0.0
         self._watcher: Watcher | None = None
 
-    def receive_wait(self, timeout: float | None, poll_interval: float = 0.3) -> Delivery | None:
+    def receive_wait(
+        self, timeout: float | None, poll_interval: float = DEFAULT_POLL_INTERVAL
+    ) -> Delivery | None:
         """:meth:`receive`, waiting up to ``timeout`` seconds (None: forever) for a file.
 
         Waits on a :class:`~chute.dropbox.watch.Watcher` of ``target/``: inotify
         wakes it as soon as a file arrives; ``target/`` is rescanned at least
         every ``poll_interval`` seconds anyway (the only way to see files that
-        another machine renames in on a shared filesystem).
+        another machine renames in on a shared filesystem, or a read lock removed).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -301,11 +351,15 @@ class QueueConsumer:
         return new_path
 
     def receive(self) -> Delivery | None:
-        """Claim and read the next message, or None when ``target/`` has none.
+        """Claim and read the next message, or None when ``target/`` has none or
+        the dropbox is read-locked (as DropboxMQ's consumers, which then act as
+        if no message were waiting).
 
         Expired and unreadable files met on the way are moved aside (see the
         module docstring) and never returned.
         """
+        if self.read_lock.locked():
+            return None
         fresh = False
         while True:
             if not self._pending or (not fresh and self._scan_is_stale()):
@@ -329,7 +383,8 @@ class QueueConsumer:
         if self.options.delete_processed:
             delivery.path.unlink()
             return
-        name = _counted_name(delivery.decoded, delivery.decoded.delivery_count + 1)
+        count = delivery.decoded.delivery_count + 1
+        name = _counted_name(delivery.decoded, count, self._claim_room)
         os.rename(delivery.path, self.layout.processed / claim_name(self.client_id, name))
 
     def recover(self, delivery: Delivery) -> Path:
@@ -344,13 +399,15 @@ class QueueConsumer:
         count = decoded.delivery_count + 1
         if count <= self.options.redelivery_attempts:
             try:
-                new_path = self.layout.target / decoded.with_delivery_count(count)
+                new_name = decoded.with_delivery_count(count, claim_room=self._claim_room)
+                new_path = self.layout.target / new_name
             except InvalidMessage:
                 log.warning("%s: no room in the name for a delivery count: to error/", decoded.name)
             else:
                 os.rename(delivery.path, new_path)
                 return new_path
-        new_path = self.layout.error / claim_name(self.client_id, _counted_name(decoded, count))
+        name = _counted_name(decoded, count, self._claim_room)
+        new_path = self.layout.error / claim_name(self.client_id, name)
         os.rename(delivery.path, new_path)
         return new_path
 
@@ -361,9 +418,8 @@ class QueueConsumer:
             FileNotFoundError: as :meth:`ack`.
         """
         count = delivery.decoded.delivery_count + 1
-        new_path = self.layout.error / claim_name(
-            self.client_id, _counted_name(delivery.decoded, count)
-        )
+        name = _counted_name(delivery.decoded, count, self._claim_room)
+        new_path = self.layout.error / claim_name(self.client_id, name)
         os.rename(delivery.path, new_path)
         return new_path
 
@@ -395,8 +451,13 @@ class QueueConsumer:
         source = self.layout.target / decoded.name
         try:
             claimed = self.layout.processing / claim_name(self.client_id, decoded.name)
-        except InvalidAddress:
-            log.warning("%s: name too long to claim: to error/", decoded.name)
+        except InvalidAddress as exc:
+            log.warning(
+                "%s: too long to claim (%s): to error/ as it is (a consumer with a "
+                "shorter client id can take it: move it back to target/)",
+                decoded.name,
+                exc.reason,
+            )
             _move_if_there(source, self.layout.error / decoded.name)
             return None
         try:
@@ -446,7 +507,9 @@ def recover_layout(layout: QueueLayout, client_id: str) -> list[str]:
             continue
         decoded = decode_filename(name)
         try:
-            new_name = decoded.with_delivery_count(decoded.delivery_count + 1)
+            new_name = decoded.with_delivery_count(
+                decoded.delivery_count + 1, claim_room=claim_room([client_id])
+            )
         except InvalidMessage:
             new_name = name
         if _move_if_there(layout.processing / claimed_name, layout.target / new_name):
@@ -501,10 +564,11 @@ def _existing_queue(root: str | os.PathLike[str], address: str, done: str) -> Qu
     return layout
 
 
-def _counted_name(decoded: DecodedName, count: int) -> str:
-    """``decoded``'s name with the delivery count, or as it was if that cannot fit."""
+def _counted_name(decoded: DecodedName, count: int, room: int) -> str:
+    """``decoded``'s name with the delivery count, or as it was if that cannot fit
+    once claimed with ``room`` bytes of prefix."""
     try:
-        return decoded.with_delivery_count(count, max_bytes=200)
+        return decoded.with_delivery_count(count, claim_room=room)
     except InvalidMessage:
         return decoded.name
 

@@ -5,17 +5,21 @@ DropboxMQ 1.2 keeps topic ``a.b`` in ``root/topic-root/a/b/`` (see
 ``.subscriptions/<enc(subscription)>.<enc(clientId)>/``, consumed exactly as a
 queue is (:class:`~chute.dropbox.queue.QueueConsumer` on its layout).
 
+Topics are a hierarchy, as in DropboxMQ: a message for ``news.eu`` goes to
+the subscriptions of ``news.eu`` and of every topic above it (``news``),
+walking from the topic's directory up to ``topic-root`` (:func:`lineage`).
+
 - **Publish** (:class:`TopicPublisher`): a copy of the message goes into every
-  subscription that exists when it is sent, each written in that
-  subscription's ``working/`` and renamed into its ``target/``. A subscription
-  created later does not see earlier messages (JMS topic semantics). With no
-  subscription, the message goes nowhere.
-- **Fan-out** (:func:`distribute`): non-JMS producers drop files into
-  ``.incoming/target``; the distributor claims each file by rename (as any
-  consumer does, as client ``distributor``), copies it into every
-  subscription, then moves it to ``.incoming/processed`` (or deletes it).
-  A distributor killed mid-file leaves it in ``.incoming/processing``; the
-  next :func:`distribute` with the same client id puts it back first
+  subscription of the topic and of its ancestors that exists when it is sent,
+  each written in that subscription's ``working/`` and renamed into its
+  ``target/``. A subscription created later does not see earlier messages (JMS
+  topic semantics). With no subscription, the message goes nowhere.
+- **Fan-out** (:class:`Distributor`, :func:`distribute`): non-JMS producers drop
+  files into ``.incoming/target``; the distributor claims each file by rename
+  (as any consumer does, as client ``distributor`` unless told otherwise),
+  publishes it as above, then moves it to ``.incoming/processed`` (or deletes
+  it). A distributor killed mid-file leaves it in ``.incoming/processing``; the
+  next distributor with the same client id puts it back first
   (:func:`~chute.dropbox.queue.recover_layout`), so some subscriptions may
   get that message twice: at least once, never lost.
 
@@ -33,21 +37,27 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from chute.dropbox.flow import WriteLock
 from chute.dropbox.layout import (
     QueueLayout,
     TopicLayout,
     init_subscription,
     init_topic,
     subscription_layouts,
+    topic_layout,
 )
 from chute.dropbox.queue import ConsumerOptions, QueueConsumer, QueueProducer, recover_layout
 from chute.dropbox.transcoder import dropbox_id
+from chute.dropbox.watch import DEFAULT_POLL_INTERVAL
+from chute.errors import InvalidMessage
 from chute.message import Message, now_ms
 
 __all__ = [
     "DISTRIBUTOR",
+    "Distributor",
     "TopicPublisher",
     "distribute",
+    "lineage",
     "remove_subscription",
     "subscribe",
 ]
@@ -58,8 +68,30 @@ DISTRIBUTOR = "distributor"
 """The client id under which :func:`distribute` claims files in ``.incoming``."""
 
 
+def lineage(root: str | os.PathLike[str], topic: str) -> list[TopicLayout]:
+    """``topic`` and every topic above it, nearest first: ``news.eu``, then ``news``.
+
+    The topics whose subscriptions a message for ``topic`` goes to (DropboxMQ's
+    distributor walks the same way, from the topic's directory up to
+    ``topic-root``). Creates nothing.
+
+    Raises:
+        InvalidAddress: a bad topic name, or a level that resolves elsewhere.
+    """
+    parts = topic.split(".")
+    return [topic_layout(root, ".".join(parts[:depth])) for depth in range(len(parts), 0, -1)]
+
+
 class TopicPublisher:
-    """Publishes to a topic dropbox: one copy per subscription. One thread at a time."""
+    """Publishes to a topic dropbox: one copy per subscription of the topic and of
+    every topic above it (:func:`lineage`). One thread at a time.
+
+    Like DropboxMQ's publisher, a send first waits while the topic's own
+    ``.incoming/write-lock.properties`` holds sends back (its ``target-limit``
+    counts ``.incoming/target``; :class:`~chute.dropbox.flow.WriteLock`), for at
+    most ``block_timeout`` seconds (None: as long as the lock says); the
+    subscriptions' own lock files are not looked at, as DropboxMQ does not.
+    """
 
     def __init__(
         self,
@@ -68,16 +100,38 @@ class TopicPublisher:
         *,
         durable: bool = True,
         fsync: Callable[[int], None] = os.fsync,
+        block_timeout: float | None = None,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
     ) -> None:
         self.layout: TopicLayout = init_topic(root, topic)
+        self.write_lock = WriteLock(self.layout.incoming, poll_interval)
+        self.block_timeout = block_timeout
+        self._lineage = lineage(root, topic)
         self._durable = durable
         self._fsync = fsync
         self._producers: dict[Path, QueueProducer] = {}
         self._sequence = itertools.count()
 
+    def subscriptions(self) -> list[QueueLayout]:
+        """Every subscription dropbox a message sent now goes to, the topic's first."""
+        return [sub for topic in self._lineage for sub in subscription_layouts(topic)]
+
     def send(self, message: Message) -> list[str]:
-        """Put a copy of ``message`` into every subscription; returns the
-        subscription directories it went to (empty: nobody subscribes).
+        """Put a copy of ``message`` into every subscription (:meth:`copy`), once the
+        topic's write lock lets it.
+
+        Raises:
+            DestinationFull: still write-locked after ``block_timeout``; nothing
+                was written.
+            InvalidMessage, OSError: as :meth:`copy`.
+        """
+        self.write_lock.wait(self.block_timeout)
+        return self.copy(message)
+
+    def copy(self, message: Message) -> list[str]:
+        """Put a copy of ``message`` into every subscription now; returns where it went
+        (``topic:a.b/<dir>``, the topic's own subscriptions first; empty: nobody
+        subscribes).
 
         A message without an id gets one here, so every copy has the same.
 
@@ -85,7 +139,7 @@ class TopicPublisher:
             InvalidMessage: the message cannot be written as a DropboxMQ name.
             OSError: a copy could not be written (earlier copies stay).
         """
-        subscriptions = subscription_layouts(self.layout)
+        subscriptions = self.subscriptions()
         if not subscriptions:
             return []
         if not message.id:  # one DropboxMQ id (it carries the time) for every copy
@@ -93,8 +147,10 @@ class TopicPublisher:
             message = message.replace(id=dropbox_id(stamp, next(self._sequence)))
         sent: list[str] = []
         for layout in subscriptions:
-            self._producer(layout).send(message)
-            sent.append(layout.base.name)
+            producer = self._producer(layout)
+            name, working = producer.stage(message)  # no lock of the subscription's own
+            producer.publish(working, name)
+            sent.append(layout.destination)
         return sent
 
     def _producer(self, layout: QueueLayout) -> QueueProducer:
@@ -121,6 +177,70 @@ def remove_subscription(layout: QueueLayout) -> None:
     shutil.rmtree(layout.base, ignore_errors=True)
 
 
+class Distributor:
+    """Fans out a topic's ``.incoming/target`` as DropboxMQ's distributor does.
+
+    Constructing it takes back what a killed distributor with the same client
+    id left in ``.incoming/processing`` (:attr:`restored` names them). One
+    thread at a time; run one distributor per client id.
+
+    Raises:
+        InvalidAddress: (constructor) a bad topic name or client id.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        topic: str,
+        *,
+        client_id: str = DISTRIBUTOR,
+        delete_processed: bool = False,
+        durable: bool = True,
+    ) -> None:
+        self.publisher = TopicPublisher(root, topic, durable=durable)
+        incoming = self.publisher.layout.incoming
+        self.restored: list[str] = recover_layout(incoming, client_id)
+        self.files = QueueConsumer(
+            incoming,
+            "",
+            client_id,
+            options=ConsumerOptions(delete_processed=delete_processed, delete_expired=False),
+        )
+
+    def run(self, limit: int = 0) -> int:
+        """Distribute what waits in ``.incoming/target``; returns how many files
+        (``limit`` > 0 stops after that many).
+
+        Each subscriber gets a fresh copy: a delivery count the file carried
+        counted deliveries of the file in ``.incoming``, not of the copy.
+
+        A file whose message cannot be written as a DropboxMQ name goes to
+        ``.incoming/error``, with a log line.
+
+        Raises:
+            OSError: a copy could not be written; the file stays claimed in
+                ``.incoming/processing`` until a distributor with this client id
+                is constructed again.
+        """
+        count = 0
+        while limit <= 0 or count < limit:
+            delivery = self.files.receive()
+            if delivery is None:
+                break
+            message = delivery.message
+            message.delivery_count = 0
+            message.redelivered = False
+            try:
+                self.publisher.copy(message)  # a distributor is no producer: no write lock
+            except InvalidMessage as exc:  # no copy was written: the name is the same in each
+                log.warning("%s: cannot be copied (%s): to error/", delivery.decoded.name, exc)
+                self.files.reject(delivery)
+                continue
+            self.files.ack(delivery)
+            count += 1
+        return count
+
+
 def distribute(
     root: str | os.PathLike[str],
     topic: str,
@@ -130,7 +250,7 @@ def distribute(
     durable: bool = True,
     limit: int = 0,
 ) -> int:
-    """Fan out the files in the topic's ``.incoming/target`` to every subscription.
+    """Fan out the files in the topic's ``.incoming/target`` once (a :class:`Distributor`).
 
     Returns how many files were distributed (``limit`` > 0 stops after that
     many). Run one distributor per client id at a time.
@@ -138,25 +258,7 @@ def distribute(
     Raises:
         InvalidAddress: a bad topic name.
     """
-    layout = init_topic(root, topic)
-    incoming = layout.incoming
-    recover_layout(incoming, client_id)  # what a killed distributor left
-    consumer = QueueConsumer(
-        incoming,
-        "",
-        client_id,
-        options=ConsumerOptions(delete_processed=delete_processed, delete_expired=False),
+    distributor = Distributor(
+        root, topic, client_id=client_id, delete_processed=delete_processed, durable=durable
     )
-    publisher = TopicPublisher(root, topic, durable=durable)
-    count = 0
-    while limit <= 0 or count < limit:
-        delivery = consumer.receive()
-        if delivery is None:
-            break
-        message = delivery.message
-        message.delivery_count = 0
-        message.redelivered = False
-        publisher.send(message)
-        consumer.ack(delivery)
-        count += 1
-    return count
+    return distributor.run(limit)

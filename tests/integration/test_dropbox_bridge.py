@@ -82,13 +82,16 @@ poll_interval_ms = 50
         assert [m.text for m in got] == ["high", "left over", "low"]  # by priority 8, 4, 2
         high = got[0]
         assert high.priority == 8
-        assert high.id == "1700000000001000-2"
+        assert high.id == "ID:1700000000001000-2"  # JMS's id, as DropboxMQ's consumer reads it
         assert high.correlation_id == "corr-9"
         assert high.reply_to == "queue:replies"
         assert high.type == "Order"
         assert high.properties == {"color": "red", "qty": 5, "price": 9.5, "urgent": True}
         assert high.persistent
-        # the left-over file went back to target/ with its delivery count raised
+        assert high.timestamp == 1700000000001  # the id's ms*1000+seq: DropboxMQ's JMSTimestamp
+        assert [m.redelivered for m in got] == [False, True, False]
+        left_over = got[1]  # back in target/ with its delivery count raised, then imported
+        assert left_over.delivery_count == 2
         assert any("JMSXDeliveryCountI=2" in n for n in os.listdir(layout.processed))
     finally:
         server.stop()
@@ -161,8 +164,12 @@ direction = "export"
         assert [d.properties for d in decoded] == [{"n": 0}, {"n": 1}, {"n": 2}]
         assert count(out / "results" / "incoming" / "working") == 0
         with chute.connect(server.url) as conn:  # acked once written: nothing left
-            depth = {d["address"]: d["depth"] for d in conn.stat()["destinations"]}
-        assert depth.get("queue:results", 0) == 0
+
+            def depth() -> int:
+                found = {d["address"]: d["depth"] for d in conn.stat()["destinations"]}
+                return int(found.get("queue:results", 0))
+
+            wait_until(lambda: depth() == 0, "the written messages acked")
     finally:
         server.stop()
 
@@ -306,3 +313,219 @@ user = "importer"
             assert s.browse("queue:orders") == []
     finally:
         server.stop()
+
+
+def publish_as_dropboxmq(root: Path, topic: str, name: str, body: str) -> None:
+    """What DropboxMQ's topic publisher does: a copy into every subscription of the topic
+    and of the topics above it (working/, then mv into target/), and its own copy
+    straight into .incoming/processed; nothing reaches .incoming/target."""
+    script = """
+topic_dir="$1/topic-root/$2"
+dir="$topic_dir"
+while [ "$dir" != "$1/topic-root" ]; do
+  for sub in "$dir"/.subscriptions/*/; do
+    [ -d "$sub" ] || continue
+    printf "%s" "$4" > "$sub/working/$3" && mv "$sub/working/$3" "$sub/target/$3"
+  done
+  dir=$(dirname "$dir")
+done
+printf "%s" "$4" > "$topic_dir/.incoming/processed/$3"
+"""
+    path = topic.replace(".", "/")
+    subprocess.run(["sh", "-c", script, "sh", str(root), path, name, body], check=True)
+
+
+def test_a_dropboxmq_publisher_s_messages_reach_the_broker_once(tmp_path: Path) -> None:
+    mq = tmp_path / "mq"
+    topic = init_topic(mq, "alerts")
+    reader = init_subscription(topic, "reader", "ls-user")  # a DropboxMQ subscriber beside
+    server = serve(
+        tmp_path,
+        f"""
+[[dropbox]]
+root = "{mq}"
+destinations = ["topic:alerts"]
+poll_interval_ms = 50
+""",
+    )
+    try:
+        own = topic.subscription("chute-bridge", "chute-bridge")  # made before "ready"
+        assert own.target.is_dir()
+        with chute.connect(server.url) as conn, conn.session() as session:
+            alerts = session.consumer("topic:alerts")
+            sent = {f"4.{1700000000000000 + i * 1000}-{i}.T": f"alert {i}" for i in range(50)}
+            for name, body in sent.items():
+                publish_as_dropboxmq(mq, "alerts", name, body)
+            got: list[chute.Received] = []
+            while len(got) < len(sent) and (message := alerts.receive(timeout=WAIT)) is not None:
+                got.append(message)
+            assert alerts.receive(timeout=0.5) is None  # nothing twice
+        assert sorted(m.text for m in got) == sorted(sent.values())
+        for message in got:  # "alert i" was sent at ms 1700000000000 + i (its id's digits)
+            assert message.timestamp == 1700000000000 + int(message.text.split()[1])
+            assert not message.redelivered
+        wait_until(lambda: count(own.processed) == len(sent), "every copy settled")
+        assert count(reader.target) == len(sent)  # the other subscriber's copies untouched
+        assert count(topic.incoming.processed) == len(sent)  # the publisher's own, left alone
+    finally:
+        server.stop()
+    assert "Traceback" not in server.output
+
+
+def test_files_in_incoming_are_distributed_up_the_topic_tree_and_imported_once(
+    tmp_path: Path,
+) -> None:
+    mq = tmp_path / "mq"
+    europe = init_topic(mq, "news.eu")
+    reader = init_subscription(europe, "reader", "ls-user")
+    server = serve(
+        tmp_path,
+        f"""
+[[dropbox]]
+root = "{mq}"
+destinations = ["topic:news", "topic:news.eu"]
+poll_interval_ms = 50
+""",
+    )
+    incoming = europe.incoming
+    script = 'cd "$1" && printf "%s" "$3" > working/m && mv working/m "target/$2"'
+    try:
+        with chute.connect(server.url) as conn, conn.session() as session:
+            news = session.consumer("topic:news")
+            eu = session.consumer("topic:news.eu")
+            for base, name, body in (
+                (incoming.base, "4.1700000000000000-1.T", "for europe"),
+                (init_topic(mq, "news").incoming.base, "4.1700000000001000-2.T", "for all"),
+            ):
+                subprocess.run(["sh", "-c", script, "sh", str(base), name, body], check=True)
+            got_news = [news.receive(timeout=WAIT), news.receive(timeout=WAIT)]
+            got_eu = eu.receive(timeout=WAIT)
+            assert news.receive(timeout=0.5) is None
+            assert eu.receive(timeout=0.5) is None
+        assert sorted(m.text for m in got_news if m is not None) == ["for all", "for europe"]
+        assert got_eu is not None
+        assert got_eu.text == "for europe"  # what goes to "news" does not go down
+        assert os.listdir(reader.target) == ["4.1700000000000000-1.T"]  # distributed to it too
+        wait_until(lambda: count(incoming.processed) == 1, "the fanned-out file settled")
+        assert count(incoming.target) == count(incoming.processing) == 0
+    finally:
+        server.stop()
+    assert "Traceback" not in server.output
+
+
+def test_an_exported_topic_reaches_the_subscribers_above_it(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    top = init_subscription(init_topic(out, "news"), "all", "alice")
+    own = init_subscription(init_topic(out, "news.eu"), "europe", "bob")
+    sibling = init_subscription(init_topic(out, "news.us"), "america", "carol")
+    server = serve(
+        tmp_path,
+        f"""
+[[dropbox]]
+root = "{out}"
+destinations = ["topic:news.eu"]
+direction = "export"
+""",
+    )
+    try:
+        with chute.connect(server.url) as conn, conn.session() as session:
+            session.send("topic:news.eu", "bonjour")
+            wait_until(lambda: count(top.target) == count(own.target) == 1, "two copies")
+        assert os.listdir(top.target) == os.listdir(own.target)
+        assert count(sibling.target) == 0
+    finally:
+        server.stop()
+
+
+def test_a_relayed_message_keeps_the_timestamp_of_its_name(tmp_path: Path) -> None:
+    inbound, outbound = tmp_path / "in", tmp_path / "out"
+    init_queue(inbound, "orders")
+    server = serve(
+        tmp_path,
+        f"""
+[[dropbox]]
+root = "{inbound}"
+destinations = ["orders"]
+poll_interval_ms = 50
+
+[[dropbox]]
+root = "{outbound}"
+destinations = ["queue:orders"]
+direction = "export"
+""",
+    )
+    name = "6.1600000000123045-1234567890.T"  # sent 2020-09-13, sequence 45
+    try:
+        drop(inbound, "orders", name, "old news")
+        target = outbound / "orders" / "incoming" / "target"
+        wait_until(lambda: target.is_dir() and count(target) == 1, "the relayed file")
+    finally:
+        server.stop()
+    [relayed] = os.listdir(target)
+    sent, read = decode_filename(name), decode_filename(relayed)
+    assert (read.id, read.timestamp, read.priority) == (sent.id, sent.timestamp, 6)
+    assert read.timestamp == 1600000000123
+
+
+def test_a_re_import_after_a_crash_stays_redelivered_across_a_restart(tmp_path: Path) -> None:
+    mq = tmp_path / "mq"
+    layout = init_queue(mq, "orders")
+    # what a broker killed between its sync and the move leaves: a claimed file
+    (layout.processing / "chute-bridge~4.1700000000000000-1.T").write_text("maybe seen")
+    config = f"""
+[[dropbox]]
+root = "{mq}"
+destinations = ["orders"]
+poll_interval_ms = 50
+"""
+    server = serve(tmp_path, config)
+    wait_until(lambda: count(layout.processed) == 1, "the re-import")
+    server.stop(signal.SIGKILL)  # before anyone consumed it
+    server = serve(tmp_path, config)  # the same journal
+    try:
+        with chute.connect(server.url) as conn, conn.session(ack="client") as session:
+            message = session.consumer("queue:orders").receive(timeout=WAIT)
+            assert message is not None
+            assert (message.text, message.redelivered, message.delivery_count) == (
+                "maybe seen",
+                True,
+                2,
+            )
+            assert message.timestamp == 1700000000000
+            message.ack()
+    finally:
+        server.stop()
+
+
+def test_export_waits_while_dropboxmq_s_write_lock_holds_and_the_broker_still_stops(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    layout = init_queue(out, "results")
+    lock = layout.base / "write-lock.properties"
+    lock.touch()  # DropboxMQ's flow control: an empty file stops every writer
+    server = serve(
+        tmp_path,
+        f"""
+[[dropbox]]
+root = "{out}"
+destinations = ["queue:results"]
+direction = "export"
+""",
+    )
+    try:
+        with chute.connect(server.url) as conn, conn.session() as session:
+            session.send("results", "held back")
+        server.wait_for_line("write-locked by")
+        assert count(layout.target) == 0  # it waits in the broker, not in a file
+        lock.unlink()
+        wait_until(lambda: count(layout.target) == 1, "the file once the lock is gone")
+        lock.touch()
+        mark = len(server.lines)
+        with chute.connect(server.url) as conn, conn.session() as session:
+            session.send("results", "held at stop")
+        server.wait_for_line("write-locked by", start=mark)
+    finally:
+        code = server.stop()
+    assert code == 0  # the export's wait ended with the broker
+    assert count(layout.target) == 1

@@ -17,6 +17,7 @@ from chute.dropbox.transcoder import decode_filename
 from chute.errors import (
     ConnectError,
     ConsumerError,
+    DestinationFull,
     InvalidAddress,
     InvalidSelector,
     TransactionError,
@@ -46,13 +47,13 @@ def test_send_and_receive_keep_every_field(tmp_path: Path) -> None:
             correlation_id="c.1",
             reply_to="queue:replies",
             type="Order",
-            id="order-1",
+            id="ID:order-1",
         )
         received = s.consumer("orders").receive(timeout=1)
     assert received is not None
     assert received.body == b"hello"
     assert received.kind is BodyKind.TEXT
-    assert (received.id, received.priority, received.correlation_id) == ("order-1", 7, "c.1")
+    assert (received.id, received.priority, received.correlation_id) == ("ID:order-1", 7, "c.1")
     assert (received.reply_to, received.type) == ("queue:replies", "Order")
     assert received.properties == {"region": "eu", "n": 3, "ok": True}
     assert received.expiration > time.time() * 1000
@@ -317,8 +318,8 @@ def test_temporary_queues_go_with_the_connection(tmp_path: Path) -> None:
         m = s.consumer(address).receive(timeout=0)
         assert m is not None
         assert m.text == "reply"
-        assert len(names(tmp_path)) == 1
-    assert names(tmp_path) == []
+        assert names(tmp_path) == sorted(["dropboxmq", address.removeprefix("queue:")])
+    assert names(tmp_path) == ["dropboxmq"]  # DropboxMQ's own directory stays with the root
 
 
 def test_stat_counts_depth_and_inflight(tmp_path: Path) -> None:
@@ -328,3 +329,54 @@ def test_stat_counts_depth_and_inflight(tmp_path: Path) -> None:
         assert s.consumer("q").receive(timeout=0) is not None
         stats = conn.stat()
     assert stats["destinations"] == [{"address": "queue:q", "depth": 2, "inflight": 1}]
+
+
+def test_a_read_locked_queue_looks_empty_to_a_consumer_until_the_lock_goes(
+    tmp_path: Path,
+) -> None:
+    with open_root(tmp_path, poll_ms="20") as conn, conn.session() as s:
+        s.send("q", "held")
+        lock = tmp_path / "q" / "incoming" / "read-lock"
+        lock.touch()
+        consumer = s.consumer("q")
+        assert consumer.receive(timeout=0.1) is None
+        lock.unlink()
+        m = consumer.receive(timeout=5)
+        assert m is not None
+        assert m.text == "held"
+
+
+def test_a_write_locked_send_fails_after_block_timeout_ms(tmp_path: Path) -> None:
+    (init_queue(tmp_path, "q").base / "write-lock.properties").touch()
+    with (
+        open_root(tmp_path, block_timeout_ms="50", poll_ms="10") as conn,
+        conn.session() as s,
+        pytest.raises(DestinationFull, match="queue:q: write-locked"),
+    ):
+        s.send("q", "stopped")
+    assert names(tmp_path / "q" / "incoming" / "target") == []
+
+
+def test_a_write_locked_commit_keeps_its_sends_for_a_retry(tmp_path: Path) -> None:
+    lock = init_queue(tmp_path, "q").base / "write-lock.properties"
+    lock.touch()
+    with (
+        open_root(tmp_path, block_timeout_ms="50", poll_ms="10") as conn,
+        conn.session(transacted=True) as s,
+    ):
+        s.send("q", "one")
+        s.send("q", "two")
+        with pytest.raises(DestinationFull):
+            s.commit()
+        assert names(tmp_path / "q" / "incoming" / "target") == []
+        lock.unlink()
+        s.commit()
+        bodies = sorted(m.text for m in s.browse("q"))
+    assert bodies == ["one", "two"]
+
+
+def test_block_timeout_ms_is_a_url_option() -> None:
+    assert parse_dropbox_url("dropbox:///mq").block_timeout == 30.0
+    assert parse_dropbox_url("dropbox:///mq?block_timeout_ms=250").block_timeout == 0.25
+    with pytest.raises(ConnectError, match="block_timeout_ms"):
+        parse_dropbox_url("dropbox:///mq?block_timeout_ms=-1")

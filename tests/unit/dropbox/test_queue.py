@@ -99,10 +99,10 @@ def test_time_orders_before_the_filename(tmp_path: Path) -> None:
 
 
 def test_a_message_with_its_own_id_keeps_it(tmp_path: Path) -> None:
-    QueueProducer(tmp_path, "q").send(Message.create("x", id="order/17 ~ok"))
+    QueueProducer(tmp_path, "q").send(Message.create("x", id="ID:order/17 ~ok"))
     delivery = QueueConsumer(tmp_path, "q", "c").receive()
     assert delivery is not None
-    assert delivery.message.id == "order/17 ~ok"
+    assert delivery.message.id == "ID:order/17 ~ok"
 
 
 def test_producer_fsyncs_the_file_and_the_directory(tmp_path: Path) -> None:
@@ -411,7 +411,7 @@ def test_a_shell_producer_is_read_as_dropboxmq_reads_it(tmp_path: Path) -> None:
     assert (m.text, m.kind, m.id, m.priority) == (
         "hi there",
         BodyKind.TEXT,
-        "1140429201295000-9262574723",
+        "ID:1140429201295000-9262574723",
         4,
     )
     assert (m.timestamp, m.correlation_id, m.reply_to, m.type) == (
@@ -432,7 +432,7 @@ def test_a_foreign_file_is_consumed_with_dropboxmq_defaults(tmp_path: Path) -> N
     assert delivery is not None
     m = delivery.message
     assert (m.id, m.priority, m.expiration, m.kind, m.body) == (
-        "report 2024.csv",
+        "ID:report 2024.csv",
         4,
         0,
         BodyKind.TEXT,

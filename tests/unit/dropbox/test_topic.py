@@ -9,7 +9,14 @@ import pytest
 
 from chute.dropbox.layout import init_topic, subscription_layouts, topic_layout
 from chute.dropbox.queue import QueueConsumer, QueueProducer
-from chute.dropbox.topic import DISTRIBUTOR, TopicPublisher, distribute, subscribe
+from chute.dropbox.topic import (
+    DISTRIBUTOR,
+    Distributor,
+    TopicPublisher,
+    distribute,
+    lineage,
+    subscribe,
+)
 from chute.errors import InvalidAddress
 from chute.message import BodyKind, Message
 
@@ -53,7 +60,7 @@ def test_publish_puts_one_copy_in_every_subscription(tmp_path: Path) -> None:
     b = subscribe(tmp_path, "news", "s2", "bob")
     publisher = TopicPublisher(tmp_path, "news", durable=False)
     went = publisher.send(Message(b"hello", kind=BodyKind.TEXT, properties={"k": 1}))
-    assert went == ["s1.alice", "s2.bob"]
+    assert went == ["topic:news/s1.alice", "topic:news/s2.bob"]
     [name_a] = names(a.target)
     assert names(b.target) == [name_a]  # the same name, so the same id, in each
     got = QueueConsumer(a, "", "alice").receive()
@@ -99,3 +106,66 @@ def test_a_killed_distributor_leaves_files_the_next_one_takes_back(tmp_path: Pat
     assert got.message.body == b"m"
     assert not got.message.redelivered  # a fresh copy for the subscriber
     assert "JMSXDeliveryCount" not in copy
+
+
+def test_publish_reaches_the_subscribers_of_every_topic_above(tmp_path: Path) -> None:
+    # DropboxMQ: a subscriber of "news" also gets what is published to "news.eu.sport"
+    top = subscribe(tmp_path, "news", "all", "alice")
+    middle = subscribe(tmp_path, "news.eu", "europe", "bob")
+    own = subscribe(tmp_path, "news.eu.sport", "scores", "carol")
+    sibling = subscribe(tmp_path, "news.us", "america", "dave")
+    below = subscribe(tmp_path, "news.eu.sport.golf", "golf", "erin")
+    went = TopicPublisher(tmp_path, "news.eu.sport", durable=False).send(
+        Message(b"goal", kind=BodyKind.TEXT)
+    )
+    assert went == [
+        "topic:news.eu.sport/scores.carol",
+        "topic:news.eu/europe.bob",
+        "topic:news/all.alice",
+    ]
+    for sub, client in ((own, "carol"), (middle, "bob"), (top, "alice")):
+        got = QueueConsumer(sub, "", client).receive()
+        assert got is not None
+        assert got.message.body == b"goal"
+    assert names(sibling.target) == names(below.target) == []
+
+
+def test_publish_to_a_topic_creates_no_directory_above_it(tmp_path: Path) -> None:
+    TopicPublisher(tmp_path, "news.eu", durable=False).send(Message(b"x"))
+    assert names(tmp_path / "topic-root" / "news") == ["eu"]  # no .incoming made for "news"
+    assert lineage(tmp_path, "news.eu") == [
+        topic_layout(tmp_path, "news.eu"),
+        topic_layout(tmp_path, "news"),
+    ]
+
+
+def test_distribute_walks_up_to_topic_root(tmp_path: Path) -> None:
+    top = subscribe(tmp_path, "news", "all", "alice")
+    own = subscribe(tmp_path, "news.eu", "europe", "bob")
+    incoming = init_topic(tmp_path, "news.eu").incoming
+    (incoming.working / "tmp").write_bytes(b"from a script")
+    os.rename(incoming.working / "tmp", incoming.target / "4.1700000000000001-1.T")
+    assert distribute(tmp_path, "news.eu", durable=False) == 1
+    assert names(top.target) == names(own.target) == ["4.1700000000000001-1.T"]
+    # what is dropped for "news" does not go down to "news.eu"
+    upper = init_topic(tmp_path, "news").incoming
+    (upper.working / "tmp").write_bytes(b"for news only")
+    os.rename(upper.working / "tmp", upper.target / "4.1700000000000002-1.T")
+    assert distribute(tmp_path, "news", durable=False) == 1
+    assert len(names(top.target)) == 2
+    assert names(own.target) == ["4.1700000000000001-1.T"]
+
+
+def test_a_file_the_distributor_cannot_copy_goes_to_error(tmp_path: Path) -> None:
+    sub = subscribe(tmp_path, "news", "s1", "alice")
+    incoming = init_topic(tmp_path, "news").incoming
+    head = "4.1700000000000001-1.T....noteS="
+    # readable, but no subscriber could claim a copy of it: no room for "alice~"
+    too_long = head + "x" * (252 - len(head))
+    (incoming.target / too_long).write_bytes(b"long")
+    QueueProducer(incoming, durable=False).send(Message(b"fine", kind=BodyKind.TEXT))
+    distributor = Distributor(tmp_path, "news", client_id="d", durable=False)
+    assert distributor.run() == 1  # the other file still went
+    assert len(names(sub.target)) == 1
+    assert names(incoming.error) == [f"d~{too_long}"]
+    assert names(incoming.target) == names(incoming.processing) == []
