@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from chute.cli_message import add_message_arguments, message_fields
+from chute import __version__
+from chute.cli_message import add_message_arguments, message_fields, seconds, whole
 from chute.cli_output import print_message, print_received, sockets_line
 from chute.cli_progress import Progress
 from chute.errors import ChuteError, ConfigError
@@ -50,6 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chute", description="chute, a message broker.")
+    parser.add_argument("--version", action="version", version=f"chute {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_serve(sub)
     _add_client_commands(sub)
@@ -201,9 +203,9 @@ def _add_client_commands(sub: Any) -> None:
 
     receive = sub.add_parser("receive", help="receive (consume) messages")
     receive.add_argument("destination")
-    receive.add_argument("--count", type=int, default=1, help="how many (0 = until timeout)")
+    receive.add_argument("--count", type=whole(), default=1, help="how many (0 = until timeout)")
     receive.add_argument(
-        "--timeout", type=float, default=5.0, help="seconds to wait for each message (default 5)"
+        "--timeout", type=seconds, default=5.0, help="seconds to wait for each message (default 5)"
     )
     receive.add_argument("--selector", help="JMS selector, e.g. \"region = 'eu'\"")
     receive.add_argument("--json", action="store_true", help="one JSON object per message")
@@ -218,7 +220,7 @@ def _add_client_commands(sub: Any) -> None:
     )
     browse.add_argument("destination")
     browse.add_argument("--selector")
-    browse.add_argument("--limit", type=int, default=0, help="at most this many (0 = all)")
+    browse.add_argument("--limit", type=whole(), default=0, help="at most this many (0 = all)")
     browse.add_argument("--json", action="store_true")
     client_args(browse)
     browse.set_defaults(func=_browse)

@@ -3,23 +3,55 @@
 Both commands take the same message fields and pass them to a session's
 ``send`` (the broker's or the dropbox client's, which share its keywords):
 :func:`add_message_arguments` declares them, :func:`message_fields` turns the
-parsed arguments into those keywords.
+parsed arguments into those keywords. :func:`whole` and :func:`seconds` are the
+argument types of every count and duration on both command lines: a value out of
+range is argparse's usage error, not a traceback later.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from typing import Any
 
 from chute.errors import ConfigError
 
 
+def whole(low: int = 0, high: int | None = None) -> Callable[[str], int]:
+    """An argument type: a whole number from ``low`` to ``high`` (None: no end)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low or (high is not None and value > high):
+            span = f"{low}..{high}" if high is not None else f"{low} or more"
+            raise argparse.ArgumentTypeError(f"must be {span}, not {value}")
+        return value
+
+    return parse
+
+
+def seconds(text: str) -> float:
+    """An argument type: a duration in seconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, not {text}")
+    return value
+
+
 def add_message_arguments(parser: argparse.ArgumentParser, *, id_help: str) -> None:
     """``--priority``, ``--ttl``, ``--property``, ``--correlation-id``, ``--reply-to``,
     ``--type`` and ``--id`` (``id_help`` says what the default id is)."""
-    parser.add_argument("--priority", type=int, default=4, help="0..9 (default 4)")
-    parser.add_argument("--ttl", type=int, default=0, help="time to live in ms (0 = never expires)")
+    parser.add_argument("--priority", type=whole(0, 9), default=4, help="0..9 (default 4)")
+    parser.add_argument(
+        "--ttl", type=whole(), default=0, help="time to live in ms (0 = never expires)"
+    )
     parser.add_argument(
         "--property",
         "-p",

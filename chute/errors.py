@@ -126,6 +126,12 @@ class ClientIdInUse(ConnectError):
     code = "client-id-in-use"
 
 
+class WrongProtocol(ConnectError):
+    """The server at the address speaks another protocol (a STOMP or HTTP port)."""
+
+    code = "wrong-protocol"
+
+
 class TooLarge(ChuteError):
     """The answer to a request would not fit in one packet (ask for it in pages)."""
 
@@ -157,6 +163,7 @@ _BY_CODE: dict[str, type[ChuteError]] = {
         ProtocolError,
         ConnectError,
         ClientIdInUse,
+        WrongProtocol,
         TooLarge,
         RequestTimeout,
     )

@@ -52,6 +52,7 @@ from chute.errors import (
     LocalProtocolError,
     RemoteProtocolError,
     TransactionError,
+    WrongProtocol,
     error_for_code,
 )
 from chute.message import (
@@ -139,6 +140,7 @@ class ClientProtocol:
         self._sessions_by_id = self.sessions.by_id
         self._addresses: dict[str, tuple[bytes, PlainSend]] = {}
         self.connected: Connected | None = None
+        self._first: bytes | None = None  # the first bytes the server sent (for errors)
 
     @property
     def failure(self) -> ChuteError | None:
@@ -493,6 +495,8 @@ class ClientProtocol:
         progress = Progress()
         if self.failure is not None:
             return progress
+        if self.connected is None and self._first is None:
+            self._first = data[:80]
         self.codec.receive_data(data)
         sessions = self.sessions
         try:
@@ -500,9 +504,7 @@ class ClientProtocol:
         except RemoteProtocolError as exc:
             sessions.woken.clear()  # fail() wakes every consumer
             self._oneway(Error(exc.error_code, exc.reason))
-            return self.fail(
-                ConnectError(f"the broker broke the protocol ({exc.error_code}): {exc.reason}")
-            )
+            return self.fail(self._broken(exc))
         if sessions.woken:
             progress.consumers, sessions.woken = sessions.woken, set()
         for header, packet in items:
@@ -512,6 +514,19 @@ class ClientProtocol:
         if not data:
             progress.absorb(self.connection_lost())
         return progress
+
+    def _broken(self, exc: RemoteProtocolError) -> ConnectError:
+        """What to tell the user of a protocol error: before the broker answered the
+        Connect, text where a packet should start means the port speaks another
+        protocol (STOMP's ERROR frame, an HTTP response) and says so."""
+        first = self._first
+        if self.connected is None and first and _looks_like_text(first):
+            line = first.split(b"\n", 1)[0].decode("ascii", "replace").strip()
+            return WrongProtocol(
+                f"the server does not speak chute's native protocol: it answered {line!r} "
+                "(is this the STOMP or HTTP port? chute's native port is 5445 by default)"
+            )
+        return ConnectError(f"the broker broke the protocol ({exc.error_code}): {exc.reason}")
 
     def _handle(self, header: Header, packet: Packet, progress: Progress) -> None:
         corr = header.correlation_id
@@ -548,3 +563,10 @@ class ClientProtocol:
 
 def _connect_error(packet: Error) -> ConnectError:
     return ConnectError(f"{packet.reason} ({packet.code})")
+
+
+def _looks_like_text(data: bytes) -> bool:
+    """The first four bytes are printable ASCII: a text protocol's answer, not the
+    length of a packet (which would be over 500 MiB)."""
+    head = data[:4]
+    return len(head) == 4 and all(32 <= b < 127 for b in head)

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from chute.cli_message import add_message_arguments, message_fields
+from chute.cli_message import add_message_arguments, message_fields, seconds, whole
 from chute.cli_output import print_received
 from chute.core.address import Kind, parse
 from chute.dropbox.client import DropboxConnection, open_root
@@ -63,7 +63,7 @@ def add_dropbox_commands(sub: Any) -> None:
     send.add_argument("--no-sync", action="store_true", help="do not fsync the file")
     send.add_argument(
         "--block-timeout",
-        type=float,
+        type=seconds,
         default=DEFAULT_BLOCK_TIMEOUT_MS / 1000,
         help="seconds to wait while DropboxMQ's write-lock.properties holds the send back "
         "(default %(default)g)",
@@ -73,9 +73,9 @@ def add_dropbox_commands(sub: Any) -> None:
     receive = commands.add_parser("receive", help="consume messages from a dropbox")
     _root(receive)
     receive.add_argument("destination", metavar="DEST")
-    receive.add_argument("--count", type=int, default=1, help="how many (0 = until timeout)")
+    receive.add_argument("--count", type=whole(), default=1, help="how many (0 = until timeout)")
     receive.add_argument(
-        "--timeout", type=float, default=5.0, help="seconds to wait for each message (default 5)"
+        "--timeout", type=seconds, default=5.0, help="seconds to wait for each message (default 5)"
     )
     receive.add_argument("--selector", help="JMS selector over headers and properties")
     receive.add_argument("--json", action="store_true", help="one JSON object per message")

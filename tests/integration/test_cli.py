@@ -7,7 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .conftest import ChuteServer, start_server
+from chute import __version__
+
+from .conftest import ChuteServer, free_port, start_server
 
 
 def chute(
@@ -207,3 +209,47 @@ def test_looking_creates_nothing_and_a_mistyped_kind_is_refused(server: ChuteSer
     addresses = {d["address"] for d in json.loads(stat.stdout)["destinations"]}
     assert "queue:never-made" not in addresses  # ... and looking did not make it
     assert not any("qeueu" in a for a in addresses)
+
+
+def test_values_out_of_range_are_usage_errors_naming_the_argument() -> None:
+    cases = [
+        (["send", "queue:q", "x", "--ttl", "-5"], "--ttl: must be 0 or more, not -5"),
+        (["send", "queue:q", "x", "--priority", "12"], "--priority: must be 0..9, not 12"),
+        (["browse", "queue:q", "--limit", "-3"], "--limit: must be 0 or more, not -3"),
+        (["receive", "queue:q", "--count", "-1"], "--count: must be 0 or more, not -1"),
+        (["receive", "queue:q", "--timeout", "-1"], "--timeout: must be 0 or more seconds"),
+        (["receive", "queue:q", "--count", "many"], "--count: 'many' is not a whole number"),
+        (["dropbox", "send", "--root", "/nonexistent", "q", "x", "--ttl", "-5"], "--ttl"),
+    ]
+    for args, said in cases:
+        result = chute(None, *args)
+        err = result.stderr.decode()
+        assert result.returncode == 2, (args, err)
+        assert said in err, (args, err)
+        assert "Traceback" not in err
+
+
+def test_version_and_python_dash_m_chute() -> None:
+    by_command = chute(None, "--version")
+    assert by_command.returncode == 0
+    assert by_command.stdout.decode().strip() == f"chute {__version__}"
+    by_module = subprocess.run(
+        [sys.executable, "-m", "chute", "--version"], capture_output=True, check=False
+    )
+    assert (by_module.returncode, by_module.stdout) == (0, by_command.stdout)
+
+
+def test_the_native_client_pointed_at_the_stomp_or_http_port_says_so(tmp_path: Path) -> None:
+    stomp_port, http_port = free_port(), free_port()
+    server = start_server(tmp_path, "--stomp-port", str(stomp_port), "--http-port", str(http_port))
+    try:
+        for port, answer in ((stomp_port, "'ERROR'"), (http_port, "'HTTP/1.")):
+            result = chute(None, "stat", "--url", f"chute://127.0.0.1:{port}")
+            err = result.stderr.decode()
+            assert result.returncode == 1, err
+            assert "does not speak chute's native protocol" in err
+            assert f"it answered {answer}" in err
+            assert "STOMP or HTTP port" in err
+            assert "chutes://" not in err  # not a TLS hint: the port answered
+    finally:
+        server.stop()

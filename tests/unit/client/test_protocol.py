@@ -21,6 +21,7 @@ from chute.errors import (
     LocalProtocolError,
     NotFound,
     TransactionError,
+    WrongProtocol,
 )
 from chute.message import BodyKind, Message
 from chute.protocol import packets as p
@@ -223,6 +224,31 @@ def test_garbage_from_the_broker_fails_the_connection_and_reports_it() -> None:
     assert peer.packets() == [p.Error("unknown-packet-type", "unknown packet type 250")]
     with pytest.raises(ConnectError, match="unknown-packet-type"):
         proto.start(requests.stat_fetch())
+
+
+@pytest.mark.parametrize(
+    ("answer", "shown"),
+    [
+        (b"ERROR\nmessage:not a STOMP frame\n\n\x00", "'ERROR'"),
+        (b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n", "'HTTP/1.1 400 Bad Request'"),
+    ],
+)
+def test_a_server_answering_in_another_protocol_is_named_as_such(answer: bytes, shown: str) -> None:
+    proto = ClientProtocol()
+    corr = proto.start(proto.connect())
+    assert proto.receive_data(answer).failed
+    with pytest.raises(
+        WrongProtocol, match=f"does not speak chute's native protocol: it answered {shown}"
+    ):
+        proto.result(corr)
+
+
+def test_garbage_after_the_handshake_is_no_other_protocol() -> None:
+    proto, _ = connected()
+    assert proto.receive_data(b"HTTP/1.1 200 OK\r\n\r\n").failed
+    with pytest.raises(ConnectError, match="broke the protocol") as caught:
+        proto.start(requests.stat_fetch())
+    assert not isinstance(caught.value, WrongProtocol)
 
 
 def test_broker_disconnect_fails_the_connection() -> None:
