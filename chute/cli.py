@@ -342,11 +342,11 @@ def _connect(args: argparse.Namespace) -> Any:
 
 
 def _send(args: argparse.Namespace) -> int:
-    body: bytes
+    body: bytes | str  # text when given as an argument (as chute dropbox send does)
     if args.body is None or args.body == "-":
         body = sys.stdin.buffer.read()
     else:
-        body = args.body.encode("utf-8")
+        body = args.body
     fields = message_fields(args)
     with _connect(args) as conn, conn.session() as session:
         session.send(args.destination, body, persistent=not args.non_persistent, **fields)

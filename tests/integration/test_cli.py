@@ -253,3 +253,19 @@ def test_the_native_client_pointed_at_the_stomp_or_http_port_says_so(tmp_path: P
             assert "chutes://" not in err  # not a TLS hint: the port answered
     finally:
         server.stop()
+
+
+def test_a_body_given_as_an_argument_is_text_as_with_chute_dropbox_send(
+    server: ChuteServer,
+) -> None:
+    import chute as client  # the Python client, to see the body's kind
+
+    assert chute(server, "send", "queue:kinds", "héllo").returncode == 0
+    assert chute(server, "send", "queue:kinds", stdin=b"\x00raw").returncode == 0
+    with client.connect(server.url) as conn, conn.session() as session:
+        consumer = session.consumer("queue:kinds")
+        text, raw = consumer.receive(timeout=10), consumer.receive(timeout=10)
+    assert text is not None
+    assert raw is not None
+    assert (text.kind, text.text) == (client.BodyKind.TEXT, "héllo")
+    assert (raw.kind, raw.body) == (client.BodyKind.BYTES, b"\x00raw")
