@@ -342,11 +342,9 @@ def _connect(args: argparse.Namespace) -> Any:
 
 
 def _send(args: argparse.Namespace) -> int:
-    body: bytes | str  # text when given as an argument (as chute dropbox send does)
-    if args.body is None or args.body == "-":
-        body = sys.stdin.buffer.read()
-    else:
-        body = args.body
+    from_stdin = args.body is None or args.body == "-"
+    # text when given as an argument, as chute dropbox send does; bytes from stdin
+    body: bytes | str = sys.stdin.buffer.read() if from_stdin else args.body
     fields = message_fields(args)
     with _connect(args) as conn, conn.session() as session:
         session.send(args.destination, body, persistent=not args.non_persistent, **fields)
