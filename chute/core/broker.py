@@ -563,13 +563,16 @@ class Broker:
 
     # -- recovery ----------------------------------------------------------------------
 
-    def recover(self) -> int:
+    def recover(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Rebuild durable queues and subscriptions from the store; returns messages restored.
 
         A message the store knows was delivered comes back marked redelivered.
         Numbering resumes before anything is placed, and callback queues start
         forwarding only once every queue holds what it held, so a forwarded
         message never takes a recovered message's sequence number or place.
+        ``progress(messages, queues)``, if given, hears the counts so far after
+        each queue given back its messages (for a server to watch; nothing runs
+        per message).
         """
         recovered = self.store.recover()
         if recovered.report:
@@ -585,7 +588,7 @@ class Broker:
             dest = self.queues.get(address) or self.topics.get(address)
             if dest is not None:
                 dest.next_seq = max(dest.next_seq, next_seq)
-        count = 0
+        count = restored = 0
         for name, stored in recovered.messages.items():
             queue = self.queues.get(name) or subscriptions.get(name)
             if queue is None:
@@ -607,6 +610,9 @@ class Broker:
                 after = stored[-1].seq if stored else 0
                 queue.restore_paged(*paged, after=after, up_to=numbered.next_seq - 1)
                 count += paged[0]
+            restored += 1
+            if progress is not None:
+                progress(count, restored)
         self.xa.restore(recovered)
         self.batches.recover()  # rolls forward batches a crash cut short
         for sub in subscriptions.values():

@@ -1,9 +1,9 @@
 """Connections: one logged-in client each, and the one face of the broker adapters drive.
 
-A :class:`Connection` is one logged-in client (seed 001's *session*), made by
+A :class:`Connection` is one logged-in client (XmlBlaster's *session*), made by
 :func:`connect`, which authenticates it (:mod:`chute.core.access`). Every
 adapter drives the broker through it: it owns
-:class:`~chute.core.session.Session` objects (seed 003/JMS sessions: an ack
+:class:`~chute.core.session.Session` objects (JBoss Messaging/JMS sessions: an ack
 mode and maybe a local transaction), its temporary queues and, for a named
 user, its pipe from the user's login-name queue; and it carries out what a
 client asks for the connection as a whole (browse, prepared transactions,
@@ -15,7 +15,7 @@ Closing a connection undoes all of it: consumers' in-flight messages go back
 in their place, an open transaction rolls back, temporary queues and
 non-durable subscriptions disappear.
 
-Temporary (session) queues from seed 001 live here too —
+Temporary (session) queues from XmlBlaster live here too —
 ``queue:__tmp__.<connection>.<n>``: anyone may send to one (it is the usual
 reply-to), only its connection may consume, and it dies with the connection.
 Login-name and callback queues are in :mod:`chute.core.queuetypes`.
@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 import logging
 import secrets
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 from chute.core.access import ANONYMOUS, Action, PasswordCheck, Principal
@@ -34,6 +34,7 @@ from chute.core.address import TEMP_PREFIX, canonical, parse, user_queue
 from chute.core.admission import Share
 from chute.core.broker import Broker
 from chute.core.browse import BrowsePage
+from chute.core.connlog import CONNECTIONS
 from chute.core.consumer import AckMode, Entry
 from chute.core.queue import QueueChannel
 from chute.core.queuetypes import LoginQueue, attach_forwarder
@@ -95,13 +96,8 @@ def connect(
                 "close that one first, or use another client id"
             )
     connection = Connection(broker, principal, client_id=client_id, protocol=protocol, peer=peer)
-    log.info(
-        "%s client %s connected from %s (user=%s, client_id=%s)",
-        protocol,
-        connection.id,
-        peer or "?",
-        principal,
-        client_id,
+    CONNECTIONS.connected(  # INFO, or DEBUG when it reconnects (chute.core.connlog)
+        log, connection.id, protocol=protocol, peer=peer, user=str(principal), client_id=client_id
     )
     return connection
 
@@ -135,6 +131,10 @@ class Connection:
         self.temp_queues: dict[str, QueueChannel] = {}
         self.share = Share()  # what it sent lately (chute.core.admission)
         self.closed = False
+        self.connected_at = broker.clock()  # ms
+        self.on_closed_by_broker: Callable[[str], None] | None = None
+        """Set by the driver: end the transport, telling the client the reason (an
+        operator closed the connection: :func:`chute.core.manage.close_connection`)."""
         self._sendable: set[str] = set()  # addresses this connection was allowed to send to
         self._removed = broker.destinations.removed  # when _sendable was last valid
         broker.connections[self.id] = self

@@ -1,6 +1,6 @@
 """Consumers: the receivers a queue's router pushes messages to.
 
-Seed 004: a receiver never pulls; it declares availability and the channel
+As in JBoss Messaging: a receiver never pulls; it declares availability and the channel
 pushes. Here availability is *credit* (the prefetch window): a consumer with
 credit 0 is skipped by its router until its adapter grants more.
 
@@ -114,7 +114,7 @@ class ConsumedQueue(Protocol):
 
 
 class Receiver(Protocol):
-    """Seed 004's Receiver: something that handles a pushed message.
+    """JBoss Messaging's Receiver: something that handles a pushed message.
 
     ``handle`` must not raise; an adapter that cannot write any more should
     stop granting credit instead.
@@ -145,6 +145,7 @@ class Consumer:
         "exclusive",
         "id",
         "inflight",
+        "prefetch",
         "queue",
         "receiver",
         "selector",
@@ -166,6 +167,7 @@ class Consumer:
         self.receiver = receiver
         self.ack_mode = ack_mode
         self.credit = credit
+        self.prefetch = credit  # the window it was opened with (for management)
         self.selector = selector
         self.exclusive = exclusive
         self.inflight: OrderedDict[int, Entry] = OrderedDict()
@@ -183,7 +185,7 @@ class PointToPointRouter:
     """Picks one consumer per message: round-robin over those with credit.
 
     While an exclusive consumer is attached, only the first-attached exclusive
-    consumer receives (seed 002's single sink); the others stand by.
+    consumer receives (Simple-message-queue's single sink); the others stand by.
     """
 
     __slots__ = ("_exclusive", "_next", "consumers")

@@ -171,6 +171,10 @@ class Cursors:
         self._hold(cursor)
         return self.earliest(cursor.queue), self.head(dest)
 
+    def all(self) -> list[Cursor]:
+        """Every cursor, open or released (for management)."""
+        return list(self._by_key.values())
+
     def info(self, address: str) -> tuple[int, int]:
         """``(earliest, head)`` of a queue without a cursor (a snapshot read).
 

@@ -1,6 +1,6 @@
 """Paging: how a durable queue keeps its memory bounded however deep its backlog.
 
-Seed 002's memory bound, after Artemis' paging. The broker keeps one
+Simple-message-queue's memory bound, after Artemis' paging. The broker keeps one
 :class:`MemoryBudget` for the message data every queue holds in memory.
 While it is over its limit, a durable queue stops taking new messages into
 memory: it *pages* them. A paged message lives only in the store (a

@@ -1,4 +1,4 @@
-"""The storing channel with a point-to-point router: seed 004's Queue.
+"""The storing channel with a point-to-point router: JBoss Messaging's Queue.
 
 A :class:`QueueChannel` holds entries that wait for delivery in ten FIFO lanes,
 one per priority, so the order is "higher priority first, then the order the
@@ -7,7 +7,7 @@ through a :class:`~chute.core.consumer.PointToPointRouter` (round-robin among
 consumers with credit; only the active exclusive consumer while one is
 attached). Delivery is synchronous
 when it can be (a message arriving at an idle queue with a ready consumer
-never waits in a lane), stored otherwise, as seed 004's Channel prefers.
+never waits in a lane), stored otherwise, as JBoss Messaging's Channel prefers.
 
 Past the broker's memory limit a durable queue keeps new messages in the
 store only; its :class:`~chute.core.paging.Pager` keeps those and reads them
@@ -24,7 +24,7 @@ from __future__ import annotations
 import enum
 import heapq
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Protocol
 
 from chute.core.consumer import AckMode, Consumer, Entry, PointToPointRouter
@@ -106,6 +106,8 @@ class QueueChannel:
         self.acked = 0
         self.expired = 0
         self.dead_lettered = 0
+        self.delivered = 0  # deliveries to consumers, redeliveries included
+        self.redelivered = 0  # ... of messages delivered before
         self.attached = 0  # consumers ever attached (use, for idle removal)
         self.deleted = False
         self.next_seq = 1  # queues number their own messages; subscriptions use the topic's
@@ -206,7 +208,7 @@ class QueueChannel:
         An entry already delivered ``max_deliveries`` times is dead-lettered instead.
         """
         limit = self.settings.max_deliveries
-        by_lane: dict[int, list[Entry]] = {}
+        returned: list[Entry] = []
         for entry in entries:
             if limit and entry.delivery_count >= limit:
                 self.dead_lettered += 1
@@ -214,6 +216,21 @@ class QueueChannel:
                 self.settle(entry, acked=False)
                 continue
             entry.redelivered = True
+            returned.append(entry)
+        self._to_lanes(returned)
+        if self.ready and self.router.consumers:
+            self.deliver()
+
+    def put_back(self, entries: Iterable[Entry]) -> None:
+        """Put entries :meth:`withdraw_many` took back in their place, as they were."""
+        self._to_lanes(entries)
+        self.out_of_order = True  # one taken from the pager sits ahead of paged ones
+        if self.ready:
+            self.deliver()
+
+    def _to_lanes(self, entries: Iterable[Entry]) -> None:
+        by_lane: dict[int, list[Entry]] = {}
+        for entry in entries:
             by_lane.setdefault(entry.message.priority, []).append(entry)
         for priority, returned in by_lane.items():
             lane = self._lanes[priority]
@@ -225,8 +242,6 @@ class QueueChannel:
                 lane.clear()
                 lane.extend(merged)
             self.ready += len(returned)
-        if self.ready and self.router.consumers:
-            self.deliver()
 
     # -- pushing ----------------------------------------------------------------
 
@@ -315,6 +330,9 @@ class QueueChannel:
         entry.delivery_count += 1
         consumer.credit -= 1
         consumer.delivered += 1
+        self.delivered += 1
+        if entry.redelivered:
+            self.redelivered += 1
         if consumer.ack_mode is AckMode.AUTO:
             self.settle(entry)
         else:
@@ -462,13 +480,31 @@ class QueueChannel:
         For recovery of a prepared transaction's acks: O(depth), never on the
         per-message path.
         """
+        taken = self.withdraw_many((seq,))
+        return taken[0] if taken else None
+
+    def withdraw_many(self, seqs: Collection[int]) -> list[Entry]:
+        """Take the waiting entries numbered ``seqs`` out of their lanes, or out of the
+        pager (one store read each), in sequence order; ones in flight or gone are not
+        there. They stay held until the caller settles them or puts them back
+        (:meth:`put_back`). O(depth): for management, never on the per-message path."""
+        wanted = set(seqs)
+        taken: list[Entry] = []
         for lane in self._lanes:
-            for entry in lane:
-                if entry.seq == seq:
-                    lane.remove(entry)
-                    self.ready -= 1
-                    return entry
-        return self.pager.withdraw(seq)
+            if lane and any(e.seq in wanted for e in lane):
+                taken += [e for e in lane if e.seq in wanted]
+                keep = [e for e in lane if e.seq not in wanted]
+                lane.clear()
+                lane.extend(keep)
+        self.ready -= len(taken)
+        for seq in sorted(wanted.difference(e.seq for e in taken)):
+            entry = self.pager.withdraw(seq)
+            if entry is not None:
+                if not entry.message.persistent:  # recorded to page it: its ack must be
+                    self.pager.transient.add(seq)
+                taken.append(entry)
+        taken.sort(key=_seq)
+        return taken
 
     def evict_oldest(self) -> Entry | None:
         """Remove the oldest waiting entry (lowest sequence in any lane), for drop-oldest."""

@@ -1,4 +1,4 @@
-"""Seed 001's special queues: login-name queues (with per-session pipes) and callback queues.
+"""XmlBlaster's special queues: login-name queues (with per-session pipes) and callback queues.
 
 * Login-name queues — ``queue:__user__.<login>``: a :class:`LoginQueue` stores
   while the user has no live session and copies every message to each live
@@ -37,7 +37,7 @@ log = logging.getLogger("chute.session")
 
 
 class Pipe(QueueChannel):
-    """Seed 004's Pipe: a one-output channel carrying one session's copies of a login queue.
+    """JBoss Messaging's Pipe: a one-output channel carrying one session's copies of a login queue.
 
     A copy that expires or is rejected only finishes here: the login queue
     decides what becomes of the message, once for all its copies.

@@ -97,6 +97,8 @@ def queue_stats(queue: QueueChannel) -> dict[str, Any]:
         "consumers": len(queue.router.consumers),
         "enqueued": queue.enqueued,
         "acked": queue.acked,
+        "delivered": queue.delivered,
+        "redelivered": queue.redelivered,
         "expired": queue.expired,
         "dead_lettered": queue.dead_lettered,
     }
@@ -121,6 +123,8 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
         "consumers": sum(s["consumers"] for s in subs),
         "enqueued": topic.published,
         "acked": sum(s["acked"] for s in subs),
+        "delivered": sum(s["delivered"] for s in subs),
+        "redelivered": sum(s["redelivered"] for s in subs),
         "expired": sum(s["expired"] for s in subs),
         "dead_lettered": sum(s["dead_lettered"] for s in subs),
         "subscriptions": subs,

@@ -1,4 +1,4 @@
-"""The publish/subscribe channel: seed 004's Topic.
+"""The publish/subscribe channel: JBoss Messaging's Topic.
 
 A :class:`Topic` stores nothing itself. It is a synchronous input pipe into a
 :class:`MultipointRouter` whose receivers are :class:`Subscription` queues, each
@@ -14,7 +14,7 @@ Subscription kinds (keys are internal store names):
 * durable — named by client id and name (or by name alone when shared),
   outlives connections until unsubscribed;
 * callback — a durable subscription whose only receiver forwards every
-  message to a named destination (seed 001's callback queue).
+  message to a named destination (XmlBlaster's callback queue).
 """
 
 from __future__ import annotations

@@ -89,7 +89,7 @@ from chute.dropbox.queue import (
 )
 from chute.dropbox.topic import Distributor, TopicPublisher
 from chute.dropbox.watch import Watcher
-from chute.errors import ChuteError, DestinationFull, InvalidMessage
+from chute.errors import ChuteError, ConsumerError, DestinationFull, InvalidMessage
 from chute.message import Message
 
 __all__ = ["DropboxBridge"]
@@ -173,6 +173,7 @@ class DropboxBridge:
             protocol="dropbox",
             peer=str(mount.root),
         )
+        self._core.on_closed_by_broker = self._refuse_close
         self._session = self._core.session(AckMode.INDIVIDUAL)
         if mount.direction is Direction.IMPORT:
             self._imports = [self._open_import(address) for address in mount.destinations]
@@ -190,6 +191,15 @@ class DropboxBridge:
             mount.root,
             ", ".join(mount.destinations),
             mount.client,
+        )
+
+    def _refuse_close(self, reason: str) -> None:
+        """An operator may not close the bridge's connection: the configuration decides
+        its life (its thread would go on with a closed session)."""
+        raise ConsumerError(
+            f"connection {self._core.id if self._core else '?'} is the DropboxMQ bridge of "
+            f"{self.mount.root}: it cannot be closed on its own; remove its mount from the "
+            "configuration and restart the broker instead"
         )
 
     def _open_import(self, address: str) -> _Import:

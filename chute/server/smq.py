@@ -1,4 +1,4 @@
-"""Seed 002's source and sink listeners: thin drivers over :mod:`chute.smq`.
+"""Simple-message-queue's source and sink listeners: thin drivers over :mod:`chute.smq`.
 
 Both are bound to one chute queue (``[smq] queue``) and run on the broker's
 loop beside the native and STOMP listeners (``docs/smq.md``).
@@ -15,7 +15,7 @@ Sink (:class:`SmqSink`): an exclusive consumer with a window of one message,
 so one sink at a time receives and a second one waits, connected, until the
 first leaves. Before a message is written to the sink, the store's delivery
 mark for it is synced: after a crash, any message a sink may have seen comes
-back as a possible replay (``'R'``), as seed 002 promises. ``'Y'`` acks it;
+back as a possible replay (``'R'``), as Simple-message-queue promises. ``'Y'`` acks it;
 any other byte or a closed connection ends the session and the message goes
 back, marked redelivered, for the next sink.
 
@@ -98,6 +98,7 @@ class _SmqConnection(StreamConnection):
         # The protocol has no login: each listener acts as the configured user.
         principal = self.broker.access.as_user(settings.user)
         self.core = Connection(self.broker, principal, protocol=self.protocol_name, peer=self.peer)
+        self.core.on_closed_by_broker = self.closed_by_broker  # no error to say: it closes
         self.session = self.core.session(AckMode.INDIVIDUAL)
         self._admitted()  # no login to wait for; server.idle_timeout_ms applies
         log.info("%s %s connected from %s", self.protocol_name, self.core.id, self.peer)
@@ -127,7 +128,7 @@ class _SmqConnection(StreamConnection):
 
 
 class SmqSource(_SmqConnection):
-    """One seed-002 source. Lives on the server's event loop only."""
+    """One Simple-message-queue source. Lives on the server's event loop only."""
 
     codec: SourceCodec
 
@@ -224,7 +225,7 @@ class SmqSource(_SmqConnection):
 
 
 class SmqSink(_SmqConnection):
-    """One seed-002 sink: an exclusive consumer with a window of one message.
+    """One Simple-message-queue sink: an exclusive consumer with a window of one message.
 
     It is the consumer's receiver. Lives on the server's event loop only.
     """

@@ -52,6 +52,7 @@ from chute.config import ServerConfig
 from chute.core.access import PasswordCheck
 from chute.core.broker import Broker
 from chute.core.connection import Connection, connect
+from chute.core.connlog import CONNECTIONS
 from chute.core.consumer import Consumer, Entry
 from chute.core.routing import WouldBlock
 from chute.errors import AuthenticationFailed, ChuteError, ClientIdInUse
@@ -196,7 +197,7 @@ class StreamConnection(asyncio.Protocol):
             self.server.contenders.unwatch(self._fd)
         if self.core is not None:
             self.core.close()  # in-flight messages go back; open transactions roll back
-            log.info("%s client %s (%s) disconnected", self.protocol_name, self.core.id, self.peer)
+            CONNECTIONS.disconnected(log, self.core.id, protocol=self.protocol_name, peer=self.peer)
         self.transport = None
 
     def pause_writing(self) -> None:
@@ -365,6 +366,7 @@ class StreamConnection(asyncio.Protocol):
             )
         except (AuthenticationFailed, ClientIdInUse) as refusal:
             return refusal
+        self.core.on_closed_by_broker = self.closed_by_broker
         self._admitted()
         return self.core
 
@@ -422,6 +424,12 @@ class StreamConnection(asyncio.Protocol):
         if error:
             self._out.append(error)
         self._close_after_flush()
+
+    def closed_by_broker(self, reason: str) -> None:
+        """The broker closes this client's connection (an operator did:
+        :func:`chute.core.manage.close_connection`): say ``reason`` and close. The
+        broker closes the core connection itself."""
+        self.close_with_error("connection-closed", reason)
 
     def _error_bytes(self, code: str, reason: str) -> bytes:
         """A connection-level error in this protocol (b"": it has none)."""
