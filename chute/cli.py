@@ -1,9 +1,11 @@
 """The ``chute`` command: ``serve``, ``send``, ``receive``, ``browse``, ``purge``, ``delete``,
-``stat``, ``tx``, ``cert``.
+``move``, ``dlq retry``, ``stat``, ``tx``, ``cert``.
 
 Errors a user can fix are printed as one line (``chute: error: ...``) with
 exit status 2 for bad usage or configuration and 1 for a failed operation;
-never a traceback.
+never a traceback. Ctrl-C ends any command quietly with status 130. The
+management commands print a JSON result with ``--json``; ``chute stat``'s table
+is :mod:`chute.cli_stat`'s, ``move`` and ``dlq retry`` are :mod:`chute.cli_manage`'s.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from chute import __version__
-from chute.cli_message import add_message_arguments, message_fields, seconds, whole
-from chute.cli_output import print_message, print_received, sockets_line
+from chute.cli_manage import add_move_commands
+from chute.cli_message import UsageError, add_message_arguments, message_fields, seconds, whole
+from chute.cli_output import print_message, print_received
 from chute.cli_progress import Progress
+from chute.cli_stat import render, watch
 from chute.errors import ChuteError, ConfigError
 
 DEFAULT_URL = "chute://127.0.0.1:5445"
@@ -38,6 +42,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return result
     except ConfigError as exc:
         print(f"chute: configuration error: {exc.reason}", file=sys.stderr)
+        return 2
+    except UsageError as exc:
+        print(f"chute: error: {exc.reason}", file=sys.stderr)
         return 2
     except ChuteError as exc:
         print(f"chute: error: {exc.reason}", file=sys.stderr)
@@ -82,9 +89,9 @@ def _add_serve(sub: Any) -> None:
         choices=["always", "batch", "never"],
         help="when the journal fsyncs (default always)",
     )
-    smq = serve.add_argument_group("seed 002 (simple-message-queue) listeners, docs/smq.md")
+    smq = serve.add_argument_group("Simple-message-queue (smq) listeners, docs/smq.md")
     smq.add_argument(
-        "--smq-queue", metavar="NAME", help="serve seed 002's clients on this queue (default smq)"
+        "--smq-queue", metavar="NAME", help="serve smq's clients on this queue (default smq)"
     )
     smq.add_argument(
         "--smq-source-port", type=int, metavar="PORT", help="source port (default 6211, 0 = off)"
@@ -226,17 +233,35 @@ def _add_client_commands(sub: Any) -> None:
     browse.set_defaults(func=_browse)
 
     _add_removal_commands(sub, client_args)
+    add_move_commands(sub, client_args, _connect)
 
-    stat = sub.add_parser("stat", help="destinations with depth, consumers and in/out counts")
+    stat = sub.add_parser(
+        "stat",
+        help="destinations with depth, consumers and in/out counts, as a table",
+        description="A table of the destinations (subscriptions under their topic) with "
+        "their depth, consumers and counters, then the broker-wide figures. --json prints "
+        "the statistics as one JSON document instead; --watch redraws every few seconds, "
+        "with rates, until Ctrl-C.",
+    )
     stat.add_argument(
         "pattern", nargs="?", help="only these destinations: an address, * for any characters"
     )
-    stat.add_argument("--json", action="store_true")
+    stat.add_argument("--json", action="store_true", help="the JSON document, not the table")
+    stat.add_argument(
+        "--watch",
+        nargs="?",
+        const=2.0,
+        type=_interval,
+        metavar="SECONDS",
+        help="redraw every SECONDS (default 2) with per-second rates, until Ctrl-C",
+    )
+    stat.add_argument("--count", type=whole(1), help="with --watch: stop after this many draws")
     client_args(stat)
     stat.set_defaults(func=_stat)
     tx = sub.add_parser("tx", help="prepared (two-phase) transactions: list, commit, roll back")
     tx.add_argument("action", choices=["list", "commit", "rollback"])
     tx.add_argument("xid", nargs="?", help="the transaction id (commit, rollback)")
+    tx.add_argument("--json", action="store_true", help='list: {"prepared": [xid, ...]}')
     client_args(tx)
     tx.set_defaults(func=_tx)
     passwd = sub.add_parser(
@@ -253,6 +278,7 @@ def _add_removal_commands(sub: Any, client_args: Callable[[argparse.ArgumentPars
         "purge", help="remove every waiting message of a queue (those in flight stay)"
     )
     purge.add_argument("destination")
+    purge.add_argument("--json", action="store_true", help='print {"purged": N, ...}')
     client_args(purge)
     purge.set_defaults(func=_purge)
     delete = sub.add_parser(
@@ -264,6 +290,7 @@ def _add_removal_commands(sub: Any, client_args: Callable[[argparse.ArgumentPars
         action="store_true",
         help="also delete a topic's durable subscriptions and their messages",
     )
+    delete.add_argument("--json", action="store_true", help='print {"deleted": N, ...}')
     client_args(delete)
     delete.set_defaults(func=_delete)
 
@@ -355,7 +382,8 @@ def _receive(args: argparse.Namespace) -> int:
     with _connect(args) as conn, conn.session(ack="client") as session:
         prefetch = max(1, min(args.count or 100, 100))
         consumer = session.consumer(args.destination, selector=args.selector, prefetch=prefetch)
-        return print_received(consumer, args.count, args.timeout, args.json)
+        progress = Progress(sys.stderr, args.destination, args.count) if args.count > 1 else None
+        return print_received(consumer, args.count, args.timeout, args.json, progress=progress)
 
 
 def _browse(args: argparse.Namespace) -> int:
@@ -383,14 +411,20 @@ def _browse(args: argparse.Namespace) -> int:
 def _purge(args: argparse.Namespace) -> int:
     with _connect(args) as conn:
         count = conn.purge(args.destination)
-    print(f"purged {args.destination}: {_messages(count)} removed")
+    if args.json:
+        print(json.dumps({"address": args.destination, "purged": count}))
+    else:
+        print(f"purged {args.destination}: {_messages(count)} removed")
     return 0
 
 
 def _delete(args: argparse.Namespace) -> int:
     with _connect(args) as conn:
         count = conn.delete(args.destination, force=args.force)
-    print(f"deleted {args.destination}: {_messages(count)} discarded")
+    if args.json:
+        print(json.dumps({"address": args.destination, "deleted": count}))
+    else:
+        print(f"deleted {args.destination}: {_messages(count)} discarded")
     return 0
 
 
@@ -399,42 +433,31 @@ def _messages(count: int) -> str:
 
 
 def _stat(args: argparse.Namespace) -> int:
+    if args.count and args.watch is None:
+        raise UsageError("--count counts the draws of --watch: give --watch too")
     with _connect(args) as conn:
+        if args.watch is not None:
+            watch(
+                lambda: conn.stat(args.pattern),
+                sys.stdout,
+                every=args.watch,
+                count=args.count or 0,
+                as_json=args.json,
+            )
+            return 0
         stats = conn.stat(args.pattern)
     if args.json:
         print(json.dumps(stats, indent=2))
-        return 0
-    columns = (
-        "address",
-        "depth",
-        "inflight",
-        "consumers",
-        "enqueued",
-        "acked",
-        "expired",
-        "dead_lettered",
-    )
-    rows = [[str(d.get(c, "")) for c in columns] for d in stats["destinations"]]
-    for d in stats["destinations"]:
-        for s in d.get("subscriptions", []):
-            rows.append([f"  {s['name']}", *(str(s.get(c, "")) for c in columns[1:])])
-    widths = [
-        max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(columns)
-    ]
-    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)))
-    for row in rows:
-        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
-    made = stats.get("made")
-    count = stats.get("destination_count", len(stats["destinations"]))
-    print(f"{stats['connections']} connections, {count} destinations", end="")
-    if made:
-        mine = ", ".join(f"{user} {n}" for user, n in made["by_user"].items())
-        print(f"; {made['total']} made by use{f' ({mine})' if mine else ''}", end="")
-    print()
-    sockets = stats.get("sockets")
-    if sockets:
-        print(sockets_line(sockets))
+    else:
+        sys.stdout.write(render(stats))
     return 0
+
+
+def _interval(text: str) -> float:
+    value = seconds(text)
+    if value < 0.1:  # the shortest interval worth a redraw
+        raise argparse.ArgumentTypeError(f"must be at least 0.1 seconds, not {text}")
+    return value
 
 
 def _tx(args: argparse.Namespace) -> int:
@@ -442,13 +465,20 @@ def _tx(args: argparse.Namespace) -> int:
         raise ConfigError(f"chute tx {args.action} needs a transaction id (see chute tx list)")
     with _connect(args) as conn:
         if args.action == "list":
-            for xid in conn.prepared():
-                print(xid)
+            _print_xids(conn.prepared(), args.json)
         elif args.action == "commit":
             conn.commit_prepared(args.xid)
         else:
             conn.rollback_prepared(args.xid)
     return 0
+
+
+def _print_xids(xids: list[str], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps({"prepared": xids}))
+        return
+    for xid in xids:
+        print(xid)
 
 
 def _passwd(args: argparse.Namespace) -> int:

@@ -5,7 +5,8 @@ Both commands take the same message fields and pass them to a session's
 :func:`add_message_arguments` declares them, :func:`message_fields` turns the
 parsed arguments into those keywords. :func:`whole` and :func:`seconds` are the
 argument types of every count and duration on both command lines: a value out of
-range is argparse's usage error, not a traceback later.
+range is argparse's usage error, not a traceback later; :class:`UsageError` is
+what a command raises for arguments that make no sense together (exit status 2).
 """
 
 from __future__ import annotations
@@ -15,7 +16,14 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from chute.errors import ConfigError
+from chute.errors import ChuteError, ConfigError
+
+
+class UsageError(ChuteError):
+    """Arguments that make no sense together (moving a queue to itself, say): the
+    ``chute`` command prints ``chute: error: ...`` and exits with status 2."""
+
+    code = "usage-error"
 
 
 def whole(low: int = 0, high: int | None = None) -> Callable[[str], int]:

@@ -2,7 +2,8 @@
 ``chute stat``'s line about the broker's sockets.
 
 Shared by ``chute receive`` and ``chute dropbox receive``, so both print the
-same JSON shape and end the same way when fewer messages came than asked for.
+same JSON shape, show the same progress on a terminal, and end the same way when
+fewer messages came than asked for.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import sys
 from typing import Any, Protocol
 
+from chute.cli_progress import Progress
 from chute.message import Message
 
 
@@ -38,17 +40,34 @@ def print_message(message: Message, as_json: bool, *, flush: bool = True) -> Non
             sys.stdout.flush()
 
 
-def print_received(consumer: Receiving, count: int, timeout: float, as_json: bool) -> int:
+def print_received(
+    consumer: Receiving,
+    count: int,
+    timeout: float,
+    as_json: bool,
+    *,
+    progress: Progress | None = None,
+) -> int:
     """Print and ack up to ``count`` messages (0: until ``timeout`` passes with none);
-    the exit status: 1 if fewer than ``count`` came."""
+    the exit status: 1 if fewer than ``count`` came. ``progress`` (a bar on standard
+    error, drawn on a terminal only) counts them; it is closed at the end."""
     received = 0
-    while count == 0 or received < count:
-        message = consumer.receive(timeout=timeout)
-        if message is None:
-            break
-        print_message(message.message, as_json)
-        message.ack()
-        received += 1
+    same_terminal = progress is not None and progress.shown and sys.stdout.isatty()
+    try:
+        while count == 0 or received < count:
+            message = consumer.receive(timeout=timeout)
+            if message is None:
+                break
+            if same_terminal and progress is not None:
+                progress.clear()
+            print_message(message.message, as_json)
+            message.ack()
+            received += 1
+            if progress is not None:
+                progress.advance()
+    finally:
+        if progress is not None:
+            progress.close()
     if count and received < count:
         print(
             f"chute: received {received} of {count} messages before the {timeout:g} s timeout",

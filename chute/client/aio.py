@@ -148,6 +148,27 @@ class Connection:
     async def purge(self, address: str) -> int:
         return await self._link.call(requests.purge(address))
 
+    async def move(
+        self,
+        source: str,
+        target: str,
+        *,
+        selector: str | None = None,
+        seqs: Sequence[int] | None = None,
+        limit: int = 0,
+    ) -> int:
+        return await self._link.call(requests.move(source, target, selector, seqs, limit))
+
+    async def retry_dead_letters(
+        self,
+        source: str = "queue:__sys__deadLetter",
+        *,
+        selector: str | None = None,
+        seqs: Sequence[int] | None = None,
+        limit: int = 0,
+    ) -> dict[str, int]:
+        return await self._link.call(requests.retry_dead_letters(source, selector, seqs, limit))
+
     async def prepared(self) -> list[str]:
         return await self._link.call(requests.prepared())
 

@@ -128,6 +128,27 @@ class Connection:
     def purge(self, address: str) -> int:
         return self._link.call(requests.purge(address))
 
+    def move(
+        self,
+        source: str,
+        target: str,
+        *,
+        selector: str | None = None,
+        seqs: Sequence[int] | None = None,
+        limit: int = 0,
+    ) -> int:
+        return self._link.call(requests.move(source, target, selector, seqs, limit))
+
+    def retry_dead_letters(
+        self,
+        source: str = "queue:__sys__deadLetter",
+        *,
+        selector: str | None = None,
+        seqs: Sequence[int] | None = None,
+        limit: int = 0,
+    ) -> dict[str, int]:
+        return self._link.call(requests.retry_dead_letters(source, selector, seqs, limit))
+
     def prepared(self) -> list[str]:
         return self._link.call(requests.prepared())
 

@@ -41,7 +41,7 @@ from typing import Any, Final
 
 from chute.client.correlation import Correlator
 from chute.client.received import Acknowledger
-from chute.client.requests import Request, expect
+from chute.client.requests import Request, expect, unsupported
 from chute.client.sessions import Sessions, SessionState
 from chute.content import encode_fields
 from chute.core.address import canonical
@@ -562,6 +562,9 @@ class ClientProtocol:
 
 
 def _connect_error(packet: Error) -> ConnectError:
+    feature = unsupported(packet.reason) if packet.code == "unknown-packet-type" else None
+    if feature is not None:  # a broker older than the request: say so
+        return ConnectError(f"this broker does not support {feature}; upgrade it")
     return ConnectError(f"{packet.reason} ({packet.code})")
 
 

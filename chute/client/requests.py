@@ -20,9 +20,10 @@ sessions and consumers, transactions, sends) are made by
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 from chute.core.address import canonical
 from chute.errors import LocalProtocolError
@@ -36,10 +37,14 @@ from chute.protocol.packets import (
     CursorFetch,
     CursorInfo,
     CursorOpen,
+    DeadLetterRetry,
+    DeadLetterRetryResult,
     DestinationDelete,
     DestinationPurge,
+    Move,
     Ok,
     Packet,
+    PacketType,
     StatFetch,
     TempQueue,
     TempQueueCreated,
@@ -174,6 +179,46 @@ def delete(address: str, force: bool = False) -> Request[int]:
 def purge(address: str) -> Request[int]:
     """Remove every waiting message of a queue; the answer is how many."""
     return Request(DestinationPurge(canonical(address)), _count)
+
+
+def move(
+    source: str,
+    target: str,
+    selector: str | None = None,
+    seqs: Sequence[int] | None = None,
+    limit: int = 0,
+) -> Request[int]:
+    """Move waiting messages of queue ``source`` to ``target``; the answer is how many."""
+    packet = Move(canonical(source), canonical(target), selector, tuple(seqs or ()), limit)
+    return Request(packet, _count)
+
+
+def retry_dead_letters(
+    source: str, selector: str | None = None, seqs: Sequence[int] | None = None, limit: int = 0
+) -> Request[dict[str, int]]:
+    """Send dead letters back where they came from; the answer is how many went to each
+    destination."""
+    packet = DeadLetterRetry(canonical(source), selector, tuple(seqs or ()), limit)
+    return Request(packet, _retried)
+
+
+def _retried(packet: Packet) -> dict[str, int]:
+    return dict(expect(packet, DeadLetterRetryResult).counts)
+
+
+FEATURES: Final[dict[int, str]] = {
+    PacketType.MOVE: "move",
+    PacketType.DEAD_LETTER_RETRY: "dead-letter retry",
+}
+"""What the packets newer than some brokers do, to say what an older broker lacks."""
+_UNKNOWN_TYPE: Final = re.compile(r"unknown packet type (\d+)")
+
+
+def unsupported(reason: str) -> str | None:
+    """The feature an ``unknown-packet-type`` error's ``reason`` says the broker lacks
+    (None: not one of :data:`FEATURES`)."""
+    found = _UNKNOWN_TYPE.search(reason)
+    return FEATURES.get(int(found.group(1))) if found else None
 
 
 def _count(packet: Packet) -> int:

@@ -7,8 +7,8 @@
   (waiting up to ``--block-timeout`` seconds while DropboxMQ's write lock holds
   it back, see :mod:`chute.dropbox.flow`);
 - ``chute dropbox receive --root ROOT DEST [--count N] [--json]``: consume, printing
-  what ``chute receive`` prints (the same JSON shape); a read-locked dropbox
-  looks empty;
+  what ``chute receive`` prints (the same JSON shape, and on a terminal the same
+  progress bar on standard error); a read-locked dropbox looks empty;
 - ``chute dropbox recover --root ROOT DEST --client NAME``: give a killed
   consumer's claimed files (``processing/NAME~...``) back to ``target/``;
 - ``chute dropbox distribute --root ROOT TOPIC``: fan out a topic's ``.incoming``.
@@ -25,6 +25,7 @@ from typing import Any
 
 from chute.cli_message import add_message_arguments, message_fields, seconds, whole
 from chute.cli_output import print_received
+from chute.cli_progress import Progress
 from chute.core.address import Kind, parse
 from chute.dropbox.client import DropboxConnection, open_root
 from chute.dropbox.consumer import DropboxConsumer
@@ -162,7 +163,9 @@ def _receive(args: argparse.Namespace) -> int:
             )
         else:
             consumer = session.consumer(args.destination, selector=args.selector)
-        return print_received(consumer, args.count, args.timeout, args.json)
+        # a bar on standard error while many files are read (on a terminal only)
+        progress = Progress(sys.stderr, args.destination, args.count) if args.count > 1 else None
+        return print_received(consumer, args.count, args.timeout, args.json, progress=progress)
 
 
 def _recover(args: argparse.Namespace) -> int:

@@ -1,6 +1,6 @@
 """``chute.connect("dropbox:///srv/mq")``: the client API with no broker, on a dropbox root.
 
-Seed 004: serverful and serverless look the same to a client. A
+As in JBoss Messaging's design, serverful and serverless look the same to a client. A
 :class:`DropboxConnection` offers what :class:`chute.client.blocking.Connection`
 offers (sessions, producers, consumers, ack modes, local transactions,
 browsing) over the DropboxMQ files of :mod:`chute.dropbox.queue` and
@@ -210,6 +210,29 @@ class DropboxConnection:
         """Remove the files waiting in a queue dropbox's ``target/``; how many."""
         self._check()
         return purge_queue(self.root, address)
+
+    def move(
+        self,
+        source: str,
+        target: str,
+        *,
+        selector: str | None = None,
+        seqs: Sequence[int] | None = None,
+        limit: int = 0,
+    ) -> int:
+        """Raises ChuteError: moving messages between destinations needs a broker."""
+        raise ChuteError("moving messages needs a broker (chute://), not a dropbox")
+
+    def retry_dead_letters(
+        self,
+        source: str = "queue:__sys__deadLetter",
+        *,
+        selector: str | None = None,
+        seqs: Sequence[int] | None = None,
+        limit: int = 0,
+    ) -> dict[str, int]:
+        """Raises ChuteError: a dropbox has no dead letters to retry."""
+        raise ChuteError("retrying dead letters needs a broker (chute://), not a dropbox")
 
     def prepared(self) -> list[str]:
         """Always empty: two-phase transactions need a broker."""

@@ -1,4 +1,6 @@
-"""chute's native wire protocol (seed 003) as a sans-IO codec: bytes in, packets out."""
+"""chute's native wire protocol (after JBoss Messaging 2.0's) as a sans-IO codec.
+
+Bytes in, packets out."""
 
 from chute.protocol.codec import PacketCodec
 from chute.protocol.packets import (
@@ -23,10 +25,13 @@ from chute.protocol.packets import (
     CursorInfo,
     CursorOpen,
     CursorPage,
+    DeadLetterRetry,
+    DeadLetterRetryResult,
     Deliver,
     Disconnect,
     Error,
     Header,
+    Move,
     Nack,
     Ok,
     Packet,
@@ -80,10 +85,13 @@ __all__ = [
     "CursorInfo",
     "CursorOpen",
     "CursorPage",
+    "DeadLetterRetry",
+    "DeadLetterRetryResult",
     "Deliver",
     "Disconnect",
     "Error",
     "Header",
+    "Move",
     "Nack",
     "NeedData",
     "Ok",

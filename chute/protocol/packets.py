@@ -1,4 +1,4 @@
-"""The packets of chute's native protocol (seed 003), as plain frozen data.
+"""The packets of chute's native protocol (after JBoss Messaging 2.0's), as plain frozen data.
 
 Theory of operation
 -------------------
@@ -26,6 +26,10 @@ Packets are immutable and cheap to build; ``Send`` and ``Deliver`` also carry
 the raw bytes of the message *content* (everything the producer chose: id,
 priority, persistent, kind, correlation id, reply-to, type, properties, body)
 so that the broker can forward what it received without encoding it again.
+
+The management packets (browsing, statistics, deleting, purging, moving) live
+in :mod:`chute.protocol.manage_packets`; this module re-exports them, so every
+packet is ``packets.<Name>``.
 """
 
 from __future__ import annotations
@@ -35,6 +39,25 @@ from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
 from chute.message import Message
+from chute.protocol.manage_packets import (
+    Browse,
+    BrowseFetch,
+    BrowsePage,
+    BrowseResult,
+    CallbackCreate,
+    DeadLetterRetry,
+    DeadLetterRetryResult,
+    DestinationDelete,
+    DestinationPurge,
+    Move,
+    Stat,
+    StatFetch,
+    StatPage,
+    StatResult,
+    TempQueue,
+    TempQueueCreated,
+    Unsubscribe,
+)
 
 PROTOCOL_VERSION: Final = 1
 """The newest protocol version this code speaks."""
@@ -97,6 +120,9 @@ class PacketType(enum.IntEnum):
     BROWSE_PAGE = 61
     STAT_FETCH = 62
     STAT_PAGE = 63
+    MOVE = 64
+    DEAD_LETTER_RETRY = 65
+    DEAD_LETTER_RETRY_RESULT = 66
 
 
 class SessionAckMode(enum.StrEnum):
@@ -365,140 +391,6 @@ class XaCommitBatch:
     keep: bool = True
 
 
-# -- management ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Browse:
-    """Every message of a queue in one answer, in sequence order; ``limit`` 0 = no limit.
-    Kept for older clients: a queue larger than one packet can carry is refused
-    (``too-large``); BrowseFetch reads any queue in pages."""
-
-    address: str
-    selector: str | None = None
-    limit: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class BrowseResult:
-    """Response to Browse: ``(seq, message)`` pairs, the messages with their
-    broker fields (timestamp, expiration, delivery count, redelivered) set."""
-
-    messages: tuple[tuple[int, Message], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class BrowseFetch:
-    """One page of a walk over a queue in sequence order, nothing consumed: the held
-    messages numbered ``after < seq < before`` (``before`` 0: the queue's head now,
-    which starts a walk), lowest first, at most ``max_messages`` and about
-    ``max_bytes`` (0: the broker's bound; it clamps both). Answered by BrowsePage;
-    a selector filters the page, so a page may hold fewer messages than asked."""
-
-    address: str
-    selector: str | None = None
-    after: int = 0
-    before: int = 0
-    max_messages: int = 0
-    max_bytes: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class BrowsePage:
-    """Answer to BrowseFetch: ``(seq, message)`` pairs in sequence order (the messages
-    with their broker fields set); the next BrowseFetch sends ``after`` and ``before``
-    back, until ``done``."""
-
-    after: int
-    before: int
-    done: bool
-    messages: tuple[tuple[int, Message], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Stat:
-    """Ask for the broker's statistics in one answer (kept for older clients; StatFetch
-    pages them)."""
-
-
-@dataclass(frozen=True, slots=True)
-class StatResult:
-    """Response to Stat: a JSON document, opaque to the protocol."""
-
-    json_text: str
-
-
-@dataclass(frozen=True, slots=True)
-class StatFetch:
-    """Ask for one page of the broker's statistics: the destinations after the address
-    ``after`` ("" from the first) in address order, those ``pattern`` matches (an
-    address, ``*`` for any characters; None: all), at most ``limit`` (0: the broker's
-    bound; it clamps it). Answered by StatPage."""
-
-    pattern: str | None = None
-    after: str = ""
-    limit: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class StatPage:
-    """Answer to StatFetch: a JSON document like StatResult's with this page's
-    destinations, and ``next`` (the next StatFetch's ``after``; None: the last page)."""
-
-    json_text: str
-    next: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Unsubscribe:
-    """Delete a durable subscription (of ``client_id``, default: the connection's)."""
-
-    subscription: str
-    client_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class TempQueue:
-    """Create a temporary queue that lives as long as the connection."""
-
-
-@dataclass(frozen=True, slots=True)
-class TempQueueCreated:
-    """Response to TempQueue: the new queue's address."""
-
-    address: str
-
-
-@dataclass(frozen=True, slots=True)
-class CallbackCreate:
-    """Create a callback queue: a durable subscription ``subscription`` on ``topic``
-    that forwards every message to ``forward_to`` (seed 001)."""
-
-    topic: str
-    subscription: str
-    forward_to: str
-    selector: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class DestinationDelete:
-    """Delete a queue or topic: its messages go and its consumers are closed (each gets
-    an unsolicited ``Error`` ``destination-deleted``); a topic's durable subscriptions,
-    and their messages, only with ``force``. Answered once durable by ``Ok`` whose
-    value is how many messages went (decimal)."""
-
-    address: str
-    force: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class DestinationPurge:
-    """Remove every waiting message of a queue (messages in flight stay with their
-    consumers). Answered once durable by ``Ok`` whose value is how many went."""
-
-    address: str
-
-
 # -- cursors (the Spark connector: docs/spark.md) ------------------------------------
 
 
@@ -617,5 +509,66 @@ Packet = (
     | BrowsePage
     | StatFetch
     | StatPage
+    | Move
+    | DeadLetterRetry
+    | DeadLetterRetryResult
 )
 """Any packet of the native protocol."""
+
+__all__ = [
+    "MIN_PROTOCOL_VERSION",
+    "NO_HEADER",
+    "PROTOCOL_VERSION",
+    "SUPPORTED_VERSIONS",
+    "Ack",
+    "Browse",
+    "BrowseFetch",
+    "BrowsePage",
+    "BrowseResult",
+    "CallbackCreate",
+    "Commit",
+    "Connect",
+    "Connected",
+    "ConsumerClose",
+    "ConsumerOpen",
+    "Credit",
+    "CursorAck",
+    "CursorClose",
+    "CursorFetch",
+    "CursorInfo",
+    "CursorOpen",
+    "CursorPage",
+    "DeadLetterRetry",
+    "DeadLetterRetryResult",
+    "Deliver",
+    "DestinationDelete",
+    "DestinationPurge",
+    "Disconnect",
+    "Error",
+    "Header",
+    "Move",
+    "Nack",
+    "Ok",
+    "Packet",
+    "PacketType",
+    "Ping",
+    "Pong",
+    "Rollback",
+    "Send",
+    "SessionAckMode",
+    "SessionClose",
+    "SessionOpen",
+    "Stat",
+    "StatFetch",
+    "StatPage",
+    "StatResult",
+    "TempQueue",
+    "TempQueueCreated",
+    "Unsubscribe",
+    "XaCommit",
+    "XaCommitBatch",
+    "XaPrepare",
+    "XaRecover",
+    "XaRollback",
+    "negotiate_version",
+]

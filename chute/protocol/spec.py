@@ -9,6 +9,8 @@ Layout (all integers big-endian)::
     optional o16/o32: present u8 (0/1), then the string if present
     bool     u8, 0 or 1
     strings  (XaCommitBatch's xids) count u32, then count x s16
+    seqs     (Move's, DeadLetterRetry's) count u32, then count x u64
+    counts   (DeadLetterRetryResult's) count u32, then count x (s16 address | u64 count)
 
     content  the message content block (see chute.content)
     BrowseResult  count u32, then per message: seq u64 | delivery_count u32 | redelivered u8
@@ -57,11 +59,14 @@ from chute.protocol.packets import (
     CursorInfo,
     CursorOpen,
     CursorPage,
+    DeadLetterRetry,
+    DeadLetterRetryResult,
     DestinationDelete,
     DestinationPurge,
     Disconnect,
     Error,
     Header,
+    Move,
     Nack,
     Ok,
     PacketType,
@@ -259,6 +264,28 @@ def _strings(values: tuple[str, ...]) -> bytes:
     return _U32.pack(len(values)) + b"".join(_s16(v) for v in values)
 
 
+def _seqs(values: tuple[int, ...]) -> bytes:
+    return _U32.pack(len(values)) + b"".join(_U64.pack(v) for v in values)
+
+
+def _read_seqs(r: _Reader) -> tuple[int, ...]:
+    count = r.fixed(_U32)
+    if count * _U64.size > len(r.data) - r.pos:  # refuse absurd counts before reading
+        raise malformed("sequence list overruns the packet")
+    return tuple(r.fixed(_U64) for _ in range(count))
+
+
+def _counts(pairs: tuple[tuple[str, int], ...]) -> bytes:
+    return _U32.pack(len(pairs)) + b"".join(_s16(a) + _U64.pack(n) for a, n in pairs)
+
+
+def _read_counts(r: _Reader) -> tuple[tuple[str, int], ...]:
+    count = r.fixed(_U32)
+    if count * (2 + _U64.size) > len(r.data) - r.pos:
+        raise malformed("count list overruns the packet")
+    return tuple((_read_s16(r), r.fixed(_U64)) for _ in range(count))
+
+
 def _read_strings(r: _Reader) -> tuple[str, ...]:
     count = r.fixed(_U32)
     if count > len(r.data) - r.pos:  # each takes at least 2 bytes: refuse absurd counts early
@@ -283,6 +310,8 @@ _FIELDS: Final[dict[str, _Field]] = {
     "o16": _Field(_o16, _read_o16),
     "o32": _Field(_o32, _read_o32),
     "strs": _Field(_strings, _read_strings),
+    "seqs": _Field(_seqs, _read_seqs),
+    "counts": _Field(_counts, _read_counts),
     "ack": _Field(
         lambda m: _U8.pack(_ACK_INDEX[SessionAckMode(m)]), lambda r: _ACK_MODES[r.fixed(_U8)]
     ),
@@ -333,6 +362,9 @@ _SPECS: Final[dict[type, tuple[PacketType, tuple[str, ...]]]] = {
     BrowseFetch: (PacketType.BROWSE_FETCH, ("s16", "o32", "u64", "u64", "u32", "u32")),
     StatFetch: (PacketType.STAT_FETCH, ("o16", "s16", "u32")),
     StatPage: (PacketType.STAT_PAGE, ("s32", "o16")),
+    Move: (PacketType.MOVE, ("s16", "s16", "o32", "seqs", "u32")),
+    DeadLetterRetry: (PacketType.DEAD_LETTER_RETRY, ("s16", "o32", "seqs", "u32")),
+    DeadLetterRetryResult: (PacketType.DEAD_LETTER_RETRY_RESULT, ("counts",)),
 }
 
 

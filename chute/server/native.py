@@ -29,6 +29,7 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from chute.content import encode_content
+from chute.core import manage
 from chute.core.browse import BrowsePage, clamp
 from chute.core.connection import Connection
 from chute.core.consumer import AckMode, Consumer, Entry
@@ -102,6 +103,8 @@ class NativeConnection(StreamConnection):
             p.CallbackCreate: self._on_callback_create,
             p.DestinationDelete: self._on_destination_delete,
             p.DestinationPurge: self._on_destination_purge,
+            p.Move: self._on_move,
+            p.DeadLetterRetry: self._on_dead_letter_retry,
             p.Ping: self._on_ping,
             p.Pong: self._on_pong,
             p.Disconnect: self._on_disconnect,
@@ -461,6 +464,35 @@ class NativeConnection(StreamConnection):
     def _on_destination_purge(self, header: p.Header, packet: p.DestinationPurge) -> None:
         count = str(self._core().purge(packet.address))
         self._after_sync(lambda error: self._confirmed(header, error, count))
+
+    def _on_move(self, header: p.Header, packet: p.Move) -> None:
+        count = manage.move(
+            self._core(),
+            packet.source,
+            packet.target,
+            selector=packet.selector,
+            seqs=packet.seqs or None,
+            limit=packet.limit,
+        )
+        self._after_sync(lambda error: self._confirmed(header, error, str(count)))
+
+    def _on_dead_letter_retry(self, header: p.Header, packet: p.DeadLetterRetry) -> None:
+        counts = manage.retry_dead_letters(
+            self._core(),
+            packet.source,
+            selector=packet.selector,
+            seqs=packet.seqs or None,
+            limit=packet.limit,
+        )
+        answer = p.DeadLetterRetryResult(tuple(sorted(counts.items())))
+
+        def retried(error: BaseException | None) -> None:
+            if error is None:
+                self._respond(header, answer)
+            else:
+                self._confirmed(header, error)
+
+        self._after_sync(retried)
 
     def _on_ping(self, header: p.Header, packet: p.Ping) -> None:
         self._respond(header, p.Pong())

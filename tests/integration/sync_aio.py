@@ -281,6 +281,31 @@ class SyncConnection:
     def purge(self, address: str) -> int:
         return self._runner.run(self._conn.purge(address))
 
+    def move(
+        self,
+        source: str,
+        target: str,
+        *,
+        selector: str | None = None,
+        seqs: Sequence[int] | None = None,
+        limit: int = 0,
+    ) -> int:
+        return self._runner.run(
+            self._conn.move(source, target, selector=selector, seqs=seqs, limit=limit)
+        )
+
+    def retry_dead_letters(
+        self,
+        source: str = "queue:__sys__deadLetter",
+        *,
+        selector: str | None = None,
+        seqs: Sequence[int] | None = None,
+        limit: int = 0,
+    ) -> dict[str, int]:
+        return self._runner.run(
+            self._conn.retry_dead_letters(source, selector=selector, seqs=seqs, limit=limit)
+        )
+
     def prepared(self) -> list[str]:
         return self._runner.run(self._conn.prepared())
 

@@ -65,7 +65,7 @@ def test_the_cli_purges_and_deletes_and_says_what_went(server: ChuteServer) -> N
     assert b"it can be purged, not deleted" in own.stderr
     assert run_chute(server, "send", "topic:news", "x").returncode == 0
     stat = run_chute(server, "stat")
-    assert b"1 made by use (anonymous 1)" in stat.stdout  # the topic; the queue is gone
+    assert b"(1 made by use: anonymous 1)" in stat.stdout  # the topic; the queue is gone
 
 
 def test_a_topic_with_a_durable_subscription_needs_force_on_the_command_line(

@@ -8,6 +8,9 @@ and a few magic addresses to provoke errors:
 * ``queue:kill``: the broker answers a send with a connection-level Error and closes;
 * ``queue:silent``: requests are never answered.
 
+``Move`` and ``DeadLetterRetry`` are refused as a broker older than them refuses
+them: a connection-level ``unknown-packet-type`` Error, and the connection closes.
+
 Browsing answers pages of at most ``BROWSE_PAGE`` messages; statistics are
 one page, ``{"queues": {address: depth}}``.
 """
@@ -191,6 +194,15 @@ class FakeBroker:
                 reply(p.StatPage(json.dumps({"queues": queues})))
             case p.TempQueue():
                 reply(p.TempQueueCreated("queue:__tmp__.fake-1.1"))
+            case p.Move() | p.DeadLetterRetry():  # too new: refused as an older broker would
+                tag = (
+                    p.PacketType.MOVE
+                    if isinstance(packet, p.Move)
+                    else p.PacketType.DEAD_LETTER_RETRY
+                )
+                reason = f"unknown packet type {int(tag)}"
+                out.append(encode_packet(p.Error("unknown-packet-type", reason)))
+                return False
             case p.Ping():
                 out.append(encode_packet(p.Pong(), corr))
             case p.Disconnect():

@@ -190,3 +190,17 @@ def test_heartbeats(broker: FakeBroker) -> None:
 
     run(main)
     assert len(broker.packets(p.Ping)) >= 2
+
+
+def test_a_broker_older_than_move_says_so(broker: FakeBroker) -> None:
+    async def main() -> None:
+        async with chute.aio.connect(broker.url) as conn:
+            with pytest.raises(ConnectError, match=r"^this broker does not support move; upgrade"):
+                await conn.move("queue:a", "queue:b", selector="x = 1", limit=5)
+        async with chute.aio.connect(broker.url) as conn:
+            with pytest.raises(ConnectError, match="does not support dead-letter retry"):
+                await conn.retry_dead_letters()
+
+    run(main)
+    assert broker.packets(p.Move) == [p.Move("queue:a", "queue:b", "x = 1", (), 5)]
+    assert broker.packets(p.DeadLetterRetry) == [p.DeadLetterRetry()]

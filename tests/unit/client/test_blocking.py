@@ -265,3 +265,12 @@ def test_a_burst_of_one_way_output_notifies_the_sleeping_writer_once(broker: Fak
         assert notified == [1]
     finally:
         link.close()
+
+
+def test_a_broker_older_than_move_says_so(broker: FakeBroker) -> None:
+    with chute.connect(broker.url) as conn, pytest.raises(ConnectError) as info:
+        conn.move("queue:a", "queue:b")
+    assert str(info.value) == "this broker does not support move; upgrade it"
+    with chute.connect(broker.url) as conn, pytest.raises(ConnectError) as info:
+        conn.retry_dead_letters()
+    assert str(info.value) == "this broker does not support dead-letter retry; upgrade it"

@@ -102,6 +102,12 @@ EXAMPLES: list[p.Packet] = [
     p.StatFetch("queue:orders.*", "queue:orders.17", 50),
     p.StatPage('{"destinations": []}'),
     p.StatPage('{"destinations": []}', "queue:orders.17"),
+    p.Move("queue:orders", "queue:orders.retry"),
+    p.Move("queue:orders", "topic:t", "region = 'eu'", (1, 7, 1 << 40), 500),
+    p.DeadLetterRetry(),
+    p.DeadLetterRetry("queue:my.dlq", "x > 1", (3,), 10),
+    p.DeadLetterRetryResult(),
+    p.DeadLetterRetryResult((("", 2), ("queue:a", 3), ("topic:\u00e9", 1 << 33))),
 ]
 
 
@@ -313,3 +319,33 @@ def test_float_keeps_single_precision() -> None:
     assert type(value) is Float
     assert math.isclose(value, 0.1, rel_tol=1e-7)
     assert value == struct.unpack(">f", struct.pack(">f", 0.1))[0]
+
+
+def test_management_packets_keep_their_names_and_tags() -> None:
+    from chute.protocol import manage_packets  # the module they are declared in
+
+    assert p.Browse is manage_packets.Browse
+    assert p.Move is manage_packets.Move
+    tags = [
+        p.PacketType.MOVE,
+        p.PacketType.DEAD_LETTER_RETRY,
+        p.PacketType.DEAD_LETTER_RETRY_RESULT,
+    ]
+    assert [int(t) for t in tags] == [64, 65, 66]  # on the wire: never renumbered
+    assert p.DeadLetterRetry().source == "queue:__sys__deadLetter"
+
+
+@pytest.mark.parametrize(
+    ("tag", "body"),
+    [
+        (p.PacketType.MOVE, b"\x00\x01a\x00\x01b\x00" + struct.pack(">I", 1 << 30)),
+        (p.PacketType.DEAD_LETTER_RETRY_RESULT, struct.pack(">I", 1 << 30)),
+        (p.PacketType.DEAD_LETTER_RETRY_RESULT, struct.pack(">I", 1) + b"\x00\x01a\x00"),
+    ],
+)
+def test_lists_that_overrun_the_packet_are_malformed(tag: int, body: bytes) -> None:
+    codec = PacketCodec()
+    codec.receive_data(HEADER.pack(len(body) + 14, p.PROTOCOL_VERSION, tag, 1, 0, 0) + body)
+    with pytest.raises(RemoteProtocolError) as info:
+        codec.next_packet()
+    assert info.value.error_code == "malformed-packet"
