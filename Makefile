@@ -5,10 +5,14 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test install install-test lint demo java venv
+.PHONY: run test install install-test lint demo java chromium venv
 
 java:
 	sh scripts/ensure-java.sh
+
+# The web console's browser test drives Debian's chromium (never a downloaded browser).
+chromium:
+	sh scripts/ensure-chromium.sh
 
 venv:
 	sh scripts/ensure-venv.sh $(PYTHON) $(VENV)
@@ -16,7 +20,7 @@ venv:
 install: java venv
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[spark]'
 
-install-test: java venv
+install-test: java chromium venv
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
 
 # First command: install, then chute's main job: the broker with its journal (in

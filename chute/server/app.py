@@ -3,8 +3,9 @@
 :class:`BrokerServer` owns the event loop's side of chute: it builds the
 :class:`~chute.core.broker.Broker`, opens the native TCP listener (``port``), its
 TLS twin (``tls_port``), the STOMP ones (``stomp_port``, ``stomp_tls_port``) and
-the HTTP one (``http_port``: STOMP over WebSocket; HTTPS and WSS with
-``http_tls``), each unless its port is 0, runs the expiry sweep, and stops
+the HTTP one (``http_port``: STOMP over WebSocket, the admin API, metrics;
+HTTPS and WSS with ``http_tls``), each unless its port is 0, runs the expiry
+sweep, and stops
 gracefully: listeners close first, then every connection, so consumers'
 unacknowledged messages go back to their queues before the store closes. Every
 listener accepts through :mod:`chute.server.listener`, where
@@ -15,6 +16,14 @@ failure, or TLS spoken to a plain port, is logged). It is the one
 implementation of the interfaces its drivers declare
 (:class:`~chute.server.stream.ServerHost`, :class:`~chute.dropbox.bridge.BridgeHost`);
 nothing imports this module but the CLI.
+
+Starting: the HTTP listener opens first, and answers only ``/healthz``,
+``/readyz`` and ``/metrics`` (everything else: 503) while the store opens and
+the broker recovers on a thread of their own, off the loop; nothing else touches
+the broker meanwhile (the loop only reads a
+:class:`~chute.store.progress.RecoveryProgress`, logs it every few seconds and
+shows it on ``/readyz``). Once every queue holds what it held, the other
+listeners open and the server is :attr:`BrokerServer.ready`.
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from chute.config import ServerConfig
 from chute.core.access import Access, LoginThrottle, PasswordCheck
@@ -49,6 +58,7 @@ from chute.server.tls import Accepting, Front, ProtocolFactory, server_context
 from chute.server.turns import Contenders
 from chute.store.journal import Journal
 from chute.store.memory import MemoryStore
+from chute.store.progress import RecoveryProgress
 
 if TYPE_CHECKING:  # aiohttp is imported only when the HTTP listener is on
     from chute.server.http import HttpListener
@@ -56,19 +66,61 @@ if TYPE_CHECKING:  # aiohttp is imported only when the HTTP listener is on
 log = logging.getLogger("chute.server")
 
 RESOURCE_CHECK_S = 0.1  # how often admission re-reads memory and disk (chute.core.admission)
+RECOVERY_LOG_S = 2.0  # how often a recovery under way logs how far it is
+_T = TypeVar("_T")
 PASSWORD_WORKERS = 2
 """Threads verifying password hashes: each argon2 check takes ~0.1 s of CPU and 64 MiB,
 so a flood of logins waits its turn here instead of stalling the loop or the memory."""
 
 
 class BrokerServer:
-    """Not thread-safe: everything runs on ``self.loop``."""
+    """Not thread-safe: everything runs on ``self.loop`` (but the recovery: see the module
+    docstring).
+
+    Given no ``store``, :meth:`start` opens the configured one (off the loop), and
+    :attr:`broker` exists from then on; given one, the broker is made at once.
+    """
 
     def __init__(self, config: ServerConfig, store: Store | None = None) -> None:
         self.config = config
-        self.store = store or open_store(config)
-        self.broker = Broker(
-            self.store,
+        self.store: Store | None = store  # None until start() opens the configured one
+        self._broker = None if store is None else self._make_broker(store)
+        self.recovery = RecoveryProgress()  # read by the loop while recovery runs
+        self.ready = False  # recovered, every listener open
+        self.connections: set[StreamConnection] = set()
+        self.listeners: list[Listener] = []
+        self.http: HttpListener | None = None  # http_port: STOMP over WebSocket, admin, metrics
+        self.limits = ConnectionLimits(config)  # every connection, from its accept to its loss
+        self.accepting = Accepting()  # connections not yet handed to their driver
+        self.contenders = Contenders()  # who else wants the loop, when a turn ends early
+        self.tls_context: ssl.SSLContext | None = None  # every TLS listener's (start makes it)
+        self.bridges: list[DropboxBridge] = []  # [[dropbox]] mounts (docs/dropbox.md)
+        self.started = time.time()
+        self._stopping: asyncio.Event | None = None
+        self._sync_requests: list[Callable[[BaseException | None], None]] = []
+        self._sync_seals: list[Callable[[], None]] = []
+        self.loop_thread = threading.get_ident()  # where the loop runs (set again in start)
+        self._sweeper: asyncio.Task[None] | None = None
+        self._watcher: asyncio.Task[None] | None = None
+        self._password_pool: ThreadPoolExecutor | None = None  # made on the first hash login
+        self.loop: asyncio.AbstractEventLoop = asyncio.get_event_loop_policy().get_event_loop()
+
+    @property
+    def broker(self) -> Broker:
+        """The core broker (made once the store is open, in :meth:`start`).
+
+        Raises:
+            RuntimeError: the store is not open yet.
+        """
+        broker = self._broker
+        if broker is None:
+            raise RuntimeError("the broker is not made yet: start() opens the store first")
+        return broker
+
+    def _make_broker(self, store: Store) -> Broker:
+        config = self.config
+        return Broker(
+            store,
             config.resolver(),
             auto_create=config.auto_create,
             predefined=[a for a in config.destinations if "*" not in a],
@@ -93,30 +145,15 @@ class BrokerServer:
                 ),
             ),
         )
-        self.connections: set[StreamConnection] = set()
-        self.listeners: list[Listener] = []
-        self.http: HttpListener | None = None  # http_port: STOMP over WebSocket, later admin
-        self.limits = ConnectionLimits(config)  # every connection, from its accept to its loss
-        self.accepting = Accepting()  # connections not yet handed to their driver
-        self.contenders = Contenders()  # who else wants the loop, when a turn ends early
-        self.tls_context: ssl.SSLContext | None = None  # every TLS listener's (start makes it)
-        self.bridges: list[DropboxBridge] = []  # [[dropbox]] mounts (docs/dropbox.md)
-        self.started = time.time()
-        self._stopping: asyncio.Event | None = None
-        self._sync_requests: list[Callable[[BaseException | None], None]] = []
-        self._sync_seals: list[Callable[[], None]] = []
-        self.loop_thread = threading.get_ident()  # where the loop runs (set again in start)
-        self._sweeper: asyncio.Task[None] | None = None
-        self._watcher: asyncio.Task[None] | None = None
-        self._password_pool: ThreadPoolExecutor | None = None  # made on the first hash login
-        self.loop: asyncio.AbstractEventLoop = asyncio.get_event_loop_policy().get_event_loop()
 
     async def start(self) -> list[tuple[str, str, int]]:
-        """Open the listeners; returns (name, host, port) of each one actually bound.
+        """Open the HTTP listener, recover, open the others; returns (name, host, port)
+        of each one actually bound, once the server is ready.
 
         Raises:
             OSError: a port could not be bound (with the port in the message), or the
                 TLS certificate, key or CA file could not be loaded.
+            StoreError: the journal could not be opened (in use, the disk full).
         """
         self.loop = asyncio.get_running_loop()
         self.loop_thread = threading.get_ident()
@@ -131,12 +168,95 @@ class BrokerServer:
             )
         for warning in config.warnings():
             log.warning("configuration: %s", warning)
-        if isinstance(self.store, Journal):
-            self.store.on_unstored = self._unstored
-        restored = self.broker.recover()
+        http = await self._listen_http() if config.http_port else None
+        try:
+            bound = await self._recover_and_listen(http)
+        except BaseException:
+            await self._close_listeners()
+            raise
+        self.recovery.finish()
+        self.ready = True
+        self._sweeper = asyncio.create_task(self._sweep_expired(), name="chute-expiry")
+        self._watcher = asyncio.create_task(self._watch_resources(), name="chute-admission")
+        return bound
+
+    async def _listen_http(self) -> tuple[str, str, int]:
+        """Open the HTTP listener (while recovering it answers health and metrics only)."""
+        from chute.server.http import HttpListener, http_refusal  # noqa: PLC0415 - aiohttp
+
+        config = self.config
+        self.http = HttpListener(self)
+        https = config.http_tls
+        name = "https" if https else "http"
+        host, port = await self.http.start(
+            lambda server: self._listen(
+                name,
+                config.http_port,
+                self._front(name, server, https),
+                None if https else http_refusal,
+                budget=True,
+            )
+        )
+        return name, host, port
+
+    async def _close_listeners(self) -> None:
+        """Starting failed: close what opened (the store is the caller's to close)."""
+        for server in self.listeners:
+            server.close()
+        if self.http is not None:
+            await self.http.stop()
+
+    async def _recover(self) -> None:
+        """Open the store and recover the broker off the loop, logging how it goes."""
+        progress = self.recovery
+        progress.started = time.monotonic()
+        store = self.store
+        where = (
+            f"the journal in {store.directory}"
+            if isinstance(store, Journal)
+            else f"the journal in {self.config.data_dir / 'journal'}"
+            if store is None and self.config.store == "journal"
+            else "the memory store (nothing to read)"
+        )
+        log.info("recovering from %s", where)
+        reporter = asyncio.create_task(self._report_recovery(), name="chute-recovery-log")
+        try:
+            if store is None:
+                store = self.store = await _off_loop(lambda: open_store(self.config, progress))
+            if self._broker is None:
+                self._broker = self._make_broker(store)  # its system queues: defined on the loop
+            if isinstance(store, Journal):
+                store.on_unstored = self._unstored
+            broker = self._broker
+            restored = await _off_loop(lambda: broker.recover(progress.restored))
+        finally:
+            reporter.cancel()
+        seconds = time.monotonic() - progress.started
+        mib = progress.bytes_read / (1 << 20)
+        log.info(
+            "recovered %d messages in %d destinations in %.2f s (%.1f MiB read, %.1f MiB/s)",
+            restored,
+            len(broker.queues) + len(broker.topics),
+            seconds,
+            mib,
+            mib / seconds if seconds > 0 else 0.0,
+        )
         if restored:
-            log.info("recovered %d messages", restored)
             release_free_memory()  # recovery's garbage: a paged backlog was decoded whole
+
+    async def _report_recovery(self) -> None:
+        """Log how far the recovery is, every ``RECOVERY_LOG_S`` while it runs."""
+        while True:
+            await asyncio.sleep(RECOVERY_LOG_S)
+            log.info("recovering: %s", self.recovery.describe())
+
+    async def _recover_and_listen(
+        self, http: tuple[str, str, int] | None
+    ) -> list[tuple[str, str, int]]:
+        """Recover, then open every listener but the HTTP one (``http``, already open,
+        is listed after the TCP ones, where it always was)."""
+        config = self.config
+        await self._recover()
         self.broker.admission.check()  # a full disk waits producers now
         self.bridges = start_bridges(
             self, self.config.dropbox
@@ -154,22 +274,8 @@ class BrokerServer:
                 server = self._listen(name, port, self._front(name, make, tls), refusal)
                 sock = server.sockets[0].getsockname()
                 bound.append((name, sock[0], sock[1]))
-        if config.http_port:
-            from chute.server.http import HttpListener, http_refusal  # noqa: PLC0415 - aiohttp
-
-            self.http = HttpListener(self)
-            https = config.http_tls
-            name = "https" if https else "http"
-            host, port = await self.http.start(
-                lambda server: self._listen(
-                    name,
-                    config.http_port,
-                    self._front(name, server, https),
-                    None if https else http_refusal,
-                    budget=True,
-                )
-            )
-            bound.append((name, host, port))
+        if http is not None:
+            bound.append(http)
         if self.config.smq is not None:  # Simple-message-queue's source and sink listeners
             self.broker.destination(self.config.smq.queue, create=True)
             for name, port, factory in smq.listeners(self, self.config.smq):
@@ -179,8 +285,6 @@ class BrokerServer:
                 log.info(
                     "%s listener for %s on %s:%d", name, self.config.smq.queue, host, bound_port
                 )
-        self._sweeper = asyncio.create_task(self._sweep_expired(), name="chute-expiry")
-        self._watcher = asyncio.create_task(self._watch_resources(), name="chute-admission")
         return bound
 
     def _front(self, name: str, factory: ProtocolFactory, tls: bool) -> Front:
@@ -321,6 +425,7 @@ class BrokerServer:
 
     async def stop(self) -> None:
         """Stop accepting, close every connection (unacked messages go back), close the store."""
+        self.ready = False  # /readyz: stopping
         log.info(
             "stopping: closing %d listeners and %d connections",
             len(self.listeners),
@@ -350,12 +455,14 @@ class BrokerServer:
         if self._password_pool is not None:
             self._password_pool.shutdown(wait=False, cancel_futures=True)
         self.contenders.close()
-        self.broker.close()
+        if self._broker is not None:
+            self._broker.close()
         log.info("stopped")
 
 
-def open_store(config: ServerConfig) -> Store:
-    """The store the configuration asks for: the journal in ``data_dir`` by default.
+def open_store(config: ServerConfig, progress: RecoveryProgress | None = None) -> Store:
+    """The store the configuration asks for: the journal in ``data_dir`` by default
+    (``progress`` follows its recovery).
 
     Raises:
         StoreError: the journal's directory is locked by another broker; DiskFull: its
@@ -370,7 +477,39 @@ def open_store(config: ServerConfig) -> Store:
         batch_ms=config.sync_batch_ms,
         segment_size=config.segment_size,
         disk_free_limit=config.disk_free_limit,
+        progress=progress,
     )
+
+
+async def _off_loop(work: Callable[[], _T]) -> _T:
+    """``work()`` on a thread of its own, awaited on the loop (which meanwhile serves).
+
+    A daemon thread, not an executor's: a broker stopped during a long recovery
+    exits without waiting for it.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[_T] = loop.create_future()
+
+    def succeeded(result: _T) -> None:
+        if not future.done():
+            future.set_result(result)
+
+    def failed(error: BaseException) -> None:
+        if not future.done():
+            future.set_exception(error)
+
+    def run() -> None:
+        try:
+            result = work()
+        except BaseException as exc:  # noqa: BLE001 - handed to the loop as it is
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(failed, exc)
+            return
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(succeeded, result)
+
+    threading.Thread(target=run, name="chute-recovery", daemon=True).start()
+    return await future
 
 
 def release_free_memory() -> None:
@@ -423,7 +562,8 @@ def run(config: ServerConfig, *, ready: Any = None) -> None:
         try:
             bound = await server.start()
         except BaseException:
-            server.store.close()
+            if server.store is not None:
+                server.store.close()
             raise
         server.handle_signals()
         if ready is not None:

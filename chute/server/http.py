@@ -1,8 +1,11 @@
 """The HTTP listener (``http_port``): aiohttp on the broker's event loop.
 
-Today it serves STOMP over WebSocket on ``/stomp`` (and ``/ws``, the path
-some clients default to); the admin API and the web console will add their
-routes to the same :attr:`HttpListener.app`. aiohttp runs on the loop the
+It serves STOMP over WebSocket on ``/stomp`` (and ``/ws``, the path
+some clients default to); the admin API, metrics, health and the web console
+add their routes to the same :attr:`HttpListener.app` (:mod:`chute.admin`).
+It opens before the broker recovers: until the broker is ready it answers
+only ``/healthz``, ``/readyz`` and ``/metrics``, and 503 to everything else
+(:func:`recovering_gate`). aiohttp runs on the loop the
 broker already runs on, so a handler calls the core directly, as the TCP
 drivers do.
 
@@ -23,12 +26,17 @@ import logging
 from collections.abc import Callable
 
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
+from chute.admin.api import add_api_routes
+from chute.admin.console import add_console_routes
+from chute.admin.health import OPEN_WHILE_RECOVERING, ReadyHost
+from chute.admin.metrics import add_metrics_routes
 from chute.origins import OriginPolicy, own_origins
 from chute.server.listener import Listener
-from chute.server.stream import ServerHost
 from chute.server.tls import ProtocolFactory
 from chute.server.websocket import stomp_endpoint
+from chute.store.progress import Phase
 
 log = logging.getLogger("chute.server")
 
@@ -48,14 +56,39 @@ def http_refusal(code: str, reason: str) -> bytes:
     return head.encode() + body
 
 
+def recovering_gate(server: ReadyHost) -> Middleware:
+    """Until ``server`` is ready, answer 503 to every path but those of
+    :data:`~chute.admin.health.OPEN_WHILE_RECOVERING` (the STOMP WebSocket too)."""
+
+    @web.middleware
+    async def gate(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if server.ready or request.path in OPEN_WHILE_RECOVERING:
+            return await handler(request)
+        recovering = server.recovery.phase is not Phase.DONE  # else: a stop began
+        reason = "recovering, try again shortly" if recovering else "the broker is stopping"
+        headers = {"Retry-After": "5"} if recovering else {}
+        if request.path.startswith("/api/"):
+            code = "recovering" if recovering else "stopping"
+            return web.json_response(
+                {"error": code, "message": reason}, status=503, headers=headers
+            )
+        return web.Response(status=503, text=reason + "\n", headers=headers)
+
+    return gate
+
+
 class HttpListener:
     """One aiohttp application on ``host:port``. Not thread-safe: the server's loop only."""
 
-    def __init__(self, server: ServerHost) -> None:
+    def __init__(self, server: ReadyHost) -> None:
         self.server = server
         self.app = web.Application(client_max_size=1 << 20)
+        self.app.middlewares.append(recovering_gate(server))
         for path in STOMP_PATHS:
             self.app.router.add_get(path, self._stomp)
+        add_api_routes(self.app, server)
+        add_console_routes(self.app)
+        add_metrics_routes(self.app, server)
         self.origins = OriginPolicy(())  # start() knows the port, so the default origins
         self._runner: web.AppRunner | None = None
 

@@ -85,6 +85,7 @@ from chute.store.errors import JournalClosed
 from chute.store.intake import Intake, ReclaimResult
 from chute.store.pager import TxLayouts, read_paged
 from chute.store.payload import ENCODE_ERRORS, encode_add
+from chute.store.progress import RecoveryProgress
 from chute.store.reclaim import LiveIndex
 from chute.store.records import (
     AddRecord,
@@ -100,6 +101,7 @@ from chute.store.records import (
 from chute.store.recovery import recover_lazily
 from chute.store.segment import list_segments, remove_spares
 from chute.store.space import FreeSpace, check_room_to_open
+from chute.store.syncstats import SyncSnapshot
 from chute.store.writer import SyncMode, Writer
 
 __all__ = ["DEFAULT_SEGMENT_SIZE", "Journal", "ReclaimResult", "SyncMode"]
@@ -117,7 +119,9 @@ class Journal:
     (see :func:`chute.store.reclaim.plan`), ``auto_reclaim`` (a pass after
     each roll-over; tests turn it off to drive :meth:`reclaim` themselves),
     ``disk_free_limit`` (bytes; under it :meth:`space_low` says so; 0: off),
-    ``disk`` (the I/O seam, :mod:`chute.store.disk`).
+    ``disk`` (the I/O seam, :mod:`chute.store.disk`), ``progress`` (kept up to
+    date while the open replays the segments, for another thread to watch:
+    :mod:`chute.store.progress`).
 
     Raises (constructor):
         StoreError: another journal holds the directory; DiskFull: the disk
@@ -140,6 +144,7 @@ class Journal:
         auto_reclaim: bool = True,
         disk_free_limit: int = 0,
         disk: Disk | None = None,
+        progress: RecoveryProgress | None = None,
     ) -> None:
         mode = _check_settings(segment_size, sync, batch_ms, flush_ms)
         if disk_free_limit < 0:
@@ -152,7 +157,9 @@ class Journal:
             remove_spares(self.directory)
             free = check_room_to_open(self.directory, disk, segment_size, preallocate=preallocate)
             index = LiveIndex()
-            recovered, self.report = recover_lazily(self.directory, disk=disk, index=index)
+            recovered, self.report = recover_lazily(
+                self.directory, disk=disk, index=index, progress=progress
+            )
             segments = list_segments(self.directory)
         except BaseException:
             os.close(self._lock_fd)
@@ -408,6 +415,16 @@ class Journal:
     def segments(self) -> list[int]:
         """The numbers of the segment files, oldest first (a snapshot)."""
         return self._writer.segments()
+
+    def sync_stats(self) -> SyncSnapshot:
+        """The fsyncs since the open: latency and records each (any thread;
+        :mod:`chute.store.syncstats`)."""
+        return self._writer.sync_stats.snapshot()
+
+    @property
+    def bytes_written(self) -> int:
+        """Bytes written into segments since the open (records, compaction, padding)."""
+        return self._writer.bytes_written
 
     def __enter__(self) -> Journal:
         return self

@@ -51,6 +51,7 @@ from chute.store.gaps import Checkpoint, describe, find_holes, remove_blank_tail
 from chute.store.memory import MemoryStore
 from chute.store.pager import TxLayouts, read_paged
 from chute.store.payload import Names, add_head, decode_ack, decode_add
+from chute.store.progress import Phase, RecoveryProgress
 from chute.store.reclaim import SEGMENT_SHIFT, LiveIndex
 from chute.store.record import Kind, Scan
 from chute.store.records import (
@@ -171,6 +172,7 @@ def recover_lazily(
     disk: Disk | None = None,
     window_bytes: int = 1 << 20,
     cut: bool = True,
+    progress: RecoveryProgress | None = None,
 ) -> tuple[Recovered, RecoveryReport]:
     """Replay ``directory`` into ``index`` without decoding the messages of ADD records, then
     read back only the first ``window_bytes`` of each queue; the rest is reported as paged.
@@ -183,6 +185,8 @@ def recover_lazily(
     transaction's commit, a prepared transaction's), so a queue's byte bound holds
     across a restart.
     ``cut`` truncates torn tails; a re-read of a journal in use passes False.
+    ``progress``, if given, is kept up to date once per segment (for another thread
+    to read, :mod:`chute.store.progress`).
 
     Raises:
         OSError: only if the directory itself cannot be listed.
@@ -191,13 +195,16 @@ def recover_lazily(
     started = time.perf_counter()
     names = Names()
     sizes: dict[str, SeqMap] = {}  # queue -> seq -> Message.size of each add replayed
-    _walk(
-        directory,
-        disk or Disk(),
-        report,
-        lambda data, segment: _index_segment(data, segment, index, names, sizes, report),
-        cut=cut,
-    )
+
+    def replay(data: bytes, segment: int) -> int:
+        end = _index_segment(data, segment, index, names, sizes, report)
+        if progress is not None:  # once a segment: a sum over the queues, not the messages
+            progress.messages = sum(map(len, index.locations.values()))
+        return end
+
+    _walk(directory, disk or Disk(), report, replay, cut=cut, progress=progress)
+    if progress is not None:
+        progress.phase = Phase.READING
     recovered = Recovered(
         definitions=[definition for definition, _ in index.definitions.values()],
         prepared={xid: list(ops) for xid, (ops, _) in index.prepared.items()},
@@ -329,9 +336,11 @@ def _walk(
     replay_segment: Callable[[bytes, int], int],
     *,
     cut: bool,
+    progress: RecoveryProgress | None = None,
 ) -> None:
     """Every segment in order through ``replay_segment(data, number)`` (which returns where
-    a torn tail starts), cutting torn tails if ``cut``; the time goes in the report."""
+    a torn tail starts), cutting torn tails if ``cut``; the time goes in the report, the
+    figures so far in ``progress`` after each segment."""
     started = time.perf_counter()
     # Replay makes millions of objects and frees none: the cyclic collector
     # would rescan them over and over (recovery took 1.7x as long with it on).
@@ -339,7 +348,13 @@ def _walk(
     gc.disable()
     try:
         present = list_segments(directory)
+        if progress is not None:
+            progress.segments = len(present)
+            progress.bytes_total = _sizes(directory, present)
+            progress.phase = Phase.REPLAYING
         for segment, data in _read_ahead(directory, present):
+            if progress is not None:
+                progress.segments_read += 1
             if isinstance(data, OSError):
                 report.records_skipped += 1
                 report.note(f"segment {segment} cannot be read, skipped: {data}")
@@ -349,11 +364,25 @@ def _walk(
             end = replay_segment(data, segment)
             if end < len(data) and cut:
                 _cut(directory, segment, end, disk, report)
+            if progress is not None:
+                progress.bytes_read = report.bytes_read
+                progress.records = report.records
     finally:
         if collecting:
             gc.enable()
     _check_segments(directory, present, report, cut=cut)
     report.seconds = time.perf_counter() - started
+
+
+def _sizes(directory: str, segments: list[int]) -> int:
+    """The bytes of ``segments`` on disk (one that cannot be looked at counts 0)."""
+    total = 0
+    for segment in segments:
+        try:
+            total += os.path.getsize(segment_path(directory, segment))
+        except OSError:
+            continue
+    return total
 
 
 def _check_segments(

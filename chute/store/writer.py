@@ -41,9 +41,10 @@ the disk fill up (producers not held off), consumers can still ack into it
 until reclaiming frees space for the next segment.
 
 Thread-safety: the intake is shared (see :mod:`chute.store.intake`).
-Everything here belongs to the writer thread, except ``Writer.segments()``
-and ``Writer.files`` (the lock a re-read of the directory holds so that no
-segment is deleted under it).
+Everything here belongs to the writer thread, except ``Writer.segments()``,
+``Writer.files`` (the lock a re-read of the directory holds so that no
+segment is deleted under it) and ``Writer.sync_stats`` (each fsync's latency
+and records, :mod:`chute.store.syncstats`, which a metrics scrape reads).
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ from chute.store.segment import (
     segment_path,
 )
 from chute.store.space import FreeSpace
+from chute.store.syncstats import SyncStats
 from chute.store.unsynced import NEW, Unsynced, adds_messages, located, refuse, refused_ops
 
 log = logging.getLogger("chute.store.journal")
@@ -154,6 +156,8 @@ class Writer:
         self._auto_reclaim = auto_reclaim
         self.space = space
         self.bytes_written = 0  # into segments, since the open
+        self.sync_stats = SyncStats()  # each fsync's latency and records (any thread reads)
+        self._records_unsynced = 0  # records written since the last fsync
         self._current: SegmentFile | None = None
         self._carry: list[Item] = []  # taken, not yet written
         self._unsynced = Unsynced()  # written to the current segment, not synced
@@ -413,6 +417,7 @@ class Writer:
                 self._disk.write(segment.fd, data, start)
                 self._dirty_end = position
                 self.bytes_written += len(data)
+                self._records_unsynced += end - done
                 segment.position = position
                 written = located(
                     itertools.islice(items, done, end),
@@ -458,11 +463,14 @@ class Writer:
     def _sync(self) -> None:
         if self._current is None:
             return
+        started = time.perf_counter()
         try:
             self._disk.sync(self._current.fd)
         except OSError:
             self._rewrite = True
             raise
+        self.sync_stats.record(time.perf_counter() - started, self._records_unsynced)
+        self._records_unsynced = 0
         if self._unsynced:
             with self.index_lock:
                 self._unsynced.applied(self._index)

@@ -1,0 +1,1 @@
+"""The broker's HTTP admin surface: the JSON API, metrics and health, the web console."""

@@ -1,0 +1,439 @@
+"""The admin API: JSON over HTTP under ``/api/``, on the broker's HTTP port.
+
+:func:`add_api_routes` mounts it on the HTTP listener's application as a
+sub-application, whose middleware answers every error under ``/api/`` as JSON
+``{"error": code, "message": what to do}``: a bad address, selector,
+parameter or body is 400, a missing login 401, a missing permission 403,
+something unknown 404, a conflict with the broker's state (consumers, a
+transaction, a limit) 409, a store that cannot make a change durable 503.
+An exception of any other kind is a bug: it is logged once, with its
+traceback, and answered 500. The paths, parameters and shapes are in
+:mod:`chute.admin.openapi` (served at ``/api/openapi.json``) and docs/admin.md.
+
+Each request is authenticated (:mod:`chute.admin.auth`) and then acts
+through a core :class:`~chute.core.connection.Connection` of its own, made
+for the request and closed after it, so the core authorizes every operation
+as it does a client's: the API needs the ``manage`` permission on each
+address it touches (``manage = ["*"]`` for the broker-wide views), and the
+core's rules on top (``delete`` to delete or purge). These short-lived
+connections log nothing and are left out of the connections the API shows.
+A change is answered once the store made it durable, as the native
+protocol's confirmations are.
+
+The operations themselves are the core's (:mod:`chute.core.manage` and the
+connection's); a handler reads the request, calls one, and shapes the
+answer. Rates come from :class:`~chute.admin.rates.RateSampler`.
+
+Lives on the server's event loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import shutil
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from aiohttp import web
+
+from chute.admin.auth import ApiError, Gate, peer_of
+from chute.admin.messages import message_view
+from chute.admin.openapi import document
+from chute.admin.params import (
+    fields,
+    int_field,
+    integer,
+    json_body,
+    query_bool,
+    query_int,
+    seqs_field,
+    string_field,
+)
+from chute.admin.rates import RateSampler
+from chute.core import manage
+from chute.core.access import Action
+from chute.core.address import canonical
+from chute.core.broker import Broker
+from chute.core.browse import BrowsePage
+from chute.core.connection import Connection
+from chute.errors import (
+    AccessDenied,
+    AuthenticationFailed,
+    ChuteError,
+    ClientIdInUse,
+    ConsumerError,
+    DestinationFull,
+    NotFound,
+    StoreError,
+    TransactionError,
+)
+from chute.server.stream import ServerHost
+from chute.version import __version__
+
+log = logging.getLogger("chute.admin")
+
+Handler = Callable[[web.Request, Connection], Awaitable[web.StreamResponse]]
+
+_CONFLICTS: Final = (ConsumerError, TransactionError, DestinationFull, ClientIdInUse)
+_MANAGES_ALL: Final = 'needs the manage permission on every address (manage = ["*"])'
+
+
+def add_api_routes(app: web.Application, server: ServerHost) -> None:
+    """Mount the admin API (``/api/...``) and its OpenAPI document on ``app``."""
+    api = AdminApi(server)
+    sub = web.Application(middlewares=[api.errors])
+    route = api.route
+    sub.router.add_get("/openapi.json", api.openapi)
+    sub.router.add_get("/overview", route(api.overview))
+    sub.router.add_get("/destinations", route(api.destinations))
+    sub.router.add_post("/destinations", route(api.create))
+    sub.router.add_get("/destinations/{address}", route(api.destination))
+    sub.router.add_delete("/destinations/{address}", route(api.delete))
+    sub.router.add_post("/destinations/{address}/purge", route(api.purge))
+    sub.router.add_get("/destinations/{address}/messages", route(api.messages))
+    sub.router.add_delete("/destinations/{address}/messages/{seq}", route(api.delete_message))
+    sub.router.add_post("/destinations/{address}/move", route(api.move))
+    sub.router.add_post("/destinations/{address}/retry", route(api.retry))
+    sub.router.add_get("/connections", route(api.connections))
+    sub.router.add_delete("/connections/{id}", route(api.close_connection))
+    sub.router.add_get("/consumers", route(api.consumers))
+    sub.router.add_get("/subscriptions", route(api.subscriptions))
+    sub.router.add_get("/transactions", route(api.transactions))
+    sub.router.add_post("/transactions/{xid:.+}/commit", route(api.commit))
+    sub.router.add_post("/transactions/{xid:.+}/rollback", route(api.rollback))
+    sub.router.add_get("/cursors", route(api.cursors))
+    sub.on_startup.append(api.startup)
+    sub.on_cleanup.append(api.cleanup)
+    app.add_subapp("/api", sub)
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.json_response(data, status=status, dumps=_dumps)
+
+
+def _dumps(data: Any) -> str:
+    return json.dumps(data, allow_nan=False, separators=(",", ":"))
+
+
+def _error(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> web.Response:
+    response = _json({"error": code, "message": message}, status)
+    response.headers.update(headers or {})
+    return response
+
+
+class AdminApi:
+    """The handlers, the error middleware and what they share. See the module docstring."""
+
+    def __init__(self, server: ServerHost) -> None:
+        self.server = server
+        self.gate = Gate(server)
+        self.rates = RateSampler(self._recovered)
+        self._own: set[str] = set()  # ids of the core connections of requests under way
+        self._document: dict[str, Any] | None = None
+
+    @property
+    def broker(self) -> Broker:
+        """The core broker (the HTTP listener opens before it is made: the listener
+        answers nothing under ``/api/`` until the broker is ready)."""
+        return self.server.broker
+
+    def _recovered(self) -> Broker | None:
+        return self.server.broker if getattr(self.server, "ready", True) else None
+
+    async def startup(self, _app: web.Application) -> None:
+        self.rates.start()
+
+    async def cleanup(self, _app: web.Application) -> None:
+        await self.rates.stop()
+
+    # -- the frame around every handler --------------------------------------------------
+
+    @web.middleware
+    async def errors(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        """Every answer under ``/api/`` that is not a success, as JSON."""
+        try:
+            return await handler(request)
+        except ApiError as exc:
+            return _error(exc.status, exc.code, exc.message, exc.headers)
+        except ChuteError as exc:
+            return self._chute_error(exc)
+        except web.HTTPException as exc:
+            return self._http_error(request, exc)
+        except Exception:  # a bug: said once, with its traceback, and answered as JSON
+            log.exception("admin API: %s %s failed", request.method, request.path)
+            return _error(
+                500,
+                "internal-error",
+                "the broker failed to answer this request (a bug, logged with its "
+                "traceback): please report it",
+            )
+
+    @staticmethod
+    def _chute_error(exc: ChuteError) -> web.Response:
+        reason = exc.reason
+        if isinstance(exc, NotFound):
+            return _error(404, "not-found", reason)
+        if isinstance(exc, AccessDenied):
+            return _error(403, "forbidden", f"{reason}: ask for a role with the manage permission")
+        if isinstance(exc, AuthenticationFailed):
+            return _error(401, "unauthorized", reason)
+        if isinstance(exc, _CONFLICTS):
+            return _error(409, exc.code, reason)
+        if isinstance(exc, StoreError):
+            return _error(503, "store-error", f"{reason}: try again once the disk is fixed")
+        return _error(400, exc.code, reason)
+
+    @staticmethod
+    def _http_error(request: web.Request, exc: web.HTTPException) -> web.Response:
+        headers = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
+        if exc.status == 404:
+            message = f"no such API path {request.path}: see /api/openapi.json"
+            return _error(404, "not-found", message)
+        if exc.status == 405:
+            allowed = headers.get("Allow", "")
+            message = f"{request.method} is not allowed on {request.path} (allowed: {allowed})"
+            return _error(405, "method-not-allowed", message, headers)
+        if exc.status == 413:
+            return _error(413, "too-large", "the request body is over 1 MiB: send less at once")
+        return _error(exc.status, "http-error", exc.reason)
+
+    def route(self, handler: Handler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        """``handler`` behind the gate, with a core connection for the request."""
+
+        async def handle(request: web.Request) -> web.StreamResponse:
+            self.gate.check_browser(request)
+            principal = await self.gate.principal(request)
+            conn = Connection(self.broker, principal, protocol="http", peer=peer_of(request))
+            self._own.add(conn.id)
+            try:
+                return await handler(request, conn)
+            finally:
+                self._own.discard(conn.id)
+                conn.close()
+
+        return handle
+
+    async def _synced(self) -> None:
+        """Return once what the request changed is durable.
+
+        Raises:
+            StoreError: the store could not make it durable.
+        """
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        server = self.server
+
+        def settle(error: BaseException | None) -> None:
+            if done.done():
+                return
+            if error is None:
+                done.set_result(None)
+            else:
+                reason = error.reason if isinstance(error, ChuteError) else str(error)
+                done.set_exception(StoreError(f"not stored: {reason}"))
+
+        def synced(error: BaseException | None) -> None:
+            if threading.get_ident() == server.loop_thread:
+                settle(error)
+            else:
+                loop.call_soon_threadsafe(settle, error)
+
+        server.request_sync(synced)
+        await done
+
+    @staticmethod
+    def _manages_all(conn: Connection, what: str) -> None:
+        if not conn.principal.manages_all:
+            raise ApiError(403, "forbidden", f"{what} {_MANAGES_ALL}: ask for such a role")
+
+    @staticmethod
+    def _manage(conn: Connection, address: str) -> str:
+        """The canonical address, once ``conn`` may manage it."""
+        target = canonical(address)
+        if not conn.principal.manages_all:  # as chute.core.manage decides
+            conn.authorize(Action.MANAGE, target)
+        return target
+
+    def _existing(self, conn: Connection, address: str) -> str:
+        target = self._manage(conn, address)
+        if self.broker.find(target) is None:
+            raise NotFound(f"{target} does not exist: see GET /api/destinations")
+        return target
+
+    # -- handlers --------------------------------------------------------------------------
+
+    async def openapi(self, request: web.Request) -> web.StreamResponse:
+        if self._document is None:
+            self._document = document()
+        return _json(self._document)
+
+    async def overview(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+        self._manages_all(conn, "the overview")
+        stats = conn.stats_page(limit=1)
+        data_dir = str(self.server.config.data_dir)
+        try:
+            free: int | None = shutil.disk_usage(data_dir).free
+        except OSError:
+            free = None
+        return _json(
+            {
+                "version": __version__,
+                "uptime_s": round(time.time() - self.server.started, 1),
+                "ready": bool(getattr(self.server, "ready", True)),
+                "connections": sum(1 for c in self.broker.connections if c not in self._own),
+                "memory": stats["memory"],
+                "disk": {"free_bytes": free, "low": self.broker.store.space_low()},
+                "destination_count": stats["destination_count"],
+                "prepared": len(stats["prepared"]),
+                "sockets": self.server.limits.stats(),
+                "producers": stats["producers"],
+            }
+        )
+
+    async def destinations(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+        query = request.query
+        page = conn.stats_page(
+            pattern=query.get("pattern") or None,
+            after=query.get("after", ""),
+            limit=query_int(query, "limit"),
+        )
+        shown = []
+        for dest in page["destinations"]:
+            if not conn.principal.manages_all and not conn.principal.may(
+                Action.MANAGE, dest["address"]
+            ):
+                continue
+            dest["rates"] = self.rates.rates(dest["address"], dest)
+            shown.append(dest)
+        return _json({"destinations": shown, "next": page["next"]})
+
+    async def create(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+        body = await json_body(request, required=True)
+        fields(body, ("address",))
+        address = canonical(string_field(body, "address", required=True) or "")
+        created = manage.create(conn, address)
+        await self._synced()
+        return _json({"address": address, "created": created}, 201 if created else 200)
+
+    async def destination(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+        dest = manage.destination(conn, request.match_info["address"])
+        dest["rates"] = self.rates.rates(dest["address"], dest)
+        return _json(dest)
+
+    async def delete(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+        force = query_bool(request.query, "force")
+        target = self._manage(conn, request.match_info["address"])
+        deleted = conn.delete(target, force=force)
+        await self._synced()
+        return _json({"deleted": deleted})
+
+    async def purge(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+        target = self._manage(conn, request.match_info["address"])
+        purged = conn.purge(target)
+        await self._synced()
+        return _json({"purged": purged})
+
+    async def messages(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+        query = request.query
+        after = query_int(query, "after")
+        before = query_int(query, "before")
+        limit = query_int(query, "limit")
+        selector = query.get("selector") or None
+        target = self._existing(conn, request.match_info["address"])
+        steps = conn.browse_steps(
+            target, after=after, before=before, selector=selector, max_messages=limit
+        )
+        while True:  # a step at a time: other clients are served between them
+            try:
+                next(steps)
+            except StopIteration as stop:
+                page: BrowsePage = stop.value
+                break
+            await asyncio.sleep(0)
+        return _json(
+            {
+                "messages": [message_view(e) for e in page.entries],
+                "after": page.after,
+                "before": page.before,
+                "done": page.done,
+            }
+        )
+
+    async def delete_message(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+        seq = integer(request.match_info["seq"], "the sequence number")
+        manage.delete_message(conn, request.match_info["address"], seq)
+        await self._synced()
+        return _json({"deleted": 1})
+
+    async def move(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+        body = await json_body(request, required=True)
+        fields(body, ("to", "selector", "seqs", "limit"))
+        moved = manage.move(
+            conn,
+            request.match_info["address"],
+            string_field(body, "to", required=True) or "",
+            selector=string_field(body, "selector") or None,
+            seqs=seqs_field(body),
+            limit=int_field(body, "limit"),
+        )
+        await self._synced()
+        return _json({"moved": moved})
+
+    async def retry(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+        body = await json_body(request, required=False)
+        fields(body, ("selector", "seqs", "limit"))
+        to = manage.retry_dead_letters(
+            conn,
+            request.match_info["address"],
+            selector=string_field(body, "selector") or None,
+            seqs=seqs_field(body),
+            limit=int_field(body, "limit"),
+        )
+        await self._synced()
+        left = to.pop(manage.UNKNOWN_ORIGIN, 0)
+        return _json({"retried": sum(to.values()), "to": to, "left": left})
+
+    async def connections(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+        listed = [c for c in manage.connections(conn) if c.get("id") not in self._own]
+        return _json({"connections": listed})
+
+    async def close_connection(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+        connection_id = request.match_info["id"]
+        if connection_id in self._own:  # an API request's own: not a client's
+            raise NotFound(f"no connection {connection_id}: see GET /api/connections")
+        manage.close_connection(conn, connection_id)
+        return web.Response(status=204)
+
+    async def consumers(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+        address = request.query.get("address") or None
+        return _json({"consumers": manage.consumers(conn, address)})
+
+    async def subscriptions(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+        return _json({"subscriptions": manage.subscriptions(conn)})
+
+    async def cursors(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+        return _json({"cursors": manage.cursors(conn)})
+
+    async def transactions(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+        self._manages_all(conn, "prepared transactions")
+        return _json({"prepared": conn.prepared()})
+
+    async def commit(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+        self._manages_all(conn, "settling prepared transactions")
+        conn.commit_prepared(request.match_info["xid"])
+        await self._synced()
+        return web.Response(status=204)
+
+    async def rollback(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+        self._manages_all(conn, "settling prepared transactions")
+        conn.rollback_prepared(request.match_info["xid"])
+        await self._synced()
+        return web.Response(status=204)

@@ -1,0 +1,364 @@
+"""``GET /metrics``: the broker's figures in Prometheus' text format.
+
+Everything is read at scrape time, from what the broker counts anyway (the
+core's per-queue counters, :mod:`chute.core.stats`; the memory budget, the
+connection limits, the journal's fsync histograms, :mod:`chute.store.syncstats`):
+a :class:`BrokerCollector` on a private :class:`~prometheus_client.CollectorRegistry`
+walks them when asked, so a broker nobody scrapes does no work for metrics at
+all, and a scrape costs one pass over the destinations on the loop.
+
+Series (docs/monitoring.md lists them with their meaning): per queue, topic and
+subscription (labels ``address``, ``kind`` = ``queue`` | ``topic`` |
+``subscription``, ``subscription`` = its name or ""), ``chute_destination_*``
+gauges (messages, ready, in flight, bytes, paged, consumers) and counters
+(``*_total``: enqueued, delivered, acked, redelivered, expired, dead-lettered;
+a topic has only ``enqueued``, what was published to it, so that summing a
+gauge over every series counts each held message once); broker-wide gauges and
+counters (connections by protocol, sockets by listener and what the limits
+refused, memory, paging, producers held, prepared transactions, discarded
+messages, uptime) and the journal's (fsync latency and records per fsync as
+histograms, bytes written, segments, backlog).
+
+While the broker recovers only the process, readiness and recovery series are
+given (the broker is being built on another thread: nothing here touches it).
+
+Who may scrape: the admin API's rule. With no users configured, anyone who
+reaches the HTTP port (the broker then listens on loopback only); with users,
+HTTP Basic credentials of a user with ``manage`` on every address (``"*"``),
+checked as the admin API checks them (:mod:`chute.admin.auth`); until the
+broker is ready (its users are not loaded yet) such a broker answers 503.
+
+Lives on the server's event loop only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any, Final
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from chute.admin.auth import ApiError, Gate
+from chute.admin.health import ReadyHost, add_health_routes
+from chute.core.broker import Broker
+from chute.core.stats import queue_stats
+from chute.store.journal import Journal
+from chute.store.syncstats import Histogram
+from chute.version import __version__
+
+DESTINATION_LABELS: Final = ("address", "kind", "subscription")
+
+GAUGES: Final = (  # (the queue_stats key, the series, what it is)
+    ("depth", "chute_destination_messages", "Messages held: ready, in flight and paged."),
+    ("ready", "chute_destination_ready_messages", "Messages in memory waiting for a consumer."),
+    ("inflight", "chute_destination_inflight_messages", "Messages delivered, not yet acked."),
+    ("bytes", "chute_destination_bytes", "Bytes of the messages held (paged ones too)."),
+    ("consumers", "chute_destination_consumers", "Consumers attached."),
+)
+COUNTERS: Final = (
+    ("enqueued", "chute_destination_enqueued", "Messages placed (a topic: published to it)."),
+    ("delivered", "chute_destination_delivered", "Deliveries to consumers (redeliveries too)."),
+    ("acked", "chute_destination_acked", "Messages acknowledged."),
+    ("redelivered", "chute_destination_redelivered", "Messages put back to be delivered again."),
+    ("expired", "chute_destination_expired", "Messages that expired here."),
+    ("dead_lettered", "chute_destination_dead_lettered", "Messages moved to a dead-letter queue."),
+)
+SOCKET_COUNTERS: Final = (
+    ("login_timeouts", "chute_sockets_login_timeouts", "Connections closed for not logging in."),
+    (
+        "held_before_login",
+        "chute_sockets_held_before_login",
+        "Connections that sent more than the budget before login (not read until login).",
+    ),
+    (
+        "protocol_errors_before_login",
+        "chute_sockets_protocol_errors_before_login",
+        "Connections closed for a protocol error before login.",
+    ),
+    ("idle_timeouts", "chute_sockets_idle_timeouts", "Connections closed for idling."),
+    ("accept_failures", "chute_sockets_accept_failures", "Accepts that failed (no descriptors)."),
+)
+
+
+def add_metrics_routes(app: web.Application, server: ReadyHost) -> None:
+    """``/metrics``, and the health endpoints ``/healthz`` and ``/readyz``."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BrokerCollector(server))
+    gate = Gate(server)
+
+    async def metrics(request: web.Request) -> web.Response:
+        if server.config.users:
+            refusal = await _refusal(server, gate, request)
+            if refusal is not None:
+                return refusal
+        return web.Response(
+            body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    app.router.add_get("/metrics", metrics)
+    add_health_routes(app, server)
+
+
+async def _refusal(server: ReadyHost, gate: Gate, request: web.Request) -> web.Response | None:
+    """None if the request may read the metrics of a broker with users, else the answer."""
+    if not server.ready:
+        return web.Response(
+            status=503,
+            text="recovering, try again shortly (this broker's users are not loaded yet)\n",
+            headers={"Retry-After": "5"},
+        )
+    try:
+        principal = await gate.principal(request)
+    except ApiError as exc:
+        return web.Response(status=exc.status, text=exc.message + "\n", headers=exc.headers)
+    if not principal.manages_all:
+        return web.Response(
+            status=403,
+            text=f"user {principal} may not read the metrics: it needs the manage "
+            'permission on every address ("*")\n',
+        )
+    return None
+
+
+class BrokerCollector(Collector):
+    """Reads the broker's figures when scraped (see the module docstring)."""
+
+    def __init__(self, server: ReadyHost) -> None:
+        self.server = server
+
+    def describe(self) -> list[Metric]:
+        """Nothing described ahead: registering must not collect (the broker may not
+        exist yet)."""
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        server = self.server
+        yield InfoMetricFamily("chute_build", "The broker's version.", {"version": __version__})
+        yield _gauge(
+            "chute_ready",
+            "1 once recovered with every listener open, else 0.",
+            1.0 if server.ready else 0.0,
+        )
+        yield _gauge(
+            "chute_uptime_seconds",
+            "Seconds since the broker process started.",
+            time.time() - server.started,
+        )
+        yield from _recovery(server)
+        if not server.ready:
+            return
+        broker = server.broker
+        yield from _destinations(broker)
+        yield from _broker_wide(broker)
+        yield from _sockets(server.limits.stats())
+        store = broker.store
+        if isinstance(store, Journal):
+            yield from _journal(store)
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, value=value)
+
+
+def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, documentation, value=value)
+
+
+def _recovery(server: ReadyHost) -> Iterator[Metric]:
+    progress = server.recovery
+    yield _gauge(
+        "chute_recovery_seconds",
+        "How long the recovery took (so far, while it runs).",
+        progress.elapsed,
+    )
+    yield _gauge(
+        "chute_recovery_read_bytes", "Journal bytes the recovery read.", progress.bytes_read
+    )
+    yield _gauge(
+        "chute_recovery_total_bytes", "Journal bytes the recovery reads.", progress.bytes_total
+    )
+    yield _gauge("chute_recovery_records", "Journal records replayed.", progress.records)
+
+
+def _destinations(broker: Broker) -> Iterator[Metric]:
+    """Per queue, subscription and topic: the gauges and counters of ``queue_stats``."""
+    gauges = {
+        key: GaugeMetricFamily(name, doc, labels=DESTINATION_LABELS) for key, name, doc in GAUGES
+    }
+    counters = {
+        key: CounterMetricFamily(name, doc, labels=DESTINATION_LABELS)
+        for key, name, doc in COUNTERS
+    }
+    paged = GaugeMetricFamily(
+        "chute_destination_paged_messages",
+        "Messages held only in the journal (paged out of memory).",
+        labels=DESTINATION_LABELS,
+    )
+    paged_bytes = GaugeMetricFamily(
+        "chute_destination_paged_bytes",
+        "Bytes of the messages paged out of memory.",
+        labels=DESTINATION_LABELS,
+    )
+
+    def add(labels: list[str], stats: dict[str, Any], pages: tuple[int, int]) -> None:
+        for key, family in gauges.items():
+            family.add_metric(labels, stats.get(key, 0))
+        for key, counter in counters.items():
+            counter.add_metric(labels, stats.get(key, 0))
+        paged.add_metric(labels, pages[0])
+        paged_bytes.add_metric(labels, pages[1])
+
+    for address, queue in broker.queues.items():
+        add([address, "queue", ""], queue_stats(queue), (queue.paged, queue.paged_bytes))
+    published = counters["enqueued"]
+    for address, topic in broker.topics.items():
+        published.add_metric([address, "topic", ""], topic.published)
+        for sub in topic.subscriptions.values():
+            add([address, "subscription", sub.name], queue_stats(sub), (sub.paged, sub.paged_bytes))
+    yield from gauges.values()
+    yield paged
+    yield paged_bytes
+    yield from counters.values()
+
+
+def _broker_wide(broker: Broker) -> Iterator[Metric]:
+    yield _gauge(
+        "chute_destinations",
+        "Queues and topics (subscriptions not counted).",
+        len(broker.queues) + len(broker.topics),
+    )
+    by_protocol: dict[str, int] = {}
+    for client in broker.connections.values():
+        protocol = str(getattr(client, "protocol", "other"))
+        by_protocol[protocol] = by_protocol.get(protocol, 0) + 1
+    connections = GaugeMetricFamily(
+        "chute_connections", "Logged-in connections, by protocol.", labels=["protocol"]
+    )
+    for protocol, count in sorted(by_protocol.items()):
+        connections.add_metric([protocol], count)
+    yield connections
+    memory = broker.memory
+    yield _gauge("chute_memory_held_bytes", "What queued messages cost in memory.", memory.used)
+    yield _gauge(
+        "chute_memory_paging_limit_bytes",
+        "Past this, durable queues page messages out (0: never).",
+        memory.limit,
+    )
+    yield _gauge(
+        "chute_memory_high_watermark_bytes",
+        "Past this, producers wait (0: never).",
+        memory.high,
+    )
+    count = size = 0
+    for queue in broker.queues.values():
+        count += queue.paged
+        size += queue.paged_bytes
+    for topic in broker.topics.values():
+        for sub in topic.subscriptions.values():
+            count += sub.paged
+            size += sub.paged_bytes
+    yield _gauge("chute_paged_messages", "Messages paged out of memory, in all queues.", count)
+    yield _gauge("chute_paged_bytes", "Bytes of the messages paged out of memory.", size)
+    yield _gauge(
+        "chute_producers_blocked",
+        "Producers waiting for memory or disk (admission).",
+        broker.admission.waiting,
+    )
+    yield _gauge(
+        "chute_prepared_transactions",
+        "Two-phase transactions prepared, awaiting commit or rollback.",
+        len(broker.xa.xids()),
+    )
+    yield _counter(
+        "chute_discarded",
+        "Messages dropped: a dead letter or expired copy found nowhere to go.",
+        broker.diversion.discarded,
+    )
+
+
+def _sockets(stats: dict[str, Any]) -> Iterator[Metric]:
+    """The connection limits' figures (:meth:`chute.server.limits.ConnectionLimits.stats`)."""
+    open_ = GaugeMetricFamily(
+        "chute_sockets_open", "Connections open, by listener.", labels=["listener"]
+    )
+    for listener, count in stats.get("by_listener", {}).items():
+        open_.add_metric([listener], count)
+    yield open_
+    yield _gauge(
+        "chute_sockets_before_login",
+        "Connections accepted that did not log in yet.",
+        stats.get("before_login", 0),
+    )
+    refused = CounterMetricFamily(
+        "chute_sockets_refused",
+        "Connections refused over a limit, by the limit.",
+        labels=["limit"],
+    )
+    refused.add_metric(["max_connections"], stats.get("refused_max_connections", 0))
+    refused.add_metric(
+        ["max_connections_per_host"], stats.get("refused_max_connections_per_host", 0)
+    )
+    yield refused
+    for key, name, doc in SOCKET_COUNTERS:
+        yield _counter(name, doc, stats.get(key, 0))
+
+
+def _journal(journal: Journal) -> Iterator[Metric]:
+    syncs = journal.sync_stats()
+    yield _histogram(
+        "chute_journal_fsync_seconds",
+        "How long each group-commit fsync of the journal took.",
+        syncs.seconds,
+    )
+    yield _histogram(
+        "chute_journal_fsync_records",
+        "Records each group-commit fsync made durable.",
+        syncs.records,
+    )
+    yield _counter(
+        "chute_journal_written_bytes",
+        "Bytes written into journal segments since the broker started.",
+        journal.bytes_written,
+    )
+    yield _counter(
+        "chute_journal_compacted_records",
+        "Live records compaction copied forward since the broker started.",
+        journal.records_moved,
+    )
+    yield _gauge("chute_journal_segments", "Journal segment files.", len(journal.segments()))
+    yield _gauge(
+        "chute_journal_backlog_bytes",
+        "Bytes appended that the journal's writer has not written yet.",
+        journal.backlog(),
+    )
+    yield _gauge(
+        "chute_journal_disk_low",
+        "1 while the journal's disk has less than disk_free_limit free.",
+        0.0 if journal.space_low() is None else 1.0,
+    )
+
+
+def _histogram(name: str, documentation: str, figures: Histogram) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, documentation)
+    family.add_metric(
+        [],
+        [(_bound(bound), count) for bound, count in figures.cumulative()],
+        figures.total,
+    )
+    return family
+
+
+def _bound(bound: float) -> str:
+    """A bucket's ``le`` as Prometheus writes it."""
+    return "+Inf" if bound == float("inf") else repr(float(bound))
