@@ -92,7 +92,7 @@ from chute.store.space import size_text
 
 DEFAULT_PORT = 5445
 DEFAULT_STOMP_PORT = 61613
-DEFAULT_HTTP_PORT = 8445  # DESIGN.md's HTTP port: STOMP over WebSocket, later admin and console
+DEFAULT_HTTP_PORT = 8445  # chute's HTTP port: STOMP over WebSocket, later admin and console
 MIN_LOGIN_FRAME_SIZE = 1024  # below it a CONNECT with a long login and passcode would not fit
 
 
@@ -146,7 +146,7 @@ class ServerConfig:
     default_destination: DestinationSettings = dataclasses.field(
         default_factory=DestinationSettings
     )
-    smq: SmqSettings | None = None  # seed 002's listeners; off unless [smq] (docs/smq.md)
+    smq: SmqSettings | None = None  # smq listeners; off unless [smq] (docs/smq.md)
     dropbox: list[DropboxMount] = dataclasses.field(default_factory=list)  # docs/dropbox.md
 
     def resolver(self) -> SettingsResolver:

@@ -8,6 +8,10 @@ the consumer that prints the windowed statistics; stops everything after
 ``--serve`` is the README's first command (``make run``): the broker is the real
 one, on its default ports with its journal in ``./chute-data``; after the demo it
 keeps serving in the foreground until Ctrl-C or SIGTERM.
+
+The console shows the demo's results; the broker's log and Spark's own output go to
+files (the first line printed says which: ``chute-data/broker.log`` and
+``chute-data/spark.log`` with ``--serve``).
 """
 
 from __future__ import annotations
@@ -33,26 +37,37 @@ def free_port() -> int:
         return port
 
 
-def start_broker(data_dir: str, *, defaults: bool = False) -> tuple[subprocess.Popen[str], str]:
-    """A throw-away broker on free ports, or (``defaults``) the real one on its own ports."""
+def start_broker(
+    data_dir: str, log_path: Path, *, defaults: bool = False, log_level: str | None = None
+) -> tuple[subprocess.Popen[str], str]:
+    """A throw-away broker on free ports, or (``defaults``) the real one on its own ports.
+
+    Its log goes to ``log_path`` (appended), not to the console: the console shows the
+    demo's results only. The ``chute listening`` line is shown too.
+    """
     cmd = [sys.executable, "-m", "chute.cli", "serve", "--data-dir", data_dir]
     if defaults:
         port = 5445
-        cmd += ["--log-level", "info"]
     else:
         port = free_port()
         cmd += ["--port", str(port), "--stomp-port", "0", "--http-port", "0"]
-        cmd += ["--smq-source-port", "0", "--smq-sink-port", "0", "--log-level", "warning"]
+        cmd += ["--smq-source-port", "0", "--smq-sink-port", "0"]
+    cmd += ["--log-level", log_level or ("info" if defaults else "warning")]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log = log_path.open("a", encoding="utf-8")
     broker = subprocess.Popen(  # noqa: S603 - our own interpreter and arguments
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     out = broker.stdout
     for line in out or ():
-        print(f"broker: {line}", end="", flush=True)
+        log.write(line)
+        log.flush()
         if line.startswith("chute listening"):
-            threading.Thread(target=_pump, args=(out, defaults), daemon=True).start()
+            print(line, end="", flush=True)
+            threading.Thread(target=_copy, args=(out, log), daemon=True).start()
             return broker, f"chute://127.0.0.1:{port}"
-    raise SystemExit("the broker did not start")
+    log.close()
+    raise SystemExit(f"the broker did not start; the end of {log_path}:\n{_tail(log_path)}")
 
 
 def main() -> None:
@@ -65,52 +80,102 @@ def main() -> None:
         action="store_true",
         help="run the real broker (default ports, ./chute-data) and keep it serving after",
     )
+    parser.add_argument(
+        "--broker-log",
+        type=Path,
+        metavar="FILE",
+        help="where the broker's log goes (default: chute-data/broker.log with --serve, "
+        "else broker.log in the demo's temporary directory)",
+    )
+    parser.add_argument(
+        "--broker-log-level",
+        choices=["debug", "info", "warning", "error"],
+        help="the broker's --log-level (default: info with --serve, else warning)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="chute-demo-") as tmp:
         broker = None
         url = args.url
+        data_dir = "chute-data" if args.serve else os.path.join(tmp, "data")
+        broker_log: Path = args.broker_log or Path(data_dir, "broker.log")
+        spark_log = broker_log.with_name("spark.log")
+        where = f"Spark's to {spark_log}"
         if url is None:
-            data_dir = "chute-data" if args.serve else os.path.join(tmp, "data")
-            broker, url = start_broker(data_dir, defaults=args.serve)
-        py = sys.executable
-        seconds = str(args.seconds)
-        common = ["--url", url, "--seconds", seconds]
-        # The job first: Spark takes seconds to start; orders flow once it runs.
-        job = subprocess.Popen(  # noqa: S603 - our own script
-            [py, str(HERE / "orders_job.py"), *common, "--checkpoint", f"{tmp}/checkpoint"],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for line in job.stdout or ():
-            print(line, end="", flush=True)
-            if line.startswith("job: running"):
-                break
-        commands = [
-            [py, str(HERE / "orders_consumer.py"), *common],
-            [py, str(HERE / "orders_producer.py"), *common, "--rate", str(args.rate)],
-        ]
-        children = [job] + [subprocess.Popen(c) for c in commands]  # noqa: S603 - our scripts
+            where = f"the broker's log goes to {broker_log}, {where}"
+        print(f"demo: results below; {where}", flush=True)
+        if url is None:
+            broker, url = start_broker(
+                data_dir, broker_log, defaults=args.serve, log_level=args.broker_log_level
+            )
         try:
-            for child in children:
-                child.wait(args.seconds + 120)
+            run_pipeline(url, args.seconds, args.rate, Path(tmp), spark_log)
         finally:
-            for child in children:
-                if child.poll() is None:
-                    child.terminate()
-                    child.wait(30)
             if broker is not None and args.serve:
-                print(f"demo done; the broker serves on at {url} (Ctrl-C stops it)", flush=True)
+                print(
+                    f"demo done; the broker serves on at {url} (Ctrl-C stops it); "
+                    f"its log: {broker_log}",
+                    flush=True,
+                )
                 serve_on(broker)
             if broker is not None and broker.poll() is None:
                 broker.terminate()
                 broker.wait(30)
 
 
-def _pump(out: Any, echo: bool) -> None:
-    """Keep reading the broker's log (so it never blocks on a full pipe); show it if asked."""
-    for line in out:
-        if echo:
-            print(f"broker: {line}", end="", flush=True)
+def run_pipeline(url: str, seconds: float, rate: float, tmp: Path, spark_log: Path) -> None:
+    """The job, the consumer and the producer, for ``seconds``; Spark's own output (its
+    start-up notes and warnings, on stderr) goes to ``spark_log``."""
+    py = sys.executable
+    common = ["--url", url, "--seconds", str(seconds)]
+    spark_log.parent.mkdir(parents=True, exist_ok=True)
+    with spark_log.open("a", encoding="utf-8") as spark_err:
+        # The job first: Spark takes seconds to start; orders flow once it runs.
+        job = subprocess.Popen(  # noqa: S603 - our own script
+            [py, str(HERE / "orders_job.py"), *common, "--checkpoint", f"{tmp}/checkpoint"],
+            stdout=subprocess.PIPE,
+            stderr=spark_err,
+            text=True,
+        )
+        for line in job.stdout or ():
+            print(line, end="", flush=True)
+            if line.startswith("job: running"):
+                break
+        else:
+            job.wait(30)
+            raise SystemExit(
+                f"the Spark job did not start; the end of its log:\n{_tail(spark_log)}"
+            )
+        threading.Thread(target=_copy, args=(job.stdout, sys.stdout), daemon=True).start()
+        commands = [
+            [py, str(HERE / "orders_consumer.py"), *common],
+            [py, str(HERE / "orders_producer.py"), *common, "--rate", str(rate)],
+        ]
+        children = [job] + [subprocess.Popen(c) for c in commands]  # noqa: S603 - our scripts
+        try:
+            for child in children:
+                child.wait(seconds + 120)
+        finally:
+            for child in children:
+                if child.poll() is None:
+                    child.terminate()
+                    child.wait(30)
+    if job.returncode not in (0, -signal.SIGTERM):
+        print(f"the Spark job failed; the end of {spark_log}:\n{_tail(spark_log)}", file=sys.stderr)
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "".join(text.splitlines(keepends=True)[-lines:])
+
+
+def _copy(source: Any, sink: Any) -> None:
+    """Copy lines from a child's pipe as they come (so it never blocks on a full pipe)."""
+    for line in source:
+        sink.write(line)
+        sink.flush()
 
 
 def serve_on(broker: subprocess.Popen[str]) -> None:

@@ -1,4 +1,4 @@
-"""DropboxMQ interop: the filesystem protocol of DropboxMQ 1.2 (seed 000).
+"""DropboxMQ interop: the filesystem protocol of DropboxMQ 1.2.
 
 - :mod:`~chute.dropbox.transcoder`: message filenames both ways (pure), over
   :mod:`~chute.dropbox.escape`, the escaping of text in every name;

@@ -1,4 +1,4 @@
-"""Seed 002's simple-message-queue wire protocol: a sans-IO codec and its settings.
+"""Simple-message-queue's wire protocol: a sans-IO codec and its settings.
 
 The asyncio listeners that serve it are in :mod:`chute.server.smq`.
 """

@@ -1,4 +1,4 @@
-"""Seed 002's framing (simple-message-queue), sans-IO: bytes in, events out.
+"""Simple-message-queue's framing, sans-IO: bytes in, events out.
 
 Theory of operation
 -------------------

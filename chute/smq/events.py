@@ -1,4 +1,4 @@
-"""What seed 002's peers say to the queue, and what the queue says to a sink.
+"""What Simple-message-queue's peers say to the queue, and what the queue says to a sink.
 
 Events are frozen dataclasses named for the act. A source sends
 :class:`Publish` and :class:`EndOfSession`; a sink answers a delivery with
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Final
 
 ID_SIZE: Final = 16
-"""A seed-002 message id is 16 opaque bytes."""
+"""A Simple-message-queue message id is 16 opaque bytes."""
 
 STORED: Final = b"Y"
 """The queue's answer to a source once its message is on disk (after the fsync)."""

@@ -1,7 +1,7 @@
-"""Between chute's message ids (text) and seed 002's (16 bytes).
+"""Between chute's message ids (text) and Simple-message-queue's (16 bytes).
 
 chute generates ids as 32 hex characters of 16 time-ordered bytes
-(:func:`chute.message.new_message_id`), so a seed-002 id round-trips exactly:
+(:func:`chute.message.new_message_id`), so a Simple-message-queue id round-trips exactly:
 it becomes its lower-case hex text, and that text becomes the same 16 bytes.
 An id of any other shape (a native or STOMP producer may choose its own) has
 no 16-byte form; a sink gets the first 16 bytes of its BLAKE2b digest, the
@@ -20,9 +20,9 @@ _HEX: Final = frozenset(string.hexdigits)
 
 
 def to_message_id(wire: bytes) -> str:
-    """The chute message id of a seed-002 id: its 32 lower-case hex characters."""
+    """The chute message id of a Simple-message-queue id: its 32 lower-case hex characters."""
     if len(wire) != ID_SIZE:
-        raise ValueError(f"a seed-002 id is {ID_SIZE} bytes, not {len(wire)}")
+        raise ValueError(f"a Simple-message-queue id is {ID_SIZE} bytes, not {len(wire)}")
     return wire.hex()
 
 

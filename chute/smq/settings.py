@@ -1,4 +1,4 @@
-"""The ``[smq]`` configuration table: seed 002's source and sink listeners.
+"""The ``[smq]`` configuration table: Simple-message-queue's source and sink listeners.
 
 ```toml
 [smq]                    # the table's presence turns the listeners on
