@@ -35,8 +35,8 @@ import logging
 import shutil
 import threading
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from collections.abc import Awaitable, Callable, Generator
+from typing import Any, Final, TypeVar
 
 from aiohttp import web
 
@@ -54,7 +54,7 @@ from chute.admin.params import (
     string_field,
 )
 from chute.admin.rates import RateSampler
-from chute.core import manage
+from chute.core import manage, transfer
 from chute.core.access import Action
 from chute.core.address import canonical
 from chute.core.broker import Broker
@@ -75,6 +75,7 @@ from chute.server.stream import ServerHost
 from chute.version import __version__
 
 log = logging.getLogger("chute.admin")
+_T = TypeVar("_T")
 
 Handler = Callable[[web.Request, Connection], Awaitable[web.StreamResponse]]
 
@@ -369,20 +370,22 @@ class AdminApi:
 
     async def delete_message(self, request: web.Request, conn: Connection) -> web.StreamResponse:
         seq = integer(request.match_info["seq"], "the sequence number")
-        manage.delete_message(conn, request.match_info["address"], seq)
+        transfer.delete_message(conn, request.match_info["address"], seq)
         await self._synced()
         return _json({"deleted": 1})
 
     async def move(self, request: web.Request, conn: Connection) -> web.StreamResponse:
         body = await json_body(request, required=True)
         fields(body, ("to", "selector", "seqs", "limit"))
-        moved = manage.move(
-            conn,
-            request.match_info["address"],
-            string_field(body, "to", required=True) or "",
-            selector=string_field(body, "selector") or None,
-            seqs=seqs_field(body),
-            limit=int_field(body, "limit"),
+        moved = await _stepwise(
+            transfer.move_steps(
+                conn,
+                request.match_info["address"],
+                string_field(body, "to", required=True) or "",
+                selector=string_field(body, "selector") or None,
+                seqs=seqs_field(body),
+                limit=int_field(body, "limit"),
+            )
         )
         await self._synced()
         return _json({"moved": moved})
@@ -390,15 +393,17 @@ class AdminApi:
     async def retry(self, request: web.Request, conn: Connection) -> web.StreamResponse:
         body = await json_body(request, required=False)
         fields(body, ("selector", "seqs", "limit"))
-        to = manage.retry_dead_letters(
-            conn,
-            request.match_info["address"],
-            selector=string_field(body, "selector") or None,
-            seqs=seqs_field(body),
-            limit=int_field(body, "limit"),
+        to = await _stepwise(
+            transfer.retry_steps(
+                conn,
+                request.match_info["address"],
+                selector=string_field(body, "selector") or None,
+                seqs=seqs_field(body),
+                limit=int_field(body, "limit"),
+            )
         )
         await self._synced()
-        left = to.pop(manage.UNKNOWN_ORIGIN, 0)
+        left = to.pop(transfer.UNKNOWN_ORIGIN, 0)
         return _json({"retried": sum(to.values()), "to": to, "left": left})
 
     async def connections(self, request: web.Request, conn: Connection) -> web.StreamResponse:
@@ -437,3 +442,14 @@ class AdminApi:
         conn.rollback_prepared(request.match_info["xid"])
         await self._synced()
         return web.Response(status=204)
+
+
+async def _stepwise(steps: Generator[None, None, _T]) -> _T:
+    """Take ``steps`` (a move) one at a time, letting the loop serve others between."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            result: _T = done.value
+            return result
+        await asyncio.sleep(0)

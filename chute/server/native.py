@@ -26,10 +26,10 @@ import json
 import logging
 import time
 from collections.abc import Callable, Generator
-from typing import Any
+from typing import Any, TypeVar
 
 from chute.content import encode_content
-from chute.core import manage
+from chute.core import transfer
 from chute.core.browse import BrowsePage, clamp
 from chute.core.connection import Connection
 from chute.core.consumer import AckMode, Consumer, Entry
@@ -55,6 +55,8 @@ log = logging.getLogger("chute.server")
 # A session's "auto" mode: the client acks cumulatively as the application takes
 # messages (batched with its credit), so the core runs it as cumulative acks and
 # nothing in a dead client's prefetch buffer is lost.
+_R = TypeVar("_R")  # what a move answers
+
 _CORE_ACK_MODES = {
     p.SessionAckMode.AUTO: AckMode.CLIENT,
     p.SessionAckMode.CLIENT: AckMode.CLIENT,
@@ -466,7 +468,7 @@ class NativeConnection(StreamConnection):
         self._after_sync(lambda error: self._confirmed(header, error, count))
 
     def _on_move(self, header: p.Header, packet: p.Move) -> None:
-        count = manage.move(
+        steps = transfer.move_steps(
             self._core(),
             packet.source,
             packet.target,
@@ -474,25 +476,42 @@ class NativeConnection(StreamConnection):
             seqs=packet.seqs or None,
             limit=packet.limit,
         )
-        self._after_sync(lambda error: self._confirmed(header, error, str(count)))
+        self._work = self._moving(header, steps, lambda count: p.Ok(str(count)))
 
     def _on_dead_letter_retry(self, header: p.Header, packet: p.DeadLetterRetry) -> None:
-        counts = manage.retry_dead_letters(
+        steps = transfer.retry_steps(
             self._core(),
             packet.source,
             selector=packet.selector,
             seqs=packet.seqs or None,
             limit=packet.limit,
         )
-        answer = p.DeadLetterRetryResult(tuple(sorted(counts.items())))
+        self._work = self._moving(
+            header, steps, lambda counts: p.DeadLetterRetryResult(tuple(sorted(counts.items())))
+        )
 
-        def retried(error: BaseException | None) -> None:
+    def _moving(
+        self,
+        header: p.Header,
+        steps: Generator[None, None, _R],
+        answer: Callable[[_R], p.Packet],
+    ) -> Generator[None, None, None]:
+        """A move taken a step at a time between other clients' work, answered once what
+        it moved is durable."""
+        try:
+            result = yield from steps
+        except ChuteError as exc:
+            self._fail(header, exc)
+            return
+        reply = answer(result)
+
+        def moved(error: BaseException | None) -> None:
             if error is None:
-                self._respond(header, answer)
+                self._respond(header, reply)
             else:
                 self._confirmed(header, error)
 
-        self._after_sync(retried)
+        self._after_sync(moved)
 
     def _on_ping(self, header: p.Header, packet: p.Ping) -> None:
         self._respond(header, p.Pong())

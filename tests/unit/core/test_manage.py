@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from chute.core import manage
+from chute.core import manage, transfer
 from chute.core.access import ADMIN_ROLE, Access, Action, Role, User
 from chute.core.address import DEAD_LETTER
 from chute.core.broker import Broker
@@ -122,6 +122,20 @@ def test_create_makes_a_destination_once(broker: Broker, admin: Connection) -> N
 # -- moving ---------------------------------------------------------------------------
 
 
+def test_a_move_goes_a_step_at_a_time_so_a_driver_can_serve_others_between(
+    broker: Broker, admin: Connection
+) -> None:
+    count = transfer.STEP * 3 + 5
+    fill(broker, "queue:a", count)
+    manage.create(admin, "queue:b")
+    steps = transfer.move_steps(admin, "queue:a", "queue:b")
+    depths = []
+    for _ in steps:
+        depths.append(len(waiting(broker, "queue:b")))
+    assert depths == [transfer.STEP * n for n in range(1, 4)] + [count]
+    assert waiting(broker, "queue:a") == []
+
+
 def test_move_takes_every_waiting_message_in_order_and_keeps_it_whole(
     broker: Broker, admin: Connection, clock: FakeClock
 ) -> None:
@@ -130,7 +144,7 @@ def test_move_takes_every_waiting_message_in_order_and_keeps_it_whole(
     )
     consumer, recorder = consume(broker, "queue:a", 1)  # the first is in flight: it stays
     manage.create(admin, "queue:b")
-    assert manage.move(admin, "queue:a", "queue:b") == 3
+    assert transfer.move(admin, "queue:a", "queue:b") == 3
     assert waiting(broker, "queue:a") == ["queue:a-0"]
     assert waiting(broker, "queue:b") == ["queue:a-1", "queue:a-2", "queue:a-3"]
     for entry, original in zip(broker.browse("queue:b"), sent[1:], strict=True):
@@ -153,11 +167,11 @@ def test_move_picks_by_selector_seqs_and_limit(broker: Broker, admin: Connection
     for i in range(10):
         session.send("queue:a", msg(f"{i}", properties={"n": i}))
     manage.create(admin, "queue:b")
-    assert manage.move(admin, "queue:a", "queue:b", selector="n >= 5", limit=2) == 2
+    assert transfer.move(admin, "queue:a", "queue:b", selector="n >= 5", limit=2) == 2
     assert waiting(broker, "queue:b") == ["5", "6"]
-    assert manage.move(admin, "queue:a", "queue:b", seqs=[9, 1, 1, 999]) == 2
+    assert transfer.move(admin, "queue:a", "queue:b", seqs=[9, 1, 1, 999]) == 2
     assert waiting(broker, "queue:b") == ["5", "6", "0", "8"]  # seqs are 1-based
-    assert manage.move(admin, "queue:a", "queue:b", seqs=[3, 4, 8], selector="n > 2") == 2
+    assert transfer.move(admin, "queue:a", "queue:b", seqs=[3, 4, 8], selector="n > 2") == 2
     assert waiting(broker, "queue:b")[4:] == ["3", "7"]  # seq 3 is n=2: not matched
     assert waiting(broker, "queue:a") == ["1", "2", "4", "9"]
 
@@ -165,14 +179,14 @@ def test_move_picks_by_selector_seqs_and_limit(broker: Broker, admin: Connection
 def test_move_refuses_what_makes_no_sense(broker: Broker, admin: Connection) -> None:
     fill(broker, "queue:a", 1)
     with pytest.raises(InvalidAddress):
-        manage.move(admin, "queue:a", "a")
+        transfer.move(admin, "queue:a", "a")
     with pytest.raises(NotFound):
-        manage.move(admin, "queue:a", "queue:nowhere")
+        transfer.move(admin, "queue:a", "queue:nowhere")
     with pytest.raises(NotFound):
-        manage.move(admin, "queue:nowhere", "queue:a")
+        transfer.move(admin, "queue:nowhere", "queue:a")
     manage.create(admin, "topic:t")
     with pytest.raises(InvalidAddress, match="topic"):
-        manage.move(admin, "topic:t", "queue:a")
+        transfer.move(admin, "topic:t", "queue:a")
     assert waiting(broker, "queue:a") == ["queue:a-0"]
 
 
@@ -182,7 +196,7 @@ def test_a_move_to_a_topic_publishes_to_its_subscriptions(
     fill(broker, "queue:a", 2)
     recorder = Recorder()
     Connection(broker).session().consumer(1, "topic:t", recorder)
-    assert manage.move(admin, "queue:a", "topic:t") == 2
+    assert transfer.move(admin, "queue:a", "topic:t") == 2
     assert recorder.bodies == [b"queue:a-0", b"queue:a-1"]
 
 
@@ -194,7 +208,7 @@ def test_a_move_into_a_full_target_stops_and_says_how_many_moved(clock: FakeCloc
     fill(broker, "queue:small", 1)
     fill(broker, "queue:a", 5)
     with pytest.raises(DestinationFull, match="2 messages had moved"):
-        manage.move(admin, "queue:a", "queue:small")
+        transfer.move(admin, "queue:a", "queue:small")
     assert waiting(broker, "queue:small") == ["queue:small-0", "queue:a-0", "queue:a-1"]
     assert waiting(broker, "queue:a") == ["queue:a-2", "queue:a-3", "queue:a-4"]
     assert not any(e.redelivered for e in broker.browse("queue:a"))
@@ -207,7 +221,7 @@ def test_each_message_moves_in_one_atomic_commit(clock: FakeClock) -> None:
     fill(broker, "queue:a", 3)
     manage.create(admin, "queue:b")
     store.calls.clear()
-    manage.move(admin, "queue:a", "queue:b")
+    transfer.move(admin, "queue:a", "queue:b")
     commits = [ops for kind, ops in store.calls if kind == "commit"]
     assert store.kinds() == ["commit"] * len(commits)  # no add or ack outside a commit
     ops = [op for batch in commits for op in batch]
@@ -226,7 +240,9 @@ def test_a_move_survives_a_restart_without_loss_or_duplicates(tmp_path: Path) ->
         session.send("queue:a", Message.create(BODY + str(i).encode()))
     assert broker.queues["queue:a"].paged > 400
     manage.create(admin, "queue:b")
-    assert manage.move(admin, "queue:a", "queue:b", selector="JMSMessageID IS NOT NULL", limit=420)
+    assert transfer.move(
+        admin, "queue:a", "queue:b", selector="JMSMessageID IS NOT NULL", limit=420
+    )
     before = (waiting(broker, "queue:a"), waiting(broker, "queue:b"))
     assert len(before[1]) == 420
     journal.close()
@@ -261,9 +277,9 @@ def test_moving_finds_paged_messages(paging_store: Store) -> None:
     source = broker.queues["queue:a"]
     assert source.paged > 1000
     manage.create(admin, "queue:b")
-    assert manage.move(admin, "queue:a", "queue:b", selector="n >= 1100 OR n < 0") == 101
-    assert manage.move(admin, "queue:a", "queue:b", seqs=[1000, 5]) == 2
-    manage.delete_message(admin, "queue:a", 999)
+    assert transfer.move(admin, "queue:a", "queue:b", selector="n >= 1100 OR n < 0") == 101
+    assert transfer.move(admin, "queue:a", "queue:b", seqs=[1000, 5]) == 2
+    transfer.delete_message(admin, "queue:a", 999)
     assert source.held == 1200 - 101 - 2 - 1 + 1
     assert [e.message.properties["n"] for e in broker.browse("queue:b")] == [
         *range(1100, 1200),
@@ -300,7 +316,7 @@ def test_retry_sends_dead_letters_back_where_they_came_from(
     dead_letter(broker, "queue:b", 1)
     Connection(broker).session().send(DEAD_LETTER, msg(b"stray"))  # no origin recorded
     ids = [e.message.id for e in broker.browse(DEAD_LETTER)]
-    assert manage.retry_dead_letters(admin) == {"queue:a": 2, "queue:b": 1, "": 1}
+    assert transfer.retry_dead_letters(admin) == {"queue:a": 2, "queue:b": 1, "": 1}
     assert waiting(broker, DEAD_LETTER) == ["stray"]
     back = broker.browse("queue:a") + broker.browse("queue:b")
     assert sorted(e.message.id for e in back) == sorted(ids[:3])
@@ -318,7 +334,7 @@ def test_retry_makes_a_deleted_origin_again_and_honours_a_selector(
     dead_letter(broker, "queue:gone", 1)
     dead_letter(broker, "queue:kept", 1)
     admin.delete("queue:gone")
-    assert manage.retry_dead_letters(admin, selector="kept = 'queue:gone'") == {"queue:gone": 1}
+    assert transfer.retry_dead_letters(admin, selector="kept = 'queue:gone'") == {"queue:gone": 1}
     assert waiting(broker, "queue:gone") == ["queue:gone-0"]
     assert len(broker.browse(DEAD_LETTER)) == 1
 
@@ -329,14 +345,14 @@ def test_retry_makes_a_deleted_origin_again_and_honours_a_selector(
 def test_delete_message_takes_a_waiting_one_only(broker: Broker, admin: Connection) -> None:
     fill(broker, "queue:a", 3)
     consume(broker, "queue:a", 1)  # seq 1 in flight
-    manage.delete_message(admin, "queue:a", 2)
+    transfer.delete_message(admin, "queue:a", 2)
     assert waiting(broker, "queue:a") == ["queue:a-0", "queue:a-2"]
     with pytest.raises(NotFound, match="in flight"):
-        manage.delete_message(admin, "queue:a", 1)
+        transfer.delete_message(admin, "queue:a", 1)
     with pytest.raises(NotFound):
-        manage.delete_message(admin, "queue:a", 2)
+        transfer.delete_message(admin, "queue:a", 2)
     with pytest.raises(NotFound):
-        manage.delete_message(admin, "queue:none", 1)
+        transfer.delete_message(admin, "queue:none", 1)
     assert stats_of(broker, "queue:a")["depth"] == 2
 
 
@@ -474,9 +490,9 @@ def test_without_manage_nothing_is_shown_or_done(secured: Broker) -> None:
     for act in (
         lambda: manage.destination(bob, "queue:orders.a"),
         lambda: manage.create(bob, "queue:x"),
-        lambda: manage.move(bob, "queue:orders.a", "queue:orders.b"),
-        lambda: manage.retry_dead_letters(bob),
-        lambda: manage.delete_message(bob, "queue:orders.a", 1),
+        lambda: transfer.move(bob, "queue:orders.a", "queue:orders.b"),
+        lambda: transfer.retry_dead_letters(bob),
+        lambda: transfer.delete_message(bob, "queue:orders.a", 1),
         lambda: manage.connections(bob),
         lambda: manage.close_connection(bob, root.id),
         lambda: manage.cursors(bob),
@@ -496,11 +512,11 @@ def test_manage_on_some_addresses_reaches_those_only(secured: Broker) -> None:
     fill(secured, "queue:orders.a", 3)
     fill(secured, "queue:other", 1)
     manage.create(alice, "queue:orders.b")
-    assert manage.move(alice, "queue:orders.a", "queue:orders.b", limit=1) == 1
+    assert transfer.move(alice, "queue:orders.a", "queue:orders.b", limit=1) == 1
     with pytest.raises(AccessDenied):
-        manage.move(alice, "queue:orders.a", "queue:other")
+        transfer.move(alice, "queue:orders.a", "queue:other")
     with pytest.raises(AccessDenied):
-        manage.retry_dead_letters(alice)  # a wildcard never reaches the dead letters
+        transfer.retry_dead_letters(alice)  # a wildcard never reaches the dead letters
     with pytest.raises(AccessDenied, match=r"manage = \[\"\*\"\]"):
         manage.connections(alice)
     consume(secured, "queue:other", 1)
@@ -513,7 +529,7 @@ def test_who_manages_everything_manages_the_reserved_queues_too(secured: Broker)
     mia = as_user(secured, "mia")
     dead_letter(secured, "queue:orders.a", 1)
     assert manage.destination(mia, DEAD_LETTER)["depth"] == 1
-    assert manage.retry_dead_letters(mia) == {"queue:orders.a": 1}
+    assert transfer.retry_dead_letters(mia) == {"queue:orders.a": 1}
     assert mia.id in {c["id"] for c in manage.connections(mia)}
     assert manage.cursors(mia) == []
 
@@ -524,10 +540,10 @@ def test_a_retry_stops_at_an_origin_its_user_may_not_manage(secured: Broker) -> 
     dead_letter(secured, "queue:other", 1)
     dead_letter(secured, "queue:orders.b", 1)
     with pytest.raises(AccessDenied, match="2 messages had moved before"):
-        manage.retry_dead_letters(dan)
+        transfer.retry_dead_letters(dan)
     assert waiting(secured, "queue:orders.a") == ["queue:orders.a-0", "queue:orders.a-1"]
     assert waiting(secured, DEAD_LETTER) == ["queue:other-0", "queue:orders.b-0"]
-    assert manage.retry_dead_letters(dan, selector="kept LIKE 'queue:orders.%'") == {
+    assert transfer.retry_dead_letters(dan, selector="kept LIKE 'queue:orders.%'") == {
         "queue:orders.b": 1
     }
 
@@ -538,8 +554,8 @@ def test_one_log_line_per_action(
     fill(broker, "queue:a", 50)
     manage.create(admin, "queue:b")
     with caplog.at_level(logging.INFO, logger="chute.manage"):
-        manage.move(admin, "queue:a", "queue:b")
-        manage.delete_message(admin, "queue:b", 1)
+        transfer.move(admin, "queue:a", "queue:b")
+        transfer.delete_message(admin, "queue:b", 1)
     lines = [r.getMessage() for r in caplog.records if r.name == "chute.manage"]
     assert len(lines) == 2
     assert lines[0] == "anonymous moved 50 messages from queue:a to queue:b"
