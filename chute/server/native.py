@@ -13,6 +13,8 @@ later packets wait until the send gets room or times out. A browse is acted on
 in steps (``_work``, a generator a step per ``next()``: a few messages of the
 page), each a unit of the connection's turn like a packet, so a page read from
 the journal does not hold the loop for milliseconds; later packets wait for it.
+A move of messages (``Move``, ``DeadLetterRetry``) is acted on in steps the
+same way (:mod:`chute.core.transfer`).
 
 Any :class:`~chute.errors.ChuteError` from the core becomes an ``Error``
 packet for that request (or, for a one-way send, an unsolicited ``Error``
@@ -52,11 +54,11 @@ from chute.server.stream import Retry, ServerHost, StreamConnection
 
 log = logging.getLogger("chute.server")
 
+_R = TypeVar("_R")  # what a move answers
+
 # A session's "auto" mode: the client acks cumulatively as the application takes
 # messages (batched with its credit), so the core runs it as cumulative acks and
 # nothing in a dead client's prefetch buffer is lost.
-_R = TypeVar("_R")  # what a move answers
-
 _CORE_ACK_MODES = {
     p.SessionAckMode.AUTO: AckMode.CLIENT,
     p.SessionAckMode.CLIENT: AckMode.CLIENT,
