@@ -122,11 +122,11 @@ async def _refusal(server: ReadyHost, gate: Gate, request: web.Request) -> web.R
         principal = await gate.principal(request)
     except ApiError as exc:
         return web.Response(status=exc.status, text=exc.message + "\n", headers=exc.headers)
-    if not principal.manages_all:
+    if not principal.monitors_all:
         return web.Response(
             status=403,
-            text=f"user {principal} may not read the metrics: it needs the manage "
-            'permission on every address ("*")\n',
+            text=f"user {principal} may not read the metrics: give one of its roles "
+            'monitor = ["*"] (or manage = ["*"])\n',
         )
     return None
 

@@ -77,6 +77,7 @@ class Action(enum.Enum):
     CREATE = "create"
     DELETE = "delete"
     MANAGE = "manage"
+    MONITOR = "monitor"
 
 
 # -- grants -----------------------------------------------------------------------------
@@ -116,7 +117,7 @@ class Grants:
     dict lookup. Used from the broker's loop only.
     """
 
-    __slots__ = ("_answers", "_patterns", "manages_all")
+    __slots__ = ("_answers", "_patterns", "manages_all", "monitors_all")
 
     def __init__(self, grants: Mapping[Action, Iterable[str]]) -> None:
         texts = {action: tuple(patterns) for action, patterns in grants.items()}
@@ -128,6 +129,8 @@ class Grants:
         self.manages_all = "*" in texts.get(Action.MANAGE, ())
         """``manage = ["*"]``: prepared transactions of other users, every destination's
         statistics, the admin operations."""
+        self.monitors_all = self.manages_all or "*" in texts.get(Action.MONITOR, ())
+        """``monitor = ["*"]`` (or ``manage``): the broker's metrics, and nothing else."""
 
     def allows(self, action: Action, address: str) -> bool:
         key = (action, address)
@@ -188,6 +191,10 @@ class Principal:
     @property
     def manages_all(self) -> bool:
         return self.grants is None or self.grants.manages_all
+
+    @property
+    def monitors_all(self) -> bool:
+        return self.grants is None or self.grants.monitors_all
 
     def __str__(self) -> str:
         return self.user if self.user is not None else "anonymous"

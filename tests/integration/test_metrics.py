@@ -202,12 +202,14 @@ def test_a_topic_counts_what_was_published_and_each_subscription_its_own(
     assert depth == 3
 
 
-def test_metrics_need_a_manager_when_the_broker_has_users(tmp_path: Path) -> None:
+def test_metrics_need_a_monitor_when_the_broker_has_users(tmp_path: Path) -> None:
     config = tmp_path / "chute.toml"
     config.write_text(
         '[users.root]\npassword = "root-pw"\nroles = ["admin"]\n\n'
         '[users.app]\npassword = "app-pw"\nroles = ["app"]\n\n'
-        '[roles.app]\nsend = ["queue:app.*"]\n'
+        '[users.prometheus]\npassword = "prom-pw"\nroles = ["monitor"]\n\n'
+        '[roles.app]\nsend = ["queue:app.*"]\n\n'
+        '[roles.monitor]\nmonitor = ["*"]\n'
     )
     running = start(tmp_path, "--config", str(config))
     try:
@@ -216,8 +218,11 @@ def test_metrics_need_a_manager_when_the_broker_has_users(tmp_path: Path) -> Non
         assert "credentials" in text
         status, text = running.fetch("/metrics", ("app", "app-pw"))
         assert status == 403
-        assert "manage" in text
+        assert 'monitor = ["*"]' in text
         assert running.fetch("/metrics", ("root", "wrong"))[0] == 401
+        assert running.scrape(("prometheus", "prom-pw"))[("chute_ready", ())] == 1
+        # monitoring is looking only: the admin API refuses the same user
+        assert running.fetch("/api/overview", ("prometheus", "prom-pw"))[0] == 403
         assert running.scrape(("root", "root-pw"))[("chute_ready", ())] == 1
         assert running.fetch("/healthz") == (200, '{"status": "alive"}')  # never needs a login
     finally:
