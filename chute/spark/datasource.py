@@ -11,7 +11,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from chute.spark.options import ChuteOptions, OptionError
+from chute.spark.options import ChuteOptions, OptionError, Side
 from chute.spark.schema import READ_SCHEMA
 from chute.spark.sink import ChuteBatchWriter, ChuteStreamWriter
 from chute.spark.source import ChuteBatchReader, ChuteStreamReader
@@ -25,25 +25,27 @@ class ChuteDataSource(DataSource):
         return "chute"
 
     def schema(self) -> str:
+        # Spark asks for the schema of reads only, at load(): check their options there.
+        ChuteOptions.parse(self.options, Side.READ)
         return READ_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        options = ChuteOptions.parse(self.options)
-        explicit = any(k.lower() in ("cursor", "subscription") for k in self.options)
+        options = ChuteOptions.parse(self.options, Side.READ)
+        explicit = "cursor" in options.given
         return ChuteBatchReader(
             options, use_cursor=explicit or options.address.startswith("topic:")
         )
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return ChuteStreamReader(ChuteOptions.parse(self.options))
+        return ChuteStreamReader(ChuteOptions.parse(self.options, Side.READ))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         _append_only(overwrite)
-        return ChuteBatchWriter(ChuteOptions.parse(self.options, need_destination=False))
+        return ChuteBatchWriter(ChuteOptions.parse(self.options, Side.WRITE))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         _append_only(overwrite)
-        return ChuteStreamWriter(ChuteOptions.parse(self.options, need_destination=False))
+        return ChuteStreamWriter(ChuteOptions.parse(self.options, Side.WRITE))
 
 
 def _append_only(overwrite: bool) -> None:

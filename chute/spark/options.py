@@ -1,17 +1,26 @@
-"""The connector's options, as Spark hands them over: strings in a case-insensitive map.
+"""The connector's options: one table (:data:`OPTIONS`) declares each, parsing checks them.
 
-Read and write share ``url``, ``login``/``passcode`` (or ``user``/``password``,
-or in the URL: ``chute://login:passcode@host``) and ``destination``. TLS follows
-the URL (``chutes://``), with ``tlsCaFile``, ``tlsVerify`` and a client
-certificate (``tlsCertFile``, ``tlsKeyFile``) whose commonName names the user.
+Spark hands a data source its options as strings in a case-insensitive map (keys
+lower-cased). :meth:`ChuteOptions.parse` turns that map into typed values and
+refuses, with a message that says what to do, every key it does not know: a
+misspelt name (with the closest known one), a name of Kafka's source that chute
+does not support, or an option of the other side (a read option on a write).
+Spark's own sink options (``checkpointLocation``, ``queryName``) pass.
+
+Credentials go in ``password`` (alias ``passcode``), a key Spark's default
+``spark.redaction.regex`` hides in plans; :func:`redact_passcode` makes Spark hide
+``passcode`` too.
 """
 
 from __future__ import annotations
 
+import difflib
+import enum
+import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Final
+from dataclasses import dataclass, field
+from typing import Any, Final
 
 from chute.client.blocking import Connection, connect
 from chute.core.address import canonical
@@ -19,72 +28,214 @@ from chute.errors import ConnectError
 
 DEFAULT_URL: Final = "chute://127.0.0.1:5445"
 DEFAULT_CURSOR: Final = "spark"
-_Get = Callable[..., str | None]
 RECONNECT_S: Final = 30.0
 """How long the driver keeps trying to reach a broker that went away (a restart)."""
 
 
 class OptionError(ValueError):
-    """An option is missing or has a value the connector cannot use."""
+    """An option is unknown, missing, or has a value the connector cannot use."""
+
+
+class Side(enum.Flag):
+    """Where an option applies: reads (``read``/``readStream``), writes, or both."""
+
+    READ = enum.auto()
+    WRITE = enum.auto()
+    BOTH = READ | WRITE
+
+
+# -- value types: each takes (option name, raw text) and returns the typed value ----------
+
+
+def _text(_: str, raw: str) -> str | None:
+    return raw or None
+
+
+def _count(name: str, raw: str) -> int:
+    try:
+        number = int(raw.strip())
+    except ValueError:
+        raise OptionError(f"option {name} must be an integer, not {raw!r}") from None
+    if number < 0:
+        raise OptionError(f"option {name} must not be negative, not {number}")
+    return number
+
+
+def _positive(name: str, raw: str) -> int:
+    return max(1, _count(name, raw))
+
+
+def _flag(name: str, raw: str) -> bool:
+    text = raw.strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise OptionError(f"option {name} must be true or false, not {raw!r}")
+
+
+def _destination(name: str, raw: str) -> str:
+    try:
+        return canonical(raw)
+    except ValueError as exc:
+        raise OptionError(f"option {name}: {exc}") from None
+
+
+def _starting(name: str, raw: str) -> str:
+    text = raw.strip().lower()
+    if text not in ("earliest", "latest") and not text.isdigit():
+        raise OptionError(
+            f"option {name} must be earliest, latest or a sequence number, not {raw!r}"
+        )
+    return text
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: its name (as documented), what it means, its type and default."""
+
+    name: str
+    side: Side
+    type: str  # as the docs name it
+    default: Any  # the typed value when the option is absent
+    meaning: str
+    parse: Callable[[str, str], Any]
+    attr: str | None  # the ChuteOptions field it sets (None: Spark's own, unused)
+    aliases: tuple[str, ...] = ()
+
+
+# fmt: off
+OPTIONS: Final[tuple[Option, ...]] = (
+    Option("url", Side.BOTH, "string", DEFAULT_URL,
+           "chute://host:port, or chutes://host:port for TLS; chute://login:password@host:port "
+           "carries credentials (percent-encoded)", _text, "url"),
+    Option("destination", Side.BOTH, "queue:NAME | topic:NAME", None,
+           "what to read (required for reads); for the sink, the target of rows without a "
+           "destination column", _destination, "destination", ("dest", "address")),
+    Option("login", Side.BOTH, "string", None, "the user name (wins over the URL's)",
+           _text, "login", ("user",)),
+    Option("password", Side.BOTH, "string", None,
+           "the user's password (wins over the URL's); redacted in Spark's plans and UI",
+           _text, "password", ("passcode",)),
+    Option("tlsCaFile", Side.BOTH, "path", None,
+           "with chutes://: a CA file to trust instead of the system's store",
+           _text, "tls_ca", ("tls.caFile",)),
+    Option("tlsVerify", Side.BOTH, "boolean", True,
+           "false skips the certificate check (testing only)", _flag, "tls_verify"),
+    Option("tlsCertFile", Side.BOTH, "path", None,
+           "with chutes://: a client certificate; its commonName names the user",
+           _text, "tls_cert", ("tls.certFile",)),
+    Option("tlsKeyFile", Side.BOTH, "path", None,
+           "the client certificate's key, if not in the same file",
+           _text, "tls_key", ("tls.keyFile",)),
+    Option("timeoutMs", Side.BOTH, "integer (ms)", 30_000, "request timeout",
+           _count, "timeout_ms"),
+    Option("cursor", Side.READ, "string", DEFAULT_CURSOR,
+           "the cursor's name; give each query reading the same topic its own",
+           _text, "cursor", ("subscription", "cursorName")),
+    Option("startingOffsets", Side.READ, "earliest | latest | sequence number", "earliest",
+           "where a new checkpoint starts", _starting, "starting", ("startingOffset",)),
+    Option("maxMessagesPerTrigger", Side.READ, "integer", 0,
+           "stream reads: at most this many sequence numbers per micro-batch (0: no limit)",
+           _count, "max_per_trigger", ("maxOffsetsPerTrigger",)),
+    Option("selector", Side.READ, "string", None,
+           "a JMS selector; on a topic, the cursor's subscription's selector",
+           _text, "selector"),
+    Option("numPartitions", Side.READ, "integer", 2,
+           "tasks per batch, each reading a sub-range", _positive, "partitions"),
+    Option("leaseMs", Side.READ, "integer (ms)", 0,
+           "how long a cursor outlives its driver's connection (0: the broker's 60 000)",
+           _count, "lease_ms"),
+    Option("pageMessages", Side.READ, "integer", 4096, "messages per fetch page",
+           _positive, "page_messages"),
+    Option("checkpointLocation", Side.WRITE, "path", None,
+           "Spark's own (writeStream): the query's checkpoint", _text, None),
+    Option("queryName", Side.WRITE, "string", None,
+           "Spark's own (writeStream.queryName)", _text, None),
+)
+"""Every option the source and the sink accept, declared once."""
+# fmt: on
+
+_BY_KEY: Final = {key.lower(): o for o in OPTIONS for key in (o.name, *o.aliases)}
+
+NOT_YET: Final = {
+    "failondataloss": "chute does not detect lost data: a range whose messages expired "
+    "is read with fewer rows",
+    "minpartitions": "use numPartitions (tasks per batch)",
+    "minoffsetspertrigger": "use maxMessagesPerTrigger and a trigger interval",
+    "maxtriggerdelay": "use a trigger interval",
+    "endingoffsets": "a batch read ends at the destination's head when it is planned",
+    "startingtimestamp": "use startingOffsets (earliest, latest or a sequence number)",
+    "startingoffsetsbytimestamp": "use startingOffsets (earliest, latest or a sequence number)",
+    "endingtimestamp": "a batch read ends at the destination's head when it is planned",
+    "endingoffsetsbytimestamp": "a batch read ends at the destination's head when it is planned",
+    "subscribe": "name one destination with option destination (queue:NAME or topic:NAME)",
+    "subscribepattern": "name one destination with option destination; patterns are not supported",
+    "assign": "name one destination with option destination (queue:NAME or topic:NAME)",
+    "topic": "name the destination with option destination (topic:NAME)",
+    "groupidprefix": "use cursor to name what the query reads with",
+    "includeheaders": "the read always has the headers and properties as columns",
+    "maxrecordsperpartition": "use numPartitions",
+}
+"""Option names of Spark's Kafka source and sink that chute does not support (yet)."""
+
+_PATH_HINT: Final = (
+    'format("chute") takes no path: give the destination with option("destination", ...)'
+)
 
 
 @dataclass(frozen=True)
 class ChuteOptions:
-    """Every option of the ``chute`` data source, parsed once (picklable)."""
+    """Every option of the ``chute`` data source, parsed once (picklable).
 
-    url: str = DEFAULT_URL
-    destination: str | None = None
-    cursor: str = DEFAULT_CURSOR
-    selector: str | None = None
-    starting: str = "earliest"
-    max_per_trigger: int = 0
-    partitions: int = 2
-    login: str | None = None
-    passcode: str | None = None
-    lease_ms: int = 0
-    page_messages: int = 4096
-    timeout: float = 30.0
-    tls_ca: str | None = None  # chutes:// URLs: a CA file to trust (default: the system's)
-    tls_verify: bool = True
-    tls_cert: str | None = None  # chutes:// URLs: a client certificate (its CN is the user)
-    tls_key: str | None = None  # its key, if not in tls_cert
+    Build it with :meth:`parse`; each field's default is in :data:`OPTIONS`.
+    """
+
+    url: str
+    destination: str | None
+    login: str | None
+    password: str | None = field(repr=False)  # never in a traceback or a log line
+    tls_ca: str | None
+    tls_verify: bool
+    tls_cert: str | None
+    tls_key: str | None
+    timeout_ms: int
+    cursor: str
+    starting: str
+    max_per_trigger: int
+    selector: str | None
+    partitions: int
+    lease_ms: int
+    page_messages: int
+    given: frozenset[str]  # the names (as in OPTIONS) of the options the user gave
 
     @classmethod
-    def parse(cls, options: Mapping[str, str], *, need_destination: bool = True) -> ChuteOptions:
-        """Raises OptionError for a missing destination or a malformed value."""
-        get = _getter(options)
-        destination = get("destination", "dest", "address")
-        if destination is not None:
-            try:
-                destination = canonical(destination)
-            except ValueError as exc:
-                raise OptionError(f"option destination: {exc}") from None
-        elif need_destination:
+    def parse(cls, options: Mapping[str, Any], side: Side = Side.READ) -> ChuteOptions:
+        """Check and type ``options`` for a read or a write (``side``).
+
+        Raises:
+            OptionError: an unknown option, one of the other side, one of Kafka's
+                that chute does not support, a missing destination (reads) or a
+                malformed value.
+        """
+        values: dict[str, Any] = {o.attr: o.default for o in OPTIONS if o.attr}
+        given: dict[str, str] = {}
+        for key, raw in options.items():
+            option = _known(str(key), side)
+            if option.name in given:
+                raise OptionError(
+                    f"options '{given[option.name]}' and '{key}' both set {option.name}: give one"
+                )
+            given[option.name] = str(key)
+            if option.attr is not None and raw is not None:
+                values[option.attr] = option.parse(option.name, str(raw))
+        if values["cursor"] is None:
+            values["cursor"] = DEFAULT_CURSOR
+        if values["url"] is None:
+            values["url"] = DEFAULT_URL
+        if values["destination"] is None and side is Side.READ:
             raise OptionError('option "destination" is required (queue:NAME or topic:NAME)')
-        starting = (get("startingOffsets", "startingOffset") or "earliest").strip().lower()
-        if starting not in ("earliest", "latest") and not starting.isdigit():
-            raise OptionError(
-                f"option startingOffsets must be earliest, latest or a sequence number, "
-                f"not {starting!r}"
-            )
-        return cls(
-            url=get("url") or DEFAULT_URL,
-            destination=destination,
-            cursor=get("cursor", "subscription", "cursorName") or DEFAULT_CURSOR,
-            selector=get("selector") or None,
-            starting=starting,
-            max_per_trigger=_int(get, "maxMessagesPerTrigger", 0),
-            partitions=max(1, _int(get, "numPartitions", 2)),
-            login=get("login", "user"),
-            passcode=get("passcode", "password"),
-            lease_ms=_int(get, "leaseMs", 0),
-            page_messages=max(1, _int(get, "pageMessages", 4096)),
-            timeout=float(_int(get, "timeoutMs", 30_000)) / 1000,
-            tls_ca=get("tlsCaFile", "tls.caFile") or None,
-            tls_verify=(get("tlsVerify") or "true").strip().lower() not in ("false", "0", "no"),
-            tls_cert=get("tlsCertFile", "tls.certFile") or None,
-            tls_key=get("tlsKeyFile", "tls.keyFile") or None,
-        )
+        return cls(**values, given=frozenset(given))
 
     @property
     def address(self) -> str:
@@ -97,8 +248,8 @@ class ChuteOptions:
         return connect(
             self.url,
             login=self.login,
-            passcode=self.passcode,
-            timeout=self.timeout,
+            passcode=self.password,
+            timeout=self.timeout_ms / 1000,
             tls_ca=self.tls_ca,
             tls_verify=self.tls_verify,
             tls_cert=self.tls_cert,
@@ -118,27 +269,67 @@ class ChuteOptions:
                 time.sleep(0.2)  # a back-off between attempts, not a synchronisation
 
 
-def _getter(options: Mapping[str, str]) -> _Get:
-    lowered = {str(k).lower(): v for k, v in options.items()}
-
-    def get(*names: str) -> str | None:
-        for name in names:
-            value = lowered.get(name.lower())
-            if value is not None:
-                return str(value)
-        return None
-
-    return get
+def known_names(side: Side) -> list[str]:
+    """The documented names of the options of ``side`` (reads or writes)."""
+    return [o.name for o in OPTIONS if o.side & side]
 
 
-def _int(get: _Get, name: str, default: int) -> int:
-    value = get(name)
-    if value is None or value == "":
-        return default
+def _known(key: str, side: Side) -> Option:
+    """The declared option ``key`` names, or an OptionError that says what to do."""
+    lowered = key.lower()
+    what = "read" if side is Side.READ else "write"
+    option = _BY_KEY.get(lowered)
+    if option is not None:
+        if not option.side & side:
+            other = "writes (the sink)" if option.side is Side.WRITE else "reads (the source)"
+            raise OptionError(f"option '{key}' applies to {other} only: remove it from the {what}")
+        return option
+    if lowered == "path":
+        raise OptionError(_PATH_HINT)
+    if lowered in NOT_YET or lowered.startswith("kafka."):
+        hint = NOT_YET.get(lowered) or (
+            "chute is not Kafka: connect with url, login, password and the tls* options"
+        )
+        raise OptionError(
+            f"option '{key}' of Spark's Kafka connector is not supported by chute yet: {hint}"
+        )
+    keys = {k: o.name for k, o in _BY_KEY.items() if o.side & side}
+    close = difflib.get_close_matches(lowered, list(keys), n=1, cutoff=0.6)
+    suggestion = f" (did you mean '{keys[close[0]]}'?)" if close else ""
+    raise OptionError(
+        f"unknown option '{key}' for a chute {what}{suggestion}; "
+        f"the options of a {what} are: {', '.join(known_names(side))}"
+    )
+
+
+# -- redaction ----------------------------------------------------------------------------
+
+OPTIONS_REDACTION: Final = "spark.sql.redaction.options.regex"
+_SPARK_DEFAULT_OPTIONS_REDACTION: Final = "(?i)url"
+
+
+def with_passcode(regex: str | None) -> str:
+    """``regex`` (Spark's ``spark.sql.redaction.options.regex``) extended so that it also
+    matches the option key ``passcode``; unchanged if it matches already."""
+    current = regex or _SPARK_DEFAULT_OPTIONS_REDACTION
     try:
-        number = int(value)
-    except ValueError:
-        raise OptionError(f"option {name} must be an integer, not {value!r}") from None
-    if number < 0:
-        raise OptionError(f"option {name} must not be negative, not {number}")
-    return number
+        if re.search(_java_to_python(current), "passcode"):
+            return current
+    except re.error:
+        pass  # a Java-only construct: extend it anyway
+    return f"{current}|(?i)passcode"
+
+
+def _java_to_python(regex: str) -> str:
+    # Java accepts a global (?i) anywhere; Python only at the start.
+    flags = "(?i)" if "(?i)" in regex else ""
+    return flags + regex.replace("(?i)", "")
+
+
+def redact_passcode(spark: Any) -> None:
+    """Make Spark redact the ``passcode`` option's value in plans, as it does ``password``
+    (by extending the session's ``spark.sql.redaction.options.regex``)."""
+    current = spark.conf.get(OPTIONS_REDACTION)
+    extended = with_passcode(current)
+    if extended != current:
+        spark.conf.set(OPTIONS_REDACTION, extended)
