@@ -3,6 +3,8 @@
 Reads ``queue:orders`` through the chute source, aggregates 5-second windows
 per region, writes each finished window as a JSON message to ``topic:order-stats``
 through the chute sink, exactly once (append mode: a Python sink takes no updates).
+The job consumes the queue and holds it while it runs; stopping it (``--seconds``)
+hands the queue back to other consumers at once.
 
     python examples/orders_job.py --url chute://127.0.0.1:5445 --seconds 60
 """
@@ -53,6 +55,7 @@ def main() -> None:
         spark.readStream.format("chute")
         .option("url", args.url)
         .option("destination", "queue:orders")
+        .option("cursor", "orders-job")  # this query's name at the broker: keep it across restarts
         .option("maxMessagesPerTrigger", 10000)
         .load()
     )

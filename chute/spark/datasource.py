@@ -1,6 +1,13 @@
-"""The ``chute`` DataSource: Spark asks it for readers and writers (planning workers)."""
+"""The ``chute`` DataSource: Spark asks it for readers and writers (planning workers).
+
+It also holds the rules of what a read may be (docs/spark.md, "Reading queues and
+topics"): a batch read is a snapshot of a queue, taking no cursor; a stream read
+consumes through a cursor the user names.
+"""
 
 from __future__ import annotations
+
+from typing import Final
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -31,13 +38,18 @@ class ChuteDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         options = ChuteOptions.parse(self.options, Side.READ)
-        explicit = "cursor" in options.given
-        return ChuteBatchReader(
-            options, use_cursor=explicit or options.address.startswith("topic:")
-        )
+        if options.address.startswith("topic:"):
+            raise OptionError(TOPIC_BATCH_READ.format(address=options.address))
+        for name in ("cursor", "selector"):
+            if name in options.given:
+                raise OptionError(SNAPSHOT_ONLY[name])
+        return ChuteBatchReader(options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return ChuteStreamReader(ChuteOptions.parse(self.options, Side.READ))
+        options = ChuteOptions.parse(self.options, Side.READ)
+        if options.cursor is None:
+            raise OptionError(CURSOR_REQUIRED.format(address=options.address))
+        return ChuteStreamReader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         _append_only(overwrite)
@@ -46,6 +58,31 @@ class ChuteDataSource(DataSource):
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         _append_only(overwrite)
         return ChuteStreamWriter(ChuteOptions.parse(self.options, Side.WRITE))
+
+
+TOPIC_BATCH_READ: Final = (
+    "{address} is a topic: a batch read of a topic is not supported, because a topic keeps "
+    "messages only for the subscriptions that existed when they were published (a batch "
+    "read would find nothing, and would leave a subscription behind). Stream the topic "
+    "(spark.readStream with option cursor: the query's subscription keeps what is "
+    "published while it is down), or read a queue the messages are sent to"
+)
+SNAPSHOT_ONLY: Final = {
+    "cursor": "a batch read (spark.read) is a snapshot of a queue: it consumes nothing and "
+    "takes no cursor (a cursor would hold the queue from other consumers). Remove option "
+    "cursor, or use spark.readStream to consume the queue through the cursor",
+    "selector": "a batch read (spark.read) is a snapshot of a queue and does not filter: "
+    "remove option selector and filter the DataFrame (e.g. where(properties['k'] = 'v')), "
+    "or use spark.readStream, whose cursor applies the selector",
+}
+CURSOR_REQUIRED: Final = (
+    'a stream read of {address} needs option "cursor": the name under which the broker '
+    "keeps this query's place (on a queue its hold and what it consumed, on a topic its "
+    "subscription). Give each query its own name and keep it across restarts of the query "
+    "(e.g. the query's name): Spark does not tell a source which query or checkpoint it "
+    "belongs to, so chute cannot choose one, and two queries sharing a name would share "
+    "(split) the messages"
+)
 
 
 def _append_only(overwrite: bool) -> None:

@@ -27,7 +27,6 @@ from chute.core.address import canonical
 from chute.errors import ConnectError
 
 DEFAULT_URL: Final = "chute://127.0.0.1:5445"
-DEFAULT_CURSOR: Final = "spark"
 RECONNECT_S: Final = 30.0
 """How long the driver keeps trying to reach a broker that went away (a restart)."""
 
@@ -130,8 +129,9 @@ OPTIONS: Final[tuple[Option, ...]] = (
            _text, "tls_key", ("tls.keyFile",)),
     Option("timeoutMs", Side.BOTH, "integer (ms)", 30_000, "request timeout",
            _count, "timeout_ms"),
-    Option("cursor", Side.READ, "string", DEFAULT_CURSOR,
-           "the cursor's name; give each query reading the same topic its own",
+    Option("cursor", Side.READ, "string", None,
+           "stream reads (required): the name the broker keeps the query's place under; "
+           "one per query, the same across its restarts",
            _text, "cursor", ("subscription", "cursorName")),
     Option("startingOffsets", Side.READ, "earliest | latest | sequence number", "earliest",
            "where a new checkpoint starts", _starting, "starting", ("startingOffset",)),
@@ -139,7 +139,7 @@ OPTIONS: Final[tuple[Option, ...]] = (
            "stream reads: at most this many sequence numbers per micro-batch (0: no limit)",
            _count, "max_per_trigger", ("maxOffsetsPerTrigger",)),
     Option("selector", Side.READ, "string", None,
-           "a JMS selector; on a topic, the cursor's subscription's selector",
+           "stream reads: a JMS selector; on a topic, the cursor's subscription's selector",
            _text, "selector"),
     Option("numPartitions", Side.READ, "integer", 2,
            "tasks per batch, each reading a sub-range", _positive, "partitions"),
@@ -200,7 +200,7 @@ class ChuteOptions:
     tls_cert: str | None
     tls_key: str | None
     timeout_ms: int
-    cursor: str
+    cursor: str | None
     starting: str
     max_per_trigger: int
     selector: str | None
@@ -229,8 +229,6 @@ class ChuteOptions:
             given[option.name] = str(key)
             if option.attr is not None and raw is not None:
                 values[option.attr] = option.parse(option.name, str(raw))
-        if values["cursor"] is None:
-            values["cursor"] = DEFAULT_CURSOR
         if values["url"] is None:
             values["url"] = DEFAULT_URL
         if values["destination"] is None and side is Side.READ:

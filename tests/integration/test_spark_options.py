@@ -181,6 +181,7 @@ def test_typed_properties_keep_their_types_through_a_stream(
         spark.readStream.format("chute")
         .option("url", server.url)
         .option("destination", "queue:typed-in")
+        .option("cursor", "typed-copy")
         .load()
         .select("body", "properties", "property_types")
         .writeStream.format("chute")

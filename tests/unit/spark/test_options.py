@@ -15,7 +15,6 @@ pytest.importorskip("pyarrow")
 pytest.importorskip("pyspark")
 
 from chute.spark.options import (
-    DEFAULT_CURSOR,
     DEFAULT_URL,
     NOT_YET,
     OPTIONS,
@@ -56,7 +55,7 @@ def test_absent_options_take_the_declared_defaults() -> None:
             assert getattr(parsed, option.attr) == option.default, option.name
     assert (parsed.url, parsed.cursor, parsed.timeout_ms, parsed.partitions) == (
         DEFAULT_URL,
-        DEFAULT_CURSOR,
+        None,  # no shared default: a stream read must name its cursor
         30_000,
         2,
     )
