@@ -105,6 +105,11 @@ def _mount(index: int, table: Any) -> DropboxMount:
             f"{where}.direction: must be import or export, got {table.get('direction')!r}"
         ) from None
     names = table.get("destinations")
+    if names is None:
+        raise ConfigError(
+            f"{where}.destinations is required: the queues and topics this mount carries, "
+            'e.g. destinations = ["orders", "topic:news"]'
+        )
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
         raise ConfigError(f'{where}.destinations: a list of names, e.g. ["orders"]')
     destinations: list[str] = []

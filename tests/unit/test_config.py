@@ -170,6 +170,13 @@ def test_listeners_without_a_login_must_name_a_user_once_users_exist(tmp_path: P
     assert config.dropbox[0].user == "legacy"
 
 
+def test_a_dropbox_mount_without_destinations_says_the_key_is_required(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"dropbox\[0\]\.destinations is required"):
+        load(write(tmp_path, '[[dropbox]]\nroot = "/srv/mq"\n'))
+    with pytest.raises(ConfigError, match=r"dropbox\[0\]\.destinations: a list of names"):
+        load(write(tmp_path, '[[dropbox]]\nroot = "/srv/mq"\ndestinations = "orders"\n'))
+
+
 def test_smq_accepts_loopback_only_unless_told(tmp_path: Path) -> None:
     smq = load(write(tmp_path, "[smq]\n")).smq
     assert smq is not None
