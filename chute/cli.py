@@ -251,7 +251,7 @@ def _add_client_commands(sub: Any) -> None:
         "--watch",
         nargs="?",
         const=2.0,
-        type=_interval,
+        type=_interval_or_pattern,
         metavar="SECONDS",
         help="redraw every SECONDS (default 2) with per-second rates, until Ctrl-C",
     )
@@ -433,6 +433,10 @@ def _messages(count: int) -> str:
 
 
 def _stat(args: argparse.Namespace) -> int:
+    if isinstance(args.watch, str):  # chute stat --watch queue:x: the pattern, not seconds
+        if args.pattern is not None:
+            raise UsageError(f"--watch takes a number of seconds, not {args.watch!r}")
+        args.pattern, args.watch = args.watch, 2.0
     if args.count and args.watch is None:
         raise UsageError("--count counts the draws of --watch: give --watch too")
     with _connect(args) as conn:
@@ -451,6 +455,15 @@ def _stat(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render(stats))
     return 0
+
+
+def _interval_or_pattern(text: str) -> float | str:
+    """``--watch``'s value: seconds, or (not a number) the pattern that followed it."""
+    try:
+        float(text)
+    except ValueError:
+        return text
+    return _interval(text)
 
 
 def _interval(text: str) -> float:

@@ -226,6 +226,11 @@ def test_stat_watch_draws_a_count_of_tables_with_rates(server: ChuteServer) -> N
     assert "queue:w" in first
     assert "queue:w" in second
     assert_one_error_line(run(server, "stat", "--count", "2"), 2, "--watch")
+    # the pattern may follow --watch, as a user types it
+    after = run(server, "stat", "--watch", "queue:w", "--count", "1")
+    assert after.returncode == 0, after.stderr
+    assert "queue:w" in after.stdout
+    assert_one_error_line(run(server, "stat", "queue:w", "--watch", "soon"), 2, "--watch")
 
 
 def test_stat_watch_runs_until_ctrl_c_and_exits_quietly(server: ChuteServer) -> None:
