@@ -13,8 +13,8 @@ later packets wait until the send gets room or times out. A browse is acted on
 in steps (``_work``, a generator a step per ``next()``: a few messages of the
 page), each a unit of the connection's turn like a packet, so a page read from
 the journal does not hold the loop for milliseconds; later packets wait for it.
-A move of messages (``Move``, ``DeadLetterRetry``) is acted on in steps the
-same way (:mod:`chute.core.transfer`).
+The management requests (browse, statistics, delete, purge, moving messages)
+are in :mod:`chute.server.native_manage`; a move is acted on in steps the same way.
 
 Any :class:`~chute.errors.ChuteError` from the core becomes an ``Error``
 packet for that request (or, for a one-way send, an unsolicited ``Error``
@@ -28,11 +28,9 @@ import json
 import logging
 import time
 from collections.abc import Callable, Generator
-from typing import Any, TypeVar
+from typing import Any
 
 from chute.content import encode_content
-from chute.core import transfer
-from chute.core.browse import BrowsePage, clamp
 from chute.core.connection import Connection
 from chute.core.consumer import AckMode, Consumer, Entry
 from chute.core.routing import WouldBlock
@@ -42,7 +40,6 @@ from chute.errors import (
     ConsumerError,
     NotFound,
     RemoteProtocolError,
-    TooLarge,
 )
 from chute.message import new_message_id
 from chute.protocol import packets as p
@@ -50,11 +47,10 @@ from chute.protocol.codec import PacketCodec
 from chute.protocol.splice import encode_deliver, encode_ok
 from chute.protocol.wire import encode_packet
 from chute.sansio import NeedData
+from chute.server.native_manage import ManagementRequests, delivered_view
 from chute.server.stream import Retry, ServerHost, StreamConnection
 
 log = logging.getLogger("chute.server")
-
-_R = TypeVar("_R")  # what a move answers
 
 # A session's "auto" mode: the client acks cumulatively as the application takes
 # messages (batched with its credit), so the core runs it as cumulative acks and
@@ -66,7 +62,7 @@ _CORE_ACK_MODES = {
 }
 
 
-class NativeConnection(StreamConnection):
+class NativeConnection(ManagementRequests, StreamConnection):
     """One client connection. Lives on the server's event loop only."""
 
     def __init__(self, server: ServerHost) -> None:
@@ -354,7 +350,7 @@ class NativeConnection(StreamConnection):
             max_messages=packet.max_messages,
             max_bytes=packet.max_bytes or self.codec.max_packet_size // 2,
         )
-        messages = tuple((e.seq, _delivered_view(e)) for e in entries)
+        messages = tuple((e.seq, delivered_view(e)) for e in entries)
         self._respond(header, p.CursorPage(next_start, messages))
 
     def _on_cursor_ack(self, header: p.Header, packet: p.CursorAck) -> None:
@@ -364,91 +360,6 @@ class NativeConnection(StreamConnection):
     def _on_cursor_close(self, header: p.Header, packet: p.CursorClose) -> None:
         self._core().cursor_close(packet.address, packet.cursor, delete=packet.delete)
         self._confirm(header, durable=packet.delete)
-
-    def _on_browse_fetch(self, header: p.Header, packet: p.BrowseFetch) -> None:
-        steps = self._core().browse_steps(
-            packet.address,
-            after=packet.after,
-            before=packet.before,
-            selector=packet.selector,
-            max_messages=packet.max_messages,
-            max_bytes=clamp(packet.max_bytes, self.codec.max_packet_size // 2),
-        )
-        self._work = self._browse_page(header, steps)
-
-    def _browse_page(
-        self, header: p.Header, steps: Generator[None, None, BrowsePage]
-    ) -> Generator[None, None, None]:
-        try:
-            page = yield from steps
-        except ChuteError as exc:
-            self._fail(header, exc)
-            return
-        messages = tuple((e.seq, _delivered_view(e)) for e in page.entries)
-        self._respond(header, p.BrowsePage(page.after, page.before, page.done, messages))
-
-    def _on_stat_fetch(self, header: p.Header, packet: p.StatFetch) -> None:
-        stats = self._core().stats_page(
-            pattern=packet.pattern, after=packet.after, limit=packet.limit
-        )
-        after = stats.pop("next")
-        stats["uptime_s"] = round(time.time() - self.server.started, 1)
-        stats["sockets"] = self.server.limits.stats()
-        self._respond(header, p.StatPage(json.dumps(stats), after))
-
-    # The one-answer Browse and Stat of older clients: their pages joined, as long as
-    # the answer fits in a packet (so a request costs at most a packet's worth of work).
-
-    def _on_browse(self, header: p.Header, packet: p.Browse) -> None:
-        self._work = self._browse_whole(header, packet)
-
-    def _browse_whole(self, header: p.Header, packet: p.Browse) -> Generator[None, None, None]:
-        core, budget = self._core(), self.codec.max_packet_size // 2
-        messages: list[tuple[int, Any]] = []
-        size, after, before = 0, 0, 0
-        try:
-            while True:
-                page = yield from core.browse_steps(
-                    packet.address, after=after, before=before, selector=packet.selector
-                )
-                messages += ((e.seq, _delivered_view(e)) for e in page.entries)
-                size += sum(e.message.size for e in page.entries)
-                if page.done or 0 < packet.limit <= len(messages):
-                    break
-                if size > budget:
-                    raise TooLarge(
-                        f"{packet.address} holds more than one answer can carry "
-                        f"(max_packet_size {self.codec.max_packet_size}); browse it with a "
-                        "limit, or with a client that browses in pages (BrowseFetch)"
-                    )
-                after, before = page.after, page.before
-        except ChuteError as exc:
-            self._fail(header, exc)
-            return
-        if packet.limit > 0:
-            del messages[packet.limit :]
-        self._respond(header, p.BrowseResult(tuple(messages)))
-
-    def _on_stat(self, header: p.Header, packet: p.Stat) -> None:
-        core, budget = self._core(), self.codec.max_packet_size // 2
-        stats = core.stats_page()
-        destinations: list[dict[str, Any]] = stats["destinations"]
-        size = 0
-        while stats["next"] is not None:
-            size += len(json.dumps(stats["destinations"]))
-            if size > budget:
-                raise TooLarge(
-                    f"the broker holds more destinations than one answer can carry "
-                    f"(max_packet_size {self.codec.max_packet_size}); use a client "
-                    "that asks for statistics in pages (StatFetch)"
-                )
-            stats = core.stats_page(after=stats["next"])
-            destinations += stats["destinations"]
-        del stats["next"]
-        stats["destinations"] = destinations
-        stats["sockets"] = self.server.limits.stats()
-        stats["uptime_s"] = round(time.time() - self.server.started, 1)
-        self._respond(header, p.StatResult(json.dumps(stats)))
 
     def _on_unsubscribe(self, header: p.Header, packet: p.Unsubscribe) -> None:
         self._core().unsubscribe(packet.subscription, client_id=packet.client_id)
@@ -460,60 +371,6 @@ class NativeConnection(StreamConnection):
     def _on_callback_create(self, header: p.Header, packet: p.CallbackCreate) -> None:
         self._core().callback(packet.topic, packet.subscription, packet.forward_to, packet.selector)
         self._confirm(header, durable=True)
-
-    def _on_destination_delete(self, header: p.Header, packet: p.DestinationDelete) -> None:
-        count = str(self._core().delete(packet.address, force=packet.force))
-        self._after_sync(lambda error: self._confirmed(header, error, count))
-
-    def _on_destination_purge(self, header: p.Header, packet: p.DestinationPurge) -> None:
-        count = str(self._core().purge(packet.address))
-        self._after_sync(lambda error: self._confirmed(header, error, count))
-
-    def _on_move(self, header: p.Header, packet: p.Move) -> None:
-        steps = transfer.move_steps(
-            self._core(),
-            packet.source,
-            packet.target,
-            selector=packet.selector,
-            seqs=packet.seqs or None,
-            limit=packet.limit,
-        )
-        self._work = self._moving(header, steps, lambda count: p.Ok(str(count)))
-
-    def _on_dead_letter_retry(self, header: p.Header, packet: p.DeadLetterRetry) -> None:
-        steps = transfer.retry_steps(
-            self._core(),
-            packet.source,
-            selector=packet.selector,
-            seqs=packet.seqs or None,
-            limit=packet.limit,
-        )
-        self._work = self._moving(
-            header, steps, lambda counts: p.DeadLetterRetryResult(tuple(sorted(counts.items())))
-        )
-
-    def _moving(
-        self,
-        header: p.Header,
-        steps: Generator[None, None, _R],
-        answer: Callable[[_R], p.Packet],
-    ) -> Generator[None, None, None]:
-        """A move taken a step at a time between other clients' work, answered once what
-        it moved is durable."""
-        try:
-            result = yield from steps
-        except ChuteError as exc:
-            self._fail(header, exc)
-            return
-        reply = answer(result)
-
-        def moved(error: BaseException | None) -> None:
-            if error is None:
-                self._respond(header, reply)
-            else:
-                self._confirmed(header, error)
-
-        self._after_sync(moved)
 
     def _on_ping(self, header: p.Header, packet: p.Ping) -> None:
         self._respond(header, p.Pong())
@@ -613,11 +470,3 @@ def native_refusal(code: str, reason: str) -> bytes:
     """A connection refused before a word (a connection limit): a connection-level Error,
     which a client reads as the answer to its Connect."""
     return encode_packet(p.Error(code, reason), 0, 0, 0, p.PROTOCOL_VERSION)
-
-
-def _delivered_view(entry: Entry) -> Any:
-    """The message as a browser sees it: with this queue's delivery fields."""
-    message = entry.message
-    if entry.delivery_count == message.delivery_count and not entry.redelivered:
-        return message
-    return message.replace(delivery_count=entry.delivery_count, redelivered=entry.redelivered)
