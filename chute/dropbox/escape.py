@@ -11,7 +11,8 @@ separator of a filename's fields and of a subscription directory's parts),
 never ``~`` (the separator of a claimed name), never ``/``.
 
 :func:`dec` reads such text back as Java's ``URLDecoder`` does, and returns
-None where Java would throw.
+None where Java would throw; :func:`dec_or_literal` keeps text that does not decode
+as it is, noting it.
 """
 
 from __future__ import annotations
@@ -66,3 +67,13 @@ def dec(text: str) -> str | None:
         return None
     out.append(rest.replace("+", " "))
     return "".join(out)
+
+
+def dec_or_literal(text: str, what: str, notes: list[str]) -> str:
+    """``text`` URL-decoded, or as it is (noted in ``notes``, naming ``what``) when it
+    does not decode: a name's field is never lost for a bad escape."""
+    decoded = dec(text)
+    if decoded is None:
+        notes.append(f"{what} {text[:60]!r} does not URL-decode: kept literally")
+        return text
+    return decoded

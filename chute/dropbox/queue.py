@@ -73,11 +73,11 @@ from chute.core.address import Kind, parse
 from chute.dropbox.flow import ReadLock, WriteLock
 from chute.dropbox.layout import QueueLayout, init_queue, queue_layout
 from chute.dropbox.names import DEFAULT_CLAIM_ROOM, claim_name, claim_room, split_claim_name
+from chute.dropbox.properties import lost_properties
 from chute.dropbox.transcoder import (
     DecodedName,
     decode_filename,
     encode_filename,
-    lost_properties,
 )
 from chute.dropbox.watch import DEFAULT_POLL_INTERVAL, Watcher
 from chute.errors import InvalidAddress, InvalidMessage, NotFound

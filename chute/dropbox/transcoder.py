@@ -2,7 +2,7 @@
 
 A DropboxMQ message is a file whose *name* holds every header and property and
 whose content is the body. This module follows what the released DropboxMQ 1.2
-source does (``shared/notes/dropboxmq.md``), not its web page, so a file written
+source does, not its web page, so a file written
 by a DropboxMQ client or by a shell script following its rules reads the same.
 
 Theory of operation
@@ -45,8 +45,9 @@ attempted so far (a consumer that reads ``n`` delivers the message as
 redelivered, for the ``n + 1``-th time).
 
 A property whose name is not a Java identifier is **not written**
-(:func:`lost_properties` lists them): DropboxMQ's reader refuses such a name
-and drops every property after it, so writing it would lose the others too.
+(:func:`~chute.dropbox.properties.lost_properties` lists them): DropboxMQ's
+reader refuses such a name and drops every property after it, so writing it
+would lose the others too.
 ``content-type`` (a STOMP header) is one; what it says, text or bytes, the
 body kind already carries.
 
@@ -107,227 +108,50 @@ The names of directories and of claimed files are not a message's:
 
 from __future__ import annotations
 
-import math
-import re
 import secrets
-import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from chute.dropbox.escape import dec, enc
+from chute.dropbox.escape import dec_or_literal, enc
 from chute.dropbox.names import DEFAULT_CLAIM_ROOM, NAME_MAX_BYTES, split_claim_name
+from chute.dropbox.properties import (
+    DELIVERY_COUNT,
+    INT_MAX,
+    LONG_MAX,
+    decode_properties,
+    dropbox_number,
+    encode_property,
+    is_java_identifier,
+    take_delivery_count,
+)
 from chute.errors import InvalidMessage
 from chute.message import (
     DEFAULT_PRIORITY,
     MAX_PROPERTY_NAME_LENGTH,
     BodyKind,
-    Byte,
-    Float,
-    Int,
     Message,
-    PropertyType,
     PropertyValue,
-    Short,
     check_priority,
     now_ms,
-    property_type,
 )
 
 __all__ = [
-    "DELIVERY_COUNT",
     "JMS_ID_PREFIX",
     "ROOM_FOR_COUNT",
     "DecodedName",
     "decode_filename",
     "dropbox_id",
     "encode_filename",
-    "is_java_identifier",
-    "lost_properties",
 ]
 
-DELIVERY_COUNT: Final = "JMSXDeliveryCount"
 JMS_ID_PREFIX: Final = "ID:"
 """What JMS puts before every ``JMSMessageID``, and DropboxMQ before the id field."""
-_CONTENT_TYPE: Final = "content-type"  # a STOMP header; the body kind says text or bytes
 ROOM_FOR_COUNT: Final = 999
 """The largest delivery count an encoded name leaves room for (see Name length)."""
 
 _FIELDS: Final = 7
-_INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
-_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
 _MAX_PRIORITY: Final = 9
-
-# -- URL decoding -------------------------------------------------------------------------
-
-
-def _dec_or_literal(text: str, what: str, notes: list[str]) -> str:
-    decoded = dec(text)
-    if decoded is None:
-        notes.append(f"{what} {text[:60]!r} does not URL-decode: kept literally")
-        return text
-    return decoded
-
-
-# -- numbers ------------------------------------------------------------------------------
-
-_UNSIGNED: Final = re.compile(r"\+?([0-9]{1,40})")
-_SIGNED: Final = re.compile(r"[+-]?[0-9]{1,40}")
-_JAVA_FLOAT: Final = re.compile(
-    r"[+-]?(?:NaN|Infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[fFdD]?)"
-)
-_JAVA_BLANK: Final = "".join(chr(c) for c in range(33))  # what String.trim() removes
-
-
-def _dropbox_number(text: str, hi: int) -> int | None:
-    """A DropboxMQ header number: cut at the first ``-``, optional ``+``, 0..hi."""
-    head = text.split("-", 1)[0]
-    match = _UNSIGNED.fullmatch(head)
-    if match is None:
-        return None
-    value = int(match.group(1))
-    return value if value <= hi else None
-
-
-def _java_int(text: str, lo: int, hi: int) -> int | None:
-    """Java's ``Long.parseLong`` and friends (ASCII digits only)."""
-    if _SIGNED.fullmatch(text) is None:
-        return None
-    value = int(text)
-    return value if lo <= value <= hi else None
-
-
-def _java_float(text: str) -> float | None:
-    """Java's ``Double.parseDouble`` for decimal forms (no hex floats)."""
-    text = text.strip(_JAVA_BLANK)
-    if _JAVA_FLOAT.fullmatch(text) is None:
-        return None
-    if text[-1] in "fFdD":
-        text = text[:-1]
-    return float(text.replace("Infinity", "inf").replace("NaN", "nan"))
-
-
-def _java_float_text(value: float) -> str:
-    """A double as text both Java and Python parse back to the same value."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "Infinity" if value > 0 else "-Infinity"
-    return repr(float(value))
-
-
-# -- properties ---------------------------------------------------------------------------
-
-_TYPE_LETTERS: Final = {
-    PropertyType.BOOLEAN: "B",
-    PropertyType.BYTE: "Y",
-    PropertyType.SHORT: "H",
-    PropertyType.INT: "I",
-    PropertyType.LONG: "L",
-    PropertyType.FLOAT: "F",
-    PropertyType.DOUBLE: "D",
-    PropertyType.STRING: "S",
-}
-_LETTER_TYPES: Final = {v: k for k, v in _TYPE_LETTERS.items()}
-_INT_TYPES: Final = {
-    PropertyType.BYTE: (Byte, 8),
-    PropertyType.SHORT: (Short, 16),
-    PropertyType.INT: (Int, 32),
-    PropertyType.LONG: (int, 64),
-}
-
-
-def _typed(kind: PropertyType, text: str) -> PropertyValue | None:
-    """The value ``text`` holds as JMS type ``kind``, or None if it does not parse."""
-    if kind is PropertyType.BOOLEAN:
-        return text.lower() == "true"
-    if kind is PropertyType.STRING:
-        return text
-    if kind in (PropertyType.FLOAT, PropertyType.DOUBLE):
-        number = _java_float(text)
-        if number is None:
-            return None
-        return Float(number) if kind is PropertyType.FLOAT else number
-    wrap, bits = _INT_TYPES[kind]
-    value = _java_int(text, -(1 << (bits - 1)), (1 << (bits - 1)) - 1)
-    return None if value is None else wrap(value)
-
-
-def _decode_properties(text: str, notes: list[str]) -> dict[str, PropertyValue]:
-    properties: dict[str, PropertyValue] = {}
-    for pair in text.split("&"):
-        if not pair:
-            continue
-        raw_key, _, raw_value = pair.partition("=")
-        if not raw_key:
-            notes.append(f"property {pair[:60]!r} has no name: dropped")
-            continue
-        kind = _LETTER_TYPES.get(raw_key[-1], PropertyType.STRING)
-        name = _dec_or_literal(raw_key[:-1], "property name", notes)
-        if not name or len(name) > MAX_PROPERTY_NAME_LENGTH:
-            notes.append(f"property {pair[:60]!r}: name must be 1-256 characters: dropped")
-            continue
-        value_text = _dec_or_literal(raw_value, f"property {name!r} value", notes)
-        value = _typed(kind, value_text)
-        if value is None:
-            notes.append(
-                f"property {name!r}: {value_text[:40]!r} is not a {kind.name.lower()}: "
-                "kept as a string"
-            )
-            value = value_text
-        properties[name] = value  # later duplicates win
-    return properties
-
-
-def _take_delivery_count(properties: dict[str, PropertyValue], notes: list[str]) -> int:
-    if DELIVERY_COUNT not in properties:
-        return 0
-    value = properties.pop(DELIVERY_COUNT)
-    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 10:
-        value = int(value)
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _INT_MAX:
-        return int(value)
-    notes.append(f"{DELIVERY_COUNT} {value!r} is not a count: ignored")
-    return 0
-
-
-_JAVA_START: Final = frozenset({"Lu", "Ll", "Lt", "Lm", "Lo", "Nl", "Sc", "Pc"})
-_JAVA_PART: Final = _JAVA_START | {"Nd", "Mn", "Mc", "Cf"}
-_JAVA_IGNORABLE: Final = frozenset(
-    chr(c) for c in (*range(0x09), *range(0x0E, 0x1C), *range(0x7F, 0xA0))
-)
-
-
-def is_java_identifier(name: str) -> bool:
-    """Whether Java's ``Character.isJavaIdentifierStart``/``Part`` accept ``name``.
-
-    DropboxMQ's reader refuses a property name that is not one (and drops every
-    property after it).
-    """
-    if not name or unicodedata.category(name[0]) not in _JAVA_START:
-        return False
-    return all(unicodedata.category(c) in _JAVA_PART or c in _JAVA_IGNORABLE for c in name[1:])
-
-
-def lost_properties(properties: Mapping[str, PropertyValue]) -> list[str]:
-    """The names of ``properties`` that :func:`encode_filename` does not write and
-    whose meaning is lost: every name that is not a Java identifier, except
-    ``content-type`` (the body kind carries what it says)."""
-    return [n for n in properties if n != _CONTENT_TYPE and not is_java_identifier(n)]
-
-
-def _encode_property(name: str, value: PropertyValue) -> str:
-    kind = property_type(value)
-    if kind is PropertyType.BOOLEAN:
-        text = "true" if value else "false"
-    elif kind in (PropertyType.FLOAT, PropertyType.DOUBLE):
-        text = _java_float_text(float(value))
-    elif kind is PropertyType.STRING:
-        text = str(value)
-    else:
-        text = str(int(value))
-    return f"{enc(name)}{_TYPE_LETTERS[kind]}={enc(text)}"
-
 
 # -- reply-to -----------------------------------------------------------------------------
 
@@ -347,7 +171,7 @@ def _decode_reply_to(text: str, notes: list[str]) -> str | None:
     if prefix is None:
         notes.append(f"reply-to {text[:60]!r} is neither Q<queue> nor T<topic>: ignored")
         return None
-    name = _dec_or_literal(text[1:], "reply-to", notes)
+    name = dec_or_literal(text[1:], "reply-to", notes)
     if not name:
         notes.append(f"reply-to {text!r} has an empty name: ignored")
         return None
@@ -383,7 +207,7 @@ def dropbox_id(timestamp: int, sequence: int, random_part: int | None = None) ->
 
 def _id_time(id_text: str, receipt: int) -> tuple[int, int]:
     """(timestamp, sequence) from an id's leading ``ms*1000+seq`` number."""
-    number = _dropbox_number(id_text, _LONG_MAX)
+    number = dropbox_number(id_text, LONG_MAX)
     if not number:  # 0 or no number: the time of receipt
         return receipt, 0
     return divmod(number, 1000)
@@ -494,23 +318,23 @@ def decode_filename(name: str, *, now_ms: int | None = None) -> DecodedName:
     props_text = parts[_FIELDS] if len(parts) > _FIELDS else ""
     raw_priority, raw_id, raw_class, raw_expiration, raw_corr, raw_reply, raw_type = fields
 
-    priority = _dropbox_number(raw_priority, _INT_MAX)
-    expiration = _dropbox_number(raw_expiration, _LONG_MAX) if raw_expiration else 0
+    priority = dropbox_number(raw_priority, INT_MAX)
+    expiration = dropbox_number(raw_expiration, LONG_MAX) if raw_expiration else 0
     kind = _LETTER_KINDS.get(raw_class) if raw_class else BodyKind.TEXT
 
-    correlation_id = _dec_or_literal(raw_corr, "correlation id", notes) or None
+    correlation_id = dec_or_literal(raw_corr, "correlation id", notes) or None
     reply_to = _decode_reply_to(raw_reply, notes)
-    type_ = _dec_or_literal(raw_type, "type", notes) or None
-    properties = _decode_properties(props_text, notes)
-    delivery_count = _take_delivery_count(properties, notes)
+    type_ = dec_or_literal(raw_type, "type", notes) or None
+    properties = decode_properties(props_text, notes)
+    delivery_count = take_delivery_count(properties, notes)
 
     if priority is None or not raw_id or kind is None or expiration is None:
         foreign = True
-        message_id = JMS_ID_PREFIX + _dec_or_literal(unclaimed, "foreign name", notes)
+        message_id = JMS_ID_PREFIX + dec_or_literal(unclaimed, "foreign name", notes)
         timestamp, sequence, priority, expiration = receipt, 0, DEFAULT_PRIORITY, 0
     else:
         foreign = False
-        message_id = JMS_ID_PREFIX + _dec_or_literal(raw_id, "id", notes)
+        message_id = JMS_ID_PREFIX + dec_or_literal(raw_id, "id", notes)
         timestamp, sequence = _id_time(raw_id, receipt)
         if priority > _MAX_PRIORITY:
             notes.append(f"priority {priority} read as {_MAX_PRIORITY}")
@@ -554,7 +378,7 @@ def encode_filename(
     message without an id gets a new :func:`dropbox_id` from its timestamp (or
     ``now_ms``, or the clock) and ``sequence``. ``delivery_count`` is written as
     ``JMSXDeliveryCountI`` when non-zero. Properties whose names are not Java
-    identifiers are left out (see :func:`lost_properties`).
+    identifiers are left out (see :func:`~chute.dropbox.properties.lost_properties`).
 
     ``claim_room`` is what the claim prefix of the consumer that will take the
     file adds (:func:`~chute.dropbox.names.claim_room`; by default, room for
@@ -628,15 +452,15 @@ def _encode_fields(
     properties: Mapping[str, PropertyValue],
     delivery_count: int,
 ) -> str:
-    if expiration < 0 or expiration > _LONG_MAX:
+    if expiration < 0 or expiration > LONG_MAX:
         raise InvalidMessage(f"expiration {expiration} is not a time in ms (0 = never)")
-    if delivery_count < 0 or delivery_count > _INT_MAX:
+    if delivery_count < 0 or delivery_count > INT_MAX:
         raise InvalidMessage(f"delivery count {delivery_count} is out of range")
     for name in properties:
         if not isinstance(name, str) or not 0 < len(name) <= MAX_PROPERTY_NAME_LENGTH:
             raise InvalidMessage(f"property name {name!r} must be 1-256 characters")
     pairs = [
-        _encode_property(name, value)
+        encode_property(name, value)
         for name, value in properties.items()
         if is_java_identifier(name)
     ]

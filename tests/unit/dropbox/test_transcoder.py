@@ -17,13 +17,12 @@ from chute.dropbox.names import (
     claim_name,
     claim_room,
 )
+from chute.dropbox.properties import is_java_identifier, lost_properties
 from chute.dropbox.transcoder import (
     DecodedName,
     decode_filename,
     dropbox_id,
     encode_filename,
-    is_java_identifier,
-    lost_properties,
 )
 from chute.errors import InvalidMessage
 from chute.message import (
