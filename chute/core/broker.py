@@ -1,4 +1,4 @@
-"""The broker: destinations by address, routing, expiry and recovery.
+"""The broker: destinations by address, routing and expiry (recovery: chute.core.restore).
 
 It owns every destination and the parts built around them: subscriptions
 (:mod:`chute.core.subscriptions`), dead letters and forwarding
@@ -55,14 +55,15 @@ from chute.core.destinations import ANONYMOUS, Destinations, Limits
 from chute.core.diversion import Diversion
 from chute.core.paging import MemoryBudget, held_cost
 from chute.core.queue import QueueChannel, Reason
-from chute.core.queuetypes import LoginQueue, attach_forwarder
+from chute.core.queuetypes import LoginQueue
+from chute.core.restore import restore
 from chute.core.routing import Destination, Route, WouldBlock
 from chute.core.selector import compile_selector
 from chute.core.settings import Overflow, SettingsResolver
 from chute.core.stats import STAT_PAGE, stats_page
 from chute.core.store import AddOp, Gathering, QueueDefinition, QueueKind, Store, TxOp
 from chute.core.subscriptions import Subscriptions
-from chute.core.topic import Subscription, SubscriptionKind, Topic
+from chute.core.topic import Topic
 from chute.core.twophase import PreparedTransactions
 from chute.core.unstored import withdraw_unstored
 from chute.errors import DestinationFull, InvalidAddress, NotFound
@@ -564,85 +565,14 @@ class Broker:
     # -- recovery ----------------------------------------------------------------------
 
     def recover(self, progress: Callable[[int, int], None] | None = None) -> int:
-        """Rebuild durable queues and subscriptions from the store; returns messages restored.
-
-        A message the store knows was delivered comes back marked redelivered.
-        Numbering resumes before anything is placed, and callback queues start
-        forwarding only once every queue holds what it held, so a forwarded
-        message never takes a recovered message's sequence number or place.
-        ``progress(messages, queues)``, if given, hears the counts so far after
-        each queue given back its messages (for a server to watch; nothing runs
-        per message).
-        """
-        recovered = self.store.recover()
-        if recovered.report:
-            (log.info if recovered.clean else log.warning)("%s", recovered.report)
-        subscriptions: dict[str, Subscription] = {}
-        for definition in recovered.definitions:
-            if definition.kind is QueueKind.QUEUE:
-                self.destination(definition.name, create=True, maker=definition.owner)
-                self.destinations.restored(definition)
-            elif definition.topic is not None:
-                subscriptions[definition.name] = self.restore_subscription(definition, start=False)
-        for address, next_seq in recovered.next_seq.items():
-            dest = self.queues.get(address) or self.topics.get(address)
-            if dest is not None:
-                dest.next_seq = max(dest.next_seq, next_seq)
-        count = restored = 0
-        for name, stored in recovered.messages.items():
-            queue = self.queues.get(name) or subscriptions.get(name)
-            if queue is None:
-                log.warning(
-                    "store holds %d messages for unknown queue %s; skipped", len(stored), name
-                )
-                continue
-            numbered: QueueChannel | Topic = (
-                queue.topic if isinstance(queue, Subscription) else queue
-            )
-            for item in stored:
-                numbered.next_seq = max(numbered.next_seq, item.seq + 1)
-                queue.place(
-                    Entry(item.seq, item.message, item.delivery_count, item.delivery_count > 0)
-                )
-                count += 1
-            paged = recovered.paged.get(name)
-            if paged is not None:
-                after = stored[-1].seq if stored else 0
-                queue.restore_paged(*paged, after=after, up_to=numbered.next_seq - 1)
-                count += paged[0]
-            restored += 1
-            if progress is not None:
-                progress(count, restored)
-        self.xa.restore(recovered)
-        self.batches.recover()  # rolls forward batches a crash cut short
-        for sub in subscriptions.values():
-            if sub.kind is SubscriptionKind.CALLBACK and sub.forward_to:
-                attach_forwarder(self, sub, sub.forward_to)
-        return count
+        """Rebuild durable queues and subscriptions from the store; returns messages
+        restored (:func:`chute.core.restore.restore`, which says how, and what
+        ``progress`` hears)."""
+        return restore(self, progress)
 
     def queue_by_name(self, name: str) -> QueueChannel | None:
         """A queue or subscription by its store name."""
         return self.queues.get(name) or self.subscriptions.get(name)
-
-    def restore_subscription(
-        self, definition: QueueDefinition, *, start: bool = True
-    ) -> Subscription:
-        """Recreate a durable or callback subscription from its definition.
-
-        A callback queue starts forwarding at once unless ``start`` is False.
-
-        Raises:
-            InvalidAddress: the definition names no topic, or not a topic.
-        """
-        if definition.topic is None:
-            raise InvalidAddress(f"subscription {definition.name} names no topic")
-        topic = self.destination(definition.topic, create=True)
-        if not isinstance(topic, Topic):
-            raise InvalidAddress(f"{definition.topic} is not a topic")
-        sub = self.subscriptions.restore(definition, topic)
-        if start and sub.kind is SubscriptionKind.CALLBACK and sub.forward_to:
-            attach_forwarder(self, sub, sub.forward_to)
-        return sub
 
     def close(self) -> None:
         """Close every connection (their consumers' in-flight messages go back) and the store."""
