@@ -452,15 +452,11 @@ class Message:
         """The body decoded as UTF-8 (for ``text`` messages)."""
         return self.body.decode("utf-8")
 
-    def to_json(self) -> dict[str, Any]:
-        """Headers, properties and body as JSON-ready data (the CLI's ``--json`` shape).
-
-        A body that is valid UTF-8 is given as ``body``; any other body as
-        ``body_base64``. Property types are kept in ``property_types``.
-        """
-        import base64  # noqa: PLC0415 - only the CLI path needs it
-
-        out: dict[str, Any] = {
+    def headers_json(self) -> dict[str, Any]:
+        """Headers and properties as JSON-ready data, without the body (the CLI's
+        ``--json`` shape, and the admin API's). Property types are kept in
+        ``property_types``."""
+        return {
             "id": self.id,
             "priority": self.priority,
             "timestamp": self.timestamp,
@@ -477,6 +473,13 @@ class Message:
                 k: property_type(v).name.lower() for k, v in self.properties.items()
             },
         }
+
+    def to_json(self) -> dict[str, Any]:
+        """:meth:`headers_json` and the body: one that is valid UTF-8 as ``body``, any
+        other as ``body_base64``."""
+        import base64  # noqa: PLC0415 - only the CLI path needs it
+
+        out = self.headers_json()
         try:
             out["body"] = self.body.decode("utf-8")
         except UnicodeDecodeError:

@@ -20,7 +20,7 @@ import math
 from typing import Any, Final
 
 from chute.core.consumer import Entry
-from chute.message import BodyKind, PropertyValue, property_type
+from chute.message import BodyKind, PropertyValue
 
 BODY_CAP: Final = 64 << 10
 """The most body bytes a browsed message shows."""
@@ -30,28 +30,18 @@ def message_view(entry: Entry, cap: int = BODY_CAP) -> dict[str, Any]:
     """``entry``'s message as JSON-ready data, with this queue's delivery fields."""
     message = entry.message
     body, encoding, truncated = body_view(message.body, message.kind, cap)
-    return {
-        "seq": entry.seq,
-        "id": message.id,
-        "priority": message.priority,
-        "timestamp": message.timestamp,
-        "expiration": message.expiration,
-        "persistent": message.persistent,
-        "redelivered": entry.redelivered,
-        "delivery_count": entry.delivery_count,
-        "correlation_id": message.correlation_id,
-        "reply_to": message.reply_to,
-        "type": message.type,
-        "kind": message.kind.value,
-        "properties": {name: json_value(v) for name, v in message.properties.items()},
-        "property_types": {
-            name: property_type(v).name.lower() for name, v in message.properties.items()
-        },
-        "body": body,
-        "body_encoding": encoding,
-        "size": len(message.body),
-        "truncated": truncated,
-    }
+    view = message.headers_json()
+    view.update(
+        seq=entry.seq,
+        redelivered=entry.redelivered,
+        delivery_count=entry.delivery_count,
+        properties={name: json_value(v) for name, v in message.properties.items()},
+        body=body,
+        body_encoding=encoding,
+        size=len(message.body),
+        truncated=truncated,
+    )
+    return view
 
 
 def body_view(body: bytes, kind: BodyKind, cap: int = BODY_CAP) -> tuple[str, str, bool]:
