@@ -409,6 +409,7 @@ class Session:
         subscription: str | None = None,
         durable: bool = False,
         shared: bool = False,
+        offset: str | int | None = None,
     ) -> Consumer:
         consumer_id = await self._link.open_consumer(
             self.id,
@@ -419,6 +420,7 @@ class Session:
             subscription=subscription,
             durable=durable,
             shared=shared,
+            offset=offset,
         )
         return Consumer(self, self._link, consumer_id)
 

@@ -147,9 +147,12 @@ class Session(Protocol):
         subscription: str | None = None,
         durable: bool = False,
         shared: bool = False,
+        offset: str | int | None = None,
     ) -> Consumer:
         """Open a consumer on ``address``; for a topic, ``subscription`` names the
-        subscription (``durable`` outlives the connection, ``shared`` competes).
+        subscription (``durable`` outlives the connection, ``shared`` competes); for a
+        stream, ``offset`` is where reading starts: ``first``, ``last``, ``next`` (the
+        default), an offset, or ``timestamp=MS``.
 
         Raises:
             InvalidAddress, InvalidSelector, NotFound, AccessDenied: refused.

@@ -86,6 +86,7 @@ class AsyncSession(Protocol):
         subscription: str | None = None,
         durable: bool = False,
         shared: bool = False,
+        offset: str | int | None = None,
     ) -> AsyncConsumer: ...
 
     async def commit(self) -> None: ...

@@ -83,6 +83,7 @@ from chute.protocol.packets import (
     SessionAckMode,
     SessionClose,
     SessionOpen,
+    StreamConsumerOpen,
     XaPrepare,
 )
 from chute.protocol.splice import PlainSend, encode_send, plain_send_encoder
@@ -443,8 +444,10 @@ class ClientProtocol:
         subscription: str | None = None,
         durable: bool = False,
         shared: bool = False,
+        offset: str | int | None = None,
     ) -> tuple[int, int]:
-        """Queue CONSUMER_OPEN (a request). Returns ``(consumer id, correlation id)``.
+        """Queue CONSUMER_OPEN (a request), or STREAM_CONSUMER_OPEN with an ``offset``
+        (streams). Returns ``(consumer id, correlation id)``.
 
         Until :meth:`bind`, the consumer's messages ack straight through this state.
 
@@ -459,6 +462,13 @@ class ClientProtocol:
         consumer_id = self.sessions.add_consumer(
             session, prefetch, lambda cid: _DirectAcks(self.sessions, cid)
         )
+        if offset is not None:
+            corr = self._request(
+                StreamConsumerOpen(
+                    session_id, consumer_id, canonical(address), str(offset), selector, prefetch
+                )
+            )
+            return consumer_id, corr
         corr = self._request(
             ConsumerOpen(
                 session_id,

@@ -1,7 +1,8 @@
-"""Destination addresses: ``queue:NAME``, ``topic:NAME`` and the rules for NAME.
+"""Destination addresses: ``queue:NAME``, ``topic:NAME``, ``stream:NAME`` and the rules
+for NAME.
 
-A bare ``NAME`` means ``queue:NAME``; STOMP's ``/queue/NAME`` and
-``/topic/NAME`` map the same way. A name is 1-200 characters of letters,
+A bare ``NAME`` means ``queue:NAME``; STOMP's ``/queue/NAME``, ``/topic/NAME``
+and ``/stream/NAME`` map the same way. A name is 1-200 characters of letters,
 digits, ``.``, ``-``, ``_`` and ``:``, so it can never be a path.
 
 Reserved name prefixes (documented in docs/addresses.md):
@@ -32,6 +33,7 @@ USER_PREFIX: Final = "__user__."
 class Kind(enum.Enum):
     QUEUE = "queue"
     TOPIC = "topic"
+    STREAM = "stream"
 
 
 class Address(NamedTuple):
@@ -70,7 +72,8 @@ def check_name(name: str) -> str:
 
 @lru_cache(maxsize=4096)
 def parse(address: str) -> Address:
-    """Parse ``queue:NAME``, ``topic:NAME``, ``/queue/NAME``, ``/topic/NAME`` or bare ``NAME``.
+    """Parse ``queue:NAME``, ``topic:NAME``, ``stream:NAME``, their STOMP forms
+    (``/queue/NAME``, ...) or a bare ``NAME``.
 
     Raises:
         InvalidAddress: the address does not follow the rules.
@@ -80,8 +83,10 @@ def parse(address: str) -> Address:
     for prefix, kind in (
         ("queue:", Kind.QUEUE),
         ("topic:", Kind.TOPIC),
+        ("stream:", Kind.STREAM),
         ("/queue/", Kind.QUEUE),
         ("/topic/", Kind.TOPIC),
+        ("/stream/", Kind.STREAM),
     ):
         if address.startswith(prefix):
             return Address(kind, check_name(address[len(prefix) :]))
@@ -111,7 +116,7 @@ def _check_prefix(address: str) -> None:
     if not sep or not head.isalpha() or len(head) > 8:
         return
     word = head.lower()
-    for kind in ("queue", "topic"):
+    for kind in ("queue", "topic", "stream"):
         if sorted(word) == sorted(kind) or _edits(word, kind) <= 1:
             raise InvalidAddress(
                 f"{address[:60]!r} looks like a mistyped {kind}: address: write "
@@ -126,8 +131,10 @@ def pattern_address(pattern: str) -> str:
     for prefix, kind in (
         ("queue:", "queue:"),
         ("topic:", "topic:"),
+        ("stream:", "stream:"),
         ("/queue/", "queue:"),
         ("/topic/", "topic:"),
+        ("/stream/", "stream:"),
     ):
         if pattern.startswith(prefix):
             return kind + pattern[len(prefix) :]
@@ -148,7 +155,7 @@ def pattern_matcher(pattern: str) -> Callable[[str], bool]:
 
 
 def canonical(address: str) -> str:
-    """The canonical text of an address (``queue:NAME`` or ``topic:NAME``)."""
+    """The canonical text of an address (``queue:NAME``, ``topic:NAME`` or ``stream:NAME``)."""
     return str(parse(address))
 
 

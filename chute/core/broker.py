@@ -62,6 +62,7 @@ from chute.core.selector import compile_selector
 from chute.core.settings import Overflow, SettingsResolver
 from chute.core.stats import STAT_PAGE, stats_page
 from chute.core.store import AddOp, Gathering, QueueDefinition, QueueKind, Store, TxOp
+from chute.core.stream import Stream, stream_page
 from chute.core.subscriptions import Subscriptions
 from chute.core.topic import Topic
 from chute.core.twophase import PreparedTransactions
@@ -114,6 +115,7 @@ class Broker:
         self.auto_create = auto_create
         self.queues: dict[str, QueueChannel] = {}
         self.topics: dict[str, Topic] = {}
+        self.streams: dict[str, Stream] = {}  # chute.core.stream
         self.subscriptions = Subscriptions(self)
         self._room_waiters: dict[str, list[Callable[[], None]]] = {}
         self.diversion = Diversion(self)  # dead letters, expiry, callback forwarding
@@ -140,7 +142,7 @@ class Broker:
         maker: str | None = None,
         quota: bool = True,
     ) -> Destination:
-        """The queue or topic at ``address``, made by this use if allowed (``create``
+        """The queue, topic or stream at ``address``, made by this use if allowed (``create``
         None: counted as ``maker``'s, anonymous if None; see ``Destinations.admit``), or
         for the broker itself (``create`` True; a recovered queue keeps its ``maker``).
 
@@ -149,12 +151,12 @@ class Broker:
             NotFound: it does not exist and may not be created.
             DestinationFull: making it would pass a limit on destinations made by use.
         """
-        found: Destination | None = self.queues.get(address) or self.topics.get(address)
+        found: Destination | None = self.find(address)
         if found is not None:
             return found
         addr = parse(address)
         canonical = str(addr)
-        found = self.queues.get(canonical) or self.topics.get(canonical)
+        found = self.find(canonical)
         if found is not None:
             return found
         if create is False:
@@ -171,6 +173,9 @@ class Broker:
         dest: Destination
         if addr.kind is Kind.TOPIC:
             dest = self.topics[canonical] = Topic(canonical, settings)
+        elif addr.kind is Kind.STREAM:
+            dest = self.streams[canonical] = Stream(canonical, settings, self)
+            self.store.define(QueueDefinition(canonical, QueueKind.STREAM, owner=maker))
         else:
             if addr.login is not None:
                 dest = LoginQueue(canonical, settings, self)
@@ -185,8 +190,14 @@ class Broker:
         return dest
 
     def find(self, address: str) -> Destination | None:
-        """The queue or topic of a canonical address, if it exists (never creates)."""
-        return self.queues.get(address) or self.topics.get(address)
+        """The queue, topic or stream of a canonical address, if it exists (never creates)."""
+        return self.queues.get(address) or self.topics.get(address) or self.streams.get(address)
+
+    def delete_stream(self, stream: Stream) -> None:
+        """Remove a stream and everything it keeps (the store forgets them with it)."""
+        self.streams.pop(stream.address, None)
+        self.store.undefine(stream.address)
+        stream.drop()
 
     def add_queue(self, queue: QueueChannel) -> None:
         """Register a queue the broker did not create itself (temporary queues)."""
@@ -268,6 +279,13 @@ class Broker:
         Raises:
             WouldBlock: full under ``block``. DestinationFull: full under ``reject``.
         """
+        if isinstance(dest, Stream):
+            # a stream keeps everything it takes, in the store: retention, not overflow
+            message.persistent = True
+            seq = dest.next_seq
+            dest.next_seq += 1
+            entry = Entry(seq, message)
+            return Route([], AddOp(dest.address, (dest.address,), seq, message), (dest, entry))
         if isinstance(dest, Topic):
             targets: list[QueueChannel] = list(dest.router.route(message))
             seq = dest.next_seq
@@ -291,9 +309,14 @@ class Broker:
         return Route(placements, record)
 
     def place(self, route: Route) -> None:
-        """Place a route's entries in their queues (pushing to consumers with credit)."""
+        """Place a route's entries in their queues (pushing to consumers with credit), or
+        append it to its stream."""
         for queue, entry in route.placements:
             queue.place(entry)
+        if route.appended is not None:
+            stream, entry = route.appended
+            if not stream.deleted:
+                stream.append(entry)
 
     def _check_room(self, targets: list[QueueChannel], message: Message) -> None:
         """Raise for the policies that refuse the producer, before anything is placed."""
@@ -393,6 +416,10 @@ class Broker:
         for topic in list(self.topics.values()):
             for sub in list(topic.subscriptions.values()):
                 count += sub.expire_due(now)
+        for stream in list(self.streams.values()):
+            if stream.settings.max_age_ms:
+                stream.retain(now)
+            stream.nudge()
         self.xa.expire(now, self.prepared_timeout_ms)
         self.cursors.expire(now)
         self.destinations.remove_idle(now)
@@ -482,6 +509,8 @@ class Broker:
             return at_once(BrowsePage([], after, max(before, after + 1), True))
         if isinstance(dest, Topic):
             raise InvalidAddress(f"{address} is a topic: a topic holds nothing to browse")
+        if isinstance(dest, Stream):
+            return at_once(stream_page(dest, after, before, max_messages, max_bytes, compiled))
         return page_in_steps(
             dest,
             after,
@@ -530,6 +559,7 @@ class Broker:
             after=after,
             limit=clamp(limit, STAT_PAGE),
             sees=sees,
+            streams=self.streams,
         )
         return {
             "destinations": page.destinations,

@@ -49,6 +49,7 @@ from chute.core.consumer import AckMode, Consumer, Entry
 from chute.core.queue import QueueChannel
 from chute.core.routing import Destination
 from chute.core.selector import Selector, compile_selector
+from chute.core.stream import Stream
 from chute.core.subscriptions import Subscriptions, cursor_key
 from chute.core.topic import Subscription, SubscriptionKind, Topic
 from chute.core.twophase import PreparedTransactions
@@ -157,6 +158,11 @@ class Cursors:
         check_name(name)
         compiled = compile_selector(selector) if selector else None
         dest = self.host.destination(address)
+        if isinstance(dest, Stream):
+            raise InvalidAddress(
+                f"{address} is a stream: read it from an offset, without a cursor (a reader "
+                "keeps its own position)"
+            )
         if isinstance(dest, Topic):
             cursor = self._topic_cursor(dest, name, selector)
         else:
@@ -176,12 +182,16 @@ class Cursors:
         return list(self._by_key.values())
 
     def info(self, address: str) -> tuple[int, int]:
-        """``(earliest, head)`` of a queue without a cursor (a snapshot read).
+        """``(earliest, head)`` of a queue without a cursor (a snapshot read), or of a
+        stream (its first offset and its head).
 
         Raises:
             InvalidAddress: a topic (read a topic through a cursor).
-            NotFound: no such queue (a look creates nothing).
+            NotFound: no such queue or stream (a look creates nothing).
         """
+        found = self.host.destination(address, create=False)
+        if isinstance(found, Stream):
+            return found.first, found.head
         dest = self._queue(address, create=False)
         return self.earliest(dest), self.head(dest)
 
@@ -198,12 +208,16 @@ class Cursors:
         """One page of the held messages with ``start <= seq < end``, in sequence order,
         not consumed; returns ``(next start, entries)`` (next start == end: done).
 
-        Without ``name``, reads a queue as a snapshot (no cursor, no lease).
+        Without ``name``, reads a queue as a snapshot (no cursor, no lease), or a
+        stream's offsets (:meth:`Stream.read <chute.core.stream.Stream.read>`).
 
         Raises:
             NotFound: the cursor is not open. InvalidAddress: a topic without a cursor.
         """
         if name is None:
+            found = self.host.destination(address, create=False)
+            if isinstance(found, Stream):
+                return found.read(start, end, max_messages=max_messages, max_bytes=max_bytes)
             queue: QueueChannel = self._queue(address, create=False)
             wants: Callable[[Entry], bool] | None = None
         else:
@@ -356,6 +370,8 @@ class Cursors:
             raise InvalidAddress(
                 f"{dest.address} is a topic: a topic holds nothing; read it through a cursor"
             )
+        if isinstance(dest, Stream):
+            raise InvalidAddress(f"{dest.address} is a stream: read it without a cursor")
         return dest
 
     def _hold(self, cursor: Cursor) -> None:

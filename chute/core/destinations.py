@@ -54,6 +54,7 @@ from chute.core.cursor import Cursors
 from chute.core.queue import QueueChannel
 from chute.core.queuetypes import LoginQueue
 from chute.core.store import QueueDefinition, QueueKind
+from chute.core.stream import Stream
 from chute.core.subscriptions import Subscriptions
 from chute.core.topic import Subscription, Topic
 from chute.core.twophase import PreparedTransactions
@@ -77,6 +78,7 @@ class DestinationHost(Protocol):
 
     queues: dict[str, QueueChannel]
     topics: dict[str, Topic]
+    streams: dict[str, Stream]
 
     @property
     def subscriptions(self) -> Subscriptions: ...
@@ -92,6 +94,9 @@ class DestinationHost(Protocol):
 
     def room_freed(self, queue: QueueChannel) -> None:
         """Wake producers waiting for room in ``queue`` (they retry)."""
+
+    def delete_stream(self, stream: Stream) -> None:
+        """Remove a stream and forget it in the store."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +166,7 @@ class Destinations:
         ):
             self.note_made(definition.name, definition.owner)
 
-    def _gone(self, address: str, dest: QueueChannel | Topic) -> None:
+    def _gone(self, address: str, dest: QueueChannel | Topic | Stream) -> None:
         maker = self.made.pop(address, None)
         if maker is not None:
             self.by_maker[maker] -= 1
@@ -195,6 +200,9 @@ class Destinations:
             TransactionError: prepared transactions hold messages of it.
             AccessDenied: from ``check_owner``.
         """
+        stream = self.host.streams.get(address)
+        if stream is not None:
+            return self._delete_stream(stream, by)
         dest = self.host.queues.get(address) or self.host.topics.get(address)
         if dest is None:
             raise NotFound(f"{address} does not exist: nothing to delete")
@@ -241,7 +249,36 @@ class Destinations:
         )
         return count
 
-    def _check_deletable(self, address: str, dest: QueueChannel | Topic) -> None:
+    def _delete_stream(self, stream: Stream, by: str) -> int:
+        address = stream.address
+        self._check_deletable(address, stream)
+        if any(stream.address == q.address for q, _ in self.host.xa.placements()) or (
+            stream.reserved
+        ):
+            raise TransactionError(
+                f"prepared transactions send to {address}: commit or roll them back first "
+                "(chute tx list)"
+            )
+        count = stream.count
+        consumers = [c for reader in stream.readers for c in reader.evict_consumers()]
+        self.host.delete_stream(stream)
+        self._gone(address, stream)
+        error = DestinationDeleted(
+            f"{address} was deleted{f' by {by}' if by else ''}: this consumer is closed"
+        )
+        for consumer in consumers:
+            if isinstance(consumer.receiver, Cancellable):
+                consumer.receiver.cancelled(consumer, error)
+        log.info(
+            "deleted %s%s: %d messages discarded, %d readers closed",
+            address,
+            f" (by {by})" if by else "",
+            count,
+            len(consumers),
+        )
+        return count
+
+    def _check_deletable(self, address: str, dest: QueueChannel | Topic | Stream) -> None:
         addr = parse(address)
         if addr.name.startswith("__sys__"):
             raise InvalidAddress(f"{address} is the broker's own: it can be purged, not deleted")
@@ -281,7 +318,11 @@ class Destinations:
         Raises:
             NotFound: no such queue. InvalidAddress: a topic.
         """
-        dest = self.host.queues.get(address) or self.host.topics.get(address)
+        dest = (
+            self.host.queues.get(address)
+            or self.host.topics.get(address)
+            or self.host.streams.get(address)
+        )
         if dest is None:
             raise NotFound(f"{address} does not exist: nothing to purge")
         if isinstance(dest, Topic):

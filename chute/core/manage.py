@@ -41,7 +41,8 @@ from chute.core.consumer import Consumer
 from chute.core.queue import QueueChannel
 from chute.core.queuetypes import LoginQueue
 from chute.core.routing import Destination
-from chute.core.stats import queue_stats, topic_stats
+from chute.core.stats import queue_stats, stream_stats, topic_stats
+from chute.core.stream import Stream
 from chute.core.topic import Subscription, SubscriptionKind, Topic
 from chute.errors import AccessDenied, InvalidAddress, NotFound
 
@@ -65,6 +66,9 @@ def destination(conn: Connection, address: str) -> dict[str, Any]:
     if isinstance(dest, Topic):
         stats = topic_stats(dest)
         queues: list[QueueChannel] = list(dest.subscriptions.values())
+    elif isinstance(dest, Stream):
+        stats = stream_stats(dest)
+        queues = list(dest.readers)
     else:
         stats = {"address": dest.address, "kind": "queue", **queue_stats(dest)}
         stats["paged"] = dest.paged
@@ -171,10 +175,18 @@ def consumers(conn: Connection, address: str | None = None) -> list[dict[str, An
     broker = conn.broker
     if address is not None:
         dest = find(broker, authorized(conn, address))
-        queues = list(dest.subscriptions.values()) if isinstance(dest, Topic) else [dest]
+        queues: list[QueueChannel]
+        if isinstance(dest, Topic):
+            queues = list(dest.subscriptions.values())
+        elif isinstance(dest, Stream):
+            queues = list(dest.readers)
+        else:
+            queues = [dest]
         return _consumer_dicts(broker, queues)
     every: list[QueueChannel] = list(broker.queues.values())
     every += broker.subscriptions.values()
+    for stream in broker.streams.values():
+        every += stream.readers
     return _consumer_dicts(broker, [q for q in every if _manages(conn, q.address)])
 
 
@@ -286,6 +298,10 @@ def find_queue(broker: Broker, address: str) -> QueueChannel:
         raise InvalidAddress(
             f"{address} is a topic: it holds no messages (its subscriptions do, for their "
             "consumers)"
+        )
+    if isinstance(dest, Stream):
+        raise InvalidAddress(
+            f"{address} is a stream: its messages leave by retention only (purge it, or delete it)"
         )
     return dest
 

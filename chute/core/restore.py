@@ -23,7 +23,8 @@ from chute.core.destinations import Destinations
 from chute.core.queue import QueueChannel
 from chute.core.queuetypes import ForwardHost, attach_forwarder
 from chute.core.routing import Destination
-from chute.core.store import QueueDefinition, QueueKind, Store
+from chute.core.store import QueueDefinition, QueueKind, Store, StoredMessage
+from chute.core.stream import Stream
 from chute.core.subscriptions import Subscriptions
 from chute.core.topic import Subscription, SubscriptionKind, Topic
 from chute.core.twophase import PreparedTransactions
@@ -46,6 +47,9 @@ class RestoreHost(ForwardHost, Protocol):
 
     @property
     def topics(self) -> Mapping[str, Topic]: ...
+
+    @property
+    def streams(self) -> Mapping[str, Stream]: ...
 
     def destination(
         self,
@@ -74,17 +78,22 @@ def restore(host: RestoreHost, progress: Callable[[int, int], None] | None = Non
         (log.info if recovered.clean else log.warning)("%s", recovered.report)
     subscriptions: dict[str, Subscription] = {}
     for definition in recovered.definitions:
-        if definition.kind is QueueKind.QUEUE:
+        if definition.kind in (QueueKind.QUEUE, QueueKind.STREAM):
             host.destination(definition.name, create=True, maker=definition.owner)
             host.destinations.restored(definition)
         elif definition.topic is not None:
             subscriptions[definition.name] = restore_subscription(host, definition, start=False)
     for address, next_seq in recovered.next_seq.items():
-        dest = host.queues.get(address) or host.topics.get(address)
+        dest = host.queues.get(address) or host.topics.get(address) or host.streams.get(address)
         if dest is not None:
             dest.next_seq = max(dest.next_seq, next_seq)
     count = restored = 0
     for name, stored in recovered.messages.items():
+        stream = host.streams.get(name)
+        if stream is not None:
+            count += _restore_stream(stream, stored, recovered.paged.get(name))
+            restored += 1
+            continue
         queue = host.queues.get(name) or subscriptions.get(name)
         if queue is None:
             log.warning("store holds %d messages for unknown queue %s; skipped", len(stored), name)
@@ -107,6 +116,20 @@ def restore(host: RestoreHost, progress: Callable[[int, int], None] | None = Non
     for sub in subscriptions.values():
         if sub.kind is SubscriptionKind.CALLBACK and sub.forward_to:
             attach_forwarder(host, sub, sub.forward_to)
+    return count
+
+
+def _restore_stream(
+    stream: Stream, stored: list[StoredMessage], paged: tuple[int, int] | None
+) -> int:
+    """A stream's kept messages: the store read back the oldest (``stored``), the rest
+    it keeps (``paged``) are read as readers ask; returns how many."""
+    count, size = paged or (0, 0)
+    count += len(stored)
+    size += sum(item.message.size for item in stored)
+    if stored:
+        stream.next_seq = max(stream.next_seq, stored[-1].seq + 1)
+    stream.restore(stored[0].seq if stored else stream.next_seq, count, size)
     return count
 
 

@@ -17,19 +17,23 @@ from dataclasses import dataclass
 from chute.core.consumer import Entry
 from chute.core.queue import QueueChannel
 from chute.core.store import AddOp
+from chute.core.stream import Stream
 from chute.core.topic import Topic
 from chute.errors import DestinationFull
 
-Destination = QueueChannel | Topic
-"""What an address names: a queue (also a login-name or temporary queue) or a topic."""
+Destination = QueueChannel | Topic | Stream
+"""What an address names: a queue (also a login-name or temporary queue), a topic or a
+stream."""
 
 
 @dataclass(slots=True)
 class Route:
-    """Where one accepted message goes: entries to place and the store record, if any."""
+    """Where one accepted message goes: entries to place and the store record, if any;
+    for a stream, the stream and the entry it appends."""
 
     placements: list[tuple[QueueChannel, Entry]]
     record: AddOp | None
+    appended: tuple[Stream, Entry] | None = None
 
 
 class WouldBlock(DestinationFull):

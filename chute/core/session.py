@@ -27,9 +27,10 @@ from chute.core.consumer import AckMode, Consumer, Receiver
 from chute.core.paging import held_cost
 from chute.core.queue import QueueChannel
 from chute.core.queuetypes import LoginQueue
-from chute.core.routing import Destination, WouldBlock
-from chute.core.selector import compile_selector
+from chute.core.routing import WouldBlock
+from chute.core.selector import Selector, compile_selector
 from chute.core.settings import Overflow
+from chute.core.stream import Stream, StreamReader, parse_offset
 from chute.core.subscriptions import durable_key, shared_key
 from chute.core.topic import Subscription, SubscriptionKind, Topic
 from chute.core.twophase import Nacked, Send, Taken, check_xid, give_back
@@ -179,8 +180,12 @@ class Session:
         durable: bool = False,
         shared: bool = False,
         ack_mode: AckMode | None = None,
+        offset: str | int | None = None,
     ) -> Consumer:
         """Open a consumer; the broker starts pushing at once, up to ``prefetch``.
+
+        On a stream, the consumer reads from ``offset`` (:func:`~chute.core.stream.
+        parse_offset`; None: the next message) without consuming anything.
 
         Raises:
             InvalidAddress, InvalidSelector, NotFound, AccessDenied, ConsumerError.
@@ -194,9 +199,15 @@ class Session:
         addr = parse(address)
         if addr.kind is not Kind.TOPIC and (subscription or durable or shared):
             raise ConsumerError("subscription, durable and shared apply to topics only")
+        if offset is not None and addr.kind is not Kind.STREAM:
+            raise ConsumerError(f"an offset applies to streams only, and {addr} is not one")
         self.connection.authorize_use(Action.CONSUME, str(addr))
-        if addr.kind is Kind.TOPIC:
-            queue: QueueChannel = self._subscription(
+        queue: QueueChannel
+        if addr.kind is Kind.STREAM:
+            queue = self._stream_reader(consumer_id, str(addr), offset, prefetch, compiled)
+            compiled = None  # the reader filters as it reads
+        elif addr.kind is Kind.TOPIC:
+            queue = self._subscription(
                 consumer_id,
                 str(addr),
                 selector=selector,
@@ -219,6 +230,23 @@ class Session:
         self.consumers[consumer_id] = consumer
         queue.attach(consumer)
         return consumer
+
+    def _stream_reader(
+        self,
+        consumer_id: int,
+        address: str,
+        offset: str | int | None,
+        prefetch: int,
+        selector: Selector | None,
+    ) -> StreamReader:
+        start = parse_offset(offset)
+        stream = self.broker.destination(address)
+        if not isinstance(stream, Stream):
+            raise InvalidAddress(f"{address} is not a stream")
+        key = f"reader:{self.connection.id}.{id(self)}.{consumer_id}"
+        reader = StreamReader(key, stream, stream.locate(start), self.broker, prefetch, selector)
+        stream.readers.append(reader)
+        return reader
 
     def _queue_for_consumer(self, address: str) -> QueueChannel:
         addr = parse(address)
@@ -304,7 +332,9 @@ class Session:
         self.consumers.pop(consumer.id, None)
         queue = consumer.queue
         queue.detach(consumer)
-        if (
+        if isinstance(queue, StreamReader):
+            queue.close()
+        elif (
             isinstance(queue, Subscription)
             and not queue.router.consumers
             and queue.kind in (SubscriptionKind.NON_DURABLE, SubscriptionKind.SHARED)
@@ -411,14 +441,17 @@ class Session:
         gone since (a closed temporary queue) fails before anything is applied.
         """
         needed: dict[str, tuple[QueueChannel, int, int]] = {}
-        resolved: dict[str, Destination | None] = {}  # None: a queue without a bound
+        resolved: dict[str, QueueChannel | Topic | None] = {}  # None: never refuses
         for address, message, _ttl in tx.sends:
             try:
                 dest = resolved[address]
             except KeyError:
-                dest = self.broker.destination(address)
-                if not isinstance(dest, Topic) and dest.settings.overflow not in _REFUSING:
-                    dest = None
+                found = self.broker.destination(address)
+                dest = None  # a stream makes room by retention; an unbounded queue has it
+                if isinstance(found, Topic) or (
+                    isinstance(found, QueueChannel) and found.settings.overflow in _REFUSING
+                ):
+                    dest = found
                 resolved[address] = dest
             if dest is None:
                 continue

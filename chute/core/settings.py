@@ -37,6 +37,9 @@ class DestinationSettings:
     dead_letter: str = DEAD_LETTER
     expiry: str = EXPIRED
     block_timeout_ms: int = 30_000
+    max_age_ms: int = 0
+    """Streams: messages older than this are removed (0: kept whatever their age). On a
+    stream ``max_messages`` and ``max_bytes`` are retention too: the oldest go."""
     auto_delete_after_ms: int | None = None
     """A destination made by use and left unused this long goes (0: never; None: the
     server's ``auto_delete_after_ms``). See :mod:`chute.core.destinations`."""
@@ -81,6 +84,27 @@ def parse_size(value: int | str, *, what: str = "size") -> int:
     return int(match.group(1)) * _UNITS[unit]
 
 
+_DURATION_RE = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$", re.IGNORECASE)
+_DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(value: int | str, *, what: str = "duration") -> int:
+    """``7d`` / ``12h`` / ``30m`` / ``10s`` / ``500ms`` -> milliseconds (0 is 0).
+
+    Raises:
+        ConfigError: not a duration with its unit.
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value == 0:
+        return 0
+    match = _DURATION_RE.match(value) if isinstance(value, str) else None
+    if not match:
+        raise ConfigError(
+            f"{what}: expected a duration with its unit such as 7d, 12h, 30m, 10s or 500ms, "
+            f"got {value!r}"
+        )
+    return int(match.group(1)) * _DURATION_MS[match.group(2).lower()]
+
+
 def settings_from_mapping(raw: Mapping[str, Any], *, where: str) -> dict[str, Any]:
     """Validate one ``[destinations."..."]`` table into DestinationSettings keyword arguments.
 
@@ -102,6 +126,8 @@ def settings_from_mapping(raw: Mapping[str, Any], *, where: str) -> dict[str, An
                 out[name] = value
             elif name == "max_bytes":
                 out[name] = parse_size(value, what=key)
+            elif name == "max_age":
+                out["max_age_ms"] = parse_duration_ms(value, what=key)
             elif name == "overflow":
                 try:
                     out[name] = Overflow(value)

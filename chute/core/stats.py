@@ -8,9 +8,9 @@ on from (None once every one was covered). Every page also carries the
 broker-wide figures (connections, prepared transactions, discarded
 messages); a client joins the pages into one document.
 
-Address order puts every queue (``queue:...``) before every topic
-(``topic:...``). A ``pattern`` (an address, or one with ``*`` for any
-characters, spelled as the configuration's keys are) keeps only the
+Address order puts every queue (``queue:...``) before every stream
+(``stream:...``) and every topic (``topic:...``). A ``pattern`` (an address,
+or one with ``*`` for any characters, spelled as the configuration's keys are) keeps only the
 destinations it matches; a ``sees`` filter (who may see what, from
 :class:`~chute.core.connection.Connection`) drops others from a page without
 shortening the walk, so a page may list fewer than ``limit``. Like a browse, a
@@ -30,6 +30,7 @@ from typing import Any, Final
 
 from chute.core.address import canonical, pattern_matcher
 from chute.core.queue import QueueChannel
+from chute.core.stream import Stream
 from chute.core.topic import Topic
 
 STAT_PAGE: Final = 1000
@@ -53,6 +54,7 @@ def stats_page(
     after: str = "",
     limit: int = STAT_PAGE,
     sees: Callable[[str], bool] | None = None,
+    streams: Mapping[str, Stream] | None = None,
 ) -> StatsPage:
     """The destinations after ``after`` in address order (see the module docstring).
 
@@ -62,12 +64,14 @@ def stats_page(
         InvalidAddress: a bad ``pattern``.
     """
     limit = max(1, limit)
+    streams = streams or {}
     keep = pattern_matcher(pattern) if pattern else None
     if pattern and "*" not in pattern:  # one address: no need to look at the others
         exact = canonical(pattern)
-        names: Iterable[str] = [exact] if exact in queues or exact in topics else []
+        known = exact in queues or exact in topics or exact in streams
+        names: Iterable[str] = [exact] if known else []
     else:
-        names = itertools.chain(queues, topics)
+        names = itertools.chain(queues, topics, streams)
     covered = heapq.nsmallest(
         limit + 1, (a for a in names if a > after and (keep is None or keep(a)))
     )
@@ -84,6 +88,10 @@ def stats_page(
         topic = topics.get(address)
         if topic is not None:
             destinations.append(topic_stats(topic))
+            continue
+        stream = streams.get(address)
+        if stream is not None:
+            destinations.append(stream_stats(stream))
     return StatsPage(destinations, covered[-1] if more else None)
 
 
@@ -128,4 +136,31 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
         "expired": sum(s["expired"] for s in subs),
         "dead_lettered": sum(s["dead_lettered"] for s in subs),
         "subscriptions": subs,
+    }
+
+
+def stream_stats(stream: Stream) -> dict[str, Any]:
+    """A stream's figures: what it keeps (``depth``, ``bytes``), its offsets (``first``,
+    ``head``), what it took and what retention removed, and its readers."""
+    readers = stream.readers
+    return {
+        "address": stream.address,
+        "kind": "stream",
+        "depth": stream.count,
+        "ready": stream.count,
+        "inflight": sum(r.inflight for r in readers),
+        "bytes": stream.bytes,
+        "consumers": sum(len(r.router.consumers) for r in readers),
+        "enqueued": stream.appended,
+        "acked": 0,
+        "delivered": sum(r.delivered for r in readers),
+        "redelivered": sum(r.redelivered for r in readers),
+        "expired": 0,
+        "dead_lettered": 0,
+        "first": stream.first,
+        "head": stream.head,
+        "removed": stream.removed,
+        "readers": [
+            {"position": r.position, "consumers": len(r.router.consumers)} for r in readers
+        ],
     }

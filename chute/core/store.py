@@ -32,6 +32,7 @@ class QueueKind(enum.Enum):
     QUEUE = "queue"  # a named queue (also login-name queues)
     SUBSCRIPTION = "subscription"  # a durable topic subscription
     CALLBACK = "callback"  # a durable subscription that forwards to a destination
+    STREAM = "stream"  # a stream's log (chute.core.stream): acked only by retention
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

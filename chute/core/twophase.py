@@ -37,6 +37,7 @@ from chute.core.consumer import ConsumedQueue, Entry
 from chute.core.queue import QueueChannel
 from chute.core.routing import Destination, Route
 from chute.core.store import AckOp, AddOp, Recovered, Store, TxOp
+from chute.core.stream import Stream
 from chute.errors import NotFound, TransactionError
 from chute.message import Message
 
@@ -139,6 +140,8 @@ class PreparedTransactions:
             routes.append(route)
             if route.record is not None:
                 ops.append(route.record)
+            if route.appended is not None:  # readers of the stream wait for it
+                route.appended[0].reserved.add(route.appended[1].seq)
         for queue, entry in acks:
             if queue.durable and entry.message.persistent:
                 ops.append(AckOp(queue.name, entry.seq))
@@ -167,6 +170,9 @@ class PreparedTransactions:
         again. Raises NotFound for an unknown xid."""
         prepared = self._take(xid)
         self.host.store.rollback_prepared(xid)
+        for route in prepared.routes:
+            if route.appended is not None:
+                route.appended[0].release(route.appended[1].seq)
         give_back(prepared.acks + [(queue, entry) for queue, entry, _ in prepared.nacks])
 
     def expire(self, now: int, timeout_ms: int) -> list[str]:
@@ -205,7 +211,11 @@ class PreparedTransactions:
                     dest = host.find(op.destination)
                     if dest is not None:
                         dest.next_seq = max(dest.next_seq, op.seq + 1)
-                    routes.append(Route(placements, None))
+                    appended = None
+                    if isinstance(dest, Stream):
+                        dest.reserved.add(op.seq)
+                        appended = (dest, Entry(op.seq, op.message))
+                    routes.append(Route(placements, None, appended))
                 else:
                     queue = host.queue_by_name(op.queue)
                     entry = queue.withdraw(op.seq) if queue is not None else None

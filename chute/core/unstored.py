@@ -20,6 +20,9 @@ went to:
   deliveries never wait for the disk, docs/durability.md), or a login-name
   queue handed copies of it on. Counted and logged.
 
+A stream takes the message back out of its tail and out of its readers' windows
+where they have not pushed it yet (``Stream.withdraw``).
+
 A refused ack leaves its message in the store: it comes back after a restart
 (at least once), and is only logged here.
 
@@ -30,11 +33,12 @@ hands the store's report over in order with the sync callbacks).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from chute.core.queue import QueueChannel
 from chute.core.store import AddOp, TxOp
+from chute.core.stream import Stream
 
 log = logging.getLogger("chute.broker")
 
@@ -44,6 +48,9 @@ class UnstoredHost(Protocol):
 
     def queue_by_name(self, name: str) -> QueueChannel | None:
         """A queue or subscription by its store name."""
+
+    @property
+    def streams(self) -> Mapping[str, Stream]: ...
 
 
 def withdraw_unstored(host: UnstoredHost, ops: Sequence[TxOp]) -> tuple[int, int]:
@@ -55,6 +62,13 @@ def withdraw_unstored(host: UnstoredHost, ops: Sequence[TxOp]) -> tuple[int, int
             acks += 1
             continue
         for name in op.queues:
+            stream = host.streams.get(name)
+            if stream is not None:
+                if stream.withdraw(op.seq):
+                    taken += 1
+                else:
+                    gone += 1
+                continue
             queue = host.queue_by_name(name)
             if queue is None or queue.deleted:
                 continue

@@ -116,6 +116,11 @@ def _mount(index: int, table: Any) -> DropboxMount:
     for name in names:
         try:
             addr = parse(name)
+            if addr.kind is Kind.STREAM:
+                raise ConfigError(
+                    f"{where}.destinations: {addr} is a stream; DropboxMQ has queues and "
+                    "topics only (a mount carries those)"
+                )
             check_destination_name(addr.name, topic=addr.kind is Kind.TOPIC)
         except ChuteError as exc:
             raise ConfigError(f"{where}.destinations: {exc.reason}") from None

@@ -146,6 +146,8 @@ class DropboxSession:
         """
         self._check()
         addr = parse(address)
+        if addr.kind is Kind.STREAM:
+            raise InvalidAddress(f"{addr} is a stream: streams need a broker")
         check_destination_name(addr.name, topic=addr.kind is Kind.TOPIC)
         message = Message.create(
             body,
@@ -206,6 +208,7 @@ class DropboxSession:
         subscription: str | None = None,
         durable: bool = False,
         shared: bool = False,
+        offset: str | int | None = None,
     ) -> DropboxConsumer:
         """Consume a queue dropbox, or a topic subscription's dropbox (created if
         missing: ``subscription`` names it; ``durable`` keeps it after close;
@@ -225,6 +228,8 @@ class DropboxSession:
             )
         compiled = compile_selector(selector) if selector else None
         addr = parse(address)
+        if addr.kind is Kind.STREAM or offset is not None:
+            raise ConsumerError("streams need a broker: a dropbox holds queues and topics")
         check_destination_name(addr.name, topic=addr.kind is Kind.TOPIC)
         conn = self.connection
         temporary: QueueLayout | None = None

@@ -123,6 +123,7 @@ class PacketType(enum.IntEnum):
     MOVE = 64
     DEAD_LETTER_RETRY = 65
     DEAD_LETTER_RETRY_RESULT = 66
+    STREAM_CONSUMER_OPEN = 67
 
 
 class SessionAckMode(enum.StrEnum):
@@ -274,6 +275,20 @@ class ConsumerOpen:
     subscription: str | None = None
     durable: bool = False
     shared: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StreamConsumerOpen:
+    """Open a consumer on a stream, reading from ``offset`` (``first``, ``last``,
+    ``next``, a number or ``timestamp=MS``) without consuming; answered as ConsumerOpen.
+    Each delivery's ``seq`` is the message's offset in the stream."""
+
+    session_id: int
+    consumer_id: int
+    address: str
+    offset: str
+    selector: str | None = None
+    prefetch: int = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -478,6 +493,7 @@ Packet = (
     | Send
     | ConsumerOpen
     | ConsumerClose
+    | StreamConsumerOpen
     | Deliver
     | Ack
     | Nack
@@ -562,6 +578,7 @@ __all__ = [
     "StatFetch",
     "StatPage",
     "StatResult",
+    "StreamConsumerOpen",
     "TempQueue",
     "TempQueueCreated",
     "Unsubscribe",

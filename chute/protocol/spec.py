@@ -80,6 +80,7 @@ from chute.protocol.packets import (
     StatFetch,
     StatPage,
     StatResult,
+    StreamConsumerOpen,
     TempQueue,
     TempQueueCreated,
     Unsubscribe,
@@ -335,6 +336,10 @@ _SPECS: Final[dict[type, tuple[PacketType, tuple[str, ...]]]] = {
         (_TARGET, _CALLBACK, "s16", "o32", "u32", "bool", "o16", "bool", "bool"),
     ),
     ConsumerClose: (PacketType.CONSUMER_CLOSE, (_TARGET,)),
+    StreamConsumerOpen: (
+        PacketType.STREAM_CONSUMER_OPEN,
+        (_TARGET, _CALLBACK, "s16", "s16", "o32", "u32"),
+    ),
     Ack: (PacketType.ACK, (_TARGET, "u64", "bool", "u32")),
     Nack: (PacketType.NACK, (_TARGET, "u64", "bool")),
     Credit: (PacketType.CREDIT, (_TARGET, "u32")),

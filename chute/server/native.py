@@ -80,6 +80,7 @@ class NativeConnection(ManagementRequests, StreamConnection):
             p.Credit: self._on_credit,
             p.Nack: self._on_nack,
             p.ConsumerOpen: self._on_consumer_open,
+            p.StreamConsumerOpen: self._on_stream_consumer_open,
             p.ConsumerClose: self._on_consumer_close,
             p.SessionOpen: self._on_session_open,
             p.SessionClose: self._on_session_close,
@@ -273,6 +274,21 @@ class NativeConnection(ManagementRequests, StreamConnection):
             subscription=packet.subscription,
             durable=packet.durable,
             shared=packet.shared,
+        )
+        self.consumers[packet.consumer_id] = (consumer, session)
+        self._respond(header, p.Ok())
+
+    def _on_stream_consumer_open(self, header: p.Header, packet: p.StreamConsumerOpen) -> None:
+        session = self._session(header.target_id)
+        if packet.consumer_id in self.consumers:
+            raise ConsumerError(f"consumer id {packet.consumer_id} is already in use")
+        consumer = session.consumer(
+            packet.consumer_id,
+            packet.address,
+            self,
+            prefetch=packet.prefetch,
+            selector=packet.selector,
+            offset=packet.offset,
         )
         self.consumers[packet.consumer_id] = (consumer, session)
         self._respond(header, p.Ok())

@@ -75,7 +75,12 @@ _NEXT_SEQ: Final = struct.Struct(">Q")
 _COUNT: Final = struct.Struct(">QI")
 _RUN: Final = struct.Struct(">QQ")
 
-_QUEUE_KINDS: Final = {QueueKind.QUEUE: 0, QueueKind.SUBSCRIPTION: 1, QueueKind.CALLBACK: 2}
+_QUEUE_KINDS: Final = {
+    QueueKind.QUEUE: 0,
+    QueueKind.SUBSCRIPTION: 1,
+    QueueKind.CALLBACK: 2,
+    QueueKind.STREAM: 3,
+}
 _KIND_BY_TAG: Final = {v: k for k, v in _QUEUE_KINDS.items()}
 
 

@@ -177,6 +177,7 @@ class SyncSession:
         subscription: str | None = None,
         durable: bool = False,
         shared: bool = False,
+        offset: str | int | None = None,
     ) -> SyncConsumer:
         consumer = self._runner.run(
             self._session.consumer(
@@ -187,6 +188,7 @@ class SyncSession:
                 subscription=subscription,
                 durable=durable,
                 shared=shared,
+                offset=offset,
             )
         )
         return SyncConsumer(self._runner, consumer)

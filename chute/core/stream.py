@@ -1,0 +1,563 @@
+"""Streams: append-only logs read from an offset, as RabbitMQ's streams and Kafka's topics.
+
+Theory of operation
+-------------------
+A :class:`Stream` (``stream:NAME``) keeps every message it takes, in the order
+the broker accepted them, until its retention removes the oldest: past
+``max_bytes`` or ``max_messages``, or older than ``max_age``. Nothing a reader
+does removes anything. A message's **offset** is its sequence number in the
+stream, so offsets only grow; ``first`` is the oldest offset still kept and
+``head`` the offset the next readable message will have.
+
+Every message a stream takes is recorded in the store (a stream is durable:
+a message sent as non-persistent is kept as a persistent one), under the
+stream's address as a durable queue of kind ``stream``. The stream holds in
+memory only its newest messages (``tail_bytes``) and reads older ones back from
+the store (:meth:`Store.page_in`), so a stream costs the memory of its tail,
+whatever its length. Retention acks what it removes, which is what lets the
+journal delete a segment once nothing in it is kept (journal space is
+reclaimed as retention moves on).
+
+Reading, two ways:
+
+* :meth:`Stream.read` returns the messages in an offset range, at most a page:
+  stateless, for readers that keep their own position (the Spark source keeps
+  it in Spark's checkpoint; the native ``CursorFetch`` request without a cursor).
+* A :class:`StreamReader` is a consumer's own queue, as a topic subscription
+  is: it is fed from its position, a window at a time, as its consumer's
+  credit allows; acks only make room in the window. Consumers open one with an
+  offset (:func:`parse_offset`: ``first``, ``last``, ``next``, a number, or
+  ``timestamp=MS``); native clients and STOMP's ``x-stream-offset`` header.
+
+A prepared (two-phase) send has its offset when prepared but is placed only
+at its commit: :attr:`Stream.head` stays below the lowest such offset, so no
+reader ever moves past a message that is yet to appear.
+
+What a stream needs of the broker is :class:`StreamHost`. Pure: no sockets, no
+files. Used from the broker's loop only.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+from chute.core.browse import PAGE_BYTES, PAGE_MESSAGES, BrowsePage, clamp
+from chute.core.consumer import Entry
+from chute.core.paging import MemoryBudget, held_cost
+from chute.core.queue import QueueChannel, QueueHost
+from chute.core.selector import Selector
+from chute.core.settings import DestinationSettings
+from chute.core.store import Store, StoredMessage
+from chute.errors import ConsumerError
+from chute.message import Message
+
+log = logging.getLogger("chute.stream")
+
+TAIL_BYTES: Final = 8 << 20
+"""How many bytes of its newest messages a stream keeps in memory."""
+
+READ_STEP: Final = 256
+"""Messages read back from the store per call."""
+
+WINDOW: Final = 256
+"""How many messages a reader holds at most (waiting and in flight) beyond its consumer's credit."""
+
+RETAIN_STEP: Final = 1024
+"""Messages removed by retention per step (the rest on the next append or sweep)."""
+
+
+class StreamHost(Protocol):
+    """What a stream needs of the broker around it."""
+
+    store: Store
+    clock: Callable[[], int]
+    memory: MemoryBudget
+
+
+@dataclass(frozen=True, slots=True)
+class Offset:
+    """Where a reader starts: ``kind`` is first, last, next, offset or timestamp."""
+
+    kind: str
+    value: int = 0
+
+    def __str__(self) -> str:
+        if self.kind in ("offset", "timestamp"):
+            return f"{self.kind}={self.value}"
+        return self.kind
+
+
+OFFSET_FORMS: Final = "first, last, next, a number (offset=N or N) or timestamp=MS"
+
+
+def parse_offset(text: str | int | None) -> Offset:
+    """``first``, ``last``, ``next``, ``N`` or ``offset=N``, ``timestamp=MS`` (ms since the
+    epoch; ``timestamp=S`` in seconds, as RabbitMQ's STOMP header, is told apart by size).
+    None means ``next``.
+
+    Raises:
+        ConsumerError: not one of those forms.
+    """
+    if text is None:
+        return Offset("next")
+    if isinstance(text, int) and not isinstance(text, bool):
+        return _number("offset", text)
+    value = str(text).strip()
+    lowered = value.lower()
+    if lowered in ("first", "last", "next"):
+        return Offset(lowered)
+    kind, sep, number = lowered.partition("=")
+    if not sep:
+        kind, number = "offset", lowered
+    if kind not in ("offset", "timestamp") or not number.isdigit():
+        raise ConsumerError(f"a stream offset is {OFFSET_FORMS}; got {value[:60]!r}")
+    parsed = int(number)
+    if kind == "timestamp" and parsed < 100_000_000_000:  # seconds (before year 5138)
+        parsed *= 1000
+    return _number(kind, parsed)
+
+
+def _number(kind: str, value: int) -> Offset:
+    if value < 0 or value >= 1 << 63:
+        raise ConsumerError(f"a stream {kind} must be 0 or more, got {value}")
+    return Offset(kind, value)
+
+
+class Stream:
+    """An append-only log. See the module docstring."""
+
+    def __init__(self, address: str, settings: DestinationSettings, host: StreamHost) -> None:
+        self.address = address
+        self.name = address  # the store knows the stream by its address
+        self.settings = settings
+        self.host = host
+        self.next_seq = 1
+        self.first = 1  # the oldest offset kept (== next_seq while empty)
+        self.count = 0  # messages kept
+        self.bytes = 0  # their Message.size
+        self.appended = 0  # messages taken since start
+        self.removed = 0  # messages retention removed since start
+        self.readers: list[StreamReader] = []
+        self.reserved: set[int] = set()  # offsets of prepared sends, placed at their commit
+        self.deleted = False
+        self._tail: list[Entry] = []  # the newest messages, in offset order
+        self._tail_from = 0  # entries of _tail before this index are gone
+        self._tail_bytes = 0
+
+    # -- numbering ------------------------------------------------------------------
+
+    @property
+    def head(self) -> int:
+        """The first offset a reader may not read yet: the next one, or the lowest a
+        prepared send holds."""
+        if self.reserved:
+            return min(self.next_seq, *self.reserved)
+        return self.next_seq
+
+    @property
+    def last(self) -> int:
+        """The newest offset kept below :attr:`head` (``head`` if none)."""
+        tail = self._tail
+        head = self.head
+        for index in range(len(tail) - 1, self._tail_from - 1, -1):
+            if tail[index].seq < head:
+                return tail[index].seq
+        after = head - 2  # offsets are contiguous but for rolled-back prepared sends
+        while after >= self.first - 1:
+            found = self._next_kept(after, head)
+            if found is not None:
+                return found.seq
+            after -= 1
+        return head
+
+    def reserve(self) -> int:
+        """An offset for a send that is placed later (a prepared transaction's)."""
+        seq = self.next_seq
+        self.next_seq += 1
+        self.reserved.add(seq)
+        return seq
+
+    def release(self, seq: int) -> None:
+        """A reserved offset that will never be placed (its transaction rolled back)."""
+        self.reserved.discard(seq)
+        self._wake()
+
+    # -- appending ------------------------------------------------------------------
+
+    def append(self, entry: Entry) -> None:
+        """Keep a message the store already recorded; readers waiting for it get it."""
+        message = entry.message
+        self.reserved.discard(entry.seq)
+        if not self.count or entry.seq < self.first:
+            self.first = entry.seq
+        self.count += 1
+        self.bytes += message.size
+        self.appended += 1
+        self._keep(entry)
+        self.retain(self.host.clock(), on_append=True)
+        self._wake()
+
+    def _keep(self, entry: Entry) -> None:
+        tail = self._tail
+        cost = held_cost(entry.message)
+        if len(tail) > self._tail_from and entry.seq < tail[-1].seq:
+            bisect.insort(tail, entry, lo=self._tail_from, key=_seq)  # a prepared send's commit
+        else:
+            tail.append(entry)
+        self._tail_bytes += cost
+        self.host.memory.used += cost
+        limit = TAIL_BYTES
+        while self._tail_bytes > limit and len(tail) - self._tail_from > 1:
+            self._drop_tail_head()
+
+    def _drop_tail_head(self) -> None:
+        tail = self._tail
+        gone = tail[self._tail_from]
+        self._tail_from += 1
+        cost = held_cost(gone.message)
+        self._tail_bytes -= cost
+        self.host.memory.used -= cost
+        if self._tail_from > 4096 and self._tail_from * 2 > len(tail):
+            del tail[: self._tail_from]
+            self._tail_from = 0
+
+    def _wake(self) -> None:
+        for reader in self.readers:
+            if reader.position < self.head and reader.router.consumers:
+                reader.deliver()
+
+    def nudge(self) -> None:
+        """Let readers that stopped short of the head read on (a selective reader reads
+        a bounded number of messages per fill; the broker's sweep calls this)."""
+        for reader in self.readers:
+            if not reader.ready and reader.position < self.head and reader.router.consumers:
+                reader.deliver()
+
+    # -- reading --------------------------------------------------------------------
+
+    def read(
+        self, start: int, end: int, *, max_messages: int = 0, max_bytes: int = 0
+    ) -> tuple[int, list[Entry]]:
+        """The messages with offsets in ``[start, end)`` (``end`` at most :attr:`head`),
+        at most ``max_messages`` and about ``max_bytes`` of them (0: no limit; at least
+        one); returns ``(next start, entries)``: next start is ``end`` once the range is
+        done. Offsets retention removed are skipped.
+
+        Raises:
+            StoreError: the store cannot read them back now.
+        """
+        end = min(end, self.head)
+        start = max(start, self.first)
+        entries: list[Entry] = []
+        size = 0
+        position = start
+        while position < end:
+            room = (max_messages - len(entries)) if max_messages else READ_STEP
+            found = self._from_tail(position, end, min(room, READ_STEP))
+            if found is None:
+                found = self._from_store(position, end, min(room, READ_STEP))
+            if not found:
+                return end, entries
+            for entry in found:
+                if max_bytes and entries and size + entry.message.size > max_bytes:
+                    return entry.seq, entries
+                entries.append(entry)
+                size += entry.message.size
+            position = found[-1].seq + 1
+            if max_messages and len(entries) >= max_messages:
+                return (position if position < end else end), entries
+        return end, entries
+
+    def _from_tail(self, start: int, end: int, limit: int) -> list[Entry] | None:
+        """Up to ``limit`` entries from ``start`` if the tail holds ``start``, else None."""
+        tail = self._tail
+        lo = self._tail_from
+        if lo >= len(tail) or start < tail[lo].seq:
+            return None
+        index = bisect.bisect_left(tail, start, lo=lo, key=_seq)
+        stop = bisect.bisect_left(tail, end, lo=index, hi=min(len(tail), index + limit), key=_seq)
+        return tail[index:stop]
+
+    def _from_store(self, start: int, end: int, limit: int) -> list[Entry]:
+        tail = self._tail
+        below = min(end, tail[self._tail_from].seq if self._tail_from < len(tail) else end)
+        if start < below:  # ask for no more than is there: a short read makes a journal flush
+            stored = self.host.store.page_in(self.address, start - 1, min(limit, below - start))
+            found = [Entry(s.seq, s.message) for s in stored if s.seq < below]
+            if found:
+                return found
+        if below < end:
+            return self._from_tail(below, end, limit) or []
+        return []
+
+    def _next_kept(self, after: int, end: int) -> Entry | None:
+        """The first kept entry above ``after`` and below ``end``, read from the store."""
+        stored: list[StoredMessage] = self.host.store.page_in(self.address, after, 1)
+        if not stored or stored[0].seq >= end:
+            return None
+        return Entry(stored[0].seq, stored[0].message)
+
+    def locate(self, offset: Offset) -> int:
+        """The offset a reader starting at ``offset`` reads first."""
+        head = self.head
+        if offset.kind == "first":
+            return self.first
+        if offset.kind == "next":
+            return head
+        if offset.kind == "last":
+            return self.last
+        if offset.kind == "offset":
+            return min(max(offset.value, self.first), head)
+        return self.at_time(offset.value)
+
+    def at_time(self, timestamp: int) -> int:
+        """The first offset whose message was accepted at ``timestamp`` (ms) or later
+        (:attr:`head` if none): a bisection over the tail, else over the store."""
+        tail = self._tail
+        lo_index = self._tail_from
+        head = self.head
+        if lo_index < len(tail) and tail[lo_index].message.timestamp <= timestamp:
+            index = bisect.bisect_left(
+                tail, timestamp, lo=lo_index, key=lambda e: e.message.timestamp
+            )
+            return tail[index].seq if index < len(tail) and tail[index].seq < head else head
+        below = min(head, tail[lo_index].seq if lo_index < len(tail) else head)
+        lo, hi = self.first, below  # the answer is the first kept offset at or above lo
+        while lo < hi:
+            mid = (lo + hi) // 2
+            probe = self._next_kept(mid - 1, below)
+            if probe is None or probe.message.timestamp >= timestamp:
+                hi = mid
+            else:
+                lo = probe.seq + 1
+        found = self._next_kept(lo - 1, below) if lo < below else None
+        return found.seq if found is not None else below
+
+    # -- retention ------------------------------------------------------------------
+
+    def over(self, now: int) -> bool:
+        """Whether retention has something to remove (by size, count, or age when ``now``
+        is given)."""
+        s = self.settings
+        if (s.max_bytes and self.bytes > s.max_bytes) or (
+            s.max_messages and self.count > s.max_messages
+        ):
+            return True
+        return bool(s.max_age_ms and self.count and self._oldest_time() < now - s.max_age_ms)
+
+    def _oldest_time(self) -> int:
+        tail = self._tail
+        if self._tail_from < len(tail) and tail[self._tail_from].seq == self.first:
+            return tail[self._tail_from].message.timestamp
+        found = self._next_kept(self.first - 1, self.next_seq)
+        return found.message.timestamp if found is not None else 1 << 62
+
+    def retain(self, now: int, *, on_append: bool = False) -> int:
+        """Remove the oldest messages past the retention limits, a step at a time; returns
+        how many went. On append only size and count are looked at (age in the sweep)."""
+        s = self.settings
+        if on_append and not (
+            (s.max_bytes and self.bytes > s.max_bytes)
+            or (s.max_messages and self.count > s.max_messages)
+        ):
+            return 0
+        removed = 0
+        while removed < RETAIN_STEP and self.count and self.over(now):
+            batch = self.read(self.first, self.next_seq, max_messages=64)[1]
+            if not batch:
+                break
+            gone: list[int] = []
+            for entry in batch:
+                if not self._past_retention(entry.message, now):
+                    break
+                gone.append(entry.seq)
+                self.count -= 1
+                self.bytes -= entry.message.size
+            if not gone:
+                break
+            self.host.store.acks(self.address, gone)
+            self.removed += len(gone)
+            removed += len(gone)
+            self._forget_below(gone[-1] + 1)
+        return removed
+
+    def _past_retention(self, message: Message, now: int) -> bool:
+        s = self.settings
+        return bool(
+            (s.max_bytes and self.bytes > s.max_bytes)
+            or (s.max_messages and self.count > s.max_messages)
+            or (s.max_age_ms and message.timestamp < now - s.max_age_ms)
+        )
+
+    def _forget_below(self, seq: int) -> None:
+        tail = self._tail
+        while self._tail_from < len(tail) and tail[self._tail_from].seq < seq:
+            self._drop_tail_head()
+        if not self.count:
+            self.first = self.next_seq
+            return
+        if self._tail_from < len(tail) and tail[self._tail_from].seq == seq:
+            self.first = seq
+            return
+        found = self._next_kept(seq - 1, self.next_seq)
+        self.first = found.seq if found is not None else self.next_seq
+
+    def withdraw(self, seq: int) -> bool:
+        """Take back a message the store refused to keep; False if a reader had already
+        been handed it (it is gone from the stream either way)."""
+        tail = self._tail
+        index = bisect.bisect_left(tail, seq, lo=self._tail_from, key=_seq)
+        if index >= len(tail) or tail[index].seq != seq:
+            return False
+        entry = tail.pop(index)
+        cost = held_cost(entry.message)
+        self._tail_bytes -= cost
+        self.host.memory.used -= cost
+        self.count -= 1
+        self.bytes -= entry.message.size
+        if seq == self.first:
+            self._forget_below(seq + 1)
+        handed = False
+        for reader in self.readers:
+            waiting = reader.withdraw(seq)
+            if waiting is not None:
+                reader.settle(waiting, acked=False)
+            elif reader.position > seq:
+                handed = True
+        return not handed
+
+    def purge(self) -> int:
+        """Remove every message kept; returns how many."""
+        count = 0
+        while self.count:
+            batch = self.read(self.first, self.next_seq, max_messages=RETAIN_STEP)[1]
+            if not batch:
+                break
+            self.host.store.acks(self.address, [e.seq for e in batch])
+            for entry in batch:
+                self.bytes -= entry.message.size
+            self.count -= len(batch)
+            count += len(batch)
+            self._forget_below(batch[-1].seq + 1)
+        self.count = self.bytes = 0
+        self.first = self.next_seq
+        self.removed += count
+        return count
+
+    def drop(self) -> None:
+        """The stream is deleted: give back the memory of its tail."""
+        self.deleted = True
+        while self._tail_from < len(self._tail):
+            self._drop_tail_head()
+
+    def restore(self, first: int, count: int, size: int) -> None:
+        """Recovery found ``count`` messages (``size`` bytes) from offset ``first`` on."""
+        self.first = first if count else self.next_seq
+        self.count = count
+        self.bytes = size
+
+    def __repr__(self) -> str:
+        return f"Stream({self.address!r}, first={self.first}, head={self.head})"
+
+
+class StreamReader(QueueChannel):
+    """A consumer's own queue on a stream: fed from its position as credit allows.
+
+    Not durable: it records nothing (the stream's messages are in the store
+    already) and is gone with its consumer. Every message it feeds waits in one
+    lane, so delivery follows the offsets whatever the priorities.
+    """
+
+    def __init__(  # noqa: PLR0917 - all of them make a reader
+        self,
+        key: str,
+        stream: Stream,
+        position: int,
+        host: QueueHost,
+        prefetch: int,
+        selector: Selector | None = None,
+    ) -> None:
+        # the stream's retention bounds the stream, not its readers
+        own = dataclasses.replace(stream.settings, max_messages=0, max_bytes=0, max_age_ms=0)
+        super().__init__(key, stream.address, own, host, durable=False)
+        self.stream = stream
+        self.position = position
+        self.window = max(WINDOW, prefetch)
+        self.selector = selector
+
+    def close(self) -> None:
+        """Its consumer closed: leave the stream and give back what it held."""
+        if self in self.stream.readers:
+            self.stream.readers.remove(self)
+        self.deleted = True
+        self.host.memory.used -= sum(held_cost(e.message) for e in self.drain())
+
+    def _deliver(self) -> None:
+        self.fill()
+        super()._deliver()
+
+    def fill(self) -> None:
+        """Take the next messages from the stream while the window has room."""
+        stream = self.stream
+        if stream.deleted:
+            return
+        room = self.window - self.held
+        if room * 2 < self.window:
+            return
+        # retention may have removed what it had not read yet
+        self.position = max(self.position, stream.first)
+        head = stream.head
+        budget = 16 * self.window  # messages a selective reader looks at per fill
+        selector = self.selector
+        while room > 0 and budget > 0 and self.position < head:
+            nxt, entries = stream.read(self.position, head, max_messages=min(room, budget))
+            budget -= len(entries)
+            for entry in entries:
+                if selector is None or selector.matches(entry.message):
+                    self.feed(Entry(entry.seq, entry.message))
+                    room -= 1
+            self.position = nxt
+            if not entries:
+                break
+
+    def feed(self, entry: Entry) -> None:
+        """One message in the single lane (as ``place`` does, without a push)."""
+        size = entry.message.size
+        self.held += 1
+        self.held_bytes += size
+        self.enqueued += 1
+        self.host.memory.used += held_cost(entry.message)
+        self._lanes[0].append(entry)
+        self.ready += 1
+
+    def __repr__(self) -> str:
+        return f"StreamReader({self.name!r}, position={self.position}, held={self.held})"
+
+
+def stream_page(  # noqa: PLR0917 - the walk's bounds, as browse_page takes them
+    stream: Stream,
+    after: int,
+    before: int,
+    max_messages: int,
+    max_bytes: int,
+    selector: Selector | None,
+) -> BrowsePage:
+    """One page of a browse of ``stream`` (offsets above ``after``, below ``before``; 0: its
+    head), as :mod:`chute.core.browse` walks a queue."""
+    end = min(before, stream.head) if before > 0 else stream.head
+    most = clamp(max_messages, PAGE_MESSAGES)
+    nxt, entries = stream.read(
+        after + 1, end, max_messages=most, max_bytes=clamp(max_bytes, PAGE_BYTES)
+    )
+    shown = [e for e in entries if selector is None or selector.matches(e.message)]
+    covered = nxt - 1
+    return BrowsePage(shown, covered, end, nxt >= end)
+
+
+def _seq(entry: Entry) -> int:
+    return entry.seq
