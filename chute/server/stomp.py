@@ -405,6 +405,7 @@ class StompConnection(StreamConnection):
                     delivery_count=entry.delivery_count,
                     redelivered=entry.redelivered or entry.delivery_count > 1,
                     version=self.codec.version,
+                    stream_offset=entry.seq if sub.stream else None,
                 )
             )
         else:

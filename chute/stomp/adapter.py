@@ -5,8 +5,9 @@ these functions and does the I/O. Each choice below is what a user of
 ActiveMQ or RabbitMQ would expect, written down once:
 
 * Destinations: ``/queue/NAME`` → ``queue:NAME``, ``/topic/NAME`` →
-  ``topic:NAME`` (DESIGN.md §Addresses); chute's own ``queue:NAME``,
-  ``topic:NAME`` and a bare ``NAME`` are accepted too. ``/temp-queue/NAME`` is
+  ``topic:NAME``, ``/stream/NAME`` → ``stream:NAME`` (DESIGN.md §Addresses);
+  chute's own ``queue:NAME``, ``topic:NAME``, ``stream:NAME`` and a bare
+  ``NAME`` are accepted too. ``/temp-queue/NAME`` is
   resolved by the driver (it is scoped to the connection).
 * ``persistent`` defaults to **true**, as every chute message does
   (DESIGN.md §The message); send ``persistent:false`` for a transient message.
@@ -24,6 +25,12 @@ ActiveMQ or RabbitMQ would expect, written down once:
   ``1.1``), with Java's ``NaN``, ``Infinity`` and ``-Infinity``, which Java,
   JavaScript and Python all parse.
 * MESSAGE frames carry ``chute-delivery-count`` (1 on the first delivery).
+* Streams, as RabbitMQ's STOMP plugin reads them: a SUBSCRIBE's
+  ``x-stream-offset`` header says where a reader starts (``first``, ``last``,
+  ``next``, ``offset=N``, ``timestamp=T`` in seconds or ms; none: ``next``), and
+  each MESSAGE from a stream carries ``x-stream-offset: N``, the message's
+  offset. That header name is the broker's on MESSAGE frames: a property of that
+  name is not copied out.
 """
 
 from __future__ import annotations
@@ -36,11 +43,14 @@ from typing import Final, NamedTuple
 
 from chute.core.address import canonical, parse
 from chute.core.consumer import AckMode
+from chute.core.stream import parse_offset
 from chute.errors import ConsumerError, InvalidAddress, InvalidMessage, RemoteProtocolError
 from chute.message import BodyKind, Float, Message, PropertyValue, check_priority, new_message_id
 from chute.stomp.frames import SUPPORTED_VERSIONS, Frame
 
 DELIVERY_COUNT_HEADER: Final = "chute-delivery-count"
+STREAM_OFFSET_HEADER: Final = "x-stream-offset"
+"""SUBSCRIBE: where a stream reader starts; MESSAGE: the message's offset (RabbitMQ's name)."""
 TEMP_QUEUE_PREFIX: Final = "/temp-queue/"
 DEFAULT_PREFETCH: Final = 1000
 """The window of a subscription that names no prefetch header (ActiveMQ's default)."""
@@ -68,7 +78,7 @@ _SEND_FIELDS: Final = frozenset(
     )
 )
 # Properties with these names would shadow a MESSAGE frame's own headers: not copied out.
-_MESSAGE_HEADERS: Final = _SEND_FIELDS - {"content-type"}
+_MESSAGE_HEADERS: Final = (_SEND_FIELDS - {"content-type"}) | {STREAM_OFFSET_HEADER}
 
 
 class AckToken:
@@ -126,9 +136,12 @@ def to_address(destination: str) -> str:
     Raises:
         InvalidAddress: an unknown prefix or a bad name.
     """
-    if destination.startswith("/") and not destination.startswith(("/queue/", "/topic/")):
+    if destination.startswith("/") and not destination.startswith(
+        ("/queue/", "/topic/", "/stream/")
+    ):
         raise InvalidAddress(
-            f"destination {destination[:60]!r} is not /queue/NAME, /topic/NAME or /temp-queue/NAME"
+            f"destination {destination[:60]!r} is not /queue/NAME, /topic/NAME, "
+            "/stream/NAME or /temp-queue/NAME"
         )
     return canonical(destination)
 
@@ -377,8 +390,10 @@ def message_frame(
     delivery_count: int,
     redelivered: bool,
     version: str,
+    stream_offset: int | None = None,
 ) -> Frame:
-    """The MESSAGE frame delivering ``message`` on one subscription.
+    """The MESSAGE frame delivering ``message`` on one subscription (with
+    ``x-stream-offset`` if ``stream_offset`` is given: the subscription reads a stream).
 
     In STOMP 1.0 headers cannot be escaped, so a header of the message whose
     name or value holds a line break (or whose name holds ``:``) is left out.
@@ -388,6 +403,10 @@ def message_frame(
     headers: list[tuple[str, str]] = [
         ("redelivered", "true" if redelivered else "false"),
         (DELIVERY_COUNT_HEADER, str(delivery_count)),
+    ]
+    if stream_offset is not None:
+        headers.append((STREAM_OFFSET_HEADER, str(stream_offset)))
+    headers += [
         ("priority", str(message.priority)),
         ("timestamp", str(message.timestamp)),
         ("expires", str(message.expiration)),
@@ -467,6 +486,34 @@ class SubscribeOptions:
     name: str | None
     durable: bool
     shared: bool
+    offset: str | None = None
+    """``x-stream-offset`` as the client wrote it (checked): where a stream reader starts."""
+
+
+STREAM_OFFSET_FORMS: Final = (
+    "first, last, next, offset=N (N: an offset, 0 or more) "
+    "or timestamp=T (T: seconds or milliseconds since the epoch)"
+)
+
+
+def stream_offset(value: str | None) -> str | None:
+    """A SUBSCRIBE's ``x-stream-offset`` header, checked; None (no header) means ``next``.
+
+    The text itself goes to the core (:func:`chute.core.stream.parse_offset` reads it
+    again), so a timestamp in seconds is told apart from one in ms there, once.
+
+    Raises:
+        ConsumerError: not one of the forms RabbitMQ's STOMP plugin takes; says them.
+    """
+    if value is None:
+        return None
+    try:
+        parse_offset(value)
+    except ConsumerError:
+        raise ConsumerError(
+            f"{STREAM_OFFSET_HEADER} must be {STREAM_OFFSET_FORMS}, not {value[:60]!r}"
+        ) from None
+    return value
 
 
 def subscribe_options(frame: Frame, version: str) -> SubscribeOptions:
@@ -477,11 +524,12 @@ def subscribe_options(frame: Frame, version: str) -> SubscribeOptions:
     ``prefetch-count`` (RabbitMQ), else :data:`DEFAULT_PREFETCH`. A durable
     topic subscription is named by ``durable-subscription-name`` or
     ``activemq.subscriptionName``; ``shared-subscription-name`` names a shared one
-    (durable too if ``durable:true``).
+    (durable too if ``durable:true``). ``x-stream-offset`` is where a stream reader
+    starts (:func:`stream_offset`).
 
     Raises:
         RemoteProtocolError: no ``destination`` (or, 1.1+, no ``id``).
-        ConsumerError: an unknown ``ack`` mode or a bad prefetch.
+        ConsumerError: an unknown ``ack`` mode, a bad prefetch or a bad offset.
     """
     destination = require(frame, "destination")
     sub_id = frame.header("id")
@@ -525,4 +573,5 @@ def subscribe_options(frame: Frame, version: str) -> SubscribeOptions:
         name,
         durable,
         shared,
+        stream_offset(frame.header(STREAM_OFFSET_HEADER)),
     )

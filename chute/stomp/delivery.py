@@ -13,7 +13,8 @@ escaping of every header. A :class:`MessageEncoder` writes the same bytes
   topic's fan-out (the same message object delivered to every subscription in
   a row) encodes it once, not once per subscriber;
 * the delivery's: ``ack``, ``redelivered`` and ``chute-delivery-count``, a
-  constant for a first delivery;
+  constant for a first delivery, and on a stream's subscription
+  ``x-stream-offset`` (the entry's sequence number is the message's offset);
 
 then one ``b"".join`` with the body and the NUL.
 
@@ -30,7 +31,12 @@ from __future__ import annotations
 from typing import Final
 
 from chute.message import BodyKind, Message
-from chute.stomp.adapter import DELIVERY_COUNT_HEADER, optional_headers, property_headers
+from chute.stomp.adapter import (
+    DELIVERY_COUNT_HEADER,
+    STREAM_OFFSET_HEADER,
+    optional_headers,
+    property_headers,
+)
 from chute.stomp.headers import escape
 
 _FIRST_DELIVERY: Final = f"redelivered:false\n{DELIVERY_COUNT_HEADER}:1\n".encode()
@@ -97,12 +103,20 @@ class MessageEncoder:
             ``ack_prefix`` followed by the entry's sequence number); None for
             ``ack:auto``, whose frames have no ``ack`` header.
         version: the connection's STOMP version (1.0 does not escape).
+        stream: the subscription reads a stream: each frame carries
+            ``x-stream-offset``, the entry's sequence number.
     """
 
-    __slots__ = ("_ack", "_escaped", "_head", "_sub")
+    __slots__ = ("_ack", "_escaped", "_head", "_offset", "_sub")
 
     def __init__(
-        self, destination: str, subscription: str, ack_prefix: str | None, version: str
+        self,
+        destination: str,
+        subscription: str,
+        ack_prefix: str | None,
+        version: str,
+        *,
+        stream: bool = False,
     ) -> None:
         escaped = version != "1.0"
         self._escaped = escaped
@@ -111,6 +125,7 @@ class MessageEncoder:
         )
         self._sub = f"\nsubscription:{_header_text(subscription, escaped)}\n".encode()
         self._ack = None if ack_prefix is None else f"ack:{ack_prefix}".encode()
+        self._offset = f"{STREAM_OFFSET_HEADER}:".encode() if stream else None
 
     def encode(self, message: Message, seq: int, delivery_count: int, redelivered: bool) -> bytes:
         """The bytes of the MESSAGE frame delivering ``message`` (entry ``seq``).
@@ -127,6 +142,8 @@ class MessageEncoder:
             ).encode()
         else:
             delivery = _FIRST_DELIVERY
+        if self._offset is not None:
+            delivery = b"%s%s%d\n" % (delivery, self._offset, seq)
         ack = self._ack
         if ack is None:
             return b"".join(

@@ -22,6 +22,11 @@ STOMP 1.0/1.1 name the delivery an ACK or NACK settles by ``message-id`` (and
 ``subscription``), not by an ack id: each client-mode subscription keeps the
 message-ids awaiting an ack, in delivery order.
 
+Streams (``/stream/NAME``): a subscription is a reader of its own, opened at
+the SUBSCRIBE's ``x-stream-offset`` (the core refuses an offset on any other
+destination); acks only make room in its window, and each MESSAGE carries the
+message's offset.
+
 Used from the broker's loop only.
 """
 
@@ -32,6 +37,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Final
 
+from chute.core.address import Kind, parse
 from chute.core.connection import Connection
 from chute.core.consumer import AckMode, Consumer, Entry
 from chute.core.session import Session
@@ -72,6 +78,7 @@ class StompSubscription:
         "id",
         "legacy",
         "owed",
+        "stream",
     )
 
     def __init__(
@@ -84,6 +91,7 @@ class StompSubscription:
         *,
         version: str,
         cancel: Callable[[StompSubscription, ChuteError], None] | None = None,
+        stream: bool = False,
     ) -> None:
         self.deliver = deliver
         self.cancel = cancel
@@ -92,6 +100,7 @@ class StompSubscription:
         self.ack = ack
         self.auto = ack is StompAck.AUTO
         self.consumer: Consumer | None = None
+        self.stream = stream  # reads a stream: each MESSAGE carries x-stream-offset
         self.owed = 0  # auto mode: deliveries written whose credit is not yet given back
         # STOMP 1.0/1.1 client modes: message-id -> seq of the deliveries awaiting an ACK,
         # in delivery order (ACK names a message by message-id, not by ack id)
@@ -99,7 +108,11 @@ class StompSubscription:
             OrderedDict() if not self.auto and version != "1.2" else None
         )
         self.encoder = MessageEncoder(
-            destination, sub_id, None if self.auto else AckToken.prefix(consumer_id), version
+            destination,
+            sub_id,
+            None if self.auto else AckToken.prefix(consumer_id),
+            version,
+            stream=stream,
         )
 
     def handle(self, consumer: Consumer, entry: Entry) -> None:
@@ -203,6 +216,7 @@ class StompSession:
             consumer_id,
             version=self.version,
             cancel=self._cancel,
+            stream=parse(address).kind is Kind.STREAM,
         )
         self.subscriptions[options.id] = sub
         self.by_consumer[consumer_id] = sub
@@ -217,6 +231,7 @@ class StompSession:
                 durable=options.durable,
                 shared=options.shared,
                 ack_mode=options.ack.core,
+                offset=options.offset,
             )
         except BaseException:
             del self.subscriptions[options.id]
