@@ -1,8 +1,10 @@
 """The ``chute`` DataSource: Spark asks it for readers and writers (planning workers).
 
 It also holds the rules of what a read may be (docs/spark.md, "Reading queues and
-topics"): a batch read is a snapshot of a queue, taking no cursor; a stream read
-consumes through a cursor the user names.
+topics"): a read of streams is Kafka-like (:mod:`chute.spark.streams`: offsets in
+Spark's checkpoint, several streams or a pattern); of a queue, a batch read is a
+snapshot, taking no cursor, and a stream read consumes through a cursor the user
+names.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from chute.spark.options import ChuteOptions, OptionError, Side
 from chute.spark.schema import READ_SCHEMA
 from chute.spark.sink import ChuteBatchWriter, ChuteStreamWriter
 from chute.spark.source import ChuteBatchReader, ChuteStreamReader
+from chute.spark.streams import StreamBatchReader, StreamSource
 
 
 class ChuteDataSource(DataSource):
@@ -38,6 +41,8 @@ class ChuteDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         options = ChuteOptions.parse(self.options, Side.READ)
+        if _of_streams(options):
+            return StreamBatchReader(options)
         if options.address.startswith("topic:"):
             raise OptionError(TOPIC_BATCH_READ.format(address=options.address))
         for name in ("cursor", "selector"):
@@ -47,6 +52,8 @@ class ChuteDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         options = ChuteOptions.parse(self.options, Side.READ)
+        if _of_streams(options):
+            return StreamSource(options)
         if options.cursor is None:
             raise OptionError(CURSOR_REQUIRED.format(address=options.address))
         return ChuteStreamReader(options)
@@ -83,6 +90,48 @@ CURSOR_REQUIRED: Final = (
     "belongs to, so chute cannot choose one, and two queries sharing a name would share "
     "(split) the messages"
 )
+
+
+STREAM_ONLY: Final = ("pattern", "startingTimestamp", "endingOffsets", "failOnDataLoss")
+"""Options that apply to reads of streams only."""
+
+STREAM_REFUSES: Final = {
+    "cursor": "streams keep no cursor: a query's offsets live in its checkpoint, and any "
+    "number of queries read a stream independently. Remove option cursor",
+    "selector": "a read of streams does not filter: remove option selector and filter the "
+    "DataFrame (e.g. where(properties['k'] = 'v'))",
+    "leaseMs": "streams hold nothing for a reader: remove option leaseMs",
+}
+
+
+def _of_streams(options: ChuteOptions) -> bool:
+    """Whether the read is of streams (checking the options that go with either kind).
+
+    Raises:
+        OptionError: streams mixed with a queue or topic; an option of the other kind.
+    """
+    if not options.streams:
+        for name in STREAM_ONLY:
+            if name in options.given:
+                raise OptionError(
+                    f"option {name} applies to reads of streams only, not {options.address}"
+                )
+        if len(options.destinations) > 1:
+            raise OptionError(
+                "several destinations in one read must all be streams (stream:NAME): read "
+                "queues and topics one per query"
+            )
+        return False
+    others = [a for a in options.destinations if not a.startswith("stream:")]
+    if others:
+        raise OptionError(
+            f"a read of streams cannot also read {', '.join(others)}: read queues and topics "
+            "in a query of their own"
+        )
+    for name, why in STREAM_REFUSES.items():
+        if name in options.given:
+            raise OptionError(why)
+    return True
 
 
 def _append_only(overwrite: bool) -> None:

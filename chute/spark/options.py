@@ -73,20 +73,42 @@ def _flag(name: str, raw: str) -> bool:
     raise OptionError(f"option {name} must be true or false, not {raw!r}")
 
 
-def _destination(name: str, raw: str) -> str:
+def _destinations(name: str, raw: str) -> tuple[str, ...]:
     try:
-        return canonical(raw)
+        return tuple(dict.fromkeys(canonical(a.strip()) for a in raw.split(",") if a.strip()))
     except ValueError as exc:
         raise OptionError(f"option {name}: {exc}") from None
 
 
-def _starting(name: str, raw: str) -> str:
-    text = raw.strip().lower()
-    if text not in ("earliest", "latest") and not text.isdigit():
+def _pattern(name: str, raw: str) -> str | None:
+    text = raw.strip()
+    if not text:
+        return None
+    if not text.startswith(("stream:", "/stream/")):
         raise OptionError(
-            f"option {name} must be earliest, latest or a sequence number, not {raw!r}"
+            f"option {name}: a pattern names streams (stream:NAME with * for any characters, "
+            f"e.g. stream:orders.*), not {raw!r}"
         )
     return text
+
+
+def _starting(name: str, raw: str) -> str:
+    text = raw.strip()
+    if text.startswith("{"):
+        return text  # Kafka's JSON form, per stream: checked against the streams (streams.py)
+    text = text.lower()
+    if text not in ("earliest", "latest") and not text.isdigit():
+        raise OptionError(
+            f"option {name} must be earliest, latest, an offset or JSON such as "
+            f'{{"stream:a": 5}}, not {raw!r}'
+        )
+    return text
+
+
+def _timestamp(name: str, raw: str) -> int | None:
+    if not raw.strip():
+        return None
+    return _count(name, raw)
 
 
 @dataclass(frozen=True)
@@ -108,9 +130,14 @@ OPTIONS: Final[tuple[Option, ...]] = (
     Option("url", Side.BOTH, "string", DEFAULT_URL,
            "chute://host:port, or chutes://host:port for TLS; chute://login:password@host:port "
            "carries credentials (percent-encoded)", _text, "url"),
-    Option("destination", Side.BOTH, "queue:NAME | topic:NAME", None,
-           "what to read (required for reads); for the sink, the target of rows without a "
-           "destination column", _destination, "destination", ("dest", "address")),
+    Option("destination", Side.BOTH, "queue:NAME | topic:NAME | stream:NAME[,...]", (),
+           "what to read (a read needs it or pattern); several streams, comma-separated, in "
+           "one read; for the sink, the target of rows without a destination column",
+           _destinations, "destinations", ("dest", "address", "subscribe")),
+    Option("pattern", Side.READ, "stream:NAME with *", None,
+           "read every stream the pattern matches, looked up again at each trigger (a stream "
+           "that appears is read from its first offset)", _pattern, "pattern",
+           ("subscribePattern", "destinationPattern")),
     Option("login", Side.BOTH, "string", None, "the user name (wins over the URL's)",
            _text, "login", ("user",)),
     Option("password", Side.BOTH, "string", None,
@@ -133,16 +160,29 @@ OPTIONS: Final[tuple[Option, ...]] = (
            "stream reads (required): the name the broker keeps the query's place under; "
            "one per query, the same across its restarts",
            _text, "cursor", ("subscription", "cursorName")),
-    Option("startingOffsets", Side.READ, "earliest | latest | sequence number", "earliest",
-           "where a new checkpoint starts", _starting, "starting", ("startingOffset",)),
+    Option("startingOffsets", Side.READ, "earliest | latest | offset | JSON", "earliest",
+           "where a new checkpoint (or a batch read) starts; on streams also Kafka's JSON "
+           'form {"stream:a": 5, "stream:b": -2} (-2 earliest, -1 latest)',
+           _starting, "starting", ("startingOffset",)),
+    Option("startingTimestamp", Side.READ, "integer (ms since the epoch)", None,
+           "streams: start each stream at its first message accepted at or after this time "
+           "(wins over startingOffsets)", _timestamp, "starting_timestamp"),
+    Option("endingOffsets", Side.READ, "latest | offset | JSON", "latest",
+           "batch reads of streams: where the read ends (exclusive); latest is the heads "
+           "when the read is planned", _starting, "ending"),
+    Option("failOnDataLoss", Side.READ, "boolean", True,
+           "streams: fail when retention removed offsets the query had not read yet (false: "
+           "warn and read on from what is kept)", _flag, "fail_on_loss"),
     Option("maxMessagesPerTrigger", Side.READ, "integer", 0,
-           "stream reads: at most this many sequence numbers per micro-batch (0: no limit)",
+           "stream reads: at most this many offsets per micro-batch, shared among the "
+           "streams in proportion to their backlog (0: no limit)",
            _count, "max_per_trigger", ("maxOffsetsPerTrigger",)),
     Option("selector", Side.READ, "string", None,
            "stream reads: a JMS selector; on a topic, the cursor's subscription's selector",
            _text, "selector"),
     Option("numPartitions", Side.READ, "integer", 2,
-           "tasks per batch, each reading a sub-range", _positive, "partitions"),
+           "tasks per batch (at least), each reading a sub-range", _positive, "partitions",
+           ("minPartitions",)),
     Option("leaseMs", Side.READ, "integer (ms)", 0,
            "how long a cursor outlives its driver's connection (0: the broker's 60 000)",
            _count, "lease_ms"),
@@ -159,19 +199,12 @@ OPTIONS: Final[tuple[Option, ...]] = (
 _BY_KEY: Final = {key.lower(): o for o in OPTIONS for key in (o.name, *o.aliases)}
 
 NOT_YET: Final = {
-    "failondataloss": "chute does not detect lost data: a range whose messages expired "
-    "is read with fewer rows",
-    "minpartitions": "use numPartitions (tasks per batch)",
     "minoffsetspertrigger": "use maxMessagesPerTrigger and a trigger interval",
     "maxtriggerdelay": "use a trigger interval",
-    "endingoffsets": "a batch read ends at the destination's head when it is planned",
-    "startingtimestamp": "use startingOffsets (earliest, latest or a sequence number)",
-    "startingoffsetsbytimestamp": "use startingOffsets (earliest, latest or a sequence number)",
-    "endingtimestamp": "a batch read ends at the destination's head when it is planned",
-    "endingoffsetsbytimestamp": "a batch read ends at the destination's head when it is planned",
-    "subscribe": "name one destination with option destination (queue:NAME or topic:NAME)",
-    "subscribepattern": "name one destination with option destination; patterns are not supported",
-    "assign": "name one destination with option destination (queue:NAME or topic:NAME)",
+    "startingoffsetsbytimestamp": "use startingTimestamp (one time for every stream)",
+    "endingtimestamp": "use endingOffsets (offsets, or latest)",
+    "endingoffsetsbytimestamp": "use endingOffsets (offsets, or latest)",
+    "assign": "name the streams with option destination (stream:a,stream:b)",
     "topic": "name the destination with option destination (topic:NAME)",
     "groupidprefix": "use cursor to name what the query reads with",
     "includeheaders": "the read always has the headers and properties as columns",
@@ -192,7 +225,7 @@ class ChuteOptions:
     """
 
     url: str
-    destination: str | None
+    destinations: tuple[str, ...]
     login: str | None
     password: str | None = field(repr=False)  # never in a traceback or a log line
     tls_ca: str | None
@@ -202,6 +235,10 @@ class ChuteOptions:
     timeout_ms: int
     cursor: str | None
     starting: str
+    starting_timestamp: int | None
+    ending: str
+    fail_on_loss: bool
+    pattern: str | None
     max_per_trigger: int
     selector: str | None
     partitions: int
@@ -231,15 +268,40 @@ class ChuteOptions:
                 values[option.attr] = option.parse(option.name, str(raw))
         if values["url"] is None:
             values["url"] = DEFAULT_URL
-        if values["destination"] is None and side is Side.READ:
-            raise OptionError('option "destination" is required (queue:NAME or topic:NAME)')
+        if side is Side.READ and not values["destinations"] and values["pattern"] is None:
+            raise OptionError(
+                'option "destination" is required (queue:NAME, topic:NAME or stream:NAME), or '
+                "option pattern for streams"
+            )
         return cls(**values, given=frozenset(given))
 
     @property
+    def destination(self) -> str | None:
+        """The one destination named (None: none).
+
+        Raises:
+            OptionError: several are named (only a read of streams takes several).
+        """
+        if len(self.destinations) > 1:
+            raise OptionError(
+                f"option destination names {len(self.destinations)} destinations: only a "
+                "read of streams takes several; name one"
+            )
+        return self.destinations[0] if self.destinations else None
+
+    @property
     def address(self) -> str:
-        if self.destination is None:
-            raise OptionError('option "destination" is required (queue:NAME or topic:NAME)')
-        return self.destination
+        found = self.destination
+        if found is None:
+            raise OptionError(
+                'option "destination" is required (queue:NAME, topic:NAME or stream:NAME)'
+            )
+        return found
+
+    @property
+    def streams(self) -> bool:
+        """Whether this read is of streams (the Kafka-like source, chute.spark.streams)."""
+        return self.pattern is not None or any(a.startswith("stream:") for a in self.destinations)
 
     def connect(self) -> Connection:
         """A new connection to the broker (callers close it)."""

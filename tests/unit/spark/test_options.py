@@ -111,13 +111,11 @@ def test_an_unknown_option_without_a_close_name_lists_the_known_ones() -> None:
 @pytest.mark.parametrize(
     ("key", "hint"),
     [
-        ("failOnDataLoss", "does not detect lost data"),
-        ("minPartitions", "use numPartitions"),
         ("kafka.bootstrap.servers", "connect with url, login, password"),
         ("kafka.group.id", "chute is not Kafka"),
-        ("subscribe", "option destination"),
-        ("subscribePattern", "patterns are not supported"),
-        ("endingOffsets", "head"),
+        ("assign", "option destination"),
+        ("endingTimestamp", "use endingOffsets"),
+        ("startingOffsetsByTimestamp", "use startingTimestamp"),
     ],
 )
 def test_kafka_names_chute_lacks_are_refused_as_not_supported_yet(key: str, hint: str) -> None:
@@ -133,6 +131,30 @@ def test_kafka_names_with_a_chute_equivalent_are_aliases() -> None:
     parsed = read(maxOffsetsPerTrigger="100", startingOffsets="earliest")
     assert (parsed.max_per_trigger, parsed.starting) == (100, "earliest")
     assert "maxMessagesPerTrigger" in parsed.given
+    parsed = ChuteOptions.parse(
+        {"subscribe": "stream:a, stream:b", "minPartitions": "4", "failOnDataLoss": "false"},
+        Side.READ,
+    )
+    assert parsed.destinations == ("stream:a", "stream:b")
+    assert (parsed.partitions, parsed.fail_on_loss, parsed.streams) == (4, False, True)
+    parsed = ChuteOptions.parse({"subscribePattern": "stream:orders.*"}, Side.READ)
+    assert (parsed.pattern, parsed.destinations, parsed.streams) == ("stream:orders.*", (), True)
+
+
+def test_stream_offsets_take_kafkas_json_form_and_a_timestamp() -> None:
+    parsed = read(startingOffsets='{"stream:a": 5, "stream:b": -2}', startingTimestamp="1700")
+    assert parsed.starting == '{"stream:a": 5, "stream:b": -2}'
+    assert parsed.starting_timestamp == 1700
+    assert read().fail_on_loss is True
+    with pytest.raises(OptionError, match="earliest, latest, an offset or JSON"):
+        read(startingOffsets="yesterday")
+    with pytest.raises(OptionError, match="a pattern names streams"):
+        read(pattern="queue:x*")
+
+
+def test_several_destinations_are_for_streams_and_reads_only() -> None:
+    with pytest.raises(OptionError, match="only a read of streams takes several"):
+        _ = write(destination="queue:a,queue:b").destination
 
 
 @pytest.mark.parametrize(
@@ -220,7 +242,7 @@ def test_the_docs_describe_every_option_and_kafka_name() -> None:
     for option in OPTIONS:
         for key in (option.name, *option.aliases):
             assert f"`{key}`" in docs, key
-    for key in ("failOnDataLoss", "minPartitions", "kafka.*", "maxOffsetsPerTrigger"):
+    for key in ("failOnDataLoss", "minPartitions", "kafka.*", "maxOffsetsPerTrigger", "subscribe"):
         assert f"`{key}`" in docs, key
 
 
