@@ -107,6 +107,7 @@ class Broker:
             block_timeout_ms,
         )
         self._page_later: set[QueueChannel] = set()
+        self._trim_later: set[Stream] = set()
         self.flow_backlog = flow_backlog  # 0: producers are never paused for a backlog
         self.max_subscription_bytes = max_subscription_bytes  # see Subscriptions.create
         self.pressure: list[QueueChannel] = []  # congested since the driver last looked
@@ -363,6 +364,10 @@ class Broker:
         :meth:`Diversion.forward`)."""
         self.diversion.forward(address, message)
 
+    def trim_later(self, stream: Stream) -> None:
+        """``stream`` trims its tail once the transaction gathering now is written."""
+        self._trim_later.add(stream)
+
     def congested(self, queue: QueueChannel) -> None:
         if not self.pressure or self.pressure[-1] is not queue:
             self.pressure.append(queue)
@@ -447,6 +452,10 @@ class Broker:
                 waiting, self._page_later = self._page_later, set()
                 for queue in waiting:
                     queue.deliver()
+            if self._trim_later:
+                streams, self._trim_later = self._trim_later, set()
+                for stream in streams:
+                    stream.trim()
 
     def sync(self, callback: Callable[[BaseException | None], None]) -> None:
         """Call back once everything recorded so far is durable (see Store.sync)."""

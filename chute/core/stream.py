@@ -31,7 +31,8 @@ Reading, two ways:
 
 A prepared (two-phase) send has its offset when prepared but is placed only
 at its commit: :attr:`Stream.head` stays below the lowest such offset, so no
-reader ever moves past a message that is yet to appear.
+reader ever moves past a message that is yet to appear (retention and purge
+still remove what is kept behind it).
 
 What a stream needs of the broker is :class:`StreamHost`. Pure: no sockets, no
 files. Used from the broker's loop only.
@@ -41,8 +42,9 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import heapq
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -52,7 +54,7 @@ from chute.core.paging import MemoryBudget, held_cost
 from chute.core.queue import QueueChannel, QueueHost
 from chute.core.selector import Selector
 from chute.core.settings import DestinationSettings
-from chute.core.store import Store, StoredMessage
+from chute.core.store import Gathering, Store, StoredMessage
 from chute.errors import ConsumerError
 from chute.message import Message
 
@@ -77,6 +79,9 @@ class StreamHost(Protocol):
     store: Store
     clock: Callable[[], int]
     memory: MemoryBudget
+
+    def trim_later(self, stream: Stream) -> None:
+        """Call ``stream.trim()`` once the transaction being gathered reached the store."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +142,7 @@ class Stream:
         self.settings = settings
         self.host = host
         self.next_seq = 1
-        self.first = 1  # the oldest offset kept (== next_seq while empty)
+        self._first = 1  # the oldest offset kept while count (see first)
         self.count = 0  # messages kept
         self.bytes = 0  # their Message.size
         self.appended = 0  # messages taken since start
@@ -148,8 +153,19 @@ class Stream:
         self._tail: list[Entry] = []  # the newest messages, in offset order
         self._tail_from = 0  # entries of _tail before this index are gone
         self._tail_bytes = 0
+        self._newest = 0  # the highest offset appended
 
     # -- numbering ------------------------------------------------------------------
+
+    @property
+    def first(self) -> int:
+        """The oldest offset kept; :attr:`head` while none is (the next to appear, also
+        after a restart or a delete moved the numbering on)."""
+        return self._first if self.count else self.head
+
+    @first.setter
+    def first(self, value: int) -> None:
+        self._first = value
 
     @property
     def head(self) -> int:
@@ -204,15 +220,30 @@ class Stream:
 
     def _keep(self, entry: Entry) -> None:
         tail = self._tail
+        lo = self._tail_from
+        newest, self._newest = self._newest, max(self._newest, entry.seq)
+        # the tail holds every kept offset from its first on: a prepared send committed
+        # older than that (or than newer ones only the store holds) is read from the store
+        older = entry.seq < tail[lo].seq if lo < len(tail) else entry.seq <= newest
+        if older:
+            return
         cost = held_cost(entry.message)
-        if len(tail) > self._tail_from and entry.seq < tail[-1].seq:
+        if len(tail) > lo and entry.seq < tail[-1].seq:
             bisect.insort(tail, entry, lo=self._tail_from, key=_seq)  # a prepared send's commit
         else:
             tail.append(entry)
         self._tail_bytes += cost
         self.host.memory.used += cost
-        limit = TAIL_BYTES
-        while self._tail_bytes > limit and len(tail) - self._tail_from > 1:
+        if isinstance(self.host.store, Gathering):
+            # a transaction's records reach the store at its end: keep them until then
+            self.host.trim_later(self)
+            return
+        self.trim()
+
+    def trim(self) -> None:
+        """Keep no more than :data:`TAIL_BYTES` of the newest messages in memory."""
+        tail = self._tail
+        while self._tail_bytes > TAIL_BYTES and len(tail) - self._tail_from > 1:
             self._drop_tail_head()
 
     def _drop_tail_head(self) -> None:
@@ -251,7 +282,13 @@ class Stream:
         Raises:
             StoreError: the store cannot read them back now.
         """
-        end = min(end, self.head)
+        return self._read(start, min(end, self.head), max_messages, max_bytes)
+
+    def _read(
+        self, start: int, end: int, max_messages: int, max_bytes: int
+    ) -> tuple[int, list[Entry]]:
+        """:meth:`read` past the head too (retention and purge remove what is kept behind
+        a prepared send as well)."""
         start = max(start, self.first)
         entries: list[Entry] = []
         size = 0
@@ -368,7 +405,7 @@ class Stream:
             return 0
         removed = 0
         while removed < RETAIN_STEP and self.count and self.over(now):
-            batch = self.read(self.first, self.next_seq, max_messages=64)[1]
+            batch = self._read(self.first, self.next_seq, 64, 0)[1]
             if not batch:
                 break
             gone: list[int] = []
@@ -435,7 +472,7 @@ class Stream:
         """Remove every message kept; returns how many."""
         count = 0
         while self.count:
-            batch = self.read(self.first, self.next_seq, max_messages=RETAIN_STEP)[1]
+            batch = self._read(self.first, self.next_seq, RETAIN_STEP, 0)[1]
             if not batch:
                 break
             self.host.store.acks(self.address, [e.seq for e in batch])
@@ -458,6 +495,7 @@ class Stream:
     def restore(self, first: int, count: int, size: int) -> None:
         """Recovery found ``count`` messages (``size`` bytes) from offset ``first`` on."""
         self.first = first if count else self.next_seq
+        self._newest = self.next_seq - 1  # what the store holds is newer than the tail
         self.count = count
         self.bytes = size
 
@@ -534,6 +572,21 @@ class StreamReader(QueueChannel):
         self.host.memory.used += held_cost(entry.message)
         self._lanes[0].append(entry)
         self.ready += 1
+
+    def _to_lanes(self, entries: Iterable[Entry]) -> None:
+        """Entries given back (a nack, a closed consumer's) wait in the one lane too, in
+        offset order."""
+        returned = sorted(entries, key=_seq)
+        if not returned:
+            return
+        lane = self._lanes[0]
+        if not lane or returned[-1].seq < lane[0].seq:
+            lane.extendleft(reversed(returned))
+        else:
+            merged = list(heapq.merge(lane, returned, key=_seq))
+            lane.clear()
+            lane.extend(merged)
+        self.ready += len(returned)
 
     def __repr__(self) -> str:
         return f"StreamReader({self.name!r}, position={self.position}, held={self.held})"
