@@ -1,7 +1,10 @@
 """``chute stat``: the broker's statistics as a table, once or redrawn (``--watch``).
 
 One row per destination, its subscriptions indented under a topic, numbers
-right-aligned with thousands separators, then a few broker-wide lines::
+right-aligned with thousands separators, then a few broker-wide lines (once a
+stream is listed, a ``KIND`` column and a stream's ``BYTES`` and ``OFFSETS``,
+``first..head``, come too; what a stream does not count, ``READY``, ``ACKED``,
+``EXPIRED``, ``DEAD-LETTERED``, stays blank on its row)::
 
     ADDRESS          DEPTH  READY  INFLIGHT  CONSUMERS  ENQUEUED  ACKED  EXPIRED  DEAD-LETTERED
     queue:orders     1,204  1,200         4          2    10,310  9,106        0              0
@@ -45,6 +48,10 @@ _ALWAYS: Final = frozenset({"depth", "inflight", "consumers", "enqueued", "acked
 """Columns shown even when no row has them (the others only when a broker says them);
 every counter, ``redelivered`` and ``bytes`` too, is in ``--json``."""
 _RATES: Final = (("enqueued", "IN/S"), ("acked", "OUT/S"))
+_STREAM_COLUMNS: Final = (("bytes", "BYTES"), ("offsets", "OFFSETS"))
+"""Shown after DEPTH, with KIND after ADDRESS, once a row is a stream."""
+_NOT_A_STREAMS: Final = frozenset({"ready", "acked", "expired", "dead_lettered"})
+"""Columns left blank on a stream's row: it keeps its messages for every reader."""
 _CLEAR_SCREEN: Final = "\x1b[H\x1b[2J"
 
 
@@ -65,6 +72,10 @@ def render(stats: dict[str, Any], previous: Sample | None = None, now: float = 0
         for key, title in _COLUMNS
         if key in _ALWAYS or any(key in row for _, _, row in rows)
     ]
+    streams = any(row.get("kind") == "stream" for _, _, row in rows)
+    if streams:  # KIND, then a stream's bytes and offsets next to its depth
+        shown[1:1] = _STREAM_COLUMNS
+        shown.insert(0, ("kind", "KIND"))
     rates = previous is not None
     before = _by_key(previous.stats) if previous is not None else {}
     elapsed = now - previous.at if previous is not None else 0.0
@@ -73,16 +84,17 @@ def render(stats: dict[str, Any], previous: Sample | None = None, now: float = 0
         header += [title for _, title in _RATES]
     table = [header]
     for label, row_key, row in rows:
-        cells = [label, *(_number(row.get(key)) for key, _ in shown)]
+        cells = [label, *(_cell(row, key) for key, _ in shown)]
         if rates:
             cells += [_rate(row, before.get(row_key), key, elapsed) for key, _ in _RATES]
         table.append(cells)
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     lines = []
     for cells in table:
-        first = cells[0].ljust(widths[0])
-        rest = (c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))
-        lines.append("  ".join([first, *rest]).rstrip())
+        left = 2 if streams else 1  # the address (and the kind) to the left
+        first = [c.ljust(w) for c, w in zip(cells[:left], widths[:left], strict=True)]
+        rest = (c.rjust(w) for c, w in zip(cells[left:], widths[left:], strict=True))
+        lines.append("  ".join([*first, *rest]).rstrip())
     if len(table) == 1:
         lines.append("(no destinations)")
     lines.append("")
@@ -173,7 +185,23 @@ def _by_key(stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {key: row for _, key, row in _rows(stats["destinations"])}
 
 
+def _cell(row: dict[str, Any], key: str) -> str:
+    """One row's cell of column ``key`` (a stream's offsets as ``first..head``)."""
+    stream = row.get("kind") == "stream"
+    if stream and key in _NOT_A_STREAMS:
+        return ""
+    if key == "offsets":
+        return f"{row['first']:,}..{row['head']:,}" if stream else ""
+    if key == "bytes":
+        return _bytes(row["bytes"]) if isinstance(row.get("bytes"), int) else ""
+    if key == "kind":
+        return str(row.get("kind", ""))
+    return _number(row.get(key))
+
+
 def _rate(row: dict[str, Any], before: dict[str, Any] | None, key: str, elapsed: float) -> str:
+    if row.get("kind") == "stream" and key in _NOT_A_STREAMS:
+        return ""
     if before is None or elapsed <= 0 or key not in row or key not in before:
         return ""
     change = max(0, row[key] - before[key])  # a counter restarts with its destination

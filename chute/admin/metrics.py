@@ -7,13 +7,17 @@ a :class:`BrokerCollector` on a private :class:`~prometheus_client.CollectorRegi
 walks them when asked, so a broker nobody scrapes does no work for metrics at
 all, and a scrape costs one pass over the destinations on the loop.
 
-Series (docs/monitoring.md lists them with their meaning): per queue, topic and
-subscription (labels ``address``, ``kind`` = ``queue`` | ``topic`` |
-``subscription``, ``subscription`` = its name or ""), ``chute_destination_*``
-gauges (messages, ready, in flight, bytes, paged, consumers) and counters
-(``*_total``: enqueued, delivered, acked, redelivered, expired, dead-lettered;
-a topic has only ``enqueued``, what was published to it, so that summing a
-gauge over every series counts each held message once); broker-wide gauges and
+Series (docs/monitoring.md lists them with their meaning): per queue, topic,
+subscription and stream (labels ``address``, ``kind`` = ``queue`` | ``topic`` |
+``subscription`` | ``stream``, ``subscription`` = its name or ""),
+``chute_destination_*`` gauges (messages, ready, in flight, bytes, paged,
+consumers) and counters (``*_total``: enqueued, delivered, acked, redelivered,
+expired, dead-lettered; a topic has only ``enqueued``, what was published to
+it, so that summing a gauge over every series counts each held message once; a
+stream only what it has: messages kept, in flight, bytes, consumers, enqueued
+= appended, delivered, redelivered); per stream (label ``address``)
+``chute_stream_*``: first and head offsets, readers, the slowest reader's lag,
+and the messages retention removed (a counter); broker-wide gauges and
 counters (connections by protocol, sockets by listener and what the limits
 refused, memory, paging, producers held, prepared transactions, discarded
 messages, uptime) and the journal's (fsync latency and records per fsync as
@@ -52,7 +56,8 @@ from prometheus_client.registry import Collector
 from chute.admin.auth import ApiError, Gate
 from chute.admin.health import ReadyHost, add_health_routes
 from chute.core.broker import Broker
-from chute.core.stats import queue_stats
+from chute.core.stats import queue_stats, stream_stats
+from chute.core.stream import Stream
 from chute.store.journal import Journal
 from chute.store.syncstats import Histogram
 from chute.version import __version__
@@ -73,6 +78,15 @@ COUNTERS: Final = (
     ("redelivered", "chute_destination_redelivered", "Messages put back to be delivered again."),
     ("expired", "chute_destination_expired", "Messages that expired here."),
     ("dead_lettered", "chute_destination_dead_lettered", "Messages moved to a dead-letter queue."),
+)
+STREAM_GAUGES: Final = (  # in the order _streams gives their values
+    ("chute_stream_first_offset", "The oldest offset the stream keeps."),
+    ("chute_stream_head_offset", "The offset the stream's next message gets."),
+    ("chute_stream_readers", "Readers (stream consumers) reading the stream."),
+    (
+        "chute_stream_lag_messages",
+        "Offsets between the slowest reader's position and the head (0: none behind).",
+    ),
 )
 SOCKET_COUNTERS: Final = (
     ("login_timeouts", "chute_sockets_login_timeouts", "Connections closed for not logging in."),
@@ -192,7 +206,7 @@ def _recovery(server: ReadyHost) -> Iterator[Metric]:
 
 
 def _destinations(broker: Broker) -> Iterator[Metric]:
-    """Per queue, subscription and topic: the gauges and counters of ``queue_stats``."""
+    """Per queue, subscription, topic and stream: the gauges and counters of their stats."""
     gauges = {
         key: GaugeMetricFamily(name, doc, labels=DESTINATION_LABELS) for key, name, doc in GAUGES
     }
@@ -226,17 +240,52 @@ def _destinations(broker: Broker) -> Iterator[Metric]:
         published.add_metric([address, "topic", ""], topic.published)
         for sub in topic.subscriptions.values():
             add([address, "subscription", sub.name], queue_stats(sub), (sub.paged, sub.paged_bytes))
+    for address, stream in broker.streams.items():  # no ready, acked, paged: not theirs
+        labels = [address, "stream", ""]
+        stats = stream_stats(stream)
+        for key in ("depth", "inflight", "bytes", "consumers"):
+            gauges[key].add_metric(labels, stats[key])
+        for key in ("enqueued", "delivered", "redelivered"):
+            counters[key].add_metric(labels, stats[key])
     yield from gauges.values()
     yield paged
     yield paged_bytes
     yield from counters.values()
+    yield from _streams(broker)
+
+
+def _streams(broker: Broker) -> Iterator[Metric]:
+    """Per stream (label ``address``): its offsets, readers, lag, what retention removed."""
+    families = {
+        name: GaugeMetricFamily(name, doc, labels=["address"]) for name, doc in STREAM_GAUGES
+    }
+    removed = CounterMetricFamily(
+        "chute_stream_removed",
+        "Messages retention (or a purge) removed from the stream.",
+        labels=["address"],
+    )
+    for address, stream in broker.streams.items():
+        figures = (stream.first, stream.head, len(stream.readers), stream_lag(stream))
+        for family, value in zip(families.values(), figures, strict=True):
+            family.add_metric([address], value)
+        removed.add_metric([address], stream.removed)
+    yield from families.values()
+    yield removed
+
+
+def stream_lag(stream: Stream) -> int:
+    """How far its slowest reader is behind: the offsets from the reader's position (or
+    the oldest kept, if retention removed what it had not read) to the head; 0 without
+    readers."""
+    head, first = stream.head, stream.first
+    return max((max(0, head - max(r.position, first)) for r in stream.readers), default=0)
 
 
 def _broker_wide(broker: Broker) -> Iterator[Metric]:
     yield _gauge(
         "chute_destinations",
-        "Queues and topics (subscriptions not counted).",
-        len(broker.queues) + len(broker.topics),
+        "Queues, topics and streams (subscriptions not counted).",
+        len(broker.queues) + len(broker.topics) + len(broker.streams),
     )
     by_protocol: dict[str, int] = {}
     for client in broker.connections.values():

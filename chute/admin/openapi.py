@@ -70,6 +70,13 @@ _MORE_COUNTERS: Final = {
     "redelivered": _int(),
 }
 
+_STREAM_FIELDS: Final = {  # a stream's (its `depth`: the messages it keeps)
+    "first": {**_int(), "description": "A stream's oldest offset kept."},
+    "head": {**_int(), "description": "A stream's next offset: the one its next message gets."},
+    "removed": {**_int(), "description": "Messages a stream's retention (or a purge) removed."},
+    "readers": {"type": "array", "items": _ref("StreamReader")},
+}
+
 SCHEMAS: Final[dict[str, Schema]] = {
     "Error": {
         **_object({"error": _string(), "message": _string()}),
@@ -80,14 +87,27 @@ SCHEMAS: Final[dict[str, Schema]] = {
         {"name": _string(), "kind": _string(), "selector": _string(nullable=True), **_COUNTERS},
         _MORE_COUNTERS,
     ),
+    "StreamReader": {
+        **_object(
+            {
+                "position": {**_int(), "description": "The next offset it reads."},
+                "consumers": _int(),
+            }
+        ),
+        "description": "A stream consumer's reader; `head` minus `position`: how far behind.",
+    },
     "Destination": _object(
         {
             "address": _string(),
-            "kind": {"type": "string", "enum": ["queue", "topic"]},
+            "kind": {"type": "string", "enum": ["queue", "topic", "stream"]},
             **_COUNTERS,
             "rates": _ref("Rates"),
         },
-        {**_MORE_COUNTERS, "subscriptions": {"type": "array", "items": _ref("SubscriptionStats")}},
+        {
+            **_MORE_COUNTERS,
+            "subscriptions": {"type": "array", "items": _ref("SubscriptionStats")},
+            **_STREAM_FIELDS,
+        },
     ),
     "DestinationDetail": {
         "allOf": [
@@ -127,7 +147,7 @@ SCHEMAS: Final[dict[str, Schema]] = {
     },
     "Message": _object(
         {
-            "seq": _int(),
+            "seq": {**_int(), "description": "Its sequence number; in a stream, its offset."},
             "id": _string(),
             "priority": {"type": "integer", "minimum": 0, "maximum": 9},
             "timestamp": _int(),
@@ -291,7 +311,7 @@ ADDRESS: Final = _param(
     "address",
     "path",
     {"type": "string", "minLength": 1},
-    "`queue:NAME` or `topic:NAME` (a bare NAME is a queue), URL-encoded.",
+    "`queue:NAME`, `topic:NAME` or `stream:NAME` (a bare NAME is a queue), URL-encoded.",
 )
 SEQ: Final = _param("seq", "path", _int(), "A message's sequence number in its queue.")
 XID: Final = _param("xid", "path", {"type": "string", "minLength": 1}, "A prepared xid.")
@@ -388,7 +408,7 @@ def _operations() -> dict[str, Any]:
                 ],
             ),
             "post": _operation(
-                "Create a destination.",
+                "Create a queue, topic or stream.",
                 {
                     201: _ok("Created", "Created."),
                     200: _ok("Created", "It existed (`created` false)."),
@@ -423,7 +443,8 @@ def _operations() -> dict[str, Any]:
         "/api/destinations/{address}/purge": {
             "parameters": [ADDRESS],
             "post": _operation(
-                "Remove every waiting message of a queue (in-flight ones stay).",
+                "Remove every waiting message of a queue (in-flight ones stay), or every "
+                "message a stream keeps.",
                 {200: _ok("Purged", "How many went.")},
                 (404,),
                 changes=True,
@@ -432,7 +453,8 @@ def _operations() -> dict[str, Any]:
         "/api/destinations/{address}/messages": {
             "parameters": [ADDRESS],
             "get": _operation(
-                "A page of a queue's messages, in sequence order (nothing is consumed).",
+                "A page of a queue's or stream's messages, in sequence (a stream's: offset) order; "
+                "nothing is consumed.",
                 {200: _ok("MessagePage", "A page.")},
                 (404,),
                 parameters=[
@@ -446,7 +468,7 @@ def _operations() -> dict[str, Any]:
         "/api/destinations/{address}/messages/{seq}": {
             "parameters": [ADDRESS, SEQ],
             "delete": _operation(
-                "Delete one waiting message.",
+                "Delete one waiting message of a queue (a stream: 400).",
                 {200: _ok("Deleted", "Deleted.")},
                 (404,),
                 changes=True,
@@ -455,7 +477,8 @@ def _operations() -> dict[str, Any]:
         "/api/destinations/{address}/move": {
             "parameters": [ADDRESS],
             "post": _operation(
-                "Move waiting messages to another destination, in sequence order.",
+                "Move a queue's waiting messages to another destination, in sequence order "
+                "(a stream: 400).",
                 {200: _ok("Moved", "How many moved.")},
                 (404,),
                 body=_body({"to": _string()}, {**SELECTOR_BODY, **SEQS_BODY}),
@@ -465,7 +488,7 @@ def _operations() -> dict[str, Any]:
         "/api/destinations/{address}/retry": {
             "parameters": [ADDRESS],
             "post": _operation(
-                "Send dead letters back to the destination each came from.",
+                "Send dead letters back to the destination each came from (a stream: 400).",
                 {200: _ok("Retried", "How many went back, and where.")},
                 (404,),
                 body=_body({}, {**SELECTOR_BODY, **SEQS_BODY}),

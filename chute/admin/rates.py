@@ -1,7 +1,7 @@
 """Per-second rates of each destination's counters, for the admin API.
 
-The core counts what went through each destination (``enqueued``,
-``delivered``, ``acked``: :mod:`chute.core.stats`) and nothing per second:
+The core counts what went through each destination, queue, topic or stream
+(``enqueued``, ``delivered``, ``acked``: :mod:`chute.core.stats`) and nothing per second:
 a rate is a difference over time, which is the admin layer's business.
 :class:`RateSampler` takes a sample of every destination's counters once a
 second (its task runs while the HTTP application does) and keeps the last
@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 from chute.core.broker import Broker
-from chute.core.stats import queue_stats, topic_stats
+from chute.core.stats import queue_stats, stream_stats, topic_stats
 
 log = logging.getLogger("chute.admin")
 
@@ -93,7 +93,7 @@ class RateSampler:
         if broker is None:
             return
         if not self._round:
-            self._round = [*broker.queues, *broker.topics]
+            self._round = [*broker.queues, *broker.streams, *broker.topics]
             self._round.reverse()  # popped from the end: address order, roughly
             alive = set(self._round)
             for gone in [a for a in self._samples if a not in alive]:
@@ -108,6 +108,10 @@ class RateSampler:
             topic = broker.topics.get(address)
             if topic is not None:
                 self.record(address, counters(topic_stats(topic)), now)
+                continue
+            stream = broker.streams.get(address)
+            if stream is not None:
+                self.record(address, counters(stream_stats(stream)), now)
 
     def record(self, address: str, values: tuple[int, ...], now: float) -> None:
         """One sample of ``address``'s counters at ``now``."""

@@ -51,10 +51,11 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ChuteServ
 
 
 def _some_state(srv: ChuteServer) -> None:
-    """Things for the requests to find: messages, a topic, a consumer's queue."""
+    """Things for the requests to find: messages, a topic, a stream."""
     with chute.connect(srv.url) as conn, conn.session() as session:
         for n in range(3):
             session.send("queue:a", f"m{n}", properties={"n": n})
+            session.send("stream:s", f"s{n}")
         session.send("topic:t", "x")
 
 

@@ -1,13 +1,15 @@
 // The chute web console: plain JavaScript over the broker's JSON admin API (/api/...).
 // It polls /api/destinations every POLL_MS and keeps the last SAMPLES samples of each
 // destination's depth and rates in the page, for the charts. Views are picked by the
-// URL's hash: #/ (destinations), #/destination/<address>, #/connections.
+// URL's hash: #/ (destinations), #/destination/<address>, #/connections. A stream's page
+// (streams.js) shows its offsets and readers; its messages are browsed, never moved.
 // Everything shown is built with DOM calls (textContent), never from HTML strings.
 // The building blocks (DOM, formats, the API call, the dialog, charts) are in lib.js.
 import {
   ApiError, SAMPLES, api, ask, bytes, depthChart, destinationPath, duration, enc, h,
   isDeadLetterAddress, num, plural, rate, rateChart, when,
 } from "./lib.js";
+import { NOT_A_STREAMS, isStreamAddress, readersTable, streamCounters } from "./streams.js";
 
 const POLL_MS = 2000;
 const PAGE_SIZE = 50;
@@ -322,7 +324,8 @@ function detailFrame(address) {
   state.browse = {
     address, starts: [""], page: null, selected: new Set(), expanded: new Set(), loading: false,
   };
-  const isQueue = address.startsWith("queue:");
+  const stream = isStreamAddress(address);
+  const isQueue = address.startsWith("queue:") || stream; // it holds messages to browse
   const section = h("section", { id: "detail" },
     h("div", { class: "crumbs" }, h("a", { href: "#/" }, "Destinations"), " / "),
     h("h1", {}, h("span", { class: "mono", id: "detail-address" }, address),
@@ -342,7 +345,8 @@ function detailFrame(address) {
     h("h2", {}, "Consumers"),
     h("div", { class: "card", id: "detail-consumers" }),
     h("div", { id: "detail-subscriptions" }),
-    isQueue ? messagesFrame() : null);
+    stream ? h("div", { id: "detail-stream" }) : null,
+    isQueue ? messagesFrame(stream) : null);
   if (isQueue) loadMessages();
   return section;
 }
@@ -352,10 +356,13 @@ function fillDetail(address) {
   if (!d) return;
   document.getElementById("detail-kind").replaceChildren(kindChip(d));
   const listed = state.destinations.find((x) => x.address === address) || {};
+  const stream = d.kind === "stream";
+  const counter = (key, label, value) => h("div", { class: "counter", dataset: { counter: key } },
+    h("div", { class: "label" }, label), h("div", { class: "value" }, value));
   document.getElementById("counters").replaceChildren(...COUNTERS
-    .filter(([key]) => typeof d[key] === "number")
-    .map(([key, label, format]) => h("div", { class: "counter", dataset: { counter: key } },
-      h("div", { class: "label" }, label), h("div", { class: "value" }, format(d[key])))),
+    .filter(([key]) => typeof d[key] === "number" && !(stream && NOT_A_STREAMS.has(key)))
+    .map(([key, label, format]) => counter(key, label, format(d[key]))),
+  ...(stream ? streamCounters(d).map(([key, label, value]) => counter(key, label, value)) : []),
   h("div", { class: "counter" }, h("div", { class: "label" }, "Enqueued/s"),
     h("div", { class: "value" }, rate(listed.rate_enq))),
   h("div", { class: "counter" }, h("div", { class: "label" }, "Delivered/s"),
@@ -368,6 +375,8 @@ function fillDetail(address) {
   const box = document.getElementById("detail-consumers");
   box.replaceChildren(consumers === null ? h("p", { class: "empty" }, "Loading…")
     : consumersTable(consumers, { address: false }));
+  const streamBox = document.getElementById("detail-stream");
+  if (streamBox && stream) streamBox.replaceChildren(readersTable(d));
   const subs = d.subscriptions || [];
   document.getElementById("detail-subscriptions").replaceChildren(...(subs.length ? [
     h("h2", {}, "Subscriptions"),
@@ -388,13 +397,16 @@ async function purge() {
   const address = currentView().address;
   const answer = await ask({
     title: `Purge ${address}?`,
-    text: "Every waiting message of this queue is removed for good; messages in flight stay.",
+    text: isStreamAddress(address)
+      ? "Every message this stream keeps is removed for good; its offsets go on from its head."
+      : "Every waiting message of this queue is removed for good; messages in flight stay.",
     okLabel: "Purge", danger: true,
   });
   if (!answer) return;
   await act("Purge", async () => {
     const result = await api("POST", `${destinationPath(address)}/purge`);
     notice(`Purged ${plural(result.purged, "message")} from ${address}.`);
+    if (state.browse) state.browse.starts = [""]; // nothing is left to page through
     await loadMessages();
     await tick();
   });
@@ -407,7 +419,8 @@ async function deleteDestination() {
     title: `Delete ${address}?`,
     text: topic
       ? "The topic, its durable subscriptions and their messages are deleted; its consumers are closed."
-      : "The queue and all its messages are deleted; its consumers are closed.",
+      : `The ${isStreamAddress(address) ? "stream" : "queue"} and all its messages are deleted; ` +
+        "its consumers are closed.",
     okLabel: "Delete", danger: true,
   });
   if (!answer) return;
@@ -420,14 +433,17 @@ async function deleteDestination() {
 
 // ---------------------------------------------------------------- browsing messages
 
-function messagesFrame() {
+// A stream's messages are only browsed: moving, retrying or deleting one is for queues.
+function messagesFrame(stream = false) {
   return h("div", { id: "messages-section" },
     h("h2", {}, "Messages"),
     h("div", { class: "toolbar" },
       h("button", { type: "button", class: "ghost", id: "refresh-messages", onclick: loadMessages },
         "Refresh"),
-      h("button", { type: "button", class: "ghost", id: "move", onclick: moveMessages }, "Move to…"),
-      h("button", { type: "button", id: "retry-all", hidden: true, onclick: retryAll }, "Retry all"),
+      stream ? null
+        : h("button", { type: "button", class: "ghost", id: "move", onclick: moveMessages }, "Move to…"),
+      stream ? null
+        : h("button", { type: "button", id: "retry-all", hidden: true, onclick: retryAll }, "Retry all"),
       h("span", { class: "spacer" }),
       h("span", { class: "muted", id: "selection" })),
     h("div", { class: "card" }, h("div", { id: "messages" }, h("p", { class: "empty" }, "Loading…")),
@@ -491,20 +507,23 @@ function fillMessages() {
   const b = state.browse;
   const box = document.getElementById("messages");
   if (!b || !box) return;
-  const dlq = isDeadLetterQueue(b);
-  document.getElementById("retry-all").hidden = !dlq;
+  const stream = isStreamAddress(b.address);
+  const dlq = !stream && isDeadLetterQueue(b);
+  const retryAllButton = document.getElementById("retry-all");
+  if (retryAllButton) retryAllButton.hidden = !dlq;
   const messages = (b.page && b.page.messages) || [];
   document.getElementById("selection").textContent = b.selected.size
     ? `${plural(b.selected.size, "message")} selected` : "";
   document.getElementById("prev-page").disabled = b.starts.length <= 1;
   document.getElementById("next-page").disabled = !b.page || b.page.done !== false || !messages.length;
   document.getElementById("page-info").textContent = messages.length
-    ? `page ${b.starts.length}: seq ${num(messages[0].seq)}–${num(messages[messages.length - 1].seq)}`
+    ? `page ${b.starts.length}: ${stream ? "offset" : "seq"} ${num(messages[0].seq)}–` +
+      `${num(messages[messages.length - 1].seq)}`
     : "";
   if (!b.page) return;
   if (!messages.length) {
     box.replaceChildren(h("p", { class: "empty" }, b.starts.length > 1
-      ? "No more messages." : "No messages waiting."));
+      ? "No more messages." : stream ? "No messages kept." : "No messages waiting."));
     return;
   }
   const rows = [];
@@ -517,7 +536,7 @@ function fillMessages() {
     };
     const stop = (event) => event.stopPropagation();
     rows.push(h("tr", { class: `clickable${open ? " expanded" : ""}`, dataset: { seq: m.seq }, onclick: toggle },
-      h("td", { onclick: stop }, h("input", {
+      h("td", { onclick: stop }, stream ? null : h("input", {
         type: "checkbox", "aria-label": `Select message ${m.seq}`, checked: b.selected.has(m.seq),
         onchange: (event) => {
           if (event.target.checked) b.selected.add(m.seq); else b.selected.delete(m.seq);
@@ -527,7 +546,7 @@ function fillMessages() {
       h("td", { class: "num" }, num(m.seq)),
       h("td", {}, when(m.timestamp)),
       h("td", { class: "num" }, num(m.priority)),
-      h("td", { class: "num" }, num(m.delivery_count)),
+      stream ? null : h("td", { class: "num" }, num(m.delivery_count)),
       dlq ? h("td", {}, props[ORIGIN_PROPERTY] || "") : null,
       dlq ? h("td", {}, props[REASON_PROPERTY] || "") : null,
       h("td", { class: "body" }, bodyPreview(m)),
@@ -535,16 +554,18 @@ function fillMessages() {
         dlq && props[ORIGIN_PROPERTY] ? h("button", {
           type: "button", class: "small retry", onclick: () => retry([m.seq]),
         }, "Retry") : null,
-        h("button", { type: "button", class: "small danger", onclick: () => deleteMessage(m.seq) },
-          "Delete"))));
+        stream ? null : h("button", {
+          type: "button", class: "small danger", onclick: () => deleteMessage(m.seq),
+        }, "Delete"))));
     if (open) {
-      rows.push(h("tr", { class: "detail" }, h("td", { colspan: dlq ? 9 : 7 }, messageDetail(m))));
+      rows.push(h("tr", { class: "detail" },
+        h("td", { colspan: dlq ? 9 : stream ? 6 : 7 }, messageDetail(m))));
     }
   }
   box.replaceChildren(h("table", { id: "message-table" },
-    h("thead", {}, h("tr", {}, h("th", {}, ""), h("th", { class: "num" }, "Seq"),
+    h("thead", {}, h("tr", {}, h("th", {}, ""), h("th", { class: "num" }, stream ? "Offset" : "Seq"),
       h("th", {}, "Time"), h("th", { class: "num" }, "Priority"),
-      h("th", { class: "num" }, "Deliveries"),
+      stream ? null : h("th", { class: "num" }, "Deliveries"),
       dlq ? h("th", {}, "Original destination") : null, dlq ? h("th", {}, "Reason") : null,
       h("th", {}, "Body"), h("th", {}, ""))),
     h("tbody", {}, rows)));
