@@ -91,7 +91,7 @@ class _Pattern:
     @classmethod
     def compile(cls, pattern: str) -> _Pattern:
         if pattern == "*":
-            return cls(re.compile(r"(?:queue|topic):.*\Z", re.S), False)
+            return cls(re.compile(r"(?:queue|topic|stream):.*\Z", re.S), False)
         text = pattern_address(pattern)
         name = text.split(":", 1)[1]
         literal = name.split("*", 1)[0]

@@ -573,7 +573,7 @@ class Broker:
         return {
             "destinations": page.destinations,
             "next": page.after,
-            "destination_count": len(self.queues) + len(self.topics),
+            "destination_count": len(self.queues) + len(self.topics) + len(self.streams),
             "made": self.destinations.stats(),
             "connections": len(self.connections),
             "prepared": self.xa.xids(),

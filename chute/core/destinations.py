@@ -259,8 +259,12 @@ class Destinations:
                 f"prepared transactions send to {address}: commit or roll them back first "
                 "(chute tx list)"
             )
+        readers = list(stream.readers)
+        self._check_unheld(address, list(readers))
         count = stream.count
-        consumers = [c for reader in stream.readers for c in reader.evict_consumers()]
+        consumers = [c for reader in readers for c in reader.evict_consumers()]
+        for reader in readers:
+            reader.close()  # what it held waiting goes, with the memory it took
         self.host.delete_stream(stream)
         self._gone(address, stream)
         error = DestinationDeleted(

@@ -26,21 +26,20 @@ from .test_admin_api import USERS, VIEWER, Broker, call, expect_error, quote, un
 pytestmark = pytest.mark.acceptance
 
 WRITER = ("writer", "writer-pw")
-STREAM_USERS = f"""{USERS.replace('roles = ["admin"]', 'roles = ["admin", "streams"]')}
+STREAM_USERS = f"""{USERS}
 [users.writer]
 password = "writer-pw"
 roles = ["streams"]
 
 [roles.streams]
-send = ["stream:*", "*"]
-consume = ["stream:*", "*"]
+send = ["*"]
+consume = ["*"]
 browse = ["stream:*"]
-create = ["stream:*", "*"]
+create = ["*"]
 delete = ["stream:*"]
 """
-"""The API's users (``admin`` manages everything) and a client that uses streams. The
-built-in ``admin`` role's ``*`` reaches queues and topics, not streams, in this version:
-``admin`` browses them through a role that names them."""
+"""The API's users (``admin`` manages everything, streams included: ``*`` reaches every
+kind of destination) and a client that uses streams."""
 
 
 @pytest.fixture(scope="module")

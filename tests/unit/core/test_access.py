@@ -79,6 +79,15 @@ def test_a_wildcard_never_reaches_a_reserved_name_unless_it_names_it() -> None:
     assert not grants.allows(Action.SEND, "queue:orders")  # another action
 
 
+def test_star_reaches_every_kind_and_a_kind_pattern_only_its_own() -> None:
+    star = Grants({Action.CONSUME: ("*",)})
+    for address in ("queue:q", "topic:t", "stream:s"):
+        assert star.allows(Action.CONSUME, address)
+    streams = Grants({Action.CONSUME: ("stream:orders.*",)})
+    assert streams.allows(Action.CONSUME, "stream:orders.eu")
+    assert not streams.allows(Action.CONSUME, "queue:orders.eu")
+
+
 def test_patterns_match_by_kind_and_prefix() -> None:
     grants = Grants({Action.SEND: ("orders.*", "/topic/prices.*")})
     assert grants.allows(Action.SEND, "queue:orders.eu")
