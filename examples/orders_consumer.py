@@ -1,4 +1,5 @@
-"""Prints the demo's results: every window update the job publishes on ``topic:order-stats``.
+"""Prints the demo's results: every window the job publishes on ``topic:order-stats`` (per
+region) and ``topic:order-totals`` (every region, from the job's second query).
 
 python examples/orders_consumer.py --url chute://127.0.0.1:5445 --seconds 60
 """
@@ -19,17 +20,20 @@ def main() -> None:
     args = parser.parse_args()
     deadline = time.monotonic() + args.seconds if args.seconds else None
     with chute.connect(args.url) as conn, conn.session() as session:
-        consumer = session.consumer("topic:order-stats")
+        by_region = session.consumer("topic:order-stats")
+        overall = session.consumer("topic:order-totals")
         while deadline is None or time.monotonic() < deadline:
-            message = consumer.receive(timeout=1.0)
-            if message is None:
-                continue
-            stat = json.loads(message.body)
-            print(
-                f"{stat['window']}  {stat['region']:<9} {stat['orders']:>6} orders  "
-                f"{stat['total']:>12,.2f}",
-                flush=True,
-            )
+            for consumer, region in ((by_region, True), (overall, False)):
+                message = consumer.receive(timeout=0.5)
+                if message is None:
+                    continue
+                stat = json.loads(message.body)
+                name = stat["region"] if region else "ALL (10 s)"
+                print(
+                    f"{stat['window']}  {name:<10} {stat['orders']:>6} orders  "
+                    f"{stat['total']:>12,.2f}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -1,10 +1,16 @@
-"""The streaming job of issue 6: windowed order counts and sums per region.
+"""The streaming job: two independent queries over one stream of orders.
 
-Reads ``queue:orders`` through the chute source, aggregates 5-second windows
-per region, writes each finished window as a JSON message to ``topic:order-stats``
-through the chute sink, exactly once (append mode: a Python sink takes no updates).
-The job consumes the queue and holds it while it runs; stopping it (``--seconds``)
-hands the queue back to other consumers at once.
+Both read ``stream:orders`` through the chute source, each from its own checkpoint
+(a stream is read, not consumed: each query sees every order):
+
+* ``region-stats``: 5-second windows per region (orders, total amount), each finished
+  window a JSON message on ``topic:order-stats``;
+* ``order-totals``: 10-second windows over every region (orders, total amount), on
+  ``topic:order-totals``.
+
+Both write through the chute sink, exactly once (append mode: a Python sink takes no
+updates). Stopped and started again with the same ``--checkpoint``, each query goes on
+from where its checkpoint says.
 
     python examples/orders_job.py --url chute://127.0.0.1:5445 --seconds 60
 """
@@ -18,8 +24,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming.query import StreamingQuery
 
 import chute.spark
 
@@ -51,19 +58,35 @@ def main() -> None:
 
     spark = session()
     chute.spark.register(spark)
-    orders = (
-        spark.readStream.format("chute")
-        .option("url", args.url)
-        .option("destination", "queue:orders")
-        .option("cursor", "orders-job")  # this query's name at the broker: keep it across restarts
-        .option("maxMessagesPerTrigger", 10000)
-        .load()
-    )
     order = F.from_json(F.col("body").cast("string"), "region STRING, amount DOUBLE, ts DOUBLE")
-    stats = (
-        orders.select(order.alias("o"), "timestamp")
-        .select("o.region", "o.amount", "timestamp")
-        .withWatermark("timestamp", "5 seconds")
+
+    def orders() -> DataFrame:
+        return (
+            spark.readStream.format("chute")
+            .option("url", args.url)
+            .option("destination", "stream:orders")
+            .option("startingOffsets", "earliest")  # a new checkpoint reads the whole stream
+            .option("maxOffsetsPerTrigger", 10000)
+            .load()
+            .select(order.alias("o"), "timestamp")
+            .select("o.region", "o.amount", "timestamp")
+            .withWatermark("timestamp", "5 seconds")
+        )
+
+    def publish(frame: DataFrame, name: str, destination: str) -> StreamingQuery:
+        return (
+            frame.writeStream.format("chute")
+            .queryName(name)
+            .option("url", args.url)
+            .option("destination", destination)
+            .option("checkpointLocation", f"{checkpoint}/{name}")
+            .outputMode("append")  # a window is final once the watermark passes it
+            .trigger(processingTime="2 seconds")
+            .start()
+        )
+
+    by_region = (
+        orders()
         .groupBy(F.window("timestamp", "5 seconds"), "region")
         .agg(F.count("*").alias("orders"), F.round(F.sum("amount"), 2).alias("total"))
         .select(
@@ -78,18 +101,24 @@ def main() -> None:
             F.col("region").alias("correlation_id"),
         )
     )
-    query = (
-        stats.writeStream.format("chute")
-        .option("url", args.url)
-        .option("destination", "topic:order-stats")
-        .option("checkpointLocation", checkpoint)
-        .outputMode("append")  # a window is final once the watermark passes it
-        .trigger(processingTime="2 seconds")
-        .start()
+    overall = (
+        orders()
+        .groupBy(F.window("timestamp", "10 seconds"))
+        .agg(F.count("*").alias("orders"), F.round(F.sum("amount"), 2).alias("total"))
+        .select(
+            F.to_json(
+                F.struct(F.col("window.start").cast("string").alias("window"), "orders", "total")
+            ).alias("body")
+        )
     )
+    queries = [
+        publish(by_region, "region-stats", "topic:order-stats"),
+        publish(overall, "order-totals", "topic:order-totals"),
+    ]
     print(f"job: running, checkpoint {checkpoint}", flush=True)
-    query.awaitTermination(args.seconds or None)
-    query.stop()
+    spark.streams.awaitAnyTermination(args.seconds or None)
+    for query in queries:
+        query.stop()
     spark.stop()
 
 

@@ -1,4 +1,4 @@
-"""Synthetic order events for the Spark demo: JSON bodies on ``queue:orders``.
+"""Synthetic order events for the Spark demo: JSON bodies on ``stream:orders``.
 
 python examples/orders_producer.py --url chute://127.0.0.1:5445 --rate 200 --seconds 60
 """
@@ -18,7 +18,7 @@ REGIONS = ("eu-west", "eu-north", "us-east", "us-west", "ap-south")
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--url", default="chute://127.0.0.1:5445")
-    parser.add_argument("--destination", default="queue:orders")
+    parser.add_argument("--destination", default="stream:orders")
     parser.add_argument("--rate", type=float, default=200.0, help="orders per second")
     parser.add_argument("--seconds", type=float, default=60.0, help="how long (0 = forever)")
     args = parser.parse_args()
