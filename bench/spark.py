@@ -3,12 +3,13 @@
 In one run, against one ``chute serve`` (journal, ``sync = always``) and one
 local[2] SparkSession (warmed up first, so its cold start is not counted):
 
-* ``source``: a stream query reads N messages of a queue through the
+* ``source``: a stream query reads N messages of a stream through the
   connector (one micro-batch, ``trigger(availableNow=True)``) into Spark's
-  ``noop`` sink; rows/s from ``start()`` to the end.
+  ``noop`` sink; rows/s from ``start()`` to the end. ``source_queue``: the same
+  of a queue, through a cursor (consuming it).
 * ``native_read``: the native client reads the same N messages (a consumer,
   auto ack) ; msgs/s.
-* ``sink``: N rows of a DataFrame (a 1 KiB binary ``body``) written through
+* ``sink``: N rows of a DataFrame (a 1 KiB binary ``body``) written to a stream through
   the connector's batch writer: two tasks, each sending in a two-phase
   transaction, prepared, then committed together by the driver; rows/s.
 * ``native_write``: the native client sends N messages in one transaction and
@@ -104,13 +105,12 @@ def consume(url: str, address: str, count: int) -> float:
 
 
 def source(spark: Any, url: str, address: str, checkpoint: str) -> ceiling.Timed:
+    reader = spark.readStream.format("chute").option("url", url).option("destination", address)
+    if not address.startswith("stream:"):
+        reader = reader.option("cursor", f"bench-{address}")
     return ceiling.timed(
         lambda: (
-            spark.readStream.format("chute")
-            .option("url", url)
-            .option("destination", address)
-            .option("cursor", f"bench-{address}")
-            .load()
+            reader.load()
             .writeStream.format("noop")
             .option("checkpointLocation", checkpoint)
             .trigger(availableNow=True)
@@ -138,23 +138,29 @@ def sink(df: Any, url: str, address: str) -> float:
 
 def one_run(spark: Any, url: str, n: int, *, run: str, tmp: str, df: Any) -> dict[str, float]:
     """Seconds of every path, in one run (each run on fresh queues, deleted after)."""
-    queues = [f"queue:{name}-{run}" for name in ("native", "in", "out")]
-    native, inq, out = queues
+    queues = [f"queue:{name}-{run}" for name in ("native", "in")]
+    queues += [f"stream:{name}-{run}" for name in ("in", "out")]
+    native, inq, ins, out = queues
     ck = os.path.join(tmp, f"ck-{run}")
     t: dict[str, float] = {}
     t["native_write"] = produce(url, native, n)
     t["native_read"] = consume(url, native, n)
-    produce(url, inq, n)
-    read = source(spark, url, inq, ck + "-source")
+    produce(url, ins, n)
+    read = source(spark, url, ins, ck + "-source")
     if read.rows != n:
         raise RuntimeError(f"the source read {read.rows} rows, not {n}")
     t["source"], t["source_batch"] = read.seconds, read.batches
+    produce(url, inq, n)
+    read = source(spark, url, inq, ck + "-source-queue")
+    if read.rows != n:
+        raise RuntimeError(f"the source read {read.rows} rows of a queue, not {n}")
+    t["source_queue"], t["source_queue_batch"] = read.seconds, read.batches
     for form in ("tuples", "arrow"):
         top = ceiling.source(spark, n, form, f"{ck}-{form}")
         t[f"source_ceiling_{form}"], t[f"source_ceiling_{form}_batch"] = top.seconds, top.batches
     t["sink"] = sink(df, url, out)
     with chute.connect(url, timeout=60) as conn:
-        earliest, head = conn.cursor_open(out)  # a new queue starts after deleted ones
+        earliest, head = conn.cursor_open(out)  # a new stream starts after deleted ones
         if head - earliest != n:
             raise RuntimeError(f"the sink wrote {head - earliest} messages, not {n}")
         for q in queues:
