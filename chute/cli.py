@@ -215,6 +215,11 @@ def _add_client_commands(sub: Any) -> None:
         "--timeout", type=seconds, default=5.0, help="seconds to wait for each message (default 5)"
     )
     receive.add_argument("--selector", help="JMS selector, e.g. \"region = 'eu'\"")
+    receive.add_argument(
+        "--offset",
+        help="streams: where to start reading (first, last, next, N or timestamp=MS; "
+        "default next); nothing is consumed",
+    )
     receive.add_argument("--json", action="store_true", help="one JSON object per message")
     client_args(receive)
     receive.set_defaults(func=_receive)
@@ -381,7 +386,9 @@ def _send(args: argparse.Namespace) -> int:
 def _receive(args: argparse.Namespace) -> int:
     with _connect(args) as conn, conn.session(ack="client") as session:
         prefetch = max(1, min(args.count or 100, 100))
-        consumer = session.consumer(args.destination, selector=args.selector, prefetch=prefetch)
+        consumer = session.consumer(
+            args.destination, selector=args.selector, prefetch=prefetch, offset=args.offset
+        )
         progress = Progress(sys.stderr, args.destination, args.count) if args.count > 1 else None
         return print_received(consumer, args.count, args.timeout, args.json, progress=progress)
 
