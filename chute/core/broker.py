@@ -424,6 +424,7 @@ class Broker:
         for stream in list(self.streams.values()):
             if stream.settings.max_age_ms:
                 stream.retain(now)
+            stream.trim()  # its share of the tails' memory shrinks as streams are made
             stream.nudge()
         self.xa.expire(now, self.prepared_timeout_ms)
         self.cursors.expire(now)

@@ -40,6 +40,8 @@ from chute.core.queue import QueueChannel
 from chute.core.queuetypes import LoginQueue, attach_forwarder
 from chute.core.selector import compile_selector
 from chute.core.session import Session
+from chute.core.store import StoredBlock
+from chute.core.stream import Stream
 from chute.core.subscriptions import callback_key, durable_key
 from chute.core.topic import Subscription, SubscriptionKind, Topic
 from chute.errors import (
@@ -384,6 +386,18 @@ class Connection:
         return self.broker.cursors.fetch(
             address, name, start, end, max_messages=max_messages, max_bytes=max_bytes
         )
+
+    def stream_blocks(
+        self, address: str, start: int, end: int, *, max_messages: int = 0, max_bytes: int = 0
+    ) -> tuple[int, list[StoredBlock]] | None:
+        """:meth:`cursor_fetch` without a cursor, of a stream: the page as the store holds
+        it (``Stream.read_blocks``), for a driver that sends the blocks on unchanged; None
+        if ``address`` is not a stream (read it with :meth:`cursor_fetch`)."""
+        self.authorize(Action.BROWSE, address)
+        found = self.broker.destination(address, create=False)
+        if not isinstance(found, Stream):
+            return None
+        return found.read_blocks(start, end, max_messages=max_messages, max_bytes=max_bytes)
 
     def cursor_ack(self, address: str, name: str, end: int) -> int:
         """Consume everything the cursor holds below ``end``; how many."""

@@ -23,6 +23,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from chute.content import encode_content
 from chute.message import Message
 
 SyncCallback = Callable[[BaseException | None], None]
@@ -85,6 +86,33 @@ class StoredMessage:
     seq: int
     message: Message
     delivery_count: int = 0
+
+
+StoredBlock = tuple[int, int, int, int, int, bytes | memoryview, int]
+"""A stored message as its content block, for answers that send it on unchanged
+(:meth:`Store.page_blocks`): ``(seq, delivery_count, redelivered (0 or 1), timestamp,
+expiration, content block, Message.size)``. The block is the bytes
+:func:`chute.content.encode_content` makes (``Message.encoded``); the first five fields
+are in the order the native protocol's browse entries carry them. A plain tuple: one is
+made per message read, where a class's ``__init__`` would cost more than the read."""
+
+
+def message_block(
+    seq: int, message: Message, delivery_count: int = 0, redelivered: bool = False
+) -> StoredBlock:
+    """The :data:`StoredBlock` of a message held in memory (encoded now if no codec did)."""
+    content = message.encoded
+    if content is None:
+        content = encode_content(message)
+    return (
+        seq,
+        delivery_count,
+        1 if redelivered else 0,
+        message.timestamp,
+        message.expiration,
+        content,
+        message.size,
+    )
 
 
 @dataclasses.dataclass(slots=True)
@@ -181,6 +209,16 @@ class Store(Protocol):
             StoreError: the store cannot read them now (a disk fault).
         """
 
+    def page_blocks(self, queue: str, after: int, limit: int) -> list[StoredBlock]:
+        """:meth:`page_in`'s messages as their stored content blocks, without decoding them:
+        what a stream read sends on as it is (:meth:`chute.core.stream.Stream.read_blocks`).
+        Each block has delivery count 0 and is not redelivered, as a stream's reader
+        sees every message.
+
+        Raises:
+            StoreError: the store cannot read them now (a disk fault).
+        """
+
     def close(self) -> None:
         """Flush and release resources."""
 
@@ -249,6 +287,9 @@ class Gathering:
 
     def page_in(self, queue: str, after: int, limit: int) -> list[StoredMessage]:
         return self.store.page_in(queue, after, limit)
+
+    def page_blocks(self, queue: str, after: int, limit: int) -> list[StoredBlock]:
+        return self.store.page_blocks(queue, after, limit)
 
     def close(self) -> None:
         self.store.close()

@@ -44,6 +44,7 @@ import bisect
 import dataclasses
 import heapq
 import logging
+import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final, Protocol
@@ -54,20 +55,30 @@ from chute.core.paging import MemoryBudget, held_cost
 from chute.core.queue import QueueChannel, QueueHost
 from chute.core.selector import Selector
 from chute.core.settings import DestinationSettings
-from chute.core.store import Gathering, Store, StoredMessage
+from chute.core.store import Gathering, Store, StoredBlock, StoredMessage, message_block
 from chute.errors import ConsumerError
 from chute.message import Message
 
 log = logging.getLogger("chute.stream")
 
 TAIL_BYTES: Final = 8 << 20
-"""How many bytes of its newest messages a stream keeps in memory."""
+"""How many bytes of its newest messages a stream keeps in memory, at most."""
+
+TAILS_BYTES: Final = 64 << 20
+"""What the tails of every stream together keep: with many streams each keeps its share
+(at least :data:`TAIL_MIN`), so the memory streams take does not grow with their number."""
+
+TAIL_MIN: Final = 256 << 10
 
 READ_STEP: Final = 256
 """Messages read back from the store per call."""
 
 WINDOW: Final = 256
 """How many messages a reader holds at most (waiting and in flight) beyond its consumer's credit."""
+
+BLOCK_STEP: Final = 4096
+"""Messages read back from the store per call by :meth:`Stream.read_blocks` at most (with
+a byte bound, about as many as it leaves room for)."""
 
 RETAIN_STEP: Final = 1024
 """Messages removed by retention per step (the rest on the next append or sweep)."""
@@ -79,6 +90,7 @@ class StreamHost(Protocol):
     store: Store
     clock: Callable[[], int]
     memory: MemoryBudget
+    streams: dict[str, Stream]
 
     def trim_later(self, stream: Stream) -> None:
         """Call ``stream.trim()`` once the transaction being gathered reached the store."""
@@ -241,9 +253,11 @@ class Stream:
         self.trim()
 
     def trim(self) -> None:
-        """Keep no more than :data:`TAIL_BYTES` of the newest messages in memory."""
+        """Keep no more than :data:`TAIL_BYTES` of the newest messages in memory (less when
+        many streams share :data:`TAILS_BYTES`)."""
         tail = self._tail
-        while self._tail_bytes > TAIL_BYTES and len(tail) - self._tail_from > 1:
+        limit = min(TAIL_BYTES, max(TAIL_MIN, TAILS_BYTES // max(1, len(self.host.streams))))
+        while self._tail_bytes > limit and len(tail) - self._tail_from > 1:
             self._drop_tail_head()
 
     def _drop_tail_head(self) -> None:
@@ -330,6 +344,67 @@ class Stream:
                 return found
         if below < end:
             return self._from_tail(below, end, limit) or []
+        return []
+
+    def read_blocks(
+        self, start: int, end: int, *, max_messages: int = 0, max_bytes: int = 0
+    ) -> tuple[int, list[StoredBlock]]:
+        """:meth:`read`, each message as its content block with its envelope
+        (:data:`~chute.core.store.StoredBlock`): the same pages, but what the store holds
+        is not decoded, for an answer that sends the blocks on as they are (the native
+        ``CursorFetch`` without a cursor).
+
+        Raises:
+            StoreError: the store cannot read them back now.
+        """
+        end = min(end, self.head)
+        blocks: list[StoredBlock] = []
+        size = 0
+        position = max(start, self.first)
+        while position < end:
+            room = (max_messages - len(blocks)) if max_messages else BLOCK_STEP
+            step = min(room, BLOCK_STEP)
+            if max_bytes:  # read about what the bytes left hold, by the sizes seen so far
+                left = max(0, max_bytes - size)
+                step = min(step, left * len(blocks) // size + 1 if blocks else 16)
+            found = self._blocks_from_tail(position, end, step)
+            if found is None:
+                found = self._blocks_from_store(position, end, step)
+            if not found:
+                return end, blocks
+            more = sum(map(_block_size, found))
+            if max_bytes and size + more > max_bytes:  # the page ends in this step
+                for block in found:
+                    if blocks and size + block[6] > max_bytes:
+                        return block[0], blocks
+                    blocks.append(block)
+                    size += block[6]
+            else:
+                blocks += found
+                size += more
+            position = found[-1][0] + 1
+            if max_messages and len(blocks) >= max_messages:
+                return (position if position < end else end), blocks
+        return end, blocks
+
+    def _blocks_from_tail(self, start: int, end: int, limit: int) -> list[StoredBlock] | None:
+        entries = self._from_tail(start, end, limit)
+        if entries is None:
+            return None
+        return [message_block(e.seq, e.message, e.delivery_count, e.redelivered) for e in entries]
+
+    def _blocks_from_store(self, start: int, end: int, limit: int) -> list[StoredBlock]:
+        """As :meth:`_from_store`."""
+        tail = self._tail
+        below = min(end, tail[self._tail_from].seq if self._tail_from < len(tail) else end)
+        if start < below:
+            found = self.host.store.page_blocks(self.address, start - 1, min(limit, below - start))
+            if found and found[-1][0] >= below:
+                found = [b for b in found if b[0] < below]
+            if found:
+                return found
+        if below < end:
+            return self._blocks_from_tail(below, end, limit) or []
         return []
 
     def _next_kept(self, after: int, end: int) -> Entry | None:
@@ -614,3 +689,7 @@ def stream_page(  # noqa: PLR0917 - the walk's bounds, as browse_page takes them
 
 def _seq(entry: Entry) -> int:
     return entry.seq
+
+
+_block_size: Final = operator.itemgetter(6)
+"""A :data:`~chute.core.store.StoredBlock`'s ``Message.size``."""

@@ -44,6 +44,7 @@ from chute.errors import (
 from chute.message import new_message_id
 from chute.protocol import packets as p
 from chute.protocol.codec import PacketCodec
+from chute.protocol.spec import encode_cursor_blocks
 from chute.protocol.splice import encode_deliver, encode_ok
 from chute.protocol.wire import encode_packet
 from chute.sansio import NeedData
@@ -358,7 +359,22 @@ class NativeConnection(ManagementRequests, StreamConnection):
         self._respond(header, p.CursorInfo(earliest, head))
 
     def _on_cursor_fetch(self, header: p.Header, packet: p.CursorFetch) -> None:
-        next_start, entries = self._core().cursor_fetch(
+        core = self._core()
+        if packet.cursor is None:  # a stream's range is sent as its stored blocks
+            page = core.stream_blocks(
+                packet.address,
+                packet.start,
+                packet.end,
+                max_messages=packet.max_messages,
+                max_bytes=packet.max_bytes or self.codec.max_packet_size // 2,
+            )
+            if page is not None:
+                if header.correlation_id:
+                    self._out.append(
+                        encode_cursor_blocks(*page, header.correlation_id, self.codec.version)
+                    )
+                return
+        next_start, entries = core.cursor_fetch(
             packet.address,
             packet.cursor,
             packet.start,

@@ -75,6 +75,7 @@ from chute.core.store import (
     AddOp,
     QueueDefinition,
     Recovered,
+    StoredBlock,
     StoredMessage,
     SyncCallback,
     TxOp,
@@ -83,7 +84,7 @@ from chute.errors import StoreError
 from chute.store.disk import Disk
 from chute.store.errors import JournalClosed
 from chute.store.intake import Intake, ReclaimResult
-from chute.store.pager import TxLayouts, read_paged
+from chute.store.pager import BlockLayouts, TxLayouts, read_blocks, read_paged
 from chute.store.payload import ENCODE_ERRORS, encode_add
 from chute.store.progress import RecoveryProgress
 from chute.store.reclaim import LiveIndex
@@ -172,6 +173,7 @@ class Journal:
         }
         self._intake = Intake(self.directory)
         self._layouts = TxLayouts()  # guarded by the writer's index lock, like the index
+        self._block_layouts = BlockLayouts()  # the same
         self._writer = Writer(
             self.directory,
             self._intake,
@@ -345,6 +347,31 @@ class Journal:
         try:
             with writer.index_lock, writer.files:
                 return read_paged(self.directory, writer.index, queue, after, limit, self._layouts)
+        except OSError as exc:
+            raise StoreError(
+                f"journal {self.directory}: cannot read paged messages: {exc}"
+            ) from exc
+
+    def page_blocks(self, queue: str, after: int, limit: int) -> list[StoredBlock]:
+        """:meth:`page_in`'s messages as their stored content blocks (see
+        :func:`chute.store.pager.read_blocks`).
+
+        Raises:
+            StoreError: the records could not be written or read (a disk fault).
+        """
+        found = self._read_blocks(queue, after, limit)
+        if len(found) < limit:
+            self.flush()
+            found = self._read_blocks(queue, after, limit)
+        return found
+
+    def _read_blocks(self, queue: str, after: int, limit: int) -> list[StoredBlock]:
+        writer = self._writer
+        try:
+            with writer.index_lock, writer.files:
+                return read_blocks(
+                    self.directory, writer.index, queue, after, limit, self._block_layouts
+                )
         except OSError as exc:
             raise StoreError(
                 f"journal {self.directory}: cannot read paged messages: {exc}"

@@ -16,9 +16,11 @@ from chute.core.store import (
     AddOp,
     QueueDefinition,
     Recovered,
+    StoredBlock,
     StoredMessage,
     SyncCallback,
     TxOp,
+    message_block,
 )
 
 
@@ -110,6 +112,9 @@ class MemoryStore:
     def page_in(self, queue: str, after: int, limit: int) -> list[StoredMessage]:
         held = self.messages.get(queue, {})
         return [held[seq] for seq in sorted(s for s in held if s > after)[:limit]]
+
+    def page_blocks(self, queue: str, after: int, limit: int) -> list[StoredBlock]:
+        return [message_block(s.seq, s.message) for s in self.page_in(queue, after, limit)]
 
     def close(self) -> None:
         return None

@@ -14,6 +14,11 @@ record), so it is read and checked whole once, the positions of its adds are
 remembered (:class:`TxLayouts`), and later windows read only the adds they
 need.
 
+A stream's read (:func:`read_blocks`) needs no message at all: it sends each
+stored content block on as it is, so it only finds the blocks of its adds in
+a record (:func:`~chute.store.payload.queue_blocks`, remembered per record and
+queue in :class:`BlockLayouts`) and slices them out of the bytes read.
+
 The caller holds the writer's ``index_lock`` (so no location moves and no
 segment is deleted meanwhile) and ``files``.
 """
@@ -22,14 +27,16 @@ from __future__ import annotations
 
 import itertools
 import logging
+import operator
 import os
 from collections import OrderedDict
+from collections.abc import Iterable
 from typing import Final
 
-from chute.core.store import StoredMessage
+from chute.core.store import StoredBlock, StoredMessage
 from chute.message import Message
 from chute.store.errors import CorruptRecord
-from chute.store.payload import Names, decode_add, op_add_keys
+from chute.store.payload import BlockSpan, Names, decode_add, op_add_keys, queue_blocks
 from chute.store.reclaim import SEGMENT_SHIFT, LiveIndex
 from chute.store.record import HEADER, HEADER_SIZE, MAGIC, Kind, checksum
 from chute.store.segment import segment_path
@@ -38,6 +45,7 @@ log = logging.getLogger(__name__)
 
 _SLACK: Final = 64 << 10  # read this much past the last record's start, for its body
 _OFFSET_MASK: Final = (1 << SEGMENT_SHIFT) - 1
+_READ_MOST: Final = 64 << 20  # of one record in a window's read (a longer one: on its own)
 
 
 class TxLayouts:
@@ -225,3 +233,154 @@ class _Reader:
             elif self.queue in op.queues:
                 found[seq] = op.message
         return found
+
+
+class BlockLayouts:
+    """Where one queue's content blocks sit in recently read records:
+    ``(location, queue) -> {seq: BlockSpan}`` (file positions), as :class:`TxLayouts`."""
+
+    def __init__(self, capacity: int = 8) -> None:
+        self.capacity = capacity
+        self._layouts: OrderedDict[tuple[int, str], dict[int, BlockSpan]] = OrderedDict()
+
+    def get(self, location: int, queue: str) -> dict[int, BlockSpan] | None:
+        layout = self._layouts.get((location, queue))
+        if layout is not None:
+            self._layouts.move_to_end((location, queue))
+        return layout
+
+    def put(self, location: int, queue: str, layout: dict[int, BlockSpan]) -> None:
+        self._layouts[location, queue] = layout
+        while len(self._layouts) > self.capacity:
+            self._layouts.popitem(last=False)
+
+
+def read_blocks(  # noqa: PLR0917 - the caller holds the locks these come from
+    directory: str,
+    index: LiveIndex,
+    queue: str,
+    after: int,
+    limit: int,
+    layouts: BlockLayouts,
+) -> list[StoredBlock]:
+    """:func:`read_paged`'s messages as their stored content blocks (delivery count 0, not
+    redelivered), none decoded. A damaged record is logged and left out.
+
+    Raises:
+        OSError: a segment cannot be read.
+    """
+    held = index.locations.get(queue)
+    if not held or limit <= 0:
+        return []
+    wanted = list(itertools.islice(held.after(after), limit))
+    out: list[StoredBlock] = []
+    if len({location >> SEGMENT_SHIFT for _, location in wanted}) == 1:
+        groups: Iterable[tuple[int, Iterable[tuple[int, int]]]] = [
+            (wanted[0][1] >> SEGMENT_SHIFT, wanted)
+        ]
+    else:
+        groups = itertools.groupby(wanted, key=lambda sl: sl[1] >> SEGMENT_SHIFT)
+    for segment, group in groups:
+        fd = os.open(segment_path(directory, segment), os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            _segment_blocks(fd, segment, list(group), queue, layouts, out)
+        finally:
+            os.close(fd)
+    return out
+
+
+def _segment_blocks(  # noqa: PLR0917 - private
+    fd: int,
+    segment: int,
+    picks: list[tuple[int, int]],
+    queue: str,
+    layouts: BlockLayouts,
+    out: list[StoredBlock],
+) -> None:
+    """Append the blocks of ``picks`` (seq, location), all in ``segment``, to ``out``.
+
+    Consecutive picks mostly share a record (a transaction's adds): each record is
+    looked at once, the ones not met recently read with one ``pread`` for all."""
+    runs = [
+        (location, [seq for seq, _ in run])
+        for location, run in itertools.groupby(picks, key=operator.itemgetter(1))
+    ]
+    # the layouts this read uses: the shared cache may evict one before its turn comes
+    mine = {loc: layouts.get(loc, queue) for loc, _ in runs}
+    unknown = [loc & _OFFSET_MASK for loc, layout in mine.items() if layout is None]
+    chunk, low = b"", 0
+    if unknown:
+        low, last = min(unknown), max(unknown)
+        # read to the end of the last record (one cut short is read again on its own)
+        head = os.pread(fd, HEADER_SIZE, last)
+        length = 0
+        if len(head) == HEADER_SIZE:
+            magic, _, length, _ = HEADER.unpack(head)
+            length = min(length, _READ_MOST) if magic == MAGIC else 0
+        chunk = os.pread(fd, last - low + HEADER_SIZE + length, low)
+    for location, seqs in runs:
+        layout = mine[location]
+        if layout is None:
+            read = _record_blocks(fd, chunk, low, segment, location, queue)
+            if read is None:
+                continue
+            layout, data, base = read
+            mine[location] = layout
+            layouts.put(location, queue, layout)
+        else:
+            spans = [layout[seq] for seq in seqs if seq in layout]
+            if not spans:
+                data, base = b"", 0
+            else:
+                base = min(span[2] for span in spans)
+                data = os.pread(fd, max(span[3] for span in spans) - base, base)
+        view = memoryview(data)
+        try:
+            out += [
+                (seq, 0, 0, timestamp, expiration, view[a - base : b - base], size)
+                for seq in seqs
+                for timestamp, expiration, a, b, size in (layout[seq],)
+            ]
+        except KeyError:  # never expected: the index and the record disagree
+            kept = [seq for seq in seqs if seq in layout]
+            log.error(
+                "journal: segment %d offset %d holds no add of %s for %d of its messages",
+                segment,
+                location & _OFFSET_MASK,
+                queue,
+                len(seqs) - len(kept),
+            )
+            out += [
+                (seq, 0, 0, timestamp, expiration, view[a - base : b - base], size)
+                for seq in kept
+                for timestamp, expiration, a, b, size in (layout[seq],)
+            ]
+
+
+def _record_blocks(  # noqa: PLR0917 - private
+    fd: int, chunk: bytes, low: int, segment: int, location: int, queue: str
+) -> tuple[dict[int, BlockSpan], bytes, int] | None:
+    """The layout of ``queue``'s blocks in the record at ``location``, checked, with the
+    bytes that hold it and their file position; None if it is damaged (logged)."""
+    offset = location & _OFFSET_MASK
+    p = offset - low
+    if p + HEADER_SIZE > len(chunk):
+        chunk, p = os.pread(fd, HEADER_SIZE, offset), 0
+    magic, crc, length, kind = HEADER.unpack_from(chunk, p)
+    start, end = p + HEADER_SIZE, p + HEADER_SIZE + length
+    if end > len(chunk):  # the read-ahead cut the record short: read it whole
+        chunk, p = os.pread(fd, HEADER_SIZE + length, offset), 0
+        start, end = HEADER_SIZE, HEADER_SIZE + length
+    payload = memoryview(chunk)[start:end]
+    if magic != MAGIC or len(payload) != length or checksum(segment, offset, kind, payload) != crc:
+        log.error("journal: paged record at segment %d offset %d is damaged", segment, offset)
+        return None
+    if kind not in (Kind.ADD, Kind.COMMIT, Kind.COMMIT_PREPARED):
+        log.error("journal: segment %d offset %d holds no add of %s", segment, offset, queue)
+        return None
+    base = offset - p  # the file position of chunk[0]
+    try:
+        return queue_blocks(kind, chunk, start, end, queue, base), chunk, base
+    except CorruptRecord as exc:
+        log.error("journal: paged record at segment %d offset %d: %s", segment, offset, exc)
+        return None

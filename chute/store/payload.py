@@ -47,7 +47,7 @@ from chute.content import (
 )
 from chute.core.store import AckOp, AddOp, TxOp
 from chute.errors import ChuteError
-from chute.message import Message
+from chute.message import SIZE_OVERHEAD, Message
 from chute.store.errors import CorruptRecord
 from chute.store.record import Kind
 
@@ -58,6 +58,8 @@ _ADD_SIZE: Final = _ADD.size
 _ADD_HEAD: Final = struct.Struct(">QqqIIB")  # _ADD without the destination's length
 _SEQ_NAME: Final = struct.Struct(">QH")
 _OP_HEAD: Final = struct.Struct(">BI")
+_OP_ADD_TIMES: Final = struct.Struct(">BIQqq")  # _OP_HEAD, then an ADD's seq and times
+_NAMES_AT: Final = _ADD_SIZE - 2  # where an ADD payload's destination (length, name) starts
 _OP_ADD, _OP_ACK = 1, 2
 _REDELIVERED = 1
 
@@ -272,6 +274,91 @@ def op_add_keys(
     except DECODE_ERRORS as exc:
         raise CorruptRecord(f"malformed transaction record: {exc}") from exc
     return keys
+
+
+BlockSpan = tuple[int, int, int, int, int]
+"""Where an add's content block sits: (timestamp, expiration, block start, block end,
+``Message.size``)."""
+
+
+def queue_blocks(  # noqa: PLR0917 - hot path, called positionally
+    kind: int, data: bytes, start: int, end: int, queue: str, base: int = 0
+) -> dict[int, BlockSpan]:
+    """``seq -> BlockSpan`` of every add of ``queue`` in an ADD, COMMIT or COMMIT_PREPARED
+    payload ``data[start:end]``, its positions plus ``base``, without decoding a message:
+    what a stream read sends on as it is stored.
+
+    Raises:
+        CorruptRecord: the payload is malformed.
+    """
+    key = s16(queue)
+    found: dict[int, BlockSpan] = {}
+    try:
+        if kind == Kind.ADD:
+            _block_of(data, start, end, key, base, found)
+            return found
+        p = start
+        if kind != Kind.COMMIT:  # COMMIT_PREPARED: the xid first
+            (length,) = _U16.unpack_from(data, p)
+            p += 2 + length
+        (count,) = _U32.unpack_from(data, p)
+        p += 4
+        # the usual add: to ``queue`` alone, from the destination of the same name (a
+        # stream's, a queue's): its names are these bytes, matched at once
+        alone = key + b"\x00\x01" + key
+        names_end = _NAMES_AT + len(alone)
+        op_head, op_add = _OP_HEAD.unpack_from, _OP_ADD_TIMES.unpack_from
+        content_head = CONTENT_HEAD.unpack_from
+        for _ in range(count):
+            if data[p] != _OP_ADD:
+                _, length = op_head(data, p)
+                p += _OP_HEAD.size + length
+                if p > end:
+                    raise IndexError("operation runs past the record")
+                continue
+            _, length, seq, timestamp, expiration = op_add(data, p)
+            p += _OP_HEAD.size
+            q = p + length
+            if q > end:
+                raise IndexError("operation runs past the record")
+            if data.startswith(alone, p + _NAMES_AT):
+                c = p + names_end
+                _, _, _, id_len, corr_len, reply_len, type_len, n_props = content_head(data, c)
+                if n_props:
+                    size = content_size(data, c, q)
+                else:
+                    body = c + CONTENT_HEAD.size + id_len + corr_len + reply_len + type_len
+                    if body > q:
+                        raise IndexError("content runs past the record")
+                    size = SIZE_OVERHEAD + q - body
+                found[seq] = (timestamp, expiration, base + c, base + q, size)
+            else:
+                _block_of(data, p, q, key, base, found)
+            p = q
+    except DECODE_ERRORS as exc:
+        raise CorruptRecord(f"malformed record: {exc}") from exc
+    return found
+
+
+def _block_of(  # noqa: PLR0917 - private
+    data: bytes, p: int, q: int, key: bytes, base: int, found: dict[int, BlockSpan]
+) -> None:
+    """Add the ADD payload ``data[p:q]``'s BlockSpan to ``found`` if ``key`` (a queue's s16)
+    is among its queues."""
+    seq, timestamp, expiration, _, _, _, dest_len = _ADD.unpack_from(data, p)
+    r = p + _ADD_SIZE + dest_len
+    (count,) = _U16.unpack_from(data, r)
+    r += 2
+    mine = False
+    for _ in range(count):
+        if data.startswith(key, r):
+            mine = True
+        (length,) = _U16.unpack_from(data, r)
+        r += 2 + length
+    if r > q:
+        raise IndexError("add header runs past the record")
+    if mine:
+        found[seq] = (timestamp, expiration, base + r, base + q, content_size(data, r, q))
 
 
 def decode_add(data: bytes, start: int, end: int, names: Names) -> tuple[AddOp, int]:

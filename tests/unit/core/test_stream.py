@@ -13,6 +13,7 @@ from chute.core.settings import DestinationSettings
 from chute.core.stats import stream_stats
 from chute.core.stream import WINDOW, Offset, Stream, StreamReader, parse_offset
 from chute.errors import ChuteError, ConsumerError, DestinationDeleted, TransactionError
+from chute.message import Message
 
 from .helpers import (
     FakeClock,
@@ -807,3 +808,21 @@ def test_browsing_a_stream_walks_it_without_consuming(broker: Broker, small_tail
     page = broker.browse_page(S, max_messages=100)
     assert (len(page.entries), page.done) == (100, False)
     assert stream_of(broker).count == 300
+
+
+def test_many_streams_share_one_memory_budget_for_their_tails(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(stream_module, "TAILS_BYTES", 64 * 4096)
+    monkeypatch.setattr(stream_module, "TAIL_MIN", 4096)
+    start = broker.memory.used
+    body = b"x" * 1000
+    for n in range(16):  # 16 streams: each keeps its share, about 4 of its newest
+        for _ in range(50):
+            broker.send(f"stream:many.{n}", Message.create(body))
+    broker.expire_due()  # the sweep: streams made early give up their share too
+    per_stream = [broker.streams[f"stream:many.{n}"]._tail_bytes for n in range(16)]
+    assert max(per_stream) <= 64 * 4096 // 16
+    assert broker.memory.used - start <= 64 * 4096 + 16 * 2100
+    first = broker.streams["stream:many.0"]
+    assert [e.message.body for e in first.read(1, 51)[1]] == [body] * 50  # the rest: the store
