@@ -23,7 +23,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Final, Self, TypeVar
 
 from chute.client import requests
 from chute.client.api import Page
@@ -35,6 +35,10 @@ from chute.client.url import parse_url
 from chute.errors import ChuteError, ConnectError, ConsumerError, RequestTimeout
 from chute.message import DEFAULT_PRIORITY, BodyKind, Message
 from chute.protocol import packets as p
+
+T = TypeVar("T")
+
+_NO_ENTRIES: Final = bytes(4)  # a CursorPage body's entry count when it has none
 
 
 def connect(
@@ -201,23 +205,55 @@ class Connection:
     ) -> Iterator[Page]:
         """Pages of ``[start, end)``; the writer thread sends the request for the next
         page while the caller works on this one."""
+        for page in self._pages(
+            requests.cursor_fetch, address, cursor, start, end, page_messages, page_bytes
+        ):
+            if page:
+                yield page
+
+    def cursor_read_raw(
+        self,
+        address: str,
+        cursor: str | None,
+        start: int,
+        end: int,
+        *,
+        page_messages: int = 4096,
+        page_bytes: int = 4 << 20,
+    ) -> Iterator[bytes]:
+        """As :meth:`cursor_read`, but each page is the CursorPage's body, its entries
+        undecoded (for :func:`chute.protocol.columns.page_columns`; Spark's source reads
+        them so). Pages without messages are skipped."""
+        for body in self._pages(
+            requests.cursor_fetch_raw, address, cursor, start, end, page_messages, page_bytes
+        ):
+            if body[8:12] != _NO_ENTRIES:
+                yield body
+
+    def _pages(  # noqa: PLR0917 - the arguments of a cursor fetch
+        self,
+        fetch: Callable[[str, str | None, int, int, int, int], requests.Request[tuple[int, T]]],
+        address: str,
+        cursor: str | None,
+        start: int,
+        end: int,
+        page_messages: int,
+        page_bytes: int,
+    ) -> Iterator[T]:
+        """Each page's answer (what follows ``next`` in it) for ``[start, end)``,
+        requesting the next page before handing out this one."""
         link = self._link
         if start >= end:
             return
-        pending = link.start(
-            requests.cursor_fetch(address, cursor, start, end, page_messages, page_bytes)
-        )
+        pending = link.start(fetch(address, cursor, start, end, page_messages, page_bytes))
         while True:
-            next_start, messages = link.result(pending)
+            next_start, page = link.result(pending)
             more = start < next_start < end
             if more:
                 pending = link.start(
-                    requests.cursor_fetch(
-                        address, cursor, next_start, end, page_messages, page_bytes
-                    )
+                    fetch(address, cursor, next_start, end, page_messages, page_bytes)
                 )
-            if messages:
-                yield messages
+            yield page
             if not more:
                 return
             start = next_start

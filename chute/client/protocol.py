@@ -130,7 +130,8 @@ class ClientProtocol:
     """All client state of one connection; see the module docstring. Not thread-safe."""
 
     def __init__(self, *, max_packet_size: int = 16 << 20) -> None:
-        self.codec = PacketCodec(max_packet_size=max_packet_size)
+        # pages stay bytes until the caller's parser reads them (requests.cursor_fetch*)
+        self.codec = PacketCodec(max_packet_size=max_packet_size, raw_pages=True)
         self._out: list[bytes] = []
         self.outbox_size = 0
         """Bytes waiting in the output buffer."""

@@ -29,6 +29,7 @@ from chute.core.address import canonical
 from chute.errors import LocalProtocolError
 from chute.message import Message
 from chute.protocol import packets
+from chute.protocol.columns import RawCursorPage
 from chute.protocol.packets import (
     BrowseFetch,
     CallbackCreate,
@@ -54,6 +55,8 @@ from chute.protocol.packets import (
     XaRecover,
     XaRollback,
 )
+from chute.protocol.spec import HEADER_SIZE
+from chute.protocol.wire import encode_packet
 
 T = TypeVar("T")
 P = TypeVar("P", bound=Packet)
@@ -285,7 +288,26 @@ def cursor_fetch(  # noqa: PLR0917 - mirrors the packet
 
 def _page(packet: Packet) -> CursorPage:
     page = expect(packet, packets.CursorPage)
+    if isinstance(page, RawCursorPage):  # the client's codec leaves pages undecoded
+        page = page.decode()
     return page.next, page.messages
+
+
+def cursor_fetch_raw(  # noqa: PLR0917 - mirrors the packet
+    address: str, cursor: str | None, start: int, end: int, max_messages: int, max_bytes: int
+) -> Request[tuple[int, bytes]]:
+    """As :func:`cursor_fetch`, but the answer is ``(next start, the CursorPage's body)``:
+    its entries undecoded, for :func:`chute.protocol.columns.page_columns`."""
+    return Request(
+        CursorFetch(canonical(address), cursor, start, end, max_messages, max_bytes), _raw_page
+    )
+
+
+def _raw_page(packet: Packet) -> tuple[int, bytes]:
+    page = expect(packet, packets.CursorPage)
+    if isinstance(page, RawCursorPage):
+        return page.next, page.body
+    return page.next, encode_packet(page)[HEADER_SIZE:]  # a codec that decoded it
 
 
 def cursor_ack(address: str, cursor: str, end: int) -> Request[None]:

@@ -17,12 +17,14 @@ from typing import Final
 from chute.content import DEFAULT_MAX_PROPERTIES
 from chute.errors import RemoteProtocolError
 from chute.message import Message
+from chute.protocol.columns import raw_cursor_page
 from chute.protocol.packets import (
     PROTOCOL_VERSION,
     SUPPORTED_VERSIONS,
     Deliver,
     Header,
     Packet,
+    PacketType,
 )
 from chute.protocol.spec import HEADER, HEADER_REST, HEADER_SIZE
 from chute.protocol.splice import decode_deliveries
@@ -35,6 +37,7 @@ DeliverSink = Callable[[int, int, Message], None]
 
 
 _new_header: Final = tuple.__new__
+_CURSOR_PAGE: Final = int(PacketType.CURSOR_PAGE)
 
 
 class PacketCodec:
@@ -49,6 +52,9 @@ class PacketCodec:
         max_packet_size: the largest packet accepted, header included; a header
             announcing more is refused as soon as the header is read.
         max_properties: the most properties one message may carry.
+        raw_pages: return each CursorPage undecoded, as a
+            :class:`~chute.protocol.columns.RawCursorPage` (a client decodes its pages
+            where it reads them, not on the thread that reads the socket).
     """
 
     __slots__ = (
@@ -60,6 +66,7 @@ class PacketCodec:
         "_pos",
         "max_packet_size",
         "max_properties",
+        "raw_pages",
         "version",
     )
 
@@ -68,9 +75,11 @@ class PacketCodec:
         *,
         max_packet_size: int = 16 << 20,
         max_properties: int = DEFAULT_MAX_PROPERTIES,
+        raw_pages: bool = False,
     ) -> None:
         self.max_packet_size = max_packet_size
         self.max_properties = max_properties
+        self.raw_pages = raw_pages
         self.version = PROTOCOL_VERSION
         """The version written in outgoing headers; set it once negotiated."""
         self._data = b""  # the bytes being parsed, from _pos on
@@ -188,6 +197,8 @@ class PacketCodec:
             pos = self._pos
         self._pos = pos + total
         header = _new_header(Header, (version, corr, target, callback))
+        if ptype == _CURSOR_PAGE and self.raw_pages:
+            return header, raw_cursor_page(data, pos + HEADER_SIZE, pos + total)
         return header, decode_body(
             ptype, header, data, pos + HEADER_SIZE, pos + total, self.max_properties
         )

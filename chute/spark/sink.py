@@ -55,7 +55,7 @@ def write_staged(
     attempt = ctx.attemptNumber() if ctx is not None else 0
     xid = f"{PREFIX}/{job}/{batch}/{partition}/{attempt}/{secrets.token_hex(4)}"
     count = 0
-    conn = options.connect()
+    conn = options.connect_retrying()  # the broker may be restarting
     try:
         session = conn.session(transacted=True)
         send = session.send

@@ -29,7 +29,7 @@ from pyspark.sql.streaming.datasource import (
 from chute.client.blocking import Connection
 from chute.errors import ChuteError, ConnectError, NotFound
 from chute.spark.options import ChuteOptions
-from chute.spark.schema import to_record_batch
+from chute.spark.pages import page_batch
 
 PAGE_BYTES: Final = 4 << 20
 
@@ -66,7 +66,7 @@ def read_range(
     try:
         if cursor is not None:  # (re)open: a broker that restarted has forgotten the cursor
             conn.cursor_open(address, cursor, selector=options.selector, lease_ms=options.lease_ms)
-        for page in conn.cursor_read(
+        for body in conn.cursor_read_raw(
             address,
             cursor,
             part.start,
@@ -74,7 +74,7 @@ def read_range(
             page_messages=options.page_messages,
             page_bytes=PAGE_BYTES,
         ):
-            yield to_record_batch(address, page)
+            yield page_batch(address, body)
     finally:
         conn.close()
 

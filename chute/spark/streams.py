@@ -43,7 +43,7 @@ from chute.client.blocking import Connection
 from chute.core.address import canonical
 from chute.errors import ChuteError, ConnectError
 from chute.spark.options import ChuteOptions, OptionError
-from chute.spark.schema import to_record_batch
+from chute.spark.pages import page_batch
 
 PAGE_BYTES: Final = 4 << 20
 
@@ -240,7 +240,7 @@ def read_stream_range(options: ChuteOptions, part: StreamRange) -> Iterator[pa.R
             check_loss(
                 {part.address: part.start}, {part.address: (first, first)}, options.fail_on_loss
             )
-        for page in conn.cursor_read(
+        for body in conn.cursor_read_raw(
             part.address,
             None,
             part.start,
@@ -248,7 +248,7 @@ def read_stream_range(options: ChuteOptions, part: StreamRange) -> Iterator[pa.R
             page_messages=options.page_messages,
             page_bytes=PAGE_BYTES,
         ):
-            yield to_record_batch(part.address, page)
+            yield page_batch(part.address, body)
     finally:
         conn.close()
 
