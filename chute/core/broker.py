@@ -48,6 +48,7 @@ from chute.core.browse import (
     clamp,
     finish,
     page_in_steps,
+    stream_page,
 )
 from chute.core.consumer import Entry
 from chute.core.cursor import Cursors
@@ -62,7 +63,7 @@ from chute.core.selector import compile_selector
 from chute.core.settings import Overflow, SettingsResolver
 from chute.core.stats import STAT_PAGE, stats_page
 from chute.core.store import AddOp, Gathering, QueueDefinition, QueueKind, Store, TxOp
-from chute.core.stream import Stream, stream_page
+from chute.core.stream import Stream
 from chute.core.subscriptions import Subscriptions
 from chute.core.topic import Topic
 from chute.core.twophase import PreparedTransactions

@@ -54,6 +54,7 @@ from typing import Final
 from chute.core.consumer import Entry
 from chute.core.queue import QueueChannel, as_delivered
 from chute.core.selector import Selector
+from chute.core.stream import Stream
 from chute.core.topic import Subscription
 
 PAGE_MESSAGES: Final = 1000
@@ -302,3 +303,23 @@ def _paged(
 
 def _seq(entry: Entry) -> int:
     return entry.seq
+
+
+def stream_page(  # noqa: PLR0917 - the walk's bounds, as browse_page takes them
+    stream: Stream,
+    after: int,
+    before: int,
+    max_messages: int,
+    max_bytes: int,
+    selector: Selector | None,
+) -> BrowsePage:
+    """One page of a browse of ``stream`` (offsets above ``after``, below ``before``; 0: its
+    head), as :mod:`chute.core.browse` walks a queue."""
+    end = min(before, stream.head) if before > 0 else stream.head
+    most = clamp(max_messages, PAGE_MESSAGES)
+    nxt, entries = stream.read(
+        after + 1, end, max_messages=most, max_bytes=clamp(max_bytes, PAGE_BYTES)
+    )
+    shown = [e for e in entries if selector is None or selector.matches(e.message)]
+    covered = nxt - 1
+    return BrowsePage(shown, covered, end, nxt >= end)

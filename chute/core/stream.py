@@ -26,7 +26,7 @@ Reading, two ways:
 * A :class:`StreamReader` is a consumer's own queue, as a topic subscription
   is: it is fed from its position, a window at a time, as its consumer's
   credit allows; acks only make room in the window. Consumers open one with an
-  offset (:func:`parse_offset`: ``first``, ``last``, ``next``, a number, or
+  offset (:func:`~chute.core.offsets.parse_offset`: ``first``, ``last``, ``next``, a number, or
   ``timestamp=MS``); native clients and STOMP's ``x-stream-offset`` header.
 
 A prepared (two-phase) send has its offset when prepared but is placed only
@@ -46,17 +46,15 @@ import heapq
 import logging
 import operator
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Final, Protocol
 
-from chute.core.browse import PAGE_BYTES, PAGE_MESSAGES, BrowsePage, clamp
 from chute.core.consumer import Entry
+from chute.core.offsets import Offset
 from chute.core.paging import MemoryBudget, held_cost
 from chute.core.queue import QueueChannel, QueueHost
 from chute.core.selector import Selector
 from chute.core.settings import DestinationSettings
 from chute.core.store import Gathering, Store, StoredBlock, StoredMessage, message_block
-from chute.errors import ConsumerError
 from chute.message import Message
 
 log = logging.getLogger("chute.stream")
@@ -94,55 +92,6 @@ class StreamHost(Protocol):
 
     def trim_later(self, stream: Stream) -> None:
         """Call ``stream.trim()`` once the transaction being gathered reached the store."""
-
-
-@dataclass(frozen=True, slots=True)
-class Offset:
-    """Where a reader starts: ``kind`` is first, last, next, offset or timestamp."""
-
-    kind: str
-    value: int = 0
-
-    def __str__(self) -> str:
-        if self.kind in ("offset", "timestamp"):
-            return f"{self.kind}={self.value}"
-        return self.kind
-
-
-OFFSET_FORMS: Final = "first, last, next, a number (offset=N or N) or timestamp=MS"
-
-
-def parse_offset(text: str | int | None) -> Offset:
-    """``first``, ``last``, ``next``, ``N`` or ``offset=N``, ``timestamp=MS`` (ms since the
-    epoch; ``timestamp=S`` in seconds, as RabbitMQ's STOMP header, is told apart by size).
-    None means ``next``.
-
-    Raises:
-        ConsumerError: not one of those forms.
-    """
-    if text is None:
-        return Offset("next")
-    if isinstance(text, int) and not isinstance(text, bool):
-        return _number("offset", text)
-    value = str(text).strip()
-    lowered = value.lower()
-    if lowered in ("first", "last", "next"):
-        return Offset(lowered)
-    kind, sep, number = lowered.partition("=")
-    if not sep:
-        kind, number = "offset", lowered
-    if kind not in ("offset", "timestamp") or not number.isdigit():
-        raise ConsumerError(f"a stream offset is {OFFSET_FORMS}; got {value[:60]!r}")
-    parsed = int(number)
-    if kind == "timestamp" and parsed < 100_000_000_000:  # seconds (before year 5138)
-        parsed *= 1000
-    return _number(kind, parsed)
-
-
-def _number(kind: str, value: int) -> Offset:
-    if value < 0 or value >= 1 << 63:
-        raise ConsumerError(f"a stream {kind} must be 0 or more, got {value}")
-    return Offset(kind, value)
 
 
 class Stream:
@@ -665,26 +614,6 @@ class StreamReader(QueueChannel):
 
     def __repr__(self) -> str:
         return f"StreamReader({self.name!r}, position={self.position}, held={self.held})"
-
-
-def stream_page(  # noqa: PLR0917 - the walk's bounds, as browse_page takes them
-    stream: Stream,
-    after: int,
-    before: int,
-    max_messages: int,
-    max_bytes: int,
-    selector: Selector | None,
-) -> BrowsePage:
-    """One page of a browse of ``stream`` (offsets above ``after``, below ``before``; 0: its
-    head), as :mod:`chute.core.browse` walks a queue."""
-    end = min(before, stream.head) if before > 0 else stream.head
-    most = clamp(max_messages, PAGE_MESSAGES)
-    nxt, entries = stream.read(
-        after + 1, end, max_messages=most, max_bytes=clamp(max_bytes, PAGE_BYTES)
-    )
-    shown = [e for e in entries if selector is None or selector.matches(e.message)]
-    covered = nxt - 1
-    return BrowsePage(shown, covered, end, nxt >= end)
 
 
 def _seq(entry: Entry) -> int:

@@ -43,7 +43,7 @@ from typing import Final, NamedTuple
 
 from chute.core.address import canonical, parse
 from chute.core.consumer import AckMode
-from chute.core.stream import parse_offset
+from chute.core.offsets import parse_offset
 from chute.errors import ConsumerError, InvalidAddress, InvalidMessage, RemoteProtocolError
 from chute.message import BodyKind, Float, Message, PropertyValue, check_priority, new_message_id
 from chute.stomp.frames import SUPPORTED_VERSIONS, Frame

@@ -11,9 +11,10 @@ import pytest
 from chute.core.broker import Broker
 from chute.core.connection import Connection
 from chute.core.consumer import AckMode, Consumer, Entry
+from chute.core.offsets import Offset
 from chute.core.session import Session
 from chute.core.settings import DestinationSettings, SettingsResolver
-from chute.core.stream import Offset, Stream
+from chute.core.stream import Stream
 from chute.message import Message
 from chute.store.journal import Journal
 from chute.store.segment import list_segments
