@@ -1,9 +1,14 @@
 """The sink: each task sends inside a two-phase transaction and prepares it; the driver
 commits the batch's transactions together, once per (query, batch).
 
-Transaction ids are ``spark/<query or job>/<batch>/<partition>/<attempt>/<random>``:
+Transaction ids are ``spark/<query or job>/<batch>/<partition>/<attempt>/<random>.<n>``:
 the random part keeps a rerun after a restart (same partition, attempt 0) from
-meeting a staged transaction a killed run left prepared. The driver's commit
+meeting a staged transaction a killed run left prepared. A task prepares its rows
+in chunks (:data:`CHUNK_ROWS`, :data:`CHUNK_BYTES`), ``n`` counting them: a prepared
+chunk no longer counts against the broker's memory watermark, so a partition of any
+size never waits for room that only its own commit would free, and the broker
+records one chunk while the task sends the next. The driver commits every chunk of
+the batch's tasks together. The driver's commit
 goes through ``XaCommitBatch`` (docs/spark.md): a batch Spark retries after it
 was committed is dropped, its new transactions rolled back. Then the
 orphans of this query at or below the batch (tasks killed before they could
@@ -35,26 +40,31 @@ from chute.spark.schema import rows_of
 
 log = logging.getLogger("chute.spark")
 PREFIX = "spark"
+CHUNK_ROWS = 8192
+"""Rows a task prepares in one transaction (the driver commits all of them together)."""
+CHUNK_BYTES = 4 << 20
+"""... or fewer, once their bodies hold this many bytes."""
 
 
 @dataclass
 class Staged(WriterCommitMessage):
-    """What a task hands the driver: its prepared transaction (None if it sent nothing)."""
+    """What a task hands the driver: its prepared transactions (none if it sent nothing)."""
 
     job: str
-    xid: str | None
+    xids: tuple[str, ...]
     count: int
 
 
 def write_staged(
     options: ChuteOptions, job: str, batch: int, batches: Iterator[pa.RecordBatch]
 ) -> Staged:
-    """Send every row in one transaction and prepare it (executors)."""
+    """Send every row, preparing a transaction every chunk (executors)."""
     ctx = TaskContext.get()
     partition = ctx.partitionId() if ctx is not None else 0
     attempt = ctx.attemptNumber() if ctx is not None else 0
-    xid = f"{PREFIX}/{job}/{batch}/{partition}/{attempt}/{secrets.token_hex(4)}"
-    count = 0
+    stem = f"{PREFIX}/{job}/{batch}/{partition}/{attempt}/{secrets.token_hex(4)}"
+    xids: list[str] = []
+    count = rows = size = 0
     conn = options.connect_retrying()  # the broker may be restarting
     try:
         session = conn.session(transacted=True)
@@ -69,17 +79,26 @@ def write_staged(
                     )
                 send(target, row.body, **row.options)
                 count += 1
-        if not count:
-            session.rollback()
-            return Staged(job, None, 0)
-        session.prepare(xid)
+                rows += 1
+                size += len(row.body)
+                if rows >= CHUNK_ROWS or size >= CHUNK_BYTES:
+                    xids.append(f"{stem}.{len(xids)}")
+                    session.prepare(xids[-1])
+                    rows = size = 0
+        if rows:
+            xids.append(f"{stem}.{len(xids)}")
+            session.prepare(xids[-1])
+    except BaseException:
+        with contextlib.suppress(Exception):
+            roll_back(conn, xids)  # what this task prepared goes (abort gets no xids)
+        raise
     finally:
         conn.close()
-    return Staged(job, xid, count)
+    return Staged(job, tuple(xids), count)
 
 
 def xids_of(messages: Sequence[WriterCommitMessage | None]) -> list[str]:
-    return [m.xid for m in messages if isinstance(m, Staged) and m.xid]
+    return [xid for m in messages if isinstance(m, Staged) for xid in m.xids]
 
 
 def roll_back(conn: Connection, xids: Sequence[str]) -> None:

@@ -327,3 +327,29 @@ def test_stream_to_stream_exactly_once_across_driver_and_broker_kills(
             assert spark_prepared(conn) == []
     finally:
         srv.stop()
+
+
+def test_a_partition_larger_than_the_memory_watermark_is_written_whole(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A task prepares its rows in chunks: a prepared chunk no longer counts against the
+    broker's memory watermark, so a partition bigger than it never waits for room that
+    only its own commit would free."""
+    config = tmp_path / "chute.toml"
+    config.write_text(
+        '[server]\nmax_memory = "16MiB"\nmemory_high_watermark = "32MiB"\nblock_timeout_ms = 5000\n'
+    )
+    srv = start_server(tmp_path, "--config", str(config))
+    try:
+        rows = 40_000  # ~40 MiB of bodies in one partition (~85 MiB held): past the watermark
+        frame = spark.range(rows, numPartitions=1).selectExpr(
+            "unhex(concat(repeat('ab', 500), lpad(hex(id), 8, '0'))) AS body"
+        )
+        frame.write.format("chute").option("url", srv.url).option("destination", "stream:big").mode(
+            "append"
+        ).save()
+        with chute.connect(srv.url) as conn:
+            assert conn.cursor_open("stream:big") == (1, rows + 1)
+            assert spark_prepared(conn) == []
+    finally:
+        srv.stop()
