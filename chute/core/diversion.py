@@ -27,6 +27,7 @@ from typing import Final, Protocol
 from chute.core.queue import QueueChannel, Reason
 from chute.core.routing import Destination, Route
 from chute.core.store import Store
+from chute.core.stream import StreamReader
 from chute.errors import DestinationFull, InvalidAddress, NotFound
 from chute.message import Message
 
@@ -86,7 +87,7 @@ class Diversion:
             properties=properties, expiration=0, redelivered=False, delivery_count=0
         )
         if reason is Reason.EXPIRED:
-            log.debug("message %s from %s moved to %s: expired", message.id, queue.name, target)
+            log.debug("message %s from %s moved to %s: expired", message.id, _shown(queue), target)
         else:
             self._log(queue, message, target, reason)
         try:
@@ -133,16 +134,26 @@ class Diversion:
         if since and now - since < LOG_INTERVAL_MS:
             self._logged[key] = (count + 1, since)
             log.debug(
-                "message %s from %s moved to %s: %s", message.id, queue.name, target, reason.value
+                "message %s from %s moved to %s: %s",
+                message.id,
+                _shown(queue),
+                target,
+                reason.value,
             )
             return
         more = f" (and {count} more in the last {(now - since) // 1000} s)" if count else ""
         log.warning(
             "message %s from %s moved to %s: %s%s; more are counted, not logged, for a minute",
             message.id,
-            queue.name,
+            _shown(queue),
             target,
             reason.value,
             more,
         )
         self._logged[key] = (0, now)
+
+
+def _shown(queue: QueueChannel) -> str:
+    """How a log line names ``queue``: a stream's reader by its stream (its own name is
+    an internal key), any other queue or subscription by its name."""
+    return queue.address if isinstance(queue, StreamReader) else queue.name

@@ -359,7 +359,9 @@ def test_nacked_messages_come_again_in_offset_order_whatever_their_priority(
     ]
 
 
-def test_a_rejected_message_is_dead_lettered_and_stays_in_the_stream(broker: Broker) -> None:
+def test_a_rejected_message_is_dead_lettered_and_stays_in_the_stream(
+    broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
     append(broker, 2)
     reader = Connection(broker).session(AckMode.CLIENT)
     recorder = Recorder()
@@ -370,6 +372,9 @@ def test_a_rejected_message_is_dead_lettered_and_stays_in_the_stream(broker: Bro
     assert dead.message.body == b"m0"
     assert dead.message.properties["chute_original_destination"] == S
     assert stream_of(broker).count == 2
+    logged = [r.getMessage() for r in caplog.records if "moved to" in r.getMessage()]
+    assert logged
+    assert all(f"from {S} moved to" in line for line in logged)  # the stream, not a key
 
 
 def test_closing_the_connection_closes_its_readers(broker: Broker) -> None:
