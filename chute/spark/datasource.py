@@ -36,7 +36,7 @@ class ChuteDataSource(DataSource):
 
     def schema(self) -> str:
         # Spark asks for the schema of reads only, at load(): check their options there.
-        ChuteOptions.parse(self.options, Side.READ)
+        _of_streams(ChuteOptions.parse(self.options, Side.READ))
         return READ_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:

@@ -134,10 +134,6 @@ OPTIONS: Final[tuple[Option, ...]] = (
            "what to read (a read needs it or pattern); several streams, comma-separated, in "
            "one read; for the sink, the target of rows without a destination column",
            _destinations, "destinations", ("dest", "address", "subscribe")),
-    Option("pattern", Side.READ, "stream:NAME with *", None,
-           "read every stream the pattern matches, looked up again at each trigger (a stream "
-           "that appears is read from its first offset)", _pattern, "pattern",
-           ("subscribePattern", "destinationPattern")),
     Option("login", Side.BOTH, "string", None, "the user name (wins over the URL's)",
            _text, "login", ("user",)),
     Option("password", Side.BOTH, "string", None,
@@ -156,6 +152,10 @@ OPTIONS: Final[tuple[Option, ...]] = (
            _text, "tls_key", ("tls.keyFile",)),
     Option("timeoutMs", Side.BOTH, "integer (ms)", 30_000, "request timeout",
            _count, "timeout_ms"),
+    Option("pattern", Side.READ, "stream:NAME with *", None,
+           "read every stream the pattern matches, looked up again at each trigger (a stream "
+           "that appears is read from its first offset)", _pattern, "pattern",
+           ("subscribePattern", "destinationPattern")),
     Option("cursor", Side.READ, "string", None,
            "stream reads (required): the name the broker keeps the query's place under; "
            "one per query, the same across its restarts",
