@@ -47,13 +47,13 @@ QUEUE = "queue:bench.browse"
 
 
 def start(
-    data_dir: str, max_memory: str, pythonpath: str | None
+    data_dir: str, max_memory: str | None, pythonpath: str | None
 ) -> tuple[subprocess.Popen[str], str]:
     """``chute serve`` from this checkout, or from ``pythonpath`` (run there, since ``-m``
-    puts the working directory first on the path)."""
+    puts the working directory first on the path); ``max_memory`` None: the default."""
     port = free_port()
     config = Path(data_dir).with_suffix(".toml")
-    config.write_text(f'[server]\nmax_memory = "{max_memory}"\n')
+    config.write_text(f'[server]\nmax_memory = "{max_memory}"\n' if max_memory else "")
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath

@@ -24,51 +24,18 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.native import free_port
+from bench.browse import start
 from chute.client import blocking
 from chute.protocol import wire
 from chute.protocol.packets import PacketType
 
 STREAM = "stream:bench"
 _TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def start(data_dir: str, pythonpath: str | None) -> tuple[subprocess.Popen[str], str]:
-    """``chute serve`` with a journal in ``data_dir``, from this checkout or ``pythonpath``."""
-    port = free_port()
-    env = dict(os.environ)
-    if pythonpath:
-        env["PYTHONPATH"] = pythonpath
-    proc = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "chute.cli", "serve", "--port", str(port)),
-            *("--data-dir", data_dir, "--log-level", "warning"),
-            *("--stomp-port", "0", "--http-port", "0"),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        cwd=pythonpath or None,
-    )
-    assert proc.stdout is not None
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if line.startswith("chute listening"):
-            break
-    else:
-        raise RuntimeError("broker did not start:\n" + "".join(lines))
-    threading.Thread(target=proc.stdout.read, daemon=True).start()  # never a full pipe
-    return proc, f"chute://127.0.0.1:{port}"
 
 
 def cpu_seconds(pid: int) -> tuple[float, float]:
@@ -149,7 +116,7 @@ def main() -> None:
     args = parser.parse_args()
     clock = DecodeClock()
     data_dir = tempfile.mkdtemp(prefix="chute-stream-read-")
-    proc, url = start(data_dir, args.pythonpath)
+    proc, url = start(data_dir, None, args.pythonpath)
     try:
         t0 = time.perf_counter()
         fill(url, args.count, args.size, args.tx)
