@@ -110,6 +110,7 @@ class Stream:
         self.removed = 0  # messages retention removed since start
         self.readers: list[StreamReader] = []
         self.reserved: set[int] = set()  # offsets of prepared sends, placed at their commit
+        self._held: list[int] = []  # the same as a heap (lazily pruned): head is O(log n)
         self.deleted = False
         self._tail: list[Entry] = []  # the newest messages, in offset order
         self._tail_from = 0  # entries of _tail before this index are gone
@@ -132,9 +133,10 @@ class Stream:
     def head(self) -> int:
         """The first offset a reader may not read yet: the next one, or the lowest a
         prepared send holds."""
-        if self.reserved:
-            return min(self.next_seq, *self.reserved)
-        return self.next_seq
+        held, reserved = self._held, self.reserved
+        while held and held[0] not in reserved:  # placed or released since: drop lazily
+            heapq.heappop(held)
+        return min(self.next_seq, held[0]) if held else self.next_seq
 
     @property
     def last(self) -> int:
@@ -152,12 +154,10 @@ class Stream:
             after -= 1
         return head
 
-    def reserve(self) -> int:
-        """An offset for a send that is placed later (a prepared transaction's)."""
-        seq = self.next_seq
-        self.next_seq += 1
+    def hold(self, seq: int) -> None:
+        """``seq`` is a prepared send's, placed at its commit: readers wait below it."""
         self.reserved.add(seq)
-        return seq
+        heapq.heappush(self._held, seq)
 
     def release(self, seq: int) -> None:
         """A reserved offset that will never be placed (its transaction rolled back)."""
@@ -221,8 +221,9 @@ class Stream:
             self._tail_from = 0
 
     def _wake(self) -> None:
+        head = self.head
         for reader in self.readers:
-            if reader.position < self.head and reader.router.consumers:
+            if reader.position < head and reader.router.consumers:
                 reader.deliver()
 
     def nudge(self) -> None:

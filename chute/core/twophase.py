@@ -141,7 +141,7 @@ class PreparedTransactions:
             if route.record is not None:
                 ops.append(route.record)
             if route.appended is not None:  # readers of the stream wait for it
-                route.appended[0].reserved.add(route.appended[1].seq)
+                route.appended[0].hold(route.appended[1].seq)
         for queue, entry in acks:
             if queue.durable and entry.message.persistent:
                 ops.append(AckOp(queue.name, entry.seq))
@@ -213,7 +213,7 @@ class PreparedTransactions:
                         dest.next_seq = max(dest.next_seq, op.seq + 1)
                     appended = None
                     if isinstance(dest, Stream):
-                        dest.reserved.add(op.seq)
+                        dest.hold(op.seq)
                         appended = (dest, Entry(op.seq, op.message))
                     routes.append(Route(placements, None, appended))
                 else:
