@@ -88,6 +88,7 @@ from chute.store.pager import BlockLayouts, TxLayouts, read_blocks, read_paged
 from chute.store.payload import ENCODE_ERRORS, encode_add
 from chute.store.progress import RecoveryProgress
 from chute.store.reclaim import LiveIndex
+from chute.store.record import Kind
 from chute.store.records import (
     AddRecord,
     CommitPreparedRecord,
@@ -168,8 +169,10 @@ class Journal:
         self._disk = disk
         self._recovered: Recovered | None = recovered
         self._changed = False  # anything but a definition appended since the open
-        self._prepared: dict[str, tuple[TxOp, ...]] = {
-            xid: ops for xid, (ops, _) in index.prepared.items()
+        # xid -> (ops, the PREPARE payload: a COMMIT_PREPARED's is the same bytes; None
+        # for a transaction recovered at the open, encoded again at its commit)
+        self._prepared: dict[str, tuple[tuple[TxOp, ...], bytes | None]] = {
+            xid: (ops, None) for xid, (ops, _) in index.prepared.items()
         }
         self._intake = Intake(self.directory)
         self._layouts = TxLayouts()  # guarded by the writer's index lock, like the index
@@ -255,13 +258,22 @@ class Journal:
 
     def prepare(self, xid: str, ops: Sequence[TxOp]) -> None:
         staged = tuple(ops)
-        self._append_record(PrepareRecord(xid, staged))
-        self._prepared[xid] = staged
+        payload = self._append_record(PrepareRecord(xid, staged))
+        self._prepared[xid] = (staged, payload)
 
     def commit_prepared(self, xid: str) -> None:
-        ops = self._prepared.pop(xid, None)
-        if ops is not None:
-            self._append_record(CommitPreparedRecord(xid, ops))
+        """The COMMIT_PREPARED record repeats the PREPARE's payload (the same layout),
+        not encoded a second time."""
+        found = self._prepared.pop(xid, None)
+        if found is None:
+            return
+        ops, payload = found
+        record = CommitPreparedRecord(xid, ops)
+        if payload is None:
+            self._append_record(record)
+        else:
+            self._changed = True
+            self._intake.append(Kind.COMMIT_PREPARED, payload, record)
 
     def rollback_prepared(self, xid: str) -> None:
         if self._prepared.pop(xid, None) is not None:
@@ -467,7 +479,8 @@ class Journal:
 
     # -- caller-side helpers ---------------------------------------------------------
 
-    def _append_record(self, record: Record) -> None:
+    def _append_record(self, record: Record) -> bytes:
+        """Append ``record``; its payload."""
         if type(record) is not DefineRecord:
             self._changed = True
         try:
@@ -475,6 +488,7 @@ class Journal:
         except ENCODE_ERRORS as exc:
             raise StoreError(f"record cannot be journaled: {exc}") from exc
         self._intake.append(kind, payload, record)
+        return payload
 
 
 def _check_settings(

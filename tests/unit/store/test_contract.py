@@ -209,6 +209,23 @@ def test_prepared_transactions_commit_and_roll_back_after_a_restart(harness: Har
     assert [s.seq for s in recovered.messages["q"]] == [2]
 
 
+def test_a_transaction_prepared_and_committed_in_one_run_is_recovered_committed(
+    harness: Harness,
+) -> None:
+    def scenario(store: Store) -> None:
+        store.add(add("q", 1))
+        store.prepare("xid-1", [add("q", 2), AckOp("q", 1), add("r", 1)])
+        store.prepare("xid-2", [add("q", 3)])
+        store.prepare("xid-2", [add("q", 4)])  # replaced: the commit records this one
+        store.commit_prepared("xid-1")
+        store.commit_prepared("xid-2")
+
+    check(harness, scenario)
+    recovered = harness.reopen().recover()
+    assert recovered.prepared == {}
+    assert [s.seq for s in recovered.messages["q"]] == [2, 4]
+
+
 def test_preparing_the_same_xid_again_replaces_it(harness: Harness) -> None:
     def scenario(store: Store) -> None:
         store.prepare("x", [add("q", 1)])
