@@ -313,12 +313,20 @@ class Broker:
     def place(self, route: Route) -> None:
         """Place a route's entries in their queues (pushing to consumers with credit), or
         append it to its stream."""
-        for queue, entry in route.placements:
-            queue.place(entry)
-        if route.appended is not None:
-            stream, entry = route.appended
-            if not stream.deleted:
-                stream.append(entry)
+        self.place_all((route,))
+
+    def place_all(self, routes: Iterable[Route]) -> None:
+        """:meth:`place` each of ``routes`` in order, a stream taking its share at once."""
+        appended: dict[str, tuple[Stream, list[Entry]]] = {}
+        for route in routes:
+            for queue, entry in route.placements:
+                queue.place(entry)
+            if route.appended is not None:
+                stream, entry = route.appended
+                if not stream.deleted:
+                    appended.setdefault(stream.address, (stream, []))[1].append(entry)
+        for stream, entries in appended.values():
+            stream.append(entries)
 
     def _check_room(self, targets: list[QueueChannel], message: Message) -> None:
         """Raise for the policies that refuse the producer, before anything is placed."""

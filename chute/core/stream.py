@@ -45,7 +45,7 @@ import dataclasses
 import heapq
 import logging
 import operator
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final, Protocol
 
 from chute.core.consumer import Entry
@@ -166,17 +166,21 @@ class Stream:
 
     # -- appending ------------------------------------------------------------------
 
-    def append(self, entry: Entry) -> None:
-        """Keep a message the store already recorded; readers waiting for it get it."""
-        message = entry.message
-        self.reserved.discard(entry.seq)
-        if not self.count or entry.seq < self.first:
-            self.first = entry.seq
-        self.count += 1
-        self.bytes += message.size
-        self.appended += 1
-        self._keep(entry)
-        self.retain(self.host.clock(), on_append=True)
+    def append(self, entries: Sequence[Entry]) -> None:
+        """Keep messages the store already recorded (a transaction's together: retention
+        and waiting readers look once); readers waiting for them get them."""
+        reserved = self.reserved
+        for entry in entries:
+            reserved.discard(entry.seq)
+            if not self.count or entry.seq < self.first:
+                self.first = entry.seq
+            self.count += 1
+            self.bytes += entry.message.size
+            self._keep(entry)
+        self.appended += len(entries)
+        now = self.host.clock()
+        while self.retain(now, on_append=True) >= RETAIN_STEP:
+            pass  # a large transaction may pass the limits by more than one step
         self._wake()
 
     def _keep(self, entry: Entry) -> None:

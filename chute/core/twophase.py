@@ -29,7 +29,7 @@ What this needs from the broker is :class:`XaHost`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -74,8 +74,8 @@ class XaHost(Protocol):
     def route(self, dest: Destination, message: Message) -> Route:
         """Where ``message`` goes (overflow policies applied, sequence assigned)."""
 
-    def place(self, route: Route) -> None:
-        """Place a route's entries (pushing to consumers)."""
+    def place_all(self, routes: Iterable[Route]) -> None:
+        """Place routes' entries in order (pushing to consumers)."""
 
     def queue_by_name(self, name: str) -> QueueChannel | None:
         """A queue or subscription by its store name."""
@@ -155,8 +155,7 @@ class PreparedTransactions:
         host.store.commit_prepared(xid)
         for queue, entry in prepared.acks:
             queue.settle(entry, recorded=True)  # the commit-prepared record carries the ack
-        for route in prepared.routes:
-            host.place(route)
+        host.place_all(prepared.routes)
         for queue, entry, requeue in prepared.nacks:
             if queue.deleted:
                 continue

@@ -632,6 +632,32 @@ def test_a_prepared_send_holds_the_head_until_its_commit(broker: Broker) -> None
     assert stored(broker, S) == [b"m0", b"m1", b"prepared", b"m3", b"m4"]
 
 
+def test_a_prepared_commit_larger_than_retention_steps_keeps_only_the_newest(
+    clock: FakeClock,
+) -> None:
+    """A commit places a transaction's sends together: retention still applies in full,
+    though the transaction passes the limit by more than one retention step."""
+    limit = 100
+    n = 3 * stream_module.RETAIN_STEP + 7
+    broker = with_settings(clock, max_messages=limit)
+    append(broker, 5)
+    session = Connection(broker).session(AckMode.CLIENT)
+    consumer, recorder = read_all(session, offset="next")
+    tx = Connection(broker).session(AckMode.CLIENT, transacted=True)
+    for i in range(n):
+        tx.send(S, msg(f"t{i}"))
+    tx.prepare("big")
+    broker.xa.commit("big")
+    s = stream_of(broker)
+    assert (s.count, s.head, s.appended) == (limit, 5 + n + 1, 5 + n)
+    assert s.removed == 5 + n - limit
+    expected = [f"t{i}".encode() for i in range(n - limit, n)]
+    assert bodies(s.read(0, s.head)[1]) == expected
+    assert stored(broker, S) == expected
+    got = pump(session, consumer, recorder)  # the reader, at the head before, moved on
+    assert bodies(got) == expected
+
+
 def test_a_rolled_back_prepared_send_releases_its_offset(broker: Broker) -> None:
     append(broker, 1)
     session = Connection(broker).session(AckMode.CLIENT)
