@@ -26,6 +26,7 @@ from collections.abc import (
     Callable,
     Coroutine,
     Generator,
+    Iterable,
     Mapping,
     Sequence,
 )
@@ -395,6 +396,17 @@ class Session:
             await self._window.add(corr)
         if self._link.congested:
             await self._link.drain()
+
+    async def send_many(
+        self, address: str, messages: Iterable[bytes | str | Message], *, ttl: int = 0
+    ) -> None:
+        corrs = await self._link.send_many(self.id, address, messages, ttl)
+        if self._window.size > 0:
+            for corr in corrs:
+                await self._window.add(corr)
+        else:
+            for corr in corrs:
+                await self._link.wait(corr)
 
     async def flush(self) -> None:
         await self._window.await_down_to(0)

@@ -22,16 +22,16 @@ import asyncio
 import contextlib
 import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final, TypeVar
 
-from chute.client.protocol import ClientProtocol, Progress
+from chute.client.protocol import ClientProtocol, Progress, contents_of
 from chute.client.received import Received
 from chute.client.requests import Pending, Request
 from chute.client.tls import client_context, describe
 from chute.client.url import BrokerUrl
 from chute.errors import ConnectError, RequestTimeout
-from chute.message import BodyKind
+from chute.message import BodyKind, Message
 from chute.protocol.packets import Connected, Packet
 
 T = TypeVar("T")
@@ -267,6 +267,23 @@ class AsyncLink(asyncio.Protocol):
         if (not corr or windowed) and not self._flush_scheduled:
             self._flush_soon()
         return corr
+
+    async def send_many(
+        self, session_id: int, address: str, messages: Iterable[bytes | str | Message], ttl: int
+    ) -> list[int]:
+        """Queue SEND_MANY packets for ``messages`` (see :func:`contents_of`); the
+        correlation ids to wait for (none in a transacted session). Each packet is
+        written as it is made, waiting while the transport is congested."""
+        corrs: list[int] = []
+        for contents in contents_of(messages):
+            corr = self._proto.send_many(session_id, address, contents, ttl)
+            if corr:
+                corrs.append(corr)
+            if not self._flush_scheduled:
+                self._flush_soon()
+            if self.congested:
+                await self.drain()
+        return corrs
 
     def commit(self, session_id: int) -> int:
         """Queue COMMIT; the correlation id to wait for. Raises TransactionError."""

@@ -26,7 +26,7 @@ asyncio: one event loop).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
@@ -123,6 +123,32 @@ class Session(Protocol):
             InvalidAddress, InvalidMessage: a bad address or field.
             ValueError: a negative ``ttl``.
             DestinationFull: the destination refused the message (now or earlier).
+            ConnectError, RequestTimeout: the connection failed or the broker is slow.
+        """
+        ...
+
+    def send_many(
+        self, address: str, messages: Iterable[bytes | str | Message], *, ttl: int = 0
+    ) -> None:
+        """Send many messages to ``address`` in few requests (a bulk producer's path):
+        each item is a body (``bytes``, or ``str`` sent as UTF-8 ``text``, with the
+        defaults of :meth:`send`) or a :class:`~chute.message.Message` whose fields
+        are sent (a new id if it has none). ``ttl`` applies to all of them.
+
+        The messages go in requests of up to 1 MiB each. In a transacted session
+        they join the transaction, as :meth:`send` of each would, and nothing
+        waits. Outside one, the broker stores and delivers each request's messages
+        together, all or none (a destination without room for all of them refuses
+        them all and this raises; earlier requests of the call stay sent: for all
+        or none over any number, use a transaction), and this returns once every
+        request is stored. With a dropbox URL each message is a file of its own,
+        written in order, as :meth:`send` writes it.
+
+        Raises:
+            InvalidAddress: a bad address (nothing sent).
+            InvalidMessage: a bad item or field (raised before its request is sent).
+            ValueError: a negative ``ttl``.
+            DestinationFull: the destination refused them.
             ConnectError, RequestTimeout: the connection failed or the broker is slow.
         """
         ...

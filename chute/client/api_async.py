@@ -8,7 +8,7 @@ documented there once. :mod:`chute.client.api` re-exports these three.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
@@ -72,6 +72,10 @@ class AsyncSession(Protocol):
         type: str | None = None,
         id: str | None = None,
         kind: BodyKind | None = None,
+    ) -> None: ...
+
+    async def send_many(
+        self, address: str, messages: Iterable[bytes | str | Message], *, ttl: int = 0
     ) -> None: ...
 
     async def flush(self) -> None: ...

@@ -21,7 +21,7 @@ import collections
 import functools
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final, Self, TypeVar
 
@@ -413,6 +413,17 @@ class Session:
             if windowed:
                 self._window.add(corr)
             else:
+                self._link.wait(corr)
+
+    def send_many(
+        self, address: str, messages: Iterable[bytes | str | Message], *, ttl: int = 0
+    ) -> None:
+        corrs = self._link.send_many(self.id, address, messages, ttl)
+        if self._windowed:
+            for corr in corrs:
+                self._window.add(corr)
+        else:
+            for corr in corrs:
                 self._link.wait(corr)
 
     def flush(self) -> None:

@@ -26,16 +26,16 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final, TypeVar
 
-from chute.client.protocol import ClientProtocol
+from chute.client.protocol import ClientProtocol, contents_of
 from chute.client.received import Received
 from chute.client.requests import Pending, Request
 from chute.client.tls import TlsSocket, client_context
 from chute.client.url import BrokerUrl
 from chute.errors import ConnectError, RequestTimeout
-from chute.message import BodyKind
+from chute.message import BodyKind, Message
 from chute.protocol.packets import Connected, Packet
 
 T = TypeVar("T")
@@ -269,6 +269,26 @@ class Link:
         if full and unawaited:
             self.flush()
         return corr
+
+    def send_many(
+        self, session_id: int, address: str, messages: Iterable[bytes | str | Message], ttl: int
+    ) -> list[int]:
+        """Queue SEND_MANY packets for ``messages`` (see :func:`contents_of`); the
+        correlation ids to wait for (none in a transacted session). Written out a
+        packet at a time, as one-way sends are."""
+        corrs: list[int] = []
+        for contents in contents_of(messages):
+            with self._lock:
+                proto = self._proto
+                corr = proto.send_many(session_id, address, contents, ttl)
+                if corr:
+                    corrs.append(corr)
+                if self._writer_waiting:
+                    self._nudge()
+                full = proto.outbox_size >= HIGH_WATER
+            if full:
+                self.flush()
+        return corrs
 
     def commit(self, session_id: int) -> int:
         """Queue COMMIT; the correlation id to wait for. Raises TransactionError."""

@@ -35,7 +35,7 @@ Not thread-safe: a driver serialises calls (the blocking driver with a lock).
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -58,6 +58,7 @@ from chute.errors import (
 from chute.message import (
     DEFAULT_PRIORITY,
     BodyKind,
+    Message,
     check_id,
     check_priority,
     check_properties,
@@ -67,6 +68,7 @@ from chute.protocol.codec import PacketCodec
 from chute.protocol.packets import (
     MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
+    SEND_MANY_MAX,
     SUPPORTED_VERSIONS,
     Commit,
     Connect,
@@ -86,11 +88,14 @@ from chute.protocol.packets import (
     StreamConsumerOpen,
     XaPrepare,
 )
-from chute.protocol.splice import PlainSend, encode_send, plain_send_encoder
+from chute.protocol.splice import PlainSend, encode_send, encode_send_many, plain_send_encoder
 from chute.protocol.wire import encode_packet
 
 _ADDRESS_CACHE_SIZE: Final = 1024
 _next_id: Final = new_message_id.next_bytes
+SEND_MANY_BYTES: Final = 1 << 20
+"""Content bytes one SendMany packet carries at most: a longer run of messages goes in
+several, so the broker handles one while the next is encoded."""
 
 
 @dataclass(slots=True)
@@ -425,6 +430,32 @@ class ClientProtocol:
         self._write(packet)
         return corr
 
+    def send_many(self, session_id: int, address: str, contents: list[bytes], ttl: int = 0) -> int:
+        """Queue one SEND_MANY of content blocks (see :func:`contents_of`). Returns the
+        correlation id to wait for, or 0 in a transacted session (one-way, as its sends).
+
+        Raises:
+            InvalidAddress: a bad address. InvalidMessage: too many or too large to
+                encode. ValueError: a negative ``ttl``.
+            ChuteError: an error deferred to this session (a failed earlier send).
+        """
+        session = self.sessions.session(session_id)  # raises a deferred error
+        cached = self._addresses.get(address)
+        if cached is None:
+            cached = self._address(address)
+        if ttl < 0:
+            raise ValueError("ttl must not be negative")
+        corr = 0 if session.transacted else self._requests.open()
+        try:
+            packet = encode_send_many(
+                session_id, cached[0], contents, ttl, corr, self.codec.version
+            )
+        except struct.error as exc:
+            self._requests.cancel(corr)
+            raise InvalidMessage(f"messages cannot be encoded: {exc}") from None
+        self._write(packet)
+        return corr
+
     def _address(self, address: str) -> tuple[bytes, PlainSend]:
         encoded = canonical(address).encode()
         if len(self._addresses) >= _ADDRESS_CACHE_SIZE:
@@ -584,3 +615,70 @@ def _looks_like_text(data: bytes) -> bool:
     length of a packet (which would be over 500 MiB)."""
     head = data[:4]
     return len(head) == 4 and all(32 <= b < 127 for b in head)
+
+
+def contents_of(messages: Iterable[bytes | str | Message]) -> Iterator[list[bytes]]:
+    """The content blocks of ``messages`` (a plain body as :meth:`ClientProtocol.send`
+    sends it; a Message with its fields, a new id if it has none), in runs of at most
+    :data:`SEND_MANY_BYTES` and :data:`~chute.protocol.packets.SEND_MANY_MAX` messages:
+    one SendMany each.
+
+    Raises:
+        InvalidMessage: a message field the wire cannot carry.
+    """
+    run: list[bytes] = []
+    size = 0
+    for item in messages:
+        content = _content(item)
+        if run and (size + len(content) > SEND_MANY_BYTES or len(run) == SEND_MANY_MAX):
+            yield run
+            run, size = [], 0
+        run.append(content)
+        size += len(content)
+    if run:
+        yield run
+
+
+def _content(item: bytes | str | Message) -> bytes:
+    try:
+        if item.__class__ is bytes:
+            return encode_fields(
+                item,
+                new_message_id(),
+                DEFAULT_PRIORITY,
+                True,
+                BodyKind.BYTES,
+                None,
+                None,
+                None,
+                None,
+            )
+        if isinstance(item, str):
+            return encode_fields(
+                item.encode(),
+                new_message_id(),
+                DEFAULT_PRIORITY,
+                True,
+                BodyKind.TEXT,
+                None,
+                None,
+                None,
+                None,
+            )
+        if not isinstance(item, Message):
+            raise InvalidMessage(
+                f"send_many takes bytes, str or Message items, not {item.__class__.__name__}"
+            )
+        return encode_fields(
+            item.body,
+            check_id(item.id) if item.id else new_message_id(),
+            check_priority(item.priority),
+            item.persistent,
+            item.kind,
+            item.correlation_id,
+            item.reply_to,
+            item.type,
+            check_properties(item.properties) if item.properties else None,
+        )
+    except LocalProtocolError as exc:
+        raise InvalidMessage(exc.reason) from exc

@@ -16,6 +16,7 @@ redelivered, alike. Every protocol reaches these rules here, so they agree.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -165,6 +166,42 @@ class Session:
         cost = held_cost(message)
         tx.held += cost
         broker.memory.used += cost  # held here until the commit places it
+
+    def send_many(self, address: str, messages: Sequence[Message], *, ttl: int = 0) -> None:
+        """Send ``messages`` to ``address`` together (a bulk producer's one request): in
+        a transacted session they join the transaction, as :meth:`send` of each would;
+        outside one they are checked, placed and stored as one transaction of their
+        own, all or none.
+
+        Raises:
+            AccessDenied, WouldBlock: as :meth:`send`, for all of them.
+            DestinationFull / WouldBlock: outside a transaction, as :meth:`commit`:
+                the destination has no room for all of them; none was sent.
+        """
+        if not messages:
+            return
+        tx = self.tx
+        broker = self.broker
+        broker.admission.admit(self.connection.share, sum(m.size for m in messages))
+        try:
+            if self._checks:
+                self.connection.authorize_send(address)
+            broker.destination(address)  # fail now on a bad address
+        except ChuteError as exc:
+            if tx is not None:
+                tx.refused = tx.refused or exc
+            raise
+        sends = [(address, message, ttl) for message in messages]
+        if tx is not None:
+            tx.sends += sends
+            cost = sum(held_cost(message) for message in messages)
+            tx.held += cost
+            broker.memory.used += cost  # held here until the commit places it
+            return
+        self._check_tx_room(Transaction(sends))
+        with broker.atomically():
+            for message in messages:
+                broker.send(address, message, ttl=ttl)
 
     # -- consuming --------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import os
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Protocol, Self
@@ -46,6 +46,7 @@ from chute.errors import (
     ConnectError,
     ConsumerError,
     InvalidAddress,
+    InvalidMessage,
     TransactionError,
 )
 from chute.message import DEFAULT_PRIORITY, BodyKind, Message, now_ms
@@ -145,30 +146,73 @@ class DropboxSession:
             OSError: the file could not be written.
         """
         self._check()
+        target = self._target(address)
+        self._send(
+            target,
+            _stamped(
+                body,
+                id,
+                priority,
+                ttl,
+                properties,
+                persistent,
+                correlation_id,
+                reply_to,
+                type,
+                kind,
+            ),
+        )
+
+    def send_many(
+        self, address: str, messages: Iterable[bytes | str | Message], *, ttl: int = 0
+    ) -> None:
+        """:meth:`send` of each, in order, once all are checked: a file each (DropboxMQ
+        has no atomic group of files; in a transacted session they are written at
+        :meth:`commit`)."""
+        self._check()
+        target = self._target(address)
+        stamped: list[Message] = []
+        for item in messages:
+            if isinstance(item, Message):
+                body = item.body.decode() if item.kind is BodyKind.TEXT else item.body
+                stamped.append(
+                    _stamped(
+                        body,
+                        item.id or None,
+                        item.priority,
+                        ttl,
+                        item.properties,
+                        item.persistent,
+                        item.correlation_id,
+                        item.reply_to,
+                        item.type,
+                        item.kind,
+                    )
+                )
+            elif isinstance(item, bytes | str):
+                stamped.append(
+                    _stamped(item, None, DEFAULT_PRIORITY, ttl, None, True, None, None, None, None)
+                )
+            else:
+                raise InvalidMessage(
+                    f"send_many takes bytes, str or Message items, not {type(item).__name__}"
+                )
+        for message in stamped:
+            self._send(target, message)
+
+    def _target(self, address: str) -> str:
         addr = parse(address)
         if addr.kind is Kind.STREAM:
             raise InvalidAddress(f"{addr} is a stream: streams need a broker")
         check_destination_name(addr.name, topic=addr.kind is Kind.TOPIC)
-        message = Message.create(
-            body,
-            id=id,
-            priority=priority,
-            ttl=ttl,
-            correlation_id=correlation_id,
-            reply_to=reply_to,
-            type=type,
-            persistent=persistent,
-            properties=properties,
-            kind=kind,
-        )
-        if id is None:
-            message.id = ""  # the producer makes a DropboxMQ id that carries the time
-        message.timestamp = now_ms()
-        durable = persistent and self.connection.options.sync
+        return str(addr)
+
+    def _send(self, address: str, message: Message) -> None:
+        durable = message.persistent and self.connection.options.sync
         if self.transacted:
-            self._tx_sends.append((str(addr), message, durable))
+            self._tx_sends.append((address, message, durable))
             return
-        self._write(str(addr), message, durable)
+        self._write(address, message, durable)
 
     def _write(self, address: str, message: Message, durable: bool) -> None:
         producer = self._producers.get((address, durable))
@@ -401,3 +445,35 @@ class DropboxSession:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _stamped(  # noqa: PLR0917 - the fields of send, in its order
+    body: bytes | str,
+    id: str | None,
+    priority: int,
+    ttl: int,
+    properties: Mapping[str, Any] | None,
+    persistent: bool,
+    correlation_id: str | None,
+    reply_to: str | None,
+    type: str | None,
+    kind: BodyKind | None,
+) -> Message:
+    """A message to write, checked and timestamped (an id only if the sender chose one:
+    the producer makes a DropboxMQ id that carries the time)."""
+    message = Message.create(
+        body,
+        id=id,
+        priority=priority,
+        ttl=ttl,
+        correlation_id=correlation_id,
+        reply_to=reply_to,
+        type=type,
+        persistent=persistent,
+        properties=properties,
+        kind=kind,
+    )
+    if id is None:
+        message.id = ""
+    message.timestamp = now_ms()
+    return message

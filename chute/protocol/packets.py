@@ -93,6 +93,7 @@ class PacketType(enum.IntEnum):
     ACK = 24
     NACK = 25
     CREDIT = 26
+    SEND_MANY = 27
     COMMIT = 30
     ROLLBACK = 31
     XA_PREPARE = 32
@@ -256,6 +257,29 @@ class Send:
     message: Message
     ttl_ms: int = 0
     content: bytes | None = field(default=None, compare=False, repr=False)
+
+
+SEND_MANY_MAX: Final = 4096
+"""The most messages one SendMany carries (a peer that sends more breaks the protocol):
+what one packet makes the broker decode at once stays small, however small the
+messages."""
+
+
+@dataclass(frozen=True, slots=True)
+class SendMany:
+    """Produce several messages to one address in one request. ``session_id`` is the
+    target.
+
+    The same as a Send of each in order, but applied together: in a transacted
+    session they join its transaction; outside one they are stored together (all
+    or none), and a request is answered once all are (durable ones after the sync).
+    Each message's ``encoded`` holds its content block as it came.
+    """
+
+    session_id: int
+    address: str
+    messages: tuple[Message, ...]
+    ttl_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -491,6 +515,7 @@ Packet = (
     | SessionOpen
     | SessionClose
     | Send
+    | SendMany
     | ConsumerOpen
     | ConsumerClose
     | StreamConsumerOpen
@@ -535,6 +560,7 @@ __all__ = [
     "MIN_PROTOCOL_VERSION",
     "NO_HEADER",
     "PROTOCOL_VERSION",
+    "SEND_MANY_MAX",
     "SUPPORTED_VERSIONS",
     "Ack",
     "Browse",
@@ -571,6 +597,7 @@ __all__ = [
     "Pong",
     "Rollback",
     "Send",
+    "SendMany",
     "SessionAckMode",
     "SessionClose",
     "SessionOpen",

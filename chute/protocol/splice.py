@@ -3,6 +3,8 @@
 Layout (after the header of :mod:`chute.protocol.spec`; big-endian)::
 
     Send     ttl_ms u64 | address s16 | content (rest of the packet)      target = session
+    SendMany ttl_ms u64 | address s16 | count u32
+             | (content_len u32 | content) x count                       target = session
     Deliver  seq u64 | delivery_count u32 | redelivered u8 | timestamp i64 | expiration i64
              | content (rest of the packet)                              target = consumer
 
@@ -15,7 +17,8 @@ message again. Everything here packs a header and the fixed fields in one
 
 * :func:`encode_send` and :func:`plain_send_encoder`: a producer's Send (the
   second is the client's path for the common message: one ``pack``, no
-  Message, no content block built apart);
+  Message, no content block built apart); :func:`encode_send_many`: a bulk
+  producer's SendMany, from content blocks (a SendMany's are spliced as a Send's);
 * :func:`encode_deliver` and :func:`encode_ok`: the broker's deliveries and
   confirmations;
 * :func:`decode_deliveries`: the client's run of Deliver packets, decoded in
@@ -30,7 +33,7 @@ from __future__ import annotations
 
 import functools
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from chute.content import (
@@ -44,12 +47,14 @@ from chute.content import (
 from chute.message import GENERATED_ID_SIZE, BodyKind, Message
 from chute.protocol.packets import (
     PROTOCOL_VERSION,
+    SEND_MANY_MAX,
     SUPPORTED_VERSIONS,
     Deliver,
     Header,
     Ok,
     PacketType,
     Send,
+    SendMany,
 )
 from chute.protocol.spec import DECODE_ERRORS, HEADER, HEADER_REST, SPEC_CODECS, Codec
 
@@ -57,6 +62,7 @@ from chute.protocol.spec import DECODE_ERRORS, HEADER, HEADER_REST, SPEC_CODECS,
 _SEND: Final = struct.Struct(HEADER.format + "QH")
 _SEND_FIXED: Final = struct.Struct(">QH")
 _SEND_FIXED_SIZE: Final = _SEND_FIXED.size
+_U32: Final = struct.Struct(">I")
 _DELIVER_FIXED: Final = struct.Struct(">QIBqq")
 _DELIVER: Final = struct.Struct(HEADER.format + _DELIVER_FIXED.format[1:])
 _DELIVER_FIXED_SIZE: Final = _DELIVER_FIXED.size
@@ -68,6 +74,7 @@ _DELIVER_HEADS_SIZE: Final = _DELIVER_HEADS.size
 _decoded: Final = Message.decoded
 _TYPE_OFFSET: Final = 5  # length u32 | version u8 | type u8
 _SEND_TAG: Final = int(PacketType.SEND)
+_SEND_MANY_TAG: Final = int(PacketType.SEND_MANY)
 _DELIVER_TAG: Final = int(PacketType.DELIVER)
 _BYTES_KIND: Final = KIND_CODES[BodyKind.BYTES]
 
@@ -99,6 +106,38 @@ def encode_send(  # noqa: PLR0917 - hot path, called positionally
         len(address),
     )
     return b"".join((head, address, content))
+
+
+def encode_send_many(  # noqa: PLR0917 - called positionally, like encode_send
+    session_id: int,
+    address: bytes,
+    contents: Sequence[bytes],
+    ttl_ms: int = 0,
+    correlation_id: int = 0,
+    version: int = PROTOCOL_VERSION,
+) -> bytes:
+    """A whole SendMany packet from content blocks (``address`` as UTF-8 bytes).
+
+    Raises:
+        struct.error: a number out of its field's range.
+    """
+    parts: list[bytes] = [b"", address, _U32.pack(len(contents))]
+    size = 0
+    pack = _U32.pack
+    for content in contents:
+        parts += (pack(len(content)), content)
+        size += len(content)
+    parts[0] = _SEND.pack(
+        _SEND.size - 4 + len(address) + 4 + 4 * len(contents) + size,
+        version,
+        _SEND_MANY_TAG,
+        correlation_id,
+        session_id,
+        0,
+        ttl_ms,
+        len(address),
+    )
+    return b"".join(parts)
 
 
 PlainSend = Callable[[bytes, int, int, int, int, int, bool, bytes], bytes]
@@ -333,6 +372,38 @@ def _decode_send(data: bytes, start: int, end: int, header: Header, max_properti
     return packet
 
 
+def _decode_send_many(
+    data: bytes, start: int, end: int, header: Header, max_properties: int
+) -> SendMany:
+    if end - start < _SEND_FIXED_SIZE:
+        raise malformed("SendMany body too short")
+    ttl_ms, address_len = _SEND_FIXED.unpack_from(data, start)
+    p = start + _SEND_FIXED_SIZE
+    q = p + address_len
+    if q + 4 > end:
+        raise malformed("SendMany address overruns the packet")
+    (count,) = _U32.unpack_from(data, q)
+    q += 4
+    if count > SEND_MANY_MAX:
+        raise malformed(f"SendMany of {count} messages: at most {SEND_MANY_MAX}")
+    if count * 4 > end - q:
+        raise malformed(f"SendMany count {count} overruns the packet")
+    messages: list[Message] = []
+    for _ in range(count):
+        (length,) = _U32.unpack_from(data, q)
+        q += 4
+        if length > end - q:
+            raise malformed("a SendMany content block overruns the packet")
+        content = data[q : q + length]
+        message = decode_content(content, 0, length, max_properties)
+        message.encoded = content  # the splice, as a Send's
+        messages.append(message)
+        q += length
+    if q != end:
+        raise malformed(f"{end - q} bytes after the last of a SendMany's messages")
+    return SendMany(header.target_id, data[p : p + address_len].decode(), tuple(messages), ttl_ms)
+
+
 def _decode_deliver(
     data: bytes, start: int, end: int, header: Header, max_properties: int
 ) -> Deliver:
@@ -368,6 +439,15 @@ def _encode_send_packet(packet: Send) -> tuple[int, int, bytes]:
     )
 
 
+def _encode_send_many_packet(packet: SendMany) -> tuple[int, int, bytes]:
+    address = packet.address.encode()
+    contents = [m.encoded if m.encoded is not None else encode_content(m) for m in packet.messages]
+    parts = [_SEND_FIXED.pack(packet.ttl_ms, len(address)), address, _U32.pack(len(contents))]
+    for content in contents:
+        parts += (_U32.pack(len(content)), content)
+    return packet.session_id, 0, b"".join(parts)
+
+
 def _encode_deliver_packet(packet: Deliver) -> tuple[int, int, bytes]:
     content = packet.content if packet.content is not None else encode_content(packet.message)
     fixed = _DELIVER_FIXED.pack(
@@ -390,9 +470,12 @@ def encode_ok(correlation_id: int, version: int = PROTOCOL_VERSION) -> bytes:
 
 SPLICE_CODECS: Final[dict[int, Codec]] = {
     PacketType.SEND: Codec(PacketType.SEND, Send, _encode_send_packet, _decode_send),
+    PacketType.SEND_MANY: Codec(
+        PacketType.SEND_MANY, SendMany, _encode_send_many_packet, _decode_send_many
+    ),
     PacketType.DELIVER: Codec(PacketType.DELIVER, Deliver, _encode_deliver_packet, _decode_deliver),
 }
-"""The Send and Deliver entries of the packet table."""
+"""The Send, SendMany and Deliver entries of the packet table."""
 
 __all__ = [
     "SPLICE_CODECS",
@@ -401,5 +484,6 @@ __all__ = [
     "encode_deliver",
     "encode_ok",
     "encode_send",
+    "encode_send_many",
     "plain_send_encoder",
 ]

@@ -77,6 +77,7 @@ class NativeConnection(ManagementRequests, StreamConnection):
         self._work: Generator[None, None, None] | None = None  # a request acted on in steps
         self._handlers: dict[type, Callable[[p.Header, Any], None]] = {
             p.Send: self._on_send,
+            p.SendMany: self._on_send_many,
             p.Ack: self._on_ack,
             p.Credit: self._on_credit,
             p.Nack: self._on_nack,
@@ -207,10 +208,28 @@ class NativeConnection(ManagementRequests, StreamConnection):
         try:
             session.send(packet.address, message, ttl=packet.ttl_ms)
         except WouldBlock as exc:
-            self._block_until_room(exc, self._retry_send(header, packet))
+            self._block_until_room(exc, self._retry(header, lambda: self._on_send(header, packet)))
             return
         if header.correlation_id:
             self._confirm(header, durable=message.persistent and session.tx is None)
+
+    def _on_send_many(self, header: p.Header, packet: p.SendMany) -> None:
+        session = self._session(header.target_id)
+        messages = packet.messages
+        for message in messages:
+            if not message.id:
+                message.id = new_message_id()
+                message.encoded = None
+        try:
+            session.send_many(packet.address, messages, ttl=packet.ttl_ms)
+        except WouldBlock as exc:
+            self._block_until_room(
+                exc, self._retry(header, lambda: self._on_send_many(header, packet))
+            )
+            return
+        if header.correlation_id:
+            durable = session.tx is None and any(m.persistent for m in messages)
+            self._confirm(header, durable=durable)
 
     def _confirm(self, header: p.Header, *, durable: bool) -> None:
         """Answer a request with Ok, once the store made it durable if ``durable``."""
@@ -231,13 +250,15 @@ class NativeConnection(ManagementRequests, StreamConnection):
             reason = error.reason if isinstance(error, ChuteError) else str(error)
             self._respond(header, p.Error("store-error", f"not stored: {reason}"))
 
-    def _retry_send(self, header: p.Header, packet: p.Send) -> Retry:
+    def _retry(self, header: p.Header, again: Callable[[], None]) -> Retry:
+        """Do ``again`` once there is room (or fail the request with the reason)."""
+
         def retry(error: ChuteError | None) -> None:
             if error is not None:
                 self._fail(header, error)
                 return
             try:
-                self._on_send(header, packet)
+                again()
             except ChuteError as exc:
                 self._fail(header, exc)
 

@@ -12,7 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -163,6 +171,11 @@ class SyncSession:
                 kind=kind,
             )
         )
+
+    def send_many(
+        self, address: str, messages: Iterable[bytes | str | Message], *, ttl: int = 0
+    ) -> None:
+        self._runner.run(self._session.send_many(address, messages, ttl=ttl))
 
     def flush(self) -> None:
         self._runner.run(self._session.flush())

@@ -31,10 +31,11 @@ from chute.errors import (
     DestinationDeleted,
     DestinationFull,
     InvalidAddress,
+    InvalidMessage,
     NotFound,
     TransactionError,
 )
-from chute.message import BodyKind, Byte, Float, Int, Short
+from chute.message import BodyKind, Byte, Float, Int, Message, Short
 
 from . import sync_aio
 from .conftest import ChuteServer, start_server
@@ -427,6 +428,85 @@ def test_a_transaction_sends_on_commit_and_gives_back_on_rollback(client: Client
         tx.close()
     with client.connect() as conn, conn.session() as s, pytest.raises(TransactionError):
         s.commit()
+
+
+def test_send_many_delivers_every_message_in_order_with_its_fields(client: Client) -> None:
+    q = client.address()
+    big = [f"m{i}".encode() * 4000 for i in range(600)]  # ~5 MiB: several requests
+    with client.connect() as conn, conn.session() as s:
+        s.send_many(
+            q,
+            [
+                b"plain",
+                "text",
+                Message(
+                    b"full",
+                    id="ID:mine-1",
+                    priority=7,
+                    correlation_id="c-1",
+                    reply_to="queue:replies",
+                    type="order",
+                    properties={"n": Int(5), "ok": True, "s": "x"},
+                ),
+            ],
+        )
+        s.send_many(q, big)
+        s.send_many(q, [])
+        c = s.consumer(q, prefetch=50)
+        first = [receive(c) for _ in range(3)]
+        rest = [receive(c).body for _ in big]
+    # priority 7 goes first, then the rest in the order sent
+    assert [m.body for m in first] == [b"full", b"plain", b"text"]
+    assert [m.kind for m in first] == [BodyKind.BYTES, BodyKind.BYTES, BodyKind.TEXT]
+    assert first[1].id
+    assert first[1].id != first[2].id
+    full = first[0]
+    assert (full.id, full.priority, full.correlation_id, full.reply_to, full.type) == (
+        "ID:mine-1",
+        7,
+        "c-1",
+        "queue:replies",
+        "order",
+    )
+    assert full.properties == {"n": 5, "ok": True, "s": "x"}
+    assert isinstance(full.properties["n"], Int)
+    assert rest == big
+
+
+def test_send_many_in_a_transaction_waits_for_the_commit(client: Client) -> None:
+    q = client.address()
+    with client.connect() as conn, client.connect("observer") as observer:
+        watch = observer.session()
+        tx = conn.session(transacted=True)
+        tx.send_many(q, [f"t{i}" for i in range(5)])
+        assert watch.browse(q) == []
+        tx.commit()
+        tx.send_many(q, ["dropped"])
+        tx.rollback()
+        assert [m.text for m in watch.browse(q)] == [f"t{i}" for i in range(5)]
+
+
+def test_send_many_is_all_or_none_where_the_destination_is_bounded(client: Client) -> None:
+    small = f"{SMALL}.{uuid.uuid4().hex[:10]}"
+    with client.connect() as conn, conn.session() as s:
+        if client.broker:
+            with pytest.raises(DestinationFull):
+                s.send_many(small, [f"s{i}" for i in range(SMALL_MAX + 1)])
+            assert s.browse(small) == []
+        s.send_many(small, [f"s{i}" for i in range(SMALL_MAX)])
+        assert [m.text for m in s.browse(small)] == [f"s{i}" for i in range(SMALL_MAX)]
+
+
+def test_send_many_refuses_a_bad_item_before_anything_is_sent(client: Client) -> None:
+    q = client.address()
+    with client.connect() as conn, conn.session() as s:
+        with pytest.raises((InvalidMessage, TypeError)):
+            s.send_many(q, [b"fine", 42])  # type: ignore[list-item]
+        with pytest.raises(InvalidMessage):
+            s.send_many(q, [b"fine", Message(b"x", priority=12)])
+        with pytest.raises(InvalidAddress):
+            s.send_many("queue:", [b"x"])
+        assert s.browse(q) == []
 
 
 def test_two_phase_transactions_need_a_broker(client: Client) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import struct
 
+import chute
 from chute.message import Message
 from chute.protocol import packets as p
 from chute.protocol.codec import PacketCodec
@@ -159,3 +160,24 @@ def test_credit_only_ack_with_messages_in_flight(server: ChuteServer) -> None:
     assert second.message.body == b"b"
     assert not second.redelivered
     sock.close()
+
+
+def test_a_send_many_over_its_count_is_refused_and_nothing_of_it_is_kept(
+    server: ChuteServer,
+) -> None:
+    """A SendMany of many tiny messages (one packet, past SEND_MANY_MAX) is malformed: the
+    broker closes that connection without queueing any of them, and serves the next."""
+    bad = _connect(server)
+    bad.sendall(encode_packet(p.SessionOpen(1), correlation_id=2))
+    _, opened = _read_packet(bad)
+    assert isinstance(opened, p.Ok)
+    address = "queue:hostile.many"
+    tiny = tuple(Message(b"", id="i") for _ in range(p.SEND_MANY_MAX + 1))
+    bad.sendall(encode_packet(p.SendMany(1, address, tiny), correlation_id=3))
+    packets = _read_until_closed(bad)
+    assert isinstance(packets[-1], p.Error)
+    assert packets[-1].code == "malformed-packet"
+    with chute.connect(server.url) as conn, conn.session() as s:
+        assert s.browse(address) == []
+        s.send_many(address, [b"ok"] * (p.SEND_MANY_MAX + 1))  # the client splits it
+        assert len(s.browse(address)) == p.SEND_MANY_MAX + 1

@@ -294,3 +294,64 @@ def test_a_transacted_publish_reaches_every_subscription(broker: Broker) -> None
     assert r1.entries == []
     tx.commit()
     assert r1.bodies == r2.bodies == [b"x"]
+
+
+# -- send_many ------------------------------------------------------------------------------
+
+
+def test_send_many_joins_the_transaction_and_counts_what_it_holds(broker: Broker) -> None:
+    tx = tx_session(broker)
+    before = broker.memory.used
+    tx.send("queue:q", msg(b"one"))
+    tx.send_many("queue:q", [msg(b"two"), msg(b"three")])
+    tx.send_many("queue:q", [])
+    assert stats_of(broker, "queue:q")["enqueued"] == 0
+    held = broker.memory.used - before
+    assert held > 0
+    tx.rollback()
+    assert broker.memory.used == before
+    tx.send_many("queue:q", [msg(b"a"), msg(b"b")], ttl=1000)
+    tx.commit()
+    assert bodies(broker.browse("queue:q")) == [b"a", b"b"]
+    assert {e.message.expiration for e in broker.browse("queue:q")} == {broker.clock() + 1000}
+
+
+def test_send_many_outside_a_transaction_is_one_atomic_store_commit() -> None:
+    store = RecordingStore()
+    broker = make_broker(store=store)
+    store.calls.clear()
+    Connection(broker).session().send_many("queue:q", [msg(b"a"), msg(b"b"), msg(b"c")])
+    assert store.kinds() == ["commit"]
+    assert [op.message.body for op in store.calls[0][1] if isinstance(op, AddOp)] == [
+        b"a",
+        b"b",
+        b"c",
+    ]
+    assert stored(broker, "queue:q") == [b"a", b"b", b"c"]
+
+
+@pytest.mark.parametrize("overflow", [Overflow.REJECT, Overflow.BLOCK])
+def test_send_many_without_room_for_all_sends_none(overflow: Overflow) -> None:
+    settings = DestinationSettings(max_messages=3, overflow=overflow)
+    store = RecordingStore()
+    broker = make_broker({"queue:small": settings}, store=store)
+    session = Connection(broker).session()
+    session.send("queue:small", msg(b"first"))
+    store.calls.clear()
+    with pytest.raises(WouldBlock if overflow is Overflow.BLOCK else DestinationFull):
+        session.send_many("queue:small", [msg(b"1"), msg(b"2"), msg(b"3")])
+    assert bodies(broker.browse("queue:small")) == [b"first"]
+    assert store.calls == []
+    session.send_many("queue:small", [msg(b"1"), msg(b"2")])
+    assert stored(broker, "queue:small") == [b"first", b"1", b"2"]
+
+
+def test_a_refused_send_many_leaves_the_transaction_only_a_rollback() -> None:
+    broker = make_broker()
+    tx = tx_session(broker)
+    with pytest.raises(InvalidAddress):
+        tx.send_many("a/b", [msg()])
+    tx.send_many("queue:q", [msg(b"later")])
+    with pytest.raises(TransactionError, match="refused"):
+        tx.commit()
+    assert broker.browse("queue:q") == []

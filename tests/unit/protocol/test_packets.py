@@ -9,13 +9,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from chute.client.protocol import SEND_MANY_BYTES, contents_of
 from chute.content import decode_content, encode_content
 from chute.errors import LocalProtocolError, RemoteProtocolError
 from chute.message import BodyKind, Byte, Float, Int, Long, Message, Short
 from chute.protocol import packets as p
 from chute.protocol.codec import PacketCodec
 from chute.protocol.spec import HEADER
-from chute.protocol.splice import encode_deliver, encode_send, plain_send_encoder
+from chute.protocol.splice import (
+    encode_deliver,
+    encode_send,
+    encode_send_many,
+    plain_send_encoder,
+)
 from chute.protocol.wire import CODECS, encode_packet
 from chute.sansio import NeedData
 
@@ -56,6 +62,8 @@ EXAMPLES: list[p.Packet] = [
     p.SessionClose(3),
     p.Send(3, "queue:orders", MESSAGE),
     p.Send(3, "topic:prices", Message(b""), ttl_ms=60_000),
+    p.SendMany(3, "stream:orders", (MESSAGE, Message(b"", id="x"), MESSAGE), ttl_ms=5),
+    p.SendMany(3, "queue:none", ()),
     p.ConsumerOpen(3, 4, "queue:orders"),
     p.ConsumerOpen(3, 4, "topic:t", "region = 'eu'", 10, True, "sub", True, True),
     p.ConsumerClose(4),
@@ -338,6 +346,54 @@ def test_management_packets_keep_their_names_and_tags() -> None:
     assert p.DeadLetterRetry().source == "queue:__sys__deadLetter"
 
 
+def test_encode_send_many_matches_the_generic_encoder_and_keeps_each_content() -> None:
+    messages = (MESSAGE, Message(b"two", id="t"), MESSAGE.replace(body=b"x" * 5000))
+    contents = [encode_content(m) for m in messages]
+    fast = encode_send_many(3, b"queue:a", contents, 500, correlation_id=8)
+    assert fast == encode_packet(p.SendMany(3, "queue:a", messages, 500), correlation_id=8)
+    _, decoded = roundtrip(p.SendMany(3, "queue:a", messages, 500))
+    assert isinstance(decoded, p.SendMany)
+    assert [m.encoded for m in decoded.messages] == contents  # spliced on, as a Send's
+
+
+@given(st.lists(_messages, max_size=12), st.integers(0, (1 << 64) - 1))
+def test_any_messages_roundtrip_through_send_many(ms: list[Message], ttl: int) -> None:
+    _, decoded = roundtrip(p.SendMany(7, "queue:q", tuple(ms), ttl))
+    assert isinstance(decoded, p.SendMany)
+    assert (decoded.messages, decoded.ttl_ms, decoded.address) == (tuple(ms), ttl, "queue:q")
+
+
+def _send_many_body(count: int, *entries: bytes, tail: bytes = b"") -> bytes:
+    return struct.pack(">QH", 0, 1) + b"q" + struct.pack(">I", count) + b"".join(entries) + tail
+
+
+_ONE = encode_content(Message(b"m", id="i"))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        _send_many_body(1 << 30),  # a count the packet cannot hold
+        _send_many_body(2, struct.pack(">I", len(_ONE)) + _ONE),  # one entry short
+        _send_many_body(1, struct.pack(">I", 1 << 20) + _ONE),  # an entry overruns
+        _send_many_body(1, struct.pack(">I", len(_ONE)) + _ONE, tail=b"junk"),
+        _send_many_body(1, struct.pack(">I", 3) + b"abc"),  # not a content block
+        struct.pack(">QH", 0, 50) + b"q",  # the address overruns
+        _send_many_body(  # more messages than one SendMany may carry, each well formed
+            p.SEND_MANY_MAX + 1, *[struct.pack(">I", len(_ONE)) + _ONE] * (p.SEND_MANY_MAX + 1)
+        ),
+    ],
+    ids=["count", "short", "overrun", "trailing", "content", "address", "too-many"],
+)
+def test_a_malformed_send_many_is_refused_as_malformed(body: bytes) -> None:
+    codec = PacketCodec()
+    head = HEADER.pack(len(body) + 14, p.PROTOCOL_VERSION, p.PacketType.SEND_MANY, 1, 3, 0)
+    codec.receive_data(head + body)
+    with pytest.raises(RemoteProtocolError) as info:
+        codec.next_packet()
+    assert info.value.error_code == "malformed-packet"
+
+
 @pytest.mark.parametrize(
     ("tag", "body"),
     [
@@ -352,3 +408,13 @@ def test_lists_that_overrun_the_packet_are_malformed(tag: int, body: bytes) -> N
     with pytest.raises(RemoteProtocolError) as info:
         codec.next_packet()
     assert info.value.error_code == "malformed-packet"
+
+
+def test_send_many_contents_split_at_the_byte_and_count_bounds() -> None:
+    tiny = list(contents_of([b"t"] * (2 * p.SEND_MANY_MAX + 1)))
+    assert [len(run) for run in tiny] == [p.SEND_MANY_MAX, p.SEND_MANY_MAX, 1]
+    big = list(contents_of([b"x" * (SEND_MANY_BYTES // 3)] * 7))
+    assert [len(run) for run in big] == [2, 2, 2, 1]
+    assert all(sum(map(len, run)) <= SEND_MANY_BYTES for run in big)
+    assert [len(run) for run in contents_of([b"y" * (2 * SEND_MANY_BYTES)])] == [1]
+    assert list(contents_of([])) == []
