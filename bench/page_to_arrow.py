@@ -80,7 +80,8 @@ def pages(share: float, count: int, seed: int = 7) -> list[bytes]:
 
 def before(body: bytes) -> Any:
     page = decode_body(PacketType.CURSOR_PAGE, Header(), body)
-    return to_record_batch(ADDRESS, page.messages)  # type: ignore[union-attr]
+    assert isinstance(page, CursorPage)
+    return to_record_batch(ADDRESS, page.messages)
 
 
 def after(body: bytes) -> Any:

@@ -3,7 +3,9 @@ commits the batch's transactions together, once per (query, batch).
 
 Transaction ids are ``spark/<query or job>/<batch>/<partition>/<attempt>/<random>.<n>``:
 the random part keeps a rerun after a restart (same partition, attempt 0) from
-meeting a staged transaction a killed run left prepared. A task prepares its rows
+meeting a staged transaction a killed run left prepared. A task sends its rows
+with ``send_many`` (consecutive rows to one destination with one ttl go
+together: few requests, each message's content block encoded once) and prepares them
 in chunks (:data:`CHUNK_ROWS`, :data:`CHUNK_BYTES`), ``n`` counting them: a prepared
 chunk no longer counts against the broker's memory watermark, so a partition of any
 size never waits for room that only its own commit would free, and the broker
@@ -24,6 +26,7 @@ import secrets
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 from pyspark import TaskContext
@@ -33,8 +36,9 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from chute.client.blocking import Connection
+from chute.client.blocking import Connection, Session
 from chute.errors import NotFound
+from chute.message import BodyKind, Message
 from chute.spark.options import ChuteOptions, OptionError
 from chute.spark.schema import rows_of
 
@@ -68,8 +72,9 @@ def write_staged(
     conn = options.connect_retrying()  # the broker may be restarting
     try:
         session = conn.session(transacted=True)
-        send = session.send
         default = options.destination
+        run: list[bytes | str | Message] = []  # consecutive rows to one target, one ttl
+        key: tuple[str, int] = ("", 0)
         for record_batch in batches:
             for row in rows_of(record_batch):
                 target = row.destination or default
@@ -77,14 +82,21 @@ def write_staged(
                     raise OptionError(
                         'a row has no destination: set option "destination" or a destination column'
                     )
-                send(target, row.body, **row.options)
+                fields = row.options
+                ttl = fields.pop("ttl", 0) if fields else 0
+                if (target, ttl) != key:
+                    _send_run(session, key, run)
+                    key = (target, ttl)
+                run.append(_item(row.body, fields))
                 count += 1
                 rows += 1
                 size += len(row.body)
                 if rows >= CHUNK_ROWS or size >= CHUNK_BYTES:
+                    _send_run(session, key, run)
                     xids.append(f"{stem}.{len(xids)}")
                     session.prepare(xids[-1])
                     rows = size = 0
+        _send_run(session, key, run)
         if rows:
             xids.append(f"{stem}.{len(xids)}")
             session.prepare(xids[-1])
@@ -95,6 +107,22 @@ def write_staged(
     finally:
         conn.close()
     return Staged(job, tuple(xids), count)
+
+
+def _item(body: bytes | str, fields: dict[str, Any]) -> bytes | str | Message:
+    """A row as ``send_many`` takes it: its body alone when it sets no other field."""
+    if not fields:
+        return body
+    if isinstance(body, str):
+        return Message(body.encode(), kind=BodyKind.TEXT, **fields)
+    return Message(body, **fields)
+
+
+def _send_run(session: Session, key: tuple[str, int], run: list[bytes | str | Message]) -> None:
+    """Send the rows gathered for ``key`` (target, ttl) in as few requests as fit."""
+    if run:
+        session.send_many(key[0], run, ttl=key[1])
+        run.clear()
 
 
 def xids_of(messages: Sequence[WriterCommitMessage | None]) -> list[str]:
