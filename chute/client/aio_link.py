@@ -25,7 +25,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, TypeVar
 
-from chute.client.protocol import ClientProtocol, Progress, contents_of
+from chute.client.outgoing import contents_of
+from chute.client.protocol import ClientProtocol, Progress
 from chute.client.received import Received
 from chute.client.requests import Pending, Request
 from chute.client.tls import client_context, describe

@@ -29,7 +29,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, TypeVar
 
-from chute.client.protocol import ClientProtocol, contents_of
+from chute.client.outgoing import contents_of
+from chute.client.protocol import ClientProtocol
 from chute.client.received import Received
 from chute.client.requests import Pending, Request
 from chute.client.tls import TlsSocket, client_context

@@ -27,7 +27,8 @@ Sends: a persistent send outside a transaction is a request (the broker
 answers once the message is on disk); the rest are one-way. The common message
 (bytes body, generated id, no optional header nor property) is encoded in one
 ``pack`` by :func:`chute.protocol.splice.plain_send_encoder`; anything else
-goes through the content codec (:mod:`chute.content`).
+becomes a content block through :mod:`chute.client.outgoing`, as a
+``send_many``'s messages do (one SendMany packet per run of blocks).
 
 Not thread-safe: a driver serialises calls (the blocking driver with a lock).
 """
@@ -35,21 +36,20 @@ Not thread-safe: a driver serialises calls (the blocking driver with a lock).
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from chute.client.correlation import Correlator
+from chute.client.outgoing import content_of
 from chute.client.received import Acknowledger
 from chute.client.requests import Request, expect, unsupported
 from chute.client.sessions import Sessions, SessionState
-from chute.content import encode_fields
 from chute.core.address import canonical
 from chute.errors import (
     ChuteError,
     ConnectError,
     InvalidMessage,
-    LocalProtocolError,
     RemoteProtocolError,
     TransactionError,
     WrongProtocol,
@@ -58,17 +58,12 @@ from chute.errors import (
 from chute.message import (
     DEFAULT_PRIORITY,
     BodyKind,
-    Message,
-    check_id,
-    check_priority,
-    check_properties,
     new_message_id,
 )
 from chute.protocol.codec import PacketCodec
 from chute.protocol.packets import (
     MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
-    SEND_MANY_MAX,
     SUPPORTED_VERSIONS,
     Commit,
     Connect,
@@ -93,9 +88,6 @@ from chute.protocol.wire import encode_packet
 
 _ADDRESS_CACHE_SIZE: Final = 1024
 _next_id: Final = new_message_id.next_bytes
-SEND_MANY_BYTES: Final = 1 << 20
-"""Content bytes one SendMany packet carries at most: a longer run of messages goes in
-several, so the broker handles one while the next is encoded."""
 
 
 @dataclass(slots=True)
@@ -391,34 +383,9 @@ class ClientProtocol:
         id: str | None,
         kind: BodyKind | None,
     ) -> int:
-        data: bytes
-        if body.__class__ is bytes:
-            data = body
-            kind = kind or BodyKind.BYTES
-        elif isinstance(body, str):
-            data = body.encode()
-            kind = kind or BodyKind.TEXT
-        elif isinstance(body, bytearray | memoryview):
-            data = bytes(body)
-            kind = kind or BodyKind.BYTES
-        else:
-            raise InvalidMessage(f"body must be bytes or str, not {body.__class__.__name__}")
-        if priority.__class__ is not int or not 0 <= priority <= 9:
-            check_priority(priority)
-        try:
-            content = encode_fields(
-                data,
-                new_message_id() if id is None else check_id(id),
-                priority,
-                persistent,
-                kind,
-                correlation_id,
-                reply_to,
-                type,
-                check_properties(properties) if properties else None,
-            )
-        except LocalProtocolError as exc:
-            raise InvalidMessage(exc.reason) from exc
+        content = content_of(
+            body, priority, properties, persistent, correlation_id, reply_to, type, id, kind
+        )
         if ttl < 0:
             raise ValueError("ttl must not be negative")
         corr = self._requests.open() if persistent and not session.transacted else 0
@@ -431,7 +398,8 @@ class ClientProtocol:
         return corr
 
     def send_many(self, session_id: int, address: str, contents: list[bytes], ttl: int = 0) -> int:
-        """Queue one SEND_MANY of content blocks (see :func:`contents_of`). Returns the
+        """Queue one SEND_MANY of content blocks (see
+        :func:`chute.client.outgoing.contents_of`). Returns the
         correlation id to wait for, or 0 in a transacted session (one-way, as its sends).
 
         Raises:
@@ -615,70 +583,3 @@ def _looks_like_text(data: bytes) -> bool:
     length of a packet (which would be over 500 MiB)."""
     head = data[:4]
     return len(head) == 4 and all(32 <= b < 127 for b in head)
-
-
-def contents_of(messages: Iterable[bytes | str | Message]) -> Iterator[list[bytes]]:
-    """The content blocks of ``messages`` (a plain body as :meth:`ClientProtocol.send`
-    sends it; a Message with its fields, a new id if it has none), in runs of at most
-    :data:`SEND_MANY_BYTES` and :data:`~chute.protocol.packets.SEND_MANY_MAX` messages:
-    one SendMany each.
-
-    Raises:
-        InvalidMessage: a message field the wire cannot carry.
-    """
-    run: list[bytes] = []
-    size = 0
-    for item in messages:
-        content = _content(item)
-        if run and (size + len(content) > SEND_MANY_BYTES or len(run) == SEND_MANY_MAX):
-            yield run
-            run, size = [], 0
-        run.append(content)
-        size += len(content)
-    if run:
-        yield run
-
-
-def _content(item: bytes | str | Message) -> bytes:
-    try:
-        if item.__class__ is bytes:
-            return encode_fields(
-                item,
-                new_message_id(),
-                DEFAULT_PRIORITY,
-                True,
-                BodyKind.BYTES,
-                None,
-                None,
-                None,
-                None,
-            )
-        if isinstance(item, str):
-            return encode_fields(
-                item.encode(),
-                new_message_id(),
-                DEFAULT_PRIORITY,
-                True,
-                BodyKind.TEXT,
-                None,
-                None,
-                None,
-                None,
-            )
-        if not isinstance(item, Message):
-            raise InvalidMessage(
-                f"send_many takes bytes, str or Message items, not {item.__class__.__name__}"
-            )
-        return encode_fields(
-            item.body,
-            check_id(item.id) if item.id else new_message_id(),
-            check_priority(item.priority),
-            item.persistent,
-            item.kind,
-            item.correlation_id,
-            item.reply_to,
-            item.type,
-            check_properties(item.properties) if item.properties else None,
-        )
-    except LocalProtocolError as exc:
-        raise InvalidMessage(exc.reason) from exc

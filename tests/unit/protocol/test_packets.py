@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chute.client.protocol import SEND_MANY_BYTES, contents_of
 from chute.content import decode_content, encode_content
 from chute.errors import LocalProtocolError, RemoteProtocolError
 from chute.message import BodyKind, Byte, Float, Int, Long, Message, Short
@@ -408,13 +407,3 @@ def test_lists_that_overrun_the_packet_are_malformed(tag: int, body: bytes) -> N
     with pytest.raises(RemoteProtocolError) as info:
         codec.next_packet()
     assert info.value.error_code == "malformed-packet"
-
-
-def test_send_many_contents_split_at_the_byte_and_count_bounds() -> None:
-    tiny = list(contents_of([b"t"] * (2 * p.SEND_MANY_MAX + 1)))
-    assert [len(run) for run in tiny] == [p.SEND_MANY_MAX, p.SEND_MANY_MAX, 1]
-    big = list(contents_of([b"x" * (SEND_MANY_BYTES // 3)] * 7))
-    assert [len(run) for run in big] == [2, 2, 2, 1]
-    assert all(sum(map(len, run)) <= SEND_MANY_BYTES for run in big)
-    assert [len(run) for run in contents_of([b"y" * (2 * SEND_MANY_BYTES)])] == [1]
-    assert list(contents_of([])) == []
