@@ -126,8 +126,10 @@ class Admission:
         self._closed_at = 0
         self._waiters: list[Callable[[], None]] = []
 
-    def admit(self, share: Share, size: int) -> None:
-        """Return if the producer ``share`` belongs to may add a ``size``-byte message now.
+    def admit(self, share: Share, size: int, count: int = 1) -> None:
+        """Return if the producer ``share`` belongs to may add a ``size``-byte message now
+        (or ``count`` messages of ``size`` bytes in all: a bulk send counts as that many
+        sends towards the next look at the store).
 
         Raises:
             WouldBlock: the broker is short of memory or store and this producer is
@@ -141,8 +143,8 @@ class Admission:
             if memory.high and memory.used >= memory.high:
                 self._close("memory", *self._memory_says())
             else:
-                self._countdown -= 1
-                if not self._countdown:
+                self._countdown -= count
+                if self._countdown <= 0:
                     self._countdown = STORE_CHECK_EVERY
                     self._store_short()
         if self.reason is not None:

@@ -182,7 +182,8 @@ class Session:
             return
         tx = self.tx
         broker = self.broker
-        broker.admission.admit(self.connection.share, sum(m.size for m in messages))
+        size = sum(m.size for m in messages)
+        broker.admission.admit(self.connection.share, size, len(messages))
         try:
             if self._checks:
                 self.connection.authorize_send(address)

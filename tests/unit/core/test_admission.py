@@ -235,6 +235,19 @@ def test_the_store_is_asked_every_few_sends_not_only_by_the_timer() -> None:
         s.send("queue:q", msg(BODY))
 
 
+def test_a_bulk_send_counts_each_of_its_messages_towards_asking_the_store() -> None:
+    broker = broker_with()
+    store = broker.store
+    assert isinstance(store, ShortStore)
+    s = Connection(broker).session(AckMode.CLIENT)
+    s.send("queue:q", msg(BODY))
+    store.short = "the disk has 90 MiB free, under disk_free_limit"
+    s.send_many("queue:q", [msg(BODY) for _ in range(STORE_CHECK_EVERY - 2)])
+    with pytest.raises(WouldBlock, match="disk_free_limit"):
+        s.send_many("queue:q", [msg(BODY), msg(BODY)])
+    assert stats_of(broker, "queue:q")["depth"] == STORE_CHECK_EVERY - 1
+
+
 def test_a_transaction_counts_what_it_holds_until_it_ends() -> None:
     broker = broker_with(high=50 * COST)
     tx = Connection(broker).session(AckMode.CLIENT, transacted=True)
