@@ -5,7 +5,7 @@
 host = "127.0.0.1"
 port = 5445              # native protocol; 0 disables
 stomp_port = 61613       # STOMP 1.0-1.2; 0 disables
-http_port = 8445         # HTTP: STOMP over WebSocket on /stomp; 0 disables
+http_port = 8445         # HTTP: STOMP over WebSocket on /stomp, native on /chute; 0 disables
 data_dir = "chute-data"
 store = "journal"        # or "memory": nothing survives a restart
 sync = "always"          # journal: always | batch | never (docs/durability.md)
@@ -42,6 +42,8 @@ tls_ca = ""              # PEM CA that signs client certificates (docs/security.
 tls_client_certs = "none"  # none | optional | required: a certificate's CN names a user
 allowed_origins = ["https://app.example.com"]  # web pages a browser may open the
                          # WebSocket from, besides the broker's own (docs/security.md)
+http_poll_ms = 20000     # native over plain HTTP: the longest a poll is held
+http_session_timeout_ms = 60000  # ... and a session with no request this long ends
 
 [users.alice]            # users are required before binding anything but loopback
 password = "$argon2id$..."  # from `chute passwd`; plain text only on loopback
@@ -140,6 +142,8 @@ class ServerConfig:
     max_login_frame_size: int = 64 << 10  # largest packet/frame before login; 0 = max_packet_size
     idle_timeout_ms: int = 0  # close a logged-in client without heart-beats silent this long
     max_cursor_lease_ms: int = 300_000  # the longest lease a cursor may ask for
+    http_poll_ms: int = 20_000  # native over plain HTTP: the longest a poll is held
+    http_session_timeout_ms: int = 60_000  # a session with no request this long ends
     users: dict[str, User] = dataclasses.field(default_factory=dict)
     roles: dict[str, Role] = dataclasses.field(default_factory=lambda: {"admin": ADMIN_ROLE})
     destinations: dict[str, DestinationSettings] = dataclasses.field(default_factory=dict)
@@ -164,6 +168,12 @@ class ServerConfig:
             if not 0 <= port <= 65535:
                 raise ConfigError(f"server.{name}: {port} is not a TCP port (0-65535)")
         self._check_tls()
+        if not 0 < self.http_poll_ms < self.http_session_timeout_ms:
+            raise ConfigError(
+                f"server.http_poll_ms ({self.http_poll_ms}) must be above 0 and below "
+                f"server.http_session_timeout_ms ({self.http_session_timeout_ms}): a client "
+                "polling is not idle"
+            )
         if 0 < self.memory_high_watermark <= self.max_memory and self.store == "journal":
             raise ConfigError(
                 f"server.memory_high_watermark ({self.memory_high_watermark} bytes) must be "
@@ -317,6 +327,8 @@ _SERVER_KEYS = {
     "login_timeout_ms": int,
     "max_login_frame_size": "size",
     "idle_timeout_ms": int,
+    "http_poll_ms": int,
+    "http_session_timeout_ms": int,
 }
 
 

@@ -25,12 +25,13 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, TypeVar
 
+from chute.client.aio_channels import open_transport
 from chute.client.outgoing import contents_of
 from chute.client.protocol import ClientProtocol, Progress
 from chute.client.received import Received
 from chute.client.requests import Pending, Request
 from chute.client.tls import client_context, describe
-from chute.client.url import BrokerUrl
+from chute.client.url import TCP, BrokerUrl
 from chute.errors import ConnectError, RequestTimeout
 from chute.message import BodyKind, Message
 from chute.protocol.packets import Connected, Packet
@@ -51,8 +52,10 @@ async def open_link(
     tls_cert: str | None = None,
     tls_key: str | None = None,
 ) -> AsyncLink:
-    """A connection to ``target`` (TLS for ``chutes://``, with the client certificate
-    ``tls_cert`` if given), not yet handshaken; ``limit`` seconds for connecting, and
+    """A connection to ``target`` (TLS for ``chutes://``, ``wss://`` and ``https://``,
+    with the client certificate ``tls_cert`` if given; a WebSocket or plain requests
+    for ``ws(s)://`` and ``http(s)://``: :mod:`chute.client.aio_channels`), not yet
+    handshaken; ``limit`` seconds for connecting, and
     for every request later.
 
     Raises:
@@ -63,6 +66,9 @@ async def open_link(
     context = None
     if target.tls:
         context = client_context(tls_ca, verify=tls_verify, cert_file=tls_cert, key_file=tls_key)
+    if target.transport != TCP:
+        await open_transport(target, link, limit, context)
+        return link
     try:
         async with asyncio.timeout(limit):
             await loop.create_connection(

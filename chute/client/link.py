@@ -12,7 +12,9 @@
 
 :func:`open_link` makes the socket (TLS for ``chutes://``, through
 :class:`~chute.client.tls.TlsSocket`, so the two threads never share one
-OpenSSL connection). A :class:`Link` is the whole interface the blocking API
+OpenSSL connection), or the WebSocket or the plain requests of ``ws://``,
+``wss://``, ``http://`` and ``https://`` URLs
+(:mod:`chute.client.channels`). A :class:`Link` is the whole interface the blocking API
 (:mod:`chute.client.blocking`) has to the connection: every public method
 takes the state lock itself, queues what the protocol decides, wakes the
 writer when it sleeps, and waits where the API must. One lock guards the
@@ -24,17 +26,19 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, TypeVar
 
+from chute.client.channels import Channel, HttpChannel, WebSocketChannel
 from chute.client.outgoing import contents_of
 from chute.client.protocol import ClientProtocol
 from chute.client.received import Received
 from chute.client.requests import Pending, Request
 from chute.client.tls import TlsSocket, client_context
-from chute.client.url import BrokerUrl
+from chute.client.url import HTTP, WEBSOCKET, BrokerUrl
 from chute.errors import ConnectError, RequestTimeout
 from chute.message import BodyKind, Message
 from chute.protocol.packets import Connected, Packet
@@ -59,9 +63,9 @@ def open_link(
     tls_cert: str | None = None,
     tls_key: str | None = None,
 ) -> Link:
-    """A connected socket to ``target`` (TLS for ``chutes://``, with the client
-    certificate ``tls_cert`` if given) with its threads running; not yet handshaken
-    (:meth:`Link.handshake`).
+    """A connection to ``target`` (TLS for ``chutes://``, ``wss://`` and ``https://``,
+    with the client certificate ``tls_cert`` if given) with its threads running; not
+    yet handshaken (:meth:`Link.handshake`).
 
     Raises:
         ConnectError: cannot reach the broker, or the TLS handshake failed.
@@ -69,12 +73,19 @@ def open_link(
     context = None
     if target.tls:
         context = client_context(tls_ca, verify=tls_verify, cert_file=tls_cert, key_file=tls_key)
+    if target.transport == WEBSOCKET:
+        return Link(WebSocketChannel(target, timeout, context), timeout)
+    if target.transport == HTTP:
+        try:
+            return Link(HttpChannel(target, timeout, context), timeout)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConnectError(f"cannot connect to {target}: {exc}") from None
     try:
         sock = socket.create_connection((target.host, target.port), timeout=timeout)
     except OSError as exc:
         raise ConnectError(f"cannot connect to {target}: {exc}") from None
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    channel: socket.socket | TlsSocket = sock
+    channel: Channel = sock
     if context is not None:
         try:
             channel = TlsSocket(sock, context, target.host)
@@ -105,7 +116,7 @@ class Link:
     """A socket, its protocol state and its two threads. Thread-safe; see the module
     docstring. Use :func:`open_link` to make one."""
 
-    def __init__(self, sock: socket.socket | TlsSocket, timeout: float) -> None:
+    def __init__(self, sock: Channel, timeout: float) -> None:
         self.timeout = timeout
         """Seconds to wait for the answer to a request."""
         self._sock = sock

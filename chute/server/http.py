@@ -1,7 +1,9 @@
 """The HTTP listener (``http_port``): aiohttp on the broker's event loop.
 
 It serves STOMP over WebSocket on ``/stomp`` (and ``/ws``, the path
-some clients default to); the admin API, metrics, health and the web console
+some clients default to), and the native protocol on ``/chute``, over a
+WebSocket (:mod:`chute.server.websocket`) or plain requests where nothing else
+gets through (:mod:`chute.server.tunnel`); the admin API, metrics, health and the web console
 add their routes to the same :attr:`HttpListener.app` (:mod:`chute.admin`).
 It opens before the broker recovers: until the broker is ready it answers
 only ``/healthz``, ``/readyz`` and ``/metrics``, and 503 to everything else
@@ -35,12 +37,15 @@ from chute.admin.metrics import add_metrics_routes
 from chute.origins import OriginPolicy, own_origins
 from chute.server.listener import Listener
 from chute.server.tls import ProtocolFactory
-from chute.server.websocket import stomp_endpoint
+from chute.server.tunnel import Tunnels
+from chute.server.websocket import native_endpoint, stomp_endpoint
 from chute.store.progress import Phase
 
 log = logging.getLogger("chute.server")
 
 STOMP_PATHS = ("/stomp", "/ws")
+NATIVE_PATH = "/chute"
+"""The native protocol: a WebSocket (GET with an upgrade) or plain requests (POST)."""
 SHUTDOWN_TIMEOUT = 2.0
 Listen = Callable[[ProtocolFactory], Listener]
 """Opens the broker's listener for aiohttp's protocol factory."""
@@ -86,6 +91,12 @@ class HttpListener:
         self.app.middlewares.append(recovering_gate(server))
         for path in STOMP_PATHS:
             self.app.router.add_get(path, self._stomp)
+        self.tunnels = Tunnels(server, OriginPolicy(()))
+        self.app.router.add_get(NATIVE_PATH, self._native)
+        self.app.router.add_post(NATIVE_PATH, self.tunnels.open)
+        self.app.router.add_post(NATIVE_PATH + "/{sid}", self.tunnels.post)
+        self.app.router.add_get(NATIVE_PATH + "/{sid}", self.tunnels.poll)
+        self.app.router.add_delete(NATIVE_PATH + "/{sid}", self.tunnels.delete)
         add_api_routes(self.app, server)
         add_console_routes(self.app)
         add_metrics_routes(self.app, server)
@@ -94,6 +105,9 @@ class HttpListener:
 
     async def _stomp(self, request: web.Request) -> web.StreamResponse:
         return await stomp_endpoint(self.server, self.origins, request)
+
+    async def _native(self, request: web.Request) -> web.StreamResponse:
+        return await native_endpoint(self.server, self.origins, request)
 
     async def start(self, listen: Listen) -> tuple[str, int]:
         """Listen with ``listen`` (the broker's listener, with aiohttp's protocol behind
@@ -117,11 +131,13 @@ class HttpListener:
         self.origins = OriginPolicy(
             [*own_origins(self.server.config.host, int(port)), *self.server.config.allowed_origins]
         )
+        self.tunnels.origins = self.origins
         return str(host), int(port)
 
     async def stop(self) -> None:
         """Stop accepting and close the open WebSockets (their STOMP connections end)."""
         runner, self._runner = self._runner, None
+        self.tunnels.close()
         if runner is not None:
             await runner.cleanup()
 

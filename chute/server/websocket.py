@@ -1,22 +1,26 @@
-"""STOMP over WebSocket: the TCP driver, fed by WebSocket messages instead of a socket.
+"""STOMP and the native protocol over WebSocket: the TCP drivers, fed by WebSocket
+messages instead of a socket.
 
 A browser (stomp.js) or any STOMP-over-WebSocket client opens ``/stomp`` (or
 ``/ws``) on the HTTP port, offering the ``v12.stomp``, ``v11.stomp`` or
 ``v10.stomp`` subprotocol. Every WebSocket message carries STOMP bytes: one
 frame, several, part of one, or a heart-beat's EOL; text and binary messages
-are treated alike.
+are treated alike. chute's own clients open ``/chute`` (``ws://host:8445/chute``)
+and exchange native packets in binary messages, cut anywhere, as on TCP.
 
-Rather than a second STOMP driver, :class:`WebSocketTransport` makes one
+Rather than second drivers, :class:`WebSocketTransport` makes one
 aiohttp :class:`~aiohttp.web.WebSocketResponse` look like the
-``asyncio.Transport`` that :class:`~chute.server.stomp.StompConnection`
-already drives, so the codec, the adapter, logins, the journal's receipts,
-back pressure and heart-beats are the same code on both listeners:
+``asyncio.Transport`` that :class:`~chute.server.stomp.StompConnection` and
+:class:`~chute.server.native.NativeConnection` already drive, so the codecs,
+logins, the journal's receipts, back pressure and heart-beats are the same code
+on every listener:
 
 - ``write`` queues one outgoing WebSocket message (the driver writes once per
   loop iteration, so a message holds every frame written in that iteration);
-  a writer task sends them in order. A message that is valid UTF-8 goes out
-  as text (what text-only clients such as the original stomp.js expect), any
-  other (a binary body) as binary.
+  a writer task sends them in order. For STOMP a message that is valid UTF-8
+  goes out as text (what text-only clients such as the original stomp.js
+  expect), any other (a binary body) as binary; native packets always go as
+  binary.
 - past ``HIGH_WATER`` bytes queued, the driver's ``pause_writing`` runs (it
   stops reading and withholds auto-ack credit) until the queue drains below
   ``LOW_WATER``; ``pause_reading`` holds the reader loop between messages.
@@ -52,12 +56,15 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from chute.origins import OriginPolicy
+from chute.server.native import NativeConnection
 from chute.server.stomp import StompConnection
-from chute.server.stream import ServerHost
+from chute.server.stream import ServerHost, StreamConnection
 
-log = logging.getLogger("chute.stomp")
+log = logging.getLogger("chute.server")
 
 SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
+NATIVE_SUBPROTOCOL = "chute"
+"""Offered by chute's clients on ``/chute`` (a client offering none is served too)."""
 HIGH_WATER = 1 << 20
 LOW_WATER = 256 << 10
 
@@ -66,10 +73,16 @@ class WebSocketTransport(asyncio.Transport):
     """The ``asyncio.Transport`` face of one server-side WebSocket; see the module docstring."""
 
     def __init__(
-        self, ws: web.WebSocketResponse, protocol: asyncio.Protocol, extra: dict[str, Any]
+        self,
+        ws: web.WebSocketResponse,
+        protocol: asyncio.Protocol,
+        extra: dict[str, Any],
+        *,
+        binary: bool = False,
     ) -> None:
         super().__init__(extra)
         self._ws = ws
+        self._binary = binary  # every message binary (native packets), else text when UTF-8
         self._protocol = protocol
         self._queue: deque[bytes] = deque()
         self._queued = 0
@@ -128,12 +141,15 @@ class WebSocketTransport(asyncio.Transport):
             while True:
                 while self._queue:
                     chunk = self._queue.popleft()
-                    try:
-                        text = chunk.decode("utf-8")
-                    except UnicodeDecodeError:
+                    if self._binary:
                         await ws.send_bytes(chunk)
                     else:
-                        await ws.send_str(text)
+                        try:
+                            text = chunk.decode("utf-8")
+                        except UnicodeDecodeError:
+                            await ws.send_bytes(chunk)
+                        else:
+                            await ws.send_str(text)
                     self._queued -= len(chunk)
                     if self._writing_paused and self._queued < LOW_WATER:
                         self._writing_paused = False
@@ -177,48 +193,98 @@ class WebSocketTransport(asyncio.Transport):
             await self._writer
 
 
+def refused_origin(
+    origins: OriginPolicy, request: web.Request, what: str = "WebSocket"
+) -> web.Response | None:
+    """403 for a request from a browser page whose ``Origin`` may not use the broker
+    (a page from anywhere may make a browser talk to a broker on the user's loopback);
+    None to go on. A request with no ``Origin`` is not from a browser."""
+    origin = request.headers.get("Origin")
+    if origins.allows(origin):
+        return None
+    log.warning(
+        "%s from %s refused: origin %r is not in server.allowed_origins",
+        what,
+        peer_of(request),
+        origin,
+    )
+    return web.Response(
+        status=403,
+        text=f"origin {origin} may not use this broker: add it to [server] allowed_origins\n",
+    )
+
+
+def peer_of(request: web.Request) -> str:
+    """``host:port`` of the client's end of the request's connection."""
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+
+
 async def stomp_endpoint(
     server: ServerHost, origins: OriginPolicy, request: web.Request
 ) -> web.StreamResponse:
     """The ``/stomp`` handler: one :class:`StompConnection` per WebSocket, for a client
     from an allowed origin."""
-    peer = request.transport.get_extra_info("peername") if request.transport else None
-    origin = request.headers.get("Origin")
-    if not origins.allows(origin):
-        log.warning(
-            "WebSocket from %s refused: origin %r is not in server.allowed_origins",
-            f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else peer,
-            origin,
-        )
-        return web.Response(
-            status=403,
-            text=f"origin {origin} may not open this broker's WebSocket: "
-            "add it to [server] allowed_origins\n",
-        )
+    return await _serve(
+        server,
+        origins,
+        request,
+        StompConnection(server),
+        SUBPROTOCOLS,
+        "this endpoint speaks STOMP over WebSocket only; "
+        "open a WebSocket with subprotocol v12.stomp\n",
+    )
+
+
+async def native_endpoint(
+    server: ServerHost, origins: OriginPolicy, request: web.Request
+) -> web.StreamResponse:
+    """A WebSocket on ``/chute``: one :class:`NativeConnection`, its packets in binary
+    messages."""
+    return await _serve(
+        server,
+        origins,
+        request,
+        NativeConnection(server),
+        (NATIVE_SUBPROTOCOL,),
+        "this endpoint speaks chute's native protocol over WebSocket "
+        "(ws://HOST:PORT/chute) or over plain requests (POST /chute, see docs/protocol.md)\n",
+    )
+
+
+async def _serve(  # noqa: PLR0917 - private, called twice
+    server: ServerHost,
+    origins: OriginPolicy,
+    request: web.Request,
+    conn: StreamConnection,
+    subprotocols: tuple[str, ...],
+    not_websocket: str,
+) -> web.StreamResponse:
+    refused = refused_origin(origins, request)
+    if refused is not None:
+        return refused
     ws = web.WebSocketResponse(
-        protocols=SUBPROTOCOLS,
+        protocols=subprotocols,
         max_msg_size=server.config.max_packet_size + (64 << 10),
         compress=False,  # the broker's CPU is the bottleneck; bodies are often incompressible
         autoclose=True,
         autoping=True,
     )
     if not ws.can_prepare(request).ok:
-        return web.Response(
-            status=426,
-            text="this endpoint speaks STOMP over WebSocket only; "
-            "open a WebSocket with subprotocol v12.stomp\n",
-            headers={"Upgrade": "websocket"},
-        )
+        return web.Response(status=426, text=not_websocket, headers={"Upgrade": "websocket"})
     await ws.prepare(request)
-    conn = StompConnection(server)
     if request.transport is not None:
         conn.ticket = server.limits.ticket_of(request.transport)
+    peer = request.transport.get_extra_info("peername") if request.transport else None
     ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
     sock = request.transport.get_extra_info("socket") if request.transport else None
     transport = WebSocketTransport(  # its socket: whose input makes another's turn end
-        ws, conn, {"peername": peer, "websocket": ws, "ssl_object": ssl_object, "socket": sock}
+        ws,
+        conn,
+        {"peername": peer, "websocket": ws, "ssl_object": ssl_object, "socket": sock},
+        binary=isinstance(conn, NativeConnection),
     )
-    conn.protocol_name = "STOMP/WebSocket"
+    conn.protocol_name = f"{conn.protocol_name}/WebSocket"
     conn.connection_made(transport)
     try:
         await transport.read_loop()

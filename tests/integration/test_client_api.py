@@ -1,9 +1,14 @@
 """One behavioural suite for the client API (chute.client.api), run against every client.
 
-* ``blocking``: :mod:`chute.client.blocking` over TCP to a real ``chute serve``;
-* ``asyncio``: :mod:`chute.client.aio` over TCP to the same broker, driven
-  through the blocking facade of ``sync_aio`` (its own event loop thread);
+* ``blocking``: :mod:`chute.client.blocking` to a real ``chute serve``;
+* ``asyncio``: :mod:`chute.client.aio` to the same broker, driven through the
+  blocking facade of ``sync_aio`` (its own event loop thread);
 * ``dropbox``: :mod:`chute.dropbox.client` on a temporary directory, no broker.
+
+The two broker clients run the suite over every way to the broker: TCP
+(``chute://``), TLS (``chutes://``), a WebSocket (``ws://``, ``wss://``) and plain
+requests (``http://``, ``https://``). Two brokers serve them: one plain, one with
+TLS on its native and HTTP ports (certificates from ``trustme``).
 
 Every test body is written once against :class:`chute.Connection`. Where a
 client cannot do something (the dropbox: cursors, two-phase transactions,
@@ -23,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import trustme
 
 import chute
 from chute.errors import (
@@ -38,9 +44,13 @@ from chute.errors import (
 from chute.message import BodyKind, Byte, Float, Int, Message, Short
 
 from . import sync_aio
-from .conftest import ChuteServer, start_server
+from .conftest import ChuteServer, free_port, start_server
 
-CLIENTS = ("blocking", "asyncio", "dropbox")
+TRANSPORTS = ("tcp", "tls", "ws", "wss", "http", "https")
+CLIENTS = [
+    *((name, transport) for name in ("blocking", "asyncio") for transport in TRANSPORTS),
+    ("dropbox", "files"),
+]
 WAIT = 10.0
 """Seconds a receive waits for a message that must come."""
 ABSENT = 0.3
@@ -68,23 +78,59 @@ SMALL = "queue:api.small"
 SMALL_MAX = 2
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChuteServer]:
-    home = tmp_path_factory.mktemp("broker")
+@dataclass
+class Broker:
+    """A ``chute serve`` for the suite: its native port and HTTP port, plain or TLS."""
+
+    server: ChuteServer
+    native: int
+    http: int
+    ca: Path | None = None  # TLS on both ports, signed by this CA
+
+    def url(self, transport: str) -> str:
+        if transport in ("tcp", "tls"):
+            return f"{'chutes' if self.ca else 'chute'}://127.0.0.1:{self.native}"
+        scheme = "ws" if transport in ("ws", "wss") else "http"
+        return f"{scheme}{'s' if self.ca else ''}://127.0.0.1:{self.http}/chute"
+
+
+def _start(home: Path, *extra: str, ca: Path | None = None) -> Broker:
     config = home / "chute.toml"
     config.write_text(
+        f"[server]\nhttp_tls = {'true' if ca else 'false'}\n"
         f'[destinations."{SMALL}.*"]\nmax_messages = {SMALL_MAX}\noverflow = "reject"\n'
     )
-    server = start_server(home, "--config", str(config))
-    yield server
-    server.stop()
+    native, http = free_port(), free_port()
+    ports = ["--tls-port", str(native)] if ca else []
+    server = start_server(
+        home, "--config", str(config), "--http-port", str(http), *ports, *extra, port=free_port()
+    )
+    return Broker(server, native if ca else server.port, http, ca)
 
 
-@pytest.fixture(params=CLIENTS)
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    started = _start(tmp_path_factory.mktemp("broker"))
+    yield started
+    started.server.stop()
+
+
+@pytest.fixture(scope="module")
+def tls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    home = tmp_path_factory.mktemp("tls-broker")
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(home / "ca.pem"))
+    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(home / "b.pem"))
+    started = _start(home, "--tls-cert", str(home / "b.pem"), ca=home / "ca.pem")
+    yield started
+    started.server.stop()
+
+
+@pytest.fixture(params=CLIENTS, ids="-".join)
 def client(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Client]:
     opened: list[chute.Connection] = []
     runner: sync_aio.LoopThread | None = None
-    name: str = request.param
+    name, transport = request.param
     if name == "dropbox":
         root = tmp_path / "dropbox"
 
@@ -93,19 +139,26 @@ def client(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Client]:
 
         make: Callable[..., chute.Connection] = open_dropbox
     else:
-        url = request.getfixturevalue("broker").url
+        tls = transport in ("tls", "wss", "https")
+        serving: Broker = request.getfixturevalue("tls_broker" if tls else "broker")
+        url = serving.url(transport)
+        tls_ca = str(serving.ca) if serving.ca else None
         if name == "asyncio":
             runner = sync_aio.LoopThread()
             loop = runner
 
             def open_aio(client_id: str = "c1") -> chute.Connection:
-                return sync_aio.connect(loop, url, client_id=f"{client_id}-{uuid.uuid4().hex}")
+                return sync_aio.connect(
+                    loop, url, client_id=f"{client_id}-{uuid.uuid4().hex}", tls_ca=tls_ca
+                )
 
             make = open_aio
         else:
 
             def open_blocking(client_id: str = "c1") -> chute.Connection:
-                return chute.connect(url, client_id=f"{client_id}-{uuid.uuid4().hex}")
+                return chute.connect(
+                    url, client_id=f"{client_id}-{uuid.uuid4().hex}", tls_ca=tls_ca
+                )
 
             make = open_blocking
 

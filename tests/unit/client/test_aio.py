@@ -161,8 +161,10 @@ def test_connect_errors(broker: FakeBroker) -> None:
             await chute.aio.connect(broker.url, login="bad")
         with pytest.raises(ConnectError, match="cannot connect"):
             await chute.aio.connect("chute://127.0.0.1:1", timeout=2)
-        with pytest.raises(ConnectError, match="not supported yet"):
-            await chute.aio.connect("wss://127.0.0.1:1")
+        with pytest.raises(ConnectError, match="cannot connect"):
+            await chute.aio.connect("wss://127.0.0.1:1", timeout=2)
+        with pytest.raises(ConnectError, match="cannot connect"):
+            await chute.aio.connect("http://127.0.0.1:1", timeout=2)
 
     run(main)
 

@@ -211,8 +211,10 @@ def test_connect_errors(broker: FakeBroker) -> None:
         chute.connect(broker.url, login="bad", timeout=2)
     with pytest.raises(ConnectError, match="cannot connect"):
         chute.connect("chute://127.0.0.1:1", timeout=2)
-    with pytest.raises(ConnectError, match="not supported yet"):
-        chute.connect("ws://127.0.0.1:1")
+    with pytest.raises(ConnectError, match="cannot"):
+        chute.connect("ws://127.0.0.1:1", timeout=2)
+    with pytest.raises(ConnectError, match="cannot connect"):
+        chute.connect("http://127.0.0.1:1", timeout=2)
 
 
 def test_close_is_idempotent_and_quiet(broker: FakeBroker) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chute.client.url import BrokerUrl, parse_url
+from chute.client.url import HTTP, WEBSOCKET, BrokerUrl, parse_url
 from chute.errors import ConnectError
 
 
@@ -32,10 +32,21 @@ def test_chutes_is_tls_on_its_own_default_port() -> None:
     assert str(parse_url("chutes://h:9")) == "chutes://h:9"
 
 
-@pytest.mark.parametrize("scheme", ["ws", "wss"])
-def test_later_transports_say_so(scheme: str) -> None:
-    with pytest.raises(ConnectError, match="not supported yet"):
-        parse_url(f"{scheme}://h:1")
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("ws://h", BrokerUrl("h", 8445, False, None, None, WEBSOCKET, "/chute")),
+        ("wss://h:9/", BrokerUrl("h", 9, True, None, None, WEBSOCKET, "/chute")),
+        ("http://h:1", BrokerUrl("h", 1, False, None, None, HTTP, "/chute")),
+        ("https://a:b@h/mq/chute/", BrokerUrl("h", 8445, True, "a", "b", HTTP, "/mq/chute")),
+    ],
+)
+def test_the_http_port_s_transports(url: str, expected: BrokerUrl) -> None:
+    """A WebSocket or plain requests on the HTTP port: default 8445, path /chute."""
+    parsed = parse_url(url)
+    assert parsed == expected
+    assert parse_url(str(parsed)) == parsed._replace(login=None, passcode=None)
+    assert parsed.http_url("/x").endswith(f"{parsed.port}{parsed.path}/x")
 
 
 def test_a_dropbox_url_points_at_chute_connect() -> None:
@@ -44,7 +55,17 @@ def test_a_dropbox_url_points_at_chute_connect() -> None:
 
 
 @pytest.mark.parametrize(
-    "url", ["http://h:1", "h:1", "chute://", "chute://h:99999", "chute://h:1/path", "chute://h?x=1"]
+    "url",
+    [
+        "ftp://h:1",
+        "h:1",
+        "chute://",
+        "ws://h/x?y=1",
+        "http://h#f",
+        "chute://h:99999",
+        "chute://h:1/path",
+        "chute://h?x=1",
+    ],
 )
 def test_invalid(url: str) -> None:
     with pytest.raises(ConnectError, match="invalid broker URL"):

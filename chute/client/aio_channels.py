@@ -1,0 +1,297 @@
+"""The asyncio client's ways to the broker besides a socket: a WebSocket, plain requests.
+
+:class:`~chute.client.aio_link.AsyncLink` is an ``asyncio.Protocol``; over TCP
+and TLS the loop's own transport drives it. For ``ws://``/``wss://`` and
+``http://``/``https://`` URLs these transports drive it the same way, through
+aiohttp's client (which also goes through the proxy that ``HTTP_PROXY`` or
+``HTTPS_PROXY`` name, ``NO_PROXY`` aside):
+
+- :class:`WebSocketTransport`: binary messages on the broker's ``/chute``;
+- :class:`HttpTransport`: POSTs of what the link writes, and a poll held open
+  that the broker answers as soon as it has bytes for the client, numbered so
+  that a request retried after a lost answer is neither fed twice nor lost
+  (:mod:`chute.server.tunnel` has the exchange).
+
+Both write from one task, in order: what the link writes while a write is on
+its way goes out together in the next one. Past :data:`HIGH_WATER` queued bytes
+the link's ``pause_writing`` runs, as a socket's transport does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from collections import deque
+from typing import Any, Final
+
+import aiohttp
+
+from chute.client.channels import CONTENT_TYPE, POST_MAX, SEQ, SUBPROTOCOL
+from chute.client.url import HTTP, BrokerUrl
+from chute.errors import ConnectError
+
+log = logging.getLogger("chute.client")
+
+HIGH_WATER: Final = 1 << 20
+LOW_WATER: Final = 256 << 10
+_RETRIES: Final = 2
+
+
+class _Transport(asyncio.Transport):
+    """What both share: the queue of writes, the writer task, the end."""
+
+    def __init__(self, session: aiohttp.ClientSession, protocol: asyncio.Protocol) -> None:
+        super().__init__()
+        self._session = session
+        self._protocol = protocol
+        self._queue: deque[bytes] = deque()
+        self._queued = 0
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._ended = False
+        self._paused = False
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def _start(self) -> None:
+        self._protocol.connection_made(self)
+        self._tasks = [
+            asyncio.ensure_future(self._guard(self._write_loop())),
+            asyncio.ensure_future(self._guard(self._read_loop())),
+        ]
+
+    # -- asyncio.Transport ---------------------------------------------------------------
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._closing or not data:
+            return
+        self._queue.append(bytes(data))
+        self._queued += len(data)
+        self._wake.set()
+        if not self._paused and self._queued > HIGH_WATER:
+            self._paused = True
+            self._protocol.pause_writing()
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def close(self) -> None:
+        """Send what is queued, then end (the writer task does both)."""
+        self._closing = True
+        self._wake.set()
+
+    def abort(self) -> None:
+        self._queue.clear()
+        self._closing = True
+        self._tasks.append(asyncio.ensure_future(self._end(None)))
+
+    def get_write_buffer_size(self) -> int:
+        return self._queued
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+    # -- the tasks ----------------------------------------------------------------------
+
+    async def _guard(self, work: Any) -> None:
+        error: Exception | None = None
+        try:
+            await work
+        except asyncio.CancelledError:
+            return
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            error = exc if isinstance(exc, OSError) else OSError(str(exc) or repr(exc))
+        await self._end(error)
+
+    async def _write_loop(self) -> None:
+        while True:
+            while self._queue:
+                data = b"".join(self._queue)
+                self._queue.clear()
+                await self._send(data)
+                self._queued -= len(data)
+                if self._paused and self._queued < LOW_WATER:
+                    self._paused = False
+                    self._protocol.resume_writing()
+            if self._closing:
+                return
+            self._wake.clear()
+            await self._wake.wait()
+
+    async def _end(self, error: Exception | None) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        self._closing = True
+        current = asyncio.current_task()
+        for task in self._tasks:
+            if task is not current:
+                task.cancel()
+        with contextlib.suppress(Exception):
+            await self._finish()
+        with contextlib.suppress(Exception):
+            await self._session.close()
+        self._protocol.connection_lost(error)
+
+    async def _send(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    async def _read_loop(self) -> None:
+        raise NotImplementedError
+
+    async def _finish(self) -> None:
+        """Tell the broker the connection ends (best effort)."""
+
+
+class WebSocketTransport(_Transport):
+    """The native protocol in binary WebSocket messages (``ws://``, ``wss://``)."""
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        ws: aiohttp.ClientWebSocketResponse,
+        protocol: asyncio.Protocol,
+    ) -> None:
+        super().__init__(session, protocol)
+        self._ws = ws
+
+    async def _send(self, data: bytes) -> None:
+        await self._ws.send_bytes(data)
+
+    async def _read_loop(self) -> None:
+        async for message in self._ws:
+            if message.type is aiohttp.WSMsgType.BINARY:
+                self._protocol.data_received(message.data)
+            elif message.type is aiohttp.WSMsgType.TEXT:
+                self._protocol.data_received(message.data.encode())
+            else:
+                break
+        if self._ws.exception() is not None:
+            raise OSError(f"the WebSocket failed: {self._ws.exception()}")
+
+    async def _write_loop(self) -> None:
+        await super()._write_loop()
+        await self._end(None)
+
+    async def _finish(self) -> None:
+        await self._ws.close()
+
+
+class HttpTransport(_Transport):
+    """The native protocol over plain requests (``http://``, ``https://``)."""
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        protocol: asyncio.Protocol,
+        *,
+        target: BrokerUrl,
+        sid: str,
+        poll: float,
+        context: ssl.SSLContext | bool,
+    ) -> None:
+        super().__init__(session, protocol)
+        self._url = target.http_url(f"/{sid}")
+        self._poll = poll  # the longest the broker holds a poll (seconds)
+        self._ssl = context
+        self._seq = 0
+        self._ack = 0
+
+    async def _request(
+        self, method: str, url: str, body: bytes = b"", headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
+        """One request and its answer; tried again if the wire failed (every request
+        here may be repeated)."""
+        sent = {"Content-Type": CONTENT_TYPE, **(headers or {})}
+        for attempt in range(_RETRIES + 1):
+            try:
+                async with self._session.request(
+                    method, url, data=body, headers=sent, ssl=self._ssl
+                ) as answer:
+                    return answer.status, dict(answer.headers), await answer.read()
+            except (aiohttp.ClientConnectionError, aiohttp.ServerDisconnectedError):
+                if self._ended or attempt == _RETRIES:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _send(self, data: bytes) -> None:
+        for start in range(0, len(data), POST_MAX):
+            self._seq += 1
+            status, _, body = await self._request(
+                "POST", self._url, data[start : start + POST_MAX], {SEQ: str(self._seq)}
+            )
+            if status != 204:
+                raise OSError(f"the broker ended the session: {body.decode(errors='replace')}")
+
+    async def _read_loop(self) -> None:
+        while True:
+            status, headers, body = await self._request("GET", f"{self._url}?ack={self._ack}")
+            if status == 200:
+                seq = int(headers.get(SEQ, "0"))
+                if seq == self._ack + 1:
+                    self._ack = seq
+                    if body:
+                        self._protocol.data_received(body)
+            elif status in (404, 410):
+                return  # the session ended
+            elif status != 204:
+                raise OSError(f"the broker answered a poll {status}: {body!r}"[:200])
+
+    async def _write_loop(self) -> None:
+        await super()._write_loop()
+        await self._end(None)
+
+    async def _finish(self) -> None:
+        async with asyncio.timeout(5):
+            async with self._session.delete(self._url, ssl=self._ssl):
+                pass
+
+
+async def open_transport(
+    target: BrokerUrl, protocol: asyncio.Protocol, limit: float, context: ssl.SSLContext | None
+) -> None:
+    """Connect ``protocol`` to ``target`` over a WebSocket or plain requests.
+
+    Raises:
+        ConnectError: the broker cannot be reached, or refused.
+    """
+    session = aiohttp.ClientSession(
+        trust_env=True,  # HTTP_PROXY, HTTPS_PROXY, NO_PROXY
+        timeout=aiohttp.ClientTimeout(total=None, connect=limit, sock_connect=limit),
+    )
+    tls: ssl.SSLContext | bool = context if context is not None else True
+    try:
+        if target.transport == HTTP:
+            async with session.post(
+                target.http_url(), headers={"Content-Type": CONTENT_TYPE}, ssl=tls
+            ) as answer:
+                body = await answer.read()
+                if answer.status != 201:
+                    text = body.decode(errors="replace").strip()[:200]
+                    raise ConnectError(f"{target} refused a session: {answer.status} {text}")
+                try:
+                    opened = await answer.json()
+                    sid, poll = str(opened["session"]), float(opened["poll_ms"]) / 1000
+                except (ValueError, KeyError, TypeError, aiohttp.ContentTypeError):
+                    raise ConnectError(f"{target} is not a chute broker") from None
+            transport: _Transport = HttpTransport(
+                session, protocol, target=target, sid=sid, poll=poll, context=tls
+            )
+        else:
+            ws = await session.ws_connect(
+                target.http_url(),
+                protocols=(SUBPROTOCOL,),
+                ssl=tls,
+                max_msg_size=0,
+                compress=0,
+                autoping=True,
+            )
+            transport = WebSocketTransport(session, ws, protocol)
+    except ConnectError:
+        await session.close()
+        raise
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        await session.close()
+        raise ConnectError(f"cannot connect to {target}: {exc or 'timed out'}") from None
+    transport._start()

@@ -1,0 +1,415 @@
+"""The native protocol over plain HTTP requests, where only they get through.
+
+JBoss Messaging 2.0's remote API carried its packets over HTTP "when TCP/IP is
+not possible (e.g. firewall)": HTTP as a tunnel for the same packet codec, with
+server-to-client packets pushed rather than polled for. Some proxies pass
+neither ``CONNECT`` nor a WebSocket upgrade, only requests; this is for them.
+Everything lives under ``/chute`` on the HTTP port (HTTPS with ``http_tls``):
+
+``POST /chute``
+    Open a session: ``201`` with ``{"session": ID, "poll_ms": N}``. The session
+    is one :class:`~chute.server.native.NativeConnection`, as a TCP connection
+    or a WebSocket would make: the same login, permissions and limits.
+``POST /chute/ID``
+    Packets from the client, the body's bytes cut anywhere, as on TCP
+    (``Content-Type: application/x-chute``; ``Chute-Seq: n``, 1, 2, 3, ...).
+    ``204`` once they were handed to the connection. A body whose ``Chute-Seq``
+    was taken already is a retry after a lost answer: ``204``, not fed twice.
+``GET /chute/ID?ack=n``
+    Packets to the client, pushed as soon as there are some: the request is
+    held until the connection wrote something (or ``poll_ms`` passed: ``204``),
+    then answered ``200`` with every byte written so far and ``Chute-Seq:
+    n + 1``. Its next poll says ``ack=n + 1``; a poll that still says ``ack=n``
+    did not get that answer (a proxy dropped it) and gets the same bytes again.
+    ``410`` once the session has ended and everything was fetched.
+``DELETE /chute/ID``
+    End the session (``204``), as closing a socket does.
+
+Flow control: bytes written for the client and not yet fetched are bounded
+(:data:`HIGH_WATER`): past it the driver's ``pause_writing`` runs, so a slow
+poller stops its deliveries rather than grow the broker. A POST waits while the
+driver has paused reading (a blocked send, its turn), as a socket's bytes wait
+in the kernel. A session with no request for ``http_session_timeout_ms`` has
+gone away: its connection closes (unacknowledged messages go back).
+
+Safety: session ids are 192 random bits; a request naming an unknown one gets
+``404``. Browsers: a request whose ``Origin`` the broker does not allow is
+refused (``403``), and a POST must say ``application/x-chute``, a type a page
+cannot send across origins without a preflight this endpoint never answers.
+Every session holds a :class:`~chute.server.limits.Ticket` (``max_connections``,
+per host, the login deadline).
+
+Lives on the server's event loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from typing import Any, Final
+
+from aiohttp import web
+
+from chute.origins import OriginPolicy
+from chute.server.limits import Ticket
+from chute.server.native import NativeConnection
+from chute.server.stream import ServerHost
+from chute.server.websocket import peer_of, refused_origin
+
+log = logging.getLogger("chute.server")
+
+CONTENT_TYPE: Final = "application/x-chute"
+SEQ: Final = "Chute-Seq"
+HIGH_WATER: Final = 1 << 20
+"""Bytes written for the client and not fetched past which its deliveries pause."""
+LOW_WATER: Final = 256 << 10
+MAX_ANSWER: Final = 4 << 20
+"""The most one poll's answer carries (the rest waits for the next poll)."""
+BODY_ALLOWANCE: Final = 64 << 10
+"""What a POST may carry beyond ``max_packet_size`` (a packet's header, a next packet's start)."""
+
+
+class TunnelTransport(asyncio.Transport):
+    """The ``asyncio.Transport`` face of one session: what the driver writes waits
+    for the client's next poll; what it POSTs is fed to the driver."""
+
+    def __init__(self, session: TunnelSession, extra: dict[str, Any]) -> None:
+        super().__init__(extra)
+        self._session = session
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self._session.queue(bytes(data))
+
+    def is_closing(self) -> bool:
+        return self._session.closing
+
+    def close(self) -> None:
+        self._session.end(flush=True)
+
+    def abort(self) -> None:
+        self._session.end(flush=False)
+
+    def pause_reading(self) -> None:
+        self._session.readable.clear()
+
+    def resume_reading(self) -> None:
+        self._session.readable.set()
+
+    def is_reading(self) -> bool:
+        return self._session.readable.is_set()
+
+    def get_write_buffer_size(self) -> int:
+        return self._session.pending
+
+
+class TunnelSession:
+    """One client's session: its connection, the bytes it is owed, the sequence numbers."""
+
+    def __init__(
+        self, tunnels: Tunnels, sid: str, conn: NativeConnection, ticket: Ticket | None
+    ) -> None:
+        self.tunnels = tunnels
+        self.sid = sid
+        self.conn = conn
+        self.ticket = ticket
+        self.readable = asyncio.Event()
+        self.readable.set()
+        self.closing = False
+        self.ended = False  # the connection is gone (connection_lost ran)
+        self.pending = 0  # bytes queued and not yet answered
+        self._out: list[bytes] = []
+        self._answered: tuple[int, bytes] | None = None  # the last answer, until acked
+        self._acked = 0  # the Chute-Seq of the last answer the client confirmed
+        self._received = 0  # the Chute-Seq of the last POST fed
+        self._wake = asyncio.Event()
+        self._paused = False
+        self._poll: asyncio.Event | None = None  # set to end the poll held now
+        self._busy = 0  # requests in progress
+        self._posting = asyncio.Lock()
+        self._idle: asyncio.TimerHandle | None = None
+        self._touch()
+
+    # -- the driver's side ---------------------------------------------------------------
+
+    def queue(self, data: bytes) -> None:
+        if self.closing or not data:
+            return
+        self._out.append(data)
+        self.pending += len(data)
+        self._wake.set()
+        if not self._paused and self.pending > HIGH_WATER:
+            self._paused = True
+            self.conn.pause_writing()
+
+    def end(self, *, flush: bool) -> None:
+        """The driver closes (``flush``: after the client fetched what is queued) or
+        aborts; the connection is lost once it is fetched, or at once."""
+        if not flush:
+            self._out.clear()
+            self.pending = 0
+        self.closing = True
+        self.readable.set()
+        self._wake.set()
+        if not self._out:
+            self._lost()
+
+    def _lost(self) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        self.closing = True
+        if self._idle is not None:
+            self._idle.cancel()
+        self.tunnels.forget(self)
+        self.conn.connection_lost(None)
+        if self.ticket is not None:
+            self.ticket.release()
+
+    # -- requests ------------------------------------------------------------------------
+
+    def _touch(self) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+        if self._busy == 0 and not self.ended:
+            self._idle = asyncio.get_running_loop().call_later(
+                self.tunnels.session_timeout, self._expired
+            )
+
+    def _expired(self) -> None:
+        self._idle = None
+        log.info(
+            "native over HTTP: session from %s ended: no request for %g s "
+            "(server.http_session_timeout_ms)",
+            self.conn.peer,
+            self.tunnels.session_timeout,
+        )
+        self.end(flush=False)
+
+    async def post(self, seq: int, body: bytes) -> web.Response:
+        """Feed ``body`` to the connection, in ``seq`` order."""
+        self._busy += 1
+        self._touch()
+        try:
+            async with self._posting:
+                if seq <= self._received:  # a retry of a body already fed
+                    return web.Response(status=204)
+                if seq != self._received + 1:
+                    return _error(409, f"{SEQ} {seq} out of order: expected {self._received + 1}")
+                while not self.readable.is_set() and not self.closing:
+                    await self.readable.wait()
+                if self.closing:
+                    return _error(410, "the session has ended")
+                self._received = seq
+                if self.ticket is not None:
+                    self.ticket.received(len(body))
+                self.conn.data_received(body)
+                return web.Response(status=204)
+        finally:
+            self._busy -= 1
+            self._touch()
+
+    async def poll(self, ack: int) -> web.Response:
+        """Answer with what the connection wrote (held until there is some)."""
+        self._busy += 1
+        self._touch()
+        try:
+            answered = self._answered
+            if answered is not None:
+                if ack == answered[0] - 1:  # that answer was lost on the way: again
+                    return self._answer(*answered)
+                if ack != answered[0]:
+                    return _error(409, f"ack={ack} is not {answered[0] - 1} or {answered[0]}")
+                self._acked = ack
+                self._answered = None
+            elif ack != self._acked:
+                return _error(409, f"ack={ack}: the last answer was {self._acked}")
+            if self._poll is not None:  # one poll at a time: the newer one takes over
+                self._poll.set()
+            ended = self._poll = asyncio.Event()
+            deadline = time.monotonic() + self.tunnels.poll_timeout
+            while not self._out and not self.closing and not ended.is_set():
+                self._wake.clear()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(remaining):
+                        await _first(self._wake, ended)
+            if self._poll is ended:
+                self._poll = None
+            if not self._out:
+                if self.closing:
+                    self._lost()
+                    return _error(410, "the session has ended")
+                return web.Response(status=204)
+            data = self._take()
+            self._answered = (self._acked + 1, data)
+            return self._answer(*self._answered)
+        finally:
+            self._busy -= 1
+            self._touch()
+
+    def _take(self) -> bytes:
+        out, taken, size = self._out, 0, 0
+        while taken < len(out) and (taken == 0 or size + len(out[taken]) <= MAX_ANSWER):
+            size += len(out[taken])
+            taken += 1
+        data = out[0] if taken == 1 else b"".join(out[:taken])
+        del out[:taken]
+        self.pending -= len(data)
+        if self._paused and self.pending < LOW_WATER:
+            self._paused = False
+            self.conn.resume_writing()
+        return data
+
+    def _answer(self, seq: int, data: bytes) -> web.Response:
+        return web.Response(
+            body=data,
+            content_type=CONTENT_TYPE,
+            headers={SEQ: str(seq), "Cache-Control": "no-store"},
+        )
+
+
+async def _first(*events: asyncio.Event) -> None:
+    """Wait until any of ``events`` is set."""
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+
+
+def _error(status: int, text: str) -> web.Response:
+    return web.Response(status=status, text=text + "\n", headers={"Cache-Control": "no-store"})
+
+
+class Tunnels:
+    """The open sessions and the ``/chute`` request handlers."""
+
+    def __init__(self, server: ServerHost, origins: OriginPolicy) -> None:
+        self.server = server
+        self.origins = origins
+        config = server.config
+        self.poll_timeout = config.http_poll_ms / 1000
+        self.session_timeout = config.http_session_timeout_ms / 1000
+        self.sessions: dict[str, TunnelSession] = {}
+
+    def forget(self, session: TunnelSession) -> None:
+        self.sessions.pop(session.sid, None)
+
+    def close(self) -> None:
+        """End every session (the broker stops)."""
+        for session in list(self.sessions.values()):
+            session.conn.flush()
+            session.end(flush=False)
+
+    async def open(self, request: web.Request) -> web.Response:
+        refused = self._refused(request, post=True)
+        if refused is not None:
+            return refused
+        peer = peer_of(request)
+        host = peer.rsplit(":", 1)[0]
+        admitted = self.server.limits.admit("http-tunnel", host, peer)
+        if isinstance(admitted, tuple):
+            code, reason = admitted
+            return _error(503, f"{reason} ({code})")
+        sid = secrets.token_urlsafe(24)
+        conn = NativeConnection(self.server)
+        conn.protocol_name = "native/HTTP"
+        session = TunnelSession(self, sid, conn, admitted)
+        ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
+        peername = request.transport.get_extra_info("peername") if request.transport else None
+        transport = TunnelTransport(session, {"peername": peername, "ssl_object": ssl_object})
+        admitted.attach(transport)
+        self.sessions[sid] = session
+        conn.connection_made(transport)
+        via = request.headers.get("Via")
+        log.info(
+            "native over HTTP: session opened from %s%s",
+            peer,
+            f" via {via}" if via else "",
+        )
+        return web.json_response(
+            {"session": sid, "poll_ms": round(self.poll_timeout * 1000)},
+            status=201,
+            headers={"Cache-Control": "no-store"},
+        )
+
+    async def post(self, request: web.Request) -> web.Response:
+        refused = self._refused(request, post=True)
+        if refused is not None:
+            return refused
+        session = self._session(request)
+        if session is None:
+            return _error(404, "no such session: open one with POST /chute")
+        self._carried(request, session)
+        try:
+            seq = int(request.headers.get(SEQ, ""))
+        except ValueError:
+            return _error(400, f"a {SEQ} header (1, 2, 3, ...) is required")
+        limit = self.server.config.max_packet_size + BODY_ALLOWANCE
+        if request.content_length is not None and request.content_length > limit:
+            return _error(413, f"a body of at most {limit} bytes")
+        parts: list[bytes] = []
+        size = 0
+        async for chunk in request.content.iter_any():
+            size += len(chunk)
+            if size > limit:
+                return _error(413, f"a body of at most {limit} bytes")
+            parts.append(chunk)
+        return await session.post(seq, b"".join(parts))
+
+    async def poll(self, request: web.Request) -> web.StreamResponse:
+        refused = self._refused(request, post=False)
+        if refused is not None:
+            return refused
+        session = self._session(request)
+        if session is None:
+            return _error(410, "no such session (it ended, or never was)")
+        self._carried(request, session)
+        try:
+            ack = int(request.query.get("ack", "0"))
+        except ValueError:
+            return _error(400, "ack must be the Chute-Seq of the last answer (0 at first)")
+        return await session.poll(ack)
+
+    async def delete(self, request: web.Request) -> web.Response:
+        refused = self._refused(request, post=False)
+        if refused is not None:
+            return refused
+        session = self._session(request)
+        if session is not None:
+            session.conn.flush()
+            session.end(flush=False)
+        return web.Response(status=204)
+
+    def _session(self, request: web.Request) -> TunnelSession | None:
+        session = self.sessions.get(request.match_info["sid"])
+        if session is None or session.ended:
+            return None
+        return session
+
+    def _carried(self, request: web.Request, session: TunnelSession) -> None:
+        """Once its session logged in, the HTTP connection carrying a request is as
+        logged in too: its login deadline and byte budget no longer apply (a poll is
+        held for ``http_poll_ms``, and a POST carries packets of any size)."""
+        if request.transport is None or (
+            session.ticket is not None and not session.ticket.authenticated
+        ):
+            return
+        carrier = self.server.limits.ticket_of(request.transport)
+        if carrier is not None:
+            carrier.logged_in()
+
+    def _refused(self, request: web.Request, *, post: bool) -> web.Response | None:
+        refused = refused_origin(self.origins, request, "native over HTTP")
+        if refused is not None:
+            return refused
+        if post and request.content_type != CONTENT_TYPE:
+            return _error(415, f"send packets as Content-Type: {CONTENT_TYPE}")
+        return None
