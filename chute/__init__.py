@@ -51,7 +51,8 @@ def connect(
     tls_cert: str | None = None,
     tls_key: str | None = None,
 ) -> Connection:
-    """Connect to a broker (``chute://host:port``, ``chutes://`` for TLS) or open a
+    """Connect to a broker (``chute://host:port``, ``chutes://`` for TLS, ``ws(s)://`` or
+    ``http(s)://host:port/chute`` through its HTTP port) or open a
     dropbox root (``dropbox:///path``); both give the same :class:`Connection` API.
 
     The arguments are those of :func:`chute.client.blocking.connect`; a dropbox
@@ -67,7 +68,7 @@ def connect(
     if url[:8].lower() == "dropbox:":
         if tls_ca is not None or not tls_verify or tls_cert is not None or tls_key is not None:
             raise ConnectError(
-                "tls_ca, tls_verify, tls_cert and tls_key apply to chutes:// brokers, not a dropbox"
+                "tls_ca, tls_verify, tls_cert and tls_key apply to brokers over TLS, not a dropbox"
             )
         from chute.dropbox.client import connect as connect_dropbox  # noqa: PLC0415
 

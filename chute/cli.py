@@ -186,11 +186,12 @@ def _add_client_commands(sub: Any) -> None:
             "--url",
             default=os.environ.get("CHUTE_URL", DEFAULT_URL),
             help=f"broker URL (default {DEFAULT_URL}, or $CHUTE_URL); chutes:// for TLS; "
+            "ws(s)://host:8445/chute or http(s)://host:8445/chute through the HTTP port; "
             "chute://LOGIN:PASSCODE@host:port logs in (percent-encoded)",
         )
         p.add_argument("--login", help="login (wins over the URL's; else $CHUTE_LOGIN)")
         p.add_argument("--passcode", help="passcode (wins over the URL's; else $CHUTE_PASSCODE)")
-        tls = p.add_argument_group("TLS, for chutes:// URLs")
+        tls = p.add_argument_group("TLS, for chutes://, wss:// and https:// URLs")
         tls.add_argument("--tls-ca", metavar="FILE", help="PEM CA file to trust for the broker")
         tls.add_argument(
             "--tls-cert",

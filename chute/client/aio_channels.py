@@ -28,7 +28,7 @@ from typing import Any, Final
 
 import aiohttp
 
-from chute.client.channels import CONTENT_TYPE, POST_MAX, SEQ, SUBPROTOCOL
+from chute.client.channels import CHUNK, CONTENT_TYPE, SEQ, SUBPROTOCOL
 from chute.client.url import HTTP, BrokerUrl
 from chute.errors import ConnectError
 
@@ -157,7 +157,8 @@ class WebSocketTransport(_Transport):
         self._ws = ws
 
     async def _send(self, data: bytes) -> None:
-        await self._ws.send_bytes(data)
+        for start in range(0, len(data), CHUNK):
+            await self._ws.send_bytes(data[start : start + CHUNK])
 
     async def _read_loop(self) -> None:
         async for message in self._ws:
@@ -216,10 +217,10 @@ class HttpTransport(_Transport):
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _send(self, data: bytes) -> None:
-        for start in range(0, len(data), POST_MAX):
+        for start in range(0, len(data), CHUNK):
             self._seq += 1
             status, _, body = await self._request(
-                "POST", self._url, data[start : start + POST_MAX], {SEQ: str(self._seq)}
+                "POST", self._url, data[start : start + CHUNK], {SEQ: str(self._seq)}
             )
             if status != 204:
                 raise OSError(f"the broker ended the session: {body.decode(errors='replace')}")

@@ -58,15 +58,19 @@ def connect(
 
     Args:
         url: ``chute://host[:port]`` (port 5445 by default), ``chutes://`` for TLS;
-            ``chute://login:passcode@host`` carries credentials (percent-encoded).
+            ``ws://host[:port]/chute`` (the HTTP port, 8445 by default), ``wss://``,
+            ``http://`` and ``https://`` where only HTTP gets through
+            (:mod:`chute.client.url`); ``chute://login:passcode@host`` carries
+            credentials (percent-encoded).
         client_id: names the client for durable subscriptions.
         login, passcode: credentials, if the broker requires them (these win over the
             URL's).
         timeout: seconds to wait for the connection and for every request's answer.
         heartbeat: seconds; if > 0, ask the broker to check liveness that often.
-        tls_ca: for ``chutes://``: a CA file to trust (default: the system's).
-        tls_verify: for ``chutes://``: False skips the certificate check (testing only).
-        tls_cert, tls_key: for ``chutes://``: the client's certificate (PEM; the key may
+        tls_ca: for TLS (``chutes://``, ``wss://``, ``https://``): a CA file to trust
+            (default: the system's).
+        tls_verify: for TLS: False skips the certificate check (testing only).
+        tls_cert, tls_key: for TLS: the client's certificate (PEM; the key may
             be in the same file), for a broker that asks for one: its commonName names
             the user, who then needs no passcode.
 

@@ -41,8 +41,9 @@ from chute.errors import ConnectError
 CONTENT_TYPE: Final = "application/x-chute"
 SEQ: Final = "Chute-Seq"
 SUBPROTOCOL: Final = "chute"
-POST_MAX: Final = 1 << 20
-"""The most one POST carries (a longer write goes in several, in order)."""
+CHUNK: Final = 1 << 20
+"""The most one POST or WebSocket message carries (a longer write goes in several, in
+order): what the broker takes whatever its ``max_packet_size``."""
 _RETRIES: Final = 2  # a request that failed on the wire is tried again this many times
 
 
@@ -92,7 +93,8 @@ class WebSocketChannel:
 
     def sendall(self, data: bytes) -> None:
         try:
-            self._ws.send(bytes(data))
+            for start in range(0, len(data), CHUNK):
+                self._ws.send(bytes(data[start : start + CHUNK]))
         except ConnectionClosed as exc:
             raise OSError(errno.EPIPE, f"the WebSocket is closed ({exc})") from None
 
@@ -190,13 +192,13 @@ class HttpChannel:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def sendall(self, data: bytes) -> None:
-        for start in range(0, len(data), POST_MAX):
+        for start in range(0, len(data), CHUNK):
             self._seq += 1
             status, _, body = self._exchange(
                 self._post,
                 "POST",
                 f"/{self._sid}",
-                bytes(data[start : start + POST_MAX]),
+                bytes(data[start : start + CHUNK]),
                 headers={SEQ: str(self._seq)},
             )
             if status != 204:

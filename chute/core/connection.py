@@ -206,6 +206,21 @@ class Connection:
         self.sessions.append(session)
         return session
 
+    def hold_deliveries(self, held: bool) -> None:
+        """Stop (``held``) or resume pushing messages to this connection's consumers.
+
+        Credit bounds what a consumer is sent, but a client may grant any amount:
+        while its transport cannot write more (its buffer is past the high-water
+        mark: a slow reader, a poller that does not poll), the broker stops
+        delivering to it rather than buffer without bound; once the transport
+        drains, deliveries go on from the credit left.
+        """
+        for session in self.sessions:
+            for consumer in list(session.consumers.values()):
+                consumer.held = held
+                if not held and not consumer.closed:
+                    consumer.queue.deliver()
+
     def temporary_queue(self) -> str:
         """Create a queue that lives as long as this connection; returns its address."""
         address = f"queue:{TEMP_PREFIX}{secrets.token_hex(12)}"  # unguessable

@@ -143,6 +143,7 @@ class Consumer:
         "credit",
         "delivered",
         "exclusive",
+        "held",
         "id",
         "inflight",
         "prefetch",
@@ -173,6 +174,9 @@ class Consumer:
         self.inflight: OrderedDict[int, Entry] = OrderedDict()
         self.delivered = 0
         self.closed = False
+        self.held = False
+        """Its connection cannot write more now (a slow client): skipped as if without
+        credit until released (:meth:`chute.core.connection.Connection.hold_deliveries`)."""
 
     def __repr__(self) -> str:
         return (
@@ -214,7 +218,7 @@ class PointToPointRouter:
         """
         exclusive = self._exclusive
         if exclusive is not None:
-            return exclusive if exclusive.credit > 0 else None
+            return exclusive if exclusive.credit > 0 and not exclusive.held else None
         consumers = self.consumers
         n = len(consumers)
         i = self._next
@@ -223,7 +227,7 @@ class PointToPointRouter:
                 i = 0
             c = consumers[i]
             i += 1
-            if c.credit > 0:
+            if c.credit > 0 and not c.held:
                 self._next = i
                 return c
         return None
@@ -232,7 +236,7 @@ class PointToPointRouter:
         """Consumers with credit, in the order the router would try them (no side effects)."""
         exclusive = self._exclusive
         if exclusive is not None:
-            if exclusive.credit > 0:
+            if exclusive.credit > 0 and not exclusive.held:
                 yield exclusive
             return
         consumers = self.consumers
@@ -240,7 +244,7 @@ class PointToPointRouter:
         start = self._next % n if n else 0
         for i in range(n):
             c = consumers[(start + i) % n]
-            if c.credit > 0:
+            if c.credit > 0 and not c.held:
                 yield c
 
     def chosen(self, consumer: Consumer) -> None:

@@ -486,19 +486,19 @@ class NativeConnection(ManagementRequests, StreamConnection):
         content = message.encoded
         if content is None:
             content = message.encoded = encode_content(message)
-        self._out.append(
-            encode_deliver(
-                consumer.id,
-                entry.seq,
-                entry.delivery_count,
-                entry.redelivered or entry.delivery_count > 1,
-                message.timestamp,
-                message.expiration,
-                content,
-                0,
-                self.codec.version,
-            )
+        data = encode_deliver(
+            consumer.id,
+            entry.seq,
+            entry.delivery_count,
+            entry.redelivered or entry.delivery_count > 1,
+            message.timestamp,
+            message.expiration,
+            content,
+            0,
+            self.codec.version,
         )
+        self._out.append(data)
+        self.note_delivery(len(data))
         if consumer.queue.marked(consumer, entry):
             self.mark_delivery(consumer, entry)
         self._schedule_flush()

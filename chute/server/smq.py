@@ -274,7 +274,9 @@ class SmqSink(_SmqConnection):
             return
         message = entry.message
         replay = entry.redelivered or entry.delivery_count > 1
-        self.queue_bytes(self.codec.send(Deliver(to_wire_id(message.id), message.body, replay)))
+        data = self.codec.send(Deliver(to_wire_id(message.id), message.body, replay))
+        self.queue_bytes(data)
+        self.note_delivery(len(data))
 
     # -- the sink answers --------------------------------------------------------------
 

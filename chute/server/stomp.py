@@ -410,6 +410,7 @@ class StompConnection(StreamConnection):
             )
         else:
             self._out.append(data)
+            self.note_delivery(len(data))
         if sub.auto:
             if self.stomp is not None:
                 self.stomp.owe(sub)

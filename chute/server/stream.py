@@ -127,6 +127,10 @@ class Hold:
     TURN: Final = 32  # it used its turn of the loop; the rest waits for its next turn
 
 
+DELIVERY_BATCH: Final = 1 << 20
+"""Bytes of deliveries a connection queues before they are written (then its consumers
+wait for the write): a loop iteration's worth for a fast client, a bound for any."""
+
 NOT_ACTING: Final = Hold.BLOCKED_SEND | Hold.CLOSING | Hold.LOGIN | Hold.TURN
 """Holds under which input already read waits too (only reading stops for the others)."""
 _NOT_WRITABLE: Final = Hold.WRITE_BUFFER_FULL | Hold.CLOSING
@@ -151,6 +155,8 @@ class StreamConnection(asyncio.Protocol):
         self._out: list[bytes] = []
         self._flush_scheduled = False
         self._marks = DeliveryMarks()  # of deliveries in _out
+        self._delivering = 0  # bytes of deliveries queued since the last write
+        self._deliveries_held = False  # the core holds this connection's consumers
         self._sync_waiters: list[SyncedCallback] | None = None  # then()s awaiting one sync
         self._holds = 0  # Hold bits
         self._reading = True  # what the transport was last told
@@ -202,10 +208,37 @@ class StreamConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self._hold(Hold.WRITE_BUFFER_FULL)
+        self._decide_delivering()
 
     def resume_writing(self) -> None:
         self._release(Hold.WRITE_BUFFER_FULL)
+        self._decide_delivering()
         self._writable()
+
+    # -- how much is delivered before it is written ----------------------------------------
+
+    def note_delivery(self, size: int) -> None:
+        """A delivery of ``size`` bytes was queued: past :data:`DELIVERY_BATCH` bytes
+        queued and not written, the core stops delivering to this connection until they
+        are (credit alone would let a client that grants much make the broker buffer
+        all of it at once)."""
+        self._delivering += size
+        if self._delivering > DELIVERY_BATCH and not self._deliveries_held:
+            self._decide_delivering()
+
+    def _wrote(self) -> None:
+        """Queued output went to the transport."""
+        self._delivering = 0
+        if self._deliveries_held:
+            self._decide_delivering()
+
+    def _decide_delivering(self) -> None:
+        """Hold or release this connection's consumers: held while the transport cannot
+        write more or a batch of deliveries waits to be written."""
+        held = bool(self._holds & Hold.WRITE_BUFFER_FULL) or self._delivering > DELIVERY_BATCH
+        if held is not self._deliveries_held and self.core is not None:
+            self._deliveries_held = held
+            self.core.hold_deliveries(held)
 
     # -- the read state ---------------------------------------------------------------
 
@@ -532,6 +565,7 @@ class StreamConnection(asyncio.Protocol):
             if self.transport is not None and not self.transport.is_closing():
                 self.transport.write(data)
                 self.liveness.last_write = time.monotonic()
+            self._wrote()
         self._writable()
 
     def _marks_synced(self, error: BaseException | None) -> None:
@@ -552,6 +586,7 @@ class StreamConnection(asyncio.Protocol):
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
             self.liveness.last_write = time.monotonic()
+        self._wrote()
         if out:
             self.flush()
         else:

@@ -68,8 +68,15 @@ HIGH_WATER: Final = 1 << 20
 LOW_WATER: Final = 256 << 10
 MAX_ANSWER: Final = 4 << 20
 """The most one poll's answer carries (the rest waits for the next poll)."""
+CHUNK: Final = 1 << 20
+"""The most a client sends in one POST or WebSocket message (it cuts its writes so)."""
 BODY_ALLOWANCE: Final = 64 << 10
-"""What a POST may carry beyond ``max_packet_size`` (a packet's header, a next packet's start)."""
+"""What a POST or message may carry beyond that or ``max_packet_size``, whichever is larger."""
+
+
+def body_limit(max_packet_size: int) -> int:
+    """The largest POST body or WebSocket message a native client may send."""
+    return max(max_packet_size, CHUNK) + BODY_ALLOWANCE
 
 
 class TunnelTransport(asyncio.Transport):
@@ -352,7 +359,7 @@ class Tunnels:
             seq = int(request.headers.get(SEQ, ""))
         except ValueError:
             return _error(400, f"a {SEQ} header (1, 2, 3, ...) is required")
-        limit = self.server.config.max_packet_size + BODY_ALLOWANCE
+        limit = body_limit(self.server.config.max_packet_size)
         if request.content_length is not None and request.content_length > limit:
             return _error(413, f"a body of at most {limit} bytes")
         parts: list[bytes] = []

@@ -263,9 +263,12 @@ async def _serve(  # noqa: PLR0917 - private, called twice
     refused = refused_origin(origins, request)
     if refused is not None:
         return refused
+    limit = server.config.max_packet_size + (64 << 10)
+    if isinstance(conn, NativeConnection):  # a client cuts its writes at 1 MiB
+        limit = max(limit, (1 << 20) + (64 << 10))
     ws = web.WebSocketResponse(
         protocols=subprotocols,
-        max_msg_size=server.config.max_packet_size + (64 << 10),
+        max_msg_size=limit,
         compress=False,  # the broker's CPU is the bottleneck; bodies are often incompressible
         autoclose=True,
         autoping=True,

@@ -128,8 +128,10 @@ class Option:
 # fmt: off
 OPTIONS: Final[tuple[Option, ...]] = (
     Option("url", Side.BOTH, "string", DEFAULT_URL,
-           "chute://host:port, or chutes://host:port for TLS; chute://login:password@host:port "
-           "carries credentials (percent-encoded)", _text, "url"),
+           "chute://host:port, or chutes://host:port for TLS; ws(s)://host:port/chute or "
+           "http(s)://host:port/chute through the HTTP port where only HTTP gets through; "
+           "chute://login:password@host:port carries credentials (percent-encoded)",
+           _text, "url"),
     Option("destination", Side.BOTH, "queue:NAME | topic:NAME | stream:NAME[,...]", (),
            "what to read (a read needs it or pattern); several streams, comma-separated, in "
            "one read; for the sink, the target of rows without a destination column",
@@ -140,12 +142,12 @@ OPTIONS: Final[tuple[Option, ...]] = (
            "the user's password (wins over the URL's); redacted in Spark's plans and UI",
            _text, "password", ("passcode",)),
     Option("tlsCaFile", Side.BOTH, "path", None,
-           "with chutes://: a CA file to trust instead of the system's store",
+           "with chutes://, wss://, https://: a CA file to trust instead of the system's store",
            _text, "tls_ca", ("tls.caFile",)),
     Option("tlsVerify", Side.BOTH, "boolean", True,
            "false skips the certificate check (testing only)", _flag, "tls_verify"),
     Option("tlsCertFile", Side.BOTH, "path", None,
-           "with chutes://: a client certificate; its commonName names the user",
+           "with chutes://, wss://, https://: a client certificate; its commonName names the user",
            _text, "tls_cert", ("tls.certFile",)),
     Option("tlsKeyFile", Side.BOTH, "path", None,
            "the client certificate's key, if not in the same file",

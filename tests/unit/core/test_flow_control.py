@@ -72,3 +72,27 @@ def test_waiters_wake_when_the_last_consumer_leaves() -> None:
     queue.flow_waiters.append(lambda: woken.append("w"))
     s.close_consumer(consumer)
     assert woken == ["w"]
+
+
+def test_a_held_connection_gets_nothing_until_released_and_others_get_its_share() -> None:
+    """Consumer flow control: a connection that cannot write more (a slow reader) is
+    held whatever its credit; the messages go to other consumers meanwhile, and it
+    gets its share again once released."""
+    broker = make()
+    slow_conn, fast_conn = Connection(broker), Connection(broker)
+    slow, fast = Recorder(), Recorder()
+    slow_conn.session(AckMode.CLIENT).consumer(1, "queue:q", slow, prefetch=1000)
+    fast_conn.session(AckMode.CLIENT).consumer(1, "queue:q", fast, prefetch=1000)
+    producer = Connection(broker).session()
+    slow_conn.hold_deliveries(True)
+    for _ in range(10):
+        producer.send("queue:q", msg())
+    assert (len(slow.deliveries), len(fast.deliveries)) == (0, 10)
+    fast_conn.hold_deliveries(True)
+    for _ in range(4):
+        producer.send("queue:q", msg())
+    assert (len(slow.deliveries), len(fast.deliveries)) == (0, 10)  # both held: they wait
+    slow_conn.hold_deliveries(False)  # released: what waited goes out at once
+    assert (len(slow.deliveries), len(fast.deliveries)) == (4, 10)
+    producer.send("queue:q", msg())
+    assert len(slow.deliveries) == 5
