@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test install install-test lint demo java chromium venv
+.PHONY: run test install install-test lint demo java chromium tinyproxy venv
 
 java:
 	sh scripts/ensure-java.sh
@@ -14,13 +14,17 @@ java:
 chromium:
 	sh scripts/ensure-chromium.sh
 
+# The native-over-HTTP test puts Debian's tinyproxy between a client and the broker.
+tinyproxy:
+	sh scripts/ensure-tinyproxy.sh
+
 venv:
 	sh scripts/ensure-venv.sh $(PYTHON) $(VENV)
 
 install: java venv
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[spark]'
 
-install-test: java chromium venv
+install-test: java chromium tinyproxy venv
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
 
 # First command: install, then chute's main job: the broker with its journal (in

@@ -28,7 +28,7 @@ from typing import Any, Final
 
 import aiohttp
 
-from chute.client.channels import CHUNK, CONTENT_TYPE, SEQ, SUBPROTOCOL
+from chute.client.channels import CHUNK, CONTENT_TYPE, SEQ, SUBPROTOCOL, proxy_for
 from chute.client.url import HTTP, BrokerUrl
 from chute.errors import ConnectError
 
@@ -280,8 +280,10 @@ async def open_transport(
                 session, protocol, target=target, sid=sid, poll=poll, context=tls
             )
         else:
+            proxy = proxy_for(target)  # aiohttp's trust_env leaves ws:// URLs out
             ws = await session.ws_connect(
                 target.http_url(),
+                proxy=None if proxy is None else f"http://{proxy[0]}:{proxy[1]}",
                 protocols=(SUBPROTOCOL,),
                 ssl=tls,
                 max_msg_size=0,
