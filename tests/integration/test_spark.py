@@ -182,6 +182,37 @@ def test_batch_read_and_write_over_tls(spark: SparkSession, tmp_path: Path) -> N
         srv.stop()
 
 
+def test_batch_read_and_write_over_the_http_port(spark: SparkSession, tmp_path: Path) -> None:
+    """The connector takes ws:// and http:// URLs as the clients do: a read over a
+    WebSocket, a write over plain requests, exactly as over TCP."""
+    http_port = free_port()
+    srv = start_server(tmp_path, "--http-port", str(http_port))
+    try:
+        produce(srv.url, "queue:web-src", [f"w{i}".encode() for i in range(20)])
+        df = (
+            spark.read.format("chute")
+            .option("url", f"ws://127.0.0.1:{http_port}/chute")
+            .option("destination", "queue:web-src")
+            .load()
+        )
+        assert sorted(r.body for r in df.collect()) == sorted(f"w{i}".encode() for i in range(20))
+        (
+            df.select("body")
+            .write.format("chute")
+            .option("url", f"http://127.0.0.1:{http_port}/chute")
+            .option("destination", "queue:web-dst")
+            .mode("append")
+            .save()
+        )
+        with chute.connect(srv.url) as conn:
+            assert sorted(read_all(conn, "queue:web-dst")) == sorted(
+                f"w{i}".encode() for i in range(20)
+            )
+            assert spark_prepared(conn) == []
+    finally:
+        srv.stop()
+
+
 def test_batch_read_and_write_round_trip(spark: SparkSession, server: ChuteServer) -> None:
     with chute.connect(server.url) as conn, conn.session() as s:
         for i in range(50):
