@@ -128,6 +128,16 @@ def test_connection_limits(tmp_path: Path) -> None:
     assert capped.login_frame_size == 1 << 20
 
 
+def test_http_polls_end_before_their_session_does(tmp_path: Path) -> None:
+    defaults = load(None)
+    assert (defaults.http_poll_ms, defaults.http_session_timeout_ms) == (20_000, 60_000)
+    tuned = load(write(tmp_path, "[server]\nhttp_poll_ms = 500\nhttp_session_timeout_ms = 900\n"))
+    assert (tuned.http_poll_ms, tuned.http_session_timeout_ms) == (500, 900)
+    for bad in ("http_poll_ms = 0", "http_poll_ms = 60000", "http_session_timeout_ms = 10"):
+        with pytest.raises(ConfigError, match=r"http_poll_ms .* must be above 0 and below"):
+            load(write(tmp_path, f"[server]\n{bad}\n"))
+
+
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         load(tmp_path / "absent.toml")
