@@ -49,6 +49,7 @@ import contextlib
 import logging
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from aiohttp import web
@@ -135,7 +136,7 @@ class TunnelSession:
         self._paused = False
         self._poll: asyncio.Event | None = None  # set to end the poll held now
         self._busy = 0  # requests in progress
-        self._posting = asyncio.Lock()
+        self._posting = False  # a POST is being read or fed
         self._idle: asyncio.TimerHandle | None = None
         self._touch()
 
@@ -196,26 +197,36 @@ class TunnelSession:
         )
         self.end(flush=False)
 
-    async def post(self, seq: int, body: bytes) -> web.Response:
-        """Feed ``body`` to the connection, in ``seq`` order."""
+    async def post(
+        self, seq: int, body: Callable[[], Awaitable[bytes | web.Response]]
+    ) -> web.Response:
+        """Feed the POST's body (read by ``body`` only once it is this POST's turn) to
+        the connection, in ``seq`` order. One POST at a time: a client sends them in
+        order, one after the other, and a second one waiting would hold its body."""
+        if self._posting:
+            return _error(409, "a POST of this session is in progress: send one at a time")
+        self._posting = True
         self._busy += 1
         self._touch()
         try:
-            async with self._posting:
-                if seq <= self._received:  # a retry of a body already fed
-                    return web.Response(status=204)
-                if seq != self._received + 1:
-                    return _error(409, f"{SEQ} {seq} out of order: expected {self._received + 1}")
-                while not self.readable.is_set() and not self.closing:
-                    await self.readable.wait()
-                if self.closing:
-                    return _error(410, "the session has ended")
-                self._received = seq
-                if self.ticket is not None:
-                    self.ticket.received(len(body))
-                self.conn.data_received(body)
+            if seq <= self._received:  # a retry of a body already fed
                 return web.Response(status=204)
+            if seq != self._received + 1:
+                return _error(409, f"{SEQ} {seq} out of order: expected {self._received + 1}")
+            data = await body()
+            if isinstance(data, web.Response):
+                return data
+            while not self.readable.is_set() and not self.closing:
+                await self.readable.wait()
+            if self.closing:
+                return _error(410, "the session has ended")
+            self._received = seq
+            if self.ticket is not None:
+                self.ticket.received(len(data))
+            self.conn.data_received(data)
+            return web.Response(status=204)
         finally:
+            self._posting = False
             self._busy -= 1
             self._touch()
 
@@ -362,14 +373,18 @@ class Tunnels:
         limit = body_limit(self.server.config.max_packet_size)
         if request.content_length is not None and request.content_length > limit:
             return _error(413, f"a body of at most {limit} bytes")
-        parts: list[bytes] = []
-        size = 0
-        async for chunk in request.content.iter_any():
-            size += len(chunk)
-            if size > limit:
-                return _error(413, f"a body of at most {limit} bytes")
-            parts.append(chunk)
-        return await session.post(seq, b"".join(parts))
+
+        async def body() -> bytes | web.Response:
+            parts: list[bytes] = []
+            size = 0
+            async for chunk in request.content.iter_any():
+                size += len(chunk)
+                if size > limit:
+                    return _error(413, f"a body of at most {limit} bytes")
+                parts.append(chunk)
+            return b"".join(parts)
+
+        return await session.post(seq, body)
 
     async def poll(self, request: web.Request) -> web.StreamResponse:
         refused = self._refused(request, post=False)

@@ -15,6 +15,7 @@ import http.client
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -218,6 +219,29 @@ def test_a_bad_request_is_refused_with_its_status(  # noqa: PLR0917 - the table'
     assert text  # every refusal says why
     tunnel.login()  # the broker still serves this client
     assert tunnel.post(encode_packet(p.Ping(), correlation_id=3)) == 204
+    assert isinstance(tunnel.packets(1)[0], p.Pong)
+
+
+def test_one_post_at_a_time_and_a_half_sent_body_holds_nothing_else(broker: Broker) -> None:
+    """A POST whose body is still arriving is the session's only one: another is
+    refused (409) rather than held with its body, and the first completes."""
+    tunnel = Tunnel(broker.http)
+    tunnel.login()
+    ping = encode_packet(p.Ping(), correlation_id=9)
+    with socket.create_connection(("127.0.0.1", broker.http), timeout=TIMEOUT) as slow:
+        slow.sendall(
+            f"POST /chute/{tunnel.sid} HTTP/1.1\r\nHost: x\r\nContent-Type: {CHUTE}\r\n"
+            f"Chute-Seq: 2\r\nContent-Length: {len(ping)}\r\nExpect: 100-continue\r\n\r\n".encode()
+        )
+        # the broker asks for the body once the POST is this session's: it is in progress
+        assert slow.recv(100).startswith(b"HTTP/1.1 100")
+        slow.sendall(ping[:5])
+        status, _, text = tunnel.request("POST", f"/chute/{tunnel.sid}", ping, {"Chute-Seq": "2"})
+        assert status == 409
+        assert b"one at a time" in text
+        slow.sendall(ping[5:])
+        assert slow.recv(100).startswith(b"HTTP/1.1 204")
+    tunnel.seq = 2
     assert isinstance(tunnel.packets(1)[0], p.Pong)
 
 
