@@ -219,6 +219,21 @@ def test_a_client_certificate_logs_in_as_its_user_without_a_passcode(
         _acts_as(conn, "alice")
 
 
+@pytest.mark.parametrize("scheme", ["wss", "https"])
+def test_a_client_certificate_names_its_user_over_the_http_port_too(
+    optional: Broker, pki: Pki, scheme: str
+) -> None:
+    """The native protocol over a WebSocket or plain requests on the HTTPS port: the
+    certificate presented there logs the client in, as on the TLS port."""
+    url = f"{scheme}://127.0.0.1:{optional.http}/chute"
+    with chute.connect(url, tls_ca=str(pki.ca), tls_cert=str(pki.alice)) as conn:
+        _acts_as(conn, "alice")
+    with chute.connect(url, tls_ca=str(pki.ca), login="bob", passcode="pw") as conn:
+        _acts_as(conn, "bob")
+    with pytest.raises(ConnectError):
+        chute.connect(url.replace(scheme, scheme[:-1], 1), timeout=5)  # plain to a TLS port
+
+
 def test_with_optional_certificates_a_client_without_one_logs_in_with_a_password(
     optional: Broker, pki: Pki
 ) -> None:
