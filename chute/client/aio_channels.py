@@ -28,7 +28,7 @@ from typing import Any, Final
 
 import aiohttp
 
-from chute.client.channels import CHUNK, CONTENT_TYPE, SEQ, SUBPROTOCOL, proxy_for
+from chute.client.channels import CHUNK, CONTENT_TYPE, SEQ, SUBPROTOCOL, failure, proxy_for
 from chute.client.url import HTTP, BrokerUrl
 from chute.errors import ConnectError
 
@@ -249,6 +249,22 @@ class HttpTransport(_Transport):
                 pass
 
 
+def _failure(target: BrokerUrl, exc: BaseException) -> ConnectError:
+    """A failed connection, as the person connecting can act on it (as the blocking
+    client says it: :func:`chute.client.channels.failure`)."""
+    tls_error = getattr(exc, "certificate_error", None) or getattr(exc, "os_error", None)
+    if isinstance(tls_error, ssl.SSLError):
+        return failure(target, tls_error)
+    if not target.tls and isinstance(
+        exc, aiohttp.ServerDisconnectedError | aiohttp.WSServerHandshakeError
+    ):
+        return ConnectError(
+            f"cannot connect to {target}: {exc} (no HTTP answer: if the port speaks TLS, "
+            f"use {target.scheme}s://)"
+        )
+    return ConnectError(f"cannot connect to {target}: {exc or 'timed out'}")
+
+
 async def open_transport(
     target: BrokerUrl, protocol: asyncio.Protocol, limit: float, context: ssl.SSLContext | None
 ) -> None:
@@ -296,5 +312,5 @@ async def open_transport(
         raise
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
         await session.close()
-        raise ConnectError(f"cannot connect to {target}: {exc or 'timed out'}") from None
+        raise _failure(target, exc) from None
     transport._start()

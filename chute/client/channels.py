@@ -31,10 +31,16 @@ import urllib.request
 from typing import Final, Protocol
 from urllib.parse import urlsplit
 
-from websockets.exceptions import ConnectionClosed, ConnectionClosedOK, InvalidHandshake
+from websockets.exceptions import (
+    ConnectionClosed,
+    ConnectionClosedOK,
+    InvalidHandshake,
+    InvalidMessage,
+)
 from websockets.sync.client import ClientConnection, connect
 from websockets.typing import Subprotocol
 
+from chute.client.tls import describe
 from chute.client.url import BrokerUrl
 from chute.errors import ConnectError
 
@@ -57,6 +63,19 @@ class Channel(Protocol):
     def shutdown(self, how: int, /) -> None: ...
 
     def close(self) -> None: ...
+
+
+def failure(target: BrokerUrl, exc: BaseException, what: str = "connect to") -> ConnectError:
+    """A connection to ``target`` that failed, said as the person connecting can act on it."""
+    if isinstance(exc, ssl.SSLError):
+        plain = f"{target.scheme[:-1]}://"
+        return ConnectError(f"TLS handshake with {target} failed: {describe(exc, plain)}")
+    hint = ""
+    if not target.tls and isinstance(
+        exc, (http.client.RemoteDisconnected, http.client.BadStatusLine, InvalidMessage)
+    ):
+        hint = f" (no HTTP answer: if the port speaks TLS, use {target.scheme}s://)"
+    return ConnectError(f"cannot {what} {target}: {exc}{hint}")
 
 
 def proxy_for(target: BrokerUrl) -> tuple[str, int] | None:
@@ -88,7 +107,7 @@ class WebSocketChannel:
                 legacy=True,  # a connection to use directly, not a context manager
             )
         except (OSError, InvalidHandshake, TimeoutError) as exc:
-            raise ConnectError(f"cannot open a WebSocket to {target}: {exc}") from None
+            raise failure(target, exc, "open a WebSocket to") from None
         self._ws.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def sendall(self, data: bytes) -> None:

@@ -25,14 +25,14 @@ before the state lock). Thread-safe.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import socket
-import ssl
 import threading
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, TypeVar
 
-from chute.client.channels import Channel, HttpChannel, WebSocketChannel
+from chute.client.channels import Channel, HttpChannel, WebSocketChannel, failure
 from chute.client.outgoing import contents_of
 from chute.client.protocol import ClientProtocol
 from chute.client.received import Received
@@ -78,8 +78,8 @@ def open_link(
     if target.transport == HTTP:
         try:
             return Link(HttpChannel(target, timeout, context), timeout)
-        except (OSError, ssl.SSLError) as exc:
-            raise ConnectError(f"cannot connect to {target}: {exc}") from None
+        except (OSError, http.client.HTTPException) as exc:
+            raise failure(target, exc) from None
     try:
         sock = socket.create_connection((target.host, target.port), timeout=timeout)
     except OSError as exc:

@@ -64,8 +64,9 @@ def client_context(
     return context
 
 
-def describe(exc: ssl.SSLError) -> str:
-    """A failed handshake or TLS read, as the person connecting can act on it."""
+def describe(exc: ssl.SSLError, plain: str = "chute://") -> str:
+    """A failed handshake or TLS read, as the person connecting can act on it (``plain``:
+    the URL scheme of the same port without TLS)."""
     reason = exc.reason or str(exc)
     if isinstance(exc, ssl.SSLCertVerificationError):
         return (
@@ -73,7 +74,7 @@ def describe(exc: ssl.SSLError) -> str:
             "give the CA that signed it (tls_ca, --tls-ca)"
         )
     if reason in ("WRONG_VERSION_NUMBER", "UNKNOWN_PROTOCOL", "RECORD_LAYER_FAILURE"):
-        return f"the broker did not answer in TLS ({reason}): a plain port? then use chute://"
+        return f"the broker did not answer in TLS ({reason}): a plain port? then use {plain}"
     if reason == "TLSV13_ALERT_CERTIFICATE_REQUIRED":
         return f"the broker requires a client certificate ({reason}): give tls_cert, --tls-cert"
     if "ALERT" in reason:

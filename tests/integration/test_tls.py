@@ -33,6 +33,7 @@ import chute
 import chute.aio
 from chute.errors import AccessDenied, AuthenticationFailed, ConnectError
 
+from . import sync_aio
 from .conftest import ChuteServer, free_port, start_server
 from .test_stomp import TIMEOUT, Client
 
@@ -230,8 +231,19 @@ def test_a_client_certificate_names_its_user_over_the_http_port_too(
         _acts_as(conn, "alice")
     with chute.connect(url, tls_ca=str(pki.ca), login="bob", passcode="pw") as conn:
         _acts_as(conn, "bob")
-    with pytest.raises(ConnectError):
-        chute.connect(url.replace(scheme, scheme[:-1], 1), timeout=5)  # plain to a TLS port
+    plain = url.replace(scheme, scheme[:-1], 1)
+    with pytest.raises(ConnectError, match=f"if the port speaks TLS, use {scheme}://"):
+        chute.connect(plain, timeout=5)
+    with pytest.raises(ConnectError, match=r"certificate did not verify.*give the CA"):
+        chute.connect(url, timeout=5)  # the system's store does not know this CA
+    runner = sync_aio.LoopThread()
+    try:
+        with pytest.raises(ConnectError, match=f"if the port speaks TLS, use {scheme}://"):
+            sync_aio.connect(runner, plain, timeout=5)
+        with pytest.raises(ConnectError, match=r"certificate did not verify.*give the CA"):
+            sync_aio.connect(runner, url, timeout=5)
+    finally:
+        runner.close()
 
 
 def test_with_optional_certificates_a_client_without_one_logs_in_with_a_password(
