@@ -2,12 +2,15 @@
 
 Debian's tinyproxy runs on loopback, configured to refuse ``CONNECT`` (only port
 443 may be tunnelled) and, as it does for every request, dropping the hop-by-hop
-``Upgrade`` header, so no WebSocket gets through. The clients are told of the
-proxy as any HTTP client is (``HTTP_PROXY``, ``NO_PROXY`` empty): over
-``http://`` the blocking and the asyncio client send, receive, ack and commit a
-transaction, every request through the proxy (the broker logs the session's
-``Via: ... tinyproxy``; the proxy logs the requests); over ``ws://`` they fail
-with a clear error, and so does a raw ``CONNECT`` or upgrade.
+``Upgrade`` header, so no WebSocket gets through. The clients know the broker as
+``chute-broker.invalid``, a name that never resolves (RFC 2606): only the proxy
+knows where it is (tinyproxy's ``upstream`` rule for ``.invalid`` sends those
+requests to the broker's HTTP port), so a client can reach it through the proxy
+and no other way (a direct connection fails to resolve the name). The clients
+are told of the proxy as any HTTP client is (``HTTP_PROXY``): over ``http://``
+the blocking and the asyncio client send, receive, ack and commit a transaction
+(the broker logs the session's ``Via: ... tinyproxy``); over ``ws://`` they fail
+with a clear error, and so do a raw ``CONNECT`` and a raw upgrade.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from .conftest import ChuteServer, free_port, start_server
 
 TIMEOUT = 10.0
 TINYPROXY = shutil.which("tinyproxy") or "/usr/bin/tinyproxy"
+HIDDEN = "chute-broker.invalid"
+"""The broker's name for the clients: only the proxy knows where it is."""
 
 
 @dataclass
@@ -55,13 +60,14 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChuteServer]:
 
 
 @pytest.fixture(scope="module")
-def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
+def proxy(tmp_path_factory: pytest.TempPathFactory, broker: ChuteServer) -> Iterator[Proxy]:
     home = tmp_path_factory.mktemp("tinyproxy")
     port = free_port()
     log = home / "tinyproxy.log"
     (home / "tinyproxy.conf").write_text(
         f'Port {port}\nListen 127.0.0.1\nTimeout 600\nLogLevel Info\nLogFile "{log}"\n'
         "MaxClients 100\nAllow 127.0.0.1\nConnectPort 443\n"
+        f'upstream http 127.0.0.1:{_http_port(broker)} ".invalid"\n'  # only it knows the way
     )
     process = subprocess.Popen(
         [TINYPROXY, "-d", "-c", str(home / "tinyproxy.conf")],
@@ -117,11 +123,16 @@ def _exercise(conn: chute.Connection, queue: str) -> None:
     assert conn.stat(queue)["destinations"][0]["depth"] == 0
 
 
+def test_the_broker_s_name_means_nothing_without_the_proxy(broker: ChuteServer) -> None:
+    with pytest.raises(ConnectError, match="cannot connect"):
+        chute.connect(f"http://{HIDDEN}:{_http_port(broker)}/chute", timeout=TIMEOUT)
+
+
 @pytest.mark.parametrize("client", ["blocking", "asyncio"])
 def test_over_plain_requests_through_the_proxy_everything_works(
     broker: ChuteServer, proxied: Proxy, client: str
 ) -> None:
-    url = f"http://127.0.0.1:{_http_port(broker)}/chute"
+    url = f"http://{HIDDEN}:{_http_port(broker)}/chute"
     start = len(broker.lines)
     queue = f"queue:proxied.{client}"
     if client == "blocking":
@@ -139,13 +150,12 @@ def test_over_plain_requests_through_the_proxy_everything_works(
             runner.close()
     opened = broker.wait_for_line("native over HTTP: session opened", start=start)
     assert "via" in opened
-    assert "tinyproxy" in opened  # tinyproxy's Via header: it came through the proxy
-    requests = proxied.log.read_text()
-    assert f"127.0.0.1:{_http_port(broker)}/chute/" in requests
+    assert "tinyproxy" in opened  # tinyproxy's Via header
+    assert f"{HIDDEN}:{_http_port(broker)}/chute/" in proxied.log.read_text()
 
 
 def test_a_websocket_cannot_pass_and_says_so(broker: ChuteServer, proxied: Proxy) -> None:
-    url = f"ws://127.0.0.1:{_http_port(broker)}/chute"
+    url = f"ws://{HIDDEN}:{_http_port(broker)}/chute"
     with pytest.raises(ConnectError, match="WebSocket"):
         chute.connect(url, timeout=TIMEOUT)
     runner = sync_aio.LoopThread()
