@@ -13,8 +13,8 @@ aiohttp's client (which also goes through the proxy that ``HTTP_PROXY`` or
   (:mod:`chute.server.tunnel` has the exchange).
 
 Both write from one task, in order: what the link writes while a write is on
-its way goes out together in the next one. Past :data:`HIGH_WATER` queued bytes
-the link's ``pause_writing`` runs, as a socket's transport does.
+its way goes out together in the next one. Past :data:`chute.outbox.HIGH_WATER`
+queued bytes the link's ``pause_writing`` runs, as a socket's transport does.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections import deque
 from typing import Any, Final
 
 import aiohttp
@@ -31,11 +30,10 @@ import aiohttp
 from chute.client.channels import CHUNK, CONTENT_TYPE, SEQ, SUBPROTOCOL, failure, proxy_for
 from chute.client.url import HTTP, BrokerUrl
 from chute.errors import ConnectError
+from chute.outbox import Outbox
 
 log = logging.getLogger("chute.client")
 
-HIGH_WATER: Final = 1 << 20
-LOW_WATER: Final = 256 << 10
 _RETRIES: Final = 2
 
 
@@ -46,12 +44,8 @@ class _Transport(asyncio.Transport):
         super().__init__()
         self._session = session
         self._protocol = protocol
-        self._queue: deque[bytes] = deque()
-        self._queued = 0
-        self._wake = asyncio.Event()
-        self._closing = False
+        self._out = Outbox(protocol)
         self._ended = False
-        self._paused = False
         self._tasks: list[asyncio.Task[None]] = []
 
     def _start(self) -> None:
@@ -64,30 +58,22 @@ class _Transport(asyncio.Transport):
     # -- asyncio.Transport ---------------------------------------------------------------
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        if self._closing or not data:
-            return
-        self._queue.append(bytes(data))
-        self._queued += len(data)
-        self._wake.set()
-        if not self._paused and self._queued > HIGH_WATER:
-            self._paused = True
-            self._protocol.pause_writing()
+        self._out.put(data)
 
     def is_closing(self) -> bool:
-        return self._closing
+        return self._out.closing
 
     def close(self) -> None:
         """Send what is queued, then end (the writer task does both)."""
-        self._closing = True
-        self._wake.set()
+        self._out.close()
 
     def abort(self) -> None:
-        self._queue.clear()
-        self._closing = True
+        self._out.clear()
+        self._out.close()
         self._tasks.append(asyncio.ensure_future(self._end(None)))
 
     def get_write_buffer_size(self) -> int:
-        return self._queued
+        return self._out.queued
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return default
@@ -105,25 +91,15 @@ class _Transport(asyncio.Transport):
         await self._end(error)
 
     async def _write_loop(self) -> None:
-        while True:
-            while self._queue:
-                data = b"".join(self._queue)
-                self._queue.clear()
-                await self._send(data)
-                self._queued -= len(data)
-                if self._paused and self._queued < LOW_WATER:
-                    self._paused = False
-                    self._protocol.resume_writing()
-            if self._closing:
-                return
-            self._wake.clear()
-            await self._wake.wait()
+        """Send what the link writes, all that waits in one go, until closed; then end."""
+        await self._out.drain(self._send, whole=True)
+        await self._end(None)
 
     async def _end(self, error: Exception | None) -> None:
         if self._ended:
             return
         self._ended = True
-        self._closing = True
+        self._out.close()
         current = asyncio.current_task()
         for task in self._tasks:
             if task is not current:
@@ -170,10 +146,6 @@ class WebSocketTransport(_Transport):
                 break
         if self._ws.exception() is not None:
             raise OSError(f"the WebSocket failed: {self._ws.exception()}")
-
-    async def _write_loop(self) -> None:
-        await super()._write_loop()
-        await self._end(None)
 
     async def _finish(self) -> None:
         await self._ws.close()
@@ -238,10 +210,6 @@ class HttpTransport(_Transport):
                 return  # the session ended
             elif status != 204:
                 raise OSError(f"the broker answered a poll {status}: {body!r}"[:200])
-
-    async def _write_loop(self) -> None:
-        await super()._write_loop()
-        await self._end(None)
 
     async def _finish(self) -> None:
         async with asyncio.timeout(5):

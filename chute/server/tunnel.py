@@ -26,7 +26,7 @@ Everything lives under ``/chute`` on the HTTP port (HTTPS with ``http_tls``):
     End the session (``204``), as closing a socket does.
 
 Flow control: bytes written for the client and not yet fetched are bounded
-(:data:`HIGH_WATER`): past it the driver's ``pause_writing`` runs, so a slow
+(:data:`chute.outbox.HIGH_WATER`): past it the driver's ``pause_writing`` runs, so a slow
 poller stops its deliveries rather than grow the broker. A POST waits while the
 driver has paused reading (a blocked send, its turn), as a socket's bytes wait
 in the kernel. A session with no request for ``http_session_timeout_ms`` has
@@ -55,6 +55,7 @@ from typing import Any, Final
 from aiohttp import web
 
 from chute.origins import OriginPolicy
+from chute.outbox import Outbox
 from chute.server.limits import Ticket
 from chute.server.native import NativeConnection
 from chute.server.stream import ServerHost
@@ -64,9 +65,6 @@ log = logging.getLogger("chute.server")
 
 CONTENT_TYPE: Final = "application/x-chute"
 SEQ: Final = "Chute-Seq"
-HIGH_WATER: Final = 1 << 20
-"""Bytes written for the client and not fetched past which its deliveries pause."""
-LOW_WATER: Final = 256 << 10
 MAX_ANSWER: Final = 4 << 20
 """The most one poll's answer carries (the rest waits for the next poll)."""
 CHUNK: Final = 1 << 20
@@ -89,7 +87,7 @@ class TunnelTransport(asyncio.Transport):
         self._session = session
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        self._session.queue(bytes(data))
+        self._session.out.put(data)
 
     def is_closing(self) -> bool:
         return self._session.closing
@@ -110,7 +108,7 @@ class TunnelTransport(asyncio.Transport):
         return self._session.readable.is_set()
 
     def get_write_buffer_size(self) -> int:
-        return self._session.pending
+        return self._session.out.queued
 
 
 class TunnelSession:
@@ -125,15 +123,11 @@ class TunnelSession:
         self.ticket = ticket
         self.readable = asyncio.Event()
         self.readable.set()
-        self.closing = False
         self.ended = False  # the connection is gone (connection_lost ran)
-        self.pending = 0  # bytes queued and not yet answered
-        self._out: list[bytes] = []
+        self.out = Outbox(conn)  # what the connection wrote and no poll took yet
         self._answered: tuple[int, bytes] | None = None  # the last answer, until acked
         self._acked = 0  # the Chute-Seq of the last answer the client confirmed
         self._received = 0  # the Chute-Seq of the last POST fed
-        self._wake = asyncio.Event()
-        self._paused = False
         self._poll: asyncio.Event | None = None  # set to end the poll held now
         self._busy = 0  # requests in progress
         self._posting = False  # a POST is being read or fed
@@ -142,33 +136,26 @@ class TunnelSession:
 
     # -- the driver's side ---------------------------------------------------------------
 
-    def queue(self, data: bytes) -> None:
-        if self.closing or not data:
-            return
-        self._out.append(data)
-        self.pending += len(data)
-        self._wake.set()
-        if not self._paused and self.pending > HIGH_WATER:
-            self._paused = True
-            self.conn.pause_writing()
+    @property
+    def closing(self) -> bool:
+        """The connection closes: nothing more is written or fed."""
+        return self.out.closing
 
     def end(self, *, flush: bool) -> None:
         """The driver closes (``flush``: after the client fetched what is queued) or
         aborts; the connection is lost once it is fetched, or at once."""
         if not flush:
-            self._out.clear()
-            self.pending = 0
-        self.closing = True
+            self.out.clear()
+        self.out.close()
         self.readable.set()
-        self._wake.set()
-        if not self._out:
+        if not self.out:
             self._lost()
 
     def _lost(self) -> None:
         if self.ended:
             return
         self.ended = True
-        self.closing = True
+        self.out.close()
         if self._idle is not None:
             self._idle.cancel()
         self.tunnels.forget(self)
@@ -249,40 +236,27 @@ class TunnelSession:
                 self._poll.set()
             ended = self._poll = asyncio.Event()
             deadline = time.monotonic() + self.tunnels.poll_timeout
-            while not self._out and not self.closing and not ended.is_set():
-                self._wake.clear()
+            while not self.out and not self.closing and not ended.is_set():
+                self.out.wake.clear()
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(remaining):
-                        await _first(self._wake, ended)
+                        await _first(self.out.wake, ended)
             if self._poll is ended:
                 self._poll = None
-            if not self._out:
+            if not self.out:
                 if self.closing:
                     self._lost()
                     return _error(410, "the session has ended")
                 return web.Response(status=204)
-            data = self._take()
+            data = self.out.take(MAX_ANSWER)
             self._answered = (self._acked + 1, data)
             return self._answer(*self._answered)
         finally:
             self._busy -= 1
             self._touch()
-
-    def _take(self) -> bytes:
-        out, taken, size = self._out, 0, 0
-        while taken < len(out) and (taken == 0 or size + len(out[taken]) <= MAX_ANSWER):
-            size += len(out[taken])
-            taken += 1
-        data = out[0] if taken == 1 else b"".join(out[:taken])
-        del out[:taken]
-        self.pending -= len(data)
-        if self._paused and self.pending < LOW_WATER:
-            self._paused = False
-            self.conn.resume_writing()
-        return data
 
     def _answer(self, seq: int, data: bytes) -> web.Response:
         return web.Response(

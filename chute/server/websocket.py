@@ -21,9 +21,10 @@ on every listener:
   goes out as text (what text-only clients such as the original stomp.js
   expect), any other (a binary body) as binary; native packets always go as
   binary.
-- past ``HIGH_WATER`` bytes queued, the driver's ``pause_writing`` runs (it
-  stops reading and withholds auto-ack credit) until the queue drains below
-  ``LOW_WATER``; ``pause_reading`` holds the reader loop between messages.
+- past ``HIGH_WATER`` bytes queued (:mod:`chute.outbox`), the driver's
+  ``pause_writing`` runs (it stops reading and its consumers get nothing more)
+  until the queue drains below ``LOW_WATER``; ``pause_reading`` holds the reader
+  loop between messages.
 - ``close`` sends what is queued (an ERROR frame) and then the close frame;
   ``abort`` drops it.
 
@@ -50,12 +51,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import deque
 from typing import Any
 
 from aiohttp import WSMsgType, web
 
 from chute.origins import OriginPolicy
+from chute.outbox import Outbox
 from chute.server.native import NativeConnection
 from chute.server.stomp import StompConnection
 from chute.server.stream import ServerHost, StreamConnection
@@ -65,8 +66,6 @@ log = logging.getLogger("chute.server")
 SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
 NATIVE_SUBPROTOCOL = "chute"
 """Offered by chute's clients on ``/chute`` (a client offering none is served too)."""
-HIGH_WATER = 1 << 20
-LOW_WATER = 256 << 10
 
 
 class WebSocketTransport(asyncio.Transport):
@@ -84,41 +83,26 @@ class WebSocketTransport(asyncio.Transport):
         self._ws = ws
         self._binary = binary  # every message binary (native packets), else text when UTF-8
         self._protocol = protocol
-        self._queue: deque[bytes] = deque()
-        self._queued = 0
-        self._wake = asyncio.Event()
+        self._out = Outbox(protocol)
         self._readable = asyncio.Event()
         self._readable.set()
-        self._closing = False
-        self._aborted = False
-        self._writing_paused = False
         self._writer = asyncio.get_running_loop().create_task(self._write_loop())
 
     # -- asyncio.Transport ---------------------------------------------------------------
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        if self._closing or not data:
-            return
-        chunk = bytes(data)
-        self._queue.append(chunk)
-        self._queued += len(chunk)
-        self._wake.set()
-        if not self._writing_paused and self._queued > HIGH_WATER:
-            self._writing_paused = True
-            self._protocol.pause_writing()
+        self._out.put(data)
 
     def is_closing(self) -> bool:
-        return self._closing
+        return self._out.closing
 
     def close(self) -> None:
         """Send what is queued, then close the WebSocket (the writer task does both)."""
-        self._closing = True
-        self._wake.set()
+        self._out.close()
         self._readable.set()
 
     def abort(self) -> None:
-        self._aborted = True
-        self._queue.clear()
+        self._out.clear()
         self.close()
 
     def pause_reading(self) -> None:
@@ -131,46 +115,37 @@ class WebSocketTransport(asyncio.Transport):
         return self._readable.is_set()
 
     def get_write_buffer_size(self) -> int:
-        return self._queued
+        return self._out.queued
 
     # -- the two loops -------------------------------------------------------------------
 
-    async def _write_loop(self) -> None:
-        ws = self._ws
+    async def _send(self, chunk: bytes) -> None:
+        if self._binary:
+            await self._ws.send_bytes(chunk)
+            return
         try:
-            while True:
-                while self._queue:
-                    chunk = self._queue.popleft()
-                    if self._binary:
-                        await ws.send_bytes(chunk)
-                    else:
-                        try:
-                            text = chunk.decode("utf-8")
-                        except UnicodeDecodeError:
-                            await ws.send_bytes(chunk)
-                        else:
-                            await ws.send_str(text)
-                    self._queued -= len(chunk)
-                    if self._writing_paused and self._queued < LOW_WATER:
-                        self._writing_paused = False
-                        self._protocol.resume_writing()
-                if self._closing:
-                    break
-                self._wake.clear()
-                await self._wake.wait()
+            text = chunk.decode("utf-8")
+        except UnicodeDecodeError:
+            await self._ws.send_bytes(chunk)
+        else:
+            await self._ws.send_str(text)
+
+    async def _write_loop(self) -> None:
+        try:
+            await self._out.drain(self._send, whole=False)
         except (ConnectionError, RuntimeError) as exc:  # the peer went away mid-write
             log.debug("WebSocket write failed: %s", exc)
-            self._closing = True
+            self._out.closing = True
         finally:
             self._readable.set()
             with contextlib.suppress(Exception):
-                await ws.close()
+                await self._ws.close()
 
     async def read_loop(self) -> None:
         """Feed every incoming message to the protocol until the WebSocket closes."""
         ws = self._ws
         protocol = self._protocol
-        while not self._closing:
+        while not self._out.closing:
             if not self._readable.is_set():
                 await self._readable.wait()
                 continue
@@ -183,7 +158,7 @@ class WebSocketTransport(asyncio.Transport):
                 if msg.type is WSMsgType.ERROR:
                     log.info("WebSocket error from %s: %s", self.get_extra_info("peername"), msg)
                 break
-            if not self._closing and data:
+            if not self._out.closing and data:
                 protocol.data_received(data)
 
     async def finish(self) -> None:
