@@ -71,7 +71,7 @@ from chute.errors import (
     StoreError,
     TransactionError,
 )
-from chute.server.stream import ServerHost
+from chute.server.host import ServerHost
 from chute.version import __version__
 
 log = logging.getLogger("chute.admin")

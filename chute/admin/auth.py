@@ -50,7 +50,7 @@ from aiohttp import web
 from chute.core.access import Principal, peer_host
 from chute.errors import AuthenticationFailed
 from chute.origins import OriginPolicy, normalize, own_origins
-from chute.server.stream import ServerHost
+from chute.server.host import ServerHost
 
 log = logging.getLogger("chute.admin")
 

@@ -26,7 +26,7 @@ from typing import Final, Protocol
 
 from aiohttp import web
 
-from chute.server.stream import ServerHost
+from chute.server.host import ServerHost
 from chute.store.progress import Phase, RecoveryProgress
 
 OPEN_WHILE_RECOVERING: Final = frozenset({"/healthz", "/readyz", "/metrics"})

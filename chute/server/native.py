@@ -48,8 +48,9 @@ from chute.protocol.spec import encode_cursor_blocks
 from chute.protocol.splice import encode_deliver, encode_ok
 from chute.protocol.wire import encode_packet
 from chute.sansio import NeedData
+from chute.server.host import Retry, ServerHost
 from chute.server.native_manage import ManagementRequests, delivered_view
-from chute.server.stream import Retry, ServerHost, StreamConnection
+from chute.server.stream import StreamConnection
 
 log = logging.getLogger("chute.server")
 

@@ -25,7 +25,7 @@ from chute.core.consumer import Entry
 from chute.errors import ChuteError, TooLarge
 from chute.protocol import packets as p
 from chute.protocol.codec import PacketCodec
-from chute.server.stream import ServerHost
+from chute.server.host import ServerHost
 
 _R = TypeVar("_R")  # what a move answers
 

@@ -39,7 +39,8 @@ from chute.core.routing import WouldBlock
 from chute.core.session import Session
 from chute.errors import ChuteError, RemoteProtocolError
 from chute.message import Message, new_message_id
-from chute.server.stream import Hold, Retry, ServerHost, StreamConnection
+from chute.server.host import Retry, ServerHost
+from chute.server.stream import Hold, StreamConnection
 from chute.smq import (
     CLOSED,
     NEED_DATA,

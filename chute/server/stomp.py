@@ -45,7 +45,8 @@ from chute.errors import (
     RemoteProtocolError,
 )
 from chute.sansio import NeedData
-from chute.server.stream import Hold, Retry, ServerHost, StreamConnection
+from chute.server.host import Retry, ServerHost
+from chute.server.stream import Hold, StreamConnection
 from chute.stomp import heartbeat
 from chute.stomp.adapter import (
     AckToken,

@@ -1,4 +1,5 @@
-"""What every protocol driver over a byte stream shares (native, STOMP, later WebSocket).
+"""What every protocol driver over a byte stream shares (native, STOMP, Simple-message-queue;
+over TCP, TLS, a WebSocket or HTTP requests).
 
 A :class:`StreamConnection` owns the transport side of one client: its
 lifecycle, the output queue written with one ``transport.write`` per loop
@@ -34,7 +35,7 @@ without them ``idle_timeout_ms``).
 
 Subclasses parse their protocol in :meth:`_process` and write encoded bytes
 with :meth:`queue_bytes`. What a driver needs of the server around it is
-:class:`ServerHost`. Lives on the server's event loop only.
+:class:`~chute.server.host.ServerHost`. Lives on the server's event loop only.
 """
 
 from __future__ import annotations
@@ -46,72 +47,23 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Final, Protocol, cast
+from typing import Final, cast
 
-from chute.config import ServerConfig
 from chute.core.access import PasswordCheck
-from chute.core.broker import Broker
 from chute.core.connection import Connection, connect
 from chute.core.connlog import CONNECTIONS
 from chute.core.consumer import Consumer, Entry
 from chute.core.routing import WouldBlock
 from chute.errors import AuthenticationFailed, ChuteError, ClientIdInUse
 from chute.server.flow import ProducerFlow
-from chute.server.limits import ConnectionLimits, Ticket
+from chute.server.host import Retry, ServerHost, SyncedCallback
+from chute.server.limits import Ticket
 from chute.server.liveness import Liveness
 from chute.server.marks import DeliveryMarks
 from chute.server.tls import certificate_user
-from chute.server.turns import ASKING_S, TURN_BUFFER, TURN_LOOK, TURN_S, Contenders
+from chute.server.turns import ASKING_S, TURN_BUFFER, TURN_LOOK, TURN_S
 
 log = logging.getLogger("chute.server")
-
-
-SyncedCallback = Callable[[BaseException | None], None]
-Retry = Callable[[ChuteError | None], None]
-"""Called when a blocked send may go again (None) or gave up (the error to report)."""
-
-
-class ServerHost(Protocol):
-    """What a connection driver needs of the server around it."""
-
-    @property
-    def broker(self) -> Broker: ...
-
-    @property
-    def config(self) -> ServerConfig: ...
-
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop: ...
-
-    @property
-    def loop_thread(self) -> int:
-        """The thread the loop runs on (a store callback may come from another)."""
-
-    @property
-    def started(self) -> float:
-        """When the server started (``time.time()``)."""
-
-    @property
-    def connections(self) -> set[StreamConnection]:
-        """Every open driver connection (for a graceful stop)."""
-
-    @property
-    def limits(self) -> ConnectionLimits:
-        """The connection limits (a driver's ticket, and what it reports)."""
-
-    @property
-    def contenders(self) -> Contenders:
-        """Who else wants the loop (when a turn ends early)."""
-
-    def request_sync(
-        self,
-        callback: Callable[[BaseException | None], None],
-        seal: Callable[[], None] | None = None,
-    ) -> None:
-        """``callback(error)`` once everything recorded so far is durable."""
-
-    def verify_password(self, check: PasswordCheck, done: Callable[[], None]) -> None:
-        """Run ``check`` off the loop (it takes ~0.1 s of CPU), then ``done()`` on it."""
 
 
 class Hold:

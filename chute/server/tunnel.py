@@ -56,9 +56,9 @@ from aiohttp import web
 
 from chute.origins import OriginPolicy
 from chute.outbox import Outbox
+from chute.server.host import ServerHost
 from chute.server.limits import Ticket
 from chute.server.native import NativeConnection
-from chute.server.stream import ServerHost
 from chute.server.websocket import peer_of, refused_origin
 
 log = logging.getLogger("chute.server")

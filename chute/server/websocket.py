@@ -57,9 +57,10 @@ from aiohttp import WSMsgType, web
 
 from chute.origins import OriginPolicy
 from chute.outbox import Outbox
+from chute.server.host import ServerHost
 from chute.server.native import NativeConnection
 from chute.server.stomp import StompConnection
-from chute.server.stream import ServerHost, StreamConnection
+from chute.server.stream import StreamConnection
 
 log = logging.getLogger("chute.server")
 
