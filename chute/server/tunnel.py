@@ -59,7 +59,7 @@ from chute.outbox import Outbox
 from chute.server.host import ServerHost
 from chute.server.limits import Ticket
 from chute.server.native import NativeConnection
-from chute.server.websocket import peer_of, refused_origin
+from chute.server.websocket import body_limit, peer_of, refused_origin
 
 log = logging.getLogger("chute.server")
 
@@ -67,15 +67,6 @@ CONTENT_TYPE: Final = "application/x-chute"
 SEQ: Final = "Chute-Seq"
 MAX_ANSWER: Final = 4 << 20
 """The most one poll's answer carries (the rest waits for the next poll)."""
-CHUNK: Final = 1 << 20
-"""The most a client sends in one POST or WebSocket message (it cuts its writes so)."""
-BODY_ALLOWANCE: Final = 64 << 10
-"""What a POST or message may carry beyond that or ``max_packet_size``, whichever is larger."""
-
-
-def body_limit(max_packet_size: int) -> int:
-    """The largest POST body or WebSocket message a native client may send."""
-    return max(max_packet_size, CHUNK) + BODY_ALLOWANCE
 
 
 class TunnelTransport(asyncio.Transport):

@@ -51,7 +51,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from typing import Any, Final
 
 from aiohttp import WSMsgType, web
 
@@ -67,6 +67,15 @@ log = logging.getLogger("chute.server")
 SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
 NATIVE_SUBPROTOCOL = "chute"
 """Offered by chute's clients on ``/chute`` (a client offering none is served too)."""
+CHUNK: Final = 1 << 20
+"""The most a native client sends in one WebSocket message or POST (it cuts its writes so)."""
+ALLOWANCE: Final = 64 << 10
+"""What a message may carry beyond the largest packet (a header, the next packet's start)."""
+
+
+def body_limit(max_packet_size: int) -> int:
+    """The largest WebSocket message or POST body a native client may send."""
+    return max(max_packet_size, CHUNK) + ALLOWANCE
 
 
 class WebSocketTransport(asyncio.Transport):
@@ -239,9 +248,9 @@ async def _serve(  # noqa: PLR0917 - private, called twice
     refused = refused_origin(origins, request)
     if refused is not None:
         return refused
-    limit = server.config.max_packet_size + (64 << 10)
-    if isinstance(conn, NativeConnection):  # a client cuts its writes at 1 MiB
-        limit = max(limit, (1 << 20) + (64 << 10))
+    limit = server.config.max_packet_size + ALLOWANCE
+    if isinstance(conn, NativeConnection):  # a client cuts its writes at CHUNK
+        limit = body_limit(server.config.max_packet_size)
     ws = web.WebSocketResponse(
         protocols=subprotocols,
         max_msg_size=limit,
