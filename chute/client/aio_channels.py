@@ -23,11 +23,20 @@ import asyncio
 import contextlib
 import logging
 import ssl
+from collections.abc import Awaitable
 from typing import Any, Final
 
 import aiohttp
 
-from chute.client.channels import CHUNK, CONTENT_TYPE, SEQ, SUBPROTOCOL, failure, proxy_for
+from chute.client.channels import (
+    CHUNK,
+    CONTENT_TYPE,
+    SEQ,
+    SUBPROTOCOL,
+    failure,
+    proxy_for,
+    text_of,
+)
 from chute.client.url import HTTP, BrokerUrl
 from chute.errors import ConnectError
 from chute.outbox import Outbox
@@ -80,7 +89,7 @@ class _Transport(asyncio.Transport):
 
     # -- the tasks ----------------------------------------------------------------------
 
-    async def _guard(self, work: Any) -> None:
+    async def _guard(self, work: Awaitable[None]) -> None:
         error: Exception | None = None
         try:
             await work
@@ -161,12 +170,10 @@ class HttpTransport(_Transport):
         *,
         target: BrokerUrl,
         sid: str,
-        poll: float,
         context: ssl.SSLContext | bool,
     ) -> None:
         super().__init__(session, protocol)
         self._url = target.http_url(f"/{sid}")
-        self._poll = poll  # the longest the broker holds a poll (seconds)
         self._ssl = context
         self._seq = 0
         self._ack = 0
@@ -195,7 +202,7 @@ class HttpTransport(_Transport):
                 "POST", self._url, data[start : start + CHUNK], {SEQ: str(self._seq)}
             )
             if status != 204:
-                raise OSError(f"the broker ended the session: {body.decode(errors='replace')}")
+                raise OSError(f"the broker ended the session: {text_of(body)}")
 
     async def _read_loop(self) -> None:
         while True:
@@ -209,7 +216,7 @@ class HttpTransport(_Transport):
             elif status in (404, 410):
                 return  # the session ended
             elif status != 204:
-                raise OSError(f"the broker answered a poll {status}: {body!r}"[:200])
+                raise OSError(f"the broker answered a poll {status}: {text_of(body)}")
 
     async def _finish(self) -> None:
         async with asyncio.timeout(5):
@@ -223,14 +230,8 @@ def _failure(target: BrokerUrl, exc: BaseException) -> ConnectError:
     tls_error = getattr(exc, "certificate_error", None) or getattr(exc, "os_error", None)
     if isinstance(tls_error, ssl.SSLError):
         return failure(target, tls_error)
-    if not target.tls and isinstance(
-        exc, aiohttp.ServerDisconnectedError | aiohttp.WSServerHandshakeError
-    ):
-        return ConnectError(
-            f"cannot connect to {target}: {exc} (no HTTP answer: if the port speaks TLS, "
-            f"use {target.scheme}s://)"
-        )
-    return ConnectError(f"cannot connect to {target}: {exc or 'timed out'}")
+    unanswered = isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.WSServerHandshakeError)
+    return failure(target, exc, unanswered=unanswered)
 
 
 async def open_transport(
@@ -253,15 +254,16 @@ async def open_transport(
             ) as answer:
                 body = await answer.read()
                 if answer.status != 201:
-                    text = body.decode(errors="replace").strip()[:200]
-                    raise ConnectError(f"{target} refused a session: {answer.status} {text}")
+                    raise ConnectError(
+                        f"{target} refused a session: {answer.status} {text_of(body)}"
+                    )
                 try:
                     opened = await answer.json()
-                    sid, poll = str(opened["session"]), float(opened["poll_ms"]) / 1000
+                    sid = str(opened["session"])
                 except (ValueError, KeyError, TypeError, aiohttp.ContentTypeError):
                     raise ConnectError(f"{target} is not a chute broker") from None
             transport: _Transport = HttpTransport(
-                session, protocol, target=target, sid=sid, poll=poll, context=tls
+                session, protocol, target=target, sid=sid, context=tls
             )
         else:
             proxy = proxy_for(target)  # aiohttp's trust_env leaves ws:// URLs out

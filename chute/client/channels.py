@@ -26,7 +26,6 @@ import http.client
 import json
 import socket
 import ssl
-import threading
 import urllib.request
 from typing import Final, Protocol
 from urllib.parse import urlsplit
@@ -65,17 +64,24 @@ class Channel(Protocol):
     def close(self) -> None: ...
 
 
-def failure(target: BrokerUrl, exc: BaseException, what: str = "connect to") -> ConnectError:
-    """A connection to ``target`` that failed, said as the person connecting can act on it."""
+def failure(
+    target: BrokerUrl, exc: BaseException, what: str = "connect to", *, unanswered: bool = False
+) -> ConnectError:
+    """A connection to ``target`` that failed, said as the person connecting can act on it
+    (``unanswered``: the broker closed it without an HTTP answer, as the library told)."""
     if isinstance(exc, ssl.SSLError):
         plain = f"{target.scheme[:-1]}://"
         return ConnectError(f"TLS handshake with {target} failed: {describe(exc, plain)}")
     hint = ""
-    if not target.tls and isinstance(
-        exc, (http.client.RemoteDisconnected, http.client.BadStatusLine, InvalidMessage)
+    if not target.tls and (
+        unanswered
+        or isinstance(
+            exc, (http.client.RemoteDisconnected, http.client.BadStatusLine, InvalidMessage)
+        )
     ):
         hint = f" (no HTTP answer: if the port speaks TLS, use {target.scheme}s://)"
-    return ConnectError(f"cannot {what} {target}: {exc}{hint}")
+    reason = str(exc) or ("timed out" if isinstance(exc, TimeoutError) else repr(exc))
+    return ConnectError(f"cannot {what} {target}: {reason}{hint}")
 
 
 def proxy_for(target: BrokerUrl) -> tuple[str, int] | None:
@@ -147,17 +153,16 @@ class HttpChannel:
         self._post = self._connection(timeout)
         status, _, body = self._exchange(self._post, "POST", "", b"", retry=False)
         if status != 201:
-            raise ConnectError(f"{target} refused a session: {status} {_text(body)}")
+            raise ConnectError(f"{target} refused a session: {status} {text_of(body)}")
         try:
             opened = json.loads(body)
             self._sid = str(opened["session"])
             poll = float(opened["poll_ms"]) / 1000
         except (ValueError, KeyError, TypeError):
             raise ConnectError(
-                f"{target} is not a chute broker (its answer: {_text(body)})"
+                f"{target} is not a chute broker (its answer: {text_of(body)})"
             ) from None
         self._poll = self._connection(poll + timeout)
-        self._lock = threading.Lock()  # the poll connection: recv and shutdown
 
     def _connection(self, timeout: float) -> http.client.HTTPConnection:
         target, proxy = self._target, self._proxy
@@ -221,14 +226,12 @@ class HttpChannel:
                 headers={SEQ: str(self._seq)},
             )
             if status != 204:
-                raise OSError(errno.ECONNRESET, f"the broker ended the session: {_text(body)}")
+                raise OSError(errno.ECONNRESET, f"the broker ended the session: {text_of(body)}")
 
     def recv(self, size: int) -> bytes:  # an answer is returned whole
         while not self._closed:
-            with self._lock:
-                conn = self._poll
             status, headers, body = self._exchange(
-                conn, "GET", f"/{self._sid}?ack={self._ack}", b""
+                self._poll, "GET", f"/{self._sid}?ack={self._ack}", b""
             )
             if status == 200:
                 seq = int(headers.get(SEQ, "0"))
@@ -241,7 +244,7 @@ class HttpChannel:
                 continue
             if status in (404, 410):
                 return b""  # the session ended: the end of the stream
-            raise OSError(errno.ECONNRESET, f"the broker answered a poll {status}: {_text(body)}")
+            raise OSError(errno.ECONNRESET, f"the broker answered a poll {status}: {text_of(body)}")
         return b""
 
     def shutdown(self, how: int) -> None:  # the session ends both ways
@@ -253,8 +256,7 @@ class HttpChannel:
             self._exchange(conn, "DELETE", f"/{self._sid}", b"", retry=False)
         conn.close()
         self._closed = True
-        with self._lock:
-            sock = self._poll.sock
+        sock = self._poll.sock
         if sock is not None:  # a broker that did not answer: the poll ends here
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
@@ -265,5 +267,6 @@ class HttpChannel:
         self._poll.close()
 
 
-def _text(body: bytes) -> str:
+def text_of(body: bytes) -> str:
+    """An error answer's body, to quote."""
     return body.decode("utf-8", "replace").strip()[:200]

@@ -45,7 +45,6 @@ Lives on the server's event loop only.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
 import time
@@ -105,9 +104,7 @@ class TunnelTransport(asyncio.Transport):
 class TunnelSession:
     """One client's session: its connection, the bytes it is owed, the sequence numbers."""
 
-    def __init__(
-        self, tunnels: Tunnels, sid: str, conn: NativeConnection, ticket: Ticket | None
-    ) -> None:
+    def __init__(self, tunnels: Tunnels, sid: str, conn: NativeConnection, ticket: Ticket) -> None:
         self.tunnels = tunnels
         self.sid = sid
         self.conn = conn
@@ -151,8 +148,7 @@ class TunnelSession:
             self._idle.cancel()
         self.tunnels.forget(self)
         self.conn.connection_lost(None)
-        if self.ticket is not None:
-            self.ticket.release()
+        self.ticket.release()
 
     # -- requests ------------------------------------------------------------------------
 
@@ -199,8 +195,6 @@ class TunnelSession:
             if self.closing:
                 return _error(410, "the session has ended")
             self._received = seq
-            if self.ticket is not None:
-                self.ticket.received(len(data))
             self.conn.data_received(data)
             return web.Response(status=204)
         finally:
@@ -228,13 +222,11 @@ class TunnelSession:
             ended = self._poll = asyncio.Event()
             deadline = time.monotonic() + self.tunnels.poll_timeout
             while not self.out and not self.closing and not ended.is_set():
-                self.out.wake.clear()
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(remaining):
-                        await _first(self.out.wake, ended)
+                self.out.wake.clear()
+                await _first(self.out.wake, ended, within=remaining)
             if self._poll is ended:
                 self._poll = None
             if not self.out:
@@ -257,11 +249,11 @@ class TunnelSession:
         )
 
 
-async def _first(*events: asyncio.Event) -> None:
-    """Wait until any of ``events`` is set."""
+async def _first(*events: asyncio.Event, within: float) -> None:
+    """Wait until any of ``events`` is set, or ``within`` seconds passed."""
     waits = [asyncio.ensure_future(event.wait()) for event in events]
     try:
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(waits, timeout=within, return_when=asyncio.FIRST_COMPLETED)
     finally:
         for wait in waits:
             wait.cancel()
@@ -288,7 +280,6 @@ class Tunnels:
     def close(self) -> None:
         """End every session (the broker stops)."""
         for session in list(self.sessions.values()):
-            session.conn.flush()
             session.end(flush=False)
 
     async def open(self, request: web.Request) -> web.Response:
@@ -324,13 +315,9 @@ class Tunnels:
         )
 
     async def post(self, request: web.Request) -> web.Response:
-        refused = self._refused(request, post=True)
-        if refused is not None:
-            return refused
-        session = self._session(request)
-        if session is None:
-            return _error(404, "no such session: open one with POST /chute")
-        self._carried(request, session)
+        session = self._found(request, post=True)
+        if isinstance(session, web.Response):
+            return session
         try:
             seq = int(request.headers.get(SEQ, ""))
         except ValueError:
@@ -352,13 +339,9 @@ class Tunnels:
         return await session.post(seq, body)
 
     async def poll(self, request: web.Request) -> web.StreamResponse:
-        refused = self._refused(request, post=False)
-        if refused is not None:
-            return refused
-        session = self._session(request)
-        if session is None:
-            return _error(410, "no such session (it ended, or never was)")
-        self._carried(request, session)
+        session = self._found(request, post=False)
+        if isinstance(session, web.Response):
+            return session
         try:
             ack = int(request.query.get("ack", "0"))
         except ValueError:
@@ -371,7 +354,6 @@ class Tunnels:
             return refused
         session = self._session(request)
         if session is not None:
-            session.conn.flush()
             session.end(flush=False)
         return web.Response(status=204)
 
@@ -381,13 +363,24 @@ class Tunnels:
             return None
         return session
 
+    def _found(self, request: web.Request, *, post: bool) -> TunnelSession | web.Response:
+        """The session a POST or poll names, or the answer refusing the request."""
+        refused = self._refused(request, post=post)
+        if refused is not None:
+            return refused
+        session = self._session(request)
+        if session is None:
+            if post:
+                return _error(404, "no such session: open one with POST /chute")
+            return _error(410, "no such session (it ended, or never was)")
+        self._carried(request, session)
+        return session
+
     def _carried(self, request: web.Request, session: TunnelSession) -> None:
         """Once its session logged in, the HTTP connection carrying a request is as
         logged in too: its login deadline and byte budget no longer apply (a poll is
         held for ``http_poll_ms``, and a POST carries packets of any size)."""
-        if request.transport is None or (
-            session.ticket is not None and not session.ticket.authenticated
-        ):
+        if request.transport is None or not session.ticket.authenticated:
             return
         carrier = self.server.limits.ticket_of(request.transport)
         if carrier is not None:
