@@ -27,6 +27,7 @@ from typing import Final, Protocol
 from aiohttp import web
 
 from chute.server.host import ServerHost
+from chute.server.watchdog import LoopWatchdog
 from chute.store.progress import Phase, RecoveryProgress
 
 OPEN_WHILE_RECOVERING: Final = frozenset({"/healthz", "/readyz", "/metrics"})
@@ -44,6 +45,10 @@ class ReadyHost(ServerHost, Protocol):
     @property
     def recovery(self) -> RecoveryProgress:
         """The recovery's figures (final once it is done)."""
+
+    @property
+    def watchdog(self) -> LoopWatchdog | None:
+        """The event loop's watchdog (None before the server starts)."""
 
 
 def add_health_routes(app: web.Application, server: ReadyHost) -> None:

@@ -58,6 +58,7 @@ from chute.admin.health import ReadyHost, add_health_routes
 from chute.core.broker import Broker
 from chute.core.stats import queue_stats, stream_stats
 from chute.core.stream import Stream
+from chute.server.watchdog import STALL_S
 from chute.store.journal import Journal
 from chute.store.syncstats import Histogram
 from chute.version import __version__
@@ -170,6 +171,18 @@ class BrokerCollector(Collector):
             time.time() - server.started,
         )
         yield from _recovery(server)
+        if server.watchdog is not None:
+            yield _counter(
+                "chute_event_loop_stalls",
+                f"Times the broker's event loop went {STALL_S:g} s or more without turning "
+                "(every connection waited; the log says where the loop was).",
+                server.watchdog.stalls,
+            )
+            yield _gauge(
+                "chute_event_loop_longest_stall_seconds",
+                "The longest such stall since the broker started.",
+                server.watchdog.longest,
+            )
         if not server.ready:
             return
         broker = server.broker

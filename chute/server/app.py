@@ -56,6 +56,7 @@ from chute.server.stomp import StompConnection, stomp_refusal
 from chute.server.stream import StreamConnection
 from chute.server.tls import Accepting, Front, ProtocolFactory, server_context
 from chute.server.turns import Contenders
+from chute.server.watchdog import LoopWatchdog
 from chute.store.journal import Journal
 from chute.store.memory import MemoryStore
 from chute.store.progress import RecoveryProgress
@@ -102,6 +103,7 @@ class BrokerServer:
         self.loop_thread = threading.get_ident()  # where the loop runs (set again in start)
         self._sweeper: asyncio.Task[None] | None = None
         self._watcher: asyncio.Task[None] | None = None
+        self.watchdog: LoopWatchdog | None = None  # start makes it
         self._password_pool: ThreadPoolExecutor | None = None  # made on the first hash login
         self.loop: asyncio.AbstractEventLoop = asyncio.get_event_loop_policy().get_event_loop()
 
@@ -168,11 +170,17 @@ class BrokerServer:
             )
         for warning in config.warnings():
             log.warning("configuration: %s", warning)
-        http = await self._listen_http() if config.http_port else None
+        self.watchdog = LoopWatchdog(self.loop, self.loop_thread)
+        self.watchdog.start()
         try:
-            bound = await self._recover_and_listen(http)
+            http = await self._listen_http() if config.http_port else None
+            try:
+                bound = await self._recover_and_listen(http)
+            except BaseException:
+                await self._close_listeners()
+                raise
         except BaseException:
-            await self._close_listeners()
+            self.watchdog.close()
             raise
         self.recovery.finish()
         self.ready = True
@@ -446,6 +454,8 @@ class BrokerServer:
             await self.http.stop()  # its WebSockets' STOMP connections end here
         for conn in list(self.connections):  # transports that did not report connection_lost
             conn.connection_lost(None)
+        if self.watchdog is not None:
+            self.watchdog.close()
         for task in (self._sweeper, self._watcher):
             if task is not None:
                 task.cancel()

@@ -153,6 +153,7 @@ def test_counters_match_what_the_client_did(broker: Broker) -> None:
     assert figures["redelivered_total"] == sent - acked
     assert samples[("chute_ready", ())] == 1
     assert samples[("chute_destinations", ())] >= 1
+    assert samples[("chute_event_loop_stalls_total", ())] >= 0  # exported, for alerts
 
 
 def test_persistent_sends_show_in_the_journal_histograms(broker: Broker) -> None:
