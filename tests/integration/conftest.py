@@ -18,6 +18,8 @@ from typing import Final
 import pytest
 
 READY_TIMEOUT = 20.0
+REPORTED_LINES = 80
+"""Lines of each broker's output a failing test's report ends with."""
 
 
 def _ephemeral_ports() -> range:
@@ -156,6 +158,7 @@ def start_server(
         ready.set()  # the output ended: the process is ending
 
     threading.Thread(target=pump, daemon=True).start()
+    _running.append(server)
     # Its output may end before the process has exited: what decides is whether it said
     # it listens, not whether poll() already sees the exit.
     if not ready.wait(READY_TIMEOUT) or not listening.is_set() or process.poll() is not None:
@@ -163,6 +166,27 @@ def start_server(
         process.wait(READY_TIMEOUT)
         raise RuntimeError(f"chute serve did not start:\n{server.output}")
     return server
+
+
+_running: list[ChuteServer] = []
+"""Every server started and, at the last test's start, still running or just started."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failing test's report ends with the output of each broker that ran during it:
+    what the broker said is often what tells a failure's cause (a test that only
+    sees a timeout, say)."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
+    if report.failed:
+        for server in _running:
+            tail = server.lines[-REPORTED_LINES:]
+            report.sections.append(
+                (f"chute serve on port {server.port} (last {len(tail)} lines)", "\n".join(tail))
+            )
+    if call.when == "teardown":  # a server that ended is not reported for later tests
+        _running[:] = [s for s in _running if s.process.poll() is None]
 
 
 @pytest.fixture
