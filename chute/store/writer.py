@@ -17,7 +17,8 @@ write. Appends never wake it: while it is active it polls every
 ``flush_ms``; after ``_IDLE_AFTER`` seconds with nothing to do it polls
 every ``_IDLE_POLL`` seconds. Records nobody waits for are therefore written
 within 50 ms, and an append costs no thread wake-up (on the broker's loop, a
-lone producer's add and inline sync never involve this thread at all).
+lone producer's add and inline sync never involve this thread at all, unless the
+disk is slow: see :meth:`Writer.run_inline`).
 ``batch`` mode syncs at most once per ``batch_ms``; ``always`` mode also
 syncs written records nobody waits for after 4 MiB or 0.5 s, so what must be
 kept for a rewrite stays bounded.
@@ -103,6 +104,11 @@ _CLOSE_PAUSE: Final = 0.05  # closing on a failing disk: between the last attemp
 _CLOSE_ATTEMPTS: Final = 3
 _COMPACT_SETTLE: Final = 1  # segments closed after one before it is compacted (reclaim.plan)
 _ACK_RESERVE: Final = 64 << 10  # under disk_free_limit: a segment's end kept for acks, marks
+INLINE_SLOW: Final = 0.02
+"""An inline cycle (write and fdatasync on the caller's thread, the broker's loop) that
+took this many seconds or more: the disk is slow now, so for :data:`INLINE_PAUSE`
+seconds every sync goes to the writer thread, and the loop serves the other clients."""
+INLINE_PAUSE: Final = 5.0
 
 
 class SyncMode(enum.Enum):
@@ -170,6 +176,7 @@ class Writer:
         """Told (on the thread that ran the cycle, before the callbacks get their error)
         what the records a failure refused held (:mod:`chute.store.unsynced`)."""
         self._waiting: list[SyncCallback] = []  # taken, to call after the next sync
+        self._inline_from = 0.0  # run_inline does nothing before this (monotonic)
         self._last_sync = time.monotonic()
         self._linger_until: float | None = None
         self._active_at = 0.0
@@ -242,11 +249,17 @@ class Writer:
 
         ``always`` mode only, and only when no cycle is running, no failure is
         being retried and nothing else is asked of the writer: then a lone
-        producer waiting for its fsync saves the two thread hand-offs. Returns
-        False (nothing done) otherwise; the caller then hands ``callbacks`` to
-        :meth:`Intake.sync` as usual.
+        producer waiting for its fsync saves the two thread hand-offs. Not for
+        :data:`INLINE_PAUSE` seconds after a cycle here took :data:`INLINE_SLOW`
+        (a slow disk must not hold the caller's other work). Returns False (nothing
+        done) otherwise; the caller then hands ``callbacks`` to :meth:`Intake.sync`
+        as usual.
         """
-        if self.mode is not SyncMode.ALWAYS or not self.cycle_lock.acquire(blocking=False):
+        if (
+            self.mode is not SyncMode.ALWAYS
+            or time.monotonic() < self._inline_from
+            or not self.cycle_lock.acquire(blocking=False)
+        ):
             return False
         try:
             intake = self._intake
@@ -263,10 +276,21 @@ class Writer:
             self._carry_taken(*taken)
             self._waiting += callbacks
             self._covered = self._taken
+            started = time.monotonic()
             try:
                 self._cycle(final=False)
             except Exception as exc:  # noqa: BLE001 - the writer thread takes over the retries
                 self._failed(exc)
+            took = time.monotonic() - started
+            if took >= INLINE_SLOW:
+                self._inline_from = started + took + INLINE_PAUSE
+                log.debug(
+                    "journal %s: a write and sync took %.0f ms on the broker's loop; "
+                    "syncing on the writer thread for the next %g s",
+                    self.directory,
+                    took * 1000,
+                    INLINE_PAUSE,
+                )
             if self._reclaim_due or self._failures.retry_at is not None:
                 with intake.cond:
                     intake.cond.notify()
