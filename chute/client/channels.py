@@ -194,9 +194,12 @@ class HttpChannel:
         *,
         headers: dict[str, str] | None = None,
         retry: bool = True,
+        held: bool = False,
     ) -> tuple[int, http.client.HTTPMessage, bytes]:
         """One request and its whole answer; tried again on a fresh connection if the
-        wire failed (only for requests that may be repeated).
+        wire failed (only for requests that may be repeated). ``held``: the answer may
+        take as long as the broker needs (a POST waits while the broker does not read,
+        as a socket's send would), the timeout is for connecting and sending.
 
         Raises:
             OSError: the broker cannot be reached.
@@ -204,7 +207,11 @@ class HttpChannel:
         sent = {"Content-Type": CONTENT_TYPE, **(headers or {})}
         for attempt in range(_RETRIES + 1 if retry else 1):
             try:
+                if conn.sock is not None:  # a kept-alive connection a held answer left unbounded
+                    conn.sock.settimeout(conn.timeout)
                 conn.request(method, self._path(suffix), body=body, headers=sent)
+                if held and conn.sock is not None:
+                    conn.sock.settimeout(None)
                 answer = conn.getresponse()
                 return answer.status, answer.headers, answer.read()
             except (OSError, http.client.HTTPException) as exc:
@@ -224,6 +231,7 @@ class HttpChannel:
                 f"/{self._sid}",
                 bytes(data[start : start + CHUNK]),
                 headers={SEQ: str(self._seq)},
+                held=True,
             )
             if status != 204:
                 raise OSError(errno.ECONNRESET, f"the broker ended the session: {text_of(body)}")
@@ -256,10 +264,11 @@ class HttpChannel:
             self._exchange(conn, "DELETE", f"/{self._sid}", b"", retry=False)
         conn.close()
         self._closed = True
-        sock = self._poll.sock
-        if sock is not None:  # a broker that did not answer: the poll ends here
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+        for held in (self._poll, self._post):  # a broker that did not answer: they end here
+            sock = held.sock
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
         self._closed = True

@@ -14,7 +14,9 @@ Everything lives under ``/chute`` on the HTTP port (HTTPS with ``http_tls``):
     Packets from the client, the body's bytes cut anywhere, as on TCP
     (``Content-Type: application/x-chute``; ``Chute-Seq: n``, 1, 2, 3, ...).
     ``204`` once they were handed to the connection. A body whose ``Chute-Seq``
-    was taken already is a retry after a lost answer: ``204``, not fed twice.
+    was taken already is a retry after a lost answer: ``204``, not fed twice;
+    one sent again while the first is still held (a proxy gave up on it) is
+    answered as the first is. Another POST while one is held: ``409``.
 ``GET /chute/ID?ack=n``
     Packets to the client, pushed as soon as there are some: the request is
     held until the connection wrote something (or ``poll_ms`` passed: ``204``),
@@ -118,7 +120,8 @@ class TunnelSession:
         self._received = 0  # the Chute-Seq of the last POST fed
         self._poll: asyncio.Event | None = None  # set to end the poll held now
         self._busy = 0  # requests in progress
-        self._posting = False  # a POST is being read or fed
+        self._posting: asyncio.Future[bool] | None = None  # the POST being read or fed
+        self._posting_seq = 0  # its Chute-Seq
         self._idle: asyncio.TimerHandle | None = None
         self._touch()
 
@@ -177,13 +180,29 @@ class TunnelSession:
         """Feed the POST's body (read by ``body`` only once it is this POST's turn) to
         the connection, in ``seq`` order. One POST at a time: a client sends them in
         order, one after the other, and a second one waiting would hold its body."""
-        if self._posting:
-            return _error(409, "a POST of this session is in progress: send one at a time")
-        self._posting = True
+        posting = self._posting
+        if posting is not None:
+            if seq != self._posting_seq:
+                return _error(409, "a POST of this session is in progress: send one at a time")
+            # the same body again: a proxy or the client gave up on the first request
+            # while it waited for the connection to read; its outcome is this one's
+            self._busy += 1
+            try:
+                fed = await asyncio.shield(posting)
+            finally:
+                self._busy -= 1
+                self._touch()
+            if fed:
+                return web.Response(status=204)
+            return await self.post(seq, body)  # the first was not fed: this one may be
+        self._posting = asyncio.get_running_loop().create_future()
+        self._posting_seq = seq
         self._busy += 1
         self._touch()
+        fed = False
         try:
             if seq <= self._received:  # a retry of a body already fed
+                fed = True
                 return web.Response(status=204)
             if seq != self._received + 1:
                 return _error(409, f"{SEQ} {seq} out of order: expected {self._received + 1}")
@@ -196,9 +215,11 @@ class TunnelSession:
                 return _error(410, "the session has ended")
             self._received = seq
             self.conn.data_received(data)
+            fed = True
             return web.Response(status=204)
         finally:
-            self._posting = False
+            self._posting.set_result(fed)
+            self._posting = None
             self._busy -= 1
             self._touch()
 
@@ -329,11 +350,15 @@ class Tunnels:
         async def body() -> bytes | web.Response:
             parts: list[bytes] = []
             size = 0
-            async for chunk in request.content.iter_any():
-                size += len(chunk)
-                if size > limit:
-                    return _error(413, f"a body of at most {limit} bytes")
-                parts.append(chunk)
+            try:
+                async for chunk in request.content.iter_any():
+                    size += len(chunk)
+                    if size > limit:
+                        return _error(413, f"a body of at most {limit} bytes")
+                    parts.append(chunk)
+            except ConnectionError:  # the client (or a proxy) gave up: nothing of it is fed
+                log.debug("native over HTTP: a POST from %s was cut off", request.remote)
+                return _error(400, "the body did not arrive whole")
             return b"".join(parts)
 
         return await session.post(seq, body)

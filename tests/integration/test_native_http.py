@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -236,13 +237,94 @@ def test_one_post_at_a_time_and_a_half_sent_body_holds_nothing_else(broker: Brok
         # the broker asks for the body once the POST is this session's: it is in progress
         assert slow.recv(100).startswith(b"HTTP/1.1 100")
         slow.sendall(ping[:5])
-        status, _, text = tunnel.request("POST", f"/chute/{tunnel.sid}", ping, {"Chute-Seq": "2"})
+        status, _, text = tunnel.request("POST", f"/chute/{tunnel.sid}", ping, {"Chute-Seq": "3"})
         assert status == 409
         assert b"one at a time" in text
         slow.sendall(ping[5:])
         assert slow.recv(100).startswith(b"HTTP/1.1 204")
     tunnel.seq = 2
     assert isinstance(tunnel.packets(1)[0], p.Pong)
+
+
+def _post_head(sid: str, seq: int, length: int, *, expect: bool = False) -> bytes:
+    return (
+        f"POST /chute/{sid} HTTP/1.1\r\nHost: x\r\nContent-Type: {CHUTE}\r\n"
+        f"Chute-Seq: {seq}\r\nContent-Length: {length}\r\n"
+        + ("Expect: 100-continue\r\n" if expect else "")
+        + "\r\n"
+    ).encode()
+
+
+@pytest.mark.parametrize("first", ["completes", "is cut off"])
+def test_a_post_sent_again_while_the_first_is_held_gets_its_outcome(
+    broker: Broker, first: str
+) -> None:
+    """A proxy (or the client) that gave up on a held POST sends it again: the second
+    is answered as the first is (fed once), or, if the first never arrived whole,
+    is fed itself; never a 409 that would end the client's connection."""
+    tunnel = Tunnel(broker.http)
+    tunnel.login()
+    start = len(broker.server.lines)
+    ping = encode_packet(p.Ping(), correlation_id=9)
+    with (
+        socket.create_connection(("127.0.0.1", broker.http), timeout=TIMEOUT) as held,
+        socket.create_connection(("127.0.0.1", broker.http), timeout=TIMEOUT) as again,
+    ):
+        held.sendall(_post_head(tunnel.sid, 2, len(ping), expect=True))
+        assert held.recv(100).startswith(b"HTTP/1.1 100")  # in progress: it is read now
+        held.sendall(ping[:5])
+        again.sendall(_post_head(tunnel.sid, 2, len(ping)) + ping)
+        if first == "completes":
+            held.sendall(ping[5:])
+            assert held.recv(100).startswith(b"HTTP/1.1 204")
+        else:
+            held.close()  # its body never arrives whole: nothing of it is fed
+        assert again.recv(100).startswith(b"HTTP/1.1 204")
+    tunnel.seq = 2
+    assert isinstance(tunnel.packets(1)[0], p.Pong)
+    status, _, body = tunnel.poll()  # one Pong: the body was fed once
+    assert (status, body) == (204, b"")
+    assert not [line for line in broker.server.lines[start:] if "Error" in line]
+
+
+def test_a_producer_held_longer_than_its_timeout_goes_on(tmp_path: Path) -> None:
+    """Over HTTP as over TCP, a producer the broker stops reading (its memory is full)
+    waits for it, however long: its timeout is for connecting and answers, not for a
+    send the broker holds."""
+    server = _broker(
+        tmp_path,
+        '[server]\nstore = "memory"\nmemory_high_watermark = "2MiB"\n'
+        "block_timeout_ms = 30000\nhttp_poll_ms = 300\n",
+    )
+    total, body = 3000, bytes(2500)  # ~7.5 MiB: four times what the broker admits at once
+    failure: list[BaseException] = []
+
+    def produce() -> None:
+        try:
+            with chute.connect(server.url("http"), timeout=1.0) as conn, conn.session() as s:
+                for i in range(total):
+                    s.send("queue:held", str(i).encode() + body, persistent=False)
+                s.send("queue:held", b"end")  # answered once everything before it was read
+        except BaseException as exc:  # noqa: BLE001 - reported by the test below
+            failure.append(exc)
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    try:
+        server.server.wait_for_line("producers wait")
+        threading.Event().wait(2.5)  # the hold under test: over twice the producer's timeout
+        with chute.connect(server.url("ws")) as conn, conn.session(ack="auto") as s:
+            consumer = s.consumer("queue:held")
+            got: list[bytes] = []
+            for _ in range(total + 1):
+                m = consumer.receive(timeout=20)
+                assert m is not None, f"stalled after {len(got)} messages: {failure}"
+                got.append(m.body[: -len(body)] if len(m.body) > len(body) else m.body)
+        assert got == [str(i).encode() for i in range(total)] + [b"end"]
+    finally:
+        producer.join(30)
+        server.server.stop()
+    assert not failure
 
 
 def test_delete_ends_the_session(broker: Broker) -> None:
