@@ -104,7 +104,7 @@ _CLOSE_PAUSE: Final = 0.05  # closing on a failing disk: between the last attemp
 _CLOSE_ATTEMPTS: Final = 3
 _COMPACT_SETTLE: Final = 1  # segments closed after one before it is compacted (reclaim.plan)
 _ACK_RESERVE: Final = 64 << 10  # under disk_free_limit: a segment's end kept for acks, marks
-INLINE_SLOW: Final = 0.02
+INLINE_SLOW: Final = 0.1
 """An inline cycle (write and fdatasync on the caller's thread, the broker's loop) that
 took this many seconds or more: the disk is slow now, so for :data:`INLINE_PAUSE`
 seconds every sync goes to the writer thread, and the loop serves the other clients."""
