@@ -82,9 +82,11 @@ class LoopWatchdog:
     def _watch(self) -> None:
         """(Its thread.) Wake every tick; warn once when the loop is late by ``stall``."""
         while not self._closed.wait(self.tick):
+            if self.loop.is_closed():
+                return
             held = time.monotonic() - self._beat
-            if held < self.stall or self._stalled:
-                continue
+            if held < self.stall or self._stalled or not self.loop.is_running():
+                continue  # a loop that is not running (between two runs) is not held
             self._stalled = True
             self.stalls += 1
             log.warning(

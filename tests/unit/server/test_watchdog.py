@@ -81,3 +81,28 @@ def test_a_loop_that_turns_is_never_reported(caplog: pytest.LogCaptureFixture) -
         loop.close()
     assert watchdog.stalls == 0
     assert not [r for r in caplog.records if r.name == "chute.server"]
+
+
+def test_a_loop_that_is_not_running_is_not_held(caplog: pytest.LogCaptureFixture) -> None:
+    """Between two runs (or once closed without close()) the loop does not turn, and
+    that is not a stall: nothing is logged, and the watchdog's thread ends with the loop."""
+    caplog.set_level(logging.WARNING, logger="chute.server")
+    loop = asyncio.new_event_loop()
+    watchdog = LoopWatchdog(loop, threading.get_ident(), stall=0.05, tick=0.01)
+
+    async def start() -> None:
+        watchdog.start()
+
+    loop.run_until_complete(start())
+    stopped = threading.Event()
+
+    def watch_it_end() -> None:
+        watchdog._thread.join()
+        stopped.set()
+
+    threading.Thread(target=watch_it_end).start()
+    assert not stopped.wait(0.3)  # the loop does not run: the watchdog waits, silent
+    loop.close()
+    assert stopped.wait(10)  # a closed loop: its watchdog ends
+    assert watchdog.stalls == 0
+    assert not [r for r in caplog.records if r.name == "chute.server"]
