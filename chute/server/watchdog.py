@@ -52,6 +52,7 @@ class LoopWatchdog:
         """The longest the loop went without turning, among the episodes (seconds)."""
         self._beat = time.monotonic()
         self._stalled = False  # set by the watching thread, cleared by the loop
+        self._stalled_at = 0.0  # the last tick before the episode the watcher saw
         self._timer: asyncio.TimerHandle | None = None
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="chute-watchdog", daemon=True)
@@ -71,7 +72,7 @@ class LoopWatchdog:
         """(Loop.) The loop turns: tell the watchdog, and say an episode ended."""
         now = time.monotonic()
         if self._stalled:
-            held = now - self._beat
+            held = now - self._stalled_at
             self.longest = max(self.longest, held)
             self._stalled = False
             log.warning("the event loop runs again after %.1f s without turning", held)
@@ -84,9 +85,11 @@ class LoopWatchdog:
         while not self._closed.wait(self.tick):
             if self.loop.is_closed():
                 return
-            held = time.monotonic() - self._beat
+            beat = self._beat
+            held = time.monotonic() - beat
             if held < self.stall or self._stalled or not self.loop.is_running():
                 continue  # a loop that is not running (between two runs) is not held
+            self._stalled_at = beat  # set first: the loop reads it once it sees _stalled
             self._stalled = True
             self.stalls += 1
             log.warning(
