@@ -170,17 +170,14 @@ class BrokerServer:
             )
         for warning in config.warnings():
             log.warning("configuration: %s", warning)
+        http = await self._listen_http() if config.http_port else None
         self.watchdog = LoopWatchdog(self.loop, self.loop_thread)
         self.watchdog.start()
         try:
-            http = await self._listen_http() if config.http_port else None
-            try:
-                bound = await self._recover_and_listen(http)
-            except BaseException:
-                await self._close_listeners()
-                raise
+            bound = await self._recover_and_listen(http)
         except BaseException:
             self.watchdog.close()
+            await self._close_listeners()
             raise
         self.recovery.finish()
         self.ready = True

@@ -105,9 +105,9 @@ _CLOSE_ATTEMPTS: Final = 3
 _COMPACT_SETTLE: Final = 1  # segments closed after one before it is compacted (reclaim.plan)
 _ACK_RESERVE: Final = 64 << 10  # under disk_free_limit: a segment's end kept for acks, marks
 INLINE_SLOW: Final = 0.1
-"""An inline cycle (write and fdatasync on the caller's thread, the broker's loop) that
-took this many seconds or more: the disk is slow now, so for :data:`INLINE_PAUSE`
-seconds every sync goes to the writer thread, and the loop serves the other clients."""
+"""An ``fdatasync`` run inline (on the caller's thread, the broker's loop) that took this
+many seconds or more: the disk is slow now, so for :data:`INLINE_PAUSE` seconds every
+sync goes to the writer thread, and the loop serves the other clients."""
 INLINE_PAUSE: Final = 5.0
 
 
@@ -177,6 +177,7 @@ class Writer:
         what the records a failure refused held (:mod:`chute.store.unsynced`)."""
         self._waiting: list[SyncCallback] = []  # taken, to call after the next sync
         self._inline_from = 0.0  # run_inline does nothing before this (monotonic)
+        self._sync_took = 0.0  # seconds the last fdatasync took
         self._last_sync = time.monotonic()
         self._linger_until: float | None = None
         self._active_at = 0.0
@@ -250,14 +251,14 @@ class Writer:
         ``always`` mode only, and only when no cycle is running, no failure is
         being retried and nothing else is asked of the writer: then a lone
         producer waiting for its fsync saves the two thread hand-offs. Not for
-        :data:`INLINE_PAUSE` seconds after a cycle here took :data:`INLINE_SLOW`
+        :data:`INLINE_PAUSE` seconds after a sync here took :data:`INLINE_SLOW`
         (a slow disk must not hold the caller's other work). Returns False (nothing
         done) otherwise; the caller then hands ``callbacks`` to :meth:`Intake.sync`
         as usual.
         """
         if (
             self.mode is not SyncMode.ALWAYS
-            or time.monotonic() < self._inline_from
+            or (self._inline_from and time.monotonic() < self._inline_from)
             or not self.cycle_lock.acquire(blocking=False)
         ):
             return False
@@ -276,19 +277,18 @@ class Writer:
             self._carry_taken(*taken)
             self._waiting += callbacks
             self._covered = self._taken
-            started = time.monotonic()
+            self._sync_took = 0.0
             try:
                 self._cycle(final=False)
             except Exception as exc:  # noqa: BLE001 - the writer thread takes over the retries
                 self._failed(exc)
-            took = time.monotonic() - started
-            if took >= INLINE_SLOW:
-                self._inline_from = started + took + INLINE_PAUSE
+            if self._sync_took >= INLINE_SLOW:
+                self._inline_from = time.monotonic() + INLINE_PAUSE
                 log.debug(
-                    "journal %s: a write and sync took %.0f ms on the broker's loop; "
+                    "journal %s: an fdatasync took %.0f ms on the broker's loop; "
                     "syncing on the writer thread for the next %g s",
                     self.directory,
-                    took * 1000,
+                    self._sync_took * 1000,
                     INLINE_PAUSE,
                 )
             if self._reclaim_due or self._failures.retry_at is not None:
@@ -493,7 +493,8 @@ class Writer:
         except OSError:
             self._rewrite = True
             raise
-        self.sync_stats.record(time.perf_counter() - started, self._records_unsynced)
+        self._sync_took = time.perf_counter() - started
+        self.sync_stats.record(self._sync_took, self._records_unsynced)
         self._records_unsynced = 0
         if self._unsynced:
             with self.index_lock:
