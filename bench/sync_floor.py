@@ -12,6 +12,11 @@ good the broker is. This measures those with no broker at all, in the same run:
   answer; the server, an asyncio (uvloop) process, does ``pwrite`` + ``fdatasync``
   before answering. No parsing, no routing, no bookkeeping: the best any Python
   broker could do for one synchronous producer here;
+* ``ideal_with_consumer``: the same, with a consumer as ``bench.native``'s ``sync``
+  runs one: the server also writes each message to a consumer process's socket once
+  it is synced, and writes each 20-byte ack the consumer sends back into the file
+  (no sync). Still no broker logic: the best any Python broker could do for
+  ``bench.native``'s ``sync`` figure here;
 * ``chute_bare_client``: a real ``chute serve`` with its journal, driven by a
   client with no threads (a socket and the sans-IO protocol): the broker's own
   cost, without the blocking client's reader thread.
@@ -35,7 +40,7 @@ import socket
 import statistics
 import tempfile
 import time
-from typing import Any
+from typing import Any, cast
 
 from bench.native import fsync_probe, start_broker
 from chute.client.protocol import ClientProtocol
@@ -80,20 +85,36 @@ def _server(directory: str, port_out: Any) -> None:
         pass
     fd = _zeroed(os.path.join(directory, "ideal"))
     position = [0]
+    consumers: list[asyncio.Transport] = []
+
+    def record(data: bytes) -> None:
+        os.pwrite(fd, data, position[0] % (_FILE_SIZE - 4096))
+        position[0] += len(data)
 
     class Stored(asyncio.Protocol):
+        """A producer's connection; one whose first byte is ``C`` is a consumer's."""
+
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            self.transport = transport
+            self.transport = cast(asyncio.Transport, transport)
             self.buffered = 0
+            self.role = b""
 
         def data_received(self, data: bytes) -> None:
+            if not self.role:
+                self.role, data = data[:1], data[1:]
+                if self.role == b"C":
+                    consumers.append(self.transport)
+            if self.role == b"C":  # acks: recorded, not synced
+                record(data)
+                return
             self.buffered += len(data)
             while self.buffered >= len(_BODY):  # one answer per whole message
                 self.buffered -= len(_BODY)
-                os.pwrite(fd, data[: len(_BODY)], position[0] % (_FILE_SIZE - 4096))
-                position[0] += len(_BODY)
+                record(data[: len(_BODY)])
                 os.fdatasync(fd)
-                self.transport.write(_ANSWER)  # type: ignore[attr-defined]
+                self.transport.write(_ANSWER)
+                for consumer in consumers:
+                    consumer.write(_BODY)
 
     async def serve() -> None:
         server = await asyncio.get_running_loop().create_server(Stored, "127.0.0.1", 0)
@@ -103,15 +124,38 @@ def _server(directory: str, port_out: Any) -> None:
     asyncio.run(serve())
 
 
-def ideal_round_trip(directory: str, seconds: float) -> int:
-    """Synchronous sends/s against a server that only writes, syncs and answers."""
+def _consumer(port: int, ready: Any) -> None:
+    """Reads the ideal server's messages and acks each with 20 bytes."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.sendall(b"C")
+        ready.set()
+        buffered = 0
+        while chunk := sock.recv(65536):
+            buffered += len(chunk)
+            acks, buffered = divmod(buffered, len(_BODY))
+            if acks:
+                sock.sendall(_ANSWER * acks)
+
+
+def ideal_round_trip(directory: str, seconds: float, *, consumer: bool = False) -> int:
+    """Synchronous sends/s against a server that only writes, syncs and answers (and,
+    with ``consumer``, passes each message on to a consumer process and records its ack)."""
     ctx = mp.get_context("spawn")
     port_out = ctx.Queue()
     server = ctx.Process(target=_server, args=(directory, port_out), daemon=True)
     server.start()
+    reader = None
     try:
-        with socket.create_connection(("127.0.0.1", port_out.get(timeout=60))) as sock:
+        port = port_out.get(timeout=60)
+        if consumer:
+            ready = ctx.Event()
+            reader = ctx.Process(target=_consumer, args=(port, ready), daemon=True)
+            reader.start()
+            ready.wait(60)
+        with socket.create_connection(("127.0.0.1", port)) as sock:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.sendall(b"P")
             n = 0
             started = time.perf_counter()
             while time.perf_counter() - started < seconds:
@@ -127,6 +171,9 @@ def ideal_round_trip(directory: str, seconds: float) -> int:
     finally:
         server.kill()
         server.join(10)
+        if reader is not None:
+            reader.kill()
+            reader.join(10)
 
 
 def chute_bare_client(directory: str, seconds: float) -> int:
@@ -172,10 +219,14 @@ def main() -> None:
                 "fsync_probe_per_s": fsync_probe(directory, args.seconds),
                 "disk_only_per_s": disk_only(directory, args.seconds),
                 "ideal_round_trip_per_s": ideal_round_trip(directory, args.seconds),
+                "ideal_with_consumer_per_s": ideal_round_trip(
+                    directory, args.seconds, consumer=True
+                ),
                 "chute_bare_client_per_s": chute_bare_client(directory, args.seconds),
             }
             probe = run["fsync_probe_per_s"]
             run["ideal_to_probe"] = round(run["ideal_round_trip_per_s"] / probe, 2)
+            run["ideal_with_consumer_to_probe"] = round(run["ideal_with_consumer_per_s"] / probe, 2)
             run["chute_bare_client_to_probe"] = round(run["chute_bare_client_per_s"] / probe, 2)
             runs.append(run)
     report: dict[str, Any] = {"runs": runs}
