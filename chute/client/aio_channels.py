@@ -21,29 +21,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import ssl
 from collections.abc import Awaitable
-from typing import Any, Final
+from typing import Any
 
 import aiohttp
 
 from chute.client.channels import (
     CHUNK,
     CONTENT_TYPE,
+    RETRIES,
     SEQ,
     SUBPROTOCOL,
     failure,
     proxy_for,
     text_of,
+    unanswered_polls,
 )
 from chute.client.url import HTTP, BrokerUrl
 from chute.errors import ConnectError
 from chute.outbox import Outbox
 
 log = logging.getLogger("chute.client")
-
-_RETRIES: Final = 2
 
 
 class _Transport(asyncio.Transport):
@@ -113,8 +114,9 @@ class _Transport(asyncio.Transport):
         for task in self._tasks:
             if task is not current:
                 task.cancel()
-        with contextlib.suppress(Exception):
-            await self._finish()
+        if not (isinstance(error, OSError) and error.errno == errno.ETIMEDOUT):
+            with contextlib.suppress(Exception):  # no goodbye to a broker that is gone
+                await self._finish()
         with contextlib.suppress(Exception):
             await self._session.close()
         self._protocol.connection_lost(error)
@@ -171,27 +173,36 @@ class HttpTransport(_Transport):
         target: BrokerUrl,
         sid: str,
         context: ssl.SSLContext | bool,
+        poll_limit: float,
     ) -> None:
         super().__init__(session, protocol)
         self._url = target.http_url(f"/{sid}")
         self._ssl = context
         self._seq = 0
         self._ack = 0
+        self._poll_limit = aiohttp.ClientTimeout(total=None, sock_read=poll_limit)
+        """The broker answers a poll within its ``poll_ms``: no answer by this (that and
+        the connect timeout) means the broker, or the way to it, is gone."""
 
     async def _request(
-        self, method: str, url: str, body: bytes = b"", headers: dict[str, str] | None = None
+        self,
+        method: str,
+        url: str,
+        body: bytes = b"",
+        headers: dict[str, str] | None = None,
+        limits: aiohttp.ClientTimeout | None = None,
     ) -> tuple[int, dict[str, str], bytes]:
-        """One request and its answer; tried again if the wire failed (every request
-        here may be repeated)."""
+        """One request and its answer; tried again if the wire failed or the answer is
+        late (every request here may be repeated)."""
         sent = {"Content-Type": CONTENT_TYPE, **(headers or {})}
-        for attempt in range(_RETRIES + 1):
+        for attempt in range(RETRIES + 1):
             try:
                 async with self._session.request(
-                    method, url, data=body, headers=sent, ssl=self._ssl
+                    method, url, data=body, headers=sent, ssl=self._ssl, timeout=limits
                 ) as answer:
                     return answer.status, dict(answer.headers), await answer.read()
             except (aiohttp.ClientConnectionError, aiohttp.ServerDisconnectedError):
-                if self._ended or attempt == _RETRIES:
+                if self._ended or attempt == RETRIES:
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -206,7 +217,12 @@ class HttpTransport(_Transport):
 
     async def _read_loop(self) -> None:
         while True:
-            status, headers, body = await self._request("GET", f"{self._url}?ack={self._ack}")
+            try:
+                status, headers, body = await self._request(
+                    "GET", f"{self._url}?ack={self._ack}", limits=self._poll_limit
+                )
+            except aiohttp.ServerTimeoutError:
+                raise unanswered_polls(self._poll_limit.sock_read or 0.0) from None
             if status == 200:
                 seq = int(headers.get(SEQ, "0"))
                 if seq == self._ack + 1:
@@ -260,10 +276,11 @@ async def open_transport(
                 try:
                     opened = await answer.json()
                     sid = str(opened["session"])
+                    poll = float(opened["poll_ms"]) / 1000
                 except (ValueError, KeyError, TypeError, aiohttp.ContentTypeError):
                     raise ConnectError(f"{target} is not a chute broker") from None
             transport: _Transport = HttpTransport(
-                session, protocol, target=target, sid=sid, context=tls
+                session, protocol, target=target, sid=sid, context=tls, poll_limit=poll + limit
             )
         else:
             proxy = proxy_for(target)  # aiohttp's trust_env leaves ws:// URLs out

@@ -49,7 +49,9 @@ SUBPROTOCOL: Final = "chute"
 CHUNK: Final = 1 << 20
 """The most one POST or WebSocket message carries (a longer write goes in several, in
 order): what the broker takes whatever its ``max_packet_size``."""
-_RETRIES: Final = 2  # a request that failed on the wire is tried again this many times
+RETRIES: Final = 2
+"""A request that failed on the wire, or whose answer is late, is tried again this many times
+(every request but the one opening a session may be repeated)."""
 
 
 class Channel(Protocol):
@@ -205,7 +207,7 @@ class HttpChannel:
             OSError: the broker cannot be reached.
         """
         sent = {"Content-Type": CONTENT_TYPE, **(headers or {})}
-        for attempt in range(_RETRIES + 1 if retry else 1):
+        for attempt in range(RETRIES + 1 if retry else 1):
             try:
                 if conn.sock is not None:  # a kept-alive connection a held answer left unbounded
                     conn.sock.settimeout(conn.timeout)
@@ -216,7 +218,7 @@ class HttpChannel:
                 return answer.status, answer.headers, answer.read()
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()
-                if self._closed or attempt == (_RETRIES if retry else 0):
+                if self._closed or attempt == (RETRIES if retry else 0):
                     if isinstance(exc, OSError):
                         raise
                     raise OSError(errno.ECONNRESET, f"{self._target}: {exc!r}") from None
@@ -238,9 +240,12 @@ class HttpChannel:
 
     def recv(self, size: int) -> bytes:  # an answer is returned whole
         while not self._closed:
-            status, headers, body = self._exchange(
-                self._poll, "GET", f"/{self._sid}?ack={self._ack}", b""
-            )
+            try:
+                status, headers, body = self._exchange(
+                    self._poll, "GET", f"/{self._sid}?ack={self._ack}", b""
+                )
+            except TimeoutError:
+                raise unanswered_polls(self._poll.timeout or 0.0) from None
             if status == 200:
                 seq = int(headers.get(SEQ, "0"))
                 if seq == self._ack + 1:
@@ -274,6 +279,16 @@ class HttpChannel:
         self._closed = True
         self._post.close()
         self._poll.close()
+
+
+def unanswered_polls(limit: float) -> OSError:
+    """The error when the broker, which answers every poll within its ``poll_ms``, left
+    one unanswered for ``limit`` seconds every time it was tried."""
+    return OSError(
+        errno.ETIMEDOUT,
+        f"the broker answered no poll in {limit:g} s ({RETRIES + 1} tries): "
+        "it, or the way to it, is gone",
+    )
 
 
 def text_of(body: bytes) -> str:

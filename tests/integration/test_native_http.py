@@ -20,6 +20,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,13 +29,14 @@ import pytest
 import websocket
 
 import chute
-from chute.errors import AccessDenied, AuthenticationFailed
+from chute.errors import AccessDenied, AuthenticationFailed, ConnectError
 from chute.message import Message
 from chute.protocol import packets as p
 from chute.protocol.codec import PacketCodec
 from chute.protocol.wire import encode_packet
 from chute.sansio import NeedData
 
+from . import sync_aio
 from .conftest import ChuteServer, free_port, start_server
 
 TIMEOUT = 10.0
@@ -497,3 +499,78 @@ def test_the_cli_sends_and_receives_over_the_http_port(
         timeout=60,
     ).stdout
     assert "from the cli" in out
+
+
+class FrozenRelay:
+    """A TCP relay to the broker's HTTP port that can stop passing bytes while it keeps
+    every connection open: a broker gone silent behind a network that says nothing."""
+
+    def __init__(self, port: int) -> None:
+        self._upstream = port
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._flowing = threading.Event()
+        self._flowing.set()
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def freeze(self) -> None:
+        self._flowing.clear()
+
+    def close(self) -> None:
+        self._flowing.set()
+        for sock in (self._listener, *self._sockets):
+            sock.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self._upstream))
+            self._sockets += (client, upstream)
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                self._flowing.wait()  # frozen: held here, the connection stays open
+                sink.sendall(data)
+        except OSError:
+            pass
+
+
+@pytest.mark.parametrize("client", ["blocking", "asyncio"])
+def test_a_broker_gone_silent_ends_the_connection_with_a_clear_error(
+    broker: Broker, client: str
+) -> None:
+    # The broker answers every poll within http_poll_ms (300 ms here): a poll not
+    # answered well after that means the broker or the way to it is gone, even if no
+    # connection was ever closed.
+    relay = FrozenRelay(broker.http)
+    url = f"http://127.0.0.1:{relay.port}/chute"
+    runner = sync_aio.LoopThread() if client == "asyncio" else None
+    conn = (
+        chute.connect(url, timeout=1)
+        if runner is None
+        else sync_aio.connect(runner, url, timeout=1)
+    )
+    try:
+        session = conn.session()
+        queue = f"queue:http.silent.{client}"  # the other's unacked message comes back
+        consumer = session.consumer(queue)
+        session.send(queue, "before")
+        assert consumer.receive(timeout=TIMEOUT) is not None
+        relay.freeze()
+        started = time.monotonic()
+        with pytest.raises(ConnectError) as failed:
+            consumer.receive(timeout=25)
+        assert time.monotonic() - started < 20
+        assert "answered no poll" in str(failed.value), failed.value
+    finally:
+        relay.close()
+        conn.close()
+        if runner is not None:
+            runner.close()
