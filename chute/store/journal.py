@@ -48,7 +48,8 @@ refuses new messages while consumers ack into the space left.
 
 Segments and reclaiming: records go to the newest segment
 (:mod:`chute.store.segment`); old segments are deleted once nothing in them
-is live, and sparse ones are compacted first (:mod:`chute.store.reclaim`).
+is live, and sparse ones are compacted first (:mod:`chute.store.segments`,
+by the rule of :mod:`chute.store.reclaim`).
 
 On open, recovery (:mod:`chute.store.recovery`) replays every segment; its
 report is ``journal.report``, for the caller to log. Writing resumes in a new
@@ -102,6 +103,7 @@ from chute.store.records import (
 )
 from chute.store.recovery import recover_lazily
 from chute.store.segment import list_segments, remove_spares
+from chute.store.segments import Segments
 from chute.store.space import FreeSpace, check_room_to_open
 from chute.store.syncstats import SyncSnapshot
 from chute.store.writer import SyncMode, Writer
@@ -177,19 +179,26 @@ class Journal:
         self._intake = Intake(self.directory)
         self._layouts = TxLayouts()  # guarded by the writer's index lock, like the index
         self._block_layouts = BlockLayouts()  # the same
+        self._segments = Segments(
+            self.directory,
+            index,
+            segments,
+            disk=disk,
+            segment_size=segment_size,
+            preallocate=preallocate,
+            compact_ratio=compact_ratio,
+            max_moves=max_compact_moves,
+        )
         self._writer = Writer(
             self.directory,
             self._intake,
             index,
-            segments,
+            self._segments,
             disk=disk,
             mode=mode,
             segment_size=segment_size,
             batch=batch_ms / 1000,
             flush=flush_ms / 1000,
-            preallocate=preallocate,
-            compact_ratio=compact_ratio,
-            max_moves=max_compact_moves,
             auto_reclaim=auto_reclaim,
             space=FreeSpace(self.directory, disk, disk_free_limit, free),
         )
@@ -324,7 +333,7 @@ class Journal:
             return recovered
         del recovered
         self.flush()
-        with self._writer.files:
+        with self._segments.lock:
             recovered, _ = recover_lazily(
                 self.directory, index=LiveIndex(), disk=self._disk, cut=False
             )
@@ -357,7 +366,7 @@ class Journal:
     def _read_paged(self, queue: str, after: int, limit: int) -> list[StoredMessage]:
         writer = self._writer
         try:
-            with writer.index_lock, writer.files:
+            with writer.index_lock, self._segments.lock:
                 return read_paged(self.directory, writer.index, queue, after, limit, self._layouts)
         except OSError as exc:
             raise StoreError(
@@ -380,7 +389,7 @@ class Journal:
     def _read_blocks(self, queue: str, after: int, limit: int) -> list[StoredBlock]:
         writer = self._writer
         try:
-            with writer.index_lock, writer.files:
+            with writer.index_lock, self._segments.lock:
                 return read_blocks(
                     self.directory, writer.index, queue, after, limit, self._block_layouts
                 )
@@ -449,11 +458,11 @@ class Journal:
     def records_moved(self) -> int:
         """Live records compaction copied forward since the journal opened, by every
         reclaim pass (the writer's own after roll-overs, and :meth:`reclaim`)."""
-        return self._writer.records_moved
+        return self._segments.records_moved
 
     def segments(self) -> list[int]:
         """The numbers of the segment files, oldest first (a snapshot)."""
-        return self._writer.segments()
+        return self._segments.numbers()
 
     def sync_stats(self) -> SyncSnapshot:
         """The fsyncs since the open: latency and records each (any thread;
@@ -474,7 +483,7 @@ class Journal:
     def __repr__(self) -> str:
         return (
             f"Journal({self.directory!r}, sync={self.mode.value}, "
-            f"segments={len(self._writer.segments())})"
+            f"segments={len(self._segments.numbers())})"
         )
 
     # -- caller-side helpers ---------------------------------------------------------

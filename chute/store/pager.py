@@ -20,7 +20,8 @@ a record (:func:`~chute.store.payload.queue_blocks`, remembered per record and
 queue in :class:`BlockLayouts`) and slices them out of the bytes read.
 
 The caller holds the writer's ``index_lock`` (so no location moves and no
-segment is deleted meanwhile) and ``files``.
+segment is deleted meanwhile) and the segments' ``lock``
+(:class:`~chute.store.segments.Segments`).
 """
 
 from __future__ import annotations

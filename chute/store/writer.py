@@ -31,9 +31,10 @@ The rest is written again before the next sync; retries back off
 (:mod:`chute.store.failures`), and the writer carries on by itself.
 
 A full segment is synced and closed, and a pre-zeroed spare becomes the next
-one (:mod:`chute.store.segment`). After each roll-over the writer runs a
-reclaim pass (:mod:`chute.store.reclaim`): copy the live records of sparse
-old segments forward, write a checkpoint, sync, then delete oldest first.
+one. After each roll-over the writer runs a reclaim pass: copy the live
+records of sparse old segments forward, write a checkpoint, sync, then delete
+oldest first. Both are :mod:`chute.store.segments`' work, with the writer's
+own write and sync.
 
 Free space: the writer looks at it (:mod:`chute.store.space`) as it goes.
 Under ``disk_free_limit`` it runs reclaim passes without roll-overs, and new
@@ -41,11 +42,11 @@ messages leave the last 64 KiB of a segment to acks and delivery marks: should
 the disk fill up (producers not held off), consumers can still ack into it
 until reclaiming frees space for the next segment.
 
-Thread-safety: the intake is shared (see :mod:`chute.store.intake`).
-Everything here belongs to the writer thread, except ``Writer.segments()``,
-``Writer.files`` (the lock a re-read of the directory holds so that no
-segment is deleted under it) and ``Writer.sync_stats`` (each fsync's latency
-and records, :mod:`chute.store.syncstats`, which a metrics scrape reads).
+Thread-safety: the intake is shared (see :mod:`chute.store.intake`), and so
+are the segments' numbers and lock (:mod:`chute.store.segments`). Everything
+else here belongs to the writer thread, except ``Writer.sync_stats`` (each
+fsync's latency and records, :mod:`chute.store.syncstats`, which a metrics
+scrape reads).
 """
 
 from __future__ import annotations
@@ -53,7 +54,6 @@ from __future__ import annotations
 import enum
 import itertools
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -73,23 +73,10 @@ from chute.store.intake import (
     Request,
     gathered_items,
 )
-from chute.store.reclaim import (
-    SEGMENT_SHIFT,
-    LiveIndex,
-    compaction_records,
-    holds_live_messages,
-    plan,
-)
+from chute.store.reclaim import SEGMENT_SHIFT, LiveIndex
 from chute.store.record import HEADER_SIZE, frame_header
-from chute.store.records import Record, encode
-from chute.store.segment import (
-    SEGMENT_HEADER_SIZE,
-    SegmentFile,
-    Spares,
-    open_segment,
-    read_segment,
-    segment_path,
-)
+from chute.store.segment import SEGMENT_HEADER_SIZE, SegmentFile
+from chute.store.segments import Segments
 from chute.store.space import FreeSpace
 from chute.store.syncstats import SyncStats
 from chute.store.unsynced import NEW, Unsynced, adds_messages, located, refuse, refused_ops
@@ -102,7 +89,6 @@ _IDLE_AFTER: Final = 0.2  # seconds without work before the writer polls only ..
 _IDLE_POLL: Final = 0.05  # ... this often
 _CLOSE_PAUSE: Final = 0.05  # closing on a failing disk: between the last attempts
 _CLOSE_ATTEMPTS: Final = 3
-_COMPACT_SETTLE: Final = 1  # segments closed after one before it is compacted (reclaim.plan)
 _ACK_RESERVE: Final = 64 << 10  # under disk_free_limit: a segment's end kept for acks, marks
 INLINE_SLOW: Final = 0.1
 """An ``fdatasync`` run inline (on the caller's thread, the broker's loop) that took this
@@ -127,38 +113,28 @@ class Writer:
         directory: str,
         intake: Intake,
         index: LiveIndex,
-        segments: list[int],
+        segments: Segments,
         *,
         disk: Disk,
         mode: SyncMode,
         segment_size: int,
         batch: float,
         flush: float,
-        preallocate: bool,
-        compact_ratio: float,
-        max_moves: int,
         auto_reclaim: bool,
         space: FreeSpace,
     ) -> None:
         self.directory = directory
         self.mode = mode
-        self.files = threading.Lock()  # held while segments are deleted or re-read
-        # held while the index changes; taken before ``files`` when both are needed
+        # held while the index changes; taken before the segments' lock when both are needed
         self.index_lock = threading.RLock()
         # held by whoever runs a write/sync cycle: the writer thread, or run_inline's caller
         self.cycle_lock = threading.Lock()
         self._intake = intake
         self._index = index
         self._segments = segments
-        self._next_segment = segments[-1] + 1 if segments else 1
         self._disk = disk
-        self._segment_size = segment_size
         self._batch = batch
         self._flush = flush
-        self._compact_ratio = compact_ratio
-        self.records_moved = 0
-        """Live records compaction copied forward since the journal opened (every pass)."""
-        self._max_moves = max_moves
         self._auto_reclaim = auto_reclaim
         self.space = space
         self.bytes_written = 0  # into segments, since the open
@@ -184,20 +160,11 @@ class Writer:
         self._failures = Failures(directory)
         self._rewrite = False
         self._reclaim_due = False
-        self._spares = Spares(directory, segment_size, disk) if preallocate else None
-        if self._spares is not None:
-            self._spares.prepare()
         self.thread = threading.Thread(target=self._run, name="chute-journal", daemon=True)
-
-    def segments(self) -> list[int]:
-        """The numbers of the segment files, oldest first (a snapshot; any thread)."""
-        with self.files:
-            return list(self._segments)
 
     def release(self) -> None:
         """After the thread ended: close the current segment, stop making spares."""
-        if self._spares is not None:
-            self._spares.close()
+        self._segments.close()
         if self._current is not None:
             self._current.close()
             self._current = None
@@ -468,16 +435,11 @@ class Writer:
         old = self._current
         if old is not None and self._unsynced:
             self._sync()
-        number = self._next_segment
-        capacity = max(self._segment_size, needed + SEGMENT_HEADER_SIZE)
         # if this fails (a full disk), the old segment stays current: what still fits in it
         # (consumers' acks, once the records that did not fit are refused) can be written
-        segment = open_segment(self.directory, number, capacity, self._disk, self._spares)
+        segment = self._segments.open_next(needed)
         if old is not None:
             old.close()
-        self._next_segment = number + 1
-        with self.files:
-            self._segments.append(number)
         self._current = segment
         self._dirty_end = 0
         self._reclaim_due = self._auto_reclaim
@@ -580,7 +542,7 @@ class Writer:
         return self._index
 
     def _reclaim(self, *, force: bool) -> ReclaimResult:
-        """A reclaim pass: compact, checkpoint, sync, delete (see :mod:`chute.store.reclaim`).
+        """A reclaim pass (:meth:`Segments.reclaim`) once everything written is synced.
 
         Holds ``index_lock`` throughout, so a paging read never meets a location
         that is moving or a segment that is going.
@@ -589,60 +551,20 @@ class Writer:
             OSError: reading, writing, syncing or deleting failed (nothing more is deleted).
         """
         with self.index_lock:
-            return self._reclaim_locked(force=force)
+            self._reclaim_due = False
+            if self._unsynced:  # the index learns written records at their sync: plan with all
+                self._sync()
+            current = self._current
+            if current is None:
+                if not force:
+                    return ReclaimResult()
+                current = self._roll(0)
+            return self._segments.reclaim(current.number, force=force, write=self._write_durably)
 
-    def _reclaim_locked(self, *, force: bool) -> ReclaimResult:
-        self._reclaim_due = False
-        if self._unsynced:  # the index learns written records at their sync: plan with all
-            self._sync()
-        current = self._current
-        if current is None:
-            if not force:
-                return ReclaimResult()
-            current = self._roll(0)
-        index = self._index
-        decision = plan(
-            self._segments,
-            current.number,
-            index.live,
-            index.written,
-            index.deps,
-            compact_ratio=self._compact_ratio,
-            max_moves=self._max_moves,
-            settle=0 if force else _COMPACT_SETTLE,
-        )
-        if not decision.delete:
-            return ReclaimResult()
-        records: list[Record] = []
-        for segment in decision.compact:
-            data = (
-                read_segment(self.directory, segment)
-                if holds_live_messages(index, segment)
-                else None
-            )
-            records += compaction_records(index, segment, data)
-        moved = len(records)
-        going = set(decision.delete)
-        records.append(index.checkpoint_record(s for s in self._segments if s not in going))
-        items: list[Item] = []
-        for record in records:
-            kind, payload = encode(record)
-            items.append((kind, payload, record))
+    def _write_durably(self, items: list[Item]) -> None:
+        """Write ``items`` and sync them, whatever the mode (a reclaim pass's records)."""
         self._write(items)
         if self.mode is not SyncMode.NEVER:
             self._sync()
         elif self._current is not None:
             self._disk.sync(self._current.fd)
-        deleted = []
-        for segment in decision.delete:  # oldest first: see chute.store.reclaim
-            with self.files:
-                os.unlink(segment_path(self.directory, segment))
-                self._segments.remove(segment)
-            index.forget(segment)
-            deleted.append(segment)
-            self._disk.sync_directory(self.directory)
-        log.debug(
-            "journal %s: deleted segments %s, moved %d records", self.directory, deleted, moved
-        )
-        self.records_moved += moved
-        return ReclaimResult(tuple(deleted), moved)

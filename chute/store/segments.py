@@ -1,0 +1,157 @@
+"""The journal's segment files, oldest first: which there are, the next one, reclaim passes.
+
+A :class:`Segments` keeps the numbers of a journal's segment files (one file
+is :mod:`chute.store.segment`'s) from the oldest to the one being written.
+It changes at its two ends only:
+
+* **Roll-over** (:meth:`Segments.open_next`): when the current segment is
+  full, the writer (:mod:`chute.store.writer`) syncs and closes it, and a
+  pre-zeroed spare becomes the next one.
+* **Reclaim pass** (:meth:`Segments.reclaim`), run by the writer after each
+  roll-over, on request, and while the disk is under ``disk_free_limit``:
+  plan which old segments may go (:func:`chute.store.reclaim.plan`), copy the
+  live records of sparse ones forward, write a checkpoint, sync (the writer
+  writes and syncs those), then delete oldest first (the order
+  :mod:`chute.store.reclaim` explains).
+
+Thread-safety: belongs to the writer thread (a pass runs under the writer's
+``index_lock``), except :meth:`Segments.numbers`, ``records_moved`` and ``lock`` (held
+while segments are deleted, and by a re-read of the directory so that no
+segment is deleted under it), which any thread may use.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import Final
+
+from chute.store.disk import Disk
+from chute.store.intake import Item, ReclaimResult
+from chute.store.reclaim import LiveIndex, compaction_records, holds_live_messages, plan
+from chute.store.records import Record, encode
+from chute.store.segment import (
+    SEGMENT_HEADER_SIZE,
+    SegmentFile,
+    Spares,
+    open_segment,
+    read_segment,
+    segment_path,
+)
+
+log = logging.getLogger("chute.store.journal")
+
+_COMPACT_SETTLE: Final = 1  # segments closed after one before it is compacted (reclaim.plan)
+
+
+class Segments:
+    """A journal's segment files: their numbers, the making of the next, reclaim passes."""
+
+    def __init__(
+        self,
+        directory: str,
+        index: LiveIndex,
+        numbers: list[int],
+        *,
+        disk: Disk,
+        segment_size: int,
+        preallocate: bool,
+        compact_ratio: float,
+        max_moves: int,
+    ) -> None:
+        self.directory = directory
+        self.lock = threading.Lock()  # held while segments are deleted or re-read
+        self.records_moved = 0
+        """Live records compaction copied forward since the journal opened (every pass)."""
+        self._index = index
+        self._numbers = numbers
+        self._next = numbers[-1] + 1 if numbers else 1
+        self._disk = disk
+        self._segment_size = segment_size
+        self._compact_ratio = compact_ratio
+        self._max_moves = max_moves
+        self._spares = Spares(directory, segment_size, disk) if preallocate else None
+        if self._spares is not None:
+            self._spares.prepare()
+
+    def numbers(self) -> list[int]:
+        """The numbers of the segment files, oldest first (a snapshot; any thread)."""
+        with self.lock:
+            return list(self._numbers)
+
+    def open_next(self, needed: int) -> SegmentFile:
+        """Make the next segment, with room for a record of ``needed`` bytes at least.
+
+        Raises:
+            OSError: the spare or the new segment failed (the numbers are unchanged).
+        """
+        number = self._next
+        capacity = max(self._segment_size, needed + SEGMENT_HEADER_SIZE)
+        segment = open_segment(self.directory, number, capacity, self._disk, self._spares)
+        self._next = number + 1
+        with self.lock:
+            self._numbers.append(number)
+        return segment
+
+    def close(self) -> None:
+        """Stop making spares (the writer's thread ended)."""
+        if self._spares is not None:
+            self._spares.close()
+
+    def reclaim(
+        self, current: int, *, force: bool, write: Callable[[list[Item]], None]
+    ) -> ReclaimResult:
+        """A reclaim pass: compact, checkpoint, sync, delete (see :mod:`chute.store.reclaim`).
+
+        ``current`` is the segment being written; ``force`` (a pass asked for)
+        compacts the segments just closed too. ``write`` writes the copies and the
+        checkpoint and syncs them (the writer's). The caller holds the index lock
+        throughout and synced everything written before, so that the index knows it.
+
+        Raises:
+            OSError: reading, writing, syncing or deleting failed (nothing more is deleted).
+        """
+        index = self._index
+        decision = plan(
+            self._numbers,
+            current,
+            index.live,
+            index.written,
+            index.deps,
+            compact_ratio=self._compact_ratio,
+            max_moves=self._max_moves,
+            settle=0 if force else _COMPACT_SETTLE,
+        )
+        if not decision.delete:
+            return ReclaimResult()
+        records: list[Record] = []
+        for segment in decision.compact:
+            data = (
+                read_segment(self.directory, segment)
+                if holds_live_messages(index, segment)
+                else None
+            )
+            records += compaction_records(index, segment, data)
+        moved = len(records)
+        going = set(decision.delete)
+        records.append(index.checkpoint_record(s for s in self._numbers if s not in going))
+        items: list[Item] = []
+        for record in records:
+            kind, payload = encode(record)
+            items.append((kind, payload, record))
+        write(items)
+        deleted = []
+        for segment in decision.delete:  # oldest first: see chute.store.reclaim
+            with self.lock:
+                os.unlink(segment_path(self.directory, segment))
+                self._numbers.remove(segment)
+            index.forget(segment)
+            deleted.append(segment)
+            self._disk.sync_directory(self.directory)
+        log.debug(
+            "journal %s: deleted segments %s, moved %d records", self.directory, deleted, moved
+        )
+        self.records_moved += moved
+        return ReclaimResult(tuple(deleted), moved)
