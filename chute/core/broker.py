@@ -26,30 +26,20 @@ one atomic ``store.commit``; the session checks the bounds first, so a commit
 that cannot fit changes nothing.
 
 Connections and sessions (per-client state, transactions, consumers) live in
-:mod:`chute.core.session`.
+:mod:`chute.core.session`; looking at the broker (a destination browsed by its
+address, the statistics) is :mod:`chute.core.looking`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from chute.core.access import Access, Client
 from chute.core.address import DEAD_LETTER, EXPIRED, Kind, canonical, parse
 from chute.core.admission import Admission
 from chute.core.batches import CommittedBatches
-from chute.core.browse import (
-    PAGE_BYTES,
-    PAGE_MESSAGES,
-    BrowsePage,
-    at_once,
-    clamp,
-    finish,
-    page_in_steps,
-    stream_page,
-)
 from chute.core.consumer import Entry
 from chute.core.cursor import Cursors
 from chute.core.destinations import ANONYMOUS, Destinations, Limits
@@ -59,16 +49,14 @@ from chute.core.queue import QueueChannel, Reason
 from chute.core.queuetypes import LoginQueue
 from chute.core.restore import restore
 from chute.core.routing import Destination, Route, WouldBlock
-from chute.core.selector import compile_selector
 from chute.core.settings import Overflow, SettingsResolver
-from chute.core.stats import STAT_PAGE, stats_page
 from chute.core.store import AddOp, Gathering, QueueDefinition, QueueKind, Store, TxOp
 from chute.core.stream import Stream
 from chute.core.subscriptions import Subscriptions
 from chute.core.topic import Topic
 from chute.core.twophase import PreparedTransactions
 from chute.core.unstored import withdraw_unstored
-from chute.errors import DestinationFull, InvalidAddress, NotFound
+from chute.errors import DestinationFull, NotFound
 from chute.message import Message, now_ms
 
 log = logging.getLogger("chute.broker")
@@ -470,146 +458,6 @@ class Broker:
     def sync(self, callback: Callable[[BaseException | None], None]) -> None:
         """Call back once everything recorded so far is durable (see Store.sync)."""
         self.store.sync(callback)
-
-    # -- looking ---------------------------------------------------------------------
-
-    def browse_page(
-        self,
-        address: str,
-        *,
-        after: int = 0,
-        before: int = 0,
-        selector: str | None = None,
-        max_messages: int = 0,
-        max_bytes: int = 0,
-    ) -> BrowsePage:
-        """One page of a walk over a queue in sequence order (see :mod:`chute.core.browse`);
-        nothing is consumed, and nothing is created (looking is not using): a queue that
-        does not exist holds nothing. The bounds are clamped to the broker's
-        (``PAGE_MESSAGES``, ``PAGE_BYTES``); 0 asks for those.
-
-        Raises:
-            InvalidAddress: a bad address; a topic (browse one of its subscriptions'
-                queues instead).
-            InvalidSelector: a bad selector.
-            StoreError: paged messages cannot be read now.
-        """
-        return finish(
-            self.browse_steps(
-                address,
-                after=after,
-                before=before,
-                selector=selector,
-                max_messages=max_messages,
-                max_bytes=max_bytes,
-            )
-        )
-
-    def browse_steps(
-        self,
-        address: str,
-        *,
-        after: int = 0,
-        before: int = 0,
-        selector: str | None = None,
-        max_messages: int = 0,
-        max_bytes: int = 0,
-    ) -> Generator[None, None, BrowsePage]:
-        """:meth:`browse_page`'s page built in steps, one per ``next()`` (the page is the
-        generator's return value; see :func:`chute.core.browse.page_in_steps`): a driver
-        serves other clients between them. The address and selector are checked here
-        (raising as :meth:`browse_page`); a step may raise ``StoreError``."""
-        addr = parse(address)
-        compiled = compile_selector(selector) if selector else None
-        dest = self.find(str(addr))
-        if dest is None:
-            if addr.kind is Kind.TOPIC:
-                raise InvalidAddress(f"{addr} is a topic: a topic holds nothing to browse")
-            return at_once(BrowsePage([], after, max(before, after + 1), True))
-        if isinstance(dest, Topic):
-            raise InvalidAddress(f"{address} is a topic: a topic holds nothing to browse")
-        if isinstance(dest, Stream):
-            return at_once(stream_page(dest, after, before, max_messages, max_bytes, compiled))
-        return page_in_steps(
-            dest,
-            after,
-            before,
-            max_messages=clamp(max_messages, PAGE_MESSAGES),
-            max_bytes=clamp(max_bytes, PAGE_BYTES),
-            selector=compiled,
-        )
-
-    def browse(self, address: str, selector: str | None = None, limit: int = 0) -> list[Entry]:
-        """A whole walk at once (:meth:`browse_page` until done): every message of a queue
-        in sequence order, at most ``limit`` (0: all). For tests and in-process use; a
-        driver answers a client page by page. Raises as :meth:`browse_page`."""
-        entries: list[Entry] = []
-        after = before = 0
-        while True:
-            page = self.browse_page(address, after=after, before=before, selector=selector)
-            entries += page.entries
-            if page.done or (limit > 0 and len(entries) >= limit):
-                return entries[:limit] if limit > 0 else entries
-            after, before = page.after, page.before
-
-    def stats_page(
-        self,
-        *,
-        pattern: str | None = None,
-        after: str = "",
-        limit: int = 0,
-        sees: Callable[[str], bool] | None = None,
-    ) -> dict[str, Any]:
-        """One page of destinations with depth, consumers and in/out counts, and the
-        broker-wide figures (JSON-ready; see :mod:`chute.core.stats`): ``destinations``,
-        ``next`` (the page's last address, to pass as ``after``; None: done),
-        ``destination_count``, ``made`` (how many destinations clients made by
-        use), ``connections``, ``prepared``, ``discarded``, ``memory``,
-        ``producers``. ``limit`` is clamped to
-        ``STAT_PAGE``; 0 asks for that.
-
-        Raises:
-            InvalidAddress: a bad ``pattern``.
-        """
-        page = stats_page(
-            self.queues,
-            self.topics,
-            pattern=pattern,
-            after=after,
-            limit=clamp(limit, STAT_PAGE),
-            sees=sees,
-            streams=self.streams,
-        )
-        return {
-            "destinations": page.destinations,
-            "next": page.after,
-            "destination_count": len(self.queues) + len(self.topics) + len(self.streams),
-            "made": self.destinations.stats(),
-            "connections": len(self.connections),
-            "prepared": self.xa.xids(),
-            "discarded": self.diversion.discarded,
-            "memory": {
-                "held": self.memory.used,
-                "paging_at": self.memory.limit,
-                "high_watermark": self.memory.high,
-            },
-            "producers": {
-                "waiting": self.admission.waiting,
-                "blocked_by": self.admission.reason,
-            },
-        }
-
-    def stats(self, pattern: str | None = None) -> dict[str, Any]:
-        """Every destination (matching ``pattern``) at once: :meth:`stats_page` joined.
-        For tests and in-process use; a driver answers a client page by page."""
-        stats = self.stats_page(pattern=pattern)
-        destinations: list[dict[str, Any]] = stats["destinations"]
-        while stats["next"] is not None:
-            stats = self.stats_page(pattern=pattern, after=stats["next"])
-            destinations += stats["destinations"]
-        stats["destinations"] = destinations
-        del stats["next"]
-        return stats
 
     # -- recovery ----------------------------------------------------------------------
 

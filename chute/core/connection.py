@@ -29,6 +29,7 @@ import secrets
 from collections.abc import Callable, Generator
 from typing import Any
 
+from chute.core import looking
 from chute.core.access import ANONYMOUS, Action, PasswordCheck, Principal
 from chute.core.address import TEMP_PREFIX, canonical, parse, user_queue
 from chute.core.admission import Share
@@ -243,13 +244,14 @@ class Connection:
         max_bytes: int = 0,
     ) -> Generator[None, None, BrowsePage]:
         """One page of a walk over a queue in sequence order, built a step per ``next()``
-        (see ``Broker.browse_steps``); nothing is consumed.
+        (see ``looking.browse_steps``); nothing is consumed.
 
         Raises:
             AccessDenied, InvalidAddress, InvalidSelector; a step: StoreError.
         """
         self.authorize(Action.BROWSE, address)
-        return self.broker.browse_steps(
+        return looking.browse_steps(
+            self.broker,
             address,
             after=after,
             before=before,
@@ -259,18 +261,18 @@ class Connection:
         )
 
     def browse(self, address: str, selector: str | None = None, limit: int = 0) -> list[Entry]:
-        """A whole walk at once, in sequence order (see ``Broker.browse``).
+        """A whole walk at once, in sequence order (see ``looking.browse``).
 
         Raises:
             AccessDenied, InvalidAddress, InvalidSelector, StoreError.
         """
         self.authorize(Action.BROWSE, address)
-        return self.broker.browse(address, selector, limit)
+        return looking.browse(self.broker, address, selector, limit)
 
     def stats_page(
         self, *, pattern: str | None = None, after: str = "", limit: int = 0
     ) -> dict[str, Any]:
-        """One page of the destinations with their counters (see ``Broker.stats_page``):
+        """One page of the destinations with their counters (see ``looking.stats_page``):
         every one for a user who may manage everything; else those they may browse,
         consume or manage, and of the destinations made by use, only their own count.
         Prepared transactions as :meth:`prepared` shows them.
@@ -279,7 +281,9 @@ class Connection:
             InvalidAddress: a bad ``pattern``.
         """
         sees = None if self.principal.manages_all else self._sees
-        stats = self.broker.stats_page(pattern=pattern, after=after, limit=limit, sees=sees)
+        stats = looking.stats_page(
+            self.broker, pattern=pattern, after=after, limit=limit, sees=sees
+        )
         stats["prepared"] = self.prepared()
         if sees is not None:  # of the destinations made by use, only their own count
             mine = stats["made"]["by_user"].get(self.login or "anonymous", 0)

@@ -43,6 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from chute.config import ServerConfig
+from chute.core import looking
 from chute.core.access import Access, LoginThrottle, PasswordCheck
 from chute.core.broker import Broker
 from chute.core.destinations import Limits
@@ -406,7 +407,7 @@ class BrokerServer:
                 log.exception("checking memory and disk failed")
 
     def stats(self) -> dict[str, Any]:
-        stats = self.broker.stats()
+        stats = looking.stats(self.broker)
         stats["sockets"] = self.limits.stats()
         stats["uptime_s"] = round(time.time() - self.started, 1)
         return stats

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from chute.admin.rates import INTERVAL, PER_TICK, RateSampler
+from chute.core import looking
 from chute.core.broker import Broker
 from chute.message import Message
 
@@ -23,7 +24,7 @@ def sampler_for(broker: Broker) -> tuple[RateSampler, Seconds]:
 
 
 def stats(broker: Broker, address: str) -> dict[str, object]:
-    (dest,) = broker.stats(address)["destinations"]
+    (dest,) = looking.stats(broker, address)["destinations"]
     return dest  # type: ignore[no-any-return]
 
 

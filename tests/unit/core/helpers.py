@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from chute.core import looking
 from chute.core.broker import Broker
 from chute.core.consumer import Consumer, Entry
 from chute.core.settings import DestinationSettings, SettingsResolver
@@ -118,7 +119,7 @@ def bodies(entries: Sequence[Entry]) -> list[bytes]:
 
 def stats_of(broker: Broker, address: str) -> dict[str, Any]:
     """One destination's stats as ``Broker.stats`` reports them."""
-    for dest in broker.stats()["destinations"]:
+    for dest in looking.stats(broker)["destinations"]:
         if dest["address"] == address:
             found: dict[str, Any] = dest
             return found

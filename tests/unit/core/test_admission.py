@@ -10,6 +10,7 @@ import logging
 
 import pytest
 
+from chute.core import looking
 from chute.core.admission import (
     BEHIND,
     BEHIND_ALL,
@@ -84,7 +85,7 @@ def test_producers_wait_at_the_high_watermark_with_a_reason_and_no_address() -> 
     assert refused.address is None
     assert refused.timeout_ms == 5_000
     assert "memory_high_watermark" in refused.reason
-    assert broker.stats()["producers"]["blocked_by"] == refused.reason
+    assert looking.stats(broker)["producers"]["blocked_by"] == refused.reason
     assert stats_of(broker, "queue:q")["depth"] == 100  # nothing half-accepted
 
 

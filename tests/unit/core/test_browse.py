@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from chute.core import looking
 from chute.core.broker import Broker
 from chute.core.browse import PAGE_BYTES, PAGE_MESSAGES, STEP_MESSAGES, BrowsePage, finish
 from chute.core.connection import Connection
@@ -25,10 +26,12 @@ BODY = b"x" * 200
 
 def walk(broker: Broker, address: str, **bounds: Any) -> list[BrowsePage]:
     """Every page of one walk, asking with ``bounds`` each time."""
-    pages = [broker.browse_page(address, **bounds)]
+    pages = [looking.browse_page(broker, address, **bounds)]
     while not pages[-1].done:
         last = pages[-1]
-        pages.append(broker.browse_page(address, after=last.after, before=last.before, **bounds))
+        pages.append(
+            looking.browse_page(broker, address, after=last.after, before=last.before, **bounds)
+        )
     return pages
 
 
@@ -55,7 +58,7 @@ def test_a_walk_covers_every_message_once_in_sequence_order(broker: Broker) -> N
 
 def test_a_page_is_bounded_by_bytes_and_always_covers_one_message(broker: Broker) -> None:
     fill(broker, "queue:q", 6)
-    size = broker.browse("queue:q")[0].message.size
+    size = looking.browse(broker, "queue:q")[0].message.size
     assert [len(p.entries) for p in walk(broker, "queue:q", max_bytes=2 * size)] == [2, 2, 2]
     assert [len(p.entries) for p in walk(broker, "queue:q", max_bytes=1)] == [1] * 6
 
@@ -64,12 +67,14 @@ def test_the_broker_clamps_what_a_page_may_ask(broker: Broker) -> None:
     s = Connection(broker).session()
     for _ in range(PAGE_MESSAGES + 5):
         s.send("queue:q", msg(b"x"))
-    first = broker.browse_page("queue:q", max_messages=10 * PAGE_MESSAGES, max_bytes=1 << 30)
+    first = looking.browse_page(
+        broker, "queue:q", max_messages=10 * PAGE_MESSAGES, max_bytes=1 << 30
+    )
     assert len(first.entries) == PAGE_MESSAGES
     assert not first.done
-    assert len(broker.browse_page("queue:q").entries) == PAGE_MESSAGES  # 0: the broker's
+    assert len(looking.browse_page(broker, "queue:q").entries) == PAGE_MESSAGES  # 0: the broker's
     fill(broker, "queue:big", 2000)  # 2000 x ~260 bytes: past PAGE_BYTES
-    page = broker.browse_page("queue:big", max_bytes=1 << 30)
+    page = looking.browse_page(broker, "queue:big", max_bytes=1 << 30)
     assert sum(e.message.size for e in page.entries) <= PAGE_BYTES
     assert len(page.entries) < PAGE_MESSAGES
 
@@ -85,7 +90,7 @@ def test_a_queue_nothing_made_holds_nothing_and_is_not_made(broker: Broker) -> N
     assert (page.entries, page.done) == ([], True)
     assert broker.find("queue:never") is None
     with pytest.raises(InvalidAddress, match="topic"):
-        broker.browse_page("topic:news")
+        looking.browse_page(broker, "topic:news")
     assert broker.find("topic:news") is None
 
 
@@ -108,24 +113,24 @@ def test_a_selector_filters_pages_and_the_walk_still_ends(broker: Broker) -> Non
 
 def test_messages_sent_after_the_walk_began_are_not_shown(broker: Broker) -> None:
     fill(broker, "queue:q", 10)
-    first = broker.browse_page("queue:q", max_messages=4)
+    first = looking.browse_page(broker, "queue:q", max_messages=4)
     fill(broker, "queue:q", 5)  # numbered at or past the walk's end
     rest = walk_from(broker, "queue:q", first, max_messages=4)
     assert seqs([first, *rest]) == list(range(1, 11))
-    assert len(broker.browse("queue:q")) == 15  # a new walk sees them
+    assert len(looking.browse(broker, "queue:q")) == 15  # a new walk sees them
 
 
 def walk_from(broker: Broker, address: str, page: BrowsePage, **bounds: Any) -> list[BrowsePage]:
     pages: list[BrowsePage] = []
     while not page.done:
-        page = broker.browse_page(address, after=page.after, before=page.before, **bounds)
+        page = looking.browse_page(broker, address, after=page.after, before=page.before, **bounds)
         pages.append(page)
     return pages
 
 
 def test_messages_gone_before_the_walk_reached_them_are_not_shown(broker: Broker) -> None:
     fill(broker, "queue:q", 10)
-    first = broker.browse_page("queue:q", max_messages=3)
+    first = looking.browse_page(broker, "queue:q", max_messages=3)
     s = Connection(broker).session(AckMode.INDIVIDUAL)
     recorder = Recorder()
     consumer = s.consumer(1, "queue:q", recorder, prefetch=6)
@@ -142,7 +147,7 @@ def test_messages_in_flight_are_shown_in_their_place_and_once(broker: Broker) ->
     s = conn.session(AckMode.CLIENT)
     recorder = Recorder()
     consumer = s.consumer(1, "queue:q", recorder, prefetch=2)
-    first = broker.browse_page("queue:q", max_messages=3)
+    first = looking.browse_page(broker, "queue:q", max_messages=3)
     assert [(e.seq, e.delivery_count) for e in first.entries] == [(1, 1), (2, 1), (3, 0)]
     s.close_consumer(consumer)  # 1 and 2 go back, redelivered: behind the walk already
     rest = walk_from(broker, "queue:q", first, max_messages=3)
@@ -154,7 +159,7 @@ def test_a_prepared_send_committed_during_the_walk_is_shown_in_its_place(broker:
     tx.send("queue:q", msg(b"prepared"))
     tx.prepare("x")  # numbered 1, placed at commit
     fill(broker, "queue:q", 4)  # 2..5
-    first = broker.browse_page("queue:q", max_messages=2)
+    first = looking.browse_page(broker, "queue:q", max_messages=2)
     assert seqs([first]) == [2, 3]
     broker.xa.commit("x")
     queue = broker.queues["queue:q"]
@@ -205,7 +210,7 @@ def test_a_page_built_in_steps_is_the_page_built_at_once(paging_store: Store) ->
     broker.recover()
     fill(broker, "queue:q", 600)
     assert broker.queues["queue:q"].paged > 300
-    steps = broker.browse_steps("queue:q", max_messages=200)
+    steps = looking.browse_steps(broker, "queue:q", max_messages=200)
     taken = 0
     while True:
         try:
@@ -216,13 +221,13 @@ def test_a_page_built_in_steps_is_the_page_built_at_once(paging_store: Store) ->
         taken += 1
     assert taken == -(-200 // STEP_MESSAGES) - 1  # a step per STEP_MESSAGES; the last returns
     assert seqs([page]) == list(range(1, 201))
-    assert seqs([page]) == seqs([broker.browse_page("queue:q", max_messages=200)])
+    assert seqs([page]) == seqs([looking.browse_page(broker, "queue:q", max_messages=200)])
     assert not page.done
 
 
 def test_messages_consumed_between_steps_of_a_page_are_not_shown(broker: Broker) -> None:
     fill(broker, "queue:q", 3 * STEP_MESSAGES)
-    steps = broker.browse_steps("queue:q")
+    steps = looking.browse_steps(broker, "queue:q")
     next(steps)  # the first step covered 1..STEP_MESSAGES
     s = Connection(broker).session(AckMode.INDIVIDUAL)
     recorder = Recorder()
@@ -242,9 +247,11 @@ def test_a_later_step_keeps_the_page_within_its_bytes(broker: Broker) -> None:
     for i in range(STEP_MESSAGES):
         s.send("queue:q", msg(b"s%d" % i))
     s.send("queue:q", msg(b"B" * 5000))  # the first of the next step: it does not fit
-    small = sum(e.message.size for e in broker.browse("queue:q")[:STEP_MESSAGES])
-    page = broker.browse_page("queue:q", max_bytes=small + 1000)
+    small = sum(e.message.size for e in looking.browse(broker, "queue:q")[:STEP_MESSAGES])
+    page = looking.browse_page(broker, "queue:q", max_bytes=small + 1000)
     assert len(page.entries) == STEP_MESSAGES
     assert not page.done
-    rest = broker.browse_page("queue:q", after=page.after, before=page.before, max_bytes=100)
+    rest = looking.browse_page(
+        broker, "queue:q", after=page.after, before=page.before, max_bytes=100
+    )
     assert [e.message.body for e in rest.entries] == [b"B" * 5000]  # alone, whatever its size

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from chute.core import looking
 from chute.core.broker import Broker
 from chute.core.connection import Connection
 from chute.core.consumer import AckMode
@@ -77,4 +78,4 @@ def test_a_transacted_session_refuses_a_carried_message(broker: Broker) -> None:
     with pytest.raises(TransactionError):
         session.send("queue:q", carried(b"x"), carried=True)
     session.commit()
-    assert broker.browse("queue:q") == []
+    assert looking.browse(broker, "queue:q") == []

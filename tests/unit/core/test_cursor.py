@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from chute.core import looking
 from chute.core.batches import BATCHES, Marker
 from chute.core.broker import Broker
 from chute.core.connection import Connection
@@ -45,7 +46,7 @@ def test_range_read_does_not_consume_and_pages(broker: Broker) -> None:
 
 def test_fetch_pages_by_bytes(broker: Broker) -> None:
     fill(broker, "queue:q", 5)
-    size = broker.browse("queue:q")[0].message.size
+    size = looking.browse(broker, "queue:q")[0].message.size
     next_start, page = broker.cursors.fetch("queue:q", None, 1, 6, max_bytes=2 * size)
     assert (next_start, len(page)) == (3, 2)
 
@@ -77,7 +78,7 @@ def test_selector_on_a_queue_reads_and_acks_only_matches(broker: Broker) -> None
     broker.cursors.open("queue:q", "c", selector="odd = TRUE")
     assert read(broker, "queue:q", "c", 1, 7) == [b"m1", b"m3", b"m5"]
     broker.cursors.ack("queue:q", "c", 7)
-    assert bodies(broker.browse("queue:q")) == [b"m0", b"m2", b"m4"]
+    assert bodies(looking.browse(broker, "queue:q")) == [b"m0", b"m2", b"m4"]
 
 
 def test_topic_cursor_is_a_durable_subscription(broker: Broker) -> None:
@@ -145,8 +146,8 @@ def test_commit_batch_commits_once_per_sink_and_batch(broker: Broker) -> None:
     assert broker.xa.xids() == []
     prepare(broker, "c", "queue:out", b"3")
     assert broker.batches.commit("sink", 1, ("c",)) is True
-    assert bodies(broker.browse("queue:out")) == [b"1", b"2", b"3"]
-    assert len(broker.browse(BATCHES)) == 1  # only the sink's newest marker is kept
+    assert bodies(looking.browse(broker, "queue:out")) == [b"1", b"2", b"3"]
+    assert len(looking.browse(broker, BATCHES)) == 1  # only the sink's newest marker is kept
 
 
 def test_commit_batch_refuses_what_is_not_prepared(broker: Broker) -> None:
@@ -167,7 +168,7 @@ def test_markers_survive_a_restart_and_roll_forward(broker: Broker) -> None:
     fresh = restart(broker)
     prepare(fresh, "a2", "queue:out", b"1")
     assert fresh.batches.commit("sink", 4, ("a2",)) is False
-    assert bodies(fresh.browse("queue:out")) == [b"1", b"2"]
+    assert bodies(looking.browse(fresh, "queue:out")) == [b"1", b"2"]
 
     # A crash after the marker but before the commits: recovery finishes the batch.
     prepare(fresh, "c", "queue:out", b"3")
@@ -175,12 +176,12 @@ def test_markers_survive_a_restart_and_roll_forward(broker: Broker) -> None:
     fresh.send(BATCHES, msg(marker.encode()))
     again = restart(fresh)
     assert again.xa.xids() == []
-    assert bodies(again.browse("queue:out")) == [b"1", b"2", b"3"]
-    assert [Marker.decode(m.message.body).sink for m in again.browse(BATCHES)] == ["sink"]
+    assert bodies(looking.browse(again, "queue:out")) == [b"1", b"2", b"3"]
+    assert [Marker.decode(m.message.body).sink for m in looking.browse(again, BATCHES)] == ["sink"]
 
 
 def test_one_off_batches_keep_no_marker(broker: Broker) -> None:
     prepare(broker, "a", "queue:out", b"1")
     assert broker.batches.commit("job", 0, ("a",), keep=False) is True
-    assert broker.browse(BATCHES) == []
-    assert bodies(broker.browse("queue:out")) == [b"1"]
+    assert looking.browse(broker, BATCHES) == []
+    assert bodies(looking.browse(broker, "queue:out")) == [b"1"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from chute.core import looking
 from chute.core.access import ADMIN_ROLE, Access, Action, Role, User
 from chute.core.address import DEAD_LETTER, EXPIRED, user_queue
 from chute.core.broker import Broker
@@ -124,8 +125,8 @@ def test_a_deleted_queue_is_made_anew_by_its_next_use(broker: Broker) -> None:
     conn.session().send("queue:q", msg(b"old"))
     conn.delete("queue:q")
     conn.session().send("queue:q", msg(b"new"))
-    assert bodies(broker.browse("queue:q")) == [b"new"]
-    assert bodies(restarted(broker).browse("queue:q")) == [b"new"]
+    assert bodies(looking.browse(broker, "queue:q")) == [b"new"]
+    assert bodies(looking.browse(restarted(broker), "queue:q")) == [b"new"]
 
 
 def test_an_ack_a_transaction_held_never_settles_the_next_queue_of_that_name(
@@ -141,7 +142,7 @@ def test_an_ack_a_transaction_held_never_settles_the_next_queue_of_that_name(
     conn.delete("queue:q")
     conn.session().send("queue:q", msg(b"new"))
     tx.commit()
-    assert bodies(broker.browse("queue:q")) == [b"new"]
+    assert bodies(looking.browse(broker, "queue:q")) == [b"new"]
     assert stored(broker, "queue:q") == [b"new"]
 
 
@@ -209,7 +210,7 @@ def test_deleting_and_purging_need_the_delete_permission() -> None:
         carol.delete("queue:carol")
     with pytest.raises(AccessDenied, match="may not delete queue:carol"):
         carol.purge("queue:carol")
-    assert bodies(broker.browse("queue:carol")) == [b"x"]
+    assert bodies(looking.browse(broker, "queue:carol")) == [b"x"]
     assert login(broker, "alice").delete("queue:carol") == 1
 
 
@@ -256,8 +257,8 @@ def test_purge_removes_what_waits_and_leaves_what_is_in_flight(broker: Broker) -
     first, _in_flight = taker.take()
     s.ack(consumer, first.seq)
     s.close_consumer(consumer)  # b goes back: it was never acked
-    assert bodies(broker.browse("queue:q")) == [b"b"]
-    assert bodies(restarted(broker).browse("queue:q")) == [b"b"]
+    assert bodies(looking.browse(broker, "queue:q")) == [b"b"]
+    assert bodies(looking.browse(restarted(broker), "queue:q")) == [b"b"]
 
 
 def test_the_dead_letters_can_be_purged_and_a_topic_cannot(broker: Broker) -> None:
@@ -290,7 +291,7 @@ def test_a_user_past_their_limit_is_refused_and_another_is_not() -> None:
     login(broker, "bob").session().send("queue:b1", msg())
     login(broker, "root").session().send("queue:r1", msg())  # one who manages everything
     assert alice.stats()["made"]["by_user"] == {"alice": 3}
-    assert broker.stats()["made"]["by_user"] == {"alice": 3, "bob": 1, "root": 1}
+    assert looking.stats(broker)["made"]["by_user"] == {"alice": 3, "bob": 1, "root": 1}
     alice.delete("queue:a1")
     s.send("queue:a4", msg())  # the slot is free again
 
@@ -301,7 +302,7 @@ def test_the_counts_of_queues_survive_a_restart_and_topics_count_while_they_exis
     alice.session().send("queue:a1", msg())
     alice.session().send("topic:a2", msg())
     again = restarted(broker)
-    assert again.stats()["made"]["by_user"] == {"alice": 1}  # the topic is not back
+    assert looking.stats(again)["made"]["by_user"] == {"alice": 1}  # the topic is not back
     s = login(again, "alice").session()
     s.send("queue:a3", msg())
     with pytest.raises(DestinationFull):
@@ -312,7 +313,7 @@ def test_max_destinations_counts_every_maker_together_anonymous_ones_too() -> No
     broker = make(Limits(max_total=2), predefined=("declared",))
     conn = Connection(broker)
     s = conn.session()
-    assert broker.stats()["made"]["total"] == 0  # declared and reserved ones do not count
+    assert looking.stats(broker)["made"]["total"] == 0  # declared and reserved ones do not count
     assert conn.browse("queue:looked-at") == []  # looking makes nothing
     s.send("queue:one", msg())
     s.send("topic:two", msg())
@@ -321,7 +322,7 @@ def test_max_destinations_counts_every_maker_together_anonymous_ones_too() -> No
     with pytest.raises(DestinationFull):
         Connection(broker).session(transacted=True).send("queue:three", msg())
     s.send("queue:declared", msg())
-    stats = broker.stats()
+    stats = looking.stats(broker)
     assert stats["made"] == {
         "total": 2,
         "max_destinations": 2,
@@ -352,9 +353,9 @@ def test_a_made_destination_left_unused_goes_after_auto_delete_after_ms(
     assert broker.find("queue:q") is None
     assert broker.find("topic:t") is None
     assert "queue:q" not in memory(broker).definitions
-    assert broker.stats()["made"]["total"] == 0
+    assert looking.stats(broker)["made"]["total"] == 0
     conn.session().send("queue:q", msg(b"again"))  # made anew by its next use
-    assert bodies(broker.browse("queue:q")) == [b"again"]
+    assert bodies(looking.browse(broker, "queue:q")) == [b"again"]
 
 
 def test_use_holds_an_idle_destination_back(clock: FakeClock) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from chute.core import looking
 from chute.core.broker import Broker
 from chute.core.connection import Connection
 from chute.core.consumer import AckMode
@@ -27,7 +28,7 @@ def test_an_expired_message_is_not_delivered_but_moved_at_dispatch(
     s.ack(c, r.entries[0].seq)
     Session.add_credit(c, 5)
     assert r.bodies == [b"first", b"long"]
-    [moved] = broker.browse(EXPIRED)
+    [moved] = looking.browse(broker, EXPIRED)
     m = moved.message
     assert m.body == b"short"
     assert m.properties[DIVERT_REASON] == "expired"
@@ -47,7 +48,7 @@ def test_a_message_is_delivered_until_its_expiration(broker: Broker, clock: Fake
     r = Recorder()
     s.consumer(1, "queue:q", r)
     assert len(r.entries) == 1
-    assert broker.browse(EXPIRED) == []
+    assert looking.browse(broker, EXPIRED) == []
 
 
 def test_an_already_expired_message_never_reaches_a_waiting_consumer(
@@ -59,7 +60,7 @@ def test_an_already_expired_message_never_reaches_a_waiting_consumer(
     s.send("queue:q", msg(b"stale", expiration=clock.now - 1))
     s.send("queue:q", msg(b"fresh", expiration=clock.now + 1))
     assert r.bodies == [b"fresh"]
-    assert bodies(broker.browse(EXPIRED)) == [b"stale"]
+    assert bodies(looking.browse(broker, EXPIRED)) == [b"stale"]
 
 
 def test_expire_due_sweeps_waiting_messages(broker: Broker, clock: FakeClock) -> None:
@@ -71,11 +72,11 @@ def test_expire_due_sweeps_waiting_messages(broker: Broker, clock: FakeClock) ->
     assert broker.expire_due() == 0
     clock.advance(100)
     assert broker.expire_due() == 2
-    assert bodies(broker.browse("queue:q")) == [b"b", b"c"]  # sequence order
-    assert sorted(bodies(broker.browse(EXPIRED))) == [b"a", b"d"]
+    assert bodies(looking.browse(broker, "queue:q")) == [b"b", b"c"]  # sequence order
+    assert sorted(bodies(looking.browse(broker, EXPIRED))) == [b"a", b"d"]
     clock.advance(200)
     assert broker.expire_due() == 1
-    assert bodies(broker.browse("queue:q")) == [b"b"]
+    assert bodies(looking.browse(broker, "queue:q")) == [b"b"]
     assert stats_of(broker, "queue:q")["expired"] == 2
     assert broker.expire_due() == 0
 
@@ -102,7 +103,7 @@ def test_a_returned_message_that_expired_meanwhile_is_not_redelivered(
     s.nack(c, r.take()[0].seq)
     Session.add_credit(c, 1)
     assert r.entries == []
-    assert bodies(broker.browse(EXPIRED)) == [b"a"]
+    assert bodies(looking.browse(broker, EXPIRED)) == [b"a"]
 
 
 def test_expire_due_covers_topic_subscriptions(broker: Broker, clock: FakeClock) -> None:
@@ -113,7 +114,7 @@ def test_expire_due_covers_topic_subscriptions(broker: Broker, clock: FakeClock)
     s.send("topic:t", msg(b"kept"))
     clock.advance(50)
     assert broker.expire_due() == 1
-    [moved] = broker.browse(EXPIRED)
+    [moved] = looking.browse(broker, EXPIRED)
     assert moved.message.properties[ORIGINAL_DESTINATION] == "topic:t"
     assert stats_of(broker, "topic:t")["depth"] == 1
 
@@ -126,7 +127,7 @@ def test_a_selective_consumer_never_gets_an_expired_match(broker: Broker, clock:
     r = Recorder()
     s.consumer(1, "queue:q", r, selector="x = 1")
     assert r.bodies == [b"new"]
-    assert bodies(broker.browse(EXPIRED)) == [b"old"]
+    assert bodies(looking.browse(broker, EXPIRED)) == [b"old"]
 
 
 def test_the_expiry_address_is_configurable_and_the_most_specific_wins() -> None:
@@ -144,10 +145,10 @@ def test_the_expiry_address_is_configurable_and_the_most_specific_wins() -> None
         s.send(address, msg(address), ttl=1)
     clock.advance(1)
     assert broker.expire_due() == 4
-    assert bodies(broker.browse("queue:logs.expired")) == [b"queue:logs.web"]
-    assert bodies(broker.browse("queue:audit.expired")) == [b"queue:logs.audit.db"]
-    assert bodies(broker.browse("queue:keep.expired")) == [b"queue:logs.audit.keep"]
-    assert bodies(broker.browse(EXPIRED)) == [b"queue:x"]
+    assert bodies(looking.browse(broker, "queue:logs.expired")) == [b"queue:logs.web"]
+    assert bodies(looking.browse(broker, "queue:audit.expired")) == [b"queue:logs.audit.db"]
+    assert bodies(looking.browse(broker, "queue:keep.expired")) == [b"queue:logs.audit.keep"]
+    assert bodies(looking.browse(broker, EXPIRED)) == [b"queue:x"]
 
 
 def test_expired_messages_stay_moved_after_a_restart(broker: Broker, clock: FakeClock) -> None:
@@ -156,8 +157,8 @@ def test_expired_messages_stay_moved_after_a_restart(broker: Broker, clock: Fake
     clock.advance(1)
     broker.expire_due()
     broker2 = restart(broker)
-    assert broker2.browse("queue:q") == []
-    assert bodies(broker2.browse(EXPIRED)) == [b"a"]
+    assert looking.browse(broker2, "queue:q") == []
+    assert bodies(looking.browse(broker2, EXPIRED)) == [b"a"]
 
 
 def test_a_message_that_expired_during_downtime_is_moved_not_delivered(
@@ -169,4 +170,4 @@ def test_a_message_that_expired_during_downtime_is_moved_not_delivered(
     r = Recorder()
     Connection(broker2).session(AckMode.AUTO).consumer(1, "queue:q", r)
     assert r.entries == []
-    assert bodies(broker2.browse(EXPIRED)) == [b"a"]
+    assert bodies(looking.browse(broker2, EXPIRED)) == [b"a"]

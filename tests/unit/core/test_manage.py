@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from chute.core import manage, transfer
+from chute.core import looking, manage, transfer
 from chute.core.access import ADMIN_ROLE, Access, Action, Role, User
 from chute.core.address import DEAD_LETTER
 from chute.core.broker import Broker
@@ -49,7 +49,7 @@ def fill(broker: Broker, address: str, n: int, **fields: Any) -> list[Message]:
 
 def waiting(broker: Broker, address: str) -> list[str]:
     """The bodies a walk over ``address`` shows, in sequence order."""
-    return [e.message.body.decode() for e in broker.browse(address)]
+    return [e.message.body.decode() for e in looking.browse(broker, address)]
 
 
 def consume(broker: Broker, address: str, prefetch: int) -> tuple[Consumer, Recorder]:
@@ -147,7 +147,7 @@ def test_move_takes_every_waiting_message_in_order_and_keeps_it_whole(
     assert transfer.move(admin, "queue:a", "queue:b") == 3
     assert waiting(broker, "queue:a") == ["queue:a-0"]
     assert waiting(broker, "queue:b") == ["queue:a-1", "queue:a-2", "queue:a-3"]
-    for entry, original in zip(broker.browse("queue:b"), sent[1:], strict=True):
+    for entry, original in zip(looking.browse(broker, "queue:b"), sent[1:], strict=True):
         moved = entry.message
         assert (moved.id, moved.priority, moved.timestamp, moved.expiration) == (
             original.id,
@@ -211,7 +211,7 @@ def test_a_move_into_a_full_target_stops_and_says_how_many_moved(clock: FakeCloc
         transfer.move(admin, "queue:a", "queue:small")
     assert waiting(broker, "queue:small") == ["queue:small-0", "queue:a-0", "queue:a-1"]
     assert waiting(broker, "queue:a") == ["queue:a-2", "queue:a-3", "queue:a-4"]
-    assert not any(e.redelivered for e in broker.browse("queue:a"))
+    assert not any(e.redelivered for e in looking.browse(broker, "queue:a"))
 
 
 def test_each_message_moves_in_one_atomic_commit(clock: FakeClock) -> None:
@@ -281,13 +281,13 @@ def test_moving_finds_paged_messages(paging_store: Store) -> None:
     assert transfer.move(admin, "queue:a", "queue:b", seqs=[1000, 5]) == 2
     transfer.delete_message(admin, "queue:a", 999)
     assert source.held == 1200 - 101 - 2 - 1 + 1
-    assert [e.message.properties["n"] for e in broker.browse("queue:b")] == [
+    assert [e.message.properties["n"] for e in looking.browse(broker, "queue:b")] == [
         *range(1100, 1200),
         -1,
         4,
         999,
     ]
-    left = [e.message.properties["n"] for e in broker.browse("queue:a")]
+    left = [e.message.properties["n"] for e in looking.browse(broker, "queue:a")]
     assert left == [n for n in range(1100) if n not in (4, 998, 999)]
     consumer, recorder = consume(broker, "queue:a", 5000)  # a consumer drains the rest
     assert [e.message.properties["n"] for e in recorder.entries] == left
@@ -315,10 +315,10 @@ def test_retry_sends_dead_letters_back_where_they_came_from(
     dead_letter(broker, "queue:a", 2)
     dead_letter(broker, "queue:b", 1)
     Connection(broker).session().send(DEAD_LETTER, msg(b"stray"))  # no origin recorded
-    ids = [e.message.id for e in broker.browse(DEAD_LETTER)]
+    ids = [e.message.id for e in looking.browse(broker, DEAD_LETTER)]
     assert transfer.retry_dead_letters(admin) == {"queue:a": 2, "queue:b": 1, "": 1}
     assert waiting(broker, DEAD_LETTER) == ["stray"]
-    back = broker.browse("queue:a") + broker.browse("queue:b")
+    back = looking.browse(broker, "queue:a") + looking.browse(broker, "queue:b")
     assert sorted(e.message.id for e in back) == sorted(ids[:3])
     for entry in back:
         assert entry.message.properties == {"kept": entry.message.properties["kept"]}
@@ -336,7 +336,7 @@ def test_retry_makes_a_deleted_origin_again_and_honours_a_selector(
     admin.delete("queue:gone")
     assert transfer.retry_dead_letters(admin, selector="kept = 'queue:gone'") == {"queue:gone": 1}
     assert waiting(broker, "queue:gone") == ["queue:gone-0"]
-    assert len(broker.browse(DEAD_LETTER)) == 1
+    assert len(looking.browse(broker, DEAD_LETTER)) == 1
 
 
 # -- deleting one message -------------------------------------------------------------

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from chute.core import looking
 from chute.core.broker import Broker
 from chute.core.connection import Connection
 from chute.core.consumer import AckMode
@@ -159,7 +160,7 @@ def test_the_broker_turns_ttl_into_an_expiration_by_its_clock(
     s = Connection(broker).session()
     s.send("queue:q", Message.create(b"a"), ttl=1000)
     s.send("queue:q", Message.create(b"b"))
-    a, b = broker.browse("queue:q")
+    a, b = looking.browse(broker, "queue:q")
     assert a.message.timestamp == clock.now
     assert a.message.expiration == clock.now + 1000
     assert b.message.expiration == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from chute.core import looking
 from chute.core.broker import Broker
 from chute.core.connection import Connection
 from chute.core.consumer import AckMode
@@ -48,9 +49,9 @@ def test_reject_refuses_the_producer_and_stores_nothing(by: str) -> None:
     with pytest.raises(DestinationFull, match="queue:q is full") as info:
         s.send("queue:q", Message.create(body(2)))
     assert not isinstance(info.value, WouldBlock)
-    assert bodies(broker.browse("queue:q")) == [body(0), body(1)]
+    assert bodies(looking.browse(broker, "queue:q")) == [body(0), body(1)]
     assert stored(broker, "queue:q") == [body(0), body(1)]
-    assert broker.browse(DLQ) == []
+    assert looking.browse(broker, DLQ) == []
     assert stats_of(broker, "queue:q")["enqueued"] == 2
 
 
@@ -65,7 +66,7 @@ def test_reject_takes_messages_again_once_room_is_freed(by: str) -> None:
         s.send("queue:q", Message.create(body(2)))
     s.ack(c, r.entries[0].seq)
     s.send("queue:q", Message.create(body(2)))
-    assert bodies(broker.browse("queue:q")) == [body(1), body(2)]
+    assert bodies(looking.browse(broker, "queue:q")) == [body(1), body(2)]
 
 
 @BY
@@ -73,8 +74,8 @@ def test_dead_letter_sends_the_new_message_to_the_dead_letter_queue(by: str) -> 
     broker, s = setup(Overflow.DEAD_LETTER, by)
     for i in range(3):
         s.send("queue:q", Message.create(body(i), properties={"k": "v"}))
-    assert bodies(broker.browse("queue:q")) == [body(0), body(1)]
-    [dead] = broker.browse(DLQ)
+    assert bodies(looking.browse(broker, "queue:q")) == [body(0), body(1)]
+    [dead] = looking.browse(broker, DLQ)
     assert dead.message.body == body(2)
     assert dead.message.properties[ORIGINAL_DESTINATION] == "queue:q"
     assert dead.message.properties[DIVERT_REASON] == "overflow"
@@ -90,8 +91,8 @@ def test_drop_oldest_sends_the_oldest_waiting_message_to_the_dead_letter_queue(b
     s.send("queue:q", Message.create(body(1)))
     s.send("queue:q", Message.create(body(2)))
     s.send("queue:q", Message.create(body(3)))
-    assert bodies(broker.browse("queue:q")) == [body(2), body(3)]
-    dead = broker.browse(DLQ)
+    assert bodies(looking.browse(broker, "queue:q")) == [body(2), body(3)]
+    dead = looking.browse(broker, DLQ)
     assert bodies(dead) == [body(0), body(1)]
     assert {e.message.properties[DIVERT_REASON] for e in dead} == {"dropped-oldest"}
     assert stored(broker, "queue:q") == [body(2), body(3)]
@@ -106,8 +107,8 @@ def test_drop_oldest_never_drops_a_message_in_flight(by: str) -> None:
     for i in range(3):
         s.send("queue:q", Message.create(body(i)))
     assert r.bodies == [body(0)]
-    assert bodies(broker.browse("queue:q")) == [body(0), body(2)]
-    assert bodies(broker.browse(DLQ)) == [body(1)]
+    assert bodies(looking.browse(broker, "queue:q")) == [body(0), body(2)]
+    assert bodies(looking.browse(broker, DLQ)) == [body(1)]
 
 
 def test_drop_oldest_with_everything_in_flight_dead_letters_the_new_message() -> None:
@@ -117,7 +118,7 @@ def test_drop_oldest_with_everything_in_flight_dead_letters_the_new_message() ->
     for i in range(3):
         s.send("queue:q", Message.create(body(i)))
     assert r.bodies == [body(0), body(1)]
-    [dead] = broker.browse(DLQ)
+    [dead] = looking.browse(broker, DLQ)
     assert dead.message.body == body(2)
     assert dead.message.properties[DIVERT_REASON] == "overflow"
 
@@ -130,8 +131,8 @@ def test_drop_oldest_drops_as_many_as_a_big_message_needs() -> None:
     for i in range(3):
         s.send("queue:q", Message.create(body(i)))
     s.send("queue:q", Message.create(b"B" * (BODY_LEN + SIZE)))  # the size of two
-    assert bodies(broker.browse(DLQ)) == [body(0), body(1)]
-    assert len(broker.browse("queue:q")) == 2
+    assert bodies(looking.browse(broker, DLQ)) == [body(0), body(1)]
+    assert len(looking.browse(broker, "queue:q")) == 2
 
 
 @BY
@@ -207,7 +208,7 @@ def test_an_oversized_message_is_refused_even_by_an_empty_queue() -> None:
     broker, s = setup(Overflow.REJECT, "bytes")
     with pytest.raises(DestinationFull):
         s.send("queue:q", Message.create(b"x" * 10 * SIZE))
-    assert broker.browse("queue:q") == []
+    assert looking.browse(broker, "queue:q") == []
 
 
 def test_a_topic_bound_applies_to_each_subscription() -> None:
@@ -239,7 +240,7 @@ def test_a_full_subscription_under_dead_letter_does_not_hold_the_others_back() -
         s.ack(c_fast, fast.entries[-1].seq)
     assert slow.bodies == [b"a"]
     assert fast.bodies == [b"a", b"b"]
-    [dead] = broker.browse(DLQ)
+    [dead] = looking.browse(broker, DLQ)
     assert dead.message.properties[ORIGINAL_DESTINATION] == "topic:t"
 
 
@@ -258,10 +259,10 @@ def test_the_dead_letter_address_is_configurable_per_destination() -> None:
     for address in ("queue:orders.us", "queue:orders.eu.de"):
         s.send(address, Message.create(b"1"))
         s.send(address, Message.create(b"2"))
-    assert bodies(broker.browse("queue:orders.dlq")) == [b"2"]
-    [eu] = broker.browse("queue:orders.eu.dlq")
+    assert bodies(looking.browse(broker, "queue:orders.dlq")) == [b"2"]
+    [eu] = looking.browse(broker, "queue:orders.eu.dlq")
     assert eu.message.properties[ORIGINAL_DESTINATION] == "queue:orders.eu.de"
-    assert broker.browse(DLQ) == []
+    assert looking.browse(broker, DLQ) == []
 
 
 def test_a_full_dead_letter_queue_discards_and_counts() -> None:
@@ -274,5 +275,5 @@ def test_a_full_dead_letter_queue_discards_and_counts() -> None:
     s = Connection(broker).session()
     for i in range(3):
         s.send("queue:q", Message.create(body(i)))
-    assert bodies(broker.browse(DLQ)) == [body(1)]
-    assert broker.stats()["discarded"] == 1
+    assert bodies(looking.browse(broker, DLQ)) == [body(1)]
+    assert looking.stats(broker)["discarded"] == 1

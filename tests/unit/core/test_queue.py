@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from chute.core import looking
 from chute.core.broker import Broker
 from chute.core.connection import Connection
 from chute.core.consumer import AckMode, Consumer, Entry
@@ -366,11 +367,11 @@ def test_stats_count_depth_inflight_consumers_and_flows(broker: Broker) -> None:
     assert st["kind"] == "queue"
     assert (st["depth"], st["ready"], st["inflight"]) == (5, 3, 2)
     assert (st["consumers"], st["enqueued"], st["acked"]) == (2, 5, 0)
-    assert st["bytes"] == sum(e.message.size for e in broker.browse("queue:q"))
+    assert st["bytes"] == sum(e.message.size for e in looking.browse(broker, "queue:q"))
     s.ack(c, r.entries[1].seq)
     st = stats_of(broker, "queue:q")
     assert (st["depth"], st["inflight"], st["acked"], st["dead_lettered"]) == (3, 0, 2, 0)
-    assert broker.stats()["connections"] == 1
+    assert looking.stats(broker)["connections"] == 1
 
 
 def test_stats_count_expired_and_dead_lettered(broker: Broker) -> None:
@@ -392,10 +393,10 @@ def test_browse_is_a_snapshot_in_sequence_order_that_consumes_nothing(broker: Br
     for body, priority in [(b"a", 4), (b"b", 9), (b"c", 4), (b"d", 0)]:
         s.send("queue:q", msg(body, priority=priority, properties={"p": priority}))
     before = stats_of(broker, "queue:q")
-    assert bodies(broker.browse("queue:q")) == [b"a", b"b", b"c", b"d"]  # priorities: no
-    assert bodies(broker.browse("queue:q", limit=2)) == [b"a", b"b"]
-    assert bodies(broker.browse("queue:q", selector="p = 4")) == [b"a", b"c"]
-    assert bodies(broker.browse("queue:q", selector="p < 5", limit=1)) == [b"a"]
+    assert bodies(looking.browse(broker, "queue:q")) == [b"a", b"b", b"c", b"d"]  # priorities: no
+    assert bodies(looking.browse(broker, "queue:q", limit=2)) == [b"a", b"b"]
+    assert bodies(looking.browse(broker, "queue:q", selector="p = 4")) == [b"a", b"c"]
+    assert bodies(looking.browse(broker, "queue:q", selector="p < 5", limit=1)) == [b"a"]
     assert stats_of(broker, "queue:q") == before
     r = Recorder()
     s.consumer(1, "queue:q", r)
@@ -410,24 +411,24 @@ def test_browse_includes_unacked_messages_in_their_place(broker: Broker) -> None
     for body in (b"a", b"b", b"c"):
         s.send("queue:q", msg(body))
     assert r.bodies == [b"a"]
-    assert bodies(broker.browse("queue:q")) == [b"a", b"b", b"c"]
+    assert bodies(looking.browse(broker, "queue:q")) == [b"a", b"b", b"c"]
 
 
 def test_browse_errors(broker: Broker) -> None:
     broker.destination("topic:t")
     with pytest.raises(InvalidAddress):
-        broker.browse("topic:t")
+        looking.browse(broker, "topic:t")
     broker.destination("queue:q")
     with pytest.raises(InvalidSelector):
-        broker.browse("queue:q", selector="((")
+        looking.browse(broker, "queue:q", selector="((")
     broker.destination("queue:empty")
-    assert broker.browse("queue:empty") == []
+    assert looking.browse(broker, "queue:empty") == []
 
 
 def test_looking_creates_nothing(broker: Broker) -> None:
-    assert broker.browse("queue:never-made") == []  # holds nothing, and stays unmade
+    assert looking.browse(broker, "queue:never-made") == []  # holds nothing, and stays unmade
     with pytest.raises(InvalidAddress, match="is a topic"):
-        broker.browse("topic:never-made")
+        looking.browse(broker, "topic:never-made")
     for address in ("queue:never-made", "topic:never-made"):
         with pytest.raises(NotFound, match=f"destination {address} does not exist"):
             broker.cursors.info(address)

@@ -6,6 +6,7 @@ import logging
 
 import pytest
 
+from chute.core import looking
 from chute.core.broker import Broker
 from chute.core.connection import Connection
 from chute.core.consumer import AckMode
@@ -33,13 +34,13 @@ def test_sequence_numbers_continue_after_a_restart(broker: Broker) -> None:
         s.send("queue:q", msg())
     broker2 = restart(broker)
     Connection(broker2).session().send("queue:q", msg(b"new"))
-    assert [e.seq for e in broker2.browse("queue:q")] == [1, 2, 3, 4]
+    assert [e.seq for e in looking.browse(broker2, "queue:q")] == [1, 2, 3, 4]
     # also when everything was consumed before the restart
     r = Recorder()
     Connection(broker2).session(AckMode.AUTO).consumer(1, "queue:q", r)
     broker3 = restart(broker2)
     Connection(broker3).session().send("queue:q", msg(b"newer"))
-    assert [e.seq for e in broker3.browse("queue:q")] == [5]
+    assert [e.seq for e in looking.browse(broker3, "queue:q")] == [5]
 
 
 def test_acked_messages_do_not_come_back(broker: Broker) -> None:
@@ -50,7 +51,7 @@ def test_acked_messages_do_not_come_back(broker: Broker) -> None:
         s.send("queue:q", msg(body))
     s.ack(c, r.entries[1].seq)
     broker2 = restart(broker)
-    assert bodies(broker2.browse("queue:q")) == [b"a", b"c"]
+    assert bodies(looking.browse(broker2, "queue:q")) == [b"a", b"c"]
 
 
 def test_delivered_but_unacked_messages_come_back_redelivered(broker: Broker) -> None:
@@ -72,7 +73,7 @@ def test_non_persistent_messages_do_not_come_back(broker: Broker) -> None:
     s.send("queue:q", msg(b"lose", persistent=False))
     s.send("queue:q", msg(b"keep too"))
     broker2 = restart(broker)
-    assert bodies(broker2.browse("queue:q")) == [b"keep", b"keep too"]
+    assert bodies(looking.browse(broker2, "queue:q")) == [b"keep", b"keep too"]
 
 
 def test_temporary_queues_do_not_come_back(broker: Broker) -> None:
@@ -91,9 +92,9 @@ def test_dead_letters_survive_a_restart(broker: Broker) -> None:
     s.send("queue:q", msg(b"bad"))
     s.nack(c, r.entries[0].seq, requeue=False)
     broker2 = restart(broker)
-    [dead] = broker2.browse("queue:__sys__deadLetter")
+    [dead] = looking.browse(broker2, "queue:__sys__deadLetter")
     assert dead.message.properties["chute_reason"] == "rejected"
-    assert broker2.browse("queue:q") == []
+    assert looking.browse(broker2, "queue:q") == []
 
 
 def test_recover_reports_how_many_messages_it_restored(broker: Broker) -> None:
@@ -130,7 +131,7 @@ def test_a_restart_after_a_restart_keeps_everything(broker: Broker) -> None:
     s.send("topic:t", msg(b"t"))
     s.send("queue:q", msg(b"q"))
     broker3 = restart(restart(broker))
-    assert bodies(broker3.browse("queue:q")) == [b"q"]
+    assert bodies(looking.browse(broker3, "queue:q")) == [b"q"]
     r = Recorder()
     Connection(broker3, client_id="app").session().consumer(
         1, "topic:t", r, subscription="sub", durable=True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from chute.core import looking
 from chute.core.broker import Broker
 from chute.core.connection import Connection
 from chute.core.consumer import AckMode
@@ -23,7 +24,7 @@ def test_nack_requeue_puts_the_message_back_in_its_place(broker: Broker) -> None
     [a] = r.take()
     assert (a.redelivered, a.delivery_count) == (False, 1)
     s.nack(c, a.seq, requeue=True)
-    assert bodies(broker.browse("queue:q")) == [b"a", b"b", b"c"]
+    assert bodies(looking.browse(broker, "queue:q")) == [b"a", b"b", b"c"]
     Session.add_credit(c, 3)
     got = r.take()
     assert bodies(got) == [b"a", b"b", b"c"]
@@ -54,7 +55,7 @@ def test_a_requeued_message_slots_between_waiting_ones_by_sequence(broker: Broke
     one, two = r.take()
     s.nack(c, one.seq)  # waiting: 1 3 4
     s.nack(c, two.seq)  # 2 belongs between 1 and 3
-    assert bodies(broker.browse("queue:q")) == [b"1", b"2", b"3", b"4"]
+    assert bodies(looking.browse(broker, "queue:q")) == [b"1", b"2", b"3", b"4"]
     Session.add_credit(c, 4)
     assert r.bodies == [b"1", b"2", b"3", b"4"]
 
@@ -66,7 +67,7 @@ def test_nack_without_requeue_dead_letters_with_reason_rejected(broker: Broker) 
     s.send("queue:q", msg(b"poison", properties={"id": 7}))
     s.send("queue:q", msg(b"fine"))
     s.nack(c, r.entries[0].seq, requeue=False)
-    [dead] = broker.browse(DLQ)
+    [dead] = looking.browse(broker, DLQ)
     assert dead.message.body == b"poison"
     assert dead.message.properties == {
         "id": 7,
@@ -106,7 +107,7 @@ def test_closing_a_session_or_connection_returns_messages_too(broker: Broker) ->
         s.send("queue:q", msg(str(i)))
     conn.close()
     conn.close()  # idempotent
-    assert broker.stats()["connections"] == 0
+    assert looking.stats(broker)["connections"] == 0
     r = Recorder()
     Connection(broker).session(AckMode.AUTO).consumer(1, "queue:q", r)
     assert r.bodies == [b"0", b"1", b"2", b"3"]
@@ -127,7 +128,7 @@ def test_past_max_deliveries_a_message_is_dead_lettered() -> None:
         Session.add_credit(c, 1)
     assert [e.delivery_count for e in r.entries] == [1]
     assert r.bodies == [b"next"]
-    [dead] = broker.browse(DLQ)
+    [dead] = looking.browse(broker, DLQ)
     assert dead.message.body == b"poison"
     assert dead.message.properties[DIVERT_REASON] == "max-deliveries"
     assert dead.message.properties[ORIGINAL_DESTINATION] == "queue:q"
@@ -141,8 +142,8 @@ def test_consumer_close_counts_as_a_failed_delivery() -> None:
     for i in range(2):
         c = s.consumer(i, "queue:q", Recorder())
         s.close_consumer(c)
-    assert broker.browse("queue:q") == []
-    assert bodies(broker.browse(DLQ)) == [b"crashy"]
+    assert looking.browse(broker, "queue:q") == []
+    assert bodies(looking.browse(broker, DLQ)) == [b"crashy"]
 
 
 def test_max_deliveries_zero_means_unlimited() -> None:
@@ -156,7 +157,7 @@ def test_max_deliveries_zero_means_unlimited() -> None:
         s.nack(c, e.seq)
         Session.add_credit(c, 1)
     assert r.entries[0].delivery_count == 51
-    assert broker.browse(DLQ) == []
+    assert looking.browse(broker, DLQ) == []
 
 
 def test_the_store_learns_of_deliveries(broker: Broker) -> None:

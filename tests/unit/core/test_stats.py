@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from chute.core import looking
 from chute.core.access import Access, Action, Role, User
 from chute.core.broker import Broker
 from chute.core.connection import Connection, connect
@@ -17,9 +18,9 @@ from .helpers import msg
 
 
 def pages(broker: Broker, **asked: Any) -> list[dict[str, Any]]:
-    found = [broker.stats_page(**asked)]
+    found = [looking.stats_page(broker, **asked)]
     while found[-1]["next"] is not None:
-        found.append(broker.stats_page(after=found[-1]["next"], **asked))
+        found.append(looking.stats_page(broker, after=found[-1]["next"], **asked))
     return found
 
 
@@ -32,7 +33,7 @@ def test_pages_cover_every_destination_once_in_address_order(broker: Broker) -> 
     for address in made:
         broker.destination(address, create=True)
     found = pages(broker, limit=10)
-    everything = sorted([*made, *(d["address"] for d in broker.stats()["destinations"])])
+    everything = sorted([*made, *(d["address"] for d in looking.stats(broker)["destinations"])])
     assert addresses(found) == sorted(set(everything))  # queues first, then topics
     assert all(len(page["destinations"]) <= 10 for page in found)
     assert all(page["connections"] == 0 for page in found)  # the broker's figures each time
@@ -50,13 +51,13 @@ def test_a_pattern_keeps_what_it_names(broker: Broker) -> None:
     assert addresses(pages(broker, pattern="queue:nothing")) == []
     assert broker.find("queue:nothing") is None  # looking creates nothing
     with pytest.raises(InvalidAddress):
-        broker.stats_page(pattern="queue:no spaces")
+        looking.stats_page(broker, pattern="queue:no spaces")
 
 
 def test_the_broker_clamps_the_page(broker: Broker) -> None:
     for i in range(STAT_PAGE + 3):
         broker.destination(f"queue:many.{i}", create=True)
-    first = broker.stats_page(limit=10 * STAT_PAGE)
+    first = looking.stats_page(broker, limit=10 * STAT_PAGE)
     assert len(first["destinations"]) == STAT_PAGE
     assert first["next"] is not None
 

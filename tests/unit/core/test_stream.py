@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from chute.core import looking
 from chute.core import stream as stream_module
 from chute.core.broker import Broker
 from chute.core.connection import Connection
@@ -368,7 +369,7 @@ def test_a_rejected_message_is_dead_lettered_and_stays_in_the_stream(
     consumer = reader.consumer(1, S, recorder, prefetch=5, offset="first")
     [one, _] = recorder.take()
     reader.nack(consumer, one.seq, requeue=False)
-    [dead] = broker.browse("queue:__sys__deadLetter")
+    [dead] = looking.browse(broker, "queue:__sys__deadLetter")
     assert dead.message.body == b"m0"
     assert dead.message.properties["chute_original_destination"] == S
     assert stream_of(broker).count == 2
@@ -834,10 +835,10 @@ def test_browsing_a_stream_walks_it_without_consuming(broker: Broker, small_tail
     session = Connection(broker).session()
     for i in range(300):
         session.send(S, msg(f"m{i}", properties={"odd": i % 2 == 1}))
-    assert bodies(broker.browse(S)) == names(300)
-    assert [e.seq for e in broker.browse(S, selector="odd")][:3] == [2, 4, 6]
-    assert len(broker.browse(S, limit=10)) == 10
-    page = broker.browse_page(S, max_messages=100)
+    assert bodies(looking.browse(broker, S)) == names(300)
+    assert [e.seq for e in looking.browse(broker, S, selector="odd")][:3] == [2, 4, 6]
+    assert len(looking.browse(broker, S, limit=10)) == 10
+    page = looking.browse_page(broker, S, max_messages=100)
     assert (len(page.entries), page.done) == (100, False)
     assert stream_of(broker).count == 300
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from chute.core import looking
 from chute.core.broker import Broker
 from chute.core.connection import Connection
 from chute.core.consumer import AckMode
@@ -301,6 +302,6 @@ def test_acks_and_nacks_work_on_subscriptions(broker: Broker) -> None:
     Session.add_credit(c, 1)
     [two] = r.take()
     s.ack(c, two.seq)
-    dead = broker.browse("queue:__sys__deadLetter")
+    dead = looking.browse(broker, "queue:__sys__deadLetter")
     assert [e.message.properties["chute_original_destination"] for e in dead] == ["topic:t"]
     assert stored(broker, "durable:app.a") == []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from chute.core import looking
 from chute.core.address import DEAD_LETTER
 from chute.core.broker import Broker
 from chute.core.connection import Connection
@@ -64,7 +65,7 @@ def test_a_committed_reject_dead_letters_in_the_same_store_commit() -> None:
     store.calls.clear()
     tx.commit()
     assert store.kinds() == ["commit"]  # the dead letter's add and the queue's ack together
-    [dead] = broker.browse(DEAD_LETTER)
+    [dead] = looking.browse(broker, DEAD_LETTER)
     assert dead.message.body == b"a"
     assert dead.message.properties[DIVERT_REASON] == "rejected"
     assert stored(broker, "queue:q") == []
@@ -79,7 +80,7 @@ def test_rollback_gives_acked_and_nacked_messages_back_alike(broker: Broker) -> 
     tx.rollback()
     Session.add_credit(consumer, 2)  # what a driver gives back for an ack and a nack
     assert bodies(r.take()) == [b"a", b"b"]  # back to the consumer, in order
-    assert broker.browse(DEAD_LETTER) == []
+    assert looking.browse(broker, DEAD_LETTER) == []
 
 
 def test_closing_the_session_with_a_nack_open_gives_the_message_back(broker: Broker) -> None:
@@ -90,7 +91,7 @@ def test_closing_the_session_with_a_nack_open_gives_the_message_back(broker: Bro
     other = watcher(broker)
     [back] = other.take()
     assert (back.message.body, back.redelivered) == (b"a", True)
-    assert broker.browse(DEAD_LETTER) == []
+    assert looking.browse(broker, DEAD_LETTER) == []
 
 
 def test_a_cumulative_nack_takes_everything_delivered_up_to_it(broker: Broker) -> None:
@@ -100,7 +101,7 @@ def test_a_cumulative_nack_takes_everything_delivered_up_to_it(broker: Broker) -
     assert list(consumer.inflight) == [3]
     tx.commit()
     assert bodies(r.take()) == []  # no credit was given back: the window holds c only
-    assert [e.message.body for e in broker.browse("queue:q")] == [b"a", b"b", b"c"]
+    assert [e.message.body for e in looking.browse(broker, "queue:q")] == [b"a", b"b", b"c"]
 
 
 def test_a_nack_outside_a_transaction_acts_at_once(broker: Broker) -> None:
@@ -130,9 +131,9 @@ def test_prepared_nacks_are_applied_at_commit_and_given_back_at_rollback(broker:
     tx.prepare("x1")
     tx.nack(consumer, second.seq, requeue=False)
     tx.prepare("x2")
-    assert broker.browse(DEAD_LETTER) == []
+    assert looking.browse(broker, DEAD_LETTER) == []
     broker.xa.commit("x1")
-    assert [e.message.body for e in broker.browse(DEAD_LETTER)] == [b"a"]
+    assert [e.message.body for e in looking.browse(broker, DEAD_LETTER)] == [b"a"]
     broker.xa.rollback("x2")
     Session.add_credit(consumer, 2)
     [back] = r.take()
@@ -146,5 +147,5 @@ def test_a_nacked_message_of_an_unfinished_transaction_survives_a_restart(
     [entry] = r.take()
     tx.nack(consumer, entry.seq, requeue=False)
     fresh = restart(broker)  # the nack was never committed: the message is still there
-    assert [e.message.body for e in fresh.browse("queue:q")] == [b"a"]
-    assert fresh.browse(DEAD_LETTER) == []
+    assert [e.message.body for e in looking.browse(fresh, "queue:q")] == [b"a"]
+    assert looking.browse(fresh, DEAD_LETTER) == []

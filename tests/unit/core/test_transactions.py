@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from chute.core import looking
 from chute.core.broker import Broker
 from chute.core.connection import Connection
 from chute.core.consumer import AckMode
@@ -49,7 +50,7 @@ def test_rollback_discards_the_sends(broker: Broker) -> None:
     tx.send("queue:q", msg(b"a"))
     tx.rollback()
     tx.commit()
-    assert broker.browse("queue:q") == []
+    assert looking.browse(broker, "queue:q") == []
 
 
 def test_a_bad_address_fails_at_send_time(broker: Broker) -> None:
@@ -84,7 +85,7 @@ def test_rollback_undoes_acks_and_the_messages_come_back_redelivered(broker: Bro
     tx.ack(c, r.entries[1].seq)  # cumulative: a and b
     tx.send("queue:out", msg(b"derived"))
     tx.rollback()
-    assert broker.browse("queue:out") == []
+    assert looking.browse(broker, "queue:out") == []
     assert stored(broker, "queue:q") == [b"a", b"b", b"c"]
     Session.add_credit(c, 3)
     again = r.entries[2:]
@@ -113,7 +114,7 @@ def test_commit_writes_one_atomic_store_commit() -> None:
     assert ops[1].message.body == b"b"
     assert store.messages["queue:in"] == {}
     assert [m.message.body for m in store.messages["queue:out"].values()] == [b"b"]
-    assert bodies(broker.browse("queue:out")) == [b"b", b"c"]
+    assert bodies(looking.browse(broker, "queue:out")) == [b"b", b"c"]
 
 
 def test_an_empty_commit_writes_nothing() -> None:
@@ -136,13 +137,13 @@ def test_commit_is_refused_when_a_reject_destination_has_no_room() -> None:
     tx.send("queue:small", msg(b"3"))
     with pytest.raises(DestinationFull, match="nothing was committed"):
         tx.commit()
-    assert broker.browse("queue:big") == []
-    assert broker.browse("queue:small") == []
+    assert looking.browse(broker, "queue:big") == []
+    assert looking.browse(broker, "queue:small") == []
     assert stored(broker, "queue:in") == [b"in"]
-    assert broker.browse("queue:__sys__deadLetter") == []
+    assert looking.browse(broker, "queue:__sys__deadLetter") == []
     tx.rollback()  # the transaction stays open; roll it back
-    assert broker.browse("queue:big") == []
-    assert bodies(broker.browse("queue:in")) == [b"in"]
+    assert looking.browse(broker, "queue:big") == []
+    assert bodies(looking.browse(broker, "queue:in")) == [b"in"]
 
 
 @pytest.mark.parametrize("by", ["count", "bytes"])
@@ -165,7 +166,7 @@ def test_the_room_a_transactions_acks_free_counts_for_its_sends(by: str) -> None
         tx.commit()  # nothing acked yet: no room
     tx.ack(c, r.entries[0].seq)
     tx.commit()  # the ack frees the room the send takes
-    assert bodies(broker.browse("queue:q")) == [b"m", b"n"]
+    assert bodies(looking.browse(broker, "queue:q")) == [b"m", b"n"]
 
 
 def test_everything_a_commit_causes_is_in_its_one_store_commit() -> None:
@@ -186,8 +187,8 @@ def test_everything_a_commit_causes_is_in_its_one_store_commit() -> None:
     assert stored(broker, "queue:__sys__deadLetter") == [b"old"]
     assert stored(broker, "queue:auto") == []
     broker2 = restart(broker)
-    assert broker2.browse("queue:auto") == []
-    assert bodies(broker2.browse("queue:q")) == [b"new"]
+    assert looking.browse(broker2, "queue:auto") == []
+    assert bodies(looking.browse(broker2, "queue:q")) == [b"new"]
 
 
 def test_commit_under_block_raises_would_block() -> None:
@@ -209,8 +210,8 @@ def test_a_transaction_respects_drop_oldest_bounds_across_its_sends() -> None:
     for body in (b"1", b"2", b"3"):
         tx.send("queue:q", msg(body))
     tx.commit()
-    assert bodies(broker.browse("queue:q")) == [b"2", b"3"]
-    assert bodies(broker.browse("queue:__sys__deadLetter")) == [b"old", b"1"]
+    assert bodies(looking.browse(broker, "queue:q")) == [b"2", b"3"]
+    assert bodies(looking.browse(broker, "queue:__sys__deadLetter")) == [b"old", b"1"]
     assert stats_of(broker, "queue:q")["depth"] == 2
 
 
@@ -222,8 +223,8 @@ def test_a_transaction_respects_dead_letter_bounds_across_its_sends() -> None:
     for body in (b"1", b"2", b"3"):
         tx.send("queue:q", msg(body))
     tx.commit()
-    assert bodies(broker.browse("queue:q")) == [b"1", b"2"]
-    assert bodies(broker.browse("queue:__sys__deadLetter")) == [b"3"]
+    assert bodies(looking.browse(broker, "queue:q")) == [b"1", b"2"]
+    assert bodies(looking.browse(broker, "queue:__sys__deadLetter")) == [b"3"]
 
 
 def test_commit_and_rollback_need_a_transacted_session(broker: Broker) -> None:
@@ -255,7 +256,7 @@ def test_a_transaction_is_stamped_when_it_commits() -> None:
     tx.send("queue:q", msg(), ttl=100)
     clock.advance(500)
     tx.commit()
-    [e] = broker.browse("queue:q")
+    [e] = looking.browse(broker, "queue:q")
     assert e.message.timestamp == clock.now
     assert e.message.expiration == clock.now + 100
 
@@ -268,7 +269,7 @@ def test_each_commit_starts_a_new_transaction(broker: Broker) -> None:
     tx.rollback()
     tx.send("queue:q", msg(b"3"))
     tx.commit()
-    assert bodies(broker.browse("queue:q")) == [b"1", b"3"]
+    assert bodies(looking.browse(broker, "queue:q")) == [b"1", b"3"]
 
 
 def test_a_committed_transaction_survives_a_restart(broker: Broker) -> None:
@@ -280,8 +281,8 @@ def test_a_committed_transaction_survives_a_restart(broker: Broker) -> None:
     tx.send("queue:out", msg(b"out"))
     tx.commit()
     broker2 = restart(broker)
-    assert broker2.browse("queue:in") == []
-    assert bodies(broker2.browse("queue:out")) == [b"out"]
+    assert looking.browse(broker2, "queue:in") == []
+    assert bodies(looking.browse(broker2, "queue:out")) == [b"out"]
 
 
 def test_a_transacted_publish_reaches_every_subscription(broker: Broker) -> None:
@@ -312,8 +313,10 @@ def test_send_many_joins_the_transaction_and_counts_what_it_holds(broker: Broker
     assert broker.memory.used == before
     tx.send_many("queue:q", [msg(b"a"), msg(b"b")], ttl=1000)
     tx.commit()
-    assert bodies(broker.browse("queue:q")) == [b"a", b"b"]
-    assert {e.message.expiration for e in broker.browse("queue:q")} == {broker.clock() + 1000}
+    assert bodies(looking.browse(broker, "queue:q")) == [b"a", b"b"]
+    assert {e.message.expiration for e in looking.browse(broker, "queue:q")} == {
+        broker.clock() + 1000
+    }
 
 
 def test_send_many_outside_a_transaction_is_one_atomic_store_commit() -> None:
@@ -340,7 +343,7 @@ def test_send_many_without_room_for_all_sends_none(overflow: Overflow) -> None:
     store.calls.clear()
     with pytest.raises(WouldBlock if overflow is Overflow.BLOCK else DestinationFull):
         session.send_many("queue:small", [msg(b"1"), msg(b"2"), msg(b"3")])
-    assert bodies(broker.browse("queue:small")) == [b"first"]
+    assert bodies(looking.browse(broker, "queue:small")) == [b"first"]
     assert store.calls == []
     session.send_many("queue:small", [msg(b"1"), msg(b"2")])
     assert stored(broker, "queue:small") == [b"first", b"1", b"2"]
@@ -354,4 +357,4 @@ def test_a_refused_send_many_leaves_the_transaction_only_a_rollback() -> None:
     tx.send_many("queue:q", [msg(b"later")])
     with pytest.raises(TransactionError, match="refused"):
         tx.commit()
-    assert broker.browse("queue:q") == []
+    assert looking.browse(broker, "queue:q") == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from chute.core import looking
 from chute.core.broker import Broker
 from chute.core.connection import Connection
 from chute.core.consumer import AckMode
@@ -31,10 +32,10 @@ def test_prepared_sends_invisible_until_commit(broker: Broker) -> None:
     tx.send("queue:orders", msg(b"a"))
     tx.prepare("xid-1")
     assert broker.xa.xids() == ["xid-1"]
-    assert broker.browse("queue:orders") == []
+    assert looking.browse(broker, "queue:orders") == []
     assert stored(broker, "queue:orders") == []
     broker.xa.commit("xid-1")
-    assert bodies(broker.browse("queue:orders")) == [b"a"]
+    assert bodies(looking.browse(broker, "queue:orders")) == [b"a"]
     assert stored(broker, "queue:orders") == [b"a"]
     assert broker.xa.xids() == []
 
@@ -75,10 +76,10 @@ def test_prepared_transaction_survives_restart_then_commits(broker: Broker) -> N
     watcher = Recorder()
     Connection(after).session(AckMode.CLIENT).consumer(1, "queue:work", watcher, prefetch=10)
     assert watcher.take() == []  # the acked job stays locked while in doubt
-    assert after.browse("queue:done") == []
+    assert looking.browse(after, "queue:done") == []
     Connection(after).session().send("queue:done", msg(b"later"))
     after.xa.commit("xid-3")
-    done = after.browse("queue:done")
+    done = looking.browse(after, "queue:done")
     assert sorted(bodies(done)) == [b"later", b"result"]
     assert len({e.seq for e in done}) == 2  # numbering went past the prepared send
     assert stored(after, "queue:work") == []
@@ -95,7 +96,7 @@ def test_prepared_transaction_survives_restart_then_rolls_back(broker: Broker) -
     Connection(after).session(AckMode.CLIENT).consumer(1, "queue:work", watcher, prefetch=10)
     [back] = watcher.take()
     assert back.message.body == b"job"
-    assert after.browse("queue:done") == []
+    assert looking.browse(after, "queue:done") == []
     assert restart(after).xa.xids() == []
 
 
@@ -125,7 +126,7 @@ def test_stats_list_prepared(broker: Broker) -> None:
     tx.prepare("b")
     tx.send("queue:q", msg())
     tx.prepare("a")
-    assert broker.stats()["prepared"] == ["a", "b"]
+    assert looking.stats(broker)["prepared"] == ["a", "b"]
 
 
 def test_abandoned_prepared_transactions_roll_back_after_the_timeout() -> None:
@@ -138,8 +139,8 @@ def test_abandoned_prepared_transactions_roll_back_after_the_timeout() -> None:
     clock.advance(1)
     broker.expire_due()
     assert broker.xa.xids() == []
-    assert broker.browse("queue:done") == []
-    [back] = broker.browse("queue:work")
+    assert looking.browse(broker, "queue:done") == []
+    [back] = looking.browse(broker, "queue:work")
     assert back.redelivered
     assert restart(broker).xa.xids() == []
 

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from chute.config import ServerConfig
+from chute.core import looking
 from chute.core.browse import STEP_MESSAGES
 from chute.core.connection import Connection
 from chute.message import Message
@@ -108,7 +109,7 @@ def test_between_turns_it_reads_on_only_while_it_buffers_little(
     assert not transport.reading  # so the socket's data stays in the network
     settle(loop, flood)
     assert transport.reading
-    [queue] = [d for d in server.broker.stats()["destinations"] if d["address"] == "queue:q"]
+    [queue] = [d for d in looking.stats(server.broker)["destinations"] if d["address"] == "queue:q"]
     assert queue["depth"] == 410
 
 
@@ -145,7 +146,7 @@ def test_a_turn_goes_on_while_nobody_else_waits(
     client(server, loop, pair(pairs)[0])  # a bystander with nothing to say
     flood.data_received(sends(0, 50))
     assert not flood.between_turns  # one turn for all 50
-    [queue] = [d for d in server.broker.stats()["destinations"] if d["address"] == "queue:q"]
+    [queue] = [d for d in looking.stats(server.broker)["destinations"] if d["address"] == "queue:q"]
     assert queue["depth"] == 50
 
 
@@ -167,7 +168,7 @@ def test_a_turn_ends_as_soon_as_another_socket_has_input(
     loop.run_until_complete(asyncio.sleep(0))
     assert b"RECEIPT\nreceipt-id:r1" in answers.take()
     settle(loop, flood)
-    [queue] = [d for d in server.broker.stats()["destinations"] if d["address"] == "queue:q"]
+    [queue] = [d for d in looking.stats(server.broker)["destinations"] if d["address"] == "queue:q"]
     assert queue["depth"] == 50
 
 
@@ -323,7 +324,7 @@ def test_contenders_count_only_others_syncs_as_due() -> None:
 
 
 def queue_depth(server: BrokerServer) -> int:
-    for d in server.broker.stats()["destinations"]:
+    for d in looking.stats(server.broker)["destinations"]:
         if d["address"] == "queue:q":
             return int(d["depth"])
     return 0

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from chute.core import looking
 from chute.core.broker import Broker
 from chute.core.connection import Connection
 from chute.core.consumer import AckMode, Consumer, Entry
@@ -203,8 +204,8 @@ def test_browsing_shows_paged_messages_without_consuming(open_store: OpenStore) 
     broker = start(open_store())
     s = Connection(broker).session(AckMode.CLIENT)
     send(s, "queue:q", 400)
-    assert [e.message.body for e in broker.browse("queue:q")] == expected(400)
-    assert [e.message.body for e in broker.browse("queue:q", limit=5)] == expected(5)
+    assert [e.message.body for e in looking.browse(broker, "queue:q")] == expected(400)
+    assert [e.message.body for e in looking.browse(broker, "queue:q", limit=5)] == expected(5)
     assert queue(broker, "queue:q").held == 400
     assert [b for b, _ in drain(s, "queue:q")] == expected(400)
 
