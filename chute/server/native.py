@@ -179,7 +179,7 @@ class NativeConnection(ManagementRequests, StreamConnection):
                 f"supported (this broker speaks {sorted(p.SUPPORTED_VERSIONS)})",
                 "unsupported-version",
             )
-        core = self._login(
+        core = self._login.attempt(
             packet.login,
             packet.passcode,
             packet.client_id,

@@ -177,7 +177,7 @@ class StompConnection(StreamConnection):
             self._close_after_flush()
             return
         self.codec.version = version
-        core = self._login(
+        core = self._login.attempt(
             frame.header("login"),
             frame.header("passcode"),
             frame.header("client-id") or None,

@@ -23,9 +23,8 @@ Turns: a connection acts on its input in turns (:meth:`_may_act`), and yields th
 loop as soon as another connection has input or a sync's answer waits to hop onto
 the loop (the rules are in :mod:`chute.server.turns`).
 
-What every protocol shares besides: the login (:meth:`_login`, through the
-core's one gate, :func:`chute.core.connection.connect`, with the user a
-verified TLS client certificate names, :func:`chute.server.tls.certificate_user`),
+What every protocol shares besides: the login (a :class:`~chute.server.login.Login`:
+the core's one gate, a password hash verified off the loop while input waits),
 what changes once a client logged in (:meth:`_admitted`: its connection's
 :class:`~chute.server.limits.Ticket` stops the login deadline, and the codec
 takes frames up to ``max_packet_size`` instead of ``max_login_frame_size``),
@@ -41,7 +40,6 @@ with :meth:`queue_bytes`. What a driver needs of the server around it is
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import threading
@@ -49,16 +47,16 @@ import time
 from collections.abc import Callable
 from typing import Final, cast
 
-from chute.core.access import PasswordCheck
-from chute.core.connection import Connection, connect
+from chute.core.connection import Connection
 from chute.core.connlog import CONNECTIONS
 from chute.core.consumer import Consumer, Entry
 from chute.core.routing import WouldBlock
-from chute.errors import AuthenticationFailed, ChuteError, ClientIdInUse
+from chute.errors import ChuteError
 from chute.server.flow import ProducerFlow
 from chute.server.host import Retry, ServerHost, SyncedCallback
 from chute.server.limits import Ticket
 from chute.server.liveness import Liveness
+from chute.server.login import Login
 from chute.server.marks import DeliveryMarks
 from chute.server.tls import certificate_user
 from chute.server.turns import ASKING_S, TURN_BUFFER, TURN_LOOK, TURN_S
@@ -123,7 +121,7 @@ class StreamConnection(asyncio.Protocol):
             functools.partial(self._release, Hold.FLOW_CONTROL),
         )
         self.liveness = Liveness(self, server.loop, server.config.idle_timeout_ms / 1000)
-        self._pending_check: PasswordCheck | None = None  # verified, for the login frame again
+        self._login = Login(self, server)
 
     # -- asyncio.Protocol -------------------------------------------------------------
 
@@ -310,82 +308,6 @@ class StreamConnection(asyncio.Protocol):
 
     # -- what every protocol shares -----------------------------------------------------
 
-    def _login(
-        self,
-        login: str | None,
-        passcode: str | None,
-        client_id: str | None,
-        again: Callable[[], None],
-    ) -> Connection | ChuteError | None:
-        """Make this client's core connection (the core authenticates), or the refusal
-        (wrong login, throttled address, client id in use), which the driver answers
-        with its protocol's error.
-
-        None: the login needs a password hash verified, which runs off the loop
-        (:meth:`ServerHost.verify_password`) while this connection holds its input
-        (``Hold.LOGIN``); ``again()`` is then called on the loop, and the driver
-        handles its login frame again, which this time completes. So a flood of
-        logins does not stall the loop, and the client's order is kept.
-        """
-        check = self._pending_check  # verified off the loop: this is the second time
-        if check is None:
-            check = self.broker.access.password_check(
-                login, passcode, peer=self.peer, certificate_user=self.certificate_user
-            )
-            if check is not None and check.slow:
-                self._hold(Hold.LOGIN)
-                self.server.verify_password(
-                    check, lambda: self._verified(login, passcode, client_id, again, check)
-                )
-                return None
-        try:
-            self.core = connect(
-                self.broker,
-                login,
-                passcode,
-                client_id=client_id,
-                protocol=self.protocol_name,
-                peer=self.peer,
-                certificate_user=self.certificate_user,
-                check=check,
-            )
-        except (AuthenticationFailed, ClientIdInUse) as refusal:
-            return refusal
-        self.core.on_closed_by_broker = self.closed_by_broker
-        self._admitted()
-        return self.core
-
-    def _verified(
-        self,
-        login: str | None,
-        passcode: str | None,
-        client_id: str | None,
-        again: Callable[[], None],
-        check: PasswordCheck,
-    ) -> None:
-        if self.closing or self.transport is None:
-            # gone meanwhile: a failure still counts for the login throttle
-            with contextlib.suppress(AuthenticationFailed):
-                self.broker.access.authenticate(
-                    login,
-                    passcode,
-                    peer=self.peer,
-                    certificate_user=self.certificate_user,
-                    check=check,
-                )
-            return
-        self._holds &= ~Hold.LOGIN
-        self._pending_check = check
-        try:
-            again()
-        finally:
-            self._pending_check = None
-        if self.acting:
-            self._decide_reading()
-            self._process()
-        else:
-            self.flush()
-
     def _admitted(self) -> None:
         """The client logged in (or, on a listener without logins, connected): its
         ticket stops the login deadline, the codec takes ``max_packet_size``, and an
@@ -433,6 +355,25 @@ class StreamConnection(asyncio.Protocol):
                 reason,
                 code,
             )
+
+    # -- what its Login needs (chute.server.login.LoggingIn) --------------------------
+
+    def hold_for_login(self) -> None:
+        self._hold(Hold.LOGIN)
+
+    def login_verified(self, again: Callable[[], None]) -> None:
+        self._holds &= ~Hold.LOGIN
+        again()
+        if self.acting:
+            self._decide_reading()
+            self._process()
+        else:
+            self.flush()
+
+    def logged_in(self, core: Connection) -> None:
+        self.core = core
+        core.on_closed_by_broker = self.closed_by_broker
+        self._admitted()
 
     # -- what its Liveness needs (chute.server.liveness.Watched) ----------------------
 
