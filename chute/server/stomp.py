@@ -55,8 +55,8 @@ from chute.stomp.adapter import (
     require,
     subscribe_options,
 )
-from chute.stomp.codec import HEARTBEAT, StompCodec
-from chute.stomp.frames import SUPPORTED_VERSIONS, Frame
+from chute.stomp.codec import StompCodec
+from chute.stomp.frames import HEARTBEAT, SUPPORTED_VERSIONS, Frame
 from chute.stomp.session import StompSession, StompSubscription
 from chute.stomp.writer import encode_frame
 from chute.version import __version__

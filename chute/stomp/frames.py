@@ -1,4 +1,5 @@
-"""STOMP frames: one frozen dataclass for every command, and the server frames' constructors.
+"""STOMP frames: one frozen dataclass for every command, and the server frames' constructors;
+and :data:`HEARTBEAT`, what a frame stream carries between frames.
 
 A frame is a command, an ordered tuple of ``(name, value)`` headers and a body.
 Headers stay a tuple of pairs, not a dict: STOMP 1.2 §Repeated Header Entries
@@ -18,6 +19,15 @@ from typing import Final
 
 SUPPORTED_VERSIONS: Final = ("1.0", "1.1", "1.2")
 """The STOMP versions chute speaks, oldest first (§Protocol Negotiation)."""
+
+
+class HeartBeat(enum.Enum):
+    """One or more EOLs between frames (§Heart-beating)."""
+
+    HEARTBEAT = "heart-beat"
+
+
+HEARTBEAT: Final = HeartBeat.HEARTBEAT
 
 
 class Command(enum.StrEnum):

@@ -51,7 +51,7 @@ def escape(text: str) -> str:
 def split_headers(lines: list[str], escaped: bool, trim: bool) -> list[tuple[str, str]] | None:
     """Header lines to ``(name, value)`` pairs, unescaped if ``escaped``, else trimmed if ``trim``.
 
-    None if any line is not a clean ``name:value`` (the codec's fast path then
+    None if any line is not a clean ``name:value`` (the parser's whole-block path then
     hands over to its line-by-line reader, which names the error).
     """
     headers = []

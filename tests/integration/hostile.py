@@ -15,8 +15,8 @@ from chute.protocol import packets as p
 from chute.protocol.codec import PacketCodec
 from chute.protocol.wire import encode_packet
 from chute.sansio import NeedData
-from chute.stomp.codec import HEARTBEAT, StompCodec
-from chute.stomp.frames import SERVER_COMMANDS, Frame
+from chute.stomp.codec import StompCodec
+from chute.stomp.frames import HEARTBEAT, SERVER_COMMANDS, Frame
 
 from .conftest import ChuteServer
 
