@@ -6,10 +6,10 @@ What the methods mean, their arguments and errors, is declared once in
 
 * calls block the calling thread; the link's reader and writer threads do the
   I/O, so one-way sends, acks and credit go out in batches;
-* a session's **confirm window** (:class:`_ConfirmWindow`) keeps up to N
-  persistent sends (transacted: commits) awaiting the broker's fsync while
-  the producer goes on; one thread at a time awaits them, oldest first, and a
-  failure is raised with a note that it was for an earlier send.
+* a session's **confirm window** (:class:`~chute.client.confirm.ConfirmWindow`)
+  keeps up to N persistent sends (transacted: commits) awaiting the broker's
+  fsync while the producer goes on; one thread at a time awaits them, oldest
+  first, and a failure is raised with a note that it was for an earlier send.
 
 Connections, sessions and consumers may be shared between threads. They use
 only the link's public methods: none of them touches the protocol state.
@@ -17,9 +17,7 @@ only the link's public methods: none of them touches the protocol state.
 
 from __future__ import annotations
 
-import collections
 import functools
-import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
@@ -27,12 +25,13 @@ from typing import Any, Final, Self, TypeVar
 
 from chute.client import requests
 from chute.client.api import Page
+from chute.client.confirm import ConfirmWindow
 from chute.client.link import Link, open_link
 from chute.client.received import Received
 from chute.client.requests import CursorPage, Pending
 from chute.client.tls import unanswered
 from chute.client.url import parse_url
-from chute.errors import ChuteError, ConnectError, ConsumerError, RequestTimeout
+from chute.errors import ChuteError, ConnectError, ConsumerError
 from chute.message import DEFAULT_PRIORITY, BodyKind, Message
 from chute.protocol import packets as p
 
@@ -100,7 +99,7 @@ class Connection:
     def __init__(self, link: Link, connection_id: str) -> None:
         self.connection_id = connection_id
         self._link = link
-        self._windows: weakref.WeakSet[_ConfirmWindow] = weakref.WeakSet()  # close awaits them
+        self._windows: weakref.WeakSet[ConfirmWindow] = weakref.WeakSet()  # close awaits them
 
     @property
     def timeout(self) -> float:
@@ -117,7 +116,7 @@ class Connection:
         if confirm_window < 0:
             raise ValueError("confirm_window must not be negative")
         session_id = self._link.open_session(ack, transacted)
-        window = _ConfirmWindow(self._link, session_id, confirm_window)
+        window = ConfirmWindow(self._link, session_id, confirm_window)
         if confirm_window:
             self._windows.add(window)
         return Session(self, self._link, session_id, window)
@@ -298,74 +297,11 @@ class Connection:
         return f"<chute.Connection {self.connection_id or '?'} {state}>"
 
 
-class _ConfirmWindow:
-    """A session's requests awaiting confirmation (persistent sends or commits), oldest
-    first. Thread-safe: one thread at a time awaits confirmations, the others queue
-    behind it (each then finds fewer to await)."""
-
-    __slots__ = ("__weakref__", "_awaiting", "_corrs", "_link", "_session_id", "size")
-
-    def __init__(self, link: Link, session_id: int, size: int) -> None:
-        self._link = link
-        self._session_id = session_id
-        self.size = size
-        self._corrs: collections.deque[int] = collections.deque()
-        self._awaiting = threading.Lock()
-
-    def __len__(self) -> int:
-        return len(self._corrs)
-
-    def add(self, corr: int, *, flush: bool = False) -> None:
-        """Track request ``corr``; if the window overflows, await the oldest down to
-        its size, else (``flush``) send what is queued now."""
-        self._corrs.append(corr)
-        if len(self._corrs) > self.size:
-            self.await_down_to(self.size)
-        elif flush:
-            self._link.flush()
-
-    def await_down_to(self, most: int) -> None:
-        """Wait until at most ``most`` requests are unconfirmed, oldest first.
-
-        Raises:
-            ChuteError: the first refused or unstored one (noted as an earlier send).
-        """
-        corrs = self._corrs
-        with self._awaiting:
-            if len(corrs) <= most:
-                return
-            self._link.flush()  # what is queued goes out before we wait on it
-            while len(corrs) > most:
-                corr = corrs.popleft()
-                try:
-                    self._link.wait(corr)
-                except ChuteError as exc:
-                    exc.add_note(
-                        f"raised for an earlier persistent send or commit of session "
-                        f"{self._session_id}, which awaited its confirmation (confirm_window)"
-                    )
-                    raise
-
-    def settle_all(self) -> None:
-        """Await every unconfirmed request, past failures; raise the first failure (not a
-        lost connection or a timeout: what is unconfirmed then stays unknown)."""
-        first: ChuteError | None = None
-        while self._corrs:
-            try:
-                self.await_down_to(0)
-            except (ConnectError, RequestTimeout):
-                break
-            except ChuteError as exc:
-                first = first or exc
-        if first is not None:
-            raise first
-
-
 class Session:
     """A session (:class:`chute.client.api.Session`). Thread-safe."""
 
     def __init__(
-        self, connection: Connection, link: Link, session_id: int, window: _ConfirmWindow
+        self, connection: Connection, link: Link, session_id: int, window: ConfirmWindow
     ) -> None:
         self.connection = connection
         self.id = session_id
