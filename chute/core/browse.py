@@ -51,8 +51,8 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Final
 
-from chute.core.consumer import Entry
-from chute.core.queue import QueueChannel, as_delivered
+from chute.core.consumer import Entry, as_delivered
+from chute.core.queue import QueueChannel
 from chute.core.selector import Selector
 from chute.core.stream import Stream
 from chute.core.topic import Subscription

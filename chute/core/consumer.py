@@ -13,7 +13,9 @@ Ack modes:
 * ``individual`` — an ack settles exactly one message.
 
 Unsettled messages are *in flight*: they still count against the queue's
-bounds and go back to the queue, in their place, if the consumer closes.
+bounds and go back to the queue, in their place, if the consumer closes. An
+ack or nack takes what it covers out of flight (:meth:`Consumer.take_acked`);
+the queue (in a transaction, its commit) then settles or requeues it.
 
 A queue picks the consumer of each message with a :class:`PointToPointRouter`.
 A consumer knows its queue only through :class:`ConsumedQueue`, the part of
@@ -29,7 +31,7 @@ from collections.abc import Iterable, Iterator
 from typing import Protocol, runtime_checkable
 
 from chute.core.selector import Selector
-from chute.errors import ChuteError
+from chute.errors import ChuteError, ConsumerError
 from chute.message import Message
 
 
@@ -66,6 +68,14 @@ class Entry:
         return f"Entry(seq={self.seq}, deliveries={self.delivery_count}, {self.message!r})"
 
 
+def as_delivered(entry: Entry) -> Message:
+    """The message as its next delivery will show it (for selectors over JMSRedelivered and
+    JMSXDeliveryCount). The stored message itself never changes: it may be shared."""
+    if not entry.delivery_count and not entry.redelivered:
+        return entry.message
+    return entry.message.replace(delivery_count=entry.delivery_count + 1, redelivered=True)
+
+
 class Fanout(Protocol):
     """Told when a copy of a fanned-out entry (login-name queues) is settled or dropped."""
 
@@ -93,9 +103,6 @@ class ConsumedQueue(Protocol):
 
     def marked(self, consumer: Consumer, entry: Entry) -> bool:
         """Whether delivering ``entry`` recorded a delivery mark in the store."""
-
-    def take_acked(self, consumer: Consumer, seq: int, *, cumulative: bool) -> list[Entry]:
-        """Take what an ack of ``seq`` covers out of flight (raises ConsumerError)."""
 
     def ack(self, consumer: Consumer, seq: int, *, cumulative: bool) -> int:
         """Settle what an ack of ``seq`` covers; how many messages it settled."""
@@ -177,6 +184,28 @@ class Consumer:
         self.held = False
         """Its connection cannot write more now (a slow client): skipped as if without
         credit until released (:meth:`chute.core.connection.Connection.hold_deliveries`)."""
+
+    def take_acked(self, seq: int, *, cumulative: bool) -> list[Entry]:
+        """Remove from the in-flight set what an ack of ``seq`` covers: ``seq`` alone, or
+        with ``cumulative`` every message delivered before it too (see the module docstring).
+
+        Raises:
+            ConsumerError: ``seq`` is not in flight to this consumer.
+        """
+        inflight = self.inflight
+        if seq not in inflight:
+            raise ConsumerError(
+                f"message {seq} is not awaiting an ack from consumer {self.id} "
+                "(already acked, or never delivered to it)"
+            )
+        if not cumulative:
+            return [inflight.pop(seq)]
+        taken = []
+        while True:
+            s, entry = inflight.popitem(last=False)
+            taken.append(entry)
+            if s == seq:
+                return taken
 
     def __repr__(self) -> str:
         return (

@@ -2,7 +2,9 @@
 
 A :class:`QueueChannel` holds entries that wait for delivery in ten FIFO lanes,
 one per priority, so the order is "higher priority first, then the order the
-broker accepted them" at O(1) per message. It pushes to its consumers
+broker accepted them" at O(1) per message; the work on the lanes by sequence
+number (putting back, withdrawing, expiring, a cursor's range) is in
+:mod:`chute.core.lanes`. It pushes to its consumers
 through a :class:`~chute.core.consumer.PointToPointRouter` (round-robin among
 consumers with credit; only the active exclusive consumer while one is
 attached). Delivery is synchronous
@@ -22,19 +24,16 @@ dead-letter and expiry addresses) is handed to the :class:`QueueHost`.
 from __future__ import annotations
 
 import enum
-import heapq
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Protocol
 
-from chute.core.consumer import AckMode, Consumer, Entry, PointToPointRouter
+from chute.core import lanes
+from chute.core.consumer import AckMode, Consumer, Entry, PointToPointRouter, as_delivered
 from chute.core.paging import HELD_OVERHEAD, MemoryBudget, Pager, held_cost
 from chute.core.settings import DestinationSettings
 from chute.core.store import AckOp, Store
-from chute.errors import ConsumerError
-from chute.message import Message
 
-PRIORITIES = 10
 # A paging queue reads back its next window when fewer than this are waiting; a queue
 # with fewer waiting never starts paging (its consumers keep up: paging would only
 # write each message out and read it straight back).
@@ -97,7 +96,7 @@ class QueueChannel:
         self.host = host
         self.durable = durable
         self.router = PointToPointRouter()
-        self._lanes: list[deque[Entry]] = [deque() for _ in range(PRIORITIES)]
+        self._lanes = lanes.new_lanes()
         self.ready = 0  # entries waiting in lanes
         self.held = 0  # ready + in flight
         self.held_bytes = 0
@@ -193,9 +192,9 @@ class QueueChannel:
         read = self.pager.read_back()
         if read is None:
             return
-        lanes = self._lanes
+        by_priority = self._lanes
         for entry in read.entries:
-            lanes[entry.message.priority].append(entry)
+            by_priority[entry.message.priority].append(entry)
         self.ready += len(read.entries)
         self.expiring += read.expiring
         count, size = read.gone
@@ -229,19 +228,7 @@ class QueueChannel:
             self.deliver()
 
     def _to_lanes(self, entries: Iterable[Entry]) -> None:
-        by_lane: dict[int, list[Entry]] = {}
-        for entry in entries:
-            by_lane.setdefault(entry.message.priority, []).append(entry)
-        for priority, returned in by_lane.items():
-            lane = self._lanes[priority]
-            returned.sort(key=_seq)
-            if not lane or returned[-1].seq < lane[0].seq:
-                lane.extendleft(reversed(returned))
-            else:  # rare: interleave with what is waiting (keeps FIFO by sequence)
-                merged = list(heapq.merge(lane, returned, key=_seq))
-                lane.clear()
-                lane.extend(merged)
-            self.ready += len(returned)
+        self.ready += lanes.merge_back(self._lanes, entries)
 
     # -- pushing ----------------------------------------------------------------
 
@@ -381,33 +368,12 @@ class QueueChannel:
             or bool(self.pager.transient and self.pager.forget_transient(entry.seq))
         )
 
-    def take_acked(self, consumer: Consumer, seq: int, *, cumulative: bool) -> list[Entry]:
-        """Remove from ``consumer``'s in-flight set what an ack of ``seq`` covers.
-
-        Raises:
-            ConsumerError: ``seq`` is not in flight to this consumer.
-        """
-        inflight = consumer.inflight
-        if seq not in inflight:
-            raise ConsumerError(
-                f"message {seq} is not awaiting an ack from consumer {consumer.id} "
-                "(already acked, or never delivered to it)"
-            )
-        if not cumulative:
-            return [inflight.pop(seq)]
-        taken = []
-        while True:
-            s, entry = inflight.popitem(last=False)
-            taken.append(entry)
-            if s == seq:
-                return taken
-
     def ack(self, consumer: Consumer, seq: int, *, cumulative: bool) -> int:
         """Settle what an ack covers; returns how many messages it settled.
 
         The store gets the acks of a cumulative ack in one call (``Store.acks``).
         """
-        taken = self.take_acked(consumer, seq, cumulative=cumulative)
+        taken = consumer.take_acked(seq, cumulative=cumulative)
         if len(taken) == 1:
             self.settle(taken[0])
             return 1
@@ -489,13 +455,7 @@ class QueueChannel:
         there. They stay held until the caller settles them or puts them back
         (:meth:`put_back`). O(depth): for management, never on the per-message path."""
         wanted = set(seqs)
-        taken: list[Entry] = []
-        for lane in self._lanes:
-            if lane and any(e.seq in wanted for e in lane):
-                taken += [e for e in lane if e.seq in wanted]
-                keep = [e for e in lane if e.seq not in wanted]
-                lane.clear()
-                lane.extend(keep)
+        taken = lanes.take_numbered(self._lanes, wanted)
         self.ready -= len(taken)
         for seq in sorted(wanted.difference(e.seq for e in taken)):
             entry = self.pager.withdraw(seq)
@@ -526,13 +486,7 @@ class QueueChannel:
         """Divert every waiting entry whose expiration has passed; returns how many."""
         if not self.expiring:
             return 0
-        due: list[Entry] = []
-        for lane in self._lanes:
-            if any(0 < e.message.expiration <= now for e in lane):
-                keep = [e for e in lane if not 0 < e.message.expiration <= now]
-                due.extend(e for e in lane if 0 < e.message.expiration <= now)
-                lane.clear()
-                lane.extend(keep)
+        due = lanes.take_due(self._lanes, now)
         self.ready -= len(due)
         for entry in due:
             self._expire(entry)
@@ -551,9 +505,7 @@ class QueueChannel:
     def drain(self) -> list[Entry]:
         """Remove and return every waiting entry (used when a queue is deleted); they
         still count in memory until the caller settles them or forgets them."""
-        out = [e for lane in self._lanes for e in lane]
-        for lane in self._lanes:
-            lane.clear()
+        out = lanes.take_all(self._lanes)
         self.ready = 0
         waiters, self.flow_waiters = self.flow_waiters, []
         for wake in waiters:  # nothing is left to wait for
@@ -566,9 +518,7 @@ class QueueChannel:
         how many went."""
         count = 0
         while True:
-            taken = [e for lane in self._lanes for e in lane]
-            for lane in self._lanes:
-                lane.clear()
+            taken = lanes.take_all(self._lanes)
             self.ready = 0
             for entry in taken:
                 self.settle(entry, acked=False)
@@ -593,8 +543,7 @@ class QueueChannel:
         """Waiting entries with ``start <= seq < end`` in sequence order, at most ``limit``
         (0: all); paged ones are read back from the store, nothing changes. O(depth):
         a lane is not always in sequence order (a prepared send is placed at commit)."""
-        found = [e for lane in self._lanes for e in lane if start <= e.seq < end]
-        found.sort(key=_seq)
+        found = lanes.between(self._lanes, start, end)
         if limit > 0:
             del found[limit:]
         pager = self.pager
@@ -618,29 +567,9 @@ class QueueChannel:
             self._page_in()
             if pager.top_seq == before:
                 break
-        taken: list[Entry] = []
-        for lane in self._lanes:
-            if not any(e.seq < end for e in lane):
-                continue
-            keep: list[Entry] = []
-            for entry in lane:
-                if entry.seq < end and (wanted is None or wanted(entry)):
-                    taken.append(entry)
-                else:
-                    keep.append(entry)
-            lane.clear()
-            lane.extend(keep)
+        taken = lanes.take_below(self._lanes, end, wanted)
         self.ready -= len(taken)
-        taken.sort(key=_seq)
         return taken
-
-
-def as_delivered(entry: Entry) -> Message:
-    """The message as its next delivery will show it (for selectors over JMSRedelivered and
-    JMSXDeliveryCount). The stored message itself never changes: it may be shared."""
-    if not entry.delivery_count and not entry.redelivered:
-        return entry.message
-    return entry.message.replace(delivery_count=entry.delivery_count + 1, redelivered=True)
 
 
 def _seq(entry: Entry) -> int:

@@ -184,7 +184,7 @@ class Forwarder:
                 self.forward_to,
                 exc.reason,
             )
-            queue.take_acked(consumer, entry.seq, cumulative=False)
+            consumer.take_acked(entry.seq, cumulative=False)
             queue.dead_lettered += 1
             self.host.divert(queue, entry, Reason.FORWARD_FAILED)
             queue.settle(entry, acked=False)

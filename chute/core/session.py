@@ -404,7 +404,7 @@ class Session:
             raise ConsumerError("this consumer is in auto-ack mode: nothing to acknowledge")
         queue = consumer.queue
         if self.tx is not None:
-            taken = queue.take_acked(consumer, seq, cumulative=cumulative)
+            taken = consumer.take_acked(seq, cumulative=cumulative)
             self.tx.acks.extend((queue, e) for e in taken)
             return len(taken)
         return queue.ack(consumer, seq, cumulative=cumulative)
@@ -423,7 +423,7 @@ class Session:
             ConsumerError: ``seq`` is not awaiting an ack from this consumer.
         """
         queue = consumer.queue
-        taken = queue.take_acked(consumer, seq, cumulative=cumulative)
+        taken = consumer.take_acked(seq, cumulative=cumulative)
         if self.tx is not None:
             self.tx.nacks.extend((queue, e, requeue) for e in taken)
         elif requeue:

@@ -37,10 +37,10 @@ from chute.core.address import DEAD_LETTER, canonical
 from chute.core.broker import Broker
 from chute.core.browse import browse_page
 from chute.core.connection import Connection
-from chute.core.consumer import Entry
+from chute.core.consumer import Entry, as_delivered
 from chute.core.diversion import DIVERT_REASON, ORIGINAL_DESTINATION
 from chute.core.manage import authorized, find, find_queue
-from chute.core.queue import QueueChannel, as_delivered
+from chute.core.queue import QueueChannel
 from chute.core.routing import Destination
 from chute.core.selector import Selector, compile_selector
 from chute.errors import AccessDenied, ChuteError, DestinationFull, InvalidAddress, NotFound
