@@ -25,9 +25,9 @@ from collections.abc import Callable
 from typing import Final, Protocol
 
 from chute.core.queue import QueueChannel, Reason
+from chute.core.readers import StreamReader
 from chute.core.routing import Destination, Route
 from chute.core.store import Store
-from chute.core.stream import StreamReader
 from chute.errors import DestinationFull, InvalidAddress, NotFound
 from chute.message import Message
 

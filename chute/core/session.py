@@ -29,10 +29,11 @@ from chute.core.offsets import parse_offset
 from chute.core.paging import held_cost
 from chute.core.queue import QueueChannel
 from chute.core.queuetypes import LoginQueue
+from chute.core.readers import StreamReader
 from chute.core.routing import WouldBlock
 from chute.core.selector import Selector, compile_selector
 from chute.core.settings import Overflow
-from chute.core.stream import Stream, StreamReader
+from chute.core.stream import Stream
 from chute.core.subscriptions import durable_key, shared_key
 from chute.core.topic import Subscription, SubscriptionKind, Topic
 from chute.core.twophase import Nacked, Send, Taken, check_xid, give_back

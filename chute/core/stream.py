@@ -23,11 +23,12 @@ Reading, two ways:
 * :meth:`Stream.read` returns the messages in an offset range, at most a page:
   stateless, for readers that keep their own position (the Spark source keeps
   it in Spark's checkpoint; the native ``CursorFetch`` request without a cursor).
-* A :class:`StreamReader` is a consumer's own queue, as a topic subscription
-  is: it is fed from its position, a window at a time, as its consumer's
-  credit allows; acks only make room in the window. Consumers open one with an
-  offset (:func:`~chute.core.offsets.parse_offset`: ``first``, ``last``, ``next``, a number, or
-  ``timestamp=MS``); native clients and STOMP's ``x-stream-offset`` header.
+* A :class:`~chute.core.readers.StreamReader` is a consumer's own queue, as a
+  topic subscription is: it is fed from its position, a window at a time, as
+  its consumer's credit allows; acks only make room in the window. Consumers
+  open one with an offset (:func:`~chute.core.offsets.parse_offset`: ``first``,
+  ``last``, ``next``, a number, or ``timestamp=MS``; :meth:`Stream.locate` finds
+  where it reads first); native clients and STOMP's ``x-stream-offset`` header.
 
 A prepared (two-phase) send has its offset when prepared but is placed only
 at its commit: :attr:`Stream.head` stays below the lowest such offset, so no
@@ -41,18 +42,16 @@ files. Used from the broker's loop only.
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import heapq
 import logging
 import operator
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
 from chute.core.consumer import Entry
 from chute.core.offsets import Offset
 from chute.core.paging import MemoryBudget, held_cost
-from chute.core.queue import QueueChannel, QueueHost
-from chute.core.selector import Selector
+from chute.core.readers import StreamReader
 from chute.core.settings import DestinationSettings
 from chute.core.store import Gathering, Store, StoredBlock, StoredMessage, message_block
 from chute.message import Message
@@ -70,9 +69,6 @@ TAIL_MIN: Final = 256 << 10
 
 READ_STEP: Final = 256
 """Messages read back from the store per call."""
-
-WINDOW: Final = 256
-"""How many messages a reader holds at most (waiting and in flight) beyond its consumer's credit."""
 
 BLOCK_STEP: Final = 4096
 """Messages read back from the store per call by :meth:`Stream.read_blocks` at most (with
@@ -530,95 +526,6 @@ class Stream:
 
     def __repr__(self) -> str:
         return f"Stream({self.address!r}, first={self.first}, head={self.head})"
-
-
-class StreamReader(QueueChannel):
-    """A consumer's own queue on a stream: fed from its position as credit allows.
-
-    Not durable: it records nothing (the stream's messages are in the store
-    already) and is gone with its consumer. Every message it feeds waits in one
-    lane, so delivery follows the offsets whatever the priorities.
-    """
-
-    def __init__(  # noqa: PLR0917 - all of them make a reader
-        self,
-        key: str,
-        stream: Stream,
-        position: int,
-        host: QueueHost,
-        prefetch: int,
-        selector: Selector | None = None,
-    ) -> None:
-        # the stream's retention bounds the stream, not its readers
-        own = dataclasses.replace(stream.settings, max_messages=0, max_bytes=0, max_age_ms=0)
-        super().__init__(key, stream.address, own, host, durable=False)
-        self.stream = stream
-        self.position = position
-        self.window = max(WINDOW, prefetch)
-        self.selector = selector
-
-    def close(self) -> None:
-        """Its consumer closed: leave the stream and give back what it held."""
-        if self in self.stream.readers:
-            self.stream.readers.remove(self)
-        self.deleted = True
-        self.host.memory.used -= sum(held_cost(e.message) for e in self.drain())
-
-    def _deliver(self) -> None:
-        self.fill()
-        super()._deliver()
-
-    def fill(self) -> None:
-        """Take the next messages from the stream while the window has room."""
-        stream = self.stream
-        if stream.deleted:
-            return
-        room = self.window - self.held
-        if room * 2 < self.window:
-            return
-        # retention may have removed what it had not read yet
-        self.position = max(self.position, stream.first)
-        head = stream.head
-        budget = 16 * self.window  # messages a selective reader looks at per fill
-        selector = self.selector
-        while room > 0 and budget > 0 and self.position < head:
-            nxt, entries = stream.read(self.position, head, max_messages=min(room, budget))
-            budget -= len(entries)
-            for entry in entries:
-                if selector is None or selector.matches(entry.message):
-                    self.feed(Entry(entry.seq, entry.message))
-                    room -= 1
-            self.position = nxt
-            if not entries:
-                break
-
-    def feed(self, entry: Entry) -> None:
-        """One message in the single lane (as ``place`` does, without a push)."""
-        size = entry.message.size
-        self.held += 1
-        self.held_bytes += size
-        self.enqueued += 1
-        self.host.memory.used += held_cost(entry.message)
-        self._lanes[0].append(entry)
-        self.ready += 1
-
-    def _to_lanes(self, entries: Iterable[Entry]) -> None:
-        """Entries given back (a nack, a closed consumer's) wait in the one lane too, in
-        offset order."""
-        returned = sorted(entries, key=_seq)
-        if not returned:
-            return
-        lane = self._lanes[0]
-        if not lane or returned[-1].seq < lane[0].seq:
-            lane.extendleft(reversed(returned))
-        else:
-            merged = list(heapq.merge(lane, returned, key=_seq))
-            lane.clear()
-            lane.extend(merged)
-        self.ready += len(returned)
-
-    def __repr__(self) -> str:
-        return f"StreamReader({self.name!r}, position={self.position}, held={self.held})"
 
 
 def _seq(entry: Entry) -> int:

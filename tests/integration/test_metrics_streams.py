@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from chute.core.stream import WINDOW
+from chute.core.readers import WINDOW
 
 from .test_metrics import Broker, Labels, Samples, start
 

@@ -10,10 +10,11 @@ from chute.core.broker import Broker
 from chute.core.connection import Connection
 from chute.core.consumer import AckMode, Consumer, Entry
 from chute.core.offsets import Offset, parse_offset
+from chute.core.readers import WINDOW, StreamReader
 from chute.core.session import Session
 from chute.core.settings import DestinationSettings
 from chute.core.stats import stream_stats
-from chute.core.stream import WINDOW, Stream, StreamReader
+from chute.core.stream import Stream
 from chute.errors import ChuteError, ConsumerError, DestinationDeleted, TransactionError
 from chute.message import Message
 
