@@ -224,7 +224,7 @@ class Session:
     ) -> Consumer:
         """Open a consumer; the broker starts pushing at once, up to ``prefetch``.
 
-        On a stream, the consumer reads from ``offset`` (:func:`~chute.core.stream.
+        On a stream, the consumer reads from ``offset`` (:func:`~chute.core.offsets.
         parse_offset`; None: the next message) without consuming anything.
 
         Raises:

@@ -499,7 +499,7 @@ STREAM_OFFSET_FORMS: Final = (
 def stream_offset(value: str | None) -> str | None:
     """A SUBSCRIBE's ``x-stream-offset`` header, checked; None (no header) means ``next``.
 
-    The text itself goes to the core (:func:`chute.core.stream.parse_offset` reads it
+    The text itself goes to the core (:func:`chute.core.offsets.parse_offset` reads it
     again), so a timestamp in seconds is told apart from one in ms there, once.
 
     Raises:
