@@ -553,9 +553,9 @@ def test_a_broker_gone_silent_ends_the_connection_with_a_clear_error(
     url = f"http://127.0.0.1:{relay.port}/chute"
     runner = sync_aio.LoopThread() if client == "asyncio" else None
     conn = (
-        chute.connect(url, timeout=1)
+        chute.connect(url, timeout=2)
         if runner is None
-        else sync_aio.connect(runner, url, timeout=1)
+        else sync_aio.connect(runner, url, timeout=2)
     )
     try:
         session = conn.session()
