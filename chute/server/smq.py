@@ -101,7 +101,7 @@ class _SmqConnection(StreamConnection):
         self.core = Connection(self.broker, principal, protocol=self.protocol_name, peer=self.peer)
         self.core.on_closed_by_broker = self.closed_by_broker  # no error to say: it closes
         self.session = self.core.session(AckMode.INDIVIDUAL)
-        self._admitted()  # no login to wait for; server.idle_timeout_ms applies
+        self._past_login()  # no login to wait for; server.idle_timeout_ms applies
         log.info("%s %s connected from %s", self.protocol_name, self.core.id, self.peer)
 
     def eof_received(self) -> bool | None:

@@ -25,7 +25,7 @@ the loop (the rules are in :mod:`chute.server.turns`).
 
 What every protocol shares besides: the login (a :class:`~chute.server.login.Login`:
 the core's one gate, a password hash verified off the loop while input waits),
-what changes once a client logged in (:meth:`_admitted`: its connection's
+what changes once a client logged in (:meth:`_past_login`: its connection's
 :class:`~chute.server.limits.Ticket` stops the login deadline, and the codec
 takes frames up to ``max_packet_size`` instead of ``max_login_frame_size``),
 closing with the protocol's error when a limit says so (:meth:`close_with_error`),
@@ -308,7 +308,7 @@ class StreamConnection(asyncio.Protocol):
 
     # -- what every protocol shares -----------------------------------------------------
 
-    def _admitted(self) -> None:
+    def _past_login(self) -> None:
         """The client logged in (or, on a listener without logins, connected): its
         ticket stops the login deadline, the codec takes ``max_packet_size``, and an
         idle client may be closed (``idle_timeout_ms``)."""
@@ -373,7 +373,7 @@ class StreamConnection(asyncio.Protocol):
     def logged_in(self, core: Connection) -> None:
         self.core = core
         core.on_closed_by_broker = self.closed_by_broker
-        self._admitted()
+        self._past_login()
 
     # -- what its Liveness needs (chute.server.liveness.Watched) ----------------------
 
