@@ -292,14 +292,7 @@ class Connection:
 
     def stats(self) -> dict[str, Any]:
         """Every page of :meth:`stats_page` joined (for tests and in-process use)."""
-        stats = self.stats_page()
-        destinations: list[dict[str, Any]] = stats["destinations"]
-        while stats["next"] is not None:
-            stats = self.stats_page(after=stats["next"])
-            destinations += stats["destinations"]
-        stats["destinations"] = destinations
-        del stats["next"]
-        return stats
+        return looking.joined_pages(lambda after: self.stats_page(after=after))
 
     def _sees(self, address: str) -> bool:
         for action in (Action.BROWSE, Action.CONSUME, Action.MANAGE):

@@ -209,10 +209,17 @@ def stats_page(
 def stats(host: LookingHost, pattern: str | None = None) -> dict[str, Any]:
     """Every destination (matching ``pattern``) at once: :func:`stats_page` joined.
     For tests and in-process use; a driver answers a client page by page."""
-    joined = stats_page(host, pattern=pattern)
+    return joined_pages(lambda after: stats_page(host, pattern=pattern, after=after))
+
+
+def joined_pages(page: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
+    """Every page of statistics ``page(after)`` gives, from the first (``after=""``)
+    until one has no ``next``: the last page's broker-wide figures with every page's
+    destinations."""
+    joined = page("")
     destinations: list[dict[str, Any]] = joined["destinations"]
     while joined["next"] is not None:
-        joined = stats_page(host, pattern=pattern, after=joined["next"])
+        joined = page(joined["next"])
         destinations += joined["destinations"]
     joined["destinations"] = destinations
     del joined["next"]
