@@ -210,6 +210,21 @@ class Admission:
         )
         return True
 
+    def never_admits(self, held: int) -> str | None:
+        """Why a producer refused now, whose open transaction holds ``held`` bytes of
+        memory, would wait in vain (None: it may wait). Admission closed for memory
+        opens below :data:`RESUME_RATIO` of ``high``, and the transaction's messages
+        count until its commit, which waits behind this very send."""
+        high = self.memory.high
+        if self._cause != "memory" or not high or held < high * RESUME_RATIO:
+            return None
+        return (
+            f"this transaction holds {_mib(held)} of messages, and the broker takes new "
+            f"ones only once its queues hold under {_mib(int(high * RESUME_RATIO))} "
+            f"(memory_high_watermark {_mib(high)}): it can never be admitted; "
+            "commit in smaller transactions"
+        )
+
     def wait(self, wake: Callable[[], None]) -> None:
         """Call ``wake()`` once admission opens."""
         self._waiters.append(wake)

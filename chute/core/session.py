@@ -144,13 +144,24 @@ class Session:
             AccessDenied: this connection's user may not send to ``address``.
             WouldBlock: the broker is over its memory or disk limit (address None:
                 retry once it admits again, :mod:`chute.core.admission`).
-            TransactionError: ``carried`` in a transacted session.
+            TransactionError: ``carried`` in a transacted session; or this send must
+                wait for memory that the transaction's own messages hold (waiting
+                cannot help: the transaction can only roll back now). Once a send of
+                a transaction was refused, its later sends are checked (address,
+                permission) but not staged, and do not wait for memory: its commit
+                raises, saying why.
         """
         tx = self.tx
         broker = self.broker
         if carried and tx is not None:
             raise TransactionError("a carried message is sent outside a transaction")
-        broker.admission.admit(self.connection.share, message.size)
+        doomed = tx is not None and tx.refused is not None  # it can only roll back
+        if not doomed:
+            try:
+                broker.admission.admit(self.connection.share, message.size)
+            except WouldBlock:
+                self._check_waiting_helps(tx)
+                raise
         if tx is None:
             if self._checks:
                 self.connection.authorize_send(address)
@@ -163,6 +174,8 @@ class Session:
         except ChuteError as exc:
             tx.refused = tx.refused or exc
             raise
+        if doomed:
+            return  # nothing more is staged: its commit says why it rolled back
         tx.sends.append((address, message, ttl))
         cost = held_cost(message)
         tx.held += cost
@@ -183,8 +196,14 @@ class Session:
             return
         tx = self.tx
         broker = self.broker
-        size = sum(m.size for m in messages)
-        broker.admission.admit(self.connection.share, size, len(messages))
+        doomed = tx is not None and tx.refused is not None  # as in send
+        if not doomed:
+            size = sum(m.size for m in messages)
+            try:
+                broker.admission.admit(self.connection.share, size, len(messages))
+            except WouldBlock:
+                self._check_waiting_helps(tx)
+                raise
         try:
             if self._checks:
                 self.connection.authorize_send(address)
@@ -193,6 +212,8 @@ class Session:
             if tx is not None:
                 tx.refused = tx.refused or exc
             raise
+        if doomed:
+            return
         sends = [(address, message, ttl) for message in messages]
         if tx is not None:
             tx.sends += sends
@@ -544,6 +565,22 @@ class Session:
         self.tx = Transaction()
         self.broker.memory.used -= tx.held
         give_back(tx.acks + [(queue, entry) for queue, entry, _ in tx.nacks])
+
+    def _check_waiting_helps(self, tx: Transaction | None) -> None:
+        """A send of ``tx`` must wait for room: if its own messages keep the broker
+        from ever admitting it, it is refused now instead (the transaction can only
+        roll back), not after ``block_timeout_ms``.
+
+        Raises:
+            TransactionError: waiting cannot help.
+        """
+        if tx is None:
+            return
+        reason = self.broker.admission.never_admits(tx.held)
+        if reason is not None:
+            error = TransactionError(reason)
+            tx.refused = tx.refused or error
+            raise error
 
     def _check_refused(self, tx: Transaction) -> None:
         """Roll back and raise TransactionError if a send of ``tx`` was refused."""

@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import stomp
 
 import chute
-from chute.errors import DestinationFull
+from chute.errors import DestinationFull, TransactionError
 
 from .conftest import ChuteServer, free_port, start_server
 from .hostile import rss_kib
+from .test_stomp import Client
 
 BODY = b"m" * 1024
 
@@ -148,4 +151,71 @@ def test_a_stomp_subscriber_that_never_reads_costs_its_bound_not_the_broker(
             seen += chunk
         stuck.close()
     finally:
+        server.stop()
+
+
+def test_a_transaction_bigger_than_the_broker_may_hold_is_refused_at_once(tmp_path: Path) -> None:
+    # 2 MiB of memory, and a producer that puts ~10 MiB in one transaction: its own
+    # messages keep the broker over the line, so waiting (60 s here) cannot help.
+    server = serve(
+        tmp_path, 'store = "memory"\nmemory_high_watermark = "2MiB"\nblock_timeout_ms = 60000\n'
+    )
+    try:
+        with chute.connect(server.url) as conn, conn.session(transacted=True) as s:
+            started = time.monotonic()
+
+            def fill_and_commit() -> None:
+                for _ in range(10_000):
+                    s.send("queue:big", BODY)
+                s.commit()
+
+            with pytest.raises(TransactionError) as refused:
+                fill_and_commit()
+            assert time.monotonic() - started < 30  # well before block_timeout_ms
+            assert "commit in smaller transactions" in str(refused.value)
+            s.rollback()  # what a refused transaction can do (a commit would say so)
+            s.send("queue:big", b"small")  # the session goes on
+            s.commit()
+        with chute.connect(server.url) as conn, conn.session(ack="auto") as reader:
+            consumer = reader.consumer("queue:big")
+            message = consumer.receive(timeout=10)
+            assert message is not None
+            assert message.body == b"small"
+            assert consumer.receive(timeout=0.2) is None  # nothing of the refused one
+            assert stats(conn, "queue:big")["depth"] == 0
+    finally:
+        server.stop()
+
+
+def test_a_stomp_transaction_bigger_than_the_broker_may_hold_gets_an_error_at_once(
+    tmp_path: Path,
+) -> None:
+    stomp_port = free_port()
+    server = serve(
+        tmp_path,
+        'store = "memory"\nmemory_high_watermark = "2MiB"\nblock_timeout_ms = 60000\n',
+        "--stomp-port",
+        str(stomp_port),
+    )
+    clients: list[Client] = []
+    try:
+        big = Client(stomp_port)
+        clients.append(big)
+        tx = big.conn.begin()
+        for _ in range(3000):  # ~8 MiB in one transaction, against 2 MiB
+            try:
+                big.conn.send("/queue/big", BODY, transaction=tx)
+            except (OSError, stomp.exception.StompException):
+                break  # the broker closed the connection after its ERROR
+        error = big.error()  # within TIMEOUT, not block_timeout_ms
+        assert "commit in smaller transactions" in error.headers["message"]
+        other = Client(stomp_port)
+        clients.append(other)
+        other.conn.subscribe("/queue/big", id="s", ack="auto")
+        other.conn.send("/queue/big", b"small")
+        assert other.message().body == b"small"
+        assert other.no_message()  # nothing of the refused transaction
+    finally:
+        for client in clients:
+            client.close()
         server.stop()

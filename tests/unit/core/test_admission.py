@@ -26,6 +26,7 @@ from chute.core.paging import held_cost
 from chute.core.routing import WouldBlock
 from chute.core.session import Session
 from chute.core.settings import DestinationSettings, Overflow, SettingsResolver
+from chute.errors import TransactionError
 from chute.store.memory import MemoryStore
 
 from .helpers import FakeClock, Recorder, msg, stats_of
@@ -251,19 +252,57 @@ def test_a_bulk_send_counts_each_of_its_messages_towards_asking_the_store() -> N
 
 def test_a_transaction_counts_what_it_holds_until_it_ends() -> None:
     broker = broker_with(high=50 * COST)
+    other = Connection(broker).session(AckMode.CLIENT)
+    for _ in range(25):
+        other.send("queue:other", msg(BODY))
     tx = Connection(broker).session(AckMode.CLIENT, transacted=True)
-    for _ in range(50):
+    for _ in range(25):
         tx.send("queue:q", msg(BODY))
     with pytest.raises(WouldBlock):  # an open transaction cannot grow the broker unbounded
         tx.send("queue:q", msg(BODY))
     assert broker.memory.used == 50 * COST
     tx.rollback()
-    assert broker.memory.used == 0
+    assert broker.memory.used == 25 * COST
     broker.admission.check()
     for _ in range(10):
         tx.send("queue:q", msg(BODY))
     tx.commit()
-    assert broker.memory.used == 10 * COST  # held by the queue now, counted once
+    assert broker.memory.used == 35 * COST  # held by the queue now, counted once
+
+
+@pytest.mark.parametrize("bulk", [False, True])
+def test_a_transaction_that_could_never_be_admitted_is_refused_at_once(bulk: bool) -> None:
+    # Its own messages hold the broker over the line admission reopens at, and they
+    # count until its commit: waiting block_timeout_ms could only end in a refusal.
+    broker = broker_with(high=50 * COST)
+    tx = Connection(broker).session(AckMode.CLIENT, transacted=True)
+    tx.send_many("queue:q", [msg(BODY) for _ in range(50)])
+    more = msg(BODY)
+    with pytest.raises(TransactionError) as refused:
+        tx.send_many("queue:q", [more, more]) if bulk else tx.send("queue:q", more)
+    assert "can never be admitted" in refused.value.reason
+    assert "commit in smaller transactions" in refused.value.reason
+    with pytest.raises(TransactionError) as failed:
+        tx.commit()
+    assert "rolled back" in failed.value.reason
+    assert "smaller transactions" in failed.value.reason
+    assert broker.memory.used == 0
+    assert stats_of(broker, "queue:q")["depth"] == 0
+    broker.admission.check()
+    tx.send("queue:q", msg(BODY))  # the session goes on with a smaller one
+    tx.commit()
+    assert stats_of(broker, "queue:q")["depth"] == 1
+
+
+def test_a_transaction_waits_while_others_hold_the_memory() -> None:
+    broker = broker_with(high=50 * COST)
+    other = Connection(broker).session(AckMode.CLIENT)
+    for _ in range(30):
+        other.send("queue:other", msg(BODY))
+    tx = Connection(broker).session(AckMode.CLIENT, transacted=True)
+    sent, refused = send_until_refused(tx, "queue:q")  # consumers of the others may drain
+    assert sent == 20
+    assert refused.address is None
 
 
 def test_giving_up_says_what_to_do() -> None:
