@@ -133,6 +133,7 @@ class Ticket:
         "listener",
         "peer",
         "released",
+        "stage",
         "transport",
         "visible",
     )
@@ -150,6 +151,9 @@ class Ticket:
         self.expired = False  # closed for its login deadline
         self.held = False  # reading paused: the budget is spent and no login yet
         self.released = False
+        self.stage = "connected"
+        """How far the connection got before its login, for the log line of one that
+        never logs in (set by the fronts and the HTTP endpoints as it goes)."""
         self.driver: LoginDriver | None = None
         self.transport: asyncio.Transport | None = None  # the socket's own
         self.visible: asyncio.BaseTransport | None = None  # what the protocol sees (TLS's)
@@ -364,10 +368,11 @@ class ConnectionLimits:
         self.counts["login_timeouts"] += 1
         self.late.hit(
             "closing connections that do not log in within %g s (server.login_timeout_ms): "
-            "%s on %s",
+            "%s on %s (%s)",
             self.login_timeout,
             ticket.peer,
             ticket.listener,
+            ticket.stage,
         )
         ticket.close(
             "login-timeout",

@@ -310,6 +310,7 @@ class TlsAccept(asyncio.Protocol):
         # this callback, scheduled first, hands it the bytes read before the swap
         loop.call_soon(self._feed_hello, transport)
         self._upgrading = True
+        self.ticket.stage = "in its TLS handshake"
         try:
             tls = await loop.start_tls(
                 transport,
@@ -344,6 +345,7 @@ class TlsAccept(asyncio.Protocol):
         self.accepting.pending.discard(self)
         protocol = self.protocol = cast(asyncio.Protocol, self.factory())
         self.ticket.attach(tls)
+        self.ticket.stage = f"past its TLS handshake, {len(self._early)} bytes since"
         protocol.connection_made(tls)
         if self._early:
             early = bytes(self._early)

@@ -260,9 +260,13 @@ async def _serve(  # noqa: PLR0917 - private, called twice
     )
     if not ws.can_prepare(request).ok:
         return web.Response(status=426, text=not_websocket, headers={"Upgrade": "websocket"})
+    ticket = server.limits.ticket_of(request.transport) if request.transport else None
+    if ticket is not None:
+        ticket.stage = f"upgrading {request.path} to a WebSocket"
     await ws.prepare(request)
-    if request.transport is not None:
-        conn.ticket = server.limits.ticket_of(request.transport)
+    if ticket is not None:
+        ticket.stage = f"a WebSocket on {request.path}, not logged in"
+    conn.ticket = ticket
     peer = request.transport.get_extra_info("peername") if request.transport else None
     ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
     sock = request.transport.get_extra_info("socket") if request.transport else None

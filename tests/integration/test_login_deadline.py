@@ -298,3 +298,40 @@ def test_a_flood_of_wrong_passwords_does_not_stall_logged_in_clients(tmp_path: P
             assert got.text == "after login"
     finally:
         assert server.stop() == 0, server.output
+
+
+def test_the_login_deadline_says_how_far_a_connection_got(tmp_path: Path) -> None:
+    # One connection a broker: the first of a flood is the one its log line names.
+    ca = trustme.CA()
+    cert = tmp_path / "broker.pem"
+    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(cert))
+    client_tls = ssl.create_default_context()
+    ca.configure_trust(client_tls)
+    cases = [
+        ("--tls-port", "past its TLS handshake, 0 bytes since"),
+        ("--http-port", "a WebSocket on /stomp, not logged in"),
+    ]
+    for option, stage in cases:
+        home = tmp_path / option.strip("-")
+        home.mkdir()
+        port = free_port()
+        server = start_server(
+            home,
+            "--config",
+            config(home, "login_timeout_ms = 300\n"),
+            "--tls-cert",
+            str(cert),
+            option,
+            str(port),
+        )
+        try:
+            silent: socket.socket = (
+                client_tls.wrap_socket(raw(port), server_hostname="127.0.0.1")
+                if option == "--tls-port"
+                else websocket(port)
+            )
+            until_closed(silent)
+            warning = server.wait_for_line("do not log in within 0.3 s")
+            assert f"({stage})" in warning, warning
+        finally:
+            assert server.stop() == 0, server.output
