@@ -34,8 +34,7 @@ from chute.errors import (
     TransactionError,
 )
 from chute.message import BodyKind, Byte, Float, Int, Long, Message, Short
-
-__version__ = "0.1.0"
+from chute.version import __version__
 
 
 def connect(
