@@ -123,6 +123,12 @@ class QueueChannel:
     def place(self, entry: Entry) -> None:
         """Take a message that was admitted (bounds already checked) and push it if possible."""
         message = entry.message
+        if (
+            self.settings.transient_in_memory
+            and not message.persistent
+            and not self._room_in_memory(entry)
+        ):
+            return
         size = message.size
         self.held += 1
         self.held_bytes += size
@@ -138,6 +144,7 @@ class QueueChannel:
                 or (memory.limit and memory.used + cost > memory.limit and self.ready >= PAGE_LOW)
             )
             and self.durable
+            and (message.persistent or not self.settings.transient_in_memory)
             and pager.page_out(entry)
         ):
             if self.router.consumers:
@@ -167,6 +174,24 @@ class QueueChannel:
             flow = self.host.flow_backlog
             if flow and self.ready + pager.count >= flow and self.router.consumers:
                 self.host.congested(self)
+
+    def _room_in_memory(self, entry: Entry) -> bool:
+        """Room under ``max_memory`` for a non-persistent message this queue may not page
+        (``transient_in_memory``): its oldest waiting non-persistent messages leave (to its
+        dead-letter address: discarded if that is itself); False: the new one leaves."""
+        memory = self.host.memory
+        cost = held_cost(entry.message)
+        while memory.limit and memory.used + cost > memory.limit:
+            oldest = lanes.take_oldest(self._lanes, lambda e: not e.message.persistent)
+            if oldest is None:
+                self.dead_lettered += 1
+                self.host.divert(self, entry, Reason.OVERFLOW)
+                return False
+            self.ready -= 1
+            self.dead_lettered += 1
+            self.host.divert(self, oldest, Reason.DROPPED_OLDEST)
+            self.settle(oldest, acked=False)
+        return True
 
     @property
     def paged(self) -> int:
