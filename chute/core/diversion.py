@@ -167,7 +167,7 @@ def _kept(queue: QueueChannel) -> str:
         bounds.append(f"{size / (1 << 20):.1f} MiB" if size >= 1 << 20 else f"{size} bytes")
     kept = [f"at most {' and '.join(bounds)}"] if bounds else []
     if s.transient_in_memory:
-        kept.append("its non-persistent messages in memory only, within max_memory")
+        kept.append("its non-persistent messages in memory only, within a quarter of max_memory")
     if not kept:
         return f"{queue.address} is its own dead-letter address"
     return f"{queue.address} keeps {'; '.join(kept)}"

@@ -31,7 +31,7 @@ from typing import Protocol
 from chute.core import lanes
 from chute.core.consumer import AckMode, Consumer, Entry, PointToPointRouter, as_delivered
 from chute.core.paging import HELD_OVERHEAD, MemoryBudget, Pager, held_cost
-from chute.core.settings import DestinationSettings
+from chute.core.settings import SINK_MEMORY_SHARE, DestinationSettings
 from chute.core.store import AckOp, Store
 
 # A paging queue reads back its next window when fewer than this are waiting; a queue
@@ -176,12 +176,18 @@ class QueueChannel:
                 self.host.congested(self)
 
     def _room_in_memory(self, entry: Entry) -> bool:
-        """Room under ``max_memory`` for a non-persistent message this queue may not page
-        (``transient_in_memory``): its oldest waiting non-persistent messages leave (to its
-        dead-letter address: discarded if that is itself); False: the new one leaves."""
+        """Room under ``max_memory`` and this sink's share of it for a non-persistent message
+        it may not page: its oldest such leave (diverted); False: the new one leaves."""
         memory = self.host.memory
         cost = held_cost(entry.message)
-        while memory.limit and memory.used + cost > memory.limit:
+        share = memory.limit // SINK_MEMORY_SHARE
+        while memory.limit and (
+            memory.used + cost > memory.limit
+            or 2 * (self.held_bytes - self.pager.size)
+            + HELD_OVERHEAD * (self.held - self.pager.count)
+            + cost
+            > share
+        ):
             oldest = lanes.take_oldest(self._lanes, lambda e: not e.message.persistent)
             if oldest is None:
                 self.dead_lettered += 1

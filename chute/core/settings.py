@@ -11,9 +11,10 @@ by default). What arrives there was sent to somewhere else, at the rate of a
 flood when a subscriber falls behind, and nobody may ever consume it. So unless
 the configuration has a table of its own for that address, a sink is bounded
 (:data:`SINK_MAX_BYTES`, ``drop-oldest``: the newest dead letters stay); and
-whatever its settings, it keeps non-persistent messages in memory only
-(``transient_in_memory``): a message its producer did not want written is not
-written for having been dead-lettered.
+whatever its settings, it keeps non-persistent messages in memory only, in a
+share of ``max_memory`` (``transient_in_memory``, :data:`SINK_MEMORY_SHARE`): a
+message its producer did not want written is not written for having been
+dead-lettered.
 """
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ class DestinationSettings:
     server's ``auto_delete_after_ms``). See :mod:`chute.core.destinations`."""
     transient_in_memory: bool = False
     """Non-persistent messages are never written to the store, not even to page: past
-    the broker's ``max_memory`` the oldest of them make room (sinks; not a
-    configuration key). See ``QueueChannel.place``."""
+    the queue's share of ``max_memory`` (:data:`SINK_MEMORY_SHARE`) the oldest of them
+    make room (sinks; not a configuration key). See ``QueueChannel.place``."""
 
     @property
     def bounded(self) -> bool:
@@ -65,6 +66,10 @@ class DestinationSettings:
 
 SINK_MAX_BYTES = 64 << 20
 """The default bound of a sink (a dead-letter or expiry queue; see the module docstring)."""
+SINK_MEMORY_SHARE = 4
+"""A sink holds its messages in at most ``max_memory // SINK_MEMORY_SHARE`` of memory
+before its oldest non-persistent ones make room (the persistent ones page): a flood's
+dead letters never pin the memory every durable queue pages at."""
 
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*(B|KB|KIB|MB|MIB|GB|GIB|K|M|G)?\s*$", re.IGNORECASE)

@@ -18,9 +18,15 @@ from chute.core.broker import Broker
 from chute.core.connection import Connection
 from chute.core.consumer import AckMode
 from chute.core.diversion import DIVERT_REASON
-from chute.core.paging import held_cost
+from chute.core.paging import HELD_OVERHEAD, held_cost
 from chute.core.session import Session
-from chute.core.settings import SINK_MAX_BYTES, DestinationSettings, Overflow, SettingsResolver
+from chute.core.settings import (
+    SINK_MAX_BYTES,
+    SINK_MEMORY_SHARE,
+    DestinationSettings,
+    Overflow,
+    SettingsResolver,
+)
 from chute.core.store import AddOp
 from chute.message import Message
 
@@ -97,7 +103,10 @@ def test_a_non_persistent_message_dropped_by_a_subscriber_is_never_written() -> 
     assert kept, "the dead-letter queue kept none"
     assert all(not m.persistent for m in kept)  # a dead letter keeps its persistence
     assert all(m.properties[DIVERT_REASON] == "dropped-oldest" for m in kept)
-    # held in memory, within the paging line, the newest kept
+    # held in memory, in a quarter of max_memory at most: it does not make every queue page
+    dlq = broker.queues[DEAD_LETTER]
+    assert sum(held_cost(m) for m in kept) == dlq.held * HELD_OVERHEAD + 2 * dlq.held_bytes
+    assert sum(held_cost(m) for m in kept) <= broker.memory.limit // SINK_MEMORY_SHARE
     assert broker.memory.used <= broker.memory.limit
 
 
