@@ -8,9 +8,10 @@ each of its subscriptions, which are queues of their own.
 A *sink* is a queue that some destination's settings name as its ``dead_letter``
 or ``expiry`` address (``queue:__sys__deadLetter`` and ``queue:__sys__expired``
 by default). What arrives there was sent to somewhere else, at the rate of a
-flood when a subscriber falls behind, and nobody may ever consume it. So unless
-the configuration has a table of its own for that address, a sink is bounded
-(:data:`SINK_MAX_BYTES`, ``drop-oldest``: the newest dead letters stay); and
+flood when a subscriber falls behind, and nobody may ever consume it. So a sink
+is bounded (:data:`SINK_MAX_BYTES`, ``drop-oldest``: the newest dead letters stay)
+unless the configuration has a table of its own for that address (which replaces
+the default, bound or none) or a pattern matching it sets a bound; and
 whatever its settings, it keeps non-persistent messages in memory only, in a
 share of ``max_memory`` (``transient_in_memory``, :data:`SINK_MEMORY_SHARE`): a
 message its producer did not want written is not written for having been
