@@ -72,13 +72,15 @@ class Diversion:
         # One hop past MAX_FORWARD_DEPTH is allowed, so that what a forwarding
         # loop gave up on still reaches the dead-letter queue.
         if target == queue.address or self._depth > MAX_FORWARD_DEPTH:
+            # Usually a full sink dropping its oldest (it is its own dead-letter address):
+            # a flood's worth a second, so logged once a minute like any other diversion.
             self.discarded += 1
-            log.warning(
-                "discarded %s from %s (%s): nowhere left to put it",
-                message.id,
-                queue.address,
-                reason.value,
+            nowhere = (
+                f"a forwarding loop past {MAX_FORWARD_DEPTH} hops"
+                if target != queue.address
+                else _kept(queue)
             )
+            self._log(queue, reason, message, f"discarded ({_why(reason)}): {nowhere}")
             return
         properties = dict(message.properties)
         properties.setdefault(ORIGINAL_DESTINATION, queue.address)
@@ -89,7 +91,7 @@ class Diversion:
         if reason is Reason.EXPIRED:
             log.debug("message %s from %s moved to %s: expired", message.id, _shown(queue), target)
         else:
-            self._log(queue, message, target, reason)
+            self._log(queue, reason, message, f"moved to {target}: {reason.value}")
         try:
             self._send_on(target, copy, create=True)
         except (DestinationFull, InvalidAddress, NotFound) as exc:
@@ -125,32 +127,50 @@ class Diversion:
         finally:
             self._depth -= 1
 
-    def _log(self, queue: QueueChannel, message: Message, target: str, reason: Reason) -> None:
+    def _log(self, queue: QueueChannel, reason: Reason, message: Message, what: str) -> None:
         """A warning for the first diversion of a queue for a reason, then one a minute at
-        most with how many followed."""
+        most with how many followed; ``what`` says where the message went and why."""
         key = (queue.name, reason)
         now = self.host.clock()
         count, since = self._logged.get(key, (0, 0))
         if since and now - since < LOG_INTERVAL_MS:
             self._logged[key] = (count + 1, since)
-            log.debug(
-                "message %s from %s moved to %s: %s",
-                message.id,
-                _shown(queue),
-                target,
-                reason.value,
-            )
+            log.debug("message %s from %s %s", message.id, _shown(queue), what)
             return
         more = f" (and {count} more in the last {(now - since) // 1000} s)" if count else ""
         log.warning(
-            "message %s from %s moved to %s: %s%s; more are counted, not logged, for a minute",
+            "message %s from %s %s%s; more are counted, not logged, for a minute",
             message.id,
             _shown(queue),
-            target,
-            reason.value,
+            what,
             more,
         )
         self._logged[key] = (0, now)
+
+
+def _why(reason: Reason) -> str:
+    """Why a message was let go with nowhere to go, in words."""
+    if reason is Reason.DROPPED_OLDEST:
+        return "the oldest, to make room"
+    if reason is Reason.OVERFLOW:
+        return "no room for it"
+    return str(reason.value)
+
+
+def _kept(queue: QueueChannel) -> str:
+    """What a sink keeps (it is its own dead-letter address), for the line that says it let
+    a message go."""
+    s = queue.settings
+    bounds = [f"{s.max_messages} messages"] if s.max_messages else []
+    if s.max_bytes:
+        size = s.max_bytes
+        bounds.append(f"{size / (1 << 20):.1f} MiB" if size >= 1 << 20 else f"{size} bytes")
+    kept = [f"at most {' and '.join(bounds)}"] if bounds else []
+    if s.transient_in_memory:
+        kept.append("its non-persistent messages in memory only, within a quarter of max_memory")
+    if not kept:
+        return f"{queue.address} is its own dead-letter address"
+    return f"{queue.address} keeps {'; '.join(kept)}"
 
 
 def _shown(queue: QueueChannel) -> str:

@@ -3,12 +3,13 @@
 A :class:`~chute.core.queue.QueueChannel` appends to a lane and pops from the
 highest one that is not empty itself, and drops its oldest entry itself under
 a drop-oldest overflow: those are on the per-message path, and stay inline
-there. This module holds the rest of the work on the lanes, none of it per
-message: putting entries back in their place by sequence number, taking some
-out (by number, the expired ones, all of them, all below a position: management,
-the expiry sweep, a cursor's ack) and finding a range by sequence number (a
-cursor's read). A lane is in sequence order unless a placement broke it
-(``QueueChannel.out_of_order``), so what looks for numbers scans, O(depth).
+there. This module holds the rest of the work on the lanes, none of it on a
+plain queue's per-message path: putting entries back in their place by sequence number, taking some
+out (by number, the expired ones, all of them, all below a position, the oldest of
+a kind: management, the expiry sweep, a cursor's ack, a sink's memory) and finding
+a range by sequence number (a cursor's read). A lane is in sequence order unless a
+placement broke it (``QueueChannel.out_of_order``), so what looks for numbers
+scans, O(depth).
 
 The functions change nothing but the lanes: the queue keeps its count of
 waiting entries (``ready``) and everything else. Pure.
@@ -86,6 +87,26 @@ def take_all(lanes: Iterable[deque[Entry]]) -> list[Entry]:
         out += lane
         lane.clear()
     return out
+
+
+def take_oldest(lanes: Sequence[deque[Entry]], wanted: Callable[[Entry], bool]) -> Entry | None:
+    """Remove the oldest entry ``wanted`` accepts (the lowest number among the first such
+    entry of each lane), or None. Scans each lane from its front up to its first such
+    entry: O(1) when the lanes start with them (a sink shedding its non-persistent
+    messages, ``QueueChannel.place``)."""
+    best: tuple[int, int] | None = None  # (lane, index)
+    for number, lane in enumerate(lanes):
+        for index, entry in enumerate(lane):
+            if wanted(entry):
+                if best is None or entry.seq < lanes[best[0]][best[1]].seq:
+                    best = (number, index)
+                break
+    if best is None:
+        return None
+    lane = lanes[best[0]]
+    entry = lane[best[1]]
+    del lane[best[1]]
+    return entry
 
 
 def take_below(

@@ -31,7 +31,7 @@ from typing import Protocol
 from chute.core import lanes
 from chute.core.consumer import AckMode, Consumer, Entry, PointToPointRouter, as_delivered
 from chute.core.paging import HELD_OVERHEAD, MemoryBudget, Pager, held_cost
-from chute.core.settings import DestinationSettings
+from chute.core.settings import SINK_MEMORY_SHARE, DestinationSettings
 from chute.core.store import AckOp, Store
 
 # A paging queue reads back its next window when fewer than this are waiting; a queue
@@ -123,6 +123,12 @@ class QueueChannel:
     def place(self, entry: Entry) -> None:
         """Take a message that was admitted (bounds already checked) and push it if possible."""
         message = entry.message
+        if (
+            self.settings.transient_in_memory
+            and not message.persistent
+            and not self._room_in_memory(entry)
+        ):
+            return
         size = message.size
         self.held += 1
         self.held_bytes += size
@@ -138,6 +144,7 @@ class QueueChannel:
                 or (memory.limit and memory.used + cost > memory.limit and self.ready >= PAGE_LOW)
             )
             and self.durable
+            and (message.persistent or not self.settings.transient_in_memory)
             and pager.page_out(entry)
         ):
             if self.router.consumers:
@@ -167,6 +174,30 @@ class QueueChannel:
             flow = self.host.flow_backlog
             if flow and self.ready + pager.count >= flow and self.router.consumers:
                 self.host.congested(self)
+
+    def _room_in_memory(self, entry: Entry) -> bool:
+        """Room under ``max_memory`` and this sink's share of it for a non-persistent message
+        it may not page: its oldest such leave (diverted); False: the new one leaves."""
+        memory = self.host.memory
+        cost = held_cost(entry.message)
+        share = memory.limit // SINK_MEMORY_SHARE
+        while memory.limit and (
+            memory.used + cost > memory.limit
+            or 2 * (self.held_bytes - self.pager.size)
+            + HELD_OVERHEAD * (self.held - self.pager.count)
+            + cost
+            > share
+        ):
+            oldest = lanes.take_oldest(self._lanes, lambda e: not e.message.persistent)
+            if oldest is None:
+                self.dead_lettered += 1
+                self.host.divert(self, entry, Reason.OVERFLOW)
+                return False
+            self.ready -= 1
+            self.dead_lettered += 1
+            self.host.divert(self, oldest, Reason.DROPPED_OLDEST)
+            self.settle(oldest, acked=False)
+        return True
 
     @property
     def paged(self) -> int:

@@ -4,6 +4,18 @@ Settings are keyed by address in the configuration; a ``*`` in a key is a
 wildcard and the most specific match wins (the key with the most literal
 characters; an exact key beats every pattern). A topic's settings also bound
 each of its subscriptions, which are queues of their own.
+
+A *sink* is a queue that some destination's settings name as its ``dead_letter``
+or ``expiry`` address (``queue:__sys__deadLetter`` and ``queue:__sys__expired``
+by default). What arrives there was sent to somewhere else, at the rate of a
+flood when a subscriber falls behind, and nobody may ever consume it. So a sink
+is bounded (:data:`SINK_MAX_BYTES`, ``drop-oldest``: the newest dead letters stay)
+unless the configuration has a table of its own for that address (which replaces
+the default, bound or none) or a pattern matching it sets a bound; and
+whatever its settings, it keeps non-persistent messages in memory only, in a
+share of ``max_memory`` (``transient_in_memory``, :data:`SINK_MEMORY_SHARE`): a
+message its producer did not want written is not written for having been
+dead-lettered.
 """
 
 from __future__ import annotations
@@ -43,10 +55,22 @@ class DestinationSettings:
     auto_delete_after_ms: int | None = None
     """A destination made by use and left unused this long goes (0: never; None: the
     server's ``auto_delete_after_ms``). See :mod:`chute.core.destinations`."""
+    transient_in_memory: bool = False
+    """Non-persistent messages are never written to the store, not even to page: past
+    the queue's share of ``max_memory`` (:data:`SINK_MEMORY_SHARE`) the oldest of them
+    make room (sinks; not a configuration key). See ``QueueChannel.place``."""
 
     @property
     def bounded(self) -> bool:
         return self.max_messages > 0 or self.max_bytes > 0
+
+
+SINK_MAX_BYTES = 64 << 20
+"""The default bound of a sink (a dead-letter or expiry queue; see the module docstring)."""
+SINK_MEMORY_SHARE = 4
+"""A sink holds its messages in at most ``max_memory // SINK_MEMORY_SHARE`` of memory
+before its oldest non-persistent ones make room (the persistent ones page): a flood's
+dead letters never pin the memory every durable queue pages at."""
 
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*(B|KB|KIB|MB|MIB|GB|GIB|K|M|G)?\s*$", re.IGNORECASE)
@@ -165,9 +189,16 @@ class SettingsResolver:
                 self._exact[canonical(key)] = settings
         self._wild.sort(key=lambda item: -item[0])
         self._cache: dict[str, DestinationSettings] = {}
-        self.auto_deletes = any(
-            s.auto_delete_after_ms for s in (self.default, *(patterns or {}).values())
+        every = (self.default, *(patterns or {}).values())
+        self.sinks = frozenset(
+            address
+            for s in every
+            for address in map(canonical, (s.dead_letter, s.expiry))
+            if address.startswith("queue:")
         )
+        """The dead-letter and expiry addresses some destination names (see the module
+        docstring)."""
+        self.auto_deletes = any(s.auto_delete_after_ms for s in every)
         """Some destination's settings remove it once idle (``auto_delete_after_ms``)."""
 
     def __call__(self, address: str) -> DestinationSettings:
@@ -177,5 +208,11 @@ class SettingsResolver:
         found = self._exact.get(address)
         if found is None:
             found = next((s for _, pat, s in self._wild if pat.match(address)), self.default)
+            if address in self.sinks and not found.bounded:
+                found = dataclasses.replace(
+                    found, max_bytes=SINK_MAX_BYTES, overflow=Overflow.DROP_OLDEST
+                )
+        if address in self.sinks:
+            found = dataclasses.replace(found, transient_in_memory=True)
         self._cache[address] = found
         return found

@@ -60,6 +60,13 @@ class Subscription(QueueChannel):
         self.owner = owner
         """The user who made it (None: nobody in particular, as without users)."""
 
+    def has_room(self, size: int) -> bool:
+        """A bound on a subscription's backlog never refuses a message to an empty one (one
+        that holds nothing, waiting or unacknowledged): a message larger than
+        ``max_bytes`` reaches a subscriber that keeps up, and under ``drop-oldest``
+        the newest message always stays."""
+        return not self.held or super().has_room(size)
+
     def wants(self, message: Message) -> bool:
         return self.selector is None or self.selector.matches(message)
 
