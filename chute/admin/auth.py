@@ -196,7 +196,7 @@ class Gate:
             ApiError: 403 (foreign origin or host), 415 (a body that is not JSON).
         """
         if self.server.broker.access.allows_all:
-            self._check_host(request)
+            self.check_host(request)
         if request.method not in UNSAFE_METHODS:
             return
         origin = request.headers.get("Origin")
@@ -220,7 +220,13 @@ class Gate:
                 f"(not {request.content_type})",
             )
 
-    def _check_host(self, request: web.Request) -> None:
+    def check_host(self, request: web.Request) -> None:
+        """Without users, answer only requests for a loopback host (or the one the
+        broker binds): a DNS name rebound to the broker is refused.
+
+        Raises:
+            ApiError: 403, another host.
+        """
         name = request.url.host or ""
         allowed = {*LOOPBACK_NAMES, self.server.config.host.lower().strip("[]")}
         if name.lower().strip("[]") not in allowed:
