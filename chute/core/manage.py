@@ -38,6 +38,7 @@ from chute.core.address import canonical, parse
 from chute.core.broker import Broker
 from chute.core.connection import Connection
 from chute.core.consumer import Consumer
+from chute.core.destinations import ANONYMOUS
 from chute.core.queue import QueueChannel
 from chute.core.queuetypes import LoginQueue
 from chute.core.routing import Destination
@@ -78,13 +79,16 @@ def destination(conn: Connection, address: str) -> dict[str, Any]:
 
 
 def create(conn: Connection, address: str) -> bool:
-    """Make a queue or topic; True if made, False if it existed. One an operator made
-    is the broker's own, as a configured one: counted against no one's limit, never
-    removed for being idle (it can be deleted).
+    """Make a queue, topic or stream; True if made, False if it existed. One an operator
+    who manages everything made is the broker's own, as a configured one: counted
+    against no one's limit, never removed for being idle (it can be deleted). One a
+    user who manages only some addresses made counts as theirs, as if they had made
+    it by use: against ``max_destinations`` and their ``max_destinations_per_user``
+    (:meth:`Destinations.admit <chute.core.destinations.Destinations.admit>`).
 
     Raises:
         AccessDenied; InvalidAddress: a bad address, or a temporary queue's (its
-        connection makes those).
+        connection makes those); DestinationFull: past a limit on what users make.
     """
     target = authorized(conn, address)
     if parse(target).is_temporary:
@@ -92,7 +96,13 @@ def create(conn: Connection, address: str) -> bool:
     broker = conn.broker
     if broker.find(target) is not None:
         return False
-    broker.destination(target, create=True)
+    if conn.principal.manages_all:
+        broker.destination(target, create=True)
+    else:
+        maker = conn.owner_name or ANONYMOUS
+        broker.destinations.admit(target, maker)
+        broker.destination(target, create=True, maker=maker)
+        broker.destinations.note_made(target, maker)
     log.info("%s created %s", conn.principal, target)
     return True
 
