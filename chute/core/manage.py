@@ -37,7 +37,7 @@ from chute.core.access import Action
 from chute.core.address import canonical, parse
 from chute.core.broker import Broker
 from chute.core.connection import Connection
-from chute.core.consumer import Consumer
+from chute.core.consumer import AckMode, Consumer, Entry
 from chute.core.destinations import ANONYMOUS
 from chute.core.queue import QueueChannel
 from chute.core.queuetypes import LoginQueue
@@ -108,6 +108,58 @@ def create(conn: Connection, address: str) -> bool:
 
 
 # -- messages -------------------------------------------------------------------------
+
+
+MAX_TAKE = 100
+"""The most messages one :func:`take` takes."""
+
+
+class _Taken:
+    """A receiver that keeps what it is given, as delivered (its delivery fields then)."""
+
+    def __init__(self) -> None:
+        self.entries: list[Entry] = []
+
+    def handle(self, consumer: Consumer, entry: Entry) -> None:
+        self.entries.append(
+            Entry(entry.seq, entry.message, entry.delivery_count, entry.redelivered)
+        )
+
+
+def take(conn: Connection, address: str, count: int, *, requeue: bool = False) -> list[Entry]:
+    """Take up to ``count`` (at most :data:`MAX_TAKE`) waiting messages of a queue as a
+    consumer would, in delivery order (RabbitMQ's "get messages"): each is then
+    acknowledged (gone from the queue) or, with ``requeue``, given back (it stays,
+    marked redelivered, its delivery count up). Messages in flight to consumers stay
+    with them. Needs ``manage`` and ``consume`` on the address. Returns the messages
+    as they were delivered.
+
+    Raises:
+        AccessDenied, InvalidAddress (a topic or a stream: browse those); NotFound;
+        ConsumerError: an exclusive consumer holds the queue.
+    """
+    target = authorized(conn, address)
+    find_queue(conn.broker, target)
+    session = conn.session(AckMode.INDIVIDUAL)
+    taken = _Taken()
+    consumer = session.consumer(0, target, taken, prefetch=max(1, min(count, MAX_TAKE)))
+    try:
+        for entry in taken.entries:
+            if requeue:
+                session.nack(consumer, entry.seq, requeue=True)
+            else:
+                session.ack(consumer, entry.seq)
+    finally:
+        session.close()
+    if taken.entries:
+        log.info(
+            "%s took %d messages from %s%s",
+            conn.principal,
+            len(taken.entries),
+            target,
+            " and gave them back" if requeue else "",
+        )
+    return taken.entries
 
 
 # -- connections, consumers, subscriptions, cursors ----------------------------------
