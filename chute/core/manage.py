@@ -131,20 +131,20 @@ def take(conn: Connection, address: str, count: int, *, requeue: bool = False) -
     consumer would, in delivery order (RabbitMQ's "get messages"): each is then
     acknowledged (gone from the queue) or, with ``requeue``, given back (it stays,
     marked redelivered, its delivery count up). Messages in flight to consumers stay
-    with them. Needs ``manage`` and ``consume`` on the address. Returns the messages
-    as they were delivered.
+    with them; while an exclusive consumer is attached, it alone receives (nothing is
+    taken). Needs ``manage`` and ``consume`` on the address. Returns the messages as
+    they were delivered.
 
     Raises:
-        AccessDenied, InvalidAddress (a topic or a stream: browse those); NotFound;
-        ConsumerError: an exclusive consumer holds the queue.
+        AccessDenied, InvalidAddress (a topic or a stream: browse those); NotFound.
     """
     target = authorized(conn, address)
     find_queue(conn.broker, target)
     session = conn.session(AckMode.INDIVIDUAL)
     taken = _Taken()
-    consumer = session.consumer(0, target, taken, prefetch=max(1, min(count, MAX_TAKE)))
     try:
-        for entry in taken.entries:
+        consumer = session.consumer(0, target, taken, prefetch=max(1, min(count, MAX_TAKE)))
+        for entry in list(taken.entries):  # its credit is spent: nothing more comes
             if requeue:
                 session.nack(consumer, entry.seq, requeue=True)
             else:
