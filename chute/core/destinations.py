@@ -25,7 +25,9 @@ neither: never counted, never removed for being idle.
   loses nothing, and a flood of names (from one client, or restored after a
   restart) cannot lock every other client out of making destinations.
   Destinations that hold messages are never reclaimed: then the limit binds
-  until they are consumed, purged or deleted.
+  until they are consumed, purged or deleted. A reclaim that found nothing is
+  not tried again at that limit for :data:`RECLAIM_RETRY_MS`, so a client
+  that keeps trying costs one walk a second.
 * **Deleting** a queue discards every message it holds (waiting, in flight or
   paged: the store forgets them with the queue) and closes its consumers, each
   told why (:class:`~chute.core.consumer.Cancellable`). Deleting a topic ends
@@ -83,6 +85,10 @@ ANONYMOUS: Final = ""
 RECLAIM_SHARE: Final = 16
 """At a limit, a reclaim removes up to ``limit // RECLAIM_SHARE`` unused destinations
 (at least one), so that a stream of makes at the limit scans and logs once per batch."""
+RECLAIM_RETRY_MS: Final = 1000
+"""After a reclaim found nothing unused, makes at that limit are refused without looking
+again for this long: a client that keeps making destinations at a full broker costs it
+one walk over the made destinations a second, not one per attempt."""
 
 
 class DestinationHost(Protocol):
@@ -91,6 +97,8 @@ class DestinationHost(Protocol):
     queues: dict[str, QueueChannel]
     topics: dict[str, Topic]
     streams: dict[str, Stream]
+    clock: Callable[[], int]
+    """Now, in ms since the epoch."""
 
     @property
     def subscriptions(self) -> Subscriptions: ...
@@ -143,6 +151,7 @@ class Destinations:
         """Where a destination made from now on starts numbering (see the module docstring)."""
         self._sweeps = limits.idle_after_ms > 0 or idle_settings
         self._idle: dict[str, tuple[int, int]] = {}  # address -> (use counters, since)
+        self._futile: dict[str | None, int] = {}  # maker (None: anyone) -> a reclaim found none
 
     # -- made by use -----------------------------------------------------------------
 
@@ -177,6 +186,9 @@ class Destinations:
         by use (by ``maker``; None: by anyone) that are unused now, oldest made first;
         how many. One log line per reclaim."""
         host = self.host
+        now = host.clock()
+        if now - self._futile.get(maker, now - RECLAIM_RETRY_MS) < RECLAIM_RETRY_MS:
+            return 0
         wanted = max(1, limit // RECLAIM_SHARE)
         pending = {id(q) for q, _ in host.xa.placements()}
         read = {cursor.address for cursor in host.cursors.all()}  # a position to keep
@@ -191,17 +203,19 @@ class Destinations:
             gone.append(address)
             if len(gone) >= wanted:
                 break
-        if gone:
-            log.info(
-                "reclaimed %d unused destinations made by %s to make room under "
-                "server.%s (%d): %s%s",
-                len(gone),
-                "anyone" if maker is None else (maker or "anonymous"),
-                "max_destinations" if maker is None else "max_destinations_per_user",
-                limit,
-                ", ".join(gone[:5]),
-                ", ..." if len(gone) > 5 else "",
-            )
+        if not gone:
+            self._futile[maker] = now
+            return 0
+        self._futile.pop(maker, None)
+        log.info(
+            "reclaimed %d unused destinations made by %s to make room under server.%s (%d): %s%s",
+            len(gone),
+            "anyone" if maker is None else (maker or "anonymous"),
+            "max_destinations" if maker is None else "max_destinations_per_user",
+            limit,
+            ", ".join(gone[:5]),
+            ", ..." if len(gone) > 5 else "",
+        )
         return len(gone)
 
     def _remove(self, address: str, dest: QueueChannel | Topic) -> None:

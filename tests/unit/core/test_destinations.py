@@ -15,7 +15,7 @@ from chute.core.address import DEAD_LETTER, EXPIRED, user_queue
 from chute.core.broker import Broker
 from chute.core.connection import Connection, connect
 from chute.core.consumer import AckMode, Consumer
-from chute.core.destinations import Limits
+from chute.core.destinations import RECLAIM_RETRY_MS, Limits
 from chute.core.settings import DestinationSettings, SettingsResolver
 from chute.errors import (
     AccessDenied,
@@ -348,8 +348,8 @@ def test_at_the_limit_unused_made_destinations_are_reclaimed_oldest_first() -> N
     assert looking.stats(broker)["made"]["total"] == 31
 
 
-def test_a_restored_flood_is_reclaimed_too_but_messages_bind() -> None:
-    broker = make(Limits(max_total=4))
+def test_a_restored_flood_is_reclaimed_too_but_messages_bind(clock: FakeClock) -> None:
+    broker = make(Limits(max_total=4), clock=clock)
     s = Connection(broker).session()
     for i in range(4):
         s.send(f"queue:full.{i}", msg())
@@ -361,6 +361,9 @@ def test_a_restored_flood_is_reclaimed_too_but_messages_bind() -> None:
     with pytest.raises(DestinationFull):  # still full of messages: the limit binds
         t.send("queue:more", msg())
     conn.purge("queue:full.0")
+    with pytest.raises(DestinationFull):  # a futile reclaim is not tried again at once
+        t.send("queue:more", msg())
+    clock.advance(RECLAIM_RETRY_MS)
     t.send("queue:more", msg())  # the emptied one is reclaimed for it
     assert again.find("queue:full.0") is None
     assert looking.stats(again)["made"]["total"] == 4
