@@ -32,7 +32,8 @@ as the WebSocket endpoint decides); a request body must be
 preflight the broker never grants. Without users,
 a request whose ``Host`` is not a loopback name or the configured host is
 refused too, so a page cannot reach a loopback broker through a DNS name it
-rebinds to 127.0.0.1.
+rebinds to 127.0.0.1 (:meth:`Gate.check_host`, which ``/metrics`` applies
+as well: the names and depths of the destinations are no page's to read).
 
 Lives on the server's event loop only.
 """
