@@ -196,13 +196,7 @@ def add_create_command(
 def _create(args: argparse.Namespace, connect: Connect) -> int:
     address = _address(args.address)
     with connect(args) as conn:
-        make = getattr(conn, "create", None)
-        if make is None:
-            raise UsageError(
-                "chute create needs a broker (chute://, chutes://, ws://): a dropbox queue "
-                "is made by its first send"
-            )
-        created = bool(make(address))
+        created = bool(conn.create(address))
     if args.json:
         print(json.dumps({"address": address, "created": created}))
     else:

@@ -150,7 +150,6 @@ class Connection:
         return await self._link.call(requests.purge(address))
 
     async def create(self, address: str) -> bool:
-        """See the blocking client's ``create``."""
         return await self._link.call(requests.create(address))
 
     async def move(

@@ -136,13 +136,6 @@ class Connection:
         return self._link.call(requests.purge(address))
 
     def create(self, address: str) -> bool:
-        """Make a queue, topic or stream; True if made, False if it existed. Needs the
-        ``manage`` permission on the address (a broker, not a dropbox: a dropbox queue
-        is made by its first send).
-
-        Raises:
-            InvalidAddress, AccessDenied; DestinationFull: past a limit on what users make.
-        """
         return self._link.call(requests.create(address))
 
     def move(
