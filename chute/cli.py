@@ -1,11 +1,11 @@
 """The ``chute`` command: ``serve``, ``send``, ``receive``, ``browse``, ``purge``, ``delete``,
-``move``, ``dlq retry``, ``stat``, ``tx``, ``cert``.
+``move``, ``dlq retry``, ``create``, ``stat``, ``tx``, ``cert``.
 
 Errors a user can fix are printed as one line (``chute: error: ...``) with
 exit status 2 for bad usage or configuration and 1 for a failed operation;
 never a traceback. Ctrl-C ends any command quietly with status 130. The
 management commands print a JSON result with ``--json``; ``chute stat``'s table
-is :mod:`chute.cli_stat`'s, ``move`` and ``dlq retry`` are :mod:`chute.cli_manage`'s.
+is :mod:`chute.cli_stat`'s, ``move``, ``dlq retry`` and ``create`` are :mod:`chute.cli_manage`'s.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from chute import __version__
-from chute.cli_manage import add_move_commands
+from chute.cli_manage import add_create_command, add_move_commands
 from chute.cli_message import UsageError, add_message_arguments, message_fields, seconds, whole
 from chute.cli_output import print_message, print_received
 from chute.cli_progress import Progress
@@ -240,6 +240,7 @@ def _add_client_commands(sub: Any) -> None:
 
     _add_removal_commands(sub, client_args)
     add_move_commands(sub, client_args, _connect)
+    add_create_command(sub, client_args, _connect)
 
     stat = sub.add_parser(
         "stat",

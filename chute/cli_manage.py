@@ -169,3 +169,36 @@ def _address(text: str) -> str:
 
 def _messages(count: int) -> str:
     return f"{count:,} message" if count == 1 else f"{count:,} messages"
+
+
+def add_create_command(
+    sub: Any, client_args: Callable[[argparse.ArgumentParser], None], connect: Connect
+) -> None:
+    """Register ``chute create``: make a queue, topic or stream on a broker. It prints
+    ``created queue:x`` (or ``queue:x exists already``, also status 0); with ``--json``
+    ``{"address": ..., "created": true|false}``."""
+    create = sub.add_parser(
+        "create",
+        help="make a queue, topic or stream (before anyone uses it)",
+        description="Make ADDRESS (queue:NAME, topic:NAME, stream:NAME; a bare NAME is a "
+        "queue) on the broker, so that it exists before its first send or consumer. Needs "
+        "the manage permission on it; one made by a user who manages only some addresses "
+        "counts against their max_destinations_per_user. An existing one is left as it is.",
+    )
+    create.add_argument("address", metavar="ADDRESS", help="queue:NAME, topic:NAME or stream:NAME")
+    create.add_argument(
+        "--json", action="store_true", help='print {"address": ..., "created": ...}'
+    )
+    client_args(create)
+    create.set_defaults(func=lambda args: _create(args, connect))
+
+
+def _create(args: argparse.Namespace, connect: Connect) -> int:
+    address = _address(args.address)
+    with connect(args) as conn:
+        created = bool(conn.create(address))
+    if args.json:
+        print(json.dumps({"address": address, "created": created}))
+    else:
+        print(f"created {address}" if created else f"{address} exists already")
+    return 0

@@ -44,6 +44,7 @@ from chute.admin.auth import ApiError, Gate, peer_of
 from chute.admin.messages import message_view
 from chute.admin.openapi import document
 from chute.admin.params import (
+    bool_field,
     fields,
     int_field,
     integer,
@@ -53,6 +54,7 @@ from chute.admin.params import (
     seqs_field,
     string_field,
 )
+from chute.admin.publish import published
 from chute.admin.rates import RateSampler
 from chute.core import manage, transfer
 from chute.core.access import Action
@@ -99,6 +101,8 @@ def add_api_routes(app: web.Application, server: ServerHost) -> None:
     sub.router.add_delete("/destinations/{address}/messages/{seq}", route(api.delete_message))
     sub.router.add_post("/destinations/{address}/move", route(api.move))
     sub.router.add_post("/destinations/{address}/retry", route(api.retry))
+    sub.router.add_post("/destinations/{address}/publish", route(api.publish))
+    sub.router.add_post("/destinations/{address}/get", route(api.get))
     sub.router.add_get("/connections", route(api.connections))
     sub.router.add_delete("/connections/{id}", route(api.close_connection))
     sub.router.add_get("/consumers", route(api.consumers))
@@ -291,11 +295,16 @@ class AdminApi:
                 "ready": bool(getattr(self.server, "ready", True)),
                 "connections": sum(1 for c in self.broker.connections if c not in self._own),
                 "memory": stats["memory"],
-                "disk": {"free_bytes": free, "low": self.broker.store.space_low()},
+                "disk": {
+                    "free_bytes": free,
+                    "free_limit": self.server.config.disk_free_limit,
+                    "low": self.broker.store.space_low(),
+                },
                 "destination_count": stats["destination_count"],
                 "prepared": len(stats["prepared"]),
                 "sockets": self.server.limits.stats(),
                 "producers": stats["producers"],
+                "blocked_connections": sum(1 for c in self.server.connections if c.blocked),
             }
         )
 
@@ -305,6 +314,7 @@ class AdminApi:
             pattern=query.get("pattern") or None,
             after=query.get("after", ""),
             limit=query_int(query, "limit"),
+            contains=query.get("contains", ""),
         )
         shown = []
         for dest in page["destinations"]:
@@ -405,6 +415,27 @@ class AdminApi:
         await self._synced()
         left = to.pop(transfer.UNKNOWN_ORIGIN, 0)
         return _json({"retried": sum(to.values()), "to": to, "left": left})
+
+    async def publish(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+        body = await json_body(request, required=True)
+        target = self._existing(conn, request.match_info["address"])
+        message, ttl = published(body)
+        conn.session().send(target, message, ttl=ttl)
+        await self._synced()
+        return _json({"published": True, "id": message.id})
+
+    async def get(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+        body = await json_body(request, required=False)
+        fields(body, ("count", "requeue"))
+        count = int_field(body, "count") if "count" in body else 1
+        if not 1 <= count <= manage.MAX_TAKE:
+            raise ApiError(
+                400, "bad-request", f"the field count must be from 1 to {manage.MAX_TAKE}"
+            )
+        requeue = bool_field(body, "requeue")
+        entries = manage.take(conn, request.match_info["address"], count, requeue=requeue)
+        await self._synced()
+        return _json({"messages": [message_view(e) for e in entries], "requeued": requeue})
 
     async def connections(self, request: web.Request, conn: Connection) -> web.StreamResponse:
         listed = [c for c in manage.connections(conn) if c.get("id") not in self._own]

@@ -32,7 +32,8 @@ as the WebSocket endpoint decides); a request body must be
 preflight the broker never grants. Without users,
 a request whose ``Host`` is not a loopback name or the configured host is
 refused too, so a page cannot reach a loopback broker through a DNS name it
-rebinds to 127.0.0.1.
+rebinds to 127.0.0.1 (:meth:`Gate.check_host`, which ``/metrics`` applies
+as well: the names and depths of the destinations are no page's to read).
 
 Lives on the server's event loop only.
 """
@@ -196,7 +197,7 @@ class Gate:
             ApiError: 403 (foreign origin or host), 415 (a body that is not JSON).
         """
         if self.server.broker.access.allows_all:
-            self._check_host(request)
+            self.check_host(request)
         if request.method not in UNSAFE_METHODS:
             return
         origin = request.headers.get("Origin")
@@ -220,7 +221,13 @@ class Gate:
                 f"(not {request.content_type})",
             )
 
-    def _check_host(self, request: web.Request) -> None:
+    def check_host(self, request: web.Request) -> None:
+        """Without users, answer only requests for a loopback host (or the one the
+        broker binds): a DNS name rebound to the broker is refused.
+
+        Raises:
+            ApiError: 403, another host.
+        """
         name = request.url.host or ""
         allowed = {*LOOPBACK_NAMES, self.server.config.host.lower().strip("[]")}
         if name.lower().strip("[]") not in allowed:

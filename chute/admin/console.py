@@ -26,6 +26,10 @@ ASSETS: Final = {
     "console.js": "text/javascript",
     "lib.js": "text/javascript",
     "streams.js": "text/javascript",
+    "brokerstate.js": "text/javascript",
+    "connections.js": "text/javascript",
+    "destinations.js": "text/javascript",
+    "publish.js": "text/javascript",
     "favicon.svg": "image/svg+xml",
 }
 """The console's files (in ``chute/admin/console/``) and their content types."""

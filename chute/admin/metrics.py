@@ -27,7 +27,8 @@ While the broker recovers only the process, readiness and recovery series are
 given (the broker is being built on another thread: nothing here touches it).
 
 Who may scrape: the admin API's rule. With no users configured, anyone who
-reaches the HTTP port (the broker then listens on loopback only); with users,
+reaches the HTTP port (the broker then listens on loopback only) asking for a
+loopback host (a DNS name rebound to 127.0.0.1 is refused, 403); with users,
 HTTP Basic credentials of a user with ``manage`` on every address (``"*"``),
 checked as the admin API checks them (:mod:`chute.admin.auth`); until the
 broker is ready (its users are not loaded yet) such a broker answers 503.
@@ -117,6 +118,11 @@ def add_metrics_routes(app: web.Application, server: ReadyHost) -> None:
             refusal = await _refusal(server, gate, request)
             if refusal is not None:
                 return refusal
+        else:  # without users, as the admin API: no DNS-rebound page reads the figures
+            try:
+                gate.check_host(request)
+            except ApiError as exc:
+                return web.Response(status=exc.status, text=exc.message + "\n")
         return web.Response(
             body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
         )

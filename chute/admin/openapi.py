@@ -15,44 +15,28 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from chute.admin.openapi_base import (
+    ADDRESS,
+    INT64_MAX,
+    JSON,
+    SEQ,
+    XID,
+    Schema,
+    _body,
+    _error,
+    _int,
+    _object,
+    _ok,
+    _operation,
+    _param,
+    _ref,
+    _string,
+)
+from chute.admin.openapi_messages import MESSAGE_SCHEMAS, message_operations
 from chute.admin.rates import COUNTERS
 from chute.version import __version__
 
-JSON: Final = "application/json"
-INT64_MAX: Final = (1 << 63) - 1
-
-Schema = dict[str, Any]
-
-
-def _ref(name: str) -> Schema:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _int(minimum: int = 0) -> Schema:
-    return {"type": "integer", "format": "int64", "minimum": minimum, "maximum": INT64_MAX}
-
-
-def _string(nullable: bool = False) -> Schema:
-    return {"type": "string", "nullable": True} if nullable else {"type": "string"}
-
-
-def _object(required: dict[str, Schema], optional: dict[str, Schema] | None = None) -> Schema:
-    """An object with these fields (more may come: the core may report more)."""
-    return {
-        "type": "object",
-        "required": list(required),
-        "properties": {**required, **(optional or {})},
-    }
-
-
-def _body(required: dict[str, Schema], optional: dict[str, Schema] | None = None) -> Schema:
-    """A request body: these fields and no others."""
-    schema = _object(required, optional)
-    schema["additionalProperties"] = False
-    if not required:
-        del schema["required"]
-    return schema
-
+__all__ = ["INT64_MAX", "JSON", "document"]
 
 _COUNTERS: Final = {
     "depth": _int(),
@@ -253,6 +237,10 @@ SCHEMAS: Final[dict[str, Schema]] = {
             "disk": _object(
                 {
                     "free_bytes": {**_int(), "nullable": True},
+                    "free_limit": {
+                        **_int(),
+                        "description": "disk_free_limit: under it producers wait (0: off).",
+                    },
                     "low": {
                         **_string(nullable=True),
                         "description": "Why producers wait for the disk; null: they do not.",
@@ -261,60 +249,17 @@ SCHEMAS: Final[dict[str, Schema]] = {
             ),
             "destination_count": _int(),
             "prepared": _int(),
+            "blocked_connections": {
+                **_int(),
+                "description": "Connections not read now because their producer waits: for "
+                "memory or disk, for room in a destination (overflow block), or for "
+                "consumers to catch up (flow control).",
+            },
         },
         {"sockets": {"type": "object"}, "producers": {"type": "object"}},
     ),
 }
 
-_ERRORS: Final = {
-    400: "A bad address, selector, parameter or JSON body.",
-    401: "No credentials, or wrong ones (users are configured).",
-    403: "The user lacks the `manage` permission, or a web page from another origin asked.",
-    404: "No such destination, message, connection or transaction (or path).",
-    409: "The operation conflicts with the destination's state (consumers, a transaction).",
-    413: "The request body is larger than 1 MiB.",
-    415: "The request body is not `application/json`.",
-    429: "This client address failed to log in too often lately: wait.",
-    503: "The store could not make the change durable (a disk fault).",
-}
-
-
-def _error(status: int) -> dict[str, Any]:
-    response: dict[str, Any] = {
-        "description": _ERRORS[status],
-        "content": {JSON: {"schema": _ref("Error")}},
-    }
-    if status == 401:
-        response["headers"] = {"WWW-Authenticate": {"required": True, "schema": {"type": "string"}}}
-    if status == 429:
-        response["headers"] = {"Retry-After": {"required": True, "schema": {"type": "string"}}}
-    return response
-
-
-def _ok(schema: str | None, description: str) -> dict[str, Any]:
-    if schema is None:
-        return {"description": description}
-    return {"description": description, "content": {JSON: {"schema": _ref(schema)}}}
-
-
-def _param(name: str, where: str, schema: Schema, description: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "in": where,
-        "required": where == "path",
-        "schema": schema,
-        "description": description,
-    }
-
-
-ADDRESS: Final = _param(
-    "address",
-    "path",
-    {"type": "string", "minLength": 1},
-    "`queue:NAME`, `topic:NAME` or `stream:NAME` (a bare NAME is a queue), URL-encoded.",
-)
-SEQ: Final = _param("seq", "path", _int(), "A message's sequence number in its queue.")
-XID: Final = _param("xid", "path", {"type": "string", "minLength": 1}, "A prepared xid.")
 SELECTOR_BODY: Final = {"selector": {**_string(nullable=True), "description": "A JMS selector."}}
 SEQS_BODY: Final = {
     "seqs": {
@@ -327,42 +272,8 @@ SEQS_BODY: Final = {
 }
 
 
-def _operation(
-    summary: str,
-    ok: dict[int, dict[str, Any]],
-    errors: tuple[int, ...],
-    *,
-    parameters: list[dict[str, Any]] | None = None,
-    body: Schema | None = None,
-    body_required: bool = True,
-    changes: bool = False,
-) -> dict[str, Any]:
-    statuses = {401, 403, 429, *errors}
-    if parameters:
-        statuses.add(400)
-    if body is not None:
-        statuses |= {400, 413, 415}
-    if changes:
-        statuses |= {409, 503}
-    operation: dict[str, Any] = {
-        "summary": summary,
-        "responses": {
-            **{str(code): response for code, response in ok.items()},
-            **{str(code): _error(code) for code in sorted(statuses)},
-        },
-    }
-    if parameters:
-        operation["parameters"] = parameters
-    if body is not None:
-        operation["requestBody"] = {
-            "required": body_required,
-            "content": {JSON: {"schema": body}},
-        }
-    return operation
-
-
 def _paths() -> dict[str, Any]:
-    paths = _operations()
+    paths = {**_operations(), **message_operations()}
     for item in paths.values():  # a bad path parameter is a 400 too
         if "parameters" in item:
             for key, operation in item.items():
@@ -402,6 +313,12 @@ def _operations() -> dict[str, Any]:
                         "query",
                         _string(),
                         "Only addresses matching it (`*` for any characters).",
+                    ),
+                    _param(
+                        "contains",
+                        "query",
+                        _string(),
+                        "Only addresses holding this text (case-insensitively).",
                     ),
                     _param("after", "query", _string(), "The previous page's `next`."),
                     limit,
@@ -588,7 +505,7 @@ def document() -> dict[str, Any]:
         },
         "paths": _paths(),
         "components": {
-            "schemas": {**SCHEMAS, **_lists()},
+            "schemas": {**SCHEMAS, **MESSAGE_SCHEMAS, **_lists()},
             "securitySchemes": {"basic": {"type": "http", "scheme": "basic"}},
         },
         "security": [{"basic": []}, {}],

@@ -94,6 +94,13 @@ def string_field(body: Mapping[str, Any], name: str, *, required: bool = False) 
     return value
 
 
+def bool_field(body: Mapping[str, Any], name: str, default: bool = False) -> bool:
+    value = body.get(name, default)
+    if not isinstance(value, bool):
+        raise bad(f"the field {name} must be true or false")
+    return value
+
+
 def int_field(body: Mapping[str, Any], name: str) -> int:
     value = body.get(name, 0)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= INT64_MAX:

@@ -149,6 +149,9 @@ class Connection:
     async def purge(self, address: str) -> int:
         return await self._link.call(requests.purge(address))
 
+    async def create(self, address: str) -> bool:
+        return await self._link.call(requests.create(address))
+
     async def move(
         self,
         source: str,

@@ -345,6 +345,17 @@ class Connection(Protocol):
         """
         ...
 
+    def create(self, address: str) -> bool:
+        """Make a queue, topic or stream before anyone uses it; True if made, False if it
+        existed. Needs the ``manage`` permission on the address; one made by a user who
+        manages only some addresses counts against their ``max_destinations_per_user``.
+        A dropbox makes queues only (its directories).
+
+        Raises:
+            InvalidAddress, AccessDenied; DestinationFull: past a limit on what users make.
+        """
+        ...
+
     def move(
         self,
         source: str,

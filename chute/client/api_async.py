@@ -152,6 +152,8 @@ class AsyncConnection(Protocol):
 
     async def purge(self, address: str) -> int: ...
 
+    async def create(self, address: str) -> bool: ...
+
     async def move(
         self,
         source: str,

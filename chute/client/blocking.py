@@ -135,6 +135,9 @@ class Connection:
     def purge(self, address: str) -> int:
         return self._link.call(requests.purge(address))
 
+    def create(self, address: str) -> bool:
+        return self._link.call(requests.create(address))
+
     def move(
         self,
         source: str,

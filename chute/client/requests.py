@@ -40,6 +40,7 @@ from chute.protocol.packets import (
     CursorOpen,
     DeadLetterRetry,
     DeadLetterRetryResult,
+    DestinationCreate,
     DestinationDelete,
     DestinationPurge,
     Move,
@@ -179,6 +180,15 @@ def delete(address: str, force: bool = False) -> Request[int]:
     return Request(DestinationDelete(canonical(address), force), _count)
 
 
+def create(address: str) -> Request[bool]:
+    """Make a queue, topic or stream; the answer is True if made, False if it existed."""
+    return Request(DestinationCreate(canonical(address)), _made)
+
+
+def _made(packet: Packet) -> bool:
+    return _count(packet) == 1
+
+
 def purge(address: str) -> Request[int]:
     """Remove every waiting message of a queue; the answer is how many."""
     return Request(DestinationPurge(canonical(address)), _count)
@@ -212,6 +222,7 @@ def _retried(packet: Packet) -> dict[str, int]:
 FEATURES: Final[dict[int, str]] = {
     PacketType.MOVE: "move",
     PacketType.DEAD_LETTER_RETRY: "dead-letter retry",
+    PacketType.DESTINATION_CREATE: "create",
 }
 """What the packets newer than some brokers do, to say what an older broker lacks."""
 _UNKNOWN_TYPE: Final = re.compile(r"unknown packet type (\d+)")

@@ -270,7 +270,7 @@ class Connection:
         return looking.browse(self.broker, address, selector, limit)
 
     def stats_page(
-        self, *, pattern: str | None = None, after: str = "", limit: int = 0
+        self, *, pattern: str | None = None, after: str = "", limit: int = 0, contains: str = ""
     ) -> dict[str, Any]:
         """One page of the destinations with their counters (see ``looking.stats_page``):
         every one for a user who may manage everything; else those they may browse,
@@ -282,7 +282,7 @@ class Connection:
         """
         sees = None if self.principal.manages_all else self._sees
         stats = looking.stats_page(
-            self.broker, pattern=pattern, after=after, limit=limit, sees=sees
+            self.broker, pattern=pattern, after=after, limit=limit, sees=sees, contains=contains
         )
         stats["prepared"] = self.prepared()
         if sees is not None:  # of the destinations made by use, only their own count

@@ -17,6 +17,17 @@ neither: never counted, never removed for being idle.
   maker is its DEFINE record's owner, so the counts survive a restart; a topic
   has no record and counts while it exists (after a restart it comes back only
   for its durable subscriptions, uncounted).
+* **Reclaiming.** Before a make is refused at a limit, the made destinations
+  (of that maker, for ``max_per_user``) that are unused now (no messages, no
+  consumers, no subscriptions, no cursor, no prepared transaction sending to
+  them) are removed, oldest made first, up to a sixteenth of the limit at
+  once: such a destination is made again by its next use, so removing it
+  loses nothing, and a flood of names (from one client, or restored after a
+  restart) cannot lock every other client out of making destinations.
+  Destinations that hold messages are never reclaimed: then the limit binds
+  until they are consumed, purged or deleted. A reclaim that found nothing is
+  not tried again at that limit for :data:`RECLAIM_RETRY_MS`, so a client
+  that keeps trying costs one walk a second.
 * **Deleting** a queue discards every message it holds (waiting, in flight or
   paged: the store forgets them with the queue) and closes its consumers, each
   told why (:class:`~chute.core.consumer.Cancellable`). Deleting a topic ends
@@ -71,6 +82,13 @@ log = logging.getLogger("chute.broker")
 
 ANONYMOUS: Final = ""
 """The maker of what is made without users (a DEFINE record's owner ``""``)."""
+RECLAIM_SHARE: Final = 16
+"""At a limit, a reclaim removes up to ``limit // RECLAIM_SHARE`` unused destinations
+(at least one), so that a stream of makes at the limit scans and logs once per batch."""
+RECLAIM_RETRY_MS: Final = 1000
+"""After a reclaim found nothing unused, makes at that limit are refused without looking
+again for this long: a client that keeps making destinations at a full broker costs it
+one walk over the made destinations a second, not one per attempt."""
 
 
 class DestinationHost(Protocol):
@@ -79,6 +97,8 @@ class DestinationHost(Protocol):
     queues: dict[str, QueueChannel]
     topics: dict[str, Topic]
     streams: dict[str, Stream]
+    clock: Callable[[], int]
+    """Now, in ms since the epoch."""
 
     @property
     def subscriptions(self) -> Subscriptions: ...
@@ -131,26 +151,80 @@ class Destinations:
         """Where a destination made from now on starts numbering (see the module docstring)."""
         self._sweeps = limits.idle_after_ms > 0 or idle_settings
         self._idle: dict[str, tuple[int, int]] = {}  # address -> (use counters, since)
+        self._futile: dict[str | None, int] = {}  # maker (None: anyone) -> a reclaim found none
 
     # -- made by use -----------------------------------------------------------------
 
     def admit(self, address: str, maker: str, *, quota: bool = True) -> None:
         """Raise DestinationFull if ``maker`` may not make ``address`` now (``quota`` False:
-        a user who manages everything, not held to ``max_per_user``)."""
+        a user who manages everything, not held to ``max_per_user``). At a limit, unused
+        made destinations are reclaimed first (see the module docstring)."""
         limits = self.limits
+        if limits.max_total and len(self.made) >= limits.max_total:
+            self._reclaim(None, limits.max_total)
         if limits.max_total and len(self.made) >= limits.max_total:
             raise DestinationFull(
                 f"cannot make {address}: clients have made {len(self.made)} destinations, "
-                f"the most server.max_destinations allows; delete unused ones "
-                "(chute delete ADDRESS) or raise the limit"
+                f"the most server.max_destinations allows, and each holds messages or has "
+                "consumers; delete unused ones (chute delete ADDRESS) or raise the limit"
             )
-        made = self.by_maker[maker] if maker else 0
-        if quota and maker and limits.max_per_user and made >= limits.max_per_user:
+        if not (quota and maker and limits.max_per_user):
+            return
+        if self.by_maker[maker] >= limits.max_per_user:
+            self._reclaim(maker, limits.max_per_user)
+        made = self.by_maker[maker]
+        if made >= limits.max_per_user:
             raise DestinationFull(
                 f"cannot make {address}: user {maker} has made {made} destinations, the "
-                "most server.max_destinations_per_user allows; delete unused ones "
-                "(chute delete ADDRESS) or ask for the limit to be raised"
+                "most server.max_destinations_per_user allows, and each holds messages or "
+                "has consumers; delete unused ones (chute delete ADDRESS) or ask for the "
+                "limit to be raised"
             )
+
+    def _reclaim(self, maker: str | None, limit: int) -> int:
+        """Remove up to a sixteenth of ``limit`` (at least one) of the destinations made
+        by use (by ``maker``; None: by anyone) that are unused now, oldest made first;
+        how many. One log line per reclaim."""
+        host = self.host
+        now = host.clock()
+        if now - self._futile.get(maker, now - RECLAIM_RETRY_MS) < RECLAIM_RETRY_MS:
+            return 0
+        wanted = max(1, limit // RECLAIM_SHARE)
+        pending = {id(q) for q, _ in host.xa.placements()}
+        read = {cursor.address for cursor in host.cursors.all()}  # a position to keep
+        gone: list[str] = []
+        for address, made_by in list(self.made.items()):
+            if maker is not None and made_by != maker:
+                continue
+            dest = host.queues.get(address) or host.topics.get(address)
+            if dest is None or id(dest) in pending or address in read or _use(dest) is None:
+                continue
+            self._remove(address, dest)
+            gone.append(address)
+            if len(gone) >= wanted:
+                break
+        if not gone:
+            self._futile[maker] = now
+            return 0
+        self._futile.pop(maker, None)
+        log.info(
+            "reclaimed %d unused destinations made by %s to make room under server.%s (%d): %s%s",
+            len(gone),
+            "anyone" if maker is None else (maker or "anonymous"),
+            "max_destinations" if maker is None else "max_destinations_per_user",
+            limit,
+            ", ".join(gone[:5]),
+            ", ..." if len(gone) > 5 else "",
+        )
+        return len(gone)
+
+    def _remove(self, address: str, dest: QueueChannel | Topic) -> None:
+        """Remove an unused made destination (idle, or reclaimed at a limit)."""
+        if isinstance(dest, Topic):
+            del self.host.topics[address]
+        else:
+            self.host.delete_queue(dest)
+        self._gone(address, dest)
 
     def note_made(self, address: str, maker: str) -> None:
         """``maker`` made ``address`` by using it (counted from now on)."""
@@ -361,11 +435,7 @@ class Destinations:
             if seen is None or seen[0] != use:
                 self._idle[address] = (use, now)
             elif now - seen[1] >= after:
-                if isinstance(dest, Topic):
-                    del host.topics[address]
-                else:
-                    host.delete_queue(dest)
-                self._gone(address, dest)
+                self._remove(address, dest)
                 gone.append(address)
         if gone:
             log.info(

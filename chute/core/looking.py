@@ -165,6 +165,7 @@ def stats_page(
     after: str = "",
     limit: int = 0,
     sees: Callable[[str], bool] | None = None,
+    contains: str = "",
 ) -> dict[str, Any]:
     """One page of destinations with depth, consumers and in/out counts, and the
     broker-wide figures (JSON-ready; see :mod:`chute.core.stats`): ``destinations``,
@@ -172,7 +173,8 @@ def stats_page(
     ``destination_count``, ``made`` (how many destinations clients made by
     use), ``connections``, ``prepared``, ``discarded``, ``memory``,
     ``producers``. ``limit`` is clamped to
-    ``STAT_PAGE``; 0 asks for that.
+    ``STAT_PAGE``; 0 asks for that. ``contains``: only addresses holding that text
+    (case-insensitively).
 
     Raises:
         InvalidAddress: a bad ``pattern``.
@@ -185,6 +187,7 @@ def stats_page(
         limit=clamp(limit, STAT_PAGE),
         sees=sees,
         streams=host.streams,
+        contains=contains,
     )
     return {
         "destinations": page.destinations,

@@ -37,7 +37,8 @@ from chute.core.access import Action
 from chute.core.address import canonical, parse
 from chute.core.broker import Broker
 from chute.core.connection import Connection
-from chute.core.consumer import Consumer
+from chute.core.consumer import AckMode, Consumer, Entry
+from chute.core.destinations import ANONYMOUS
 from chute.core.queue import QueueChannel
 from chute.core.queuetypes import LoginQueue
 from chute.core.routing import Destination
@@ -78,13 +79,16 @@ def destination(conn: Connection, address: str) -> dict[str, Any]:
 
 
 def create(conn: Connection, address: str) -> bool:
-    """Make a queue or topic; True if made, False if it existed. One an operator made
-    is the broker's own, as a configured one: counted against no one's limit, never
-    removed for being idle (it can be deleted).
+    """Make a queue, topic or stream; True if made, False if it existed. One an operator
+    who manages everything made is the broker's own, as a configured one: counted
+    against no one's limit, never removed for being idle (it can be deleted). One a
+    user who manages only some addresses made counts as theirs, as if they had made
+    it by use: against ``max_destinations`` and their ``max_destinations_per_user``
+    (:meth:`Destinations.admit <chute.core.destinations.Destinations.admit>`).
 
     Raises:
         AccessDenied; InvalidAddress: a bad address, or a temporary queue's (its
-        connection makes those).
+        connection makes those); DestinationFull: past a limit on what users make.
     """
     target = authorized(conn, address)
     if parse(target).is_temporary:
@@ -92,12 +96,70 @@ def create(conn: Connection, address: str) -> bool:
     broker = conn.broker
     if broker.find(target) is not None:
         return False
-    broker.destination(target, create=True)
+    if conn.principal.manages_all:
+        broker.destination(target, create=True)
+    else:
+        maker = conn.owner_name or ANONYMOUS
+        broker.destinations.admit(target, maker)
+        broker.destination(target, create=True, maker=maker)
+        broker.destinations.note_made(target, maker)
     log.info("%s created %s", conn.principal, target)
     return True
 
 
 # -- messages -------------------------------------------------------------------------
+
+
+MAX_TAKE = 100
+"""The most messages one :func:`take` takes."""
+
+
+class _Taken:
+    """A receiver that keeps what it is given, as delivered (its delivery fields then)."""
+
+    def __init__(self) -> None:
+        self.entries: list[Entry] = []
+
+    def handle(self, consumer: Consumer, entry: Entry) -> None:
+        self.entries.append(
+            Entry(entry.seq, entry.message, entry.delivery_count, entry.redelivered)
+        )
+
+
+def take(conn: Connection, address: str, count: int, *, requeue: bool = False) -> list[Entry]:
+    """Take up to ``count`` (at most :data:`MAX_TAKE`) waiting messages of a queue as a
+    consumer would, in delivery order (RabbitMQ's "get messages"): each is then
+    acknowledged (gone from the queue) or, with ``requeue``, given back (it stays,
+    marked redelivered, its delivery count up). Messages in flight to consumers stay
+    with them; while an exclusive consumer is attached, it alone receives (nothing is
+    taken). Needs ``manage`` and ``consume`` on the address. Returns the messages as
+    they were delivered.
+
+    Raises:
+        AccessDenied, InvalidAddress (a topic or a stream: browse those); NotFound.
+    """
+    target = authorized(conn, address)
+    find_queue(conn.broker, target)
+    session = conn.session(AckMode.INDIVIDUAL)
+    taken = _Taken()
+    try:
+        consumer = session.consumer(0, target, taken, prefetch=max(1, min(count, MAX_TAKE)))
+        for entry in list(taken.entries):  # its credit is spent: nothing more comes
+            if requeue:
+                session.nack(consumer, entry.seq, requeue=True)
+            else:
+                session.ack(consumer, entry.seq)
+    finally:
+        session.close()
+    if taken.entries:
+        log.info(
+            "%s took %d messages from %s%s",
+            conn.principal,
+            len(taken.entries),
+            target,
+            " and gave them back" if requeue else "",
+        )
+    return taken.entries
 
 
 # -- connections, consumers, subscriptions, cursors ----------------------------------

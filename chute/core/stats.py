@@ -11,7 +11,8 @@ messages); a client joins the pages into one document.
 Address order puts every queue (``queue:...``) before every stream
 (``stream:...``) and every topic (``topic:...``). A ``pattern`` (an address,
 or one with ``*`` for any characters, spelled as the configuration's keys are) keeps only the
-destinations it matches; a ``sees`` filter (who may see what, from
+destinations it matches, and ``contains`` only those whose address holds that text
+(case-insensitively: the console's filter box); a ``sees`` filter (who may see what, from
 :class:`~chute.core.connection.Connection`) drops others from a page without
 shortening the walk, so a page may list fewer than ``limit``. Like a browse, a
 walk keeps no state in the broker: a destination made or deleted during it
@@ -55,6 +56,7 @@ def stats_page(
     limit: int = STAT_PAGE,
     sees: Callable[[str], bool] | None = None,
     streams: Mapping[str, Stream] | None = None,
+    contains: str = "",
 ) -> StatsPage:
     """The destinations after ``after`` in address order (see the module docstring).
 
@@ -72,8 +74,14 @@ def stats_page(
         names: Iterable[str] = [exact] if known else []
     else:
         names = itertools.chain(queues, topics, streams)
+    needle = contains.casefold()
     covered = heapq.nsmallest(
-        limit + 1, (a for a in names if a > after and (keep is None or keep(a)))
+        limit + 1,
+        (
+            a
+            for a in names
+            if a > after and (keep is None or keep(a)) and (not needle or needle in a.casefold())
+        ),
     )
     more = len(covered) > limit
     del covered[limit:]

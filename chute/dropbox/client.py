@@ -56,7 +56,7 @@ from types import TracebackType
 from typing import Any, Final, Self
 
 from chute.client.requests import CursorPage, Page
-from chute.core.address import pattern_matcher
+from chute.core.address import Kind, parse, pattern_matcher
 from chute.dropbox.layout import (
     QueueLayout,
     init_queue,
@@ -197,6 +197,21 @@ class DropboxConnection:
         """Remove the files waiting in a queue dropbox's ``target/``; how many."""
         self._check()
         return purge_queue(self.root, address)
+
+    def create(self, address: str) -> bool:
+        """Make a queue dropbox (its directories); True if made, False if it existed.
+
+        Raises:
+            InvalidAddress: a bad address, or a topic or a stream (a dropbox topic's
+                subscriptions are directories its subscribers make).
+        """
+        self._check()
+        addr = parse(address)
+        if addr.kind is not Kind.QUEUE:
+            raise InvalidAddress(f"{addr}: a dropbox makes queues only")
+        existed = queue_layout(self.root, addr.name).base.is_dir()
+        init_queue(self.root, addr.name)
+        return not existed
 
     def move(
         self,

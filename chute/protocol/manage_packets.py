@@ -148,6 +148,15 @@ class DestinationDelete:
 
 
 @dataclass(frozen=True, slots=True)
+class DestinationCreate:
+    """Make a queue, topic or stream (needs ``manage`` on the address; counted against
+    the limits on made destinations unless the user manages everything). Answered once
+    durable by ``Ok``: ``"1"`` made, ``"0"`` it existed already."""
+
+    address: str
+
+
+@dataclass(frozen=True, slots=True)
 class DestinationPurge:
     """Remove every waiting message of a queue (messages in flight stay with their
     consumers). Answered once durable by ``Ok`` whose value is how many went."""

@@ -57,6 +57,7 @@ from chute.protocol.manage_packets import (
     CallbackCreate,
     DeadLetterRetry,
     DeadLetterRetryResult,
+    DestinationCreate,
     DestinationDelete,
     DestinationPurge,
     Move,
@@ -135,6 +136,7 @@ class PacketType(enum.IntEnum):
     DEAD_LETTER_RETRY = 65
     DEAD_LETTER_RETRY_RESULT = 66
     STREAM_CONSUMER_OPEN = 67
+    DESTINATION_CREATE = 68
 
 
 class SessionAckMode(enum.StrEnum):
@@ -474,6 +476,7 @@ Packet = (
     | TempQueue
     | TempQueueCreated
     | CallbackCreate
+    | DestinationCreate
     | DestinationDelete
     | DestinationPurge
     | CursorOpen
@@ -519,6 +522,7 @@ __all__ = [
     "DeadLetterRetry",
     "DeadLetterRetryResult",
     "Deliver",
+    "DestinationCreate",
     "DestinationDelete",
     "DestinationPurge",
     "Disconnect",

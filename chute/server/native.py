@@ -105,6 +105,7 @@ class NativeConnection(ManagementRequests, StreamConnection):
             p.Unsubscribe: self._on_unsubscribe,
             p.TempQueue: self._on_temp_queue,
             p.CallbackCreate: self._on_callback_create,
+            p.DestinationCreate: self._on_destination_create,
             p.DestinationDelete: self._on_destination_delete,
             p.DestinationPurge: self._on_destination_purge,
             p.Move: self._on_move,

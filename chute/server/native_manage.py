@@ -1,4 +1,5 @@
-"""The native protocol's management requests: browse, statistics, delete, purge, move.
+"""The native protocol's management requests: browse, statistics, create, delete, purge,
+move.
 
 :class:`ManagementRequests` holds their handlers, which
 :class:`~chute.server.native.NativeConnection` inherits and registers with the
@@ -18,7 +19,7 @@ import time
 from collections.abc import Callable, Generator
 from typing import Any, Protocol, TypeVar
 
-from chute.core import transfer
+from chute.core import manage, transfer
 from chute.core.browse import BrowsePage, clamp
 from chute.core.connection import Connection
 from chute.core.consumer import Entry
@@ -101,6 +102,10 @@ class ManagementRequests:
         stats["sockets"] = self.server.limits.stats()
         stats["uptime_s"] = round(time.time() - self.server.started, 1)
         self._respond(header, p.StatResult(json.dumps(stats)))
+
+    def _on_destination_create(self: Driver, header: p.Header, packet: p.DestinationCreate) -> None:
+        made = "1" if manage.create(self._core(), packet.address) else "0"
+        self._after_sync(lambda error: self._confirmed(header, error, made))
 
     def _on_destination_delete(self: Driver, header: p.Header, packet: p.DestinationDelete) -> None:
         count = str(self._core().delete(packet.address, force=packet.force))

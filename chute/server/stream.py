@@ -385,6 +385,13 @@ class StreamConnection(asyncio.Protocol):
     def on_hold(self) -> bool:
         return bool(self._holds)
 
+    @property
+    def blocked(self) -> bool:
+        """Not read because its producer waits: a send waits for room (the broker's memory
+        or disk, a destination with ``overflow = "block"``) or for consumers to catch up
+        with its backlog (flow control). What the admin API counts as blocked."""
+        return bool(self._holds & (Hold.BLOCKED_SEND | Hold.FLOW_CONTROL))
+
     def write_heartbeat(self) -> None:
         self._out.append(self._heartbeat_bytes())
         self.flush()

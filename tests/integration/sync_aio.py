@@ -296,6 +296,9 @@ class SyncConnection:
     def purge(self, address: str) -> int:
         return self._runner.run(self._conn.purge(address))
 
+    def create(self, address: str) -> bool:
+        return self._runner.run(self._conn.create(address))
+
     def move(
         self,
         source: str,

@@ -1,19 +1,32 @@
 // The chute web console: plain JavaScript over the broker's JSON admin API (/api/...).
-// It polls /api/destinations every POLL_MS and keeps the last SAMPLES samples of each
-// destination's depth and rates in the page, for the charts. Views are picked by the
-// URL's hash: #/ (destinations), #/destination/<address>, #/connections. A stream's page
-// (streams.js) shows its offsets and readers; its messages are browsed, never moved.
-// Everything shown is built with DOM calls (textContent), never from HTML strings.
-// The building blocks (DOM, formats, the API call, the dialog, charts) are in lib.js.
+// It polls /api/destinations every POLL_MS (with the filter box's text: the broker
+// filters every destination, not only those loaded) and keeps the last SAMPLES samples
+// of each destination's depth and rates in the page, for the charts. Views are picked
+// by the URL's hash: #/ (destinations, destinations.js), #/destination/<address>,
+// #/connections (connections.js). The broker's state (brokerstate.js) shows above every
+// view. A destination's page can publish and get messages (publish.js); a stream's
+// (streams.js) shows its offsets and readers, and its messages are browsed, never moved.
+// A user who may manage only some destinations (the overview and the connections answer
+// 403) sees those, without the state panel and the connections list, and without an
+// error for what they may not see. Everything shown is built with DOM calls
+// (textContent), never from HTML strings. The building blocks (DOM, formats, the API
+// call, the dialog, charts) are in lib.js.
 import {
   ApiError, SAMPLES, api, ask, bytes, depthChart, destinationPath, duration, enc, h,
   isDeadLetterAddress, num, plural, rate, rateChart, when,
 } from "./lib.js";
+import { renderState } from "./brokerstate.js";
+import { connectionsFrame, consumersTable, fillConnections } from "./connections.js";
+import {
+  MAX_DESTINATIONS, destinationsFrame, fillDestinations, kindChip, subKey,
+} from "./destinations.js";
+import { publishFrame } from "./publish.js";
 import { NOT_A_STREAMS, isStreamAddress, readersTable, streamCounters } from "./streams.js";
 
 const POLL_MS = 2000;
 const PAGE_SIZE = 50;
-const MAX_DESTINATIONS = 2000;
+const MAX_PAGES = 10; // a user who sees few destinations gets sparse pages: walk this many
+const FILTER_DELAY_MS = 250;
 const ORIGIN_PROPERTY = "chute_original_destination";
 const REASON_PROPERTY = "chute_reason";
 
@@ -27,8 +40,12 @@ const state = {
   browse: null, // {address, starts: [after...], page, selected: Set, expanded: Set}
   connections: null,
   consumers: null,
+  restricted: false, // the user may not manage every destination (the overview said 403)
+  connectionsForbidden: false,
   errors: new Map(), // source -> message (the banner shows them)
 };
+
+const forbidden = (err) => err instanceof ApiError && err.status === 403;
 
 // ---------------------------------------------------------------- banners
 
@@ -96,23 +113,24 @@ function push(list, value) {
   if (list.length > SAMPLES) list.shift();
 }
 
-const subKey = (topic, sub) => `${topic}\u0000${sub.name}`;
-
 // ---------------------------------------------------------------- polling
 
 async function pollDestinations() {
   const found = [];
   let after = "";
   let truncated = false;
-  for (;;) {
+  const filter = state.filter.trim();
+  for (let pages = 1; ; pages += 1) {
     const query = new URLSearchParams({ limit: "1000" });
     if (after) query.set("after", after);
+    if (filter) query.set("contains", filter);
     const page = await api("GET", `/api/destinations?${query}`);
     found.push(...(page.destinations || []));
     if (!page.next) break;
-    if (found.length >= MAX_DESTINATIONS) { truncated = true; break; }
+    if (found.length >= MAX_DESTINATIONS || pages >= MAX_PAGES) { truncated = true; break; }
     after = page.next;
   }
+  if (filter !== state.filter.trim()) return; // the filter changed meanwhile: the next poll
   const now = Date.now();
   const seen = new Set();
   for (const d of found) {
@@ -124,7 +142,7 @@ async function pollDestinations() {
       seen.add(key);
     }
   }
-  if (!truncated) {
+  if (!truncated && !filter) {
     for (const key of state.history.keys()) if (!seen.has(key)) state.history.delete(key);
   }
   state.destinations = found;
@@ -132,7 +150,14 @@ async function pollDestinations() {
 }
 
 async function pollOverview() {
-  state.overview = await api("GET", "/api/overview");
+  if (state.restricted) return;
+  try {
+    state.overview = await api("GET", "/api/overview");
+  } catch (err) {
+    if (!forbidden(err)) throw err;
+    state.restricted = true; // the broker-wide views are not this user's: no error for them
+    state.overview = null;
+  }
 }
 
 async function pollView() {
@@ -140,9 +165,13 @@ async function pollView() {
   if (view.name === "destination") {
     state.detail = await api("GET", destinationPath(view.address));
   } else if (view.name === "connections") {
-    const [connections, consumers] = await Promise.all([
-      api("GET", "/api/connections"), api("GET", "/api/consumers"),
-    ]);
+    const listing = state.connectionsForbidden ? Promise.resolve({ connections: [] })
+      : api("GET", "/api/connections").catch((err) => {
+        if (!forbidden(err)) throw err;
+        state.connectionsForbidden = true; // those of the destinations they manage only
+        return { connections: [] };
+      });
+    const [connections, consumers] = await Promise.all([listing, api("GET", "/api/consumers")]);
     state.connections = connections.connections || [];
     state.consumers = consumers.consumers || [];
   }
@@ -206,19 +235,22 @@ function render(viewChanged) {
     shownView = key;
     const main = document.getElementById("main");
     main.replaceChildren();
-    if (view.name === "destinations") main.append(destinationsFrame());
+    if (view.name === "destinations") {
+      main.append(destinationsFrame(state.filter, { onFilter: filtered, onCreate: createDestination }));
+    }
     else if (view.name === "destination") main.append(detailFrame(view.address));
     else main.append(connectionsFrame());
   }
   document.getElementById("tab-destinations").classList.toggle("active", view.name !== "connections");
   document.getElementById("tab-connections").classList.toggle("active", view.name === "connections");
-  if (view.name === "destinations") fillDestinations();
+  if (view.name === "destinations") fillDestinations(state, { open: openDestination });
   else if (view.name === "destination") fillDetail(view.address);
-  else fillConnections();
+  else fillConnections(connectionsView(), { act, notice, tick });
 }
 
 function renderOverview() {
   const o = state.overview;
+  renderState(o, document.getElementById("state"));
   const el = document.getElementById("overview");
   if (!o) { el.replaceChildren(); return; }
   const item = (label, value) => h("span", {}, `${label} `, h("b", {}, value));
@@ -234,80 +266,26 @@ function renderOverview() {
 
 // ---------------------------------------------------------------- destinations
 
-function destinationsFrame() {
-  const filter = h("input", {
-    type: "search", id: "filter", placeholder: "Filter by address", value: state.filter,
-    "aria-label": "Filter destinations by address",
-    oninput: (event) => { state.filter = event.target.value; fillDestinations(); },
+let filterTimer = 0;
+function filtered(text) {
+  state.filter = text;
+  fillDestinations(state, { open: openDestination }); // those loaded, until the broker answers
+  clearTimeout(filterTimer);
+  filterTimer = setTimeout(tick, FILTER_DELAY_MS);
+}
+
+async function createDestination() {
+  const address = await ask({
+    title: "Create a destination",
+    text: "Its address: queue:NAME, topic:NAME or stream:NAME (a bare NAME is a queue).",
+    input: "queue:", okLabel: "Create",
   });
-  return h("section", {},
-    h("h1", {}, "Destinations"),
-    h("div", { class: "toolbar" }, filter, h("span", { class: "spacer" }),
-      h("span", { class: "legend" },
-        h("span", {}, h("i", { class: "l-depth" }), "depth"),
-        h("span", {}, h("i", { class: "l-enq" }), "enqueued/s"),
-        h("span", {}, h("i", { class: "l-del" }), "delivered/s"))),
-    h("div", { class: "card" },
-      h("table", { id: "destinations" },
-        h("thead", {}, h("tr", {},
-          h("th", {}, "Address"), h("th", {}, "Kind"),
-          h("th", { class: "num" }, "Depth"), h("th", { class: "num" }, "Ready"),
-          h("th", { class: "num" }, "In flight"), h("th", { class: "num" }, "Consumers"),
-          h("th", { class: "num" }, "Enqueued/s"), h("th", { class: "num" }, "Delivered/s"),
-          h("th", {}, "Depth, 2 min"), h("th", {}, "Rates, 2 min"))),
-        h("tbody", {}))),
-    h("p", { class: "muted", id: "truncated", hidden: true },
-      `Showing the first ${num(MAX_DESTINATIONS)} destinations: filter to find others.`));
-}
-
-function kindChip(d) {
-  if (d.kind === "queue" && isDeadLetterAddress(d.address)) {
-    return h("span", { class: "chip dlq" }, "dead letters");
-  }
-  return h("span", { class: "chip" }, d.kind || "");
-}
-
-function destinationRow(d, key, { sub = false, onclick = null } = {}) {
-  const hist = state.history.get(key);
-  return h("tr", {
-    class: `${sub ? "sub " : ""}${onclick ? "clickable" : ""}`,
-    dataset: { address: sub ? `${key.split("\u0000")[0]}#${d.name}` : d.address },
-    onclick,
-  },
-  h("td", { class: "address" }, sub ? d.name : d.address),
-  h("td", {}, sub ? h("span", { class: "chip" }, d.kind || "subscription") : kindChip(d)),
-  h("td", { class: "num depth" }, num(d.depth)),
-  h("td", { class: "num ready" }, num(d.ready)),
-  h("td", { class: "num inflight" }, num(d.inflight)),
-  h("td", { class: "num consumers" }, num(d.consumers)),
-  h("td", { class: "num rate-enq" }, rate(d.rate_enq)),
-  h("td", { class: "num rate-del" }, rate(d.rate_del)),
-  h("td", { class: "chart" }, depthChart(hist)),
-  h("td", { class: "chart" }, rateChart(hist)));
-}
-
-function fillDestinations() {
-  const body = document.querySelector("#destinations tbody");
-  if (!body) return;
-  const needle = state.filter.trim().toLowerCase();
-  const rows = [];
-  for (const d of state.destinations) {
-    const subs = d.subscriptions || [];
-    const match = !needle || d.address.toLowerCase().includes(needle) ||
-      subs.some((s) => String(s.name).toLowerCase().includes(needle));
-    if (!match) continue;
-    rows.push(destinationRow(d, d.address, { onclick: () => openDestination(d.address) }));
-    for (const sub of subs) {
-      const open = sub.address ? () => openDestination(sub.address) : null;
-      rows.push(destinationRow(sub, subKey(d.address, sub), { sub: true, onclick: open }));
-    }
-  }
-  if (!rows.length) {
-    rows.push(h("tr", {}, h("td", { colspan: 10, class: "empty" },
-      state.destinations.length ? "No destination matches the filter." : "No destinations yet.")));
-  }
-  body.replaceChildren(...rows);
-  document.getElementById("truncated").hidden = !state.truncated;
+  if (!address) return;
+  await act("Create", async () => {
+    const result = await api("POST", "/api/destinations", { address });
+    notice(result.created ? `Created ${result.address}.` : `${result.address} exists already.`);
+    await tick();
+  });
 }
 
 // ---------------------------------------------------------------- one destination
@@ -346,6 +324,9 @@ function detailFrame(address) {
     h("div", { class: "card", id: "detail-consumers" }),
     h("div", { id: "detail-subscriptions" }),
     stream ? h("div", { id: "detail-stream" }) : null,
+    publishFrame(address, {
+      act, notice, after: afterChange, show: showTaken, queue: address.startsWith("queue:"),
+    }),
     isQueue ? messagesFrame(stream) : null);
   if (isQueue) loadMessages();
   return section;
@@ -593,6 +574,16 @@ async function afterChange() {
   await tick();
 }
 
+// What a get took, each message in full (they may be gone from the queue now).
+function showTaken(messages) {
+  const box = document.getElementById("got");
+  if (!box) return;
+  box.replaceChildren(...messages.map((m) => h("div", { class: "got-message", dataset: { seq: m.seq } },
+    h("div", { class: "muted" }, `seq ${num(m.seq)}, delivery ${num(m.delivery_count)}` +
+      `${m.redelivered ? ", redelivered" : ""}`),
+    messageDetail(m))));
+}
+
 function summary(to) {
   return Object.entries(to || {}).map(([dest, n]) => `${dest} (${num(n)})`).join(", ");
 }
@@ -670,70 +661,9 @@ async function deleteMessage(seq) {
 
 // ---------------------------------------------------------------- connections, consumers
 
-function connectionsFrame() {
-  return h("section", {},
-    h("h1", {}, "Connections"),
-    h("div", { class: "card", id: "connections" }, h("p", { class: "empty" }, "Loading…")),
-    h("h2", {}, "Consumers"),
-    h("div", { class: "card", id: "consumers" }, h("p", { class: "empty" }, "Loading…")));
-}
-
-function consumersTable(consumers, { address = true } = {}) {
-  if (!consumers.length) return h("p", { class: "empty" }, "No consumers.");
-  return h("table", {},
-    h("thead", {}, h("tr", {},
-      h("th", {}, "Connection"), address ? h("th", {}, "Address") : null,
-      h("th", {}, "Subscription"), h("th", {}, "Ack mode"), h("th", {}, "Selector"),
-      h("th", { class: "num" }, "Prefetch"), h("th", { class: "num" }, "Unacked"),
-      h("th", { class: "num" }, "Delivered"))),
-    h("tbody", {}, consumers.map((c) => h("tr", {},
-      h("td", { class: "mono" }, c.connection ?? ""),
-      address ? h("td", {}, h("a", { href: `#/destination/${enc(c.address || "")}` }, c.address || ""))
-        : null,
-      h("td", {}, c.subscription || ""), h("td", {}, c.ack_mode || ""),
-      h("td", { class: "mono" }, c.selector || ""),
-      h("td", { class: "num" }, num(c.prefetch)), h("td", { class: "num" }, num(c.unacked)),
-      h("td", { class: "num" }, num(c.delivered))))));
-}
-
-function fillConnections() {
-  const box = document.getElementById("connections");
-  if (!box || state.connections === null) return;
-  const now = Date.now();
-  box.replaceChildren(state.connections.length ? h("table", { id: "connection-table" },
-    h("thead", {}, h("tr", {},
-      h("th", {}, "ID"), h("th", {}, "User"), h("th", {}, "Protocol"), h("th", {}, "Peer"),
-      h("th", {}, "Client ID"), h("th", { class: "num" }, "Connected for"),
-      h("th", { class: "num" }, "Sessions"), h("th", { class: "num" }, "Consumers"),
-      h("th", { class: "num" }, "Unacked"), h("th", {}, ""))),
-    h("tbody", {}, state.connections.map((c) => h("tr", { dataset: { connection: c.id } },
-      h("td", { class: "mono" }, c.id), h("td", {}, c.user || h("span", { class: "muted" }, "anonymous")),
-      h("td", {}, c.protocol || ""), h("td", { class: "mono" }, c.peer || ""),
-      h("td", {}, c.client_id || ""),
-      h("td", { class: "num" }, c.connected_at ? duration((now - c.connected_at) / 1000) : "–"),
-      h("td", { class: "num" }, num(c.sessions)), h("td", { class: "num" }, num(c.consumers)),
-      h("td", { class: "num" }, num(c.unacked)),
-      h("td", { class: "actions" }, h("button", {
-        type: "button", class: "small danger", onclick: () => closeConnection(c),
-      }, "Close"))))))
-    : h("p", { class: "empty" }, "No connections."));
-  document.getElementById("consumers").replaceChildren(consumersTable(state.consumers || []));
-}
-
-async function closeConnection(c) {
-  const answer = await ask({
-    title: `Close connection ${c.id}?`,
-    text: `${c.user || "anonymous"} over ${c.protocol || "?"} from ${c.peer || "?"}: ` +
-      "its unacknowledged messages are redelivered to other consumers.",
-    okLabel: "Close connection", danger: true,
-  });
-  if (!answer) return;
-  await act("Close connection", async () => {
-    await api("DELETE", `/api/connections/${enc(c.id)}`);
-    notice(`Closed connection ${c.id}.`);
-    await tick();
-  });
-}
+const connectionsView = () => ({
+  connections: state.connections, consumers: state.consumers, forbidden: state.connectionsForbidden,
+});
 
 // ---------------------------------------------------------------- start
 

@@ -15,7 +15,7 @@ from chute.core.address import DEAD_LETTER, EXPIRED, user_queue
 from chute.core.broker import Broker
 from chute.core.connection import Connection, connect
 from chute.core.consumer import AckMode, Consumer
-from chute.core.destinations import Limits
+from chute.core.destinations import RECLAIM_RETRY_MS, Limits
 from chute.core.settings import DestinationSettings, SettingsResolver
 from chute.errors import (
     AccessDenied,
@@ -316,7 +316,7 @@ def test_max_destinations_counts_every_maker_together_anonymous_ones_too() -> No
     assert looking.stats(broker)["made"]["total"] == 0  # declared and reserved ones do not count
     assert conn.browse("queue:looked-at") == []  # looking makes nothing
     s.send("queue:one", msg())
-    s.send("topic:two", msg())
+    s.consumer(1, "topic:two", Told())  # in use: not reclaimed to make room
     with pytest.raises(DestinationFull, match=r"made 2 destinations.*max_destinations allows"):
         s.send("queue:three", msg())
     with pytest.raises(DestinationFull):
@@ -330,6 +330,57 @@ def test_max_destinations_counts_every_maker_together_anonymous_ones_too() -> No
         "by_user": {"anonymous": 2},
     }
     assert stats["destination_count"] == 5  # + the declared one and the two reserved ones
+
+
+def test_at_the_limit_unused_made_destinations_are_reclaimed_oldest_first() -> None:
+    broker = make(Limits(max_total=32))
+    flood = Connection(broker).session()
+    for i in range(32):  # a flood of names, each made by a consumer that went
+        flood.close_consumer(flood.consumer(i, f"queue:flood.{i:02}", Told()))
+    busy = Connection(broker).session()
+    busy.send("queue:flood.00", msg(b"kept"))  # the oldest, but it holds a message
+    busy.send("queue:other", msg(b"made"))  # room made: two (32 // 16) went
+    assert broker.find("queue:flood.00") is not None
+    assert broker.find("queue:flood.01") is None
+    assert broker.find("queue:flood.02") is None
+    assert broker.find("queue:flood.03") is not None
+    assert bodies(looking.browse(broker, "queue:other")) == [b"made"]
+    assert looking.stats(broker)["made"]["total"] == 31
+
+
+def test_a_restored_flood_is_reclaimed_too_but_messages_bind(clock: FakeClock) -> None:
+    broker = make(Limits(max_total=4), clock=clock)
+    s = Connection(broker).session()
+    for i in range(4):
+        s.send(f"queue:full.{i}", msg())
+    with pytest.raises(DestinationFull, match="each holds messages or has consumers"):
+        s.send("queue:more", msg())
+    again = restarted(broker)
+    conn = Connection(again)
+    t = conn.session()
+    with pytest.raises(DestinationFull):  # still full of messages: the limit binds
+        t.send("queue:more", msg())
+    conn.purge("queue:full.0")
+    with pytest.raises(DestinationFull):  # a futile reclaim is not tried again at once
+        t.send("queue:more", msg())
+    clock.advance(RECLAIM_RETRY_MS)
+    t.send("queue:more", msg())  # the emptied one is reclaimed for it
+    assert again.find("queue:full.0") is None
+    assert looking.stats(again)["made"]["total"] == 4
+
+
+def test_a_user_at_their_limit_reclaims_only_their_own() -> None:
+    broker = make(Limits(max_per_user=2), users=True)
+    bob = login(broker, "bob").session()
+    bob.close_consumer(bob.consumer(1, "queue:b.idle", Told()))
+    alice = login(broker, "alice").session()
+    alice.send("queue:a.full", msg())
+    alice.close_consumer(alice.consumer(1, "queue:a.idle", Told()))
+    alice.send("queue:a.new", msg())
+    assert broker.find("queue:a.idle") is None
+    assert broker.find("queue:b.idle") is not None
+    with pytest.raises(DestinationFull, match="user alice has made 2"):
+        alice.send("queue:a.more", msg())
 
 
 # -- idle destinations --------------------------------------------------------------------------

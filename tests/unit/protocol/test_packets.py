@@ -95,6 +95,7 @@ EXAMPLES: list[p.Packet] = [
     p.DestinationDelete("queue:orders"),
     p.DestinationDelete("topic:prices", force=True),
     p.DestinationPurge("queue:orders"),
+    p.DestinationCreate("stream:events"),
     # the Spark connector's packets (more in tests/unit/spark/test_cursor_packets.py)
     p.XaCommitBatch("query-1", 3, ("xid-1", "xid-2")),
     p.CursorOpen("queue:orders", "spark", "a > 1", 1000),
