@@ -76,6 +76,7 @@ from chute.dropbox.names import DEFAULT_CLAIM_ROOM, claim_name, claim_room, spli
 from chute.dropbox.properties import lost_properties
 from chute.dropbox.transcoder import (
     DecodedName,
+    check_body,
     decode_filename,
     encode_filename,
 )
@@ -172,7 +173,8 @@ class QueueProducer:
             DestinationFull: still write-locked after ``block_timeout``; nothing
                 was written.
             InvalidMessage: the message cannot be written as a DropboxMQ name
-                (see :func:`encode_filename`).
+                (see :func:`encode_filename`), or its body is one DropboxMQ
+                cannot read (see :func:`~chute.dropbox.transcoder.check_body`).
             OSError: the file cannot be written; nothing is left in ``target/``.
         """
         self.write_lock.wait(self.block_timeout)
@@ -189,6 +191,7 @@ class QueueProducer:
         Raises:
             InvalidMessage, OSError: as :meth:`send`; nothing is left behind.
         """
+        check_body(message)
         self._count_lost(message)
         for _ in range(_NAME_TRIES):
             name = encode_filename(

@@ -40,7 +40,7 @@ from chute.dropbox.names import (
 from chute.dropbox.options import DropboxOptions
 from chute.dropbox.queue import QueueConsumer, QueueProducer
 from chute.dropbox.topic import TopicPublisher, remove_subscription
-from chute.dropbox.transcoder import DecodedName, decode_filename
+from chute.dropbox.transcoder import DecodedName, check_body, decode_filename
 from chute.errors import (
     ChuteError,
     ConnectError,
@@ -141,7 +141,9 @@ class DropboxSession:
 
         Raises:
             InvalidAddress: a bad address (a name is never a path).
-            InvalidMessage: a bad field, or a name too long for a filename.
+            InvalidMessage: a bad field, a name too long for a filename, or a map,
+                stream or object body that is not Java-serialized (DropboxMQ could
+                not read it).
             DestinationFull: still write-locked after ``block_timeout_ms``.
             OSError: the file could not be written.
         """
@@ -473,6 +475,7 @@ def _stamped(  # noqa: PLR0917 - the fields of send, in its order
         properties=properties,
         kind=kind,
     )
+    check_body(message)  # at send, in a transaction too, not at commit
     if id is None:
         message.id = ""
     message.timestamp = now_ms()

@@ -74,7 +74,12 @@ Each difference keeps data DropboxMQ would lose or hang on, and is reported in
   address an empty name.
 - Numbers are ASCII digits only (Java also accepts other Unicode digits).
 - Bodies are not part of the name; text is UTF-8 (DropboxMQ used the platform
-  charset) and map/stream/object bodies stay opaque bytes.
+  charset) and map/stream/object bodies stay opaque bytes. DropboxMQ reads a
+  map, stream or object body with Java's ``ObjectInputStream``, and its
+  ``receive()`` throws (the file goes to ``error/``) on one that is not
+  Java-serialized, so chute writes such a body only if it starts with Java's
+  serialization header ``AC ED 00 05`` (:func:`check_body`); it never
+  deserializes one.
 
 What a name cannot carry
 ------------------------
@@ -137,9 +142,11 @@ from chute.message import (
 )
 
 __all__ = [
+    "JAVA_SERIALIZED",
     "JMS_ID_PREFIX",
     "ROOM_FOR_COUNT",
     "DecodedName",
+    "check_body",
     "decode_filename",
     "dropbox_id",
     "encode_filename",
@@ -149,6 +156,16 @@ JMS_ID_PREFIX: Final = "ID:"
 """What JMS puts before every ``JMSMessageID``, and DropboxMQ before the id field."""
 ROOM_FOR_COUNT: Final = 999
 """The largest delivery count an encoded name leaves room for (see Name length)."""
+
+JAVA_SERIALIZED: Final = b"\xac\xed\x00\x05"
+"""How a Java serialization stream begins (magic ``ACED``, version 5): the start of
+every map, stream and object body DropboxMQ writes and reads."""
+_ARTICLES: Final = {
+    BodyKind.MAP: "a map",
+    BodyKind.STREAM: "a stream",
+    BodyKind.OBJECT: "an object",
+}
+_SERIALIZED_KINDS: Final = frozenset(_ARTICLES)
 
 _FIELDS: Final = 7
 _MAX_PRIORITY: Final = 9
@@ -363,6 +380,29 @@ def _now() -> int:
 
 
 # -- encoding -----------------------------------------------------------------------------
+
+
+def check_body(message: Message) -> None:
+    """Raise unless DropboxMQ can read ``message``'s body.
+
+    A map, stream or object body must be Java-serialized (DropboxMQ reads it
+    with ``ObjectInputStream``): it must start with :data:`JAVA_SERIALIZED`.
+    Text and bytes bodies are always readable. Only the stream's header is
+    looked at; nothing is deserialized.
+
+    Raises:
+        InvalidMessage: a map, stream or object body that is not Java-serialized.
+    """
+    if message.kind in _SERIALIZED_KINDS and not (
+        len(message.body) > len(JAVA_SERIALIZED) and message.body.startswith(JAVA_SERIALIZED)
+    ):
+        start = message.body[: len(JAVA_SERIALIZED)].hex(" ").upper() or "nothing"
+        raise InvalidMessage(
+            f"{_ARTICLES[message.kind]} body written to a dropbox must be Java-serialized, as "
+            f"DropboxMQ reads it with ObjectInputStream (it starts with AC ED 00 05); this "
+            f"one ({len(message.body)} bytes) starts with {start}: send it as bytes "
+            "(kind=bytes), or serialize it in Java"
+        )
 
 
 def encode_filename(
