@@ -43,9 +43,13 @@ fsyncs it, renames it into ``target/`` and fsyncs the directory (a topic: into
 every subscription of the topic dropbox); only then is the message acked on
 the loop. The file's name keeps the message's id, so a DropboxMQ reader
 gets the timestamp back only from a DropboxMQ id (one the message was
-imported with). A message DropboxMQ could not read (a name too long, a map,
-stream or object body that is not Java-serialized) is rejected to the
-dead-letter queue with a log line (the first, then one a minute); one that cannot be written
+imported with). A name leaves room for the claim prefix of the consumers
+that will claim it: for a queue, the longest of the mount's ``consumers``
+(DropboxMQ's generated client ids when none are listed); for a topic, the
+clients its subscription directories name. A message DropboxMQ could not read
+(a name too long, a map, stream or object body that is not Java-serialized) is
+rejected to the dead-letter queue with a log line (the first, then one a
+minute); one that cannot be written
 (disk full) is requeued and the thread backs off a polling interval. While
 DropboxMQ's ``write-lock.properties`` holds the dropbox's writers back
 (:class:`~chute.dropbox.flow.WriteLock`), the export waits, with no limit, as a
@@ -82,6 +86,7 @@ from chute.core.session import Session
 from chute.dropbox.flow import WriteLock
 from chute.dropbox.layout import QueueLayout, init_queue, init_subscription, init_topic
 from chute.dropbox.mount import Direction, DropboxMount
+from chute.dropbox.names import claim_room
 from chute.dropbox.queue import (
     ConsumerOptions,
     Delivery,
@@ -258,7 +263,12 @@ class DropboxBridge:
             if addr.kind is Kind.TOPIC:
                 producer = TopicPublisher(self.mount.root, addr.name, block_timeout=0)
             else:
-                producer = QueueProducer(self.mount.root, addr.name, block_timeout=0)
+                producer = QueueProducer(
+                    self.mount.root,
+                    addr.name,
+                    block_timeout=0,
+                    claim_room=claim_room(self.mount.consumers),
+                )
             export = _Export(address, producer.send, producer.write_lock)
             receiver = _ExportReceiver(self, export)
             export.consumer = session.consumer(

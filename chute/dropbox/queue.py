@@ -182,11 +182,12 @@ class QueueProducer:
         self.publish(working, name)
         return name
 
-    def stage(self, message: Message) -> tuple[str, Path]:
+    def stage(self, message: Message, *, claim_room: int | None = None) -> tuple[str, Path]:
         """Write ``message`` into ``working/`` only: (its name, its path there).
 
         :meth:`publish` moves it into ``target/``; :meth:`discard` drops it. A
         transaction stages its sends and publishes them at commit.
+        ``claim_room`` overrides this producer's for this message.
 
         Raises:
             InvalidMessage, OSError: as :meth:`send`; nothing is left behind.
@@ -195,7 +196,9 @@ class QueueProducer:
         self._count_lost(message)
         for _ in range(_NAME_TRIES):
             name = encode_filename(
-                message, sequence=next(self._sequence), claim_room=self.claim_room
+                message,
+                sequence=next(self._sequence),
+                claim_room=self.claim_room if claim_room is None else claim_room,
             )
             working = self.layout.working / name
             try:

@@ -32,6 +32,7 @@ from chute.dropbox.layout import (
     queue_layout,
 )
 from chute.dropbox.names import (
+    SHARED_CLIENT,
     TOPIC_ROOT,
     check_destination_name,
     claim_room,
@@ -51,8 +52,6 @@ from chute.errors import (
 )
 from chute.message import DEFAULT_PRIORITY, BodyKind, Message, now_ms
 
-SHARED_CLIENT: Final = "__shared__"
-"""The client part of a shared subscription's directory name."""
 NO_TWO_PHASE: Final = "two-phase transactions need a broker (chute://), not a dropbox"
 
 
