@@ -36,9 +36,14 @@ _INT_TYPES: Final = frozenset({Byte, Short, Int})
 
 def _java_integer(value: int, wide: bool) -> Int | Long:
     """``value`` wrapped to Java's 32-bit ``int`` (or 64-bit ``long`` when ``wide``)."""
+    # int.__new__: the value is in range by construction, so skip the range check
     if wide:
-        return Long(((value - LONG_MIN) & _LONG_MASK) + LONG_MIN)
-    return Int(((value - INT_MIN) & _INT_MASK) + INT_MIN)
+        if not LONG_MIN <= value <= LONG_MAX:
+            value = ((value - LONG_MIN) & _LONG_MASK) + LONG_MIN
+        return int.__new__(Long, value)
+    if not INT_MIN <= value <= INT_MAX:
+        value = ((value - INT_MIN) & _INT_MASK) + INT_MIN
+    return int.__new__(Int, value)
 
 
 def java_arithmetic(op: str, a: Any, b: Any) -> Any:
