@@ -236,7 +236,7 @@ class DropboxSession:
                     durable=durable,
                     block_timeout=options.block_timeout,
                     poll_interval=options.poll_interval,
-                    claim_room=claim_room([self.connection.client_id]),
+                    claim_room=claim_room(options.consumers or [self.connection.client_id]),
                 )
             self._producers[(address, durable)] = producer
         producer.send(message)

@@ -7,13 +7,17 @@ claim, 200-230-byte realistic names included."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
+
+import pytest
 
 import chute
 from chute.client.received import Received
 from chute.dropbox.layout import QueueLayout, init_queue, init_subscription, init_topic
 from chute.dropbox.queue import QueueConsumer
 from chute.dropbox.transcoder import decode_filename, encode_filename
+from chute.errors import InvalidMessage
 from chute.message import Byte, Float, Int, Message, Short
 from tests.integration.test_dropbox_bridge import WAIT, count, serve, wait_until
 
@@ -51,18 +55,24 @@ def sized(size: int) -> Message:
     return message
 
 
-def send_all(url: str, address: str, messages: list[Message]) -> None:
+def send_sized(session: chute.Session, address: str, size: int) -> None:
+    """Send :func:`sized` ``size`` through any client session."""
+    m = sized(size)
+    session.send(
+        address,
+        m.body,
+        id=m.id,
+        reply_to=m.reply_to,
+        type=m.type,
+        correlation_id=m.correlation_id,
+        properties=m.properties,
+    )
+
+
+def send_all(url: str, address: str, sizes: Sequence[int]) -> None:
     with chute.connect(url) as conn, conn.session() as session:
-        for m in messages:
-            session.send(
-                address,
-                m.body,
-                id=m.id,
-                reply_to=m.reply_to,
-                type=m.type,
-                correlation_id=m.correlation_id,
-                properties=m.properties,
-            )
+        for size in sizes:
+            send_sized(session, address, size)
 
 
 def read_as(client: str, layout: QueueLayout, expected: int) -> list[int]:
@@ -102,7 +112,7 @@ direction = "export"
 """,
     )
     try:
-        send_all(server.url, "topic:orders", [sized(n) for n in (*SIZES, LONGEST + 1)])
+        send_all(server.url, "topic:orders", [*SIZES, LONGEST + 1])
         wait_until(lambda: count(subscription.target) == len(SIZES), "every name that fits")
         [refused] = dead_letters(server.url, 1)  # one byte too long for javaC~
         assert refused.text == str(LONGEST + 1)
@@ -128,7 +138,7 @@ consumers = ["{READER}", "app-1"]
     )
     layout = init_queue(out, "results")
     try:
-        send_all(server.url, "results", [sized(n) for n in SIZES])
+        send_all(server.url, "results", list(SIZES))
         wait_until(lambda: count(layout.target) == len(SIZES), "every name exported")
     finally:
         server.stop()
@@ -152,7 +162,7 @@ direction = "export"
     generated = "1795419216341000-0462377156"  # DropboxMQ's client id when none is set
     fits = range(200, 255 - len(generated + "~") + 1)  # 200-227, not 204 as before
     try:
-        send_all(server.url, "results", [sized(n) for n in (*fits, fits[-1] + 1)])
+        send_all(server.url, "results", [*fits, fits[-1] + 1])
         wait_until(lambda: count(layout.target) == len(fits), "every name that fits")
         assert [m.text for m in dead_letters(server.url, 1)] == [str(fits[-1] + 1)]
     finally:
@@ -200,20 +210,19 @@ consumers = ["{READER}"]
 def test_a_serverless_topic_publish_leaves_the_room_its_subscribers_claim_with(
     tmp_path: Path,
 ) -> None:
-    topic = init_topic(tmp_path, "orders")
-    audit = init_subscription(topic, "audit", READER)
-    with chute.connect(f"dropbox://{tmp_path}?client_id=publisher-with-a-long-id") as conn:
-        send_all_serverless = conn.session()
-        for n in SIZES:
-            m = sized(n)
-            send_all_serverless.send(
-                "topic:orders",
-                m.body,
-                id=m.id,
-                reply_to=m.reply_to,
-                type=m.type,
-                correlation_id=m.correlation_id,
-                properties=m.properties,
-            )
-        send_all_serverless.close()
+    audit = init_subscription(init_topic(tmp_path, "orders"), "audit", READER)
+    send_all(f"dropbox://{tmp_path}?client_id=publisher-with-a-long-id", "topic:orders", SIZES)
     assert read_as(READER, audit, len(SIZES)) == list(SIZES)
+
+
+def test_a_serverless_queue_send_leaves_the_room_its_named_consumers_claim_with(
+    tmp_path: Path,
+) -> None:
+    producer = "a-producer-whose-client-id-is-long-enough"
+    url = f"dropbox://{tmp_path}?client_id={producer}"
+    send_all(f"{url}&consumers={READER},app-1", "orders", list(SIZES))
+    assert read_as(READER, init_queue(tmp_path, "orders"), len(SIZES)) == list(SIZES)
+    with chute.connect(url) as conn, conn.session() as session:  # no consumers: its own id
+        send_sized(session, "orders", 255 - len(producer + "~"))
+        with pytest.raises(InvalidMessage, match="42-byte client prefix"):
+            send_sized(session, "orders", 255 - len(producer + "~") + 1)
