@@ -43,8 +43,13 @@ fsyncs it, renames it into ``target/`` and fsyncs the directory (a topic: into
 every subscription of the topic dropbox); only then is the message acked on
 the loop. The file's name keeps the message's id, so a DropboxMQ reader
 gets the timestamp back only from a DropboxMQ id (one the message was
-imported with). A message that cannot be a DropboxMQ filename (too long) is
-rejected to the dead-letter queue with a log line; one that cannot be written
+imported with). A name leaves room for the claim prefix of the consumers
+that will claim it: for a queue, the longest of the mount's ``consumers``
+(DropboxMQ's generated client ids when none are listed); for a topic, the
+clients its subscription directories name. A message DropboxMQ could not read
+(a name too long, a map, stream or object body that is not Java-serialized) is
+rejected to the dead-letter queue with a log line (the first, then one a
+minute); one that cannot be written
 (disk full) is requeued and the thread backs off a polling interval. While
 DropboxMQ's ``write-lock.properties`` holds the dropbox's writers back
 (:class:`~chute.dropbox.flow.WriteLock`), the export waits, with no limit, as a
@@ -67,6 +72,7 @@ import itertools
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +86,7 @@ from chute.core.session import Session
 from chute.dropbox.flow import WriteLock
 from chute.dropbox.layout import QueueLayout, init_queue, init_subscription, init_topic
 from chute.dropbox.mount import Direction, DropboxMount
+from chute.dropbox.names import claim_room
 from chute.dropbox.queue import (
     ConsumerOptions,
     Delivery,
@@ -98,6 +105,7 @@ log = logging.getLogger("chute.dropbox")
 
 _STOP_TIMEOUT: Final = 10.0
 _RESULT_POLL: Final = 0.5
+_REFUSALS_LOGGED_EVERY: Final = 60.0
 
 
 class BridgeHost(Protocol):
@@ -134,6 +142,8 @@ class _Export:
     write: Callable[[Message], object]
     write_lock: WriteLock  # DropboxMQ's flow control of the dropbox written to
     consumer: Consumer | None = None
+    refused_at: float | None = None  # when a refusal was last logged (monotonic)
+    unlogged: int = 0  # refusals since then, counted, not logged
 
 
 class DropboxBridge:
@@ -253,7 +263,12 @@ class DropboxBridge:
             if addr.kind is Kind.TOPIC:
                 producer = TopicPublisher(self.mount.root, addr.name, block_timeout=0)
             else:
-                producer = QueueProducer(self.mount.root, addr.name, block_timeout=0)
+                producer = QueueProducer(
+                    self.mount.root,
+                    addr.name,
+                    block_timeout=0,
+                    claim_room=claim_room(self.mount.consumers),
+                )
             export = _Export(address, producer.send, producer.write_lock)
             receiver = _ExportReceiver(self, export)
             export.consumer = session.consumer(
@@ -431,18 +446,32 @@ class DropboxBridge:
         except DestinationFull:
             return "requeue"  # write-locked just now
         except InvalidMessage as exc:
-            log.warning(
-                "dropbox export of %s from %s: %s: to the dead-letter queue",
-                message.id,
-                export.address,
-                exc.reason,
-            )
+            self._log_refusal(export, message, exc.reason)
             return "reject"
         except OSError as exc:
             log.error("dropbox export to %s: %s: will retry", self.mount.root, exc)
             return "requeue"
         self.exported += 1
         return "ack"
+
+    @staticmethod
+    def _log_refusal(export: _Export, message: Message, reason: str) -> None:
+        """Say why a message is dead-lettered instead of written: the first refusal,
+        then at most one line a minute, with how many went unlogged in between."""
+        now = time.monotonic()
+        if export.refused_at is not None and now - export.refused_at < _REFUSALS_LOGGED_EVERY:
+            export.unlogged += 1
+            return
+        since = f" ({export.unlogged} more since the last such line)" if export.unlogged else ""
+        log.warning(
+            "dropbox export of %s from %s: %s: to the dead-letter queue%s; further refusals "
+            "are counted, not logged, for a minute",
+            message.id,
+            export.address,
+            reason,
+            since,
+        )
+        export.refused_at, export.unlogged = now, 0
 
     def _settle(self, consumer: Consumer, seq: int, outcome: str) -> None:
         session = self._session

@@ -12,7 +12,9 @@ directories (``shared/notes/dropboxmq.md``):
 
 A topic ``a.b`` lives in ``root/topic-root/a/b/``: its ``.incoming/`` and each
 subscription's ``.subscriptions/<enc(subscription)>.<enc(clientId)>/`` are
-dropboxes with the same six directories.
+dropboxes with the same six directories. A dropbox appears whole: its
+directory is built aside with the six inside and renamed into place, so a
+publisher copying into every subscription never meets one half made.
 
 Creating a queue or a topic also creates what DropboxMQ's ``create-dropbox``
 creates beside the dropboxes, in the root: ``dropboxmq/clients/`` and
@@ -31,6 +33,8 @@ neither ``..`` nor a symlink planted under the root can lead outside it.
 from __future__ import annotations
 
 import os
+import secrets
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -134,13 +138,42 @@ class QueueLayout:
     def create(self) -> None:
         """Create the missing directories, checking each one as it is made.
 
+        A missing ``base`` appears whole: it is built aside with its six
+        directories and renamed into place (:meth:`_create_aside`), so a
+        publisher that lists ``.subscriptions/`` never finds a subscription
+        without its ``working/`` or ``target/``.
+
         Raises:
             InvalidAddress: as :meth:`check`.
             OSError: a directory cannot be created.
         """
-        for path in (*_levels(self.root, self.base), *self.dirs()):
+        *above, base = _levels(self.root, self.base)
+        for path in above:
             path.mkdir(exist_ok=True)
             _check_resolves_to_itself(path)
+        if not os.path.lexists(base):
+            self._create_aside()
+        for path in (base, *self.dirs()):
+            path.mkdir(exist_ok=True)  # a dropbox an older client made may lack some
+            _check_resolves_to_itself(path)
+
+    def _create_aside(self) -> None:
+        """Build ``base`` and its six directories under a hidden name beside its parent
+        (``.new-<random>``, which no destination or subscription can be called), then
+        rename it into place. If another process made ``base`` meanwhile, theirs stays."""
+        aside = self.base.parent.parent / f".new-{secrets.token_hex(8)}"
+        aside.mkdir()
+        try:
+            for name in QUEUE_DIRS:
+                (aside / name).mkdir()
+            try:
+                os.rename(aside, self.base)
+            except OSError:
+                if not os.path.isdir(self.base):
+                    raise
+        finally:
+            if os.path.lexists(aside):
+                shutil.rmtree(aside, ignore_errors=True)
 
 
 def queue_layout(root: str | os.PathLike[str], destination: str) -> QueueLayout:

@@ -9,6 +9,7 @@ poll_interval_ms = 300             # rescan at least this often (inotify wakes s
 client = "chute-bridge"            # the client id its claimed files carry
 delete_processed = false           # import: delete a taken file instead of processed/
 batch = 256                        # import: files taken per store sync
+consumers = ["javaC"]              # export: client ids of the queues' readers
 ```
 Import takes ``NAME`` (queue dropbox ``NAME`` -> ``queue:NAME``) and
 ``topic:NAME`` (-> ``topic:NAME``): read, as a DropboxMQ subscriber reads it,
@@ -17,7 +18,11 @@ topic dropbox, after fanning out the topic's ``.incoming`` as DropboxMQ's
 distributor does. Export takes broker addresses: a queue is written to the
 queue dropbox of the same name, a topic to every subscription of the topic
 dropbox of the same name and of the topics above it (through a durable broker
-subscription named after ``client``).
+subscription named after ``client``). An exported name must fit once claimed:
+``consumers`` lists the client ids that read the exported queues, and a name
+leaves room for the longest one's claim prefix (none listed: room for
+DropboxMQ's generated client ids, 27 characters); a topic's subscription
+directories name their clients, so a topic needs no list.
 Pure: parsing only; :mod:`chute.dropbox.bridge` does the I/O.
 """
 
@@ -44,6 +49,7 @@ _KEYS: Final = (
     "delete_processed",
     "batch",
     "user",
+    "consumers",
 )
 
 
@@ -64,6 +70,7 @@ class DropboxMount:
     delete_processed: bool = False
     batch: int = 256
     user: str | None = None  # who the bridge acts as (required once [users] exist)
+    consumers: tuple[str, ...] = ()  # export: the client ids that claim from its queues
 
 
 def parse_mounts(value: Any) -> list[DropboxMount]:
@@ -138,6 +145,7 @@ def _mount(index: int, table: Any) -> DropboxMount:
     user = table.get("user")
     if user is not None and (not isinstance(user, str) or not user):
         raise ConfigError(f"{where}.user: expected a user name, got {user!r}")
+    consumers = _consumers(table, where, direction)
     delete = table.get("delete_processed", False)
     if not isinstance(delete, bool):
         raise ConfigError(f"{where}.delete_processed: expected true or false")
@@ -150,7 +158,27 @@ def _mount(index: int, table: Any) -> DropboxMount:
         delete_processed=delete,
         batch=batch,
         user=user,
+        consumers=consumers,
     )
+
+
+def _consumers(table: dict[str, Any], where: str, direction: Direction) -> tuple[str, ...]:
+    value = table.get("consumers", [])
+    if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
+        raise ConfigError(f'{where}.consumers: a list of client ids, e.g. ["javaC"]')
+    if value and direction is not Direction.EXPORT:
+        raise ConfigError(
+            f"{where}.consumers: only an export writes names for other consumers to claim"
+        )
+    for client in value:
+        try:
+            check_client_id(client)
+        except InvalidAddress:
+            raise ConfigError(
+                f"{where}.consumers: {client[:60]!r} is not 1-{MAX_CLIENT_ID_BYTES} bytes "
+                "of client id"
+            ) from None
+    return tuple(value)
 
 
 def _int(table: dict[str, Any], key: str, default: int, where: str, *, low: int) -> int:

@@ -22,10 +22,11 @@ filename is :mod:`~chute.dropbox.transcoder`'s, and
 
 Every name is at most :data:`NAME_MAX_BYTES`, the claimed name included (that
 is DropboxMQ's only limit too). How much a claim adds depends on the client id
-that makes it: :func:`claim_room`. A producer cannot know which consumer will
-claim its file, so it reserves room for the client ids it knows of, or
-:data:`DEFAULT_CLAIM_ROOM` (DropboxMQ's generated client ids) when it knows
-none. ``enc`` is :func:`chute.dropbox.escape.enc`.
+that makes it: :func:`claim_room`. A producer reserves room for the consumers
+that will claim its file: a subscription's are named by its directory
+(:func:`subscription_claim_room`); a queue's are the client ids it is told of,
+or, when it knows none, :data:`DEFAULT_CLAIM_ROOM` (DropboxMQ's generated
+client ids). ``enc`` is :func:`chute.dropbox.escape.enc`.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ __all__ = [
     "GENERATED_CLIENT_ID_BYTES",
     "MAX_CLIENT_ID_BYTES",
     "NAME_MAX_BYTES",
+    "SHARED_CLIENT",
     "TOPIC_ROOT",
     "check_client_id",
     "check_destination_name",
@@ -50,6 +52,7 @@ __all__ = [
     "claim_room",
     "destination_parts",
     "split_claim_name",
+    "subscription_claim_room",
     "subscription_dir_name",
 ]
 
@@ -65,6 +68,10 @@ configured: ``<ms * 1000 + sequence>-<10 random digits>``, like its message ids.
 
 DEFAULT_CLAIM_ROOM: Final = GENERATED_CLIENT_ID_BYTES + 1
 """What a claim by a DropboxMQ connection with a generated client id adds to a name."""
+
+SHARED_CLIENT: Final = "__shared__"
+"""The client part of a shared subscription's directory (``<sub>.__shared__``): consumers
+of any client id compete on it."""
 
 TOPIC_ROOT: Final = "topic-root"
 """The directory under the root that holds every topic."""
@@ -165,6 +172,24 @@ def subscription_dir_name(subscription: str, client_id: str) -> str:
     if len(name) > NAME_MAX_BYTES:
         raise InvalidAddress(f"subscription directory name would exceed {NAME_MAX_BYTES} bytes")
     return name
+
+
+def subscription_claim_room(dir_name: str) -> int:
+    """What a claim by the consumers of the subscription ``dir_name`` adds to a name.
+
+    The directory ``<enc(subscription)>.<enc(clientId)>`` names the client that
+    claims its files, and the claim prefix is ``<enc(clientId)>~``: exactly
+    ``len(enc(clientId)) + 1``. A shared subscription (:data:`SHARED_CLIENT`) is
+    claimed by consumers of any client id: room for the longest one
+    (:data:`MAX_CLIENT_ID_BYTES`). A directory not named that way (no ``.``):
+    :data:`DEFAULT_CLAIM_ROOM`.
+    """
+    _, dot, client = dir_name.partition(".")  # enc() escapes a '.' in the subscription
+    if not dot or not client:
+        return DEFAULT_CLAIM_ROOM
+    if client == SHARED_CLIENT:
+        return MAX_CLIENT_ID_BYTES + 1
+    return len(client.encode("utf-8", "surrogateescape")) + 1
 
 
 def check_subscription_dir(dir_name: str) -> str:

@@ -18,6 +18,11 @@ query:
     ``false``: keep them in ``processed/`` and ``expired/``;
 ``scan_timeout_ms``
     30000, DropboxMQ's target scan timeout;
+``consumers``
+    none: the client ids (comma-separated) of the consumers that claim from
+    the queues this connection sends to; a name must fit once the longest
+    claims it. None given: this connection's own ``client_id``. (A topic's
+    subscription directories name their consumers: this is for queues.)
 ``block_timeout_ms``
     30000: how long a send waits while DropboxMQ's ``write-lock.properties``
     holds it back (:mod:`chute.dropbox.flow`) before it fails with
@@ -44,7 +49,7 @@ from chute.errors import ConnectError, InvalidAddress
 
 _NUMBERS: Final = ("redelivery_attempts", "scan_timeout_ms", "block_timeout_ms")
 _FLAGS: Final = ("sync", "delete_processed", "delete_expired")
-_KNOWN: Final = ("client_id", "poll_ms", *_NUMBERS, *_FLAGS)
+_KNOWN: Final = ("client_id", "poll_ms", "consumers", *_NUMBERS, *_FLAGS)
 DEFAULT_BLOCK_TIMEOUT_MS: Final = 30_000
 """How long a send waits on DropboxMQ's write lock: a broker's ``block_timeout_ms``."""
 
@@ -62,6 +67,7 @@ class DropboxOptions:
     delete_expired: bool = False
     scan_timeout_ms: int = 30_000
     block_timeout_ms: int = DEFAULT_BLOCK_TIMEOUT_MS
+    consumers: tuple[str, ...] = ()
 
     @property
     def block_timeout(self) -> float:
@@ -122,6 +128,11 @@ def _option(url: str, key: str, raw: str) -> Any:
     try:
         if key == "client_id":
             return raw
+        if key == "consumers":
+            consumers = tuple(c for c in raw.split(",") if c)
+            for consumer in consumers:
+                check_client_id(consumer)
+            return consumers
         if key == "poll_ms":
             value = int(raw)
             if value <= 0:
@@ -135,5 +146,5 @@ def _option(url: str, key: str, raw: str) -> Any:
         if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
             raise ValueError
         return raw.lower() in ("true", "1", "yes")
-    except ValueError:
+    except (ValueError, InvalidAddress):
         raise ConnectError(f"dropbox URL {url!r}: bad value {raw!r} for {key}") from None

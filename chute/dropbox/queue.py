@@ -76,6 +76,7 @@ from chute.dropbox.names import DEFAULT_CLAIM_ROOM, claim_name, claim_room, spli
 from chute.dropbox.properties import lost_properties
 from chute.dropbox.transcoder import (
     DecodedName,
+    check_body,
     decode_filename,
     encode_filename,
 )
@@ -172,7 +173,8 @@ class QueueProducer:
             DestinationFull: still write-locked after ``block_timeout``; nothing
                 was written.
             InvalidMessage: the message cannot be written as a DropboxMQ name
-                (see :func:`encode_filename`).
+                (see :func:`encode_filename`), or its body is one DropboxMQ
+                cannot read (see :func:`~chute.dropbox.transcoder.check_body`).
             OSError: the file cannot be written; nothing is left in ``target/``.
         """
         self.write_lock.wait(self.block_timeout)
@@ -180,19 +182,23 @@ class QueueProducer:
         self.publish(working, name)
         return name
 
-    def stage(self, message: Message) -> tuple[str, Path]:
+    def stage(self, message: Message, *, claim_room: int | None = None) -> tuple[str, Path]:
         """Write ``message`` into ``working/`` only: (its name, its path there).
 
         :meth:`publish` moves it into ``target/``; :meth:`discard` drops it. A
         transaction stages its sends and publishes them at commit.
+        ``claim_room`` overrides this producer's for this message.
 
         Raises:
             InvalidMessage, OSError: as :meth:`send`; nothing is left behind.
         """
+        check_body(message)
         self._count_lost(message)
         for _ in range(_NAME_TRIES):
             name = encode_filename(
-                message, sequence=next(self._sequence), claim_room=self.claim_room
+                message,
+                sequence=next(self._sequence),
+                claim_room=self.claim_room if claim_room is None else claim_room,
             )
             working = self.layout.working / name
             try:

@@ -32,6 +32,7 @@ from chute.dropbox.layout import (
     queue_layout,
 )
 from chute.dropbox.names import (
+    SHARED_CLIENT,
     TOPIC_ROOT,
     check_destination_name,
     claim_room,
@@ -40,7 +41,7 @@ from chute.dropbox.names import (
 from chute.dropbox.options import DropboxOptions
 from chute.dropbox.queue import QueueConsumer, QueueProducer
 from chute.dropbox.topic import TopicPublisher, remove_subscription
-from chute.dropbox.transcoder import DecodedName, decode_filename
+from chute.dropbox.transcoder import DecodedName, check_body, decode_filename
 from chute.errors import (
     ChuteError,
     ConnectError,
@@ -51,8 +52,6 @@ from chute.errors import (
 )
 from chute.message import DEFAULT_PRIORITY, BodyKind, Message, now_ms
 
-SHARED_CLIENT: Final = "__shared__"
-"""The client part of a shared subscription's directory name."""
 NO_TWO_PHASE: Final = "two-phase transactions need a broker (chute://), not a dropbox"
 
 
@@ -141,7 +140,9 @@ class DropboxSession:
 
         Raises:
             InvalidAddress: a bad address (a name is never a path).
-            InvalidMessage: a bad field, or a name too long for a filename.
+            InvalidMessage: a bad field, a name too long for a filename, or a map,
+                stream or object body that is not Java-serialized (DropboxMQ could
+                not read it).
             DestinationFull: still write-locked after ``block_timeout_ms``.
             OSError: the file could not be written.
         """
@@ -235,7 +236,7 @@ class DropboxSession:
                     durable=durable,
                     block_timeout=options.block_timeout,
                     poll_interval=options.poll_interval,
-                    claim_room=claim_room([self.connection.client_id]),
+                    claim_room=claim_room(options.consumers or [self.connection.client_id]),
                 )
             self._producers[(address, durable)] = producer
         producer.send(message)
@@ -473,6 +474,7 @@ def _stamped(  # noqa: PLR0917 - the fields of send, in its order
         properties=properties,
         kind=kind,
     )
+    check_body(message)  # at send, in a transaction too, not at commit
     if id is None:
         message.id = ""
     message.timestamp = now_ms()

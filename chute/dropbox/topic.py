@@ -13,7 +13,11 @@ walking from the topic's directory up to ``topic-root`` (:func:`lineage`).
   subscription of the topic and of its ancestors that exists when it is sent,
   each written in that subscription's ``working/`` and renamed into its
   ``target/``. A subscription created later does not see earlier messages (JMS
-  topic semantics). With no subscription, the message goes nowhere.
+  topic semantics). With no subscription, the message goes nowhere. Every
+  copy has the same name, which must fit once claimed by the client of each
+  subscription, as its directory names it
+  (:func:`~chute.dropbox.names.subscription_claim_room`): a name too long for
+  one of them is refused before any copy is written.
 - **Fan-out** (:class:`Distributor`, :func:`distribute`): non-JMS producers drop
   files into ``.incoming/target``; the distributor claims each file by rename
   (as any consumer does, as client ``distributor`` unless told otherwise),
@@ -46,6 +50,7 @@ from chute.dropbox.layout import (
     subscription_layouts,
     topic_layout,
 )
+from chute.dropbox.names import subscription_claim_room
 from chute.dropbox.queue import ConsumerOptions, QueueConsumer, QueueProducer, recover_layout
 from chute.dropbox.transcoder import dropbox_id
 from chute.dropbox.watch import DEFAULT_POLL_INTERVAL
@@ -136,7 +141,9 @@ class TopicPublisher:
         A message without an id gets one here, so every copy has the same.
 
         Raises:
-            InvalidMessage: the message cannot be written as a DropboxMQ name.
+            InvalidMessage: the message cannot be written as a DropboxMQ name
+                (among others: too long for a subscription's client to claim);
+                no copy was written.
             OSError: a copy could not be written (earlier copies stay).
         """
         subscriptions = self.subscriptions()
@@ -145,10 +152,12 @@ class TopicPublisher:
         if not message.id:  # one DropboxMQ id (it carries the time) for every copy
             stamp = message.timestamp or now_ms()
             message = message.replace(id=dropbox_id(stamp, next(self._sequence)))
+        room = max(subscription_claim_room(layout.base.name) for layout in subscriptions)
         sent: list[str] = []
         for layout in subscriptions:
             producer = self._producer(layout)
-            name, working = producer.stage(message)  # no lock of the subscription's own
+            # no lock of the subscription's own; the first copy raises if too long
+            name, working = producer.stage(message, claim_room=room)
             producer.publish(working, name)
             sent.append(layout.destination)
         return sent

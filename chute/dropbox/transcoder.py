@@ -74,7 +74,12 @@ Each difference keeps data DropboxMQ would lose or hang on, and is reported in
   address an empty name.
 - Numbers are ASCII digits only (Java also accepts other Unicode digits).
 - Bodies are not part of the name; text is UTF-8 (DropboxMQ used the platform
-  charset) and map/stream/object bodies stay opaque bytes.
+  charset) and map/stream/object bodies stay opaque bytes. DropboxMQ reads a
+  map, stream or object body with Java's ``ObjectInputStream``, and its
+  ``receive()`` throws (the file goes to ``error/``) on one that is not
+  Java-serialized, so chute writes such a body only if it starts with Java's
+  serialization header ``AC ED 00 05`` (:func:`check_body`); it never
+  deserializes one.
 
 What a name cannot carry
 ------------------------
@@ -91,16 +96,20 @@ Name length
 -----------
 A filename is at most 255 bytes on every common filesystem
 (:data:`~chute.dropbox.names.NAME_MAX_BYTES`), and DropboxMQ's only limit is
-that its *claimed* name, ``<enc(clientId)>~<name>`` with the delivery count,
-fits. :func:`encode_filename` therefore **refuses** (raises
-:class:`~chute.errors.InvalidMessage`) a name that would not fit once claimed
-with a delivery count up to :data:`ROOM_FOR_COUNT`, the claim adding ``claim_room`` bytes
-(:func:`~chute.dropbox.names.claim_room` of the client ids that will claim it,
-as far as they are known). It does not spill properties elsewhere: a spilled
-property is one a DropboxMQ reader would never see, and a sidecar file would
-break the single-rename atomicity of the protocol. :func:`decode_filename`
-accepts names of any length. A consumer that finds no room for a larger count
-(a thousandth delivery of a name at the limit) sends the file to ``error/``.
+that its *claimed* name, ``<enc(clientId)>~<name>``, fits: its consumer reads
+any name it can claim. :func:`encode_filename` therefore **refuses** (raises
+:class:`~chute.errors.InvalidMessage`) a name that would not fit once claimed,
+the claim adding ``claim_room`` bytes (:func:`~chute.dropbox.names.claim_room`
+of the client ids that will claim it: a subscription's directory names its
+client, :func:`~chute.dropbox.names.subscription_claim_room`). Like DropboxMQ,
+it reserves no room for a delivery count: the count goes into the name where it
+fits. A consumer that finds no room for it acknowledges the file into
+``processed/`` under the name it had, and sends a file it would redeliver to
+``error/`` (a redelivery must carry its count, or the redelivery limit would
+never be reached). It does not spill properties elsewhere: a spilled property
+is one a DropboxMQ reader would never see, and a sidecar file would break the
+single-rename atomicity of the protocol. :func:`decode_filename` accepts names
+of any length.
 
 The names of directories and of claimed files are not a message's:
 :mod:`~chute.dropbox.names` holds their rules.
@@ -137,9 +146,10 @@ from chute.message import (
 )
 
 __all__ = [
+    "JAVA_SERIALIZED",
     "JMS_ID_PREFIX",
-    "ROOM_FOR_COUNT",
     "DecodedName",
+    "check_body",
     "decode_filename",
     "dropbox_id",
     "encode_filename",
@@ -147,8 +157,16 @@ __all__ = [
 
 JMS_ID_PREFIX: Final = "ID:"
 """What JMS puts before every ``JMSMessageID``, and DropboxMQ before the id field."""
-ROOM_FOR_COUNT: Final = 999
-"""The largest delivery count an encoded name leaves room for (see Name length)."""
+
+JAVA_SERIALIZED: Final = b"\xac\xed\x00\x05"
+"""How a Java serialization stream begins (magic ``ACED``, version 5): the start of
+every map, stream and object body DropboxMQ writes and reads."""
+_ARTICLES: Final = {
+    BodyKind.MAP: "a map",
+    BodyKind.STREAM: "a stream",
+    BodyKind.OBJECT: "an object",
+}
+_SERIALIZED_KINDS: Final = frozenset(_ARTICLES)
 
 _FIELDS: Final = 7
 _MAX_PRIORITY: Final = 9
@@ -299,7 +317,7 @@ class DecodedName:
             properties=self.properties,
             delivery_count=count,
         )
-        _check_room(name, name, claim_room)
+        _check_room(name, claim_room)
         return name
 
 
@@ -365,6 +383,29 @@ def _now() -> int:
 # -- encoding -----------------------------------------------------------------------------
 
 
+def check_body(message: Message) -> None:
+    """Raise unless DropboxMQ can read ``message``'s body.
+
+    A map, stream or object body must be Java-serialized (DropboxMQ reads it
+    with ``ObjectInputStream``): it must start with :data:`JAVA_SERIALIZED`.
+    Text and bytes bodies are always readable. Only the stream's header is
+    looked at; nothing is deserialized.
+
+    Raises:
+        InvalidMessage: a map, stream or object body that is not Java-serialized.
+    """
+    if message.kind in _SERIALIZED_KINDS and not (
+        len(message.body) > len(JAVA_SERIALIZED) and message.body.startswith(JAVA_SERIALIZED)
+    ):
+        start = message.body[: len(JAVA_SERIALIZED)].hex(" ").upper() or "nothing"
+        raise InvalidMessage(
+            f"{_ARTICLES[message.kind]} body written to a dropbox must be Java-serialized, as "
+            f"DropboxMQ reads it with ObjectInputStream (it starts with AC ED 00 05); this "
+            f"one ({len(message.body)} bytes) starts with {start}: send it as bytes "
+            "(kind=bytes), or serialize it in Java"
+        )
+
+
 def encode_filename(
     message: Message,
     *,
@@ -383,7 +424,7 @@ def encode_filename(
     ``claim_room`` is what the claim prefix of the consumer that will take the
     file adds (:func:`~chute.dropbox.names.claim_room`; by default, room for
     DropboxMQ's generated client ids): the name must fit the filesystem's 255
-    bytes once claimed and carrying a delivery count up to :data:`ROOM_FOR_COUNT`.
+    bytes once claimed (see Name length).
 
     Raises:
         InvalidMessage: a field cannot be encoded safely: priority outside 0..9,
@@ -403,21 +444,18 @@ def encode_filename(
             f"property {DELIVERY_COUNT} is the delivery count: set delivery_count instead"
         )
 
-    def named(delivery_count: int) -> str:
-        return _encode_fields(
-            priority=message.priority,
-            id_field=id_field,
-            kind=message.kind,
-            expiration=message.expiration,
-            correlation_id=message.correlation_id,
-            reply_to=message.reply_to,
-            type_=message.type,
-            properties=message.properties,
-            delivery_count=delivery_count,
-        )
-
-    name = named(message.delivery_count)
-    _check_room(name, named(max(message.delivery_count, ROOM_FOR_COUNT)), claim_room)
+    name = _encode_fields(
+        priority=message.priority,
+        id_field=id_field,
+        kind=message.kind,
+        expiration=message.expiration,
+        correlation_id=message.correlation_id,
+        reply_to=message.reply_to,
+        type_=message.type,
+        properties=message.properties,
+        delivery_count=message.delivery_count,
+    )
+    _check_room(name, claim_room)
     return name
 
 
@@ -428,15 +466,14 @@ def _id_field(message_id: str) -> str:
     return enc(message_id)
 
 
-def _check_room(name: str, longest: str, claim_room: int) -> None:
-    """Raise unless ``longest`` (``name`` at its longest) fits once claimed."""
-    room = NAME_MAX_BYTES - claim_room
-    if len(longest) > room:  # the encoded name is ASCII: characters are bytes
+def _check_room(name: str, claim_room: int) -> None:
+    """Raise unless ``name`` fits once claimed with ``claim_room`` bytes of prefix."""
+    if len(name) + claim_room > NAME_MAX_BYTES:  # the encoded name is ASCII
         raise InvalidMessage(
-            f"the DropboxMQ filename would be {len(name)} bytes and up to {len(longest)} "
-            f"with a delivery count; claimed with a {claim_room}-byte client prefix it "
-            f"must fit {NAME_MAX_BYTES} bytes: shorten the id, correlation id, reply-to, "
-            "type or properties (or the consumers' client ids)"
+            f"the DropboxMQ filename would be {len(name)} bytes; claimed with a "
+            f"{claim_room}-byte client prefix it must fit {NAME_MAX_BYTES} bytes, so "
+            f"{NAME_MAX_BYTES - claim_room} at most: shorten the id, correlation id, "
+            "reply-to, type or properties (or the consumers' client ids)"
         )
 
 

@@ -12,11 +12,12 @@ the values themselves.
 
 Values are ``None`` (SQL's NULL / *unknown*), ``bool``, ``int``, ``float`` or
 ``str``; the int and float subclasses of :mod:`chute.message` (``Byte``,
-``Short``, ``Int``, ``Long``, ``Float``) are plain numbers here. The rules, JMS
+``Short``, ``Int``, ``Long``, ``Float``) are plain numbers here, except that
+arithmetic keeps Java's ``int`` and ``long`` apart (:mod:`.arithmetic`). The rules, JMS
 1.1 §3.8.1.2 as ActiveMQ and Artemis apply them:
 
 - A missing property, a ``None`` header, or arithmetic on anything but numbers
-  (and division by zero) is NULL; a comparison or LIKE/IN/BETWEEN with a NULL
+  (and an integer divided by zero) is NULL; a comparison or LIKE/IN/BETWEEN with a NULL
   operand is unknown; ``IS [NOT] NULL`` is never unknown.
 - AND, OR and NOT use three-valued (Kleene) logic; a selector matches only
   when it is TRUE.
@@ -24,9 +25,15 @@ Values are ``None`` (SQL's NULL / *unknown*), ``bool``, ``int``, ``float`` or
   FALSE (not unknown), and ``<>``, ``NOT LIKE``, ``NOT IN`` and ``NOT BETWEEN``,
   which are the negations of their positive forms, are then TRUE. ``bool`` is
   not a number, despite Python. ``<``, ``<=``, ``>``, ``>=`` order numbers only.
-- Integers and floats compare numerically. ``/`` always divides as floating
-  point (as Artemis does); integer ``+ - *`` is exact, without Java's 64-bit
-  wrap-around.
+- Integers and floats compare numerically. Arithmetic is Java's (JLS §5.6.2,
+  as JMS requires and ActiveMQ does): integer with integer stays an integer,
+  ``int`` (byte, short and int properties, ``JMSPriority``,
+  ``JMSXDeliveryCount``, literals that fit) unless either side is a ``long``
+  (long properties, plain Python ints, ``JMSTimestamp``, ``JMSExpiration``,
+  larger literals), wrapping around on overflow; ``/`` between integers
+  truncates toward zero (``7 / 2`` is 3) and an integer divided by zero is
+  NULL; with a float on either side it is a double (``7 / 2.0`` is 3.5, and a
+  double divided by zero is an infinity or NaN, as in Java).
 
 Three headers read as JMS clients see them, not as chute stores them (what
 DropboxMQ's selectors do, and what its consumers read from a file):
@@ -52,10 +59,18 @@ from __future__ import annotations
 import functools
 import logging
 import operator
-import re
 from collections.abc import Callable
 from typing import Any, Final, assert_never
 
+from chute.core.selector.arithmetic import (
+    INT_MAX,
+    INT_MIN,
+    LONG_MAX,
+    LONG_MIN,
+    java_arithmetic,
+    java_negation,
+)
+from chute.core.selector.like import like_matcher
 from chute.core.selector.parser import (
     And,
     Arithmetic,
@@ -250,7 +265,7 @@ def _compile(node: Node) -> Fn:
     if isinstance(node, Arithmetic):
         return _arithmetic(node)
     if isinstance(node, Sign):
-        return _sign(node.op, _compile(node.operand))
+        return _sign(node.op, node.operand)
     if isinstance(node, Between):
         return _between(node)
     if isinstance(node, In):
@@ -435,17 +450,34 @@ def _order(op: Callable[[Any, Any], Any], lhs: Fn, rhs: Fn) -> Fn:
     return order
 
 
-_ARITHMETIC: Final[dict[str, Callable[[Any, Any], Any]]] = {
-    "+": operator.add,
-    "-": operator.sub,
-    "*": operator.mul,
-    "/": operator.truediv,
-}
+_INT_HEADERS: Final = frozenset({"JMSPriority", "JMSXDeliveryCount"})
+"""Headers a JMS client reads as a Java ``int`` (the other numeric headers are ``long``)."""
+
+
+def _number_operand(node: Node) -> Fn:
+    """``node`` compiled as an operand of arithmetic, typed as Java types it: an integer
+    literal is an ``int`` when it fits one (else a ``long``), and so are the ``int`` headers."""
+    if isinstance(node, Constant) and type(node.value) is int:
+        value = node.value
+        if INT_MIN <= value <= INT_MAX:
+            return _constant(Int(value))
+        return _constant(Long(value) if LONG_MIN <= value <= LONG_MAX else value)
+    fn = _compile(node)
+    if isinstance(node, Identifier) and node.name in _INT_HEADERS:
+
+        def int_header(message: Message) -> Any:
+            value = fn(message)
+            if type(value) is int and INT_MIN <= value <= INT_MAX:
+                return Int(value)
+            return value
+
+        return int_header
+    return fn
 
 
 def _arithmetic(node: Arithmetic) -> Fn:
-    first = _compile(node.first)
-    steps = tuple((_ARITHMETIC[op], _compile(operand)) for op, operand in node.rest)
+    first = _number_operand(node.first)
+    steps = tuple((op, _number_operand(operand)) for op, operand in node.rest)
 
     def arithmetic(message: Message) -> Any:
         acc = first(message)
@@ -455,23 +487,23 @@ def _arithmetic(node: Arithmetic) -> Fn:
             value = fn(message)
             if value is None or not (type(value) in _NUMBER_TYPES or _is_number(value)):
                 return None
-            try:
-                acc = op(acc, value)
-            except ArithmeticError:  # x / 0, or an int too large for a float
+            acc = java_arithmetic(op, acc, value)
+            if acc is None:
                 return None
         return acc
 
     return arithmetic
 
 
-def _sign(op: str, fn: Fn) -> Fn:
+def _sign(op: str, node: Node) -> Fn:
+    fn = _number_operand(node)
     minus = op == "-"
 
     def sign(message: Message) -> Any:
         value = fn(message)
         if value is None or not (type(value) in _NUMBER_TYPES or _is_number(value)):
             return None
-        return -value if minus else value
+        return java_negation(value) if minus else value
 
     return sign
 
@@ -543,47 +575,3 @@ def _is_null(operand: Fn, negated: bool) -> Fn:
         return (operand(message) is None) is not negated
 
     return is_null
-
-
-def like_matcher(pattern: str, escape: str | None = None) -> Callable[[str], bool]:
-    """A predicate for ``LIKE pattern ESCAPE escape``: ``%`` is any run, ``_`` one character.
-
-    Simple shapes become string methods (``abc``, ``abc%``, ``%abc``, ``a%c``,
-    ``%abc%``). Anything else becomes one regex, built so that it cannot
-    backtrack badly: with the pattern split at ``%`` into fixed-length segments
-    S0 % S1 % ... % Sk, the middle segments are matched at their leftmost
-    occurrence inside atomic groups, ``S0(?>.*?S1)...(?>.*?Sk-1).*Sk``. Taking
-    the leftmost occurrence never loses a match, so nothing needs undoing, and
-    the cost stays linear in the text per segment.
-    """
-    segments: list[list[str | None]] = [[]]  # each: literal characters, None for '_'
-    chars = iter(pattern)
-    for ch in chars:
-        if ch == escape:
-            segments[-1].append(next(chars, ch))  # the parser rejects a trailing escape
-        elif ch == "%":
-            segments.append([])
-        elif ch == "_":
-            segments[-1].append(None)
-        else:
-            segments[-1].append(ch)
-    if all(None not in segment for segment in segments):
-        literals = ["".join(c for c in segment if c is not None) for segment in segments]
-        if len(literals) == 1:
-            return literals[0].__eq__
-        if len(literals) == 2:
-            head, tail = literals
-            if not tail:
-                return lambda s: s.startswith(head)
-            size = len(head) + len(tail)
-            return lambda s: len(s) >= size and s.startswith(head) and s.endswith(tail)
-        if len(literals) == 3 and not literals[0] and not literals[2]:
-            middle = literals[1]
-            return lambda s: middle in s
-    regex = ["".join("." if c is None else re.escape(c) for c in segment) for segment in segments]
-    parts = [regex[0]]
-    parts.extend(f"(?>.*?{middle})" for middle in regex[1:-1] if middle)
-    if len(regex) > 1:
-        parts.append(f".*{regex[-1]}")
-    fullmatch = re.compile("".join(parts), re.DOTALL).fullmatch
-    return lambda s: fullmatch(s) is not None

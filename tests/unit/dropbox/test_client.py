@@ -279,6 +279,7 @@ def test_a_name_that_would_leave_the_root_is_refused(tmp_path: Path, address: st
         ("dropbox:///srv/mq?poll_ms=0", "bad value"),
         ("dropbox:///srv/mq?colour=red", "unknown option"),
         ("dropbox:///srv/mq?client_id=" + "x" * 80, "longer than"),
+        ("dropbox:///srv/mq?consumers=javaC," + "x" * 80, "bad value"),
         ("dropbox:", "no directory"),
     ],
 )
@@ -377,6 +378,8 @@ def test_a_write_locked_commit_keeps_its_sends_for_a_retry(tmp_path: Path) -> No
 
 def test_block_timeout_ms_is_a_url_option() -> None:
     assert parse_dropbox_url("dropbox:///mq").block_timeout == 30.0
+    assert parse_dropbox_url("dropbox:///mq").consumers == ()
+    assert parse_dropbox_url("dropbox:///mq?consumers=javaC,app-1").consumers == ("javaC", "app-1")
     assert parse_dropbox_url("dropbox:///mq?block_timeout_ms=250").block_timeout == 0.25
     with pytest.raises(ConnectError, match="block_timeout_ms"):
         parse_dropbox_url("dropbox:///mq?block_timeout_ms=-1")

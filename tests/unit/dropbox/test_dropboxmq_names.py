@@ -19,6 +19,7 @@ import pytest
 
 from chute.dropbox.names import claim_room, split_claim_name
 from chute.dropbox.queue import ConsumerOptions, QueueConsumer, QueueProducer
+from chute.dropbox.transcoder import encode_filename
 from chute.errors import InvalidMessage
 from chute.message import BodyKind, Byte, Float, Int, Message, Short, now_ms
 
@@ -124,7 +125,7 @@ def test_a_name_too_long_for_the_claimants_is_refused_at_send(tmp_path: Path) ->
     long_id = "c" * 47
     producer = QueueProducer(tmp_path, "orders", claim_room=claim_room([long_id]))
     with pytest.raises(InvalidMessage, match="must fit 255 bytes"):
-        producer.send(realistic())
+        producer.send(realistic(correlation_id="c-883.x" + "c" * 12))
     assert os.listdir(producer.layout.target) == []
     assert os.listdir(producer.layout.working) == []
 
@@ -169,3 +170,32 @@ def test_property_names_dropboxmq_cannot_read_are_not_written(
     while (delivery := consumer.receive()) is not None:
         got[delivery.message.id] = delivery.message.properties
     assert got == {"ID:s-1": {"after": 1}, "ID:s-2": {"ok": "2"}, "ID:s-3": {}}
+
+
+def test_a_name_with_no_room_left_for_a_count_is_acked_as_it_is_and_not_redelivered(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A name that fits its claim exactly (as DropboxMQ allows) has no room for a
+    delivery count: acked, it keeps its name; recovered, it goes to error/ (a
+    redelivery without its count could never reach the redelivery limit)."""
+    producer = QueueProducer(tmp_path, "orders", claim_room=claim_room(["javaC"]))
+    base = realistic(id="1700000000000000-1", correlation_id="c")
+    pad = 255 - len("javaC~") - len(encode_filename(base, claim_room=0))
+    names = [
+        producer.send(realistic(id=f"{1700000000000000 + i}-1", correlation_id="c" * (1 + pad)))
+        for i in range(2)
+    ]
+    assert {len("javaC~" + n) for n in names} == {255}
+    consumer = QueueConsumer(
+        tmp_path, "orders", "javaC", options=ConsumerOptions(redelivery_attempts=5)
+    )
+    first = consumer.receive()
+    assert first is not None
+    consumer.ack(first)
+    assert os.listdir(consumer.layout.processed) == ["javaC~" + first.decoded.name]
+    second = consumer.receive()
+    assert second is not None
+    with caplog.at_level(logging.WARNING, "chute.dropbox"):
+        consumer.recover(second)
+    assert os.listdir(consumer.layout.error) == ["javaC~" + second.decoded.name]
+    assert "no room in the name for a delivery count" in caplog.text

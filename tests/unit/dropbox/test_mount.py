@@ -61,9 +61,24 @@ batch = 10
         ([{"root": "/r", "destinations": ["q"], "client": ""}], "client"),
         ([{"root": "/r", "destinations": ["q"], "delete_processed": "yes"}], "true or false"),
         ([{"root": "/r", "destinations": ["q"], "colour": 1}], "unknown key"),
+        ([{"root": "/r", "destinations": ["q"], "consumers": ["a"]}], "only an export"),
+        ([{"root": "/r", "destinations": ["q"], "direction": "export", "consumers": "a"}], "list"),
+        (
+            [{"root": "/r", "destinations": ["q"], "direction": "export", "consumers": ["x" * 49]}],
+            "1-48 bytes of client id",
+        ),
         ([{"root": "/r", "destinations": ["q"]}, {"root": "/r", "destinations": ["q"]}], "already"),
     ],
 )
 def test_bad_tables_name_what_is_wrong(value: Any, fragment: str) -> None:
     with pytest.raises(ConfigError, match=fragment):
         parse_mounts(value)
+
+
+def test_an_export_names_the_consumers_that_claim_its_files() -> None:
+    [mount] = parse_mounts(
+        [{"root": "/r", "destinations": ["q"], "direction": "export", "consumers": ["javaC", "b"]}]
+    )
+    assert mount.consumers == ("javaC", "b")
+    [default] = parse_mounts([{"root": "/r", "destinations": ["q"], "direction": "export"}])
+    assert default.consumers == ()

@@ -13,6 +13,7 @@ from chute.dropbox.names import (
     claim_room,
     destination_parts,
     split_claim_name,
+    subscription_claim_room,
     subscription_dir_name,
 )
 from chute.errors import InvalidAddress
@@ -102,3 +103,13 @@ def test_destination_parts() -> None:
     for bad in ("a.", ".a", "a..b", "a/b"):
         with pytest.raises(InvalidAddress):
             destination_parts(bad, topic=True)
+
+
+def test_a_subscription_directory_names_the_room_its_client_claims_with() -> None:
+    assert subscription_claim_room(subscription_dir_name("audit", "javaC")) == len("javaC~")
+    assert subscription_claim_room(subscription_dir_name("a.b", "c.d")) == len("c%2Ed~")
+    assert subscription_claim_room(subscription_dir_name("feed", "__shared__")) == (
+        MAX_CLIENT_ID_BYTES + 1  # any client id may claim from a shared one
+    )
+    assert subscription_claim_room("made-by-hand") == DEFAULT_CLAIM_ROOM
+    assert subscription_claim_room("trailing.") == DEFAULT_CLAIM_ROOM

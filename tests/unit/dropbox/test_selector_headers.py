@@ -163,3 +163,17 @@ def test_selectors_agree_with_dropboxmq_on_every_name_it_wrote() -> None:
         checked += 1
     assert checked == 12_190
     assert not disagreements, disagreements[:5]
+
+
+def test_integer_arithmetic_over_dropboxmq_files_is_javas(tmp_path: Path) -> None:
+    # DropboxMQ's consumer selects every third of these with "n / 3 * 3 = n" (Java's
+    # integer division); an int property is written nI=..., a long one nL=...
+    for n in range(1, 31):
+        letter = "I" if n % 2 else "L"
+        drop(tmp_path, "orders", f"4.17000000{n:05d}000-{n}.T.....n{letter}={n}", str(n))
+    with open_root(tmp_path) as conn, conn.session() as s:
+        consumer = s.consumer("orders", selector="n / 3 * 3 = n")
+        got = []
+        while (message := consumer.receive(timeout=0)) is not None:
+            got.append(int(message.text))
+    assert sorted(got) == list(range(3, 31, 3))

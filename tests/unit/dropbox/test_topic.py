@@ -169,3 +169,21 @@ def test_a_file_the_distributor_cannot_copy_goes_to_error(tmp_path: Path) -> Non
     assert len(names(sub.target)) == 1
     assert names(incoming.error) == [f"d~{too_long}"]
     assert names(incoming.target) == names(incoming.processing) == []
+
+
+def test_the_distributor_keeps_bodies_dropboxmq_cannot_read_out_of_subscriptions(
+    tmp_path: Path,
+) -> None:
+    topic = init_topic(tmp_path, "news")
+    sub = subscribe(tmp_path, "news", "reader", "c1")
+    incoming = topic.incoming
+    for name, body in (
+        ("4.1700000000000000-1.P", b"a=1"),  # a map a shell script wrote: not Java's
+        ("4.1700000000001000-2.P", b"\xac\xed\x00\x05sr\x00\x11java.util.HashMap"),
+    ):
+        (incoming.working / name).write_bytes(body)
+        os.rename(incoming.working / name, incoming.target / name)
+    assert distribute(tmp_path, "news") == 1
+    assert names(incoming.error) == ["distributor~4.1700000000000000-1.P.....JMSXDeliveryCountI=1"]
+    [copied] = names(sub.target)
+    assert copied.startswith("4.1700000000001000-2.P")

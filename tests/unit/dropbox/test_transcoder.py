@@ -660,33 +660,35 @@ def test_encoded_names_never_hold_path_characters() -> None:
     assert name.split(".", 7)[:3] == ["4", "%2E%2E%2Fx", "T"]
 
 
-# The longest count a name leaves room for, as the consumer that takes it adds it.
-COUNT_FIELD = "&JMSXDeliveryCountI=999"
-
-
 def test_a_name_too_long_to_claim_is_refused_not_spilled() -> None:
     base = msg(id="x", properties={"p": "v"})
-    room = NAME_MAX_BYTES - DEFAULT_CLAIM_ROOM - len(encode_filename(base) + COUNT_FIELD)
+    room = NAME_MAX_BYTES - DEFAULT_CLAIM_ROOM - len(encode_filename(base))
     fits = msg(id="x" * (1 + room), properties={"p": "v"})
-    assert len(encode_filename(fits) + COUNT_FIELD) + DEFAULT_CLAIM_ROOM == NAME_MAX_BYTES
-    with pytest.raises(InvalidMessage, match="must fit 255 bytes"):
+    assert len(encode_filename(fits)) + DEFAULT_CLAIM_ROOM == NAME_MAX_BYTES
+    with pytest.raises(InvalidMessage, match="must fit 255 bytes, so 227 at most"):
         encode_filename(msg(id="x" * (2 + room), properties={"p": "v"}))
     with pytest.raises(InvalidMessage):
         encode_filename(msg(properties={f"p{i}": "v" * 20 for i in range(20)}))
 
 
-def test_a_name_that_fits_can_be_claimed_counted_and_claimed_again() -> None:
-    """Room for 999 deliveries; the thousandth count would need one byte more."""
+def test_a_name_fits_when_its_claim_does_as_in_dropboxmq() -> None:
+    """DropboxMQ's consumer reads any name it can claim: no room is kept for a count.
+    A count is written where it fits; where it does not, with_delivery_count says so
+    (the consumer then keeps the name, or sends a redelivery to error/)."""
     client = "consumer-7"
     room = claim_room([client])
-    longest = msg(id="x" * (NAME_MAX_BYTES - room - len("4..T.....JMSXDeliveryCountI=999")))
+    longest = msg(id="x" * (NAME_MAX_BYTES - room - len("4..T")))
     name = encode_filename(longest, claim_room=room)
-    counted = dec(claim_name(client, name)).with_delivery_count(999, claim_room=room)
-    assert len(claim_name(client, counted).encode()) == NAME_MAX_BYTES
+    assert len(claim_name(client, name).encode()) == NAME_MAX_BYTES  # 244 + 11 bytes
     with pytest.raises(InvalidMessage):
-        dec(name).with_delivery_count(1000, claim_room=room)
+        dec(name).with_delivery_count(1, claim_room=room)
     with pytest.raises(InvalidMessage):
         encode_filename(longest, claim_room=room + 1)
+    shorter = msg(id="x" * (NAME_MAX_BYTES - room - len("4..T.....JMSXDeliveryCountI=999")))
+    counted = dec(encode_filename(shorter, claim_room=room)).with_delivery_count(
+        999, claim_room=room
+    )
+    assert len(claim_name(client, counted).encode()) == NAME_MAX_BYTES
 
 
 def test_the_room_reserved_is_the_claimants_not_the_longest_client_id() -> None:
@@ -713,8 +715,12 @@ def test_the_room_reserved_is_the_claimants_not_the_longest_client_id() -> None:
     name = encode_filename(realistic)  # room for DropboxMQ's generated client ids
     assert len(name) > 172
     assert encode_filename(realistic, claim_room=claim_room(["javaC"])) == name
+    longer = realistic.replace(correlation_id="c-883.x" + "c" * 22)
+    assert len(encode_filename(longer, claim_room=claim_room(["javaC"]))) > 227
+    with pytest.raises(InvalidMessage, match="28-byte client prefix"):
+        encode_filename(longer)
     with pytest.raises(InvalidMessage, match="48-byte client prefix"):
-        encode_filename(realistic, claim_room=claim_room(["c" * (MAX_CLIENT_ID_BYTES - 1)]))
+        encode_filename(longer, claim_room=claim_room(["c" * (MAX_CLIENT_ID_BYTES - 1)]))
 
 
 def test_a_long_foreign_name_decodes_and_refuses_to_grow_past_the_limit() -> None:
@@ -815,8 +821,7 @@ def test_encoded_names_are_safe_filenames(message: Message) -> None:
         name = encode_filename(message)
     except InvalidMessage:
         return  # over the default limit
-    counted = decode_filename(name).with_delivery_count(999)  # never refused
-    assert len(counted.encode()) + DEFAULT_CLAIM_ROOM <= NAME_MAX_BYTES
+    assert len(name.encode()) + DEFAULT_CLAIM_ROOM <= NAME_MAX_BYTES
     assert set(name) <= set(
         "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789*-_+%.&="
     )

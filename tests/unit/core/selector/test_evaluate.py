@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chute.core.selector import Selector, compile_selector
-from chute.core.selector.evaluate import HEADERS, like_matcher
+from chute.core.selector.evaluate import HEADERS
+from chute.core.selector.like import like_matcher
 from chute.core.selector.parser import HEADER_TYPES
 from chute.message import Byte, Float, Int, Long, Message, PropertyValue, Short
 
@@ -196,7 +197,8 @@ def test_typed_property_values_are_plain_numbers() -> None:
         ("x + 1 = 8", True),
         ("x - 10 = -3", True),
         ("x * 2 = 14", True),
-        ("x / 2 = 3.5", True),  # always floating point division, as in Artemis
+        ("x / 2 = 3", True),  # integer division, as in Java
+        ("x / 2.0 = 3.5", True),  # a double on either side: a double
         ("x / 7 = 1", True),
         ("x + 2 * 3 = 13", True),  # * before +
         ("(x + 2) * 3 = 27", True),
@@ -209,9 +211,11 @@ def test_typed_property_values_are_plain_numbers() -> None:
         ("+x = 7", True),
         ("-x * -y = 17.5", True),
         ("x + 0.5 > 7", True),
-        ("x * 1000000000000 * 1000000000000 = 7000000000000000000000000", True),  # no overflow
+        ("x * 1000000000000 * 1000000000000 = -4420394637261275136", True),  # long wraps
         ("2 * 3 + 1 = 7", True),
         ("1 / 3 = 1 / 3", True),
+        ("1 / 3 = 0", True),
+        ("1.0 / 3 = 1 / 3.0", True),
     ],
 )
 def test_arithmetic(selector: str, expected: bool) -> None:
@@ -222,9 +226,9 @@ def test_arithmetic(selector: str, expected: bool) -> None:
     "selector",
     [
         "x / 0 = 1",
-        "x / 0.0 > 0",
-        "x / (y - y) = 0",
+        "x / (x - x) = 0",
         "1 / 0 = 1",
+        "0 / 0 = 0",
         "s + 1 = 1",
         "1 - s = 1",
         "t * 2 = 2",  # a boolean is not a number
@@ -700,3 +704,65 @@ def test_a_valid_selector_never_raises_on_any_properties(
     assert result in (True, False, None)
     assert sel.matches(m) is (result is True)
     assert negation.evaluate(m) is (None if result is None else not result)
+
+
+# -- Java's numeric promotion (JLS §5.6.2) ---------------------------------------------------
+
+
+def test_an_integer_divided_by_an_integer_truncates_as_java_does() -> None:
+    # the selector DropboxMQ users run: every third message, as Java computes it
+    sel = compile_selector("n / 3 * 3 = n")
+    for value in (Int(7), Long(7), Short(7), Byte(7), 7):
+        assert not sel.matches(msg(n=value)), type(value)
+    chosen = [n for n in range(1, 278) if sel.matches(msg(n=Int(n)))]
+    assert len(chosen) == 92  # 3, 6, ..., 276: one in three, not all 277
+    assert all(n % 3 == 0 for n in chosen)
+
+
+@pytest.mark.parametrize(
+    ("selector", "expected"),
+    [
+        ("n / 2 = 3", True),
+        ("-n / 2 = -3", True),  # toward zero, not floor (-4)
+        ("n / -2 = -3", True),
+        ("-n / -2 = 3", True),
+        ("n / 2.0 = 3.5", True),
+        ("n / f = 3.5", True),  # a JMS float makes it floating point
+        ("f / 0 > 1000000", True),  # a double by zero: Infinity, as in Java
+        ("-f / 0 < -1000000", True),
+        ("(f - f) / 0 = (f - f) / 0", False),  # NaN equals nothing
+        ("i * 2 = -2", True),  # int * int wraps at 32 bits: 2147483647 * 2
+        ("i + 1 = -2147483648", True),
+        ("l + 1 = -9223372036854775808", True),  # long wraps at 64 bits
+        ("i * 2 = 4294967294", False),
+        ("li * 2 = 4294967294", True),  # a long property keeps 64 bits
+        ("i * 4294967296 = 9223372032559808512", True),  # a literal past an int is a long
+        ("-min = min", True),  # -Integer.MIN_VALUE overflows back to itself
+        ("min / -1 = min", True),
+        ("JMSPriority * 1000000000 = -1589934592", True),  # JMSPriority is an int
+        ("JMSTimestamp * 1000 > 0", True),  # JMSTimestamp is a long
+    ],
+)
+def test_arithmetic_follows_javas_numeric_promotion(selector: str, expected: bool) -> None:
+    message = Message(
+        b"",
+        priority=7,
+        timestamp=1_700_000_000_000,
+        properties={
+            "n": Int(7),
+            "f": Float(2.0),
+            "i": Int(2**31 - 1),
+            "li": Long(2**31 - 1),
+            "l": Long(2**63 - 1),
+            "min": Int(-(2**31)),
+        },
+    )
+    assert compile_selector(selector).evaluate(message) is expected, selector
+
+
+def test_an_integer_divided_by_zero_is_unknown_and_never_raises() -> None:
+    sel = compile_selector("n / d = 0")
+    assert sel.evaluate(msg(n=Int(7), d=Int(0))) is None
+    assert sel.evaluate(msg(n=Long(7), d=Long(0))) is None
+    assert compile_selector("NOT (n / d = 0)").evaluate(msg(n=Int(7), d=Int(0))) is None
+    assert compile_selector("n / d IS NULL").matches(msg(n=Int(7), d=Int(0)))
