@@ -23,7 +23,7 @@ from typing import Any
 from chute import __version__
 from chute.cli_manage import add_move_commands
 from chute.cli_message import UsageError, add_message_arguments, message_fields, seconds, whole
-from chute.cli_output import print_message, print_received
+from chute.cli_output import json_text, print_message, print_received, stream_end
 from chute.cli_progress import Progress
 from chute.cli_stat import render, watch
 from chute.errors import ChuteError, ConfigError
@@ -387,11 +387,14 @@ def _send(args: argparse.Namespace) -> int:
 def _receive(args: argparse.Namespace) -> int:
     with _connect(args) as conn, conn.session(ack="client") as session:
         prefetch = max(1, min(args.count or 100, 100))
+        last = stream_end(conn, args.destination, args.offset)  # before the reader starts
         consumer = session.consumer(
             args.destination, selector=args.selector, prefetch=prefetch, offset=args.offset
         )
         progress = Progress(sys.stderr, args.destination, args.count) if args.count > 1 else None
-        return print_received(consumer, args.count, args.timeout, args.json, progress=progress)
+        return print_received(
+            consumer, args.count, args.timeout, args.json, progress=progress, last=last
+        )
 
 
 def _browse(args: argparse.Namespace) -> int:
@@ -459,7 +462,7 @@ def _stat(args: argparse.Namespace) -> int:
             return 0
         stats = conn.stat(args.pattern)
     if args.json:
-        print(json.dumps(stats, indent=2))
+        print(json_text(stats, indent=2))
     else:
         sys.stdout.write(render(stats))
     return 0
