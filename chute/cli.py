@@ -513,13 +513,31 @@ def _passwd(args: argparse.Namespace) -> int:
     if args.stdin:
         password = sys.stdin.readline().rstrip("\r\n")
     else:
-        password = getpass.getpass("password: ")
-        if getpass.getpass("again: ") != password:
-            raise ConfigError("the two passwords differ; nothing printed")
+        if not _has_terminal():  # getpass would read standard input, echoing, or fail
+            raise UsageError(
+                "no terminal to ask for the password on: give it on standard input with "
+                "--stdin (chute passwd --stdin < FILE)"
+            )
+        try:
+            password = getpass.getpass("password: ")
+            if getpass.getpass("again: ") != password:
+                raise ConfigError("the two passwords differ; nothing printed")
+        except EOFError:  # Ctrl-D at the prompt
+            raise ConfigError("no password given; nothing printed") from None
     if not password:
         raise ConfigError("an empty password logs nobody in; nothing printed")
     print(hash_password(password))
     return 0
+
+
+def _has_terminal() -> bool:
+    """This process has a controlling terminal (what getpass asks on)."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
+    except OSError:
+        return False
+    os.close(fd)
+    return True
 
 
 if __name__ == "__main__":

@@ -1,10 +1,13 @@
-"""What ``chute receive`` prints and how it ends, as a user runs it: ``--json`` is JSON
-whatever the properties hold, and a stream is read to its end, not to a count.
+"""What ``chute`` commands print and how they end, as a user runs them: ``--json`` is
+JSON whatever the properties hold, a stream is read to its end, not to a count, and
+``chute passwd`` without a terminal says what to do instead of failing with a traceback.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from typing import Any
 
 from .conftest import ChuteServer
@@ -65,3 +68,22 @@ def test_a_reader_of_what_comes_next_waits_as_on_a_queue(server: ChuteServer) ->
     got = chute(server, "receive", "stream:ticks", "--count", "2", "--timeout", "0.3")
     assert (got.returncode, got.stdout) == (1, b"")  # nothing came after "old"
     assert b"received 0 of 2 messages" in got.stderr
+
+
+def test_passwd_without_a_terminal_says_to_use_stdin() -> None:
+    """No controlling terminal (a new session, as under cron or CI) and no ``--stdin``:
+    one line saying what to do, status 2, no traceback, no prompt echoing a password."""
+    made = subprocess.run(
+        [sys.executable, "-m", "chute.cli", "passwd"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=60,
+        check=False,
+        start_new_session=True,  # no controlling terminal
+    )
+    assert made.returncode == 2
+    assert made.stdout == b""
+    assert made.stderr.decode().splitlines() == [
+        "chute: error: no terminal to ask for the password on: give it on standard input "
+        "with --stdin (chute passwd --stdin < FILE)"
+    ]
