@@ -385,6 +385,12 @@ class StreamConnection(asyncio.Protocol):
     def on_hold(self) -> bool:
         return bool(self._holds)
 
+    @property
+    def input_held(self) -> bool:
+        # what the broker holds it for (a send waiting for room, flow control, a login):
+        # not a full write buffer, which a dead client causes too
+        return bool(self._holds & ~(Hold.WRITE_BUFFER_FULL | Hold.CLOSING))
+
     def write_heartbeat(self) -> None:
         self._out.append(self._heartbeat_bytes())
         self.flush()

@@ -78,6 +78,23 @@ def test_a_held_send_gets_the_brokers_reason_not_the_clients_timeout(tmp_path: P
         server.stop()
 
 
+def test_a_held_producer_with_heartbeats_is_not_taken_for_dead(tmp_path: Path) -> None:
+    """The broker does not read a held producer, so its heart-beats wait in the socket:
+    held for longer than three of them, it is still there for the broker's answer."""
+    server = tight(tmp_path, block_timeout_ms=5000)
+    try:
+        with (
+            chute.connect(server.url, timeout=CLIENT_TIMEOUT, heartbeat=1.0) as conn,
+            conn.session() as s,
+        ):
+            with pytest.raises(DestinationFull) as refused:
+                send_held(s)
+            assert_the_brokers_reason(refused.value, 5000)
+        assert not any("sent nothing" in line for line in server.lines)
+    finally:
+        server.stop()
+
+
 def test_a_held_send_waits_past_the_clients_timeout_and_goes_on(tmp_path: Path) -> None:
     server = tight(tmp_path, block_timeout_ms=60_000)
     done = threading.Event()
