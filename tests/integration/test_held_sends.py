@@ -1,7 +1,8 @@
 """A send the broker holds for memory, over real sockets: the client waits as long as the
 broker may hold it (not only its own, shorter, timeout), then gets the broker's answer:
 the message taken once consumers drained, or the broker's reason after
-``block_timeout_ms``. The blocking client, the asyncio client and ``chute send``.
+``block_timeout_ms``. The blocking client, the asyncio client and ``chute send``; a
+full queue under ``overflow = "block"`` holds a send the same way.
 
 The broker (memory store: nothing pages) stops every producer once its queues hold
 more than ``memory_high_watermark`` plus an eighth: two 640 KiB messages (a message
@@ -22,7 +23,7 @@ import chute
 import chute.aio
 from chute.errors import ChuteError, DestinationFull
 
-from .conftest import ChuteServer
+from .conftest import ChuteServer, start_server
 from .test_cli import chute as run_chute
 from .test_memory_limits import serve
 
@@ -50,8 +51,8 @@ def drain(server: ChuteServer) -> None:
             assert consumer.receive(timeout=WAIT) is not None
 
 
-def send_held(s: chute.Session) -> None:
-    s.send("queue:other", b"held")
+def send_held(s: chute.Session, address: str = "queue:other") -> None:
+    s.send(address, b"held")
     s.flush()
 
 
@@ -157,5 +158,25 @@ def test_chute_send_says_what_holds_it(tmp_path: Path) -> None:
         assert line.startswith("chute: error: ")
         assert "memory_high_watermark" in line
         assert "no room within 11000 ms (block_timeout_ms)" in line
+    finally:
+        server.stop()
+
+
+def test_a_send_held_by_a_full_queue_under_overflow_block_waits_for_the_broker_too(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "chute.toml"
+    path.write_text(
+        '[destinations."queue:bounded"]\nmax_messages = 1\noverflow = "block"\n'
+        "block_timeout_ms = 2500\n"
+    )
+    server = start_server(tmp_path, "--config", str(path))
+    try:
+        with chute.connect(server.url, timeout=CLIENT_TIMEOUT) as conn, conn.session() as s:
+            s.send("queue:bounded", b"first")
+            s.flush()
+            with pytest.raises(DestinationFull) as refused:
+                send_held(s, "queue:bounded")
+            assert "no room within 2500 ms (overflow = block)" in refused.value.reason
     finally:
         server.stop()
