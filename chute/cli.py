@@ -211,7 +211,13 @@ def _add_client_commands(sub: Any) -> None:
 
     receive = sub.add_parser("receive", help="receive (consume) messages")
     receive.add_argument("destination")
-    receive.add_argument("--count", type=whole(), default=1, help="how many (0 = until timeout)")
+    receive.add_argument(
+        "--count",
+        type=whole(),
+        default=1,
+        help="how many (0 = until timeout); a stream read from an offset: at most this many, "
+        "to its end",
+    )
     receive.add_argument(
         "--timeout", type=seconds, default=5.0, help="seconds to wait for each message (default 5)"
     )
