@@ -23,7 +23,7 @@ from typing import Any
 from chute import __version__
 from chute.cli_manage import add_create_command, add_move_commands
 from chute.cli_message import UsageError, add_message_arguments, message_fields, seconds, whole
-from chute.cli_output import print_message, print_received
+from chute.cli_output import json_text, print_message, print_received, stream_end
 from chute.cli_progress import Progress
 from chute.cli_stat import render, watch
 from chute.errors import ChuteError, ConfigError
@@ -211,7 +211,13 @@ def _add_client_commands(sub: Any) -> None:
 
     receive = sub.add_parser("receive", help="receive (consume) messages")
     receive.add_argument("destination")
-    receive.add_argument("--count", type=whole(), default=1, help="how many (0 = until timeout)")
+    receive.add_argument(
+        "--count",
+        type=whole(),
+        default=1,
+        help="how many (0 = until timeout); a stream read from an offset: at most this many, "
+        "to its end",
+    )
     receive.add_argument(
         "--timeout", type=seconds, default=5.0, help="seconds to wait for each message (default 5)"
     )
@@ -388,11 +394,14 @@ def _send(args: argparse.Namespace) -> int:
 def _receive(args: argparse.Namespace) -> int:
     with _connect(args) as conn, conn.session(ack="client") as session:
         prefetch = max(1, min(args.count or 100, 100))
+        last = stream_end(conn, args.destination, args.offset)  # before the reader starts
         consumer = session.consumer(
             args.destination, selector=args.selector, prefetch=prefetch, offset=args.offset
         )
         progress = Progress(sys.stderr, args.destination, args.count) if args.count > 1 else None
-        return print_received(consumer, args.count, args.timeout, args.json, progress=progress)
+        return print_received(
+            consumer, args.count, args.timeout, args.json, progress=progress, last=last
+        )
 
 
 def _browse(args: argparse.Namespace) -> int:
@@ -460,7 +469,7 @@ def _stat(args: argparse.Namespace) -> int:
             return 0
         stats = conn.stat(args.pattern)
     if args.json:
-        print(json.dumps(stats, indent=2))
+        print(json_text(stats, indent=2))
     else:
         sys.stdout.write(render(stats))
     return 0
@@ -511,13 +520,31 @@ def _passwd(args: argparse.Namespace) -> int:
     if args.stdin:
         password = sys.stdin.readline().rstrip("\r\n")
     else:
-        password = getpass.getpass("password: ")
-        if getpass.getpass("again: ") != password:
-            raise ConfigError("the two passwords differ; nothing printed")
+        if not _has_terminal():  # getpass would read standard input, echoing, or fail
+            raise UsageError(
+                "no terminal to ask for the password on: give it on standard input with "
+                "--stdin (chute passwd --stdin < FILE)"
+            )
+        try:
+            password = getpass.getpass("password: ")
+            if getpass.getpass("again: ") != password:
+                raise ConfigError("the two passwords differ; nothing printed")
+        except EOFError:  # Ctrl-D at the prompt
+            raise ConfigError("no password given; nothing printed") from None
     if not password:
         raise ConfigError("an empty password logs nobody in; nothing printed")
     print(hash_password(password))
     return 0
+
+
+def _has_terminal() -> bool:
+    """This process has a controlling terminal (what getpass asks on)."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
+    except OSError:
+        return False
+    os.close(fd)
+    return True
 
 
 if __name__ == "__main__":

@@ -4,15 +4,28 @@
 Shared by ``chute receive`` and ``chute dropbox receive``, so both print the
 same JSON shape, show the same progress on a terminal, and end the same way when
 fewer messages came than asked for.
+
+``--json`` prints JSON (RFC 8259), which has no NaN or infinities: a float
+property that is one (a JMS double may be) is printed as the string ``"NaN"``,
+``"Infinity"`` or ``"-Infinity"`` (Java's spelling), its ``property_types``
+entry still saying ``double`` or ``float``.
+
+Reading a stream consumes nothing and promises no count: ``--count N`` is at
+most N there. A reader that starts before the stream's end (the newest message
+kept when the command starts, :func:`stream_end`) stops there with what it got,
+status 0; one that starts past it (``--offset next``) waits for messages as a
+queue's consumer does.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from typing import Any, Protocol
 
 from chute.cli_progress import Progress
+from chute.errors import ChuteError
 from chute.message import Message
 
 
@@ -22,6 +35,10 @@ class Received(Protocol):
     @property
     def message(self) -> Message: ...
 
+    @property
+    def seq(self) -> int:
+        """Its delivery's number (a stream's message: its offset)."""
+
     def ack(self) -> None: ...
 
 
@@ -29,11 +46,50 @@ class Receiving(Protocol):
     def receive(self, timeout: float | None = None) -> Received | None: ...
 
 
+class StreamLook(Protocol):
+    """What :func:`stream_end` asks of a connection."""
+
+    def cursor_open(self, address: str) -> tuple[int, int]: ...
+
+
+def json_text(value: Any, *, indent: int | None = None) -> str:
+    """``value`` as JSON text; a non-finite float becomes ``"NaN"``, ``"Infinity"`` or
+    ``"-Infinity"`` (JSON has no such numbers)."""
+    return json.dumps(_finite(value), ensure_ascii=False, indent=indent, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def stream_end(conn: StreamLook, address: str, offset: str | None) -> int | None:
+    """The offset of the newest message of stream ``address`` now, if a reader from
+    ``offset`` starts at or before it; else None (not a stream, none yet, a reader
+    from ``next`` or past it, or the caller may not look: it then waits as on a queue).
+    """
+    if not address.startswith(("stream:", "/stream/")) or offset in (None, "next"):
+        return None
+    try:
+        first, head = conn.cursor_open(address)
+    except ChuteError:  # none yet, or looking needs browse as well as consume
+        return None
+    number = offset.removeprefix("offset=")
+    if head <= first or (number.isdigit() and int(number) >= head):
+        return None
+    return head - 1
+
+
 def print_message(message: Message, as_json: bool, *, flush: bool = True) -> None:
     """One JSON object per line (``--json``), else the raw body and a newline; written
     at once with ``flush``, else when the output's buffer fills (many messages)."""
     if as_json:
-        print(json.dumps(message.to_json(), ensure_ascii=False), flush=flush)
+        print(json_text(message.to_json()), flush=flush)
     else:
         sys.stdout.buffer.write(message.body + b"\n")
         if flush:
@@ -47,10 +103,13 @@ def print_received(
     as_json: bool,
     *,
     progress: Progress | None = None,
+    last: int | None = None,
 ) -> int:
     """Print and ack up to ``count`` messages (0: until ``timeout`` passes with none);
     the exit status: 1 if fewer than ``count`` came. ``progress`` (a bar on standard
-    error, drawn on a terminal only) counts them; it is closed at the end."""
+    error, drawn on a terminal only) counts them; it is closed at the end. ``last``: a
+    stream's end (:func:`stream_end`), where its reader stops, as it does when
+    ``timeout`` passes with none, with status 0 either way."""
     received = 0
     same_terminal = progress is not None and progress.shown and sys.stdout.isatty()
     try:
@@ -65,10 +124,12 @@ def print_received(
             received += 1
             if progress is not None:
                 progress.advance()
+            if last is not None and message.seq >= last:
+                break
     finally:
         if progress is not None:
             progress.close()
-    if count and received < count:
+    if count and received < count and last is None:
         print(
             f"chute: received {received} of {count} messages before the {timeout:g} s timeout",
             file=sys.stderr,

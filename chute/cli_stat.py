@@ -25,13 +25,12 @@ between. Pure but for the stream it writes and the clock it reads.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TextIO
 
-from chute.cli_output import sockets_line
+from chute.cli_output import json_text, sockets_line
 
 _COLUMNS: Final = (
     ("depth", "DEPTH"),
@@ -158,7 +157,7 @@ def watch(
     while True:
         stats = fetch()
         now = clock()
-        text = json.dumps(stats) + "\n" if as_json else render(stats, previous, now)
+        text = json_text(stats) + "\n" if as_json else render(stats, previous, now)
         if terminal:
             text = _CLEAR_SCREEN + text
         elif drawn and not as_json:

@@ -18,10 +18,13 @@ stream only what it has: messages kept, in flight, bytes, consumers, enqueued
 = appended, delivered, redelivered); per stream (label ``address``)
 ``chute_stream_*``: first and head offsets, readers, the slowest reader's lag,
 and the messages retention removed (a counter); broker-wide gauges and
-counters (connections by protocol, sockets by listener and what the limits
-refused, memory, paging, producers held, prepared transactions, discarded
-messages, uptime) and the journal's (fsync latency and records per fsync as
-histograms, bytes written, segments, backlog).
+counters (connections by protocol, each client protocol's series there at 0
+too, sockets by listener and what the limits refused, memory, paging,
+producers held, prepared transactions, discarded messages, uptime) and the
+journal's (fsync latency and records per fsync as histograms, bytes written,
+segments, backlog); and the process's own
+(``process_*``: CPU seconds, resident and virtual memory, open and maximum
+file descriptors, start time), from prometheus_client's process collector.
 
 While the broker recovers only the process, readiness and recovery series are
 given (the broker is being built on another thread: nothing here touches it).
@@ -43,7 +46,7 @@ from collections.abc import Iterator
 from typing import Any, Final
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
@@ -107,10 +110,16 @@ SOCKET_COUNTERS: Final = (
 )
 
 
+CLIENT_PROTOCOLS: Final = ("native", "native/WebSocket", "native/HTTP", "STOMP", "STOMP/WebSocket")
+"""The protocols ``chute_connections`` always has a series for, 0 without connections (an
+absent series is not a zero to a query or an alert); others appear while in use."""
+
+
 def add_metrics_routes(app: web.Application, server: ReadyHost) -> None:
     """``/metrics``, and the health endpoints ``/healthz`` and ``/readyz``."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(BrokerCollector(server))
+    ProcessCollector(registry=registry)  # process_*: CPU, memory, descriptors, start time
     gate = Gate(server)
 
     async def metrics(request: web.Request) -> web.Response:
@@ -306,7 +315,7 @@ def _broker_wide(broker: Broker) -> Iterator[Metric]:
         "Queues, topics and streams (subscriptions not counted).",
         len(broker.queues) + len(broker.topics) + len(broker.streams),
     )
-    by_protocol: dict[str, int] = {}
+    by_protocol = dict.fromkeys(CLIENT_PROTOCOLS, 0)
     for client in broker.connections.values():
         protocol = str(getattr(client, "protocol", "other"))
         by_protocol[protocol] = by_protocol.get(protocol, 0) + 1

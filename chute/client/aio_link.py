@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final, TypeVar
 
 from chute.client.aio_channels import open_transport
+from chute.client.correlation import held_longer, unanswered
 from chute.client.outgoing import contents_of
 from chute.client.protocol import ClientProtocol, Progress
 from chute.client.received import Received
@@ -111,6 +112,7 @@ class AsyncLink(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._waiters: dict[int, asyncio.Future[None]] = {}
+        self._timers: dict[int, tuple[asyncio.Timeout, float]] = {}  # corr -> (its timer, limit)
         self._consumer_waiters: dict[int, list[asyncio.Future[None]]] = {}
         self._flush_scheduled = False
         self._paused = False
@@ -188,13 +190,19 @@ class AsyncLink(asyncio.Protocol):
         self._waiters[corr] = fut
         self.flush()
         limit = self.timeout if limit is None else limit
+        started = self._loop.time()
         try:
             if self._proto.failure is None:
-                async with asyncio.timeout(limit):
+                async with asyncio.timeout(limit) as timer:
+                    self._timers[corr] = (timer, limit)
+                    self._held(corr)  # the broker may have said so before this wait
                     await fut
         except TimeoutError:
-            raise RequestTimeout(f"no answer from the broker within {limit:g} s") from None
+            held = self._proto.held(corr)
+            waited = round(self._loop.time() - started, 1)
+            raise unanswered(waited, held[1] if held else None) from None
         finally:
+            self._timers.pop(corr, None)
             if self._waiters.pop(corr, None) is not None:
                 self._proto.forget(corr)
         result = self._proto.result(corr)
@@ -443,12 +451,26 @@ class AsyncLink(asyncio.Protocol):
                 fut.set_result(None)
         for consumer_id in progress.consumers:
             self._wake_consumer(consumer_id)
+        for corr in progress.held:
+            self._held(corr)
         if progress.failed:
             self._wake_all()
             if self._transport is not None:
                 self._transport.close()
         elif self._proto.outbox_size:
             self._flush_soon()
+
+    def _held(self, corr: int) -> None:
+        """The broker holds request ``corr``: its waiter waits as long as the broker may
+        hold it, then its own timeout (:func:`held_longer`), from now."""
+        timer = self._timers.get(corr)
+        held = self._proto.held(corr)
+        if timer is None or held is None:
+            return
+        when = self._loop.time() + held_longer(timer[1], held[1])
+        current = timer[0].when()
+        if current is not None and current < when:
+            timer[0].reschedule(when)
 
     def _wake_consumer(self, consumer_id: int) -> None:
         for fut in self._consumer_waiters.pop(consumer_id, ()):

@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final, TypeVar
 
 from chute.client.channels import Channel, HttpChannel, WebSocketChannel, failure
+from chute.client.correlation import held_longer, unanswered
 from chute.client.outgoing import contents_of
 from chute.client.protocol import ClientProtocol
 from chute.client.received import Received
@@ -195,16 +196,23 @@ class Link:
         """
         self.flush()
         limit = self.timeout if timeout is None else timeout
-        deadline = time.monotonic() + limit
+        started = time.monotonic()
+        deadline = started + limit
+        seen = 0  # the last Held notice counted
         with self._lock:
             while True:
                 result = self._proto.result(corr)
                 if result is not None:
                     return result
-                remaining = deadline - time.monotonic()
+                now = time.monotonic()
+                held = self._proto.held(corr)
+                if held is not None and held[0] != seen:  # the broker holds it: wait longer
+                    seen = held[0]
+                    deadline = max(deadline, now + held_longer(limit, held[1]))
+                remaining = deadline - now
                 if remaining <= 0:
                     self._proto.forget(corr)
-                    raise RequestTimeout(f"no answer from the broker within {limit:g} s")
+                    raise unanswered(round(now - started, 1), held[1] if held else None)
                 self._cond.wait(remaining)
 
     def flush(self) -> None:
@@ -453,7 +461,7 @@ class Link:
                     progress = proto.connection_lost(None if self._closing else error)
                 else:
                     progress = proto.receive_data(data)
-                if progress.completed or progress.consumers or progress.failed:
+                if progress.completed or progress.consumers or progress.held or progress.failed:
                     self._cond.notify_all()
                 if proto.outbox_size:
                     self._nudge()

@@ -73,6 +73,7 @@ from chute.protocol.packets import (
     Disconnect,
     Error,
     Header,
+    Held,
     Packet,
     Ping,
     Pong,
@@ -98,12 +99,16 @@ class Progress:
     """Correlation ids whose result is now available."""
     consumers: set[int] = field(default_factory=set)
     """Consumers that got a delivery or an error."""
+    held: list[int] = field(default_factory=list)
+    """Correlation ids the broker said it holds (:meth:`ClientProtocol.held`): their
+    waiters wait longer."""
     failed: bool = False
     """The connection failed: wake everybody."""
 
     def absorb(self, other: Progress) -> None:
         self.completed.extend(other.completed)
         self.consumers.update(other.consumers)
+        self.held.extend(other.held)
         self.failed = self.failed or other.failed
 
 
@@ -197,6 +202,11 @@ class ClientProtocol:
             ConnectError: the connection failed before the answer came.
         """
         return self._requests.result(corr)
+
+    def held(self, corr: int) -> tuple[int, Held] | None:
+        """The latest notice that the broker holds request ``corr`` (see
+        :meth:`Correlator.held <chute.client.correlation.Correlator.held>`)."""
+        return self._requests.held(corr)
 
     def forget(self, corr: int) -> None:
         """Stop waiting for ``corr`` (timed out): a late answer is dropped."""
@@ -548,6 +558,9 @@ class ClientProtocol:
             progress.absorb(self.fail(ConnectError("the broker closed the connection")))
         elif isinstance(packet, Error):
             self._handle_error(header, packet, progress)
+        elif isinstance(packet, Held):
+            if self._requests.hold(corr, packet):
+                progress.held.append(corr)
         elif self._requests.answer(corr, packet):
             progress.completed.append(corr)
         # else: an answer nobody waits for (a timed-out request): dropped.

@@ -173,7 +173,7 @@ class Broker:
                 dest = QueueChannel(canonical, canonical, settings, self)
             self.queues[canonical] = dest
             self.store.define(QueueDefinition(canonical, QueueKind.QUEUE, owner=maker))
-        dest.next_seq = self.destinations.reborn_seq
+        dest.next_seq = self.destinations.next_seq(dest)
         if maker is not None and by_use:
             self.destinations.note_made(canonical, maker)
         log.debug("created %s", canonical)

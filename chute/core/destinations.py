@@ -45,7 +45,10 @@ neither: never counted, never removed for being idle.
 
 A queue or topic made after a deletion numbers its messages on from the
 highest number a deleted one reached, so an ack a transaction still holds for
-a deleted queue can never name a message of its successor.
+a deleted queue can never name a message of its successor. A stream's numbers
+are its offsets, which users see: a new stream starts at 1 whatever was
+deleted before it, and one made again under the name of a deleted stream goes
+on from where that one stopped, so an offset is never reused.
 
 Pure; used from the broker's loop only. What it needs from the broker is
 :class:`DestinationHost`.
@@ -148,7 +151,9 @@ class Destinations:
         """Destinations removed so far: a connection that remembers what it may send to
         forgets it when this moves (a removed address is made anew by its next use)."""
         self.reborn_seq = 1
-        """Where a destination made from now on starts numbering (see the module docstring)."""
+        """Where a queue or topic made from now on starts numbering (see the module docstring)."""
+        self.stream_seq: dict[str, int] = {}
+        """Where a stream made again under a deleted one's address starts numbering."""
         self._sweeps = limits.idle_after_ms > 0 or idle_settings
         self._idle: dict[str, tuple[int, int]] = {}  # address -> (use counters, since)
         self._futile: dict[str | None, int] = {}  # maker (None: anyone) -> a reclaim found none
@@ -240,6 +245,12 @@ class Destinations:
         ):
             self.note_made(definition.name, definition.owner)
 
+    def next_seq(self, dest: QueueChannel | Topic | Stream) -> int:
+        """Where ``dest``, made now, starts numbering (see the module docstring)."""
+        if isinstance(dest, Stream):
+            return self.stream_seq.get(dest.address, 1)
+        return self.reborn_seq
+
     def _gone(self, address: str, dest: QueueChannel | Topic | Stream) -> None:
         maker = self.made.pop(address, None)
         if maker is not None:
@@ -248,7 +259,10 @@ class Destinations:
                 del self.by_maker[maker]
         self._idle.pop(address, None)
         self.removed += 1
-        self.reborn_seq = max(self.reborn_seq, dest.next_seq)
+        if isinstance(dest, Stream):
+            self.stream_seq[address] = dest.next_seq
+        else:
+            self.reborn_seq = max(self.reborn_seq, dest.next_seq)
         self.host.cursors.forget(address)
 
     # -- deleting and purging ------------------------------------------------------------

@@ -46,6 +46,9 @@ class ReadStream(Protocol):
     def readers(self) -> list[StreamReader]:
         """The stream's readers: a reader leaves the list when it closes."""
 
+    def leave(self, reader: StreamReader) -> None:
+        """``reader`` closed: drop it from :attr:`readers`, keeping what it counted."""
+
     @property
     def first(self) -> int:
         """The oldest offset kept."""
@@ -88,8 +91,7 @@ class StreamReader(QueueChannel):
 
     def close(self) -> None:
         """Its consumer closed: leave the stream and give back what it held."""
-        if self in self.stream.readers:
-            self.stream.readers.remove(self)
+        self.stream.leave(self)
         self.deleted = True
         self.host.memory.used -= sum(held_cost(e.message) for e in self.drain())
 

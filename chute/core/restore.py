@@ -87,6 +87,8 @@ def restore(host: RestoreHost, progress: Callable[[int, int], None] | None = Non
         dest = host.queues.get(address) or host.topics.get(address) or host.streams.get(address)
         if dest is not None:
             dest.next_seq = max(dest.next_seq, next_seq)
+        elif address.startswith("stream:"):  # deleted: one made again goes on from here
+            host.destinations.stream_seq[address] = next_seq
     count = restored = 0
     for name, stored in recovered.messages.items():
         stream = host.streams.get(name)

@@ -105,6 +105,8 @@ class Stream:
         self.appended = 0  # messages taken since start
         self.removed = 0  # messages retention removed since start
         self.readers: list[StreamReader] = []
+        self.delivered_before = 0  # deliveries by readers closed since start
+        self.redelivered_before = 0  # ... redeliveries
         self.reserved: set[int] = set()  # offsets of prepared sends, placed at their commit
         self._held: list[int] = []  # the same as a heap (lazily pruned): head is O(log n)
         self.deleted = False
@@ -149,6 +151,24 @@ class Stream:
                 return found.seq
             after -= 1
         return head
+
+    def leave(self, reader: StreamReader) -> None:
+        """``reader`` closed: it reads no more, and what it delivered stays counted (the
+        stream's ``delivered`` is a counter, it never goes down)."""
+        if reader in self.readers:
+            self.readers.remove(reader)
+            self.delivered_before += reader.delivered
+            self.redelivered_before += reader.redelivered
+
+    @property
+    def delivered(self) -> int:
+        """Deliveries to the stream's consumers since start, closed readers' included."""
+        return self.delivered_before + sum(r.delivered for r in self.readers)
+
+    @property
+    def redelivered(self) -> int:
+        """Redeliveries to the stream's consumers since start, closed readers' included."""
+        return self.redelivered_before + sum(r.redelivered for r in self.readers)
 
     def hold(self, seq: int) -> None:
         """``seq`` is a prepared send's, placed at its commit: readers wait below it."""

@@ -4,6 +4,7 @@ Bytes in, packets out."""
 
 from chute.protocol.codec import PacketCodec
 from chute.protocol.packets import (
+    HELD_VERSION,
     MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
     SUPPORTED_VERSIONS,
@@ -31,6 +32,7 @@ from chute.protocol.packets import (
     Disconnect,
     Error,
     Header,
+    Held,
     Move,
     Nack,
     Ok,
@@ -64,6 +66,7 @@ from chute.sansio import CLOSED, NEED_DATA, NeedData
 
 __all__ = [
     "CLOSED",
+    "HELD_VERSION",
     "MIN_PROTOCOL_VERSION",
     "NEED_DATA",
     "PROTOCOL_VERSION",
@@ -92,6 +95,7 @@ __all__ = [
     "Disconnect",
     "Error",
     "Header",
+    "Held",
     "Move",
     "Nack",
     "NeedData",

@@ -70,10 +70,12 @@ from chute.protocol.manage_packets import (
     Unsubscribe,
 )
 
-PROTOCOL_VERSION: Final = 1
-"""The newest protocol version this code speaks."""
+PROTOCOL_VERSION: Final = 2
+"""The newest protocol version this code speaks (2 adds :class:`Held`)."""
 MIN_PROTOCOL_VERSION: Final = 1
 """The oldest protocol version this code speaks."""
+HELD_VERSION: Final = 2
+"""The first version whose clients are told with :class:`Held` that a request waits."""
 SUPPORTED_VERSIONS: Final = frozenset(range(MIN_PROTOCOL_VERSION, PROTOCOL_VERSION + 1))
 
 
@@ -95,6 +97,7 @@ class PacketType(enum.IntEnum):
     DISCONNECT = 5
     ERROR = 6
     OK = 7
+    HELD = 8
     SESSION_OPEN = 10
     SESSION_CLOSE = 11
     SEND = 20
@@ -232,6 +235,21 @@ class Ok:
     """Generic success response; ``value`` is an optional small result."""
 
     value: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """Server → client (version 2 on), same correlation id as a request the broker
+    holds: a send waiting for room (the broker over its memory or disk limit, or a
+    full destination under ``overflow = block``). Not the answer: that comes once
+    there is room, or as an Error after ``timeout_ms``; a request woken and held
+    again is told again. A client waits ``timeout_ms`` longer for the answer.
+    """
+
+    reason: str
+    """What holds it, as the error after ``timeout_ms`` would say."""
+    timeout_ms: int
+    """How long at most, from now, the broker holds it before it answers with an error."""
 
 
 # -- sessions ------------------------------------------------------------------------
@@ -450,6 +468,7 @@ Packet = (
     | Disconnect
     | Error
     | Ok
+    | Held
     | SessionOpen
     | SessionClose
     | Send
@@ -496,6 +515,7 @@ Packet = (
 """Any packet of the native protocol."""
 
 __all__ = [
+    "HELD_VERSION",
     "MIN_PROTOCOL_VERSION",
     "NO_HEADER",
     "PROTOCOL_VERSION",
@@ -528,6 +548,7 @@ __all__ = [
     "Disconnect",
     "Error",
     "Header",
+    "Held",
     "Move",
     "Nack",
     "Ok",

@@ -69,6 +69,7 @@ from chute.protocol.packets import (
     Disconnect,
     Error,
     Header,
+    Held,
     Move,
     Nack,
     Ok,
@@ -362,6 +363,7 @@ _SPECS: Final[dict[type, tuple[PacketType, tuple[str, ...]]]] = {
     Disconnect: (PacketType.DISCONNECT, ()),
     Error: (PacketType.ERROR, ("s16", "s32")),
     Ok: (PacketType.OK, ("o32",)),
+    Held: (PacketType.HELD, ("s32", "u32")),
     SessionOpen: (PacketType.SESSION_OPEN, (_CALLBACK, "ack", "bool")),
     SessionClose: (PacketType.SESSION_CLOSE, (_TARGET,)),
     ConsumerOpen: (

@@ -5,7 +5,8 @@ the timers that act on that:
 
 * heart-beats, once the protocol negotiated them (:meth:`Liveness.start_heartbeat`):
   the connection writes one when it wrote nothing for a while, and gives up on
-  a client that sent nothing for too long;
+  a client that sent nothing for too long (not while the broker itself does not
+  read it: a producer held for room, say, whose heart-beats wait in the socket);
 * for a client without heart-beats, ``idle_timeout_ms`` (:meth:`Liveness.watch_idle`):
   a client that sent and was sent nothing for that long is closed with its
   protocol's error, unless its connection holds it (a hold explains silence).
@@ -31,6 +32,11 @@ class Watched(Protocol):
     @property
     def on_hold(self) -> bool:
         """The broker holds the connection (its silence is explained)."""
+
+    @property
+    def input_held(self) -> bool:
+        """The broker does not read the client for a reason of its own (a send waiting for
+        room, say): the client's heart-beats wait unread in the socket."""
 
     def write_heartbeat(self) -> None:
         """Write one heart-beat of its protocol now."""
@@ -107,6 +113,8 @@ class Liveness:
         if conn.gone:
             return
         now = time.monotonic()
+        if conn.input_held:  # its heart-beats wait in the socket, unread: count them heard
+            self.last_read = now
         if self._expect_within and now - self.last_read > self._expect_within:
             conn.give_up(now - self.last_read)
             return

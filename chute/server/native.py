@@ -210,6 +210,7 @@ class NativeConnection(ManagementRequests, StreamConnection):
         try:
             session.send(packet.address, message, ttl=packet.ttl_ms)
         except WouldBlock as exc:
+            self._tell_held(header, exc)
             self._block_until_room(exc, self._retry(header, lambda: self._on_send(header, packet)))
             return
         if header.correlation_id:
@@ -225,6 +226,7 @@ class NativeConnection(ManagementRequests, StreamConnection):
         try:
             session.send_many(packet.address, messages, ttl=packet.ttl_ms)
         except WouldBlock as exc:
+            self._tell_held(header, exc)
             self._block_until_room(
                 exc, self._retry(header, lambda: self._on_send_many(header, packet))
             )
@@ -251,6 +253,13 @@ class NativeConnection(ManagementRequests, StreamConnection):
         else:
             reason = error.reason if isinstance(error, ChuteError) else str(error)
             self._respond(header, p.Error("store-error", f"not stored: {reason}"))
+
+    def _tell_held(self, header: p.Header, exc: WouldBlock) -> None:
+        """Tell a client that waits for this request's answer why it waits and for how
+        long at most (``Held``, version 2 on): it then waits as long as the broker may
+        hold the request, not only its own timeout."""
+        if header.correlation_id and self.codec.version >= p.HELD_VERSION:
+            self._respond(header, p.Held(exc.reason, exc.timeout_ms))
 
     def _retry(self, header: p.Header, again: Callable[[], None]) -> Retry:
         """Do ``again`` once there is room (or fail the request with the reason)."""

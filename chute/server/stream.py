@@ -392,6 +392,12 @@ class StreamConnection(asyncio.Protocol):
         with its backlog (flow control). What the admin API counts as blocked."""
         return bool(self._holds & (Hold.BLOCKED_SEND | Hold.FLOW_CONTROL))
 
+    @property
+    def input_held(self) -> bool:
+        # what the broker holds it for (a send waiting for room, flow control, a login):
+        # not a full write buffer, which a dead client causes too
+        return bool(self._holds & ~(Hold.WRITE_BUFFER_FULL | Hold.CLOSING))
+
     def write_heartbeat(self) -> None:
         self._out.append(self._heartbeat_bytes())
         self.flush()

@@ -4,8 +4,8 @@ chute generates ids as 32 hex characters of 16 time-ordered bytes
 (:func:`chute.message.new_message_id`), so a Simple-message-queue id round-trips exactly:
 it becomes its lower-case hex text, and that text becomes the same 16 bytes.
 An id of any other shape (a native or STOMP producer may choose its own) has
-no 16-byte form; a sink gets the first 16 bytes of its BLAKE2b digest, the
-same for the same id every time.
+no 16-byte form; a sink gets its BLAKE2b digest of 16 bytes (``digest_size=16``,
+BLAKE2b-128: not a cut of the 64-byte digest), the same for the same id every time.
 """
 
 from __future__ import annotations

@@ -152,3 +152,26 @@ def test_no_queue_only_series_for_a_stream_and_streams_are_counted(broker: Broke
     listed = [d["address"] for d in json.loads(text)["destinations"]]
     assert {"stream:metrics.other", "stream:metrics.kept", "queue:metrics.q"} <= set(listed)
     assert samples[("chute_destinations", ())] == len(listed)  # streams counted too
+
+
+def test_delivered_stays_counted_after_the_readers_close(broker: Broker) -> None:
+    """``chute_destination_delivered_total`` is a counter: a reader closing never takes
+    back what it delivered, and a new reader counts on from there."""
+    address, sent = "stream:metrics.counted", 3
+    with broker.connect() as conn, conn.session() as session:
+        for n in range(sent):
+            session.send(address, f"event {n}")
+        for _ in range(2):  # two readers one after the other, each reads it all
+            reader = session.consumer(address, offset="first")
+            for _ in range(sent):
+                message = reader.receive(timeout=WAIT)
+                assert message is not None
+                message.ack()
+            reader.close()
+    samples = wait_for(
+        broker,
+        "the readers gone",
+        lambda m: stream_figures(m, address).get("stream_readers") == 0,
+    )
+    assert stream_figures(samples, address)["delivered_total"] == 2 * sent
+    assert api(broker, address)["delivered"] == 2 * sent

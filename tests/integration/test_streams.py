@@ -197,3 +197,39 @@ def test_the_cli_browses_a_stream(server: ChuteServer) -> None:
     ]
     with chute.connect(server.url) as conn:
         assert stream_stat(conn, "stream:x")["depth"] == 5
+
+
+def test_a_new_stream_starts_at_offset_1_whatever_was_deleted_before(
+    server: ChuteServer,
+) -> None:
+    """Offsets start at 1 (docs/streams.md), also after other destinations were deleted;
+    a stream made again under a deleted one's name goes on, never reusing an offset."""
+    with chute.connect(server.url) as conn:
+        session = conn.session()
+        for address in ("queue:gone.q", "stream:gone.s"):
+            for i in range(6):
+                session.send(address, body(i))
+            assert conn.delete(address) == 6
+        session.send("stream:fresh", body(0))
+        assert read(conn, "first", 1, "stream:fresh") == [(1, body(0))]
+        assert stream_stat(conn, "stream:fresh")["first"] == 1
+        session.send("stream:gone.s", body(6))  # made again: offsets 1..6 were used
+        assert read(conn, "first", 1, "stream:gone.s") == [(7, body(6))]
+
+
+def test_a_stream_made_again_after_a_restart_reuses_no_offset(tmp_path: Path) -> None:
+    server = start_server(tmp_path)
+    try:
+        with chute.connect(server.url) as conn:
+            session = conn.session()
+            for i in range(6):
+                session.send("stream:again", body(i))
+            assert conn.delete("stream:again") == 6
+        server.stop()
+        server = start_server(tmp_path, port=server.port)
+        with chute.connect(server.url) as conn:
+            conn.session().send("stream:again", body(6))
+            assert read(conn, "first", 1, "stream:again") == [(7, body(6))]
+    finally:
+        if server.process.poll() is None:
+            server.stop()

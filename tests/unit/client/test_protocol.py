@@ -53,9 +53,10 @@ def connected() -> tuple[ClientProtocol, Peer]:
     request = proto.connect("client-1", "alice", "pw", 0)
     corr = proto.start(request)
     [(header, connect)] = peer.sent()
-    assert connect == p.Connect(1, 1, "client-1", "alice", "pw", 0)
+    assert connect == p.Connect(1, p.PROTOCOL_VERSION, "client-1", "alice", "pw", 0)
     assert header.correlation_id == corr
-    progress = proto.receive_data(encode_packet(p.Connected(1, "c-1", 0, 1 << 20), corr))
+    connected = p.Connected(p.PROTOCOL_VERSION, "c-1", 0, 1 << 20)
+    progress = proto.receive_data(encode_packet(connected, corr))
     assert progress.completed == [corr]
     result = proto.result(corr)
     assert result is not None
@@ -72,7 +73,27 @@ def test_handshake_sets_version_and_connection() -> None:
     proto, _ = connected()
     assert proto.connected is not None
     assert proto.connected.connection_id == "c-1"
-    assert proto.codec.version == 1
+    assert proto.codec.version == p.PROTOCOL_VERSION
+
+
+def test_a_held_notice_is_kept_until_the_answer_and_is_no_answer() -> None:
+    proto, _ = connected()
+    corr = proto.start(requests.purge("queue:q"))
+    notice = p.Held("the broker's queues hold 2 MiB in memory", 30_000)
+    progress = proto.receive_data(encode_packet(notice, corr))
+    assert (progress.held, progress.completed) == ([corr], [])
+    assert proto.result(corr) is None  # still waiting
+    first = proto.held(corr)
+    assert first is not None
+    assert first[1] == notice
+    proto.receive_data(encode_packet(notice, corr))  # held again after a wake
+    again = proto.held(corr)
+    assert again is not None
+    assert again[0] != first[0]  # a new notice: the waiter counts from it
+    progress = proto.receive_data(encode_packet(p.Ok(), corr))
+    assert progress.completed == [corr]
+    assert proto.held(corr) is None
+    assert proto.receive_data(encode_packet(notice, corr)).held == []  # nobody waits
 
 
 def test_connect_refused_is_a_connect_error() -> None:

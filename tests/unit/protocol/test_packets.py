@@ -56,6 +56,7 @@ EXAMPLES: list[p.Packet] = [
     p.Error("not-found", "no such queue: queue:x"),
     p.Ok(),
     p.Ok("value"),
+    p.Held("the broker's queues hold 2 MiB in memory, over memory_high_watermark", 30_000),
     p.SessionOpen(3),
     p.SessionOpen(3, p.SessionAckMode.INDIVIDUAL, transacted=True),
     p.SessionClose(3),
@@ -218,7 +219,9 @@ def test_a_plain_send_is_the_generic_encoding_of_its_message(
     body: bytes, priority: int, persistent: bool, ttl: int, corr: int
 ) -> None:
     message_id = b"0192f3c4a1b2c3d4e5f60718293a4b5c"
-    fast = plain_send_encoder(b"queue:a")(body, 1, corr, 3, ttl, priority, persistent, message_id)
+    fast = plain_send_encoder(b"queue:a")(
+        body, p.PROTOCOL_VERSION, corr, 3, ttl, priority, persistent, message_id
+    )
     message = Message(body, id=message_id.decode(), priority=priority, persistent=persistent)
     assert fast == encode_packet(p.Send(3, "queue:a", message, ttl), correlation_id=corr)
 
@@ -253,7 +256,7 @@ def test_unencodable_packets_raise_local_protocol_error(packet: p.Packet) -> Non
 
 @pytest.mark.parametrize(
     ("offered", "chosen"),
-    [((1, 1), 1), ((1, 5), 1), ((0, 1), 1), ((2, 5), None), ((1, 0), None)],
+    [((1, 1), 1), ((1, 5), 2), ((0, 1), 1), ((1, 2), 2), ((3, 5), None), ((1, 0), None)],
 )
 def test_negotiate_version(offered: tuple[int, int], chosen: int | None) -> None:
     assert p.negotiate_version(*offered) == chosen

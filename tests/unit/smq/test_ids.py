@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -31,3 +34,14 @@ def test_other_ids_hash_to_a_stable_16_bytes(message_id: str) -> None:
 def test_a_wire_id_is_16_bytes() -> None:
     with pytest.raises(ValueError, match="16 bytes"):
         to_message_id(b"123")
+
+
+def test_other_ids_hash_as_docs_smq_md_says() -> None:
+    """BLAKE2b with a 16-byte digest size, which is not the first 16 bytes of BLAKE2b-512."""
+    wire = to_wire_id("order-17")
+    assert wire == hashlib.blake2b(b"order-17", digest_size=16).digest()
+    assert wire != hashlib.blake2b(b"order-17").digest()[:16]
+    docs = Path(__file__).parents[3] / "docs" / "smq.md"
+    said = " ".join(docs.read_text().split())
+    assert "`hashlib.blake2b(id, digest_size=16)`" in said
+    assert "first 16 bytes of the BLAKE2b digest" not in said
