@@ -166,6 +166,7 @@ class BrokerServer:
             OSError: a port could not be bound (with the port in the message), or the
                 TLS certificate, key or CA file could not be loaded.
             StoreError: the journal could not be opened (in use, the disk full).
+            RuntimeError: ``http_port`` is on, but the server was given no ``site``.
         """
         self.loop = asyncio.get_running_loop()
         self.loop_thread = threading.get_ident()
