@@ -29,9 +29,9 @@ from chute.protocol.spec import HEADER_SIZE
 from chute.protocol.splice import encode_send
 from chute.protocol.wire import encode_packet
 from chute.server.app import BrokerServer, tune_gc
-from chute.server.memory_transport import MemoryTransport, settle
 from chute.server.native import NativeConnection
 from chute.store.memory import MemoryStore
+from tests.memory_transport import MemoryTransport, settle
 
 HEAD = struct.Struct(">IBB")
 SEQ = struct.Struct(">Q")

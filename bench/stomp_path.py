@@ -34,9 +34,9 @@ from typing import Any
 
 from chute.config import ServerConfig
 from chute.server.app import BrokerServer, tune_gc
-from chute.server.memory_transport import MemoryTransport, settle
 from chute.server.stomp import StompConnection
 from chute.store.memory import MemoryStore
+from tests.memory_transport import MemoryTransport, settle
 
 SCENARIOS = ("auto", "individual", "fanout")
 READ_SIZE = 262_144

@@ -43,9 +43,9 @@ from chute.protocol import packets as p
 from chute.protocol.splice import encode_send
 from chute.protocol.wire import encode_packet
 from chute.server.app import BrokerServer, tune_gc
-from chute.server.memory_transport import MemoryTransport
 from chute.server.native import NativeConnection
 from chute.store.journal import Journal
+from tests.memory_transport import MemoryTransport
 
 BODY = 1024
 _FILE = 64 << 20

@@ -125,7 +125,6 @@ class Float(float):
 
 
 PropertyValue = bool | int | float | str
-Properties = Mapping[str, PropertyValue]
 
 _LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
 

@@ -12,7 +12,7 @@ seconds), and 503 ``{"status": "stopping"}`` once a graceful stop began.
 
 The HTTP listener opens before the recovery starts, and until the broker is
 ready it serves only these paths and ``/metrics`` (:data:`OPEN_WHILE_RECOVERING`;
-:mod:`chute.server.http` answers every other one 503). The handlers here read
+:mod:`chute.admin.site` answers every other one 503). The handlers here read
 only plain fields (:class:`~chute.store.progress.RecoveryProgress`), never the
 broker, which a recovery thread is building meanwhile. Neither endpoint needs
 credentials, and neither says anything about the messages.

@@ -153,8 +153,6 @@ class DropboxBridge:
         self.server = server
         self.mount = mount
         self.poll_interval = mount.poll_interval_ms / 1000
-        self.imported = 0
-        self.exported = 0
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._imports: list[_Import] = []
@@ -356,7 +354,6 @@ class DropboxBridge:
                     item.files.release(delivery)
             except OSError as exc:  # someone moved the claimed file: say so, go on
                 log.error("dropbox import: settling %s: %s", delivery.path, exc)
-        self.imported += moved
         if refused is not None and not item.refused:  # once per spell, not per poll
             log.warning(
                 "dropbox import into %s refused (%s): files stay in target/, retrying",
@@ -451,7 +448,6 @@ class DropboxBridge:
         except OSError as exc:
             log.error("dropbox export to %s: %s: will retry", self.mount.root, exc)
             return "requeue"
-        self.exported += 1
         return "ack"
 
     @staticmethod

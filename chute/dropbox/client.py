@@ -132,7 +132,6 @@ class DropboxConnection:
         self.timeout = timeout
         self._sessions: list[DropboxSession] = []
         self._temporary: list[QueueLayout] = []
-        self._temp_ids = itertools.count(1)
         self._closed = False
         self._session_ids = itertools.count(1)
 

@@ -33,8 +33,8 @@ from chute.message import (
 
 DELIVERY_COUNT: Final = "JMSXDeliveryCount"
 _CONTENT_TYPE: Final = "content-type"  # a STOMP header; the body kind says text or bytes
-INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
-LONG_MIN, LONG_MAX = -(1 << 63), (1 << 63) - 1
+INT_MAX: Final = (1 << 31) - 1
+LONG_MAX: Final = (1 << 63) - 1
 
 
 # -- numbers ------------------------------------------------------------------------------

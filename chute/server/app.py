@@ -15,7 +15,9 @@ connection has a front from :mod:`chute.server.tls` (where a handshake's
 failure, or TLS spoken to a plain port, is logged). It is the one
 implementation of the interfaces its drivers declare
 (:class:`~chute.server.stream.ServerHost`, :class:`~chute.dropbox.bridge.BridgeHost`);
-nothing imports this module but the CLI.
+nothing imports this module but the CLI, which also hands it what the HTTP port
+serves (:class:`~chute.admin.site.Site`, made with the server: the admin side
+sits above the server, which never imports it).
 
 Starting: the HTTP listener opens first, and answers only ``/healthz``,
 ``/readyz`` and ``/metrics`` (everything else: 503) while the store opens and
@@ -63,7 +65,10 @@ from chute.store.memory import MemoryStore
 from chute.store.progress import RecoveryProgress
 
 if TYPE_CHECKING:  # aiohttp is imported only when the HTTP listener is on
-    from chute.server.http import HttpListener
+    from chute.server.http import HttpListener, HttpSite
+
+    MakeSite = Callable[["BrokerServer"], HttpSite]
+    """What the HTTP port serves, made for the server (:class:`chute.admin.site.Site`)."""
 
 log = logging.getLogger("chute.server")
 
@@ -80,11 +85,15 @@ class BrokerServer:
     docstring).
 
     Given no ``store``, :meth:`start` opens the configured one (off the loop), and
-    :attr:`broker` exists from then on; given one, the broker is made at once.
+    :attr:`broker` exists from then on; given one, the broker is made at once. With
+    ``http_port`` on, :meth:`start` needs ``site``: what the HTTP port serves.
     """
 
-    def __init__(self, config: ServerConfig, store: Store | None = None) -> None:
+    def __init__(
+        self, config: ServerConfig, store: Store | None = None, *, site: MakeSite | None = None
+    ) -> None:
         self.config = config
+        self._site = site
         self.store: Store | None = store  # None until start() opens the configured one
         self._broker = None if store is None else self._make_broker(store)
         self.recovery = RecoveryProgress()  # read by the loop while recovery runs
@@ -157,6 +166,7 @@ class BrokerServer:
             OSError: a port could not be bound (with the port in the message), or the
                 TLS certificate, key or CA file could not be loaded.
             StoreError: the journal could not be opened (in use, the disk full).
+            RuntimeError: ``http_port`` is on, but the server was given no ``site``.
         """
         self.loop = asyncio.get_running_loop()
         self.loop_thread = threading.get_ident()
@@ -191,7 +201,9 @@ class BrokerServer:
         from chute.server.http import HttpListener, http_refusal  # noqa: PLC0415 - aiohttp
 
         config = self.config
-        self.http = HttpListener(self)
+        if self._site is None:
+            raise RuntimeError("http_port is on, but the server was given no site to serve")
+        self.http = HttpListener(self, self._site(self))
         https = config.http_tls
         name = "https" if https else "http"
         host, port = await self.http.start(
@@ -558,15 +570,16 @@ def tune_gc() -> None:
     gc.set_threshold(100_000, 50, 1000)
 
 
-def run(config: ServerConfig, *, ready: Any = None) -> None:
-    """Run a broker until SIGTERM/SIGINT. ``ready(bound)`` is called once it listens."""
+def run(config: ServerConfig, *, ready: Any = None, site: MakeSite | None = None) -> None:
+    """Run a broker until SIGTERM/SIGINT. ``ready(bound)`` is called once it listens;
+    ``site`` is what the HTTP port serves (needed while ``http_port`` is on)."""
     tune_gc()
     raise_open_file_limit(config.max_connections)
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
 
     async def main() -> None:
-        server = BrokerServer(config)
+        server = BrokerServer(config, site=site)
         try:
             bound = await server.start()
         except BaseException:

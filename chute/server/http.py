@@ -1,13 +1,12 @@
 """The HTTP listener (``http_port``): aiohttp on the broker's event loop.
 
-It serves STOMP over WebSocket on ``/stomp`` (and ``/ws``, the path
-some clients default to), and the native protocol on ``/chute``, over a
-WebSocket (:mod:`chute.server.websocket`) or plain requests where nothing else
-gets through (:mod:`chute.server.tunnel`); the admin API, metrics, health and the web console
-add their routes to the same :attr:`HttpListener.app` (:mod:`chute.admin`).
-It opens before the broker recovers: until the broker is ready it answers
-only ``/healthz``, ``/readyz`` and ``/metrics``, and 503 to everything else
-(:func:`recovering_gate`). aiohttp runs on the loop the
+It serves one :class:`HttpSite`: the application that routes STOMP and the
+native protocol over WebSocket (:mod:`chute.server.websocket`), the native
+protocol over plain requests (:mod:`chute.server.tunnel`), the admin API,
+metrics, health and the web console. That site is assembled above the server,
+in :mod:`chute.admin.site` (which answers 503 while the broker recovers), and
+handed to the listener, so nothing here imports ``chute.admin``. The listener
+opens before the broker recovers. aiohttp runs on the loop the
 broker already runs on, so a handler calls the core directly, as the TCP
 drivers do.
 
@@ -26,26 +25,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
 from aiohttp import web
-from aiohttp.typedefs import Handler, Middleware
 
-from chute.admin.api import add_api_routes
-from chute.admin.console import add_console_routes
-from chute.admin.health import OPEN_WHILE_RECOVERING, ReadyHost
-from chute.admin.metrics import add_metrics_routes
 from chute.origins import OriginPolicy, own_origins
+from chute.server.host import ServerHost
 from chute.server.listener import Listener
 from chute.server.tls import ProtocolFactory
-from chute.server.tunnel import Tunnels
-from chute.server.websocket import native_endpoint, stomp_endpoint
-from chute.store.progress import Phase
 
 log = logging.getLogger("chute.server")
 
-STOMP_PATHS = ("/stomp", "/ws")
-NATIVE_PATH = "/chute"
-"""The native protocol: a WebSocket (GET with an upgrade) or plain requests (POST)."""
 SHUTDOWN_TIMEOUT = 2.0
 Listen = Callable[[ProtocolFactory], Listener]
 """Opens the broker's listener for aiohttp's protocol factory."""
@@ -61,53 +51,29 @@ def http_refusal(code: str, reason: str) -> bytes:
     return head.encode() + body
 
 
-def recovering_gate(server: ReadyHost) -> Middleware:
-    """Until ``server`` is ready, answer 503 to every path but those of
-    :data:`~chute.admin.health.OPEN_WHILE_RECOVERING` (the STOMP WebSocket too)."""
+class HttpSite(Protocol):
+    """What the HTTP listener serves (:class:`chute.admin.site.Site`)."""
 
-    @web.middleware
-    async def gate(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if server.ready or request.path in OPEN_WHILE_RECOVERING:
-            return await handler(request)
-        recovering = server.recovery.phase is not Phase.DONE  # else: a stop began
-        reason = "recovering, try again shortly" if recovering else "the broker is stopping"
-        headers = {"Retry-After": "5"} if recovering else {}
-        if request.path.startswith("/api/"):
-            code = "recovering" if recovering else "stopping"
-            return web.json_response(
-                {"error": code, "message": reason}, status=503, headers=headers
-            )
-        return web.Response(status=503, text=reason + "\n", headers=headers)
+    @property
+    def app(self) -> web.Application:
+        """The application, every route on it."""
 
-    return gate
+    def listening(self, origins: OriginPolicy) -> None:
+        """The listener is bound: the web pages that may open a WebSocket or a session."""
+
+    def close(self) -> None:
+        """The listener stops: end what the site holds open."""
 
 
 class HttpListener:
     """One aiohttp application on ``host:port``. Not thread-safe: the server's loop only."""
 
-    def __init__(self, server: ReadyHost) -> None:
+    def __init__(self, server: ServerHost, site: HttpSite) -> None:
         self.server = server
-        self.app = web.Application(client_max_size=1 << 20)
-        self.app.middlewares.append(recovering_gate(server))
-        for path in STOMP_PATHS:
-            self.app.router.add_get(path, self._stomp)
-        self.tunnels = Tunnels(server, OriginPolicy(()))
-        self.app.router.add_get(NATIVE_PATH, self._native)
-        self.app.router.add_post(NATIVE_PATH, self.tunnels.open)
-        self.app.router.add_post(NATIVE_PATH + "/{sid}", self.tunnels.post)
-        self.app.router.add_get(NATIVE_PATH + "/{sid}", self.tunnels.poll)
-        self.app.router.add_delete(NATIVE_PATH + "/{sid}", self.tunnels.delete)
-        add_api_routes(self.app, server)
-        add_console_routes(self.app)
-        add_metrics_routes(self.app, server)
+        self.site = site
+        self.app = site.app
         self.origins = OriginPolicy(())  # start() knows the port, so the default origins
         self._runner: web.AppRunner | None = None
-
-    async def _stomp(self, request: web.Request) -> web.StreamResponse:
-        return await stomp_endpoint(self.server, self.origins, request)
-
-    async def _native(self, request: web.Request) -> web.StreamResponse:
-        return await native_endpoint(self.server, self.origins, request)
 
     async def start(self, listen: Listen) -> tuple[str, int]:
         """Listen with ``listen`` (the broker's listener, with aiohttp's protocol behind
@@ -131,13 +97,13 @@ class HttpListener:
         self.origins = OriginPolicy(
             [*own_origins(self.server.config.host, int(port)), *self.server.config.allowed_origins]
         )
-        self.tunnels.origins = self.origins
+        self.site.listening(self.origins)
         return str(host), int(port)
 
     async def stop(self) -> None:
         """Stop accepting and close the open WebSockets (their STOMP connections end)."""
         runner, self._runner = self._runner, None
-        self.tunnels.close()
+        self.site.close()
         if runner is not None:
             await runner.cleanup()
 

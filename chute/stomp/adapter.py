@@ -319,11 +319,6 @@ class SendReader:
         )
 
 
-def read_send(frame: Frame) -> SendFrame:
-    """:meth:`SendReader.read` for one frame."""
-    return SendReader().read(frame)
-
-
 def property_text(value: PropertyValue) -> str:
     """A property value as a header's text: its plain value, whatever its JMS type.
 

@@ -78,7 +78,6 @@ class Intake:
         self.callbacks: list[SyncCallback] = []
         self.requests: list[Request] = []
         self.closing = False
-        self.appended = False  # anything since the journal opened
 
     @property
     def has_records(self) -> bool:
@@ -195,7 +194,6 @@ class Intake:
 
     def _arrived(self, size: int) -> None:
         self.pending_bytes += size
-        self.appended = True
         if self.pending_bytes >= WAKE_BYTES:
             self.cond.notify()
 

@@ -70,10 +70,6 @@ from chute.store.seqmap import SeqMap
 SEGMENT_SHIFT = 32
 
 
-def segment_of(location: int) -> int:
-    return location >> SEGMENT_SHIFT
-
-
 def runs(numbers: Iterable[int]) -> tuple[tuple[int, int], ...]:
     """``numbers`` as ascending runs of consecutive numbers, (first, last) each."""
     out: list[tuple[int, int]] = []

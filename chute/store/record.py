@@ -42,7 +42,6 @@ from typing import Final
 MAGIC: Final = b"\xc4\x1b\x7e\x5a"
 HEADER: Final = struct.Struct(">4sIIB")
 HEADER_SIZE: Final = HEADER.size  # 13
-MAX_PAYLOAD: Final = (1 << 31) - 1
 _SEAL: Final = struct.Struct(">QIIB")  # segment, offset, length, kind: checked with the payload
 
 

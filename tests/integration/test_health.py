@@ -29,6 +29,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from chute.admin.site import Site
 from chute.config import ServerConfig
 from chute.core.store import AddOp, QueueDefinition, QueueKind, Recovered
 from chute.message import Message
@@ -204,7 +205,7 @@ def test_while_recovering_only_health_and_metrics_are_served(
         progress_logged = asyncio.Event()
         watcher = OnRecord("recovering: ", progress_logged)
         logging.getLogger("chute.server").addHandler(watcher)
-        server = BrokerServer(config, store=store)
+        server = BrokerServer(config, store=store, site=Site)
         starting = asyncio.create_task(server.start())
         while not store.recovering.is_set():  # the HTTP listener opened before this
             assert not starting.done()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import NamedTuple
 
 import chute
 
@@ -24,7 +25,17 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def import_graph() -> dict[str, set[str]]:
+class Arrow(NamedTuple):
+    """One import: ``source`` names ``target`` at ``path``:``line``."""
+
+    source: str
+    target: str
+    path: Path
+    line: int
+
+
+def import_arrows() -> list[Arrow]:
+    """Every import of a chute module by another, wherever it stands in the importer."""
     files = {module_name(path): path for path in ROOT.rglob("*.py")}
 
     def known(name: str) -> str | None:
@@ -32,8 +43,8 @@ def import_graph() -> dict[str, set[str]]:
             name = name.rpartition(".")[0]
         return name or None
 
-    graph: dict[str, set[str]] = {name: set() for name in files}
-    for name, path in files.items():
+    arrows: list[Arrow] = []
+    for name, path in sorted(files.items()):
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             targets: list[str] = []
@@ -48,10 +59,19 @@ def import_graph() -> dict[str, set[str]]:
                     f"{base}.{alias.name}" if f"{base}.{alias.name}" in files else base
                     for alias in node.names
                 ]
+            else:
+                continue
             for target in targets:
                 found = known(target)
                 if found is not None and found != name:
-                    graph[name].add(found)
+                    arrows.append(Arrow(name, found, path, node.lineno))
+    return arrows
+
+
+def import_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {module_name(path): set() for path in ROOT.rglob("*.py")}
+    for arrow in import_arrows():
+        graph[arrow.source].add(arrow.target)
     return graph
 
 

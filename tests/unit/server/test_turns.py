@@ -24,11 +24,11 @@ from chute.protocol.wire import encode_packet
 from chute.sansio import NeedData
 from chute.server import stream
 from chute.server.app import BrokerServer
-from chute.server.memory_transport import MemoryTransport, settle
 from chute.server.native import NativeConnection
 from chute.server.stomp import StompConnection
 from chute.server.turns import Contenders
 from chute.store.memory import MemoryStore
+from tests.memory_transport import MemoryTransport, settle
 
 BODY = re.compile(rb"\n\n(m\d+)\x00")
 

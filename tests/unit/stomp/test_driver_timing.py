@@ -16,9 +16,9 @@ from collections.abc import Callable
 
 from chute.config import ServerConfig
 from chute.server.app import BrokerServer
-from chute.server.memory_transport import MemoryTransport
 from chute.server.stomp import StompConnection
 from chute.store.memory import MemoryStore
+from tests.memory_transport import MemoryTransport
 
 SyncCallback = Callable[[BaseException | None], None]
 

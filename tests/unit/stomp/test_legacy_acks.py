@@ -15,9 +15,9 @@ import pytest
 
 from chute.config import ServerConfig
 from chute.server.app import BrokerServer
-from chute.server.memory_transport import MemoryTransport, settle
 from chute.server.stomp import StompConnection
 from chute.store.memory import MemoryStore
+from tests.memory_transport import MemoryTransport, settle
 
 MESSAGE_ID = re.compile(rb"\nmessage-id:([^\n]*)\n")
 

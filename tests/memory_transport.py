@@ -1,6 +1,6 @@
 """An in-memory transport: drive a connection driver without a socket.
 
-For tests and the CPU benchmarks (``bench/server_path.py``,
+A test double, for the unit tests and the CPU benchmarks (``bench/server_path.py``,
 ``bench/stomp_path.py``): feed a driver bytes with ``data_received`` and read
 what it wrote from :attr:`MemoryTransport.written`. Just enough of
 :class:`asyncio.Transport` for :class:`~chute.server.stream.StreamConnection`.

@@ -1,0 +1,148 @@
+"""chute's layers, as docs/architecture.md draws them: every import points down.
+
+:data:`MAY_IMPORT` is the drawing as data: each part of the package (a
+package or module under ``chute``, named without the ``chute.`` prefix; a
+dotted name such as ``dropbox.cli`` is a part of its own, and a module belongs
+to the longest name it starts with) and the parts it may import. Imports inside
+a part are free. Every import anywhere in a module counts, those made only for
+type checking or inside a function included (the arrows of
+``test_import_cycles``). A module in no part fails too: a new part of the
+package gets its row here, and its place on the drawing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from .test_import_cycles import ROOT, Arrow, import_arrows, module_name
+
+EVERYTHING = frozenset({"*"})
+"""An application's row: it may import any part."""
+
+BASE = frozenset({"message", "content", "errors", "version"})
+"""What every layer may use: the message, its binary content, the errors."""
+CODEC = BASE | {"core", "sansio"}
+"""The sans-IO codecs map their units onto the core's words (addresses, ack modes)."""
+SERVER = BASE | {
+    "core",
+    "protocol",
+    "stomp",
+    "smq",
+    "sansio",
+    "store",
+    "config",
+    "dropbox",
+    "origins",
+    "outbox",
+    "passwords",
+}
+"""The asyncio listeners and drivers: the codecs, the core, the journal they open."""
+
+MAY_IMPORT: Mapping[str, frozenset[str]] = {
+    # the bottom: a message and what every layer shares
+    "errors": frozenset(),
+    "version": frozenset(),
+    "sansio": frozenset(),
+    "message": frozenset({"errors"}),
+    "content": frozenset({"errors", "message"}),
+    "passwords": frozenset({"errors"}),
+    "origins": frozenset({"errors"}),
+    "outbox": frozenset({"errors"}),
+    # the broker's rules: pure, never the journal, a transport or the admin side
+    "core": BASE | {"passwords"},
+    # the journal, below the core's Store interface
+    "store": BASE | {"core"},
+    # sans-IO codecs: bytes in, units out
+    "protocol": CODEC,
+    "stomp": CODEC,
+    "smq": CODEC,
+    # the server's configuration (what each listener, mount and limit is)
+    "config": BASE | {"core", "dropbox", "origins", "passwords", "smq", "store"},
+    # asyncio listeners and thin drivers; never the admin side above them
+    "server": SERVER,
+    # the HTTP port's site: admin API, metrics, health, console, over the server
+    "admin": SERVER | {"server"},
+    # the clients: the wire's codec and the core's words, never a broker's insides
+    "client": BASE | {"core", "protocol", "sansio", "outbox", "origins"},
+    # DropboxMQ: the serverless client (the client's API) and the broker's bridge
+    "dropbox": BASE | {"core", "client"},
+    # the applications on top
+    "dropbox.cli": BASE
+    | {"core", "client", "dropbox", "cli_message", "cli_output", "cli_progress"},
+    "spark": BASE | {"core", "protocol", "client"},
+    "aio": BASE | {"client"},
+    "__init__": BASE | {"client", "dropbox"},
+    "__main__": EVERYTHING,
+    "cli": EVERYTHING,
+    "cli_cert": EVERYTHING,
+    "cli_manage": EVERYTHING,
+    "cli_message": EVERYTHING,
+    "cli_output": EVERYTHING,
+    "cli_progress": EVERYTHING,
+    "cli_stat": EVERYTHING,
+}
+
+
+def part_of(module: str, table: Iterable[str]) -> str | None:
+    """The row of ``module`` (``chute.x.y``): the longest part it is or lies in."""
+    name = module.partition(".")[2] or "__init__"
+    matches = [part for part in table if name == part or name.startswith(part + ".")]
+    return max(matches, key=len, default=None)
+
+
+def against(arrows: Iterable[Arrow], table: Mapping[str, frozenset[str]]) -> list[str]:
+    """Each arrow the table does not allow, as ``file:line: source -> target``."""
+    wrong: list[str] = []
+    for arrow in arrows:
+        source, target = part_of(arrow.source, table), part_of(arrow.target, table)
+        if source is None or target is None or source == target:
+            continue  # a module in no part is reported once, by its own test
+        allowed = table[source]
+        if "*" not in allowed and target not in allowed:
+            where = arrow.path.relative_to(ROOT.parent)
+            wrong.append(
+                f"{where}:{arrow.line}: {arrow.source} -> {arrow.target}"
+                f" ({source} may not import {target})"
+            )
+    return list(dict.fromkeys(wrong))  # two names from one module: one arrow
+
+
+def test_every_import_points_down_the_layers() -> None:
+    wrong = against(import_arrows(), MAY_IMPORT)
+    assert wrong == [], "imports against the layers of docs/architecture.md:\n" + "\n".join(wrong)
+
+
+def test_every_module_has_a_place_in_the_layers() -> None:
+    modules = sorted(module_name(path) for path in ROOT.rglob("*.py"))
+    unplaced = [name for name in modules if part_of(name, MAY_IMPORT) is None]
+    assert unplaced == [], "modules in no row of MAY_IMPORT: " + ", ".join(unplaced)
+
+
+def test_the_table_names_only_its_own_parts() -> None:
+    named = {part for allowed in MAY_IMPORT.values() for part in allowed} - {"*"}
+    assert named <= set(MAY_IMPORT)
+
+
+def test_the_checker_names_an_arrow_up_with_its_file_and_line() -> None:
+    table = {"core": frozenset({"errors"}), "errors": frozenset(), "server": frozenset({"core"})}
+    up = Arrow("chute.core.queue", "chute.server.http", ROOT / "core" / "queue.py", 12)
+    down = Arrow("chute.server.http", "chute.core.queue", ROOT / "server" / "http.py", 3)
+    inside = Arrow("chute.core.queue", "chute.core.lanes", ROOT / "core" / "queue.py", 4)
+    assert against([up, down, inside], table) == [
+        "chute/core/queue.py:12: chute.core.queue -> chute.server.http (core may not import server)"
+    ]
+
+
+def test_a_dotted_part_is_its_own_row() -> None:
+    table = {
+        "dropbox": frozenset(),
+        "dropbox.cli": frozenset({"dropbox", "cli"}),
+        "cli": EVERYTHING,
+    }
+    assert part_of("chute.dropbox.cli", table) == "dropbox.cli"
+    assert part_of("chute.dropbox.queue", table) == "dropbox"
+    assert part_of("chute.dropboxes", table) is None
+    assert part_of("chute", {"__init__": frozenset()}) == "__init__"
+    helper = Arrow("chute.dropbox.cli", "chute.cli", Path("chute/dropbox/cli.py"), 1)
+    assert against([helper], table) == []
