@@ -88,7 +88,9 @@ def test_a_loop_that_is_not_running_is_not_held(caplog: pytest.LogCaptureFixture
     that is not a stall: nothing is logged, and the watchdog's thread ends with the loop."""
     caplog.set_level(logging.WARNING, logger="chute.server")
     loop = asyncio.new_event_loop()
-    watchdog = LoopWatchdog(loop, threading.get_ident(), stall=0.05, tick=0.01)
+    # a stall of 0.5 s: while start() runs the loop does turn, and a loaded machine may
+    # deschedule this thread for tens of ms then (a real, if short, stall)
+    watchdog = LoopWatchdog(loop, threading.get_ident(), stall=0.5, tick=0.01)
 
     async def start() -> None:
         watchdog.start()
@@ -101,7 +103,7 @@ def test_a_loop_that_is_not_running_is_not_held(caplog: pytest.LogCaptureFixture
         stopped.set()
 
     threading.Thread(target=watch_it_end).start()
-    assert not stopped.wait(0.3)  # the loop does not run: the watchdog waits, silent
+    assert not stopped.wait(1.0)  # the loop does not run, past stall: the watchdog waits, silent
     loop.close()
     assert stopped.wait(10)  # a closed loop: its watchdog ends
     assert watchdog.stalls == 0
