@@ -33,8 +33,10 @@ The rest is written again before the next sync; retries back off
 A full segment is synced and closed, and a pre-zeroed spare becomes the next
 one. After each roll-over the writer runs a reclaim pass: copy the live
 records of sparse old segments forward, write a checkpoint, sync, then delete
-oldest first. Both are :mod:`chute.store.segments`' work, with the writer's
-own write and sync.
+oldest first. It runs one too once it wrote nothing for :data:`IDLE_RECLAIM`
+seconds after writing (acks of a drained queue free its segments then, not at
+a roll-over that may never come), and one as the journal closes. Both are
+:mod:`chute.store.segments`' work, with the writer's own write and sync.
 
 Free space: the writer looks at it (:mod:`chute.store.space`) as it goes.
 Under ``disk_free_limit`` it runs reclaim passes without roll-overs, and new
@@ -90,6 +92,9 @@ _IDLE_POLL: Final = 0.05  # ... this often
 _CLOSE_PAUSE: Final = 0.05  # closing on a failing disk: between the last attempts
 _CLOSE_ATTEMPTS: Final = 3
 _ACK_RESERVE: Final = 64 << 10  # under disk_free_limit: a segment's end kept for acks, marks
+IDLE_RECLAIM: Final = 1.0
+"""Seconds without a write after something was written: then a reclaim pass runs (what
+consumers acked since frees its segments without waiting for a roll-over)."""
 INLINE_SLOW: Final = 0.1
 """An ``fdatasync`` run inline (on the caller's thread, the broker's loop) that took this
 many seconds or more: the disk is slow now, so for :data:`INLINE_PAUSE` seconds every
@@ -160,6 +165,9 @@ class Writer:
         self._failures = Failures(directory)
         self._rewrite = False
         self._reclaim_due = False
+        self._seen_written = 0  # bytes_written when last looked at (idle reclaiming) ...
+        self._seen_at = time.monotonic()  # ... and when it last changed
+        self._reclaimed_written = 0  # bytes_written after the last reclaim pass
         self.thread = threading.Thread(target=self._run, name="chute-journal", daemon=True)
 
     def release(self) -> None:
@@ -201,11 +209,26 @@ class Writer:
                     continue
                 self._failures.succeeded()
                 if closing:
+                    if self._auto_reclaim:  # a stopped broker leaves no dead segments behind
+                        self._reclaim_safely([])
                     for request in requests:
                         request(JournalClosed(f"journal {self.directory} is closed"))
                     return
-                if requests or self._reclaim_due:
+                if requests or self._reclaim_due or self._idle_reclaim_due():
                     self._reclaim_safely(requests)
+
+    def _idle_reclaim_due(self) -> bool:
+        """Whether the writer wrote something since the last reclaim pass and then nothing
+        for :data:`IDLE_RECLAIM` seconds (consumers that drained a queue and stopped)."""
+        if not self._auto_reclaim:
+            return False
+        now = time.monotonic()
+        written = self.bytes_written
+        if written != self._seen_written:
+            self._seen_written = written
+            self._seen_at = now
+            return False
+        return written != self._reclaimed_written and now - self._seen_at >= IDLE_RECLAIM
 
     def _watch_space(self) -> None:
         """Look at the free space if due; while it is low, ask for reclaim passes."""
@@ -532,6 +555,7 @@ class Writer:
         except Exception as exc:  # noqa: BLE001 - reclaiming again later is the remedy
             log.warning("journal %s: reclaiming failed: %s", self.directory, exc)
             outcome = store_error(exc, "reclaim")
+        self._reclaimed_written = self._seen_written = self.bytes_written
         self.space.check()  # what the pass freed (or its failure: the disk)
         for request in requests:
             request(outcome)

@@ -152,10 +152,21 @@ def test_odd_segment_files_are_reported_not_fatal(
     with caplog.at_level(logging.WARNING, logger="chute.store.recovery"):
         recovered, report = recover(str(tmp_path))
     assert [s.seq for s in recovered.messages["q"]] == list(range(1, N))
-    assert report.segments == 5
-    assert len(report.problems) == 5  # two bad headers, their contents cut, and the hole
-    assert "segments 2-101 are missing or empty (100, 101 empty)" in report.problems[-1]
+    assert report.segments == 3  # the real one, and the two that hold nothing
+    assert report.problems == [
+        "0000000102.seg has no segment header (700 bytes): not a segment, set aside as "
+        "0000000102.seg.stray (nothing read from it)",
+        "0000000103.seg has the header of segment 999, and no record of its own: not a "
+        "segment, set aside as 0000000103.seg.stray (nothing read from it)",
+        "segments 100, 101, numbered past segment 1 (the newest that holds records), "
+        "held nothing: removed",
+    ]
     assert all(p in caplog.text for p in report.problems)
+    # set aside untouched (not cut), and the blank ones gone: the next start finds nothing
+    assert (tmp_path / "0000000102.seg.stray").read_bytes() == b"garbage" * 100
+    assert (tmp_path / "0000000103.seg.stray").read_bytes() == header(999) + b"x" * 50
+    assert sorted(p.name for p in tmp_path.glob("*.seg")) == ["0000000001.seg"]
+    assert recover(str(tmp_path))[1].clean
 
 
 def test_an_unreadable_segment_is_skipped(tmp_path: Path) -> None:
