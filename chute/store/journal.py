@@ -202,7 +202,13 @@ class Journal:
             batch=batch_ms / 1000,
             flush=flush_ms / 1000,
             auto_reclaim=auto_reclaim,
-            space=FreeSpace(self.directory, disk, disk_free_limit, free),
+            space=FreeSpace(
+                self.directory,
+                disk,
+                disk_free_limit,
+                free,
+                ahead=self._segments.ahead,
+            ),
         )
         self._writer.thread.start()
         for queue, seqs in self.report.redelivered.items():  # so that the next start knows
@@ -312,9 +318,10 @@ class Journal:
         """None while the disk has ``disk_free_limit`` free; else why producers must wait.
 
         Reads what the writer thread last saw (it looks after every MiB written
-        and every 100 ms): no system call, fit for every send.
+        and every 100 ms): no system call, fit for every send; if that look is
+        older than 100 ms (the writer is held up), it looks itself.
         """
-        return self._writer.space.low
+        return self._writer.space.current()
 
     def backlog(self) -> int:
         """Bytes appended that the writer thread has not written yet."""

@@ -117,6 +117,13 @@ class Spares:
         self._future: Future[str] | None = None
         self._names = itertools.count()
 
+    def ahead(self) -> int:
+        """Bytes of disk the spares will still take without a record written: the one
+        being made, if it is not made yet, and the one the next roll-over starts (any
+        thread)."""
+        future = self._future
+        return self.size * (2 if future is not None and not future.done() else 1)
+
     def prepare(self) -> None:
         """Start making the next spare if none is ready or being made."""
         if self._future is None:

@@ -79,6 +79,11 @@ class Segments:
         if self._spares is not None:
             self._spares.prepare()
 
+    def ahead(self) -> int:
+        """Bytes of disk the journal will take without writing a record: the spare segments
+        it makes (0 without them: segments then grow as records are written). Any thread."""
+        return 0 if self._spares is None else self._spares.ahead()
+
     def numbers(self) -> list[int]:
         """The numbers of the segment files, oldest first (a snapshot; any thread)."""
         with self.lock:

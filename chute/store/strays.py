@@ -132,6 +132,7 @@ def _first_record_checks(f: io.FileIO, head: bytes, number: int, size: int) -> b
     if len(head) < SEGMENT_HEADER_SIZE + HEADER_SIZE:
         return False
     magic, crc, length, kind = HEADER.unpack_from(head, SEGMENT_HEADER_SIZE)
+    crc, length, kind = int(crc), int(length), int(kind)
     start = SEGMENT_HEADER_SIZE + HEADER_SIZE
     if magic != MAGIC or start + length > size:
         return False

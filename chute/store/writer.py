@@ -217,18 +217,23 @@ class Writer:
                 if requests or self._reclaim_due or self._idle_reclaim_due():
                     self._reclaim_safely(requests)
 
-    def _idle_reclaim_due(self) -> bool:
-        """Whether the writer wrote something since the last reclaim pass and then nothing
-        for :data:`IDLE_RECLAIM` seconds (consumers that drained a queue and stopped)."""
+    def _idle_reclaim_at(self) -> float | None:
+        """When a reclaim pass is due for want of writes (monotonic), or None: once the
+        writer wrote something since the last pass and then nothing for
+        :data:`IDLE_RECLAIM` seconds (consumers that drained a queue and stopped)."""
         if not self._auto_reclaim:
-            return False
-        now = time.monotonic()
+            return None
         written = self.bytes_written
         if written != self._seen_written:
             self._seen_written = written
-            self._seen_at = now
-            return False
-        return written != self._reclaimed_written and now - self._seen_at >= IDLE_RECLAIM
+            self._seen_at = time.monotonic()
+        if written == self._reclaimed_written:
+            return None
+        return self._seen_at + IDLE_RECLAIM
+
+    def _idle_reclaim_due(self) -> bool:
+        at = self._idle_reclaim_at()
+        return at is not None and time.monotonic() >= at
 
     def _watch_space(self) -> None:
         """Look at the free space if due; while it is low, ask for reclaim passes."""
@@ -334,6 +339,9 @@ class Writer:
             elif deadline is None:
                 idle = now - self._active_at >= _IDLE_AFTER
                 deadline = now + (_IDLE_POLL if idle else self._flush)  # appends do not wake us
+            reclaim_at = self._idle_reclaim_at()
+            if reclaim_at is not None and reclaim_at < deadline:
+                deadline = reclaim_at
             if now >= deadline:
                 return
             intake.cond.wait(deadline - now)

@@ -62,7 +62,7 @@ def drain(server: ChuteServer) -> list[chute.Received]:
     restored = int(server.wait_for_line("recovered ").split("recovered ")[1].split()[0])
     with chute.connect(server.url) as conn, conn.session(ack="auto") as s:
         consumer = s.consumer(ADDRESS, prefetch=500)
-        received = []
+        received: list[chute.Received] = []
         for _ in range(restored):
             message = consumer.receive(timeout=10)
             assert message is not None, f"stalled after {len(received)} of {restored}"
