@@ -110,6 +110,9 @@ def recover(
     """Replay every segment of ``directory``; returns what is durable and the report.
 
     ``index``, if given, is filled with the liveness of every record replayed.
+    Losses are reported as :func:`recover_lazily` reports them, but the messages
+    recorded before one are not flagged redelivered here (that needs the locations
+    :func:`recover_lazily`'s index keeps).
     ``cut`` truncates torn tails (through ``disk``); a re-read of a journal in
     use passes False and leaves the files alone.
 
@@ -325,7 +328,7 @@ def _walk(
         report.blank += found.blank
         report.segments += len(found.blank)
         if progress is not None:
-            progress.segments = len(present)
+            progress.segments = len(found.segments)
             progress.bytes_total = _sizes(directory, found.segments)
             progress.phase = Phase.REPLAYING
         for segment, data in _read_ahead(directory, found.segments):

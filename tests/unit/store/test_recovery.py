@@ -249,3 +249,28 @@ def test_a_corrupt_marks_record_loses_only_the_marks(tmp_path: Path) -> None:
     data[start + HEADER_SIZE + 3] ^= 0xFF
     path.write_bytes(data)
     assert counts(tmp_path) == [(s, 0) for s in range(6, 11)]
+
+
+def test_a_segment_whose_header_alone_is_damaged_is_still_read(tmp_path: Path) -> None:
+    """Its first record checks at its number and place: a segment, not a stray."""
+    path, _ = build(tmp_path, preallocate=False)
+    data = bytearray(path.read_bytes())
+    data[:8] = b"\x00" * 8  # the header's marker gone
+    path.write_bytes(bytes(data))
+    recovered, report = recover(str(tmp_path))
+    assert [s.seq for s in recovered.messages["q"]] == list(range(1, N))
+    assert report.problems == [
+        f"segment {int(path.stem)}: no segment header; reading its records anyway"
+    ]
+    assert path.exists()
+
+
+def test_a_huge_stray_of_zeros_is_looked_at_in_chunks_and_removed(tmp_path: Path) -> None:
+    build(tmp_path, preallocate=False)
+    stray = tmp_path / "9999999999.seg"
+    with open(stray, "wb") as f:
+        f.truncate(64 << 20)  # a sparse file: 64 MiB of zeros
+    _, report = recover(str(tmp_path))
+    assert report.bytes_read < 1 << 20  # never read as a segment
+    assert report.segments_lost == 0
+    assert not stray.exists()
