@@ -1,4 +1,5 @@
-"""Segments missing from a journal, or blank among the others: which, and what they took.
+"""Records lost from a journal (segments missing, blank among the others, or cut short):
+which, and what they took.
 
 Reclaiming deletes segments too, so a hole in the numbering is not by itself
 a loss. Each reclaim pass writes a checkpoint listing the segments it keeps
@@ -19,6 +20,23 @@ the last one written before the hole and the first after it. Those messages
 were written in the hole, or were non-persistent (never recorded); the ones a
 later record acks were consumed anyway. The acks and delivery marks the
 segment held are lost too, so messages consumed then may be delivered again.
+
+A tear is the same kind of loss (:class:`Tear`, :func:`is_loss`): bytes that
+are not a record at the end of a segment other than the newest (only the
+newest is written to, so no crash tears another), or a file that ends inside
+a record (segments are made at full size: it was cut short). What followed
+is described the same way (:func:`describe_tear`); for the newest segment no
+later one tells how much that was, only where each destination's numbers
+stopped.
+
+Since a lost part may have held acks and delivery marks, every live message
+recorded before the latest loss is given a delivery count
+(:func:`flag_redelivered`): it comes back ``redelivered``.
+
+The numbers of the segments come from file names: holes are found as runs
+(:func:`find_holes`), never number by number, and the newest segments that
+hold nothing (:func:`blank_tail`, removed at the open) say nothing about the
+numbers before them.
 
 Pure but for reading and removing segment files; runs on the recovering thread.
 """
@@ -168,8 +186,8 @@ def describe_tear(directory: str, present: list[int], tear: Tear, newest: int) -
         what = f"the file ends inside a record{record}: it was cut short"
     else:
         what = "it is not the newest segment, so no crash tore it"
+    numbers = _around(directory, present, tear.segment, tear.segment + 1)
     if tear.segment != newest:
-        numbers = _around(directory, present, tear.segment, tear.segment + 1)
         lost = _ranges(numbers)
         told = (
             "; no record after it shows a sequence number it could have held"
@@ -179,7 +197,6 @@ def describe_tear(directory: str, present: list[int], tear: Tear, newest: int) -
             + " (fewer if some were non-persistent, which are never recorded)"
         )
     else:
-        numbers = _around(directory, present, tear.segment, tear.segment + 1)
         kept = ", ".join(f"{d} after seq {s}" for d, s in sorted(numbers.before.items()))
         told = "; no later segment tells how much was written after it" + (
             f" (the last records kept: {kept})" if kept else ""

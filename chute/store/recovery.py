@@ -71,7 +71,7 @@ from chute.store.pager import TxLayouts, read_paged
 from chute.store.payload import Names, add_head, decode_ack, decode_add
 from chute.store.progress import Phase, RecoveryProgress
 from chute.store.reclaim import SEGMENT_SHIFT, LiveIndex
-from chute.store.record import HEADER, HEADER_SIZE, Kind, Scan
+from chute.store.record import HEADER, HEADER_SIZE, MAGIC, Kind, Scan
 from chute.store.records import (
     AckRecord,
     AcksRecord,
@@ -492,10 +492,14 @@ def _account_damage(scan: Scan, segment: int, data: bytes, report: RecoveryRepor
             torn = damage.offset
             size = len(data[damage.offset :].rstrip(b"\x00"))
             report.bytes_cut += size
-            record = 0
-            if damage.offset + HEADER_SIZE <= len(data):
-                record = HEADER_SIZE + HEADER.unpack_from(data, damage.offset)[2]
-            truncated = damage.offset + max(record, HEADER_SIZE + 1) > len(data)
+            rest = len(data) - damage.offset
+            record = 0  # the size its header declares, if it has one
+            if rest >= HEADER_SIZE:
+                marker, _, length, _ = HEADER.unpack_from(data, damage.offset)
+                if marker == MAGIC:
+                    record = HEADER_SIZE + length
+            # a record is written only where it fits: one the file ends inside was cut short
+            truncated = rest < HEADER_SIZE or record > rest
             report.tears.append(
                 Tear(segment, damage.offset, size, damage.reason, truncated, record)
             )

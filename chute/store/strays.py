@@ -43,6 +43,7 @@ from chute.store.segment import (
     SEGMENT_HEADER_SIZE,
     SEGMENT_MAGIC,
     SUFFIX,
+    segment_number,
     segment_path,
 )
 
@@ -75,9 +76,9 @@ def sort_out(directory: str, *, set_aside: bool) -> Sorted:
     for name in os.listdir(directory):
         if not name.endswith(SUFFIX):
             continue
-        stem = name[: -len(SUFFIX)]
-        if stem.isdigit() and stem.isascii() and f"{int(stem):010d}" == stem:
-            numbered.append((int(stem), name))
+        number = segment_number(name)
+        if number is not None:
+            numbered.append((number, name))
         else:
             _set_aside(directory, name, "is not named as a segment", found, set_aside=set_aside)
     for number, name in sorted(numbered):

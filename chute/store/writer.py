@@ -214,13 +214,13 @@ class Writer:
                     for request in requests:
                         request(JournalClosed(f"journal {self.directory} is closed"))
                     return
-                if requests or self._reclaim_due or self._idle_reclaim_due():
+                idle = self._idle_reclaim_at()
+                if requests or self._reclaim_due or (idle and time.monotonic() >= idle):
                     self._reclaim_safely(requests)
 
     def _idle_reclaim_at(self) -> float | None:
-        """When a reclaim pass is due for want of writes (monotonic), or None: once the
-        writer wrote something since the last pass and then nothing for
-        :data:`IDLE_RECLAIM` seconds (consumers that drained a queue and stopped)."""
+        """When a pass is due for want of writes (monotonic), or None: :data:`IDLE_RECLAIM`
+        seconds after the last write, if anything was written since the last pass."""
         if not self._auto_reclaim:
             return None
         written = self.bytes_written
@@ -230,10 +230,6 @@ class Writer:
         if written == self._reclaimed_written:
             return None
         return self._seen_at + IDLE_RECLAIM
-
-    def _idle_reclaim_due(self) -> bool:
-        at = self._idle_reclaim_at()
-        return at is not None and time.monotonic() >= at
 
     def _watch_space(self) -> None:
         """Look at the free space if due; while it is low, ask for reclaim passes."""
