@@ -73,6 +73,7 @@ if TYPE_CHECKING:  # aiohttp is imported only when the HTTP listener is on
 log = logging.getLogger("chute.server")
 
 RESOURCE_CHECK_S = 0.1  # how often admission re-reads memory and disk (chute.core.admission)
+TASKS_END_S = 5.0  # stopping: how long the tasks still pending get to end once cancelled
 RECOVERY_LOG_S = 2.0  # how often a recovery under way logs how far it is
 _T = TypeVar("_T")
 PASSWORD_WORKERS = 2
@@ -594,4 +595,19 @@ def run(config: ServerConfig, *, ready: Any = None, site: MakeSite | None = None
     try:
         loop.run_until_complete(main())
     finally:
-        loop.close()
+        try:
+            _end_remaining_tasks(loop)
+        finally:
+            loop.close()
+
+
+def _end_remaining_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel the tasks still pending once the broker stopped (or failed to start) and let
+    them finish, as ``asyncio.run`` does: a task the loop never ran again is destroyed
+    pending with the loop ("Task was destroyed but it is pending!")."""
+    tasks = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.wait(tasks, timeout=TASKS_END_S))
+    loop.run_until_complete(loop.shutdown_asyncgens())

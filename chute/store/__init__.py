@@ -2,6 +2,6 @@
 
 from chute.store.journal import Journal, SyncMode
 from chute.store.memory import MemoryStore
-from chute.store.recovery import RecoveryReport
+from chute.store.report import RecoveryReport
 
 __all__ = ["Journal", "MemoryStore", "RecoveryReport", "SyncMode"]

@@ -1,4 +1,5 @@
-"""Segments missing from a journal, or blank among the others: which, and what they took.
+"""Records lost from a journal (segments missing, blank among the others, or cut short):
+which, and what they took.
 
 Reclaiming deletes segments too, so a hole in the numbering is not by itself
 a loss. Each reclaim pass writes a checkpoint listing the segments it keeps
@@ -20,11 +21,29 @@ were written in the hole, or were non-persistent (never recorded); the ones a
 later record acks were consumed anyway. The acks and delivery marks the
 segment held are lost too, so messages consumed then may be delivered again.
 
+A tear is the same kind of loss (:class:`Tear`, :func:`is_loss`): bytes that
+are not a record at the end of a segment other than the newest (only the
+newest is written to, so no crash tears another), or a file that ends inside
+a record (segments are made at full size: it was cut short). What followed
+is described the same way (:func:`describe_tear`); for the newest segment no
+later one tells how much that was, only where each destination's numbers
+stopped.
+
+Since a lost part may have held acks and delivery marks, every live message
+recorded before the latest loss is given a delivery count
+(:func:`flag_redelivered`): it comes back ``redelivered``.
+
+The numbers of the segments come from file names: holes are found as runs
+(:func:`find_holes`), never number by number, and the newest segments that
+hold nothing (:func:`blank_tail`, removed at the open) say nothing about the
+numbers before them.
+
 Pure but for reading and removing segment files; runs on the recovering thread.
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 import os
@@ -32,6 +51,7 @@ import os
 from chute.core.store import AddOp
 from chute.store.errors import CorruptRecord
 from chute.store.payload import Names, add_head, decode_ack
+from chute.store.reclaim import SEGMENT_SHIFT, LiveIndex
 from chute.store.record import Kind, Scan
 from chute.store.records import (
     AcksRecord,
@@ -67,41 +87,125 @@ class Hole:
 
 
 def find_holes(present: list[int], blank: list[int], checkpoint: Checkpoint | None) -> list[Hole]:
-    """The lost segments among ``present`` (in order; ``blank`` those read empty)."""
+    """The lost segments among ``present`` (in order; ``blank`` those read empty).
+
+    Works on runs of numbers, never on each number between the first and the
+    last: the numbers come from file names, and one name far ahead (a stray
+    the caller did not set aside) must cost no more than any other.
+    """
     if not present:
         return []
     last = present[-1]
+    expected: list[tuple[int, int]]
     if checkpoint is None:
-        expected = set(range(1, last + 1))
+        expected = [(1, last)]
     else:
         segment, kept = checkpoint
         if kept is None:  # an older journal's checkpoint: only what followed it is known
-            expected = set(range(segment, last + 1))
+            expected = [(segment, last)]
         else:
-            expected = {n for first, end in kept for n in range(first, end + 1)}
-            expected |= set(range(max(expected, default=segment) + 1, last + 1))
-    blanks = set(blank) - {last}  # the newest may be blank: made, then a crash
-    lost = sorted((expected - set(present)) | blanks)
+            top = max((end for _, end in kept), default=segment)
+            expected = [*kept, (top + 1, last)]
+    have = sorted(set(present))
+    pieces: list[tuple[int, int, tuple[int, ...]]] = []
+    for first, run_end in expected:
+        end = min(run_end, last)
+        at = first
+        i = bisect.bisect_left(have, first)
+        while i < len(have) and have[i] <= end:
+            if have[i] > at:
+                pieces.append((at, have[i] - 1, ()))
+            at = have[i] + 1
+            i += 1
+        if at <= end:
+            pieces.append((at, end, ()))
+    pieces += [(n, n, (n,)) for n in set(blank) - {last}]  # the newest may be blank: a crash
     holes: list[Hole] = []
-    for number in lost:
-        if holes and holes[-1].last == number - 1:
+    for first, end, blanks in sorted(pieces):
+        if holes and holes[-1].last >= first - 1:
             hole = holes[-1]
-            holes[-1] = Hole(
-                hole.first, number, hole.blank + ((number,) if number in blanks else ())
-            )
+            holes[-1] = Hole(hole.first, max(hole.last, end), hole.blank + blanks)
         else:
-            holes.append(Hole(number, number, (number,) if number in blanks else ()))
+            holes.append(Hole(first, end, blanks))
     return holes
 
 
-def remove_blank_tail(directory: str, present: list[int], blank: list[int]) -> bool:
-    """Remove the newest segment if it is blank (made, then a crash before its first write),
-    so it is not found blank among others later; True if it was."""
-    if not present or present[-1] not in blank:
-        return False
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(segment_path(directory, present[-1]))
-    return True
+def blank_tail(present: list[int], blank: list[int], empty: list[int]) -> list[int]:
+    """The newest segments of ``present`` that hold no record (``blank``: zero bytes;
+    ``empty``: a header and nothing after it): made, then a crash before a write. They
+    held nothing, and say nothing about the segments before them: a stray far ahead
+    (``9999999999.seg`` of zeros) must not stand for the numbers in between."""
+    nothing = set(blank) | set(empty)
+    tail: list[int] = []
+    for number in reversed(present):
+        if number not in nothing:
+            break
+        tail.append(number)
+    return sorted(tail)
+
+
+def remove_segments(directory: str, numbers: list[int]) -> None:
+    """Delete segments that hold nothing (:func:`blank_tail`'s), so that later segments
+    do not find them blank among others."""
+    for number in numbers:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(segment_path(directory, number))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Tear:
+    """A segment whose records end in bytes that are not a record (cut there)."""
+
+    segment: int
+    offset: int  # where its last good record ends
+    size: int  # the bytes cut (up to their last non-zero one)
+    reason: str
+    truncated: bool  # the file ends inside a record: it was cut short, not torn by a write
+    record: int  # that record's whole size as its header says (0: not known)
+
+    @property
+    def location(self) -> int:
+        return self.segment << SEGMENT_SHIFT | self.offset
+
+
+def is_loss(tear: Tear, newest: int) -> bool:
+    """Whether ``tear`` lost records, not only a write a crash cut short.
+
+    Only the newest segment is written to, so only its last write can be torn
+    by a crash; a tear in any other segment, or a newest segment that ends
+    inside a record (a file cut short: preallocated segments are made at full
+    size), lost what followed."""
+    return tear.segment != newest or tear.truncated
+
+
+def describe_tear(directory: str, present: list[int], tear: Tear, newest: int) -> str:
+    """What ``tear`` took, as far as the records around it tell (reads them again)."""
+    where = f"segment {tear.segment} offset {tear.offset}: {tear.reason}"
+    if tear.truncated:
+        record = f" (a record of {tear.record} bytes)" if tear.record else ""
+        what = f"the file ends inside a record{record}: it was cut short"
+    else:
+        what = "it is not the newest segment, so no crash tore it"
+    numbers = _around(directory, present, tear.segment, tear.segment + 1)
+    if tear.segment != newest:
+        lost = _ranges(numbers)
+        told = (
+            "; no record after it shows a sequence number it could have held"
+            if not lost
+            else "; sequence numbers no record holds since: "
+            + ", ".join(lost)
+            + " (fewer if some were non-persistent, which are never recorded)"
+        )
+    else:
+        kept = ", ".join(f"{d} after seq {s}" for d, s in sorted(numbers.before.items()))
+        told = "; no later segment tells how much was written after it" + (
+            f" (the last records kept: {kept})" if kept else ""
+        )
+    return (
+        f"{where}, {tear.size} bytes cut; {what}: what it held from there on is lost{told}; "
+        "its acks and delivery marks are lost too, so messages consumed then may be "
+        "delivered again"
+    )
 
 
 @dataclasses.dataclass(slots=True)
@@ -117,16 +221,39 @@ class _Numbers:
 
 def describe(directory: str, present: list[int], hole: Hole) -> str:
     """What ``hole`` took, as far as the segments around it tell (reads them again)."""
+    ranges = _ranges(_around(directory, present, hole.first - 1, hole.last + 1))
+    what = (
+        "; no record around it shows a sequence number it could have held"
+        if not ranges
+        else "; sequence numbers no record holds since: "
+        + ", ".join(ranges)
+        + " (fewer if some were non-persistent, which are never recorded)"
+    )
+    it, its = ("they", "their") if hole.first != hole.last else ("it", "its")
+    return (
+        f"{hole}: what {it} held is lost{what}; {its} acks and delivery marks are lost "
+        "too, so messages consumed then may be delivered again"
+    )
+
+
+def _around(directory: str, present: list[int], through: int, after: int) -> _Numbers:
+    """The sequence numbers the records of ``present`` hold up to segment ``through``
+    and from segment ``after`` on (reads those segments)."""
     numbers = _Numbers()
     names = Names()
     for segment in present:
-        if hole.first <= segment <= hole.last:
+        if through < segment < after:
             continue
         try:
             data = read_segment(directory, segment)
         except OSError:
             continue
-        _read(data, segment, segment > hole.last, numbers, names)
+        _read(data, segment, segment >= after, numbers, names)
+    return numbers
+
+
+def _ranges(numbers: _Numbers) -> list[str]:
+    """Per destination, the sequence numbers no record holds between before and after."""
     ranges = []
     for destination in sorted(set(numbers.before) | set(numbers.after)):
         low = numbers.before.get(destination, 0)
@@ -140,18 +267,27 @@ def describe(directory: str, present: list[int], hole: Hole) -> str:
             + (f", {acked} of them acked later" if acked else "")
             + f": up to {count - acked} messages lost)"
         )
-    what = (
-        "; no record around it shows a sequence number it could have held"
-        if not ranges
-        else "; sequence numbers no record holds since: "
-        + ", ".join(ranges)
-        + " (fewer if some were non-persistent, which are never recorded)"
-    )
-    it, its = ("they", "their") if hole.first != hole.last else ("it", "its")
-    return (
-        f"{hole}: what {it} held is lost{what}; {its} acks and delivery marks are lost "
-        "too, so messages consumed then may be delivered again"
-    )
+    return ranges
+
+
+def flag_redelivered(index: LiveIndex, before: int) -> tuple[dict[str, list[int]], int]:
+    """Give each live message whose add lies before location ``before`` a delivery count
+    of at least 1 (it comes back ``redelivered``): an ack or a delivery mark of it may
+    have been in what was lost. Returns, per queue, the seqs it changed (for the journal
+    to write as delivery marks, so that the next start knows them too), and how many
+    messages lie before ``before`` (those changed and those that had a count already)."""
+    changed: dict[str, list[int]] = {}
+    flagged = 0
+    for queue, held in index.locations.items():
+        counts = index.counts.get(queue) or {}
+        earlier = [seq for seq, location in held.items() if location < before]
+        flagged += len(earlier)
+        seqs = [seq for seq in earlier if not counts.get(seq)]
+        for seq in seqs:
+            index.delivered(queue, seq, 1)
+        if seqs:
+            changed[queue] = seqs
+    return changed, flagged
 
 
 def _read(data: bytes, segment: int, later: bool, numbers: _Numbers, names: Names) -> None:

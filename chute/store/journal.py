@@ -103,7 +103,7 @@ from chute.store.records import (
 )
 from chute.store.recovery import recover_lazily
 from chute.store.segment import list_segments, remove_spares
-from chute.store.segments import Segments
+from chute.store.segments import Segments, reclaim_at_open
 from chute.store.space import FreeSpace, check_room_to_open
 from chute.store.syncstats import SyncSnapshot
 from chute.store.writer import SyncMode, Writer
@@ -159,12 +159,14 @@ class Journal:
         self._lock_fd = _lock_directory(self.directory)
         try:
             remove_spares(self.directory)
-            free = check_room_to_open(self.directory, disk, segment_size, preallocate=preallocate)
             index = LiveIndex()
             recovered, self.report = recover_lazily(
                 self.directory, disk=disk, index=index, progress=progress
             )
             segments = list_segments(self.directory)
+            if auto_reclaim:  # what holds nothing live must not count against the room
+                segments = reclaim_at_open(self.directory, index, segments, disk)
+            free = check_room_to_open(self.directory, disk, segment_size, preallocate=preallocate)
         except BaseException:
             os.close(self._lock_fd)
             raise
@@ -200,9 +202,17 @@ class Journal:
             batch=batch_ms / 1000,
             flush=flush_ms / 1000,
             auto_reclaim=auto_reclaim,
-            space=FreeSpace(self.directory, disk, disk_free_limit, free),
+            space=FreeSpace(
+                self.directory,
+                disk,
+                disk_free_limit,
+                free,
+                ahead=self._segments.ahead,
+            ),
         )
         self._writer.thread.start()
+        for queue, seqs in self.report.redelivered.items():  # so that the next start knows
+            self._intake.marks_many(queue, seqs, [1] * len(seqs))
 
     @property
     def mode(self) -> SyncMode:
@@ -308,9 +318,10 @@ class Journal:
         """None while the disk has ``disk_free_limit`` free; else why producers must wait.
 
         Reads what the writer thread last saw (it looks after every MiB written
-        and every 100 ms): no system call, fit for every send.
+        and every 100 ms): no system call, fit for every send; if that look is
+        older than 100 ms (the writer is held up), it looks itself.
         """
-        return self._writer.space.low
+        return self._writer.space.current()
 
     def backlog(self) -> int:
         """Bytes appended that the writer thread has not written yet."""

@@ -65,7 +65,12 @@ class Kind(enum.IntEnum):
 
 def checksum(segment: int, offset: int, kind: int, payload: bytes | memoryview) -> int:
     """The CRC a record of ``kind`` with ``payload`` carries at ``offset`` in ``segment``."""
-    return zlib.crc32(payload, zlib.crc32(_SEAL.pack(segment, offset, len(payload), kind)))
+    return zlib.crc32(payload, seal(segment, offset, len(payload), kind))
+
+
+def seal(segment: int, offset: int, length: int, kind: int) -> int:
+    """The CRC of a record's place, length and kind: its CRC continues over its payload."""
+    return zlib.crc32(_SEAL.pack(segment, offset, length, kind))
 
 
 def frame_header(segment: int, offset: int, kind: int, payload: bytes) -> bytes:

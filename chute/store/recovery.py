@@ -17,15 +17,26 @@ then offset order. Two replays share that walk:
 What can go wrong is reported, never raised (Kafka's ``LogSegment.recover``,
 nats' ``LostStreamData``):
 
-* a torn tail (a record cut short by a crash, nothing valid after it) is cut
-  off: the file is truncated to the end of its last good record;
+* a file under a segment's name that is not one (no header of its own and
+  no record that checks, or a name no segment has) is set aside before
+  anything is read (:mod:`chute.store.strays`);
+* a torn tail (bytes that are not a record, nothing valid after them) is cut
+  off: the file is truncated to the end of its last good record. In the
+  newest segment with the file at its full length, that is a write a crash
+  cut short. Anywhere else, or where the file ends inside a record (cut
+  short: segments are made at full size), it is a loss, reported with the
+  sequence numbers it took as a lost segment is (:mod:`chute.store.gaps`),
+  and the messages recorded before it come back ``redelivered`` (an ack or a
+  delivery of them may have been in what was lost; the journal records
+  those delivery counts as it opens, so the next start knows them too);
 * a corrupt region in the middle (bad marker, length or CRC with good
   records after it) is skipped, as is a record whose CRC is good but whose
   payload cannot be decoded; each is logged and counted;
 * a segment that cannot be read at all is logged and counted as skipped.
 
-The :class:`RecoveryReport` says how many records were replayed, how many
-bytes were cut, how many records and bytes were skipped; the caller logs it.
+The :class:`~chute.store.report.RecoveryReport` says how many records were
+replayed, how many bytes were cut, how many records and bytes were skipped,
+what was lost; the caller logs it.
 
 Thread-safety: a recovery runs on the thread that calls it, on a directory
 nobody writes to meanwhile (the journal recovers before its writer starts,
@@ -34,9 +45,7 @@ and flushes and pauses reclaiming before a re-read).
 
 from __future__ import annotations
 
-import dataclasses
 import gc
-import logging
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -47,13 +56,22 @@ from chute.core.store import AckOp, AddOp, Recovered, TxOp
 from chute.message import Message
 from chute.store.disk import Disk
 from chute.store.errors import CorruptRecord
-from chute.store.gaps import Checkpoint, describe, find_holes, remove_blank_tail
+from chute.store.gaps import (
+    Tear,
+    blank_tail,
+    describe,
+    describe_tear,
+    find_holes,
+    flag_redelivered,
+    is_loss,
+    remove_segments,
+)
 from chute.store.memory import MemoryStore
 from chute.store.pager import TxLayouts, read_paged
 from chute.store.payload import Names, add_head, decode_ack, decode_add
 from chute.store.progress import Phase, RecoveryProgress
 from chute.store.reclaim import SEGMENT_SHIFT, LiveIndex
-from chute.store.record import Kind, Scan
+from chute.store.record import HEADER, HEADER_SIZE, MAGIC, Kind, Scan
 from chute.store.records import (
     AckRecord,
     AcksRecord,
@@ -71,69 +89,15 @@ from chute.store.records import (
     UndefineRecord,
     decode,
 )
-from chute.store.segment import (
-    SEGMENT_HEADER_SIZE,
-    header_problem,
-    list_segments,
-    read_segment,
-    segment_path,
-)
+from chute.store.report import RecoveryReport
+from chute.store.segment import SEGMENT_HEADER_SIZE, header_problem, read_segment, segment_path
 from chute.store.seqmap import SeqMap
-
-log = logging.getLogger(__name__)
+from chute.store.strays import sort_out
 
 # The message of an add replayed lazily: the index keeps only keys and locations.
 UNREAD: Final = Message.create(b"", persistent=True)
 
 _ADD, _ACK = int(Kind.ADD), int(Kind.ACK)
-
-
-@dataclasses.dataclass(slots=True)
-class RecoveryReport:
-    """What a recovery found: replayed, cut and skipped."""
-
-    directory: str
-    segments: int = 0
-    records: int = 0  # replayed
-    bytes_read: int = 0
-    bytes_cut: int = 0  # torn tails removed, up to their last non-zero byte
-    records_skipped: int = 0  # corrupt regions and undecodable records
-    bytes_skipped: int = 0
-    seconds: float = 0.0
-    segments_lost: int = 0  # missing, or blank among others (chute.store.gaps)
-    problems: list[str] = dataclasses.field(default_factory=list)
-    blank: list[int] = dataclasses.field(default_factory=list)  # segments read empty
-    checkpoint: Checkpoint | None = None  # the last one read: (segment, kept runs)
-
-    @property
-    def clean(self) -> bool:
-        """Nothing was cut or skipped."""
-        return not self.problems
-
-    def __str__(self) -> str:
-        text = (
-            f"journal {self.directory}: replayed {self.records} records from "
-            f"{self.segments} segments ({self.bytes_read / (1 << 20):.1f} MiB) "
-            f"in {self.seconds:.2f} s"
-        )
-        if self.bytes_cut:
-            text += f"; cut a torn tail of {self.bytes_cut} bytes"
-        if self.records_skipped:
-            text += f"; skipped {self.records_skipped} corrupt records ({self.bytes_skipped} bytes)"
-        if self.segments_lost:
-            text += f"; {self.segments_lost} segments lost (see the warnings above)"
-        return text
-
-    def skipped(self, segment: int, offset: int, end: int, exc: CorruptRecord) -> None:
-        """A record at ``offset`` (up to ``end``) passed its CRC but does not decode."""
-        self.records_skipped += 1
-        self.bytes_skipped += end - offset
-        self.note(f"segment {segment} offset {offset}: {exc}; skipped")
-
-    def note(self, text: str) -> None:
-        """Log a problem and keep it in the report."""
-        log.warning("journal %s: %s", self.directory, text)
-        self.problems.append(text)
 
 
 def recover(
@@ -146,6 +110,9 @@ def recover(
     """Replay every segment of ``directory``; returns what is durable and the report.
 
     ``index``, if given, is filled with the liveness of every record replayed.
+    Losses are reported as :func:`recover_lazily` reports them, but the messages
+    recorded before one are not flagged redelivered here (that needs the locations
+    :func:`recover_lazily`'s index keeps).
     ``cut`` truncates torn tails (through ``disk``); a re-read of a journal in
     use passes False and leaves the files alone.
 
@@ -203,6 +170,13 @@ def recover_lazily(
         return end
 
     _walk(directory, disk or Disk(), report, replay, cut=cut, progress=progress)
+    if report.lost_before:
+        report.redelivered, flagged = flag_redelivered(index, report.lost_before)
+        if flagged:
+            report.note(
+                f"{flagged} messages recorded before what was lost come back flagged "
+                "redelivered: an ack or a delivery of them may have been lost with it"
+            )
     if progress is not None:
         progress.phase = Phase.READING
     recovered = Recovered(
@@ -347,12 +321,17 @@ def _walk(
     collecting = gc.isenabled()
     gc.disable()
     try:
-        present = list_segments(directory)
+        found = sort_out(directory, set_aside=cut)  # strays first: nothing read whole
+        for note in found.notes:
+            report.note(note)
+        present = found.present
+        report.blank += found.blank
+        report.segments += len(found.blank)
         if progress is not None:
-            progress.segments = len(present)
-            progress.bytes_total = _sizes(directory, present)
+            progress.segments = len(found.segments)
+            progress.bytes_total = _sizes(directory, found.segments)
             progress.phase = Phase.REPLAYING
-        for segment, data in _read_ahead(directory, present):
+        for segment, data in _read_ahead(directory, found.segments):
             if progress is not None:
                 progress.segments_read += 1
             if isinstance(data, OSError):
@@ -361,7 +340,14 @@ def _walk(
                 continue
             report.segments += 1
             report.bytes_read += len(data)
+            records, problems, tears = report.records, len(report.problems), len(report.tears)
             end = replay_segment(data, segment)
+            if (records, problems, tears) == (
+                report.records,
+                len(report.problems),
+                len(report.tears),
+            ) and segment not in report.blank:
+                report.empty.append(segment)  # a header, then nothing
             if end < len(data) and cut:
                 _cut(directory, segment, end, disk, report)
             if progress is not None:
@@ -388,13 +374,37 @@ def _sizes(directory: str, segments: list[int]) -> int:
 def _check_segments(
     directory: str, present: list[int], report: RecoveryReport, *, cut: bool
 ) -> None:
-    """Report segments lost (missing, or blank among others: :mod:`chute.store.gaps`); with
-    ``cut``, remove a blank newest segment (it held nothing)."""
-    for hole in find_holes(present, report.blank, report.checkpoint):
+    """Report what was lost (:mod:`chute.store.gaps`): segments missing or blank among
+    others, and tears no crash made; with ``cut``, remove the newest segments that hold
+    nothing. ``report.lost_before`` ends at where the latest loss starts."""
+    tail = blank_tail(present, report.blank, report.empty)
+    kept = present[: len(present) - len(tail)]
+    if tail and kept and tail[0] != kept[-1] + 1 and cut:
+        numbers = ", ".join(map(str, tail))
+        report.note(
+            f"segment{'s' if len(tail) > 1 else ''} {numbers}, numbered past segment "
+            f"{kept[-1]} (the newest that holds records), held nothing: removed"
+        )
+    losses: list[tuple[int, str]] = []
+    blank = [number for number in report.blank if number not in tail]
+    for hole in find_holes(kept, blank, report.checkpoint):
         report.segments_lost += hole.last - hole.first + 1
-        report.note(describe(directory, present, hole))
+        losses.append((hole.first << SEGMENT_SHIFT, describe(directory, kept, hole)))
+    newest = kept[-1] if kept else 0
+    for tear in report.tears:
+        if is_loss(tear, newest):
+            report.segments_cut += 1
+            losses.append((tear.location, describe_tear(directory, kept, tear, newest)))
+        else:
+            report.note(
+                f"segment {tear.segment} offset {tear.offset}: {tear.reason}, torn tail of "
+                f"{tear.size} bytes cut (the last write before a crash)"
+            )
+    for location, text in sorted(losses):
+        report.lost_before = max(report.lost_before, location)
+        report.note(text)
     if cut:
-        remove_blank_tail(directory, present, report.blank)
+        remove_segments(directory, tail)
 
 
 def _read_ahead(directory: str, segments: list[int]) -> Iterator[tuple[int, bytes | OSError]]:
@@ -474,16 +484,24 @@ def _replay_segment(  # noqa: PLR0917 - private, called once
 
 
 def _account_damage(scan: Scan, segment: int, data: bytes, report: RecoveryReport) -> int:
-    """Report the scan's damage; returns where a torn tail starts (or ``len(data)``)."""
+    """Report the scan's damage (a torn tail is judged once every segment was read:
+    :func:`_check_segments`); returns where a torn tail starts (or ``len(data)``)."""
     torn = len(data)
     for damage in scan.damage:
         if damage.tail:
             torn = damage.offset
             size = len(data[damage.offset :].rstrip(b"\x00"))
             report.bytes_cut += size
-            report.note(
-                f"segment {segment} offset {damage.offset}: {damage.reason}, "
-                f"torn tail of {size} bytes cut"
+            rest = len(data) - damage.offset
+            record = 0  # the size its header declares, if it has one
+            if rest >= HEADER_SIZE:
+                marker, _, length, _ = HEADER.unpack_from(data, damage.offset)
+                if marker == MAGIC:
+                    record = HEADER_SIZE + length
+            # a record is written only where it fits: one the file ends inside was cut short
+            truncated = rest < HEADER_SIZE or record > rest
+            report.tears.append(
+                Tear(segment, damage.offset, size, damage.reason, truncated, record)
             )
         else:
             report.records_skipped += 1

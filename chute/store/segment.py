@@ -42,14 +42,20 @@ def segment_path(directory: str, segment: int) -> str:
     return os.path.join(directory, f"{segment:010d}{SUFFIX}")
 
 
+def segment_number(name: str) -> int | None:
+    """The number of the segment a file called ``name`` is, or None if no segment has that
+    name (``0000000007.seg`` is segment 7; ``7.seg`` and ``notes.seg`` are none)."""
+    stem = name.removesuffix(SUFFIX)
+    if stem == name or not (stem.isascii() and stem.isdigit()):
+        return None
+    number = int(stem)
+    return number if f"{number:010d}" == stem else None
+
+
 def list_segments(directory: str) -> list[int]:
     """The numbers of the segment files in ``directory``, in order."""
-    found = []
-    for name in os.listdir(directory):
-        stem, dot, ext = name.partition(".")
-        if dot and f".{ext}" == SUFFIX and stem.isdigit():
-            found.append(int(stem))
-    return sorted(found)
+    numbers = (segment_number(name) for name in os.listdir(directory))
+    return sorted(number for number in numbers if number is not None)
 
 
 def header(segment: int) -> bytes:
@@ -116,6 +122,13 @@ class Spares:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chute-spare")
         self._future: Future[str] | None = None
         self._names = itertools.count()
+
+    def ahead(self) -> int:
+        """Bytes of disk the spares will still take without a record written: the one
+        being made, if it is not made yet, and the one the next roll-over starts (any
+        thread)."""
+        future = self._future
+        return self.size * (2 if future is not None and not future.done() else 1)
 
     def prepare(self) -> None:
         """Start making the next spare if none is ready or being made."""

@@ -8,7 +8,8 @@ It changes at its two ends only:
   full, the writer (:mod:`chute.store.writer`) syncs and closes it, and a
   pre-zeroed spare becomes the next one.
 * **Reclaim pass** (:meth:`Segments.reclaim`), run by the writer after each
-  roll-over, on request, and while the disk is under ``disk_free_limit``:
+  roll-over, once it has been idle for a while after writing, when the journal
+  closes, on request, and while the disk is under ``disk_free_limit``:
   plan which old segments may go (:func:`chute.store.reclaim.plan`), copy the
   live records of sparse ones forward, write a checkpoint, sync (the writer
   writes and syncs those), then delete oldest first (the order
@@ -31,11 +32,13 @@ from typing import Final
 from chute.store.disk import Disk
 from chute.store.intake import Item, ReclaimResult
 from chute.store.reclaim import LiveIndex, compaction_records, holds_live_messages, plan
+from chute.store.record import frame
 from chute.store.records import Record, encode
 from chute.store.segment import (
     SEGMENT_HEADER_SIZE,
     SegmentFile,
     Spares,
+    list_segments,
     open_segment,
     read_segment,
     segment_path,
@@ -75,6 +78,11 @@ class Segments:
         self._spares = Spares(directory, segment_size, disk) if preallocate else None
         if self._spares is not None:
             self._spares.prepare()
+
+    def ahead(self) -> int:
+        """Bytes of disk the journal will take without writing a record: the spare segments
+        it makes (0 without them: segments then grow as records are written). Any thread."""
+        return 0 if self._spares is None else self._spares.ahead()
 
     def numbers(self) -> list[int]:
         """The numbers of the segment files, oldest first (a snapshot; any thread)."""
@@ -155,3 +163,46 @@ class Segments:
         )
         self.records_moved += moved
         return ReclaimResult(tuple(deleted), moved)
+
+
+def reclaim_at_open(directory: str, index: LiveIndex, numbers: list[int], disk: Disk) -> list[int]:
+    """Delete the segments that hold nothing live, before the journal judges its room.
+
+    What a broker stopped without a pass left (a ``kill -9`` after consumers drained
+    it) must not keep it from starting on a disk those very segments fill. The
+    checkpoint that must precede a deletion (:mod:`chute.store.reclaim`) goes in a
+    small segment of its own, written as it grows (no spare: there may be no room for
+    one yet); reclaiming deletes it later like any other. Nothing is compacted here.
+    Returns the segment numbers left. A failure is logged and deletes nothing more.
+    """
+    if not numbers:
+        return numbers
+    number = numbers[-1] + 1
+    going = plan(numbers, number, index.live, index.written, index.deps, compact_ratio=0).delete
+    if not going:
+        return numbers
+    kept = [s for s in numbers if s not in set(going)] + [number]
+    kind, payload = encode(index.checkpoint_record(kept))
+    try:
+        segment = open_segment(directory, number, 0, disk, None)
+        try:
+            record = frame(number, SEGMENT_HEADER_SIZE, kind, payload)
+            disk.write(segment.fd, record, SEGMENT_HEADER_SIZE)
+            disk.sync(segment.fd, data_only=False)
+        finally:
+            segment.close()
+        for old in going:  # oldest first: see chute.store.reclaim
+            os.unlink(segment_path(directory, old))
+            index.forget(old)
+            disk.sync_directory(directory)
+    except OSError as exc:
+        log.warning("journal %s: reclaiming at the start failed: %s", directory, exc)
+        return list_segments(directory)
+    log.info(
+        "journal %s: deleted %d segments that held nothing live (%d to %d) before starting",
+        directory,
+        len(going),
+        going[0],
+        going[-1],
+    )
+    return kept

@@ -11,7 +11,9 @@ seam: the bytes an unprivileged process may still write).
   a disk with less free than one segment could store nothing at all. The
   journal refuses to open, saying how much is free and what to do.
 * **While running** (:class:`FreeSpace`): under ``disk_free_limit`` the
-  journal reports itself low (``Store.space_low``), and the core stops taking
+  journal reports itself low (``Store.space_low``), counting the spare segment
+  its next roll-over makes as taken already (else that spare would eat the
+  reserve the limit keeps), and the core stops taking
   new messages from producers while consumers go on acking. The space below
   the limit is the reserve those acks, delivery marks and reclaim passes
   (which delete whole segments) use; a limit of at least one segment leaves
@@ -19,18 +21,23 @@ seam: the bytes an unprivileged process may still write).
 
 Checking costs one ``statvfs`` (a few microseconds), made by the writer
 thread after it wrote ``_CHECK_BYTES`` or ``_CHECK_SECONDS`` passed, never
-per message and never on the broker's loop: :attr:`FreeSpace.low` reads a
-field.
+per message. :meth:`FreeSpace.current` (what ``Store.space_low`` answers)
+reads a field, and looks again itself only if the last look is older than
+``_CHECK_SECONDS`` (a writer held up in a slow sync does not look): the
+figure a refused producer is told is never older than that.
 
 Thread-safety: :meth:`FreeSpace.check` and :meth:`FreeSpace.maybe_check` run
-on the writer thread (and at open); :attr:`FreeSpace.low` may be read from
-any thread (one attribute read under the GIL).
+on the writer thread (and at open); :meth:`FreeSpace.current` on any thread;
+one look runs at a time (a lock; a reader that finds a look under way takes
+the answer it has).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Callable
 from typing import Final
 
 from chute.store.disk import Disk
@@ -76,15 +83,28 @@ def check_room_to_open(directory: str, disk: Disk, segment_size: int, *, preallo
 class FreeSpace:
     """The free space last seen under the journal's directory, against ``limit`` (0: off)."""
 
-    def __init__(self, directory: str, disk: Disk, limit: int, free: int) -> None:
+    def __init__(
+        self,
+        directory: str,
+        disk: Disk,
+        limit: int,
+        free: int,
+        *,
+        ahead: Callable[[], int] = lambda: 0,
+    ) -> None:
         if limit < 0:
             raise ValueError(f"disk_free_limit {limit} must be 0 (off) or positive")
         self.directory = directory
         self.disk = disk
         self.limit = limit
+        self.ahead = ahead
+        """The bytes the journal will take without writing a record (the spare segment its
+        next roll-over makes, and one being made): counted as taken already, so that the
+        limit is a reserve the journal's own files do not eat into."""
         self.free = free
         self.low: str | None = None
         """A sentence for a producer while free space is under the limit, else None."""
+        self._looking = threading.Lock()  # one look at a time: the writer's or a reader's
         self._checked_at = time.monotonic()
         self._checked_written = 0
         self._failed = False  # statvfs failed (logged once)
@@ -116,8 +136,27 @@ class FreeSpace:
         self._reclaim_written = written
         return True
 
+    def current(self) -> str | None:
+        """:attr:`low`, looked at again first if the last look is older than
+        ``_CHECK_SECONDS`` (any thread): what a refused producer is told is never older,
+        even while the writer thread is held up (a slow sync, retries on a failing disk)."""
+        if (
+            self.limit
+            and time.monotonic() - self._checked_at >= _CHECK_SECONDS
+            and self._looking.acquire(blocking=False)
+        ):
+            try:
+                self._look()
+            finally:
+                self._looking.release()
+        return self.low
+
     def check(self) -> None:
         """Read the free space now (after a roll-over or a reclaim pass, say)."""
+        with self._looking:
+            self._look()
+
+    def _look(self) -> None:
         self._checked_at = time.monotonic()
         if not self.limit:
             return
@@ -135,19 +174,28 @@ class FreeSpace:
         if not self.limit:
             return
         was = self.low
-        if self.free < self.limit:
+        ahead = self.ahead()
+        left = max(0, self.free - ahead)  # once the spares are made
+        if left < self.limit:
+            after = (
+                f", {size_text(left)} once the journal's spare segments are made "
+                f"({size_text(ahead)})"
+                if ahead
+                else ""
+            )
             self.low = (
-                f"the broker's disk has {size_text(self.free)} free, under its "
+                f"the broker's disk has {size_text(self.free)} free{after}, under its "
                 f"disk_free_limit ({size_text(self.limit)}): producers wait until "
                 "consumers free space"
             )
             if was is None:
                 log.warning(
-                    "journal %s: %s free, under disk_free_limit (%s): new messages are "
+                    "journal %s: %s free%s, under disk_free_limit (%s): new messages are "
                     "refused until consumers ack enough for reclaiming to free space, or "
                     "space is freed on that disk",
                     self.directory,
                     size_text(self.free),
+                    after,
                     size_text(self.limit),
                 )
         elif was is not None:

@@ -33,8 +33,10 @@ The rest is written again before the next sync; retries back off
 A full segment is synced and closed, and a pre-zeroed spare becomes the next
 one. After each roll-over the writer runs a reclaim pass: copy the live
 records of sparse old segments forward, write a checkpoint, sync, then delete
-oldest first. Both are :mod:`chute.store.segments`' work, with the writer's
-own write and sync.
+oldest first. It runs one too once it wrote nothing for :data:`IDLE_RECLAIM`
+seconds after writing (acks of a drained queue free its segments then, not at
+a roll-over that may never come), and one as the journal closes. Both are
+:mod:`chute.store.segments`' work, with the writer's own write and sync.
 
 Free space: the writer looks at it (:mod:`chute.store.space`) as it goes.
 Under ``disk_free_limit`` it runs reclaim passes without roll-overs, and new
@@ -90,6 +92,9 @@ _IDLE_POLL: Final = 0.05  # ... this often
 _CLOSE_PAUSE: Final = 0.05  # closing on a failing disk: between the last attempts
 _CLOSE_ATTEMPTS: Final = 3
 _ACK_RESERVE: Final = 64 << 10  # under disk_free_limit: a segment's end kept for acks, marks
+IDLE_RECLAIM: Final = 1.0
+"""Seconds without a write after something was written: then a reclaim pass runs (what
+consumers acked since frees its segments without waiting for a roll-over)."""
 INLINE_SLOW: Final = 0.1
 """An ``fdatasync`` run inline (on the caller's thread, the broker's loop) that took this
 many seconds or more: the disk is slow now, so for :data:`INLINE_PAUSE` seconds every
@@ -160,6 +165,9 @@ class Writer:
         self._failures = Failures(directory)
         self._rewrite = False
         self._reclaim_due = False
+        self._seen_written = 0  # bytes_written when last looked at (idle reclaiming) ...
+        self._seen_at = time.monotonic()  # ... and when it last changed
+        self._reclaimed_written = 0  # bytes_written after the last reclaim pass
         self.thread = threading.Thread(target=self._run, name="chute-journal", daemon=True)
 
     def release(self) -> None:
@@ -201,11 +209,27 @@ class Writer:
                     continue
                 self._failures.succeeded()
                 if closing:
+                    if self._auto_reclaim:  # a stopped broker leaves no dead segments behind
+                        self._reclaim_safely([])
                     for request in requests:
                         request(JournalClosed(f"journal {self.directory} is closed"))
                     return
-                if requests or self._reclaim_due:
+                idle = self._idle_reclaim_at()
+                if requests or self._reclaim_due or (idle and time.monotonic() >= idle):
                     self._reclaim_safely(requests)
+
+    def _idle_reclaim_at(self) -> float | None:
+        """When a pass is due for want of writes (monotonic), or None: :data:`IDLE_RECLAIM`
+        seconds after the last write, if anything was written since the last pass."""
+        if not self._auto_reclaim:
+            return None
+        written = self.bytes_written
+        if written != self._seen_written:
+            self._seen_written = written
+            self._seen_at = time.monotonic()
+        if written == self._reclaimed_written:
+            return None
+        return self._seen_at + IDLE_RECLAIM
 
     def _watch_space(self) -> None:
         """Look at the free space if due; while it is low, ask for reclaim passes."""
@@ -311,6 +335,9 @@ class Writer:
             elif deadline is None:
                 idle = now - self._active_at >= _IDLE_AFTER
                 deadline = now + (_IDLE_POLL if idle else self._flush)  # appends do not wake us
+            reclaim_at = self._idle_reclaim_at()
+            if reclaim_at is not None and reclaim_at < deadline:
+                deadline = reclaim_at
             if now >= deadline:
                 return
             intake.cond.wait(deadline - now)
@@ -532,6 +559,7 @@ class Writer:
         except Exception as exc:  # noqa: BLE001 - reclaiming again later is the remedy
             log.warning("journal %s: reclaiming failed: %s", self.directory, exc)
             outcome = store_error(exc, "reclaim")
+        self._reclaimed_written = self._seen_written = self.bytes_written
         self.space.check()  # what the pass freed (or its failure: the disk)
         for request in requests:
             request(outcome)

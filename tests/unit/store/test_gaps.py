@@ -33,6 +33,10 @@ from .helpers import add
         ([2, 7, 8, 10], [], (8, ((2, 2), (7, 8))), [Hole(9, 9, ())]),
         ([5, 6, 8], [], (6, None), [Hole(7, 7, ())]),  # an older journal's checkpoint
         ([1, 2, 3, 4, 5], [2, 3], None, [Hole(2, 3, (2, 3))]),
+        # runs, never each number: a name far ahead costs what any other does
+        ([1, 2, 9_999_999_999], [], None, [Hole(3, 9_999_999_998, ())]),
+        ([7, 1 << 60], [], (7, ((7, 7),)), [Hole(8, (1 << 60) - 1, ())]),
+        ([1, 3, 5], [3], None, [Hole(2, 4, (3,))]),
     ],
 )
 def test_which_segments_are_lost(

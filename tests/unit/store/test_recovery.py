@@ -152,10 +152,21 @@ def test_odd_segment_files_are_reported_not_fatal(
     with caplog.at_level(logging.WARNING, logger="chute.store.recovery"):
         recovered, report = recover(str(tmp_path))
     assert [s.seq for s in recovered.messages["q"]] == list(range(1, N))
-    assert report.segments == 5
-    assert len(report.problems) == 5  # two bad headers, their contents cut, and the hole
-    assert "segments 2-101 are missing or empty (100, 101 empty)" in report.problems[-1]
+    assert report.segments == 3  # the real one, and the two that hold nothing
+    assert report.problems == [
+        "0000000102.seg has no segment header (700 bytes): not a segment, set aside as "
+        "0000000102.seg.stray (nothing read from it)",
+        "0000000103.seg has the header of segment 999, and no record of its own: not a "
+        "segment, set aside as 0000000103.seg.stray (nothing read from it)",
+        "segments 100, 101, numbered past segment 1 (the newest that holds records), "
+        "held nothing: removed",
+    ]
     assert all(p in caplog.text for p in report.problems)
+    # set aside untouched (not cut), and the blank ones gone: the next start finds nothing
+    assert (tmp_path / "0000000102.seg.stray").read_bytes() == b"garbage" * 100
+    assert (tmp_path / "0000000103.seg.stray").read_bytes() == header(999) + b"x" * 50
+    assert sorted(p.name for p in tmp_path.glob("*.seg")) == ["0000000001.seg"]
+    assert recover(str(tmp_path))[1].clean
 
 
 def test_an_unreadable_segment_is_skipped(tmp_path: Path) -> None:
@@ -238,3 +249,28 @@ def test_a_corrupt_marks_record_loses_only_the_marks(tmp_path: Path) -> None:
     data[start + HEADER_SIZE + 3] ^= 0xFF
     path.write_bytes(data)
     assert counts(tmp_path) == [(s, 0) for s in range(6, 11)]
+
+
+def test_a_segment_whose_header_alone_is_damaged_is_still_read(tmp_path: Path) -> None:
+    """Its first record checks at its number and place: a segment, not a stray."""
+    path, _ = build(tmp_path, preallocate=False)
+    data = bytearray(path.read_bytes())
+    data[:8] = b"\x00" * 8  # the header's marker gone
+    path.write_bytes(bytes(data))
+    recovered, report = recover(str(tmp_path))
+    assert [s.seq for s in recovered.messages["q"]] == list(range(1, N))
+    assert report.problems == [
+        f"segment {int(path.stem)}: no segment header; reading its records anyway"
+    ]
+    assert path.exists()
+
+
+def test_a_huge_stray_of_zeros_is_looked_at_in_chunks_and_removed(tmp_path: Path) -> None:
+    build(tmp_path, preallocate=False)
+    stray = tmp_path / "9999999999.seg"
+    with open(stray, "wb") as f:
+        f.truncate(64 << 20)  # a sparse file: 64 MiB of zeros
+    _, report = recover(str(tmp_path))
+    assert report.bytes_read < 1 << 20  # never read as a segment
+    assert report.segments_lost == 0
+    assert not stray.exists()
