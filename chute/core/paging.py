@@ -218,19 +218,61 @@ class Pager:
             if item.seq not in skip
         ]
 
-    def withdraw(self, seq: int) -> Entry | None:
-        """Take the paged message ``seq`` out of the pager (it is then held in memory,
-        and the read-back skips it), or None if it is not paged."""
-        if not self.count or seq <= self.top_seq or seq in self.skip:
-            return None
-        for item in self.host.store.page_in(self.name, seq - 1, 1):
-            if item.seq == seq:
-                self.skip.add(seq)
+    def withdraw_many(self, seqs: list[int]) -> list[Entry]:
+        """Take the paged messages numbered ``seqs`` (ascending) out of the pager, in
+        sequence order: they are then held in memory. Those not paged are not there.
+
+        The store is read from ``top_seq`` on, a window about as large as what is
+        asked: when the taken messages are the lowest paged ones (a move of a whole
+        queue takes them so), ``top_seq`` moves past them as a read-back would, and
+        nothing is left for the read-back to skip; otherwise (a selector's picks) they
+        join :attr:`skip`. Asked one by one, a deep queue's move read the store once
+        per message and let ``skip`` grow with every message moved, which each later
+        read had to step over: quadratic.
+        """
+        skip = self.skip
+        wanted = [s for s in seqs if s > self.top_seq and s not in skip]
+        if not self.count or not wanted:
+            return []
+        last = wanted[-1]
+        need = set(wanted)
+        # held ones numbered among them, which the store returns too
+        passed = sum(1 for s in skip if s <= last) if skip else 0
+        taken: list[Entry] = []
+        lowest = True  # every paged message read so far is wanted
+        after = self.top_seq
+        room = len(need) + passed
+        while need:
+            items = self.host.store.page_in(self.name, after, room)
+            for item in items:
+                seq = item.seq
+                if seq > last:
+                    break
+                if seq in skip:
+                    continue
+                if seq not in need:
+                    lowest = False
+                    continue
+                need.discard(seq)
+                message = item.message
                 self.count -= 1
-                self.size -= item.message.size
-                self.host.memory.used += held_cost(item.message)
-                return Entry(seq, item.message, item.delivery_count, item.delivery_count > 0)
-        return None
+                self.size -= message.size
+                self.host.memory.used += held_cost(message)
+                taken.append(Entry(seq, message, item.delivery_count, item.delivery_count > 0))
+            if not need or len(items) < room or items[-1].seq >= last:
+                break
+            lowest = False  # paged messages not asked for lie between: read on from the next
+            after = min(need) - 1
+            room = len(need) + passed
+        if not taken:
+            return taken
+        if lowest and len(taken) == len(wanted):
+            self.top_seq = taken[-1].seq
+            if skip:
+                skip.difference_update([s for s in skip if s <= self.top_seq])
+        else:
+            skip.update(e.seq for e in taken)
+        return taken
 
     def forget_transient(self, seq: int) -> bool:
         """A non-persistent message left: whether it had been recorded for paging (so its
