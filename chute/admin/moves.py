@@ -17,8 +17,12 @@ acts on its input (:mod:`chute.server.turns`): a turn ends after :data:`TURN_S`,
 or as soon as another client waits for an answer; the loop then serves everyone
 else. When the loop had other work meanwhile, the job holds back until it took
 no more than :data:`SHARE` of the loop's time; when nobody else wants the loop,
-it goes on at once. So a move of a deep queue runs at full speed on an idle
-broker, and on a busy one it cannot starve the other clients.
+it goes on at once. After each turn it asks the store's writer thread to write
+what it moved, and it waits while the writer has more than :data:`BACKLOG` to
+write: otherwise the records piled up for the next sync, which a producer's
+send may run on the loop, and held every client for as long as they took to
+write. So a move of a deep queue runs at full speed on an idle broker, and on a
+busy one it cannot starve the other clients.
 
 A job ends ``done`` (once what it moved is durable), ``cancelled`` (a DELETE,
 or the broker stopping: :meth:`MoveJobs.close`), or ``failed`` (the target
@@ -55,15 +59,26 @@ log = logging.getLogger("chute.admin")
 
 TURN_S: Final = 0.002
 """The longest a job acts before the others get the loop (seconds): a step or more."""
-SHARE: Final = 0.25
+SHARE: Final = 0.1
 """The most of the loop's time a job takes while other work waits for the loop."""
 IDLE_S: Final = 0.0005
 """Other work shorter than this between two turns means nobody else wants the loop
 (seconds): the job goes on at once."""
+BACKLOG: Final = 1 << 20
+"""Bytes the store's writer may have yet to write before a job waits for it (what a
+job moved is written by the writer's thread: a sync on the loop, or admission's
+"writer behind" line, must not meet a pile of it)."""
+WAIT_S: Final = 0.002
+"""How long a job waits for the writer before it looks again (seconds)."""
 KEPT: Final = 32
 """Finished jobs kept for ``GET /api/moves``."""
 
 Steps = Generator[None, None, Any]
+
+
+def _written(error: BaseException | None) -> None:
+    """A job's records are durable (or not: the job's end asks the store again, and says
+    so)."""
 
 
 class JobState(enum.Enum):
@@ -218,9 +233,13 @@ class MoveJobs:
 
     async def _run(self, job: MoveJob, steps: Steps) -> None:
         contenders = self.server.contenders
+        store = self.server.broker.store
         clock = time.perf_counter
         try:
             while True:
+                if store.backlog() > BACKLOG:  # the writer writes what moved first
+                    await asyncio.sleep(WAIT_S)
+                    continue
                 began = clock()
                 end = began + TURN_S
                 while True:
@@ -231,6 +250,7 @@ class MoveJobs:
                         return
                     if clock() >= end or contenders.waiting(-1):
                         break
+                store.sync(_written)  # written and synced on the writer's thread, off the loop
                 used = clock() - began
                 yielded = clock()
                 await asyncio.sleep(0)  # everyone else waiting for the loop gets it
