@@ -19,10 +19,13 @@ else. When the loop had other work meanwhile, the job holds back until it took
 no more than :data:`SHARE` of the loop's time; when nobody else wants the loop,
 it goes on at once. After each turn it asks the store's writer thread to write
 what it moved, and it waits while the writer has more than :data:`BACKLOG` to
-write: otherwise the records piled up for the next sync, which a producer's
+write (otherwise the records piled up for the next sync, which a producer's
 send may run on the loop, and held every client for as long as they took to
-write. So a move of a deep queue runs at full speed on an idle broker, and on a
-busy one it cannot starve the other clients.
+write), and while the store's own work would make its reads wait
+(``Store.reading_waits``: the journal's reclaim pass, which the move's freed
+segments bring, holds its index for the whole pass). So a move of a deep queue
+runs at full speed on an idle broker, and on a busy one it cannot starve the
+other clients.
 
 A job ends ``done`` (once what it moved is durable), ``cancelled`` (a DELETE,
 or the broker stopping: :meth:`MoveJobs.close`), or ``failed`` (the target
@@ -237,8 +240,8 @@ class MoveJobs:
         clock = time.perf_counter
         try:
             while True:
-                if store.backlog() > BACKLOG:  # the writer writes what moved first
-                    await asyncio.sleep(WAIT_S)
+                if store.backlog() > BACKLOG or store.reading_waits():
+                    await asyncio.sleep(WAIT_S)  # the writer's work first: it holds the store
                     continue
                 began = clock()
                 end = began + TURN_S
@@ -248,7 +251,7 @@ class MoveJobs:
                     except StopIteration:
                         await self._finish(job)
                         return
-                    if clock() >= end or contenders.waiting(-1):
+                    if clock() >= end or contenders.waiting(-1) or store.reading_waits():
                         break
                 store.sync(_written)  # written and synced on the writer's thread, off the loop
                 used = clock() - began
