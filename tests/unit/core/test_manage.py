@@ -296,6 +296,38 @@ def test_moving_finds_paged_messages(paging_store: Store) -> None:
     assert broker.queues["queue:b"].held == 103
 
 
+def test_moving_a_paged_queue_whole_reads_the_store_a_window_at_a_time(
+    paging_store: Store,
+) -> None:
+    reads = 0
+    page_in = paging_store.page_in
+
+    def counted(queue: str, after: int, limit: int) -> Any:
+        nonlocal reads
+        reads += 1
+        return page_in(queue, after, limit)
+
+    paging_store.page_in = counted  # type: ignore[method-assign]
+    broker = Broker(paging_store, memory_limit=32 << 10)
+    broker.recover()
+    admin = Connection(broker)
+    session = Connection(broker).session()
+    for i in range(3000):
+        session.send("queue:a", Message.create(BODY, properties={"n": i}))
+    source = broker.queues["queue:a"]
+    assert source.paged > 2800
+    manage.create(admin, "queue:b")
+    reads = 0
+
+    assert transfer.move(admin, "queue:a", "queue:b") == 3000
+
+    assert reads < 3000 // 8  # a read per browse step and one per move step, not per message
+    assert source.pager.skip == set()  # nothing left for a read-back to step over
+    assert (source.held, source.paged) == (0, 0)
+    moved = [e.message.properties["n"] for e in looking.browse(broker, "queue:b")]
+    assert moved == list(range(3000))
+
+
 # -- dead letters ---------------------------------------------------------------------
 
 
