@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from chute.core.consumer import Entry
-from chute.core.store import AddOp, Store
+from chute.core.store import AddOp, Store, StoredMessage
 from chute.errors import StoreError
 from chute.message import Message
 
@@ -164,7 +164,7 @@ class Pager:
         wanted = window(self.count, self.size)
         skip = self.skip
         try:
-            stored = self.host.store.page_in(self.name, self.top_seq, wanted + len(skip))
+            stored = self._read(self.top_seq, wanted)
         except StoreError as exc:
             log.warning("queue %s: cannot read paged messages back yet: %s", self.name, exc)
             return None
@@ -214,9 +214,27 @@ class Pager:
         skip = self.skip
         return [
             Entry(item.seq, item.message, item.delivery_count, item.delivery_count > 0)
-            for item in self.host.store.page_in(self.name, after, room + len(skip))
+            for item in self._read(after, room)
             if item.seq not in skip
         ]
+
+    def _read(self, after: int, wanted: int) -> list[StoredMessage]:
+        """The stored messages numbered above ``after``, in sequence order, enough that
+        ``wanted`` of them are not in :attr:`skip` (fewer when the store has no more).
+        Read in rounds, each asking for what is still missing: the held messages among
+        them cost their own records only, where asking for ``len(skip)`` more every
+        time read as many records again however few were in range."""
+        skip = self.skip
+        read: list[StoredMessage] = []
+        missing = wanted
+        while missing > 0:
+            items = self.host.store.page_in(self.name, after, missing)
+            read += items
+            if len(items) < missing:
+                break
+            missing -= sum(1 for item in items if item.seq not in skip) if skip else missing
+            after = items[-1].seq
+        return read
 
     def withdraw_many(self, seqs: list[int]) -> list[Entry]:
         """Take the paged messages numbered ``seqs`` (ascending) out of the pager, in
@@ -236,13 +254,11 @@ class Pager:
             return []
         last = wanted[-1]
         need = set(wanted)
-        # held ones numbered among them, which the store returns too
-        passed = sum(1 for s in skip if s <= last) if skip else 0
         taken: list[Entry] = []
         lowest = True  # every paged message read so far is wanted
         after = self.top_seq
-        room = len(need) + passed
         while need:
+            room = len(need)
             items = self.host.store.page_in(self.name, after, room)
             for item in items:
                 seq = item.seq
@@ -261,9 +277,10 @@ class Pager:
                 taken.append(Entry(seq, message, item.delivery_count, item.delivery_count > 0))
             if not need or len(items) < room or items[-1].seq >= last:
                 break
-            lowest = False  # paged messages not asked for lie between: read on from the next
-            after = min(need) - 1
-            room = len(need) + passed
+            after = items[-1].seq  # held ones took room: read on
+            if min(need) - 1 > after:  # paged ones not asked for lie between: skip them
+                lowest = False
+                after = min(need) - 1
         if not taken:
             return taken
         if lowest and len(taken) == len(wanted):
