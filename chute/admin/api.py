@@ -18,7 +18,9 @@ address it touches (``manage = ["*"]`` for the broker-wide views), and the
 core's rules on top (``delete`` to delete or purge). These short-lived
 connections log nothing and are left out of the connections the API shows.
 A change is answered once the store made it durable, as the native
-protocol's confirmations are.
+protocol's confirmations are. Moves and dead-letter retries are the
+exception: they start a job (:mod:`chute.admin.moves`) and answer at once,
+and the job says when what it moved is durable.
 
 The operations themselves are the core's (:mod:`chute.core.manage` and the
 connection's); a handler reads the request, calls one, and shapes the
