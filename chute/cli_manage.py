@@ -5,14 +5,18 @@
 (``chute_original_destination``). Both ask the broker in pages of
 :data:`PAGE` messages, each page one request (so one request never holds the
 broker long, and a terminal shows progress on standard error), and stop when a
-page comes back short, at ``--limit``, or once as many moved as waited when
-they began (so producers that keep filling SRC cannot keep them going forever).
-Each message moves atomically, in sequence order; messages in flight to
-consumers stay where they are.
+page comes back short (nothing that matches waits any more, paged to disk or
+not), at ``--limit``, or once as many moved as waited when they began (so
+producers that keep filling SRC cannot keep them going forever). Each message
+moves atomically, in sequence order; messages in flight to consumers stay
+where they are.
 
 What they print: one line (``moved 12 messages from queue:a to queue:b``), and
 for a retry a line per destination (and how many stayed for want of a known
-origin); with ``--json`` one JSON object instead.
+origin); then, without ``--limit``, what they left in SRC and why (messages
+that arrived after they began, messages in flight to consumers). With
+``--json`` one JSON object instead, with ``remaining`` (waiting in SRC after)
+and ``in_flight``.
 """
 
 from __future__ import annotations
@@ -95,11 +99,23 @@ def _move(args: argparse.Namespace, connect: Connect) -> int:
             moved: int = conn.move(source, target, selector=args.selector, limit=limit)
             return moved
 
-        moved = _in_pages(conn, source, args.limit, page)
+        moved, bounded = _in_pages(conn, source, args.limit, page)
+        remaining, in_flight = _left(conn, source)
     if args.json:
-        print(json.dumps({"from": source, "to": target, "moved": moved}))
-    else:
-        print(f"moved {_messages(moved)} from {source} to {target}")
+        print(
+            json.dumps(
+                {
+                    "from": source,
+                    "to": target,
+                    "moved": moved,
+                    "remaining": remaining,
+                    "in_flight": in_flight,
+                }
+            )
+        )
+        return 0
+    print(f"moved {_messages(moved)} from {source} to {target}")
+    _say_left(args, source, remaining, in_flight, bounded)
     return 0
 
 
@@ -118,10 +134,22 @@ def _retry(args: argparse.Namespace, connect: Connect) -> int:
             counts.update(retried)
             return sum(retried.values())
 
-        total = _in_pages(conn, source, args.limit, page)
+        total, bounded = _in_pages(conn, source, args.limit, page)
+        remaining, in_flight = _left(conn, source)
     to = dict(sorted(counts.items()))
     if args.json:
-        print(json.dumps({"from": source, "retried": total, "to": to, "left": left}))
+        print(
+            json.dumps(
+                {
+                    "from": source,
+                    "retried": total,
+                    "to": to,
+                    "left": left,
+                    "remaining": remaining,
+                    "in_flight": in_flight,
+                }
+            )
+        )
         return 0
     print(f"retried {_messages(total)} from {source}")
     width = max((len(d) for d in to), default=0)
@@ -129,13 +157,16 @@ def _retry(args: argparse.Namespace, connect: Connect) -> int:
         print(f"  {destination.ljust(width)}  {n:>{len(f'{total:,}')},}")
     if left:
         print(f"left {_messages(left)} in {source}: where they came from is not known")
+    _say_left(args, source, remaining - left, in_flight, bounded)
     return 0
 
 
-def _in_pages(conn: Any, source: str, limit: int, page: Callable[[int], int]) -> int:
+def _in_pages(conn: Any, source: str, limit: int, page: Callable[[int], int]) -> tuple[int, bool]:
     """Call ``page(n)`` (which moves at most n messages and says how many it did) until
-    a page comes back short, ``limit`` moved, or as many as waited at the start."""
-    waiting = _waiting(conn, source)
+    a page comes back short (nothing waiting matches any more), ``limit`` moved, or as
+    many as waited at the start (then the second value is True: producers kept
+    filling ``source``); how many moved."""
+    waiting, _ = _left(conn, source)
     progress = Progress(sys.stderr, source, min(waiting, limit) if limit else waiting)
     done = 0
     try:
@@ -144,20 +175,48 @@ def _in_pages(conn: Any, source: str, limit: int, page: Callable[[int], int]) ->
             moved = page(asked)
             done += moved
             progress.advance(moved)
-            if moved < asked or (limit and done >= limit) or (not limit and done >= waiting):
-                return done
+            if moved < asked or (limit and done >= limit):
+                return done, False
+            if not limit and done >= waiting:
+                return done, True
     finally:
         progress.close()
 
 
-def _waiting(conn: Any, source: str) -> int:
-    """How many messages wait in ``source`` now (0 if the broker does not list it: the
-    first page then says why)."""
+def _left(conn: Any, source: str) -> tuple[int, int]:
+    """How many messages wait in ``source`` now, in memory or paged to disk, and how many
+    are in flight to consumers (0, 0 if the broker does not list it: a page then says
+    why)."""
     found = conn.stat(source)["destinations"]
     if not found:
-        return 0
+        return 0, 0
     row: dict[str, Any] = found[0]
-    return int(row.get("ready", row.get("depth", 0)))
+    in_flight = int(row.get("inflight", 0))
+    return int(row.get("depth", 0)) - in_flight, in_flight
+
+
+def _say_left(
+    args: argparse.Namespace, source: str, remaining: int, in_flight: int, bounded: bool
+) -> None:
+    """Say what a move or retry without ``--limit`` left in ``source``, and why."""
+    if args.limit:
+        return
+    if remaining > 0 and not args.selector:
+        print(
+            f"left {_messages(remaining)} waiting in {source}: "
+            f"{'they' if remaining > 1 else 'it'} arrived after the move began "
+            "(run it again to move them)"
+        )
+    elif bounded and remaining > 0:
+        print(
+            f"stopped once as many had moved as waited in {source} when it began: "
+            "run it again for those that arrived since"
+        )
+    if in_flight:
+        print(
+            f"left {_messages(in_flight)} in {source} in flight to consumers: "
+            "they stay with them (run it again once they come back)"
+        )
 
 
 def _address(text: str) -> str:

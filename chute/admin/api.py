@@ -18,7 +18,9 @@ address it touches (``manage = ["*"]`` for the broker-wide views), and the
 core's rules on top (``delete`` to delete or purge). These short-lived
 connections log nothing and are left out of the connections the API shows.
 A change is answered once the store made it durable, as the native
-protocol's confirmations are.
+protocol's confirmations are. Moves and dead-letter retries are the
+exception: they start a job (:mod:`chute.admin.moves`) and answer at once,
+and the job says when what it moved is durable.
 
 The operations themselves are the core's (:mod:`chute.core.manage` and the
 connection's); a handler reads the request, calls one, and shapes the
@@ -35,13 +37,14 @@ import logging
 import shutil
 import threading
 import time
-from collections.abc import Awaitable, Callable, Generator
-from typing import Any, Final, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
 
 from aiohttp import web
 
 from chute.admin.auth import ApiError, Gate, peer_of
 from chute.admin.messages import message_view
+from chute.admin.moves import MoveJob, MoveJobs
 from chute.admin.openapi import document
 from chute.admin.params import (
     bool_field,
@@ -62,6 +65,7 @@ from chute.core.address import canonical
 from chute.core.broker import Broker
 from chute.core.browse import BrowsePage
 from chute.core.connection import Connection
+from chute.core.queue import QueueChannel
 from chute.errors import (
     AccessDenied,
     AuthenticationFailed,
@@ -77,7 +81,6 @@ from chute.server.host import ServerHost
 from chute.version import __version__
 
 log = logging.getLogger("chute.admin")
-_T = TypeVar("_T")
 
 Handler = Callable[[web.Request, Connection], Awaitable[web.StreamResponse]]
 
@@ -103,6 +106,9 @@ def add_api_routes(app: web.Application, server: ServerHost) -> None:
     sub.router.add_post("/destinations/{address}/retry", route(api.retry))
     sub.router.add_post("/destinations/{address}/publish", route(api.publish))
     sub.router.add_post("/destinations/{address}/get", route(api.get))
+    sub.router.add_get("/moves", route(api.moves))
+    sub.router.add_get("/moves/{id}", route(api.move_job))
+    sub.router.add_delete("/moves/{id}", route(api.cancel_move))
     sub.router.add_get("/connections", route(api.connections))
     sub.router.add_delete("/connections/{id}", route(api.close_connection))
     sub.router.add_get("/consumers", route(api.consumers))
@@ -112,6 +118,7 @@ def add_api_routes(app: web.Application, server: ServerHost) -> None:
     sub.router.add_post("/transactions/{xid:.+}/rollback", route(api.rollback))
     sub.router.add_get("/cursors", route(api.cursors))
     sub.on_startup.append(api.startup)
+    sub.on_shutdown.append(api.shutdown)
     sub.on_cleanup.append(api.cleanup)
     app.add_subapp("/api", sub)
 
@@ -139,8 +146,9 @@ class AdminApi:
         self.server = server
         self.gate = Gate(server)
         self.rates = RateSampler(self._recovered)
-        self._own: set[str] = set()  # ids of the core connections of requests under way
+        self._own: set[str] = set()  # ids of the core connections of requests and jobs under way
         self._document: dict[str, Any] | None = None
+        self.jobs = MoveJobs(server, self._own, self._synced)
 
     @property
     def broker(self) -> Broker:
@@ -153,6 +161,9 @@ class AdminApi:
 
     async def startup(self, _app: web.Application) -> None:
         self.rates.start()
+
+    async def shutdown(self, _app: web.Application) -> None:
+        await self.jobs.close()  # before the requests under way are waited for
 
     async def cleanup(self, _app: web.Application) -> None:
         await self.rates.stop()
@@ -387,34 +398,66 @@ class AdminApi:
     async def move(self, request: web.Request, conn: Connection) -> web.StreamResponse:
         body = await json_body(request, required=True)
         fields(body, ("to", "selector", "seqs", "limit"))
-        moved = await _stepwise(
-            transfer.move_steps(
-                conn,
-                request.match_info["address"],
-                string_field(body, "to", required=True) or "",
-                selector=string_field(body, "selector") or None,
-                seqs=seqs_field(body),
-                limit=int_field(body, "limit"),
-            )
+        source = canonical(request.match_info["address"])
+        target = string_field(body, "to", required=True) or ""
+        selector = string_field(body, "selector") or None
+        limit = int_field(body, "limit")
+        seqs = seqs_field(body)
+        job = MoveJob(self.jobs.next_id(), "move", source, target, selector, limit, self._job(conn))
+        steps = transfer.move_steps(
+            job.conn, source, target, selector=selector, seqs=seqs, limit=limit, tally=job.tally
         )
-        await self._synced()
-        return _json({"moved": moved})
+        return self._started(self.jobs.start(job, steps))
 
     async def retry(self, request: web.Request, conn: Connection) -> web.StreamResponse:
         body = await json_body(request, required=False)
         fields(body, ("selector", "seqs", "limit"))
-        to = await _stepwise(
-            transfer.retry_steps(
-                conn,
-                request.match_info["address"],
-                selector=string_field(body, "selector") or None,
-                seqs=seqs_field(body),
-                limit=int_field(body, "limit"),
-            )
+        source = canonical(request.match_info["address"])
+        selector = string_field(body, "selector") or None
+        limit = int_field(body, "limit")
+        seqs = seqs_field(body)
+        job = MoveJob(self.jobs.next_id(), "retry", source, None, selector, limit, self._job(conn))
+        steps = transfer.retry_steps(
+            job.conn, source, selector=selector, seqs=seqs, limit=limit, tally=job.tally
         )
+        return self._started(self.jobs.start(job, steps))
+
+    def _job(self, conn: Connection) -> Connection:
+        """A core connection for a job, which outlives its request: as ``conn``. Made
+        once the request is read whole: :meth:`MoveJobs.start` closes it."""
+        return Connection(self.broker, conn.principal, protocol="http", peer=conn.peer)
+
+    def _started(self, job: MoveJob) -> web.Response:
+        response = _json(self._view(job), 202)
+        response.headers["Location"] = f"/api/moves/{job.id}"
+        return response
+
+    def _view(self, job: MoveJob) -> dict[str, Any]:
+        found = self.broker.find(job.source)
+        return job.view(found if isinstance(found, QueueChannel) else None)
+
+    def _visible(self, conn: Connection, job: MoveJob) -> bool:
+        """Whether ``conn`` may see ``job``: it may manage its source."""
+        return conn.principal.manages_all or conn.principal.may(Action.MANAGE, job.source)
+
+    async def moves(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+        shown = [self._view(j) for j in self.jobs.jobs() if self._visible(conn, j)]
+        return _json({"moves": shown})
+
+    async def move_job(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+        return _json(self._view(self._visible_job(request, conn)))
+
+    async def cancel_move(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+        job = self._visible_job(request, conn)
+        await self.jobs.cancel(job, f"cancelled by {conn.principal}")
         await self._synced()
-        left = to.pop(transfer.UNKNOWN_ORIGIN, 0)
-        return _json({"retried": sum(to.values()), "to": to, "left": left})
+        return _json(self._view(job))
+
+    def _visible_job(self, request: web.Request, conn: Connection) -> MoveJob:
+        job = self.jobs.find(request.match_info["id"])
+        if not self._visible(conn, job):
+            self._manage(conn, job.source)  # raises AccessDenied, said as the others are
+        return job
 
     async def publish(self, request: web.Request, conn: Connection) -> web.StreamResponse:
         body = await json_body(request, required=True)
@@ -473,14 +516,3 @@ class AdminApi:
         conn.rollback_prepared(request.match_info["xid"])
         await self._synced()
         return web.Response(status=204)
-
-
-async def _stepwise(steps: Generator[None, None, _T]) -> _T:
-    """Take ``steps`` (a move) one at a time, letting the loop serve others between."""
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            result: _T = done.value
-            return result
-        await asyncio.sleep(0)

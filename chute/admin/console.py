@@ -25,6 +25,7 @@ ASSETS: Final = {
     "console.css": "text/css",
     "console.js": "text/javascript",
     "lib.js": "text/javascript",
+    "moves.js": "text/javascript",
     "streams.js": "text/javascript",
     "brokerstate.js": "text/javascript",
     "connections.js": "text/javascript",

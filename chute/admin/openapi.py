@@ -114,17 +114,58 @@ SCHEMAS: Final[dict[str, Schema]] = {
     "Created": _object({"address": _string(), "created": {"type": "boolean"}}),
     "Deleted": _object({"deleted": _int()}),
     "Purged": _object({"purged": _int()}),
-    "Moved": _object({"moved": _int()}),
-    "Retried": _object(
+    "MoveJob": _object(
         {
-            "retried": _int(),
-            "to": {"type": "object", "additionalProperties": _int()},
+            "id": _string(),
+            "kind": {"type": "string", "enum": ["move", "retry"]},
+            "from": {**_string(), "description": "The source queue."},
+            "to": {
+                "oneOf": [
+                    _string(),
+                    {"type": "object", "additionalProperties": _int()},
+                ],
+                "description": "A move's target; a retry's count of messages sent back to "
+                "each origin.",
+            },
+            "selector": _string(nullable=True),
+            "limit": _int(),
+            "state": {
+                "type": "string",
+                "enum": ["running", "done", "cancelled", "failed"],
+                "description": "`done` once what it moved is durable.",
+            },
+            "moved": {**_int(), "description": "Messages moved (a retry: sent back) so far."},
+            "remaining": {
+                **_int(),
+                "nullable": True,
+                "description": "Messages waiting in the source now, in memory or paged "
+                "(null: it is gone).",
+            },
+            "in_flight": {
+                **_int(),
+                "nullable": True,
+                "description": "Messages of the source in flight to consumers: a move leaves them.",
+            },
+            "started": {"type": "number", "description": "When it began (Unix seconds)."},
+            "ended": {"type": "number", "nullable": True},
+            "rate": {"type": "number", "description": "Messages moved per second."},
+            "error": {
+                "type": "object",
+                "nullable": True,
+                "required": ["error", "message"],
+                "properties": {"error": _string(), "message": _string()},
+                "description": "Why it failed or was cancelled.",
+            },
+        },
+        {
             "left": {
                 **_int(),
-                "description": "Dead letters left in place: where they came from is unknown.",
-            },
-        }
+                "description": "A retry's dead letters left in place: where they came from "
+                "is unknown.",
+            }
+        },
     ),
+    "MoveJobList": _object({"moves": {"type": "array", "items": _ref("MoveJob")}}),
     "PropertyValue": {
         "oneOf": [{"type": "boolean"}, {"type": "integer"}, {"type": "number"}, _string()],
         "description": "A non-finite float is given as the string NaN, Infinity or -Infinity.",
@@ -394,9 +435,9 @@ def _operations() -> dict[str, Any]:
         "/api/destinations/{address}/move": {
             "parameters": [ADDRESS],
             "post": _operation(
-                "Move a queue's waiting messages to another destination, in sequence order "
-                "(a stream: 400).",
-                {200: _ok("Moved", "How many moved.")},
+                "Start moving a queue's waiting messages to another destination, in sequence "
+                "order (a stream: 400); follow the job at its `Location`.",
+                {202: _ok("MoveJob", "The move job, started.")},
                 (404,),
                 body=_body({"to": _string()}, {**SELECTOR_BODY, **SEQS_BODY}),
                 changes=True,
@@ -405,11 +446,34 @@ def _operations() -> dict[str, Any]:
         "/api/destinations/{address}/retry": {
             "parameters": [ADDRESS],
             "post": _operation(
-                "Send dead letters back to the destination each came from (a stream: 400).",
-                {200: _ok("Retried", "How many went back, and where.")},
+                "Start sending dead letters back to the destination each came from (a "
+                "stream: 400); follow the job at its `Location`.",
+                {202: _ok("MoveJob", "The retry job, started.")},
                 (404,),
                 body=_body({}, {**SELECTOR_BODY, **SEQS_BODY}),
                 body_required=False,
+                changes=True,
+            ),
+        },
+        "/api/moves": {
+            "get": _operation(
+                "Move and retry jobs: the running ones and the last finished, newest first.",
+                {200: _ok("MoveJobList", "The jobs.")},
+                (404,),
+            )
+        },
+        "/api/moves/{id}": {
+            "parameters": [_param("id", "path", {"type": "string"}, "A move job's id.")],
+            "get": _operation(
+                "One move or retry job: how far it got.",
+                {200: _ok("MoveJob", "The job.")},
+                (404,),
+            ),
+            "delete": _operation(
+                "Cancel a running job after the step it is in (each message stays in the "
+                "source or in the target); a finished one is left as it is.",
+                {200: _ok("MoveJob", "The job, as it ended.")},
+                (404,),
                 changes=True,
             ),
         },

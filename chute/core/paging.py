@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from chute.core.consumer import Entry
-from chute.core.store import AddOp, Store
+from chute.core.store import AddOp, Store, StoredMessage
 from chute.errors import StoreError
 from chute.message import Message
 
@@ -164,7 +164,7 @@ class Pager:
         wanted = window(self.count, self.size)
         skip = self.skip
         try:
-            stored = self.host.store.page_in(self.name, self.top_seq, wanted + len(skip))
+            stored = self._read(self.top_seq, wanted)
         except StoreError as exc:
             log.warning("queue %s: cannot read paged messages back yet: %s", self.name, exc)
             return None
@@ -214,23 +214,82 @@ class Pager:
         skip = self.skip
         return [
             Entry(item.seq, item.message, item.delivery_count, item.delivery_count > 0)
-            for item in self.host.store.page_in(self.name, after, room + len(skip))
+            for item in self._read(after, room)
             if item.seq not in skip
         ]
 
-    def withdraw(self, seq: int) -> Entry | None:
-        """Take the paged message ``seq`` out of the pager (it is then held in memory,
-        and the read-back skips it), or None if it is not paged."""
-        if not self.count or seq <= self.top_seq or seq in self.skip:
-            return None
-        for item in self.host.store.page_in(self.name, seq - 1, 1):
-            if item.seq == seq:
-                self.skip.add(seq)
+    def _read(self, after: int, wanted: int) -> list[StoredMessage]:
+        """The stored messages numbered above ``after``, in sequence order, enough that
+        ``wanted`` of them are not in :attr:`skip` (fewer when the store has no more).
+        Read in rounds, each asking for what is still missing: the held messages among
+        them cost their own records only, where asking for ``len(skip)`` more every
+        time read as many records again however few were in range."""
+        skip = self.skip
+        read: list[StoredMessage] = []
+        missing = wanted
+        while missing > 0:
+            items = self.host.store.page_in(self.name, after, missing)
+            read += items
+            if len(items) < missing:
+                break
+            missing -= sum(1 for item in items if item.seq not in skip) if skip else missing
+            after = items[-1].seq
+        return read
+
+    def withdraw_many(self, seqs: list[int]) -> list[Entry]:
+        """Take the paged messages numbered ``seqs`` (ascending) out of the pager, in
+        sequence order: they are then held in memory. Those not paged are not there.
+
+        The store is read from ``top_seq`` on, a window about as large as what is
+        asked: when the taken messages are the lowest paged ones (a move of a whole
+        queue takes them so), ``top_seq`` moves past them as a read-back would, and
+        nothing is left for the read-back to skip; otherwise (a selector's picks) they
+        join :attr:`skip`. Asked one by one, a deep queue's move read the store once
+        per message and let ``skip`` grow with every message moved, which each later
+        read had to step over: quadratic.
+        """
+        skip = self.skip
+        wanted = [s for s in seqs if s > self.top_seq and s not in skip]
+        if not self.count or not wanted:
+            return []
+        last = wanted[-1]
+        need = set(wanted)
+        taken: list[Entry] = []
+        lowest = True  # every paged message read so far is wanted
+        after = self.top_seq
+        while need:
+            room = len(need)
+            items = self.host.store.page_in(self.name, after, room)
+            for item in items:
+                seq = item.seq
+                if seq > last:
+                    break
+                if seq in skip:
+                    continue
+                if seq not in need:
+                    lowest = False
+                    continue
+                need.discard(seq)
+                message = item.message
                 self.count -= 1
-                self.size -= item.message.size
-                self.host.memory.used += held_cost(item.message)
-                return Entry(seq, item.message, item.delivery_count, item.delivery_count > 0)
-        return None
+                self.size -= message.size
+                self.host.memory.used += held_cost(message)
+                taken.append(Entry(seq, message, item.delivery_count, item.delivery_count > 0))
+            if not need or len(items) < room or items[-1].seq >= last:
+                break
+            after = items[-1].seq  # held ones took room: read on
+            if min(need) - 1 > after:  # paged ones not asked for lie between: skip them
+                lowest = False
+                after = min(need) - 1
+        if not taken:
+            return taken
+        if lowest and len(taken) == len(wanted):
+            self.top_seq = taken[-1].seq
+            if skip:
+                skip.difference_update([s for s in skip if s <= self.top_seq])
+        else:
+            skip.update(e.seq for e in taken)
+        return taken
 
     def forget_transient(self, seq: int) -> bool:
         """A non-persistent message left: whether it had been recorded for paging (so its

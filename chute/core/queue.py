@@ -482,18 +482,19 @@ class QueueChannel:
 
     def withdraw_many(self, seqs: Collection[int]) -> list[Entry]:
         """Take the waiting entries numbered ``seqs`` out of their lanes, or out of the
-        pager (one store read each), in sequence order; ones in flight or gone are not
+        pager (:meth:`Pager.withdraw_many`), in sequence order; ones in flight or gone are not
         there. They stay held until the caller settles them or puts them back
         (:meth:`put_back`). O(depth): for management, never on the per-message path."""
         wanted = set(seqs)
         taken = lanes.take_numbered(self._lanes, wanted)
         self.ready -= len(taken)
-        for seq in sorted(wanted.difference(e.seq for e in taken)):
-            entry = self.pager.withdraw(seq)
-            if entry is not None:
+        rest = sorted(wanted.difference(e.seq for e in taken))
+        if rest and self.pager.count:
+            paged = self.pager.withdraw_many(rest)
+            for entry in paged:
                 if not entry.message.persistent:  # recorded to page it: its ack must be
-                    self.pager.transient.add(seq)
-                taken.append(entry)
+                    self.pager.transient.add(entry.seq)
+            taken += paged
         taken.sort(key=_seq)
         return taken
 

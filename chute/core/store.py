@@ -196,6 +196,11 @@ class Store(Protocol):
         writes as it records): the core holds producers off while it is large
         (:mod:`chute.core.admission`). Cheap enough to ask on every send."""
 
+    def reading_waits(self) -> bool:
+        """Whether reading paged messages (:meth:`page_in`) would wait now for the store's
+        own work (the journal's reclaim pass holds its index): work that can wait
+        (a move job) asks before it reads. A hint, cheap, never blocking."""
+
     def recover(self) -> Recovered:
         """Everything durable, for the core to rebuild its queues from."""
 
@@ -281,6 +286,9 @@ class Gathering:
 
     def backlog(self) -> int:
         return self.store.backlog()
+
+    def reading_waits(self) -> bool:
+        return self.store.reading_waits()
 
     def recover(self) -> Recovered:
         return self.store.recover()

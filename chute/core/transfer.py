@@ -93,11 +93,14 @@ def move_steps(
     selector: str | None = None,
     seqs: Sequence[int] | None = None,
     limit: int = 0,
+    tally: Counter[str] | None = None,
 ) -> Generator[None, None, int]:
     """Move waiting messages of the queue ``source`` to ``target`` (a queue or a topic,
     which must exist), in sequence order, each atomically (see the module docstring);
     returns how many moved. Which: those numbered ``seqs`` (all waiting ones if None)
-    that ``selector`` matches, at most ``limit`` (0: no limit).
+    that ``selector`` matches, at most ``limit`` (0: no limit). ``tally``, if given,
+    counts them as they move, under the target's address (a driver shows it as
+    progress).
 
     Raises:
         AccessDenied: no ``manage`` on either address. InvalidAddress: a bad address,
@@ -122,6 +125,7 @@ def move_steps(
             selector=compiled,
             seqs=seqs,
             limit=limit,
+            counts=tally,
         )
     except ChuteError as exc:
         log.info("%s moving %s to %s stopped: %s", conn.principal, source_address, target, exc)
@@ -150,11 +154,13 @@ def retry_steps(
     selector: str | None = None,
     seqs: Sequence[int] | None = None,
     limit: int = 0,
+    tally: Counter[str] | None = None,
 ) -> Generator[None, None, dict[str, int]]:
     """Send waiting dead letters of ``source`` back where each came from, in sequence
     order, each atomically (see the module docstring); returns how many went to each
     destination, and under :data:`UNKNOWN_ORIGIN` ("") how many stayed in ``source``
-    for want of a known origin. Which: as :func:`move`.
+    for want of a known origin. Which: as :func:`move`. ``tally``, if given, counts
+    them so as they go.
 
     The origin is the address the dead-lettering recorded (``chute_original_destination``);
     a dead letter from a topic's subscription goes back to the topic, so every
@@ -186,7 +192,9 @@ def retry_steps(
         return dest, message.replace(properties=kept, redelivered=False, delivery_count=0)
 
     try:
-        counts = yield from _shift(broker, queue, where, selector=compiled, seqs=seqs, limit=limit)
+        counts = yield from _shift(
+            broker, queue, where, selector=compiled, seqs=seqs, limit=limit, counts=tally
+        )
     except ChuteError as exc:
         log.info("%s retrying dead letters of %s stopped: %s", conn.principal, source_address, exc)
         raise
@@ -265,15 +273,17 @@ def _shift(
     selector: Selector | None,
     seqs: Sequence[int] | None,
     limit: int,
+    counts: Counter[str] | None,
 ) -> Generator[None, None, Counter[str]]:
     """Move the chosen waiting messages of ``queue`` where ``where`` says, each with one
     atomic store commit, a step of at most :data:`STEP` at a time; how many went to each
-    address (:data:`UNKNOWN_ORIGIN`: left).
+    address (:data:`UNKNOWN_ORIGIN`: left), counted in ``counts`` if given.
 
     Raises:
         DestinationFull, AccessDenied: a target refused (the messages before went).
     """
-    counts: Counter[str] = Counter()
+    if counts is None:
+        counts = Counter()
     moved = 0
     for batch in _batches(queue, selector, seqs):
         entries = queue.withdraw_many(batch)

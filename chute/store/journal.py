@@ -327,6 +327,15 @@ class Journal:
         """Bytes appended that the writer thread has not written yet."""
         return self._intake.pending_bytes
 
+    def reading_waits(self) -> bool:
+        """Whether the writer holds its index now (a reclaim pass holds it throughout:
+        a paging read would wait for the whole pass)."""
+        lock = self._writer.index_lock
+        if not lock.acquire(blocking=False):
+            return True
+        lock.release()
+        return False
+
     def recover(self) -> Recovered:
         """What is durable: what the open replayed, until something but a queue definition
         is appended (a broker defines its system queues before it recovers).

@@ -95,6 +95,9 @@ class MemoryStore:
     def backlog(self) -> int:
         return 0
 
+    def reading_waits(self) -> bool:
+        return False
+
     def recover(self) -> Recovered:
         return Recovered(
             definitions=list(self.definitions.values()),

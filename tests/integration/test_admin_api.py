@@ -136,6 +136,19 @@ def until(condition: Callable[[], Any], what: str) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def job_done(broker: Broker, started: Answer) -> dict[str, Any]:
+    """The move job ``started`` answered for, once it ended."""
+    assert started.status == 202, started
+    assert started.headers["Location"] == f"/api/moves/{started.body['id']}"
+
+    def ended() -> dict[str, Any] | None:
+        job: dict[str, Any] = call(broker, "GET", started.headers["Location"]).body
+        return None if job["state"] == "running" else job
+
+    job: dict[str, Any] = until(ended, "the move job's end")
+    return job
+
+
 def send(broker: Broker, address: str, *bodies: str | bytes, **kwargs: Any) -> None:
     with broker.connect() as conn, conn.session() as session:
         for body in bodies:
@@ -152,7 +165,7 @@ def test_the_document_is_served_to_anyone_and_names_every_path(broker: Broker) -
     paths = answer.body["paths"]
     assert "/api/destinations/{address}/messages/{seq}" in paths
     assert "/api/transactions/{xid}/commit" in paths
-    assert len(paths) == 19
+    assert len(paths) == 21
 
 
 def test_no_credentials_or_a_wrong_password_is_401_with_a_basic_challenge(
@@ -388,9 +401,16 @@ def test_move_sends_waiting_messages_to_another_destination(broker: Broker) -> N
         "/api/destinations/queue:from/move",
         {"to": "queue:to", "selector": "n >= 2"},
     )
-    assert moved.body == {"moved": 2}
+    assert moved.body["kind"] == "move"
+    done = job_done(broker, moved)
+    assert (done["state"], done["moved"], done["to"], done["remaining"]) == (
+        "done",
+        2,
+        "queue:to",
+        2,
+    )
     one = call(broker, "POST", "/api/destinations/queue:from/move", {"to": "queue:to", "limit": 1})
-    assert one.body == {"moved": 1}
+    assert job_done(broker, one)["moved"] == 1
     with broker.connect() as conn, conn.session() as session:
         consumer = session.consumer("queue:to")
         got = [consumer.receive(DEADLINE) for _ in range(3)]
@@ -422,8 +442,15 @@ def test_retry_puts_dead_letters_back_where_they_came_from(broker: Broker) -> No
         return [m for m in page["messages"] if m["body"] == "poison"]
 
     (letter,) = until(dead, "the dead letter")
-    retried = call(broker, "POST", f"/api/destinations/{dlq}/retry", {"seqs": [letter["seq"]]}).body
-    assert retried == {"retried": 1, "to": {"queue:work": 1}, "left": 0}
+    retried = job_done(
+        broker, call(broker, "POST", f"/api/destinations/{dlq}/retry", {"seqs": [letter["seq"]]})
+    )
+    assert (retried["state"], retried["moved"], retried["to"], retried["left"]) == (
+        "done",
+        1,
+        {"queue:work": 1},
+        0,
+    )
     with broker.connect() as conn, conn.session() as session:
         back = session.consumer("queue:work").receive(DEADLINE)
         assert back is not None
@@ -431,7 +458,7 @@ def test_retry_puts_dead_letters_back_where_they_came_from(broker: Broker) -> No
         assert "chute_reason" not in back.properties
     assert dead() == []
     nothing = call(broker, "POST", f"/api/destinations/{dlq}/retry", raw=b"")
-    assert nothing.body["retried"] == 0
+    assert job_done(broker, nothing)["moved"] == 0
 
 
 # -- clients ----------------------------------------------------------------------------

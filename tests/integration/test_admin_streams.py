@@ -204,7 +204,10 @@ def test_a_queue_moves_into_a_stream(broker: Broker) -> None:
     send(broker, "stream:api.target", "already there")
     path = "/api/destinations/queue:api.into/move"
     moved = call(broker, "POST", path, {"to": "stream:api.target"})
-    assert (moved.status, moved.body) == (200, {"moved": 1})
+    assert moved.status == 202, moved
+    job = f"/api/moves/{moved.body['id']}"
+    until(lambda: call(broker, "GET", job).body["state"] == "done", "the move's end")
+    assert call(broker, "GET", job).body["moved"] == 1
     assert detail(broker, "stream:api.target")["depth"] == 2
 
 

@@ -89,7 +89,13 @@ def test_move_with_a_limit_and_json(server: ChuteServer) -> None:
     moved = run(server, "move", "a", "queue:b", "--limit", "2", "--json")
 
     assert moved.returncode == 0, moved.stderr
-    assert json.loads(moved.stdout) == {"from": "queue:a", "to": "queue:b", "moved": 2}
+    assert json.loads(moved.stdout) == {
+        "from": "queue:a",
+        "to": "queue:b",
+        "moved": 2,
+        "remaining": 3,
+        "in_flight": 0,
+    }
     assert bodies(server, "queue:b") == ["m0", "m1"]
     assert bodies(server, "queue:a") == ["m2", "m3", "m4"]
 
@@ -157,6 +163,8 @@ def test_dlq_retry_with_a_selector_and_json(server: ChuteServer) -> None:
         "retried": 2,
         "to": {"queue:jobs": 2},
         "left": 0,
+        "remaining": 1,
+        "in_flight": 0,
     }
     assert bodies(server, "queue:jobs") == ["j1", "j2"]
     assert bodies(server, "queue:__sys__deadLetter") == ["j3"]

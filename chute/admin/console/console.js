@@ -21,6 +21,7 @@ import {
   MAX_DESTINATIONS, destinationsFrame, fillDestinations, kindChip, subKey,
 } from "./destinations.js";
 import { publishFrame } from "./publish.js";
+import { follow } from "./moves.js";
 import { NOT_A_STREAMS, isStreamAddress, readersTable, streamCounters } from "./streams.js";
 
 const POLL_MS = 2000;
@@ -591,8 +592,8 @@ function summary(to) {
 async function retry(seqs) {
   const address = state.browse.address;
   await act("Retry", async () => {
-    const result = await api("POST", `${destinationPath(address)}/retry`, { seqs });
-    notice(`Retried ${plural(result.retried, "message")}${result.retried ? ` to ${summary(result.to)}` : ""}.`);
+    const result = await follow(await api("POST", `${destinationPath(address)}/retry`, { seqs }));
+    notice(`Retried ${plural(result.moved, "message")}${result.moved ? ` to ${summary(result.to)}` : ""}.`);
     for (const seq of seqs) state.browse.selected.delete(seq);
     await afterChange();
   });
@@ -610,9 +611,9 @@ async function retryAll() {
   });
   if (!answer) return;
   await act("Retry", async () => {
-    const result = await api("POST", `${destinationPath(b.address)}/retry`,
-      selected.length ? { seqs: selected } : {});
-    notice(`Retried ${plural(result.retried, "message")}${result.retried ? ` to ${summary(result.to)}` : ""}.`);
+    const result = await follow(await api("POST", `${destinationPath(b.address)}/retry`,
+      selected.length ? { seqs: selected } : {}));
+    notice(`Retried ${plural(result.moved, "message")}${result.moved ? ` to ${summary(result.to)}` : ""}.`);
     b.selected.clear();
     b.starts = [""];
     await afterChange();
@@ -636,8 +637,8 @@ async function moveMessages() {
     return;
   }
   await act("Move", async () => {
-    const result = await api("POST", `${destinationPath(b.address)}/move`,
-      selected.length ? { to: target, seqs: selected } : { to: target });
+    const result = await follow(await api("POST", `${destinationPath(b.address)}/move`,
+      selected.length ? { to: target, seqs: selected } : { to: target }));
     notice(`Moved ${plural(result.moved, "message")} to ${target}.`);
     b.selected.clear();
     await afterChange();

@@ -296,6 +296,47 @@ def test_moving_finds_paged_messages(paging_store: Store) -> None:
     assert broker.queues["queue:b"].held == 103
 
 
+@pytest.mark.parametrize("selector", [None, "even = TRUE"])
+def test_moving_a_paged_queue_reads_the_store_a_window_at_a_time(
+    paging_store: Store, selector: str | None
+) -> None:
+    reads = records = 0
+    page_in = paging_store.page_in
+
+    def counted(queue: str, after: int, limit: int) -> Any:
+        nonlocal reads, records
+        found = page_in(queue, after, limit)
+        reads += 1
+        records += len(found)
+        return found
+
+    paging_store.page_in = counted  # type: ignore[method-assign]
+    broker = Broker(paging_store, memory_limit=32 << 10)
+    broker.recover()
+    admin = Connection(broker)
+    session = Connection(broker).session()
+    for i in range(3000):
+        session.send("queue:a", Message.create(BODY, properties={"n": i, "even": i % 2 == 0}))
+    source = broker.queues["queue:a"]
+    assert source.paged > 2800
+    manage.create(admin, "queue:b")
+    reads = records = 0
+    picked = list(range(0, 3000, 2)) if selector else list(range(3000))
+
+    assert transfer.move(admin, "queue:a", "queue:b", selector=selector) == len(picked)
+
+    assert reads < 3000 // 4  # a read per browse step and one per move step, not per message
+    assert records < 3 * 3000  # each about twice (browse, move), not once more per one moved
+    if selector is None:
+        assert source.pager.skip == set()  # nothing left for a read-back to step over
+    moved = [e.message.properties["n"] for e in looking.browse(broker, "queue:b")]
+    assert moved == picked
+    left = [e.message.properties["n"] for e in looking.browse(broker, "queue:a")]
+    assert left == [n for n in range(3000) if n not in picked]
+    _, recorder = consume(broker, "queue:a", 5000)  # read back past what moved
+    assert [e.message.properties["n"] for e in recorder.entries] == left
+
+
 # -- dead letters ---------------------------------------------------------------------
 
 

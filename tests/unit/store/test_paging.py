@@ -7,6 +7,7 @@ the reference store would.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -412,3 +413,26 @@ def test_deleting_a_paged_queue_forgets_it_in_the_store(open_store: OpenStore) -
     assert broker.memory.used == 0
     broker.close()
     assert start(open_store()).queue_by_name("queue:q") is None
+
+
+def test_reading_waits_while_the_writer_holds_its_index(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "journal", sync="never")
+    try:
+        assert not journal.reading_waits()
+        held, release = threading.Event(), threading.Event()
+
+        def hold() -> None:  # as a reclaim pass holds it, on the writer's thread
+            with journal._writer.index_lock:
+                held.set()
+                release.wait(10)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert held.wait(10)
+        assert journal.reading_waits()
+        release.set()
+        holder.join(10)
+        assert not journal.reading_waits()
+        assert not MemoryStore().reading_waits()
+    finally:
+        journal.close()
