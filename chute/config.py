@@ -21,7 +21,7 @@ block_timeout_ms = 30000 # how long a producer waits for the broker's memory or 
 max_subscription_bytes = "16MiB"  # a non-durable subscription's bound when its topic
                          # has none: past it its oldest messages go to the dead-letter queue
 segment_size = "32MiB"   # journal segment files, each made at full size (docs/durability.md)
-disk_free_limit = "64MiB"  # producers wait when the disk, less the next spare segment, has under this; 0 = off
+disk_free_limit = "64MiB"  # producers wait under this free (less the next segment); 0 = off
 flow_backlog = 5000      # pause a queue's producers while its consumers lag this far; 0 = off
 inline_sync = true       # an idle journal syncs on the broker's loop (docs/durability.md)
 heartbeat_ms = 10000     # the most a client may ask for is honoured; 0 = off
