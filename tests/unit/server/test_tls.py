@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import datetime
+import logging
 import ssl
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trustme
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from chute.server.tls import certificate_user, handshake_failure, hello_version, server_context
 
@@ -168,3 +174,29 @@ def test_a_client_certificate_out_of_its_validity_says_so() -> None:
     assert handshake_failure(exc) == (
         "its client certificate is out of its validity (certificate has expired): renew it"
     )
+
+
+def test_a_ca_out_of_its_validity_is_warned_of_at_start(
+    files: dict[str, str], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "old CA")])
+    now = datetime.datetime.now(datetime.UTC)
+    old = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=30))
+        .not_valid_after(now - datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    ca = tmp_path / "old-ca.pem"
+    ca.write_bytes(old.public_bytes(serialization.Encoding.PEM))
+    with caplog.at_level(logging.WARNING, logger="chute.server"):
+        server_context(files["cert"], files["key"], ca=str(ca), client_certs="optional")
+    [record] = caplog.records
+    assert "the CA CN=old CA expired on" in record.getMessage()
+    assert "no client certificate it signed verifies" in record.getMessage()
