@@ -170,6 +170,12 @@ def _add_cert(sub: Any) -> None:
     cert.add_argument(
         "--days", type=int, default=365, help="how long the certificates last (default 365)"
     )
+    cert.add_argument(
+        "--key-type",
+        choices=("rsa", "ec"),
+        default="rsa",
+        help="rsa (2048 bits, default: every client loads it) or ec (ECDSA P-256)",
+    )
     cert.add_argument("--force", action="store_true", help="replace files that exist")
     cert.set_defaults(func=_cert)
 

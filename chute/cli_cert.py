@@ -13,10 +13,14 @@
 
 A file that exists is kept (so ``chute cert DIR --client bob`` later adds
 bob's certificate, signed by the CA already there); ``--force`` makes all anew.
-Then it prints what it wrote and the configuration lines to use. Keys are
-ECDSA P-256, written unencrypted and readable by their owner only: this is for
-trying TLS out, a production broker's certificates come from the operator's own
-CA.
+Then it prints what it wrote and the configuration lines to use.
+
+Keys (``--key-type``) are RSA 2048 by default, which every TLS client loads
+(Ruby's stomp gem, for one, cannot load an EC key); ``--key-type ec`` makes
+ECDSA P-256 keys, smaller and faster, for clients that take them. A CA kept from
+an earlier run signs keys of either type. Keys are written unencrypted and
+readable by their owner only: this is for trying TLS out, a production broker's
+certificates come from the operator's own CA.
 """
 
 from __future__ import annotations
@@ -42,8 +46,12 @@ _USER_NAME: Final = re.compile(r"[A-Za-z0-9._@-]{1,64}")  # as [users.NAME] in t
 _DEFAULT_HOSTS: Final = ("localhost", "127.0.0.1", "::1")
 _CA_DAYS: Final = 3650
 _SKEW: Final = datetime.timedelta(minutes=5)  # valid a little before now: clocks differ
+KEY_TYPES: Final = ("rsa", "ec")
+"""``--key-type``: the first is the default."""
+_RSA_BITS: Final = 2048
 
 SigningKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey | ed25519.Ed25519PrivateKey
+NewKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 
 
 @dataclass
@@ -64,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
     """
     if args.days < 1:
         raise ConfigError("--days must be at least 1")
+    if args.key_type not in KEY_TYPES:
+        raise ConfigError(f"--key-type must be one of {', '.join(KEY_TYPES)}")
     for name in args.client:
         if not _USER_NAME.fullmatch(name):
             raise ConfigError(
@@ -72,16 +82,25 @@ def run(args: argparse.Namespace) -> int:
     hosts = list(dict.fromkeys([*_DEFAULT_HOSTS, *args.host]))
     directory: Path = args.dir.resolve()
     directory.mkdir(parents=True, exist_ok=True)
-    written = make_files(directory, hosts, args.client, days=args.days, force=args.force)
+    written = make_files(
+        directory, hosts, args.client, days=args.days, force=args.force, key_type=args.key_type
+    )
     _print_summary(directory, written, args.client)
     return 0
 
 
 def make_files(
-    directory: Path, hosts: list[str], clients: list[str], *, days: int, force: bool = False
+    directory: Path,
+    hosts: list[str],
+    clients: list[str],
+    *,
+    days: int,
+    force: bool = False,
+    key_type: str = KEY_TYPES[0],
 ) -> list[Written]:
     """Write the CA, the broker's certificate and the clients' into ``directory``,
-    keeping files that exist unless ``force``.
+    keeping files that exist unless ``force``; new keys are ``key_type``'s
+    (:data:`KEY_TYPES`).
 
     Raises:
         ConfigError: a CA in ``directory`` that cannot be read; a bad host.
@@ -92,8 +111,9 @@ def make_files(
         ca_cert, ca_key = _load_ca(ca_cert_path, ca_key_path)
         out.append(Written(ca_cert_path, "the CA already there: it signs what is new", kept=True))
     else:
-        ca_key = ec.generate_private_key(ec.SECP256R1())
-        ca_cert = _ca_certificate(ca_key)
+        new_ca_key = new_key(key_type)
+        ca_key = new_ca_key
+        ca_cert = _ca_certificate(new_ca_key)
         _write(ca_cert_path, ca_cert.public_bytes(serialization.Encoding.PEM), private=False)
         _write(ca_key_path, _key_pem(ca_key), private=True)
         out += [
@@ -104,7 +124,7 @@ def make_files(
     if not force and broker.exists() and broker_key.exists():
         out.append(Written(broker, "the broker's certificate", kept=True))
     else:
-        key = ec.generate_private_key(ec.SECP256R1())
+        key = new_key(key_type)
         cert = _leaf(ca_cert, ca_key, key, hosts[0], days, server_names=hosts)
         _write(broker, cert.public_bytes(serialization.Encoding.PEM), private=False)
         _write(broker_key, _key_pem(key), private=True)
@@ -117,7 +137,7 @@ def make_files(
         if not force and path.exists() and key_path.exists():
             out.append(Written(path, f"user {name}'s client certificate", kept=True))
             continue
-        key = ec.generate_private_key(ec.SECP256R1())
+        key = new_key(key_type)
         cert = _leaf(ca_cert, ca_key, key, name, days)
         _write(path, cert.public_bytes(serialization.Encoding.PEM), private=False)
         _write(key_path, _key_pem(key), private=True)
@@ -126,6 +146,19 @@ def make_files(
             Written(key_path, "its private key"),
         ]
     return out
+
+
+def new_key(key_type: str) -> NewKey:
+    """A new private key: ``"rsa"`` (2048 bits) or ``"ec"`` (ECDSA P-256).
+
+    Raises:
+        ConfigError: another ``key_type``.
+    """
+    if key_type == "rsa":
+        return rsa.generate_private_key(public_exponent=65537, key_size=_RSA_BITS)
+    if key_type == "ec":
+        return ec.generate_private_key(ec.SECP256R1())
+    raise ConfigError(f"--key-type must be one of {', '.join(KEY_TYPES)}")
 
 
 def client_files(directory: Path, name: str) -> tuple[Path, Path]:
@@ -150,7 +183,7 @@ def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-def _ca_certificate(key: ec.EllipticCurvePrivateKey) -> x509.Certificate:
+def _ca_certificate(key: NewKey) -> x509.Certificate:
     name = x509.Name(
         [
             x509.NameAttribute(NameOID.ORGANIZATION_NAME, "chute"),
@@ -189,7 +222,7 @@ def _ca_certificate(key: ec.EllipticCurvePrivateKey) -> x509.Certificate:
 def _leaf(
     ca_cert: x509.Certificate,
     ca_key: SigningKey,
-    key: ec.EllipticCurvePrivateKey,
+    key: NewKey,
     common_name: str,
     days: int,
     *,
@@ -230,7 +263,7 @@ def _general_name(host: str) -> x509.GeneralName:
     return x509.DNSName(host.lower())
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+def _key_pem(key: NewKey) -> bytes:
     return key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
@@ -277,6 +310,7 @@ def _print_summary(directory: Path, written: list[Written], clients: list[str]) 
     if clients:
         print(f"tls_ca = {_toml(ca)}")
         print('tls_client_certs = "optional"   # or "required"; a certificate\'s CN is its user')
+        print('http_tls_client_certs = "none"  # browsers cancel a wss:// asked for a certificate')
         print()
         print("# each client certificate's user must exist once [users] are configured:")
         for name in clients:

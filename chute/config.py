@@ -40,6 +40,8 @@ tls_cert = ""            # PEM certificate chain (may hold the key too); needed 
 tls_key = ""             # PEM private key, if not in tls_cert
 tls_ca = ""              # PEM CA that signs client certificates (docs/security.md)
 tls_client_certs = "none"  # none | optional | required: a certificate's CN names a user
+http_tls_client_certs = "same"  # HTTPS/WSS only: same (as tls_client_certs) | none |
+                         # optional | required; browsers need "none" (docs/security.md)
 allowed_origins = ["https://app.example.com"]  # web pages a browser may open the
                          # WebSocket from, besides the broker's own (docs/security.md)
 http_poll_ms = 20000     # native over plain HTTP: the longest a poll is held
@@ -133,6 +135,9 @@ class ServerConfig:
     http_tls: bool = False  # http_port serves HTTPS and WSS; needs tls_cert
     tls_ca: str = ""  # PEM CA file that client certificates must chain to
     tls_client_certs: str = "none"  # none | optional | required (docs/security.md)
+    # the HTTP port's (HTTPS, WSS): "same" as tls_client_certs, or its own mode; a browser
+    # cancels a WebSocket that is asked for a certificate, so browsers need "none"
+    http_tls_client_certs: str = "same"
     allowed_origins: tuple[str, ...] = ()  # WebSocket origins besides the broker's own
     max_login_failures: int = 10  # per client address and window; 0 = no limit
     login_failure_window_ms: int = 60_000
@@ -225,11 +230,22 @@ class ServerConfig:
                 )
         if self.tls_key and not self.tls_cert:
             raise ConfigError("server.tls_key is set but server.tls_cert is not: give both")
-        if self.tls_client_certs != "none" and not self.tls_ca:
-            raise ConfigError(
-                f'server.tls_client_certs = "{self.tls_client_certs}" needs server.tls_ca: '
-                "the PEM file of the CA that signs the clients' certificates"
-            )
+        for name, mode in (
+            ("tls_client_certs", self.tls_client_certs),
+            ("http_tls_client_certs", self.http_tls_client_certs),
+        ):
+            if mode not in ("none", "same") and not self.tls_ca:
+                raise ConfigError(
+                    f'server.{name} = "{mode}" needs server.tls_ca: '
+                    "the PEM file of the CA that signs the clients' certificates"
+                )
+
+    @property
+    def http_client_certs(self) -> str:
+        """The HTTP port's client certificate mode (HTTPS, WSS): none, optional, required."""
+        if self.http_tls_client_certs == "same":
+            return self.tls_client_certs
+        return self.http_tls_client_certs
 
     @property
     def login_frame_size(self) -> int:
@@ -318,6 +334,7 @@ _SERVER_KEYS = {
     "http_tls": bool,
     "tls_ca": str,
     "tls_client_certs": ("none", "optional", "required"),
+    "http_tls_client_certs": ("same", "none", "optional", "required"),
     "allowed_origins": list,
     "max_login_failures": int,
     "login_failure_window_ms": int,

@@ -64,11 +64,19 @@ def client_context(
     return context
 
 
+_OUT_OF_VALIDITY: Final = frozenset({9, 10})  # X509_V_ERR_CERT_NOT_YET_VALID, _HAS_EXPIRED
+
+
 def describe(exc: ssl.SSLError, plain: str = "chute://") -> str:
     """A failed handshake or TLS read, as the person connecting can act on it (``plain``:
     the URL scheme of the same port without TLS)."""
     reason = exc.reason or str(exc)
     if isinstance(exc, ssl.SSLCertVerificationError):
+        if getattr(exc, "verify_code", None) in _OUT_OF_VALIDITY:
+            return (
+                f"the broker's certificate is out of its validity ({exc.verify_message}): "
+                "its operator must renew server.tls_cert (or a clock is wrong)"
+            )
         return (
             f"the broker's certificate did not verify ({exc.verify_message or reason}): "
             "give the CA that signed it (tls_ca, --tls-ca)"
@@ -77,6 +85,8 @@ def describe(exc: ssl.SSLError, plain: str = "chute://") -> str:
         return f"the broker did not answer in TLS ({reason}): a plain port? then use {plain}"
     if reason == "TLSV13_ALERT_CERTIFICATE_REQUIRED":
         return f"the broker requires a client certificate ({reason}): give tls_cert, --tls-cert"
+    if "CERTIFICATE_EXPIRED" in reason:
+        return f"the broker refused the client certificate ({reason}): it has expired, renew it"
     if "ALERT" in reason:
         return f"the broker refused the TLS connection ({reason}): check the client certificate"
     return f"TLS error: {reason}"

@@ -10,8 +10,9 @@ gracefully: listeners close first, then every connection, so consumers'
 unacknowledged messages go back to their queues before the store closes. Every
 listener accepts through :mod:`chute.server.listener`, where
 :mod:`chute.server.limits` counts and limits every connection (and closes one
-that does not log in in time); every TLS listener shares one context, and every
-connection has a front from :mod:`chute.server.tls` (where a handshake's
+that does not log in in time); the TLS listeners share one context (the HTTP
+port may ask for client certificates its own way), and every
+connection has a front from :mod:`chute.server.accept` (where a handshake's
 failure, or TLS spoken to a plain port, is logged). It is the one
 implementation of the interfaces its drivers declare
 (:class:`~chute.server.stream.ServerHost`, :class:`~chute.dropbox.bridge.BridgeHost`);
@@ -52,12 +53,13 @@ from chute.core.destinations import Limits
 from chute.core.store import Store, TxOp
 from chute.dropbox.bridge import DropboxBridge, start_bridges, stop_bridges
 from chute.server import smq
+from chute.server.accept import Accepting, Front
 from chute.server.limits import ConnectionLimits
 from chute.server.listener import Listener, Refusal, bind, raise_open_file_limit
 from chute.server.native import NativeConnection, native_refusal
 from chute.server.stomp import StompConnection, stomp_refusal
 from chute.server.stream import StreamConnection
-from chute.server.tls import Accepting, Front, ProtocolFactory, server_context
+from chute.server.tls import ProtocolFactory, server_contexts
 from chute.server.turns import Contenders
 from chute.server.watchdog import LoopWatchdog
 from chute.store.journal import Journal
@@ -106,6 +108,7 @@ class BrokerServer:
         self.accepting = Accepting()  # connections not yet handed to their driver
         self.contenders = Contenders()  # who else wants the loop, when a turn ends early
         self.tls_context: ssl.SSLContext | None = None  # every TLS listener's (start makes it)
+        self.https_context: ssl.SSLContext | None = None  # the HTTP port's (its client certs)
         self.bridges: list[DropboxBridge] = []  # [[dropbox]] mounts (docs/dropbox.md)
         self.started = time.time()
         self._stopping: asyncio.Event | None = None
@@ -174,12 +177,7 @@ class BrokerServer:
         self._stopping = asyncio.Event()
         config = self.config
         if config.tls_listening:
-            self.tls_context = server_context(
-                config.tls_cert,
-                config.tls_key,
-                ca=config.tls_ca,
-                client_certs=config.tls_client_certs,
-            )
+            self.tls_context, self.https_context = server_contexts(config)
         for warning in config.warnings():
             log.warning("configuration: %s", warning)
         http = await self._listen_http() if config.http_port else None
@@ -211,7 +209,7 @@ class BrokerServer:
             lambda server: self._listen(
                 name,
                 config.http_port,
-                self._front(name, server, https),
+                self._front(name, server, https, self.https_context),
                 None if https else http_refusal,
                 budget=True,
             )
@@ -306,14 +304,22 @@ class BrokerServer:
                 )
         return bound
 
-    def _front(self, name: str, factory: ProtocolFactory, tls: bool) -> Front:
-        """``factory`` behind :mod:`chute.server.tls`'s front: the handshake on a TLS
-        listener, the check for TLS spoken to a plain one."""
+    def _front(
+        self,
+        name: str,
+        factory: ProtocolFactory,
+        tls: bool,
+        context: ssl.SSLContext | None = None,
+    ) -> Front:
+        """``factory`` behind :mod:`chute.server.accept`'s front: the handshake on a TLS
+        listener (``context``, by default every TLS listener's), the check for TLS
+        spoken to a plain one."""
         if not tls:
             return self.accepting.plain(name, factory)
-        if self.tls_context is None:
+        context = context or self.tls_context
+        if context is None:
             raise RuntimeError("no TLS context: start() makes it before the listeners")
-        return self.accepting.tls(name, factory, self.tls_context)
+        return self.accepting.tls(name, factory, context)
 
     def _listen(
         self,

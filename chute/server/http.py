@@ -14,9 +14,9 @@ The listening socket is the broker's, not aiohttp's (:class:`_Site`): each
 connection is accepted by the broker's :class:`~chute.server.listener.Listener`
 (the connection limits count it, and before login only a small budget of its
 bytes is read: aiohttp would buffer a whole WebSocket message) and passes through
-:mod:`chute.server.tls`, as on the TCP listeners, so with ``http_tls`` the port
-serves HTTPS and WSS with the broker's one TLS context, and a failed handshake
-is logged. Browsers may open
+:mod:`chute.server.accept`, as on the TCP listeners, so with ``http_tls`` the port
+serves HTTPS and WSS with the broker's TLS context (:mod:`chute.server.tls`),
+and a failed handshake is logged. Browsers may open
 the WebSocket only from the broker's own origin or one of ``allowed_origins``
 (:mod:`chute.origins`).
 """

@@ -20,7 +20,7 @@ without TLS, and the Simple-message-queue listeners) passes here first, in
   header until login (``max_login_frame_size``).
 
 Each accepted connection gets a :class:`Ticket`, which the listener's front
-protocol (:mod:`chute.server.tls`) releases when the connection is lost. The
+protocol (:mod:`chute.server.accept`) releases when the connection is lost. The
 counts are the broker's ``sockets`` statistics (:meth:`ConnectionLimits.stats`).
 
 Logs: a condition a flood repeats (a limit refusing, the login deadline, the

@@ -17,7 +17,7 @@ lets it:
   (the clients wait in the kernel's backlog), say so once per episode, and go on
   once descriptors are free again (as trio does);
 - hand each connection to the event loop (``loop.connect_accepted_socket``) with
-  the listener's front protocol (:mod:`chute.server.tls`) and its ticket.
+  the listener's front protocol (:mod:`chute.server.accept`) and its ticket.
 
 :func:`raise_open_file_limit` raises the soft open-file limit to the hard one
 at start, as most servers do, and warns when it stays below what
@@ -37,8 +37,8 @@ import socket
 from collections.abc import Callable
 from typing import Any, Final
 
+from chute.server.accept import Front
 from chute.server.limits import ConnectionLimits, Ticket
-from chute.server.tls import Front
 
 log = logging.getLogger("chute.server")
 

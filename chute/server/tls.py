@@ -1,34 +1,25 @@
-"""TLS on the broker's listeners: one server context, handshakes whose failures are
-told, and the user a client certificate names.
+"""TLS on the broker's listeners: the server contexts, what a failed handshake means,
+and the user a client certificate names.
 
-One context. Every TLS listener (the native protocol's ``tls_port``, STOMP's
-``stomp_tls_port``, HTTPS and WSS on ``http_port`` with ``http_tls``) uses the
-context :func:`server_context` builds once from ``tls_cert``, ``tls_key``,
-``tls_ca`` and ``tls_client_certs``: TLS 1.2 or later, and, unless client
-certificates are ``"none"``, a request for the client's certificate, verified
-against ``tls_ca`` alone (never the system's store: any certificate that CA
-signs names a user).
+Contexts. The native protocol's ``tls_port`` and STOMP's ``stomp_tls_port``
+share the context :func:`server_contexts` builds once from ``tls_cert``,
+``tls_key``, ``tls_ca`` and ``tls_client_certs``: TLS 1.2 or later, and, unless
+client certificates are ``"none"``, a request for the client's certificate,
+verified against ``tls_ca`` alone (never the system's store: any certificate
+that CA signs names a user). HTTPS and WSS on ``http_port`` (``http_tls``) use
+the same, unless ``http_tls_client_certs`` gives the HTTP port its own client
+certificate mode: a browser cancels a WebSocket whose handshake asks for a
+certificate (only a page load may ask the user for one), so a port that
+browsers use must not ask. A certificate expired or not valid yet is a warning
+at start, and the reason given for each handshake it makes clients refuse
+(:meth:`ServerContext.certificate_trouble`).
 
-Handshakes in the open. Given ``create_server(ssl=...)``, asyncio and uvloop run
-the handshake out of sight and report a failure only in debug mode: a client
-speaking plain text to a TLS port, or offering a certificate of another CA,
-would be cut off with nothing in the log. So a TLS listener accepts plain TCP
-(:mod:`chute.server.listener`), and its :class:`TlsAccept` upgrades each
-connection itself (``loop.start_tls``): a failure is one log line naming the
-cause (plain text, no certificate, a certificate the CA did not sign, a client
-that distrusts the broker's certificate), and a success hands the TLS transport
-to the listener's protocol as if ``create_server`` had made it. Until then, a
-connection is in its :class:`Accepting`, so a stopping broker ends the
-handshake too. A plain listener's :class:`PlainAccept` looks at the first bytes
-a client sends: a TLS ClientHello there is logged ("use the TLS port") and the
-connection closed; anything else goes to the protocol.
-
-Fronts. :class:`PlainAccept` and :class:`TlsAccept` are each connection's front:
-the protocol its transport has from accept to loss, passing every event on to
-the listener's protocol. So the connection's
-:class:`~chute.server.limits.Ticket` is released however the connection
-ends, and a listener with a budget (HTTP) stops reading a client that has not
-logged in once it sent too many (:meth:`~chute.server.limits.Ticket.received`).
+Failures told. The handshakes themselves run in each connection's front
+(:mod:`chute.server.accept`); :func:`handshake_failure` says what a failure
+means in its one log line: plain text, an outdated TLS version (named from the
+ClientHello's first bytes, :func:`hello_version`), no certificate, a
+certificate the CA did not sign or out of its validity, a client that
+distrusts the broker's certificate (or the broker's certificate expired).
 
 Client certificates. With ``tls_client_certs = "optional"`` a client may send
 no certificate; with ``"required"`` it must. A certificate that does not chain
@@ -42,18 +33,20 @@ Lives on the server's event loop only.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import ssl
 from collections.abc import Callable
-from typing import Final, cast
+from pathlib import Path
+from typing import Final
 
-from chute.server.limits import Ticket
+from cryptography import x509
+
+from chute.config import ServerConfig
 
 log = logging.getLogger("chute.server")
 
 ProtocolFactory = Callable[[], asyncio.BaseProtocol]
-Front = Callable[[Ticket], asyncio.BaseProtocol]
-"""Makes the protocol a connection's transport starts with (its front), for its ticket."""
 
 CLIENT_CERTS: Final = ("none", "optional", "required")
 """``tls_client_certs``: whether a client is asked for a certificate, and must send one."""
@@ -65,7 +58,7 @@ _VERIFY_MODES: Final = {
     "optional": ssl.CERT_OPTIONAL,
     "required": ssl.CERT_REQUIRED,
 }
-_TLS_RECORD: Final = 0x16  # a TLS record of type handshake: how a ClientHello begins
+TLS_RECORD: Final = 0x16  # a TLS record of type handshake: how a ClientHello begins
 _PLAIN_TEXT_REASONS: Final = frozenset(
     {
         "WRONG_VERSION_NUMBER",
@@ -75,19 +68,56 @@ _PLAIN_TEXT_REASONS: Final = frozenset(
         "PACKET_LENGTH_TOO_LONG",
         "RECORD_LAYER_FAILURE",
         "UNEXPECTED_RECORD",
-        "WRONG_SSL_VERSION",
-        "UNSUPPORTED_PROTOCOL",
     }
 )
+_OUTDATED_REASONS: Final = frozenset({"UNSUPPORTED_PROTOCOL", "WRONG_SSL_VERSION"})
+"""What OpenSSL says of a hello offering nothing newer than TLS 1.1 (or SSL)."""
+_VERSIONS: Final = {0x0300: "SSL 3.0", 0x0301: "TLS 1.0", 0x0302: "TLS 1.1"}
+_EXPIRED_CODES: Final = frozenset({9, 10})  # X509_V_ERR_CERT_NOT_YET_VALID, _HAS_EXPIRED
+
+
+class ServerContext(ssl.SSLContext):
+    """The server's TLS context, knowing when its certificate is valid (to say so)."""
+
+    cert_path = ""
+    not_before: datetime.datetime | None = None
+    not_after: datetime.datetime | None = None
+
+    def certificate_trouble(self, now: datetime.datetime | None = None) -> str | None:
+        """Why clients refuse ``tls_cert`` now (expired, not valid yet), or None."""
+        now = now or datetime.datetime.now(datetime.UTC)
+        if self.not_after is not None and now > self.not_after:
+            return (
+                f"server.tls_cert {self.cert_path!r} expired on {self.not_after:%Y-%m-%d %H:%M} UTC"
+            )
+        if self.not_before is not None and now < self.not_before:
+            return (
+                f"server.tls_cert {self.cert_path!r} is not valid before "
+                f"{self.not_before:%Y-%m-%d %H:%M} UTC (this machine's clock says "
+                f"{now:%Y-%m-%d %H:%M})"
+            )
+        return None
+
+
+def hello_version(hello: bytes) -> str | None:
+    """The newest version a ClientHello's first bytes offer, if older than TLS 1.2 (a
+    TLS 1.2 or 1.3 hello says 3.3 here; 1.3 adds its extension): "TLS 1.0", "TLS 1.1",
+    "SSL 3.0"; None for any other bytes."""
+    # a record (type 22, version, length), then the handshake (type 1, length, version)
+    if len(hello) < 11 or hello[0] != TLS_RECORD or hello[5] != 1:
+        return None
+    return _VERSIONS.get(int.from_bytes(hello[9:11], "big"))
 
 
 def server_context(
-    cert: str, key: str = "", *, ca: str = "", client_certs: str = "none"
-) -> ssl.SSLContext:
-    """The context every TLS listener shares (TLS 1.2 or later).
+    cert: str, key: str = "", *, ca: str = "", client_certs: str = "none", told: bool = False
+) -> ServerContext:
+    """A context for TLS listeners (TLS 1.2 or later).
 
     ``client_certs`` is ``"none"`` (no client certificate asked for), ``"optional"`` or
     ``"required"``; the last two verify a client's certificate against ``ca`` only.
+    A certificate expired or not valid yet is a warning, logged here unless ``told``
+    already (the broker starts: clients refuse it, and the handshake failures say why).
 
     Raises:
         OSError: the certificate, key or CA cannot be loaded (with the file names).
@@ -98,7 +128,7 @@ def server_context(
         raise ValueError(f"client_certs must be one of {', '.join(CLIENT_CERTS)}")
     if mode != ssl.CERT_NONE and not ca:
         raise ValueError(f"client_certs = {client_certs!r} needs the CA that signs them")
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)  # no system CAs: tls_ca alone is trusted
+    context = ServerContext(ssl.PROTOCOL_TLS_SERVER)  # no system CAs: tls_ca alone is trusted
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
         context.load_cert_chain(cert, key or None)
@@ -110,7 +140,78 @@ def server_context(
         except (OSError, ssl.SSLError) as exc:
             raise OSError(f"cannot load the client CA file {ca!r}: {exc}") from None
     context.verify_mode = mode
+    context.cert_path = cert
+    context.not_before, context.not_after = _validity(cert)
+    trouble = context.certificate_trouble()
+    if told:
+        return context
+    if trouble is not None:
+        log.warning(
+            "%s: TLS clients will refuse the handshake until it is replaced (or the clock "
+            "is right)",
+            trouble,
+        )
+    for problem in _ca_troubles(ca):
+        log.warning("%s", problem)
     return context
+
+
+def server_contexts(config: ServerConfig) -> tuple[ServerContext, ServerContext]:
+    """The contexts of the TCP listeners (native, STOMP) and of the HTTP port, which
+    differ when ``http_tls_client_certs`` gives the HTTP port its own client
+    certificate mode (a browser cancels a WebSocket asked for a certificate).
+
+    Raises:
+        OSError, ValueError: as :func:`server_context`.
+    """
+    cert, key, ca = config.tls_cert, config.tls_key, config.tls_ca
+    tcp = https = server_context(cert, key, ca=ca, client_certs=config.tls_client_certs)
+    if config.http_client_certs != config.tls_client_certs:
+        https = server_context(cert, key, ca=ca, client_certs=config.http_client_certs, told=True)
+    if config.http_tls and config.http_port and config.http_client_certs != "none":
+        log.info(
+            "https asks clients for a certificate (%s): browsers cancel a wss:// WebSocket "
+            'asked for one; set server.http_tls_client_certs = "none" if browsers connect',
+            config.http_client_certs,
+        )
+    return tcp, https
+
+
+def _validity(path: str) -> tuple[datetime.datetime | None, datetime.datetime | None]:
+    """When the first certificate in ``path`` (the leaf) is valid: (not before, not after)."""
+    try:
+        [leaf, *_] = x509.load_pem_x509_certificates(Path(path).read_bytes())
+    except (OSError, ValueError):
+        return None, None  # loaded by OpenSSL all the same: a form this does not read
+    return leaf.not_valid_before_utc, leaf.not_valid_after_utc
+
+
+def _ca_troubles(path: str) -> list[str]:
+    """A warning for each CA certificate in ``path`` outside its validity: every client
+    certificate it signed then fails to verify."""
+    if not path:
+        return []
+    try:
+        certs = x509.load_pem_x509_certificates(Path(path).read_bytes())
+    except (OSError, ValueError):
+        return []
+    now = datetime.datetime.now(datetime.UTC)
+    troubles = []
+    for cert in certs:
+        subject = cert.subject.rfc4514_string()
+        if now > cert.not_valid_after_utc:
+            troubles.append(
+                f"server.tls_ca {path!r}: the CA {subject} expired on "
+                f"{cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC: no client certificate it "
+                "signed verifies"
+            )
+        elif now < cert.not_valid_before_utc:
+            troubles.append(
+                f"server.tls_ca {path!r}: the CA {subject} is not valid before "
+                f"{cert.not_valid_before_utc:%Y-%m-%d %H:%M} UTC: no client certificate it "
+                "signed verifies (check the clocks)"
+            )
+    return troubles
 
 
 def certificate_user(transport: asyncio.BaseTransport) -> str | None:
@@ -133,11 +234,24 @@ def certificate_user(transport: asyncio.BaseTransport) -> str | None:
     return str(names[0])
 
 
-def handshake_failure(exc: BaseException) -> str:
-    """What a failed server-side handshake means, for the one log line it gets."""
+def handshake_failure(exc: BaseException, *, hello: bytes = b"", trouble: str | None = None) -> str:
+    """What a failed server-side handshake means, for the one log line it gets.
+
+    ``hello``: the client's first bytes (its ClientHello), to name an outdated
+    version it offered; ``trouble``: why clients refuse the broker's certificate
+    now (:meth:`ServerContext.certificate_trouble`), if they do.
+    """
     if isinstance(exc, ssl.SSLError):
         reason = exc.reason or type(exc).__name__
-        if reason in _PLAIN_TEXT_REASONS:
+        version = hello_version(hello)
+        if version is None and reason in _OUTDATED_REASONS and _looks_like_tls(hello):
+            version = "only a version older than TLS 1.2"
+        if version is not None:
+            return (
+                f"it offered {version}, an outdated TLS version, refused ({reason}): the "
+                "broker accepts TLS 1.2 and 1.3 only; update the client or its TLS settings"
+            )
+        if reason in _PLAIN_TEXT_REASONS or reason in _OUTDATED_REASONS:
             return f"it sent plain text, not TLS ({reason}): the client must connect with TLS"
         if reason == "PEER_DID_NOT_RETURN_A_CERTIFICATE":
             return (
@@ -146,268 +260,29 @@ def handshake_failure(exc: BaseException) -> str:
             )
         if isinstance(exc, ssl.SSLCertVerificationError):
             detail = exc.verify_message or reason
+            if getattr(exc, "verify_code", None) in _EXPIRED_CODES:
+                return f"its client certificate is out of its validity ({detail}): renew it"
             return f"its client certificate did not verify against server.tls_ca ({detail})"
         if "ALERT" in reason:
+            if trouble is not None:
+                return f"the client refused the handshake ({reason}): {trouble}"
+            if "CERTIFICATE_EXPIRED" in reason:
+                return (
+                    f"the client refused the handshake ({reason}): it says server.tls_cert "
+                    "has expired, which it has not by this machine's clock: check the clocks"
+                )
             return f"the client refused the handshake ({reason}): does it trust server.tls_cert?"
         return f"{reason}"
     if isinstance(exc, TimeoutError | ConnectionAbortedError):
         return f"no TLS handshake within {HANDSHAKE_TIMEOUT:g} s"
     if isinstance(exc, ConnectionError):
+        if trouble is not None:
+            return f"the client closed the connection during the handshake: {trouble}"
         return "the client closed the connection during the handshake"
     return str(exc) or type(exc).__name__
 
 
-def _peer(transport: asyncio.BaseTransport) -> str:
-    peer = transport.get_extra_info("peername")
-    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-
-
-class Accepting:
-    """A broker's connections accepted but not yet handed to their protocol (TLS
-    handshakes under way). Makes each listener's front protocol (:meth:`tls`,
-    :meth:`plain`); :meth:`close` ends the handshakes when the broker stops. Loop only."""
-
-    def __init__(self) -> None:
-        self.pending: set[TlsAccept] = set()
-
-    def tls(self, name: str, factory: ProtocolFactory, context: ssl.SSLContext) -> Front:
-        """The front of a TLS listener called ``name`` (for log lines)."""
-        return lambda ticket: TlsAccept(self, name, factory, context, ticket)
-
-    @staticmethod
-    def plain(name: str, factory: ProtocolFactory) -> Front:
-        """The front of a plain listener called ``name`` (for log lines)."""
-        return lambda ticket: PlainAccept(name, factory, ticket)
-
-    def close(self) -> None:
-        for accept in list(self.pending):
-            accept.abort()
-        self.pending.clear()
-
-
-class PlainAccept(asyncio.Protocol):
-    """A plain listener's connection, from its accept to its loss.
-
-    Its protocol is made (``connection_made``) at once. The first bytes tell a TLS
-    ClientHello (logged, and the connection closed) from the protocol's own speech,
-    which is passed on, first bytes included. It stays the transport's protocol,
-    passing every event on, so that the connection's ticket is released when it is
-    lost, and a client with a budget (:class:`~chute.server.limits.Ticket`)
-    is not read past it before logging in.
-    """
-
-    def __init__(self, name: str, factory: ProtocolFactory, ticket: Ticket) -> None:
-        self.name = name
-        self.ticket = ticket
-        self.protocol = cast(asyncio.Protocol, factory())
-        self.transport: asyncio.Transport | None = None
-        self._head: bytes | None = b""  # None once the first bytes told
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        self.ticket.attach(transport)
-        self.protocol.connection_made(transport)
-
-    def data_received(self, data: bytes) -> None:
-        if self.ticket.budget is not None:
-            self.ticket.received(len(data))
-        if self._head is None:
-            self.protocol.data_received(data)
-            return
-        transport = self.transport
-        if transport is None:
-            return
-        head = self._head + data
-        if head == bytes([_TLS_RECORD]):
-            self._head = head  # one byte: wait for the next to tell
-            return
-        self._head = None
-        if head[0] == _TLS_RECORD and head[1] == 0x03:  # a record header: type, version 3.x
-            log.warning(
-                "%s: %s began a TLS handshake on this plain port; closing "
-                "(a TLS client must connect to the TLS port)",
-                self.name,
-                _peer(transport),
-            )
-            transport.close()
-            return
-        self.protocol.data_received(head)
-
-    def eof_received(self) -> bool | None:
-        return self.protocol.eof_received()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.transport = None
-        self.ticket.release()
-        self.protocol.connection_lost(exc)
-
-    def pause_writing(self) -> None:
-        self.protocol.pause_writing()
-
-    def resume_writing(self) -> None:
-        self.protocol.resume_writing()
-
-
-class TlsAccept(asyncio.Protocol):
-    """A TLS listener's connection: runs the handshake, logs a failure, hands a success on.
-
-    ``loop.start_tls`` takes the transport over only when this connection's task
-    runs, and uvloop starts reading as soon as :meth:`connection_made` returns, so
-    the ClientHello may reach this object first: it is kept (reading pauses) and fed
-    to the TLS protocol before that protocol starts its handshake. From the
-    handshake on this object is the TLS transport's protocol: what arrives before
-    the hand-over is kept and passed on, and after it every event is passed on, as
-    :class:`PlainAccept` does (the ticket is released when the connection is lost).
-    """
-
-    def __init__(
-        self,
-        accepting: Accepting,
-        name: str,
-        factory: ProtocolFactory,
-        context: ssl.SSLContext,
-        ticket: Ticket,
-    ) -> None:
-        self.accepting = accepting
-        self.name = name
-        self.factory = factory
-        self.context = context
-        self.ticket = ticket
-        self.transport: asyncio.Transport | None = None
-        self.protocol: asyncio.Protocol | None = None  # once handed over
-        self.peer = "?"
-        self._hello = bytearray()  # read before start_tls took the transport
-        self._early = bytearray()  # decrypted before the hand-over
-        self._upgrading = False  # start_tls has the transport: data_received is decrypted
-        self._eof = False
-        self._lost = False
-        self._task: asyncio.Task[None] | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        if self._task is not None:  # the TLS transport's protocol now (no call is made)
-            return
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        self.peer = _peer(transport)
-        self.ticket.attach(transport)
-        self.accepting.pending.add(self)
-        self._task = asyncio.get_running_loop().create_task(
-            self._handshake(cast(asyncio.Transport, transport)), name=f"{self.name}-handshake"
-        )
-
-    def abort(self) -> None:
-        """End the handshake (the broker stops)."""
-        if self._task is not None and not self._task.done():
-            self._task.cancel()  # start_tls closes the transport
-        if self.transport is not None:
-            self.transport.abort()
-
-    async def _handshake(self, transport: asyncio.Transport) -> None:
-        if transport.is_closing():  # gone before a word
-            self._gone()
-            return
-        loop = asyncio.get_running_loop()
-        # start_tls swaps the transport's protocol now and schedules its connection_made:
-        # this callback, scheduled first, hands it the bytes read before the swap
-        loop.call_soon(self._feed_hello, transport)
-        self._upgrading = True
-        self.ticket.stage = "in its TLS handshake"
-        try:
-            tls = await loop.start_tls(
-                transport,
-                self,
-                self.context,
-                server_side=True,
-                ssl_handshake_timeout=HANDSHAKE_TIMEOUT,
-            )
-        except (OSError, TimeoutError) as exc:
-            self._gone()
-            if self.ticket.expired:  # the login deadline ended it, and said so
-                level = logging.DEBUG
-            elif type(exc) is ConnectionResetError:
-                level = logging.INFO
-            else:
-                level = logging.WARNING
-            log.log(
-                level,
-                "%s: TLS handshake with %s failed: %s",
-                self.name,
-                self.peer,
-                handshake_failure(exc),
-            )
-            transport.abort()
-            return
-        if tls is None or self._lost or transport.is_closing():
-            # gone during the handshake (start_tls may return a dead transport then) or
-            # between its end and now
-            self._gone()
-            transport.abort()
-            return
-        self.accepting.pending.discard(self)
-        protocol = self.protocol = cast(asyncio.Protocol, self.factory())
-        self.ticket.attach(tls)
-        self.ticket.stage = f"past its TLS handshake, {len(self._early)} bytes since"
-        protocol.connection_made(tls)
-        if self._early:
-            early = bytes(self._early)
-            self._early.clear()
-            self.data_received(early)
-        if self._eof and not protocol.eof_received():
-            tls.close()
-
-    def _gone(self) -> None:
-        self.accepting.pending.discard(self)
-        self.ticket.release()
-
-    def _feed_hello(self, transport: asyncio.Transport) -> None:
-        hello = memoryview(bytes(self._hello))
-        self._hello.clear()
-        tls_protocol = transport.get_protocol()
-        if tls_protocol is self:  # start_tls failed before taking the transport
-            return
-        while hello:
-            buffer = tls_protocol.get_buffer(len(hello))  # type: ignore[attr-defined]
-            size = min(len(buffer), len(hello))
-            buffer[:size] = hello[:size]
-            tls_protocol.buffer_updated(size)  # type: ignore[attr-defined]
-            hello = hello[size:]
-
-    # -- the raw transport's protocol until start_tls, then the TLS one's
-
-    def data_received(self, data: bytes) -> None:
-        if self.protocol is not None:
-            if self.ticket.budget is not None:
-                self.ticket.received(len(data))
-            self.protocol.data_received(data)
-            return
-        if self._upgrading:
-            self._early += data
-            return
-        self._hello += data
-        if self.transport is not None:
-            self.transport.pause_reading()  # start_tls resumes it
-
-    def eof_received(self) -> bool | None:
-        if self.protocol is not None:
-            return self.protocol.eof_received()
-        if not self._upgrading:
-            return None  # closed before the handshake began
-        self._eof = True
-        return True  # keep the transport open for the protocol to decide
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._lost = True
-        self.accepting.pending.discard(self)
-        self.transport = None
-        if self.protocol is not None:
-            self.ticket.release()
-            self.protocol.connection_lost(exc)
-        elif not self._upgrading:  # lost before start_tls took the transport
-            self.ticket.release()
-
-    def pause_writing(self) -> None:
-        if self.protocol is not None:
-            self.protocol.pause_writing()
-
-    def resume_writing(self) -> None:
-        if self.protocol is not None:
-            self.protocol.resume_writing()
+def _looks_like_tls(hello: bytes) -> bool:
+    """Whether a client's first bytes may be a ClientHello (a TLS record, or SSL 2's
+    form, whose first byte has its high bit set); unknown (b"") counts as TLS."""
+    return not hello or hello[0] == TLS_RECORD or bool(hello[0] & 0x80)

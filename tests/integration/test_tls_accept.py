@@ -1,4 +1,4 @@
-"""How a listener accepts (``chute.server.listener``, ``chute.server.tls``), in-process,
+"""How a listener accepts (``chute.server.listener``, ``chute.server.accept``), in-process,
 on asyncio's loop and uvloop's.
 
 The broker runs uvloop, which starts reading a connection as soon as its
@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import warnings
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, ClassVar
@@ -23,9 +24,10 @@ import trustme
 import uvloop
 
 from chute.config import ServerConfig
+from chute.server.accept import Accepting, Front, TlsAccept
 from chute.server.limits import ConnectionLimits
 from chute.server.listener import Listener, bind
-from chute.server.tls import Accepting, Front, TlsAccept, server_context
+from chute.server.tls import server_context
 
 LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
     "asyncio": asyncio.new_event_loop,
@@ -196,3 +198,70 @@ def test_closing_ends_a_handshake_that_never_came(
         return answer
 
     assert run(main()) == b""
+
+
+def _outdated_client(version: ssl.TLSVersion) -> ssl.SSLContext:
+    """A client that offers ``version`` only (OpenSSL sends such hellos at level 0)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.set_ciphers("DEFAULT@SECLEVEL=0")
+    with warnings.catch_warnings():  # the versions are deprecated: that is the point
+        warnings.simplefilter("ignore", DeprecationWarning)
+        context.minimum_version = context.maximum_version = version
+    return context
+
+
+@pytest.mark.parametrize(
+    ("version", "name"), [("TLSv1", "TLS 1.0"), ("TLSv1_1", "TLS 1.1")], ids=["1.0", "1.1"]
+)
+def test_an_outdated_tls_hello_is_logged_as_such_not_as_plain_text(
+    run: Callable[[Coroutine[Any, Any, Any]], Any],
+    contexts: dict[str, Any],
+    caplog: pytest.LogCaptureFixture,
+    version: str,
+    name: str,
+) -> None:
+    client = _outdated_client(getattr(ssl.TLSVersion, version))
+
+    async def main() -> None:
+        accepting = Accepting()
+        server, port = await _listen(accepting.tls("test-tls", Echo, contexts["server"]))
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            await asyncio.open_connection("127.0.0.1", port, ssl=client)
+        await _all_released(server.limits)
+        server.close()
+
+    with caplog.at_level(logging.INFO, logger="chute.server"):
+        run(main())
+    [record] = [r for r in caplog.records if r.name == "chute.server"]
+    message = record.getMessage()
+    assert f"it offered {name}, an outdated TLS version, refused" in message, message
+    assert "TLS 1.2 and 1.3 only" in message
+    assert "plain text" not in message
+    assert not Echo.made
+
+
+def test_a_client_that_never_begins_its_handshake_is_closed_and_told_once(
+    run: Callable[[Coroutine[Any, Any, Any]], Any],
+    contexts: dict[str, Any],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("chute.server.tls.HANDSHAKE_TIMEOUT", 0.2)
+
+    async def main() -> bytes:
+        accepting = Accepting()
+        server, port = await _listen(accepting.tls("test-tls", Echo, contexts["server"]))
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)  # says nothing
+        answer = await reader.read()  # the broker closes
+        writer.close()
+        await _all_released(server.limits)
+        assert not accepting.pending
+        server.close()
+        return answer
+
+    with caplog.at_level(logging.INFO, logger="chute.server"):
+        assert run(main()) == b""
+    [record] = [r for r in caplog.records if r.name == "chute.server"]
+    assert "no TLS handshake within 0.2 s" in record.getMessage()

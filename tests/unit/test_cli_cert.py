@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from chute.cli_cert import client_files, make_files
@@ -79,3 +81,39 @@ def test_a_bad_host_or_an_unreadable_ca_is_a_clear_error(tmp_path: Path) -> None
     (tmp_path / "ca-key.pem").write_text("garbage")
     with pytest.raises(ConfigError, match="use --force"):
         make_files(tmp_path, ["localhost"], [], days=1)
+
+
+def _keys(directory: Path) -> dict[str, object]:
+    return {
+        path.name: serialization.load_pem_private_key(path.read_bytes(), password=None)
+        for path in sorted(directory.glob("*key.pem"))
+    }
+
+
+def test_keys_are_rsa_by_default_and_ec_on_request(tmp_path: Path) -> None:
+    # RSA loads in every TLS client (Ruby's stomp gem cannot load an EC key)
+    (tmp_path / "rsa").mkdir()
+    (tmp_path / "ec").mkdir()
+    make_files(tmp_path / "rsa", ["localhost"], ["alice"], days=1)
+    keys = _keys(tmp_path / "rsa")
+    assert sorted(keys) == ["broker-key.pem", "ca-key.pem", "client-alice-key.pem"]
+    assert all(isinstance(k, rsa.RSAPrivateKey) and k.key_size == 2048 for k in keys.values())
+    make_files(tmp_path / "ec", ["localhost"], ["alice"], days=1, key_type="ec")
+    assert all(isinstance(k, ec.EllipticCurvePrivateKey) for k in _keys(tmp_path / "ec").values())
+    for kind in ("rsa", "ec"):  # what the broker loads them with
+        server_context(
+            str(tmp_path / kind / "broker.pem"),
+            str(tmp_path / kind / "broker-key.pem"),
+            ca=str(tmp_path / kind / "ca.pem"),
+            client_certs="required",
+        )
+
+
+def test_a_kept_ca_signs_keys_of_the_other_type(tmp_path: Path) -> None:
+    make_files(tmp_path, ["localhost"], [], days=1, key_type="ec")
+    make_files(tmp_path, ["localhost"], ["bob"], days=1, key_type="rsa")
+    bob = load(client_files(tmp_path, "bob")[0])
+    assert isinstance(bob.public_key(), rsa.RSAPublicKey)
+    bob.verify_directly_issued_by(load(tmp_path / "ca.pem"))
+    with pytest.raises(ConfigError, match="--key-type must be one of rsa, ec"):
+        make_files(tmp_path, ["localhost"], ["carol"], days=1, key_type="dsa")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,22 @@ def test_warnings_for_any_origin_and_for_a_ca_without_tls(tmp_path: Path) -> Non
     said = "\n".join(config.warnings())
     assert "any web page a user visits" in said
     assert "no listener speaks TLS" in said
+
+
+def test_the_http_port_asks_for_client_certificates_as_the_others_unless_told(
+    tmp_path: Path,
+) -> None:
+    base = '[server]\ntls_cert = "b.pem"\ntls_ca = "ca.pem"\ntls_client_certs = "optional"\n'
+    assert ServerConfig().http_client_certs == "none"
+    same = load(write(tmp_path, base))
+    assert (same.http_tls_client_certs, same.http_client_certs) == ("same", "optional")
+    own = load(write(tmp_path, base + 'http_tls_client_certs = "none"\n'))
+    assert (own.tls_client_certs, own.http_client_certs) == ("optional", "none")
+    with pytest.raises(
+        ConfigError, match=re.escape('http_tls_client_certs = "required" needs server.tls_ca')
+    ):
+        load(write(tmp_path, '[server]\nhttp_tls_client_certs = "required"\n'))
+    with pytest.raises(
+        ConfigError, match=re.escape("must be one of same | none | optional | required")
+    ):
+        load(write(tmp_path, '[server]\nhttp_tls_client_certs = "maybe"\n'))
