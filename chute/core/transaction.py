@@ -15,8 +15,15 @@ here, so they agree:
 - **Rollback** (:func:`give_back`): the acked and nacked messages go back in
   their place, redelivered; the sends are dropped.
 
-Records: a commit applies inside ``Broker.atomically``, so everything it causes
-reaches the store as one atomic commit (:class:`chute.core.store.Gathering`).
+Records: a commit applies inside ``Broker.atomically``, which opens a
+:class:`Gathering`, the transaction's record sink. While it is open the broker's
+parts reach it through their host's ``store`` (``Broker.store`` is the record
+sink of the moment: the store, or the open gathering); everything the commit
+causes (its acks and adds, and the diversions, auto-acks and forwards placing
+its sends causes) is gathered in order and reaches the store as one atomic
+:meth:`Store.commit <chute.core.store.Store.commit>`, delivery hints after it.
+Nothing swaps the store: the broker knows whether a gathering is open
+(``Broker.gathering``), and asks that, never the store's type.
 
 Used from the broker's loop only.
 """
@@ -31,6 +38,17 @@ from chute.core.consumer import ConsumedQueue, Entry
 from chute.core.queue import QueueChannel
 from chute.core.routing import Destination, WouldBlock
 from chute.core.settings import Overflow
+from chute.core.store import (
+    AckOp,
+    AddOp,
+    QueueDefinition,
+    Recovered,
+    Store,
+    StoredBlock,
+    StoredMessage,
+    SyncCallback,
+    TxOp,
+)
 from chute.core.topic import Topic
 from chute.errors import ChuteError, DestinationFull
 from chute.message import Message
@@ -148,3 +166,89 @@ def check_room(
             if s.overflow is Overflow.BLOCK:
                 raise WouldBlock(reason, queue.address, s.block_timeout_ms)
             raise DestinationFull(reason)
+
+
+class Gathering:
+    """The record sink of a commit being applied (``Broker.atomically``): the broker's
+    parts reach it through their host's ``store`` while it is open.
+
+    Adds and acks (the transaction's own, and any its sends cause: diversions,
+    auto-acks on push, forwards) are gathered in order and reach the real store
+    as one atomic :meth:`Store.commit` in :meth:`flush`; delivery hints follow
+    the commit. Everything else goes straight through.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.ops: list[TxOp] = []
+        self._hints: list[tuple[str, int, int]] = []
+
+    def define(self, definition: QueueDefinition) -> None:
+        self.store.define(definition)
+
+    def undefine(self, name: str) -> None:
+        self.store.undefine(name)
+
+    def add(self, op: AddOp) -> None:
+        self.ops.append(op)
+
+    def ack(self, op: AckOp) -> None:
+        self.ops.append(op)
+
+    def acks(self, queue: str, seqs: Sequence[int]) -> None:
+        self.ops.extend(AckOp(queue, seq) for seq in seqs)
+
+    def delivered(self, queue: str, seq: int, delivery_count: int) -> None:
+        self._hints.append((queue, seq, delivery_count))
+
+    def delivered_many(self, queue: str, seqs: Sequence[int], counts: Sequence[int]) -> None:
+        self._hints += [(queue, seq, count) for seq, count in zip(seqs, counts, strict=True)]
+
+    def commit(self, ops: Sequence[TxOp]) -> None:
+        self.ops.extend(ops)
+
+    def prepare(self, xid: str, ops: Sequence[TxOp]) -> None:
+        self.store.prepare(xid, ops)
+
+    def commit_prepared(self, xid: str) -> None:
+        self.store.commit_prepared(xid)
+
+    def rollback_prepared(self, xid: str) -> None:
+        self.store.rollback_prepared(xid)
+
+    def sync(self, callback: SyncCallback) -> None:
+        self.store.sync(callback)
+
+    def sync_inline(self, callbacks: list[SyncCallback]) -> bool:
+        return self.store.sync_inline(callbacks)
+
+    def space_low(self) -> str | None:
+        return self.store.space_low()
+
+    def backlog(self) -> int:
+        return self.store.backlog()
+
+    def recover(self) -> Recovered:
+        return self.store.recover()
+
+    def page_in(self, queue: str, after: int, limit: int) -> list[StoredMessage]:
+        return self.store.page_in(queue, after, limit)
+
+    def page_blocks(self, queue: str, after: int, limit: int) -> list[StoredBlock]:
+        return self.store.page_blocks(queue, after, limit)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def flush(self) -> None:
+        """Write what was gathered: one commit, then the delivery hints."""
+        ops, self.ops = self.ops, []
+        hints, self._hints = self._hints, []
+        if ops:
+            self.store.commit(ops)
+        if len(hints) == 1:
+            self.store.delivered(*hints[0])
+        elif hints:  # one call per queue (in order: a commit's deliveries are mostly one queue's)
+            for queue, group in itertools.groupby(hints, key=lambda hint: hint[0]):
+                marks = list(group)
+                self.store.delivered_many(queue, [m[1] for m in marks], [m[2] for m in marks])
