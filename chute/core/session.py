@@ -35,7 +35,7 @@ from chute.core.readers import StreamReader
 from chute.core.routing import WouldBlock
 from chute.core.selector import Selector, compile_selector
 from chute.core.stream import Stream
-from chute.core.subscriptions import durable_key, shared_key
+from chute.core.subscriptions import consumer_key
 from chute.core.topic import Subscription, SubscriptionKind, Topic
 from chute.core.transaction import Transaction, apply, check_room, give_back
 from chute.core.twophase import check_xid
@@ -326,23 +326,14 @@ class Session:
         if not isinstance(topic, Topic):
             raise InvalidAddress(f"{address} is not a topic")
         conn = self.connection
-        if durable:
-            if not name:
-                raise ConsumerError("a durable subscription needs a subscription name")
-            if not shared and not conn.client_id:
-                raise ConsumerError(
-                    "a durable subscription needs a client id on the connection (or shared=True)"
-                )
-            key = durable_key(name, None if shared else conn.client_id)
-            kind = SubscriptionKind.DURABLE
-        elif shared:
-            if not name:
-                raise ConsumerError("a shared subscription needs a subscription name")
-            key = shared_key(address, name)
-            kind = SubscriptionKind.SHARED
-        else:
-            key = f"nondurable:{conn.id}.{id(self)}.{consumer_id}"
-            kind = SubscriptionKind.NON_DURABLE
+        key, kind = consumer_key(
+            address,
+            f"{conn.id}.{id(self)}.{consumer_id}",
+            name=name,
+            durable=durable,
+            shared=shared,
+            client_id=conn.client_id,
+        )
         subscriptions = broker.subscriptions
         sub = subscriptions.get(key)
         if sub is not None and (sub.topic is not topic or sub.selector_text != (selector or None)):
