@@ -428,13 +428,26 @@ class Session:
         return len(taken)
 
     @staticmethod
-    def add_credit(consumer: Consumer, credit: int) -> None:
-        """Let the broker push ``credit`` more messages to ``consumer``."""
+    def add_credit(consumer: Consumer, credit: int, *, push: bool = True) -> None:
+        """Let the broker push ``credit`` more messages to ``consumer``: now, or with
+        ``push`` False at the driver's next :meth:`push` (one push for a read's acks)."""
         if credit <= 0:
             return
         consumer.credit += credit
+        if push and not consumer.closed:
+            consumer.queue.deliver()
+
+    @staticmethod
+    def push(consumer: Consumer) -> None:
+        """Push ``consumer`` the waiting messages its credit allows (none once closed)."""
         if not consumer.closed:
             consumer.queue.deliver()
+
+    @staticmethod
+    def stop(consumer: Consumer) -> None:
+        """Push ``consumer`` nothing more (its connection is ending): its credit is spent,
+        what it was sent stays in flight until it closes."""
+        consumer.credit = 0
 
     # -- transactions ---------------------------------------------------------------
 
