@@ -242,7 +242,8 @@ class Broker:
             seq = dest.next_seq
             dest.next_seq = seq + 1
             if dest.durable and message.persistent:
-                self.store.add(AddOp(dest.name, (dest.name,), seq, message))
+                # the record sink (``store``) without the property's call on this path
+                (self.gathering or self._store).add(AddOp(dest.name, (dest.name,), seq, message))
             entry = Entry(seq, message)
             if carried:
                 self.carry(dest, entry)
