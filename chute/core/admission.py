@@ -104,13 +104,12 @@ class Admission:
     def __init__(
         self,
         memory: MemoryBudget,
-        store: Callable[[], Store],
+        store: Store,
         clock: Callable[[], int],
         timeout_ms: int = 30_000,
     ) -> None:
         self.memory = memory
         self.store = store
-        """The store now (a transaction swaps it while it gathers)."""
         self.clock = clock
         self._countdown = STORE_CHECK_EVERY
         self.timeout_ms = timeout_ms
@@ -190,7 +189,7 @@ class Admission:
 
     def _store_short(self) -> bool:
         """Close for the store if it is short; whether it is."""
-        store = self.store()
+        store = self.store
         low = store.space_low()
         if low is not None:
             self._close("store", low, everyone=True)

@@ -21,9 +21,11 @@ assigns sequence numbers; then the add record is written; then
 :meth:`Broker.place` places the entries (maybe pushing to consumers, whose
 delivery marks follow the add).
 A transaction applies its acks and then its sends inside :meth:`Broker.atomically`,
-which gathers every record they cause (diversions and auto-acks included) into
-one atomic ``store.commit``; the session checks the bounds first, so a commit
-that cannot fit changes nothing.
+which opens a :class:`~chute.core.transaction.Gathering` (:attr:`Broker.gathering`):
+the record sink :attr:`Broker.store` is while it is open, so every record they
+cause (diversions and auto-acks included) reaches the store as one atomic
+``store.commit``; the session checks the bounds first, so a commit that cannot
+fit changes nothing (the rules: :mod:`chute.core.transaction`).
 
 Connections and sessions (per-client state, transactions, consumers) live in
 :mod:`chute.core.session`; looking at the broker (a destination browsed by its
@@ -50,10 +52,11 @@ from chute.core.queuetypes import LoginQueue
 from chute.core.restore import restore
 from chute.core.routing import Destination, Route, WouldBlock
 from chute.core.settings import Overflow, SettingsResolver
-from chute.core.store import AddOp, Gathering, QueueDefinition, QueueKind, Store, TxOp
+from chute.core.store import AddOp, QueueDefinition, QueueKind, Store, TxOp
 from chute.core.stream import Stream
 from chute.core.subscriptions import Subscriptions
 from chute.core.topic import Topic
+from chute.core.transaction import Gathering
 from chute.core.twophase import PreparedTransactions
 from chute.core.unstored import withdraw_unstored
 from chute.errors import DestinationFull, NotFound
@@ -83,18 +86,15 @@ class Broker:
         max_cursor_lease_ms: int = 300_000,
         limits: Limits | None = None,
     ) -> None:
-        self.store = store
+        self._store = store
+        self.gathering: Gathering | None = None
+        """The open transaction's record sink while :meth:`atomically` applies one."""
         self.max_lease_ms = max_cursor_lease_ms  # see chute.core.cursor
         self.access = access or Access()
         # past memory_limit durable queues page (chute.core.paging); past the high
         # watermark producers wait (chute.core.admission); 0: never
         self.memory = MemoryBudget(memory_limit, memory_high_watermark)
-        self.admission = Admission(
-            self.memory,
-            lambda: self.store,  # swapped while a transaction gathers
-            clock,
-            block_timeout_ms,
-        )
+        self.admission = Admission(self.memory, store, clock, block_timeout_ms)
         self._page_later: set[QueueChannel] = set()
         self._trim_later: set[Stream] = set()
         self.flow_backlog = flow_backlog  # 0: producers are never paused for a backlog
@@ -121,6 +121,14 @@ class Broker:
         )
         for address in declared:
             self.destination(address, create=True)
+
+    @property
+    def store(self) -> Store:
+        """The record sink: the store, or while :meth:`atomically` applies a transaction,
+        its :attr:`gathering` (which gathers the records into one atomic commit and
+        passes everything else through). Every part writes its records here."""
+        gathering = self.gathering
+        return self._store if gathering is None else gathering
 
     # -- destinations -------------------------------------------------------------
 
@@ -229,7 +237,8 @@ class Broker:
             seq = dest.next_seq
             dest.next_seq = seq + 1
             if dest.durable and message.persistent:
-                self.store.add(AddOp(dest.name, (dest.name,), seq, message))
+                # the record sink (``store``) without the property's call on this path
+                (self.gathering or self._store).add(AddOp(dest.name, (dest.name,), seq, message))
             entry = Entry(seq, message)
             if carried:
                 self.carry(dest, entry)
@@ -361,9 +370,12 @@ class Broker:
         :meth:`Diversion.forward`)."""
         self.diversion.forward(address, message)
 
-    def trim_later(self, stream: Stream) -> None:
-        """``stream`` trims its tail once the transaction gathering now is written."""
-        self._trim_later.add(stream)
+    def trim_when_stored(self, stream: Stream) -> None:
+        """``stream`` trims its tail now, or once the transaction gathering now is written."""
+        if self.gathering is None:
+            stream.trim()
+        else:
+            self._trim_later.add(stream)
 
     def congested(self, queue: QueueChannel) -> None:
         if not self.pressure or self.pressure[-1] is not queue:
@@ -375,7 +387,7 @@ class Broker:
     def defer_page_in(self, queue: QueueChannel) -> bool:
         """Inside :meth:`atomically` the store lacks the records being gathered: a paging
         queue reads back once they are written."""
-        if isinstance(self.store, Gathering):
+        if self.gathering is not None:
             self._page_later.add(queue)
             return True
         return False
@@ -436,15 +448,14 @@ class Broker:
         follow as one group when the block ends, even by an error, so the store
         stays in step with memory. Nested uses join the outer group.
         """
-        if isinstance(self.store, Gathering):
+        if self.gathering is not None:
             yield
             return
-        gathering = Gathering(self.store)
-        self.store = gathering
+        gathering = self.gathering = Gathering(self._store)
         try:
             yield
         finally:
-            self.store = gathering.store
+            self.gathering = None
             gathering.flush()
             if self._page_later:
                 waiting, self._page_later = self._page_later, set()

@@ -42,7 +42,11 @@ LOG_INTERVAL_MS: Final = 60_000
 class DiversionHost(Protocol):
     """What diverting and forwarding need from the broker."""
 
-    store: Store
+    @property
+    def store(self) -> Store:
+        """Where records go: the store, or a transaction's gathering while one applies."""
+        ...
+
     clock: Callable[[], int]
 
     def destination(self, address: str, *, create: bool | None = None) -> Destination:

@@ -54,7 +54,11 @@ class Reason(enum.Enum):
 class QueueHost(Protocol):
     """What a queue needs from the broker around it."""
 
-    store: Store
+    @property
+    def store(self) -> Store:
+        """Where records go: the store, or a transaction's gathering while one applies."""
+        ...
+
     clock: Callable[[], int]
     memory: MemoryBudget
     flow_backlog: int  # waiting messages that make a queue with consumers push back; 0 = never

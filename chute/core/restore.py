@@ -36,7 +36,11 @@ log = logging.getLogger("chute.broker")
 class RestoreHost(ForwardHost, Protocol):
     """What recovery needs of the broker."""
 
-    store: Store
+    @property
+    def store(self) -> Store:
+        """Where records go: the store, or a transaction's gathering while one applies."""
+        ...
+
     subscriptions: Subscriptions
     destinations: Destinations
     xa: PreparedTransactions

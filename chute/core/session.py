@@ -4,20 +4,22 @@ A :class:`Session` belongs to one connection (:mod:`chute.core.connection`),
 whose user every operation is checked for; what it needs of its connection
 is :class:`SessionOwner`.
 
-Transactions: a transacted session gathers sends, acks and nacks and applies
-them together at :meth:`Session.commit` (acks, then sends, then nacks, in one
-atomic store commit), or stages them under an xid at :meth:`Session.prepare`.
-A nack inside a transaction takes its messages out of flight at once (their
-consumer may receive more) and decides their fate at commit: back in their
-place (``requeue``) or to the dead-letter address. A rollback, or the session
-closing with the transaction open, puts acked and nacked messages back,
-redelivered, alike. Every protocol reaches these rules here, so they agree.
+Transactions: a transacted session gathers sends, acks and nacks in a
+:class:`~chute.core.transaction.Transaction` and applies them together at
+:meth:`Session.commit` (acks, then sends, then nacks, in one atomic store
+commit), or stages them under an xid at :meth:`Session.prepare`
+(:mod:`chute.core.twophase`); the rules both keep are
+:mod:`chute.core.transaction`'s. A nack inside a transaction takes its
+messages out of flight at once (their consumer may receive more) and decides
+their fate at commit: back in their place (``requeue``) or to the dead-letter
+address. A rollback, or the session closing with the transaction open, puts
+acked and nacked messages back, redelivered, alike. Every protocol reaches
+these rules here, so they agree.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Protocol
 
 from chute.core.access import Action
@@ -32,23 +34,20 @@ from chute.core.queuetypes import LoginQueue
 from chute.core.readers import StreamReader
 from chute.core.routing import WouldBlock
 from chute.core.selector import Selector, compile_selector
-from chute.core.settings import Overflow
 from chute.core.stream import Stream
-from chute.core.subscriptions import durable_key, shared_key
+from chute.core.subscriptions import consumer_key
 from chute.core.topic import Subscription, SubscriptionKind, Topic
-from chute.core.twophase import Nacked, Send, Taken, check_xid, give_back
+from chute.core.transaction import Transaction, apply, check_room, give_back
+from chute.core.twophase import check_xid
 from chute.errors import (
     AccessDenied,
     ChuteError,
     ConsumerError,
-    DestinationFull,
     InvalidAddress,
     NotFound,
     TransactionError,
 )
 from chute.message import Message
-
-_REFUSING = (Overflow.REJECT, Overflow.BLOCK)  # the policies that can refuse a commit
 
 
 class SessionOwner(Protocol):
@@ -101,24 +100,6 @@ class SessionOwner(Protocol):
 
     def session_closed(self, session: Session) -> None:
         """The session closed."""
-
-
-@dataclass
-class Transaction:
-    """A local transaction: sends, acks and nacks that commit or roll back together."""
-
-    sends: list[Send] = field(default_factory=list)
-    acks: list[Taken] = field(default_factory=list)
-    nacks: list[Nacked] = field(default_factory=list)
-    held: int = 0
-    """What the sends cost the broker's memory until they commit (``held_cost``)."""
-    refused: ChuteError | None = None
-    """Why a send of this transaction was refused: it can only roll back now (a client
-    that sends without waiting must not see the rest commit without it)."""
-
-    @property
-    def empty(self) -> bool:
-        return not (self.sends or self.acks or self.nacks or self.refused)
 
 
 class Session:
@@ -345,23 +326,14 @@ class Session:
         if not isinstance(topic, Topic):
             raise InvalidAddress(f"{address} is not a topic")
         conn = self.connection
-        if durable:
-            if not name:
-                raise ConsumerError("a durable subscription needs a subscription name")
-            if not shared and not conn.client_id:
-                raise ConsumerError(
-                    "a durable subscription needs a client id on the connection (or shared=True)"
-                )
-            key = durable_key(name, None if shared else conn.client_id)
-            kind = SubscriptionKind.DURABLE
-        elif shared:
-            if not name:
-                raise ConsumerError("a shared subscription needs a subscription name")
-            key = shared_key(address, name)
-            kind = SubscriptionKind.SHARED
-        else:
-            key = f"nondurable:{conn.id}.{id(self)}.{consumer_id}"
-            kind = SubscriptionKind.NON_DURABLE
+        key, kind = consumer_key(
+            address,
+            f"{conn.id}.{id(self)}.{consumer_id}",
+            name=name,
+            durable=durable,
+            shared=shared,
+            client_id=conn.client_id,
+        )
         subscriptions = broker.subscriptions
         sub = subscriptions.get(key)
         if sub is not None and (sub.topic is not topic or sub.selector_text != (selector or None)):
@@ -456,13 +428,26 @@ class Session:
         return len(taken)
 
     @staticmethod
-    def add_credit(consumer: Consumer, credit: int) -> None:
-        """Let the broker push ``credit`` more messages to ``consumer``."""
+    def add_credit(consumer: Consumer, credit: int, *, push: bool = True) -> None:
+        """Let the broker push ``credit`` more messages to ``consumer``: now, or with
+        ``push`` False at the driver's next :meth:`push` (one push for a read's acks)."""
         if credit <= 0:
             return
         consumer.credit += credit
+        if push and not consumer.closed:
+            consumer.queue.deliver()
+
+    @staticmethod
+    def push(consumer: Consumer) -> None:
+        """Push ``consumer`` the waiting messages its credit allows (none once closed)."""
         if not consumer.closed:
             consumer.queue.deliver()
+
+    @staticmethod
+    def stop(consumer: Consumer) -> None:
+        """Push ``consumer`` nothing more (its connection is ending): its credit is spent,
+        what it was sent stays in flight until it closes."""
+        consumer.credit = 0
 
     # -- transactions ---------------------------------------------------------------
 
@@ -482,65 +467,17 @@ class Session:
         self._check_tx_room(tx)
         self.tx = Transaction()
         broker.memory.used -= tx.held  # the queues count what they take
-        with broker.atomically():
-            for queue, entry in tx.acks:
-                queue.settle(entry)
+
+        def place() -> None:
             for address, message, ttl in tx.sends:
                 broker.send(address, message, ttl=ttl)
-            for queue, entry, requeue in tx.nacks:
-                if queue.deleted:
-                    continue
-                if requeue:
-                    queue.requeue([entry])
-                else:
-                    queue.reject(entry)
+
+        with broker.atomically():
+            apply(tx.acks, place, tx.nacks)
 
     def _check_tx_room(self, tx: Transaction) -> None:
-        """Refuse a commit whose sends cannot all fit under ``reject``/``block`` policies.
-
-        Also resolves every address first, so a send to a destination that has
-        gone since (a closed temporary queue) fails before anything is applied.
-        """
-        needed: dict[str, tuple[QueueChannel, int, int]] = {}
-        resolved: dict[str, QueueChannel | Topic | None] = {}  # None: never refuses
-        for address, message, _ttl in tx.sends:
-            try:
-                dest = resolved[address]
-            except KeyError:
-                found = self.broker.destination(address)
-                dest = None  # a stream makes room by retention; an unbounded queue has it
-                if isinstance(found, Topic) or (
-                    isinstance(found, QueueChannel) and found.settings.overflow in _REFUSING
-                ):
-                    dest = found
-                resolved[address] = dest
-            if dest is None:
-                continue
-            targets = dest.router.route(message) if isinstance(dest, Topic) else [dest]
-            for queue in targets:
-                if queue.settings.overflow not in _REFUSING:
-                    continue
-                _, count, size = needed.get(queue.name, (queue, 0, 0))
-                needed[queue.name] = (queue, count + 1, size + message.size)
-        if not needed:
-            return
-        freed: dict[str, tuple[int, int]] = {}
-        for taken_from, entry in tx.acks:
-            count, size = freed.get(taken_from.name, (0, 0))
-            freed[taken_from.name] = (count + 1, size + entry.message.size)
-        for name, (queue, count, size) in needed.items():
-            s = queue.settings
-            freed_count, freed_size = freed.get(name, (0, 0))
-            if (s.max_messages and queue.held - freed_count + count > s.max_messages) or (
-                s.max_bytes and queue.held_bytes - freed_size + size > s.max_bytes
-            ):
-                reason = (
-                    f"{queue.address} has no room for this transaction's {count} messages; "
-                    "nothing was committed"
-                )
-                if s.overflow is Overflow.BLOCK:
-                    raise WouldBlock(reason, queue.address, s.block_timeout_ms)
-                raise DestinationFull(reason)
+        """:func:`~chute.core.transaction.check_room` of ``tx`` in this broker."""
+        check_room(self.broker.destination, tx.sends, tx.acks)
 
     def prepare(self, xid: str) -> None:
         """Prepare the transaction under ``xid`` (two-phase): its sends and acks are
@@ -564,7 +501,7 @@ class Session:
         tx = self._require_tx()
         self.tx = Transaction()
         self.broker.memory.used -= tx.held
-        give_back(tx.acks + [(queue, entry) for queue, entry, _ in tx.nacks])
+        give_back(tx.acks, tx.nacks)
 
     def _check_waiting_helps(self, tx: Transaction | None) -> None:
         """A send of ``tx`` must wait for room: if its own messages keep the broker

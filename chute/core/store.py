@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import itertools
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -226,91 +225,3 @@ class Store(Protocol):
 
     def close(self) -> None:
         """Flush and release resources."""
-
-
-class Gathering:
-    """Stands in for a store while a transaction applies (see ``Broker.atomically``).
-
-    Adds and acks (the transaction's own, and any its sends cause: diversions,
-    auto-acks on push, forwards) are gathered in order and reach the real store
-    as one atomic :meth:`Store.commit` in :meth:`flush`; delivery hints follow
-    the commit. Everything else goes straight through.
-    """
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.ops: list[TxOp] = []
-        self._hints: list[tuple[str, int, int]] = []
-
-    def define(self, definition: QueueDefinition) -> None:
-        self.store.define(definition)
-
-    def undefine(self, name: str) -> None:
-        self.store.undefine(name)
-
-    def add(self, op: AddOp) -> None:
-        self.ops.append(op)
-
-    def ack(self, op: AckOp) -> None:
-        self.ops.append(op)
-
-    def acks(self, queue: str, seqs: Sequence[int]) -> None:
-        self.ops.extend(AckOp(queue, seq) for seq in seqs)
-
-    def delivered(self, queue: str, seq: int, delivery_count: int) -> None:
-        self._hints.append((queue, seq, delivery_count))
-
-    def delivered_many(self, queue: str, seqs: Sequence[int], counts: Sequence[int]) -> None:
-        self._hints += [(queue, seq, count) for seq, count in zip(seqs, counts, strict=True)]
-
-    def commit(self, ops: Sequence[TxOp]) -> None:
-        self.ops.extend(ops)
-
-    def prepare(self, xid: str, ops: Sequence[TxOp]) -> None:
-        self.store.prepare(xid, ops)
-
-    def commit_prepared(self, xid: str) -> None:
-        self.store.commit_prepared(xid)
-
-    def rollback_prepared(self, xid: str) -> None:
-        self.store.rollback_prepared(xid)
-
-    def sync(self, callback: SyncCallback) -> None:
-        self.store.sync(callback)
-
-    def sync_inline(self, callbacks: list[SyncCallback]) -> bool:
-        return self.store.sync_inline(callbacks)
-
-    def space_low(self) -> str | None:
-        return self.store.space_low()
-
-    def backlog(self) -> int:
-        return self.store.backlog()
-
-    def reading_waits(self) -> bool:
-        return self.store.reading_waits()
-
-    def recover(self) -> Recovered:
-        return self.store.recover()
-
-    def page_in(self, queue: str, after: int, limit: int) -> list[StoredMessage]:
-        return self.store.page_in(queue, after, limit)
-
-    def page_blocks(self, queue: str, after: int, limit: int) -> list[StoredBlock]:
-        return self.store.page_blocks(queue, after, limit)
-
-    def close(self) -> None:
-        self.store.close()
-
-    def flush(self) -> None:
-        """Write what was gathered: one commit, then the delivery hints."""
-        ops, self.ops = self.ops, []
-        hints, self._hints = self._hints, []
-        if ops:
-            self.store.commit(ops)
-        if len(hints) == 1:
-            self.store.delivered(*hints[0])
-        elif hints:  # one call per queue (in order: a commit's deliveries are mostly one queue's)
-            for queue, group in itertools.groupby(hints, key=lambda hint: hint[0]):
-                marks = list(group)
-                self.store.delivered_many(queue, [m[1] for m in marks], [m[2] for m in marks])

@@ -53,7 +53,7 @@ from chute.core.offsets import Offset
 from chute.core.paging import MemoryBudget, held_cost
 from chute.core.readers import StreamReader
 from chute.core.settings import DestinationSettings
-from chute.core.store import Gathering, Store, StoredBlock, StoredMessage, message_block
+from chute.core.store import Store, StoredBlock, StoredMessage, message_block
 from chute.message import Message
 
 log = logging.getLogger("chute.stream")
@@ -81,13 +81,18 @@ RETAIN_STEP: Final = 1024
 class StreamHost(Protocol):
     """What a stream needs of the broker around it."""
 
-    store: Store
+    @property
+    def store(self) -> Store:
+        """Where records go: the store, or a transaction's gathering while one applies."""
+        ...
+
     clock: Callable[[], int]
     memory: MemoryBudget
     streams: dict[str, Stream]
 
-    def trim_later(self, stream: Stream) -> None:
-        """Call ``stream.trim()`` once the transaction being gathered reached the store."""
+    def trim_when_stored(self, stream: Stream) -> None:
+        """Call ``stream.trim()`` once what was recorded reached the store: now, or at the
+        end of the transaction being gathered (the tail keeps its records until then)."""
 
 
 class Stream:
@@ -215,11 +220,7 @@ class Stream:
             tail.append(entry)
         self._tail_bytes += cost
         self.host.memory.used += cost
-        if isinstance(self.host.store, Gathering):
-            # a transaction's records reach the store at its end: keep them until then
-            self.host.trim_later(self)
-            return
-        self.trim()
+        self.host.trim_when_stored(self)
 
     def trim(self) -> None:
         """Keep no more than :data:`TAIL_BYTES` of the newest messages in memory (less when

@@ -9,7 +9,9 @@ subscription with its topic and here, and records the definition of a durable
 one in the store, so the three stay in step.
 
 Keys are the store names of subscriptions, unique broker-wide; the functions
-below make them. Used from the broker's loop only.
+below make them, and :func:`consumer_key` holds the rules by which a consumer's
+options (a name, durable, shared, its connection's client id) name the
+subscription it opens. Used from the broker's loop only.
 """
 
 from __future__ import annotations
@@ -22,12 +24,46 @@ from chute.core.selector import compile_selector
 from chute.core.settings import DestinationSettings, Overflow
 from chute.core.store import QueueDefinition, QueueKind
 from chute.core.topic import Subscription, SubscriptionKind, Topic
+from chute.errors import ConsumerError
 
 _STORED_KINDS = {
     SubscriptionKind.DURABLE: QueueKind.SUBSCRIPTION,
     SubscriptionKind.CALLBACK: QueueKind.CALLBACK,
 }
 _CANNOT_PAGE = frozenset({SubscriptionKind.NON_DURABLE, SubscriptionKind.SHARED})
+
+
+def consumer_key(
+    topic: str,
+    consumer: str,
+    *,
+    name: str | None,
+    durable: bool,
+    shared: bool,
+    client_id: str | None,
+) -> tuple[str, SubscriptionKind]:
+    """The key and kind of the subscription a consumer of ``topic`` opens (JMS's rules):
+    durable, named by the connection's client id and ``name`` (or by ``name`` alone
+    when ``shared``); shared, by ``topic`` and ``name``; else a non-durable one of its
+    own, keyed by ``consumer`` (unique to that consumer in the broker).
+
+    Raises:
+        ConsumerError: a durable or shared subscription without a name; a durable one
+            that is not shared without a client id.
+    """
+    if durable:
+        if not name:
+            raise ConsumerError("a durable subscription needs a subscription name")
+        if not shared and not client_id:
+            raise ConsumerError(
+                "a durable subscription needs a client id on the connection (or shared=True)"
+            )
+        return durable_key(name, None if shared else client_id), SubscriptionKind.DURABLE
+    if shared:
+        if not name:
+            raise ConsumerError("a shared subscription needs a subscription name")
+        return shared_key(topic, name), SubscriptionKind.SHARED
+    return f"nondurable:{consumer}", SubscriptionKind.NON_DURABLE
 
 
 def durable_key(name: str, client_id: str | None) -> str:

@@ -16,12 +16,14 @@ restart, so a coordinator always gets the full time to come back. It is for
 staged work no coordinator will ever finish (a killed Spark driver); XA
 purists leave it at 0.
 
-Commit applies the acks without writing them again (the store's
-commit-prepared record carries them) and then places the sends, whose later
-records (deliveries, auto-acks) follow that record, and last the nacks (a
-requeue, or a dead letter). Rollback puts the acked and nacked messages back
-(redelivered) and drops the sends; their sequence numbers stay unused. Nacks
-are memory only: after a restart a nacked message is simply back in its queue.
+Commit and rollback keep the rules a local commit keeps
+(:mod:`chute.core.transaction`): commit applies the acks without writing them
+again (the store's commit-prepared record carries them) and then places the
+sends, whose later records (deliveries, auto-acks) follow that record, and last
+the nacks (a requeue, or a dead letter). Rollback puts the acked and nacked
+messages back (redelivered) and drops the sends; their sequence numbers stay
+unused. Nacks are memory only: after a restart a nacked message is simply back
+in its queue.
 
 What this needs from the broker is :class:`XaHost`.
 """
@@ -33,24 +35,18 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from chute.core.consumer import ConsumedQueue, Entry
+from chute.core.consumer import Entry
 from chute.core.queue import QueueChannel
 from chute.core.routing import Destination, Route
 from chute.core.store import AckOp, AddOp, Recovered, Store, TxOp
 from chute.core.stream import Stream
+from chute.core.transaction import Nacked, Send, Taken, apply, give_back
 from chute.errors import NotFound, TransactionError
 from chute.message import Message
 
 log = logging.getLogger("chute.broker")
 
 MAX_XID_LENGTH = 200
-
-Send = tuple[str, Message, int]
-"""A transaction's send: (address, message, ttl in ms)."""
-Taken = tuple[ConsumedQueue, Entry]
-"""A message a transaction took out of flight, with its queue."""
-Nacked = tuple[ConsumedQueue, Entry, bool]
-"""A message a transaction refused, with its queue and whether it goes back (requeue)."""
 
 
 class XaHost(Protocol):
@@ -153,16 +149,7 @@ class PreparedTransactions:
         prepared = self._take(xid)
         host = self.host
         host.store.commit_prepared(xid)
-        for queue, entry in prepared.acks:
-            queue.settle(entry, recorded=True)  # the commit-prepared record carries the ack
-        host.place_all(prepared.routes)
-        for queue, entry, requeue in prepared.nacks:
-            if queue.deleted:
-                continue
-            if requeue:
-                queue.requeue([entry])
-            else:
-                queue.reject(entry)
+        apply(prepared.acks, lambda: host.place_all(prepared.routes), prepared.nacks, recorded=True)
 
     def rollback(self, xid: str) -> None:
         """Discard a prepared transaction; its acked and nacked messages are delivered
@@ -172,7 +159,7 @@ class PreparedTransactions:
         for route in prepared.routes:
             if route.appended is not None:
                 route.appended[0].release(route.appended[1].seq)
-        give_back(prepared.acks + [(queue, entry) for queue, entry, _ in prepared.nacks])
+        give_back(prepared.acks, prepared.nacks)
 
     def expire(self, now: int, timeout_ms: int) -> list[str]:
         """Roll back every transaction prepared more than ``timeout_ms`` ago; their xids."""
@@ -227,15 +214,6 @@ class PreparedTransactions:
                 len(recovered.prepared),
                 ", ".join(sorted(recovered.prepared)),
             )
-
-
-def give_back(taken: Sequence[Taken]) -> None:
-    """Requeue messages a transaction took out of flight, one call per queue (redelivered)."""
-    by_queue: dict[int, tuple[ConsumedQueue, list[Entry]]] = {}
-    for queue, entry in taken:
-        by_queue.setdefault(id(queue), (queue, []))[1].append(entry)
-    for queue, entries in by_queue.values():
-        queue.requeue(entries)
 
 
 def check_xid(xid: str, limit: int = MAX_XID_LENGTH) -> str:

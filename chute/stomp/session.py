@@ -403,7 +403,7 @@ class StompSession:
         the credit at once, since only the push of waiting messages waits).
         """
         if credit > 0:
-            consumer.credit += credit
+            Session.add_credit(consumer, credit, push=False)
             self._credited.add(consumer)
 
     def push_credited(self) -> None:
@@ -413,8 +413,7 @@ class StompSession:
         credited = list(self._credited)
         self._credited.clear()
         for consumer in credited:
-            if not consumer.closed:
-                consumer.queue.deliver()
+            Session.push(consumer)
 
     def owe(self, sub: StompSubscription) -> None:
         """An ``ack:auto`` delivery of ``sub`` was queued for writing."""
@@ -437,4 +436,4 @@ class StompSession:
         self._credited.clear()
         for sub in self.subscriptions.values():
             if sub.consumer is not None:
-                sub.consumer.credit = 0
+                Session.stop(sub.consumer)
