@@ -39,7 +39,7 @@ from chute.core.browse import browse_page
 from chute.core.connection import Connection
 from chute.core.consumer import Entry, as_delivered
 from chute.core.diversion import DIVERT_REASON, ORIGINAL_DESTINATION
-from chute.core.manage import authorized, find, find_queue
+from chute.core.manage import authorized, create, find, find_queue
 from chute.core.queue import QueueChannel
 from chute.core.routing import Destination
 from chute.core.selector import Selector, compile_selector
@@ -96,7 +96,8 @@ def move_steps(
     tally: Counter[str] | None = None,
 ) -> Generator[None, None, int]:
     """Move waiting messages of the queue ``source`` to ``target`` (a queue or a topic,
-    which must exist), in sequence order, each atomically (see the module docstring);
+    made as :func:`~chute.core.manage.create` makes one if it does not exist yet, as a
+    send would make it), in sequence order, each atomically (see the module docstring);
     returns how many moved. Which: those numbered ``seqs`` (all waiting ones if None)
     that ``selector`` matches, at most ``limit`` (0: no limit). ``tally``, if given,
     counts them as they move, under the target's address (a driver shows it as
@@ -105,8 +106,9 @@ def move_steps(
     Raises:
         AccessDenied: no ``manage`` on either address. InvalidAddress: a bad address,
             ``source`` is a topic or is ``target``. InvalidSelector.
-        NotFound: ``source`` or ``target`` does not exist.
-        DestinationFull: ``target`` is full under ``reject`` or ``block``; the
+        NotFound: ``source`` does not exist.
+        DestinationFull: making ``target`` would pass a limit on made destinations;
+            ``target`` is full under ``reject`` or ``block``; the
             messages before moved (the message says how many), the rest stay.
     """
     source_address = authorized(conn, source)
@@ -115,8 +117,9 @@ def move_steps(
         raise InvalidAddress(f"{source_address} is both source and target: name another target")
     broker = conn.broker
     queue = find_queue(broker, source_address)
-    dest = find(broker, target_address)
     compiled = compile_selector(selector) if selector else None
+    create(conn, target_address)
+    dest = find(broker, target_address)
     try:
         counts = yield from _shift(
             broker,

@@ -304,3 +304,33 @@ def test_sigterm_ends_a_move_promptly_and_loses_nothing(tmp_path: Path) -> None:
         assert_each_once(sent, source, target)
     finally:
         again.server.stop()
+
+
+def cli(broker: Broker, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "CHUTE_LOGIN": "admin", "CHUTE_PASSCODE": "admin-pw"}
+    return subprocess.run(
+        [sys.executable, "-m", "chute.cli", *args, "--url", broker.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+
+
+def test_the_readmes_move_example_makes_its_target(broker: Broker) -> None:
+    """The README sends to queue:orders and moves the eu ones to queue:orders.retry,
+    which nothing made: the move makes it, as a send to it would."""
+    for region in ("eu", "us", "eu"):
+        sent = cli(broker, "send", "queue:orders", '{"id": 1}', "--property", f"region={region}")
+        assert sent.returncode == 0, sent.stderr
+
+    moved = cli(broker, "move", "queue:orders", "queue:orders.retry", "--selector", "region = 'eu'")
+
+    assert moved.returncode == 0, moved.stderr
+    assert "moved 2 messages" in moved.stdout
+    with broker.connect() as conn, conn.session() as session:
+        retried = list(session.iter_browse("queue:orders.retry"))
+        left = list(session.iter_browse("queue:orders"))
+    assert [m.properties["region"] for m in retried] == ["eu", "eu"]
+    assert [m.properties["region"] for m in left] == ["us"]

@@ -181,13 +181,18 @@ def test_move_refuses_what_makes_no_sense(broker: Broker, admin: Connection) -> 
     with pytest.raises(InvalidAddress):
         transfer.move(admin, "queue:a", "a")
     with pytest.raises(NotFound):
-        transfer.move(admin, "queue:a", "queue:nowhere")
-    with pytest.raises(NotFound):
         transfer.move(admin, "queue:nowhere", "queue:a")
+    assert broker.find("queue:nowhere") is None
     manage.create(admin, "topic:t")
     with pytest.raises(InvalidAddress, match="topic"):
         transfer.move(admin, "topic:t", "queue:a")
     assert waiting(broker, "queue:a") == ["queue:a-0"]
+
+
+def test_a_move_makes_a_target_that_does_not_exist_yet(broker: Broker, admin: Connection) -> None:
+    fill(broker, "queue:a", 2)
+    assert transfer.move(admin, "queue:a", "queue:made.by.move") == 2
+    assert waiting(broker, "queue:made.by.move") == ["queue:a-0", "queue:a-1"]
 
 
 def test_a_move_to_a_topic_publishes_to_its_subscriptions(
