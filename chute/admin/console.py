@@ -31,6 +31,10 @@ ASSETS: Final = {
     "connections.js": "text/javascript",
     "destinations.js": "text/javascript",
     "publish.js": "text/javascript",
+    "page.js": "text/javascript",
+    "poll.js": "text/javascript",
+    "destination.js": "text/javascript",
+    "messages.js": "text/javascript",
     "favicon.svg": "image/svg+xml",
 }
 """The console's files (in ``chute/admin/console/``) and their content types."""

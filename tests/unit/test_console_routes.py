@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from importlib import resources
 
 import pytest
 from aiohttp import web
@@ -57,3 +58,14 @@ def test_other_files_are_not_served(path: str) -> None:
     [(status, _, body)] = asyncio.run(fetch(path))
     assert status == 404
     assert b"import" not in body
+
+
+def test_every_module_the_console_imports_is_served() -> None:
+    folder = resources.files("chute.admin").joinpath("console")
+    scripts = [name for name in ASSETS if name.endswith(".js")]
+    for name in scripts:
+        source = folder.joinpath(name).read_text(encoding="utf-8")
+        for module in re.findall(r'^import [^;]*? from "\./([^"]+)";', source, re.M | re.S):
+            assert module in ASSETS, f"{name} imports {module}, which the console does not serve"
+    on_disk = {entry.name for entry in folder.iterdir() if entry.name.endswith(".js")}
+    assert on_disk == set(scripts)

@@ -1,6 +1,6 @@
 // The destinations view: every queue, stream and topic the user may manage (each topic's
 // subscriptions under it) with counters, rates and small charts of the last samples.
-// The filter box's text goes to the broker with every poll (console.js): the broker keeps
+// The filter box's text goes to the broker with every poll (poll.js): the broker keeps
 // the destinations whose address holds it, whichever they are; the rows shown meanwhile
 // are those loaded that hold it.
 import {
