@@ -272,3 +272,38 @@ def test_a_user_who_manages_some_destinations_sees_those_without_errors(
             assert sorted(u.rsplit("/", 1)[-1] for u in refused) == ["connections", "overview"]
     finally:
         assert server.stop() == 0, server.output
+
+
+def test_a_message_published_to_a_topic_reaches_its_subscriber_without_an_error(
+    broker: tuple[ChuteServer, str, int], tmp_path: Path
+) -> None:
+    """A topic's page has no messages to browse: after a publish it asks for none (it
+    asked, and the broker's refusal put up the red banner)."""
+    server, url, _ = broker
+    detail = "/api/destinations/topic%3Aconsole.news"
+    with (
+        chute.connect(server.url) as conn,
+        chromium(tmp_path) as (page, errors, refused),
+    ):
+        subscriber = conn.session().consumer("topic:console.news")
+        asked: list[str] = []
+        page.on("requestfinished", lambda request: asked.append(request.url))
+        page.goto(f"{url}#/destination/topic:console.news")
+        expect(page.locator("#detail-address")).to_have_text("topic:console.news")
+        page.locator("#publish summary").click()
+        page.locator("#publish-body").fill("extra, extra")
+        # the page refreshes after a publish: wait for its destination asked again
+        with page.expect_request_finished(
+            lambda request: (
+                any(u.endswith("/publish") for u in asked) and request.url.endswith(detail)
+            )
+        ):
+            page.locator("#publish-send").click()
+        expect(page.locator("#notice")).to_contain_text("Published a message")
+        got = subscriber.receive(timeout=10)
+        assert got is not None
+        assert got.body == b"extra, extra"
+        assert not [u for u in asked if f"{detail}/messages" in u]
+        assert page.locator("#banner").is_hidden()
+        assert errors == []
+        assert refused == []

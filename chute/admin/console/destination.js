@@ -22,11 +22,12 @@ const COUNTERS = [
 
 export function detailFrame(address) {
   state.detail = null;
-  state.browse = {
-    address, starts: [""], page: null, selected: new Set(), expanded: new Set(), loading: false,
-  };
   const stream = isStreamAddress(address);
   const isQueue = address.startsWith("queue:") || stream; // it holds messages to browse
+  // a topic holds nothing to browse: nothing to page through after a publish either
+  state.browse = isQueue ? {
+    address, starts: [""], page: null, selected: new Set(), expanded: new Set(), loading: false,
+  } : null;
   const section = h("section", { id: "detail" },
     h("div", { class: "crumbs" }, h("a", { href: "#/" }, "Destinations"), " / "),
     h("h1", {}, h("span", { class: "mono", id: "detail-address" }, address),
