@@ -10,7 +10,7 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from chute.cli_cert import client_files, make_files
+from chute.cli.cert import client_files, make_files
 from chute.errors import ConfigError
 from chute.server.tls import server_context
 
