@@ -52,7 +52,7 @@ from stomp.transport import Transport
 
 import chute
 from bench.native import free_port
-from chute.cli_cert import client_files, make_files
+from chute.cli.cert import client_files, make_files
 
 KINDS = ("tls", "stomp-tls", "wss")
 LOGIN_TIMEOUT_S = 10.0

@@ -75,6 +75,7 @@ import dataclasses
 import ipaddress
 import re
 import tomllib
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -99,6 +100,35 @@ DEFAULT_STOMP_PORT = 61613
 DEFAULT_HTTP_PORT = 8445  # chute's HTTP port: STOMP over WebSocket, later admin and console
 MIN_LOGIN_FRAME_SIZE = 1024  # below it a CONNECT with a long login and passcode would not fit
 
+# Every field of ServerConfig is a key of the [server] table, but those marked as
+# a table of their own (``[users]``, ``[smq]``, ...). A key's kind, what its value
+# must be, comes from the field's type (int: a non-negative integer; bool; str;
+# Path) unless the field's metadata says more: a size ("16MiB"), one of a few
+# words, or a list of origins. The key table (_SERVER_KEYS) is derived from them.
+_KIND: Final = "chute.config.kind"
+_SIZE: Final = "size"
+_ORIGINS: Final = "origins"
+_OWN_TABLE: Final = "chute.config.table"
+_TABLE: Final[Mapping[str, bool]] = {_OWN_TABLE: True}
+
+_Kind = type | str | tuple[str, ...]
+"""What a [server] key's value must be: a type, ``"size"``, ``"origins"`` or the words allowed."""
+
+
+def _size(default: int) -> int:
+    """A byte count, written as a number or with a unit (``"16MiB"``)."""
+    return dataclasses.field(default=default, metadata={_KIND: _SIZE})
+
+
+def _one_of(default: str, *others: str) -> str:
+    """One of a few words, ``default`` the first."""
+    return dataclasses.field(default=default, metadata={_KIND: (default, *others)})
+
+
+def _origins_key() -> tuple[str, ...]:
+    """``allowed_origins``: a list of web origins (see :func:`_origins`)."""
+    return dataclasses.field(default=(), metadata={_KIND: _ORIGINS})
+
 
 @dataclasses.dataclass
 class ServerConfig:
@@ -111,21 +141,24 @@ class ServerConfig:
     max_destinations: int = 10_000  # made by use, all clients together; 0 = no limit
     max_destinations_per_user: int = 1000  # made by use, per user; 0 = no limit
     auto_delete_after_ms: int = 0  # made by use and idle this long: removed; 0 = never
-    max_packet_size: int = 16 << 20
+    max_packet_size: int = _size(16 << 20)
     max_properties: int = 1024
     heartbeat_ms: int = 10_000
     expiry_interval_ms: int = 1_000
     prepared_timeout_ms: int = 0  # roll back prepared transactions older than this; 0 = never
-    store: str = "journal"  # "journal" (on disk, in data_dir) or "memory" (nothing survives)
-    sync: str = "always"  # journal: always | batch | never (see docs/durability.md)
+    # "journal" (on disk, in data_dir) or "memory" (nothing survives)
+    store: str = _one_of("journal", "memory")
+    sync: str = _one_of("always", "batch", "never")  # journal (see docs/durability.md)
     sync_batch_ms: int = 10
-    segment_size: int = 32 << 20
-    max_memory: int = 64 << 20  # message data in memory before durable queues page; 0 = never
-    memory_high_watermark: int = 256 << 20  # past it producers wait (admission); 0 = never
+    segment_size: int = _size(32 << 20)
+    # message data in memory before durable queues page; 0 = never
+    max_memory: int = _size(64 << 20)
+    memory_high_watermark: int = _size(256 << 20)  # past it producers wait (admission); 0 = never
     block_timeout_ms: int = 30_000  # a producer waiting for memory or disk fails after this
-    max_subscription_bytes: int = 16 << 20  # a non-durable subscription of an unbounded topic
+    # a non-durable subscription of an unbounded topic
+    max_subscription_bytes: int = _size(16 << 20)
     # under this much free on the journal's disk, producers wait (docs/durability.md); 0 = off
-    disk_free_limit: int = 64 << 20
+    disk_free_limit: int = _size(64 << 20)
     flow_backlog: int = 5000  # pause producers of a queue whose consumers fall this far behind
     inline_sync: bool = True  # an idle journal syncs on the broker's loop (docs/durability.md)
     tls_port: int = 0  # the native protocol over TLS (chutes://); 0 = off; needs tls_cert
@@ -134,29 +167,36 @@ class ServerConfig:
     stomp_tls_port: int = 0  # STOMP over TLS (conventionally 61614); 0 = off; needs tls_cert
     http_tls: bool = False  # http_port serves HTTPS and WSS; needs tls_cert
     tls_ca: str = ""  # PEM CA file that client certificates must chain to
-    tls_client_certs: str = "none"  # none | optional | required (docs/security.md)
+    tls_client_certs: str = _one_of("none", "optional", "required")  # docs/security.md
     # the HTTP port's (HTTPS, WSS): "same" as tls_client_certs, or its own mode; a browser
     # cancels a WebSocket that is asked for a certificate, so browsers need "none"
-    http_tls_client_certs: str = "same"
-    allowed_origins: tuple[str, ...] = ()  # WebSocket origins besides the broker's own
+    http_tls_client_certs: str = _one_of("same", "none", "optional", "required")
+    allowed_origins: tuple[str, ...] = _origins_key()  # WebSocket origins besides the broker's own
     max_login_failures: int = 10  # per client address and window; 0 = no limit
     login_failure_window_ms: int = 60_000
     max_connections: int = 10_000  # open at once, from accept on; 0 = no limit
     max_connections_per_host: int = 1000  # from one client address; 0 = no limit
     login_timeout_ms: int = 10_000  # from accept to a completed login; 0 = no deadline
-    max_login_frame_size: int = 64 << 10  # largest packet/frame before login; 0 = max_packet_size
+    # largest packet/frame before login; 0 = max_packet_size
+    max_login_frame_size: int = _size(64 << 10)
     idle_timeout_ms: int = 0  # close a logged-in client without heart-beats silent this long
     max_cursor_lease_ms: int = 300_000  # the longest lease a cursor may ask for
     http_poll_ms: int = 20_000  # native over plain HTTP: the longest a poll is held
     http_session_timeout_ms: int = 60_000  # a session with no request this long ends
-    users: dict[str, User] = dataclasses.field(default_factory=dict)
-    roles: dict[str, Role] = dataclasses.field(default_factory=lambda: {"admin": ADMIN_ROLE})
-    destinations: dict[str, DestinationSettings] = dataclasses.field(default_factory=dict)
-    default_destination: DestinationSettings = dataclasses.field(
-        default_factory=DestinationSettings
+    users: dict[str, User] = dataclasses.field(default_factory=dict, metadata=_TABLE)
+    roles: dict[str, Role] = dataclasses.field(
+        default_factory=lambda: {"admin": ADMIN_ROLE}, metadata=_TABLE
     )
-    smq: SmqSettings | None = None  # smq listeners; off unless [smq] (docs/smq.md)
-    dropbox: list[DropboxMount] = dataclasses.field(default_factory=list)  # docs/dropbox.md
+    destinations: dict[str, DestinationSettings] = dataclasses.field(
+        default_factory=dict, metadata=_TABLE
+    )
+    default_destination: DestinationSettings = dataclasses.field(
+        default_factory=DestinationSettings, metadata=_TABLE
+    )
+    # smq listeners; off unless [smq] (docs/smq.md)
+    smq: SmqSettings | None = dataclasses.field(default=None, metadata=_TABLE)
+    # docs/dropbox.md
+    dropbox: list[DropboxMount] = dataclasses.field(default_factory=list, metadata=_TABLE)
 
     def resolver(self) -> SettingsResolver:
         return SettingsResolver(self.destinations, self.default_destination)
@@ -301,52 +341,21 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-_SERVER_KEYS = {
-    "host": str,
-    "port": int,
-    "stomp_port": int,
-    "http_port": int,
-    "data_dir": str,
-    "auto_create": bool,
-    "max_destinations": int,
-    "max_destinations_per_user": int,
-    "auto_delete_after_ms": int,
-    "max_packet_size": "size",
-    "max_properties": int,
-    "heartbeat_ms": int,
-    "expiry_interval_ms": int,
-    "prepared_timeout_ms": int,
-    "store": ("journal", "memory"),
-    "sync": ("always", "batch", "never"),
-    "sync_batch_ms": int,
-    "segment_size": "size",
-    "max_memory": "size",
-    "memory_high_watermark": "size",
-    "block_timeout_ms": int,
-    "max_subscription_bytes": "size",
-    "disk_free_limit": "size",
-    "flow_backlog": int,
-    "inline_sync": bool,
-    "tls_port": int,
-    "tls_cert": str,
-    "tls_key": str,
-    "stomp_tls_port": int,
-    "http_tls": bool,
-    "tls_ca": str,
-    "tls_client_certs": ("none", "optional", "required"),
-    "http_tls_client_certs": ("same", "none", "optional", "required"),
-    "allowed_origins": list,
-    "max_login_failures": int,
-    "login_failure_window_ms": int,
-    "max_cursor_lease_ms": int,
-    "max_connections": int,
-    "max_connections_per_host": int,
-    "login_timeout_ms": int,
-    "max_login_frame_size": "size",
-    "idle_timeout_ms": int,
-    "http_poll_ms": int,
-    "http_session_timeout_ms": int,
-}
+def _key_kinds() -> dict[str, _Kind]:
+    """The [server] table's keys, in the order of ServerConfig's fields, and their kinds."""
+    hints = typing.get_type_hints(ServerConfig)
+    kinds: dict[str, _Kind] = {}
+    for field in dataclasses.fields(ServerConfig):
+        if field.metadata.get(_OWN_TABLE):
+            continue
+        kind: _Kind = field.metadata.get(_KIND, hints[field.name])
+        if kind not in (int, bool, str, Path) and not isinstance(kind, (str, tuple)):
+            raise TypeError(f"ServerConfig.{field.name}: no key kind for {kind!r}")
+        kinds[field.name] = kind
+    return kinds
+
+
+_SERVER_KEYS: Final = _key_kinds()
 
 
 def load(path: Path | None, overrides: Mapping[str, Any] | None = None) -> ServerConfig:
@@ -477,23 +486,21 @@ def _set_server_key(config: ServerConfig, key: str, value: Any) -> None:
     if isinstance(kind, tuple):
         if value not in kind:
             raise ConfigError(f"server.{key}: must be one of {' | '.join(kind)}, got {value!r}")
-        setattr(config, key, value)
-    elif kind == "size":
-        setattr(config, key, parse_size(value, what=f"server.{key}"))
+    elif kind == _SIZE:
+        value = parse_size(value, what=f"server.{key}")
+    elif kind == _ORIGINS:
+        value = _origins(value)
     elif kind is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"server.{key}: expected true or false, got {value!r}")
-        setattr(config, key, value)
     elif kind is int:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ConfigError(f"server.{key}: expected a non-negative integer, got {value!r}")
-        setattr(config, key, value)
-    elif kind is list:
-        config.allowed_origins = _origins(value)
-    elif key == "data_dir":
-        setattr(config, key, Path(str(value)))
+    elif kind is Path:
+        value = Path(str(value))
     else:
-        setattr(config, key, str(value))
+        value = str(value)
+    setattr(config, key, value)
 
 
 def _origins(value: Any) -> tuple[str, ...]:

@@ -12,7 +12,7 @@
   (:mod:`~chute.dropbox.options`) and its consumer (:mod:`~chute.dropbox.consumer`);
 - :mod:`~chute.dropbox.mount`, :mod:`~chute.dropbox.bridge`: the broker's
   ``[[dropbox]]`` mounts (import and export);
-- :mod:`~chute.dropbox.cli`: ``chute dropbox ...``.
+- ``chute dropbox ...`` is :mod:`chute.cli.dropbox`'s.
 
 See docs/dropbox.md.
 """

@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from chute.cli_cert import client_files, make_files
+from chute.cli.cert import client_files, make_files
 from chute.errors import ConfigError
 from chute.server.tls import server_context
 

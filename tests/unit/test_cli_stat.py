@@ -6,7 +6,7 @@ import io
 import json
 from typing import Any
 
-from chute.cli_stat import Sample, render, watch
+from chute.cli.stat import Sample, render, watch
 
 
 def stats(enqueued: int = 10_310, acked: int = 27) -> dict[str, Any]:

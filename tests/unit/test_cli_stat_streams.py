@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chute.cli_stat import Sample, render
+from chute.cli.stat import Sample, render
 
 
 def stats(appended: int = 5000) -> dict[str, Any]:

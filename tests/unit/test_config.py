@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -216,3 +217,42 @@ def test_disk_free_limit_is_a_size_and_a_limit_under_one_segment_is_warned_of(
     assert load(write(tmp_path, "[server]\ndisk_free_limit = 0\n"), {}).warnings() == []
     with pytest.raises(ConfigError, match=r"server\.disk_free_limit"):
         load(write(tmp_path, '[server]\ndisk_free_limit = "lots"\n'), {})
+
+
+OWN_TABLES = {"users", "roles", "destinations", "default_destination", "smq", "dropbox"}
+"""ServerConfig's fields that are TOML tables of their own; every other is a [server] key."""
+
+
+def toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, tuple):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return f'"{value}"'
+
+
+def test_every_field_but_the_tables_is_a_server_key(tmp_path: Path) -> None:
+    defaults = ServerConfig()
+    keys = [f.name for f in dataclasses.fields(ServerConfig) if f.name not in OWN_TABLES]
+    lines = [f"{key} = {toml_value(getattr(defaults, key))}" for key in keys]
+    assert load(write(tmp_path, "[server]\n" + "\n".join(lines) + "\n")) == defaults
+    with pytest.raises(ConfigError, match=r"server\.nope: unknown setting \(known: host, port, "):
+        load(write(tmp_path, "[server]\nnope = 1\n"))
+
+
+def test_a_key_is_checked_by_its_fields_kind(tmp_path: Path) -> None:
+    sized = load(
+        write(tmp_path, '[server]\nsegment_size = "1MiB"\nmax_login_frame_size = "2KiB"\n')
+    )
+    assert (sized.segment_size, sized.max_login_frame_size) == (1 << 20, 2 << 10)
+    assert load(write(tmp_path, '[server]\ndata_dir = "here"\n')).data_dir == Path("here")
+    for text, message in (
+        ('sync = "sometimes"', r"server\.sync: must be one of always \| batch \| never"),
+        ("inline_sync = 1", r"server\.inline_sync: expected true or false"),
+        ("flow_backlog = -1", r"server\.flow_backlog: expected a non-negative integer"),
+        ('allowed_origins = "x"', r"server\.allowed_origins: expected a list of origins"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            load(write(tmp_path, f"[server]\n{text}\n"))

@@ -2,7 +2,7 @@
 
 :data:`MAY_IMPORT` is the drawing as data: each part of the package (a
 package or module under ``chute``, named without the ``chute.`` prefix; a
-dotted name such as ``dropbox.cli`` is a part of its own, and a module belongs
+dotted name such as ``cli.dropbox`` is a part of its own, and a module belongs
 to the longest name it starts with) and the parts it may import. Imports inside
 a part are free. Every import anywhere in a module counts, those made only for
 type checking or inside a function included (the arrows of
@@ -67,20 +67,13 @@ MAY_IMPORT: Mapping[str, frozenset[str]] = {
     "client": BASE | {"core", "protocol", "sansio", "outbox", "origins"},
     # DropboxMQ: the serverless client (the client's API) and the broker's bridge
     "dropbox": BASE | {"core", "client"},
-    # the applications on top
-    "dropbox.cli": BASE
-    | {"core", "client", "dropbox", "cli_message", "cli_output", "cli_progress"},
+    # the applications on top; the dropbox commands stay serverless
+    "cli.dropbox": BASE | {"core", "client", "dropbox", "cli"},
     "spark": BASE | {"core", "protocol", "client"},
     "aio": BASE | {"client"},
     "__init__": BASE | {"client", "dropbox"},
     "__main__": EVERYTHING,
     "cli": EVERYTHING,
-    "cli_cert": EVERYTHING,
-    "cli_manage": EVERYTHING,
-    "cli_message": EVERYTHING,
-    "cli_output": EVERYTHING,
-    "cli_progress": EVERYTHING,
-    "cli_stat": EVERYTHING,
 }
 
 

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TextIO
 
-from chute.cli_output import json_text, sockets_line
+from chute.cli.output import json_text, sockets_line
 
 _COLUMNS: Final = (
     ("depth", "DEPTH"),

@@ -4,8 +4,19 @@
 Errors a user can fix are printed as one line (``chute: error: ...``) with
 exit status 2 for bad usage or configuration and 1 for a failed operation;
 never a traceback. Ctrl-C ends any command quietly with status 130. The
-management commands print a JSON result with ``--json``; ``chute stat``'s table
-is :mod:`chute.cli_stat`'s, ``move``, ``dlq retry`` and ``create`` are :mod:`chute.cli_manage`'s.
+management commands print a JSON result with ``--json``.
+
+This module holds the parser, :func:`main` and the commands of a broker's
+messages; the package's other modules hold the rest:
+
+- :mod:`chute.cli.message`: the arguments of a message to send, shared by ``send``
+  and ``chute dropbox send``;
+- :mod:`chute.cli.output`: what a received message, a browse page or a JSON result
+  prints; :mod:`chute.cli.progress`: the progress bar on standard error;
+- :mod:`chute.cli.manage`: ``move``, ``dlq retry`` and ``create``;
+- :mod:`chute.cli.stat`: ``chute stat``'s table;
+- :mod:`chute.cli.cert`: ``chute cert`` (cryptography only when it runs);
+- :mod:`chute.cli.dropbox`: ``chute dropbox ...``, a dropbox root with no broker.
 """
 
 from __future__ import annotations
@@ -21,11 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from chute import __version__
-from chute.cli_manage import add_create_command, add_move_commands
-from chute.cli_message import UsageError, add_message_arguments, message_fields, seconds, whole
-from chute.cli_output import json_text, print_message, print_received, stream_end
-from chute.cli_progress import Progress
-from chute.cli_stat import render, watch
+from chute.cli.manage import add_create_command, add_move_commands
+from chute.cli.message import UsageError, add_message_arguments, message_fields, seconds, whole
+from chute.cli.output import json_text, print_message, print_received, stream_end
+from chute.cli.progress import Progress
+from chute.cli.stat import render, watch
 from chute.errors import ChuteError, ConfigError
 
 DEFAULT_URL = "chute://127.0.0.1:5445"
@@ -63,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_serve(sub)
     _add_client_commands(sub)
     _add_cert(sub)
-    from chute.dropbox.cli import add_dropbox_commands  # noqa: PLC0415 - its own module
+    from chute.cli.dropbox import add_dropbox_commands  # noqa: PLC0415 - its own module
 
     add_dropbox_commands(sub)
     return parser
@@ -181,7 +192,7 @@ def _add_cert(sub: Any) -> None:
 
 
 def _cert(args: argparse.Namespace) -> int:
-    from chute.cli_cert import run  # noqa: PLC0415 - cryptography only when used
+    from chute.cli.cert import run  # noqa: PLC0415 - cryptography only when used
 
     return run(args)
 
@@ -552,7 +563,3 @@ def _has_terminal() -> bool:
         return False
     os.close(fd)
     return True
-
-
-if __name__ == "__main__":
-    sys.exit(main())

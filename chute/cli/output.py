@@ -24,7 +24,7 @@ import math
 import sys
 from typing import Any, Protocol
 
-from chute.cli_progress import Progress
+from chute.cli.progress import Progress
 from chute.errors import ChuteError
 from chute.message import Message
 

@@ -28,8 +28,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, Final
 
-from chute.cli_message import UsageError, whole
-from chute.cli_progress import Progress
+from chute.cli.message import UsageError, whole
+from chute.cli.progress import Progress
 from chute.core.address import DEAD_LETTER, canonical
 from chute.errors import ChuteError
 

@@ -23,9 +23,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from chute.cli_message import add_message_arguments, message_fields, seconds, whole
-from chute.cli_output import print_received
-from chute.cli_progress import Progress
+from chute.cli.message import add_message_arguments, message_fields, seconds, whole
+from chute.cli.output import print_received
+from chute.cli.progress import Progress
 from chute.core.address import Kind, parse
 from chute.dropbox.client import DropboxConnection, open_root
 from chute.dropbox.consumer import DropboxConsumer
