@@ -39,7 +39,10 @@ Safety: session ids are 192 random bits; a request naming an unknown one gets
 refused (``403``), and a POST must say ``application/x-chute``, a type a page
 cannot send across origins without a preflight this endpoint never answers.
 Every session holds a :class:`~chute.server.limits.Ticket` (``max_connections``,
-per host, the login deadline).
+per host, the login deadline); until its connection logged in, a POST's body is at
+most the login budget (``max_login_frame_size`` and a little, ``413`` past it),
+refused from its ``Content-Length`` or as it comes, so a stranger cannot make the
+broker hold a body of ``max_packet_size``.
 
 Lives on the server's event loop only.
 """
@@ -343,9 +346,9 @@ class Tunnels:
             seq = int(request.headers.get(SEQ, ""))
         except ValueError:
             return _error(400, f"a {SEQ} header (1, 2, 3, ...) is required")
-        limit = body_limit(self.server.config.max_packet_size)
+        limit, what = self._body_limit(session)
         if request.content_length is not None and request.content_length > limit:
-            return _error(413, f"a body of at most {limit} bytes")
+            return _error(413, f"a body of at most {limit} bytes{what}")
 
         async def body() -> bytes | web.Response:
             parts: list[bytes] = []
@@ -354,7 +357,7 @@ class Tunnels:
                 async for chunk in request.content.iter_any():
                     size += len(chunk)
                     if size > limit:
-                        return _error(413, f"a body of at most {limit} bytes")
+                        return _error(413, f"a body of at most {limit} bytes{what}")
                     parts.append(chunk)
             except ConnectionError:  # the client (or a proxy) gave up: nothing of it is fed
                 log.debug("native over HTTP: a POST from %s was cut off", request.remote)
@@ -362,6 +365,17 @@ class Tunnels:
             return b"".join(parts)
 
         return await session.post(seq, body)
+
+    def _body_limit(self, session: TunnelSession) -> tuple[int, str]:
+        """The largest POST body ``session`` may send now, and what to add to a refusal.
+
+        Until its connection logged in, a session sends its login: a body holds at most
+        the login budget (``max_login_frame_size`` and a little), as a socket's bytes
+        before login do (:class:`~chute.server.limits.Ticket`); refused from its
+        ``Content-Length``, or as it comes, before the broker holds more of it."""
+        if session.ticket.authenticated:
+            return body_limit(self.server.config.max_packet_size), ""
+        return self.server.limits.login_budget, " before login (server.max_login_frame_size)"
 
     async def poll(self, request: web.Request) -> web.StreamResponse:
         session = self._found(request, post=False)
