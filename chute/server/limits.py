@@ -24,7 +24,8 @@ protocol (:mod:`chute.server.tls`) releases when the connection is lost. The
 counts are the broker's ``sockets`` statistics (:meth:`ConnectionLimits.stats`).
 
 Logs: a condition a flood repeats (a limit refusing, the login deadline, the
-file descriptors running out) is an :class:`Episode`: one WARNING when it
+file descriptors running out, protocol errors before login, HTTP's malformed
+requests among them, a TLS handshake on a plain port) is an :class:`Episode`: one WARNING when it
 begins, DEBUG for each case after, and one line summing it up once it has not
 happened for :data:`QUIET` seconds. A hostile client therefore costs a line or
 two, never a line per connection.
@@ -256,6 +257,7 @@ class ConnectionLimits:
         self.host_full = Episode("connections refused by server.max_connections_per_host")
         self.late = Episode("connections closed by server.login_timeout_ms")
         self.unruly = Episode("connections closed for breaking the protocol before login")
+        self.tls_on_plain: dict[str, Episode] = {}  # by listener
         self.idle = Episode("connections closed by server.idle_timeout_ms")
         self.no_descriptors = Episode("accepts that found no file descriptor free")
 
@@ -334,6 +336,21 @@ class ConnectionLimits:
             code,
         )
 
+    def tls_on_plain_port(self, listener: str, peer: str) -> None:
+        """A client began a TLS handshake on a plain listener (its front closes it)."""
+        self.counts["tls_on_plain_port"] += 1
+        episode = self.tls_on_plain.get(listener)
+        if episode is None:
+            episode = self.tls_on_plain[listener] = Episode(
+                f"{listener}: connections closed for a TLS handshake on this plain port"
+            )
+        episode.hit(
+            "%s: %s began a TLS handshake on this plain port; closing "
+            "(a TLS client must connect to the TLS port)",
+            listener,
+            peer,
+        )
+
     def idle_closed(self, peer: str, protocol: str, seconds: float) -> None:
         """A logged-in connection that negotiated no heart-beats was idle too long."""
         self.counts["idle_timeouts"] += 1
@@ -389,6 +406,7 @@ class ConnectionLimits:
             "login_timeouts",
             "held_before_login",
             "protocol_errors_before_login",
+            "tls_on_plain_port",
             "idle_timeouts",
             "accept_failures",
         )
@@ -408,5 +426,6 @@ class ConnectionLimits:
             self.unruly,
             self.idle,
             self.no_descriptors,
+            *self.tls_on_plain.values(),
         ):
             episode.cancel()

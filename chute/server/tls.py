@@ -20,8 +20,9 @@ that distrusts the broker's certificate), and a success hands the TLS transport
 to the listener's protocol as if ``create_server`` had made it. Until then, a
 connection is in its :class:`Accepting`, so a stopping broker ends the
 handshake too. A plain listener's :class:`PlainAccept` looks at the first bytes
-a client sends: a TLS ClientHello there is logged ("use the TLS port") and the
-connection closed; anything else goes to the protocol.
+a client sends: a TLS ClientHello there is logged ("use the TLS port", once per
+flood: :class:`~chute.server.limits.Episode`) and the connection closed;
+anything else goes to the protocol.
 
 Fronts. :class:`PlainAccept` and :class:`TlsAccept` are each connection's front:
 the protocol its transport has from accept to loss, passing every event on to
@@ -223,12 +224,7 @@ class PlainAccept(asyncio.Protocol):
             return
         self._head = None
         if head[0] == _TLS_RECORD and head[1] == 0x03:  # a record header: type, version 3.x
-            log.warning(
-                "%s: %s began a TLS handshake on this plain port; closing "
-                "(a TLS client must connect to the TLS port)",
-                self.name,
-                _peer(transport),
-            )
+            self.ticket.limits.tls_on_plain_port(self.name, _peer(transport))
             transport.close()
             return
         self.protocol.data_received(head)
