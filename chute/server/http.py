@@ -171,6 +171,9 @@ class HttpListener:
             handle_signals=False,
             shutdown_timeout=SHUTDOWN_TIMEOUT,
             logger=RequestErrorLog(self.server.limits),
+            # a body a handler did not read (refused, 404, 413) is not read and dropped
+            # for 10 s (aiohttp's default) after the answer: the connection closes
+            lingering_time=0,
         )
         await runner.setup()
         site = _Site(runner, listen)
