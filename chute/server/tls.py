@@ -21,7 +21,7 @@ to the listener's protocol as if ``create_server`` had made it. Until then, a
 connection is in its :class:`Accepting`, so a stopping broker ends the
 handshake too. A plain listener's :class:`PlainAccept` looks at the first bytes
 a client sends: a TLS ClientHello there is logged ("use the TLS port", once per
-flood: :class:`~chute.server.limits.Episode`) and the connection closed;
+flood: :class:`~chute.server.episode.Episode`) and the connection closed;
 anything else goes to the protocol.
 
 Fronts. :class:`PlainAccept` and :class:`TlsAccept` are each connection's front:

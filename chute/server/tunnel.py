@@ -283,6 +283,13 @@ async def _first(*events: asyncio.Event, within: float) -> None:
             wait.cancel()
 
 
+def _too_large(limit: int, what: str) -> web.Response:
+    """``413``, and the HTTP connection closes: the rest of the body is not read."""
+    response = _error(413, f"a body of at most {limit} bytes{what}")
+    response.force_close()
+    return response
+
+
 def _error(status: int, text: str) -> web.Response:
     return web.Response(status=status, text=text + "\n", headers={"Cache-Control": "no-store"})
 
@@ -348,7 +355,15 @@ class Tunnels:
             return _error(400, f"a {SEQ} header (1, 2, 3, ...) is required")
         limit, what = self._body_limit(session)
         if request.content_length is not None and request.content_length > limit:
-            return _error(413, f"a body of at most {limit} bytes{what}")
+            return _too_large(limit, what)
+
+        conn = session.conn
+        partial = self.server.limits.partial
+
+        def held(size: int) -> None:
+            """The body read so far counts as the connection's input in progress."""
+            if conn.core is not None and not conn.closing:
+                partial.update(conn, conn.core.login, conn.unfinished() + size, conn.broker.memory)
 
         async def body() -> bytes | web.Response:
             parts: list[bytes] = []
@@ -357,9 +372,14 @@ class Tunnels:
                 async for chunk in request.content.iter_any():
                     size += len(chunk)
                     if size > limit:
-                        return _error(413, f"a body of at most {limit} bytes{what}")
+                        held(0)
+                        return _too_large(limit, what)
                     parts.append(chunk)
+                    held(size)
+                    if conn.closing:  # a bound on input in progress closed it
+                        return _error(410, "the session has ended")
             except ConnectionError:  # the client (or a proxy) gave up: nothing of it is fed
+                held(0)
                 log.debug("native over HTTP: a POST from %s was cut off", request.remote)
                 return _error(400, "the body did not arrive whole")
             return b"".join(parts)

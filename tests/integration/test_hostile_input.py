@@ -10,12 +10,19 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from pathlib import Path
+from typing import Any
 
 import chute
+from chute.message import Message
+from chute.protocol import packets as p
+from chute.protocol.codec import PacketCodec
+from chute.protocol.wire import encode_packet
+from chute.sansio import NeedData
 
 from .conftest import ChuteServer, free_port, start_server
-from .hostile import config, raw, until_closed, wait_until
+from .hostile import config, raw, stomp_frames, until_closed, wait_until
 
 MIB = 1 << 20
 CHUTE = "application/x-chute"
@@ -152,5 +159,187 @@ def test_tls_handshakes_on_a_plain_port_logged_once_per_flood(tmp_path: Path) ->
             wait_until(lambda: conn.stat()["sockets"]["tls_on_plain_port"] == 50, "50 closed")
         lines = [line for line in _lines_since(server, start) if "TLS" in line]
         assert len(lines) == 1, lines
+    finally:
+        server.stop()
+
+
+# -- 4. frames begun after login and never finished ----------------------------------------
+
+USERS = """
+[users.nobody]
+password = "pw"
+roles = []
+[users.writer]
+password = "pw"
+roles = ["writer"]
+[users.admin]
+password = "pw"
+roles = ["admin"]
+[roles.writer]
+send = ["queue:big"]
+create = ["queue:big"]
+"""
+
+
+def _stomp_login(port: int, login: str) -> socket.socket:
+    sock = raw(port)
+    sock.sendall(
+        f"CONNECT\naccept-version:1.2\nheart-beat:0,0\nlogin:{login}\npasscode:pw\n\n\0".encode()
+    )
+    answer = b""
+    while b"\0" not in answer:
+        chunk = sock.recv(65536)
+        assert chunk, answer
+        answer += chunk
+    assert answer.startswith(b"CONNECTED"), answer
+    return sock
+
+
+def _stomp_begin(sock: socket.socket, queue: str, size: int, sent: int) -> None:
+    """``sent`` bytes of a SEND of ``size`` to ``queue``; the rest never comes."""
+    sock.sendall(f"SEND\ndestination:/queue/{queue}\ncontent-length:{size}\n\n".encode())
+    sock.sendall(b"x" * sent)
+
+
+def _stomp_error(sock: socket.socket) -> dict[str, str]:
+    frames = stomp_frames(until_closed(sock))
+    assert [f.command for f in frames] == ["ERROR"], frames
+    return dict(frames[0].headers)
+
+
+def _native_login(port: int, login: str) -> socket.socket:
+    sock = raw(port)
+    sock.sendall(encode_packet(p.Connect(login=login, passcode="pw"), 1, 0, 0, p.PROTOCOL_VERSION))
+    codec = PacketCodec()
+    while True:
+        item = codec.next_packet()
+        if not isinstance(item, NeedData):
+            assert isinstance(item[1], p.Connected), item
+            return sock
+        data = sock.recv(65536)
+        assert data, "closed instead of Connected"
+        codec.receive_data(data)
+
+
+def _native_begin(sock: socket.socket, address: str, size: int, sent: int) -> None:
+    """The first ``sent`` bytes of a Send of a ``size``-byte body to ``address``."""
+    session = encode_packet(p.SessionOpen(1), 2, 1, 0, p.PROTOCOL_VERSION)
+    send = encode_packet(p.Send(1, address, Message(body=b"x" * size)), 0, 1, 0, p.PROTOCOL_VERSION)
+    sock.sendall(session + send[:sent])
+
+
+def _native_error(sock: socket.socket) -> p.Error:
+    """The connection-level Error the broker closes ``sock`` with (after its answers)."""
+    codec = PacketCodec()
+    codec.receive_data(until_closed(sock))
+    packets = []
+    while not isinstance(item := codec.next_packet(), NeedData):
+        packets.append(item[1])
+    assert packets, "nothing before the close"
+    assert isinstance(packets[-1], p.Error), packets
+    return packets[-1]
+
+
+def _stat(server: ChuteServer) -> dict[str, Any]:
+    with chute.connect(server.url, login="admin", passcode="pw") as conn:
+        return dict(conn.stat()["sockets"])
+
+
+def _users_broker(tmp_path: Path, extra: str = "") -> tuple[ChuteServer, int]:
+    stomp = free_port()
+    path = config(tmp_path, extra + USERS)
+    return start_server(tmp_path, "--config", path, "--stomp-port", str(stomp)), stomp
+
+
+def test_stomp_send_refused_from_its_header(tmp_path: Path) -> None:
+    """A user who may not send to a queue begins a 16 MiB SEND to it: refused (ERROR,
+    access-denied) once its headers and 1 MiB are in, not held until its body ends."""
+    server, stomp = _users_broker(tmp_path)
+    try:
+        sock = _stomp_login(stomp, "nobody")
+        _stomp_begin(sock, "big", 16 * MIB - 1024, 1 * MIB)
+        assert _stomp_error(sock)["code"] == "access-denied"
+        stats = _stat(server)
+        assert stats["partial_frame_bytes"] == 0
+        assert stats["refused_from_header"] == 1
+    finally:
+        server.stop()
+
+
+def test_native_send_refused_from_its_header(tmp_path: Path) -> None:
+    """The same over the native protocol: a Send's address, in its first bytes, decides."""
+    server, _ = _users_broker(tmp_path)
+    try:
+        sock = _native_login(server.port, "nobody")
+        _native_begin(sock, "queue:big", 15 * MIB, 1 * MIB)
+        error = _native_error(sock)
+        assert error.code == "access-denied", error
+    finally:
+        server.stop()
+
+
+def test_unfinished_frames_bounded_per_user(tmp_path: Path) -> None:
+    """Frames a user may send, begun on several connections and never finished: past
+    max_partial_bytes_per_user the connection that went over is closed, told why, and
+    the broker counts what the others hold."""
+    server, stomp = _users_broker(tmp_path, 'max_partial_bytes_per_user = "4MiB"\n')
+    try:
+        held = []
+        for _ in range(2):
+            sock = _stomp_login(stomp, "writer")
+            _stomp_begin(sock, "big", 8 * MIB, 3 * MIB // 2)
+            held.append(sock)
+        wait_until(lambda: _stat(server)["partial_frame_bytes"] >= 3 * MIB, "3 MiB held")
+        over = _stomp_login(stomp, "writer")
+        _stomp_begin(over, "big", 8 * MIB, 3 * MIB // 2)
+        assert _stomp_error(over)["code"] == "partial-limit"
+        stats = _stat(server)
+        assert stats["closed_partial_per_user"] == 1
+        assert 3 * MIB <= stats["partial_frame_bytes"] <= 4 * MIB
+        for sock in held:
+            sock.close()
+        wait_until(lambda: _stat(server)["partial_frame_bytes"] == 0, "all freed")
+    finally:
+        server.stop()
+
+
+def test_unfinished_frames_count_against_memory(tmp_path: Path) -> None:
+    """Unfinished frames count with the queues against memory_high_watermark: past it,
+    a connection with a large frame still arriving is closed (code memory-short)."""
+    server, stomp = _users_broker(tmp_path, 'max_memory = "1MiB"\nmemory_high_watermark = "4MiB"\n')
+    try:
+        first = _stomp_login(stomp, "writer")
+        _stomp_begin(first, "big", 8 * MIB, 3 * MIB)
+        wait_until(lambda: _stat(server)["partial_frame_bytes"] >= 3 * MIB, "3 MiB held")
+        second = _stomp_login(stomp, "admin")
+        _stomp_begin(second, "big", 8 * MIB, 2 * MIB)
+        assert _stomp_error(second)["code"] == "memory-short"
+        assert _stat(server)["closed_partial_memory"] == 1
+        first.close()
+    finally:
+        server.stop()
+
+
+def test_frame_that_stops_arriving_closes_its_connection(tmp_path: Path) -> None:
+    """A frame whose bytes stop for partial_frame_timeout_ms closes its connection, told
+    why; one that keeps arriving, slowly, does not."""
+    server, stomp = _users_broker(tmp_path, "partial_frame_timeout_ms = 1500\n")
+    try:
+        stalled = _stomp_login(stomp, "writer")
+        _stomp_begin(stalled, "big", 2 * MIB, 256 << 10)
+        native = _native_login(server.port, "writer")
+        _native_begin(native, "queue:big", 2 * MIB, 256 << 10)
+        assert _stomp_error(stalled)["code"] == "frame-timeout"
+        assert _native_error(native).code == "frame-timeout"
+        assert _stat(server)["closed_partial_timeout"] == 2
+        # a frame that trickles in (a byte every half second) is left alone
+        slow = _stomp_login(stomp, "writer")
+        slow.sendall(b"SEND\ndestination:/queue/big\ncontent-length:8\n\nab")
+        for byte in b"cdefgh":
+            time.sleep(0.5)  # the client's pace, not a wait for the broker
+            slow.sendall(bytes([byte]))
+        slow.sendall(b"\0DISCONNECT\nreceipt:1\n\n\0")
+        frames = stomp_frames(until_closed(slow))
+        assert [f.command for f in frames] == ["RECEIPT"], frames
     finally:
         server.stop()
