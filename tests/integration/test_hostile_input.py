@@ -79,6 +79,7 @@ def test_tunnel_body_before_login_refused_from_its_length(tmp_path: Path) -> Non
         head = _head(sock)
         assert head.startswith(b"HTTP/1.1 413"), head
         assert b"before login" in head
+        until_closed(sock, timeout=5)  # closed, the rest of the body not read (no linger)
         sock.close()
     finally:
         server.stop()
