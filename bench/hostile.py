@@ -208,6 +208,7 @@ class Bystander:
         self.confirmed: list[bytes] = []
         self.received: list[bytes] = []
         self.n = 0
+        self.error: str | None = None  # why its sends stopped, if they did
 
     def run(self, seconds: float) -> float:
         """Round trips per second for ``seconds``."""
@@ -217,8 +218,12 @@ class Bystander:
         while time.monotonic() < end:
             body = f"{self.n:09d}".encode() + BODY
             self.n += 1
-            self.producer.send("queue:bystander", body)
-            self.producer.flush()
+            try:
+                self.producer.send("queue:bystander", body)
+                self.producer.flush()
+            except ChuteError as exc:  # refused, or no answer in time: the rate so far
+                self.error = str(exc)
+                break
             self.confirmed.append(body[:9])
             got = self.consumer.receive(timeout=30)
             if got is None:
@@ -358,6 +363,7 @@ def measure(
         "log_lines_during_attack": attack_lines,
         "acked_lost": lost,
         "up": up,
+        **({"bystander_error": bystander.error} if bystander.error else {}),
     }
 
 

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +75,6 @@ class Setup:
     disk: str | None = None  # the data directory is a tmpfs of this size
     prepare: Callable[[str, str], None] | None = None  # (data dir, config) before start
     lost: Callable[[Target], int] | None = None  # what the prepared data lost
-    notes: dict[str, Any] = field(default_factory=dict)
 
 
 def _sockets_pushing(socks: list[socket.socket], chunk: bytes, stop: Any) -> None:
@@ -206,20 +205,25 @@ def partial_frames(t: Target, stop: Any) -> None:
 
 
 def stuck_subscriber_small_disk(t: Target, stop: Any) -> None:
-    """A STOMP consumer of ``queue:stuck`` (client acks) that never reads its socket
-    nor acks, and a producer of persistent 8 KiB messages to it: they pile up on a
-    small disk."""
+    """A durable STOMP subscriber to ``topic:news`` (client acks) that never reads its
+    socket nor acks, and a producer of persistent 8 KiB messages to the topic: what
+    the subscription holds piles up on a small disk."""
     stuck = socket.create_connection(("127.0.0.1", t.stomp))
     stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    stuck.sendall(b"CONNECT\naccept-version:1.2\nhost:x\nlogin:bystander\npasscode:pw\n\n\0")
+    stuck.sendall(
+        b"CONNECT\naccept-version:1.2\nhost:x\nlogin:bystander\npasscode:pw\nclient-id:stuck\n\n\0"
+    )
     stuck.recv(4096)
-    stuck.sendall(b"SUBSCRIBE\nid:0\ndestination:/queue/stuck\nack:client-individual\n\n\0")
+    stuck.sendall(
+        b"SUBSCRIBE\nid:0\ndestination:/topic/news\nack:client-individual\n"
+        b"durable-subscription-name:stuck\n\n\0"
+    )
     body = b"s" * 8192
     with t.connect() as conn, conn.session() as s:
         while not stop.is_set():
             try:
                 for _ in range(64):
-                    s.send("queue:stuck", body)
+                    s.send("topic:news", body)
                 s.flush()
             except chute.ChuteError:
                 stop.wait(0.1)  # refused (the disk): try again
@@ -322,7 +326,9 @@ ATTACKS: dict[str, tuple[Callable[[Target, Any], None], Setup]] = {
     "stuck-subscriber-small-disk": (
         stuck_subscriber_small_disk,
         Setup(
-            config='segment_size = "8MiB"\ndisk_free_limit = "16MiB"\n',
+            # flow_backlog off: producer flow control would pause the producer before
+            # the disk fills within a run of a few seconds
+            config='segment_size = "8MiB"\ndisk_free_limit = "16MiB"\nflow_backlog = 0\n',
             users=True,
             disk="160m",
         ),
