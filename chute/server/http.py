@@ -50,6 +50,11 @@ STOMP_PATHS = ("/stomp", "/ws")
 NATIVE_PATH = "/chute"
 """The native protocol: a WebSocket (GET with an upgrade) or plain requests (POST)."""
 SHUTDOWN_TIMEOUT = 2.0
+LINGER = 0.5
+"""Seconds the rest of a body no handler read (a refused, unknown or too large POST) is
+read and dropped after the answer, so that a small one sent after its headers leaves
+the connection usable; then it closes. aiohttp's default, 10 s, let a stranger make
+the broker read a 16 MiB body it had refused, at full speed."""
 MAX_REASON = 100
 """Characters of a malformed request's error logged (it quotes what the client sent)."""
 Listen = Callable[[ProtocolFactory], Listener]
@@ -171,9 +176,7 @@ class HttpListener:
             handle_signals=False,
             shutdown_timeout=SHUTDOWN_TIMEOUT,
             logger=RequestErrorLog(self.server.limits),
-            # a body a handler did not read (refused, 404, 413) is not read and dropped
-            # for 10 s (aiohttp's default) after the answer: the connection closes
-            lingering_time=0,
+            lingering_time=LINGER,
         )
         await runner.setup()
         site = _Site(runner, listen)

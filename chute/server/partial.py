@@ -15,7 +15,8 @@ body as it is read), and those bytes are bounded four ways:
 - against memory: they count with what the queues hold against
   ``memory_high_watermark``. While the two together are past it, a connection
   whose unfinished frame is over :data:`LARGE` and still grows is closed, told
-  why (smaller frames finish, and admission holds their producers as usual);
+  why, unless the broker holds it already (a producer waiting for room: smaller
+  frames finish, and admission holds their producers as usual);
 - in time: a connection whose frame received no byte for ``partial_frame_timeout_ms``
   while the broker was reading it (not holding it for flow control, a blocked
   send or its turn) is closed, told why.
@@ -77,9 +78,6 @@ class _Held:
         self.moved = time.monotonic()  # when its frame last grew (or the broker held it)
 
 
-_NO_MEMORY: Final = MemoryBudget()  # shrinking checks nothing
-
-
 def _mib(size: int) -> str:
     return f"{size / (1 << 20):.1f} MiB"
 
@@ -100,9 +98,12 @@ class PartialFrames:
         self.stalled = Episode("connections closed by server.partial_frame_timeout_ms")
         self.forbidden = Episode("frames refused from their header: their sender may not send them")
 
-    def update(self, sender: Sender, user: str | None, size: int, memory: MemoryBudget) -> None:
+    def update(
+        self, sender: Sender, user: str | None, size: int, memory: MemoryBudget | None
+    ) -> None:
         """``sender`` (acting for ``user``) now holds ``size`` bytes of unfinished input;
-        it is closed if that breaks a bound."""
+        it is closed if that breaks a bound (``memory``'s too, unless None: a tunnel's
+        POST body, whole packets as much as a frame begun, counts against the others)."""
         held = self._held.get(sender)
         before = 0 if held is None else held.size
         if size == before:
@@ -140,7 +141,13 @@ class PartialFrames:
                 f"begun and not finished, past server.max_partial_bytes_per_user "
                 f"({_mib(self.per_user)}): send large messages one at a time",
             )
-        elif memory.high and size >= LARGE and memory.used + self.total > memory.high:
+        elif (
+            memory is not None
+            and memory.high
+            and size >= LARGE
+            and not sender.on_hold  # held by admission: its wait is admission's business
+            and memory.used + self.total > memory.high
+        ):
             self.counts["closed_partial_memory"] += 1
             self.over_memory.hit(
                 "%s client %s holds %s of an unfinished frame while the broker's memory "
@@ -204,7 +211,7 @@ class PartialFrames:
         for sender, held in list(self._held.items()):
             size = sender.unfinished()
             if size < held.size:  # acted on in a later turn, since its last read
-                self.update(sender, held.user, size, _NO_MEMORY)
+                self.update(sender, held.user, size, None)
                 if not size:
                     continue
             if sender.on_hold:

@@ -363,7 +363,7 @@ class Tunnels:
         def held(size: int) -> None:
             """The body read so far counts as the connection's input in progress."""
             if conn.core is not None and not conn.closing:
-                partial.update(conn, conn.core.login, conn.unfinished() + size, conn.broker.memory)
+                partial.update(conn, conn.core.login, conn.unfinished() + size, None)
 
         async def body() -> bytes | web.Response:
             parts: list[bytes] = []
