@@ -50,6 +50,7 @@ Lives on the server's event loop only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import time
@@ -71,6 +72,10 @@ CONTENT_TYPE: Final = "application/x-chute"
 SEQ: Final = "Chute-Seq"
 MAX_ANSWER: Final = 4 << 20
 """The most one poll's answer carries (the rest waits for the next poll)."""
+DRAIN: Final = 2 << 20
+"""A refused body announced as at most this long is read and dropped before the close."""
+DRAIN_S: Final = 1.0
+"""... for at most this long."""
 
 
 class TunnelTransport(asyncio.Transport):
@@ -283,10 +288,23 @@ async def _first(*events: asyncio.Event, within: float) -> None:
             wait.cancel()
 
 
-def _too_large(limit: int, what: str) -> web.Response:
-    """``413``, and the HTTP connection closes: the rest of the body is not read."""
+async def _too_large(request: web.Request, limit: int, what: str) -> web.Response:
+    """``413``, written now, then the HTTP connection closes. A body announced as at
+    most :data:`DRAIN` bytes is read and dropped first (for :data:`DRAIN_S` at most), so
+    that its client, still sending it, gets the answer rather than a reset; a larger
+    one is not read at all (aiohttp would read and drop it for a while)."""
     response = _error(413, f"a body of at most {limit} bytes{what}")
     response.force_close()
+    await response.prepare(request)
+    await response.write_eof()
+    length = request.content_length
+    if length is not None and length <= DRAIN:
+        with contextlib.suppress(ConnectionError, TimeoutError):
+            async with asyncio.timeout(DRAIN_S):
+                while await request.content.readany():
+                    pass
+    if request.transport is not None:
+        request.transport.close()
     return response
 
 
@@ -355,7 +373,7 @@ class Tunnels:
             return _error(400, f"a {SEQ} header (1, 2, 3, ...) is required")
         limit, what = self._body_limit(session)
         if request.content_length is not None and request.content_length > limit:
-            return _too_large(limit, what)
+            return await _too_large(request, limit, what)
 
         conn = session.conn
         partial = self.server.limits.partial
@@ -373,7 +391,7 @@ class Tunnels:
                     size += len(chunk)
                     if size > limit:
                         held(0)
-                        return _too_large(limit, what)
+                        return await _too_large(request, limit, what)
                     parts.append(chunk)
                     held(size)
                     if conn.closing:  # a bound on input in progress closed it
