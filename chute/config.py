@@ -31,6 +31,9 @@ max_connections = 10000  # open at once, logged in or not; 0 = no limit (docs/se
 max_connections_per_host = 1000  # from one client address; 0 = no limit
 login_timeout_ms = 10000  # connect, TLS handshake, upgrade and log in within this; 0 = never
 max_login_frame_size = "64KiB"  # the largest packet or frame before login
+max_partial_bytes_per_user = "64MiB"  # frames begun and not finished, over a user's
+                         # connections; past it the connection is closed; 0 = no limit
+partial_frame_timeout_ms = 30000  # close a connection whose frame stops arriving; 0 = never
 idle_timeout_ms = 0      # close a client without heart-beats silent this long; 0 = never
 max_cursor_lease_ms = 300000  # the longest a cursor holds a queue after its client left
 tls_port = 0             # the native protocol over TLS (chutes://), e.g. 5446; 0 = off
@@ -179,6 +182,9 @@ class ServerConfig:
     login_timeout_ms: int = 10_000  # from accept to a completed login; 0 = no deadline
     # largest packet/frame before login; 0 = max_packet_size
     max_login_frame_size: int = _size(64 << 10)
+    # unfinished frames of one user's connections together
+    max_partial_bytes_per_user: int = _size(64 << 20)
+    partial_frame_timeout_ms: int = 30_000  # a frame whose bytes stop this long closes; 0 = never
     idle_timeout_ms: int = 0  # close a logged-in client without heart-beats silent this long
     max_cursor_lease_ms: int = 300_000  # the longest lease a cursor may ask for
     http_poll_ms: int = 20_000  # native over plain HTTP: the longest a poll is held

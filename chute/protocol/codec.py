@@ -10,6 +10,7 @@ A ``PacketCodec`` is not thread-safe; each connection owns one.
 
 from __future__ import annotations
 
+import struct
 from collections import deque
 from collections.abc import Callable
 from typing import Final
@@ -38,6 +39,11 @@ DeliverSink = Callable[[int, int, Message], None]
 
 _new_header: Final = tuple.__new__
 _CURSOR_PAGE: Final = int(PacketType.CURSOR_PAGE)
+_TYPE_OFFSET: Final = 5  # length u32 | version u8 | type u8
+_SENDS: Final = frozenset({int(PacketType.SEND), int(PacketType.SEND_MANY)})
+_ADDRESS_SIZE: Final = struct.Struct(">H")
+_SEND_HEAD: Final = HEADER_SIZE + 8 + _ADDRESS_SIZE.size
+"""A Send's (and SendMany's) header, its ttl u64 and its address's length u16."""
 
 
 class PacketCodec:
@@ -93,6 +99,14 @@ class PacketCodec:
     def buffered(self) -> int:
         """Bytes received but not yet returned as packets."""
         return len(self._data) - self._pos + self._pending
+
+    def discard(self) -> None:
+        """Drop every byte buffered (the connection is gone): a packet begun may be
+        large, and the connection may outlive its loss until the garbage collector
+        breaks its reference cycles."""
+        self._data = b""
+        self._pos = self._chunk_pos = self._pending = 0
+        self._chunks.clear()
 
     def receive_data(self, data: bytes) -> None:
         """Feed bytes read from the peer; ``b""`` means the peer closed its side.
@@ -202,6 +216,43 @@ class PacketCodec:
         return header, decode_body(
             ptype, header, data, pos + HEADER_SIZE, pos + total, self.max_properties
         )
+
+    def unfinished_send(self) -> str | None:
+        """The address of the Send or SendMany being received, once its header and
+        address are here and while the rest of it is not (else None): a driver may
+        refuse the packet from it before its body arrives. Consumes nothing, raises
+        nothing (an address that is not UTF-8 is the whole packet's error, later)."""
+        head = self._peek(_SEND_HEAD)
+        if len(head) < _SEND_HEAD or head[_TYPE_OFFSET] not in _SENDS:
+            return None
+        length, _, _, _, _, _ = HEADER.unpack_from(head, 0)
+        if length + 4 <= self.buffered:
+            return None  # all here: the packet is acted on whole
+        (size,) = _ADDRESS_SIZE.unpack_from(head, _SEND_HEAD - _ADDRESS_SIZE.size)
+        head = self._peek(_SEND_HEAD + size)
+        if len(head) < _SEND_HEAD + size:
+            return None
+        try:
+            return head[_SEND_HEAD:].decode()
+        except UnicodeDecodeError:
+            return None
+
+    def _peek(self, size: int) -> bytes:
+        """Up to ``size`` bytes from the read position on, without consuming them."""
+        head = self._data[self._pos : self._pos + size]
+        if len(head) >= size or not self._chunks:
+            return head
+        parts = [head]
+        have = len(head)
+        start = self._chunk_pos
+        for chunk in self._chunks:
+            part = chunk[start : start + size - have]
+            parts.append(part)
+            have += len(part)
+            start = 0
+            if have >= size:
+                break
+        return b"".join(parts)
 
     def next_packets(self, on_deliver: DeliverSink | None = None) -> list[tuple[Header, Packet]]:
         """Every whole packet buffered now (maybe none); the server calls it once per read.

@@ -12,7 +12,8 @@ transport to the listener's protocol as if ``create_server`` had made it, with
 every byte decrypted before the hand-over. Until then, a connection is in its
 :class:`Accepting`, so a stopping broker ends the handshake too. A plain
 listener's :class:`PlainAccept` looks at the first bytes a client sends: a TLS
-ClientHello there is logged ("use the TLS port") and the connection closed;
+ClientHello there is logged ("use the TLS port", once per flood:
+:class:`~chute.server.episode.Episode`) and the connection closed;
 anything else goes to the protocol.
 
 Fronts. :class:`PlainAccept` and :class:`TlsAccept` pass every event on to the
@@ -109,12 +110,7 @@ class PlainAccept(asyncio.Protocol):
             return
         self._head = None
         if head[0] == TLS_RECORD and head[1] == 0x03:  # a record header: type, version 3.x
-            log.warning(
-                "%s: %s began a TLS handshake on this plain port; closing "
-                "(a TLS client must connect to the TLS port)",
-                self.name,
-                _peer(transport),
-            )
+            self.ticket.limits.tls_on_plain_port(self.name, _peer(transport))
             transport.close()
             return
         self.protocol.data_received(head)

@@ -24,21 +24,74 @@ the WebSocket only from the broker's own origin or one of ``allowed_origins``
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from chute.origins import OriginPolicy, own_origins
 from chute.server.host import ServerHost
+from chute.server.limits import ConnectionLimits
 from chute.server.listener import Listener
 from chute.server.tls import ProtocolFactory
 
 log = logging.getLogger("chute.server")
 
 SHUTDOWN_TIMEOUT = 2.0
+LINGER = 0.5
+"""Seconds the rest of a body no handler read (a refused, unknown or too large POST) is
+read and dropped after the answer, so that a small one sent after its headers leaves
+the connection usable; then it closes. aiohttp's default, 10 s, let a stranger make
+the broker read a 16 MiB body it had refused, at full speed."""
+MAX_REASON = 100
+"""Characters of a malformed request's error logged (it quotes what the client sent)."""
 Listen = Callable[[ProtocolFactory], Listener]
 """Opens the broker's listener for aiohttp's protocol factory."""
+
+
+if TYPE_CHECKING:
+    _Adapter = logging.LoggerAdapter[logging.Logger]
+else:
+    _Adapter = logging.LoggerAdapter
+
+
+class RequestErrorLog(_Adapter):
+    """aiohttp's server logger, but a client's malformed request (a request line or
+    header over aiohttp's limit, a bad method or version, ...) is a protocol error
+    before login (:meth:`~chute.server.limits.ConnectionLimits.error_before_login`:
+    one line per flood, no traceback) rather than an ERROR with a traceback each:
+    anyone can send one. A failure of the broker's own handlers is still logged
+    with its traceback."""
+
+    def __init__(self, limits: ConnectionLimits) -> None:
+        super().__init__(logging.getLogger("aiohttp.server"), {})
+        self.limits = limits
+
+    def exception(  # type: ignore[override]  # aiohttp passes exc_info as an exception
+        self,
+        msg: object,
+        *args: object,
+        exc_info: object = True,
+        stack_info: bool = False,
+        stacklevel: int = 1,
+        extra: Mapping[str, object] | None = None,
+    ) -> None:
+        if isinstance(exc_info, HttpProcessingError):
+            peer = str(args[0]) if args else "?"
+            reason = exc_info.message.strip() or type(exc_info).__name__
+            if len(reason) > MAX_REASON:
+                reason = reason[:MAX_REASON] + "..."
+            self.limits.error_before_login(peer, "HTTP", reason, str(exc_info.code))
+            return
+        self.logger.error(
+            msg,
+            *args,
+            exc_info=exc_info,  # type: ignore[arg-type]
+            stack_info=stack_info,
+            stacklevel=stacklevel,
+            extra=extra,
+        )
 
 
 def http_refusal(code: str, reason: str) -> bytes:
@@ -83,7 +136,12 @@ class HttpListener:
             OSError: the port could not be bound (with the port in the message).
         """
         runner = web.AppRunner(
-            self.app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT
+            self.app,
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=SHUTDOWN_TIMEOUT,
+            logger=RequestErrorLog(self.server.limits),
+            lingering_time=LINGER,
         )
         await runner.setup()
         site = _Site(runner, listen)

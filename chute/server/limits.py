@@ -24,9 +24,10 @@ protocol (:mod:`chute.server.accept`) releases when the connection is lost. The
 counts are the broker's ``sockets`` statistics (:meth:`ConnectionLimits.stats`).
 
 Logs: a condition a flood repeats (a limit refusing, the login deadline, the
-file descriptors running out) is an :class:`Episode`: one WARNING when it
+file descriptors running out, protocol errors before login, HTTP's malformed
+requests among them, a TLS handshake on a plain port) is an :class:`Episode`: one WARNING when it
 begins, DEBUG for each case after, and one line summing it up once it has not
-happened for :data:`QUIET` seconds. A hostile client therefore costs a line or
+happened for :data:`~chute.server.episode.QUIET` seconds. A hostile client therefore costs a line or
 two, never a line per connection.
 
 Lives on the server's event loop only.
@@ -36,74 +37,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import Counter
 from typing import Any, Final, Protocol, cast
 
 from chute.config import ServerConfig
+from chute.server.episode import Episode
+from chute.server.partial import PartialFrames
 
 log = logging.getLogger("chute.server")
 
-QUIET: Final = 5.0
-"""Seconds a condition must not recur before its episode is summed up and closed."""
 GRACE: Final = 1.0
 """Seconds a connection closed for its login deadline has to go before it is aborted."""
 LOGIN_ALLOWANCE: Final = 16 << 10
 """What an HTTP connection may send before login besides one login frame: its upgrade."""
-
-
-class Episode:
-    """A condition logged once when it begins and summed up when it has ended.
-
-    :meth:`hit` logs its message at ``level`` if the episode is new, else at
-    DEBUG; once ``quiet`` seconds pass without a hit, one INFO line says how
-    many there were and over how long, and the next hit begins a new episode.
-    """
-
-    def __init__(self, what: str, *, level: int = logging.WARNING, quiet: float = QUIET) -> None:
-        self.what = what
-        self.level = level
-        self.quiet = quiet
-        self.count = 0  # in this episode
-        self.began = 0.0
-        self.last = 0.0
-        self._timer: asyncio.TimerHandle | None = None
-
-    @property
-    def active(self) -> bool:
-        return self._timer is not None
-
-    def hit(self, message: str, *args: object) -> None:
-        now = time.monotonic()
-        self.count += 1
-        self.last = now
-        if self._timer is not None:
-            log.debug(message, *args)
-            return
-        self.began = now
-        log.log(self.level, message, *args)
-        self._timer = asyncio.get_running_loop().call_later(self.quiet, self._check)
-
-    def _check(self) -> None:
-        now = time.monotonic()
-        wait = self.last + self.quiet - now
-        if wait > 0:
-            self._timer = asyncio.get_running_loop().call_later(wait, self._check)
-            return
-        log.info(
-            "%s: %d in %.1f s, none for the last %g s",
-            self.what,
-            self.count,
-            self.last - self.began,
-            self.quiet,
-        )
-        self._timer = None
-        self.count = 0
-
-    def cancel(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
 
 
 class LoginDriver(Protocol):
@@ -256,8 +202,10 @@ class ConnectionLimits:
         self.host_full = Episode("connections refused by server.max_connections_per_host")
         self.late = Episode("connections closed by server.login_timeout_ms")
         self.unruly = Episode("connections closed for breaking the protocol before login")
+        self.tls_on_plain: dict[str, Episode] = {}  # by listener
         self.idle = Episode("connections closed by server.idle_timeout_ms")
         self.no_descriptors = Episode("accepts that found no file descriptor free")
+        self.partial = PartialFrames(config)  # frames begun after login and not finished
 
     # -- the listeners' side ------------------------------------------------------------
 
@@ -334,6 +282,21 @@ class ConnectionLimits:
             code,
         )
 
+    def tls_on_plain_port(self, listener: str, peer: str) -> None:
+        """A client began a TLS handshake on a plain listener (its front closes it)."""
+        self.counts["tls_on_plain_port"] += 1
+        episode = self.tls_on_plain.get(listener)
+        if episode is None:
+            episode = self.tls_on_plain[listener] = Episode(
+                f"{listener}: connections closed for a TLS handshake on this plain port"
+            )
+        episode.hit(
+            "%s: %s began a TLS handshake on this plain port; closing "
+            "(a TLS client must connect to the TLS port)",
+            listener,
+            peer,
+        )
+
     def idle_closed(self, peer: str, protocol: str, seconds: float) -> None:
         """A logged-in connection that negotiated no heart-beats was idle too long."""
         self.counts["idle_timeouts"] += 1
@@ -389,6 +352,7 @@ class ConnectionLimits:
             "login_timeouts",
             "held_before_login",
             "protocol_errors_before_login",
+            "tls_on_plain_port",
             "idle_timeouts",
             "accept_failures",
         )
@@ -397,10 +361,12 @@ class ConnectionLimits:
             "before_login": self.before_login,
             "by_listener": dict(sorted(self.by_listener.items())),
             **{name: self.counts[name] for name in names},
+            **self.partial.stats(),
         }
 
     def close(self) -> None:
         """The broker stops: no episode is summed up after it."""
+        self.partial.close()
         for episode in (
             self.full,
             self.host_full,
@@ -408,5 +374,6 @@ class ConnectionLimits:
             self.unruly,
             self.idle,
             self.no_descriptors,
+            *self.tls_on_plain.values(),
         ):
             episode.cancel()

@@ -31,6 +31,7 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from chute.content import encode_content
+from chute.core.access import Action
 from chute.core.connection import Connection
 from chute.core.consumer import AckMode, Consumer, Entry
 from chute.core.routing import WouldBlock
@@ -50,6 +51,7 @@ from chute.protocol.wire import encode_packet
 from chute.sansio import NeedData
 from chute.server.host import Retry, ServerHost
 from chute.server.native_manage import ManagementRequests, delivered_view
+from chute.server.partial import REFUSE_FROM
 from chute.server.stream import StreamConnection
 
 log = logging.getLogger("chute.server")
@@ -76,6 +78,7 @@ class NativeConnection(ManagementRequests, StreamConnection):
         self.sessions: dict[int, Session] = {}
         self.consumers: dict[int, tuple[Consumer, Session]] = {}
         self._work: Generator[None, None, None] | None = None  # a request acted on in steps
+        self._checked: str | None = None  # the address a packet in progress was allowed
         self._handlers: dict[type, Callable[[p.Header, Any], None]] = {
             p.Send: self._on_send,
             p.SendMany: self._on_send_many,
@@ -125,9 +128,45 @@ class NativeConnection(ManagementRequests, StreamConnection):
             self._protocol_error(exc)
             return
         self._act()
+        if self.core is not None and not self.closing:
+            self._check_unfinished()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self.drop_unfinished()
+        self.server.limits.partial.forget(self)
+
+    def drop_unfinished(self) -> None:
+        """Drop the input not acted on: the connection closes, and what a frame begun
+        holds goes now, not when the garbage collector breaks the connection's cycles."""
+        self.codec.discard()
 
     def _buffered(self) -> int:
         return self.codec.buffered
+
+    def unfinished(self) -> int:
+        """Bytes received and not acted on yet (a packet in progress, mostly)."""
+        return self.codec.buffered
+
+    def _check_unfinished(self) -> None:
+        """What is left of the reads is a packet in progress (:mod:`chute.server.partial`):
+        a large Send to an address this client may not send to is refused from its
+        header, before its body arrives; else its bytes count against the bounds."""
+        core = self.core
+        assert core is not None  # noqa: S101 (the caller checked)
+        size = self.codec.buffered
+        if size >= REFUSE_FROM and not self.broker.access.allows_all:
+            address = self.codec.unfinished_send()
+            if address is not None and address != self._checked:
+                self._checked = address
+                try:
+                    core.authorize(Action.SEND, address)
+                except ChuteError as exc:
+                    self.server.limits.partial.refused(self, address, size, exc.reason)
+                    self.close_with_error(exc.code, exc.reason)
+                    self.drop_unfinished()
+                    return
+        self.server.limits.partial.update(self, core.login, size, self.broker.memory)
 
     # -- packets ----------------------------------------------------------------------
 

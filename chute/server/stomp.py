@@ -36,6 +36,7 @@ import socket
 import time
 from collections.abc import Callable
 
+from chute.core.access import Action
 from chute.core.consumer import Consumer, Entry
 from chute.core.routing import WouldBlock
 from chute.errors import (
@@ -46,14 +47,17 @@ from chute.errors import (
 )
 from chute.sansio import NeedData
 from chute.server.host import Retry, ServerHost
+from chute.server.partial import REFUSE_FROM
 from chute.server.stream import Hold, StreamConnection
 from chute.stomp import heartbeat
 from chute.stomp.adapter import (
     AckToken,
+    is_temp_queue,
     message_frame,
     negotiate_version,
     require,
     subscribe_options,
+    to_address,
 )
 from chute.stomp.codec import StompCodec
 from chute.stomp.frames import HEARTBEAT, SUPPORTED_VERSIONS, Frame
@@ -92,6 +96,7 @@ class StompConnection(StreamConnection):
         # max_packet_size once the client logged in
         self.codec = StompCodec(max_frame_size=server.config.login_frame_size)
         self.stomp: StompSession | None = None  # once CONNECTED
+        self._checked: list[tuple[str, str]] | None = None  # a frame in progress let go on
         self._handlers: dict[str, Callable[[Frame], None]] = {
             "SEND": self._on_send,
             "SUBSCRIBE": self._on_subscribe,
@@ -120,9 +125,61 @@ class StompConnection(StreamConnection):
             self._protocol_error(exc, None)
             return
         self._act()
+        if self.core is not None and not self.closing:
+            self._check_unfinished()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self.drop_unfinished()
+        self.server.limits.partial.forget(self)
+
+    def drop_unfinished(self) -> None:
+        """Drop the input not acted on: the connection closes, and what a frame begun
+        holds goes now, not when the garbage collector breaks the connection's cycles."""
+        self.codec.discard()
 
     def _buffered(self) -> int:
         return self.codec.buffered
+
+    def unfinished(self) -> int:
+        """Bytes received and not acted on yet (a frame in progress, mostly)."""
+        return self.codec.buffered
+
+    def _check_unfinished(self) -> None:
+        """What is left of the reads is a frame in progress (:mod:`chute.server.partial`):
+        a large SEND to a destination this client may not send to is refused from its
+        headers, before its body arrives; else its bytes count against the bounds."""
+        core = self.core
+        assert core is not None  # noqa: S101 (the caller checked)
+        codec = self.codec
+        size = codec.buffered
+        if size >= REFUSE_FROM and not self.broker.access.allows_all:
+            head = codec.head
+            if head is not None and head[1] is not self._checked:
+                command, headers = head
+                self._checked = headers
+                refused = self._refused_send(headers) if command == "SEND" else None
+                if refused is not None:
+                    destination, exc = refused
+                    self.server.limits.partial.refused(self, destination, size, exc.reason)
+                    self._error_and_close(_failed(Frame(command, tuple(headers)), exc))
+                    self.drop_unfinished()
+                    return
+        self.server.limits.partial.update(self, core.login, size, self.broker.memory)
+
+    def _refused_send(self, headers: list[tuple[str, str]]) -> tuple[str, ChuteError] | None:
+        """The destination of a SEND with ``headers`` and why it will be refused whatever
+        its body (None: it may go on); a temporary queue is left to the frame (using one
+        makes it)."""
+        destination = next((value for name, value in headers if name == "destination"), None)
+        if destination is None or is_temp_queue(destination):
+            return None
+        try:
+            assert self.core is not None  # noqa: S101 (logged in)
+            self.core.authorize(Action.SEND, to_address(destination))
+        except ChuteError as exc:
+            return destination, exc
+        return None
 
     # -- frames -------------------------------------------------------------------------
 
@@ -335,14 +392,7 @@ class StompConnection(StreamConnection):
             exc.code,
             exc.reason,
         )
-        self._error_and_close(
-            Frame.error(
-                exc.reason,
-                f"{frame.command} failed: {exc.code}: {exc.reason}",
-                receipt_id=frame.header("receipt"),
-                headers=[("code", exc.code)],
-            )
-        )
+        self._error_and_close(_failed(frame, exc))
 
     def _protocol_error(self, exc: RemoteProtocolError, frame: Frame | None) -> None:
         self._log_protocol_error(exc.reason, exc.error_code)
@@ -436,6 +486,16 @@ class StompConnection(StreamConnection):
 
     def _lift_login_limit(self) -> None:
         self.codec.max_frame_size = self.server.config.max_packet_size
+
+
+def _failed(frame: Frame, exc: ChuteError) -> Frame:
+    """The ERROR frame for ``frame``, which ``exc`` refused."""
+    return Frame.error(
+        exc.reason,
+        f"{frame.command} failed: {exc.code}: {exc.reason}",
+        receipt_id=frame.header("receipt"),
+        headers=[("code", exc.code)],
+    )
 
 
 def _error_frame(code: str, reason: str) -> Frame:

@@ -39,7 +39,10 @@ Safety: session ids are 192 random bits; a request naming an unknown one gets
 refused (``403``), and a POST must say ``application/x-chute``, a type a page
 cannot send across origins without a preflight this endpoint never answers.
 Every session holds a :class:`~chute.server.limits.Ticket` (``max_connections``,
-per host, the login deadline).
+per host, the login deadline); until its connection logged in, a POST's body is at
+most the login budget (``max_login_frame_size`` and a little, ``413`` past it),
+refused from its ``Content-Length`` or as it comes, so a stranger cannot make the
+broker hold a body of ``max_packet_size``.
 
 Lives on the server's event loop only.
 """
@@ -47,6 +50,7 @@ Lives on the server's event loop only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import time
@@ -68,6 +72,10 @@ CONTENT_TYPE: Final = "application/x-chute"
 SEQ: Final = "Chute-Seq"
 MAX_ANSWER: Final = 4 << 20
 """The most one poll's answer carries (the rest waits for the next poll)."""
+DRAIN: Final = 2 << 20
+"""A refused body announced as at most this long is read and dropped before the close."""
+DRAIN_S: Final = 1.0
+"""... for at most this long."""
 
 
 class TunnelTransport(asyncio.Transport):
@@ -280,6 +288,26 @@ async def _first(*events: asyncio.Event, within: float) -> None:
             wait.cancel()
 
 
+async def _too_large(request: web.Request, limit: int, what: str) -> web.Response:
+    """``413``, written now, then the HTTP connection closes. A body announced as at
+    most :data:`DRAIN` bytes is read and dropped first (for :data:`DRAIN_S` at most), so
+    that its client, still sending it, gets the answer rather than a reset; a larger
+    one is not read at all (aiohttp would read and drop it for a while)."""
+    response = _error(413, f"a body of at most {limit} bytes{what}")
+    response.force_close()
+    await response.prepare(request)
+    await response.write_eof()
+    length = request.content_length
+    if length is not None and length <= DRAIN:
+        with contextlib.suppress(ConnectionError, TimeoutError):
+            async with asyncio.timeout(DRAIN_S):
+                while await request.content.readany():
+                    pass
+    if request.transport is not None:
+        request.transport.close()
+    return response
+
+
 def _error(status: int, text: str) -> web.Response:
     return web.Response(status=status, text=text + "\n", headers={"Cache-Control": "no-store"})
 
@@ -343,9 +371,17 @@ class Tunnels:
             seq = int(request.headers.get(SEQ, ""))
         except ValueError:
             return _error(400, f"a {SEQ} header (1, 2, 3, ...) is required")
-        limit = body_limit(self.server.config.max_packet_size)
+        limit, what = self._body_limit(session)
         if request.content_length is not None and request.content_length > limit:
-            return _error(413, f"a body of at most {limit} bytes")
+            return await _too_large(request, limit, what)
+
+        conn = session.conn
+        partial = self.server.limits.partial
+
+        def held(size: int) -> None:
+            """The body read so far counts as the connection's input in progress."""
+            if conn.core is not None and not conn.closing:
+                partial.update(conn, conn.core.login, conn.unfinished() + size, None)
 
         async def body() -> bytes | web.Response:
             parts: list[bytes] = []
@@ -354,14 +390,30 @@ class Tunnels:
                 async for chunk in request.content.iter_any():
                     size += len(chunk)
                     if size > limit:
-                        return _error(413, f"a body of at most {limit} bytes")
+                        held(0)
+                        return await _too_large(request, limit, what)
                     parts.append(chunk)
+                    held(size)
+                    if conn.closing:  # a bound on input in progress closed it
+                        return _error(410, "the session has ended")
             except ConnectionError:  # the client (or a proxy) gave up: nothing of it is fed
+                held(0)
                 log.debug("native over HTTP: a POST from %s was cut off", request.remote)
                 return _error(400, "the body did not arrive whole")
             return b"".join(parts)
 
         return await session.post(seq, body)
+
+    def _body_limit(self, session: TunnelSession) -> tuple[int, str]:
+        """The largest POST body ``session`` may send now, and what to add to a refusal.
+
+        Until its connection logged in, a session sends its login: a body holds at most
+        the login budget (``max_login_frame_size`` and a little), as a socket's bytes
+        before login do (:class:`~chute.server.limits.Ticket`); refused from its
+        ``Content-Length``, or as it comes, before the broker holds more of it."""
+        if session.ticket.authenticated:
+            return body_limit(self.server.config.max_packet_size), ""
+        return self.server.limits.login_budget, " before login (server.max_login_frame_size)"
 
     async def poll(self, request: web.Request) -> web.StreamResponse:
         session = self._found(request, post=False)

@@ -149,6 +149,24 @@ class FrameParser:
         """Bytes received but not yet returned as frames or heart-beats."""
         return len(self._buf) - self._pos
 
+    @property
+    def head(self) -> tuple[str, list[tuple[str, str]]] | None:
+        """The command and headers of the frame being received, once they are all here
+        and while its body is not (else None): a driver may refuse the frame from them
+        before its body arrives. The list is the frame's own: a new one per frame."""
+        if self._stage is not _BODY or self._command is None:
+            return None
+        return self._command, self._headers
+
+    def discard(self) -> None:
+        """Drop every byte buffered (the connection is gone): a frame begun may be large,
+        and the connection object may outlive its loss until the garbage collector
+        breaks its reference cycles."""
+        self._buf = b""
+        self._pos = self._line = self._body = self._scan = 0
+        self._headers = []
+        self._stage = START
+
     def receive_data(self, data: bytes) -> None:
         """Feed bytes read from the peer; ``b""`` means the peer closed its side.
 

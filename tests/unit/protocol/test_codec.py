@@ -408,3 +408,23 @@ def test_on_deliver_matches_the_generic_path_on_mutated_input(
     index %= len(data)
     data[index : index + len(patch)] = patch
     _deliveries(bytes(data), step)
+
+
+def test_unfinished_send_names_its_address_before_its_body() -> None:
+    """A Send's address is known from its first bytes, whichever reads cut them, and
+    only while the rest of the packet has not arrived."""
+    data = encode_packet(p.Send(1, "queue:a.b", Message(body=b"x" * 5000)), 0, 1, 0, 1)
+    for cut in range(2, 60):
+        codec = PacketCodec()
+        codec.receive_data(data[: cut // 2])
+        codec.receive_data(data[cut // 2 : cut])
+        expected = "queue:a.b" if cut >= 18 + 10 + len("queue:a.b") else None
+        assert codec.unfinished_send() == expected, cut
+    codec = PacketCodec()
+    codec.receive_data(data)
+    assert codec.unfinished_send() is None  # whole: acted on as a packet
+    codec.discard()
+    assert codec.buffered == 0
+    ping = encode_packet(p.Ping(), 0, 0, 0, 1)
+    codec.receive_data(ping + ping[:5])
+    assert codec.unfinished_send() is None  # not a Send

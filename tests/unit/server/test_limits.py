@@ -10,7 +10,8 @@ from typing import Any, cast
 import pytest
 
 from chute.config import ServerConfig
-from chute.server.limits import LOGIN_ALLOWANCE, ConnectionLimits, Episode, Ticket
+from chute.server.episode import Episode
+from chute.server.limits import LOGIN_ALLOWANCE, ConnectionLimits, Ticket
 
 
 class FakeTransport:

@@ -650,3 +650,17 @@ def test_garbage_byte_by_byte_same_as_whole(data: bytes) -> None:
     whole = outcome(StompCodec(), [data] if data else [])
     split = outcome(StompCodec(), [data[i : i + 1] for i in range(len(data))])
     assert whole == split
+
+
+def test_head_of_a_frame_whose_body_is_still_to_come() -> None:
+    codec = StompCodec()
+    codec.receive_data(b"SEND\ndestination:/queue/a\ncontent-length:100\n\nabc")
+    assert isinstance(codec.next_frame(), NeedData)
+    assert codec.head == ("SEND", [("destination", "/queue/a"), ("content-length", "100")])
+    codec.discard()
+    assert codec.buffered == 0
+    assert codec.head is None
+    codec.receive_data(b"SEND\ndestination:/queue/b\n\nx\0")
+    frame = codec.next_frame()
+    assert isinstance(frame, Frame)
+    assert frame.body == b"x"
