@@ -205,25 +205,23 @@ def partial_frames(t: Target, stop: Any) -> None:
 
 
 def stuck_subscriber_small_disk(t: Target, stop: Any) -> None:
-    """A durable STOMP subscriber to ``topic:news`` (client acks) that never reads its
-    socket nor acks, and a producer of persistent 8 KiB messages to the topic: what
-    the subscription holds piles up on a small disk."""
+    """A STOMP subscriber to ``topic:news`` (client acks) that never reads its socket nor
+    acks, and a producer of non-persistent 8 KiB messages to the topic, as fast as it
+    can: what the subscription's bound drops goes to the dead-letter queue. Once that
+    made a journal write of every dropped message and filled a small disk, and every
+    producer waited. (A durable subscription keeps what it is sent, as a queue does:
+    bound it with the topic's ``max_bytes``.)"""
     stuck = socket.create_connection(("127.0.0.1", t.stomp))
     stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    stuck.sendall(
-        b"CONNECT\naccept-version:1.2\nhost:x\nlogin:bystander\npasscode:pw\nclient-id:stuck\n\n\0"
-    )
+    stuck.sendall(b"CONNECT\naccept-version:1.2\nhost:x\nlogin:bystander\npasscode:pw\n\n\0")
     stuck.recv(4096)
-    stuck.sendall(
-        b"SUBSCRIBE\nid:0\ndestination:/topic/news\nack:client-individual\n"
-        b"durable-subscription-name:stuck\n\n\0"
-    )
+    stuck.sendall(b"SUBSCRIBE\nid:0\ndestination:/topic/news\nack:client-individual\n\n\0")
     body = b"s" * 8192
     with t.connect() as conn, conn.session() as s:
         while not stop.is_set():
             try:
                 for _ in range(64):
-                    s.send("topic:news", body)
+                    s.send("topic:news", body, persistent=False)
                 s.flush()
             except chute.ChuteError:
                 stop.wait(0.1)  # refused (the disk): try again
@@ -330,7 +328,7 @@ ATTACKS: dict[str, tuple[Callable[[Target, Any], None], Setup]] = {
             # the disk fills within a run of a few seconds
             config='segment_size = "8MiB"\ndisk_free_limit = "16MiB"\nflow_backlog = 0\n',
             users=True,
-            disk="160m",
+            disk="200m",
         ),
     ),
     "log-flood": (log_flood, Setup()),
