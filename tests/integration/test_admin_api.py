@@ -417,8 +417,8 @@ def test_move_sends_waiting_messages_to_another_destination(broker: Broker) -> N
         assert [m.body for m in got if m is not None] == [b"m2", b"m3", b"m0"]
     assert call(broker, "GET", "/api/destinations/queue:from").body["depth"] == 1
     expect_error(call(broker, "POST", "/api/destinations/queue:from/move", {}), 400)
-    expect_error(
-        call(broker, "POST", "/api/destinations/queue:from/move", {"to": "queue:nowhere"}), 404
+    expect_error(  # no such source (a target that does not exist is made)
+        call(broker, "POST", "/api/destinations/queue:nowhere/move", {"to": "queue:to"}), 404
     )
     expect_error(
         call(broker, "POST", "/api/destinations/queue:from/move", {"to": "queue:from"}), 400

@@ -275,7 +275,7 @@ def test_a_second_move_of_one_queue_waits_for_the_first(broker: Broker) -> None:
     assert refused["error"] == "move-running"
     assert f"DELETE /api/moves/{first['id']}" in refused["message"]
     assert call(broker, "DELETE", f"/api/moves/{first['id']}")[1]["state"] == "cancelled"
-    status, bad = call(broker, "POST", "/api/destinations/queue:deep/move", {"to": "queue:nowhere"})
+    status, bad = call(broker, "POST", "/api/destinations/queue:nowhere/move", {"to": "queue:x"})
     assert status == 404, bad  # a bad request is answered, not left in a failed job
     assert [j["id"] for j in call(broker, "GET", "/api/moves")[1]["moves"]] == [first["id"]]
 
