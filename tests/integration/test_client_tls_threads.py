@@ -7,10 +7,11 @@ busy machine about one ``wss://`` connect in a thousand waited for its HTTP 101
 until the broker's ``login_timeout_ms`` closed it, "past its TLS handshake, 0
 bytes since"), too rarely for a test to catch by chance: ``python -m
 bench.tls_connects --kinds chute-wss`` runs thousands. What a test can check
-every time is the cause: no :class:`ssl.SSLSocket` of the connection is entered
-by two threads (the library's own socket was: its reader thread's ``recv``, the
-writer's ``sendall``); the client keeps the TLS state in an
-:class:`ssl.SSLObject` behind a lock instead.
+every time is the cause: no :class:`ssl.SSLSocket` of a connection is entered
+by two threads, over ``wss://``, ``https://`` and ``chutes://`` (the library's
+own socket was: its reader thread's ``recv``, the writer's ``sendall``). The
+client keeps the TLS state in an :class:`ssl.SSLObject` behind a lock instead
+(``https://`` has a connection per thread).
 """
 
 from __future__ import annotations
@@ -68,14 +69,15 @@ class ThreadsPerSocket:
             monkeypatch.setattr(ssl.SSLSocket, name, entered)
 
 
-@pytest.mark.parametrize("scheme", ["wss", "chutes"])
+@pytest.mark.parametrize("scheme", ["wss", "https", "chutes"])
 def test_no_tls_socket_is_used_by_two_threads(
     scheme: str,
     tls_broker: tuple[ChuteServer, int, int, Path],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _, native, http, ca = tls_broker
-    url = f"wss://127.0.0.1:{http}/chute" if scheme == "wss" else f"chutes://127.0.0.1:{native}"
+    port = native if scheme == "chutes" else http
+    url = f"{scheme}://127.0.0.1:{port}" + ("" if scheme == "chutes" else "/chute")
     used = ThreadsPerSocket(monkeypatch)
     q = f"queue:tls-threads.{uuid.uuid4().hex[:8]}"
     with chute.connect(url, tls_ca=str(ca)) as conn, conn.session() as session:
