@@ -7,7 +7,13 @@ disconnect ``--count`` times in all, round robin over:
 
 * ``tls``: chute's blocking client, ``chutes://`` with a password;
 * ``stomp-tls``: stomp.py over TLS, a password or a client certificate;
-* ``wss``: stomp.py's ``WSStompConnection`` (websocket-client) over ``wss://``.
+* ``wss``: stomp.py's ``WSStompConnection`` (websocket-client) over ``wss://``;
+* ``chute-wss``, ``chute-https``: chute's blocking client over ``wss://`` and
+  ``https://`` (the HTTP port);
+* ``aio-tls``, ``aio-wss``, ``aio-https``: chute's asyncio client over
+  ``chutes://``, ``wss://`` and ``https://``.
+
+``--kinds`` picks some of them (all by default).
 
 stomp.py reads on its own thread while the caller's thread writes, over one SSL
 object, which OpenSSL does not allow: now and then a WSS connection then reads a
@@ -25,12 +31,15 @@ failed handshakes and its log lines about connections closed by
     python -m bench.tls_connects                     # 3,000 logins, 2 burners
     python -m bench.tls_connects --count 6000 --burners 3 --threads 16
     python -m bench.tls_connects --stock-stomp     # stomp.py's own race included
+    python -m bench.tls_connects --kinds chute-wss --count 3000
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
+import functools
 import itertools
 import json
 import logging
@@ -51,10 +60,11 @@ from stomp.adapter.ws import WSTransport
 from stomp.transport import Transport
 
 import chute
+import chute.client.aio
 from bench.native import free_port
 from chute.cli.cert import client_files, make_files
 
-KINDS = ("tls", "stomp-tls", "wss")
+KINDS = ("tls", "stomp-tls", "wss", "chute-wss", "chute-https", "aio-tls", "aio-wss", "aio-https")
 LOGIN_TIMEOUT_S = 10.0
 USERS = (
     '[users.bob]\npassword = "pw"\nroles = ["all"]\n'
@@ -117,10 +127,35 @@ class Login:
         cert, key = client_files(pki, "alice")
         self.cert, self.key = str(cert), str(key)
 
-    def tls(self, n: int) -> None:
-        url = f"chutes://127.0.0.1:{self.broker.tls}"
-        with chute.connect(url, tls_ca=self.ca, login="bob", passcode="pw") as conn:
+    def url(self, scheme: str) -> str:
+        if scheme == "chutes":
+            return f"chutes://127.0.0.1:{self.broker.tls}"
+        return f"{scheme}://127.0.0.1:{self.broker.http}/chute"
+
+    def credentials(self, n: int) -> dict[str, Any]:
+        """A password, or (every other time) the client certificate, which logs alice in."""
+        if n % 2:
+            return {"tls_cert": self.cert, "tls_key": self.key}
+        return {"login": "bob", "passcode": "pw"}
+
+    def chute(self, scheme: str, n: int) -> None:
+        """chute's blocking client."""
+        url = self.url(scheme)
+        with chute.connect(url, tls_ca=self.ca, **self.credentials(n)) as conn:
             conn.session().close()
+
+    def aio(self, scheme: str, n: int) -> None:
+        """chute's asyncio client, on a loop of its own."""
+
+        async def once() -> None:
+            url = self.url(scheme)
+            async with chute.client.aio.connect(url, tls_ca=self.ca, **self.credentials(n)) as conn:
+                await conn.session().close()
+
+        asyncio.run(once())
+
+    def tls(self, n: int) -> None:
+        self.chute("chutes", n)
 
     def _stomp(self, conn: stomp.Connection12, n: int) -> None:
         if n % 2:  # the client certificate logs alice in
@@ -200,7 +235,14 @@ def burn(count: int) -> list[subprocess.Popen[bytes]]:
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
 
 
-def run(count: int, threads: int, burners: int, *, stock: bool = False) -> dict[str, Any]:
+def run(
+    count: int,
+    threads: int,
+    burners: int,
+    *,
+    stock: bool = False,
+    kinds: tuple[str, ...] = KINDS,
+) -> dict[str, Any]:
     if not stock:
         serialize_stomp_ssl()
     with tempfile.TemporaryDirectory(prefix="chute-bench-tls-") as tmp_name:
@@ -214,6 +256,11 @@ def run(count: int, threads: int, burners: int, *, stock: bool = False) -> dict[
             "tls": login.tls,
             "stomp-tls": login.stomp_tls,
             "wss": login.wss,
+            "chute-wss": functools.partial(login.chute, "wss"),
+            "chute-https": functools.partial(login.chute, "https"),
+            "aio-tls": functools.partial(login.aio, "chutes"),
+            "aio-wss": functools.partial(login.aio, "wss"),
+            "aio-https": functools.partial(login.aio, "https"),
         }
         numbers = itertools.count()
         lock = threading.Lock()
@@ -226,10 +273,10 @@ def run(count: int, threads: int, burners: int, *, stock: bool = False) -> dict[
                     n = next(numbers)
                 if n >= count:
                     return
-                kind = KINDS[n % len(KINDS)]
+                kind = kinds[n % len(kinds)]
                 began = time.monotonic()
                 try:
-                    calls[kind](n // len(KINDS))
+                    calls[kind](n // len(kinds))
                 except Exception as exc:  # noqa: BLE001 - every failure is a lost login
                     took = time.monotonic() - began
                     with lock:
@@ -266,13 +313,14 @@ def run(count: int, threads: int, burners: int, *, stock: bool = False) -> dict[
             "threads": threads,
             "burners": burners,
             "stomp_ssl_serialized": not stock,
+            "kinds": list(kinds),
             "seconds": round(elapsed, 1),
             "lost": sum(sum(c.values()) for c in lost.values()),
             "client_warnings": dict(said.counts.most_common(10)),
             "login_deadline_log_lines": deadline_lines[:10],
             "broker_warnings": warnings[:10],
         }
-        for kind in KINDS:
+        for kind in kinds:
             took = sorted(times[kind])
             result[kind] = {
                 "logins": len(took),
@@ -292,9 +340,17 @@ def main() -> None:
     parser.add_argument(
         "--stock-stomp", action="store_true", help="stomp.py as it comes (its SSL race too)"
     )
+    parser.add_argument(
+        "--kinds",
+        default=",".join(KINDS),
+        help=f"comma-separated, round robin (default: all of {','.join(KINDS)})",
+    )
     args = parser.parse_args()
+    kinds = tuple(kind for kind in args.kinds.split(",") if kind)
+    if not kinds or set(kinds) - set(KINDS):
+        parser.error(f"--kinds: a comma-separated choice of {', '.join(KINDS)}")
     with contextlib.suppress(KeyboardInterrupt):
-        result = run(args.count, args.threads, args.burners, stock=args.stock_stomp)
+        result = run(args.count, args.threads, args.burners, stock=args.stock_stomp, kinds=kinds)
         print(json.dumps(result, indent=2))
 
 

@@ -8,6 +8,10 @@ packets are the same whatever carries them.
 - :class:`WebSocketChannel` (``ws://``, ``wss://``): binary messages on the
   broker's ``/chute``, through the ``websockets`` library (which also goes
   through the proxy that ``HTTPS_PROXY``/``HTTP_PROXY`` name, by ``CONNECT``).
+  Its TLS is :class:`~chute.client.tls.SelectableTlsSocket`, not the library's
+  :class:`ssl.SSLSocket`: the library reads on a thread of its own while the
+  writer thread sends, and one OpenSSL connection must not be used by two
+  threads at once.
 - :class:`HttpChannel` (``http://``, ``https://``): for networks where only plain
   requests pass. ``sendall`` POSTs the bytes; ``recv`` holds a poll (a GET the
   broker answers as soon as it has bytes for the client). Requests are numbered
@@ -27,7 +31,7 @@ import json
 import socket
 import ssl
 import urllib.request
-from typing import Final, Protocol
+from typing import Final, Protocol, cast
 from urllib.parse import urlsplit
 
 from websockets.exceptions import (
@@ -36,10 +40,11 @@ from websockets.exceptions import (
     InvalidHandshake,
     InvalidMessage,
 )
-from websockets.sync.client import ClientConnection, connect
+from websockets.sync.client import ClientConnection, reconnect
+from websockets.sync.utils import Deadline
 from websockets.typing import Subprotocol
 
-from chute.client.tls import describe
+from chute.client.tls import SelectableTlsSocket, describe
 from chute.client.url import BrokerUrl
 from chute.errors import ConnectError
 
@@ -99,12 +104,23 @@ def proxy_for(target: BrokerUrl) -> tuple[str, int] | None:
     return parts.hostname, parts.port or 8080
 
 
+class _Connecting(reconnect):
+    """``websockets``' connecting, with the TLS of :class:`SelectableTlsSocket`."""
+
+    def enable_tls(self, sock: socket.socket, deadline: Deadline) -> socket.socket:
+        context = self.ssl if self.ssl is not None else ssl.create_default_context()
+        sock.settimeout(deadline.timeout())
+        tls = SelectableTlsSocket(sock, context, self.server_hostname or self.ws_uri.host)
+        sock.settimeout(None)
+        return cast(socket.socket, tls)  # the library uses what a socket has of it
+
+
 class WebSocketChannel:
     """The native protocol in binary WebSocket messages (``ws://``, ``wss://``)."""
 
     def __init__(self, target: BrokerUrl, timeout: float, context: ssl.SSLContext | None) -> None:
         try:
-            self._ws: ClientConnection = connect(
+            self._ws: ClientConnection = _Connecting(
                 target.http_url(),
                 ssl=context,
                 subprotocols=[Subprotocol(SUBPROTOCOL)],
@@ -112,10 +128,10 @@ class WebSocketChannel:
                 max_size=None,
                 open_timeout=timeout,
                 ping_interval=None,  # the protocol's own heartbeats watch the connection
-                legacy=True,  # a connection to use directly, not a context manager
-            )
+            ).connect()
         except (OSError, InvalidHandshake, TimeoutError) as exc:
             raise failure(target, exc, "open a WebSocket to") from None
+        self._ws.pending_legacy_warning = False  # a connection to use directly, no `with`
         self._ws.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def sendall(self, data: bytes) -> None:

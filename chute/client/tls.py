@@ -1,10 +1,18 @@
-"""TLS for the blocking client: ``chutes://`` URLs.
+"""TLS for the blocking client: ``chutes://`` and ``wss://`` URLs.
 
 The blocking client reads on one thread and writes on another. An OpenSSL
 connection must not be used by two threads at once, and a lock around a
 blocking ``SSLSocket.recv`` would stall every write behind it. So the TLS
 state is an :class:`ssl.SSLObject` over memory BIOs: the crypto runs under a
 short lock, and the socket calls (which block) run outside it.
+
+The ``websockets`` library reads on a thread of its own too, so ``wss://``
+goes through the same code (:class:`SelectableTlsSocket`). Over an
+:class:`ssl.SSLSocket` shared by two threads, a TLS 1.3 session ticket that
+the reading thread processes while the other writes now and then loses or
+corrupts the write: the WebSocket's upgrade request never reaches the broker
+(which closes the connection at its ``login_timeout_ms``, "past its TLS
+handshake, 0 bytes since") or reaches it as a record that fails to decrypt.
 
 The broker side is asyncio's own TLS (:mod:`chute.server.tls`), so nothing
 here is on the broker's path.
@@ -160,7 +168,7 @@ class TlsSocket:
         while True:
             with self._lock:
                 try:
-                    return self._tls.read(size)
+                    return self._read(size)
                 except ssl.SSLWantReadError:
                     pass
                 except ssl.SSLZeroReturnError:
@@ -176,8 +184,43 @@ class TlsSocket:
             with self._lock:
                 self._incoming.write(data)
 
+    def _read(self, size: int) -> bytes:
+        """What one record holds (under the lock); SSLWantReadError when none is whole."""
+        return self._tls.read(size)
+
     def shutdown(self, how: int) -> None:
         self._sock.shutdown(how)
 
     def close(self) -> None:
         self._sock.close()
+
+
+class SelectableTlsSocket(TlsSocket):
+    """A :class:`TlsSocket` for a reader that waits with ``select`` on the socket
+    before each ``recv`` (the ``websockets`` library's): ``recv`` returns every
+    record already received, whatever ``size`` (a record left in the TLS buffer
+    would wait for the next bytes on the socket, which may never come, and so
+    would the broker's close_notify); the
+    socket's other methods (``fileno``, ``settimeout``, ``getpeername``, ...)
+    are the plain socket's. ``close`` shuts the socket down first, so that a
+    thread blocked in ``recv`` returns."""
+
+    def _read(self, size: int) -> bytes:
+        chunks = [self._tls.read(_CHUNK)]  # SSLWantReadError: nothing whole yet
+        with contextlib.suppress(ssl.SSLWantReadError, ssl.SSLZeroReturnError):
+            while chunks[-1]:
+                chunks.append(self._tls.read(_CHUNK))
+        if len(chunks) > 1 and not chunks[-1]:
+            # the broker's close_notify came with the data and is read already: the
+            # next recv returns b"" at once, and shutting reading down wakes the select
+            with contextlib.suppress(OSError):
+                self._sock.shutdown(socket.SHUT_RD)
+        return b"".join(chunks)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        self._sock.close()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._sock, name)
