@@ -73,6 +73,10 @@ job moved is written by the writer's thread: a sync on the loop, or admission's
 "writer behind" line, must not meet a pile of it)."""
 WAIT_S: Final = 0.002
 """How long a job waits for the writer before it looks again (seconds)."""
+SYNCS_OFF_LOOP_S: Final = 1.0
+"""After each of a job's turns, for this long no sync runs on the broker's loop (they go
+to the writer's thread, joining the job's writes): a producer's sync on the loop would
+wait for the disk the job keeps busy, and hold every client meanwhile."""
 KEPT: Final = 32
 """Finished jobs kept for ``GET /api/moves``."""
 
@@ -243,6 +247,8 @@ class MoveJobs:
                 if store.backlog() > BACKLOG or store.reading_waits():
                     await asyncio.sleep(WAIT_S)  # the writer's work first: it holds the store
                     continue
+                # the job keeps the disk busy: a producer's sync is not to wait on the loop
+                store.syncs_off_loop(SYNCS_OFF_LOOP_S)
                 began = clock()
                 end = began + TURN_S
                 while True:

@@ -195,6 +195,13 @@ class Store(Protocol):
         writes as it records): the core holds producers off while it is large
         (:mod:`chute.core.admission`). Cheap enough to ask on every send."""
 
+    def syncs_off_loop(self, seconds: float) -> None:
+        """For the next ``seconds``, run no sync on the caller's thread (the broker's
+        loop): each goes to the store's own thread. Bulk work (a move job) asks it while
+        it runs: it keeps the disk busy, and a producer's sync run on the loop would
+        hold every client while the disk catches up. Cheap; a store that never syncs
+        on the caller's thread ignores it."""
+
     def reading_waits(self) -> bool:
         """Whether reading paged messages (:meth:`page_in`) would wait now for the store's
         own work (the journal's reclaim pass holds its index): work that can wait

@@ -228,6 +228,9 @@ class Gathering:
     def backlog(self) -> int:
         return self.store.backlog()
 
+    def syncs_off_loop(self, seconds: float) -> None:
+        self.store.syncs_off_loop(seconds)
+
     def reading_waits(self) -> bool:
         return self.store.reading_waits()
 

@@ -327,6 +327,9 @@ class Journal:
         """Bytes appended that the writer thread has not written yet."""
         return self._intake.pending_bytes
 
+    def syncs_off_loop(self, seconds: float) -> None:
+        self._writer.no_inline_for(seconds)
+
     def reading_waits(self) -> bool:
         """Whether the writer holds its index now (a reclaim pass holds it throughout:
         a paging read would wait for the whole pass)."""

@@ -95,6 +95,9 @@ class MemoryStore:
     def backlog(self) -> int:
         return 0
 
+    def syncs_off_loop(self, seconds: float) -> None:
+        pass  # it syncs nothing
+
     def reading_waits(self) -> bool:
         return False
 

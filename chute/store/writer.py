@@ -236,6 +236,10 @@ class Writer:
         if self.space.reclaim_wanted(self.bytes_written):
             self._reclaim_due = True
 
+    def no_inline_for(self, seconds: float) -> None:
+        """Run no sync inline (:meth:`run_inline`) for the next ``seconds``."""
+        self._inline_from = max(self._inline_from, time.monotonic() + seconds)
+
     def run_inline(self, callbacks: list[SyncCallback]) -> bool:
         """Write, sync and call back on the caller's thread, if the writer is idle.
 

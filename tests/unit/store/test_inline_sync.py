@@ -63,3 +63,19 @@ def test_a_slow_sync_sends_the_next_ones_to_the_writer_thread(tmp_path: Path) ->
             assert thread != threading.current_thread().name  # the writer called back
     with Journal(tmp_path) as journal:
         assert sorted(m.seq for m in journal.recover().messages["queue:q"]) == [1, 2]
+
+
+def test_while_bulk_work_asks_no_sync_runs_on_the_callers_thread(tmp_path: Path) -> None:
+    """A move job keeps the disk busy and asks for its syncs to stay off the loop: a
+    producer's sync then goes to the writer thread, and is inline again once that ends."""
+    with Journal(tmp_path) as journal:
+        journal.syncs_off_loop(60)
+        inline, thread = synced_inline(journal, 1)
+        assert not inline
+        assert thread != threading.current_thread().name  # the writer called back
+    with Journal(tmp_path) as journal:
+        journal.syncs_off_loop(0)
+        inline, thread = synced_inline(journal, 2)
+        assert inline
+        assert thread == threading.current_thread().name
+        assert sorted(m.seq for m in journal.recover().messages["queue:q"]) == [1, 2]
