@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test install install-test lint demo java chromium tinyproxy venv
+.PHONY: run test test-fast test-unit test-integration test-heavy install install-test lint demo java chromium tinyproxy venv
 
 java:
 	sh scripts/ensure-java.sh
@@ -35,8 +35,28 @@ run: install
 	$(PY) examples/demo.py --serve --seconds $(DEMO_SECONDS)
 
 # Second command: install what the tests need, lint, type-check, run every test.
+# One pytest run in lanes (docs/testing.md): TEST_WORKERS processes (pytest-xdist)
+# share out the unit and integration tests; every Spark test runs on one of them, one
+# after another, and every crash test likewise. Its output ends in pytest's summary.
+TEST_WORKERS ?= 3
+XDIST = -n $(TEST_WORKERS) --dist loadgroup
 test: install-test lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(XDIST)
+
+# Fast local feedback (under 3 minutes, no lint): the unit tests with fewer examples
+# per property, and the integration tests that are neither slow, Spark, crash nor
+# acceptance tests.
+FAST = not slow and not spark and not crash and not acceptance
+test-fast:
+	$(PY) -m pytest -q $(XDIST) --hypothesis-profile=fast -m '$(FAST)'
+
+# One lane at a time.
+test-unit:
+	$(PY) -m pytest -q $(XDIST) tests/unit
+test-integration:
+	$(PY) -m pytest -q $(XDIST) tests/integration -m 'not spark and not crash'
+test-heavy:
+	$(PY) -m pytest -q -n 2 --dist loadgroup -m 'spark or crash'
 
 lint:
 	$(PY) -m ruff format --check chute tests bench
