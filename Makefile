@@ -35,7 +35,7 @@ run: install
 	$(PY) examples/demo.py --serve --seconds $(DEMO_SECONDS)
 
 # Second command: install what the tests need, lint, type-check, run every test.
-# One pytest run in lanes (docs/testing.md): TEST_WORKERS processes (pytest-xdist)
+# One pytest run in lanes (README, "Running the tests"): TEST_WORKERS processes (pytest-xdist)
 # share out the unit and integration tests; every Spark test runs on one of them, one
 # after another, and every crash test likewise. Its output ends in pytest's summary.
 TEST_WORKERS ?= 3
