@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,6 +14,16 @@ import chute.aio
 from chute.errors import ChuteError, DestinationFull, InvalidAddress, InvalidSelector
 
 from .conftest import ChuteServer, start_server
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChuteServer]:
+    """One broker for the module's tests that take ``server``: none restarts or stops
+    it and each uses destinations of its own (the tests that do stop a broker start
+    their own)."""
+    srv = start_server(tmp_path_factory.mktemp("broker"))
+    yield srv
+    srv.stop()
 
 
 def _consume_all(url: str, address: str, ready: Any, out: Any, idle: float) -> None:
