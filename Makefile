@@ -44,11 +44,14 @@ test: install-test lint
 	$(PY) -m pytest -q $(XDIST)
 
 # Fast local feedback (under 3 minutes, no lint): the unit tests with fewer examples
-# per property, and the integration tests that are neither slow, Spark, crash nor
-# acceptance tests.
+# per property, then a subset of the integration tests: the client API over TCP (and
+# the dropbox), delivery, hostile input and the command line, each on a real broker.
+FAST_INTEGRATION = tests/integration/test_client_api.py tests/integration/test_delivery.py \
+	tests/integration/test_protocol_errors.py tests/integration/test_cli.py
 FAST = not slow and not spark and not crash and not acceptance
 test-fast:
-	$(PY) -m pytest -q $(XDIST) --hypothesis-profile=fast -m '$(FAST)'
+	$(PY) -m pytest -q $(XDIST) --hypothesis-profile=fast -m '$(FAST)' \
+		-k 'not test_client_api or tcp or files' tests/unit $(FAST_INTEGRATION)
 
 # One lane at a time.
 test-unit:
