@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test install install-test lint demo java chromium tinyproxy venv
+.PHONY: run test test-fast test-unit test-integration test-heavy install install-test lint demo java chromium tinyproxy venv
 
 java:
 	sh scripts/ensure-java.sh
@@ -35,8 +35,31 @@ run: install
 	$(PY) examples/demo.py --serve --seconds $(DEMO_SECONDS)
 
 # Second command: install what the tests need, lint, type-check, run every test.
+# One pytest run in lanes (README, "Running the tests"): TEST_WORKERS processes (pytest-xdist)
+# share out the unit and integration tests; every Spark test runs on one of them, one
+# after another, and every crash test likewise. Its output ends in pytest's summary.
+TEST_WORKERS ?= 3
+XDIST = -n $(TEST_WORKERS) --dist loadgroup
 test: install-test lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(XDIST)
+
+# Fast local feedback (under 3 minutes, no lint): the unit tests with fewer examples
+# per property, then a subset of the integration tests: the client API over TCP (and
+# the dropbox), delivery, hostile input and the command line, each on a real broker.
+FAST_INTEGRATION = tests/integration/test_client_api.py tests/integration/test_delivery.py \
+	tests/integration/test_protocol_errors.py tests/integration/test_cli.py
+FAST = not slow and not spark and not crash and not acceptance
+test-fast:
+	$(PY) -m pytest -q $(XDIST) --hypothesis-profile=fast -m '$(FAST)' \
+		-k 'not test_client_api or tcp or files' tests/unit $(FAST_INTEGRATION)
+
+# One lane at a time.
+test-unit:
+	$(PY) -m pytest -q $(XDIST) tests/unit
+test-integration:
+	$(PY) -m pytest -q $(XDIST) tests/integration -m 'not spark and not crash'
+test-heavy:
+	$(PY) -m pytest -q -n 2 --dist loadgroup -m 'spark or crash'
 
 lint:
 	$(PY) -m ruff format --check chute tests bench

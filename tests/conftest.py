@@ -9,9 +9,31 @@ and asserts the same things. Speed is measured in ``bench/``, never in tests.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
     "chute", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
 )
+settings.register_profile("fast", parent=settings.get_profile("chute"), max_examples=20)
+"""``make test-fast``'s profile (``--hypothesis-profile=fast``): every property, fewer
+examples; ``make test`` runs each with its full count."""
 settings.load_profile("chute")
+
+
+HEAVY_LANES = ("spark", "crash")
+"""Markers whose tests run in a lane of their own under pytest-xdist."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--dist loadgroup`` every test marked ``spark`` goes to one worker, one
+    after another (each Spark session wants most of the machine's memory and CPU), and
+    every ``crash`` test to one worker (they kill brokers mid-write and time their
+    kills): the other workers share out the rest. Without xdist nothing changes."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        for lane in HEAVY_LANES:
+            if item.get_closest_marker(lane) is not None:
+                item.add_marker(pytest.mark.xdist_group(lane))
+                break

@@ -34,14 +34,32 @@ _EPHEMERAL: Final = _ephemeral_ports()
 _picked: set[int] = set()
 
 
+def _worker_ports() -> range:
+    """The ports this test process picks from: below the kernel's ephemeral range, and
+    under pytest-xdist a slice of its own per worker (``gw0``, ``gw1``, ...), so two
+    workers never hand out the same port between its check and its server's bind."""
+    low, high = 20000, min(_EPHEMERAL.start, 32768)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker.startswith("gw") or count <= 1:
+        return range(low, high)
+    index = int(worker[2:]) % count
+    size = (high - low) // count
+    return range(low + index * size, low + (index + 1) * size)
+
+
+_PORTS: Final = _worker_ports()
+
+
 def free_port() -> int:
     """A TCP port nothing listens on, for a server to bind later.
 
     Picked below the kernel's ephemeral range: a port from that range (what binding to
     port 0 gives) may be handed to some client's outgoing connection before the server
     binds it, which made a test fail now and then with "address already in use".
+    Each xdist worker picks from its own slice (:func:`_worker_ports`).
     """
-    low, high = 20000, min(_EPHEMERAL.start, 32768) - 1
+    low, high = _PORTS.start, _PORTS.stop - 1
     for _ in range(1000):
         port = random.randint(low, high)
         if port in _picked:

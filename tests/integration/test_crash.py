@@ -70,6 +70,8 @@ from chute.errors import ConnectError, RequestTimeout
 
 from .conftest import ChuteServer, start_server
 
+pytestmark = pytest.mark.crash
+
 QUEUE = "queue:crash"
 ACK_WINDOW = 2.0
 """Seconds before a kill after which an ack sent must have survived it."""

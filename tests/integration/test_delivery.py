@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,13 +16,31 @@ from chute.errors import ChuteError, DestinationFull, InvalidAddress, InvalidSel
 from .conftest import ChuteServer, start_server
 
 
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChuteServer]:
+    """One broker for the module's tests that take ``server``: none restarts or stops
+    it and each uses destinations of its own (the tests that do stop a broker start
+    their own)."""
+    srv = start_server(tmp_path_factory.mktemp("broker"))
+    yield srv
+    srv.stop()
+
+
+FIRST_MESSAGE = 60.0
+"""Seconds a competing consumer waits for its first message: the producer starts only
+once every consumer process is up, which on a loaded machine takes many seconds."""
+
+
 def _consume_all(url: str, address: str, ready: Any, out: Any, idle: float) -> None:
-    """A competing consumer process: take messages until the queue stays idle."""
+    """A competing consumer process: take messages, from the first one on until the
+    queue stays idle for ``idle`` seconds."""
     bodies: list[bytes] = []
     with chute.connect(url) as conn, conn.session(ack="client") as s:
         c = s.consumer(address, prefetch=50)
         ready.set()
-        while (m := c.receive(timeout=idle)) is not None:
+        timeout = FIRST_MESSAGE
+        while (m := c.receive(timeout=timeout)) is not None:
+            timeout = idle
             bodies.append(m.body)
             m.ack()
     out.put(bodies)

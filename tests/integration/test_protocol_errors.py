@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import socket
 import struct
+from collections.abc import Iterator
+
+import pytest
 
 import chute
 from chute.message import Message
@@ -12,7 +15,16 @@ from chute.protocol.codec import PacketCodec
 from chute.protocol.wire import encode_packet
 from chute.sansio import NeedData
 
-from .conftest import ChuteServer
+from .conftest import ChuteServer, start_server
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChuteServer]:
+    """One broker for the module: no test restarts it, each uses destinations of its
+    own, and each hostile input must leave it serving the next test."""
+    srv = start_server(tmp_path_factory.mktemp("broker"))
+    yield srv
+    srv.stop()
 
 
 def _connect(server: ChuteServer) -> socket.socket:

@@ -183,11 +183,15 @@ def test_broker_vanishing_fails_pending_requests(broker: FakeBroker) -> None:
 
 
 def test_heartbeats(broker: FakeBroker) -> None:
-    broker.heartbeat_ms = 100
+    # 1 s, not less: the client gives up after two heartbeats without a word from the
+    # broker, and on a loaded machine a thread can stand still for a few hundred ms.
+    broker.heartbeat_ms = 1000
 
     async def main() -> None:
-        async with chute.aio.connect(broker.url, heartbeat=0.1) as conn:
-            await asyncio.sleep(0.3)
+        async with chute.aio.connect(broker.url, heartbeat=1.0) as conn:
+            # the fake broker records packets on its own thread; run()'s deadline bounds this
+            while len(broker.packets(p.Ping)) < 2:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
             assert not conn.closed
 
     run(main)
