@@ -128,21 +128,10 @@ class StompConnection(StreamConnection):
         if self.core is not None and not self.closing:
             self._check_unfinished()
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        super().connection_lost(exc)
-        self.drop_unfinished()
-        self.server.limits.partial.forget(self)
-
     def drop_unfinished(self) -> None:
-        """Drop the input not acted on: the connection closes, and what a frame begun
-        holds goes now, not when the garbage collector breaks the connection's cycles."""
         self.codec.discard()
 
     def _buffered(self) -> int:
-        return self.codec.buffered
-
-    def unfinished(self) -> int:
-        """Bytes received and not acted on yet (a frame in progress, mostly)."""
         return self.codec.buffered
 
     def _check_unfinished(self) -> None:

@@ -155,6 +155,17 @@ class StreamConnection(asyncio.Protocol):
             self.core.close()  # in-flight messages go back; open transactions roll back
             CONNECTIONS.disconnected(log, self.core.id, protocol=self.protocol_name, peer=self.peer)
         self.transport = None
+        self.drop_unfinished()
+        self.server.limits.partial.forget(self)
+
+    def drop_unfinished(self) -> None:
+        """Drop the input not acted on (the connection closes): what a frame begun holds
+        goes now, not when the garbage collector breaks the connection's cycles. A
+        driver whose codec buffers input drops it here."""
+
+    def unfinished(self) -> int:
+        """Bytes received and not acted on yet (a packet or frame in progress, mostly)."""
+        return self._buffered()
 
     def pause_writing(self) -> None:
         self._hold(Hold.WRITE_BUFFER_FULL)
