@@ -37,9 +37,9 @@ from pathlib import Path
 from typing import Any
 
 import chute
+from bench.broker import free_port
 from bench.hostile_input import ATTACKS as INPUT_ATTACKS
 from bench.hostile_input import USERS, Setup, Target, mounted
-from bench.native import free_port
 from bench.paging import rss_kib
 from chute.errors import ChuteError
 

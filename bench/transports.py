@@ -30,7 +30,8 @@ import tempfile
 import threading
 from typing import Any
 
-from bench.native import free_port, run_once
+from bench.broker import free_port
+from bench.native import run_once
 
 TRANSPORTS = ("tcp", "ws", "http")
 SYNC_COUNT = 2000
