@@ -36,19 +36,22 @@ def start_broker(
     data_dir: str,
     config: str | None = None,
     *,
+    port: int | None = None,
     stomp_port: int = 0,
     http_port: int = 0,
-    log_level: str = "warning",
+    log_level: str | None = "warning",
     program: Sequence[str] = ("-m", "chute.cli"),
     pythonpath: str | None = None,
 ) -> tuple[subprocess.Popen[str], str]:
-    """``chute serve`` on a free port (native listener, and STOMP on ``stomp_port`` and
-    HTTP on ``http_port`` if given) with its journal in ``data_dir``, and ``config`` as
-    its TOML file if given. ``program``: what follows ``python`` (``-c`` and a script
-    that patches the broker before it starts, say). ``pythonpath``: the broker of
-    another checkout, run there (``-m`` puts the working directory first on the path).
-    Its log is read on into :func:`broker_log`."""
-    port = free_port()
+    """``chute serve`` with its native listener on ``port`` (None: a free one), STOMP on
+    ``stomp_port`` and HTTP on ``http_port`` if given, its journal in ``data_dir``, and
+    ``config`` as its TOML file if given; ``log_level`` None: the broker's default.
+    ``program``: what follows ``python`` (``-c`` and a script that patches the broker
+    before it starts, say). ``pythonpath``: the broker of another checkout, run there
+    (``-m`` puts the working directory first on the path). Its log is read on into
+    :func:`broker_log`."""
+    if port is None:
+        port = free_port()
     cmd = [sys.executable, *program, "serve", "--port", str(port), "--data-dir", data_dir]
     cmd += ["--stomp-port", str(stomp_port), "--http-port", str(http_port)]
     if config is not None:
@@ -60,7 +63,7 @@ def start_broker(
         env = dict(os.environ)
         env["PYTHONPATH"] = pythonpath
     proc = subprocess.Popen(
-        [*cmd, "--log-level", log_level],
+        cmd if log_level is None else [*cmd, "--log-level", log_level],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
