@@ -94,6 +94,7 @@ def call(
     auth: tuple[str, str] | None = ADMIN,
     headers: dict[str, str] | None = None,
     raw: bytes | None = None,
+    timeout: float = DEADLINE,
 ) -> Answer:
     """One request to the API; the answer whatever its status."""
     sent = dict(headers or {})
@@ -108,7 +109,7 @@ def call(
         f"http://127.0.0.1:{broker.http}{path}", data=data, method=method, headers=sent
     )
     try:
-        with urllib.request.urlopen(request, timeout=DEADLINE) as response:  # noqa: S310
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
             status, payload, got = response.status, response.read(), dict(response.headers)
     except urllib.error.HTTPError as error:
         status, payload, got = error.code, error.read(), dict(error.headers)
