@@ -24,11 +24,8 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import os
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -36,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import chute
-from bench.native import free_port
+from bench.broker import pinger, start_broker
 from bench.paging import rss_kib
 from chute.client import blocking
 from chute.client.requests import Request, expect
@@ -44,41 +41,6 @@ from chute.errors import ChuteError
 from chute.protocol import packets as p
 
 QUEUE = "queue:bench.browse"
-
-
-def start(
-    data_dir: str, max_memory: str | None, pythonpath: str | None
-) -> tuple[subprocess.Popen[str], str]:
-    """``chute serve`` from this checkout, or from ``pythonpath`` (run there, since ``-m``
-    puts the working directory first on the path); ``max_memory`` None: the default."""
-    port = free_port()
-    config = Path(data_dir).with_suffix(".toml")
-    config.write_text(f'[server]\nmax_memory = "{max_memory}"\n' if max_memory else "")
-    env = dict(os.environ)
-    if pythonpath:
-        env["PYTHONPATH"] = pythonpath
-    proc = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "chute.cli", "serve", "--port", str(port)),
-            *("--config", str(config), "--data-dir", data_dir, "--log-level", "warning"),
-            *("--stomp-port", "0", "--http-port", "0"),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        cwd=pythonpath or None,
-    )
-    assert proc.stdout is not None
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if line.startswith("chute listening"):
-            break
-    else:
-        raise RuntimeError("broker did not start:\n" + "".join(lines))
-    threading.Thread(target=proc.stdout.read, daemon=True).start()  # never a full pipe
-    return proc, f"chute://127.0.0.1:{port}"
 
 
 def fill(url: str, count: int, size: int) -> None:
@@ -89,22 +51,6 @@ def fill(url: str, count: int, size: int) -> None:
             if i % 500 == 499:
                 tx.commit()
         tx.commit()
-
-
-def bystander(url: str, ready: Any, stop: Any, out: Any) -> None:
-    """Pings until told to stop; reports (when sent, seconds it took) for each. A ping is
-    a request the broker's loop answers at once, and every broker version knows: the
-    list of prepared transactions (none)."""
-    samples: list[tuple[float, float]] = []
-    with chute.connect(url, timeout=600) as conn:
-        conn.prepared()
-        ready.set()
-        while not stop.is_set():
-            began = time.time()
-            t0 = time.perf_counter()
-            conn.prepared()
-            samples.append((began, time.perf_counter() - t0))
-    out.put(samples)
 
 
 def browser(url: str, legacy: bool, go: Any, out: Any) -> None:
@@ -127,15 +73,16 @@ def browser(url: str, legacy: bool, go: Any, out: Any) -> None:
 
 def run_once(args: argparse.Namespace) -> dict[str, Any]:
     data_dir = tempfile.mkdtemp(prefix="chute-browse-")
-    proc, url = start(data_dir, args.max_memory, args.pythonpath)
+    config = f'[server]\nmax_memory = "{args.max_memory}"\n'
+    proc, url = start_broker(data_dir, config, pythonpath=args.pythonpath)
     try:
         fill(url, args.count, args.size)
         ctx = mp.get_context("fork")
         ready, stop, go = ctx.Event(), ctx.Event(), ctx.Event()
         pings: Any = ctx.Queue()
         results: Any = ctx.Queue()
-        pinger = ctx.Process(target=bystander, args=(url, ready, stop, pings))
-        pinger.start()
+        bystander = ctx.Process(target=pinger, args=(url, ready, stop, pings))
+        bystander.start()
         browsers = [
             ctx.Process(target=browser, args=(url, args.legacy, go, results))
             for _ in range(args.browsers)
@@ -159,7 +106,7 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
         sampler.join()
         stop.set()
         samples: list[tuple[float, float]] = pings.get(timeout=60)
-        pinger.join(30)
+        bystander.join(30)
         for b in browsers:
             b.join(30)
         began = min(d[1] for d in done)

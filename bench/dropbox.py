@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import chute
-from bench.native import start_broker as start_native_broker
+from bench.broker import start_broker as start_native_broker
 
 BODY = 1024
 BASE_DIR: str | None = None

@@ -27,19 +27,17 @@ import multiprocessing
 import resource
 import socket
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import chute
+from bench.broker import broker_log, free_port, start_broker
 from bench.hostile_input import ATTACKS as INPUT_ATTACKS
 from bench.hostile_input import USERS, Setup, Target, mounted
-from bench.native import free_port
 from bench.paging import rss_kib
 from chute.errors import ChuteError
 
@@ -249,28 +247,16 @@ class Broker:
 
     def __init__(self, data_dir: str, config: str) -> None:
         self.target = Target(free_port(), free_port(), free_port())
-        path = Path(data_dir).with_suffix(".toml")
-        path.write_text(config)
         ports = self.target
-        self.proc = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "chute.cli", "serve", "--data-dir", data_dir),
-                *("--port", str(ports.port), "--stomp-port", str(ports.stomp)),
-                *("--http-port", str(ports.http), "--config", str(path)),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
+        self.proc, _ = start_broker(
+            data_dir,
+            config,
+            port=ports.port,
+            stomp_port=ports.stomp,
+            http_port=ports.http,
+            log_level=None,
         )
-        assert self.proc.stdout is not None
-        self.lines: list[str] = []
-        for line in self.proc.stdout:
-            self.lines.append(line)
-            if line.startswith("chute listening"):
-                break
-        else:
-            raise RuntimeError("broker did not start:\n" + "".join(self.lines))
-        threading.Thread(target=self.lines.extend, args=(self.proc.stdout,), daemon=True).start()
+        self.lines = broker_log(self.proc)
 
     def stop(self) -> None:
         self.proc.terminate()

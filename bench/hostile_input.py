@@ -16,14 +16,13 @@ import os
 import random
 import socket
 import subprocess
-import sys
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import chute
+from bench.broker import start_broker
 from chute.message import Message
 from chute.protocol import packets as p
 from chute.protocol.wire import encode_packet
@@ -264,26 +263,9 @@ def _store_then_stray(data_dir: str, config: str) -> None:
     acknowledged persistent messages in ``queue:kept`` and stops; then a stray segment
     (a file named as a segment ten after the last, holding random bytes) is put in its
     journal directory."""
-    config_path = Path(data_dir).with_suffix(".prepare.toml")
-    config_path.write_text(config)
-    port = _free_port()
-    proc = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "chute.cli", "serve", "--port", str(port)),
-            *("--data-dir", data_dir, "--stomp-port", "0", "--http-port", "0"),
-            *("--config", str(config_path)),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if line.startswith("chute listening"):
-            break
-    threading.Thread(target=proc.stdout.read, daemon=True).start()
+    proc, url = start_broker(data_dir, config)
     try:
-        with chute.connect(f"chute://127.0.0.1:{port}") as conn, conn.session() as s:
+        with chute.connect(url) as conn, conn.session() as s:
             for i in range(KEPT):
                 s.send("queue:kept", f"{i:09d}".encode() + b"k" * 1024)
             s.flush()
@@ -304,13 +286,6 @@ def _kept_lost(t: Target) -> int:
         while (message := consumer.receive(timeout=2)) is not None:
             got.add(message.body[:9])
     return KEPT - len(got)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def stray_segment(t: Target, stop: Any) -> None:

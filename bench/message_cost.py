@@ -18,7 +18,7 @@ import tempfile
 from typing import Any
 
 import chute
-from bench.native import start_broker
+from bench.broker import start_broker
 from bench.paging import rss_kib
 from chute.core.paging import held_cost
 from chute.message import Message

@@ -38,17 +38,14 @@ import re
 import shutil
 import statistics
 import struct
-import subprocess
-import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import chute
-from bench.native import free_port
+from bench.broker import broker_log, free_port, pinger, start_broker
 
 SOURCE = "queue:bench.move.source"
 TARGET = "queue:bench.move.target"
@@ -64,33 +61,6 @@ from chute.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 """``chute serve`` whose watchdog says every loop stall over STALL_S, with how long it was."""
-
-
-def start(data_dir: str, max_memory: str) -> tuple[subprocess.Popen[str], str, int, list[str]]:
-    """``chute serve`` with its HTTP port; its output is read on into the list returned."""
-    port, http = free_port(), free_port()
-    config = Path(data_dir).with_suffix(".toml")
-    config.write_text(f'[server]\nmax_memory = "{max_memory}"\n')
-    proc = subprocess.Popen(
-        [
-            *(sys.executable, "-c", WATCHED, "serve", "--port", str(port)),
-            *("--config", str(config), "--data-dir", data_dir, "--log-level", "info"),
-            *("--stomp-port", "0", "--http-port", str(http)),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert proc.stdout is not None
-    lines: list[str] = []
-    for line in proc.stdout:
-        lines.append(line)
-        if line.startswith("chute listening"):
-            break
-    else:
-        raise RuntimeError("broker did not start:\n" + "".join(lines))
-    threading.Thread(target=lines.extend, args=(proc.stdout,), daemon=True).start()
-    return proc, f"chute://127.0.0.1:{port}", http, lines
 
 
 def api(http: int, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
@@ -134,23 +104,6 @@ def consumer(url: str, ready: Any, stop: Any, out: Any) -> None:
     out.put(seen)
 
 
-def pinger(url: str, ready: Any, stop: Any, out: Any) -> None:
-    """Pings until told to stop; reports (sent at, seconds it took) of each. A ping is a
-    request the broker's loop answers at once (the list of prepared transactions): how
-    long one takes is how long the loop kept it waiting."""
-    samples: list[tuple[float, float]] = []
-    with chute.connect(url, timeout=600) as conn:
-        conn.prepared()
-        ready.set()
-        while not stop.is_set():
-            began = time.time()
-            t0 = time.perf_counter()
-            conn.prepared()
-            samples.append((began, time.perf_counter() - t0))
-            time.sleep(0.001)
-    out.put(samples)
-
-
 def ping_figures(samples: list[tuple[float, float]], t0: float, t1: float) -> dict[str, float]:
     took = sorted(s for t, s in samples if t0 <= t < t1) or [0.0]
     return {
@@ -188,7 +141,15 @@ def main() -> None:  # noqa: PLR0915 - one run, told in order
     parser.add_argument("--log", help="write the broker's log here (its stalls name where)")
     args = parser.parse_args()
     data_dir = tempfile.mkdtemp(prefix="chute-move-")
-    proc, url, http, log = start(data_dir, args.max_memory)
+    http = free_port()
+    proc, url = start_broker(
+        data_dir,
+        f'[server]\nmax_memory = "{args.max_memory}"\n',
+        http_port=http,
+        log_level="info",
+        program=("-c", WATCHED),
+    )
+    log = broker_log(proc)
     try:
         began = time.perf_counter()
         fill(url, args.count, args.size)
@@ -201,7 +162,7 @@ def main() -> None:  # noqa: PLR0915 - one run, told in order
         pings: Any = ctx.Queue()
         receiving = ctx.Process(target=consumer, args=(url, ready, stop, out))
         receiving.start()
-        ping = ctx.Process(target=pinger, args=(url, pinging, stop, pings))
+        ping = ctx.Process(target=pinger, args=(url, pinging, stop, pings, 0.001))
         ping.start()
         ready.wait(30)
         pinging.wait(30)

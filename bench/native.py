@@ -28,66 +28,17 @@ import json
 import multiprocessing as mp
 import os
 import signal
-import socket
 import statistics
 import struct
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import chute
+from bench.broker import start_broker
 
 STAMP = struct.Struct(">Q")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-_LOGS: dict[int, list[str]] = {}
-
-
-def start_broker(
-    data_dir: str, config: str | None = None, *, stomp_port: int = 0
-) -> tuple[subprocess.Popen[str], str]:
-    """``chute serve`` on a free port (native listener, and STOMP on ``stomp_port`` if
-    given) with its journal in ``data_dir``, and ``config`` as its TOML file if given.
-    Its log is read on (so it never blocks on a full pipe) into :func:`broker_log`."""
-    port = free_port()
-    cmd = [sys.executable, "-m", "chute.cli", "serve", "--port", str(port)]
-    cmd += ["--data-dir", data_dir, "--stomp-port", str(stomp_port), "--http-port", "0"]
-    if config is not None:
-        path = Path(data_dir).with_suffix(".toml")
-        path.write_text(config)
-        cmd += ["--config", str(path)]
-    proc = subprocess.Popen(
-        [*cmd, "--log-level", "warning"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert proc.stdout is not None
-    lines = _LOGS[proc.pid] = []
-    for line in proc.stdout:
-        lines.append(line)
-        if line.startswith("chute listening"):
-            break
-    else:
-        raise RuntimeError("broker did not start:\n" + "".join(lines))
-    threading.Thread(target=lines.extend, args=(proc.stdout,), daemon=True).start()
-    return proc, f"chute://127.0.0.1:{port}"
-
-
-def broker_log(proc: subprocess.Popen[str]) -> list[str]:
-    """What a broker from :func:`start_broker` has logged so far."""
-    return _LOGS.get(proc.pid, [])
 
 
 def consumer_proc(  # noqa: PLR0917 - a multiprocessing target takes positional arguments

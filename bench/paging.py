@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import chute
-from bench.native import broker_log, start_broker
+from bench.broker import broker_log, start_broker
 
 SEQ = struct.Struct(">Q")
 

@@ -23,6 +23,7 @@ import tempfile
 from typing import Any
 
 from bench import native
+from bench.broker import free_port, start_broker
 from bench.stomp import STOMPBENCH, TRANSIENT, WORKLOADS, cpu_seconds
 from chute.passwords import hash_password
 
@@ -39,8 +40,8 @@ def secured_config() -> str:
 
 
 def start(data_dir: str, config: str | None, stomp_port: int) -> tuple[subprocess.Popen[str], str]:
-    """A broker from :func:`bench.native.start_broker` with STOMP on ``stomp_port`` too."""
-    return native.start_broker(data_dir, config, stomp_port=stomp_port)
+    """A broker from :func:`bench.broker.start_broker` with STOMP on ``stomp_port`` too."""
+    return start_broker(data_dir, config, stomp_port=stomp_port)
 
 
 def stomp_row_a(stomp_port: int, secured: bool, tag: str, pid: int) -> dict[str, Any]:
@@ -80,7 +81,7 @@ def main() -> None:
         order = ["open", "secured"] if round_ % 2 == 0 else ["secured", "open"]
         for kind in order:
             with tempfile.TemporaryDirectory() as data_dir:
-                stomp_port = native.free_port()
+                stomp_port = free_port()
                 proc, url = start(data_dir, secured if kind == "secured" else None, stomp_port)
                 if kind == "secured":
                     url = url.replace("chute://", f"chute://{USER}:{PASSWORD}@")

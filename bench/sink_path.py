@@ -31,7 +31,7 @@ import time
 from typing import Any
 
 import chute
-from bench.native import start_broker
+from bench.broker import start_broker
 from bench.stream_read import cpu_seconds
 
 BODY = 1024

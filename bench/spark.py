@@ -49,7 +49,7 @@ from typing import Any, Final
 
 import chute
 from bench import spark_ceiling as ceiling
-from bench.native import start_broker
+from bench.broker import start_broker
 
 BODY = 1024
 

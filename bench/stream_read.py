@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.browse import start
+from bench.broker import start_broker
 from chute.client import blocking
 from chute.protocol import wire
 from chute.protocol.packets import PacketType
@@ -116,7 +116,7 @@ def main() -> None:
     args = parser.parse_args()
     clock = DecodeClock()
     data_dir = tempfile.mkdtemp(prefix="chute-stream-read-")
-    proc, url = start(data_dir, None, args.pythonpath)
+    proc, url = start_broker(data_dir, pythonpath=args.pythonpath)
     try:
         t0 = time.perf_counter()
         fill(url, args.count, args.size, args.tx)

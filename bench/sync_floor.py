@@ -42,7 +42,8 @@ import tempfile
 import time
 from typing import Any, cast
 
-from bench.native import fsync_probe, start_broker
+from bench.broker import start_broker
+from bench.native import fsync_probe
 from chute.client.protocol import ClientProtocol
 from chute.protocol.packets import Packet
 

@@ -61,7 +61,7 @@ from stomp.transport import Transport
 
 import chute
 import chute.client.aio
-from bench.native import free_port
+from bench.broker import free_port
 from chute.cli.cert import client_files, make_files
 
 KINDS = ("tls", "stomp-tls", "wss", "chute-wss", "chute-https", "aio-tls", "aio-wss", "aio-https")

@@ -27,10 +27,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 from typing import Any
 
-from bench.native import free_port, run_once
+from bench.broker import free_port, start_broker
+from bench.native import run_once
 
 TRANSPORTS = ("tcp", "ws", "http")
 SYNC_COUNT = 2000
@@ -39,23 +39,7 @@ SYNC_COUNT = 2000
 def start(data_dir: str) -> tuple[subprocess.Popen[str], dict[str, str]]:
     """``chute serve`` with its native and HTTP ports; the URL of each transport."""
     native, http = free_port(), free_port()
-    proc = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "chute.cli", "serve", "--port", str(native)),
-            *("--http-port", str(http), "--stomp-port", "0", "--data-dir", data_dir),
-            *("--log-level", "warning"),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if line.startswith("chute listening"):
-            break
-    else:
-        raise RuntimeError("chute serve did not start")
-    threading.Thread(target=proc.stdout.read, daemon=True).start()  # never a full pipe
+    proc, _ = start_broker(data_dir, port=native, http_port=http)
     urls = {
         "tcp": f"chute://127.0.0.1:{native}",
         "ws": f"ws://127.0.0.1:{http}/chute",

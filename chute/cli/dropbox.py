@@ -30,8 +30,8 @@ from chute.core.address import Kind, parse
 from chute.dropbox.client import DropboxConnection, open_root
 from chute.dropbox.consumer import DropboxConsumer
 from chute.dropbox.layout import init_queue, init_topic
+from chute.dropbox.maintenance import recover_client, recover_layout
 from chute.dropbox.options import DEFAULT_BLOCK_TIMEOUT_MS, DropboxOptions, default_client_id
-from chute.dropbox.queue import recover_client, recover_layout
 from chute.dropbox.topic import distribute
 from chute.errors import ConfigError
 from chute.message import BodyKind

@@ -7,6 +7,8 @@
 - :mod:`~chute.dropbox.layout`: where queue and topic dropboxes live under a root;
 - :mod:`~chute.dropbox.queue`, :mod:`~chute.dropbox.topic`: serverless produce,
   claim, ack, recover, publish and fan-out with real files;
+- :mod:`~chute.dropbox.maintenance`: a dead consumer's claims brought back, a
+  queue dropbox purged or deleted;
 - :mod:`~chute.dropbox.watch`: inotify with polling as the fallback;
 - :mod:`~chute.dropbox.client`: ``chute.connect("dropbox:///path")``, with its URL
   (:mod:`~chute.dropbox.options`) and its consumer (:mod:`~chute.dropbox.consumer`);
@@ -26,6 +28,7 @@ from chute.dropbox.layout import (
     queue_layout,
     topic_layout,
 )
+from chute.dropbox.maintenance import recover_client, recover_layout
 from chute.dropbox.names import (
     check_destination_name,
     claim_name,
@@ -33,14 +36,7 @@ from chute.dropbox.names import (
     split_claim_name,
     subscription_dir_name,
 )
-from chute.dropbox.queue import (
-    ConsumerOptions,
-    Delivery,
-    QueueConsumer,
-    QueueProducer,
-    recover_client,
-    recover_layout,
-)
+from chute.dropbox.queue import ConsumerOptions, Delivery, QueueConsumer, QueueProducer
 from chute.dropbox.topic import TopicPublisher, distribute, subscribe
 from chute.dropbox.transcoder import DecodedName, decode_filename, dropbox_id, encode_filename
 from chute.dropbox.watch import Watcher

@@ -85,15 +85,10 @@ from chute.core.consumer import AckMode, Consumer, Entry
 from chute.core.session import Session
 from chute.dropbox.flow import WriteLock
 from chute.dropbox.layout import QueueLayout, init_queue, init_subscription, init_topic
+from chute.dropbox.maintenance import recover_layout
 from chute.dropbox.mount import Direction, DropboxMount
 from chute.dropbox.names import claim_room
-from chute.dropbox.queue import (
-    ConsumerOptions,
-    Delivery,
-    QueueConsumer,
-    QueueProducer,
-    recover_layout,
-)
+from chute.dropbox.queue import ConsumerOptions, Delivery, QueueConsumer, QueueProducer
 from chute.dropbox.topic import Distributor, TopicPublisher
 from chute.dropbox.watch import Watcher
 from chute.errors import ChuteError, ConsumerError, DestinationFull, InvalidMessage

@@ -62,11 +62,11 @@ from chute.dropbox.layout import (
     init_queue,
     queue_layout,
 )
+from chute.dropbox.maintenance import delete_queue, purge_queue
 from chute.dropbox.names import (
     TOPIC_ROOT,
 )
 from chute.dropbox.options import DropboxOptions, parse_dropbox_url
-from chute.dropbox.queue import delete_queue, purge_queue
 from chute.dropbox.session import NO_TWO_PHASE, DropboxSession
 from chute.errors import (
     ChuteError,
@@ -187,7 +187,7 @@ class DropboxConnection:
         return {"destinations": destinations, "connections": 0, "root": str(self.root)}
 
     def delete(self, address: str, *, force: bool = False) -> int:
-        """Delete a queue dropbox and every file in it (``dropbox.queue.delete_queue``; a
+        """Delete a queue dropbox and every file in it (``dropbox.maintenance.delete_queue``; a
         topic's subscriptions are directories: unsubscribe them); how many messages went."""
         self._check()
         return delete_queue(self.root, address)

@@ -32,18 +32,13 @@ Theory of operation
   ``processed/<clientId>~<name with JMSXDeliveryCount=n>`` (or deletes it);
   :meth:`QueueConsumer.recover` puts it back in ``target/`` with the delivery
   count raised, or into ``error/`` once the redelivery limit is spent.
-- **A dead consumer**: :func:`recover_client` moves what a client id left in
-  ``processing/`` back to ``target/``. Run it only when that client is gone:
-  it takes the files of a live consumer with that id just the same.
-- **Purge and delete** (:func:`purge_queue`, :func:`delete_queue`): purging
-  unlinks what waits in ``target/`` (claimed files stay with their consumers);
-  deleting removes the queue's directory, claimed files too, and a consumer
-  finds it gone at its next scan.
+- **From outside** (:mod:`chute.dropbox.maintenance`): bringing back what a
+  dead consumer claimed, purging and deleting a queue dropbox.
 
 Durability: a produced file is fsynced, and so is ``target/`` after the rename.
 The consumer's moves are not fsynced: after a power cut a claimed file may be
 back in ``target/`` (delivered again, which at-least-once allows) or still in
-``processing/`` (brought back by :func:`recover_client`).
+``processing/`` (brought back by :func:`~chute.dropbox.maintenance.recover_client`).
 
 Hazard kept from DropboxMQ: ``rename`` replaces a file of the same name, so two
 producers sending the same message id into one queue keep only one file. Ids
@@ -57,11 +52,9 @@ name, or a :class:`~chute.dropbox.layout.QueueLayout` (a topic's
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import os
-import shutil
 import stat
 import time
 from collections.abc import Callable
@@ -69,10 +62,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from chute.core.address import Kind, parse
 from chute.dropbox.flow import ReadLock, WriteLock
-from chute.dropbox.layout import QueueLayout, init_queue, queue_layout
-from chute.dropbox.names import DEFAULT_CLAIM_ROOM, claim_name, claim_room, split_claim_name
+from chute.dropbox.layout import QueueLayout, init_queue
+from chute.dropbox.names import DEFAULT_CLAIM_ROOM, claim_name, claim_room
 from chute.dropbox.properties import lost_properties
 from chute.dropbox.transcoder import (
     DecodedName,
@@ -81,7 +73,7 @@ from chute.dropbox.transcoder import (
     encode_filename,
 )
 from chute.dropbox.watch import DEFAULT_POLL_INTERVAL, Watcher
-from chute.errors import InvalidAddress, InvalidMessage, NotFound
+from chute.errors import InvalidAddress, InvalidMessage
 from chute.message import Message, now_ms
 
 __all__ = [
@@ -89,11 +81,8 @@ __all__ = [
     "Delivery",
     "QueueConsumer",
     "QueueProducer",
-    "delete_queue",
+    "move_if_there",
     "open_layout",
-    "purge_queue",
-    "recover_client",
-    "recover_layout",
 ]
 
 log = logging.getLogger("chute.dropbox")
@@ -384,7 +373,7 @@ class QueueConsumer:
 
         Raises:
             FileNotFoundError: the claimed file is gone (acked twice, or taken
-                back by :func:`recover_client`).
+                back by :func:`~chute.dropbox.maintenance.recover_client`).
         """
         if self.options.delete_processed:
             delivery.path.unlink()
@@ -464,7 +453,7 @@ class QueueConsumer:
                 decoded.name,
                 exc.reason,
             )
-            _move_if_there(source, self.layout.error / decoded.name)
+            move_if_there(source, self.layout.error / decoded.name)
             return None
         try:
             os.rename(source, claimed)
@@ -487,89 +476,6 @@ class QueueConsumer:
         return Delivery(decoded.to_message(body), decoded, claimed)
 
 
-def recover_client(root: str | os.PathLike[str], destination: str, client_id: str) -> list[str]:
-    """Move every file ``client_id`` left in ``processing/`` back to ``target/``.
-
-    The recovery command for a killed consumer: run it only when no consumer
-    with this client id is alive. Each file's delivery count is raised (it may
-    have been delivered), so its consumer sees it as redelivered. Returns the
-    names put back into ``target/``.
-
-    Raises:
-        InvalidAddress: a bad destination name.
-    """
-    return recover_layout(init_queue(root, destination), client_id)
-
-
-def recover_layout(layout: QueueLayout, client_id: str) -> list[str]:
-    """:func:`recover_client` for any dropbox (a topic subscription's too)."""
-    layout.create()
-    restored: list[str] = []
-    with os.scandir(layout.processing) as entries:
-        claimed = [entry.name for entry in entries]
-    for claimed_name in claimed:
-        owner, name = split_claim_name(claimed_name)
-        if owner != client_id:
-            continue
-        decoded = decode_filename(name)
-        try:
-            new_name = decoded.with_delivery_count(
-                decoded.delivery_count + 1, claim_room=claim_room([client_id])
-            )
-        except InvalidMessage:
-            new_name = name
-        if _move_if_there(layout.processing / claimed_name, layout.target / new_name):
-            restored.append(new_name)
-    return restored
-
-
-def purge_queue(root: str | os.PathLike[str], address: str) -> int:
-    """Remove every file waiting in a queue dropbox's ``target/`` (files claimed in
-    ``processing/`` stay with their consumers); returns how many.
-
-    Raises:
-        InvalidAddress: a bad address, or a topic. NotFound: no such queue dropbox.
-    """
-    layout = _existing_queue(root, address, "purged")
-    with os.scandir(layout.target) as entries:
-        names = [e.name for e in entries if not e.is_dir(follow_symlinks=False)]
-    count = 0
-    for name in names:
-        with contextlib.suppress(FileNotFoundError):  # claimed meanwhile
-            os.unlink(layout.target / name)
-            count += 1
-    return count
-
-
-def delete_queue(root: str | os.PathLike[str], address: str) -> int:
-    """Delete a queue dropbox, its directory and every file in it; returns how many
-    messages went (waiting in ``target/`` or claimed in ``processing/``).
-
-    Raises:
-        InvalidAddress: a bad address, or a topic. NotFound: no such queue dropbox.
-    """
-    layout = _existing_queue(root, address, "deleted")
-    count = 0
-    for directory in (layout.target, layout.processing):
-        with contextlib.suppress(FileNotFoundError), os.scandir(directory) as entries:
-            count += sum(1 for _ in entries)
-    shutil.rmtree(layout.base.parent)
-    return count
-
-
-def _existing_queue(root: str | os.PathLike[str], address: str, done: str) -> QueueLayout:
-    addr = parse(address)
-    if addr.kind is not Kind.QUEUE:
-        raise InvalidAddress(
-            f"{addr}: a dropbox topic has no messages of its own to be {done}; its "
-            "subscriptions are directories (unsubscribe them)"
-        )
-    layout = queue_layout(root, addr.name)
-    if not layout.base.is_dir():
-        raise NotFound(f"{addr} does not exist under {layout.root}")
-    return layout
-
-
 def _counted_name(decoded: DecodedName, count: int, room: int) -> str:
     """``decoded``'s name with the delivery count, or as it was if that cannot fit
     once claimed with ``room`` bytes of prefix."""
@@ -579,7 +485,8 @@ def _counted_name(decoded: DecodedName, count: int, room: int) -> str:
         return decoded.name
 
 
-def _move_if_there(source: Path, dest: Path) -> bool:
+def move_if_there(source: Path, dest: Path) -> bool:
+    """Rename ``source`` to ``dest``; False if ``source`` was gone (claimed or moved meanwhile)."""
     try:
         os.rename(source, dest)
     except FileNotFoundError:

@@ -24,7 +24,7 @@ walking from the topic's directory up to ``topic-root`` (:func:`lineage`).
   publishes it as above, then moves it to ``.incoming/processed`` (or deletes
   it). A distributor killed mid-file leaves it in ``.incoming/processing``; the
   next distributor with the same client id puts it back first
-  (:func:`~chute.dropbox.queue.recover_layout`), so some subscriptions may
+  (:func:`~chute.dropbox.maintenance.recover_layout`), so some subscriptions may
   get that message twice: at least once, never lost.
 
 Not atomic across subscriptions: a crash between two copies leaves some
@@ -50,8 +50,9 @@ from chute.dropbox.layout import (
     subscription_layouts,
     topic_layout,
 )
+from chute.dropbox.maintenance import recover_layout
 from chute.dropbox.names import subscription_claim_room
-from chute.dropbox.queue import ConsumerOptions, QueueConsumer, QueueProducer, recover_layout
+from chute.dropbox.queue import ConsumerOptions, QueueConsumer, QueueProducer
 from chute.dropbox.transcoder import dropbox_id
 from chute.dropbox.watch import DEFAULT_POLL_INTERVAL
 from chute.errors import InvalidMessage

@@ -37,7 +37,7 @@ failed) is overwritten in place by a PAD record of the same length
 (:class:`~chute.store.records.PadRecord`), so that the records around it stay
 where their checksums say they are; the rewrite before the next sync makes
 that durable. A write cut short (the disk filled up in the middle) leaves
-bytes past what the retry writes; the writer zeroes them (``Writer._write``),
+bytes past what the retry writes; the next write zeroes them (``Appender.write``),
 so a scan never finds a refused record there.
 
 Thread-safety: belongs to the writer (whoever holds its cycle lock); the

@@ -1,14 +1,14 @@
-"""The journal's writer thread: group commit, roll-over, disk faults, reclaim passes.
+"""The journal's writer thread: when to write and sync, group commit, disk faults, reclaim.
 
 Callers hand records and sync callbacks to an
 :class:`~chute.store.intake.Intake` (appending costs no system call). One
 :class:`Writer` thread does all the journal's I/O. Each cycle it takes
-everything in the intake, frames the records at their final place in the
-current segment (the CRC covers that place, see :mod:`chute.store.record`),
-writes them with one ``pwrite``, makes them durable with one ``fdatasync``
-for all of them (group commit), and only then calls every callback it took,
-on its own thread. A callback therefore fires only after the sync that
-covers every record appended before it.
+everything in the intake, has its :class:`~chute.store.appender.Appender`
+frame the records at their final place in the current segment and write
+them with one ``pwrite``, makes them durable with one ``fdatasync`` for all
+of them (group commit), and only then calls every callback it took, on its
+own thread. A callback therefore fires only after the sync that covers every
+record appended before it.
 
 When it wakes: at once for a sync callback (in ``always`` and ``never``
 modes), a reclaim request, a close, or more than 1 MiB buffered; otherwise
@@ -31,7 +31,7 @@ The rest is written again before the next sync; retries back off
 (:mod:`chute.store.failures`), and the writer carries on by itself.
 
 A full segment is synced and closed, and a pre-zeroed spare becomes the next
-one. After each roll-over the writer runs a reclaim pass: copy the live
+one (the appender's work). After each roll-over the writer runs a reclaim pass: copy the live
 records of sparse old segments forward, write a checkpoint, sync, then delete
 oldest first. It runs one too once it wrote nothing for :data:`IDLE_RECLAIM`
 seconds after writing (acks of a drained queue free its segments then, not at
@@ -40,21 +40,21 @@ a roll-over that may never come), and one as the journal closes. Both are
 
 Free space: the writer looks at it (:mod:`chute.store.space`) as it goes.
 Under ``disk_free_limit`` it runs reclaim passes without roll-overs, and new
-messages leave the last 64 KiB of a segment to acks and delivery marks: should
-the disk fill up (producers not held off), consumers can still ack into it
-until reclaiming frees space for the next segment.
+messages leave the end of a segment to acks and delivery marks
+(:mod:`chute.store.appender`).
 
 Thread-safety: the intake is shared (see :mod:`chute.store.intake`), and so
 are the segments' numbers and lock (:mod:`chute.store.segments`). Everything
-else here belongs to the writer thread, except ``Writer.sync_stats`` (each
-fsync's latency and records, :mod:`chute.store.syncstats`, which a metrics
-scrape reads).
+else here belongs to whoever runs the cycle (the writer thread, or
+:meth:`Writer.run_inline`'s caller, under ``cycle_lock``), except
+``Writer.sync_stats`` (each fsync's latency and records,
+:mod:`chute.store.syncstats`, which a metrics scrape reads) and
+``Writer.bytes_written``.
 """
 
 from __future__ import annotations
 
 import enum
-import itertools
 import logging
 import threading
 import time
@@ -62,6 +62,7 @@ from collections.abc import Callable
 from typing import Final
 
 from chute.core.store import AddOp, SyncCallback, TxOp
+from chute.store.appender import Appender
 from chute.store.disk import Disk
 from chute.store.errors import JournalClosed, store_error
 from chute.store.failures import Failures
@@ -75,13 +76,11 @@ from chute.store.intake import (
     Request,
     gathered_items,
 )
-from chute.store.reclaim import SEGMENT_SHIFT, LiveIndex
-from chute.store.record import HEADER_SIZE, frame_header
-from chute.store.segment import SEGMENT_HEADER_SIZE, SegmentFile
+from chute.store.reclaim import LiveIndex
 from chute.store.segments import Segments
 from chute.store.space import FreeSpace
 from chute.store.syncstats import SyncStats
-from chute.store.unsynced import NEW, Unsynced, adds_messages, located, refuse, refused_ops
+from chute.store.unsynced import refuse, refused_ops
 
 log = logging.getLogger("chute.store.journal")
 
@@ -91,7 +90,6 @@ _IDLE_AFTER: Final = 0.2  # seconds without work before the writer polls only ..
 _IDLE_POLL: Final = 0.05  # ... this often
 _CLOSE_PAUSE: Final = 0.05  # closing on a failing disk: between the last attempts
 _CLOSE_ATTEMPTS: Final = 3
-_ACK_RESERVE: Final = 64 << 10  # under disk_free_limit: a segment's end kept for acks, marks
 IDLE_RECLAIM: Final = 1.0
 """Seconds without a write after something was written: then a reclaim pass runs (what
 consumers acked since frees its segments without waiting for a roll-over)."""
@@ -111,7 +109,7 @@ class SyncMode(enum.Enum):
 
 
 class Writer:
-    """The thread that writes, syncs, calls back, rolls over and reclaims."""
+    """The thread that has its :class:`Appender` write and sync, then calls back and reclaims."""
 
     def __init__(
         self,
@@ -137,19 +135,21 @@ class Writer:
         self._intake = intake
         self._index = index
         self._segments = segments
-        self._disk = disk
         self._batch = batch
         self._flush = flush
         self._auto_reclaim = auto_reclaim
         self.space = space
-        self.bytes_written = 0  # into segments, since the open
-        self.sync_stats = SyncStats()  # each fsync's latency and records (any thread reads)
-        self._records_unsynced = 0  # records written since the last fsync
-        self._current: SegmentFile | None = None
+        self._appender = Appender(
+            index,
+            self.index_lock,
+            segments,
+            disk=disk,
+            space=space,
+            segment_size=segment_size,
+            index_at_write=mode is SyncMode.NEVER,
+            on_roll=self._rolled,
+        )
         self._carry: list[Item] = []  # taken, not yet written
-        self._unsynced = Unsynced()  # written to the current segment, not synced
-        self._dirty_end = 0  # the current segment may hold bytes up to here (a torn write)
-        self._ack_reserve = min(_ACK_RESERVE, segment_size // 8)
         self._taken = 0  # items ever carried: the ordinal of the next one
         self._covered = 0  # items numbered below this are covered by a waiting callback
         self._covering = False  # the last take brought callbacks
@@ -158,12 +158,9 @@ class Writer:
         what the records a failure refused held (:mod:`chute.store.unsynced`)."""
         self._waiting: list[SyncCallback] = []  # taken, to call after the next sync
         self._inline_from = 0.0  # run_inline does nothing before this (monotonic)
-        self._sync_took = 0.0  # seconds the last fdatasync took
-        self._last_sync = time.monotonic()
         self._linger_until: float | None = None
         self._active_at = 0.0
         self._failures = Failures(directory)
-        self._rewrite = False
         self._reclaim_due = False
         self._seen_written = 0  # bytes_written when last looked at (idle reclaiming) ...
         self._seen_at = time.monotonic()  # ... and when it last changed
@@ -173,9 +170,17 @@ class Writer:
     def release(self) -> None:
         """After the thread ended: close the current segment, stop making spares."""
         self._segments.close()
-        if self._current is not None:
-            self._current.close()
-            self._current = None
+        self._appender.close()
+
+    @property
+    def bytes_written(self) -> int:
+        """Bytes written into segments since the open (any thread may read it)."""
+        return self._appender.bytes_written
+
+    @property
+    def sync_stats(self) -> SyncStats:
+        """Each fsync's latency and records (any thread may read it)."""
+        return self._appender.sync_stats
 
     # -- the loop --------------------------------------------------------------------
 
@@ -264,7 +269,7 @@ class Writer:
                     intake.closing
                     or intake.requests
                     or self._failures.retry_at is not None
-                    or self._rewrite
+                    or self._appender.rewrite
                     or self._reclaim_due
                 ):
                     return False
@@ -272,18 +277,19 @@ class Writer:
             self._carry_taken(*taken)
             self._waiting += callbacks
             self._covered = self._taken
-            self._sync_took = 0.0
+            appender = self._appender
+            appender.sync_took = 0.0
             try:
                 self._cycle(final=False)
             except Exception as exc:  # noqa: BLE001 - the writer thread takes over the retries
                 self._failed(exc)
-            if self._sync_took >= INLINE_SLOW:
+            if appender.sync_took >= INLINE_SLOW:
                 self._inline_from = time.monotonic() + INLINE_PAUSE
                 log.debug(
                     "journal %s: an fdatasync took %.0f ms on the broker's loop; "
                     "syncing on the writer thread for the next %g s",
                     self.directory,
-                    self._sync_took * 1000,
+                    appender.sync_took * 1000,
                     INLINE_PAUSE,
                 )
             if self._reclaim_due or self._failures.retry_at is not None:
@@ -348,11 +354,12 @@ class Writer:
 
     def _sync_deadline(self) -> float | None:
         """When written records must be synced with nobody asking, or None."""
+        appender = self._appender
         if self.mode is SyncMode.BATCH:
-            if self._intake.callbacks or self._waiting or self._unsynced:
-                return self._last_sync + self._batch
-        elif self.mode is SyncMode.ALWAYS and self._unsynced:
-            return self._last_sync + _UNSYNCED_AGE
+            if self._intake.callbacks or self._waiting or appender.unsynced:
+                return appender.last_sync + self._batch
+        elif self.mode is SyncMode.ALWAYS and appender.unsynced:
+            return appender.last_sync + _UNSYNCED_AGE
         return None
 
     def _cycle(self, *, final: bool) -> None:
@@ -361,144 +368,35 @@ class Writer:
         Raises:
             OSError: a write, sync or roll-over failed.
         """
-        if self._rewrite:
-            self._rewrite_unsynced()
-        if self._carry:
-            self._write(self._carry)
+        appender = self._appender
+        if appender.rewrite:
+            appender.rewrite_unsynced()
+        if self._carry:  # the carry's first item is numbered for refusals
+            appender.write(self._carry, self._taken - len(self._carry))
         if self.mode is SyncMode.NEVER:
-            if final and self._current is not None:
-                self._disk.sync(self._current.fd)
+            if final:
+                appender.sync_segment()
             self._fire()
             return
         now = time.monotonic()
+        unsynced = appender.unsynced
         if self.mode is SyncMode.ALWAYS:
             due = (
                 final
                 or bool(self._waiting)
-                or self._unsynced.size >= _UNSYNCED_BYTES
-                or (bool(self._unsynced) and now - self._last_sync >= _UNSYNCED_AGE)
+                or unsynced.size >= _UNSYNCED_BYTES
+                or (bool(unsynced) and now - appender.last_sync >= _UNSYNCED_AGE)
             )
         else:
-            due = final or now - self._last_sync >= self._batch
+            due = final or now - appender.last_sync >= self._batch
         if due:
-            if self._unsynced:
-                self._sync()
+            if unsynced:
+                appender.sync()
             self._fire()
 
-    # -- writing ---------------------------------------------------------------------
-
-    def _write(self, items: list[Item]) -> None:
-        """Frame and write ``items`` in as few writes as segments allow; removes those written.
-
-        Until the sync that covers them, written records wait in ``_unsynced`` (the
-        index learns them then); with ``sync = "never"`` there is no such sync, and the
-        index learns them at once.
-
-        Raises:
-            OSError: a write or a roll-over failed (``items`` keeps what was not written).
-        """
-        done = 0
-        # the ordinal of items[0], if they are the carry (what reclaiming writes is not refusable)
-        first = self._taken - len(items) if items is self._carry else None
-        try:
-            while done < len(items):
-                segment = self._current
-                if segment is None:
-                    segment = self._roll(HEADER_SIZE + len(items[done][1]))
-                number = segment.number
-                position = start = segment.position
-                room = segment.room
-                # under disk_free_limit new messages leave the end of a segment to acks and
-                # marks: if the disk fills, no new segment can be made for them
-                reserve = self._ack_reserve if self.space.low is not None else 0
-                parts: list[bytes] = []
-                end = done
-                for item in itertools.islice(items, done, None):
-                    kind, payload, _ = item
-                    size = HEADER_SIZE + len(payload)
-                    if size > room or (
-                        reserve
-                        and size + reserve > room
-                        and kind in NEW
-                        and position > SEGMENT_HEADER_SIZE
-                        and adds_messages(item)
-                    ):
-                        break
-                    parts.append(frame_header(number, position, kind, payload))
-                    parts.append(payload)
-                    position += size
-                    room -= size
-                    end += 1
-                if end == done:  # the next record does not fit: a new segment
-                    self._roll(HEADER_SIZE + len(items[done][1]))
-                    continue
-                if position < self._dirty_end:  # zero what a torn write left past these
-                    parts.append(bytes(self._dirty_end - position))
-                data = b"".join(parts)
-                self._dirty_end = max(self._dirty_end, start + len(data))
-                self._disk.write(segment.fd, data, start)
-                self._dirty_end = position
-                self.bytes_written += len(data)
-                self._records_unsynced += end - done
-                segment.position = position
-                written = located(
-                    itertools.islice(items, done, end),
-                    number << SEGMENT_SHIFT | start,
-                    None if first is None else first + done,
-                )
-                if self.mode is SyncMode.NEVER:  # no sync to wait for: the index learns now
-                    apply = self._index.apply
-                    with self.index_lock:
-                        for _, location, (_, _, record) in written:
-                            apply(record, location)
-                else:
-                    self._unsynced.add(start, data, written)
-                done = end
-        finally:
-            del items[:done]
-
-    def _roll(self, needed: int) -> SegmentFile:
-        """Sync and leave the current segment; make the next one current.
-
-        Raises:
-            OSError: the sync, the spare, or the new segment failed.
-        """
-        old = self._current
-        if old is not None and self._unsynced:
-            self._sync()
-        # if this fails (a full disk), the old segment stays current: what still fits in it
-        # (consumers' acks, once the records that did not fit are refused) can be written
-        segment = self._segments.open_next(needed)
-        if old is not None:
-            old.close()
-        self._current = segment
-        self._dirty_end = 0
+    def _rolled(self) -> None:
+        """The appender made a new segment current: a reclaim pass is due (if automatic)."""
         self._reclaim_due = self._auto_reclaim
-        self.space.check()  # a new segment (and the spare made behind it) took space
-        return segment
-
-    def _sync(self) -> None:
-        if self._current is None:
-            return
-        started = time.perf_counter()
-        try:
-            self._disk.sync(self._current.fd)
-        except OSError:
-            self._rewrite = True
-            raise
-        self._sync_took = time.perf_counter() - started
-        self.sync_stats.record(self._sync_took, self._records_unsynced)
-        self._records_unsynced = 0
-        if self._unsynced:
-            with self.index_lock:
-                self._unsynced.applied(self._index)
-        self._last_sync = time.monotonic()
-
-    def _rewrite_unsynced(self) -> None:
-        """After a failure: write again what was written since the last good sync."""
-        if self._current is not None:
-            self._unsynced.rewrite(self._disk, self._current.fd)
-        self._rewrite = False
 
     # -- calling back ----------------------------------------------------------------
 
@@ -512,7 +410,7 @@ class Writer:
                 log.exception("journal %s: a sync callback failed", self.directory)
 
     def _failed(self, exc: Exception) -> None:
-        self._rewrite = True
+        self._appender.rewrite = True
         if self._waiting:
             self._refuse()
         self._fire(exc)
@@ -521,9 +419,9 @@ class Writer:
     def _refuse(self) -> None:
         """The callbacks waiting are about to get an error: refuse the records they cover
         that must then not be stored (:mod:`chute.store.unsynced`) and tell ``on_refused``."""
-        current = self._current
+        current = self._appender.current
         refused = refuse(
-            self._unsynced,
+            self._appender.unsynced,
             self._carry,
             None if current is None else current.number,
             self._covered,
@@ -582,21 +480,14 @@ class Writer:
         Raises:
             OSError: reading, writing, syncing or deleting failed (nothing more is deleted).
         """
+        appender = self._appender
         with self.index_lock:
             self._reclaim_due = False
-            if self._unsynced:  # the index learns written records at their sync: plan with all
-                self._sync()
-            current = self._current
+            if appender.unsynced:  # the index learns written records at their sync: plan with all
+                appender.sync()
+            current = appender.current
             if current is None:
                 if not force:
                     return ReclaimResult()
-                current = self._roll(0)
-            return self._segments.reclaim(current.number, force=force, write=self._write_durably)
-
-    def _write_durably(self, items: list[Item]) -> None:
-        """Write ``items`` and sync them, whatever the mode (a reclaim pass's records)."""
-        self._write(items)
-        if self.mode is not SyncMode.NEVER:
-            self._sync()
-        elif self._current is not None:
-            self._disk.sync(self._current.fd)
+                current = appender.roll(0)
+            return self._segments.reclaim(current.number, force=force, write=appender.write_durably)

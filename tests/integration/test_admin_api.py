@@ -10,13 +10,7 @@ retried dead letter is back in its queue, a closed connection fails).
 from __future__ import annotations
 
 import base64
-import json
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,49 +19,10 @@ import pytest
 import chute
 from chute.errors import ChuteError, ConnectError
 
-from .conftest import ChuteServer, free_port, start_server
+from .admin_calls import DEADLINE, USERS, VIEWER, Answer, Broker, call, expect_error, quote, until
+from .conftest import free_port, start_server
 
 pytestmark = pytest.mark.acceptance
-
-ADMIN = ("admin", "admin-pw")
-VIEWER = ("viewer", "viewer-pw")
-USERS = """
-[users.admin]
-password = "admin-pw"
-roles = ["admin"]
-
-[users.viewer]
-password = "viewer-pw"
-roles = ["app"]
-
-[roles.app]
-send = ["*"]
-consume = ["*"]
-browse = ["*"]
-create = ["*"]
-delete = ["*"]
-"""
-DEADLINE = 15.0
-
-
-@dataclass
-class Broker:
-    server: ChuteServer
-    http: int
-
-    @property
-    def url(self) -> str:
-        return self.server.url
-
-    def connect(self, **kwargs: Any) -> chute.Connection:
-        return chute.connect(self.url, login=ADMIN[0], passcode=ADMIN[1], **kwargs)
-
-
-@dataclass
-class Answer:
-    status: int
-    body: Any
-    headers: dict[str, str]
 
 
 @pytest.fixture(scope="module")
@@ -79,61 +34,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     srv = start_server(tmp, "--config", str(config), "--http-port", str(http))
     yield Broker(srv, http)
     assert srv.stop() == 0, srv.output
-
-
-def call(
-    broker: Broker,
-    method: str,
-    path: str,
-    body: Any = None,
-    *,
-    auth: tuple[str, str] | None = ADMIN,
-    headers: dict[str, str] | None = None,
-    raw: bytes | None = None,
-) -> Answer:
-    """One request to the API; the answer whatever its status."""
-    sent = dict(headers or {})
-    data = raw
-    if body is not None:
-        data = json.dumps(body).encode()
-        sent.setdefault("Content-Type", "application/json")
-    if auth is not None:
-        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
-        sent["Authorization"] = f"Basic {token}"
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{broker.http}{path}", data=data, method=method, headers=sent
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=DEADLINE) as response:  # noqa: S310
-            status, payload, got = response.status, response.read(), dict(response.headers)
-    except urllib.error.HTTPError as error:
-        status, payload, got = error.code, error.read(), dict(error.headers)
-    if payload:
-        assert got["Content-Type"].startswith("application/json"), payload
-    return Answer(status, json.loads(payload) if payload else None, got)
-
-
-def quote(address: str) -> str:
-    return urllib.parse.quote(address, safe=":")
-
-
-def expect_error(answer: Answer, status: int, code: str | None = None) -> str:
-    assert answer.status == status, answer
-    assert set(answer.body) == {"error", "message"}, answer.body
-    if code is not None:
-        assert answer.body["error"] == code, answer.body
-    message: str = answer.body["message"]
-    return message
-
-
-def until(condition: Callable[[], Any], what: str) -> Any:
-    end = time.monotonic() + DEADLINE
-    while time.monotonic() < end:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def job_done(broker: Broker, started: Answer) -> dict[str, Any]:

@@ -8,8 +8,7 @@ at and check what it did.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,38 +16,21 @@ import pytest
 
 import chute
 
+from .admin_calls import ALICE, ALICE_USERS, Broker, call, expect_error, quote, until
 from .conftest import free_port, start_server
-from .test_admin_api import Broker, call, expect_error, quote
 from .test_cli import chute as run_chute
 from .test_stomp import Client
 
 pytestmark = pytest.mark.acceptance
 
-CONFIG = """
+CONFIG = f"""
 [server]
 disk_free_limit = "32MiB"
 
 [destinations."queue:console.tight"]
 max_messages = 1
 overflow = "block"
-
-[users.admin]
-password = "admin-pw"
-roles = ["admin"]
-
-[users.alice]
-password = "alice-pw"
-roles = ["alice"]
-
-[roles.alice]
-manage = ["queue:alice.*"]
-send = ["queue:alice.*"]
-consume = ["queue:alice.*"]
-browse = ["queue:alice.*"]
-create = ["queue:alice.*"]
-"""
-ALICE = ("alice", "alice-pw")
-DEADLINE = 15.0
+{ALICE_USERS}"""
 
 
 @pytest.fixture(scope="module")
@@ -63,16 +45,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     srv.stomp_port = stomp  # type: ignore[attr-defined]
     yield Broker(srv, http)
     assert srv.stop() == 0, srv.output
-
-
-def until(condition: Callable[[], Any], what: str) -> Any:
-    end = time.monotonic() + DEADLINE
-    while time.monotonic() < end:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def browse(broker: Broker, address: str, **auth: Any) -> list[dict[str, Any]]:

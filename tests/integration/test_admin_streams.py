@@ -20,8 +20,8 @@ import chute
 from chute.admin.openapi import document
 from chute.errors import ChuteError
 
+from .admin_calls import USERS, VIEWER, Broker, call, expect_error, quote, until
 from .conftest import free_port, start_server
-from .test_admin_api import USERS, VIEWER, Broker, call, expect_error, quote, until
 
 pytestmark = pytest.mark.acceptance
 

@@ -17,6 +17,7 @@ from playwright.sync_api import ConsoleMessage, Error, Page, expect, sync_playwr
 
 import chute
 
+from .admin_calls import ALICE_USERS
 from .conftest import ChuteServer, free_port, start_server
 from .test_console import CHROMIUM, CHROMIUM_ARGS, WAIT_MS, artifacts_dir, row
 from .test_stomp import Client
@@ -28,22 +29,6 @@ CONFIG = f"""
 [destinations."{TIGHT}"]
 max_messages = 1
 overflow = "block"
-"""
-USERS = """
-[users.admin]
-password = "admin-pw"
-roles = ["admin"]
-
-[users.alice]
-password = "alice-pw"
-roles = ["alice"]
-
-[roles.alice]
-manage = ["queue:alice.*"]
-send = ["queue:alice.*"]
-consume = ["queue:alice.*"]
-browse = ["queue:alice.*"]
-create = ["queue:alice.*"]
 """
 
 
@@ -237,7 +222,7 @@ def test_a_user_who_manages_some_destinations_sees_those_without_errors(
     tmp_path: Path,
 ) -> None:
     config = tmp_path / "chute.toml"
-    config.write_text(USERS)
+    config.write_text(ALICE_USERS)
     http = free_port()
     server = start_server(tmp_path, "--config", str(config), "--http-port", str(http))
     try:

@@ -7,39 +7,21 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import chute
 from chute.dropbox.layout import init_queue, init_subscription, init_topic
 from chute.dropbox.transcoder import decode_filename
-from tests.integration.conftest import ChuteServer, start_server
-
-WAIT = 20.0
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
-def serve(tmp_path: Path, config: str) -> ChuteServer:
-    path = tmp_path / "chute.toml"
-    path.write_text(config)
-    return start_server(tmp_path, "--config", str(path), "--stomp-port", "0", "--http-port", "0")
-
-
-def drop(root: Path, queue: str, name: str, body: str) -> None:
-    """What a DropboxMQ shell producer does: write in working/, then mv into target/."""
-    script = 'cd "$1/$2/incoming" && printf "%s" "$4" > "working/$3" && mv "working/$3" "target/$3"'
-    subprocess.run(["sh", "-c", script, "sh", str(root), queue, name, body], check=True)
-
-
-def count(path: Path) -> int:
-    return len(os.listdir(path))
+from tests.integration.dropbox_bridge import (
+    WAIT,
+    count,
+    drop,
+    export_mount,
+    import_mount,
+    mount,
+    serve,
+    wait_until,
+)
 
 
 def test_files_from_a_shell_script_reach_a_native_consumer(tmp_path: Path) -> None:
@@ -47,15 +29,7 @@ def test_files_from_a_shell_script_reach_a_native_consumer(tmp_path: Path) -> No
     layout = init_queue(mq, "orders")
     # a file a previous broker had claimed but not settled: taken back at start
     (layout.processing / "chute-bridge~4.1700000000000500-9.T").write_text("left over")
-    server = serve(
-        tmp_path,
-        f"""
-[[dropbox]]
-root = "{mq}"
-destinations = ["orders"]
-poll_interval_ms = 50
-""",
-    )
+    server = serve(tmp_path, import_mount(mq, "orders"))
     try:
         soon = int(time.time() * 1000) + 1500
         drop(mq, "orders", "2.1700000000000000-1.T....colorS=blue", "low")
@@ -103,16 +77,12 @@ def test_a_full_queue_leaves_files_in_target_until_there_is_room(tmp_path: Path)
     layout = init_queue(mq, "orders")
     server = serve(
         tmp_path,
-        f"""
+        """
 [destinations."queue:orders"]
 max_messages = 1
 overflow = "reject"
-
-[[dropbox]]
-root = "{mq}"
-destinations = ["orders"]
-poll_interval_ms = 50
 """,
+        import_mount(mq, "orders"),
     )
     try:
         drop(mq, "orders", "4.1700000000000000-1.T", "first")
@@ -134,15 +104,7 @@ poll_interval_ms = 50
 
 def test_an_exported_queue_is_files_ls_and_cat_can_read(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    server = serve(
-        tmp_path,
-        f"""
-[[dropbox]]
-root = "{out}"
-destinations = ["queue:results"]
-direction = "export"
-""",
-    )
+    server = serve(tmp_path, export_mount(out, "queue:results"))
     try:
         with chute.connect(server.url) as conn, conn.session() as session:
             for i in range(3):
@@ -210,18 +172,7 @@ def test_topics_are_bridged_both_ways(tmp_path: Path) -> None:
     subscriber = init_topic(outbound, "news")
     subscription = init_subscription(subscriber, "reader", "ls-user")  # a file-only reader
     server = serve(
-        tmp_path,
-        f"""
-[[dropbox]]
-root = "{inbound}"
-destinations = ["topic:alerts"]
-poll_interval_ms = 50
-
-[[dropbox]]
-root = "{outbound}"
-destinations = ["topic:news"]
-direction = "export"
-""",
+        tmp_path, import_mount(inbound, "topic:alerts"), export_mount(outbound, "topic:news")
     )
     try:
         with chute.connect(server.url) as conn, conn.session() as session:
@@ -251,12 +202,7 @@ def test_a_broker_killed_mid_import_loses_no_file(tmp_path: Path) -> None:
     for i in range(total):  # dropped before the broker starts, as a backlog
         (layout.working / f"m{i}").write_text(f"body {i}")
         os.rename(layout.working / f"m{i}", layout.target / f"4.{1700000000000000 + i}-1.T")
-    config = f"""
-[[dropbox]]
-root = "{mq}"
-destinations = ["orders"]
-batch = 16
-"""
+    config = mount(mq, "orders", batch=16)
     server = serve(tmp_path, config)
     wait_until(lambda: count(layout.processed) > 0, "the import to start")
     server.stop(signal.SIGKILL)
@@ -282,7 +228,7 @@ def test_the_bridge_acts_as_its_configured_user(tmp_path: Path) -> None:
     layout = init_queue(mq, "orders")
     server = serve(
         tmp_path,
-        f"""
+        """
 [users.importer]
 password = "pw"
 roles = ["elsewhere"]
@@ -293,13 +239,8 @@ roles = ["admin"]
 
 [roles.elsewhere]
 send = ["queue:other"]
-
-[[dropbox]]
-root = "{mq}"
-destinations = ["orders"]
-poll_interval_ms = 50
-user = "importer"
 """,
+        import_mount(mq, "orders", user="importer"),
     )
     try:
         drop(mq, "orders", "4.1700000000000000-1.T", "not allowed in")
@@ -339,15 +280,7 @@ def test_a_dropboxmq_publisher_s_messages_reach_the_broker_once(tmp_path: Path) 
     mq = tmp_path / "mq"
     topic = init_topic(mq, "alerts")
     reader = init_subscription(topic, "reader", "ls-user")  # a DropboxMQ subscriber beside
-    server = serve(
-        tmp_path,
-        f"""
-[[dropbox]]
-root = "{mq}"
-destinations = ["topic:alerts"]
-poll_interval_ms = 50
-""",
-    )
+    server = serve(tmp_path, import_mount(mq, "topic:alerts"))
     try:
         own = topic.subscription("chute-bridge", "chute-bridge")  # made before "ready"
         assert own.target.is_dir()
@@ -378,15 +311,7 @@ def test_files_in_incoming_are_distributed_up_the_topic_tree_and_imported_once(
     mq = tmp_path / "mq"
     europe = init_topic(mq, "news.eu")
     reader = init_subscription(europe, "reader", "ls-user")
-    server = serve(
-        tmp_path,
-        f"""
-[[dropbox]]
-root = "{mq}"
-destinations = ["topic:news", "topic:news.eu"]
-poll_interval_ms = 50
-""",
-    )
+    server = serve(tmp_path, import_mount(mq, "topic:news", "topic:news.eu"))
     incoming = europe.incoming
     script = 'cd "$1" && printf "%s" "$3" > working/m && mv working/m "target/$2"'
     try:
@@ -418,15 +343,7 @@ def test_an_exported_topic_reaches_the_subscribers_above_it(tmp_path: Path) -> N
     top = init_subscription(init_topic(out, "news"), "all", "alice")
     own = init_subscription(init_topic(out, "news.eu"), "europe", "bob")
     sibling = init_subscription(init_topic(out, "news.us"), "america", "carol")
-    server = serve(
-        tmp_path,
-        f"""
-[[dropbox]]
-root = "{out}"
-destinations = ["topic:news.eu"]
-direction = "export"
-""",
-    )
+    server = serve(tmp_path, export_mount(out, "topic:news.eu"))
     try:
         with chute.connect(server.url) as conn, conn.session() as session:
             session.send("topic:news.eu", "bonjour")
@@ -441,18 +358,7 @@ def test_a_relayed_message_keeps_the_timestamp_of_its_name(tmp_path: Path) -> No
     inbound, outbound = tmp_path / "in", tmp_path / "out"
     init_queue(inbound, "orders")
     server = serve(
-        tmp_path,
-        f"""
-[[dropbox]]
-root = "{inbound}"
-destinations = ["orders"]
-poll_interval_ms = 50
-
-[[dropbox]]
-root = "{outbound}"
-destinations = ["queue:orders"]
-direction = "export"
-""",
+        tmp_path, import_mount(inbound, "orders"), export_mount(outbound, "queue:orders")
     )
     name = "6.1600000000123045-1234567890.T"  # sent 2020-09-13, sequence 45
     try:
@@ -472,12 +378,7 @@ def test_a_re_import_after_a_crash_stays_redelivered_across_a_restart(tmp_path: 
     layout = init_queue(mq, "orders")
     # what a broker killed between its sync and the move leaves: a claimed file
     (layout.processing / "chute-bridge~4.1700000000000000-1.T").write_text("maybe seen")
-    config = f"""
-[[dropbox]]
-root = "{mq}"
-destinations = ["orders"]
-poll_interval_ms = 50
-"""
+    config = import_mount(mq, "orders")
     server = serve(tmp_path, config)
     wait_until(lambda: count(layout.processed) == 1, "the re-import")
     server.stop(signal.SIGKILL)  # before anyone consumed it
@@ -504,15 +405,7 @@ def test_export_waits_while_dropboxmq_s_write_lock_holds_and_the_broker_still_st
     layout = init_queue(out, "results")
     lock = layout.base / "write-lock.properties"
     lock.touch()  # DropboxMQ's flow control: an empty file stops every writer
-    server = serve(
-        tmp_path,
-        f"""
-[[dropbox]]
-root = "{out}"
-destinations = ["queue:results"]
-direction = "export"
-""",
-    )
+    server = serve(tmp_path, export_mount(out, "queue:results"))
     try:
         with chute.connect(server.url) as conn, conn.session() as session:
             session.send("results", "held back")

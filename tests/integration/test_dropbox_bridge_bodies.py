@@ -14,7 +14,7 @@ from chute.client.received import Received
 from chute.dropbox.transcoder import decode_filename
 from chute.errors import InvalidMessage
 from chute.message import BodyKind
-from tests.integration.test_dropbox_bridge import WAIT, count, serve, wait_until
+from tests.integration.dropbox_bridge import WAIT, count, export_mount, serve, wait_until
 
 # what a Java ObjectOutputStream writes first: magic, version, TC_OBJECT
 SERIALIZED = b"\xac\xed\x00\x05sr\x00\x11java.util.HashMap\x05\x07\xda\xc1\xc3\x16`\xd1"
@@ -22,15 +22,7 @@ SERIALIZED = b"\xac\xed\x00\x05sr\x00\x11java.util.HashMap\x05\x07\xda\xc1\xc3\x
 
 def test_an_export_dead_letters_bodies_dropboxmq_cannot_read(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    server = serve(
-        tmp_path,
-        f"""
-[[dropbox]]
-root = "{out}"
-destinations = ["queue:results"]
-direction = "export"
-""",
-    )
+    server = serve(tmp_path, export_mount(out, "queue:results"))
     unreadable = [
         (BodyKind.MAP, b'{"a": 1}'),
         (BodyKind.STREAM, b""),

@@ -9,7 +9,7 @@ from pathlib import Path
 import chute
 from chute.dropbox.layout import init_queue
 from chute.dropbox.transcoder import decode_filename
-from tests.integration.test_dropbox_bridge import count, serve, wait_until
+from tests.integration.dropbox_bridge import count, export_mount, import_mount, serve, wait_until
 
 
 def test_files_dropboxmq_put_back_into_target_are_imported_as_their_messages(
@@ -26,15 +26,7 @@ def test_files_dropboxmq_put_back_into_target_are_imported_as_their_messages(
         tmp = layout.working / "x"
         tmp.write_text("recovered")
         os.rename(tmp, layout.target / name)
-    server = serve(
-        tmp_path,
-        f"""
-[[dropbox]]
-root = "{mq}"
-destinations = ["orders"]
-poll_interval_ms = 50
-""",
-    )
+    server = serve(tmp_path, import_mount(mq, "orders"))
     try:
         wait_until(lambda: count(layout.processed) + count(layout.expired) == 2, "both taken")
         assert count(layout.expired) == 1  # its expiration applies: never delivered
@@ -56,15 +48,7 @@ poll_interval_ms = 50
 
 def test_an_export_writes_what_dropboxmq_can_read(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    server = serve(
-        tmp_path,
-        f"""
-[[dropbox]]
-root = "{out}"
-destinations = ["queue:results"]
-direction = "export"
-""",
-    )
+    server = serve(tmp_path, export_mount(out, "queue:results"))
     realistic = {
         "b": True,
         "r": "base",

@@ -19,7 +19,14 @@ from chute.dropbox.queue import QueueConsumer
 from chute.dropbox.transcoder import decode_filename, encode_filename
 from chute.errors import InvalidMessage
 from chute.message import Byte, Float, Int, Message, Short
-from tests.integration.test_dropbox_bridge import WAIT, count, serve, wait_until
+from tests.integration.dropbox_bridge import (
+    WAIT,
+    count,
+    export_mount,
+    import_mount,
+    serve,
+    wait_until,
+)
 
 READER = "javaC"  # a DropboxMQ consumer's client id: its claim prefix is "javaC~", 6 bytes
 LONGEST = 255 - len(READER + "~")
@@ -102,15 +109,7 @@ def dead_letters(url: str, expected: int) -> list[Received]:
 def test_a_topic_export_leaves_the_room_its_subscribers_claim_with(tmp_path: Path) -> None:
     out = tmp_path / "out"
     subscription = init_subscription(init_topic(out, "orders"), "audit", READER)
-    server = serve(
-        tmp_path,
-        f"""
-[[dropbox]]
-root = "{out}"
-destinations = ["topic:orders"]
-direction = "export"
-""",
-    )
+    server = serve(tmp_path, export_mount(out, "topic:orders"))
     try:
         send_all(server.url, "topic:orders", [*SIZES, LONGEST + 1])
         wait_until(lambda: count(subscription.target) == len(SIZES), "every name that fits")
@@ -126,16 +125,7 @@ def test_a_queue_export_leaves_the_room_its_configured_consumers_claim_with(
     tmp_path: Path,
 ) -> None:
     out = tmp_path / "out"
-    server = serve(
-        tmp_path,
-        f"""
-[[dropbox]]
-root = "{out}"
-destinations = ["queue:results"]
-direction = "export"
-consumers = ["{READER}", "app-1"]
-""",
-    )
+    server = serve(tmp_path, export_mount(out, "queue:results", consumers=[READER, "app-1"]))
     layout = init_queue(out, "results")
     try:
         send_all(server.url, "results", list(SIZES))
@@ -149,15 +139,7 @@ def test_a_queue_export_without_consumers_leaves_room_for_generated_client_ids(
     tmp_path: Path,
 ) -> None:
     out = tmp_path / "out"
-    server = serve(
-        tmp_path,
-        f"""
-[[dropbox]]
-root = "{out}"
-destinations = ["queue:results"]
-direction = "export"
-""",
-    )
+    server = serve(tmp_path, export_mount(out, "queue:results"))
     layout = init_queue(out, "results")
     generated = "1795419216341000-0462377156"  # DropboxMQ's client id when none is set
     fits = range(200, 255 - len(generated + "~") + 1)  # 200-227, not 204 as before
@@ -182,18 +164,8 @@ def test_a_dropboxmq_relay_through_the_broker_carries_every_name_dropboxmq_reads
         os.rename(source.working / name, source.target / name)
     server = serve(
         tmp_path,
-        f"""
-[[dropbox]]
-root = "{inbound}"
-destinations = ["relay"]
-poll_interval_ms = 50
-
-[[dropbox]]
-root = "{outbound}"
-destinations = ["queue:relay"]
-direction = "export"
-consumers = ["{READER}"]
-""",
+        import_mount(inbound, "relay"),
+        export_mount(outbound, "queue:relay", consumers=[READER]),
     )
     sink = init_queue(outbound, "relay")
     try:

@@ -10,8 +10,7 @@ Prometheus' own parser and checked against what the client did.
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ import pytest
 
 from chute.core.readers import WINDOW
 
-from .test_metrics import Broker, Labels, Samples, start
+from .test_metrics import Broker, Labels, Samples, start, wait_for
 
 WAIT = 10.0
 KEPT = 3
@@ -53,17 +52,6 @@ def stream_figures(samples: Samples, address: str) -> dict[str, float]:
         elif name.startswith("chute_stream_") and labels == (("address", address),):
             figures[name.removeprefix("chute_")] = value
     return figures
-
-
-def wait_for(broker: Broker, condition: str, check: Callable[[Samples], bool]) -> Samples:
-    deadline = time.monotonic() + WAIT
-    while True:
-        samples = broker.scrape()
-        if check(samples):
-            return samples
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never {condition}: {samples}")
-        time.sleep(0.05)  # polling the condition, not synchronising on time
 
 
 def api(broker: Broker, address: str) -> dict[str, Any]:

@@ -9,14 +9,11 @@ sides, after a restart where the broker stopped mid-move).
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,10 +21,10 @@ from typing import Any, TypeVar
 
 import pytest
 
-import chute
 from chute.message import Message
 
-from .conftest import ChuteServer, free_port, start_server
+from . import admin_calls
+from .conftest import free_port, start_server
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 
@@ -47,17 +44,8 @@ _T = TypeVar("_T")
 
 
 @dataclass
-class Broker:
-    server: ChuteServer
-    http: int
+class Broker(admin_calls.Broker):
     config: Path
-
-    @property
-    def url(self) -> str:
-        return self.server.url
-
-    def connect(self) -> chute.Connection:
-        return chute.connect(self.url, login="admin", passcode="admin-pw")
 
 
 def serve(tmp_path: Path, *, data_dir: Path | None = None) -> Broker:
@@ -106,19 +94,9 @@ def waiting(broker: Broker, address: str) -> tuple[int, int]:
 def call(
     broker: Broker, method: str, path: str, body: dict[str, Any] | None = None
 ) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{broker.http}{path}", data=data, method=method
-    )
-    token = base64.b64encode(b"admin:admin-pw").decode()
-    request.add_header("Authorization", f"Basic {token}")
-    if data is not None:
-        request.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310 - our broker
-            return answer.status, json.loads(answer.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+    """One request to the admin API as admin: (status, body)."""
+    answer = admin_calls.call(broker, method, path, body, timeout=30)
+    return answer.status, answer.body
 
 
 def until(what: Callable[[], _T | None], description: str, deadline: float = DEADLINE) -> _T:

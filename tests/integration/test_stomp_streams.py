@@ -18,6 +18,8 @@ import chute
 
 from .conftest import ChuteServer, free_port, start_server
 from .test_stomp import TIMEOUT, Client
+from .test_stomp import clients as clients  # noqa: PLC0414 - the fixtures, for this module
+from .test_stomp import port as port  # noqa: PLC0414
 
 KEPT = 5
 """``max_messages`` of ``stream:kept``: retention keeps the newest five."""
@@ -34,20 +36,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChuteServer]:
     yield srv
     if srv.process.poll() is None:
         srv.stop()
-
-
-@pytest.fixture
-def port(server: ChuteServer) -> int:
-    p: int = server.stomp_port  # type: ignore[attr-defined]
-    return p
-
-
-@pytest.fixture
-def clients(port: int) -> Iterator[list[Client]]:
-    opened: list[Client] = []
-    yield opened
-    for client in opened:
-        client.close()
 
 
 @pytest.fixture

@@ -13,14 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from chute.dropbox.maintenance import recover_client
 from chute.dropbox.names import split_claim_name
-from chute.dropbox.queue import (
-    ConsumerOptions,
-    Delivery,
-    QueueConsumer,
-    QueueProducer,
-    recover_client,
-)
+from chute.dropbox.queue import ConsumerOptions, Delivery, QueueConsumer, QueueProducer
 from chute.errors import InvalidAddress, InvalidMessage
 from chute.message import BodyKind, Message, now_ms
 

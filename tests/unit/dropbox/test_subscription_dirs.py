@@ -14,7 +14,7 @@ import pytest
 
 import chute
 from chute.dropbox.layout import QUEUE_DIRS, init_subscription, init_topic
-from chute.dropbox.queue import recover_layout
+from chute.dropbox.maintenance import recover_layout
 from chute.dropbox.topic import TopicPublisher
 from chute.message import Message
 
