@@ -366,7 +366,11 @@ def _serve(args: argparse.Namespace) -> int:
 
     def ready(bound: list[tuple[str, str, int]]) -> None:
         where = ", ".join(f"{name} {host}:{port}" for name, host, port in bound) or "nothing"
-        store = "in memory" if config.store == "memory" else f"journal in {config.data_dir}"
+        store = (
+            "in memory"
+            if config.storage.store == "memory"
+            else f"journal in {config.storage.data_dir}"
+        )
         print(f"chute listening: {where} (messages {store})", flush=True)
 
     run(config, ready=ready, site=Site)

@@ -104,7 +104,8 @@ class BrokerServer:
         self.connections: set[StreamConnection] = set()
         self.listeners: list[Listener] = []
         self.http: HttpListener | None = None  # http_port: STOMP over WebSocket, admin, metrics
-        self.limits = ConnectionLimits(config)  # every connection, from its accept to its loss
+        # every connection, from its accept to its loss
+        self.limits = ConnectionLimits(config.limits)
         self.accepting = Accepting()  # connections not yet handed to their driver
         self.contenders = Contenders()  # who else wants the loop, when a turn ends early
         self.tls_context: ssl.SSLContext | None = None  # every TLS listener's (start makes it)
@@ -138,26 +139,26 @@ class BrokerServer:
         return Broker(
             store,
             config.resolver(),
-            auto_create=config.auto_create,
+            auto_create=config.by_use.auto_create,
             predefined=[a for a in config.destinations if "*" not in a],
-            prepared_timeout_ms=config.prepared_timeout_ms,
+            prepared_timeout_ms=config.sessions.prepared_timeout_ms,
             # paging moves memory to the journal: with the memory store it would only copy
-            memory_limit=config.max_memory if config.store == "journal" else 0,
-            memory_high_watermark=config.memory_high_watermark,
-            block_timeout_ms=config.block_timeout_ms,
-            max_subscription_bytes=config.max_subscription_bytes,
-            flow_backlog=config.flow_backlog,
-            max_cursor_lease_ms=config.max_cursor_lease_ms,
+            memory_limit=config.memory.max_memory if config.storage.store == "journal" else 0,
+            memory_high_watermark=config.memory.high_watermark,
+            block_timeout_ms=config.memory.block_timeout_ms,
+            max_subscription_bytes=config.memory.max_subscription_bytes,
+            flow_backlog=config.memory.flow_backlog,
+            max_cursor_lease_ms=config.sessions.max_cursor_lease_ms,
             limits=Limits(
-                config.max_destinations,
-                config.max_destinations_per_user,
-                config.auto_delete_after_ms,
+                config.by_use.max_destinations,
+                config.by_use.max_destinations_per_user,
+                config.by_use.auto_delete_after_ms,
             ),
             access=Access(
                 config.users,
                 config.roles,
                 throttle=LoginThrottle(
-                    config.max_login_failures, config.login_failure_window_ms / 1000
+                    config.limits.max_login_failures, config.limits.login_failure_window_ms / 1000
                 ),
             ),
         )
@@ -180,7 +181,7 @@ class BrokerServer:
             self.tls_context, self.https_context = server_contexts(config)
         for warning in config.warnings():
             log.warning("configuration: %s", warning)
-        http = await self._listen_http() if config.http_port else None
+        http = await self._listen_http() if config.listen.http_port else None
         self.watchdog = LoopWatchdog(self.loop, self.loop_thread)
         self.watchdog.start()
         try:
@@ -203,12 +204,12 @@ class BrokerServer:
         if self._site is None:
             raise RuntimeError("http_port is on, but the server was given no site to serve")
         self.http = HttpListener(self, self._site(self))
-        https = config.http_tls
+        https = config.http.tls
         name = "https" if https else "http"
         host, port = await self.http.start(
             lambda server: self._listen(
                 name,
-                config.http_port,
+                config.listen.http_port,
                 self._front(name, server, https, self.https_context),
                 None if https else http_refusal,
                 budget=True,
@@ -231,8 +232,8 @@ class BrokerServer:
         where = (
             f"the journal in {store.directory}"
             if isinstance(store, Journal)
-            else f"the journal in {self.config.data_dir / 'journal'}"
-            if store is None and self.config.store == "journal"
+            else f"the journal in {self.config.storage.data_dir / 'journal'}"
+            if store is None and self.config.storage.store == "journal"
             else "the memory store (nothing to read)"
         )
         log.info("recovering from %s", where)
@@ -282,10 +283,10 @@ class BrokerServer:
         native: ProtocolFactory = lambda: NativeConnection(self)  # noqa: E731
         stomp: ProtocolFactory = lambda: StompConnection(self)  # noqa: E731
         for name, port, make, tls, refusal in (
-            ("native", config.port, native, False, native_refusal),
-            ("native-tls", config.tls_port, native, True, None),
-            ("stomp", config.stomp_port, stomp, False, stomp_refusal),
-            ("stomp-tls", config.stomp_tls_port, stomp, True, None),
+            ("native", config.listen.port, native, False, native_refusal),
+            ("native-tls", config.listen.tls_port, native, True, None),
+            ("stomp", config.listen.stomp_port, stomp, False, stomp_refusal),
+            ("stomp-tls", config.listen.stomp_tls_port, stomp, True, None),
         ):
             if port:
                 server = self._listen(name, port, self._front(name, make, tls), refusal)
@@ -332,7 +333,7 @@ class BrokerServer:
     ) -> Listener:
         """Listen on ``host:port`` through the accept loop every listener shares
         (:mod:`chute.server.listener`: the connection limits, running out of descriptors)."""
-        host = self.config.host
+        host = self.config.listen.host
         try:
             sockets = bind(host, port)
         except OSError as exc:
@@ -388,7 +389,7 @@ class BrokerServer:
         self.contenders.sync_started()
         for seal in seals:
             seal()
-        if self.config.inline_sync and self.broker.store.sync_inline(requests):
+        if self.config.storage.inline_sync and self.broker.store.sync_inline(requests):
             return
         for callback in requests:
             self.broker.sync(callback)
@@ -403,7 +404,7 @@ class BrokerServer:
             self.loop.call_soon_threadsafe(self.broker.unstored, ops)
 
     async def _sweep_expired(self) -> None:
-        interval = max(self.config.expiry_interval_ms, 10) / 1000
+        interval = max(self.config.sessions.expiry_interval_ms, 10) / 1000
         while True:
             await asyncio.sleep(interval)
             try:
@@ -496,14 +497,14 @@ def open_store(config: ServerConfig, progress: RecoveryProgress | None = None) -
             disk cannot hold one more segment.
         OSError: the data directory cannot be created.
     """
-    if config.store == "memory":
+    if config.storage.store == "memory":
         return MemoryStore()
     return Journal(
-        config.data_dir / "journal",
-        sync=config.sync,
-        batch_ms=config.sync_batch_ms,
-        segment_size=config.segment_size,
-        disk_free_limit=config.disk_free_limit,
+        config.storage.data_dir / "journal",
+        sync=config.storage.sync,
+        batch_ms=config.storage.sync_batch_ms,
+        segment_size=config.storage.segment_size,
+        disk_free_limit=config.storage.disk_free_limit,
         progress=progress,
     )
 
@@ -581,7 +582,7 @@ def run(config: ServerConfig, *, ready: Any = None, site: MakeSite | None = None
     """Run a broker until SIGTERM/SIGINT. ``ready(bound)`` is called once it listens;
     ``site`` is what the HTTP port serves (needed while ``http_port`` is on)."""
     tune_gc()
-    raise_open_file_limit(config.max_connections)
+    raise_open_file_limit(config.limits.max_connections)
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
 

@@ -120,7 +120,7 @@ class StreamConnection(asyncio.Protocol):
             functools.partial(self._hold, Hold.FLOW_CONTROL),
             functools.partial(self._release, Hold.FLOW_CONTROL),
         )
-        self.liveness = Liveness(self, server.loop, server.config.idle_timeout_ms / 1000)
+        self.liveness = Liveness(self, server.loop, server.config.sessions.idle_timeout_ms / 1000)
         self._login = Login(self, server)
 
     # -- asyncio.Protocol -------------------------------------------------------------
