@@ -331,7 +331,7 @@ def _add_removal_commands(sub: Any, client_args: Callable[[argparse.ArgumentPars
 def _serve(args: argparse.Namespace) -> int:
     from chute import config as config_module  # noqa: PLC0415 - keeps client commands light
     from chute.admin.site import Site  # noqa: PLC0415
-    from chute.server.app import run  # noqa: PLC0415
+    from chute.server.process import run  # noqa: PLC0415
     from chute.smq import settings as smq_settings  # noqa: PLC0415
 
     logging.basicConfig(

@@ -16,9 +16,9 @@ connection has a front from :mod:`chute.server.accept` (where a handshake's
 failure, or TLS spoken to a plain port, is logged). It is the one
 implementation of the interfaces its drivers declare
 (:class:`~chute.server.stream.ServerHost`, :class:`~chute.dropbox.bridge.BridgeHost`);
-nothing imports this module but the CLI, which also hands it what the HTTP port
-serves (:class:`~chute.admin.site.Site`, made with the server: the admin side
-sits above the server, which never imports it).
+nothing imports this module but :mod:`chute.server.process`, which runs it for the
+CLI, and the CLI hands it what the HTTP port serves (:class:`~chute.admin.site.Site`,
+made with the server: the admin side sits above the server, which never imports it).
 
 Starting: the HTTP listener opens first, and answers only ``/healthz``,
 ``/readyz`` and ``/metrics`` (everything else: 503) while the store opens and
@@ -35,7 +35,6 @@ import asyncio
 import contextlib
 import ctypes
 import errno
-import gc
 import logging
 import signal
 import ssl
@@ -55,7 +54,7 @@ from chute.dropbox.bridge import DropboxBridge, start_bridges, stop_bridges
 from chute.server import smq
 from chute.server.accept import Accepting, Front
 from chute.server.limits import ConnectionLimits
-from chute.server.listener import Listener, Refusal, bind, raise_open_file_limit
+from chute.server.listener import Listener, Refusal, bind
 from chute.server.native import NativeConnection, native_refusal
 from chute.server.stomp import StompConnection, stomp_refusal
 from chute.server.stream import StreamConnection
@@ -75,7 +74,6 @@ if TYPE_CHECKING:  # aiohttp is imported only when the HTTP listener is on
 log = logging.getLogger("chute.server")
 
 RESOURCE_CHECK_S = 0.1  # how often admission re-reads memory and disk (chute.core.admission)
-TASKS_END_S = 5.0  # stopping: how long the tasks still pending get to end once cancelled
 RECOVERY_LOG_S = 2.0  # how often a recovery under way logs how far it is
 _T = TypeVar("_T")
 PASSWORD_WORKERS = 2
@@ -552,69 +550,3 @@ def release_free_memory() -> None:
         libc.malloc_trim(0)
     except (OSError, AttributeError):
         return
-
-
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop when it is installed (it is a dependency where it builds), else asyncio's."""
-    try:
-        import uvloop  # noqa: PLC0415
-    except ImportError:
-        return asyncio.new_event_loop()
-    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-    return loop
-
-
-def tune_gc() -> None:
-    """Make the cyclic garbage collector cheap for a broker.
-
-    A broker holds millions of long-lived, acyclic objects (messages and their
-    queue entries) and allocates a few per message. With CPython's defaults a
-    young collection runs every 700 allocations and older ones walk every
-    object held, so a deep queue makes each message dearer. Queued messages
-    never form cycles, so collect rarely and leave start-up objects out.
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(100_000, 50, 1000)
-
-
-def run(config: ServerConfig, *, ready: Any = None, site: MakeSite | None = None) -> None:
-    """Run a broker until SIGTERM/SIGINT. ``ready(bound)`` is called once it listens;
-    ``site`` is what the HTTP port serves (needed while ``http_port`` is on)."""
-    tune_gc()
-    raise_open_file_limit(config.limits.max_connections)
-    loop = new_event_loop()
-    asyncio.set_event_loop(loop)
-
-    async def main() -> None:
-        server = BrokerServer(config, site=site)
-        try:
-            bound = await server.start()
-        except BaseException:
-            if server.store is not None:
-                server.store.close()
-            raise
-        server.handle_signals()
-        if ready is not None:
-            ready(bound)
-        await server.serve_until_stopped()
-
-    try:
-        loop.run_until_complete(main())
-    finally:
-        try:
-            _end_remaining_tasks(loop)
-        finally:
-            loop.close()
-
-
-def _end_remaining_tasks(loop: asyncio.AbstractEventLoop) -> None:
-    """Cancel the tasks still pending once the broker stopped (or failed to start) and let
-    them finish, as ``asyncio.run`` does: a task the loop never ran again is destroyed
-    pending with the loop ("Task was destroyed but it is pending!")."""
-    tasks = [task for task in asyncio.all_tasks(loop) if not task.done()]
-    for task in tasks:
-        task.cancel()
-    if tasks:
-        loop.run_until_complete(asyncio.wait(tasks, timeout=TASKS_END_S))
-    loop.run_until_complete(loop.shutdown_asyncgens())
