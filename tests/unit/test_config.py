@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -454,3 +456,28 @@ def test_a_key_is_checked_by_its_fields_kind(tmp_path: Path) -> None:
     ):
         with pytest.raises(ConfigError, match=message):
             load(write(tmp_path, f"[server]\n{text}\n"))
+
+
+REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+_HEADING = re.compile(r"^### `\[server\.(\w+)\]`", re.MULTILINE)
+_ROW = re.compile(r"^\| `(\w+)` \| `(\w+)` \| `([^`]*)` \|", re.MULTILINE)
+
+
+def test_the_reference_documents_every_key_its_flat_name_and_its_default(
+    tmp_path: Path,
+) -> None:
+    text = REFERENCE.read_text(encoding="utf-8")
+    parts = _HEADING.split(text)[1:]  # section, its text, section, its text, ...
+    documented = {
+        f"{section}.{name}": (flat, default)
+        for section, body in zip(parts[::2], parts[1::2], strict=True)
+        for name, flat, default in _ROW.findall(body)
+    }
+    assert {where: flat for flat, where in FLAT_KEYS.items()} == {
+        where: flat for where, (flat, _) in documented.items()
+    }
+    defaults = ServerConfig()
+    for where, (flat, default) in documented.items():
+        value = tomllib.loads(f"v = {default}")["v"]
+        loaded = load(None, {flat: value})  # the documented default, read as the file's
+        assert placed(loaded, where) == placed(defaults, where), where
