@@ -6,7 +6,6 @@ The ``[server]`` table's keys come in sections (:class:`ServerConfig`'s fields:
 ``[server]`` under its flat name, as before sections existed; once, either way::
 
     [server]
-    host = "0.0.0.0"
     max_packet_size = "16MiB"   # flat: limits.max_packet_size
     tls_port = 5446
 

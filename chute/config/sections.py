@@ -44,7 +44,7 @@ def _one_of(default: str, *others: str, flat: str | None = None) -> str:
 
 
 def _origins_key() -> tuple[str, ...]:
-    """``allowed_origins``: a list of web origins (see :func:`_origins`)."""
+    """``allowed_origins``: a list of web origins (read by ``chute.config._origins``)."""
     return dataclasses.field(default=(), metadata={KIND: ORIGINS})
 
 
