@@ -28,8 +28,9 @@ from chute.protocol import packets as p
 from chute.protocol.spec import HEADER_SIZE
 from chute.protocol.splice import encode_send
 from chute.protocol.wire import encode_packet
-from chute.server.app import BrokerServer, tune_gc
+from chute.server.app import BrokerServer
 from chute.server.native import NativeConnection
+from chute.server.process import tune_gc
 from chute.store.memory import MemoryStore
 from tests.memory_transport import MemoryTransport, settle
 

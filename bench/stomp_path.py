@@ -33,7 +33,8 @@ import time
 from typing import Any
 
 from chute.config import ServerConfig
-from chute.server.app import BrokerServer, tune_gc
+from chute.server.app import BrokerServer
+from chute.server.process import tune_gc
 from chute.server.stomp import StompConnection
 from chute.store.memory import MemoryStore
 from tests.memory_transport import MemoryTransport, settle

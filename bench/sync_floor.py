@@ -79,7 +79,7 @@ def disk_only(directory: str, seconds: float) -> int:
 
 def _server(directory: str, port_out: Any) -> None:
     try:
-        import uvloop  # optional, as in chute.server.app
+        import uvloop  # optional, as in chute.server.process
 
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     except ImportError:

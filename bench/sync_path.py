@@ -42,8 +42,9 @@ from chute.message import Message
 from chute.protocol import packets as p
 from chute.protocol.splice import encode_send
 from chute.protocol.wire import encode_packet
-from chute.server.app import BrokerServer, tune_gc
+from chute.server.app import BrokerServer
 from chute.server.native import NativeConnection
+from chute.server.process import tune_gc
 from chute.store.journal import Journal
 from tests.memory_transport import MemoryTransport
 
@@ -69,7 +70,7 @@ def _cpu() -> tuple[float, float]:
 
 def _loop() -> asyncio.AbstractEventLoop:
     try:
-        import uvloop  # as chute.server.app does when it is installed
+        import uvloop  # as chute.server.process does when it is installed
 
         return uvloop.new_event_loop()
     except ImportError:

@@ -294,7 +294,7 @@ class AdminApi:
     async def overview(self, request: web.Request, conn: Connection) -> web.StreamResponse:
         self._manages_all(conn, "the overview")
         stats = conn.stats_page(limit=1)
-        data_dir = str(self.server.config.data_dir)
+        data_dir = str(self.server.config.storage.data_dir)
         try:
             free: int | None = shutil.disk_usage(data_dir).free
         except OSError:
@@ -308,7 +308,7 @@ class AdminApi:
                 "memory": stats["memory"],
                 "disk": {
                     "free_bytes": free,
-                    "free_limit": self.server.config.disk_free_limit,
+                    "free_limit": self.server.config.storage.disk_free_limit,
                     "low": self.broker.store.space_low(),
                 },
                 "destination_count": stats["destination_count"],

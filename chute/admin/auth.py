@@ -229,7 +229,7 @@ class Gate:
             ApiError: 403, another host.
         """
         name = request.url.host or ""
-        allowed = {*LOOPBACK_NAMES, self.server.config.host.lower().strip("[]")}
+        allowed = {*LOOPBACK_NAMES, self.server.config.listen.host.lower().strip("[]")}
         if name.lower().strip("[]") not in allowed:
             raise ApiError(
                 403,
@@ -244,6 +244,8 @@ class Gate:
         port = int(sock[1]) if isinstance(sock, tuple) and len(sock) >= 2 else 0
         if self._origins is None or self._origins[0] != port:
             config = self.server.config
-            policy = OriginPolicy([*own_origins(config.host, port), *config.allowed_origins])
+            policy = OriginPolicy(
+                [*own_origins(config.listen.host, port), *config.http.allowed_origins]
+            )
             self._origins = (port, policy)
         return self._origins[1]

@@ -331,7 +331,7 @@ def _add_removal_commands(sub: Any, client_args: Callable[[argparse.ArgumentPars
 def _serve(args: argparse.Namespace) -> int:
     from chute import config as config_module  # noqa: PLC0415 - keeps client commands light
     from chute.admin.site import Site  # noqa: PLC0415
-    from chute.server.app import run  # noqa: PLC0415
+    from chute.server.process import run  # noqa: PLC0415
     from chute.smq import settings as smq_settings  # noqa: PLC0415
 
     logging.basicConfig(
@@ -366,7 +366,11 @@ def _serve(args: argparse.Namespace) -> int:
 
     def ready(bound: list[tuple[str, str, int]]) -> None:
         where = ", ".join(f"{name} {host}:{port}" for name, host, port in bound) or "nothing"
-        store = "in memory" if config.store == "memory" else f"journal in {config.data_dir}"
+        store = (
+            "in memory"
+            if config.storage.store == "memory"
+            else f"journal in {config.storage.data_dir}"
+        )
         print(f"chute listening: {where} (messages {store})", flush=True)
 
     run(config, ready=ready, site=Site)

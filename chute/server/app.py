@@ -16,9 +16,9 @@ connection has a front from :mod:`chute.server.accept` (where a handshake's
 failure, or TLS spoken to a plain port, is logged). It is the one
 implementation of the interfaces its drivers declare
 (:class:`~chute.server.stream.ServerHost`, :class:`~chute.dropbox.bridge.BridgeHost`);
-nothing imports this module but the CLI, which also hands it what the HTTP port
-serves (:class:`~chute.admin.site.Site`, made with the server: the admin side
-sits above the server, which never imports it).
+nothing imports this module but :mod:`chute.server.process`, which runs it for the
+CLI, and the CLI hands it what the HTTP port serves (:class:`~chute.admin.site.Site`,
+made with the server: the admin side sits above the server, which never imports it).
 
 Starting: the HTTP listener opens first, and answers only ``/healthz``,
 ``/readyz`` and ``/metrics`` (everything else: 503) while the store opens and
@@ -35,7 +35,6 @@ import asyncio
 import contextlib
 import ctypes
 import errno
-import gc
 import logging
 import signal
 import ssl
@@ -55,7 +54,7 @@ from chute.dropbox.bridge import DropboxBridge, start_bridges, stop_bridges
 from chute.server import smq
 from chute.server.accept import Accepting, Front
 from chute.server.limits import ConnectionLimits
-from chute.server.listener import Listener, Refusal, bind, raise_open_file_limit
+from chute.server.listener import Listener, Refusal, bind
 from chute.server.native import NativeConnection, native_refusal
 from chute.server.stomp import StompConnection, stomp_refusal
 from chute.server.stream import StreamConnection
@@ -75,7 +74,6 @@ if TYPE_CHECKING:  # aiohttp is imported only when the HTTP listener is on
 log = logging.getLogger("chute.server")
 
 RESOURCE_CHECK_S = 0.1  # how often admission re-reads memory and disk (chute.core.admission)
-TASKS_END_S = 5.0  # stopping: how long the tasks still pending get to end once cancelled
 RECOVERY_LOG_S = 2.0  # how often a recovery under way logs how far it is
 _T = TypeVar("_T")
 PASSWORD_WORKERS = 2
@@ -104,7 +102,8 @@ class BrokerServer:
         self.connections: set[StreamConnection] = set()
         self.listeners: list[Listener] = []
         self.http: HttpListener | None = None  # http_port: STOMP over WebSocket, admin, metrics
-        self.limits = ConnectionLimits(config)  # every connection, from its accept to its loss
+        # every connection, from its accept to its loss
+        self.limits = ConnectionLimits(config.limits)
         self.accepting = Accepting()  # connections not yet handed to their driver
         self.contenders = Contenders()  # who else wants the loop, when a turn ends early
         self.tls_context: ssl.SSLContext | None = None  # every TLS listener's (start makes it)
@@ -138,26 +137,26 @@ class BrokerServer:
         return Broker(
             store,
             config.resolver(),
-            auto_create=config.auto_create,
+            auto_create=config.by_use.auto_create,
             predefined=[a for a in config.destinations if "*" not in a],
-            prepared_timeout_ms=config.prepared_timeout_ms,
+            prepared_timeout_ms=config.sessions.prepared_timeout_ms,
             # paging moves memory to the journal: with the memory store it would only copy
-            memory_limit=config.max_memory if config.store == "journal" else 0,
-            memory_high_watermark=config.memory_high_watermark,
-            block_timeout_ms=config.block_timeout_ms,
-            max_subscription_bytes=config.max_subscription_bytes,
-            flow_backlog=config.flow_backlog,
-            max_cursor_lease_ms=config.max_cursor_lease_ms,
+            memory_limit=config.memory.max_memory if config.storage.store == "journal" else 0,
+            memory_high_watermark=config.memory.high_watermark,
+            block_timeout_ms=config.memory.block_timeout_ms,
+            max_subscription_bytes=config.memory.max_subscription_bytes,
+            flow_backlog=config.memory.flow_backlog,
+            max_cursor_lease_ms=config.sessions.max_cursor_lease_ms,
             limits=Limits(
-                config.max_destinations,
-                config.max_destinations_per_user,
-                config.auto_delete_after_ms,
+                config.by_use.max_destinations,
+                config.by_use.max_destinations_per_user,
+                config.by_use.auto_delete_after_ms,
             ),
             access=Access(
                 config.users,
                 config.roles,
                 throttle=LoginThrottle(
-                    config.max_login_failures, config.login_failure_window_ms / 1000
+                    config.limits.max_login_failures, config.limits.login_failure_window_ms / 1000
                 ),
             ),
         )
@@ -180,7 +179,7 @@ class BrokerServer:
             self.tls_context, self.https_context = server_contexts(config)
         for warning in config.warnings():
             log.warning("configuration: %s", warning)
-        http = await self._listen_http() if config.http_port else None
+        http = await self._listen_http() if config.listen.http_port else None
         self.watchdog = LoopWatchdog(self.loop, self.loop_thread)
         self.watchdog.start()
         try:
@@ -203,12 +202,12 @@ class BrokerServer:
         if self._site is None:
             raise RuntimeError("http_port is on, but the server was given no site to serve")
         self.http = HttpListener(self, self._site(self))
-        https = config.http_tls
+        https = config.http.tls
         name = "https" if https else "http"
         host, port = await self.http.start(
             lambda server: self._listen(
                 name,
-                config.http_port,
+                config.listen.http_port,
                 self._front(name, server, https, self.https_context),
                 None if https else http_refusal,
                 budget=True,
@@ -231,8 +230,8 @@ class BrokerServer:
         where = (
             f"the journal in {store.directory}"
             if isinstance(store, Journal)
-            else f"the journal in {self.config.data_dir / 'journal'}"
-            if store is None and self.config.store == "journal"
+            else f"the journal in {self.config.storage.data_dir / 'journal'}"
+            if store is None and self.config.storage.store == "journal"
             else "the memory store (nothing to read)"
         )
         log.info("recovering from %s", where)
@@ -282,10 +281,10 @@ class BrokerServer:
         native: ProtocolFactory = lambda: NativeConnection(self)  # noqa: E731
         stomp: ProtocolFactory = lambda: StompConnection(self)  # noqa: E731
         for name, port, make, tls, refusal in (
-            ("native", config.port, native, False, native_refusal),
-            ("native-tls", config.tls_port, native, True, None),
-            ("stomp", config.stomp_port, stomp, False, stomp_refusal),
-            ("stomp-tls", config.stomp_tls_port, stomp, True, None),
+            ("native", config.listen.port, native, False, native_refusal),
+            ("native-tls", config.listen.tls_port, native, True, None),
+            ("stomp", config.listen.stomp_port, stomp, False, stomp_refusal),
+            ("stomp-tls", config.listen.stomp_tls_port, stomp, True, None),
         ):
             if port:
                 server = self._listen(name, port, self._front(name, make, tls), refusal)
@@ -332,7 +331,7 @@ class BrokerServer:
     ) -> Listener:
         """Listen on ``host:port`` through the accept loop every listener shares
         (:mod:`chute.server.listener`: the connection limits, running out of descriptors)."""
-        host = self.config.host
+        host = self.config.listen.host
         try:
             sockets = bind(host, port)
         except OSError as exc:
@@ -388,7 +387,7 @@ class BrokerServer:
         self.contenders.sync_started()
         for seal in seals:
             seal()
-        if self.config.inline_sync and self.broker.store.sync_inline(requests):
+        if self.config.storage.inline_sync and self.broker.store.sync_inline(requests):
             return
         for callback in requests:
             self.broker.sync(callback)
@@ -403,7 +402,7 @@ class BrokerServer:
             self.loop.call_soon_threadsafe(self.broker.unstored, ops)
 
     async def _sweep_expired(self) -> None:
-        interval = max(self.config.expiry_interval_ms, 10) / 1000
+        interval = max(self.config.sessions.expiry_interval_ms, 10) / 1000
         while True:
             await asyncio.sleep(interval)
             try:
@@ -496,14 +495,14 @@ def open_store(config: ServerConfig, progress: RecoveryProgress | None = None) -
             disk cannot hold one more segment.
         OSError: the data directory cannot be created.
     """
-    if config.store == "memory":
+    if config.storage.store == "memory":
         return MemoryStore()
     return Journal(
-        config.data_dir / "journal",
-        sync=config.sync,
-        batch_ms=config.sync_batch_ms,
-        segment_size=config.segment_size,
-        disk_free_limit=config.disk_free_limit,
+        config.storage.data_dir / "journal",
+        sync=config.storage.sync,
+        batch_ms=config.storage.sync_batch_ms,
+        segment_size=config.storage.segment_size,
+        disk_free_limit=config.storage.disk_free_limit,
         progress=progress,
     )
 
@@ -551,69 +550,3 @@ def release_free_memory() -> None:
         libc.malloc_trim(0)
     except (OSError, AttributeError):
         return
-
-
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop when it is installed (it is a dependency where it builds), else asyncio's."""
-    try:
-        import uvloop  # noqa: PLC0415
-    except ImportError:
-        return asyncio.new_event_loop()
-    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-    return loop
-
-
-def tune_gc() -> None:
-    """Make the cyclic garbage collector cheap for a broker.
-
-    A broker holds millions of long-lived, acyclic objects (messages and their
-    queue entries) and allocates a few per message. With CPython's defaults a
-    young collection runs every 700 allocations and older ones walk every
-    object held, so a deep queue makes each message dearer. Queued messages
-    never form cycles, so collect rarely and leave start-up objects out.
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(100_000, 50, 1000)
-
-
-def run(config: ServerConfig, *, ready: Any = None, site: MakeSite | None = None) -> None:
-    """Run a broker until SIGTERM/SIGINT. ``ready(bound)`` is called once it listens;
-    ``site`` is what the HTTP port serves (needed while ``http_port`` is on)."""
-    tune_gc()
-    raise_open_file_limit(config.max_connections)
-    loop = new_event_loop()
-    asyncio.set_event_loop(loop)
-
-    async def main() -> None:
-        server = BrokerServer(config, site=site)
-        try:
-            bound = await server.start()
-        except BaseException:
-            if server.store is not None:
-                server.store.close()
-            raise
-        server.handle_signals()
-        if ready is not None:
-            ready(bound)
-        await server.serve_until_stopped()
-
-    try:
-        loop.run_until_complete(main())
-    finally:
-        try:
-            _end_remaining_tasks(loop)
-        finally:
-            loop.close()
-
-
-def _end_remaining_tasks(loop: asyncio.AbstractEventLoop) -> None:
-    """Cancel the tasks still pending once the broker stopped (or failed to start) and let
-    them finish, as ``asyncio.run`` does: a task the loop never ran again is destroyed
-    pending with the loop ("Task was destroyed but it is pending!")."""
-    tasks = [task for task in asyncio.all_tasks(loop) if not task.done()]
-    for task in tasks:
-        task.cancel()
-    if tasks:
-        loop.run_until_complete(asyncio.wait(tasks, timeout=TASKS_END_S))
-    loop.run_until_complete(loop.shutdown_asyncgens())

@@ -153,7 +153,10 @@ class HttpListener:
         self._runner = runner
         host, port = runner.addresses[0][:2]
         self.origins = OriginPolicy(
-            [*own_origins(self.server.config.host, int(port)), *self.server.config.allowed_origins]
+            [
+                *own_origins(self.server.config.listen.host, int(port)),
+                *self.server.config.http.allowed_origins,
+            ]
         )
         self.site.listening(self.origins)
         return str(host), int(port)

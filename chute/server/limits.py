@@ -40,7 +40,7 @@ import logging
 from collections import Counter
 from typing import Any, Final, Protocol, cast
 
-from chute.config import ServerConfig
+from chute.config import LimitSettings
 from chute.server.episode import Episode
 from chute.server.partial import PartialFrames
 
@@ -187,11 +187,11 @@ class Ticket:
 class ConnectionLimits:
     """The limits, and the count of connections open; see the module docstring."""
 
-    def __init__(self, config: ServerConfig) -> None:
-        self.max_connections = config.max_connections
-        self.max_per_host = config.max_connections_per_host
-        self.login_timeout = config.login_timeout_ms / 1000
-        self.login_budget = config.login_frame_size + LOGIN_ALLOWANCE
+    def __init__(self, limits: LimitSettings) -> None:
+        self.max_connections = limits.max_connections
+        self.max_per_host = limits.max_connections_per_host
+        self.login_timeout = limits.login_timeout_ms / 1000
+        self.login_budget = limits.login_frame_size + LOGIN_ALLOWANCE
         self.open = 0
         self.before_login = 0
         self.by_listener: Counter[str] = Counter()
@@ -205,7 +205,7 @@ class ConnectionLimits:
         self.tls_on_plain: dict[str, Episode] = {}  # by listener
         self.idle = Episode("connections closed by server.idle_timeout_ms")
         self.no_descriptors = Episode("accepts that found no file descriptor free")
-        self.partial = PartialFrames(config)  # frames begun after login and not finished
+        self.partial = PartialFrames(limits)  # frames begun after login and not finished
 
     # -- the listeners' side ------------------------------------------------------------
 

@@ -73,7 +73,8 @@ class NativeConnection(ManagementRequests, StreamConnection):
         super().__init__(server)
         config = server.config
         self.codec = PacketCodec(  # max_packet_size once the client logged in
-            max_packet_size=config.login_frame_size, max_properties=config.max_properties
+            max_packet_size=config.limits.login_frame_size,
+            max_properties=config.limits.max_properties,
         )
         self.sessions: dict[int, Session] = {}
         self.consumers: dict[int, tuple[Consumer, Session]] = {}
@@ -222,7 +223,7 @@ class NativeConnection(ManagementRequests, StreamConnection):
             return
         self.codec.version = version
         heartbeat = 0
-        if packet.heartbeat_ms and self.server.config.heartbeat_ms:
+        if packet.heartbeat_ms and self.server.config.sessions.heartbeat_ms:
             heartbeat = max(packet.heartbeat_ms, 1000)
             self.liveness.start_heartbeat(heartbeat / 1000, 3 * heartbeat / 1000)
         self._respond(header, p.Connected(version, core.id, heartbeat, self.codec.max_packet_size))
@@ -516,7 +517,7 @@ class NativeConnection(ManagementRequests, StreamConnection):
         return encode_packet(p.Error(code, reason), 0, 0, 0, self.codec.version)
 
     def _lift_login_limit(self) -> None:
-        self.codec.max_packet_size = self.server.config.max_packet_size
+        self.codec.max_packet_size = self.server.config.limits.max_packet_size
 
     # -- Receiver: the core pushes deliveries here ----------------------------------------
 

@@ -36,7 +36,7 @@ import time
 from collections import Counter
 from typing import Any, Final, Protocol
 
-from chute.config import ServerConfig
+from chute.config import LimitSettings
 from chute.core.paging import MemoryBudget
 from chute.server.episode import Episode
 
@@ -85,9 +85,9 @@ def _mib(size: int) -> str:
 class PartialFrames:
     """Bytes of unfinished frames, by connection and user; see the module docstring."""
 
-    def __init__(self, config: ServerConfig) -> None:
-        self.per_user = config.max_partial_bytes_per_user
-        self.timeout = config.partial_frame_timeout_ms / 1000
+    def __init__(self, limits: LimitSettings) -> None:
+        self.per_user = limits.max_partial_bytes_per_user
+        self.timeout = limits.partial_frame_timeout_ms / 1000
         self.total = 0
         self.by_user: Counter[str] = Counter()
         self.counts: Counter[str] = Counter()

@@ -137,7 +137,7 @@ class SmqSource(_SmqConnection):
 
     def __init__(self, server: ServerHost, address: str) -> None:
         super().__init__(server, address)
-        self.codec = SourceCodec(max_body_size=server.config.max_packet_size)
+        self.codec = SourceCodec(max_body_size=server.config.limits.max_packet_size)
         self._unanswered = 0  # sent to the queue, waiting for the sync before 'Y'
         self._ending = False  # close once every earlier message is answered
         self._failed = False  # a message was not stored: no later one may be answered

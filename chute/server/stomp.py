@@ -94,7 +94,7 @@ class StompConnection(StreamConnection):
     def __init__(self, server: ServerHost) -> None:
         super().__init__(server)
         # max_packet_size once the client logged in
-        self.codec = StompCodec(max_frame_size=server.config.login_frame_size)
+        self.codec = StompCodec(max_frame_size=server.config.limits.login_frame_size)
         self.stomp: StompSession | None = None  # once CONNECTED
         self._checked: list[tuple[str, str]] | None = None  # a frame in progress let go on
         self._handlers: dict[str, Callable[[Frame], None]] = {
@@ -243,7 +243,7 @@ class StompConnection(StreamConnection):
         beat = (0, 0)
         if version != "1.0":
             client_beat = heartbeat.parse(frame.header("heart-beat"))
-            config_ms = self.server.config.heartbeat_ms
+            config_ms = self.server.config.sessions.heartbeat_ms
             if config_ms:
                 floor = min(_MIN_HEARTBEAT_MS, config_ms)
                 beat = (floor, floor)
@@ -474,7 +474,7 @@ class StompConnection(StreamConnection):
         return self.codec.send(_error_frame(code, reason))
 
     def _lift_login_limit(self) -> None:
-        self.codec.max_frame_size = self.server.config.max_packet_size
+        self.codec.max_frame_size = self.server.config.limits.max_packet_size
 
 
 def _failed(frame: Frame, exc: ChuteError) -> Frame:

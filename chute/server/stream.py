@@ -120,7 +120,7 @@ class StreamConnection(asyncio.Protocol):
             functools.partial(self._hold, Hold.FLOW_CONTROL),
             functools.partial(self._release, Hold.FLOW_CONTROL),
         )
-        self.liveness = Liveness(self, server.loop, server.config.idle_timeout_ms / 1000)
+        self.liveness = Liveness(self, server.loop, server.config.sessions.idle_timeout_ms / 1000)
         self._login = Login(self, server)
 
     # -- asyncio.Protocol -------------------------------------------------------------
@@ -330,7 +330,7 @@ class StreamConnection(asyncio.Protocol):
 
     def _lift_login_limit(self) -> None:
         """Let the codec take packets or frames up to ``max_packet_size`` (until login
-        it took ``max_login_frame_size``: :attr:`ServerConfig.login_frame_size`)."""
+        it took ``max_login_frame_size``: :attr:`LimitSettings.login_frame_size`)."""
 
     def close_with_error(self, code: str, reason: str) -> None:
         """Tell the client ``reason`` in this protocol's error and close (a limit: the

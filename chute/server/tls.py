@@ -164,11 +164,11 @@ def server_contexts(config: ServerConfig) -> tuple[ServerContext, ServerContext]
     Raises:
         OSError, ValueError: as :func:`server_context`.
     """
-    cert, key, ca = config.tls_cert, config.tls_key, config.tls_ca
-    tcp = https = server_context(cert, key, ca=ca, client_certs=config.tls_client_certs)
-    if config.http_client_certs != config.tls_client_certs:
+    cert, key, ca = config.tls.cert, config.tls.key, config.tls.ca
+    tcp = https = server_context(cert, key, ca=ca, client_certs=config.tls.client_certs)
+    if config.http_client_certs != config.tls.client_certs:
         https = server_context(cert, key, ca=ca, client_certs=config.http_client_certs, told=True)
-    if config.http_tls and config.http_port and config.http_client_certs != "none":
+    if config.http.tls and config.listen.http_port and config.http_client_certs != "none":
         log.info(
             "https asks clients for a certificate (%s): browsers cancel a wss:// WebSocket "
             'asked for one; set server.http_tls_client_certs = "none" if browsers connect',

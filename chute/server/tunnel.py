@@ -319,8 +319,8 @@ class Tunnels:
         self.server = server
         self.origins = origins
         config = server.config
-        self.poll_timeout = config.http_poll_ms / 1000
-        self.session_timeout = config.http_session_timeout_ms / 1000
+        self.poll_timeout = config.http.poll_ms / 1000
+        self.session_timeout = config.http.session_timeout_ms / 1000
         self.sessions: dict[str, TunnelSession] = {}
 
     def forget(self, session: TunnelSession) -> None:
@@ -412,7 +412,7 @@ class Tunnels:
         before login do (:class:`~chute.server.limits.Ticket`); refused from its
         ``Content-Length``, or as it comes, before the broker holds more of it."""
         if session.ticket.authenticated:
-            return body_limit(self.server.config.max_packet_size), ""
+            return body_limit(self.server.config.limits.max_packet_size), ""
         return self.server.limits.login_budget, " before login (server.max_login_frame_size)"
 
     async def poll(self, request: web.Request) -> web.StreamResponse:

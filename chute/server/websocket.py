@@ -248,9 +248,9 @@ async def _serve(  # noqa: PLR0917 - private, called twice
     refused = refused_origin(origins, request)
     if refused is not None:
         return refused
-    limit = server.config.max_packet_size + ALLOWANCE
+    limit = server.config.limits.max_packet_size + ALLOWANCE
     if isinstance(conn, NativeConnection):  # a client cuts its writes at CHUNK
-        limit = body_limit(server.config.max_packet_size)
+        limit = body_limit(server.config.limits.max_packet_size)
     ws = web.WebSocketResponse(
         protocols=subprotocols,
         max_msg_size=limit,

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from chute.client import aio
-from chute.config import ServerConfig
+from chute.config import ListenSettings, ServerConfig
 from chute.core import manage
 from chute.core.connection import Connection
 from chute.errors import ConnectError
@@ -30,7 +30,9 @@ def run(body: Callable[[BrokerServer, int, int], Awaitable[None]], *, smq_port: 
     async def main() -> None:
         port, stomp_port = free_port(), free_port()
         smq = SmqSettings(source_port=0, sink_port=smq_port) if smq_port else None
-        config = ServerConfig(port=port, stomp_port=stomp_port, http_port=0, smq=smq)
+        config = ServerConfig(
+            ListenSettings(port=port, stomp_port=stomp_port, http_port=0), smq=smq
+        )
         server = BrokerServer(config, store=MemoryStore())
         await server.start()
         try:

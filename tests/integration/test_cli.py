@@ -269,3 +269,37 @@ def test_a_body_given_as_an_argument_is_text_as_with_chute_dropbox_send(
     assert raw is not None
     assert (text.kind, text.text) == (client.BodyKind.TEXT, "héllo")
     assert (raw.kind, raw.body) == (client.BodyKind.BYTES, b"\x00raw")
+
+
+def test_a_config_file_in_sections_is_served_as_written(tmp_path: Path) -> None:
+    config = tmp_path / "sections.toml"
+    config.write_text(
+        '[server.storage]\nstore = "memory"\n'
+        '[server.limits]\nmax_packet_size = "2KiB"\nmax_login_frame_size = "1KiB"\n'
+    )
+    srv = start_server(tmp_path, "--config", str(config))
+    try:
+        assert "(messages in memory)" in srv.output
+        small = chute(srv, "send", "queue:x", "x" * 1000)
+        assert small.returncode == 0, small.stderr
+        big = chute(srv, "send", "queue:x", "x" * 4000)
+        assert big.returncode == 1
+        assert b"Traceback" not in big.stderr
+    finally:
+        srv.stop()
+
+
+def test_a_key_given_flat_and_in_its_section_is_reported(tmp_path: Path) -> None:
+    config = tmp_path / "twice.toml"
+    config.write_text('[server]\nmax_packet_size = "1MiB"\nlimits.max_packet_size = "2MiB"\n')
+    result = subprocess.run(
+        [sys.executable, "-m", "chute.cli", "serve", "--config", str(config), "--port", "0"],
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert b"Traceback" not in result.stderr
+    assert (
+        b"server.limits.max_packet_size: already given as server.max_packet_size" in result.stderr
+    )

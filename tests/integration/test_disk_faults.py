@@ -20,7 +20,7 @@ import pytest
 
 from chute.client import aio
 from chute.client.received import Received
-from chute.config import ServerConfig
+from chute.config import ListenSettings, ServerConfig, StorageSettings
 from chute.errors import StoreError
 from chute.server.app import BrokerServer
 from chute.store.disk import FaultyDisk
@@ -44,7 +44,10 @@ def run(
     async def main() -> None:
         port = free_port()
         journal = Journal(tmp_path / "journal", disk=disk)
-        config = ServerConfig(port=port, stomp_port=0, http_port=0, inline_sync=inline_sync)
+        config = ServerConfig(
+            ListenSettings(port=port, stomp_port=0, http_port=0),
+            storage=StorageSettings(inline_sync=inline_sync),
+        )
         server = BrokerServer(config, store=journal)
         await server.start()
         try:

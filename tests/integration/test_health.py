@@ -30,7 +30,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from chute.admin.site import Site
-from chute.config import ServerConfig
+from chute.config import ListenSettings, ServerConfig
 from chute.core.store import AddOp, QueueDefinition, QueueKind, Recovered
 from chute.message import Message
 from chute.server import app
@@ -194,7 +194,7 @@ def test_while_recovering_only_health_and_metrics_are_served(
     caplog.set_level(logging.INFO, logger="chute.server")
     port, http_port = free_port(), free_port()
     store = HeldStore()
-    config = ServerConfig(port=port, stomp_port=0, http_port=http_port)
+    config = ServerConfig(ListenSettings(port=port, stomp_port=0, http_port=http_port))
     base = f"http://127.0.0.1:{http_port}"
 
     async def status(client: aiohttp.ClientSession, path: str) -> tuple[int, str]:

@@ -13,7 +13,7 @@ import struct
 
 import pytest
 
-from chute.config import ServerConfig
+from chute.config import ListenSettings, ServerConfig
 from chute.core.store import SyncCallback
 from chute.errors import StoreError
 from chute.server.app import BrokerServer
@@ -47,7 +47,8 @@ def frame(body: bytes) -> bytes:
 async def run_broker(store: FailingSyncStore) -> tuple[BrokerServer, int, int]:
     source, sink = free_port(), free_port()
     config = ServerConfig(
-        port=0, stomp_port=0, http_port=0, smq=SmqSettings("queue:faults", source, sink)
+        ListenSettings(port=0, stomp_port=0, http_port=0),
+        smq=SmqSettings("queue:faults", source, sink),
     )
     server = BrokerServer(config, store=store)
     await server.start()

@@ -23,7 +23,7 @@ import pytest
 import trustme
 import uvloop
 
-from chute.config import ServerConfig
+from chute.config import LimitSettings
 from chute.server.accept import Accepting, Front, TlsAccept
 from chute.server.limits import ConnectionLimits
 from chute.server.listener import Listener, bind
@@ -83,7 +83,7 @@ def run(request: pytest.FixtureRequest) -> Callable[[Coroutine[Any, Any, Any]], 
 
 
 async def _listen(front: Front) -> tuple[Listener, int]:
-    listener = Listener("test", bind("127.0.0.1", 0), front, ConnectionLimits(ServerConfig()))
+    listener = Listener("test", bind("127.0.0.1", 0), front, ConnectionLimits(LimitSettings()))
     listener.start()
     return listener, listener.sockets[0].getsockname()[1]
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -23,14 +25,14 @@ def write(tmp_path: Path, text: str) -> Path:
 def test_defaults_without_a_file() -> None:
     config = load(None)
     assert config == ServerConfig()
-    assert (config.host, config.port) == ("127.0.0.1", 5445)
+    assert (config.listen.host, config.listen.port) == ("127.0.0.1", 5445)
 
 
 def test_file_then_flags_override(tmp_path: Path) -> None:
     path = write(tmp_path, '[server]\nport = 6000\nmax_packet_size = "1MiB"\n')
     config = load(path, {"port": 7000, "host": None})
-    assert config.port == 7000
-    assert config.max_packet_size == 1 << 20
+    assert config.listen.port == 7000
+    assert config.limits.max_packet_size == 1 << 20
 
 
 def test_destinations_with_wildcards_and_default(tmp_path: Path) -> None:
@@ -49,9 +51,9 @@ def test_destinations_with_wildcards_and_default(tmp_path: Path) -> None:
 def test_limits_on_destinations_made_by_use(tmp_path: Path) -> None:
     defaults = load(None)
     assert (
-        defaults.max_destinations,
-        defaults.max_destinations_per_user,
-        defaults.auto_delete_after_ms,
+        defaults.by_use.max_destinations,
+        defaults.by_use.max_destinations_per_user,
+        defaults.by_use.auto_delete_after_ms,
     ) == (10_000, 1000, 0)
     path = write(
         tmp_path,
@@ -60,8 +62,8 @@ def test_limits_on_destinations_made_by_use(tmp_path: Path) -> None:
         '[destinations."queue:scratch.*"]\nauto_delete_after_ms = 60000\n',
     )
     config = load(path)
-    assert (config.max_destinations, config.max_destinations_per_user) == (50, 0)
-    assert config.auto_delete_after_ms == 3_600_000
+    assert (config.by_use.max_destinations, config.by_use.max_destinations_per_user) == (50, 0)
+    assert config.by_use.auto_delete_after_ms == 3_600_000
     resolve = config.resolver()
     assert resolve("queue:scratch.1").auto_delete_after_ms == 60_000
     assert resolve("queue:other").auto_delete_after_ms is None  # the server's
@@ -106,34 +108,37 @@ def test_bad_configuration_names_the_problem(tmp_path: Path, text: str, fragment
 
 def test_connection_limits(tmp_path: Path) -> None:
     defaults = load(None)
-    assert (defaults.max_connections, defaults.max_connections_per_host) == (10_000, 1000)
-    assert (defaults.login_timeout_ms, defaults.idle_timeout_ms) == (10_000, 0)
-    assert defaults.login_frame_size == 64 << 10
+    assert (defaults.limits.max_connections, defaults.limits.max_connections_per_host) == (
+        10_000,
+        1000,
+    )
+    assert (defaults.limits.login_timeout_ms, defaults.sessions.idle_timeout_ms) == (10_000, 0)
+    assert defaults.limits.login_frame_size == 64 << 10
     path = write(
         tmp_path,
         "[server]\nmax_connections = 0\nmax_connections_per_host = 5\n"
         'login_timeout_ms = 300\nmax_login_frame_size = "2KiB"\nidle_timeout_ms = 60000\n',
     )
     config = load(path)
-    assert (config.max_connections, config.max_connections_per_host) == (0, 5)
-    assert (config.login_timeout_ms, config.idle_timeout_ms) == (300, 60_000)
-    assert config.login_frame_size == 2048
+    assert (config.limits.max_connections, config.limits.max_connections_per_host) == (0, 5)
+    assert (config.limits.login_timeout_ms, config.sessions.idle_timeout_ms) == (300, 60_000)
+    assert config.limits.login_frame_size == 2048
     # 0: max_packet_size before login too; never more than max_packet_size
     unlimited = load(
         write(tmp_path, '[server]\nmax_login_frame_size = 0\nmax_packet_size = "1MiB"\n')
     )
-    assert unlimited.login_frame_size == 1 << 20
+    assert unlimited.limits.login_frame_size == 1 << 20
     capped = load(
         write(tmp_path, '[server]\nmax_login_frame_size = "4MiB"\nmax_packet_size = "1MiB"\n')
     )
-    assert capped.login_frame_size == 1 << 20
+    assert capped.limits.login_frame_size == 1 << 20
 
 
 def test_http_polls_end_before_their_session_does(tmp_path: Path) -> None:
     defaults = load(None)
-    assert (defaults.http_poll_ms, defaults.http_session_timeout_ms) == (20_000, 60_000)
+    assert (defaults.http.poll_ms, defaults.http.session_timeout_ms) == (20_000, 60_000)
     tuned = load(write(tmp_path, "[server]\nhttp_poll_ms = 500\nhttp_session_timeout_ms = 900\n"))
-    assert (tuned.http_poll_ms, tuned.http_session_timeout_ms) == (500, 900)
+    assert (tuned.http.poll_ms, tuned.http.session_timeout_ms) == (500, 900)
     for bad in ("http_poll_ms = 0", "http_poll_ms = 60000", "http_session_timeout_ms = 10"):
         with pytest.raises(ConfigError, match=r"http_poll_ms .* must be above 0 and below"):
             load(write(tmp_path, f"[server]\n{bad}\n"))
@@ -206,9 +211,9 @@ def test_smq_accepts_loopback_only_unless_told(tmp_path: Path) -> None:
 def test_disk_free_limit_is_a_size_and_a_limit_under_one_segment_is_warned_of(
     tmp_path: Path,
 ) -> None:
-    assert load(None).disk_free_limit == 64 << 20
+    assert load(None).storage.disk_free_limit == 64 << 20
     config = load(write(tmp_path, '[server]\ndisk_free_limit = "128MiB"\n'), {})
-    assert config.disk_free_limit == 128 << 20
+    assert config.storage.disk_free_limit == 128 << 20
     assert not [w for w in config.warnings() if "disk_free_limit" in w]
     config = load(write(tmp_path, '[server]\ndisk_free_limit = "1MiB"\n'), {})
     [warning] = [w for w in config.warnings() if "disk_free_limit" in w]
@@ -219,8 +224,85 @@ def test_disk_free_limit_is_a_size_and_a_limit_under_one_segment_is_warned_of(
         load(write(tmp_path, '[server]\ndisk_free_limit = "lots"\n'), {})
 
 
-OWN_TABLES = {"users", "roles", "destinations", "default_destination", "smq", "dropbox"}
-"""ServerConfig's fields that are TOML tables of their own; every other is a [server] key."""
+FLAT_KEYS: dict[str, str] = {
+    "host": "listen.host",
+    "port": "listen.port",
+    "stomp_port": "listen.stomp_port",
+    "http_port": "listen.http_port",
+    "tls_port": "listen.tls_port",
+    "stomp_tls_port": "listen.stomp_tls_port",
+    "tls_cert": "tls.cert",
+    "tls_key": "tls.key",
+    "tls_ca": "tls.ca",
+    "tls_client_certs": "tls.client_certs",
+    "http_tls": "http.tls",
+    "http_tls_client_certs": "http.tls_client_certs",
+    "allowed_origins": "http.allowed_origins",
+    "http_poll_ms": "http.poll_ms",
+    "http_session_timeout_ms": "http.session_timeout_ms",
+    "data_dir": "storage.data_dir",
+    "store": "storage.store",
+    "sync": "storage.sync",
+    "sync_batch_ms": "storage.sync_batch_ms",
+    "segment_size": "storage.segment_size",
+    "inline_sync": "storage.inline_sync",
+    "disk_free_limit": "storage.disk_free_limit",
+    "max_memory": "memory.max_memory",
+    "memory_high_watermark": "memory.high_watermark",
+    "block_timeout_ms": "memory.block_timeout_ms",
+    "max_subscription_bytes": "memory.max_subscription_bytes",
+    "flow_backlog": "memory.flow_backlog",
+    "auto_create": "by_use.auto_create",
+    "max_destinations": "by_use.max_destinations",
+    "max_destinations_per_user": "by_use.max_destinations_per_user",
+    "auto_delete_after_ms": "by_use.auto_delete_after_ms",
+    "max_packet_size": "limits.max_packet_size",
+    "max_properties": "limits.max_properties",
+    "max_connections": "limits.max_connections",
+    "max_connections_per_host": "limits.max_connections_per_host",
+    "login_timeout_ms": "limits.login_timeout_ms",
+    "max_login_frame_size": "limits.max_login_frame_size",
+    "max_login_failures": "limits.max_login_failures",
+    "login_failure_window_ms": "limits.login_failure_window_ms",
+    "max_partial_bytes_per_user": "limits.max_partial_bytes_per_user",
+    "partial_frame_timeout_ms": "limits.partial_frame_timeout_ms",
+    "heartbeat_ms": "sessions.heartbeat_ms",
+    "idle_timeout_ms": "sessions.idle_timeout_ms",
+    "prepared_timeout_ms": "sessions.prepared_timeout_ms",
+    "max_cursor_lease_ms": "sessions.max_cursor_lease_ms",
+    "expiry_interval_ms": "sessions.expiry_interval_ms",
+}
+"""Every key [server] held before it had sections, and where it is now: these keep working."""
+
+WORDS = {
+    "host": "localhost",
+    "store": "memory",
+    "sync": "batch",
+    "tls_cert": "c.pem",
+    "tls_key": "k.pem",
+    "tls_ca": "ca.pem",
+    "tls_client_certs": "optional",
+    "http_tls_client_certs": "none",
+}
+"""Values other than the defaults for the keys whose value is a word or a file name."""
+
+
+def placed(config: ServerConfig, where: str) -> object:
+    section, name = where.split(".")
+    return getattr(getattr(config, section), name)
+
+
+def changed(flat: str, default: object) -> object:
+    """A valid value other than ``default`` (all of them together pass the checks)."""
+    if isinstance(default, bool):
+        return not default
+    if isinstance(default, int):
+        return default + 1
+    if isinstance(default, Path):
+        return Path("elsewhere")
+    if isinstance(default, tuple):
+        return ("https://app.example.com",)
+    return WORDS[flat]
 
 
 def toml_value(value: object) -> str:
@@ -233,10 +315,128 @@ def toml_value(value: object) -> str:
     return f'"{value}"'
 
 
-def test_every_field_but_the_tables_is_a_server_key(tmp_path: Path) -> None:
+def changed_values() -> dict[str, object]:
     defaults = ServerConfig()
-    keys = [f.name for f in dataclasses.fields(ServerConfig) if f.name not in OWN_TABLES]
-    lines = [f"{key} = {toml_value(getattr(defaults, key))}" for key in keys]
+    return {flat: changed(flat, placed(defaults, where)) for flat, where in FLAT_KEYS.items()}
+
+
+def test_every_flat_key_lands_in_its_section(tmp_path: Path) -> None:
+    values = changed_values()
+    text = "[server]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in values.items())
+    config = load(write(tmp_path, text))
+    for flat, where in FLAT_KEYS.items():
+        assert placed(config, where) == values[flat], flat
+    flags = {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+    assert load(None, flags) == config  # the flags' names are the flat ones
+
+
+def test_the_sections_hold_every_key_and_nothing_else() -> None:
+    sections = [f.name for f in dataclasses.fields(ServerConfig) if f.name not in OWN_TABLES]
+    held = {
+        f"{section}.{field.name}"
+        for section in sections
+        for field in dataclasses.fields(getattr(ServerConfig(), section))
+    }
+    assert held == set(FLAT_KEYS.values())
+
+
+def test_the_section_tables_set_what_the_flat_keys_set(tmp_path: Path) -> None:
+    values = changed_values()
+    flat = load(
+        write(
+            tmp_path, "[server]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in values.items())
+        )
+    )
+    by_section: dict[str, list[str]] = {}
+    for key, where in FLAT_KEYS.items():
+        section, name = where.split(".")
+        by_section.setdefault(section, []).append(f"{name} = {toml_value(values[key])}\n")
+    tables = "".join(f"[server.{s}]\n" + "".join(lines) for s, lines in by_section.items())
+    assert load(write(tmp_path, tables)) == flat
+    dotted = "[server]\n" + "".join(
+        f"{s}.{line}" for s, lines in by_section.items() for line in lines
+    )
+    assert load(write(tmp_path, dotted)) == flat
+
+
+def test_flat_keys_and_section_tables_mix(tmp_path: Path) -> None:
+    config = load(
+        write(
+            tmp_path,
+            '[server]\nhost = "localhost"\ntls_port = 5446\nmax_packet_size = "1MiB"\n'
+            '[server.tls]\ncert = "broker.pem"\nclient_certs = "optional"\nca = "ca.pem"\n'
+            "[server.limits]\nmax_connections = 5\n",
+        ),
+        {"max_connections": 7, "port": None},  # a flag wins over the file, in either form
+    )
+    assert (config.listen.host, config.listen.tls_port) == ("localhost", 5446)
+    assert (config.tls.cert, config.tls.client_certs, config.tls.ca) == (
+        "broker.pem",
+        "optional",
+        "ca.pem",
+    )
+    assert (config.limits.max_packet_size, config.limits.max_connections) == (1 << 20, 7)
+    assert config.http_client_certs == "optional"
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        (
+            '[server]\ntls_cert = "a.pem"\n[server.tls]\ncert = "b.pem"\n',
+            "server.tls.cert: already given as server.tls_cert (one setting, two spellings)",
+        ),
+        (
+            "[server]\nport = 1\nlisten.port = 2\n",
+            "server.listen.port: already given as server.port",
+        ),
+        (
+            "[server.http]\npoll_ms = 500\n[server]\nhttp_poll_ms = 500\n",
+            "already given as server.http.poll_ms",
+        ),
+    ],
+)
+def test_a_key_given_twice_is_refused(tmp_path: Path, text: str, fragment: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load(write(tmp_path, text))
+    assert fragment in info.value.reason
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        (
+            '[server.tls]\ncertificate = "c.pem"\n',
+            "server.tls.certificate: unknown setting (known in [server.tls]: cert, key, ca, "
+            "client_certs)",
+        ),
+        ('[server.tls]\ntls_cert = "c.pem"\n', "server.tls.tls_cert: unknown setting"),
+        ("[server.listen]\nmax_connections = 1\n", "server.listen.max_connections: unknown"),
+        ("[server.cluster]\nnode = 1\n", "server.cluster: unknown setting (known: host, "),
+        ("[server.cluster]\nnode = 1\n", "or by section: [server.listen], [server.tls], "),
+        ('[server]\ntls = "on"\n', "server.tls: a table of settings ([server.tls]), got 'on'"),
+        ("[server.listen]\nport = true\n", "server.listen.port: expected a non-negative"),
+        ('[server.limits]\nmax_packet_size = "lots"\n', "server.limits.max_packet_size"),
+        ('[server.http]\nallowed_origins = "x"\n', "server.http.allowed_origins: expected a"),
+        ('[server.storage]\nsync = "sometimes"\n', "server.storage.sync: must be one of"),
+        ("server = 3\n", "[server] must be a table"),
+    ],
+)
+def test_a_mistake_in_a_section_names_the_key_as_written(
+    tmp_path: Path, text: str, fragment: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        load(write(tmp_path, text))
+    assert fragment in info.value.reason
+
+
+OWN_TABLES = {"users", "roles", "destinations", "default_destination", "smq", "dropbox"}
+"""ServerConfig's fields that are TOML tables of their own; every other is a section."""
+
+
+def test_every_key_at_its_default_loads_the_defaults(tmp_path: Path) -> None:
+    defaults = ServerConfig()
+    lines = [f"{key} = {toml_value(placed(defaults, w))}" for key, w in FLAT_KEYS.items()]
     assert load(write(tmp_path, "[server]\n" + "\n".join(lines) + "\n")) == defaults
     with pytest.raises(ConfigError, match=r"server\.nope: unknown setting \(known: host, port, "):
         load(write(tmp_path, "[server]\nnope = 1\n"))
@@ -246,8 +446,8 @@ def test_a_key_is_checked_by_its_fields_kind(tmp_path: Path) -> None:
     sized = load(
         write(tmp_path, '[server]\nsegment_size = "1MiB"\nmax_login_frame_size = "2KiB"\n')
     )
-    assert (sized.segment_size, sized.max_login_frame_size) == (1 << 20, 2 << 10)
-    assert load(write(tmp_path, '[server]\ndata_dir = "here"\n')).data_dir == Path("here")
+    assert (sized.storage.segment_size, sized.limits.max_login_frame_size) == (1 << 20, 2 << 10)
+    assert load(write(tmp_path, '[server]\ndata_dir = "here"\n')).storage.data_dir == Path("here")
     for text, message in (
         ('sync = "sometimes"', r"server\.sync: must be one of always \| batch \| never"),
         ("inline_sync = 1", r"server\.inline_sync: expected true or false"),
@@ -256,3 +456,28 @@ def test_a_key_is_checked_by_its_fields_kind(tmp_path: Path) -> None:
     ):
         with pytest.raises(ConfigError, match=message):
             load(write(tmp_path, f"[server]\n{text}\n"))
+
+
+REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+_HEADING = re.compile(r"^### `\[server\.(\w+)\]`", re.MULTILINE)
+_ROW = re.compile(r"^\| `(\w+)` \| `(\w+)` \| `([^`]*)` \|", re.MULTILINE)
+
+
+def test_the_reference_documents_every_key_its_flat_name_and_its_default(
+    tmp_path: Path,
+) -> None:
+    text = REFERENCE.read_text(encoding="utf-8")
+    parts = _HEADING.split(text)[1:]  # section, its text, section, its text, ...
+    documented = {
+        f"{section}.{name}": (flat, default)
+        for section, body in zip(parts[::2], parts[1::2], strict=True)
+        for name, flat, default in _ROW.findall(body)
+    }
+    assert {where: flat for flat, where in FLAT_KEYS.items()} == {
+        where: flat for where, (flat, _) in documented.items()
+    }
+    defaults = ServerConfig()
+    for where, (flat, default) in documented.items():
+        value = tomllib.loads(f"v = {default}")["v"]
+        loaded = load(None, {flat: value})  # the documented default, read as the file's
+        assert placed(loaded, where) == placed(defaults, where), where

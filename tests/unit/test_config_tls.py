@@ -19,8 +19,8 @@ def write(tmp_path: Path, text: str) -> Path:
 
 def test_defaults() -> None:
     config = ServerConfig()
-    assert (config.stomp_tls_port, config.http_tls) == (0, False)
-    assert (config.tls_ca, config.tls_client_certs, config.allowed_origins) == ("", "none", ())
+    assert (config.listen.stomp_tls_port, config.http.tls) == (0, False)
+    assert (config.tls.ca, config.tls.client_certs, config.http.allowed_origins) == ("", "none", ())
     assert not config.tls_listening
 
 
@@ -35,16 +35,20 @@ def test_every_key_from_the_file(tmp_path: Path) -> None:
             'allowed_origins = ["HTTPS://App.Example.com:443", "http://localhost:3000"]\n',
         )
     )
-    assert (config.tls_port, config.stomp_tls_port, config.http_tls) == (5446, 61614, True)
-    assert (config.tls_ca, config.tls_client_certs) == ("ca.pem", "required")
-    assert config.allowed_origins == ("https://app.example.com", "http://localhost:3000")
+    assert (config.listen.tls_port, config.listen.stomp_tls_port, config.http.tls) == (
+        5446,
+        61614,
+        True,
+    )
+    assert (config.tls.ca, config.tls.client_certs) == ("ca.pem", "required")
+    assert config.http.allowed_origins == ("https://app.example.com", "http://localhost:3000")
     assert config.tls_listening
 
 
 def test_flags_override_the_file(tmp_path: Path) -> None:
     path = write(tmp_path, '[server]\ntls_cert = "a.pem"\nstomp_tls_port = 1\n')
     config = load(path, {"stomp_tls_port": 2, "http_tls": None, "tls_client_certs": None})
-    assert config.stomp_tls_port == 2
+    assert config.listen.stomp_tls_port == 2
 
 
 @pytest.mark.parametrize(
@@ -78,7 +82,7 @@ def test_http_tls_with_the_http_listener_off_is_no_error() -> None:
 
 def test_warnings_for_any_origin_and_for_a_ca_without_tls(tmp_path: Path) -> None:
     config = load(write(tmp_path, '[server]\nallowed_origins = ["*"]\ntls_ca = "ca.pem"\n'))
-    assert config.allowed_origins == ("*",)
+    assert config.http.allowed_origins == ("*",)
     said = "\n".join(config.warnings())
     assert "any web page a user visits" in said
     assert "no listener speaks TLS" in said
@@ -90,9 +94,9 @@ def test_the_http_port_asks_for_client_certificates_as_the_others_unless_told(
     base = '[server]\ntls_cert = "b.pem"\ntls_ca = "ca.pem"\ntls_client_certs = "optional"\n'
     assert ServerConfig().http_client_certs == "none"
     same = load(write(tmp_path, base))
-    assert (same.http_tls_client_certs, same.http_client_certs) == ("same", "optional")
+    assert (same.http.tls_client_certs, same.http_client_certs) == ("same", "optional")
     own = load(write(tmp_path, base + 'http_tls_client_certs = "none"\n'))
-    assert (own.tls_client_certs, own.http_client_certs) == ("optional", "none")
+    assert (own.tls.client_certs, own.http_client_certs) == ("optional", "none")
     with pytest.raises(
         ConfigError, match=re.escape('http_tls_client_certs = "required" needs server.tls_ca')
     ):

@@ -9,7 +9,7 @@ from typing import Any, cast
 
 import pytest
 
-from chute.config import ServerConfig
+from chute.config import LimitSettings
 from chute.server.episode import Episode
 from chute.server.limits import LOGIN_ALLOWANCE, ConnectionLimits, Ticket
 
@@ -80,7 +80,7 @@ def test_an_episode_logs_once_then_sums_up_and_a_later_one_logs_again(
 
 def test_the_limits_refuse_by_total_and_by_host_and_count_what_is_open() -> None:
     async def main() -> None:
-        limits = ConnectionLimits(ServerConfig(max_connections=3, max_connections_per_host=2))
+        limits = ConnectionLimits(LimitSettings(max_connections=3, max_connections_per_host=2))
         a1 = limits.admit("native", "a", "a:1")
         a2 = limits.admit("stomp", "a", "a:2")
         assert isinstance(a1, Ticket)
@@ -112,7 +112,7 @@ def test_the_limits_refuse_by_total_and_by_host_and_count_what_is_open() -> None
 
 def test_the_login_deadline_asks_the_driver_to_close_or_aborts() -> None:
     async def main() -> None:
-        limits = ConnectionLimits(ServerConfig(login_timeout_ms=10))
+        limits = ConnectionLimits(LimitSettings(login_timeout_ms=10))
         told = cast(Ticket, limits.admit("stomp", "a", "a:1"))
         driver = FakeDriver()
         transport = FakeTransport()
@@ -142,7 +142,7 @@ def test_the_login_deadline_asks_the_driver_to_close_or_aborts() -> None:
 
 def test_past_its_budget_a_connection_is_not_read_until_it_logs_in() -> None:
     async def main() -> None:
-        limits = ConnectionLimits(ServerConfig(max_login_frame_size=2048))
+        limits = ConnectionLimits(LimitSettings(max_login_frame_size=2048))
         assert limits.login_budget == 2048 + LOGIN_ALLOWANCE
         ticket = cast(Ticket, limits.admit("http", "a", "a:1", budget=True))
         transport = FakeTransport()

@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from chute.server.app import _end_remaining_tasks, new_event_loop
+from chute.server.process import end_remaining_tasks, new_event_loop
 
 
 def test_tasks_still_pending_are_cancelled_and_end_before_the_loop_closes(
@@ -31,7 +31,7 @@ def test_tasks_still_pending_are_cancelled_and_end_before_the_loop_closes(
 
     with caplog.at_level(logging.ERROR, logger="asyncio"):
         loop.run_until_complete(main())
-        _end_remaining_tasks(loop)
+        end_remaining_tasks(loop)
         loop.close()
         gc.collect()
     assert sorted(ended) == ["never ran", "started"]

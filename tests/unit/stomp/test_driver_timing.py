@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from chute.config import ServerConfig
+from chute.config import ListenSettings, ServerConfig
 from chute.server.app import BrokerServer
 from chute.server.stomp import StompConnection
 from chute.store.memory import MemoryStore
@@ -68,7 +68,7 @@ def test_the_stomp_listener_sets_tcp_nodelay(loop: asyncio.AbstractEventLoop) ->
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
-        config = ServerConfig(port=0, http_port=0, stomp_port=port)
+        config = ServerConfig(ListenSettings(port=0, http_port=0, stomp_port=port))
         server = BrokerServer(config, MemoryStore())
         await server.start()
         try:
