@@ -11,7 +11,7 @@ traceback, and answered 500. The paths, parameters and shapes are in
 :mod:`chute.admin.openapi` (served at ``/api/openapi.json``) and docs/admin.md.
 
 Each request is authenticated (:mod:`chute.admin.auth`) and then acts
-through a core :class:`~chute.core.connection.Connection` of its own, made
+through a core :class:`~chute.core.operations.connection.Connection` of its own, made
 for the request and closed after it, so the core authorizes every operation
 as it does a client's: the API needs the ``manage`` permission on each
 address it touches (``manage = ["*"]`` for the broker-wide views), and the
@@ -22,7 +22,7 @@ protocol's confirmations are. Moves and dead-letter retries are the
 exception: they start a job (:mod:`chute.admin.moves`) and answer at once,
 and the job says when what it moved is durable.
 
-The operations themselves are the core's (:mod:`chute.core.manage` and the
+The operations themselves are the core's (:mod:`chute.core.operations.manage` and the
 connection's); a handler reads the request, calls one, and shapes the
 answer. Rates come from :class:`~chute.admin.rates.RateSampler`.
 
@@ -59,13 +59,13 @@ from chute.admin.params import (
 )
 from chute.admin.publish import published
 from chute.admin.rates import RateSampler
-from chute.core import manage, transfer
-from chute.core.access import Action
-from chute.core.address import canonical
-from chute.core.broker import Broker
-from chute.core.browse import BrowsePage
-from chute.core.connection import Connection
-from chute.core.queue import QueueChannel
+from chute.core.model.address import canonical
+from chute.core.model.queue import QueueChannel
+from chute.core.operations import manage, transfer
+from chute.core.operations.browse import BrowsePage
+from chute.core.operations.connection import Connection
+from chute.core.rules.access import Action
+from chute.core.rules.broker import Broker
 from chute.errors import (
     AccessDenied,
     AuthenticationFailed,
@@ -274,7 +274,7 @@ class AdminApi:
     def _manage(conn: Connection, address: str) -> str:
         """The canonical address, once ``conn`` may manage it."""
         target = canonical(address)
-        if not conn.principal.manages_all:  # as chute.core.manage decides
+        if not conn.principal.manages_all:  # as chute.core.operations.manage decides
             conn.authorize(Action.MANAGE, target)
         return target
 

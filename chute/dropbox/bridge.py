@@ -25,7 +25,7 @@ to ``processed/`` (or deleted): a file's message is never lost. A message the
 broker refuses (full, no such destination) is given back to ``target/``
 unchanged and retried after a polling interval.
 
-A message is *carried* (:meth:`~chute.core.broker.Broker.send`): it keeps the
+A message is *carried* (:meth:`~chute.core.rules.broker.Broker.send`): it keeps the
 timestamp its name holds (the id's leading digits, DropboxMQ's JMSTimestamp),
 and the deliveries its ``JMSXDeliveryCount`` counts are the broker's too, so
 the broker delivers it marked redelivered. That is how a re-import shows: a
@@ -78,11 +78,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Protocol
 
-from chute.core.address import Kind, parse
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode, Consumer, Entry
-from chute.core.session import Session
+from chute.core.model.address import Kind, parse
+from chute.core.model.consumer import AckMode, Consumer, Entry
+from chute.core.operations.connection import Connection
+from chute.core.operations.session import Session
+from chute.core.rules.broker import Broker
 from chute.dropbox.flow import WriteLock
 from chute.dropbox.layout import QueueLayout, init_queue, init_subscription, init_topic
 from chute.dropbox.mount import Direction, DropboxMount

@@ -69,7 +69,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from chute.core.address import Kind, parse
+from chute.core.model.address import Kind, parse
 from chute.dropbox.flow import ReadLock, WriteLock
 from chute.dropbox.layout import QueueLayout, init_queue, queue_layout
 from chute.dropbox.names import DEFAULT_CLAIM_ROOM, claim_name, claim_room, split_claim_name

@@ -18,9 +18,9 @@ import functools
 from collections.abc import Callable
 from typing import Final
 
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.queue import QueueChannel
+from chute.core.model.queue import QueueChannel
+from chute.core.operations.connection import Connection
+from chute.core.rules.broker import Broker
 
 FLOW_MAX_PAUSE: Final = 0.5
 """The longest a flow-control pause lasts (seconds)."""

@@ -2,7 +2,7 @@
 
 A driver (native, STOMP) hands what its login frame carries to
 :meth:`Login.attempt`, which makes the client's core connection through the
-core's one gate, :func:`chute.core.connection.connect` (which authenticates),
+core's one gate, :func:`chute.core.operations.connection.connect` (which authenticates),
 with the user a verified TLS client certificate names
 (:func:`chute.server.tls.certificate_user`), or returns the refusal (wrong
 login, throttled address, client id in use) for the driver to answer with its
@@ -25,9 +25,9 @@ import contextlib
 from collections.abc import Callable
 from typing import Protocol
 
-from chute.core.access import PasswordCheck
-from chute.core.broker import Broker
-from chute.core.connection import Connection, connect
+from chute.core.operations.connection import Connection, connect
+from chute.core.rules.access import PasswordCheck
+from chute.core.rules.broker import Broker
 from chute.errors import AuthenticationFailed, ChuteError, ClientIdInUse
 from chute.server.host import ServerHost
 

@@ -8,7 +8,7 @@ queue); the next flush then asks the store for a sync first and writes once
 it calls back, holding everything queued behind it, so the client's order is
 kept. One sync covers every delivery of a flush, and the store groups it with
 the producers'. If a sync fails, the store refused what it covered and the
-broker took the refused messages back (:mod:`chute.core.unstored`); a held
+broker took the refused messages back (:mod:`chute.core.rules.unstored`); a held
 delivery whose entry is no longer in its consumer's flight when its own sync
 calls back (which may come later and succeed) is dropped, not written, so no
 consumer gets a message its producer was told was not stored.
@@ -16,7 +16,7 @@ consumer gets a message its producer was told was not stored.
 
 from __future__ import annotations
 
-from chute.core.consumer import Consumer, Entry
+from chute.core.model.consumer import Consumer, Entry
 
 
 class DeliveryMarks:

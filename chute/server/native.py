@@ -31,11 +31,11 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from chute.content import encode_content
-from chute.core.access import Action
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode, Consumer, Entry
-from chute.core.routing import WouldBlock
-from chute.core.session import Session
+from chute.core.model.consumer import AckMode, Consumer, Entry
+from chute.core.operations.connection import Connection
+from chute.core.operations.session import Session
+from chute.core.rules.access import Action
+from chute.core.rules.routing import WouldBlock
 from chute.errors import (
     ChuteError,
     ConsumerError,

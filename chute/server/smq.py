@@ -31,12 +31,12 @@ import logging
 import time
 from collections.abc import Callable
 
-from chute.core.access import peer_host
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode, Consumer, Entry
-from chute.core.queue import QueueChannel
-from chute.core.routing import WouldBlock
-from chute.core.session import Session
+from chute.core.model.consumer import AckMode, Consumer, Entry
+from chute.core.model.queue import QueueChannel
+from chute.core.operations.connection import Connection
+from chute.core.operations.session import Session
+from chute.core.rules.access import peer_host
+from chute.core.rules.routing import WouldBlock
 from chute.errors import ChuteError, RemoteProtocolError
 from chute.message import Message, new_message_id
 from chute.server.host import Retry, ServerHost

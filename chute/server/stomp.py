@@ -36,9 +36,9 @@ import socket
 import time
 from collections.abc import Callable
 
-from chute.core.access import Action
-from chute.core.consumer import Consumer, Entry
-from chute.core.routing import WouldBlock
+from chute.core.model.consumer import Consumer, Entry
+from chute.core.rules.access import Action
+from chute.core.rules.routing import WouldBlock
 from chute.errors import (
     AuthenticationFailed,
     ChuteError,

@@ -47,10 +47,10 @@ import time
 from collections.abc import Callable
 from typing import Final, cast
 
-from chute.core.connection import Connection
-from chute.core.connlog import CONNECTIONS
-from chute.core.consumer import Consumer, Entry
-from chute.core.routing import WouldBlock
+from chute.core.model.consumer import Consumer, Entry
+from chute.core.operations.connection import Connection
+from chute.core.operations.connlog import CONNECTIONS
+from chute.core.rules.routing import WouldBlock
 from chute.errors import ChuteError
 from chute.server.flow import ProducerFlow
 from chute.server.host import Retry, ServerHost, SyncedCallback
@@ -345,7 +345,7 @@ class StreamConnection(asyncio.Protocol):
 
     def closed_by_broker(self, reason: str) -> None:
         """The broker closes this client's connection (an operator did:
-        :func:`chute.core.manage.close_connection`): say ``reason`` and close. The
+        :func:`chute.core.operations.manage.close_connection`): say ``reason`` and close. The
         broker closes the core connection itself."""
         self.close_with_error("connection-closed", reason)
 
@@ -558,7 +558,7 @@ class StreamConnection(asyncio.Protocol):
 
     def _block_until_room(self, exc: WouldBlock, retry: Retry) -> None:
         """Hold this connection until ``exc.address`` has room (the whole broker, for no
-        address: its memory or disk, :mod:`chute.core.admission`) or ``exc.timeout_ms``
+        address: its memory or disk, :mod:`chute.core.rules.admission`) or ``exc.timeout_ms``
         passes."""
         self._hold(Hold.BLOCKED_SEND)
         loop = self.server.loop

@@ -10,7 +10,7 @@ core session holds every subscription (each consumer with its own ack mode);
 each STOMP transaction (BEGIN … COMMIT/ABORT) is a transacted core session of
 its own, which SENDs, ACKs and NACKs naming that ``transaction`` go through, so
 a NACK in a transaction is decided at COMMIT by the core, as for every
-protocol (:mod:`chute.core.session`).
+protocol (:mod:`chute.core.operations.session`).
 
 Credit: an ``ack:auto`` subscription's window is refilled as its deliveries
 are written (:meth:`StompSession.written`), not while the transport's write
@@ -37,10 +37,10 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Final
 
-from chute.core.address import Kind, parse
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode, Consumer, Entry
-from chute.core.session import Session
+from chute.core.model.address import Kind, parse
+from chute.core.model.consumer import AckMode, Consumer, Entry
+from chute.core.operations.connection import Connection
+from chute.core.operations.session import Session
 from chute.errors import (
     ChuteError,
     ConsumerError,

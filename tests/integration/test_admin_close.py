@@ -1,4 +1,4 @@
-"""An operator closes a client's connection (chute.core.manage.close_connection): the
+"""An operator closes a client's connection (chute.core.operations.manage.close_connection): the
 client is told why, in its protocol, and what it held goes back to its queue.
 
 The broker runs in-process (the management call is the core's, on the broker's
@@ -14,8 +14,8 @@ import pytest
 
 from chute.client import aio
 from chute.config import ServerConfig
-from chute.core import manage
-from chute.core.connection import Connection
+from chute.core.operations import manage
+from chute.core.operations.connection import Connection
 from chute.errors import ConnectError
 from chute.server.app import BrokerServer
 from chute.smq.settings import SmqSettings

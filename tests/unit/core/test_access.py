@@ -1,4 +1,4 @@
-"""Who may do what, in the core (chute.core.access and the connection's ownership rules).
+"""Who may do what, in the core (chute.core.rules.access and the connection's ownership rules).
 
 Two users on one broker, as an attacker would try it: alice (role ``orders``:
 everything on ``queue:orders.*`` and ``topic:prices``), bob (role ``own``:
@@ -12,7 +12,10 @@ import re
 
 import pytest
 
-from chute.core.access import (
+from chute.core.model.address import DEAD_LETTER, user_queue
+from chute.core.model.consumer import AckMode
+from chute.core.operations.connection import Connection, connect
+from chute.core.rules.access import (
     ADMIN_ROLE,
     Access,
     Action,
@@ -22,10 +25,7 @@ from chute.core.access import (
     User,
     peer_host,
 )
-from chute.core.address import DEAD_LETTER, user_queue
-from chute.core.broker import Broker
-from chute.core.connection import Connection, connect
-from chute.core.consumer import AckMode
+from chute.core.rules.broker import Broker
 from chute.errors import (
     AccessDenied,
     AuthenticationFailed,

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chute.core import looking
-from chute.core.address import (
+from chute.core.model.address import (
     DEAD_LETTER,
     EXPIRED,
     Address,
@@ -15,9 +14,10 @@ from chute.core.address import (
     parse,
     user_queue,
 )
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode
+from chute.core.model.consumer import AckMode
+from chute.core.operations import looking
+from chute.core.operations.connection import Connection
+from chute.core.rules.broker import Broker
 from chute.errors import InvalidAddress
 
 from .helpers import Recorder, msg

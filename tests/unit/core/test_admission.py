@@ -10,22 +10,22 @@ import logging
 
 import pytest
 
-from chute.core import looking
-from chute.core.admission import (
+from chute.core.model.consumer import AckMode
+from chute.core.model.paging import held_cost
+from chute.core.model.settings import DestinationSettings, Overflow, SettingsResolver
+from chute.core.operations import looking
+from chute.core.operations.browse import browse_page
+from chute.core.operations.connection import Connection
+from chute.core.operations.session import Session
+from chute.core.rules.admission import (
     BEHIND,
     BEHIND_ALL,
     HARD_MARGIN,
     RESUME_RATIO,
     STORE_CHECK_EVERY,
 )
-from chute.core.broker import Broker
-from chute.core.browse import browse_page
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode
-from chute.core.paging import held_cost
-from chute.core.routing import WouldBlock
-from chute.core.session import Session
-from chute.core.settings import DestinationSettings, Overflow, SettingsResolver
+from chute.core.rules.broker import Broker
+from chute.core.rules.routing import WouldBlock
 from chute.errors import TransactionError
 from chute.store.memory import MemoryStore
 

@@ -1,4 +1,4 @@
-"""Browsing in pages (chute.core.browse): a walk in sequence order, bounded per page."""
+"""Browsing in pages (chute.core.operations.browse): a walk in sequence order, bounded per page."""
 
 from __future__ import annotations
 
@@ -8,12 +8,18 @@ from typing import Any
 
 import pytest
 
-from chute.core import looking
-from chute.core.broker import Broker
-from chute.core.browse import PAGE_BYTES, PAGE_MESSAGES, STEP_MESSAGES, BrowsePage, finish
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode
-from chute.core.store import Store
+from chute.core.model.consumer import AckMode
+from chute.core.model.store import Store
+from chute.core.operations import looking
+from chute.core.operations.browse import (
+    PAGE_BYTES,
+    PAGE_MESSAGES,
+    STEP_MESSAGES,
+    BrowsePage,
+    finish,
+)
+from chute.core.operations.connection import Connection
+from chute.core.rules.broker import Broker
 from chute.errors import InvalidAddress
 from chute.message import Message
 from chute.store.journal import Journal

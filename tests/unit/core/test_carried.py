@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from chute.core import looking
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode
+from chute.core.model.consumer import AckMode
+from chute.core.operations import looking
+from chute.core.operations.connection import Connection
+from chute.core.rules.broker import Broker
 from chute.errors import TransactionError
 from chute.message import Message
 

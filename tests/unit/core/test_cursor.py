@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from chute.core import looking
-from chute.core.batches import BATCHES, Marker
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode
-from chute.core.cursor import DEFAULT_LEASE_MS
+from chute.core.model.consumer import AckMode
+from chute.core.operations import looking
+from chute.core.operations.connection import Connection
+from chute.core.rules.batches import BATCHES, Marker
+from chute.core.rules.broker import Broker
+from chute.core.rules.cursor import DEFAULT_LEASE_MS
 from chute.errors import ConsumerError, InvalidAddress, NotFound, TransactionError
 
 from .helpers import FakeClock, Recorder, bodies, msg, restart

@@ -1,4 +1,4 @@
-"""Destinations' lives (chute.core.destinations): delete, purge, limits on making, idle ones.
+"""Destinations' lives (chute.core.rules.destinations): delete, purge, limits on making, idle ones.
 
 Deleting and purging go through a core Connection as every protocol does; the
 limits are the broker's ``Limits``; idle removal runs in the broker's sweep
@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import pytest
 
-from chute.core import looking
-from chute.core.access import ADMIN_ROLE, Access, Action, Role, User
-from chute.core.address import DEAD_LETTER, EXPIRED, user_queue
-from chute.core.broker import Broker
-from chute.core.connection import Connection, connect
-from chute.core.consumer import AckMode, Consumer
-from chute.core.destinations import RECLAIM_RETRY_MS, Limits
-from chute.core.settings import DestinationSettings, SettingsResolver
+from chute.core.model.address import DEAD_LETTER, EXPIRED, user_queue
+from chute.core.model.consumer import AckMode, Consumer
+from chute.core.model.settings import DestinationSettings, SettingsResolver
+from chute.core.operations import looking
+from chute.core.operations.connection import Connection, connect
+from chute.core.rules.access import ADMIN_ROLE, Access, Action, Role, User
+from chute.core.rules.broker import Broker
+from chute.core.rules.destinations import RECLAIM_RETRY_MS, Limits
 from chute.errors import (
     AccessDenied,
     ChuteError,

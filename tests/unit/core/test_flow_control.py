@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode
-from chute.core.session import Session
+from chute.core.model.consumer import AckMode
+from chute.core.operations.connection import Connection
+from chute.core.operations.session import Session
+from chute.core.rules.broker import Broker
 from chute.store.memory import MemoryStore
 
 from .helpers import Recorder, msg

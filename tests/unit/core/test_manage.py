@@ -1,4 +1,4 @@
-"""Management (chute.core.manage): looking at a broker and acting on it, as an operator.
+"""Management (chute.core.operations.manage): looking at a broker and acting on it, as an operator.
 
 Moves are checked as a user would: nothing lost or doubled (across a restart of
 the journal too), waiting messages only, in sequence order, paged ones
@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from chute.core import looking, manage, transfer
-from chute.core.access import ADMIN_ROLE, Access, Action, Role, User
-from chute.core.address import DEAD_LETTER
-from chute.core.broker import Broker
-from chute.core.connection import Connection, connect
-from chute.core.consumer import AckMode, Consumer
-from chute.core.diversion import DIVERT_REASON, ORIGINAL_DESTINATION
-from chute.core.settings import DestinationSettings, Overflow
-from chute.core.store import AckOp, AddOp, Store
+from chute.core.model.address import DEAD_LETTER
+from chute.core.model.consumer import AckMode, Consumer
+from chute.core.model.settings import DestinationSettings, Overflow
+from chute.core.model.store import AckOp, AddOp, Store
+from chute.core.operations import looking, manage, transfer
+from chute.core.operations.connection import Connection, connect
+from chute.core.rules.access import ADMIN_ROLE, Access, Action, Role, User
+from chute.core.rules.broker import Broker
+from chute.core.rules.diversion import DIVERT_REASON, ORIGINAL_DESTINATION
 from chute.errors import (
     AccessDenied,
     ConsumerError,

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from chute.core import looking
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode
-from chute.core.diversion import DIVERT_REASON, ORIGINAL_DESTINATION
-from chute.core.routing import WouldBlock
-from chute.core.session import Session
-from chute.core.settings import DestinationSettings, Overflow
+from chute.core.model.consumer import AckMode
+from chute.core.model.settings import DestinationSettings, Overflow
+from chute.core.operations import looking
+from chute.core.operations.connection import Connection
+from chute.core.operations.session import Session
+from chute.core.rules.broker import Broker
+from chute.core.rules.diversion import DIVERT_REASON, ORIGINAL_DESTINATION
+from chute.core.rules.routing import WouldBlock
 from chute.errors import DestinationFull
 from chute.message import Message
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from chute.core import looking
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode, Consumer, Entry
-from chute.core.session import Session
+from chute.core.model.consumer import AckMode, Consumer, Entry
+from chute.core.operations import looking
+from chute.core.operations.connection import Connection
+from chute.core.operations.session import Session
+from chute.core.rules.broker import Broker
 from chute.errors import ConsumerError, InvalidAddress, InvalidSelector, NotFound
 
 from .helpers import Recorder, bodies, msg, stats_of, stored

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from chute.core import looking
-from chute.core.access import Principal
-from chute.core.address import user_queue
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode
-from chute.core.diversion import DIVERT_REASON, ORIGINAL_DESTINATION
-from chute.core.settings import DestinationSettings
-from chute.core.store import AddOp
+from chute.core.model.address import user_queue
+from chute.core.model.consumer import AckMode
+from chute.core.model.settings import DestinationSettings
+from chute.core.model.store import AddOp
+from chute.core.operations import looking
+from chute.core.operations.connection import Connection
+from chute.core.rules.access import Principal
+from chute.core.rules.broker import Broker
+from chute.core.rules.diversion import DIVERT_REASON, ORIGINAL_DESTINATION
 from chute.errors import AccessDenied, ConsumerError, InvalidAddress, NotFound
 
 from .helpers import (

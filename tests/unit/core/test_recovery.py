@@ -6,11 +6,11 @@ import logging
 
 import pytest
 
-from chute.core import looking
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode
-from chute.core.store import AddOp
+from chute.core.model.consumer import AckMode
+from chute.core.model.store import AddOp
+from chute.core.operations import looking
+from chute.core.operations.connection import Connection
+from chute.core.rules.broker import Broker
 
 from .helpers import Recorder, bodies, make_broker, memory, msg, restart, stats_of
 

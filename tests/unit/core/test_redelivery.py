@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from chute.core import looking
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode
-from chute.core.diversion import DIVERT_REASON, ORIGINAL_DESTINATION
-from chute.core.session import Session
-from chute.core.settings import DestinationSettings
+from chute.core.model.consumer import AckMode
+from chute.core.model.settings import DestinationSettings
+from chute.core.operations import looking
+from chute.core.operations.connection import Connection
+from chute.core.operations.session import Session
+from chute.core.rules.broker import Broker
+from chute.core.rules.diversion import DIVERT_REASON, ORIGINAL_DESTINATION
 
 from .helpers import Recorder, bodies, make_broker, memory, msg, stats_of, stored
 

@@ -1,4 +1,5 @@
-"""Statistics in pages (chute.core.stats): any number of destinations, a page at a time."""
+"""Statistics in pages (chute.core.operations.stats): any number of destinations, a page at
+a time."""
 
 from __future__ import annotations
 
@@ -6,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from chute.core import looking
-from chute.core.access import Access, Action, Role, User
-from chute.core.broker import Broker
-from chute.core.connection import Connection, connect
-from chute.core.stats import STAT_PAGE
-from chute.core.topic import SubscriptionKind, Topic
+from chute.core.model.topic import SubscriptionKind, Topic
+from chute.core.operations import looking
+from chute.core.operations.connection import Connection, connect
+from chute.core.operations.stats import STAT_PAGE
+from chute.core.rules.access import Access, Action, Role, User
+from chute.core.rules.broker import Broker
 from chute.errors import InvalidAddress
 
 from .helpers import msg

@@ -1,20 +1,20 @@
-"""Streams (chute.core.stream): an append-only log kept by retention, read from an offset."""
+"""Streams (chute.core.model.stream): an append-only log kept by retention, read from an offset."""
 
 from __future__ import annotations
 
 import pytest
 
-from chute.core import looking
-from chute.core import stream as stream_module
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode, Consumer, Entry
-from chute.core.offsets import Offset, parse_offset
-from chute.core.readers import WINDOW, StreamReader
-from chute.core.session import Session
-from chute.core.settings import DestinationSettings
-from chute.core.stats import stream_stats
-from chute.core.stream import Stream
+from chute.core.model import stream as stream_module
+from chute.core.model.consumer import AckMode, Consumer, Entry
+from chute.core.model.offsets import Offset, parse_offset
+from chute.core.model.readers import WINDOW, StreamReader
+from chute.core.model.settings import DestinationSettings
+from chute.core.model.stream import Stream
+from chute.core.operations import looking
+from chute.core.operations.connection import Connection
+from chute.core.operations.session import Session
+from chute.core.operations.stats import stream_stats
+from chute.core.rules.broker import Broker
 from chute.errors import ChuteError, ConsumerError, DestinationDeleted, TransactionError
 from chute.message import Message
 

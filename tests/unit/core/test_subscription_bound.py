@@ -7,12 +7,12 @@ the dead-letter queue.
 
 from __future__ import annotations
 
-from chute.core import looking
-from chute.core.address import DEAD_LETTER
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode
-from chute.core.settings import DestinationSettings, Overflow, SettingsResolver
+from chute.core.model.address import DEAD_LETTER
+from chute.core.model.consumer import AckMode
+from chute.core.model.settings import DestinationSettings, Overflow, SettingsResolver
+from chute.core.operations import looking
+from chute.core.operations.connection import Connection
+from chute.core.rules.broker import Broker
 from chute.store.memory import MemoryStore
 
 from .helpers import FakeClock, Recorder, msg, stats_of

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from chute.core import looking, manage
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode
+from chute.core.model.consumer import AckMode
+from chute.core.operations import looking, manage
+from chute.core.operations.connection import Connection
+from chute.core.rules.broker import Broker
 from chute.errors import InvalidAddress, NotFound
 from chute.store.journal import Journal
 

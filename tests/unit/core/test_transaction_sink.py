@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode
-from chute.core.subscriptions import consumer_key
-from chute.core.topic import SubscriptionKind
-from chute.core.transaction import Gathering
+from chute.core.model.consumer import AckMode
+from chute.core.model.topic import SubscriptionKind
+from chute.core.operations.connection import Connection
+from chute.core.rules.subscriptions import consumer_key
+from chute.core.rules.transaction import Gathering
 from chute.errors import ConsumerError
 
 from .helpers import RecordingStore, make_broker, msg

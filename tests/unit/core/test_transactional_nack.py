@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import pytest
 
-from chute.core import looking
-from chute.core.address import DEAD_LETTER
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode, Consumer
-from chute.core.diversion import DIVERT_REASON
-from chute.core.session import Session
+from chute.core.model.address import DEAD_LETTER
+from chute.core.model.consumer import AckMode, Consumer
+from chute.core.operations import looking
+from chute.core.operations.connection import Connection
+from chute.core.operations.session import Session
+from chute.core.rules.broker import Broker
+from chute.core.rules.diversion import DIVERT_REASON
 from chute.errors import ConsumerError
 
 from .helpers import Recorder, RecordingStore, bodies, make_broker, msg, restart, stats_of, stored

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode
-from chute.core.settings import DestinationSettings, SettingsResolver
-from chute.core.store import AckOp, AddOp
-from chute.core.unstored import withdraw_unstored
+from chute.core.model.consumer import AckMode
+from chute.core.model.settings import DestinationSettings, SettingsResolver
+from chute.core.model.store import AckOp, AddOp
+from chute.core.operations.connection import Connection
+from chute.core.rules.broker import Broker
+from chute.core.rules.unstored import withdraw_unstored
 
 from .helpers import FakeClock, Recorder, RecordingStore, make_broker, msg
 

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 import pytest
 
 from chute.config import ServerConfig
-from chute.core import looking
-from chute.core.browse import STEP_MESSAGES
-from chute.core.connection import Connection
+from chute.core.operations import looking
+from chute.core.operations.browse import STEP_MESSAGES
+from chute.core.operations.connection import Connection
 from chute.message import Message
 from chute.protocol import packets as p
 from chute.protocol.codec import PacketCodec

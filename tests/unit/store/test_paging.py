@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from chute.core import looking
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode, Consumer, Entry
-from chute.core.paging import held_cost
-from chute.core.queue import PAGE_LOW, QueueChannel
-from chute.core.session import Session
-from chute.core.store import Store
+from chute.core.model.consumer import AckMode, Consumer, Entry
+from chute.core.model.paging import held_cost
+from chute.core.model.queue import PAGE_LOW, QueueChannel
+from chute.core.model.store import Store
+from chute.core.operations import looking
+from chute.core.operations.connection import Connection
+from chute.core.operations.session import Session
+from chute.core.rules.broker import Broker
 from chute.message import Message
 from chute.store.journal import Journal
 from chute.store.memory import MemoryStore

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode, Consumer, Entry
-from chute.core.offsets import Offset
-from chute.core.session import Session
-from chute.core.settings import DestinationSettings, SettingsResolver
-from chute.core.stream import Stream
+from chute.core.model.consumer import AckMode, Consumer, Entry
+from chute.core.model.offsets import Offset
+from chute.core.model.settings import DestinationSettings, SettingsResolver
+from chute.core.model.stream import Stream
+from chute.core.operations.connection import Connection
+from chute.core.operations.session import Session
+from chute.core.rules.broker import Broker
 from chute.message import Message
 from chute.store.journal import Journal
 from chute.store.segment import list_segments
