@@ -31,6 +31,7 @@ does not hold them yet: it reads once they are written.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
@@ -85,14 +86,30 @@ def window(paged: int, paged_bytes: int) -> int:
     return min(paged, max(PAGE_MIN, min(PAGE_MAX, PAGE_BYTES // average)))
 
 
-class PagingHost(Protocol):
+class Resources(Protocol):
+    """What every part of the core uses of the broker around it: where records go, the
+    time and the memory budget. The base of every host: the model's own (a queue's, a
+    pager's, a stream's) extend it, the rest extend the
+    :class:`~chute.core.model.registry.Registry` built on it."""
+
+    @property
+    def store(self) -> Store:
+        """Where records go: the store, or a transaction's gathering while one applies."""
+        ...
+
+    @property
+    def clock(self) -> Callable[[], int]:
+        """Now, in ms since the epoch."""
+        ...
+
+    @property
+    def memory(self) -> MemoryBudget:
+        """What the messages held in memory cost, against the broker's limit."""
+        ...
+
+
+class PagingHost(Resources, Protocol):
     """What a pager needs from the broker."""
-
-    @property
-    def store(self) -> Store: ...
-
-    @property
-    def memory(self) -> MemoryBudget: ...
 
     def can_page(self) -> bool:
         """Whether queues page at all (a memory limit is set)."""

@@ -30,9 +30,9 @@ from typing import Protocol
 
 from chute.core.model import lanes
 from chute.core.model.consumer import AckMode, Consumer, Entry, PointToPointRouter, as_delivered
-from chute.core.model.paging import HELD_OVERHEAD, MemoryBudget, Pager, held_cost
+from chute.core.model.paging import HELD_OVERHEAD, Pager, Resources, held_cost
 from chute.core.model.settings import SINK_MEMORY_SHARE, DestinationSettings
-from chute.core.model.store import AckOp, Store
+from chute.core.model.store import AckOp
 
 # A paging queue reads back its next window when fewer than this are waiting; a queue
 # with fewer waiting never starts paging (its consumers keep up: paging would only
@@ -51,16 +51,9 @@ class Reason(enum.Enum):
     FORWARD_FAILED = "forward-failed"  # a callback queue could not forward
 
 
-class QueueHost(Protocol):
+class QueueHost(Resources, Protocol):
     """What a queue needs from the broker around it."""
 
-    @property
-    def store(self) -> Store:
-        """Where records go: the store, or a transaction's gathering while one applies."""
-        ...
-
-    clock: Callable[[], int]
-    memory: MemoryBudget
     flow_backlog: int  # waiting messages that make a queue with consumers push back; 0 = never
     max_subscription_bytes: int  # bound of a non-durable subscription of an unbounded topic
 

@@ -45,15 +45,15 @@ import bisect
 import heapq
 import logging
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Final, Protocol
 
 from chute.core.model.consumer import Entry
 from chute.core.model.offsets import Offset
-from chute.core.model.paging import MemoryBudget, held_cost
+from chute.core.model.paging import Resources, held_cost
 from chute.core.model.readers import StreamReader
 from chute.core.model.settings import DestinationSettings
-from chute.core.model.store import Store, StoredBlock, StoredMessage, message_block
+from chute.core.model.store import StoredBlock, StoredMessage, message_block
 from chute.message import Message
 
 log = logging.getLogger("chute.stream")
@@ -78,17 +78,13 @@ RETAIN_STEP: Final = 1024
 """Messages removed by retention per step (the rest on the next append or sweep)."""
 
 
-class StreamHost(Protocol):
+class StreamHost(Resources, Protocol):
     """What a stream needs of the broker around it."""
 
     @property
-    def store(self) -> Store:
-        """Where records go: the store, or a transaction's gathering while one applies."""
+    def streams(self) -> Mapping[str, Stream]:
+        """Every stream (their tails share one budget)."""
         ...
-
-    clock: Callable[[], int]
-    memory: MemoryBudget
-    streams: dict[str, Stream]
 
     def trim_when_stored(self, stream: Stream) -> None:
         """Call ``stream.trim()`` once what was recorded reached the store: now, or at the

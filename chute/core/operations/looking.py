@@ -22,8 +22,7 @@ from typing import Any, Protocol
 
 from chute.core.model.address import Kind, parse
 from chute.core.model.consumer import Entry
-from chute.core.model.paging import MemoryBudget
-from chute.core.model.queue import QueueChannel
+from chute.core.model.registry import Registry
 from chute.core.model.selector import compile_selector
 from chute.core.model.stream import Stream
 from chute.core.model.topic import Topic
@@ -43,34 +42,20 @@ from chute.core.rules.access import Client
 from chute.core.rules.admission import Admission
 from chute.core.rules.destinations import Destinations
 from chute.core.rules.diversion import Diversion
-from chute.core.rules.routing import Destination
 from chute.core.rules.twophase import PreparedTransactions
 from chute.errors import InvalidAddress
 
 
-class LookingHost(Protocol):
+class LookingHost(Registry, Protocol):
     """What looking needs of the broker."""
 
-    memory: MemoryBudget
     admission: Admission
     destinations: Destinations
     diversion: Diversion
     xa: PreparedTransactions
 
     @property
-    def queues(self) -> Mapping[str, QueueChannel]: ...
-
-    @property
-    def topics(self) -> Mapping[str, Topic]: ...
-
-    @property
-    def streams(self) -> Mapping[str, Stream]: ...
-
-    @property
     def connections(self) -> Mapping[str, Client]: ...
-
-    def find(self, address: str) -> Destination | None:
-        """The queue, topic or stream of a canonical address, if it exists (never creates)."""
 
 
 def browse_page(

@@ -37,6 +37,7 @@ from chute.core.model.address import canonical, parse
 from chute.core.model.consumer import AckMode, Consumer, Entry
 from chute.core.model.queue import QueueChannel
 from chute.core.model.queuetypes import LoginQueue
+from chute.core.model.registry import Destination
 from chute.core.model.stream import Stream
 from chute.core.model.topic import Subscription, SubscriptionKind, Topic
 from chute.core.operations.connection import Connection
@@ -44,7 +45,6 @@ from chute.core.operations.stats import queue_stats, stream_stats, topic_stats
 from chute.core.rules.access import Action
 from chute.core.rules.broker import Broker
 from chute.core.rules.destinations import ANONYMOUS
-from chute.core.rules.routing import Destination
 from chute.errors import AccessDenied, InvalidAddress, NotFound
 
 log = logging.getLogger("chute.manage")

@@ -36,13 +36,13 @@ from typing import Final, TypeVar
 from chute.core.model.address import DEAD_LETTER, canonical
 from chute.core.model.consumer import Entry, as_delivered
 from chute.core.model.queue import QueueChannel
+from chute.core.model.registry import Destination
 from chute.core.model.selector import Selector, compile_selector
 from chute.core.operations.browse import browse_page
 from chute.core.operations.connection import Connection
 from chute.core.operations.manage import authorized, create, find, find_queue
 from chute.core.rules.broker import Broker
 from chute.core.rules.diversion import DIVERT_REASON, ORIGINAL_DESTINATION
-from chute.core.rules.routing import Destination
 from chute.errors import AccessDenied, ChuteError, DestinationFull, InvalidAddress, NotFound
 from chute.message import Message
 

@@ -25,8 +25,8 @@ from typing import Final, Protocol
 
 from chute.core.model.consumer import Consumer
 from chute.core.model.queue import QueueChannel
+from chute.core.model.registry import Registry
 from chute.core.rules.cursor import holder
-from chute.core.rules.routing import Destination
 from chute.core.rules.twophase import PreparedTransactions, check_xid
 from chute.errors import InvalidAddress, NotFound, TransactionError
 from chute.message import Message, new_message_id
@@ -38,17 +38,11 @@ BATCHES: Final = "queue:__sys__committedBatches"
 MARKER_TYPE: Final = "chute.committed-batch"
 
 
-class BatchHost(Protocol):
+class BatchHost(Registry, Protocol):
     """What committed batches need from the broker."""
 
     @property
     def xa(self) -> PreparedTransactions: ...
-
-    def destination(self, address: str, *, create: bool | None = None) -> Destination:
-        """The queue or topic at ``address`` (raises InvalidAddress, NotFound)."""
-
-    def find(self, address: str) -> Destination | None:
-        """The queue or topic of a canonical address, if it exists."""
 
     def send(self, address: str, message: Message, *, ttl: int = 0) -> None:
         """Accept a message for ``address``."""

@@ -43,6 +43,7 @@ from chute.core.model.consumer import Entry
 from chute.core.model.paging import MemoryBudget, held_cost
 from chute.core.model.queue import QueueChannel, Reason
 from chute.core.model.queuetypes import LoginQueue
+from chute.core.model.registry import Destination
 from chute.core.model.settings import Overflow, SettingsResolver
 from chute.core.model.store import AddOp, QueueDefinition, QueueKind, Store, TxOp
 from chute.core.model.stream import Stream
@@ -54,7 +55,7 @@ from chute.core.rules.cursor import Cursors
 from chute.core.rules.destinations import ANONYMOUS, Destinations, Limits
 from chute.core.rules.diversion import Diversion
 from chute.core.rules.restore import restore
-from chute.core.rules.routing import Destination, Route, WouldBlock
+from chute.core.rules.routing import Route, WouldBlock
 from chute.core.rules.subscriptions import Subscriptions
 from chute.core.rules.transaction import Gathering
 from chute.core.rules.twophase import PreparedTransactions
@@ -198,6 +199,10 @@ class Broker:
         self.streams.pop(stream.address, None)
         self.store.undefine(stream.address)
         stream.drop()
+
+    def delete_topic(self, topic: Topic) -> None:
+        """Remove a topic (whoever deletes one drops its subscriptions first)."""
+        self.topics.pop(topic.address, None)
 
     def add_queue(self, queue: QueueChannel) -> None:
         """Register a queue the broker did not create itself (temporary queues)."""

@@ -46,11 +46,11 @@ from typing import Final, Protocol
 from chute.core.model.address import canonical, check_name
 from chute.core.model.consumer import AckMode, Consumer, Entry
 from chute.core.model.queue import QueueChannel
+from chute.core.model.registry import Registry
 from chute.core.model.selector import Selector, compile_selector
 from chute.core.model.stream import Stream
 from chute.core.model.topic import Subscription, SubscriptionKind, Topic
 from chute.core.rules.access import Client
-from chute.core.rules.routing import Destination
 from chute.core.rules.subscriptions import Subscriptions, cursor_key
 from chute.core.rules.twophase import PreparedTransactions
 from chute.errors import ChuteError, ConsumerError, InvalidAddress, NotFound
@@ -82,11 +82,8 @@ def holder(queue: QueueChannel) -> Consumer:
     return consumer
 
 
-class CursorHost(Protocol):
+class CursorHost(Registry, Protocol):
     """What cursors need from the broker."""
-
-    @property
-    def clock(self) -> Callable[[], int]: ...
 
     @property
     def subscriptions(self) -> Subscriptions: ...
@@ -100,9 +97,6 @@ class CursorHost(Protocol):
     @property
     def max_lease_ms(self) -> int:
         """The longest a cursor may outlive the connections that opened it."""
-
-    def destination(self, address: str, *, create: bool | None = None) -> Destination:
-        """The queue or topic at ``address`` (raises InvalidAddress, NotFound)."""
 
     def atomically(self) -> AbstractContextManager[None]:
         """Gather the records made inside into one atomic store commit."""

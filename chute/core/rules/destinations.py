@@ -66,6 +66,7 @@ from chute.core.model.address import parse
 from chute.core.model.consumer import Cancellable, Entry
 from chute.core.model.queue import QueueChannel
 from chute.core.model.queuetypes import LoginQueue
+from chute.core.model.registry import Registry
 from chute.core.model.store import QueueDefinition, QueueKind
 from chute.core.model.stream import Stream
 from chute.core.model.topic import Subscription, Topic
@@ -94,14 +95,8 @@ again for this long: a client that keeps making destinations at a full broker co
 one walk over the made destinations a second, not one per attempt."""
 
 
-class DestinationHost(Protocol):
+class DestinationHost(Registry, Protocol):
     """What :class:`Destinations` needs from the broker."""
-
-    queues: dict[str, QueueChannel]
-    topics: dict[str, Topic]
-    streams: dict[str, Stream]
-    clock: Callable[[], int]
-    """Now, in ms since the epoch."""
 
     @property
     def subscriptions(self) -> Subscriptions: ...
@@ -120,6 +115,9 @@ class DestinationHost(Protocol):
 
     def delete_stream(self, stream: Stream) -> None:
         """Remove a stream and forget it in the store."""
+
+    def delete_topic(self, topic: Topic) -> None:
+        """Remove a topic (its subscriptions are dropped first)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +224,7 @@ class Destinations:
     def _remove(self, address: str, dest: QueueChannel | Topic) -> None:
         """Remove an unused made destination (idle, or reclaimed at a limit)."""
         if isinstance(dest, Topic):
-            del self.host.topics[address]
+            self.host.delete_topic(dest)
         else:
             self.host.delete_queue(dest)
         self._gone(address, dest)
@@ -315,7 +313,7 @@ class Destinations:
         if isinstance(dest, Topic):
             for sub in list(dest.subscriptions.values()):
                 self.host.subscriptions.drop(sub)
-            del self.host.topics[address]
+            self.host.delete_topic(dest)
         else:
             self.host.delete_queue(dest)
             self.host.room_freed(dest)  # blocked producers retry (and make it anew)

@@ -21,13 +21,12 @@ followed. Used from the broker's loop only.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Final, Protocol
 
 from chute.core.model.queue import QueueChannel, Reason
 from chute.core.model.readers import StreamReader
-from chute.core.model.store import Store
-from chute.core.rules.routing import Destination, Route
+from chute.core.model.registry import Destination, Registry
+from chute.core.rules.routing import Route
 from chute.errors import DestinationFull, InvalidAddress, NotFound
 from chute.message import Message
 
@@ -39,18 +38,8 @@ MAX_FORWARD_DEPTH: Final = 8
 LOG_INTERVAL_MS: Final = 60_000
 
 
-class DiversionHost(Protocol):
+class DiversionHost(Registry, Protocol):
     """What diverting and forwarding need from the broker."""
-
-    @property
-    def store(self) -> Store:
-        """Where records go: the store, or a transaction's gathering while one applies."""
-        ...
-
-    clock: Callable[[], int]
-
-    def destination(self, address: str, *, create: bool | None = None) -> Destination:
-        """The queue or topic at ``address`` (raises InvalidAddress, NotFound)."""
 
     def route(self, dest: Destination, message: Message) -> Route:
         """Where ``message`` goes (raises DestinationFull)."""

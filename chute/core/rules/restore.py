@@ -14,18 +14,18 @@ message's sequence number or place. What it needs of the broker is
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Protocol
 
 from chute.core.model.consumer import Entry
 from chute.core.model.queue import QueueChannel
 from chute.core.model.queuetypes import ForwardHost, attach_forwarder
-from chute.core.model.store import QueueDefinition, QueueKind, Store, StoredMessage
+from chute.core.model.registry import Registry
+from chute.core.model.store import QueueDefinition, QueueKind, StoredMessage
 from chute.core.model.stream import Stream
 from chute.core.model.topic import Subscription, SubscriptionKind, Topic
 from chute.core.rules.batches import CommittedBatches
 from chute.core.rules.destinations import Destinations
-from chute.core.rules.routing import Destination
 from chute.core.rules.subscriptions import Subscriptions
 from chute.core.rules.twophase import PreparedTransactions
 from chute.errors import InvalidAddress
@@ -33,37 +33,13 @@ from chute.errors import InvalidAddress
 log = logging.getLogger("chute.broker")
 
 
-class RestoreHost(ForwardHost, Protocol):
+class RestoreHost(ForwardHost, Registry, Protocol):
     """What recovery needs of the broker."""
-
-    @property
-    def store(self) -> Store:
-        """Where records go: the store, or a transaction's gathering while one applies."""
-        ...
 
     subscriptions: Subscriptions
     destinations: Destinations
     xa: PreparedTransactions
     batches: CommittedBatches
-
-    @property
-    def queues(self) -> Mapping[str, QueueChannel]: ...
-
-    @property
-    def topics(self) -> Mapping[str, Topic]: ...
-
-    @property
-    def streams(self) -> Mapping[str, Stream]: ...
-
-    def destination(
-        self,
-        address: str,
-        *,
-        create: bool | None = None,
-        maker: str | None = None,
-        quota: bool = True,
-    ) -> Destination:
-        """The queue or topic at ``address``, made if allowed."""
 
 
 def restore(host: RestoreHost, progress: Callable[[int, int], None] | None = None) -> int:

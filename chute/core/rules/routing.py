@@ -18,12 +18,7 @@ from chute.core.model.consumer import Entry
 from chute.core.model.queue import QueueChannel
 from chute.core.model.store import AddOp
 from chute.core.model.stream import Stream
-from chute.core.model.topic import Topic
 from chute.errors import DestinationFull
-
-Destination = QueueChannel | Topic | Stream
-"""What an address names: a queue (also a login-name or temporary queue), a topic or a
-stream."""
 
 
 @dataclass(slots=True)

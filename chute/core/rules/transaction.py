@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from chute.core.model.consumer import ConsumedQueue, Entry
 from chute.core.model.queue import QueueChannel
+from chute.core.model.registry import Destination
 from chute.core.model.settings import Overflow
 from chute.core.model.store import (
     AckOp,
@@ -49,7 +50,7 @@ from chute.core.model.store import (
     TxOp,
 )
 from chute.core.model.topic import Topic
-from chute.core.rules.routing import Destination, WouldBlock
+from chute.core.rules.routing import WouldBlock
 from chute.errors import ChuteError, DestinationFull
 from chute.message import Message
 

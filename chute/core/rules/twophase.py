@@ -31,15 +31,16 @@ What this needs from the broker is :class:`XaHost`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from chute.core.model.consumer import Entry
 from chute.core.model.queue import QueueChannel
-from chute.core.model.store import AckOp, AddOp, Recovered, Store, TxOp
+from chute.core.model.registry import Destination, Registry
+from chute.core.model.store import AckOp, AddOp, Recovered, TxOp
 from chute.core.model.stream import Stream
-from chute.core.rules.routing import Destination, Route
+from chute.core.rules.routing import Route
 from chute.core.rules.transaction import Nacked, Send, Taken, apply, give_back
 from chute.errors import NotFound, TransactionError
 from chute.message import Message
@@ -49,32 +50,17 @@ log = logging.getLogger("chute.broker")
 MAX_XID_LENGTH = 200
 
 
-class XaHost(Protocol):
+class XaHost(Registry, Protocol):
     """What prepared transactions need from the broker."""
-
-    @property
-    def store(self) -> Store: ...
-
-    @property
-    def clock(self) -> Callable[[], int]: ...
 
     def stamp(self, message: Message, ttl: int = 0) -> None:
         """Set the broker-owned fields of an accepted message."""
-
-    def destination(self, address: str, *, create: bool | None = None) -> Destination:
-        """The queue or topic at ``address`` (raises InvalidAddress, NotFound)."""
-
-    def find(self, address: str) -> Destination | None:
-        """The queue or topic of a canonical address, if it exists."""
 
     def route(self, dest: Destination, message: Message) -> Route:
         """Where ``message`` goes (overflow policies applied, sequence assigned)."""
 
     def place_all(self, routes: Iterable[Route]) -> None:
         """Place routes' entries in order (pushing to consumers)."""
-
-    def queue_by_name(self, name: str) -> QueueChannel | None:
-        """A queue or subscription by its store name."""
 
 
 @dataclass

@@ -33,24 +33,18 @@ hands the store's report over in order with the sync callbacks).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 from chute.core.model.queue import QueueChannel
+from chute.core.model.registry import Registry
 from chute.core.model.store import AddOp, TxOp
-from chute.core.model.stream import Stream
 
 log = logging.getLogger("chute.broker")
 
 
-class UnstoredHost(Protocol):
+class UnstoredHost(Registry, Protocol):
     """What taking refused messages back needs from the broker."""
-
-    def queue_by_name(self, name: str) -> QueueChannel | None:
-        """A queue or subscription by its store name."""
-
-    @property
-    def streams(self) -> Mapping[str, Stream]: ...
 
 
 def withdraw_unstored(host: UnstoredHost, ops: Sequence[TxOp]) -> tuple[int, int]:
