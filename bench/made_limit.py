@@ -19,7 +19,7 @@ import time
 
 from chute.core.model.settings import SettingsResolver
 from chute.core.operations import looking
-from chute.core.operations.connection import Connection
+from chute.core.operations.connection import BrokerConnection
 from chute.core.rules.broker import Broker
 from chute.core.rules.destinations import Limits
 from chute.errors import DestinationFull
@@ -34,7 +34,7 @@ def main() -> None:
     args = parser.parse_args()
     broker = Broker(MemoryStore(), SettingsResolver({}), limits=Limits(max_total=args.made))
     broker.recover()
-    session = Connection(broker).session()
+    session = BrokerConnection(broker).session()
     for i in range(args.made):
         session.send(f"queue:full.{i:06}", Message.create(b"x"))
     start = time.perf_counter()

@@ -55,7 +55,7 @@ from typing import Any, Final
 from chute.admin.auth import ApiError
 from chute.core.model.queue import QueueChannel
 from chute.core.operations import transfer
-from chute.core.operations.connection import Connection
+from chute.core.operations.connection import BrokerConnection
 from chute.errors import ChuteError, NotFound
 from chute.server.host import ServerHost
 
@@ -107,7 +107,7 @@ class MoveJob:
         target: str | None,
         selector: str | None,
         limit: int,
-        conn: Connection,
+        conn: BrokerConnection,
     ) -> None:
         self.id = job_id
         self.kind = kind  # "move" or "retry"

@@ -25,7 +25,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Protocol
 
-from chute.core.operations.connection import Connection, connect
+from chute.core.operations.connection import BrokerConnection, connect
 from chute.core.rules.access import PasswordCheck
 from chute.core.rules.broker import Broker
 from chute.errors import AuthenticationFailed, ChuteError, ClientIdInUse
@@ -51,7 +51,7 @@ class LoggingIn(Protocol):
         """The password was verified: stop holding the input, ``again()`` (which handles
         the login frame again), then act on the input that waited."""
 
-    def logged_in(self, core: Connection) -> None:
+    def logged_in(self, core: BrokerConnection) -> None:
         """The client logged in: ``core`` is its connection."""
 
 
@@ -72,7 +72,7 @@ class Login:
         passcode: str | None,
         client_id: str | None,
         again: Callable[[], None],
-    ) -> Connection | ChuteError | None:
+    ) -> BrokerConnection | ChuteError | None:
         """Make this client's core connection (the core authenticates), or the refusal
         (wrong login, throttled address, client id in use), which the driver answers
         with its protocol's error.

@@ -47,8 +47,8 @@ import time
 from collections.abc import Callable
 from typing import Final, cast
 
-from chute.core.model.consumer import Consumer, Entry
-from chute.core.operations.connection import Connection
+from chute.core.model.consumer import BrokerConsumer, Entry
+from chute.core.operations.connection import BrokerConnection
 from chute.core.operations.connlog import CONNECTIONS
 from chute.core.rules.routing import WouldBlock
 from chute.errors import ChuteError
@@ -95,7 +95,7 @@ class StreamConnection(asyncio.Protocol):
         self.server = server
         self.broker = server.broker
         self.transport: asyncio.Transport | None = None
-        self.core: Connection | None = None
+        self.core: BrokerConnection | None = None
         self.peer = "?"
         self.certificate_user: str | None = None
         """The user a verified TLS client certificate names (set as the connection is made)."""
@@ -381,7 +381,7 @@ class StreamConnection(asyncio.Protocol):
         else:
             self.flush()
 
-    def logged_in(self, core: Connection) -> None:
+    def logged_in(self, core: BrokerConnection) -> None:
         self.core = core
         core.on_closed_by_broker = self.closed_by_broker
         self._past_login()
@@ -458,7 +458,7 @@ class StreamConnection(asyncio.Protocol):
             self._flush_scheduled = True
             self.server.loop.call_soon(self.flush)
 
-    def mark_delivery(self, consumer: Consumer, entry: Entry) -> None:
+    def mark_delivery(self, consumer: BrokerConsumer, entry: Entry) -> None:
         """The item just queued is the delivery of ``entry`` to ``consumer``, whose mark
         must be durable before it leaves."""
         self._marks.mark(len(self._out) - 1, consumer, entry)

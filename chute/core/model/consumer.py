@@ -14,7 +14,7 @@ Ack modes:
 
 Unsettled messages are *in flight*: they still count against the queue's
 bounds and go back to the queue, in their place, if the consumer closes. An
-ack or nack takes what it covers out of flight (:meth:`Consumer.take_acked`);
+ack or nack takes what it covers out of flight (:meth:`BrokerConsumer.take_acked`);
 the queue (in a transaction, its commit) then settles or requeues it.
 
 A queue picks the consumer of each message with a :class:`PointToPointRouter`.
@@ -101,10 +101,10 @@ class ConsumedQueue(Protocol):
     def deliver(self) -> None:
         """Push waiting messages to consumers with credit."""
 
-    def marked(self, consumer: Consumer, entry: Entry) -> bool:
+    def marked(self, consumer: BrokerConsumer, entry: Entry) -> bool:
         """Whether delivering ``entry`` recorded a delivery mark in the store."""
 
-    def ack(self, consumer: Consumer, seq: int, *, cumulative: bool) -> int:
+    def ack(self, consumer: BrokerConsumer, seq: int, *, cumulative: bool) -> int:
         """Settle what an ack of ``seq`` covers; how many messages it settled."""
 
     def settle(self, entry: Entry, *, acked: bool = True, recorded: bool = False) -> None:
@@ -116,7 +116,7 @@ class ConsumedQueue(Protocol):
     def reject(self, entry: Entry) -> None:
         """An entry taken out of flight goes to the dead-letter address."""
 
-    def detach(self, consumer: Consumer) -> None:
+    def detach(self, consumer: BrokerConsumer) -> None:
         """Remove the consumer; its in-flight messages go back."""
 
 
@@ -127,7 +127,7 @@ class Receiver(Protocol):
     stop granting credit instead.
     """
 
-    def handle(self, consumer: Consumer, entry: Entry) -> None: ...
+    def handle(self, consumer: BrokerConsumer, entry: Entry) -> None: ...
 
 
 @runtime_checkable
@@ -136,12 +136,12 @@ class Cancellable(Protocol):
     deleted: :mod:`chute.core.rules.destinations`). A destination consumed through a receiver
     that cannot be told is not deleted."""
 
-    def cancelled(self, consumer: Consumer, error: ChuteError) -> None:
+    def cancelled(self, consumer: BrokerConsumer, error: ChuteError) -> None:
         """``consumer`` is closed and detached already: forget it, and tell the client
         ``error`` if there is one to tell. Must not raise."""
 
 
-class Consumer:
+class BrokerConsumer:
     """One consumer on one queue. Used from the broker's loop only."""
 
     __slots__ = (
@@ -184,7 +184,7 @@ class Consumer:
         self.held = False
         """Its connection cannot write more now (a slow client): skipped as if without
         credit until released
-        (:meth:`chute.core.operations.connection.Connection.hold_deliveries`)."""
+        (:meth:`chute.core.operations.connection.BrokerConnection.hold_deliveries`)."""
 
     def take_acked(self, seq: int, *, cumulative: bool) -> list[Entry]:
         """Remove from the in-flight set what an ack of ``seq`` covers: ``seq`` alone, or
@@ -210,7 +210,7 @@ class Consumer:
 
     def __repr__(self) -> str:
         return (
-            f"Consumer(id={self.id}, queue={self.queue.name}, credit={self.credit}, "
+            f"BrokerConsumer(id={self.id}, queue={self.queue.name}, credit={self.credit}, "
             f"inflight={len(self.inflight)})"
         )
 
@@ -225,15 +225,15 @@ class PointToPointRouter:
     __slots__ = ("_exclusive", "_next", "consumers")
 
     def __init__(self) -> None:
-        self.consumers: list[Consumer] = []
+        self.consumers: list[BrokerConsumer] = []
         self._next = 0
-        self._exclusive: Consumer | None = None
+        self._exclusive: BrokerConsumer | None = None
 
-    def add(self, consumer: Consumer) -> None:
+    def add(self, consumer: BrokerConsumer) -> None:
         self.consumers.append(consumer)
         self._elect()
 
-    def remove(self, consumer: Consumer) -> None:
+    def remove(self, consumer: BrokerConsumer) -> None:
         if consumer in self.consumers:
             self.consumers.remove(consumer)
         self._elect()
@@ -241,7 +241,7 @@ class PointToPointRouter:
     def _elect(self) -> None:
         self._exclusive = next((c for c in self.consumers if c.exclusive), None)
 
-    def pick(self) -> Consumer | None:
+    def pick(self) -> BrokerConsumer | None:
         """The next consumer with credit (and advance the round-robin past it), or None.
 
         On the per-message path: a plain loop, no generator.
@@ -262,7 +262,7 @@ class PointToPointRouter:
                 return c
         return None
 
-    def candidates(self) -> Iterator[Consumer]:
+    def candidates(self) -> Iterator[BrokerConsumer]:
         """Consumers with credit, in the order the router would try them (no side effects)."""
         exclusive = self._exclusive
         if exclusive is not None:
@@ -277,7 +277,7 @@ class PointToPointRouter:
             if c.credit > 0 and not c.held:
                 yield c
 
-    def chosen(self, consumer: Consumer) -> None:
+    def chosen(self, consumer: BrokerConsumer) -> None:
         """Advance the round-robin past ``consumer`` (after a selective choice)."""
         try:
             self._next = self.consumers.index(consumer) + 1

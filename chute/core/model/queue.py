@@ -29,7 +29,13 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Protocol
 
 from chute.core.model import lanes
-from chute.core.model.consumer import AckMode, Consumer, Entry, PointToPointRouter, as_delivered
+from chute.core.model.consumer import (
+    AckMode,
+    BrokerConsumer,
+    Entry,
+    PointToPointRouter,
+    as_delivered,
+)
 from chute.core.model.paging import HELD_OVERHEAD, Pager, Resources, held_cost
 from chute.core.model.settings import SINK_MEMORY_SHARE, DestinationSettings
 from chute.core.model.store import AckOp
@@ -340,7 +346,7 @@ class QueueChannel:
         self.host.divert(self, entry, Reason.EXPIRED)
         self.settle(entry, acked=False)
 
-    def _push(self, consumer: Consumer, entry: Entry) -> None:
+    def _push(self, consumer: BrokerConsumer, entry: Entry) -> None:
         if entry.message.expiration and self._expire_if_due(entry):
             return
         entry.delivery_count += 1
@@ -357,7 +363,7 @@ class QueueChannel:
                 self.host.store.delivered(self.name, entry.seq, entry.delivery_count)
         consumer.receiver.handle(consumer, entry)
 
-    def marked(self, consumer: Consumer, entry: Entry) -> bool:
+    def marked(self, consumer: BrokerConsumer, entry: Entry) -> bool:
         """Whether delivering ``entry`` to ``consumer`` recorded a delivery mark in the store
         (a driver then holds the delivery until the mark is durable: see
         ``StreamConnection.mark_delivery``)."""
@@ -397,7 +403,7 @@ class QueueChannel:
             or bool(self.pager.transient and self.pager.forget_transient(entry.seq))
         )
 
-    def ack(self, consumer: Consumer, seq: int, *, cumulative: bool) -> int:
+    def ack(self, consumer: BrokerConsumer, seq: int, *, cumulative: bool) -> int:
         """Settle what an ack covers; returns how many messages it settled.
 
         The store gets the acks of a cumulative ack in one call (``Store.acks``).
@@ -424,14 +430,14 @@ class QueueChannel:
 
     # -- consumers ----------------------------------------------------------------
 
-    def attach(self, consumer: Consumer) -> None:
+    def attach(self, consumer: BrokerConsumer) -> None:
         self.attached += 1
         self.router.add(consumer)
         if consumer.selector is not None:
             self._selective += 1
         self.deliver()
 
-    def detach(self, consumer: Consumer) -> None:
+    def detach(self, consumer: BrokerConsumer) -> None:
         """Remove a consumer; its in-flight messages go back in their place."""
         if consumer.closed:
             return
@@ -448,7 +454,7 @@ class QueueChannel:
         if self.flow_waiters:
             self.relieve()
 
-    def evict_consumers(self) -> list[Consumer]:
+    def evict_consumers(self) -> list[BrokerConsumer]:
         """Detach every consumer, keeping its in-flight messages from going back (the queue
         is being deleted: they go with it); returns the consumers."""
         consumers = list(self.router.consumers)

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator
 from typing import Protocol
 
 from chute.core.model.address import parse
-from chute.core.model.consumer import AckMode, Consumer, Entry
+from chute.core.model.consumer import AckMode, BrokerConsumer, Entry
 from chute.core.model.queue import QueueChannel, QueueHost, Reason
 from chute.core.model.settings import DestinationSettings
 from chute.core.model.topic import Subscription
@@ -171,7 +171,7 @@ class Forwarder:
         self.queue = queue
         self.forward_to = forward_to
 
-    def handle(self, consumer: Consumer, entry: Entry) -> None:
+    def handle(self, consumer: BrokerConsumer, entry: Entry) -> None:
         queue = self.queue
         consumer.credit += 1  # never runs dry
         try:
@@ -191,13 +191,13 @@ class Forwarder:
             return
         queue.ack(consumer, entry.seq, cumulative=False)
 
-    def cancelled(self, consumer: Consumer, error: ChuteError) -> None:
+    def cancelled(self, consumer: BrokerConsumer, error: ChuteError) -> None:
         """Its subscription went with its topic: nothing more to forward."""
 
 
-def attach_forwarder(host: ForwardHost, sub: Subscription, forward_to: str) -> Consumer:
+def attach_forwarder(host: ForwardHost, sub: Subscription, forward_to: str) -> BrokerConsumer:
     """Make ``sub`` a callback queue: its one consumer forwards to ``forward_to``."""
     forwarder = Forwarder(host, sub, forward_to)
-    consumer = Consumer(0, sub, forwarder, ack_mode=AckMode.INDIVIDUAL, credit=1)
+    consumer = BrokerConsumer(0, sub, forwarder, ack_mode=AckMode.INDIVIDUAL, credit=1)
     sub.attach(consumer)
     return consumer

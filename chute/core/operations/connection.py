@@ -1,9 +1,9 @@
 """Connections: one logged-in client each, and the one face of the broker adapters drive.
 
-A :class:`Connection` is one logged-in client (XmlBlaster's *session*), made by
+A :class:`BrokerConnection` is one logged-in client (XmlBlaster's *session*), made by
 :func:`connect`, which authenticates it (:mod:`chute.core.rules.access`). Every
 adapter drives the broker through it: it owns
-:class:`~chute.core.operations.session.Session` objects (JBoss Messaging/JMS sessions: an ack
+:class:`~chute.core.operations.session.BrokerSession` objects (JBoss Messaging/JMS sessions: an ack
 mode and maybe a local transaction), its temporary queues and, for a named
 user, its pipe from the user's login-name queue; and it carries out what a
 client asks for the connection as a whole (browse, prepared transactions,
@@ -40,7 +40,7 @@ from chute.core.model.topic import Subscription, SubscriptionKind, Topic
 from chute.core.operations import looking
 from chute.core.operations.browse import BrowsePage
 from chute.core.operations.connlog import CONNECTIONS
-from chute.core.operations.session import Session
+from chute.core.operations.session import BrokerSession
 from chute.core.rules.access import ANONYMOUS, Action, PasswordCheck, Principal
 from chute.core.rules.admission import Share
 from chute.core.rules.broker import Broker
@@ -67,7 +67,7 @@ def connect(
     peer: str = "",
     certificate_user: str | None = None,
     check: PasswordCheck | None = None,
-) -> Connection:
+) -> BrokerConnection:
     """Authenticate a client and make its core connection (every protocol comes here).
 
     ``certificate_user`` is the user a TLS client certificate names, once the server
@@ -98,7 +98,9 @@ def connect(
                 f"client id {client_id!r} is in use by another connection (one at a time): "
                 "close that one first, or use another client id"
             )
-    connection = Connection(broker, principal, client_id=client_id, protocol=protocol, peer=peer)
+    connection = BrokerConnection(
+        broker, principal, client_id=client_id, protocol=protocol, peer=peer
+    )
     CONNECTIONS.connected(  # INFO, or DEBUG when it reconnects (chute.core.operations.connlog)
         log, connection.id, protocol=protocol, peer=peer, user=str(principal), client_id=client_id
     )
@@ -108,7 +110,7 @@ def connect(
 _connection_ids = itertools.count(1)
 
 
-class Connection:
+class BrokerConnection:
     """One client connection's core state and the operations it may ask for.
 
     Made by :func:`connect` (which authenticates); built directly, it trusts its
@@ -130,7 +132,7 @@ class Connection:
         self.client_id = client_id
         self.protocol = protocol
         self.peer = peer
-        self.sessions: list[Session] = []
+        self.sessions: list[BrokerSession] = []
         self.temp_queues: dict[str, QueueChannel] = {}
         self.share = Share()  # what it sent lately (chute.core.rules.admission)
         self.closed = False
@@ -202,8 +204,10 @@ class Connection:
                 self._removed = self.broker.destinations.removed
             self._sendable.add(address)
 
-    def session(self, ack_mode: AckMode = AckMode.AUTO, *, transacted: bool = False) -> Session:
-        session = Session(self, ack_mode, transacted)
+    def session(
+        self, ack_mode: AckMode = AckMode.AUTO, *, transacted: bool = False
+    ) -> BrokerSession:
+        session = BrokerSession(self, ack_mode, transacted)
         self.sessions.append(session)
         return session
 
@@ -516,10 +520,10 @@ class Connection:
         if self.client_id is not None and self.broker.client_ids.get(self.client_id) == self.id:
             del self.broker.client_ids[self.client_id]
 
-    def session_closed(self, session: Session) -> None:
+    def session_closed(self, session: BrokerSession) -> None:
         """A session of this connection closed."""
         if session in self.sessions:
             self.sessions.remove(session)
 
     def __repr__(self) -> str:
-        return f"Connection({self.id}, {self.protocol}, user={self.principal})"
+        return f"BrokerConnection({self.id}, {self.protocol}, user={self.principal})"

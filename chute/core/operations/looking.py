@@ -10,7 +10,7 @@ the broker-wide figures to a page of statistics.
 Looking is not using: nothing is made (a queue that does not exist holds
 nothing), consumed or changed. The whole walks (:func:`browse`, :func:`stats`)
 are for tests and in-process use; a driver answers a client page by page,
-through its :class:`~chute.core.operations.connection.Connection`, which checks who may
+through its :class:`~chute.core.operations.connection.BrokerConnection`, which checks who may
 see what. What it needs of the broker is :class:`LookingHost`. Pure; used from
 the broker's loop only.
 """

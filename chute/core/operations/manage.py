@@ -2,7 +2,7 @@
 
 The admin surfaces (the HTTP API, the native protocol's admin requests) call
 these functions; each takes the caller's core
-:class:`~chute.core.operations.connection.Connection` first, so that who may do what is
+:class:`~chute.core.operations.connection.BrokerConnection` first, so that who may do what is
 decided here, once, for every surface. Every function answers JSON-ready
 values (dicts, lists, ints, strings).
 
@@ -34,13 +34,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from chute.core.model.address import canonical, parse
-from chute.core.model.consumer import AckMode, Consumer, Entry
+from chute.core.model.consumer import AckMode, BrokerConsumer, Entry
 from chute.core.model.queue import QueueChannel
 from chute.core.model.queuetypes import LoginQueue
 from chute.core.model.registry import Destination
 from chute.core.model.stream import Stream
 from chute.core.model.topic import Subscription, SubscriptionKind, Topic
-from chute.core.operations.connection import Connection
+from chute.core.operations.connection import BrokerConnection
 from chute.core.operations.stats import queue_stats, stream_stats, topic_stats
 from chute.core.rules.access import Action
 from chute.core.rules.broker import Broker
@@ -53,7 +53,7 @@ log = logging.getLogger("chute.manage")
 # -- destinations ---------------------------------------------------------------------
 
 
-def destination(conn: Connection, address: str) -> dict[str, Any]:
+def destination(conn: BrokerConnection, address: str) -> dict[str, Any]:
     """One destination's statistics (as :mod:`chute.core.operations.stats` gives them: a topic with
     its ``subscriptions``), plus ``consumers_detail``: its consumers as
     :func:`consumers` lists them.
@@ -78,7 +78,7 @@ def destination(conn: Connection, address: str) -> dict[str, Any]:
     return stats
 
 
-def create(conn: Connection, address: str) -> bool:
+def create(conn: BrokerConnection, address: str) -> bool:
     """Make a queue, topic or stream; True if made, False if it existed. One an operator
     who manages everything made is the broker's own, as a configured one: counted
     against no one's limit, never removed for being idle (it can be deleted). One a
@@ -120,13 +120,13 @@ class _Taken:
     def __init__(self) -> None:
         self.entries: list[Entry] = []
 
-    def handle(self, consumer: Consumer, entry: Entry) -> None:
+    def handle(self, consumer: BrokerConsumer, entry: Entry) -> None:
         self.entries.append(
             Entry(entry.seq, entry.message, entry.delivery_count, entry.redelivered)
         )
 
 
-def take(conn: Connection, address: str, count: int, *, requeue: bool = False) -> list[Entry]:
+def take(conn: BrokerConnection, address: str, count: int, *, requeue: bool = False) -> list[Entry]:
     """Take up to ``count`` (at most :data:`MAX_TAKE`) waiting messages of a queue as a
     consumer would, in delivery order (RabbitMQ's "get messages"): each is then
     acknowledged (gone from the queue) or, with ``requeue``, given back (it stays,
@@ -165,7 +165,7 @@ def take(conn: Connection, address: str, count: int, *, requeue: bool = False) -
 # -- connections, consumers, subscriptions, cursors ----------------------------------
 
 
-def connections(conn: Connection) -> list[dict[str, Any]]:
+def connections(conn: BrokerConnection) -> list[dict[str, Any]]:
     """Every client connection, in the order they connected: ``id``, ``protocol``,
     ``user`` (None: anonymous), ``peer``, ``client_id``, ``connected_at`` (ms since the
     epoch), ``sessions``, ``consumers`` and ``unacked`` (messages in flight to them).
@@ -176,7 +176,7 @@ def connections(conn: Connection) -> list[dict[str, Any]]:
     authorize_all(conn, "list the connections")
     listed: list[dict[str, Any]] = []
     for client in conn.broker.connections.values():
-        if not isinstance(client, Connection):
+        if not isinstance(client, BrokerConnection):
             continue
         opened = [c for s in client.sessions for c in s.consumers.values()]
         listed.append(
@@ -196,10 +196,10 @@ def connections(conn: Connection) -> list[dict[str, Any]]:
 
 
 def close_connection(
-    conn: Connection, connection_id: str, reason: str = "closed by an operator"
+    conn: BrokerConnection, connection_id: str, reason: str = "closed by an operator"
 ) -> None:
     """Close a client's connection: its driver tells the client ``reason`` and ends the
-    transport (``Connection.on_closed_by_broker``), and the core connection closes at
+    transport (``BrokerConnection.on_closed_by_broker``), and the core connection closes at
     once (in-flight messages go back, open transactions roll back).
 
     Raises:
@@ -211,7 +211,7 @@ def close_connection(
     client = conn.broker.connections.get(connection_id)
     if client is None:
         raise NotFound(f"no connection {connection_id} (closed already?)")
-    hook = client.on_closed_by_broker if isinstance(client, Connection) else None
+    hook = client.on_closed_by_broker if isinstance(client, BrokerConnection) else None
     if hook is not None:
         hook(reason)
     client.close()
@@ -224,7 +224,7 @@ def close_connection(
     )
 
 
-def consumers(conn: Connection, address: str | None = None) -> list[dict[str, Any]]:
+def consumers(conn: BrokerConnection, address: str | None = None) -> list[dict[str, Any]]:
     """The consumers of a destination (a topic's: of every subscription), or of every
     destination the caller manages: ``connection`` (None: a part of the broker, as a
     callback queue's forwarder or a cursor), ``id``, ``address``, ``subscription``,
@@ -252,7 +252,7 @@ def consumers(conn: Connection, address: str | None = None) -> list[dict[str, An
     return _consumer_dicts(broker, [q for q in every if _manages(conn, q.address)])
 
 
-def subscriptions(conn: Connection) -> list[dict[str, Any]]:
+def subscriptions(conn: BrokerConnection) -> list[dict[str, Any]]:
     """The durable subscriptions (callback queues and topic cursors' included) of the
     topics the caller manages: ``topic``, ``name``, ``client_id``, ``kind``
     (``durable``, ``durable-shared``, ``callback``, ``cursor``), ``selector``,
@@ -282,7 +282,7 @@ def subscriptions(conn: Connection) -> list[dict[str, Any]]:
     return listed
 
 
-def cursors(conn: Connection) -> list[dict[str, Any]]:
+def cursors(conn: BrokerConnection) -> list[dict[str, Any]]:
     """Every cursor (the Spark source's readers): ``address``, ``name``, ``position``
     (the lowest sequence number it has not consumed: where its reader reads on),
     ``selector``, and ``lease``: ``held`` (it holds its queue now), ``lease_ms``,
@@ -319,7 +319,7 @@ def cursors(conn: Connection) -> list[dict[str, Any]]:
 # -- helpers --------------------------------------------------------------------------
 
 
-def authorized(conn: Connection, address: str) -> str:
+def authorized(conn: BrokerConnection, address: str) -> str:
     """The canonical address, once ``conn`` may manage it (see the module docstring).
 
     Raises:
@@ -331,7 +331,7 @@ def authorized(conn: Connection, address: str) -> str:
     return target
 
 
-def _manages(conn: Connection, address: str) -> bool:
+def _manages(conn: BrokerConnection, address: str) -> bool:
     try:
         authorized(conn, address)
     except (AccessDenied, NotFound):
@@ -339,7 +339,7 @@ def _manages(conn: Connection, address: str) -> bool:
     return True
 
 
-def authorize_all(conn: Connection, what: str) -> None:
+def authorize_all(conn: BrokerConnection, what: str) -> None:
     if not conn.principal.manages_all:
         raise AccessDenied(
             f"user {conn.principal} may not {what}: that needs manage on every "
@@ -371,7 +371,7 @@ def find_queue(broker: Broker, address: str) -> QueueChannel:
 def _consumer_dicts(broker: Broker, queues: Sequence[QueueChannel]) -> list[dict[str, Any]]:
     owners: dict[int, str] = {}
     for client in broker.connections.values():
-        if isinstance(client, Connection):
+        if isinstance(client, BrokerConnection):
             for session in client.sessions:
                 for consumer in session.consumers.values():
                     owners[id(consumer)] = client.id
@@ -385,7 +385,9 @@ def _consumer_dicts(broker: Broker, queues: Sequence[QueueChannel]) -> list[dict
     return listed
 
 
-def _consumer_dict(queue: QueueChannel, consumer: Consumer, owner: str | None) -> dict[str, Any]:
+def _consumer_dict(
+    queue: QueueChannel, consumer: BrokerConsumer, owner: str | None
+) -> dict[str, Any]:
     sub = queue if isinstance(queue, Subscription) else None
     selector = consumer.selector.text if consumer.selector is not None else None
     return {

@@ -1,13 +1,13 @@
 """Sessions: an ack mode, its consumers, and maybe a local transaction.
 
-A :class:`Session` belongs to one connection (:mod:`chute.core.operations.connection`),
+A :class:`BrokerSession` belongs to one connection (:mod:`chute.core.operations.connection`),
 whose user every operation is checked for; what it needs of its connection
 is :class:`SessionOwner`.
 
 Transactions: a transacted session gathers sends, acks and nacks in a
 :class:`~chute.core.rules.transaction.Transaction` and applies them together at
-:meth:`Session.commit` (acks, then sends, then nacks, in one atomic store
-commit), or stages them under an xid at :meth:`Session.prepare`
+:meth:`BrokerSession.commit` (acks, then sends, then nacks, in one atomic store
+commit), or stages them under an xid at :meth:`BrokerSession.prepare`
 (:mod:`chute.core.rules.twophase`); the rules both keep are
 :mod:`chute.core.rules.transaction`'s. A nack inside a transaction takes its
 messages out of flight at once (their consumer may receive more) and decides
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from chute.core.model.address import Kind, parse
-from chute.core.model.consumer import AckMode, Consumer, Receiver
+from chute.core.model.consumer import AckMode, BrokerConsumer, Receiver
 from chute.core.model.offsets import parse_offset
 from chute.core.model.paging import held_cost
 from chute.core.model.queue import QueueChannel
@@ -52,7 +52,7 @@ from chute.message import Message
 
 class SessionOwner(Protocol):
     """What a session needs of its connection
-    (:class:`chute.core.operations.connection.Connection`)."""
+    (:class:`chute.core.operations.connection.BrokerConnection`)."""
 
     @property
     def broker(self) -> Broker: ...
@@ -99,11 +99,11 @@ class SessionOwner(Protocol):
     def callback(self, topic: str, name: str, forward_to: str, selector: str | None = None) -> None:
         """Create (or replace) a callback queue."""
 
-    def session_closed(self, session: Session) -> None:
+    def session_closed(self, session: BrokerSession) -> None:
         """The session closed."""
 
 
-class Session:
+class BrokerSession:
     """An ack mode, its consumers and maybe a local transaction."""
 
     def __init__(self, connection: SessionOwner, ack_mode: AckMode, transacted: bool) -> None:
@@ -111,7 +111,7 @@ class Session:
         self.broker = connection.broker
         self.ack_mode = ack_mode
         self.transacted = transacted
-        self.consumers: dict[int, Consumer] = {}
+        self.consumers: dict[int, BrokerConsumer] = {}
         self.tx: Transaction | None = Transaction() if transacted else None
         self.closed = False
         self._checks = not self.broker.access.allows_all  # skip the gate when all is allowed
@@ -224,7 +224,7 @@ class Session:
         shared: bool = False,
         ack_mode: AckMode | None = None,
         offset: str | int | None = None,
-    ) -> Consumer:
+    ) -> BrokerConsumer:
         """Open a consumer; the broker starts pushing at once, up to ``prefetch``.
 
         On a stream, the consumer reads from ``offset`` (:func:`~chute.core.model.offsets.
@@ -261,7 +261,7 @@ class Session:
             compiled = None  # the subscription filters; its consumers take everything
         else:
             queue = self._queue_for_consumer(str(addr))
-        consumer = Consumer(
+        consumer = BrokerConsumer(
             consumer_id,
             queue,
             receiver,
@@ -361,7 +361,7 @@ class Session:
             )
         return sub
 
-    def close_consumer(self, consumer: Consumer) -> None:
+    def close_consumer(self, consumer: BrokerConsumer) -> None:
         """Close a consumer: its in-flight messages go back; a non-durable subscription ends."""
         self.consumers.pop(consumer.id, None)
         queue = consumer.queue
@@ -376,16 +376,16 @@ class Session:
             self.broker.subscriptions.drop(queue)
 
     def unsubscribe(self, name: str, *, client_id: str | None = None) -> None:
-        """``Connection.unsubscribe`` (JMS puts it on the session)."""
+        """``BrokerConnection.unsubscribe`` (JMS puts it on the session)."""
         self.connection.unsubscribe(name, client_id=client_id)
 
     def callback(self, topic: str, name: str, forward_to: str, selector: str | None = None) -> None:
-        """``Connection.callback``."""
+        """``BrokerConnection.callback``."""
         self.connection.callback(topic, name, forward_to, selector)
 
     # -- acknowledging ------------------------------------------------------------
 
-    def ack(self, consumer: Consumer, seq: int, *, cumulative: bool | None = None) -> int:
+    def ack(self, consumer: BrokerConsumer, seq: int, *, cumulative: bool | None = None) -> int:
         """Acknowledge; cumulative in ``client`` mode unless told. Returns messages settled.
 
         In a transacted session the messages leave flight now and are settled at commit.
@@ -405,7 +405,7 @@ class Session:
         return queue.ack(consumer, seq, cumulative=cumulative)
 
     def nack(
-        self, consumer: Consumer, seq: int, *, requeue: bool = True, cumulative: bool = False
+        self, consumer: BrokerConsumer, seq: int, *, requeue: bool = True, cumulative: bool = False
     ) -> int:
         """Give a message back (``requeue``) or refuse it for good (dead letter); with
         ``cumulative``, every message delivered to ``consumer`` up to ``seq`` too.
@@ -429,7 +429,7 @@ class Session:
         return len(taken)
 
     @staticmethod
-    def add_credit(consumer: Consumer, credit: int, *, push: bool = True) -> None:
+    def add_credit(consumer: BrokerConsumer, credit: int, *, push: bool = True) -> None:
         """Let the broker push ``credit`` more messages to ``consumer``: now, or with
         ``push`` False at the driver's next :meth:`push` (one push for a read's acks)."""
         if credit <= 0:
@@ -439,13 +439,13 @@ class Session:
             consumer.queue.deliver()
 
     @staticmethod
-    def push(consumer: Consumer) -> None:
+    def push(consumer: BrokerConsumer) -> None:
         """Push ``consumer`` the waiting messages its credit allows (none once closed)."""
         if not consumer.closed:
             consumer.queue.deliver()
 
     @staticmethod
-    def stop(consumer: Consumer) -> None:
+    def stop(consumer: BrokerConsumer) -> None:
         """Push ``consumer`` nothing more (its connection is ending): its credit is spent,
         what it was sent stays in flight until it closes."""
         consumer.credit = 0

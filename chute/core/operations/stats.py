@@ -13,7 +13,7 @@ Address order puts every queue (``queue:...``) before every stream
 or one with ``*`` for any characters, spelled as the configuration's keys are) keeps only the
 destinations it matches, and ``contains`` only those whose address holds that text
 (case-insensitively: the console's filter box); a ``sees`` filter (who may see what, from
-:class:`~chute.core.operations.connection.Connection`) drops others from a page without
+:class:`~chute.core.operations.connection.BrokerConnection`) drops others from a page without
 shortening the walk, so a page may list fewer than ``limit``. Like a browse, a
 walk keeps no state in the broker: a destination made or deleted during it
 appears or not depending on whether the walk had passed its address.

@@ -39,7 +39,7 @@ from chute.core.model.queue import QueueChannel
 from chute.core.model.registry import Destination
 from chute.core.model.selector import Selector, compile_selector
 from chute.core.operations.browse import browse_page
-from chute.core.operations.connection import Connection
+from chute.core.operations.connection import BrokerConnection
 from chute.core.operations.manage import authorized, create, find, find_queue
 from chute.core.rules.broker import Broker
 from chute.core.rules.diversion import DIVERT_REASON, ORIGINAL_DESTINATION
@@ -73,7 +73,7 @@ _Where = Callable[[Entry], tuple[Destination, Message] | None]
 
 
 def move(
-    conn: Connection,
+    conn: BrokerConnection,
     source: str,
     target: str,
     *,
@@ -86,7 +86,7 @@ def move(
 
 
 def move_steps(
-    conn: Connection,
+    conn: BrokerConnection,
     source: str,
     target: str,
     *,
@@ -139,7 +139,7 @@ def move_steps(
 
 
 def retry_dead_letters(
-    conn: Connection,
+    conn: BrokerConnection,
     source: str = DEAD_LETTER,
     *,
     selector: str | None = None,
@@ -151,7 +151,7 @@ def retry_dead_letters(
 
 
 def retry_steps(
-    conn: Connection,
+    conn: BrokerConnection,
     source: str = DEAD_LETTER,
     *,
     selector: str | None = None,
@@ -211,7 +211,7 @@ def retry_steps(
     return dict(counts)
 
 
-def delete_message(conn: Connection, address: str, seq: int) -> None:
+def delete_message(conn: BrokerConnection, address: str, seq: int) -> None:
     """Delete the waiting message numbered ``seq`` of a queue (acked in the store, sent
     nowhere).
 
@@ -231,7 +231,7 @@ def delete_message(conn: Connection, address: str, seq: int) -> None:
     log.info("%s deleted message %d (%s) of %s", conn.principal, seq, taken[0].message.id, target)
 
 
-def _origin(conn: Connection, origin: str, source: str) -> Destination | None:
+def _origin(conn: BrokerConnection, origin: str, source: str) -> Destination | None:
     """Where a dead letter goes back to (None: nowhere known); raises AccessDenied
     unless ``conn`` may manage it."""
     try:

@@ -4,8 +4,8 @@ Every way into the broker (the native protocol, STOMP over TCP and WebSocket,
 the Simple-message-queue listeners, the DropboxMQ bridge) makes its core
 connection through :func:`chute.core.operations.connection.connect`, which asks
 :meth:`Access.authenticate` for a :class:`Principal`; every operation of a
-core :class:`~chute.core.operations.connection.Connection` or
-:class:`~chute.core.operations.session.Session` asks :meth:`Access.authorize` whether its
+core :class:`~chute.core.operations.connection.BrokerConnection` or
+:class:`~chute.core.operations.session.BrokerSession` asks :meth:`Access.authorize` whether its
 principal may do it. A driver never checks a password or a permission itself.
 
 Authentication

@@ -23,7 +23,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from chute.core.model.consumer import Consumer
+from chute.core.model.consumer import BrokerConsumer
 from chute.core.model.queue import QueueChannel
 from chute.core.model.registry import Registry
 from chute.core.rules.cursor import holder
@@ -89,7 +89,7 @@ class CommittedBatches:
         self.host = host
         self.latest: dict[str, tuple[Marker, int]] = {}  # sink -> (newest marker, its seq)
         self._queue: QueueChannel | None = None
-        self._holder: Consumer | None = None
+        self._holder: BrokerConsumer | None = None
 
     def commit(self, sink: str, batch: int, xids: tuple[str, ...], *, keep: bool = True) -> bool:
         """Commit every xid of a batch once; False if the batch was a duplicate (its xids

@@ -9,7 +9,7 @@ It owns every destination and the parts built around them: subscriptions
 interface it declares (``QueueHost``, ``XaHost``, ``CursorHost``, ``BatchHost``,
 ``ForwardHost``), never as a whole. Adapters (the protocol drivers, the
 DropboxMQ bridge) never call it directly either: they drive a core
-:class:`~chute.core.operations.connection.Connection`, which checks who may do what.
+:class:`~chute.core.operations.connection.BrokerConnection`, which checks who may do what.
 
 It is pure: no sockets, no files, no asyncio. Time comes from an injected
 clock and durability from the injected :class:`~chute.core.model.store.Store`. Used
@@ -112,7 +112,7 @@ class Broker:
         self.diversion = Diversion(self)  # dead letters, expiry, callback forwarding
         self.connections: dict[
             str, Client
-        ] = {}  # by id; see chute.core.operations.connection.Connection
+        ] = {}  # by id; see chute.core.operations.connection.BrokerConnection
         self.client_ids: dict[str, str] = {}  # client id -> the one live connection's id
         self.xa = PreparedTransactions(self)
         self.cursors = Cursors(self)  # the Spark connector's readers (docs/spark.md)

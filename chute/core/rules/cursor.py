@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from chute.core.model.address import canonical, check_name
-from chute.core.model.consumer import AckMode, Consumer, Entry
+from chute.core.model.consumer import AckMode, BrokerConsumer, Entry
 from chute.core.model.queue import QueueChannel
 from chute.core.model.registry import Registry
 from chute.core.model.selector import Selector, compile_selector
@@ -64,20 +64,22 @@ DEFAULT_LEASE_MS: Final = 60_000
 class _Idle:
     """The receiver of a holder: it has no credit, so nothing is ever pushed to it."""
 
-    def handle(self, consumer: Consumer, entry: Entry) -> None:
+    def handle(self, consumer: BrokerConsumer, entry: Entry) -> None:
         raise AssertionError("a holder has no credit")  # pragma: no cover
 
-    def cancelled(self, consumer: Consumer, error: ChuteError) -> None:
+    def cancelled(self, consumer: BrokerConsumer, error: ChuteError) -> None:
         """Its queue was deleted: :meth:`Cursors.forget` drops the cursor."""
 
 
 _IDLE: Final = _Idle()
 
 
-def holder(queue: QueueChannel) -> Consumer:
+def holder(queue: QueueChannel) -> BrokerConsumer:
     """An exclusive consumer with no credit: attached, it keeps every other consumer of
     ``queue`` from receiving anything, and receives nothing itself."""
-    consumer = Consumer(0, queue, _IDLE, ack_mode=AckMode.INDIVIDUAL, credit=0, exclusive=True)
+    consumer = BrokerConsumer(
+        0, queue, _IDLE, ack_mode=AckMode.INDIVIDUAL, credit=0, exclusive=True
+    )
     queue.attach(consumer)
     return consumer
 
@@ -111,7 +113,7 @@ class Cursor:
     queue: QueueChannel
     selector: Selector | None = None  # queues only; a topic cursor's subscription filters
     lease_ms: int = DEFAULT_LEASE_MS
-    holder: Consumer | None = None
+    holder: BrokerConsumer | None = None
     openers: set[str] = field(default_factory=set)  # connection ids
     last_seen: int = 0
 

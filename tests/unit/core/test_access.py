@@ -14,7 +14,7 @@ import pytest
 
 from chute.core.model.address import DEAD_LETTER, user_queue
 from chute.core.model.consumer import AckMode
-from chute.core.operations.connection import Connection, connect
+from chute.core.operations.connection import BrokerConnection, connect
 from chute.core.rules.access import (
     ADMIN_ROLE,
     Access,
@@ -59,7 +59,7 @@ def broker(clock: FakeClock) -> Broker:
     return b
 
 
-def login(broker: Broker, user: str, client_id: str | None = None) -> Connection:
+def login(broker: Broker, user: str, client_id: str | None = None) -> BrokerConnection:
     password = {"alice": "alice-pw", "bob": "bob-pw", "root": "root-pw"}[user]
     return connect(broker, user, password, client_id=client_id, peer="127.0.0.1:5000")
 
@@ -339,7 +339,7 @@ def test_a_cursor_needs_consume_and_browse_and_its_lease_is_bounded(clock: FakeC
 
 
 def test_the_listeners_act_as_their_configured_user(broker: Broker) -> None:
-    smq = Connection(broker, broker.access.as_user("bob"), protocol="smq")
+    smq = BrokerConnection(broker, broker.access.as_user("bob"), protocol="smq")
     with pytest.raises(AccessDenied):
         smq.session().send("queue:orders.eu", msg())
     with pytest.raises(AuthenticationFailed):

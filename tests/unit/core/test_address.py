@@ -16,7 +16,7 @@ from chute.core.model.address import (
 )
 from chute.core.model.consumer import AckMode
 from chute.core.operations import looking
-from chute.core.operations.connection import Connection
+from chute.core.operations.connection import BrokerConnection
 from chute.core.rules.broker import Broker
 from chute.errors import InvalidAddress
 
@@ -114,7 +114,7 @@ def test_system_destinations_exist_from_the_start(broker: Broker) -> None:
 
 
 def test_the_broker_refuses_bad_addresses_and_accepts_every_spelling(broker: Broker) -> None:
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     with pytest.raises(InvalidAddress):
         s.send("a/b", msg())
     with pytest.raises(InvalidAddress):

@@ -24,8 +24,8 @@ from chute.core.model.settings import (
 )
 from chute.core.model.store import AddOp
 from chute.core.operations import looking
-from chute.core.operations.connection import Connection
-from chute.core.operations.session import Session
+from chute.core.operations.connection import BrokerConnection
+from chute.core.operations.session import BrokerSession
 from chute.core.rules.broker import Broker
 from chute.core.rules.diversion import DIVERT_REASON
 from chute.message import Message
@@ -52,10 +52,12 @@ def flood_broker(
     )
 
 
-def stuck_subscriber(broker: Broker) -> Session:
+def stuck_subscriber(broker: Broker) -> BrokerSession:
     """A subscriber that took one message and reads nothing more, and a producer."""
-    Connection(broker).session(AckMode.CLIENT).consumer(1, "topic:flood", Recorder(), prefetch=1)
-    return Connection(broker).session(AckMode.AUTO)
+    BrokerConnection(broker).session(AckMode.CLIENT).consumer(
+        1, "topic:flood", Recorder(), prefetch=1
+    )
+    return BrokerConnection(broker).session(AckMode.AUTO)
 
 
 def dead_letters(broker: Broker) -> list[Message]:

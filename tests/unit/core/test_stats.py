@@ -9,7 +9,7 @@ import pytest
 
 from chute.core.model.topic import SubscriptionKind, Topic
 from chute.core.operations import looking
-from chute.core.operations.connection import Connection, connect
+from chute.core.operations.connection import BrokerConnection, connect
 from chute.core.operations.stats import STAT_PAGE
 from chute.core.rules.access import Access, Action, Role, User
 from chute.core.rules.broker import Broker
@@ -42,7 +42,7 @@ def test_pages_cover_every_destination_once_in_address_order(broker: Broker) -> 
 
 def test_a_pattern_keeps_what_it_names(broker: Broker) -> None:
     for name in ("orders.eu", "orders.us", "ordersx", "other"):
-        Connection(broker).session().send(f"queue:{name}", msg(b"x"))
+        BrokerConnection(broker).session().send(f"queue:{name}", msg(b"x"))
     assert addresses(pages(broker, pattern="orders.*", limit=1)) == [
         "queue:orders.eu",
         "queue:orders.us",
@@ -67,7 +67,7 @@ def test_a_topic_lists_its_subscriptions(broker: Broker) -> None:
     topic = broker.destination("topic:news", create=True)
     assert isinstance(topic, Topic)
     broker.subscriptions.create("news-a", topic, SubscriptionKind.DURABLE, name="a")
-    Connection(broker).session().send("topic:news", msg(b"x"))
+    BrokerConnection(broker).session().send("topic:news", msg(b"x"))
     [page] = pages(broker, pattern="topic:news")
     [news] = page["destinations"]
     assert (news["depth"], [s["name"] for s in news["subscriptions"]]) == (1, ["news-a"])

@@ -7,7 +7,7 @@ import pytest
 
 from chute.core.model.consumer import AckMode
 from chute.core.model.topic import SubscriptionKind
-from chute.core.operations.connection import Connection
+from chute.core.operations.connection import BrokerConnection
 from chute.core.rules.subscriptions import consumer_key
 from chute.core.rules.transaction import Gathering
 from chute.errors import ConsumerError
@@ -62,7 +62,7 @@ def test_a_commit_gathers_even_when_it_fails() -> None:
 def test_a_transacted_session_commits_through_one_gathering() -> None:
     store = RecordingStore()
     broker = make_broker(store=store)
-    tx = Connection(broker).session(AckMode.CLIENT, transacted=True)
+    tx = BrokerConnection(broker).session(AckMode.CLIENT, transacted=True)
     tx.send("queue:q", msg(b"a"))
     tx.send("queue:q", msg(b"b"))
     store.calls.clear()
