@@ -4,11 +4,12 @@ A :class:`QueueChannel` holds entries that wait for delivery in ten FIFO lanes,
 one per priority, so the order is "higher priority first, then the order the
 broker accepted them" at O(1) per message; the work on the lanes by sequence
 number (putting back, withdrawing, expiring, a cursor's range) is in
-:mod:`chute.core.model.lanes`. It pushes to its consumers
-through a :class:`~chute.core.model.consumer.PointToPointRouter` (round-robin among
-consumers with credit; only the active exclusive consumer while one is
-attached). Delivery is synchronous
-when it can be (a message arriving at an idle queue with a ready consumer
+:mod:`chute.core.model.lanes`, and what a queue does by sequence number off the
+per-message path (withdrawing, a cursor's range and ack) in
+:mod:`chute.core.model.numbered`. It pushes to its consumers through a
+:class:`~chute.core.model.consumer.PointToPointRouter` (round-robin among consumers
+with credit; only the active exclusive consumer while one is attached). Delivery is
+synchronous when it can be (a message arriving at an idle queue with a ready consumer
 never waits in a lane), stored otherwise, as JBoss Messaging's Channel prefers.
 
 Past the broker's memory limit a durable queue keeps new messages in the
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
 from chute.core.model import lanes
@@ -36,6 +37,7 @@ from chute.core.model.consumer import (
     PointToPointRouter,
     as_delivered,
 )
+from chute.core.model.numbered import Numbered
 from chute.core.model.paging import HELD_OVERHEAD, Pager, Resources, held_cost
 from chute.core.model.settings import SINK_MEMORY_SHARE, DestinationSettings
 from chute.core.model.store import AckOp
@@ -81,7 +83,7 @@ class QueueHost(Resources, Protocol):
         """A bounded queue has room again (wakes producers waiting under ``block``)."""
 
 
-class QueueChannel:
+class QueueChannel(Numbered):
     """A queue (or a subscription, or a session pipe). Used from the broker's loop only."""
 
     def __init__(
@@ -475,33 +477,6 @@ class QueueChannel:
             return False
         return not (s.max_bytes and self.held_bytes + size > s.max_bytes)
 
-    def withdraw(self, seq: int) -> Entry | None:
-        """Take the waiting entry ``seq`` out of its lane (it stays held), or None.
-
-        For recovery of a prepared transaction's acks: O(depth), never on the
-        per-message path.
-        """
-        taken = self.withdraw_many((seq,))
-        return taken[0] if taken else None
-
-    def withdraw_many(self, seqs: Collection[int]) -> list[Entry]:
-        """Take the waiting entries numbered ``seqs`` out of their lanes, or out of the
-        pager (:meth:`Pager.withdraw_many`), in sequence order; ones in flight or gone are not
-        there. They stay held until the caller settles them or puts them back
-        (:meth:`put_back`). O(depth): for management, never on the per-message path."""
-        wanted = set(seqs)
-        taken = lanes.take_numbered(self._lanes, wanted)
-        self.ready -= len(taken)
-        rest = sorted(wanted.difference(e.seq for e in taken))
-        if rest and self.pager.count:
-            paged = self.pager.withdraw_many(rest)
-            for entry in paged:
-                if not entry.message.persistent:  # recorded to page it: its ack must be
-                    self.pager.transient.add(entry.seq)
-            taken += paged
-        taken.sort(key=_seq)
-        return taken
-
     def evict_oldest(self) -> Entry | None:
         """Remove the oldest waiting entry (lowest sequence in any lane), for drop-oldest."""
         if not self.ready and self.pager.count:
@@ -572,41 +547,3 @@ class QueueChannel:
 
     def __repr__(self) -> str:
         return f"QueueChannel({self.name!r}, ready={self.ready}, held={self.held})"
-
-    # -- cursors (chute.core.rules.cursor): reading by sequence number, additive -------------
-
-    def waiting_between(self, start: int, end: int, limit: int = 0) -> list[Entry]:
-        """Waiting entries with ``start <= seq < end`` in sequence order, at most ``limit``
-        (0: all); paged ones are read back from the store, nothing changes. O(depth):
-        a lane is not always in sequence order (a prepared send is placed at commit)."""
-        found = lanes.between(self._lanes, start, end)
-        if limit > 0:
-            del found[limit:]
-        pager = self.pager
-        if pager.count and end - 1 > pager.top_seq and (limit <= 0 or len(found) < limit):
-            room = limit - len(found) if limit > 0 else pager.count
-            for entry in pager.peek(max(pager.top_seq, start - 1), room):
-                if entry.seq >= end or (limit > 0 and len(found) >= limit):
-                    break
-                found.append(entry)
-        return found
-
-    def take_waiting_below(
-        self, end: int, wanted: Callable[[Entry], bool] | None = None
-    ) -> list[Entry]:
-        """Remove the waiting entries with ``seq < end`` (that ``wanted`` accepts) from their
-        lanes, paging in what the store holds below ``end`` first; they stay held until
-        the caller settles them."""
-        pager = self.pager
-        while pager.count and pager.top_seq < end - 1:
-            before = pager.top_seq
-            self._page_in()
-            if pager.top_seq == before:
-                break
-        taken = lanes.take_below(self._lanes, end, wanted)
-        self.ready -= len(taken)
-        return taken
-
-
-def _seq(entry: Entry) -> int:
-    return entry.seq
