@@ -1,5 +1,5 @@
 """A commit's record sink is reached through the broker, which never replaces its store;
-the rules naming a consumer's subscription (core/subscriptions.py)."""
+the rules naming a consumer's subscription (core/rules/subscriptions.py)."""
 
 from __future__ import annotations
 
