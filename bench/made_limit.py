@@ -17,11 +17,11 @@ import argparse
 import json
 import time
 
-from chute.core import looking
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.destinations import Limits
-from chute.core.settings import SettingsResolver
+from chute.core.model.settings import SettingsResolver
+from chute.core.operations import looking
+from chute.core.operations.connection import BrokerConnection
+from chute.core.rules.broker import Broker
+from chute.core.rules.destinations import Limits
 from chute.errors import DestinationFull
 from chute.message import Message
 from chute.store.memory import MemoryStore
@@ -34,7 +34,7 @@ def main() -> None:
     args = parser.parse_args()
     broker = Broker(MemoryStore(), SettingsResolver({}), limits=Limits(max_total=args.made))
     broker.recover()
-    session = Connection(broker).session()
+    session = BrokerConnection(broker).session()
     for i in range(args.made):
         session.send(f"queue:full.{i:06}", Message.create(b"x"))
     start = time.perf_counter()

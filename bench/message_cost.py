@@ -5,7 +5,7 @@
 
 A real ``chute serve`` (journal, paging off) takes N messages into a durable queue
 with no consumer; the cost is the growth of its RSS divided by N. Compared with
-what the broker counts for each (``chute.core.paging.held_cost``), the number
+what the broker counts for each (``chute.core.model.paging.held_cost``), the number
 ``max_memory`` and ``memory_high_watermark`` are held against. Prints JSON.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 import chute
 from bench.broker import start_broker
 from bench.paging import rss_kib
-from chute.core.paging import held_cost
+from chute.core.model.paging import held_cost
 from chute.message import Message
 
 CASES = (  # body bytes, persistent, messages

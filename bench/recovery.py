@@ -28,7 +28,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from chute.core.store import AddOp, QueueDefinition, QueueKind
+from chute.core.model.store import AddOp, QueueDefinition, QueueKind
 from chute.message import Message
 from chute.store.journal import Journal
 

@@ -26,7 +26,7 @@ import threading
 import time
 
 from chute.content import encode_content
-from chute.core.store import AddOp, QueueDefinition, QueueKind
+from chute.core.model.store import AddOp, QueueDefinition, QueueKind
 from chute.message import Message
 from chute.store.disk import FaultyDisk
 from chute.store.journal import Journal

@@ -6,7 +6,7 @@ password, which the configuration accepts on loopback only (for trying things
 out) and :func:`verify` compares in constant time.
 
 Hashing and verifying cost tens of milliseconds by design (argon2's default
-parameters: 64 MiB, 3 passes), so :class:`chute.core.access.Access` remembers a
+parameters: 64 MiB, 3 passes), so :class:`chute.core.rules.access.Access` remembers a
 password it verified rather than verifying it on every login.
 """
 

@@ -11,7 +11,7 @@ traceback, and answered 500. The paths, parameters and shapes are in
 :mod:`chute.admin.openapi` (served at ``/api/openapi.json``) and docs/admin.md.
 
 Each request is authenticated (:mod:`chute.admin.auth`) and then acts
-through a core :class:`~chute.core.connection.Connection` of its own, made
+through a core :class:`~chute.core.operations.connection.BrokerConnection` of its own, made
 for the request and closed after it, so the core authorizes every operation
 as it does a client's: the API needs the ``manage`` permission on each
 address it touches (``manage = ["*"]`` for the broker-wide views), and the
@@ -22,7 +22,7 @@ protocol's confirmations are. Moves and dead-letter retries are the
 exception: they start a job (:mod:`chute.admin.moves`) and answer at once,
 and the job says when what it moved is durable.
 
-The operations themselves are the core's (:mod:`chute.core.manage` and the
+The operations themselves are the core's (:mod:`chute.core.operations.manage` and the
 connection's); a handler reads the request, calls one, and shapes the
 answer. Rates come from :class:`~chute.admin.rates.RateSampler`.
 
@@ -59,13 +59,13 @@ from chute.admin.params import (
 )
 from chute.admin.publish import published
 from chute.admin.rates import RateSampler
-from chute.core import manage, transfer
-from chute.core.access import Action
-from chute.core.address import canonical
-from chute.core.broker import Broker
-from chute.core.browse import BrowsePage
-from chute.core.connection import Connection
-from chute.core.queue import QueueChannel
+from chute.core.model.address import canonical
+from chute.core.model.queue import QueueChannel
+from chute.core.operations import manage, transfer
+from chute.core.operations.browse import BrowsePage
+from chute.core.operations.connection import BrokerConnection
+from chute.core.rules.access import Action
+from chute.core.rules.broker import Broker
 from chute.errors import (
     AccessDenied,
     AuthenticationFailed,
@@ -82,7 +82,7 @@ from chute.version import __version__
 
 log = logging.getLogger("chute.admin")
 
-Handler = Callable[[web.Request, Connection], Awaitable[web.StreamResponse]]
+Handler = Callable[[web.Request, BrokerConnection], Awaitable[web.StreamResponse]]
 
 _CONFLICTS: Final = (ConsumerError, TransactionError, DestinationFull, ClientIdInUse)
 _MANAGES_ALL: Final = 'needs the manage permission on every address (manage = ["*"])'
@@ -227,7 +227,7 @@ class AdminApi:
         async def handle(request: web.Request) -> web.StreamResponse:
             self.gate.check_browser(request)
             principal = await self.gate.principal(request)
-            conn = Connection(self.broker, principal, protocol="http", peer=peer_of(request))
+            conn = BrokerConnection(self.broker, principal, protocol="http", peer=peer_of(request))
             self._own.add(conn.id)
             try:
                 return await handler(request, conn)
@@ -266,19 +266,19 @@ class AdminApi:
         await done
 
     @staticmethod
-    def _manages_all(conn: Connection, what: str) -> None:
+    def _manages_all(conn: BrokerConnection, what: str) -> None:
         if not conn.principal.manages_all:
             raise ApiError(403, "forbidden", f"{what} {_MANAGES_ALL}: ask for such a role")
 
     @staticmethod
-    def _manage(conn: Connection, address: str) -> str:
+    def _manage(conn: BrokerConnection, address: str) -> str:
         """The canonical address, once ``conn`` may manage it."""
         target = canonical(address)
-        if not conn.principal.manages_all:  # as chute.core.manage decides
+        if not conn.principal.manages_all:  # as chute.core.operations.manage decides
             conn.authorize(Action.MANAGE, target)
         return target
 
-    def _existing(self, conn: Connection, address: str) -> str:
+    def _existing(self, conn: BrokerConnection, address: str) -> str:
         target = self._manage(conn, address)
         if self.broker.find(target) is None:
             raise NotFound(f"{target} does not exist: see GET /api/destinations")
@@ -291,7 +291,7 @@ class AdminApi:
             self._document = document()
         return _json(self._document)
 
-    async def overview(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+    async def overview(self, request: web.Request, conn: BrokerConnection) -> web.StreamResponse:
         self._manages_all(conn, "the overview")
         stats = conn.stats_page(limit=1)
         data_dir = str(self.server.config.storage.data_dir)
@@ -319,7 +319,9 @@ class AdminApi:
             }
         )
 
-    async def destinations(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+    async def destinations(
+        self, request: web.Request, conn: BrokerConnection
+    ) -> web.StreamResponse:
         query = request.query
         page = conn.stats_page(
             pattern=query.get("pattern") or None,
@@ -337,7 +339,7 @@ class AdminApi:
             shown.append(dest)
         return _json({"destinations": shown, "next": page["next"]})
 
-    async def create(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+    async def create(self, request: web.Request, conn: BrokerConnection) -> web.StreamResponse:
         body = await json_body(request, required=True)
         fields(body, ("address",))
         address = canonical(string_field(body, "address", required=True) or "")
@@ -345,25 +347,25 @@ class AdminApi:
         await self._synced()
         return _json({"address": address, "created": created}, 201 if created else 200)
 
-    async def destination(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+    async def destination(self, request: web.Request, conn: BrokerConnection) -> web.StreamResponse:
         dest = manage.destination(conn, request.match_info["address"])
         dest["rates"] = self.rates.rates(dest["address"], dest)
         return _json(dest)
 
-    async def delete(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+    async def delete(self, request: web.Request, conn: BrokerConnection) -> web.StreamResponse:
         force = query_bool(request.query, "force")
         target = self._manage(conn, request.match_info["address"])
         deleted = conn.delete(target, force=force)
         await self._synced()
         return _json({"deleted": deleted})
 
-    async def purge(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+    async def purge(self, request: web.Request, conn: BrokerConnection) -> web.StreamResponse:
         target = self._manage(conn, request.match_info["address"])
         purged = conn.purge(target)
         await self._synced()
         return _json({"purged": purged})
 
-    async def messages(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+    async def messages(self, request: web.Request, conn: BrokerConnection) -> web.StreamResponse:
         query = request.query
         after = query_int(query, "after")
         before = query_int(query, "before")
@@ -389,13 +391,15 @@ class AdminApi:
             }
         )
 
-    async def delete_message(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+    async def delete_message(
+        self, request: web.Request, conn: BrokerConnection
+    ) -> web.StreamResponse:
         seq = integer(request.match_info["seq"], "the sequence number")
         transfer.delete_message(conn, request.match_info["address"], seq)
         await self._synced()
         return _json({"deleted": 1})
 
-    async def move(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+    async def move(self, request: web.Request, conn: BrokerConnection) -> web.StreamResponse:
         body = await json_body(request, required=True)
         fields(body, ("to", "selector", "seqs", "limit"))
         source = canonical(request.match_info["address"])
@@ -409,7 +413,7 @@ class AdminApi:
         )
         return self._started(self.jobs.start(job, steps))
 
-    async def retry(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+    async def retry(self, request: web.Request, conn: BrokerConnection) -> web.StreamResponse:
         body = await json_body(request, required=False)
         fields(body, ("selector", "seqs", "limit"))
         source = canonical(request.match_info["address"])
@@ -422,10 +426,10 @@ class AdminApi:
         )
         return self._started(self.jobs.start(job, steps))
 
-    def _job(self, conn: Connection) -> Connection:
+    def _job(self, conn: BrokerConnection) -> BrokerConnection:
         """A core connection for a job, which outlives its request: as ``conn``. Made
         once the request is read whole: :meth:`MoveJobs.start` closes it."""
-        return Connection(self.broker, conn.principal, protocol="http", peer=conn.peer)
+        return BrokerConnection(self.broker, conn.principal, protocol="http", peer=conn.peer)
 
     def _started(self, job: MoveJob) -> web.Response:
         response = _json(self._view(job), 202)
@@ -436,30 +440,30 @@ class AdminApi:
         found = self.broker.find(job.source)
         return job.view(found if isinstance(found, QueueChannel) else None)
 
-    def _visible(self, conn: Connection, job: MoveJob) -> bool:
+    def _visible(self, conn: BrokerConnection, job: MoveJob) -> bool:
         """Whether ``conn`` may see ``job``: it may manage its source."""
         return conn.principal.manages_all or conn.principal.may(Action.MANAGE, job.source)
 
-    async def moves(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+    async def moves(self, request: web.Request, conn: BrokerConnection) -> web.StreamResponse:
         shown = [self._view(j) for j in self.jobs.jobs() if self._visible(conn, j)]
         return _json({"moves": shown})
 
-    async def move_job(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+    async def move_job(self, request: web.Request, conn: BrokerConnection) -> web.StreamResponse:
         return _json(self._view(self._visible_job(request, conn)))
 
-    async def cancel_move(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+    async def cancel_move(self, request: web.Request, conn: BrokerConnection) -> web.StreamResponse:
         job = self._visible_job(request, conn)
         await self.jobs.cancel(job, f"cancelled by {conn.principal}")
         await self._synced()
         return _json(self._view(job))
 
-    def _visible_job(self, request: web.Request, conn: Connection) -> MoveJob:
+    def _visible_job(self, request: web.Request, conn: BrokerConnection) -> MoveJob:
         job = self.jobs.find(request.match_info["id"])
         if not self._visible(conn, job):
             self._manage(conn, job.source)  # raises AccessDenied, said as the others are
         return job
 
-    async def publish(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+    async def publish(self, request: web.Request, conn: BrokerConnection) -> web.StreamResponse:
         body = await json_body(request, required=True)
         target = self._existing(conn, request.match_info["address"])
         message, ttl = published(body)
@@ -467,7 +471,7 @@ class AdminApi:
         await self._synced()
         return _json({"published": True, "id": message.id})
 
-    async def get(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+    async def get(self, request: web.Request, conn: BrokerConnection) -> web.StreamResponse:
         body = await json_body(request, required=False)
         fields(body, ("count", "requeue"))
         count = int_field(body, "count") if "count" in body else 1
@@ -480,38 +484,44 @@ class AdminApi:
         await self._synced()
         return _json({"messages": [message_view(e) for e in entries], "requeued": requeue})
 
-    async def connections(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+    async def connections(self, request: web.Request, conn: BrokerConnection) -> web.StreamResponse:
         listed = [c for c in manage.connections(conn) if c.get("id") not in self._own]
         return _json({"connections": listed})
 
-    async def close_connection(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+    async def close_connection(
+        self, request: web.Request, conn: BrokerConnection
+    ) -> web.StreamResponse:
         connection_id = request.match_info["id"]
         if connection_id in self._own:  # an API request's own: not a client's
             raise NotFound(f"no connection {connection_id}: see GET /api/connections")
         manage.close_connection(conn, connection_id)
         return web.Response(status=204)
 
-    async def consumers(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+    async def consumers(self, request: web.Request, conn: BrokerConnection) -> web.StreamResponse:
         address = request.query.get("address") or None
         return _json({"consumers": manage.consumers(conn, address)})
 
-    async def subscriptions(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+    async def subscriptions(
+        self, request: web.Request, conn: BrokerConnection
+    ) -> web.StreamResponse:
         return _json({"subscriptions": manage.subscriptions(conn)})
 
-    async def cursors(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+    async def cursors(self, request: web.Request, conn: BrokerConnection) -> web.StreamResponse:
         return _json({"cursors": manage.cursors(conn)})
 
-    async def transactions(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+    async def transactions(
+        self, request: web.Request, conn: BrokerConnection
+    ) -> web.StreamResponse:
         self._manages_all(conn, "prepared transactions")
         return _json({"prepared": conn.prepared()})
 
-    async def commit(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+    async def commit(self, request: web.Request, conn: BrokerConnection) -> web.StreamResponse:
         self._manages_all(conn, "settling prepared transactions")
         conn.commit_prepared(request.match_info["xid"])
         await self._synced()
         return web.Response(status=204)
 
-    async def rollback(self, request: web.Request, conn: Connection) -> web.StreamResponse:
+    async def rollback(self, request: web.Request, conn: BrokerConnection) -> web.StreamResponse:
         self._manages_all(conn, "settling prepared transactions")
         conn.rollback_prepared(request.match_info["xid"])
         await self._synced()

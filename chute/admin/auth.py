@@ -3,7 +3,7 @@
 Authentication
 --------------
 HTTP Basic against the broker's users, through the core's one gate
-(:meth:`~chute.core.access.Access.authenticate`), so the API logs in exactly
+(:meth:`~chute.core.rules.access.Access.authenticate`), so the API logs in exactly
 as every protocol does: the same users, the same refusal for a wrong password
 or an unknown user, the same login throttle per client address. Verifying an
 argon2 hash costs ~0.1 s of CPU: it runs off the loop
@@ -48,7 +48,7 @@ from typing import Final
 
 from aiohttp import web
 
-from chute.core.access import Principal, peer_host
+from chute.core.rules.access import Principal, peer_host
 from chute.errors import AuthenticationFailed
 from chute.origins import OriginPolicy, normalize, own_origins
 from chute.server.host import ServerHost

@@ -25,7 +25,7 @@ import math
 import re
 from typing import Any, Final
 
-from chute.core.consumer import Entry
+from chute.core.model.consumer import Entry
 from chute.message import BodyKind, PropertyValue
 
 BODY_CAP: Final = 64 << 10

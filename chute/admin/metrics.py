@@ -1,7 +1,7 @@
 """``GET /metrics``: the broker's figures in Prometheus' text format.
 
 Everything is read at scrape time, from what the broker counts anyway (the
-core's per-queue counters, :mod:`chute.core.stats`; the memory budget, the
+core's per-queue counters, :mod:`chute.core.operations.stats`; the memory budget, the
 connection limits, the journal's fsync histograms, :mod:`chute.store.syncstats`):
 a :class:`BrokerCollector` on a private :class:`~prometheus_client.CollectorRegistry`
 walks them when asked, so a broker nobody scrapes does no work for metrics at
@@ -59,9 +59,9 @@ from prometheus_client.registry import Collector
 
 from chute.admin.auth import ApiError, Gate
 from chute.admin.health import ReadyHost, add_health_routes
-from chute.core.broker import Broker
-from chute.core.stats import queue_stats, stream_stats
-from chute.core.stream import Stream
+from chute.core.model.stream import Stream
+from chute.core.operations.stats import queue_stats, stream_stats
+from chute.core.rules.broker import Broker
 from chute.server.watchdog import STALL_S
 from chute.store.journal import Journal
 from chute.store.syncstats import Histogram

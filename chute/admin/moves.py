@@ -6,8 +6,9 @@ Theory of operation
 and answers at once with it; the job then moves the messages on the broker's loop
 while the client polls ``GET /api/moves/{id}`` for its progress, and
 ``DELETE /api/moves/{id}`` cancels it. The work is the core's
-(:func:`chute.core.transfer.move_steps`, :func:`~chute.core.transfer.retry_steps`):
-a generator of steps, each moving at most :data:`chute.core.transfer.STEP`
+(:func:`chute.core.operations.transfer.move_steps`,
+:func:`~chute.core.operations.transfer.retry_steps`):
+a generator of steps, each moving at most :data:`chute.core.operations.transfer.STEP`
 messages in one atomic store commit. The request takes the first step itself, so
 a bad address, selector or permission is answered as an error there, not left
 in a failed job.
@@ -33,7 +34,7 @@ refused: full, or an origin not granted; the error says how many had moved).
 It is cancelled only between steps, where no message is withdrawn: each
 message is then either in the source or in the target, never both, never
 neither (each step's adds and acks are one commit, see
-:mod:`chute.core.transfer`). One job at a time per source queue; the last
+:mod:`chute.core.operations.transfer`). One job at a time per source queue; the last
 :data:`KEPT` finished jobs stay listed.
 
 Lives on the server's event loop only.
@@ -52,9 +53,9 @@ from collections.abc import Awaitable, Callable, Generator
 from typing import Any, Final
 
 from chute.admin.auth import ApiError
-from chute.core import transfer
-from chute.core.connection import Connection
-from chute.core.queue import QueueChannel
+from chute.core.model.queue import QueueChannel
+from chute.core.operations import transfer
+from chute.core.operations.connection import BrokerConnection
 from chute.errors import ChuteError, NotFound
 from chute.server.host import ServerHost
 
@@ -106,7 +107,7 @@ class MoveJob:
         target: str | None,
         selector: str | None,
         limit: int,
-        conn: Connection,
+        conn: BrokerConnection,
     ) -> None:
         self.id = job_id
         self.kind = kind  # "move" or "retry"

@@ -20,7 +20,7 @@ from chute.admin.openapi_base import (
     _ref,
     _string,
 )
-from chute.core.manage import MAX_TAKE
+from chute.core.operations.manage import MAX_TAKE
 from chute.message import BodyKind
 
 MESSAGE_SCHEMAS: Final[dict[str, Schema]] = {

@@ -1,7 +1,7 @@
 """Per-second rates of each destination's counters, for the admin API.
 
 The core counts what went through each destination, queue, topic or stream
-(``enqueued``, ``delivered``, ``acked``: :mod:`chute.core.stats`) and nothing per second:
+(``enqueued``, ``delivered``, ``acked``: :mod:`chute.core.operations.stats`) and nothing per second:
 a rate is a difference over time, which is the admin layer's business.
 :class:`RateSampler` takes a sample of every destination's counters once a
 second (its task runs while the HTTP application does) and keeps the last
@@ -28,8 +28,8 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-from chute.core.broker import Broker
-from chute.core.stats import queue_stats, stream_stats, topic_stats
+from chute.core.operations.stats import queue_stats, stream_stats, topic_stats
+from chute.core.rules.broker import Broker
 
 log = logging.getLogger("chute.admin")
 

@@ -26,7 +26,7 @@ from typing import Any
 from chute.cli.message import add_message_arguments, message_fields, seconds, whole
 from chute.cli.output import print_received
 from chute.cli.progress import Progress
-from chute.core.address import Kind, parse
+from chute.core.model.address import Kind, parse
 from chute.dropbox.client import DropboxConnection, open_root
 from chute.dropbox.consumer import DropboxConsumer
 from chute.dropbox.layout import init_queue, init_topic

@@ -30,7 +30,7 @@ from typing import Any, Final
 
 from chute.cli.message import UsageError, whole
 from chute.cli.progress import Progress
-from chute.core.address import DEAD_LETTER, canonical
+from chute.core.model.address import DEAD_LETTER, canonical
 from chute.errors import ChuteError
 
 PAGE: Final = 1000

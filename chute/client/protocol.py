@@ -45,7 +45,7 @@ from chute.client.outgoing import content_of
 from chute.client.received import Acknowledger
 from chute.client.requests import Request, expect, unsupported
 from chute.client.sessions import Sessions, SessionState
-from chute.core.address import canonical
+from chute.core.model.address import canonical
 from chute.errors import (
     ChuteError,
     ConnectError,

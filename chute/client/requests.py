@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
 
-from chute.core.address import canonical
+from chute.core.model.address import canonical
 from chute.errors import LocalProtocolError
 from chute.message import Message
 from chute.protocol import packets

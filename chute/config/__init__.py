@@ -47,14 +47,14 @@ from chute.config.sections import (
     StorageSettings,
     TlsSettings,
 )
-from chute.core.access import ADMIN_ROLE, Action, Role, User
-from chute.core.address import canonical
-from chute.core.settings import (
+from chute.core.model.address import canonical
+from chute.core.model.settings import (
     DestinationSettings,
     SettingsResolver,
     parse_size,
     settings_from_mapping,
 )
+from chute.core.rules.access import ADMIN_ROLE, Action, Role, User
 from chute.dropbox.mount import DropboxMount, parse_mounts
 from chute.errors import ConfigError, InvalidAddress
 from chute.smq import settings as smq_settings

@@ -25,7 +25,7 @@ to ``processed/`` (or deleted): a file's message is never lost. A message the
 broker refuses (full, no such destination) is given back to ``target/``
 unchanged and retried after a polling interval.
 
-A message is *carried* (:meth:`~chute.core.broker.Broker.send`): it keeps the
+A message is *carried* (:meth:`~chute.core.rules.broker.Broker.send`): it keeps the
 timestamp its name holds (the id's leading digits, DropboxMQ's JMSTimestamp),
 and the deliveries its ``JMSXDeliveryCount`` counts are the broker's too, so
 the broker delivers it marked redelivered. That is how a re-import shows: a
@@ -78,11 +78,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Protocol
 
-from chute.core.address import Kind, parse
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode, Consumer, Entry
-from chute.core.session import Session
+from chute.core.model.address import Kind, parse
+from chute.core.model.consumer import AckMode, BrokerConsumer, Entry
+from chute.core.operations.connection import BrokerConnection
+from chute.core.operations.session import BrokerSession
+from chute.core.rules.broker import Broker
 from chute.dropbox.flow import WriteLock
 from chute.dropbox.layout import QueueLayout, init_queue, init_subscription, init_topic
 from chute.dropbox.maintenance import recover_layout
@@ -136,7 +136,7 @@ class _Export:
     address: str
     write: Callable[[Message], object]
     write_lock: WriteLock  # DropboxMQ's flow control of the dropbox written to
-    consumer: Consumer | None = None
+    consumer: BrokerConsumer | None = None
     refused_at: float | None = None  # when a refusal was last logged (monotonic)
     unlogged: int = 0  # refusals since then, counted, not logged
 
@@ -152,11 +152,11 @@ class DropboxBridge:
         self._thread: threading.Thread | None = None
         self._imports: list[_Import] = []
         self._exports: list[_Export] = []
-        self._handoff: queue.SimpleQueue[tuple[_Export, Consumer, Entry] | None] = (
+        self._handoff: queue.SimpleQueue[tuple[_Export, BrokerConsumer, Entry] | None] = (
             queue.SimpleQueue()
         )
-        self._core: Connection | None = None
-        self._session: Session | None = None
+        self._core: BrokerConnection | None = None
+        self._session: BrokerSession | None = None
 
     # -- lifecycle (on the loop) ------------------------------------------------------
 
@@ -169,7 +169,7 @@ class DropboxBridge:
         """
         mount = self.mount
         # The bridge acts through a core connection of its own, like any client.
-        self._core = Connection(
+        self._core = BrokerConnection(
             self.server.broker,
             self.server.broker.access.as_user(mount.user),
             client_id=f"dropbox:{mount.client}",
@@ -404,7 +404,7 @@ class DropboxBridge:
 
     # -- export ------------------------------------------------------------------------
 
-    def _delivered(self, export: _Export, consumer: Consumer, entry: Entry) -> None:
+    def _delivered(self, export: _Export, consumer: BrokerConsumer, entry: Entry) -> None:
         """On the loop: a message for the thread to write."""
         self._handoff.put((export, consumer, entry))
 
@@ -464,7 +464,7 @@ class DropboxBridge:
         )
         export.refused_at, export.unlogged = now, 0
 
-    def _settle(self, consumer: Consumer, seq: int, outcome: str) -> None:
+    def _settle(self, consumer: BrokerConsumer, seq: int, outcome: str) -> None:
         session = self._session
         if session is None or consumer.closed:
             return
@@ -485,7 +485,7 @@ class _ExportReceiver:
         self.bridge = bridge
         self.export = export
 
-    def handle(self, consumer: Consumer, entry: Entry) -> None:
+    def handle(self, consumer: BrokerConsumer, entry: Entry) -> None:
         self.bridge._delivered(self.export, consumer, entry)
 
 

@@ -56,7 +56,7 @@ from types import TracebackType
 from typing import Any, Final, Self
 
 from chute.client.requests import CursorPage, Page
-from chute.core.address import Kind, parse, pattern_matcher
+from chute.core.model.address import Kind, parse, pattern_matcher
 from chute.dropbox.layout import (
     QueueLayout,
     init_queue,

@@ -19,7 +19,7 @@ import contextlib
 import os
 import shutil
 
-from chute.core.address import Kind, parse
+from chute.core.model.address import Kind, parse
 from chute.dropbox.layout import QueueLayout, init_queue, queue_layout
 from chute.dropbox.names import claim_room, split_claim_name
 from chute.dropbox.queue import move_if_there

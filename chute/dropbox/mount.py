@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from chute.core.address import Kind, parse
+from chute.core.model.address import Kind, parse
 from chute.dropbox.names import MAX_CLIENT_ID_BYTES, check_client_id, check_destination_name
 from chute.errors import ChuteError, ConfigError, InvalidAddress
 

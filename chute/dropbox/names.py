@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
-from chute.core.address import check_name
+from chute.core.model.address import check_name
 from chute.dropbox.escape import dec, enc
 from chute.errors import InvalidAddress, InvalidMessage
 

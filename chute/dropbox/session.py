@@ -21,8 +21,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Protocol, Self
 
-from chute.core.address import Kind, parse
-from chute.core.selector import compile_selector
+from chute.core.model.address import Kind, parse
+from chute.core.model.selector import compile_selector
 from chute.dropbox.consumer import Deliveries, DropboxConsumer
 from chute.dropbox.layout import (
     TOPIC_SUBSCRIPTIONS,

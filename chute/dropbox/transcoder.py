@@ -197,7 +197,7 @@ def _decode_reply_to(text: str, notes: list[str]) -> str | None:
 
 
 def _encode_reply_to(reply_to: str) -> str:
-    letter, name = "Q", reply_to  # a bare name is a queue, as in chute.core.address
+    letter, name = "Q", reply_to  # a bare name is a queue, as in chute.core.model.address
     for prefix, prefix_letter in _REPLY_PREFIXES:
         if reply_to.startswith(prefix):
             letter, name = prefix_letter, reply_to[len(prefix) :]

@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final, NamedTuple
 
 from chute.content import as_bool, decode_content, encode_content, malformed
-from chute.core.store import StoredBlock
+from chute.core.model.store import StoredBlock
 from chute.message import Message
 from chute.protocol.packets import (
     PROTOCOL_VERSION,

@@ -1,7 +1,7 @@
 """The broker process: the core, its store and the listeners around it.
 
 :class:`BrokerServer` owns the event loop's side of chute: it builds the
-:class:`~chute.core.broker.Broker`, opens the native TCP listener (``port``), its
+:class:`~chute.core.rules.broker.Broker`, opens the native TCP listener (``port``), its
 TLS twin (``tls_port``), the STOMP ones (``stomp_port``, ``stomp_tls_port``) and
 the HTTP one (``http_port``: STOMP over WebSocket, the admin API, metrics;
 HTTPS and WSS with ``http_tls``), each unless its port is 0, runs the expiry
@@ -45,11 +45,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from chute.config import ServerConfig
-from chute.core import looking
-from chute.core.access import Access, LoginThrottle, PasswordCheck
-from chute.core.broker import Broker
-from chute.core.destinations import Limits
-from chute.core.store import Store, TxOp
+from chute.core.model.store import Store, TxOp
+from chute.core.operations import looking
+from chute.core.rules.access import Access, LoginThrottle, PasswordCheck
+from chute.core.rules.broker import Broker
+from chute.core.rules.destinations import Limits
 from chute.dropbox.bridge import DropboxBridge, start_bridges, stop_bridges
 from chute.server import smq
 from chute.server.accept import Accepting, Front
@@ -73,7 +73,7 @@ if TYPE_CHECKING:  # aiohttp is imported only when the HTTP listener is on
 
 log = logging.getLogger("chute.server")
 
-RESOURCE_CHECK_S = 0.1  # how often admission re-reads memory and disk (chute.core.admission)
+RESOURCE_CHECK_S = 0.1  # how often admission re-reads memory and disk (chute.core.rules.admission)
 RECOVERY_LOG_S = 2.0  # how often a recovery under way logs how far it is
 _T = TypeVar("_T")
 PASSWORD_WORKERS = 2
@@ -395,7 +395,7 @@ class BrokerServer:
     def _unstored(self, ops: list[TxOp]) -> None:
         """The journal refused ``ops`` (on its writer's thread, or on this loop's in an inline
         sync) and is about to fail the syncs that cover them: the broker takes their
-        messages back first, so no held delivery of one goes out (``chute.core.unstored``)."""
+        messages back first, so no held delivery of one goes out (``chute.core.rules.unstored``)."""
         if threading.get_ident() == self.loop_thread:
             self.broker.unstored(ops)
         elif not self.loop.is_closed():

@@ -18,9 +18,9 @@ import functools
 from collections.abc import Callable
 from typing import Final
 
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.queue import QueueChannel
+from chute.core.model.queue import QueueChannel
+from chute.core.operations.connection import BrokerConnection
+from chute.core.rules.broker import Broker
 
 FLOW_MAX_PAUSE: Final = 0.5
 """The longest a flow-control pause lasts (seconds)."""
@@ -38,7 +38,7 @@ class ProducerFlow:
         self._timer: asyncio.TimerHandle | None = None
         self.paused = False
 
-    def check(self, broker: Broker, core: Connection | None) -> None:
+    def check(self, broker: Broker, core: BrokerConnection | None) -> None:
         """After a turn: take the broker's pressure list, and pause if a queue on it is
         one ``core`` sent to and does not consume from (None: the connection is not
         logged in or is closing, so it only takes the list)."""

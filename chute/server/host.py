@@ -10,8 +10,8 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from chute.config import ServerConfig
-from chute.core.access import PasswordCheck
-from chute.core.broker import Broker
+from chute.core.rules.access import PasswordCheck
+from chute.core.rules.broker import Broker
 from chute.errors import ChuteError
 from chute.server.limits import ConnectionLimits
 from chute.server.turns import Contenders

@@ -2,7 +2,7 @@
 
 A driver (native, STOMP) hands what its login frame carries to
 :meth:`Login.attempt`, which makes the client's core connection through the
-core's one gate, :func:`chute.core.connection.connect` (which authenticates),
+core's one gate, :func:`chute.core.operations.connection.connect` (which authenticates),
 with the user a verified TLS client certificate names
 (:func:`chute.server.tls.certificate_user`), or returns the refusal (wrong
 login, throttled address, client id in use) for the driver to answer with its
@@ -25,9 +25,9 @@ import contextlib
 from collections.abc import Callable
 from typing import Protocol
 
-from chute.core.access import PasswordCheck
-from chute.core.broker import Broker
-from chute.core.connection import Connection, connect
+from chute.core.operations.connection import BrokerConnection, connect
+from chute.core.rules.access import PasswordCheck
+from chute.core.rules.broker import Broker
 from chute.errors import AuthenticationFailed, ChuteError, ClientIdInUse
 from chute.server.host import ServerHost
 
@@ -51,7 +51,7 @@ class LoggingIn(Protocol):
         """The password was verified: stop holding the input, ``again()`` (which handles
         the login frame again), then act on the input that waited."""
 
-    def logged_in(self, core: Connection) -> None:
+    def logged_in(self, core: BrokerConnection) -> None:
         """The client logged in: ``core`` is its connection."""
 
 
@@ -72,7 +72,7 @@ class Login:
         passcode: str | None,
         client_id: str | None,
         again: Callable[[], None],
-    ) -> Connection | ChuteError | None:
+    ) -> BrokerConnection | ChuteError | None:
         """Make this client's core connection (the core authenticates), or the refusal
         (wrong login, throttled address, client id in use), which the driver answers
         with its protocol's error.

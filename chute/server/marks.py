@@ -8,7 +8,7 @@ queue); the next flush then asks the store for a sync first and writes once
 it calls back, holding everything queued behind it, so the client's order is
 kept. One sync covers every delivery of a flush, and the store groups it with
 the producers'. If a sync fails, the store refused what it covered and the
-broker took the refused messages back (:mod:`chute.core.unstored`); a held
+broker took the refused messages back (:mod:`chute.core.rules.unstored`); a held
 delivery whose entry is no longer in its consumer's flight when its own sync
 calls back (which may come later and succeed) is dropped, not written, so no
 consumer gets a message its producer was told was not stored.
@@ -16,7 +16,7 @@ consumer gets a message its producer was told was not stored.
 
 from __future__ import annotations
 
-from chute.core.consumer import Consumer, Entry
+from chute.core.model.consumer import BrokerConsumer, Entry
 
 
 class DeliveryMarks:
@@ -27,11 +27,11 @@ class DeliveryMarks:
 
     def __init__(self) -> None:
         self._last = -1  # the last marked delivery not yet covered by a sync (-1: none)
-        self._marks: list[tuple[int, Consumer, Entry]] = []  # (index, ...) not yet written
+        self._marks: list[tuple[int, BrokerConsumer, Entry]] = []  # (index, ...) not yet written
         self.held = 0
         """The leading items of the queue waiting for a sync of their marks."""
 
-    def mark(self, index: int, consumer: Consumer, entry: Entry) -> None:
+    def mark(self, index: int, consumer: BrokerConsumer, entry: Entry) -> None:
         """The item at ``index`` delivers ``entry`` to ``consumer``: its mark must be
         durable before it leaves."""
         self._last = index
@@ -81,6 +81,6 @@ class DeliveryMarks:
         return data, len(dropped)
 
 
-def _in_flight(consumer: Consumer, entry: Entry) -> bool:
+def _in_flight(consumer: BrokerConsumer, entry: Entry) -> bool:
     """Whether ``entry`` still waits for ``consumer``'s ack (the broker did not take it back)."""
     return consumer.inflight.get(entry.seq) is entry

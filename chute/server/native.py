@@ -31,11 +31,11 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from chute.content import encode_content
-from chute.core.access import Action
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode, Consumer, Entry
-from chute.core.routing import WouldBlock
-from chute.core.session import Session
+from chute.core.model.consumer import AckMode, BrokerConsumer, Entry
+from chute.core.operations.connection import BrokerConnection
+from chute.core.operations.session import BrokerSession
+from chute.core.rules.access import Action
+from chute.core.rules.routing import WouldBlock
 from chute.errors import (
     ChuteError,
     ConsumerError,
@@ -76,8 +76,8 @@ class NativeConnection(ManagementRequests, StreamConnection):
             max_packet_size=config.limits.login_frame_size,
             max_properties=config.limits.max_properties,
         )
-        self.sessions: dict[int, Session] = {}
-        self.consumers: dict[int, tuple[Consumer, Session]] = {}
+        self.sessions: dict[int, BrokerSession] = {}
+        self.consumers: dict[int, tuple[BrokerConsumer, BrokerSession]] = {}
         self._work: Generator[None, None, None] | None = None  # a request acted on in steps
         self._checked: str | None = None  # the address a packet in progress was allowed
         self._handlers: dict[type, Callable[[p.Header, Any], None]] = {
@@ -314,7 +314,7 @@ class NativeConnection(ManagementRequests, StreamConnection):
             self._confirm(header, durable=True)
 
     def _on_credit(self, header: p.Header, packet: p.Credit) -> None:
-        Session.add_credit(self._consumer(header.target_id)[0], packet.credit)
+        BrokerSession.add_credit(self._consumer(header.target_id)[0], packet.credit)
 
     def _on_nack(self, header: p.Header, packet: p.Nack) -> None:
         consumer, session = self._consumer(header.target_id)
@@ -478,18 +478,18 @@ class NativeConnection(ManagementRequests, StreamConnection):
 
     # -- helpers ------------------------------------------------------------------------
 
-    def _session(self, session_id: int) -> Session:
+    def _session(self, session_id: int) -> BrokerSession:
         session = self.sessions.get(session_id)
         if session is None:
             raise NotFound(f"session {session_id} is not open on this connection")
         return session
 
-    def _core(self) -> Connection:
+    def _core(self) -> BrokerConnection:
         if self.core is None:
             raise RemoteProtocolError("the first packet must be Connect", "not-connected")
         return self.core
 
-    def _consumer(self, consumer_id: int) -> tuple[Consumer, Session]:
+    def _consumer(self, consumer_id: int) -> tuple[BrokerConsumer, BrokerSession]:
         found = self.consumers.get(consumer_id)
         if found is None:
             raise NotFound(f"consumer {consumer_id} is not open on this connection")
@@ -521,7 +521,7 @@ class NativeConnection(ManagementRequests, StreamConnection):
 
     # -- Receiver: the core pushes deliveries here ----------------------------------------
 
-    def handle(self, consumer: Consumer, entry: Entry) -> None:
+    def handle(self, consumer: BrokerConsumer, entry: Entry) -> None:
         message = entry.message
         content = message.encoded
         if content is None:
@@ -543,7 +543,7 @@ class NativeConnection(ManagementRequests, StreamConnection):
             self.mark_delivery(consumer, entry)
         self._schedule_flush()
 
-    def cancelled(self, consumer: Consumer, error: ChuteError) -> None:
+    def cancelled(self, consumer: BrokerConsumer, error: ChuteError) -> None:
         """The broker closed ``consumer`` (its destination was deleted): forget it and tell
         the client, whose next receive on it raises ``error``."""
         found = self.consumers.get(consumer.id)

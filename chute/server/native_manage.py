@@ -19,10 +19,10 @@ import time
 from collections.abc import Callable, Generator
 from typing import Any, Protocol, TypeVar
 
-from chute.core import manage, transfer
-from chute.core.browse import BrowsePage, clamp
-from chute.core.connection import Connection
-from chute.core.consumer import Entry
+from chute.core.model.consumer import Entry
+from chute.core.operations import manage, transfer
+from chute.core.operations.browse import BrowsePage, clamp
+from chute.core.operations.connection import BrokerConnection
 from chute.errors import ChuteError, TooLarge
 from chute.protocol import packets as p
 from chute.protocol.codec import PacketCodec
@@ -40,7 +40,7 @@ class Driver(Protocol):
     @property
     def server(self) -> ServerHost: ...
 
-    def _core(self) -> Connection: ...
+    def _core(self) -> BrokerConnection: ...
 
     def _respond(self, header: p.Header, packet: p.Packet) -> None: ...
 

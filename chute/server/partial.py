@@ -37,7 +37,7 @@ from collections import Counter
 from typing import Any, Final, Protocol
 
 from chute.config import LimitSettings
-from chute.core.paging import MemoryBudget
+from chute.core.model.paging import MemoryBudget
 from chute.server.episode import Episode
 
 LARGE: Final = 1 << 20

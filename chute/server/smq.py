@@ -31,12 +31,12 @@ import logging
 import time
 from collections.abc import Callable
 
-from chute.core.access import peer_host
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode, Consumer, Entry
-from chute.core.queue import QueueChannel
-from chute.core.routing import WouldBlock
-from chute.core.session import Session
+from chute.core.model.consumer import AckMode, BrokerConsumer, Entry
+from chute.core.model.queue import QueueChannel
+from chute.core.operations.connection import BrokerConnection
+from chute.core.operations.session import BrokerSession
+from chute.core.rules.access import peer_host
+from chute.core.rules.routing import WouldBlock
 from chute.errors import ChuteError, RemoteProtocolError
 from chute.message import Message, new_message_id
 from chute.server.host import Retry, ServerHost
@@ -80,7 +80,7 @@ class _SmqConnection(StreamConnection):
     def __init__(self, server: ServerHost, address: str) -> None:
         super().__init__(server)
         self.address = address
-        self.session: Session | None = None
+        self.session: BrokerSession | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -98,7 +98,9 @@ class _SmqConnection(StreamConnection):
             return
         # The protocol has no login: each listener acts as the configured user.
         principal = self.broker.access.as_user(settings.user)
-        self.core = Connection(self.broker, principal, protocol=self.protocol_name, peer=self.peer)
+        self.core = BrokerConnection(
+            self.broker, principal, protocol=self.protocol_name, peer=self.peer
+        )
         self.core.on_closed_by_broker = self.closed_by_broker  # no error to say: it closes
         self.session = self.core.session(AckMode.INDIVIDUAL)
         self._past_login()  # no login to wait for; server.idle_timeout_ms applies
@@ -238,7 +240,7 @@ class SmqSink(_SmqConnection):
     def __init__(self, server: ServerHost, address: str) -> None:
         super().__init__(server, address)
         self.codec = SinkCodec()
-        self.consumer: Consumer | None = None
+        self.consumer: BrokerConsumer | None = None
         self._entry: Entry | None = None  # pushed to us, not yet acked
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -260,7 +262,7 @@ class SmqSink(_SmqConnection):
 
     # -- the core pushes -------------------------------------------------------------
 
-    def handle(self, consumer: Consumer, entry: Entry) -> None:
+    def handle(self, consumer: BrokerConsumer, entry: Entry) -> None:
         """Write ``entry`` once its delivery mark is durable (a crash then makes it 'R')."""
         self._entry = entry
         self._after_sync(lambda error: self._write_delivery(entry, error))
@@ -314,4 +316,4 @@ class SmqSink(_SmqConnection):
         if entry is None or consumer is None or session is None:
             return  # the codec only yields an Ack for a written delivery
         session.ack(consumer, entry.seq)
-        Session.add_credit(consumer, 1)
+        BrokerSession.add_credit(consumer, 1)

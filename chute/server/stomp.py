@@ -36,9 +36,9 @@ import socket
 import time
 from collections.abc import Callable
 
-from chute.core.access import Action
-from chute.core.consumer import Consumer, Entry
-from chute.core.routing import WouldBlock
+from chute.core.model.consumer import BrokerConsumer, Entry
+from chute.core.rules.access import Action
+from chute.core.rules.routing import WouldBlock
 from chute.errors import (
     AuthenticationFailed,
     ChuteError,
@@ -430,7 +430,7 @@ class StompConnection(StreamConnection):
 
     # -- deliveries -------------------------------------------------------------------------
 
-    def deliver(self, sub: StompSubscription, consumer: Consumer, entry: Entry) -> None:
+    def deliver(self, sub: StompSubscription, consumer: BrokerConsumer, entry: Entry) -> None:
         """Write the MESSAGE frame of ``entry`` (flushed with this loop iteration's writes)."""
         message = entry.message
         try:

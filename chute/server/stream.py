@@ -47,10 +47,10 @@ import time
 from collections.abc import Callable
 from typing import Final, cast
 
-from chute.core.connection import Connection
-from chute.core.connlog import CONNECTIONS
-from chute.core.consumer import Consumer, Entry
-from chute.core.routing import WouldBlock
+from chute.core.model.consumer import BrokerConsumer, Entry
+from chute.core.operations.connection import BrokerConnection
+from chute.core.operations.connlog import CONNECTIONS
+from chute.core.rules.routing import WouldBlock
 from chute.errors import ChuteError
 from chute.server.flow import ProducerFlow
 from chute.server.host import Retry, ServerHost, SyncedCallback
@@ -95,7 +95,7 @@ class StreamConnection(asyncio.Protocol):
         self.server = server
         self.broker = server.broker
         self.transport: asyncio.Transport | None = None
-        self.core: Connection | None = None
+        self.core: BrokerConnection | None = None
         self.peer = "?"
         self.certificate_user: str | None = None
         """The user a verified TLS client certificate names (set as the connection is made)."""
@@ -345,7 +345,7 @@ class StreamConnection(asyncio.Protocol):
 
     def closed_by_broker(self, reason: str) -> None:
         """The broker closes this client's connection (an operator did:
-        :func:`chute.core.manage.close_connection`): say ``reason`` and close. The
+        :func:`chute.core.operations.manage.close_connection`): say ``reason`` and close. The
         broker closes the core connection itself."""
         self.close_with_error("connection-closed", reason)
 
@@ -381,7 +381,7 @@ class StreamConnection(asyncio.Protocol):
         else:
             self.flush()
 
-    def logged_in(self, core: Connection) -> None:
+    def logged_in(self, core: BrokerConnection) -> None:
         self.core = core
         core.on_closed_by_broker = self.closed_by_broker
         self._past_login()
@@ -458,7 +458,7 @@ class StreamConnection(asyncio.Protocol):
             self._flush_scheduled = True
             self.server.loop.call_soon(self.flush)
 
-    def mark_delivery(self, consumer: Consumer, entry: Entry) -> None:
+    def mark_delivery(self, consumer: BrokerConsumer, entry: Entry) -> None:
         """The item just queued is the delivery of ``entry`` to ``consumer``, whose mark
         must be durable before it leaves."""
         self._marks.mark(len(self._out) - 1, consumer, entry)
@@ -558,7 +558,7 @@ class StreamConnection(asyncio.Protocol):
 
     def _block_until_room(self, exc: WouldBlock, retry: Retry) -> None:
         """Hold this connection until ``exc.address`` has room (the whole broker, for no
-        address: its memory or disk, :mod:`chute.core.admission`) or ``exc.timeout_ms``
+        address: its memory or disk, :mod:`chute.core.rules.admission`) or ``exc.timeout_ms``
         passes."""
         self._hold(Hold.BLOCKED_SEND)
         loop = self.server.loop

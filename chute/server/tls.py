@@ -25,7 +25,7 @@ Client certificates. With ``tls_client_certs = "optional"`` a client may send
 no certificate; with ``"required"`` it must. A certificate that does not chain
 to ``tls_ca`` fails the handshake either way. :func:`certificate_user` names
 the user of a verified certificate, its subject's commonName; what that user
-may do is the core's business (:mod:`chute.core.access`).
+may do is the core's business (:mod:`chute.core.rules.access`).
 
 Lives on the server's event loop only.
 """

@@ -7,7 +7,7 @@ in turns (:meth:`chute.server.stream.StreamConnection._may_act`):
 
 - a turn always acts on its first unit of input (every turn makes progress); a
   unit is a packet or a frame, or a step of a browse page
-  (:func:`chute.core.browse.page_in_steps`);
+  (:func:`chute.core.operations.browse.page_in_steps`);
 - every :data:`TURN_LOOK` it asks whether anyone else wants the loop
   (:meth:`Contenders.waiting`): a client that waits for answers with input on its
   socket, a sync asked for by another connection that the loop starts only once

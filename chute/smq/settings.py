@@ -23,7 +23,7 @@ import ipaddress
 from collections.abc import Mapping
 from typing import Any, Final
 
-from chute.core.address import parse
+from chute.core.model.address import parse
 from chute.errors import ConfigError, InvalidAddress
 
 DEFAULT_SOURCE_PORT: Final = 6211

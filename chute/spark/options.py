@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from chute.client.blocking import Connection, connect
-from chute.core.address import canonical
+from chute.core.model.address import canonical
 from chute.errors import ConnectError
 
 DEFAULT_URL: Final = "chute://127.0.0.1:5445"

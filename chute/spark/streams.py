@@ -40,7 +40,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from chute.client.blocking import Connection
-from chute.core.address import canonical
+from chute.core.model.address import canonical
 from chute.errors import ChuteError, ConnectError
 from chute.spark.options import ChuteOptions, OptionError
 from chute.spark.pages import page_batch

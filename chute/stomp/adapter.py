@@ -41,9 +41,9 @@ import struct
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
-from chute.core.address import canonical, parse
-from chute.core.consumer import AckMode
-from chute.core.offsets import parse_offset
+from chute.core.model.address import canonical, parse
+from chute.core.model.consumer import AckMode
+from chute.core.model.offsets import parse_offset
 from chute.errors import ConsumerError, InvalidAddress, InvalidMessage, RemoteProtocolError
 from chute.message import BodyKind, Float, Message, PropertyValue, check_priority, new_message_id
 from chute.stomp.frames import SUPPORTED_VERSIONS, Frame
@@ -494,7 +494,7 @@ STREAM_OFFSET_FORMS: Final = (
 def stream_offset(value: str | None) -> str | None:
     """A SUBSCRIBE's ``x-stream-offset`` header, checked; None (no header) means ``next``.
 
-    The text itself goes to the core (:func:`chute.core.offsets.parse_offset` reads it
+    The text itself goes to the core (:func:`chute.core.model.offsets.parse_offset` reads it
     again), so a timestamp in seconds is told apart from one in ms there, once.
 
     Raises:

@@ -10,7 +10,7 @@ core session holds every subscription (each consumer with its own ack mode);
 each STOMP transaction (BEGIN … COMMIT/ABORT) is a transacted core session of
 its own, which SENDs, ACKs and NACKs naming that ``transaction`` go through, so
 a NACK in a transaction is decided at COMMIT by the core, as for every
-protocol (:mod:`chute.core.session`).
+protocol (:mod:`chute.core.operations.session`).
 
 Credit: an ``ack:auto`` subscription's window is refilled as its deliveries
 are written (:meth:`StompSession.written`), not while the transport's write
@@ -37,10 +37,10 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Final
 
-from chute.core.address import Kind, parse
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode, Consumer, Entry
-from chute.core.session import Session
+from chute.core.model.address import Kind, parse
+from chute.core.model.consumer import AckMode, BrokerConsumer, Entry
+from chute.core.operations.connection import BrokerConnection
+from chute.core.operations.session import BrokerSession
 from chute.errors import (
     ChuteError,
     ConsumerError,
@@ -83,7 +83,7 @@ class StompSubscription:
 
     def __init__(
         self,
-        deliver: Callable[[StompSubscription, Consumer, Entry], None],
+        deliver: Callable[[StompSubscription, BrokerConsumer, Entry], None],
         sub_id: str,
         destination: str,
         ack: StompAck,
@@ -99,7 +99,7 @@ class StompSubscription:
         self.destination = destination
         self.ack = ack
         self.auto = ack is StompAck.AUTO
-        self.consumer: Consumer | None = None
+        self.consumer: BrokerConsumer | None = None
         self.stream = stream  # reads a stream: each MESSAGE carries x-stream-offset
         self.owed = 0  # auto mode: deliveries written whose credit is not yet given back
         # STOMP 1.0/1.1 client modes: message-id -> seq of the deliveries awaiting an ACK,
@@ -115,11 +115,11 @@ class StompSubscription:
             stream=stream,
         )
 
-    def handle(self, consumer: Consumer, entry: Entry) -> None:
+    def handle(self, consumer: BrokerConsumer, entry: Entry) -> None:
         self.consumer = consumer
         self.deliver(self, consumer, entry)
 
-    def cancelled(self, consumer: Consumer, error: ChuteError) -> None:
+    def cancelled(self, consumer: BrokerConsumer, error: ChuteError) -> None:
         """The broker closed the consumer (its destination was deleted)."""
         if self.cancel is not None:
             self.cancel(self, error)
@@ -130,9 +130,9 @@ class StompSession:
 
     def __init__(
         self,
-        core: Connection,
+        core: BrokerConnection,
         version: str,
-        deliver: Callable[[StompSubscription, Consumer, Entry], None],
+        deliver: Callable[[StompSubscription, BrokerConsumer, Entry], None],
         cancelled: Callable[[StompSubscription, ChuteError], None] | None = None,
     ) -> None:
         self.core = core
@@ -142,12 +142,12 @@ class StompSession:
         self._cancelled = cancelled
         self.subscriptions: dict[str, StompSubscription] = {}
         self.by_consumer: dict[int, StompSubscription] = {}
-        self.transactions: dict[str, Session] = {}
+        self.transactions: dict[str, BrokerSession] = {}
         self.temp_queues: dict[str, str] = {}  # /temp-queue/NAME -> core address
         self._addresses: dict[str, str] = {}  # destination -> core address (not temp queues)
         self._sends = SendReader()
         self._owing: set[StompSubscription] = set()
-        self._credited: set[Consumer] = set()  # given credit by this read's ACKs and NACKs
+        self._credited: set[BrokerConsumer] = set()  # given credit by this read's ACKs and NACKs
         self._next_consumer = 1
 
     # -- SEND ------------------------------------------------------------------------------
@@ -309,7 +309,9 @@ class StompSession:
         self._give_credit(consumer, taken)
         return tx_name is None
 
-    def _acked(self, frame: Frame, token: str | None) -> tuple[StompSubscription, Consumer, int]:
+    def _acked(
+        self, frame: Frame, token: str | None
+    ) -> tuple[StompSubscription, BrokerConsumer, int]:
         """The subscription, consumer and sequence number an ACK or NACK names.
 
         ``token`` is the frame's ``id`` header (``frame.header("id")``).
@@ -344,7 +346,7 @@ class StompSession:
         raise ConsumerError(f"message {message_id[:60]!r} is not awaiting an ack")
 
     @staticmethod
-    def _forget_settled(sub: StompSubscription, consumer: Consumer, frame: Frame) -> None:
+    def _forget_settled(sub: StompSubscription, consumer: BrokerConsumer, frame: Frame) -> None:
         """STOMP 1.0/1.1: forget the message-ids an ACK or NACK settled, in O(settled).
 
         The one the frame names goes at once (client-individual); a cumulative
@@ -387,7 +389,7 @@ class StompSession:
         session.rollback()
         session.close()
 
-    def named_tx(self, name: str) -> Session:
+    def named_tx(self, name: str) -> BrokerSession:
         session = self.transactions.get(name)
         if session is None:
             raise TransactionError(f"no transaction {name!r} has begun on this connection")
@@ -395,7 +397,7 @@ class StompSession:
 
     # -- credit ------------------------------------------------------------------------------------
 
-    def _give_credit(self, consumer: Consumer, credit: int) -> None:
+    def _give_credit(self, consumer: BrokerConsumer, credit: int) -> None:
         """Let ``consumer`` have ``credit`` more messages, pushed by :meth:`push_credited`.
 
         One push per consumer per read, not one per ACK: the queue's delivery
@@ -403,7 +405,7 @@ class StompSession:
         the credit at once, since only the push of waiting messages waits).
         """
         if credit > 0:
-            Session.add_credit(consumer, credit, push=False)
+            BrokerSession.add_credit(consumer, credit, push=False)
             self._credited.add(consumer)
 
     def push_credited(self) -> None:
@@ -413,7 +415,7 @@ class StompSession:
         credited = list(self._credited)
         self._credited.clear()
         for consumer in credited:
-            Session.push(consumer)
+            BrokerSession.push(consumer)
 
     def owe(self, sub: StompSubscription) -> None:
         """An ``ack:auto`` delivery of ``sub`` was queued for writing."""
@@ -429,11 +431,11 @@ class StompSession:
         for sub in owing:
             credit, sub.owed = sub.owed, 0
             if sub.consumer is not None and not sub.consumer.closed:
-                Session.add_credit(sub.consumer, credit)
+                BrokerSession.add_credit(sub.consumer, credit)
 
     def stop_deliveries(self) -> None:
         """No more pushes (an auto-ack delivery counts once pushed): the connection ends."""
         self._credited.clear()
         for sub in self.subscriptions.values():
             if sub.consumer is not None:
-                Session.stop(sub.consumer)
+                BrokerSession.stop(sub.consumer)

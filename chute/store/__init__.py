@@ -1,4 +1,4 @@
-"""Store implementations behind :class:`chute.core.store.Store`."""
+"""Store implementations behind :class:`chute.core.model.store.Store`."""
 
 from chute.store.journal import Journal, SyncMode
 from chute.store.memory import MemoryStore

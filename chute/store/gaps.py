@@ -48,7 +48,7 @@ import contextlib
 import dataclasses
 import os
 
-from chute.core.store import AddOp
+from chute.core.model.store import AddOp
 from chute.store.errors import CorruptRecord
 from chute.store.payload import Names, add_head, decode_ack
 from chute.store.reclaim import SEGMENT_SHIFT, LiveIndex

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from chute.core.store import AckOp, SyncCallback
+from chute.core.model.store import AckOp, SyncCallback
 from chute.store.errors import JournalClosed
 from chute.store.record import Kind
 from chute.store.records import (

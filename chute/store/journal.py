@@ -1,4 +1,4 @@
-"""The on-disk journal: the :class:`~chute.core.store.Store` that survives ``kill -9``.
+"""The on-disk journal: the :class:`~chute.core.model.store.Store` that survives ``kill -9``.
 
 Theory of operation
 -------------------
@@ -71,7 +71,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from chute.core.store import (
+from chute.core.model.store import (
     AckOp,
     AddOp,
     QueueDefinition,

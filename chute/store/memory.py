@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from chute.core.store import (
+from chute.core.model.store import (
     AckOp,
     AddOp,
     QueueDefinition,

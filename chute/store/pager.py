@@ -1,6 +1,6 @@
 """Reading paged messages back from the journal's segments.
 
-A paging queue (:mod:`chute.core.paging`) keeps nothing in memory for a
+A paging queue (:mod:`chute.core.model.paging`) keeps nothing in memory for a
 paged message: the journal's :class:`~chute.store.reclaim.LiveIndex` knows
 where its live add record is, and :func:`read_paged` reads those records
 back, in sequence order. A FIFO backlog's records sit one after another in
@@ -34,7 +34,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Final
 
-from chute.core.store import StoredBlock, StoredMessage
+from chute.core.model.store import StoredBlock, StoredMessage
 from chute.message import Message
 from chute.store.errors import CorruptRecord
 from chute.store.payload import BlockSpan, Names, decode_add, op_add_keys, queue_blocks

@@ -4,7 +4,7 @@ Pure, no files. These are the journal's hot paths: every message goes in
 through :func:`encode_add` and comes back through :func:`add_head` (lazy
 recovery), :func:`add_keys` and :func:`op_add_keys` (reclaiming, paging) or
 :func:`decode_add`. They take and give the core's own values
-(:class:`~chute.core.store.AddOp`, :class:`~chute.core.store.AckOp`); the
+(:class:`~chute.core.model.store.AddOp`, :class:`~chute.core.model.store.AckOp`); the
 records that carry them, and the payloads of every other kind, are
 :mod:`chute.store.records`', built on the names and errors here. Payload
 layouts (big-endian; ``s16`` is a u16 length and UTF-8)::
@@ -45,7 +45,7 @@ from chute.content import (
     decode_content,
     encode_content,
 )
-from chute.core.store import AckOp, AddOp, TxOp
+from chute.core.model.store import AckOp, AddOp, TxOp
 from chute.errors import ChuteError
 from chute.message import SIZE_OVERHEAD, Message
 from chute.store.errors import CorruptRecord

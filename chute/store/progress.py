@@ -1,7 +1,7 @@
 """How far a broker's recovery is: one object its thread updates and others read.
 
 A recovery runs on one thread (the journal's replay in :mod:`chute.store.recovery`,
-then the broker placing what it got back, :meth:`chute.core.broker.Broker.recover`);
+then the broker placing what it got back, :meth:`chute.core.rules.broker.Broker.recover`);
 while it runs, the server's loop reads a :class:`RecoveryProgress` to log how far it
 is every few seconds and to answer ``/readyz``. The recovering thread only assigns
 plain fields, once per segment read or queue restored, never per message, so the
@@ -50,7 +50,7 @@ class RecoveryProgress:
 
     def restored(self, messages: int, destinations: int) -> None:
         """The broker placed ``messages`` in ``destinations`` so far (what
-        :meth:`chute.core.broker.Broker.recover` is given to call)."""
+        :meth:`chute.core.rules.broker.Broker.recover` is given to call)."""
         self.phase = Phase.RESTORING
         self.messages = messages
         self.destinations = destinations

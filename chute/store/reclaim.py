@@ -43,7 +43,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence, Set
 
-from chute.core.store import AckOp, AddOp, QueueDefinition, TxOp
+from chute.core.model.store import AckOp, AddOp, QueueDefinition, TxOp
 from chute.store.payload import Names, add_keys, decode_add, op_add_keys
 from chute.store.record import Kind, Scan
 from chute.store.records import (

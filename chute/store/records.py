@@ -1,8 +1,8 @@
 """Journal records: what each :class:`~chute.store.record.Kind` holds, as values and as bytes.
 
 Pure, no files. Records are named for the act (after Artemis' journal
-records) and carry the core's own values (:class:`~chute.core.store.AddOp`,
-:class:`~chute.core.store.QueueDefinition`, ...). :func:`encode` gives any
+records) and carry the core's own values (:class:`~chute.core.model.store.AddOp`,
+:class:`~chute.core.model.store.QueueDefinition`, ...). :func:`encode` gives any
 record's kind and payload and :func:`decode` reads it back. The payloads of
 the core's operations, which the journal's hot paths write and read without
 a record around them (ADD, ACK, and the ``ops`` of a transaction), are
@@ -52,7 +52,7 @@ import struct
 from collections.abc import Sequence
 from typing import Final
 
-from chute.core.store import AckOp, AddOp, QueueDefinition, QueueKind, TxOp
+from chute.core.model.store import AckOp, AddOp, QueueDefinition, QueueKind, TxOp
 from chute.store.errors import CorruptRecord
 from chute.store.payload import (
     DECODE_ERRORS,

@@ -52,7 +52,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Final
 
-from chute.core.store import AckOp, AddOp, Recovered, TxOp
+from chute.core.model.store import AckOp, AddOp, Recovered, TxOp
 from chute.message import Message
 from chute.store.disk import Disk
 from chute.store.errors import CorruptRecord

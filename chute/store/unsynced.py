@@ -50,7 +50,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Final
 
-from chute.core.store import AckOp, AddOp, TxOp
+from chute.core.model.store import AckOp, AddOp, TxOp
 from chute.store.disk import Disk
 from chute.store.intake import Item
 from chute.store.reclaim import LiveIndex

@@ -61,7 +61,7 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-from chute.core.store import AddOp, SyncCallback, TxOp
+from chute.core.model.store import AddOp, SyncCallback, TxOp
 from chute.store.appender import Appender
 from chute.store.disk import Disk
 from chute.store.errors import JournalClosed, store_error

@@ -1,4 +1,4 @@
-"""An operator closes a client's connection (chute.core.manage.close_connection): the
+"""An operator closes a client's connection (chute.core.operations.manage.close_connection): the
 client is told why, in its protocol, and what it held goes back to its queue.
 
 The broker runs in-process (the management call is the core's, on the broker's
@@ -14,8 +14,8 @@ import pytest
 
 from chute.client import aio
 from chute.config import ListenSettings, ServerConfig
-from chute.core import manage
-from chute.core.connection import Connection
+from chute.core.operations import manage
+from chute.core.operations.connection import BrokerConnection
 from chute.errors import ConnectError
 from chute.server.app import BrokerServer
 from chute.smq.settings import SmqSettings
@@ -43,14 +43,14 @@ def run(body: Callable[[BrokerServer, int, int], Awaitable[None]], *, smq_port: 
     asyncio.run(main())
 
 
-def client_of(operator: Connection, protocol: str) -> str:
+def client_of(operator: BrokerConnection, protocol: str) -> str:
     [found] = [c["id"] for c in manage.connections(operator) if c["protocol"] == protocol]
     return str(found)
 
 
 def test_a_native_client_closed_by_an_operator_is_told_why() -> None:
     async def body(server: BrokerServer, port: int, _stomp: int) -> None:
-        operator = Connection(server.broker)
+        operator = BrokerConnection(server.broker)
         async with aio.connect(f"chute://127.0.0.1:{port}") as conn:
             session = conn.session(ack="client")
             await session.send("queue:work", b"job")
@@ -72,7 +72,7 @@ def test_a_native_client_closed_by_an_operator_is_told_why() -> None:
 
 def test_a_stomp_client_closed_by_an_operator_gets_an_error_frame() -> None:
     async def body(server: BrokerServer, _port: int, stomp_port: int) -> None:
-        operator = Connection(server.broker)
+        operator = BrokerConnection(server.broker)
         reader, writer = await asyncio.open_connection("127.0.0.1", stomp_port)
         writer.write(b"CONNECT\naccept-version:1.2\nhost:chute\n\n\x00")
         await writer.drain()
@@ -92,7 +92,7 @@ def test_a_simple_message_queue_client_closed_by_an_operator_sees_the_socket_clo
     sink_port = free_port()
 
     async def body(server: BrokerServer, _port: int, _stomp: int) -> None:
-        operator = Connection(server.broker)
+        operator = BrokerConnection(server.broker)
         reader, writer = await asyncio.open_connection("127.0.0.1", sink_port)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + TIMEOUT

@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 import chute
-from chute.core.readers import WINDOW
+from chute.core.model.readers import WINDOW
 
 from .conftest import ChuteServer
 from .test_console import artifacts_dir, row

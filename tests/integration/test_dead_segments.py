@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import chute
-from chute.core.store import AddOp
+from chute.core.model.store import AddOp
 from chute.message import Message
 from chute.store.journal import Journal
 

@@ -31,7 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from chute.admin.site import Site
 from chute.config import ListenSettings, ServerConfig
-from chute.core.store import AddOp, QueueDefinition, QueueKind, Recovered
+from chute.core.model.store import AddOp, QueueDefinition, QueueKind, Recovered
 from chute.message import Message
 from chute.server import app
 from chute.server.app import BrokerServer

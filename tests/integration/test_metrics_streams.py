@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from chute.core.readers import WINDOW
+from chute.core.model.readers import WINDOW
 
 from .test_metrics import Broker, Labels, Samples, start, wait_for
 

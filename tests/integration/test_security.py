@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import chute
-from chute.core.address import DEAD_LETTER, user_queue
+from chute.core.model.address import DEAD_LETTER, user_queue
 from chute.errors import AccessDenied, AuthenticationFailed, ChuteError, ClientIdInUse
 from chute.passwords import hash_password
 

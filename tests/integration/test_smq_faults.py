@@ -14,7 +14,7 @@ import struct
 import pytest
 
 from chute.config import ListenSettings, ServerConfig
-from chute.core.store import SyncCallback
+from chute.core.model.store import SyncCallback
 from chute.errors import StoreError
 from chute.server.app import BrokerServer
 from chute.smq.settings import SmqSettings

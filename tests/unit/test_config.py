@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from chute.config import ServerConfig, load
-from chute.core.access import User
-from chute.core.settings import Overflow
+from chute.core.model.settings import Overflow
+from chute.core.rules.access import User
 from chute.errors import ConfigError
 from chute.passwords import hash_password
 

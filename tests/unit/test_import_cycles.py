@@ -130,4 +130,4 @@ def test_the_graph_counts_type_checking_and_function_level_imports() -> None:
     graph = import_graph()
     # chute.server.app imports the HTTP listener inside a function and for type checking
     assert "chute.server.http" in graph["chute.server.app"]
-    assert "chute.core.broker" in graph["chute.core.session"]
+    assert "chute.core.rules.broker" in graph["chute.core.operations.session"]

@@ -22,21 +22,26 @@ EVERYTHING = frozenset({"*"})
 
 BASE = frozenset({"message", "content", "errors", "version"})
 """What every layer may use: the message, its binary content, the errors."""
-CODEC = BASE | {"core", "sansio"}
+CORE = frozenset({"core.model", "core.rules", "core.operations"})
+"""The core's three floors, for a part above the core that may use all of it."""
+CODEC = BASE | {"core.model", "sansio"}
 """The sans-IO codecs map their units onto the core's words (addresses, ack modes)."""
-SERVER = BASE | {
-    "core",
-    "protocol",
-    "stomp",
-    "smq",
-    "sansio",
-    "store",
-    "config",
-    "dropbox",
-    "origins",
-    "outbox",
-    "passwords",
-}
+SERVER = (
+    BASE
+    | CORE
+    | {
+        "protocol",
+        "stomp",
+        "smq",
+        "sansio",
+        "store",
+        "config",
+        "dropbox",
+        "origins",
+        "outbox",
+        "passwords",
+    }
+)
 """The asyncio listeners and drivers: the codecs, the core, the journal they open."""
 
 MAY_IMPORT: Mapping[str, frozenset[str]] = {
@@ -49,27 +54,32 @@ MAY_IMPORT: Mapping[str, frozenset[str]] = {
     "passwords": frozenset({"errors"}),
     "origins": frozenset({"errors"}),
     "outbox": frozenset({"errors"}),
-    # the broker's rules: pure, never the journal, a transport or the admin side
-    "core": BASE | {"passwords"},
+    # the core, pure, in three floors, each importing only those below it; never the
+    # journal, a transport or the admin side
+    "core": frozenset(),  # the package itself: its floors are its rows
+    "core.model": BASE,  # what the broker holds: queues, topics, streams, the Store interface
+    "core.rules": BASE | {"core.model", "passwords"},  # what it decides over them
+    "core.operations": BASE | {"core.model", "core.rules"},  # what a client does through them
     # the journal, below the core's Store interface
-    "store": BASE | {"core"},
+    "store": BASE | {"core.model"},
     # sans-IO codecs: bytes in, units out
     "protocol": CODEC,
-    "stomp": CODEC,
+    "stomp": CODEC | {"core.operations"},  # its session adapter drives a core session
     "smq": CODEC,
     # the server's configuration (what each listener, mount and limit is)
-    "config": BASE | {"core", "dropbox", "origins", "passwords", "smq", "store"},
+    "config": BASE
+    | {"core.model", "core.rules", "dropbox", "origins", "passwords", "smq", "store"},
     # asyncio listeners and thin drivers; never the admin side above them
     "server": SERVER,
     # the HTTP port's site: admin API, metrics, health, console, over the server
     "admin": SERVER | {"server"},
     # the clients: the wire's codec and the core's words, never a broker's insides
-    "client": BASE | {"core", "protocol", "sansio", "outbox", "origins"},
+    "client": BASE | {"core.model", "protocol", "sansio", "outbox", "origins"},
     # DropboxMQ: the serverless client (the client's API) and the broker's bridge
-    "dropbox": BASE | {"core", "client"},
+    "dropbox": BASE | CORE | {"client"},
     # the applications on top; the dropbox commands stay serverless
-    "cli.dropbox": BASE | {"core", "client", "dropbox", "cli"},
-    "spark": BASE | {"core", "protocol", "client"},
+    "cli.dropbox": BASE | {"core.model", "client", "dropbox", "cli"},
+    "spark": BASE | {"core.model", "protocol", "client"},
     "aio": BASE | {"client"},
     "__init__": BASE | {"client", "dropbox"},
     "__main__": EVERYTHING,
@@ -119,11 +129,14 @@ def test_the_table_names_only_its_own_parts() -> None:
 
 def test_the_checker_names_an_arrow_up_with_its_file_and_line() -> None:
     table = {"core": frozenset({"errors"}), "errors": frozenset(), "server": frozenset({"core"})}
-    up = Arrow("chute.core.queue", "chute.server.http", ROOT / "core" / "queue.py", 12)
-    down = Arrow("chute.server.http", "chute.core.queue", ROOT / "server" / "http.py", 3)
-    inside = Arrow("chute.core.queue", "chute.core.lanes", ROOT / "core" / "queue.py", 4)
+    up = Arrow("chute.core.model.queue", "chute.server.http", ROOT / "core/model/queue.py", 12)
+    down = Arrow("chute.server.http", "chute.core.model.queue", ROOT / "server" / "http.py", 3)
+    inside = Arrow(
+        "chute.core.model.queue", "chute.core.model.lanes", ROOT / "core/model/queue.py", 4
+    )
     assert against([up, down, inside], table) == [
-        "chute/core/queue.py:12: chute.core.queue -> chute.server.http (core may not import server)"
+        "chute/core/model/queue.py:12: chute.core.model.queue -> chute.server.http"
+        " (core may not import server)"
     ]
 
 
@@ -139,3 +152,46 @@ def test_a_dotted_part_is_its_own_row() -> None:
     assert part_of("chute", {"__init__": frozenset()}) == "__init__"
     helper = Arrow("chute.dropbox.cli", "chute.cli", Path("chute/dropbox/cli.py"), 1)
     assert against([helper], table) == []
+
+
+def test_every_core_module_stands_on_a_floor() -> None:
+    loose = sorted(
+        module_name(path)
+        for path in (ROOT / "core").rglob("*.py")
+        if part_of(module_name(path), MAY_IMPORT) == "core" and path.name != "__init__.py"
+    )
+    assert loose == [], "core modules on no floor (model, rules, operations): " + ", ".join(loose)
+
+
+def test_the_table_keeps_the_rules_of_the_drawing() -> None:
+    floors = [part for part in MAY_IMPORT if part == "core" or part.startswith("core.")]
+    for floor in floors:
+        assert MAY_IMPORT[floor].isdisjoint({"server", "admin", "store"}), floor
+    assert "admin" not in MAY_IMPORT["server"]
+    assert MAY_IMPORT["core.model"].isdisjoint({"core.rules", "core.operations"})
+    assert "core.operations" not in MAY_IMPORT["core.rules"]
+
+
+def test_the_checker_names_an_arrow_up_the_floors_of_the_core() -> None:
+    up = Arrow("chute.core.model.queue", "chute.core.rules.broker", ROOT / "core/model/queue.py", 7)
+    skipping = Arrow(
+        "chute.core.rules.broker",
+        "chute.core.operations.session",
+        ROOT / "core/rules/broker.py",
+        9,
+    )
+    down = Arrow(
+        "chute.core.operations.session",
+        "chute.core.model.queue",
+        ROOT / "core/operations/session.py",
+        3,
+    )
+    out = Arrow("chute.core.rules.broker", "chute.store.journal", ROOT / "core/rules/broker.py", 5)
+    assert against([up, skipping, down, out], MAY_IMPORT) == [
+        "chute/core/model/queue.py:7: chute.core.model.queue -> chute.core.rules.broker"
+        " (core.model may not import core.rules)",
+        "chute/core/rules/broker.py:9: chute.core.rules.broker -> chute.core.operations.session"
+        " (core.rules may not import core.operations)",
+        "chute/core/rules/broker.py:5: chute.core.rules.broker -> chute.store.journal"
+        " (core.rules may not import store)",
+    ]

@@ -6,7 +6,7 @@ import base64
 import json
 
 from chute.admin.messages import body_view, message_view
-from chute.core.consumer import Entry
+from chute.core.model.consumer import Entry
 from chute.message import BodyKind, Float, Int, Message
 
 

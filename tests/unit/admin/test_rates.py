@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from chute.admin.rates import INTERVAL, PER_TICK, RateSampler
-from chute.core import looking
-from chute.core.broker import Broker
+from chute.core.operations import looking
+from chute.core.rules.broker import Broker
 from chute.message import Message
 
 from ..core.helpers import make_broker

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from chute.admin.rates import RateSampler
-from chute.core.stats import stream_stats
+from chute.core.operations.stats import stream_stats
 from chute.message import Message
 
 from ..core.helpers import make_broker

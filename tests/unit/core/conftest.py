@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chute.core.broker import Broker
+from chute.core.rules.broker import Broker
 
 from .helpers import FakeClock, make_broker
 

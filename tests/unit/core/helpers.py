@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from chute.core import looking
-from chute.core.broker import Broker
-from chute.core.consumer import Consumer, Entry
-from chute.core.settings import DestinationSettings, SettingsResolver
-from chute.core.store import AckOp, AddOp, TxOp
+from chute.core.model.consumer import BrokerConsumer, Entry
+from chute.core.model.settings import DestinationSettings, SettingsResolver
+from chute.core.model.store import AckOp, AddOp, TxOp
+from chute.core.operations import looking
+from chute.core.rules.broker import Broker
 from chute.message import Message
 from chute.store.memory import MemoryStore
 
@@ -37,9 +37,9 @@ class Recorder:
     """A Receiver that records every push (and can ack as it goes, like an eager client)."""
 
     def __init__(self) -> None:
-        self.deliveries: list[tuple[Consumer, Entry]] = []
+        self.deliveries: list[tuple[BrokerConsumer, Entry]] = []
 
-    def handle(self, consumer: Consumer, entry: Entry) -> None:
+    def handle(self, consumer: BrokerConsumer, entry: Entry) -> None:
         self.deliveries.append((consumer, entry))
 
     @property

@@ -1,4 +1,4 @@
-"""Who may do what, in the core (chute.core.access and the connection's ownership rules).
+"""Who may do what, in the core (chute.core.rules.access and the connection's ownership rules).
 
 Two users on one broker, as an attacker would try it: alice (role ``orders``:
 everything on ``queue:orders.*`` and ``topic:prices``), bob (role ``own``:
@@ -12,7 +12,10 @@ import re
 
 import pytest
 
-from chute.core.access import (
+from chute.core.model.address import DEAD_LETTER, user_queue
+from chute.core.model.consumer import AckMode
+from chute.core.operations.connection import BrokerConnection, connect
+from chute.core.rules.access import (
     ADMIN_ROLE,
     Access,
     Action,
@@ -22,10 +25,7 @@ from chute.core.access import (
     User,
     peer_host,
 )
-from chute.core.address import DEAD_LETTER, user_queue
-from chute.core.broker import Broker
-from chute.core.connection import Connection, connect
-from chute.core.consumer import AckMode
+from chute.core.rules.broker import Broker
 from chute.errors import (
     AccessDenied,
     AuthenticationFailed,
@@ -59,7 +59,7 @@ def broker(clock: FakeClock) -> Broker:
     return b
 
 
-def login(broker: Broker, user: str, client_id: str | None = None) -> Connection:
+def login(broker: Broker, user: str, client_id: str | None = None) -> BrokerConnection:
     password = {"alice": "alice-pw", "bob": "bob-pw", "root": "root-pw"}[user]
     return connect(broker, user, password, client_id=client_id, peer="127.0.0.1:5000")
 
@@ -339,7 +339,7 @@ def test_a_cursor_needs_consume_and_browse_and_its_lease_is_bounded(clock: FakeC
 
 
 def test_the_listeners_act_as_their_configured_user(broker: Broker) -> None:
-    smq = Connection(broker, broker.access.as_user("bob"), protocol="smq")
+    smq = BrokerConnection(broker, broker.access.as_user("bob"), protocol="smq")
     with pytest.raises(AccessDenied):
         smq.session().send("queue:orders.eu", msg())
     with pytest.raises(AuthenticationFailed):

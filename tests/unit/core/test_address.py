@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chute.core import looking
-from chute.core.address import (
+from chute.core.model.address import (
     DEAD_LETTER,
     EXPIRED,
     Address,
@@ -15,9 +14,10 @@ from chute.core.address import (
     parse,
     user_queue,
 )
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode
+from chute.core.model.consumer import AckMode
+from chute.core.operations import looking
+from chute.core.operations.connection import BrokerConnection
+from chute.core.rules.broker import Broker
 from chute.errors import InvalidAddress
 
 from .helpers import Recorder, msg
@@ -114,7 +114,7 @@ def test_system_destinations_exist_from_the_start(broker: Broker) -> None:
 
 
 def test_the_broker_refuses_bad_addresses_and_accepts_every_spelling(broker: Broker) -> None:
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     with pytest.raises(InvalidAddress):
         s.send("a/b", msg())
     with pytest.raises(InvalidAddress):

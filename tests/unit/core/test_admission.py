@@ -10,22 +10,22 @@ import logging
 
 import pytest
 
-from chute.core import looking
-from chute.core.admission import (
+from chute.core.model.consumer import AckMode
+from chute.core.model.paging import held_cost
+from chute.core.model.settings import DestinationSettings, Overflow, SettingsResolver
+from chute.core.operations import looking
+from chute.core.operations.browse import browse_page
+from chute.core.operations.connection import BrokerConnection
+from chute.core.operations.session import BrokerSession
+from chute.core.rules.admission import (
     BEHIND,
     BEHIND_ALL,
     HARD_MARGIN,
     RESUME_RATIO,
     STORE_CHECK_EVERY,
 )
-from chute.core.broker import Broker
-from chute.core.browse import browse_page
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode
-from chute.core.paging import held_cost
-from chute.core.routing import WouldBlock
-from chute.core.session import Session
-from chute.core.settings import DestinationSettings, Overflow, SettingsResolver
+from chute.core.rules.broker import Broker
+from chute.core.rules.routing import WouldBlock
 from chute.errors import TransactionError
 from chute.store.memory import MemoryStore
 
@@ -60,7 +60,7 @@ def broker_with(high: int = 0, subscription_bytes: int = 0) -> Broker:
     )
 
 
-def send_until_refused(session: Session, address: str) -> tuple[int, WouldBlock]:
+def send_until_refused(session: BrokerSession, address: str) -> tuple[int, WouldBlock]:
     for sent in range(100_000):
         try:
             session.send(address, msg(BODY))
@@ -70,7 +70,7 @@ def send_until_refused(session: Session, address: str) -> tuple[int, WouldBlock]
 
 
 def fill_until_refused(broker: Broker, address: str = "queue:q") -> tuple[int, WouldBlock]:
-    return send_until_refused(Connection(broker).session(AckMode.CLIENT), address)
+    return send_until_refused(BrokerConnection(broker).session(AckMode.CLIENT), address)
 
 
 def test_a_message_costs_what_it_holds_not_a_fixed_64_bytes() -> None:
@@ -90,8 +90,8 @@ def test_producers_wait_at_the_high_watermark_with_a_reason_and_no_address() -> 
     assert stats_of(broker, "queue:q")["depth"] == 100  # nothing half-accepted
 
 
-def sessions(broker: Broker, count: int) -> list[Session]:
-    return [Connection(broker).session(AckMode.CLIENT) for _ in range(count)]
+def sessions(broker: Broker, count: int) -> list[BrokerSession]:
+    return [BrokerConnection(broker).session(AckMode.CLIENT) for _ in range(count)]
 
 
 def test_under_pressure_the_heavy_producer_waits_and_a_light_one_goes_on() -> None:
@@ -185,7 +185,7 @@ def test_consumers_drain_while_producers_wait_and_admission_reopens_below_the_ra
     fill_until_refused(broker)
     woken: list[str] = []
     broker.wait_for_room(None, lambda: woken.append("go"))
-    consumer_session = Connection(broker).session(AckMode.INDIVIDUAL)
+    consumer_session = BrokerConnection(broker).session(AckMode.INDIVIDUAL)
     r = Recorder()
     c = consumer_session.consumer(1, "queue:q", r, prefetch=100)
     entries = r.take()
@@ -201,12 +201,12 @@ def test_consumers_drain_while_producers_wait_and_admission_reopens_below_the_ra
     broker.admission.check()
     assert broker.admission.reason is None
     assert woken == ["go"]
-    Connection(broker).session(AckMode.CLIENT).send("queue:q", msg(BODY))
+    BrokerConnection(broker).session(AckMode.CLIENT).send("queue:q", msg(BODY))
 
 
 def test_a_low_disk_stops_producers_but_not_acks() -> None:
     broker = broker_with()
-    s = Connection(broker).session(AckMode.INDIVIDUAL)
+    s = BrokerConnection(broker).session(AckMode.INDIVIDUAL)
     s.send("queue:q", msg(BODY))
     store = broker.store
     assert isinstance(store, ShortStore)
@@ -228,7 +228,7 @@ def test_the_store_is_asked_every_few_sends_not_only_by_the_timer() -> None:
     broker = broker_with()
     store = broker.store
     assert isinstance(store, ShortStore)
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     s.send("queue:q", msg(BODY))
     store.short = "the journal's writer is 17 MiB behind the broker"
     for _ in range(STORE_CHECK_EVERY - 2):
@@ -241,7 +241,7 @@ def test_a_bulk_send_counts_each_of_its_messages_towards_asking_the_store() -> N
     broker = broker_with()
     store = broker.store
     assert isinstance(store, ShortStore)
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     s.send("queue:q", msg(BODY))
     store.short = "the disk has 90 MiB free, under disk_free_limit"
     s.send_many("queue:q", [msg(BODY) for _ in range(STORE_CHECK_EVERY - 2)])
@@ -252,10 +252,10 @@ def test_a_bulk_send_counts_each_of_its_messages_towards_asking_the_store() -> N
 
 def test_a_transaction_counts_what_it_holds_until_it_ends() -> None:
     broker = broker_with(high=50 * COST)
-    other = Connection(broker).session(AckMode.CLIENT)
+    other = BrokerConnection(broker).session(AckMode.CLIENT)
     for _ in range(25):
         other.send("queue:other", msg(BODY))
-    tx = Connection(broker).session(AckMode.CLIENT, transacted=True)
+    tx = BrokerConnection(broker).session(AckMode.CLIENT, transacted=True)
     for _ in range(25):
         tx.send("queue:q", msg(BODY))
     with pytest.raises(WouldBlock):  # an open transaction cannot grow the broker unbounded
@@ -275,7 +275,7 @@ def test_a_transaction_that_could_never_be_admitted_is_refused_at_once(bulk: boo
     # Its own messages hold the broker over the line admission reopens at, and they
     # count until its commit: waiting block_timeout_ms could only end in a refusal.
     broker = broker_with(high=50 * COST)
-    tx = Connection(broker).session(AckMode.CLIENT, transacted=True)
+    tx = BrokerConnection(broker).session(AckMode.CLIENT, transacted=True)
     tx.send_many("queue:q", [msg(BODY) for _ in range(50)])
     more = msg(BODY)
     with pytest.raises(TransactionError) as refused:
@@ -296,10 +296,10 @@ def test_a_transaction_that_could_never_be_admitted_is_refused_at_once(bulk: boo
 
 def test_a_transaction_waits_while_others_hold_the_memory() -> None:
     broker = broker_with(high=50 * COST)
-    other = Connection(broker).session(AckMode.CLIENT)
+    other = BrokerConnection(broker).session(AckMode.CLIENT)
     for _ in range(30):
         other.send("queue:other", msg(BODY))
-    tx = Connection(broker).session(AckMode.CLIENT, transacted=True)
+    tx = BrokerConnection(broker).session(AckMode.CLIENT, transacted=True)
     sent, refused = send_until_refused(tx, "queue:q")  # consumers of the others may drain
     assert sent == 20
     assert refused.address is None
@@ -318,9 +318,9 @@ def test_a_slow_non_durable_subscriber_loses_its_oldest_messages_to_the_dead_let
 ) -> None:
     bound = 20 * msg(BODY).size
     broker = broker_with(subscription_bytes=bound)
-    subscriber = Connection(broker).session(AckMode.CLIENT)
+    subscriber = BrokerConnection(broker).session(AckMode.CLIENT)
     subscriber.consumer(1, "topic:t", Recorder(), prefetch=1)  # takes one, then stalls
-    producer = Connection(broker).session(AckMode.CLIENT)
+    producer = BrokerConnection(broker).session(AckMode.CLIENT)
     with caplog.at_level(logging.WARNING, logger="chute.broker"):
         for i in range(500):
             producer.send("topic:t", msg(f"{i:04d}".encode() + BODY[4:]))
@@ -340,8 +340,8 @@ def test_the_diversion_log_summarises_once_a_minute() -> None:
     bound = 5 * msg(BODY).size
     broker = broker_with(subscription_bytes=bound)
     assert isinstance(broker.clock, FakeClock)
-    Connection(broker).session(AckMode.CLIENT).consumer(1, "topic:t", Recorder(), prefetch=1)
-    producer = Connection(broker).session(AckMode.CLIENT)
+    BrokerConnection(broker).session(AckMode.CLIENT).consumer(1, "topic:t", Recorder(), prefetch=1)
+    producer = BrokerConnection(broker).session(AckMode.CLIENT)
     for _ in range(50):
         producer.send("topic:t", msg(BODY))
     broker.clock.advance(61_000)
@@ -371,7 +371,7 @@ def test_a_topic_with_its_own_bound_and_durable_subscriptions_keep_their_setting
         clock=FakeClock(),
         max_subscription_bytes=1000,
     )
-    s = Connection(broker, client_id="c").session(AckMode.CLIENT)
+    s = BrokerConnection(broker, client_id="c").session(AckMode.CLIENT)
     s.consumer(1, "topic:bounded", Recorder(), prefetch=1)
     s.consumer(2, "topic:free", Recorder(), prefetch=1, subscription="d", durable=True)
     bounded = next(iter(broker.topics["topic:bounded"].subscriptions.values()))

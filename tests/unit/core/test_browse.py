@@ -1,4 +1,4 @@
-"""Browsing in pages (chute.core.browse): a walk in sequence order, bounded per page."""
+"""Browsing in pages (chute.core.operations.browse): a walk in sequence order, bounded per page."""
 
 from __future__ import annotations
 
@@ -8,12 +8,18 @@ from typing import Any
 
 import pytest
 
-from chute.core import looking
-from chute.core.broker import Broker
-from chute.core.browse import PAGE_BYTES, PAGE_MESSAGES, STEP_MESSAGES, BrowsePage, finish
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode
-from chute.core.store import Store
+from chute.core.model.consumer import AckMode
+from chute.core.model.store import Store
+from chute.core.operations import looking
+from chute.core.operations.browse import (
+    PAGE_BYTES,
+    PAGE_MESSAGES,
+    STEP_MESSAGES,
+    BrowsePage,
+    finish,
+)
+from chute.core.operations.connection import BrokerConnection
+from chute.core.rules.broker import Broker
 from chute.errors import InvalidAddress
 from chute.message import Message
 from chute.store.journal import Journal
@@ -40,13 +46,13 @@ def seqs(pages: list[BrowsePage]) -> list[int]:
 
 
 def fill(broker: Broker, address: str, n: int, **fields: Any) -> None:
-    s = Connection(broker).session()
+    s = BrokerConnection(broker).session()
     for i in range(n):
         s.send(address, msg(BODY + str(i).encode(), **fields))
 
 
 def test_a_walk_covers_every_message_once_in_sequence_order(broker: Broker) -> None:
-    s = Connection(broker).session()
+    s = BrokerConnection(broker).session()
     for i in range(25):
         s.send("queue:q", msg(f"m{i}", priority=i % 10))  # priorities do not reorder a browse
     pages = walk(broker, "queue:q", max_messages=10)
@@ -64,7 +70,7 @@ def test_a_page_is_bounded_by_bytes_and_always_covers_one_message(broker: Broker
 
 
 def test_the_broker_clamps_what_a_page_may_ask(broker: Broker) -> None:
-    s = Connection(broker).session()
+    s = BrokerConnection(broker).session()
     for _ in range(PAGE_MESSAGES + 5):
         s.send("queue:q", msg(b"x"))
     first = looking.browse_page(
@@ -95,7 +101,7 @@ def test_a_queue_nothing_made_holds_nothing_and_is_not_made(broker: Broker) -> N
 
 
 def test_a_selector_filters_pages_and_the_walk_still_ends(broker: Broker) -> None:
-    s = Connection(broker).session()
+    s = BrokerConnection(broker).session()
     for i in range(30):
         s.send("queue:q", msg(f"m{i}", properties={"i": i}))
     pages = walk(broker, "queue:q", max_messages=7, selector="i >= 25 OR i = 3")
@@ -131,7 +137,7 @@ def walk_from(broker: Broker, address: str, page: BrowsePage, **bounds: Any) -> 
 def test_messages_gone_before_the_walk_reached_them_are_not_shown(broker: Broker) -> None:
     fill(broker, "queue:q", 10)
     first = looking.browse_page(broker, "queue:q", max_messages=3)
-    s = Connection(broker).session(AckMode.INDIVIDUAL)
+    s = BrokerConnection(broker).session(AckMode.INDIVIDUAL)
     recorder = Recorder()
     consumer = s.consumer(1, "queue:q", recorder, prefetch=6)
     taken = recorder.take()
@@ -143,7 +149,7 @@ def test_messages_gone_before_the_walk_reached_them_are_not_shown(broker: Broker
 
 def test_messages_in_flight_are_shown_in_their_place_and_once(broker: Broker) -> None:
     fill(broker, "queue:q", 6)
-    conn = Connection(broker)
+    conn = BrokerConnection(broker)
     s = conn.session(AckMode.CLIENT)
     recorder = Recorder()
     consumer = s.consumer(1, "queue:q", recorder, prefetch=2)
@@ -155,7 +161,7 @@ def test_messages_in_flight_are_shown_in_their_place_and_once(broker: Broker) ->
 
 
 def test_a_prepared_send_committed_during_the_walk_is_shown_in_its_place(broker: Broker) -> None:
-    tx = Connection(broker).session(AckMode.CLIENT, transacted=True)
+    tx = BrokerConnection(broker).session(AckMode.CLIENT, transacted=True)
     tx.send("queue:q", msg(b"prepared"))
     tx.prepare("x")  # numbered 1, placed at commit
     fill(broker, "queue:q", 4)  # 2..5
@@ -166,7 +172,7 @@ def test_a_prepared_send_committed_during_the_walk_is_shown_in_its_place(broker:
     assert queue.out_of_order  # 1 sits behind 2..5 in its lane
     assert seqs(walk(broker, "queue:q", max_messages=2)) == [1, 2, 3, 4, 5]
     assert seqs(walk_from(broker, "queue:q", first, max_messages=2)) == [4, 5]
-    Connection(broker).session(AckMode.CLIENT).consumer(1, "queue:q", Recorder(), prefetch=9)
+    BrokerConnection(broker).session(AckMode.CLIENT).consumer(1, "queue:q", Recorder(), prefetch=9)
     assert queue.ready == 0
     assert seqs(walk(broker, "queue:q")) == [1, 2, 3, 4, 5]  # in flight, in sequence order
     assert not queue.out_of_order  # the scan found the lanes in order (empty) again
@@ -186,7 +192,7 @@ def paging_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sto
 def test_a_walk_reads_paged_messages_from_the_store_page_by_page(paging_store: Store) -> None:
     broker = Broker(paging_store, memory_limit=32 << 10)
     broker.recover()
-    s = Connection(broker).session()
+    s = BrokerConnection(broker).session()
     for i in range(1500):
         s.send("queue:q", Message.create(BODY + str(i).encode(), priority=i % 10))
     queue = broker.queues["queue:q"]
@@ -229,7 +235,7 @@ def test_messages_consumed_between_steps_of_a_page_are_not_shown(broker: Broker)
     fill(broker, "queue:q", 3 * STEP_MESSAGES)
     steps = looking.browse_steps(broker, "queue:q")
     next(steps)  # the first step covered 1..STEP_MESSAGES
-    s = Connection(broker).session(AckMode.INDIVIDUAL)
+    s = BrokerConnection(broker).session(AckMode.INDIVIDUAL)
     recorder = Recorder()
     consumer = s.consumer(1, "queue:q", recorder, prefetch=2 * STEP_MESSAGES)
     for entry in recorder.take():  # 1..2*STEP_MESSAGES: half of them ahead of the walk
@@ -243,7 +249,7 @@ def test_messages_consumed_between_steps_of_a_page_are_not_shown(broker: Broker)
 
 
 def test_a_later_step_keeps_the_page_within_its_bytes(broker: Broker) -> None:
-    s = Connection(broker).session()
+    s = BrokerConnection(broker).session()
     for i in range(STEP_MESSAGES):
         s.send("queue:q", msg(b"s%d" % i))
     s.send("queue:q", msg(b"B" * 5000))  # the first of the next step: it does not fit

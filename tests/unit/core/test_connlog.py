@@ -8,9 +8,9 @@ import logging
 
 import pytest
 
-from chute.core.broker import Broker
-from chute.core.connection import connect
-from chute.core.connlog import CONNECTIONS, ConnectionLog
+from chute.core.operations.connection import connect
+from chute.core.operations.connlog import CONNECTIONS, ConnectionLog
+from chute.core.rules.broker import Broker
 
 SESSION = logging.getLogger("chute.session")
 SERVER = logging.getLogger("chute.server")

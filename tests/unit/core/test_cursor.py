@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from chute.core import looking
-from chute.core.batches import BATCHES, Marker
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode
-from chute.core.cursor import DEFAULT_LEASE_MS
+from chute.core.model.consumer import AckMode
+from chute.core.operations import looking
+from chute.core.operations.connection import BrokerConnection
+from chute.core.rules.batches import BATCHES, Marker
+from chute.core.rules.broker import Broker
+from chute.core.rules.cursor import DEFAULT_LEASE_MS
 from chute.errors import ConsumerError, InvalidAddress, NotFound, TransactionError
 
 from .helpers import FakeClock, Recorder, bodies, msg, restart
@@ -29,7 +29,7 @@ def read(broker: Broker, address: str, name: str | None, start: int, end: int) -
 
 
 def prepare(broker: Broker, xid: str, address: str, body: bytes) -> None:
-    tx = Connection(broker).session(transacted=True)
+    tx = BrokerConnection(broker).session(transacted=True)
     tx.send(address, msg(body))
     tx.prepare(xid)
 
@@ -55,7 +55,7 @@ def test_cursor_holds_the_queue_and_ack_consumes_below_end(broker: Broker) -> No
     fill(broker, "queue:q", 6)
     broker.cursors.open("queue:q", "c")
     recorder = Recorder()
-    Connection(broker).session(AckMode.CLIENT).consumer(1, "queue:q", recorder)
+    BrokerConnection(broker).session(AckMode.CLIENT).consumer(1, "queue:q", recorder)
     fill(broker, "queue:q", 1, "late")
     assert recorder.entries == []  # held: nobody else takes the leased messages
     assert broker.cursors.ack("queue:q", "c", 4) == 3
@@ -67,7 +67,7 @@ def test_cursor_holds_the_queue_and_ack_consumes_below_end(broker: Broker) -> No
 
 def test_cursor_refuses_a_queue_with_messages_in_flight(broker: Broker) -> None:
     fill(broker, "queue:q", 2)
-    Connection(broker).session(AckMode.CLIENT).consumer(1, "queue:q", Recorder())
+    BrokerConnection(broker).session(AckMode.CLIENT).consumer(1, "queue:q", Recorder())
     with pytest.raises(ConsumerError, match="in flight"):
         broker.cursors.open("queue:q", "c")
 
@@ -108,10 +108,10 @@ def test_head_stops_below_prepared_sends(broker: Broker) -> None:
 
 def test_lease_outlives_the_connection_for_lease_ms(broker: Broker, clock: FakeClock) -> None:
     fill(broker, "queue:q", 1)
-    conn = Connection(broker)
+    conn = BrokerConnection(broker)
     broker.cursors.open("queue:q", "c", lease_ms=1000, owner=conn.id)
     recorder = Recorder()
-    Connection(broker).session().consumer(1, "queue:q", recorder)
+    BrokerConnection(broker).session().consumer(1, "queue:q", recorder)
     clock.advance(5000)
     assert broker.cursors.expire(clock.now) == []  # its connection lives
     conn.close()

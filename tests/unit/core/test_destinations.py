@@ -1,6 +1,6 @@
-"""Destinations' lives (chute.core.destinations): delete, purge, limits on making, idle ones.
+"""Destinations' lives (chute.core.rules.destinations): delete, purge, limits on making, idle ones.
 
-Deleting and purging go through a core Connection as every protocol does; the
+Deleting and purging go through a core connection (BrokerConnection) as every protocol does; the
 limits are the broker's ``Limits``; idle removal runs in the broker's sweep
 (``expire_due``) on a FakeClock.
 """
@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import pytest
 
-from chute.core import looking
-from chute.core.access import ADMIN_ROLE, Access, Action, Role, User
-from chute.core.address import DEAD_LETTER, EXPIRED, user_queue
-from chute.core.broker import Broker
-from chute.core.connection import Connection, connect
-from chute.core.consumer import AckMode, Consumer
-from chute.core.destinations import RECLAIM_RETRY_MS, Limits
-from chute.core.settings import DestinationSettings, SettingsResolver
+from chute.core.model.address import DEAD_LETTER, EXPIRED, user_queue
+from chute.core.model.consumer import AckMode, BrokerConsumer
+from chute.core.model.settings import DestinationSettings, SettingsResolver
+from chute.core.operations import looking
+from chute.core.operations.connection import BrokerConnection, connect
+from chute.core.rules.access import ADMIN_ROLE, Access, Action, Role, User
+from chute.core.rules.broker import Broker
+from chute.core.rules.destinations import RECLAIM_RETRY_MS, Limits
 from chute.errors import (
     AccessDenied,
     ChuteError,
@@ -55,7 +55,7 @@ class Told(Recorder):
         super().__init__()
         self.errors: list[ChuteError] = []
 
-    def cancelled(self, consumer: Consumer, error: ChuteError) -> None:
+    def cancelled(self, consumer: BrokerConsumer, error: ChuteError) -> None:
         self.errors.append(error)
 
 
@@ -94,7 +94,7 @@ def restarted(broker: Broker) -> Broker:
     return fresh
 
 
-def login(broker: Broker, user: str) -> Connection:
+def login(broker: Broker, user: str) -> BrokerConnection:
     return connect(broker, user, "pw", peer="127.0.0.1:1")
 
 
@@ -102,7 +102,7 @@ def login(broker: Broker, user: str) -> Connection:
 
 
 def test_deleting_a_queue_discards_its_messages_and_tells_its_consumers(broker: Broker) -> None:
-    conn = Connection(broker)
+    conn = BrokerConnection(broker)
     producer = conn.session()
     for body in (b"a", b"b", b"c"):
         producer.send("queue:q", msg(body))
@@ -121,7 +121,7 @@ def test_deleting_a_queue_discards_its_messages_and_tells_its_consumers(broker: 
 
 
 def test_a_deleted_queue_is_made_anew_by_its_next_use(broker: Broker) -> None:
-    conn = Connection(broker)
+    conn = BrokerConnection(broker)
     conn.session().send("queue:q", msg(b"old"))
     conn.delete("queue:q")
     conn.session().send("queue:q", msg(b"new"))
@@ -132,7 +132,7 @@ def test_a_deleted_queue_is_made_anew_by_its_next_use(broker: Broker) -> None:
 def test_an_ack_a_transaction_held_never_settles_the_next_queue_of_that_name(
     broker: Broker,
 ) -> None:
-    conn = Connection(broker)
+    conn = BrokerConnection(broker)
     conn.session().send("queue:q", msg(b"old"))
     tx = conn.session(AckMode.CLIENT, transacted=True)
     taker = Told()
@@ -147,7 +147,7 @@ def test_an_ack_a_transaction_held_never_settles_the_next_queue_of_that_name(
 
 
 def test_what_the_broker_needs_is_not_deleted(broker: Broker) -> None:
-    conn = Connection(broker, client_id="c")
+    conn = BrokerConnection(broker, client_id="c")
     temporary = conn.temporary_queue()
     conn.session().send(user_queue("alice"), msg())
     for address, why in (
@@ -165,7 +165,7 @@ def test_what_the_broker_needs_is_not_deleted(broker: Broker) -> None:
 
 def test_a_destination_in_the_configuration_is_purged_not_deleted() -> None:
     broker = make(predefined=("orders",))
-    conn = Connection(broker)
+    conn = BrokerConnection(broker)
     conn.session().send("queue:orders", msg())
     with pytest.raises(InvalidAddress, match=r"declared in the configuration"):
         conn.delete("orders")
@@ -173,7 +173,7 @@ def test_a_destination_in_the_configuration_is_purged_not_deleted() -> None:
 
 
 def test_a_topic_with_durable_subscriptions_goes_only_when_forced(broker: Broker) -> None:
-    conn = Connection(broker, client_id="c")
+    conn = BrokerConnection(broker, client_id="c")
     s = conn.session(AckMode.CLIENT)
     live, durable = Told(), Told()
     s.consumer(1, "topic:t", live)
@@ -215,7 +215,7 @@ def test_deleting_and_purging_need_the_delete_permission() -> None:
 
 
 def test_a_queue_prepared_transactions_hold_is_not_deleted(broker: Broker) -> None:
-    conn = Connection(broker)
+    conn = BrokerConnection(broker)
     tx = conn.session(transacted=True)
     tx.send("queue:q", msg())
     tx.prepare("x1")
@@ -226,7 +226,7 @@ def test_a_queue_prepared_transactions_hold_is_not_deleted(broker: Broker) -> No
 
 
 def test_a_queue_a_part_of_the_broker_consumes_is_not_deleted(broker: Broker) -> None:
-    conn = Connection(broker)
+    conn = BrokerConnection(broker)
     conn.session().consumer(1, "queue:q", Recorder())  # a receiver that cannot be told
     with pytest.raises(ConsumerError, match="consumed by a part of the broker"):
         conn.delete("queue:q")
@@ -234,7 +234,7 @@ def test_a_queue_a_part_of_the_broker_consumes_is_not_deleted(broker: Broker) ->
 
 
 def test_a_deleted_queues_cursor_is_gone(broker: Broker) -> None:
-    conn = Connection(broker)
+    conn = BrokerConnection(broker)
     conn.session().send("queue:q", msg())
     conn.cursor_open("queue:q", "spark")
     assert conn.delete("queue:q") == 1
@@ -246,7 +246,7 @@ def test_a_deleted_queues_cursor_is_gone(broker: Broker) -> None:
 
 
 def test_purge_removes_what_waits_and_leaves_what_is_in_flight(broker: Broker) -> None:
-    conn = Connection(broker)
+    conn = BrokerConnection(broker)
     for body in (b"a", b"b", b"c", b"d"):
         conn.session().send("queue:q", msg(body))
     taker = Recorder()
@@ -262,7 +262,7 @@ def test_purge_removes_what_waits_and_leaves_what_is_in_flight(broker: Broker) -
 
 
 def test_the_dead_letters_can_be_purged_and_a_topic_cannot(broker: Broker) -> None:
-    conn = Connection(broker)
+    conn = BrokerConnection(broker)
     conn.session().send(DEAD_LETTER, msg())
     assert conn.purge(DEAD_LETTER) == 1
     conn.session().send("topic:t", msg())
@@ -311,7 +311,7 @@ def test_the_counts_of_queues_survive_a_restart_and_topics_count_while_they_exis
 
 def test_max_destinations_counts_every_maker_together_anonymous_ones_too() -> None:
     broker = make(Limits(max_total=2), predefined=("declared",))
-    conn = Connection(broker)
+    conn = BrokerConnection(broker)
     s = conn.session()
     assert looking.stats(broker)["made"]["total"] == 0  # declared and reserved ones do not count
     assert conn.browse("queue:looked-at") == []  # looking makes nothing
@@ -320,7 +320,7 @@ def test_max_destinations_counts_every_maker_together_anonymous_ones_too() -> No
     with pytest.raises(DestinationFull, match=r"made 2 destinations.*max_destinations allows"):
         s.send("queue:three", msg())
     with pytest.raises(DestinationFull):
-        Connection(broker).session(transacted=True).send("queue:three", msg())
+        BrokerConnection(broker).session(transacted=True).send("queue:three", msg())
     s.send("queue:declared", msg())
     stats = looking.stats(broker)
     assert stats["made"] == {
@@ -334,10 +334,10 @@ def test_max_destinations_counts_every_maker_together_anonymous_ones_too() -> No
 
 def test_at_the_limit_unused_made_destinations_are_reclaimed_oldest_first() -> None:
     broker = make(Limits(max_total=32))
-    flood = Connection(broker).session()
+    flood = BrokerConnection(broker).session()
     for i in range(32):  # a flood of names, each made by a consumer that went
         flood.close_consumer(flood.consumer(i, f"queue:flood.{i:02}", Told()))
-    busy = Connection(broker).session()
+    busy = BrokerConnection(broker).session()
     busy.send("queue:flood.00", msg(b"kept"))  # the oldest, but it holds a message
     busy.send("queue:other", msg(b"made"))  # room made: two (32 // 16) went
     assert broker.find("queue:flood.00") is not None
@@ -350,13 +350,13 @@ def test_at_the_limit_unused_made_destinations_are_reclaimed_oldest_first() -> N
 
 def test_a_restored_flood_is_reclaimed_too_but_messages_bind(clock: FakeClock) -> None:
     broker = make(Limits(max_total=4), clock=clock)
-    s = Connection(broker).session()
+    s = BrokerConnection(broker).session()
     for i in range(4):
         s.send(f"queue:full.{i}", msg())
     with pytest.raises(DestinationFull, match="each holds messages or has consumers"):
         s.send("queue:more", msg())
     again = restarted(broker)
-    conn = Connection(again)
+    conn = BrokerConnection(again)
     t = conn.session()
     with pytest.raises(DestinationFull):  # still full of messages: the limit binds
         t.send("queue:more", msg())
@@ -390,7 +390,7 @@ def test_a_made_destination_left_unused_goes_after_auto_delete_after_ms(
     clock: FakeClock,
 ) -> None:
     broker = make(Limits(max_total=10, idle_after_ms=1000), clock=clock)
-    conn = Connection(broker)
+    conn = BrokerConnection(broker)
     conn.session().send("queue:q", msg())
     conn.session().send("topic:t", msg())
     s = conn.session(AckMode.AUTO)
@@ -411,7 +411,7 @@ def test_a_made_destination_left_unused_goes_after_auto_delete_after_ms(
 
 def test_use_holds_an_idle_destination_back(clock: FakeClock) -> None:
     broker = make(Limits(idle_after_ms=1000), clock=clock)
-    conn = Connection(broker)
+    conn = BrokerConnection(broker)
     conn.session().send("topic:t", msg())
     for step in range(3):  # a publish every 600 ms: never idle for 1000 ms
         broker.expire_due()
@@ -437,7 +437,7 @@ def test_what_was_not_made_by_use_never_goes_idle(clock: FakeClock) -> None:
         predefined=("declared",),
         settings={"queue:keep.*": DestinationSettings(auto_delete_after_ms=0)},
     )
-    conn = Connection(broker, client_id="c")
+    conn = BrokerConnection(broker, client_id="c")
     temporary = conn.temporary_queue()
     conn.session().consumer(1, "topic:durable", Recorder(), subscription="s", durable=True)
     s = conn.session()
@@ -454,7 +454,7 @@ def test_a_destination_setting_can_turn_idle_removal_on(clock: FakeClock) -> Non
     broker = make(
         clock=clock, settings={"queue:scratch.*": DestinationSettings(auto_delete_after_ms=50)}
     )
-    s = Connection(broker).session()
+    s = BrokerConnection(broker).session()
     s.close_consumer(s.consumer(1, "queue:scratch.1", Told()))  # made by a consumer
     s.close_consumer(s.consumer(2, "queue:other", Told()))
     for _ in range(2):
@@ -469,7 +469,7 @@ def test_idle_removal_logs_one_line_per_sweep(
     clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     broker = make(Limits(idle_after_ms=10), clock=clock)
-    s = Connection(broker).session()
+    s = BrokerConnection(broker).session()
     for i in range(7):
         s.send(f"topic:t{i}", msg())
     broker.expire_due()

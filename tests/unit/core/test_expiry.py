@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from chute.core import looking
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode
-from chute.core.diversion import DIVERT_REASON, ORIGINAL_DESTINATION
-from chute.core.session import Session
-from chute.core.settings import DestinationSettings
+from chute.core.model.consumer import AckMode
+from chute.core.model.settings import DestinationSettings
+from chute.core.operations import looking
+from chute.core.operations.connection import BrokerConnection
+from chute.core.operations.session import BrokerSession
+from chute.core.rules.broker import Broker
+from chute.core.rules.diversion import DIVERT_REASON, ORIGINAL_DESTINATION
 
 from .helpers import FakeClock, Recorder, bodies, make_broker, msg, restart, stats_of, stored
 
@@ -18,7 +18,7 @@ EXPIRED = "queue:__sys__expired"
 def test_an_expired_message_is_not_delivered_but_moved_at_dispatch(
     broker: Broker, clock: FakeClock
 ) -> None:
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     r = Recorder()
     c = s.consumer(1, "queue:q", r, prefetch=1)
     s.send("queue:q", msg(b"first"))
@@ -26,7 +26,7 @@ def test_an_expired_message_is_not_delivered_but_moved_at_dispatch(
     s.send("queue:q", msg(b"long"), ttl=5000)
     clock.advance(1000)
     s.ack(c, r.entries[0].seq)
-    Session.add_credit(c, 5)
+    BrokerSession.add_credit(c, 5)
     assert r.bodies == [b"first", b"long"]
     [moved] = looking.browse(broker, EXPIRED)
     m = moved.message
@@ -42,7 +42,7 @@ def test_an_expired_message_is_not_delivered_but_moved_at_dispatch(
 
 
 def test_a_message_is_delivered_until_its_expiration(broker: Broker, clock: FakeClock) -> None:
-    s = Connection(broker).session(AckMode.AUTO)
+    s = BrokerConnection(broker).session(AckMode.AUTO)
     s.send("queue:q", msg(), ttl=1000)
     clock.advance(999)
     r = Recorder()
@@ -54,7 +54,7 @@ def test_a_message_is_delivered_until_its_expiration(broker: Broker, clock: Fake
 def test_an_already_expired_message_never_reaches_a_waiting_consumer(
     broker: Broker, clock: FakeClock
 ) -> None:
-    s = Connection(broker).session(AckMode.AUTO)
+    s = BrokerConnection(broker).session(AckMode.AUTO)
     r = Recorder()
     s.consumer(1, "queue:q", r)
     s.send("queue:q", msg(b"stale", expiration=clock.now - 1))
@@ -64,7 +64,7 @@ def test_an_already_expired_message_never_reaches_a_waiting_consumer(
 
 
 def test_expire_due_sweeps_waiting_messages(broker: Broker, clock: FakeClock) -> None:
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     s.send("queue:q", msg(b"a"), ttl=100)
     s.send("queue:q", msg(b"b"))
     s.send("queue:q", msg(b"c", priority=9), ttl=300)
@@ -82,7 +82,7 @@ def test_expire_due_sweeps_waiting_messages(broker: Broker, clock: FakeClock) ->
 
 
 def test_expire_due_leaves_messages_in_flight_alone(broker: Broker, clock: FakeClock) -> None:
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     r = Recorder()
     c = s.consumer(1, "queue:q", r)
     s.send("queue:q", msg(), ttl=10)
@@ -95,19 +95,19 @@ def test_expire_due_leaves_messages_in_flight_alone(broker: Broker, clock: FakeC
 def test_a_returned_message_that_expired_meanwhile_is_not_redelivered(
     broker: Broker, clock: FakeClock
 ) -> None:
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     r = Recorder()
     c = s.consumer(1, "queue:q", r, prefetch=1)
     s.send("queue:q", msg(b"a"), ttl=10)
     clock.advance(10)
     s.nack(c, r.take()[0].seq)
-    Session.add_credit(c, 1)
+    BrokerSession.add_credit(c, 1)
     assert r.entries == []
     assert bodies(looking.browse(broker, EXPIRED)) == [b"a"]
 
 
 def test_expire_due_covers_topic_subscriptions(broker: Broker, clock: FakeClock) -> None:
-    s = Connection(broker, client_id="app").session(AckMode.CLIENT)
+    s = BrokerConnection(broker, client_id="app").session(AckMode.CLIENT)
     c = s.consumer(1, "topic:t", Recorder(), subscription="s", durable=True)
     s.close_consumer(c)
     s.send("topic:t", msg(b"gone"), ttl=50)
@@ -120,7 +120,7 @@ def test_expire_due_covers_topic_subscriptions(broker: Broker, clock: FakeClock)
 
 
 def test_a_selective_consumer_never_gets_an_expired_match(broker: Broker, clock: FakeClock) -> None:
-    s = Connection(broker).session(AckMode.AUTO)
+    s = BrokerConnection(broker).session(AckMode.AUTO)
     s.send("queue:q", msg(b"old", properties={"x": 1}), ttl=5)
     s.send("queue:q", msg(b"new", properties={"x": 1}))
     clock.advance(5)
@@ -140,7 +140,7 @@ def test_the_expiry_address_is_configurable_and_the_most_specific_wins() -> None
         },
         clock=clock,
     )
-    s = Connection(broker).session()
+    s = BrokerConnection(broker).session()
     for address in ("queue:logs.web", "queue:logs.audit.db", "queue:logs.audit.keep", "queue:x"):
         s.send(address, msg(address), ttl=1)
     clock.advance(1)
@@ -152,7 +152,7 @@ def test_the_expiry_address_is_configurable_and_the_most_specific_wins() -> None
 
 
 def test_expired_messages_stay_moved_after_a_restart(broker: Broker, clock: FakeClock) -> None:
-    s = Connection(broker).session()
+    s = BrokerConnection(broker).session()
     s.send("queue:q", msg(b"a"), ttl=1)
     clock.advance(1)
     broker.expire_due()
@@ -164,10 +164,10 @@ def test_expired_messages_stay_moved_after_a_restart(broker: Broker, clock: Fake
 def test_a_message_that_expired_during_downtime_is_moved_not_delivered(
     broker: Broker, clock: FakeClock
 ) -> None:
-    Connection(broker).session().send("queue:q", msg(b"a"), ttl=100)
+    BrokerConnection(broker).session().send("queue:q", msg(b"a"), ttl=100)
     clock.advance(100)
     broker2 = restart(broker)
     r = Recorder()
-    Connection(broker2).session(AckMode.AUTO).consumer(1, "queue:q", r)
+    BrokerConnection(broker2).session(AckMode.AUTO).consumer(1, "queue:q", r)
     assert r.entries == []
     assert bodies(looking.browse(broker2, EXPIRED)) == [b"a"]

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode
-from chute.core.session import Session
+from chute.core.model.consumer import AckMode
+from chute.core.operations.connection import BrokerConnection
+from chute.core.operations.session import BrokerSession
+from chute.core.rules.broker import Broker
 from chute.store.memory import MemoryStore
 
 from .helpers import Recorder, msg
@@ -19,7 +19,7 @@ def make() -> Broker:
 
 def test_a_backlog_past_the_mark_with_consumers_is_reported() -> None:
     broker = make()
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     s.consumer(1, "queue:q", Recorder(), prefetch=10)
     for _ in range(BACKLOG + 9):
         s.send("queue:q", msg())
@@ -31,7 +31,7 @@ def test_a_backlog_past_the_mark_with_consumers_is_reported() -> None:
 
 def test_a_queue_nobody_consumes_is_never_congested() -> None:
     broker = make()
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     for _ in range(BACKLOG * 5):
         s.send("queue:q", msg())
     assert not broker.pressure  # a backlog for later is what queues are for
@@ -39,7 +39,7 @@ def test_a_queue_nobody_consumes_is_never_congested() -> None:
 
 def test_waiters_wake_once_the_backlog_is_halved() -> None:
     broker = make()
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     r = Recorder()
     consumer = s.consumer(1, "queue:q", r, prefetch=1)
     for _ in range(BACKLOG + 1):
@@ -51,18 +51,18 @@ def test_waiters_wake_once_the_backlog_is_halved() -> None:
     for _ in range(BACKLOG // 2 - 1):  # consume one at a time, acking and granting credit
         _, entry = r.deliveries.pop()
         s.ack(consumer, entry.seq)
-        Session.add_credit(consumer, 1)
+        BrokerSession.add_credit(consumer, 1)
     assert not woken
     _, entry = r.deliveries.pop()
     s.ack(consumer, entry.seq)
-    Session.add_credit(consumer, 1)
+    BrokerSession.add_credit(consumer, 1)
     assert woken == ["w"]
     assert queue.flow_waiters == []
 
 
 def test_waiters_wake_when_the_last_consumer_leaves() -> None:
     broker = make()
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     consumer = s.consumer(1, "queue:q", Recorder(), prefetch=1)
     for _ in range(BACKLOG * 2):
         s.send("queue:q", msg())
@@ -79,11 +79,11 @@ def test_a_held_connection_gets_nothing_until_released_and_others_get_its_share(
     held whatever its credit; the messages go to other consumers meanwhile, and it
     gets its share again once released."""
     broker = make()
-    slow_conn, fast_conn = Connection(broker), Connection(broker)
+    slow_conn, fast_conn = BrokerConnection(broker), BrokerConnection(broker)
     slow, fast = Recorder(), Recorder()
     slow_conn.session(AckMode.CLIENT).consumer(1, "queue:q", slow, prefetch=1000)
     fast_conn.session(AckMode.CLIENT).consumer(1, "queue:q", fast, prefetch=1000)
-    producer = Connection(broker).session()
+    producer = BrokerConnection(broker).session()
     slow_conn.hold_deliveries(True)
     for _ in range(10):
         producer.send("queue:q", msg())

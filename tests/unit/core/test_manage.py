@@ -1,4 +1,4 @@
-"""Management (chute.core.manage): looking at a broker and acting on it, as an operator.
+"""Management (chute.core.operations.manage): looking at a broker and acting on it, as an operator.
 
 Moves are checked as a user would: nothing lost or doubled (across a restart of
 the journal too), waiting messages only, in sequence order, paged ones
@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from chute.core import looking, manage, transfer
-from chute.core.access import ADMIN_ROLE, Access, Action, Role, User
-from chute.core.address import DEAD_LETTER
-from chute.core.broker import Broker
-from chute.core.connection import Connection, connect
-from chute.core.consumer import AckMode, Consumer
-from chute.core.diversion import DIVERT_REASON, ORIGINAL_DESTINATION
-from chute.core.settings import DestinationSettings, Overflow
-from chute.core.store import AckOp, AddOp, Store
+from chute.core.model.address import DEAD_LETTER
+from chute.core.model.consumer import AckMode, BrokerConsumer
+from chute.core.model.settings import DestinationSettings, Overflow
+from chute.core.model.store import AckOp, AddOp, Store
+from chute.core.operations import looking, manage, transfer
+from chute.core.operations.connection import BrokerConnection, connect
+from chute.core.rules.access import ADMIN_ROLE, Access, Action, Role, User
+from chute.core.rules.broker import Broker
+from chute.core.rules.diversion import DIVERT_REASON, ORIGINAL_DESTINATION
 from chute.errors import (
     AccessDenied,
     ConsumerError,
@@ -40,7 +40,7 @@ BODY = b"m" * 200
 
 
 def fill(broker: Broker, address: str, n: int, **fields: Any) -> list[Message]:
-    session = Connection(broker).session()
+    session = BrokerConnection(broker).session()
     sent = [Message.create(f"{address}-{i}", **fields) for i in range(n)]
     for message in sent:
         session.send(address, message)
@@ -52,21 +52,21 @@ def waiting(broker: Broker, address: str) -> list[str]:
     return [e.message.body.decode() for e in looking.browse(broker, address)]
 
 
-def consume(broker: Broker, address: str, prefetch: int) -> tuple[Consumer, Recorder]:
+def consume(broker: Broker, address: str, prefetch: int) -> tuple[BrokerConsumer, Recorder]:
     recorder = Recorder()
-    session = Connection(broker).session(AckMode.CLIENT)
+    session = BrokerConnection(broker).session(AckMode.CLIENT)
     return session.consumer(1, address, recorder, prefetch=prefetch), recorder
 
 
 @pytest.fixture
-def admin(broker: Broker) -> Connection:
-    return Connection(broker)  # no users configured: everybody manages everything
+def admin(broker: Broker) -> BrokerConnection:
+    return BrokerConnection(broker)  # no users configured: everybody manages everything
 
 
 # -- counters -------------------------------------------------------------------------
 
 
-def test_deliveries_and_redeliveries_are_counted(broker: Broker, admin: Connection) -> None:
+def test_deliveries_and_redeliveries_are_counted(broker: Broker, admin: BrokerConnection) -> None:
     fill(broker, "queue:q", 3)
     consumer, recorder = consume(broker, "queue:q", 10)
     assert len(recorder.take()) == 3
@@ -74,7 +74,7 @@ def test_deliveries_and_redeliveries_are_counted(broker: Broker, admin: Connecti
     consume(broker, "queue:q", 2)
     stats = stats_of(broker, "queue:q")
     assert (stats["delivered"], stats["redelivered"]) == (5, 2)
-    sub = Connection(broker).session()
+    sub = BrokerConnection(broker).session()
     sub.consumer(1, "topic:t", Recorder())
     sub.consumer(2, "topic:t", Recorder())
     fill(broker, "topic:t", 2)
@@ -86,7 +86,9 @@ def test_deliveries_and_redeliveries_are_counted(broker: Broker, admin: Connecti
 # -- destinations ---------------------------------------------------------------------
 
 
-def test_a_destination_shows_its_counters_and_consumers(broker: Broker, admin: Connection) -> None:
+def test_a_destination_shows_its_counters_and_consumers(
+    broker: Broker, admin: BrokerConnection
+) -> None:
     fill(broker, "queue:q", 5)
     consume(broker, "queue:q", 2)
     detail = manage.destination(admin, "q")
@@ -108,7 +110,7 @@ def test_a_destination_shows_its_counters_and_consumers(broker: Broker, admin: C
     assert broker.find("queue:nothing") is None  # looking makes nothing
 
 
-def test_create_makes_a_destination_once(broker: Broker, admin: Connection) -> None:
+def test_create_makes_a_destination_once(broker: Broker, admin: BrokerConnection) -> None:
     assert manage.create(admin, "queue:made") is True
     assert manage.create(admin, "queue:made") is False
     assert manage.create(admin, "topic:made") is True
@@ -123,7 +125,7 @@ def test_create_makes_a_destination_once(broker: Broker, admin: Connection) -> N
 
 
 def test_a_move_goes_a_step_at_a_time_so_a_driver_can_serve_others_between(
-    broker: Broker, admin: Connection
+    broker: Broker, admin: BrokerConnection
 ) -> None:
     count = transfer.STEP * 3 + 5
     fill(broker, "queue:a", count)
@@ -137,7 +139,7 @@ def test_a_move_goes_a_step_at_a_time_so_a_driver_can_serve_others_between(
 
 
 def test_move_takes_every_waiting_message_in_order_and_keeps_it_whole(
-    broker: Broker, admin: Connection, clock: FakeClock
+    broker: Broker, admin: BrokerConnection, clock: FakeClock
 ) -> None:
     sent = fill(
         broker, "queue:a", 4, priority=7, properties={"k": "v"}, expiration=clock.now + 10**6
@@ -162,8 +164,8 @@ def test_move_takes_every_waiting_message_in_order_and_keeps_it_whole(
     assert stats_of(broker, "queue:a")["depth"] == 0
 
 
-def test_move_picks_by_selector_seqs_and_limit(broker: Broker, admin: Connection) -> None:
-    session = Connection(broker).session()
+def test_move_picks_by_selector_seqs_and_limit(broker: Broker, admin: BrokerConnection) -> None:
+    session = BrokerConnection(broker).session()
     for i in range(10):
         session.send("queue:a", msg(f"{i}", properties={"n": i}))
     manage.create(admin, "queue:b")
@@ -176,7 +178,7 @@ def test_move_picks_by_selector_seqs_and_limit(broker: Broker, admin: Connection
     assert waiting(broker, "queue:a") == ["1", "2", "4", "9"]
 
 
-def test_move_refuses_what_makes_no_sense(broker: Broker, admin: Connection) -> None:
+def test_move_refuses_what_makes_no_sense(broker: Broker, admin: BrokerConnection) -> None:
     fill(broker, "queue:a", 1)
     with pytest.raises(InvalidAddress):
         transfer.move(admin, "queue:a", "a")
@@ -189,18 +191,20 @@ def test_move_refuses_what_makes_no_sense(broker: Broker, admin: Connection) -> 
     assert waiting(broker, "queue:a") == ["queue:a-0"]
 
 
-def test_a_move_makes_a_target_that_does_not_exist_yet(broker: Broker, admin: Connection) -> None:
+def test_a_move_makes_a_target_that_does_not_exist_yet(
+    broker: Broker, admin: BrokerConnection
+) -> None:
     fill(broker, "queue:a", 2)
     assert transfer.move(admin, "queue:a", "queue:made.by.move") == 2
     assert waiting(broker, "queue:made.by.move") == ["queue:a-0", "queue:a-1"]
 
 
 def test_a_move_to_a_topic_publishes_to_its_subscriptions(
-    broker: Broker, admin: Connection
+    broker: Broker, admin: BrokerConnection
 ) -> None:
     fill(broker, "queue:a", 2)
     recorder = Recorder()
-    Connection(broker).session().consumer(1, "topic:t", recorder)
+    BrokerConnection(broker).session().consumer(1, "topic:t", recorder)
     assert transfer.move(admin, "queue:a", "topic:t") == 2
     assert recorder.bodies == [b"queue:a-0", b"queue:a-1"]
 
@@ -209,7 +213,7 @@ def test_a_move_into_a_full_target_stops_and_says_how_many_moved(clock: FakeCloc
     broker = make_broker(
         {"queue:small": DestinationSettings(max_messages=3, overflow=Overflow.REJECT)}, clock=clock
     )
-    admin = Connection(broker)
+    admin = BrokerConnection(broker)
     fill(broker, "queue:small", 1)
     fill(broker, "queue:a", 5)
     with pytest.raises(DestinationFull, match="2 messages had moved"):
@@ -222,7 +226,7 @@ def test_a_move_into_a_full_target_stops_and_says_how_many_moved(clock: FakeCloc
 def test_each_message_moves_in_one_atomic_commit(clock: FakeClock) -> None:
     store = RecordingStore()
     broker = make_broker(store=store, clock=clock)
-    admin = Connection(broker)
+    admin = BrokerConnection(broker)
     fill(broker, "queue:a", 3)
     manage.create(admin, "queue:b")
     store.calls.clear()
@@ -239,8 +243,8 @@ def test_a_move_survives_a_restart_without_loss_or_duplicates(tmp_path: Path) ->
     journal = Journal(tmp_path / "journal", sync="never")
     broker = Broker(journal, memory_limit=32 << 10)  # most of queue:a is paged
     broker.recover()
-    admin = Connection(broker)
-    session = Connection(broker).session()
+    admin = BrokerConnection(broker)
+    session = BrokerConnection(broker).session()
     for i in range(600):
         session.send("queue:a", Message.create(BODY + str(i).encode()))
     assert broker.queues["queue:a"].paged > 400
@@ -274,8 +278,8 @@ def paging_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sto
 def test_moving_finds_paged_messages(paging_store: Store) -> None:
     broker = Broker(paging_store, memory_limit=32 << 10)
     broker.recover()
-    admin = Connection(broker)
-    session = Connection(broker).session()
+    admin = BrokerConnection(broker)
+    session = BrokerConnection(broker).session()
     for i in range(1200):
         session.send("queue:a", Message.create(BODY + str(i).encode(), properties={"n": i}))
     session.send("queue:a", Message.create(b"transient", persistent=False, properties={"n": -1}))
@@ -318,8 +322,8 @@ def test_moving_a_paged_queue_reads_the_store_a_window_at_a_time(
     paging_store.page_in = counted  # type: ignore[method-assign]
     broker = Broker(paging_store, memory_limit=32 << 10)
     broker.recover()
-    admin = Connection(broker)
-    session = Connection(broker).session()
+    admin = BrokerConnection(broker)
+    session = BrokerConnection(broker).session()
     for i in range(3000):
         session.send("queue:a", Message.create(BODY, properties={"n": i, "even": i % 2 == 0}))
     source = broker.queues["queue:a"]
@@ -349,18 +353,18 @@ def dead_letter(broker: Broker, address: str, n: int) -> None:
     """Send ``n`` messages to ``address`` and reject each: they go to the dead letters."""
     fill(broker, address, n, properties={"kept": address})
     consumer, recorder = consume(broker, address, n)
-    session = Connection(broker).session()
+    session = BrokerConnection(broker).session()
     for entry in recorder.take():
         session.nack(consumer, entry.seq, requeue=False)
     consumer.queue.detach(consumer)
 
 
 def test_retry_sends_dead_letters_back_where_they_came_from(
-    broker: Broker, admin: Connection
+    broker: Broker, admin: BrokerConnection
 ) -> None:
     dead_letter(broker, "queue:a", 2)
     dead_letter(broker, "queue:b", 1)
-    Connection(broker).session().send(DEAD_LETTER, msg(b"stray"))  # no origin recorded
+    BrokerConnection(broker).session().send(DEAD_LETTER, msg(b"stray"))  # no origin recorded
     ids = [e.message.id for e in looking.browse(broker, DEAD_LETTER)]
     assert transfer.retry_dead_letters(admin) == {"queue:a": 2, "queue:b": 1, "": 1}
     assert waiting(broker, DEAD_LETTER) == ["stray"]
@@ -375,7 +379,7 @@ def test_retry_sends_dead_letters_back_where_they_came_from(
 
 
 def test_retry_makes_a_deleted_origin_again_and_honours_a_selector(
-    broker: Broker, admin: Connection
+    broker: Broker, admin: BrokerConnection
 ) -> None:
     dead_letter(broker, "queue:gone", 1)
     dead_letter(broker, "queue:kept", 1)
@@ -388,7 +392,7 @@ def test_retry_makes_a_deleted_origin_again_and_honours_a_selector(
 # -- deleting one message -------------------------------------------------------------
 
 
-def test_delete_message_takes_a_waiting_one_only(broker: Broker, admin: Connection) -> None:
+def test_delete_message_takes_a_waiting_one_only(broker: Broker, admin: BrokerConnection) -> None:
     fill(broker, "queue:a", 3)
     consume(broker, "queue:a", 1)  # seq 1 in flight
     transfer.delete_message(admin, "queue:a", 2)
@@ -406,10 +410,10 @@ def test_delete_message_takes_a_waiting_one_only(broker: Broker, admin: Connecti
 
 
 def test_connections_are_listed_and_closed_through_their_driver(
-    broker: Broker, admin: Connection, clock: FakeClock
+    broker: Broker, admin: BrokerConnection, clock: FakeClock
 ) -> None:
     fill(broker, "queue:a", 3)
-    client = Connection(broker, client_id="app", protocol="native", peer="10.0.0.1:1")
+    client = BrokerConnection(broker, client_id="app", protocol="native", peer="10.0.0.1:1")
     told: list[str] = []
     client.on_closed_by_broker = told.append
     client.session(AckMode.CLIENT).consumer(1, "queue:a", Recorder(), prefetch=2)
@@ -434,8 +438,8 @@ def test_connections_are_listed_and_closed_through_their_driver(
         manage.close_connection(admin, client.id)
 
 
-def test_a_driver_may_refuse_to_be_closed(broker: Broker, admin: Connection) -> None:
-    bridge = Connection(broker, protocol="dropbox")
+def test_a_driver_may_refuse_to_be_closed(broker: Broker, admin: BrokerConnection) -> None:
+    bridge = BrokerConnection(broker, protocol="dropbox")
 
     def refuse(reason: str) -> None:
         raise ConsumerError("a bridge is closed by its configuration")
@@ -444,7 +448,7 @@ def test_a_driver_may_refuse_to_be_closed(broker: Broker, admin: Connection) -> 
     with pytest.raises(ConsumerError):
         manage.close_connection(admin, bridge.id)
     assert not bridge.closed
-    plain = Connection(broker)  # no driver: the core connection closes
+    plain = BrokerConnection(broker)  # no driver: the core connection closes
     manage.close_connection(admin, plain.id)
     assert plain.closed
 
@@ -452,9 +456,11 @@ def test_a_driver_may_refuse_to_be_closed(broker: Broker, admin: Connection) -> 
 # -- consumers, subscriptions, cursors ------------------------------------------------
 
 
-def test_consumers_subscriptions_and_cursors_are_listed(broker: Broker, admin: Connection) -> None:
+def test_consumers_subscriptions_and_cursors_are_listed(
+    broker: Broker, admin: BrokerConnection
+) -> None:
     fill(broker, "queue:a", 1)
-    owner = Connection(broker, client_id="app")
+    owner = BrokerConnection(broker, client_id="app")
     session = owner.session(AckMode.INDIVIDUAL)
     session.consumer(1, "queue:a", Recorder(), prefetch=5, selector="x IS NULL")
     session.consumer(2, "topic:t", Recorder(), subscription="s1", durable=True, selector="y = 1")
@@ -479,7 +485,7 @@ def test_consumers_subscriptions_and_cursors_are_listed(broker: Broker, admin: C
         1,
     )
     assert (subs["cb"]["kind"], subs["cb"]["forward_to"]) == ("callback", "queue:fwd")
-    reader = Connection(broker)
+    reader = BrokerConnection(broker)
     reader.cursor_open("queue:c", "spark", lease_ms=5000)
     fill(broker, "queue:c", 2)
     [cursor] = manage.cursors(admin)
@@ -524,7 +530,7 @@ def secured(clock: FakeClock) -> Broker:
     return broker
 
 
-def as_user(broker: Broker, user: str) -> Connection:
+def as_user(broker: Broker, user: str) -> BrokerConnection:
     return connect(broker, user, USERS[user].password)
 
 
@@ -595,7 +601,7 @@ def test_a_retry_stops_at_an_origin_its_user_may_not_manage(secured: Broker) -> 
 
 
 def test_one_log_line_per_action(
-    broker: Broker, admin: Connection, caplog: pytest.LogCaptureFixture
+    broker: Broker, admin: BrokerConnection, caplog: pytest.LogCaptureFixture
 ) -> None:
     fill(broker, "queue:a", 50)
     manage.create(admin, "queue:b")

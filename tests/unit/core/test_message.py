@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from chute.core import looking
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode
+from chute.core.model.consumer import AckMode
+from chute.core.operations import looking
+from chute.core.operations.connection import BrokerConnection
+from chute.core.rules.broker import Broker
 from chute.errors import InvalidMessage
 from chute.message import (
     GENERATED_ID_SIZE,
@@ -157,7 +157,7 @@ def test_ttl_given_to_create_becomes_an_expiration() -> None:
 def test_the_broker_turns_ttl_into_an_expiration_by_its_clock(
     broker: Broker, clock: FakeClock
 ) -> None:
-    s = Connection(broker).session()
+    s = BrokerConnection(broker).session()
     s.send("queue:q", Message.create(b"a"), ttl=1000)
     s.send("queue:q", Message.create(b"b"))
     a, b = looking.browse(broker, "queue:q")
@@ -261,7 +261,7 @@ def test_to_json_keeps_types_and_encodes_binary_bodies() -> None:
 
 def test_an_object_body_stays_opaque_bytes(broker: Broker) -> None:
     payload = b"\x80\x04\x95 not unpickled"
-    s = Connection(broker).session(AckMode.AUTO)
+    s = BrokerConnection(broker).session(AckMode.AUTO)
     r = Recorder()
     s.consumer(1, "queue:q", r)
     s.send("queue:q", Message.create(payload, kind=BodyKind.OBJECT))

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from chute.core import looking
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode
-from chute.core.diversion import DIVERT_REASON, ORIGINAL_DESTINATION
-from chute.core.routing import WouldBlock
-from chute.core.session import Session
-from chute.core.settings import DestinationSettings, Overflow
+from chute.core.model.consumer import AckMode
+from chute.core.model.settings import DestinationSettings, Overflow
+from chute.core.operations import looking
+from chute.core.operations.connection import BrokerConnection
+from chute.core.operations.session import BrokerSession
+from chute.core.rules.broker import Broker
+from chute.core.rules.diversion import DIVERT_REASON, ORIGINAL_DESTINATION
+from chute.core.rules.routing import WouldBlock
 from chute.errors import DestinationFull
 from chute.message import Message
 
@@ -33,9 +33,9 @@ def room_for_two(policy: Overflow, by: str) -> DestinationSettings:
     return DestinationSettings(max_bytes=2 * SIZE + SIZE // 2, overflow=policy)
 
 
-def setup(policy: Overflow, by: str, address: str = "queue:q") -> tuple[Broker, Session]:
+def setup(policy: Overflow, by: str, address: str = "queue:q") -> tuple[Broker, BrokerSession]:
     broker = make_broker({address: room_for_two(policy, by)})
-    return broker, Connection(broker).session(AckMode.CLIENT)
+    return broker, BrokerConnection(broker).session(AckMode.CLIENT)
 
 
 BY = pytest.mark.parametrize("by", ["count", "bytes"])
@@ -127,7 +127,7 @@ def test_drop_oldest_drops_as_many_as_a_big_message_needs() -> None:
     broker = make_broker(
         {"queue:q": DestinationSettings(max_bytes=3 * SIZE, overflow=Overflow.DROP_OLDEST)}
     )
-    s = Connection(broker).session()
+    s = BrokerConnection(broker).session()
     for i in range(3):
         s.send("queue:q", Message.create(body(i)))
     s.send("queue:q", Message.create(b"B" * (BODY_LEN + SIZE)))  # the size of two
@@ -149,7 +149,7 @@ def test_block_raises_would_block_and_wakes_the_producer_when_an_ack_frees_room(
     assert stored(broker, "queue:q") == [body(0), body(1)]
     woken: list[str] = []
     broker.wait_for_room("queue:q", lambda: woken.append("room"))
-    Session.add_credit(c, 1)
+    BrokerSession.add_credit(c, 1)
     assert woken == []
     s.ack(c, r.entries[0].seq, cumulative=False)
     assert woken == ["room"]
@@ -197,7 +197,7 @@ def test_block_timeout_comes_from_the_settings() -> None:
             )
         }
     )
-    s = Connection(broker).session()
+    s = BrokerConnection(broker).session()
     s.send("queue:q", Message.create())
     with pytest.raises(WouldBlock) as info:
         s.send("queue:q", Message.create())
@@ -213,7 +213,7 @@ def test_an_oversized_message_is_refused_even_by_an_empty_queue() -> None:
 
 def test_a_topic_bound_applies_to_each_subscription() -> None:
     broker = make_broker({"topic:t": DestinationSettings(max_messages=1)})
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     full, free = Recorder(), Recorder()
     c_full = s.consumer(1, "topic:t", full, prefetch=1)
     c_free = s.consumer(2, "topic:t", free, prefetch=5)
@@ -231,7 +231,7 @@ def test_a_full_subscription_under_dead_letter_does_not_hold_the_others_back() -
     broker = make_broker(
         {"topic:t": DestinationSettings(max_messages=1, overflow=Overflow.DEAD_LETTER)}
     )
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     slow, fast = Recorder(), Recorder()
     s.consumer(1, "topic:t", slow, prefetch=1)
     c_fast = s.consumer(2, "topic:t", fast, prefetch=5)
@@ -255,7 +255,7 @@ def test_the_dead_letter_address_is_configurable_per_destination() -> None:
             ),
         }
     )
-    s = Connection(broker).session()
+    s = BrokerConnection(broker).session()
     for address in ("queue:orders.us", "queue:orders.eu.de"):
         s.send(address, Message.create(b"1"))
         s.send(address, Message.create(b"2"))
@@ -272,7 +272,7 @@ def test_a_full_dead_letter_queue_discards_and_counts() -> None:
             DLQ: DestinationSettings(max_messages=1),
         }
     )
-    s = Connection(broker).session()
+    s = BrokerConnection(broker).session()
     for i in range(3):
         s.send("queue:q", Message.create(body(i)))
     assert bodies(looking.browse(broker, DLQ)) == [body(1)]

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from chute.core import looking
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode, Consumer, Entry
-from chute.core.session import Session
+from chute.core.model.consumer import AckMode, BrokerConsumer, Entry
+from chute.core.operations import looking
+from chute.core.operations.connection import BrokerConnection
+from chute.core.operations.session import BrokerSession
+from chute.core.rules.broker import Broker
 from chute.errors import ConsumerError, InvalidAddress, InvalidSelector, NotFound
 
 from .helpers import Recorder, bodies, msg, stats_of, stored
 
 
-def session(broker: Broker, mode: AckMode = AckMode.CLIENT) -> Session:
-    return Connection(broker).session(mode)
+def session(broker: Broker, mode: AckMode = AckMode.CLIENT) -> BrokerSession:
+    return BrokerConnection(broker).session(mode)
 
 
 # -- order ----------------------------------------------------------------------------
@@ -48,7 +48,7 @@ def test_a_waiting_high_priority_message_overtakes_while_credit_is_short(broker:
     s.send("queue:q", msg(b"first"))  # pushed at once
     s.send("queue:q", msg(b"low", priority=1))
     s.send("queue:q", msg(b"high", priority=9))
-    Session.add_credit(c, 2)
+    BrokerSession.add_credit(c, 2)
     assert r.bodies == [b"first", b"high", b"low"]
 
 
@@ -77,8 +77,8 @@ def test_round_robin_also_spreads_a_backlog(broker: Broker) -> None:
     c2 = s.consumer(2, "queue:q", r2, prefetch=1)
     assert r1.bodies == [b"0"]
     assert r2.bodies == [b"1"]
-    Session.add_credit(c1, 1)
-    Session.add_credit(c2, 1)
+    BrokerSession.add_credit(c1, 1)
+    BrokerSession.add_credit(c2, 1)
     all_bodies = r1.bodies + r2.bodies
     assert sorted(all_bodies) == [b"0", b"1", b"2", b"3"]
     assert len(set(all_bodies)) == 4
@@ -105,12 +105,12 @@ def test_credit_stops_pushing_at_zero_and_add_credit_resumes(broker: Broker) -> 
     assert c.credit == 0
     s.send("queue:q", msg(b"5"))
     assert len(r.entries) == 2
-    Session.add_credit(c, 0)
-    Session.add_credit(c, -3)
+    BrokerSession.add_credit(c, 0)
+    BrokerSession.add_credit(c, -3)
     assert len(r.entries) == 2
-    Session.add_credit(c, 1)
+    BrokerSession.add_credit(c, 1)
     assert r.bodies[-1] == b"2"
-    Session.add_credit(c, 10)
+    BrokerSession.add_credit(c, 10)
     assert r.bodies == [b"0", b"1", b"2", b"3", b"4", b"5"]
     assert c.credit == 7
     assert stats_of(broker, "queue:q")["inflight"] == 6
@@ -122,7 +122,7 @@ def test_credit_granted_to_a_closed_consumer_delivers_nothing(broker: Broker) ->
     c = s.consumer(1, "queue:q", r, prefetch=1)
     s.close_consumer(c)
     s.send("queue:q", msg())
-    Session.add_credit(c, 5)
+    BrokerSession.add_credit(c, 5)
     assert r.entries == []
     assert stats_of(broker, "queue:q")["depth"] == 1
 
@@ -188,7 +188,7 @@ def test_client_ack_follows_delivery_order_not_sequence_order(broker: Broker) ->
     s.send("queue:q", msg(b"b"))
     a, b = r.take()
     s.nack(c, a.seq)  # goes back, and comes back after b in this consumer's delivery order
-    Session.add_credit(c, 1)
+    BrokerSession.add_credit(c, 1)
     [again] = r.take()
     assert again.message.body == b"a"
     assert s.ack(c, b.seq) == 1
@@ -273,10 +273,10 @@ def test_a_receiver_may_ack_while_it_is_being_pushed_to(broker: Broker) -> None:
         def __init__(self) -> None:
             self.seen: list[bytes] = []
 
-        def handle(self, consumer: Consumer, entry: Entry) -> None:
+        def handle(self, consumer: BrokerConsumer, entry: Entry) -> None:
             self.seen.append(entry.message.body)
             s.ack(consumer, entry.seq)
-            Session.add_credit(consumer, 1)
+            BrokerSession.add_credit(consumer, 1)
 
     for i in range(3):
         s.send("queue:q", msg(str(i)))

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from chute.core import looking
-from chute.core.access import Principal
-from chute.core.address import user_queue
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode
-from chute.core.diversion import DIVERT_REASON, ORIGINAL_DESTINATION
-from chute.core.settings import DestinationSettings
-from chute.core.store import AddOp
+from chute.core.model.address import user_queue
+from chute.core.model.consumer import AckMode
+from chute.core.model.settings import DestinationSettings
+from chute.core.model.store import AddOp
+from chute.core.operations import looking
+from chute.core.operations.connection import BrokerConnection
+from chute.core.rules.access import Principal
+from chute.core.rules.broker import Broker
+from chute.core.rules.diversion import DIVERT_REASON, ORIGINAL_DESTINATION
 from chute.errors import AccessDenied, ConsumerError, InvalidAddress, NotFound
 
 from .helpers import (
@@ -33,11 +33,11 @@ ALICE = user_queue("alice")
 
 
 def test_a_temporary_queue_is_consumed_by_its_connection_only(broker: Broker) -> None:
-    owner = Connection(broker)
+    owner = BrokerConnection(broker)
     address = owner.temporary_queue()
     assert address.startswith("queue:__tmp__.")
     assert owner.temporary_queue() != address
-    other = Connection(broker)
+    other = BrokerConnection(broker)
     with pytest.raises(AccessDenied):
         other.session().consumer(1, address, Recorder())
     other.session().send(address, msg(b"reply"))  # anyone may send (it is the usual reply-to)
@@ -47,7 +47,7 @@ def test_a_temporary_queue_is_consumed_by_its_connection_only(broker: Broker) ->
 
 
 def test_a_temporary_queue_is_gone_with_its_connection(broker: Broker) -> None:
-    owner = Connection(broker)
+    owner = BrokerConnection(broker)
     address = owner.temporary_queue()
     s = owner.session(AckMode.CLIENT)
     s.consumer(1, address, Recorder(), prefetch=1)
@@ -55,7 +55,7 @@ def test_a_temporary_queue_is_gone_with_its_connection(broker: Broker) -> None:
     s.send(address, msg())
     owner.close()
     assert address not in broker.queues
-    other = Connection(broker).session()
+    other = BrokerConnection(broker).session()
     with pytest.raises(NotFound):
         other.send(address, msg())
     with pytest.raises(NotFound):
@@ -64,7 +64,7 @@ def test_a_temporary_queue_is_gone_with_its_connection(broker: Broker) -> None:
 
 
 def test_a_temporary_queue_is_never_stored(broker: Broker) -> None:
-    owner = Connection(broker)
+    owner = BrokerConnection(broker)
     address = owner.temporary_queue()
     owner.session().send(address, msg())
     assert stored(broker, address) == []
@@ -73,7 +73,7 @@ def test_a_temporary_queue_is_never_stored(broker: Broker) -> None:
 
 
 def test_a_temporary_queue_that_never_existed_is_not_found(broker: Broker) -> None:
-    s = Connection(broker).session()
+    s = BrokerConnection(broker).session()
     with pytest.raises(NotFound):
         s.send("queue:__tmp__.c999.1", msg())
     with pytest.raises(NotFound):
@@ -85,27 +85,27 @@ def test_a_temporary_queue_that_never_existed_is_not_found(broker: Broker) -> No
 
 def test_only_the_user_may_consume_from_a_login_queue(broker: Broker) -> None:
     with pytest.raises(AccessDenied):
-        Connection(broker, Principal("bob")).session().consumer(1, ALICE, Recorder())
+        BrokerConnection(broker, Principal("bob")).session().consumer(1, ALICE, Recorder())
     with pytest.raises(AccessDenied):
-        Connection(broker).session().consumer(1, ALICE, Recorder())
-    Connection(broker, Principal("alice")).session().consumer(1, ALICE, Recorder())
+        BrokerConnection(broker).session().consumer(1, ALICE, Recorder())
+    BrokerConnection(broker, Principal("alice")).session().consumer(1, ALICE, Recorder())
 
 
 def test_messages_wait_until_the_user_has_a_session(broker: Broker) -> None:
-    Connection(broker, Principal("bob")).session().send(ALICE, msg(b"hi alice"))
-    Connection(broker, Principal("bob")).session().send(ALICE, msg(b"again"))
+    BrokerConnection(broker, Principal("bob")).session().send(ALICE, msg(b"hi alice"))
+    BrokerConnection(broker, Principal("bob")).session().send(ALICE, msg(b"again"))
     assert stats_of(broker, ALICE)["depth"] == 2
     r = Recorder()
-    Connection(broker, Principal("alice")).session(AckMode.CLIENT).consumer(1, ALICE, r)
+    BrokerConnection(broker, Principal("alice")).session(AckMode.CLIENT).consumer(1, ALICE, r)
     assert r.bodies == [b"hi alice", b"again"]
     assert [(e.redelivered, e.delivery_count) for e in r.entries] == [(False, 1), (False, 1)]
 
 
 def test_every_live_session_of_the_user_gets_every_message(broker: Broker) -> None:
     r1, r2 = Recorder(), Recorder()
-    Connection(broker, Principal("alice")).session(AckMode.CLIENT).consumer(1, ALICE, r1)
-    Connection(broker, Principal("alice")).session(AckMode.CLIENT).consumer(1, ALICE, r2)
-    producer = Connection(broker).session()
+    BrokerConnection(broker, Principal("alice")).session(AckMode.CLIENT).consumer(1, ALICE, r1)
+    BrokerConnection(broker, Principal("alice")).session(AckMode.CLIENT).consumer(1, ALICE, r2)
+    producer = BrokerConnection(broker).session()
     producer.send(ALICE, msg(b"1"))
     producer.send(ALICE, msg(b"2"))
     assert r1.bodies == r2.bodies == [b"1", b"2"]
@@ -113,31 +113,31 @@ def test_every_live_session_of_the_user_gets_every_message(broker: Broker) -> No
 
 
 def test_a_copy_settles_once_one_was_acked_and_all_are_finished(broker: Broker) -> None:
-    a1 = Connection(broker, Principal("alice"))
-    a2 = Connection(broker, Principal("alice"))
+    a1 = BrokerConnection(broker, Principal("alice"))
+    a2 = BrokerConnection(broker, Principal("alice"))
     r1, r2 = Recorder(), Recorder()
     s1 = a1.session(AckMode.CLIENT)
     s2 = a2.session(AckMode.CLIENT)
     c1 = s1.consumer(1, ALICE, r1)
     s2.consumer(1, ALICE, r2)
-    Connection(broker).session().send(ALICE, msg(b"x"))
+    BrokerConnection(broker).session().send(ALICE, msg(b"x"))
     s1.ack(c1, r1.entries[0].seq)
     assert stored(broker, ALICE) == [b"x"]  # the other copy is still out
     a2.close()  # its copy finishes without an ack
     assert stored(broker, ALICE) == []
     assert stats_of(broker, ALICE)["depth"] == 0
     r3 = Recorder()
-    Connection(broker, Principal("alice")).session().consumer(1, ALICE, r3)
+    BrokerConnection(broker, Principal("alice")).session().consumer(1, ALICE, r3)
     assert r3.entries == []
 
 
 def test_both_copies_acked_settles_once(broker: Broker) -> None:
     r1, r2 = Recorder(), Recorder()
-    s1 = Connection(broker, Principal("alice")).session(AckMode.CLIENT)
-    s2 = Connection(broker, Principal("alice")).session(AckMode.CLIENT)
+    s1 = BrokerConnection(broker, Principal("alice")).session(AckMode.CLIENT)
+    s2 = BrokerConnection(broker, Principal("alice")).session(AckMode.CLIENT)
     c1 = s1.consumer(1, ALICE, r1)
     c2 = s2.consumer(1, ALICE, r2)
-    Connection(broker).session().send(ALICE, msg(b"x"))
+    BrokerConnection(broker).session().send(ALICE, msg(b"x"))
     s1.ack(c1, r1.entries[0].seq)
     s2.ack(c2, r2.entries[0].seq)
     st = stats_of(broker, ALICE)
@@ -146,17 +146,17 @@ def test_both_copies_acked_settles_once(broker: Broker) -> None:
 
 
 def test_a_message_comes_back_if_every_session_closed_without_acking(broker: Broker) -> None:
-    a1 = Connection(broker, Principal("alice"))
-    a2 = Connection(broker, Principal("alice"))
+    a1 = BrokerConnection(broker, Principal("alice"))
+    a2 = BrokerConnection(broker, Principal("alice"))
     a1.session(AckMode.CLIENT).consumer(1, ALICE, Recorder())
     a2.session(AckMode.CLIENT).consumer(1, ALICE, Recorder())
-    Connection(broker).session().send(ALICE, msg(b"x"))
+    BrokerConnection(broker).session().send(ALICE, msg(b"x"))
     a1.close()
     a2.close()
     assert stored(broker, ALICE) == [b"x"]
     assert stats_of(broker, ALICE)["depth"] == 1
     r = Recorder()
-    Connection(broker, Principal("alice")).session(AckMode.CLIENT).consumer(1, ALICE, r)
+    BrokerConnection(broker, Principal("alice")).session(AckMode.CLIENT).consumer(1, ALICE, r)
     [e] = r.entries
     assert e.message.body == b"x"
     assert e.redelivered
@@ -164,11 +164,11 @@ def test_a_message_comes_back_if_every_session_closed_without_acking(broker: Bro
 
 
 def test_a_returned_message_goes_to_a_session_that_is_still_live(broker: Broker) -> None:
-    a1 = Connection(broker, Principal("alice"))
+    a1 = BrokerConnection(broker, Principal("alice"))
     a1.session(AckMode.CLIENT).consumer(1, ALICE, Recorder())
-    Connection(broker).session().send(ALICE, msg(b"x"))
+    BrokerConnection(broker).session().send(ALICE, msg(b"x"))
     late = Recorder()
-    a2 = Connection(broker, Principal("alice"))
+    a2 = BrokerConnection(broker, Principal("alice"))
     a2.session(AckMode.CLIENT).consumer(1, ALICE, late)  # logged in after the fan-out
     assert late.entries == []
     a1.close()
@@ -177,21 +177,21 @@ def test_a_returned_message_goes_to_a_session_that_is_still_live(broker: Broker)
 
 
 def test_two_consumers_of_one_connection_share_its_copy(broker: Broker) -> None:
-    s = Connection(broker, Principal("alice")).session(AckMode.AUTO)
+    s = BrokerConnection(broker, Principal("alice")).session(AckMode.AUTO)
     r1, r2 = Recorder(), Recorder()
     s.consumer(1, ALICE, r1)
     s.consumer(2, ALICE, r2)
     for i in range(4):
-        Connection(broker).session().send(ALICE, msg(str(i)))
+        BrokerConnection(broker).session().send(ALICE, msg(str(i)))
     assert sorted(r1.bodies + r2.bodies) == [b"0", b"1", b"2", b"3"]
     assert stats_of(broker, ALICE)["depth"] == 0
 
 
 def test_a_rejected_copy_is_dead_lettered_once_and_not_sent_again(broker: Broker) -> None:
-    s = Connection(broker, Principal("alice")).session(AckMode.CLIENT)
+    s = BrokerConnection(broker, Principal("alice")).session(AckMode.CLIENT)
     r = Recorder()
     c = s.consumer(1, ALICE, r, prefetch=5)
-    Connection(broker).session().send(ALICE, msg(b"no"))
+    BrokerConnection(broker).session().send(ALICE, msg(b"no"))
     s.nack(c, r.entries[0].seq, requeue=False)
     assert len(r.entries) == 1
     [dead] = looking.browse(broker, "queue:__sys__deadLetter")
@@ -201,12 +201,12 @@ def test_a_rejected_copy_is_dead_lettered_once_and_not_sent_again(broker: Broker
 
 
 def test_a_copy_rejected_by_one_session_and_acked_by_another_is_settled(broker: Broker) -> None:
-    s1 = Connection(broker, Principal("alice")).session(AckMode.CLIENT)
-    s2 = Connection(broker, Principal("alice")).session(AckMode.CLIENT)
+    s1 = BrokerConnection(broker, Principal("alice")).session(AckMode.CLIENT)
+    s2 = BrokerConnection(broker, Principal("alice")).session(AckMode.CLIENT)
     r1, r2 = Recorder(), Recorder()
     c1 = s1.consumer(1, ALICE, r1)
     c2 = s2.consumer(1, ALICE, r2)
-    Connection(broker).session().send(ALICE, msg(b"x"))
+    BrokerConnection(broker).session().send(ALICE, msg(b"x"))
     s1.nack(c1, r1.entries[0].seq, requeue=False)
     s2.ack(c2, r2.entries[0].seq)
     assert looking.browse(broker, "queue:__sys__deadLetter") == []
@@ -215,10 +215,10 @@ def test_a_copy_rejected_by_one_session_and_acked_by_another_is_settled(broker: 
 
 
 def test_browsing_a_login_queue_shows_messages_out_with_sessions(broker: Broker) -> None:
-    Connection(broker, Principal("alice")).session(AckMode.CLIENT).consumer(
+    BrokerConnection(broker, Principal("alice")).session(AckMode.CLIENT).consumer(
         1, ALICE, Recorder(), prefetch=1
     )
-    producer = Connection(broker).session()
+    producer = BrokerConnection(broker).session()
     producer.send(ALICE, msg(b"low", priority=1))
     producer.send(ALICE, msg(b"high", priority=8))
     assert bodies(looking.browse(broker, ALICE)) == [b"low", b"high"]  # in sequence order
@@ -228,10 +228,10 @@ def test_an_expired_login_message_is_moved_once() -> None:
     clock = FakeClock()
     broker = make_broker(clock=clock)
     for _ in range(2):
-        Connection(broker, Principal("alice")).session(AckMode.CLIENT).consumer(
+        BrokerConnection(broker, Principal("alice")).session(AckMode.CLIENT).consumer(
             1, ALICE, Recorder(), prefetch=1
         )
-    producer = Connection(broker).session()
+    producer = BrokerConnection(broker).session()
     producer.send(ALICE, msg(b"first"))
     producer.send(ALICE, msg(b"brief"), ttl=10)
     clock.advance(10)
@@ -240,24 +240,24 @@ def test_an_expired_login_message_is_moved_once() -> None:
 
 
 def test_login_queue_messages_survive_a_restart(broker: Broker) -> None:
-    a = Connection(broker, Principal("alice"))
+    a = BrokerConnection(broker, Principal("alice"))
     a.session(AckMode.CLIENT).consumer(1, ALICE, Recorder())
-    Connection(broker).session().send(ALICE, msg(b"delivered"))
-    Connection(broker).session().send(ALICE, msg(b"transient", persistent=False))
+    BrokerConnection(broker).session().send(ALICE, msg(b"delivered"))
+    BrokerConnection(broker).session().send(ALICE, msg(b"transient", persistent=False))
     broker2 = restart(broker)
     r = Recorder()
-    Connection(broker2, Principal("alice")).session(AckMode.CLIENT).consumer(1, ALICE, r)
+    BrokerConnection(broker2, Principal("alice")).session(AckMode.CLIENT).consumer(1, ALICE, r)
     assert r.bodies == [b"delivered"]
     assert r.entries[0].redelivered
 
 
 def test_a_login_queue_uses_its_destination_settings() -> None:
     broker = make_broker({"queue:__user__.*": DestinationSettings(max_deliveries=1)})
-    alice = Connection(broker, Principal("alice"))
+    alice = BrokerConnection(broker, Principal("alice"))
     s = alice.session(AckMode.CLIENT)
     r = Recorder()
     c = s.consumer(1, ALICE, r)
-    Connection(broker).session().send(ALICE, msg(b"x"))
+    BrokerConnection(broker).session().send(ALICE, msg(b"x"))
     s.close_consumer(c)  # its copy goes back to the connection's pipe
     alice.close()  # and the connection's end makes it a failed delivery
     assert bodies(looking.browse(broker, "queue:__sys__deadLetter")) == [b"x"]
@@ -267,7 +267,7 @@ def test_a_login_queue_uses_its_destination_settings() -> None:
 
 
 def test_a_callback_forwards_every_message_to_its_destination(broker: Broker) -> None:
-    s = Connection(broker).session()
+    s = BrokerConnection(broker).session()
     s.callback("topic:prices", "toaster", "queue:toaster.in")
     s.send("topic:prices", msg(b"1"))
     s.send("topic:prices", msg(b"2"))
@@ -278,7 +278,7 @@ def test_a_callback_forwards_every_message_to_its_destination(broker: Broker) ->
 
 
 def test_a_callback_with_a_selector_forwards_only_matches(broker: Broker) -> None:
-    s = Connection(broker).session()
+    s = BrokerConnection(broker).session()
     s.callback("topic:prices", "eu", "queue:eu", selector="region = 'eu'")
     for region in ("us", "eu", "asia", "eu"):
         s.send("topic:prices", msg(region, properties={"region": region}))
@@ -286,19 +286,19 @@ def test_a_callback_with_a_selector_forwards_only_matches(broker: Broker) -> Non
 
 
 def test_a_callback_survives_a_restart(broker: Broker) -> None:
-    conn = Connection(broker)
+    conn = BrokerConnection(broker)
     s = conn.session()
     s.callback("topic:prices", "toaster", "queue:toaster.in")
     s.send("topic:prices", msg(b"before"))
     conn.close()
     broker2 = restart(broker)
-    Connection(broker2).session().send("topic:prices", msg(b"after"))
+    BrokerConnection(broker2).session().send("topic:prices", msg(b"after"))
     assert bodies(looking.browse(broker2, "queue:toaster.in")) == [b"before", b"after"]
     assert [e.seq for e in looking.browse(broker2, "queue:toaster.in")] == [1, 2]
 
 
 def test_a_callback_can_forward_to_a_topic(broker: Broker) -> None:
-    s = Connection(broker).session(AckMode.AUTO)
+    s = BrokerConnection(broker).session(AckMode.AUTO)
     r = Recorder()
     s.consumer(1, "topic:b", r)
     s.callback("topic:a", "bridge", "topic:b")
@@ -307,7 +307,7 @@ def test_a_callback_can_forward_to_a_topic(broker: Broker) -> None:
 
 
 def test_callback_errors(broker: Broker) -> None:
-    s = Connection(broker).session()
+    s = BrokerConnection(broker).session()
     with pytest.raises(InvalidAddress):
         s.callback("topic:t", "loop", "topic:t")
     with pytest.raises(InvalidAddress):
@@ -318,7 +318,7 @@ def test_callback_errors(broker: Broker) -> None:
 
 def test_a_callback_that_cannot_forward_dead_letters() -> None:
     broker = make_broker({"queue:out": DestinationSettings(max_messages=1)})
-    s = Connection(broker).session()
+    s = BrokerConnection(broker).session()
     s.callback("topic:t", "cb", "queue:out")
     s.send("topic:t", msg(b"1"))
     s.send("topic:t", msg(b"2"))
@@ -329,7 +329,7 @@ def test_a_callback_that_cannot_forward_dead_letters() -> None:
 
 
 def test_forwarding_loops_end_in_the_dead_letter_queue(broker: Broker) -> None:
-    s = Connection(broker).session()
+    s = BrokerConnection(broker).session()
     s.callback("topic:a", "ab", "topic:b")
     s.callback("topic:b", "ba", "topic:a")
     s.send("topic:a", msg(b"round and round"))
@@ -339,7 +339,7 @@ def test_forwarding_loops_end_in_the_dead_letter_queue(broker: Broker) -> None:
 
 
 def test_a_callback_can_be_replaced_and_unsubscribed(broker: Broker) -> None:
-    s = Connection(broker).session()
+    s = BrokerConnection(broker).session()
     s.callback("topic:t", "cb", "queue:one")
     s.callback("topic:t", "cb", "queue:two")
     s.send("topic:t", msg(b"x"))
@@ -354,7 +354,7 @@ def test_a_callback_can_be_replaced_and_unsubscribed(broker: Broker) -> None:
 
 
 def test_a_callback_does_not_take_a_durable_subscriptions_name(broker: Broker) -> None:
-    s = Connection(broker, client_id="app").session()
+    s = BrokerConnection(broker, client_id="app").session()
     s.callback("topic:t", "same", "queue:out")
     c = s.consumer(1, "topic:t", Recorder(), subscription="same", durable=True)
     with pytest.raises(ConsumerError):
@@ -368,7 +368,7 @@ def test_a_callback_does_not_take_a_durable_subscriptions_name(broker: Broker) -
 def test_recovery_forwards_pending_callback_messages_without_reusing_sequences() -> None:
     """A crash between a callback's add and its forward leaves work for recovery."""
     broker = make_broker()
-    s = Connection(broker).session()
+    s = BrokerConnection(broker).session()
     s.send("queue:out", msg(b"already there"))
     s.callback("topic:t", "cb", "queue:out")
     store = broker.store

@@ -6,22 +6,22 @@ import logging
 
 import pytest
 
-from chute.core import looking
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode
-from chute.core.store import AddOp
+from chute.core.model.consumer import AckMode
+from chute.core.model.store import AddOp
+from chute.core.operations import looking
+from chute.core.operations.connection import BrokerConnection
+from chute.core.rules.broker import Broker
 
 from .helpers import Recorder, bodies, make_broker, memory, msg, restart, stats_of
 
 
 def test_persistent_messages_in_durable_queues_come_back_in_order(broker: Broker) -> None:
-    s = Connection(broker).session()
+    s = BrokerConnection(broker).session()
     for body, priority in [(b"a", 4), (b"b", 9), (b"c", 4), (b"d", 0), (b"e", 9)]:
         s.send("queue:q", msg(body, priority=priority, properties={"p": priority}))
     broker2 = restart(broker)
     r = Recorder()
-    Connection(broker2).session(AckMode.AUTO).consumer(1, "queue:q", r)
+    BrokerConnection(broker2).session(AckMode.AUTO).consumer(1, "queue:q", r)
     assert r.bodies == [b"b", b"e", b"a", b"c", b"d"]
     assert [e.seq for e in r.entries] == [2, 5, 1, 3, 4]
     assert all(not e.redelivered and e.delivery_count == 1 for e in r.entries)
@@ -29,22 +29,22 @@ def test_persistent_messages_in_durable_queues_come_back_in_order(broker: Broker
 
 
 def test_sequence_numbers_continue_after_a_restart(broker: Broker) -> None:
-    s = Connection(broker).session()
+    s = BrokerConnection(broker).session()
     for _ in range(3):
         s.send("queue:q", msg())
     broker2 = restart(broker)
-    Connection(broker2).session().send("queue:q", msg(b"new"))
+    BrokerConnection(broker2).session().send("queue:q", msg(b"new"))
     assert [e.seq for e in looking.browse(broker2, "queue:q")] == [1, 2, 3, 4]
     # also when everything was consumed before the restart
     r = Recorder()
-    Connection(broker2).session(AckMode.AUTO).consumer(1, "queue:q", r)
+    BrokerConnection(broker2).session(AckMode.AUTO).consumer(1, "queue:q", r)
     broker3 = restart(broker2)
-    Connection(broker3).session().send("queue:q", msg(b"newer"))
+    BrokerConnection(broker3).session().send("queue:q", msg(b"newer"))
     assert [e.seq for e in looking.browse(broker3, "queue:q")] == [5]
 
 
 def test_acked_messages_do_not_come_back(broker: Broker) -> None:
-    s = Connection(broker).session(AckMode.INDIVIDUAL)
+    s = BrokerConnection(broker).session(AckMode.INDIVIDUAL)
     r = Recorder()
     c = s.consumer(1, "queue:q", r)
     for body in (b"a", b"b", b"c"):
@@ -55,20 +55,20 @@ def test_acked_messages_do_not_come_back(broker: Broker) -> None:
 
 
 def test_delivered_but_unacked_messages_come_back_redelivered(broker: Broker) -> None:
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     r = Recorder()
     s.consumer(1, "queue:q", r, prefetch=1)
     s.send("queue:q", msg(b"seen"))
     s.send("queue:q", msg(b"unseen"))
     broker2 = restart(broker)  # the consumer never acked: a crash
     r2 = Recorder()
-    Connection(broker2).session(AckMode.CLIENT).consumer(1, "queue:q", r2)
+    BrokerConnection(broker2).session(AckMode.CLIENT).consumer(1, "queue:q", r2)
     assert r2.bodies == [b"seen", b"unseen"]
     assert [(e.redelivered, e.delivery_count) for e in r2.entries] == [(True, 2), (False, 1)]
 
 
 def test_non_persistent_messages_do_not_come_back(broker: Broker) -> None:
-    s = Connection(broker).session()
+    s = BrokerConnection(broker).session()
     s.send("queue:q", msg(b"keep"))
     s.send("queue:q", msg(b"lose", persistent=False))
     s.send("queue:q", msg(b"keep too"))
@@ -77,7 +77,7 @@ def test_non_persistent_messages_do_not_come_back(broker: Broker) -> None:
 
 
 def test_temporary_queues_do_not_come_back(broker: Broker) -> None:
-    conn = Connection(broker)
+    conn = BrokerConnection(broker)
     address = conn.temporary_queue()
     conn.session().send(address, msg())
     broker2 = restart(broker)
@@ -86,7 +86,7 @@ def test_temporary_queues_do_not_come_back(broker: Broker) -> None:
 
 
 def test_dead_letters_survive_a_restart(broker: Broker) -> None:
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     r = Recorder()
     c = s.consumer(1, "queue:q", r)
     s.send("queue:q", msg(b"bad"))
@@ -98,7 +98,7 @@ def test_dead_letters_survive_a_restart(broker: Broker) -> None:
 
 
 def test_recover_reports_how_many_messages_it_restored(broker: Broker) -> None:
-    s = Connection(broker).session()
+    s = BrokerConnection(broker).session()
     s.send("queue:a", msg())
     s.send("queue:b", msg())
     s.send("queue:b", msg(persistent=False))
@@ -108,7 +108,7 @@ def test_recover_reports_how_many_messages_it_restored(broker: Broker) -> None:
 
 
 def test_queues_come_back_even_when_empty(broker: Broker) -> None:
-    Connection(broker).session().consumer(1, "queue:idle", Recorder())
+    BrokerConnection(broker).session().consumer(1, "queue:idle", Recorder())
     broker2 = restart(broker)
     assert "queue:idle" in broker2.queues
 
@@ -125,7 +125,7 @@ def test_messages_for_an_unknown_queue_are_skipped_with_a_warning(
 
 
 def test_a_restart_after_a_restart_keeps_everything(broker: Broker) -> None:
-    conn = Connection(broker, client_id="app")
+    conn = BrokerConnection(broker, client_id="app")
     s = conn.session(AckMode.CLIENT)
     s.consumer(1, "topic:t", Recorder(), subscription="sub", durable=True)
     s.send("topic:t", msg(b"t"))
@@ -133,7 +133,7 @@ def test_a_restart_after_a_restart_keeps_everything(broker: Broker) -> None:
     broker3 = restart(restart(broker))
     assert bodies(looking.browse(broker3, "queue:q")) == [b"q"]
     r = Recorder()
-    Connection(broker3, client_id="app").session().consumer(
+    BrokerConnection(broker3, client_id="app").session().consumer(
         1, "topic:t", r, subscription="sub", durable=True
     )
     assert r.bodies == [b"t"]

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from chute.core import looking
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode
-from chute.core.diversion import DIVERT_REASON, ORIGINAL_DESTINATION
-from chute.core.session import Session
-from chute.core.settings import DestinationSettings
+from chute.core.model.consumer import AckMode
+from chute.core.model.settings import DestinationSettings
+from chute.core.operations import looking
+from chute.core.operations.connection import BrokerConnection
+from chute.core.operations.session import BrokerSession
+from chute.core.rules.broker import Broker
+from chute.core.rules.diversion import DIVERT_REASON, ORIGINAL_DESTINATION
 
 from .helpers import Recorder, bodies, make_broker, memory, msg, stats_of, stored
 
@@ -16,7 +16,7 @@ DLQ = "queue:__sys__deadLetter"
 
 
 def test_nack_requeue_puts_the_message_back_in_its_place(broker: Broker) -> None:
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     for body in (b"a", b"b", b"c"):
         s.send("queue:q", msg(body))
     r = Recorder()
@@ -25,7 +25,7 @@ def test_nack_requeue_puts_the_message_back_in_its_place(broker: Broker) -> None
     assert (a.redelivered, a.delivery_count) == (False, 1)
     s.nack(c, a.seq, requeue=True)
     assert bodies(looking.browse(broker, "queue:q")) == [b"a", b"b", b"c"]
-    Session.add_credit(c, 3)
+    BrokerSession.add_credit(c, 3)
     got = r.take()
     assert bodies(got) == [b"a", b"b", b"c"]
     assert (got[0].redelivered, got[0].delivery_count) == (True, 2)
@@ -35,19 +35,19 @@ def test_nack_requeue_puts_the_message_back_in_its_place(broker: Broker) -> None
 def test_a_nacked_message_goes_back_before_later_ones_of_its_priority_only(
     broker: Broker,
 ) -> None:
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     r = Recorder()
     c = s.consumer(1, "queue:q", r, prefetch=1)
     s.send("queue:q", msg(b"low", priority=1))
     s.send("queue:q", msg(b"mid", priority=5))
     s.send("queue:q", msg(b"top", priority=9))
     s.nack(c, r.take()[0].seq)
-    Session.add_credit(c, 3)
+    BrokerSession.add_credit(c, 3)
     assert r.bodies == [b"top", b"mid", b"low"]
 
 
 def test_a_requeued_message_slots_between_waiting_ones_by_sequence(broker: Broker) -> None:
-    s = Connection(broker).session(AckMode.INDIVIDUAL)
+    s = BrokerConnection(broker).session(AckMode.INDIVIDUAL)
     r = Recorder()
     c = s.consumer(1, "queue:q", r, prefetch=2)
     for body in (b"1", b"2", b"3", b"4"):
@@ -56,12 +56,12 @@ def test_a_requeued_message_slots_between_waiting_ones_by_sequence(broker: Broke
     s.nack(c, one.seq)  # waiting: 1 3 4
     s.nack(c, two.seq)  # 2 belongs between 1 and 3
     assert bodies(looking.browse(broker, "queue:q")) == [b"1", b"2", b"3", b"4"]
-    Session.add_credit(c, 4)
+    BrokerSession.add_credit(c, 4)
     assert r.bodies == [b"1", b"2", b"3", b"4"]
 
 
 def test_nack_without_requeue_dead_letters_with_reason_rejected(broker: Broker) -> None:
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     r = Recorder()
     c = s.consumer(1, "queue:q", r)
     s.send("queue:q", msg(b"poison", properties={"id": 7}))
@@ -81,7 +81,7 @@ def test_nack_without_requeue_dead_letters_with_reason_rejected(broker: Broker) 
 
 
 def test_closing_a_consumer_returns_its_messages_in_order(broker: Broker) -> None:
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     for i in range(6):
         s.send("queue:q", msg(str(i)))
     r1 = Recorder()
@@ -99,7 +99,7 @@ def test_closing_a_consumer_returns_its_messages_in_order(broker: Broker) -> Non
 
 
 def test_closing_a_session_or_connection_returns_messages_too(broker: Broker) -> None:
-    conn = Connection(broker)
+    conn = BrokerConnection(broker)
     s = conn.session(AckMode.CLIENT)
     s.consumer(1, "queue:q", Recorder())
     s.consumer(2, "queue:q", Recorder())
@@ -109,14 +109,14 @@ def test_closing_a_session_or_connection_returns_messages_too(broker: Broker) ->
     conn.close()  # idempotent
     assert looking.stats(broker)["connections"] == 0
     r = Recorder()
-    Connection(broker).session(AckMode.AUTO).consumer(1, "queue:q", r)
+    BrokerConnection(broker).session(AckMode.AUTO).consumer(1, "queue:q", r)
     assert r.bodies == [b"0", b"1", b"2", b"3"]
     assert all(e.redelivered for e in r.entries)
 
 
 def test_past_max_deliveries_a_message_is_dead_lettered() -> None:
     broker = make_broker({"queue:q": DestinationSettings(max_deliveries=3)})
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     r = Recorder()
     c = s.consumer(1, "queue:q", r, prefetch=1)
     s.send("queue:q", msg(b"poison"))
@@ -125,7 +125,7 @@ def test_past_max_deliveries_a_message_is_dead_lettered() -> None:
         [e] = r.take()
         assert e.message.body == b"poison"
         s.nack(c, e.seq)
-        Session.add_credit(c, 1)
+        BrokerSession.add_credit(c, 1)
     assert [e.delivery_count for e in r.entries] == [1]
     assert r.bodies == [b"next"]
     [dead] = looking.browse(broker, DLQ)
@@ -137,7 +137,7 @@ def test_past_max_deliveries_a_message_is_dead_lettered() -> None:
 
 def test_consumer_close_counts_as_a_failed_delivery() -> None:
     broker = make_broker({"queue:q": DestinationSettings(max_deliveries=2)})
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     s.send("queue:q", msg(b"crashy"))
     for i in range(2):
         c = s.consumer(i, "queue:q", Recorder())
@@ -148,32 +148,32 @@ def test_consumer_close_counts_as_a_failed_delivery() -> None:
 
 def test_max_deliveries_zero_means_unlimited() -> None:
     broker = make_broker({"queue:q": DestinationSettings(max_deliveries=0)})
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     r = Recorder()
     c = s.consumer(1, "queue:q", r, prefetch=1)
     s.send("queue:q", msg())
     for _ in range(50):
         [e] = r.take()
         s.nack(c, e.seq)
-        Session.add_credit(c, 1)
+        BrokerSession.add_credit(c, 1)
     assert r.entries[0].delivery_count == 51
     assert looking.browse(broker, DLQ) == []
 
 
 def test_the_store_learns_of_deliveries(broker: Broker) -> None:
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     r = Recorder()
     c = s.consumer(1, "queue:q", r, prefetch=1)
     s.send("queue:q", msg())
     s.nack(c, r.take()[0].seq)
-    Session.add_credit(c, 1)
+    BrokerSession.add_credit(c, 1)
     [e] = r.take()
     held = memory(broker).messages["queue:q"]
     assert held[e.seq].delivery_count == 2
 
 
 def test_a_redelivered_message_goes_to_any_consumer(broker: Broker) -> None:
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     r1, r2 = Recorder(), Recorder()
     c1 = s.consumer(1, "queue:q", r1, prefetch=1)
     s.send("queue:q", msg(b"x"))
@@ -185,7 +185,7 @@ def test_a_redelivered_message_goes_to_any_consumer(broker: Broker) -> None:
 
 def test_selectors_see_the_delivery_history(broker: Broker) -> None:
     """JMSRedelivered and JMSXDeliveryCount in a selector reflect the coming delivery."""
-    conn = Connection(broker)
+    conn = BrokerConnection(broker)
     conn.session().send("queue:h", msg(b"fresh"))
     first = conn.session(AckMode.CLIENT)
     recorder = Recorder()

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from chute.core.address import DEAD_LETTER, EXPIRED
-from chute.core.settings import (
+from chute.core.model.address import DEAD_LETTER, EXPIRED
+from chute.core.model.settings import (
     DestinationSettings,
     Overflow,
     SettingsResolver,

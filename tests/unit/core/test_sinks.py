@@ -12,22 +12,22 @@ import logging
 
 import pytest
 
-from chute.core import looking
-from chute.core.address import DEAD_LETTER, EXPIRED
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode
-from chute.core.diversion import DIVERT_REASON
-from chute.core.paging import HELD_OVERHEAD, held_cost
-from chute.core.session import Session
-from chute.core.settings import (
+from chute.core.model.address import DEAD_LETTER, EXPIRED
+from chute.core.model.consumer import AckMode
+from chute.core.model.paging import HELD_OVERHEAD, held_cost
+from chute.core.model.settings import (
     SINK_MAX_BYTES,
     SINK_MEMORY_SHARE,
     DestinationSettings,
     Overflow,
     SettingsResolver,
 )
-from chute.core.store import AddOp
+from chute.core.model.store import AddOp
+from chute.core.operations import looking
+from chute.core.operations.connection import BrokerConnection
+from chute.core.operations.session import BrokerSession
+from chute.core.rules.broker import Broker
+from chute.core.rules.diversion import DIVERT_REASON
 from chute.message import Message
 
 from .helpers import FakeClock, Recorder, RecordingStore, msg, stats_of
@@ -52,10 +52,12 @@ def flood_broker(
     )
 
 
-def stuck_subscriber(broker: Broker) -> Session:
+def stuck_subscriber(broker: Broker) -> BrokerSession:
     """A subscriber that took one message and reads nothing more, and a producer."""
-    Connection(broker).session(AckMode.CLIENT).consumer(1, "topic:flood", Recorder(), prefetch=1)
-    return Connection(broker).session(AckMode.AUTO)
+    BrokerConnection(broker).session(AckMode.CLIENT).consumer(
+        1, "topic:flood", Recorder(), prefetch=1
+    )
+    return BrokerConnection(broker).session(AckMode.AUTO)
 
 
 def dead_letters(broker: Broker) -> list[Message]:

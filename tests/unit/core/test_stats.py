@@ -1,4 +1,5 @@
-"""Statistics in pages (chute.core.stats): any number of destinations, a page at a time."""
+"""Statistics in pages (chute.core.operations.stats): any number of destinations, a page at
+a time."""
 
 from __future__ import annotations
 
@@ -6,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from chute.core import looking
-from chute.core.access import Access, Action, Role, User
-from chute.core.broker import Broker
-from chute.core.connection import Connection, connect
-from chute.core.stats import STAT_PAGE
-from chute.core.topic import SubscriptionKind, Topic
+from chute.core.model.topic import SubscriptionKind, Topic
+from chute.core.operations import looking
+from chute.core.operations.connection import BrokerConnection, connect
+from chute.core.operations.stats import STAT_PAGE
+from chute.core.rules.access import Access, Action, Role, User
+from chute.core.rules.broker import Broker
 from chute.errors import InvalidAddress
 
 from .helpers import msg
@@ -41,7 +42,7 @@ def test_pages_cover_every_destination_once_in_address_order(broker: Broker) -> 
 
 def test_a_pattern_keeps_what_it_names(broker: Broker) -> None:
     for name in ("orders.eu", "orders.us", "ordersx", "other"):
-        Connection(broker).session().send(f"queue:{name}", msg(b"x"))
+        BrokerConnection(broker).session().send(f"queue:{name}", msg(b"x"))
     assert addresses(pages(broker, pattern="orders.*", limit=1)) == [
         "queue:orders.eu",
         "queue:orders.us",
@@ -66,7 +67,7 @@ def test_a_topic_lists_its_subscriptions(broker: Broker) -> None:
     topic = broker.destination("topic:news", create=True)
     assert isinstance(topic, Topic)
     broker.subscriptions.create("news-a", topic, SubscriptionKind.DURABLE, name="a")
-    Connection(broker).session().send("topic:news", msg(b"x"))
+    BrokerConnection(broker).session().send("topic:news", msg(b"x"))
     [page] = pages(broker, pattern="topic:news")
     [news] = page["destinations"]
     assert (news["depth"], [s["name"] for s in news["subscriptions"]]) == (1, ["news-a"])

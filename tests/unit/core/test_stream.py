@@ -1,20 +1,20 @@
-"""Streams (chute.core.stream): an append-only log kept by retention, read from an offset."""
+"""Streams (chute.core.model.stream): an append-only log kept by retention, read from an offset."""
 
 from __future__ import annotations
 
 import pytest
 
-from chute.core import looking
-from chute.core import stream as stream_module
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode, Consumer, Entry
-from chute.core.offsets import Offset, parse_offset
-from chute.core.readers import WINDOW, StreamReader
-from chute.core.session import Session
-from chute.core.settings import DestinationSettings
-from chute.core.stats import stream_stats
-from chute.core.stream import Stream
+from chute.core.model import stream as stream_module
+from chute.core.model.consumer import AckMode, BrokerConsumer, Entry
+from chute.core.model.offsets import Offset, parse_offset
+from chute.core.model.readers import WINDOW, StreamReader
+from chute.core.model.settings import DestinationSettings
+from chute.core.model.stream import Stream
+from chute.core.operations import looking
+from chute.core.operations.connection import BrokerConnection
+from chute.core.operations.session import BrokerSession
+from chute.core.operations.stats import stream_stats
+from chute.core.rules.broker import Broker
 from chute.errors import ChuteError, ConsumerError, DestinationDeleted, TransactionError
 from chute.message import Message
 
@@ -40,7 +40,7 @@ def stream_of(broker: Broker, address: str = S) -> Stream:
 
 
 def append(broker: Broker, n: int, address: str = S, start: int = 0, **fields: object) -> None:
-    session = Connection(broker).session()
+    session = BrokerConnection(broker).session()
     for i in range(start, start + n):
         session.send(address, msg(f"m{i}", **fields))
 
@@ -57,12 +57,12 @@ class Closer(Recorder):
     """A receiver that is told when the broker closes its consumer, and closes it as a
     driver does."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: BrokerSession) -> None:
         super().__init__()
         self.session = session
         self.errors: list[ChuteError] = []
 
-    def cancelled(self, consumer: Consumer, error: ChuteError) -> None:
+    def cancelled(self, consumer: BrokerConsumer, error: ChuteError) -> None:
         self.errors.append(error)
         self.session.close_consumer(consumer)
 
@@ -84,13 +84,13 @@ class Reading(Recorder):
 
 
 def read_all(
-    session: Session,
+    session: BrokerSession,
     consumer_id: int = 1,
     offset: str | int | None = "first",
     *,
     prefetch: int = 10,
     selector: str | None = None,
-) -> tuple[Consumer, Reading]:
+) -> tuple[BrokerConsumer, Reading]:
     """A client-ack reader that acks each message and gives its credit back, as a client
     does, until nothing more comes."""
     recorder = Reading()
@@ -107,7 +107,7 @@ def read_all(
     return consumer, recorder
 
 
-def pump(session: Session, consumer: Consumer, recorder: Recorder) -> list[Entry]:
+def pump(session: BrokerSession, consumer: BrokerConsumer, recorder: Recorder) -> list[Entry]:
     """Ack what arrived and give the credit back until nothing more comes; all it got."""
     got: list[Entry] = []
     taken = recorder.take()
@@ -115,7 +115,7 @@ def pump(session: Session, consumer: Consumer, recorder: Recorder) -> list[Entry
         got += taken
         for entry in taken:
             session.ack(consumer, entry.seq, cumulative=False)
-        Session.add_credit(consumer, len(taken))
+        BrokerSession.add_credit(consumer, len(taken))
         taken = recorder.take()
     if isinstance(recorder, Reading):
         recorder.got += got
@@ -259,8 +259,8 @@ def test_timestamp_offsets_find_the_first_message_at_or_after(
 
 def test_two_readers_each_get_every_message_and_nothing_is_consumed(broker: Broker) -> None:
     append(broker, 30)
-    one = Connection(broker).session(AckMode.CLIENT)
-    two = Connection(broker).session(AckMode.CLIENT)
+    one = BrokerConnection(broker).session(AckMode.CLIENT)
+    two = BrokerConnection(broker).session(AckMode.CLIENT)
     _, first = read_all(one)
     _, second = read_all(two)
     assert first.got_bodies == names(30)
@@ -272,7 +272,7 @@ def test_two_readers_each_get_every_message_and_nothing_is_consumed(broker: Brok
 
 def test_a_reader_at_next_gets_only_what_comes_after(broker: Broker) -> None:
     append(broker, 5)
-    session = Connection(broker).session(AckMode.CLIENT)
+    session = BrokerConnection(broker).session(AckMode.CLIENT)
     consumer, recorder = read_all(session, offset=None)
     assert recorder.got == []
     append(broker, 3, start=5)
@@ -281,7 +281,7 @@ def test_a_reader_at_next_gets_only_what_comes_after(broker: Broker) -> None:
 
 def test_a_reader_at_last_gets_the_newest_then_what_follows(broker: Broker) -> None:
     append(broker, 5)
-    session = Connection(broker).session(AckMode.CLIENT)
+    session = BrokerConnection(broker).session(AckMode.CLIENT)
     consumer, recorder = read_all(session, offset="last")
     assert recorder.got_bodies == [b"m4"]
     append(broker, 2, start=5)
@@ -290,12 +290,12 @@ def test_a_reader_at_last_gets_the_newest_then_what_follows(broker: Broker) -> N
 
 def test_a_reader_at_an_offset_starts_there(broker: Broker) -> None:
     append(broker, 10)
-    _, recorder = read_all(Connection(broker).session(AckMode.CLIENT), offset=7)
+    _, recorder = read_all(BrokerConnection(broker).session(AckMode.CLIENT), offset=7)
     assert recorder.seqs == [7, 8, 9, 10]
 
 
 def test_a_reader_follows_appends_as_they_come(broker: Broker) -> None:
-    session = Connection(broker).session(AckMode.CLIENT)
+    session = BrokerConnection(broker).session(AckMode.CLIENT)
     consumer, recorder = read_all(session)
     for i in range(5):
         append(broker, 1, start=i)
@@ -304,32 +304,32 @@ def test_a_reader_follows_appends_as_they_come(broker: Broker) -> None:
 
 def test_an_auto_ack_reader_reads_everything_with_its_credit(broker: Broker) -> None:
     append(broker, 700)
-    session = Connection(broker).session(AckMode.AUTO)
+    session = BrokerConnection(broker).session(AckMode.AUTO)
     recorder = Recorder()
     consumer = session.consumer(1, S, recorder, prefetch=50, offset="first")
     got: list[Entry] = []
     while taken := recorder.take():
         got += taken
-        Session.add_credit(consumer, len(taken))
+        BrokerSession.add_credit(consumer, len(taken))
     assert [e.seq for e in got] == list(range(1, 701))
 
 
 def test_a_client_ack_reader_acks_cumulatively(broker: Broker) -> None:
     append(broker, 20)
-    session = Connection(broker).session(AckMode.CLIENT)
+    session = BrokerConnection(broker).session(AckMode.CLIENT)
     recorder = Recorder()
     consumer = session.consumer(1, S, recorder, prefetch=10, offset="first")
     got = recorder.take()
     assert len(got) == 10
     assert session.ack(consumer, got[-1].seq) == 10  # client mode: cumulative
     assert not consumer.inflight
-    Session.add_credit(consumer, 10)
+    BrokerSession.add_credit(consumer, 10)
     assert [e.seq for e in recorder.take()] == list(range(11, 21))
 
 
 def test_a_reader_closed_unacked_loses_nothing_for_a_new_reader(broker: Broker) -> None:
     append(broker, 3)
-    session = Connection(broker).session(AckMode.CLIENT)
+    session = BrokerConnection(broker).session(AckMode.CLIENT)
     recorder = Recorder()
     consumer = session.consumer(1, S, recorder, prefetch=10, offset="first")
     assert len(recorder.take()) == 3
@@ -341,15 +341,15 @@ def test_a_reader_closed_unacked_loses_nothing_for_a_new_reader(broker: Broker) 
 def test_nacked_messages_come_again_in_offset_order_whatever_their_priority(
     broker: Broker,
 ) -> None:
-    session = Connection(broker).session()
+    session = BrokerConnection(broker).session()
     for i in range(6):
         session.send(S, msg(f"m{i}", priority=(1, 9, 4)[i % 3]))
-    reader = Connection(broker).session(AckMode.CLIENT)
+    reader = BrokerConnection(broker).session(AckMode.CLIENT)
     recorder = Recorder()
     consumer = reader.consumer(1, S, recorder, prefetch=3, offset="first")
     assert [e.seq for e in recorder.take()] == [1, 2, 3]
     reader.nack(consumer, 3, cumulative=True)
-    Session.add_credit(consumer, 6)
+    BrokerSession.add_credit(consumer, 6)
     got = recorder.take()
     assert [(e.seq, e.redelivered) for e in got] == [
         (1, True),
@@ -365,7 +365,7 @@ def test_a_rejected_message_is_dead_lettered_and_stays_in_the_stream(
     broker: Broker, caplog: pytest.LogCaptureFixture
 ) -> None:
     append(broker, 2)
-    reader = Connection(broker).session(AckMode.CLIENT)
+    reader = BrokerConnection(broker).session(AckMode.CLIENT)
     recorder = Recorder()
     consumer = reader.consumer(1, S, recorder, prefetch=5, offset="first")
     [one, _] = recorder.take()
@@ -382,7 +382,7 @@ def test_a_rejected_message_is_dead_lettered_and_stays_in_the_stream(
 def test_closing_the_connection_closes_its_readers(broker: Broker) -> None:
     append(broker, 20)
     start = broker.memory.used
-    conn = Connection(broker)
+    conn = BrokerConnection(broker)
     conn.session(AckMode.CLIENT).consumer(1, S, Recorder(), prefetch=5, offset="first")
     conn.session(AckMode.AUTO).consumer(1, S, Recorder(), prefetch=5, offset="first")
     assert len(stream_of(broker).readers) == 2
@@ -392,20 +392,20 @@ def test_closing_the_connection_closes_its_readers(broker: Broker) -> None:
 
 
 def test_a_reader_with_a_selector_gets_only_matching_messages(broker: Broker) -> None:
-    session = Connection(broker).session()
+    session = BrokerConnection(broker).session()
     for i in range(40):
         session.send(S, msg(f"m{i}", properties={"n": i}))
-    reader = Connection(broker).session(AckMode.CLIENT)
+    reader = BrokerConnection(broker).session(AckMode.CLIENT)
     _, recorder = read_all(reader, selector="n >= 30 OR n = 3")
     assert recorder.seqs == [4, *range(31, 41)]
 
 
 def test_a_sparse_selector_finds_its_match_far_down_a_long_stream(broker: Broker) -> None:
-    session = Connection(broker).session()
+    session = BrokerConnection(broker).session()
     n = 16 * WINDOW * 3
     for i in range(n):
         session.send(S, msg(f"m{i}", properties={"n": i}))
-    reader = Connection(broker).session(AckMode.CLIENT)
+    reader = BrokerConnection(broker).session(AckMode.CLIENT)
     consumer, recorder = read_all(reader, selector=f"n = {n - 1}")
     for _ in range(5):  # each sweep nudges a selective reader on by a bounded step
         broker.expire_due()
@@ -414,7 +414,7 @@ def test_a_sparse_selector_finds_its_match_far_down_a_long_stream(broker: Broker
 
 def test_a_reader_that_falls_behind_retention_jumps_to_first(clock: FakeClock) -> None:
     broker = with_settings(clock, max_messages=5)
-    session = Connection(broker).session(AckMode.CLIENT)
+    session = BrokerConnection(broker).session(AckMode.CLIENT)
     recorder = Recorder()
     consumer = session.consumer(1, S, recorder, prefetch=1, offset="first")
     append(broker, 1)
@@ -424,7 +424,7 @@ def test_a_reader_that_falls_behind_retention_jumps_to_first(clock: FakeClock) -
     append(broker, 3 * WINDOW, start=1)
     assert stream_of(broker).first == 3 * WINDOW + 1 - 4
     session.ack(consumer, first.seq)
-    Session.add_credit(consumer, 1)
+    BrokerSession.add_credit(consumer, 1)
     got = [first, *pump(session, consumer, recorder)]
     seqs = [e.seq for e in got]
     assert seqs == sorted(seqs)
@@ -434,7 +434,7 @@ def test_a_reader_that_falls_behind_retention_jumps_to_first(clock: FakeClock) -
 
 def test_a_reader_never_holds_more_than_its_window(broker: Broker) -> None:
     append(broker, 5 * WINDOW)
-    session = Connection(broker).session(AckMode.CLIENT)
+    session = BrokerConnection(broker).session(AckMode.CLIENT)
     recorder = Recorder()
     consumer = session.consumer(1, S, recorder, prefetch=10, offset="first")
     reader = consumer.queue
@@ -445,7 +445,7 @@ def test_a_reader_never_holds_more_than_its_window(broker: Broker) -> None:
         assert reader.held <= reader.window
         for entry in taken:
             session.ack(consumer, entry.seq, cumulative=False)
-        Session.add_credit(consumer, len(taken))
+        BrokerSession.add_credit(consumer, len(taken))
     big = session.consumer(2, S, Recorder(), prefetch=2 * WINDOW, offset="first")
     assert isinstance(big.queue, StreamReader)
     assert big.queue.window == 2 * WINDOW  # a prefetch above the window widens it
@@ -453,7 +453,7 @@ def test_a_reader_never_holds_more_than_its_window(broker: Broker) -> None:
 
 
 def test_an_offset_on_a_queue_is_refused(broker: Broker) -> None:
-    session = Connection(broker).session()
+    session = BrokerConnection(broker).session()
     with pytest.raises(ConsumerError, match="streams only"):
         session.consumer(1, "queue:q", Recorder(), offset="first")
     with pytest.raises(ConsumerError, match="stream offset"):
@@ -533,7 +533,7 @@ def test_a_stream_longer_than_its_tail_reads_back_from_the_store(
     nxt, page = s.read(1, 401, max_messages=300)
     assert (nxt, len(page)) == (301, 300)
     assert s.last == 400
-    _, recorder = read_all(Connection(broker).session(AckMode.CLIENT), prefetch=7)
+    _, recorder = read_all(BrokerConnection(broker).session(AckMode.CLIENT), prefetch=7)
     assert recorder.got_bodies == names(400)
 
 
@@ -554,9 +554,9 @@ def test_timestamps_below_the_tail_are_found_in_the_store(
 def test_a_transaction_longer_than_the_tail_is_read_whole(broker: Broker, small_tail: int) -> None:
     start = broker.memory.used
     append(broker, 5)
-    session = Connection(broker).session(AckMode.CLIENT)
+    session = BrokerConnection(broker).session(AckMode.CLIENT)
     consumer, recorder = read_all(session, prefetch=400)
-    tx = Connection(broker).session(transacted=True)
+    tx = BrokerConnection(broker).session(transacted=True)
     for i in range(5, 305):
         tx.send(S, msg(f"m{i}"))
     tx.commit()
@@ -572,7 +572,7 @@ def test_retention_inside_a_transaction_longer_than_the_tail(
     clock: FakeClock, small_tail: int
 ) -> None:
     broker = with_settings(clock, max_messages=10)
-    tx = Connection(broker).session(transacted=True)
+    tx = BrokerConnection(broker).session(transacted=True)
     for i in range(100):
         tx.send(S, msg(f"m{i}"))
     tx.commit()
@@ -609,7 +609,7 @@ def test_age_retention_past_the_tail(clock: FakeClock, small_tail: int) -> None:
 
 def prepare_send(broker: Broker, xid: str, body: str) -> int:
     """Prepare a transaction that sends ``body`` to the stream; the offset it holds."""
-    tx = Connection(broker).session(AckMode.CLIENT, transacted=True)
+    tx = BrokerConnection(broker).session(AckMode.CLIENT, transacted=True)
     tx.send(S, msg(body))
     tx.prepare(xid)
     [held] = stream_of(broker).reserved
@@ -618,7 +618,7 @@ def prepare_send(broker: Broker, xid: str, body: str) -> int:
 
 def test_a_prepared_send_holds_the_head_until_its_commit(broker: Broker) -> None:
     append(broker, 2)
-    session = Connection(broker).session(AckMode.CLIENT)
+    session = BrokerConnection(broker).session(AckMode.CLIENT)
     consumer, recorder = read_all(session)
     assert recorder.seqs == [1, 2]
     assert prepare_send(broker, "xid-1", "prepared") == 3
@@ -643,9 +643,9 @@ def test_a_prepared_commit_larger_than_retention_steps_keeps_only_the_newest(
     n = 3 * stream_module.RETAIN_STEP + 7
     broker = with_settings(clock, max_messages=limit)
     append(broker, 5)
-    session = Connection(broker).session(AckMode.CLIENT)
+    session = BrokerConnection(broker).session(AckMode.CLIENT)
     consumer, recorder = read_all(session, offset="next")
-    tx = Connection(broker).session(AckMode.CLIENT, transacted=True)
+    tx = BrokerConnection(broker).session(AckMode.CLIENT, transacted=True)
     for i in range(n):
         tx.send(S, msg(f"t{i}"))
     tx.prepare("big")
@@ -662,7 +662,7 @@ def test_a_prepared_commit_larger_than_retention_steps_keeps_only_the_newest(
 
 def test_a_rolled_back_prepared_send_releases_its_offset(broker: Broker) -> None:
     append(broker, 1)
-    session = Connection(broker).session(AckMode.CLIENT)
+    session = BrokerConnection(broker).session(AckMode.CLIENT)
     consumer, recorder = read_all(session)
     prepare_send(broker, "xid-1", "never")
     append(broker, 2, start=1)
@@ -686,7 +686,7 @@ def test_a_prepared_send_commits_after_a_restart(broker: Broker) -> None:
     after.xa.commit("xid-1")
     assert (s.head, s.count, s.first, s.last) == (5, 4, 1, 4)
     assert bodies(s.read(1, 5)[1]) == [b"m0", b"prepared", b"m2", b"m3"]
-    _, recorder = read_all(Connection(after).session(AckMode.CLIENT))
+    _, recorder = read_all(BrokerConnection(after).session(AckMode.CLIENT))
     assert recorder.got_bodies == [b"m0", b"prepared", b"m2", b"m3"]
 
 
@@ -695,14 +695,14 @@ def test_a_prepared_send_older_than_the_tail_commits_readable(
 ) -> None:
     monkeypatch.setattr(stream_module, "TAIL_BYTES", 3000)
     prepare_send(broker, "xid-1", "p")  # offset 1, small: it fits in the tail's slack
-    session = Connection(broker).session()
+    session = BrokerConnection(broker).session()
     session.send(S, msg(b"m" * 200))  # offset 2: only in the store once 3 comes
     session.send(S, msg(b"b" * 800))
     broker.xa.commit("xid-1")
     s = stream_of(broker)
     assert [e.seq for e in s.read(1, s.head)[1]] == [1, 2, 3]
     assert [e.seq for e in s.read(2, s.head)[1]] == [2, 3]
-    _, recorder = read_all(Connection(broker).session(AckMode.CLIENT))
+    _, recorder = read_all(BrokerConnection(broker).session(AckMode.CLIENT))
     assert recorder.seqs == [1, 2, 3]
 
 
@@ -762,7 +762,7 @@ def test_purge_with_a_prepared_send_pending_removes_what_was_kept(broker: Broker
 def test_delete_closes_its_readers_and_gives_back_their_memory(broker: Broker) -> None:
     start = broker.memory.used
     append(broker, 50)
-    session = Connection(broker).session(AckMode.CLIENT)
+    session = BrokerConnection(broker).session(AckMode.CLIENT)
     closer = Closer(session)
     consumer = session.consumer(1, S, closer, prefetch=5, offset="first")
     assert len(closer.take()) == 5
@@ -792,7 +792,7 @@ def test_an_emptied_stream_starts_at_its_head(broker: Broker) -> None:
     assert (s.count, s.first, s.head) == (0, 4, 4)  # made again: numbering goes on
     prepare_send(broker, "xid-1", "p")
     broker.destinations.purge(S)
-    session = Connection(broker).session(AckMode.CLIENT)
+    session = BrokerConnection(broker).session(AckMode.CLIENT)
     consumer, recorder = read_all(session)  # from first: waits for the prepared one
     assert (s.first, s.head) == (4, 4)
     broker.xa.commit("xid-1")
@@ -804,9 +804,9 @@ def test_memory_comes_back_when_readers_close(broker: Broker) -> None:
     append(broker, 20)
     with_tail = broker.memory.used
     assert with_tail > start
-    session = Connection(broker).session(AckMode.CLIENT)
+    session = BrokerConnection(broker).session(AckMode.CLIENT)
     readers = [session.consumer(i, S, Recorder(), prefetch=5, offset="first") for i in (1, 2)]
-    auto = Connection(broker).session(AckMode.AUTO)
+    auto = BrokerConnection(broker).session(AckMode.AUTO)
     readers.append(auto.consumer(3, S, Recorder(), prefetch=3, offset="first"))
     assert broker.memory.used > with_tail
     for consumer in readers[:2]:
@@ -819,7 +819,7 @@ def test_memory_comes_back_when_readers_close(broker: Broker) -> None:
 def test_stats_of_a_stream(clock: FakeClock) -> None:
     broker = with_settings(clock, max_messages=5)
     append(broker, 8)
-    session = Connection(broker).session(AckMode.CLIENT)
+    session = BrokerConnection(broker).session(AckMode.CLIENT)
     recorder = Recorder()
     session.consumer(1, S, recorder, prefetch=2, offset="first")
     got = stream_stats(stream_of(broker))
@@ -833,7 +833,7 @@ def test_stats_of_a_stream(clock: FakeClock) -> None:
 
 
 def test_browsing_a_stream_walks_it_without_consuming(broker: Broker, small_tail: int) -> None:
-    session = Connection(broker).session()
+    session = BrokerConnection(broker).session()
     for i in range(300):
         session.send(S, msg(f"m{i}", properties={"odd": i % 2 == 1}))
     assert bodies(looking.browse(broker, S)) == names(300)

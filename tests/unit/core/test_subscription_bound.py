@@ -7,12 +7,12 @@ the dead-letter queue.
 
 from __future__ import annotations
 
-from chute.core import looking
-from chute.core.address import DEAD_LETTER
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode
-from chute.core.settings import DestinationSettings, Overflow, SettingsResolver
+from chute.core.model.address import DEAD_LETTER
+from chute.core.model.consumer import AckMode
+from chute.core.model.settings import DestinationSettings, Overflow, SettingsResolver
+from chute.core.operations import looking
+from chute.core.operations.connection import BrokerConnection
+from chute.core.rules.broker import Broker
 from chute.store.memory import MemoryStore
 
 from .helpers import FakeClock, Recorder, msg, stats_of
@@ -34,8 +34,8 @@ def test_a_message_larger_than_the_bound_reaches_an_idle_subscriber() -> None:
     broker = broker_with()
     for mode in (AckMode.AUTO, AckMode.CLIENT):
         received = Recorder()
-        Connection(broker).session(mode).consumer(1, f"topic:{mode.value}", received)
-        producer = Connection(broker).session()
+        BrokerConnection(broker).session(mode).consumer(1, f"topic:{mode.value}", received)
+        producer = BrokerConnection(broker).session()
         producer.send(f"topic:{mode.value}", msg(BIG))
         if mode is AckMode.AUTO:  # settled as it is pushed: empty again, as RabbitMQ's test
             producer.send(f"topic:{mode.value}", msg(BIG))
@@ -46,9 +46,9 @@ def test_a_message_larger_than_the_bound_reaches_an_idle_subscriber() -> None:
 def test_under_drop_oldest_the_newest_large_message_stays() -> None:
     broker = broker_with()
     received = Recorder()
-    session = Connection(broker).session(AckMode.CLIENT)
+    session = BrokerConnection(broker).session(AckMode.CLIENT)
     consumer = session.consumer(1, "topic:big", received, prefetch=1)
-    producer = Connection(broker).session()
+    producer = BrokerConnection(broker).session()
     producer.send("topic:big", msg(BIG + b"1"))  # delivered, unacked: the subscription holds it
     producer.send("topic:big", msg(BIG + b"2"))  # no room while the first is held: dead letter
     session.ack(consumer, received.entries[0].seq)
@@ -63,6 +63,6 @@ def test_a_topics_own_bound_never_refuses_an_empty_subscription_either() -> None
     own = DestinationSettings(max_bytes=LIMIT, overflow=Overflow.REJECT)
     broker = broker_with({"topic:own": own})
     received = Recorder()
-    Connection(broker).session(AckMode.AUTO).consumer(1, "topic:own", received)
-    Connection(broker).session().send("topic:own", msg(BIG))
+    BrokerConnection(broker).session(AckMode.AUTO).consumer(1, "topic:own", received)
+    BrokerConnection(broker).session().send("topic:own", msg(BIG))
     assert received.bodies == [BIG]

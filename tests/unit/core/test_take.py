@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from chute.core import looking, manage
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode
+from chute.core.model.consumer import AckMode
+from chute.core.operations import looking, manage
+from chute.core.operations.connection import BrokerConnection
+from chute.core.rules.broker import Broker
 from chute.errors import InvalidAddress, NotFound
 from chute.store.journal import Journal
 
@@ -18,7 +18,7 @@ from .helpers import Recorder, make_broker, msg
 
 
 def fill(broker: Broker, address: str, n: int) -> None:
-    session = Connection(broker).session()
+    session = BrokerConnection(broker).session()
     for i in range(n):
         session.send(address, msg(f"m{i}", priority=9 if i == n - 1 else 4))
 
@@ -26,7 +26,7 @@ def fill(broker: Broker, address: str, n: int) -> None:
 def test_take_acks_in_delivery_order_and_requeue_gives_back() -> None:
     broker = make_broker()
     fill(broker, "queue:q", 4)
-    admin = Connection(broker)
+    admin = BrokerConnection(broker)
     looked = manage.take(admin, "queue:q", 2, requeue=True)
     assert [e.message.body for e in looked] == [b"m3", b"m0"]  # priority first
     assert [(e.delivery_count, e.redelivered) for e in looked] == [(1, False), (1, False)]
@@ -40,17 +40,17 @@ def test_take_acks_in_delivery_order_and_requeue_gives_back() -> None:
 def test_take_leaves_what_consumers_hold_and_refuses_what_it_cannot_take() -> None:
     broker = make_broker()
     fill(broker, "queue:q", 3)
-    other = Connection(broker).session(AckMode.CLIENT)
+    other = BrokerConnection(broker).session(AckMode.CLIENT)
     other.consumer(1, "queue:q", Recorder(), prefetch=1)  # holds m2 (priority 9)
-    admin = Connection(broker)
+    admin = BrokerConnection(broker)
     assert [e.message.body for e in manage.take(admin, "queue:q", 5)] == [b"m0", b"m1"]
-    Connection(broker).session().send("topic:t", msg())
+    BrokerConnection(broker).session().send("topic:t", msg())
     with pytest.raises(InvalidAddress, match="topic"):
         manage.take(admin, "topic:t", 1)
     with pytest.raises(NotFound):
         manage.take(admin, "queue:none", 1)
     fill(broker, "queue:mine", 2)
-    exclusive = Connection(broker).session(AckMode.CLIENT)
+    exclusive = BrokerConnection(broker).session(AckMode.CLIENT)
     exclusive.consumer(1, "queue:mine", Recorder(), prefetch=1, exclusive=True)
     assert manage.take(admin, "queue:mine", 5) == []  # the exclusive consumer alone receives
     assert broker.queues["queue:mine"].ready == 1  # m0 waits; m1 is with the exclusive one
@@ -60,11 +60,11 @@ def test_take_leaves_what_consumers_hold_and_refuses_what_it_cannot_take() -> No
 def test_take_reads_paged_messages_back(tmp_path: Path) -> None:
     broker = Broker(Journal(tmp_path / "journal", sync="never"), memory_limit=32 << 10)
     broker.recover()
-    session = Connection(broker).session()
+    session = BrokerConnection(broker).session()
     for i in range(600):
         session.send("queue:deep", msg(f"{i:04}" + "x" * 200))
     assert broker.queues["queue:deep"].paged > 400
-    admin = Connection(broker)
+    admin = BrokerConnection(broker)
     taken: list[bytes] = []
     while len(taken) < 600:
         got = manage.take(admin, "queue:deep", manage.MAX_TAKE)

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from chute.core import looking
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode
-from chute.core.session import Session
+from chute.core.model.consumer import AckMode
+from chute.core.operations import looking
+from chute.core.operations.connection import BrokerConnection
+from chute.core.operations.session import BrokerSession
+from chute.core.rules.broker import Broker
 from chute.errors import ConsumerError, NotFound
 
 from .helpers import FakeClock, Recorder, memory, msg, restart, stats_of, stored
 
 
 def test_every_subscriber_gets_every_message(broker: Broker) -> None:
-    s = Connection(broker).session(AckMode.AUTO)
+    s = BrokerConnection(broker).session(AckMode.AUTO)
     recorders = [Recorder() for _ in range(3)]
     for i, r in enumerate(recorders):
         s.consumer(i, "topic:t", r)
@@ -29,7 +29,7 @@ def test_every_subscriber_gets_every_message(broker: Broker) -> None:
 
 
 def test_a_topic_without_subscribers_keeps_nothing(broker: Broker) -> None:
-    s = Connection(broker).session()
+    s = BrokerConnection(broker).session()
     s.send("topic:t", msg())
     r = Recorder()
     s.consumer(1, "topic:t", r)
@@ -39,7 +39,7 @@ def test_a_topic_without_subscribers_keeps_nothing(broker: Broker) -> None:
 
 
 def test_topic_stats_sum_their_subscriptions(broker: Broker) -> None:
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     s.consumer(1, "topic:t", Recorder(), prefetch=1)
     s.consumer(2, "topic:t", Recorder(), prefetch=1, selector="x = 1")
     s.send("topic:t", msg(properties={"x": 1}))
@@ -50,7 +50,7 @@ def test_topic_stats_sum_their_subscriptions(broker: Broker) -> None:
 
 
 def test_topic_stats_count_what_left_their_subscriptions(broker: Broker, clock: FakeClock) -> None:
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     r = Recorder()
     c = s.consumer(1, "topic:t", r, prefetch=1)
     s.send("topic:t", msg(b"bad"))
@@ -64,7 +64,7 @@ def test_topic_stats_count_what_left_their_subscriptions(broker: Broker, clock: 
 
 
 def test_a_non_durable_subscription_dies_with_its_consumer(broker: Broker) -> None:
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     r = Recorder()
     c = s.consumer(1, "topic:t", r, prefetch=1)
     s.send("topic:t", msg(b"a"))
@@ -78,7 +78,7 @@ def test_a_non_durable_subscription_dies_with_its_consumer(broker: Broker) -> No
 
 
 def test_non_durable_subscriptions_are_not_stored(broker: Broker) -> None:
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     s.consumer(1, "topic:t", Recorder(), prefetch=1)
     s.send("topic:t", msg())
     s.send("topic:t", msg())
@@ -89,10 +89,10 @@ def test_non_durable_subscriptions_are_not_stored(broker: Broker) -> None:
 
 
 def test_a_durable_subscription_needs_a_name_and_a_client_id(broker: Broker) -> None:
-    s = Connection(broker).session()
+    s = BrokerConnection(broker).session()
     with pytest.raises(ConsumerError, match="client id"):
         s.consumer(1, "topic:t", Recorder(), subscription="sub", durable=True)
-    s2 = Connection(broker, client_id="app").session()
+    s2 = BrokerConnection(broker, client_id="app").session()
     with pytest.raises(ConsumerError, match="name"):
         s2.consumer(1, "topic:t", Recorder(), durable=True)
     with pytest.raises(ConsumerError, match="name"):
@@ -100,32 +100,32 @@ def test_a_durable_subscription_needs_a_name_and_a_client_id(broker: Broker) -> 
 
 
 def test_a_durable_subscription_keeps_messages_while_disconnected(broker: Broker) -> None:
-    conn = Connection(broker, client_id="app")
+    conn = BrokerConnection(broker, client_id="app")
     s = conn.session(AckMode.CLIENT)
     r = Recorder()
     c = s.consumer(1, "topic:t", r, subscription="audit", durable=True)
     s.send("topic:t", msg(b"a"))
     s.ack(c, r.entries[0].seq)
     conn.close()
-    producer = Connection(broker).session()
+    producer = BrokerConnection(broker).session()
     for body in (b"b", b"c"):
         producer.send("topic:t", msg(body))
     assert stats_of(broker, "topic:t")["depth"] == 2
-    again = Connection(broker, client_id="app").session(AckMode.CLIENT)
+    again = BrokerConnection(broker, client_id="app").session(AckMode.CLIENT)
     r2 = Recorder()
     again.consumer(1, "topic:t", r2, subscription="audit", durable=True)
     assert r2.bodies == [b"b", b"c"]
 
 
 def test_unacked_messages_of_a_durable_subscriber_come_back_redelivered(broker: Broker) -> None:
-    conn = Connection(broker, client_id="app")
+    conn = BrokerConnection(broker, client_id="app")
     s = conn.session(AckMode.CLIENT)
     r = Recorder()
     s.consumer(1, "topic:t", r, subscription="audit", durable=True)
     s.send("topic:t", msg(b"a"))
     conn.close()
     r2 = Recorder()
-    Connection(broker, client_id="app").session().consumer(
+    BrokerConnection(broker, client_id="app").session().consumer(
         1, "topic:t", r2, subscription="audit", durable=True
     )
     [entry] = r2.entries
@@ -135,7 +135,7 @@ def test_unacked_messages_of_a_durable_subscriber_come_back_redelivered(broker: 
 
 
 def test_a_durable_subscription_survives_a_restart(broker: Broker) -> None:
-    conn = Connection(broker, client_id="app")
+    conn = BrokerConnection(broker, client_id="app")
     s = conn.session(AckMode.CLIENT)
     c = s.consumer(1, "topic:t", Recorder(), subscription="audit", durable=True, selector="n > 0")
     s.close_consumer(c)
@@ -143,17 +143,17 @@ def test_a_durable_subscription_survives_a_restart(broker: Broker) -> None:
         s.send("topic:t", msg(str(n), properties={"n": n}))
     broker2 = restart(broker)
     r = Recorder()
-    Connection(broker2, client_id="app").session().consumer(
+    BrokerConnection(broker2, client_id="app").session().consumer(
         1, "topic:t", r, subscription="audit", durable=True, selector="n > 0"
     )
     assert r.bodies == [b"1", b"2", b"3"]
     assert not any(e.redelivered for e in r.entries)
-    Connection(broker2).session().send("topic:t", msg(b"next", properties={"n": 1}))
+    BrokerConnection(broker2).session().send("topic:t", msg(b"next", properties={"n": 1}))
     assert r.entries[-1].seq == 5  # the topic's numbering carries on
 
 
 def test_the_same_client_id_cannot_attach_twice_to_a_durable_subscription(broker: Broker) -> None:
-    s = Connection(broker, client_id="app").session()
+    s = BrokerConnection(broker, client_id="app").session()
     s.consumer(1, "topic:t", Recorder(), subscription="audit", durable=True)
     with pytest.raises(ConsumerError, match="already has a consumer"):
         s.consumer(2, "topic:t", Recorder(), subscription="audit", durable=True)
@@ -161,18 +161,18 @@ def test_the_same_client_id_cannot_attach_twice_to_a_durable_subscription(broker
 
 def test_durable_subscriptions_of_different_client_ids_are_separate(broker: Broker) -> None:
     r1, r2 = Recorder(), Recorder()
-    Connection(broker, client_id="a").session(AckMode.AUTO).consumer(
+    BrokerConnection(broker, client_id="a").session(AckMode.AUTO).consumer(
         1, "topic:t", r1, subscription="s", durable=True
     )
-    Connection(broker, client_id="b").session(AckMode.AUTO).consumer(
+    BrokerConnection(broker, client_id="b").session(AckMode.AUTO).consumer(
         1, "topic:t", r2, subscription="s", durable=True
     )
-    Connection(broker).session().send("topic:t", msg())
+    BrokerConnection(broker).session().send("topic:t", msg())
     assert len(r1.entries) == len(r2.entries) == 1
 
 
 def test_changing_the_selector_of_a_durable_subscription_starts_a_new_one(broker: Broker) -> None:
-    s = Connection(broker, client_id="app").session()
+    s = BrokerConnection(broker, client_id="app").session()
     c = s.consumer(1, "topic:t", Recorder(), subscription="s", durable=True, selector="n = 1")
     s.close_consumer(c)
     s.send("topic:t", msg(b"kept", properties={"n": 1}))
@@ -184,10 +184,10 @@ def test_changing_the_selector_of_a_durable_subscription_starts_a_new_one(broker
 
 
 def test_shared_subscriptions_compete(broker: Broker) -> None:
-    s = Connection(broker).session(AckMode.AUTO)
+    s = BrokerConnection(broker).session(AckMode.AUTO)
     r1, r2, other = Recorder(), Recorder(), Recorder()
     s.consumer(1, "topic:t", r1, subscription="work", shared=True)
-    Connection(broker).session(AckMode.AUTO).consumer(
+    BrokerConnection(broker).session(AckMode.AUTO).consumer(
         1, "topic:t", r2, subscription="work", shared=True
     )
     s.consumer(3, "topic:t", other)
@@ -199,7 +199,7 @@ def test_shared_subscriptions_compete(broker: Broker) -> None:
 
 
 def test_a_shared_non_durable_subscription_ends_with_its_last_consumer(broker: Broker) -> None:
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     c1 = s.consumer(1, "topic:t", Recorder(), subscription="work", shared=True)
     c2 = s.consumer(2, "topic:t", Recorder(), subscription="work", shared=True)
     s.close_consumer(c1)
@@ -212,8 +212,8 @@ def test_a_shared_non_durable_subscription_ends_with_its_last_consumer(broker: B
 def test_a_shared_durable_subscription_competes_and_outlives_its_consumers(
     broker: Broker,
 ) -> None:
-    s1 = Connection(broker).session(AckMode.AUTO)
-    s2 = Connection(broker).session(AckMode.AUTO)
+    s1 = BrokerConnection(broker).session(AckMode.AUTO)
+    s2 = BrokerConnection(broker).session(AckMode.AUTO)
     r1, r2 = Recorder(), Recorder()
     c1 = s1.consumer(1, "topic:t", r1, subscription="jobs", durable=True, shared=True)
     c2 = s2.consumer(1, "topic:t", r2, subscription="jobs", durable=True, shared=True)
@@ -230,7 +230,7 @@ def test_a_shared_durable_subscription_competes_and_outlives_its_consumers(
 
 
 def test_unsubscribe_removes_the_subscription_and_its_messages(broker: Broker) -> None:
-    conn = Connection(broker, client_id="app")
+    conn = BrokerConnection(broker, client_id="app")
     s = conn.session()
     c = s.consumer(1, "topic:t", Recorder(), subscription="audit", durable=True, prefetch=1)
     s.send("topic:t", msg())
@@ -255,7 +255,7 @@ def test_unsubscribe_removes_the_subscription_and_its_messages(broker: Broker) -
 def test_dropping_a_subscription_gives_back_the_memory_its_messages_took_once(
     broker: Broker,
 ) -> None:
-    conn = Connection(broker, client_id="app")
+    conn = BrokerConnection(broker, client_id="app")
     s = conn.session()
     s.close_consumer(s.consumer(1, "topic:t", Recorder(), subscription="d", durable=True))
     s.consumer(2, "topic:t", Recorder(), prefetch=1, shared=True, subscription="live")
@@ -268,10 +268,10 @@ def test_dropping_a_subscription_gives_back_the_memory_its_messages_took_once(
 
 
 def test_unsubscribe_from_another_connection_by_client_id(broker: Broker) -> None:
-    conn = Connection(broker, client_id="app")
+    conn = BrokerConnection(broker, client_id="app")
     conn.session().consumer(1, "topic:t", Recorder(), subscription="audit", durable=True)
     conn.close()
-    other = Connection(broker).session()
+    other = BrokerConnection(broker).session()
     with pytest.raises(NotFound):
         other.unsubscribe("audit")
     other.unsubscribe("audit", client_id="app")
@@ -279,7 +279,7 @@ def test_unsubscribe_from_another_connection_by_client_id(broker: Broker) -> Non
 
 
 def test_subscription_selectors_filter_what_enters(broker: Broker) -> None:
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     r = Recorder()
     s.consumer(1, "topic:t", r, selector="region = 'eu'", prefetch=1)
     for region in ("us", "eu", "us", "eu"):
@@ -289,17 +289,17 @@ def test_subscription_selectors_filter_what_enters(broker: Broker) -> None:
 
 
 def test_acks_and_nacks_work_on_subscriptions(broker: Broker) -> None:
-    s = Connection(broker, client_id="app").session(AckMode.INDIVIDUAL)
+    s = BrokerConnection(broker, client_id="app").session(AckMode.INDIVIDUAL)
     r = Recorder()
     c = s.consumer(1, "topic:t", r, subscription="a", durable=True, prefetch=1)
     s.send("topic:t", msg(b"one"))
     s.send("topic:t", msg(b"two"))
     s.nack(c, r.take()[0].seq)
-    Session.add_credit(c, 1)
+    BrokerSession.add_credit(c, 1)
     [again] = r.take()
     assert (again.message.body, again.redelivered, again.delivery_count) == (b"one", True, 2)
     s.nack(c, again.seq, requeue=False)
-    Session.add_credit(c, 1)
+    BrokerSession.add_credit(c, 1)
     [two] = r.take()
     s.ack(c, two.seq)
     dead = looking.browse(broker, "queue:__sys__deadLetter")

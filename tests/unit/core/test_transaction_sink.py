@@ -1,15 +1,15 @@
 """A commit's record sink is reached through the broker, which never replaces its store;
-the rules naming a consumer's subscription (core/subscriptions.py)."""
+the rules naming a consumer's subscription (core/rules/subscriptions.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode
-from chute.core.subscriptions import consumer_key
-from chute.core.topic import SubscriptionKind
-from chute.core.transaction import Gathering
+from chute.core.model.consumer import AckMode
+from chute.core.model.topic import SubscriptionKind
+from chute.core.operations.connection import BrokerConnection
+from chute.core.rules.subscriptions import consumer_key
+from chute.core.rules.transaction import Gathering
 from chute.errors import ConsumerError
 
 from .helpers import RecordingStore, make_broker, msg
@@ -62,7 +62,7 @@ def test_a_commit_gathers_even_when_it_fails() -> None:
 def test_a_transacted_session_commits_through_one_gathering() -> None:
     store = RecordingStore()
     broker = make_broker(store=store)
-    tx = Connection(broker).session(AckMode.CLIENT, transacted=True)
+    tx = BrokerConnection(broker).session(AckMode.CLIENT, transacted=True)
     tx.send("queue:q", msg(b"a"))
     tx.send("queue:q", msg(b"b"))
     store.calls.clear()

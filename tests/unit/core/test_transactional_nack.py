@@ -1,7 +1,7 @@
 """A nack inside a transaction, in the core: taken out of flight now, decided at commit.
 
 One rule for every protocol (the native protocol and STOMP both reach it
-through ``core.Session.nack``): the nacked message leaves its consumer's
+through ``core.BrokerSession.nack``): the nacked message leaves its consumer's
 window at once, nobody receives it before the transaction ends, a commit
 requeues it (redelivered) or dead-letters it, and a rollback, a prepared
 rollback or the session's end gives it back like an aborted ack.
@@ -11,23 +11,23 @@ from __future__ import annotations
 
 import pytest
 
-from chute.core import looking
-from chute.core.address import DEAD_LETTER
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode, Consumer
-from chute.core.diversion import DIVERT_REASON
-from chute.core.session import Session
+from chute.core.model.address import DEAD_LETTER
+from chute.core.model.consumer import AckMode, BrokerConsumer
+from chute.core.operations import looking
+from chute.core.operations.connection import BrokerConnection
+from chute.core.operations.session import BrokerSession
+from chute.core.rules.broker import Broker
+from chute.core.rules.diversion import DIVERT_REASON
 from chute.errors import ConsumerError
 
 from .helpers import Recorder, RecordingStore, bodies, make_broker, msg, restart, stats_of, stored
 
 
-def setup(broker: Broker, *bodies_: bytes) -> tuple[Session, Consumer, Recorder]:
-    producer = Connection(broker).session()
+def setup(broker: Broker, *bodies_: bytes) -> tuple[BrokerSession, BrokerConsumer, Recorder]:
+    producer = BrokerConnection(broker).session()
     for body in bodies_:
         producer.send("queue:q", msg(body))
-    tx = Connection(broker).session(AckMode.INDIVIDUAL, transacted=True)
+    tx = BrokerConnection(broker).session(AckMode.INDIVIDUAL, transacted=True)
     r = Recorder()
     consumer = tx.consumer(1, "queue:q", r, prefetch=len(bodies_))
     return tx, consumer, r
@@ -36,7 +36,7 @@ def setup(broker: Broker, *bodies_: bytes) -> tuple[Session, Consumer, Recorder]
 def watcher(broker: Broker) -> Recorder:
     """A second consumer of the queue: it must see nothing the transaction holds."""
     r = Recorder()
-    Connection(broker).session(AckMode.CLIENT).consumer(1, "queue:q", r)
+    BrokerConnection(broker).session(AckMode.CLIENT).consumer(1, "queue:q", r)
     return r
 
 
@@ -78,7 +78,7 @@ def test_rollback_gives_acked_and_nacked_messages_back_alike(broker: Broker) -> 
     tx.ack(consumer, first.seq)
     tx.nack(consumer, second.seq, requeue=False)
     tx.rollback()
-    Session.add_credit(consumer, 2)  # what a driver gives back for an ack and a nack
+    BrokerSession.add_credit(consumer, 2)  # what a driver gives back for an ack and a nack
     assert bodies(r.take()) == [b"a", b"b"]  # back to the consumer, in order
     assert looking.browse(broker, DEAD_LETTER) == []
 
@@ -105,9 +105,9 @@ def test_a_cumulative_nack_takes_everything_delivered_up_to_it(broker: Broker) -
 
 
 def test_a_nack_outside_a_transaction_acts_at_once(broker: Broker) -> None:
-    producer = Connection(broker).session()
+    producer = BrokerConnection(broker).session()
     producer.send("queue:q", msg(b"a"))
-    s = Connection(broker).session(AckMode.INDIVIDUAL)
+    s = BrokerConnection(broker).session(AckMode.INDIVIDUAL)
     r = Recorder()
     consumer = s.consumer(1, "queue:q", r, prefetch=2)
     [entry] = r.take()
@@ -135,7 +135,7 @@ def test_prepared_nacks_are_applied_at_commit_and_given_back_at_rollback(broker:
     broker.xa.commit("x1")
     assert [e.message.body for e in looking.browse(broker, DEAD_LETTER)] == [b"a"]
     broker.xa.rollback("x2")
-    Session.add_credit(consumer, 2)
+    BrokerSession.add_credit(consumer, 2)
     [back] = r.take()
     assert (back.message.body, back.redelivered) == (b"b", True)
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from chute.core import looking
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode
-from chute.core.routing import WouldBlock
-from chute.core.session import Session
-from chute.core.settings import DestinationSettings, Overflow
-from chute.core.store import AckOp, AddOp
+from chute.core.model.consumer import AckMode
+from chute.core.model.settings import DestinationSettings, Overflow
+from chute.core.model.store import AckOp, AddOp
+from chute.core.operations import looking
+from chute.core.operations.connection import BrokerConnection
+from chute.core.operations.session import BrokerSession
+from chute.core.rules.broker import Broker
+from chute.core.rules.routing import WouldBlock
 from chute.errors import DestinationFull, InvalidAddress, NotFound, TransactionError
 
 from .helpers import (
@@ -27,14 +27,14 @@ from .helpers import (
 )
 
 
-def tx_session(broker: Broker, mode: AckMode = AckMode.CLIENT) -> Session:
-    return Connection(broker).session(mode, transacted=True)
+def tx_session(broker: Broker, mode: AckMode = AckMode.CLIENT) -> BrokerSession:
+    return BrokerConnection(broker).session(mode, transacted=True)
 
 
 def test_sends_are_invisible_until_commit(broker: Broker) -> None:
     tx = tx_session(broker)
     r = Recorder()
-    Connection(broker).session(AckMode.AUTO).consumer(1, "queue:q", r)
+    BrokerConnection(broker).session(AckMode.AUTO).consumer(1, "queue:q", r)
     tx.send("queue:q", msg(b"a"))
     tx.send("topic:t", msg(b"t"))
     tx.send("queue:q", msg(b"b"))
@@ -62,7 +62,7 @@ def test_a_bad_address_fails_at_send_time(broker: Broker) -> None:
 
 
 def test_acks_take_effect_at_commit(broker: Broker) -> None:
-    Connection(broker).session().send("queue:q", msg(b"a"))
+    BrokerConnection(broker).session().send("queue:q", msg(b"a"))
     tx = tx_session(broker)
     r = Recorder()
     c = tx.consumer(1, "queue:q", r)
@@ -76,7 +76,7 @@ def test_acks_take_effect_at_commit(broker: Broker) -> None:
 
 
 def test_rollback_undoes_acks_and_the_messages_come_back_redelivered(broker: Broker) -> None:
-    producer = Connection(broker).session()
+    producer = BrokerConnection(broker).session()
     for body in (b"a", b"b", b"c"):
         producer.send("queue:q", msg(body))
     tx = tx_session(broker)
@@ -87,7 +87,7 @@ def test_rollback_undoes_acks_and_the_messages_come_back_redelivered(broker: Bro
     tx.rollback()
     assert looking.browse(broker, "queue:out") == []
     assert stored(broker, "queue:q") == [b"a", b"b", b"c"]
-    Session.add_credit(c, 3)
+    BrokerSession.add_credit(c, 3)
     again = r.entries[2:]
     assert bodies(again) == [b"a", b"b", b"c"]
     assert [e.redelivered for e in again] == [True, True, False]
@@ -96,7 +96,7 @@ def test_rollback_undoes_acks_and_the_messages_come_back_redelivered(broker: Bro
 def test_commit_writes_one_atomic_store_commit() -> None:
     store = RecordingStore()
     broker = make_broker(store=store)
-    Connection(broker).session().send("queue:in", msg(b"a"))
+    BrokerConnection(broker).session().send("queue:in", msg(b"a"))
     tx = tx_session(broker)
     r = Recorder()
     c = tx.consumer(1, "queue:in", r)
@@ -127,7 +127,7 @@ def test_an_empty_commit_writes_nothing() -> None:
 
 def test_commit_is_refused_when_a_reject_destination_has_no_room() -> None:
     broker = make_broker({"queue:small": DestinationSettings(max_messages=1)})
-    Connection(broker).session().send("queue:in", msg(b"in"))
+    BrokerConnection(broker).session().send("queue:in", msg(b"in"))
     tx = tx_session(broker)
     r = Recorder()
     c = tx.consumer(1, "queue:in", r)
@@ -155,7 +155,7 @@ def test_the_room_a_transactions_acks_free_counts_for_its_sends(by: str) -> None
         else DestinationSettings(max_bytes=2 * size)
     )
     broker = make_broker({"queue:q": bound})
-    producer = Connection(broker).session()
+    producer = BrokerConnection(broker).session()
     producer.send("queue:q", msg(b"m"))
     producer.send("queue:q", msg(b"m"))
     tx = tx_session(broker)
@@ -175,8 +175,8 @@ def test_everything_a_commit_causes_is_in_its_one_store_commit() -> None:
         {"queue:q": DestinationSettings(max_messages=1, overflow=Overflow.DROP_OLDEST)},
         store=store,
     )
-    Connection(broker).session().send("queue:q", msg(b"old"))
-    Connection(broker).session(AckMode.AUTO).consumer(1, "queue:auto", Recorder())
+    BrokerConnection(broker).session().send("queue:q", msg(b"old"))
+    BrokerConnection(broker).session(AckMode.AUTO).consumer(1, "queue:auto", Recorder())
     tx = tx_session(broker)
     tx.send("queue:q", msg(b"new"))  # drops "old" into the dead-letter queue
     tx.send("queue:auto", msg(b"auto"))  # pushed and settled at once
@@ -193,7 +193,7 @@ def test_everything_a_commit_causes_is_in_its_one_store_commit() -> None:
 
 def test_commit_under_block_raises_would_block() -> None:
     broker = make_broker({"queue:q": DestinationSettings(max_messages=1, overflow=Overflow.BLOCK)})
-    Connection(broker).session().send("queue:q", msg())
+    BrokerConnection(broker).session().send("queue:q", msg())
     tx = tx_session(broker)
     tx.send("queue:q", msg())
     with pytest.raises(WouldBlock) as info:
@@ -205,7 +205,7 @@ def test_a_transaction_respects_drop_oldest_bounds_across_its_sends() -> None:
     broker = make_broker(
         {"queue:q": DestinationSettings(max_messages=2, overflow=Overflow.DROP_OLDEST)}
     )
-    Connection(broker).session().send("queue:q", msg(b"old"))
+    BrokerConnection(broker).session().send("queue:q", msg(b"old"))
     tx = tx_session(broker)
     for body in (b"1", b"2", b"3"):
         tx.send("queue:q", msg(body))
@@ -228,7 +228,7 @@ def test_a_transaction_respects_dead_letter_bounds_across_its_sends() -> None:
 
 
 def test_commit_and_rollback_need_a_transacted_session(broker: Broker) -> None:
-    s = Connection(broker).session()
+    s = BrokerConnection(broker).session()
     with pytest.raises(TransactionError):
         s.commit()
     with pytest.raises(TransactionError):
@@ -236,7 +236,7 @@ def test_commit_and_rollback_need_a_transacted_session(broker: Broker) -> None:
 
 
 def test_closing_a_transacted_session_rolls_back(broker: Broker) -> None:
-    Connection(broker).session().send("queue:q", msg(b"a"))
+    BrokerConnection(broker).session().send("queue:q", msg(b"a"))
     tx = tx_session(broker)
     r = Recorder()
     c = tx.consumer(1, "queue:q", r)
@@ -244,7 +244,7 @@ def test_closing_a_transacted_session_rolls_back(broker: Broker) -> None:
     tx.send("queue:q", msg(b"never"))
     tx.close()
     r2 = Recorder()
-    Connection(broker).session(AckMode.AUTO).consumer(1, "queue:q", r2)
+    BrokerConnection(broker).session(AckMode.AUTO).consumer(1, "queue:q", r2)
     assert r2.bodies == [b"a"]
     assert r2.entries[0].redelivered
 
@@ -273,7 +273,7 @@ def test_each_commit_starts_a_new_transaction(broker: Broker) -> None:
 
 
 def test_a_committed_transaction_survives_a_restart(broker: Broker) -> None:
-    Connection(broker).session().send("queue:in", msg(b"in"))
+    BrokerConnection(broker).session().send("queue:in", msg(b"in"))
     tx = tx_session(broker)
     r = Recorder()
     c = tx.consumer(1, "queue:in", r)
@@ -286,7 +286,7 @@ def test_a_committed_transaction_survives_a_restart(broker: Broker) -> None:
 
 
 def test_a_transacted_publish_reaches_every_subscription(broker: Broker) -> None:
-    s = Connection(broker).session(AckMode.AUTO)
+    s = BrokerConnection(broker).session(AckMode.AUTO)
     r1, r2 = Recorder(), Recorder()
     s.consumer(1, "topic:t", r1)
     s.consumer(2, "topic:t", r2)
@@ -323,7 +323,7 @@ def test_send_many_outside_a_transaction_is_one_atomic_store_commit() -> None:
     store = RecordingStore()
     broker = make_broker(store=store)
     store.calls.clear()
-    Connection(broker).session().send_many("queue:q", [msg(b"a"), msg(b"b"), msg(b"c")])
+    BrokerConnection(broker).session().send_many("queue:q", [msg(b"a"), msg(b"b"), msg(b"c")])
     assert store.kinds() == ["commit"]
     assert [op.message.body for op in store.calls[0][1] if isinstance(op, AddOp)] == [
         b"a",
@@ -338,7 +338,7 @@ def test_send_many_without_room_for_all_sends_none(overflow: Overflow) -> None:
     settings = DestinationSettings(max_messages=3, overflow=overflow)
     store = RecordingStore()
     broker = make_broker({"queue:small": settings}, store=store)
-    session = Connection(broker).session()
+    session = BrokerConnection(broker).session()
     session.send("queue:small", msg(b"first"))
     store.calls.clear()
     with pytest.raises(WouldBlock if overflow is Overflow.BLOCK else DestinationFull):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from chute.core import looking
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode
+from chute.core.model.consumer import AckMode
+from chute.core.operations import looking
+from chute.core.operations.connection import BrokerConnection
+from chute.core.rules.broker import Broker
 from chute.errors import NotFound, TransactionError
 from chute.store.memory import MemoryStore
 
@@ -16,7 +16,7 @@ from .helpers import FakeClock, Recorder, bodies, msg, restart, stats_of, stored
 
 def _prepare_job(broker: Broker, xid: str) -> None:
     """A transaction that consumes a job from queue:work and sends its result, prepared."""
-    conn = Connection(broker)
+    conn = BrokerConnection(broker)
     conn.session().send("queue:work", msg(b"job"))
     tx = conn.session(AckMode.CLIENT, transacted=True)
     recorder = Recorder()
@@ -28,7 +28,7 @@ def _prepare_job(broker: Broker, xid: str) -> None:
 
 
 def test_prepared_sends_invisible_until_commit(broker: Broker) -> None:
-    tx = Connection(broker).session(AckMode.CLIENT, transacted=True)
+    tx = BrokerConnection(broker).session(AckMode.CLIENT, transacted=True)
     tx.send("queue:orders", msg(b"a"))
     tx.prepare("xid-1")
     assert broker.xa.xids() == ["xid-1"]
@@ -41,7 +41,7 @@ def test_prepared_sends_invisible_until_commit(broker: Broker) -> None:
 
 
 def test_prepared_acks_lock_messages_until_rollback(broker: Broker) -> None:
-    conn = Connection(broker)
+    conn = BrokerConnection(broker)
     conn.session().send("queue:work", msg(b"job"))
     tx = conn.session(AckMode.CLIENT, transacted=True)
     recorder = Recorder()
@@ -74,10 +74,10 @@ def test_prepared_transaction_survives_restart_then_commits(broker: Broker) -> N
     after = restart(broker)
     assert after.xa.xids() == ["xid-3"]
     watcher = Recorder()
-    Connection(after).session(AckMode.CLIENT).consumer(1, "queue:work", watcher, prefetch=10)
+    BrokerConnection(after).session(AckMode.CLIENT).consumer(1, "queue:work", watcher, prefetch=10)
     assert watcher.take() == []  # the acked job stays locked while in doubt
     assert looking.browse(after, "queue:done") == []
-    Connection(after).session().send("queue:done", msg(b"later"))
+    BrokerConnection(after).session().send("queue:done", msg(b"later"))
     after.xa.commit("xid-3")
     done = looking.browse(after, "queue:done")
     assert sorted(bodies(done)) == [b"later", b"result"]
@@ -93,7 +93,7 @@ def test_prepared_transaction_survives_restart_then_rolls_back(broker: Broker) -
     after = restart(broker)
     after.xa.rollback("xid-4")
     watcher = Recorder()
-    Connection(after).session(AckMode.CLIENT).consumer(1, "queue:work", watcher, prefetch=10)
+    BrokerConnection(after).session(AckMode.CLIENT).consumer(1, "queue:work", watcher, prefetch=10)
     [back] = watcher.take()
     assert back.message.body == b"job"
     assert looking.browse(after, "queue:done") == []
@@ -101,7 +101,7 @@ def test_prepared_transaction_survives_restart_then_rolls_back(broker: Broker) -
 
 
 def test_xid_rules(broker: Broker) -> None:
-    tx = Connection(broker).session(AckMode.CLIENT, transacted=True)
+    tx = BrokerConnection(broker).session(AckMode.CLIENT, transacted=True)
     with pytest.raises(TransactionError):
         tx.prepare("")
     with pytest.raises(TransactionError):
@@ -115,13 +115,13 @@ def test_xid_rules(broker: Broker) -> None:
         broker.xa.commit("nope")
     with pytest.raises(NotFound):
         broker.xa.rollback("nope")
-    plain = Connection(broker).session()
+    plain = BrokerConnection(broker).session()
     with pytest.raises(TransactionError):
         plain.prepare("y")
 
 
 def test_stats_list_prepared(broker: Broker) -> None:
-    tx = Connection(broker).session(AckMode.CLIENT, transacted=True)
+    tx = BrokerConnection(broker).session(AckMode.CLIENT, transacted=True)
     tx.send("queue:q", msg())
     tx.prepare("b")
     tx.send("queue:q", msg())

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode
-from chute.core.settings import DestinationSettings, SettingsResolver
-from chute.core.store import AckOp, AddOp
-from chute.core.unstored import withdraw_unstored
+from chute.core.model.consumer import AckMode
+from chute.core.model.settings import DestinationSettings, SettingsResolver
+from chute.core.model.store import AckOp, AddOp
+from chute.core.operations.connection import BrokerConnection
+from chute.core.rules.broker import Broker
+from chute.core.rules.unstored import withdraw_unstored
 
 from .helpers import FakeClock, Recorder, RecordingStore, make_broker, msg
 
@@ -19,7 +19,7 @@ def adds(store: RecordingStore) -> list[AddOp]:
 def test_a_waiting_message_is_taken_out_and_its_room_given_back() -> None:
     store = RecordingStore()
     broker = make_broker({"queue:q": DestinationSettings(max_messages=2)}, store=store)
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     s.send("queue:q", msg(b"kept"))
     s.send("queue:q", msg(b"refused"))
     queue = broker.queues["queue:q"]
@@ -36,7 +36,7 @@ def test_a_waiting_message_is_taken_out_and_its_room_given_back() -> None:
 def test_an_unacked_delivery_is_taken_back_and_the_consumer_gets_its_credit_back() -> None:
     store = RecordingStore()
     broker = make_broker(store=store)
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     r = Recorder()
     consumer = s.consumer(1, "queue:q", r, prefetch=1)
     s.send("queue:q", msg(b"refused"))  # pushed at once: its delivery is held by the driver
@@ -51,7 +51,7 @@ def test_an_unacked_delivery_is_taken_back_and_the_consumer_gets_its_credit_back
 def test_a_message_an_auto_ack_consumer_already_got_is_counted_as_gone() -> None:
     store = RecordingStore()
     broker = make_broker(store=store)
-    s = Connection(broker).session(AckMode.AUTO)
+    s = BrokerConnection(broker).session(AckMode.AUTO)
     r = Recorder()
     s.consumer(1, "queue:q", r, prefetch=10)
     s.send("queue:q", msg(b"already out"))
@@ -61,7 +61,7 @@ def test_a_message_an_auto_ack_consumer_already_got_is_counted_as_gone() -> None
 def test_a_paged_message_is_no_longer_counted() -> None:
     store = RecordingStore()
     broker = Broker(store, SettingsResolver({}), clock=FakeClock(), memory_limit=4096)
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     for i in range(100):
         s.send("queue:q", msg(b"x" * 100, id=f"m{i}"))
     queue = broker.queues["queue:q"]
@@ -85,7 +85,7 @@ def test_a_paged_message_is_no_longer_counted() -> None:
 
 def test_refused_acks_change_nothing_in_memory() -> None:
     broker = make_broker()
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     s.send("queue:q", msg(b"a"))
     assert withdraw_unstored(broker, [AckOp("queue:q", 1)]) == (0, 0)
     assert broker.queues["queue:q"].held == 1
@@ -94,7 +94,7 @@ def test_refused_acks_change_nothing_in_memory() -> None:
 def test_a_topics_refused_message_leaves_every_durable_subscription() -> None:
     store = RecordingStore()
     broker = make_broker(store=store)
-    connection = Connection(broker, client_id="c")
+    connection = BrokerConnection(broker, client_id="c")
     s = connection.session(AckMode.CLIENT)
     for i, name in enumerate(("one", "two")):
         consumer = s.consumer(i, "topic:t", Recorder(), subscription=name, durable=True)

@@ -16,7 +16,7 @@ from urllib.parse import unquote_plus
 import pytest
 
 import chute
-from chute.core.selector import compile_selector
+from chute.core.model.selector import compile_selector
 from chute.dropbox.client import DropboxConnection
 from chute.dropbox.layout import init_queue
 from chute.dropbox.transcoder import decode_filename

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 import pytest
 
 from chute.config import ServerConfig
-from chute.core import looking
-from chute.core.browse import STEP_MESSAGES
-from chute.core.connection import Connection
+from chute.core.operations import looking
+from chute.core.operations.browse import STEP_MESSAGES
+from chute.core.operations.connection import BrokerConnection
 from chute.message import Message
 from chute.protocol import packets as p
 from chute.protocol.codec import PacketCodec
@@ -266,7 +266,7 @@ def test_a_browse_page_is_built_in_turns_and_others_are_answered_meanwhile(
     monkeypatch.setattr(stream, "TURN_S", 0.0)  # a turn is one step of the page
     server = BrokerServer(ServerConfig(), MemoryStore())
     server.loop = loop
-    session = Connection(server.broker).session()
+    session = BrokerConnection(server.broker).session()
     for i in range(10 * STEP_MESSAGES):
         session.send("queue:deep", Message.create(b"m%d" % i))
     browser, browsed = native_client(server)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from chute.core.store import Store
+from chute.core.model.store import Store
 from chute.store.disk import FaultyDisk
 from chute.store.journal import Journal
 from chute.store.memory import MemoryStore

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from chute.core.store import AddOp, Recovered
+from chute.core.model.store import AddOp, Recovered
 from chute.message import BodyKind, Byte, Float, Int, Message, Short
 
 DEADLINE = 10.0  # seconds: a wait this long means the journal is stuck

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from chute.core.store import AckOp, AddOp, QueueDefinition, QueueKind, Store
+from chute.core.model.store import AckOp, AddOp, QueueDefinition, QueueKind, Store
 from chute.store.memory import MemoryStore
 
 from .conftest import Harness

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from chute.core.store import QueueDefinition, QueueKind, StoredMessage
+from chute.core.model.store import QueueDefinition, QueueKind, StoredMessage
 from chute.store.gaps import Hole, find_holes
 from chute.store.journal import Journal
 from chute.store.recovery import recover

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from chute.core.store import AckOp, AddOp, QueueDefinition, QueueKind, TxOp
+from chute.core.model.store import AckOp, AddOp, QueueDefinition, QueueKind, TxOp
 from chute.errors import StoreError
 from chute.store.errors import DiskFailure, DiskFull, JournalClosed
 from chute.store.journal import Journal, SyncMode

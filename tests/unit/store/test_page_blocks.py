@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from chute.content import encode_content
-from chute.core.broker import Broker
-from chute.core.settings import SettingsResolver
-from chute.core.store import AckOp, AddOp, Store, StoredBlock, StoredMessage
-from chute.core.stream import Stream
+from chute.core.model.settings import SettingsResolver
+from chute.core.model.store import AckOp, AddOp, Store, StoredBlock, StoredMessage
+from chute.core.model.stream import Stream
+from chute.core.rules.broker import Broker
 from chute.message import Message
 from chute.protocol import packets as p
 from chute.protocol.spec import encode_cursor_blocks

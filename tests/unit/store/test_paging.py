@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from chute.core import looking
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode, Consumer, Entry
-from chute.core.paging import held_cost
-from chute.core.queue import PAGE_LOW, QueueChannel
-from chute.core.session import Session
-from chute.core.store import Store
+from chute.core.model.consumer import AckMode, BrokerConsumer, Entry
+from chute.core.model.paging import held_cost
+from chute.core.model.queue import PAGE_LOW, QueueChannel
+from chute.core.model.store import Store
+from chute.core.operations import looking
+from chute.core.operations.connection import BrokerConnection
+from chute.core.operations.session import BrokerSession
+from chute.core.rules.broker import Broker
 from chute.message import Message
 from chute.store.journal import Journal
 from chute.store.memory import MemoryStore
@@ -64,13 +64,13 @@ class Taker:
     """A receiver that remembers what it got."""
 
     def __init__(self) -> None:
-        self.got: list[tuple[Consumer, int, Message, bool]] = []
+        self.got: list[tuple[BrokerConsumer, int, Message, bool]] = []
 
-    def handle(self, consumer: Consumer, entry: Entry) -> None:
+    def handle(self, consumer: BrokerConsumer, entry: Entry) -> None:
         self.got.append((consumer, entry.seq, entry.message, entry.redelivered))
 
 
-def drain(session: Session, address: str, *, prefetch: int = 50) -> list[tuple[bytes, bool]]:
+def drain(session: BrokerSession, address: str, *, prefetch: int = 50) -> list[tuple[bytes, bool]]:
     """Consume everything, acking each message as it arrives (which pulls the next window)."""
     taker = Taker()
     consumer = session.consumer(1, address, taker, prefetch=prefetch)
@@ -80,7 +80,7 @@ def drain(session: Session, address: str, *, prefetch: int = 50) -> list[tuple[b
         for c, seq, message, redelivered in batch:
             out.append((message.body, redelivered))
             session.ack(c, seq)
-        Session.add_credit(consumer, len(batch))
+        BrokerSession.add_credit(consumer, len(batch))
     session.close_consumer(consumer)
     return out
 
@@ -92,7 +92,7 @@ def queue(broker: Broker, name: str) -> QueueChannel:
 
 
 def send(
-    session: Session, address: str, n: int, *, persistent: bool = True, start: int = 0
+    session: BrokerSession, address: str, n: int, *, persistent: bool = True, start: int = 0
 ) -> None:
     for i in range(start, start + n):
         session.send(address, Message.create(BODY + str(i).encode(), persistent=persistent))
@@ -104,7 +104,7 @@ def expected(n: int, start: int = 0) -> list[bytes]:
 
 def test_a_deep_backlog_stays_within_the_limit_and_drains_in_order(open_store: OpenStore) -> None:
     broker = start(open_store())
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     send(s, "queue:q", 2000)
     q = queue(broker, "queue:q")
     assert q.held == 2000
@@ -118,7 +118,7 @@ def test_a_deep_backlog_stays_within_the_limit_and_drains_in_order(open_store: O
 
 def test_paging_ends_once_the_backlog_is_read_back(open_store: OpenStore) -> None:
     broker = start(open_store())
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     send(s, "queue:q", 300)
     assert [b for b, _ in drain(s, "queue:q")] == expected(300)
     send(s, "queue:q", 10, start=300)
@@ -130,18 +130,18 @@ def test_non_persistent_messages_page_too_and_die_with_the_process(
     open_store: OpenStore,
 ) -> None:
     broker = start(open_store())
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     send(s, "queue:q", 200, persistent=False)
     send(s, "queue:q", 200, start=200)
     assert queue(broker, "queue:q").paged >= 400 - LIMIT // COST
     restarted = start(open_store())  # non-persistent messages do not survive a restart
-    s2 = Connection(restarted).session(AckMode.CLIENT)
+    s2 = BrokerConnection(restarted).session(AckMode.CLIENT)
     assert [b for b, _ in drain(s2, "queue:q")] == expected(200, start=200)
 
 
 def test_non_persistent_paged_messages_are_read_back_and_acked(open_store: OpenStore) -> None:
     broker = start(open_store())
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     send(s, "queue:q", 300, persistent=False)
     assert [b for b, _ in drain(s, "queue:q")] == expected(300)
     assert queue(broker, "queue:q").held == 0
@@ -152,19 +152,19 @@ def test_a_restart_with_a_paged_backlog_recovers_everything_in_order(
     open_store: OpenStore,
 ) -> None:
     broker = start(open_store())
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     send(s, "queue:q", 1500)
     restarted = start(open_store())
     q = queue(restarted, "queue:q")
     assert q.held == 1500
     assert restarted.memory.used <= LIMIT + COST * 2
-    s2 = Connection(restarted).session(AckMode.CLIENT)
+    s2 = BrokerConnection(restarted).session(AckMode.CLIENT)
     assert [b for b, _ in drain(s2, "queue:q")] == expected(1500)
 
 
 def test_unacked_messages_come_back_before_the_paged_ones(open_store: OpenStore) -> None:
     broker = start(open_store())
-    conn = Connection(broker)
+    conn = BrokerConnection(broker)
     s = conn.session(AckMode.CLIENT)
     send(s, "queue:q", 500)
     taker = Taker()
@@ -172,7 +172,7 @@ def test_unacked_messages_come_back_before_the_paged_ones(open_store: OpenStore)
     first = [m.body for _, _, m, _ in taker.got]
     assert first == expected(10)
     s.close()  # nothing acked: the ten go back, redelivered
-    s2 = Connection(broker).session(AckMode.CLIENT)
+    s2 = BrokerConnection(broker).session(AckMode.CLIENT)
     got = drain(s2, "queue:q")
     assert [b for b, _ in got] == expected(500)
     assert [r for _, r in got[:10]] == [True] * 10
@@ -182,7 +182,7 @@ def test_unacked_messages_come_back_before_the_paged_ones(open_store: OpenStore)
 
 def test_durable_subscriptions_page_each_on_their_own(open_store: OpenStore) -> None:
     broker = start(open_store())
-    s = Connection(broker, client_id="c").session(AckMode.CLIENT)
+    s = BrokerConnection(broker, client_id="c").session(AckMode.CLIENT)
     for name in ("a", "b"):  # subscribe, then go away: the subscriptions keep what comes
         s.close_consumer(s.consumer(1, "topic:t", Taker(), subscription=name, durable=True))
     send(s, "topic:t", 600)
@@ -196,14 +196,14 @@ def test_durable_subscriptions_page_each_on_their_own(open_store: OpenStore) -> 
             for c, seq, message, _ in batch:
                 got.append(message.body)
                 s.ack(c, seq)
-            Session.add_credit(consumer, len(batch))
+            BrokerSession.add_credit(consumer, len(batch))
         assert got == expected(600)
         s.close_consumer(consumer)
 
 
 def test_browsing_shows_paged_messages_without_consuming(open_store: OpenStore) -> None:
     broker = start(open_store())
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     send(s, "queue:q", 400)
     assert [e.message.body for e in looking.browse(broker, "queue:q")] == expected(400)
     assert [e.message.body for e in looking.browse(broker, "queue:q", limit=5)] == expected(5)
@@ -213,8 +213,8 @@ def test_browsing_shows_paged_messages_without_consuming(open_store: OpenStore) 
 
 def test_a_transaction_committed_while_paging_loses_nothing(open_store: OpenStore) -> None:
     broker = start(open_store())
-    s = Connection(broker).session(AckMode.CLIENT)
-    tx = Connection(broker).session(AckMode.CLIENT, transacted=True)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
+    tx = BrokerConnection(broker).session(AckMode.CLIENT, transacted=True)
     send(s, "queue:q", 300)
     send(tx, "queue:q", 50, start=300)
     send(s, "queue:q", 100, start=350)
@@ -225,13 +225,13 @@ def test_a_transaction_committed_while_paging_loses_nothing(open_store: OpenStor
 
 def test_a_transacted_producer_pages_too(open_store: OpenStore) -> None:
     broker = start(open_store())
-    tx = Connection(broker).session(AckMode.CLIENT, transacted=True)
+    tx = BrokerConnection(broker).session(AckMode.CLIENT, transacted=True)
     for start_at in range(0, 2000, 100):
         send(tx, "queue:q", 100, start=start_at)
         tx.commit()
     assert queue(broker, "queue:q").paged >= 2000 - LIMIT // COST
     assert broker.memory.used <= LIMIT
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     assert [b for b, _ in drain(s, "queue:q")] == expected(2000)
 
 
@@ -239,10 +239,10 @@ def test_a_consumer_waiting_on_a_paging_queue_gets_what_a_transaction_commits(
     open_store: OpenStore,
 ) -> None:
     broker = start(open_store())
-    plain = Connection(broker).session(AckMode.CLIENT)
+    plain = BrokerConnection(broker).session(AckMode.CLIENT)
     send(plain, "queue:other", 100)  # fills the memory budget: new messages page
-    tx = Connection(broker).session(AckMode.CLIENT, transacted=True)
-    s = Connection(broker).session(AckMode.CLIENT)
+    tx = BrokerConnection(broker).session(AckMode.CLIENT, transacted=True)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     taker = Taker()
     s.consumer(1, "queue:q", taker, prefetch=1000)
     send(tx, "queue:q", 300)
@@ -254,7 +254,7 @@ def test_paged_messages_are_found_after_compaction_moved_them(tmp_path: Path) ->
     journal = Journal(tmp_path / "j", sync="never", segment_size=64 << 10, compact_ratio=0.5)
     try:
         broker = start(journal)
-        s = Connection(broker).session(AckMode.CLIENT)
+        s = BrokerConnection(broker).session(AckMode.CLIENT)
         for i in range(3000):  # two queues interleaved: draining one leaves sparse segments
             s.send("queue:keep", Message.create(BODY + str(i).encode()))
             s.send("queue:drop", Message.create(BODY + str(i).encode()))
@@ -270,20 +270,20 @@ def test_paged_messages_are_found_after_compaction_moved_them(tmp_path: Path) ->
 
 def test_one_huge_transaction_pages_and_drains_in_order(open_store: OpenStore) -> None:
     broker = start(open_store())
-    tx = Connection(broker).session(AckMode.CLIENT, transacted=True)
+    tx = BrokerConnection(broker).session(AckMode.CLIENT, transacted=True)
     send(tx, "queue:q", 20_000)
     tx.commit()  # one record holding every add
     q = queue(broker, "queue:q")
     assert q.paged >= 20_000 - LIMIT // COST
     assert (q.held, q.inflight) == (20_000, 0)  # paged messages are not in flight
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     assert [b for b, _ in drain(s, "queue:q", prefetch=500)] == expected(20_000)
 
 
 def test_a_journal_reopens_a_deep_backlog_without_decoding_it(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "j", sync="never")
     broker = Broker(journal)  # no memory limit: everything in memory while it runs
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     big = b"y" * 1000
     for i in range(5000):
         s.send("queue:q", Message.create(big + str(i).encode()))
@@ -303,7 +303,7 @@ def test_a_journal_reopens_a_deep_backlog_without_decoding_it(tmp_path: Path) ->
         q = queue(restarted, "queue:q")
         assert q.held == 5000
         assert q.paged >= count  # the window itself pages past the memory limit
-        s2 = Connection(restarted).session(AckMode.CLIENT)
+        s2 = BrokerConnection(restarted).session(AckMode.CLIENT)
         got = [b for b, _ in drain(s2, "queue:q")]
         assert got == [big + str(i).encode() for i in range(5000)]
         assert (q.held, q.held_bytes, q.paged, q.paged_bytes) == (0, 0, 0, 0)
@@ -315,7 +315,7 @@ def test_restored_paged_messages_still_expire(tmp_path: Path) -> None:
     clock = FakeClock()
     journal = Journal(tmp_path / "j", sync="never")
     broker = Broker(journal, clock=clock)
-    s = Connection(broker).session(AckMode.CLIENT)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
     for i in range(3000):
         s.send("queue:q", Message.create(BODY * 5 + str(i).encode()), ttl=60_000)
     journal.close()
@@ -345,8 +345,8 @@ def test_a_window_spanning_plain_adds_and_a_large_transaction_reads_every_messag
     transaction record after them: that record is read whole on its own."""
     journal = Journal(tmp_path / "j", sync="never")
     broker = Broker(journal)
-    plain = Connection(broker).session(AckMode.CLIENT)
-    tx = Connection(broker).session(AckMode.CLIENT, transacted=True)
+    plain = BrokerConnection(broker).session(AckMode.CLIENT)
+    tx = BrokerConnection(broker).session(AckMode.CLIENT, transacted=True)
     big = b"z" * 1000
     bodies = [big + str(i).encode() for i in range(300)]
     for body in bodies[:10]:
@@ -371,7 +371,7 @@ def test_a_window_spanning_more_transactions_than_the_layout_cache_reads_them_al
     remembers layouts of (16). None of their messages may go missing from the window."""
     journal = Journal(tmp_path / "j", sync="never")
     broker = Broker(journal)
-    tx = Connection(broker).session(AckMode.CLIENT, transacted=True)
+    tx = BrokerConnection(broker).session(AckMode.CLIENT, transacted=True)
     bodies = [f"{batch}-{i}".encode() for batch in range(40) for i in range(5)]
     for n, body in enumerate(bodies, 1):
         tx.send("queue:q", Message.create(body))
@@ -390,7 +390,7 @@ def test_a_window_spanning_more_transactions_than_the_layout_cache_reads_them_al
 
 def test_purging_a_paged_backlog_removes_it_a_window_at_a_time(open_store: OpenStore) -> None:
     broker = start(open_store())
-    conn = Connection(broker)
+    conn = BrokerConnection(broker)
     s = conn.session(AckMode.CLIENT)
     send(s, "queue:q", 1000)
     send(s, "queue:q", 100, persistent=False, start=1000)
@@ -406,7 +406,7 @@ def test_purging_a_paged_backlog_removes_it_a_window_at_a_time(open_store: OpenS
 
 def test_deleting_a_paged_queue_forgets_it_in_the_store(open_store: OpenStore) -> None:
     broker = start(open_store())
-    conn = Connection(broker)
+    conn = BrokerConnection(broker)
     send(conn.session(), "queue:q", 1000)
     assert queue(broker, "queue:q").paged
     assert conn.delete("queue:q") == 1000

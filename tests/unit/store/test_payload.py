@@ -7,7 +7,7 @@ import contextlib
 import pytest
 
 from chute.content import encode_content
-from chute.core.store import AckOp, AddOp, QueueDefinition, QueueKind
+from chute.core.model.store import AckOp, AddOp, QueueDefinition, QueueKind
 from chute.store.errors import CorruptRecord
 from chute.store.payload import Names, add_keys
 from chute.store.record import Kind

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from chute.core.store import AckOp, AddOp, QueueDefinition, QueueKind, Store
+from chute.core.model.store import AckOp, AddOp, QueueDefinition, QueueKind, Store
 from chute.errors import StoreError
 from chute.store.journal import Journal
 from chute.store.memory import MemoryStore

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from chute.core.store import AckOp, QueueDefinition, QueueKind
+from chute.core.model.store import AckOp, QueueDefinition, QueueKind
 from chute.store.journal import Journal
 from chute.store.record import HEADER_SIZE, Kind, Scan, frame
 from chute.store.recovery import recover

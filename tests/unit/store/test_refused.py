@@ -6,7 +6,7 @@ from __future__ import annotations
 import errno
 from collections.abc import Callable
 
-from chute.core.store import AckOp, AddOp, QueueDefinition, QueueKind, TxOp
+from chute.core.model.store import AckOp, AddOp, QueueDefinition, QueueKind, TxOp
 from chute.store.errors import DiskFull
 from chute.store.journal import Journal
 

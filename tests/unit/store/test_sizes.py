@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from chute.content import content_size, encode_content
-from chute.core.store import AckOp, AddOp, QueueDefinition, QueueKind
+from chute.core.model.store import AckOp, AddOp, QueueDefinition, QueueKind
 from chute.message import Message, PropertyValue
 from chute.store.reclaim import LiveIndex
 from chute.store.recovery import recover_lazily

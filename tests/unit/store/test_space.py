@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from chute.core.store import AckOp, QueueDefinition, QueueKind
+from chute.core.model.store import AckOp, QueueDefinition, QueueKind
 from chute.store.errors import DiskFull
 from chute.store.journal import Journal
 from chute.store.record import Scan

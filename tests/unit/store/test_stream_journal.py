@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from chute.core.broker import Broker
-from chute.core.connection import Connection
-from chute.core.consumer import AckMode, Consumer, Entry
-from chute.core.offsets import Offset
-from chute.core.session import Session
-from chute.core.settings import DestinationSettings, SettingsResolver
-from chute.core.stream import Stream
+from chute.core.model.consumer import AckMode, BrokerConsumer, Entry
+from chute.core.model.offsets import Offset
+from chute.core.model.settings import DestinationSettings, SettingsResolver
+from chute.core.model.stream import Stream
+from chute.core.operations.connection import BrokerConnection
+from chute.core.operations.session import BrokerSession
+from chute.core.rules.broker import Broker
 from chute.message import Message
 from chute.store.journal import Journal
 from chute.store.segment import list_segments
@@ -36,7 +36,7 @@ class Taker:
     def __init__(self) -> None:
         self.got: list[Entry] = []
 
-    def handle(self, consumer: Consumer, entry: Entry) -> None:
+    def handle(self, consumer: BrokerConsumer, entry: Entry) -> None:
         self.got.append(entry)
 
 
@@ -85,7 +85,7 @@ def node(tmp_path: Path) -> Iterator[Node]:
 
 
 def send(broker: Broker, n: int, start: int = 0) -> None:
-    session = Connection(broker).session()
+    session = BrokerConnection(broker).session()
     for i in range(start, start + n):
         session.send(S, Message.create(BODY + str(i).encode()))
 
@@ -96,7 +96,7 @@ def expected(n: int, start: int = 0) -> list[bytes]:
 
 def read_from(broker: Broker, offset: str | int) -> list[Entry]:
     """Everything a client-ack reader from ``offset`` gets, acking and giving credit back."""
-    session = Connection(broker).session(AckMode.CLIENT)
+    session = BrokerConnection(broker).session(AckMode.CLIENT)
     taker = Taker()
     consumer = session.consumer(1, S, taker, prefetch=100, offset=offset)
     got: list[Entry] = []
@@ -104,7 +104,7 @@ def read_from(broker: Broker, offset: str | int) -> list[Entry]:
         batch, taker.got = taker.got, []
         got += batch
         session.ack(consumer, batch[-1].seq)
-        Session.add_credit(consumer, len(batch))
+        BrokerSession.add_credit(consumer, len(batch))
     session.close_consumer(consumer)
     return got
 
@@ -188,7 +188,7 @@ def test_offsets_never_go_back_after_everything_went(tmp_path: Path) -> None:
 
 def test_a_prepared_send_survives_a_restart_and_commits(node: Node) -> None:
     send(node.broker, 3)
-    tx = Connection(node.broker).session(AckMode.CLIENT, transacted=True)
+    tx = BrokerConnection(node.broker).session(AckMode.CLIENT, transacted=True)
     tx.send(S, Message.create(b"prepared"))
     tx.prepare("xid-1")
     send(node.broker, 2, start=3)

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chute.core.selector import Selector, compile_selector
-from chute.core.selector.evaluate import HEADERS
-from chute.core.selector.like import like_matcher
-from chute.core.selector.parser import HEADER_TYPES
+from chute.core.model.selector import Selector, compile_selector
+from chute.core.model.selector.evaluate import HEADERS
+from chute.core.model.selector.like import like_matcher
+from chute.core.model.selector.parser import HEADER_TYPES
 from chute.message import Byte, Float, Int, Long, Message, PropertyValue, Short
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chute.core.selector.lexer import Token, TokenKind, describe_position, tokenize
+from chute.core.model.selector.lexer import Token, TokenKind, describe_position, tokenize
 from chute.errors import InvalidSelector
 
 K = TokenKind

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chute.core.selector import compile_selector
-from chute.core.selector.parser import (
+from chute.core.model.selector import compile_selector
+from chute.core.model.selector.parser import (
     MAX_DEPTH,
     MAX_LENGTH,
     And,

@@ -1,0 +1,553 @@
+"""Streams: append-only logs read from an offset, as RabbitMQ's streams and Kafka's topics.
+
+Theory of operation
+-------------------
+A :class:`Stream` (``stream:NAME``) keeps every message it takes, in the order
+the broker accepted them, until its retention removes the oldest: past
+``max_bytes`` or ``max_messages``, or older than ``max_age``. Nothing a reader
+does removes anything. A message's **offset** is its sequence number in the
+stream, so offsets only grow; ``first`` is the oldest offset still kept and
+``head`` the offset the next readable message will have.
+
+Every message a stream takes is recorded in the store (a stream is durable:
+a message sent as non-persistent is kept as a persistent one), under the
+stream's address as a durable queue of kind ``stream``. The stream holds in
+memory only its newest messages (``tail_bytes``) and reads older ones back from
+the store (:meth:`Store.page_in`), so a stream costs the memory of its tail,
+whatever its length. Retention acks what it removes, which is what lets the
+journal delete a segment once nothing in it is kept (journal space is
+reclaimed as retention moves on).
+
+Reading, two ways:
+
+* :meth:`Stream.read` returns the messages in an offset range, at most a page:
+  stateless, for readers that keep their own position (the Spark source keeps
+  it in Spark's checkpoint; the native ``CursorFetch`` request without a cursor).
+* A :class:`~chute.core.model.readers.StreamReader` is a consumer's own queue, as a
+  topic subscription is: it is fed from its position, a window at a time, as
+  its consumer's credit allows; acks only make room in the window. Consumers
+  open one with an offset (:func:`~chute.core.model.offsets.parse_offset`: ``first``,
+  ``last``, ``next``, a number, or ``timestamp=MS``; :meth:`Stream.locate` finds
+  where it reads first); native clients and STOMP's ``x-stream-offset`` header.
+
+A prepared (two-phase) send has its offset when prepared but is placed only
+at its commit: :attr:`Stream.head` stays below the lowest such offset, so no
+reader ever moves past a message that is yet to appear (retention and purge
+still remove what is kept behind it).
+
+What a stream needs of the broker is :class:`StreamHost`. Pure: no sockets, no
+files. Used from the broker's loop only.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import logging
+import operator
+from collections.abc import Mapping, Sequence
+from typing import Final, Protocol
+
+from chute.core.model.consumer import Entry
+from chute.core.model.offsets import Offset
+from chute.core.model.paging import Resources, held_cost
+from chute.core.model.readers import StreamReader
+from chute.core.model.settings import DestinationSettings
+from chute.core.model.store import StoredBlock, StoredMessage, message_block
+from chute.message import Message
+
+log = logging.getLogger("chute.stream")
+
+TAIL_BYTES: Final = 8 << 20
+"""How many bytes of its newest messages a stream keeps in memory, at most."""
+
+TAILS_BYTES: Final = 64 << 20
+"""What the tails of every stream together keep: with many streams each keeps its share
+(at least :data:`TAIL_MIN`), so the memory streams take does not grow with their number."""
+
+TAIL_MIN: Final = 256 << 10
+
+READ_STEP: Final = 256
+"""Messages read back from the store per call."""
+
+BLOCK_STEP: Final = 4096
+"""Messages read back from the store per call by :meth:`Stream.read_blocks` at most (with
+a byte bound, about as many as it leaves room for)."""
+
+RETAIN_STEP: Final = 1024
+"""Messages removed by retention per step (the rest on the next append or sweep)."""
+
+
+class StreamHost(Resources, Protocol):
+    """What a stream needs of the broker around it."""
+
+    @property
+    def streams(self) -> Mapping[str, Stream]:
+        """Every stream (their tails share one budget)."""
+        ...
+
+    def trim_when_stored(self, stream: Stream) -> None:
+        """Call ``stream.trim()`` once what was recorded reached the store: now, or at the
+        end of the transaction being gathered (the tail keeps its records until then)."""
+
+
+class Stream:
+    """An append-only log. See the module docstring."""
+
+    def __init__(self, address: str, settings: DestinationSettings, host: StreamHost) -> None:
+        self.address = address
+        self.name = address  # the store knows the stream by its address
+        self.settings = settings
+        self.host = host
+        self.next_seq = 1
+        self._first = 1  # the oldest offset kept while count (see first)
+        self.count = 0  # messages kept
+        self.bytes = 0  # their Message.size
+        self.appended = 0  # messages taken since start
+        self.removed = 0  # messages retention removed since start
+        self.readers: list[StreamReader] = []
+        self.delivered_before = 0  # deliveries by readers closed since start
+        self.redelivered_before = 0  # ... redeliveries
+        self.reserved: set[int] = set()  # offsets of prepared sends, placed at their commit
+        self._held: list[int] = []  # the same as a heap (lazily pruned): head is O(log n)
+        self.deleted = False
+        self._tail: list[Entry] = []  # the newest messages, in offset order
+        self._tail_from = 0  # entries of _tail before this index are gone
+        self._tail_bytes = 0
+        self._newest = 0  # the highest offset appended
+
+    # -- numbering ------------------------------------------------------------------
+
+    @property
+    def first(self) -> int:
+        """The oldest offset kept; :attr:`head` while none is (the next to appear, also
+        after a restart or a delete moved the numbering on)."""
+        return self._first if self.count else self.head
+
+    @first.setter
+    def first(self, value: int) -> None:
+        self._first = value
+
+    @property
+    def head(self) -> int:
+        """The first offset a reader may not read yet: the next one, or the lowest a
+        prepared send holds."""
+        held, reserved = self._held, self.reserved
+        while held and held[0] not in reserved:  # placed or released since: drop lazily
+            heapq.heappop(held)
+        return min(self.next_seq, held[0]) if held else self.next_seq
+
+    @property
+    def last(self) -> int:
+        """The newest offset kept below :attr:`head` (``head`` if none)."""
+        tail = self._tail
+        head = self.head
+        for index in range(len(tail) - 1, self._tail_from - 1, -1):
+            if tail[index].seq < head:
+                return tail[index].seq
+        after = head - 2  # offsets are contiguous but for rolled-back prepared sends
+        while after >= self.first - 1:
+            found = self._next_kept(after, head)
+            if found is not None:
+                return found.seq
+            after -= 1
+        return head
+
+    def leave(self, reader: StreamReader) -> None:
+        """``reader`` closed: it reads no more, and what it delivered stays counted (the
+        stream's ``delivered`` is a counter, it never goes down)."""
+        if reader in self.readers:
+            self.readers.remove(reader)
+            self.delivered_before += reader.delivered
+            self.redelivered_before += reader.redelivered
+
+    @property
+    def delivered(self) -> int:
+        """Deliveries to the stream's consumers since start, closed readers' included."""
+        return self.delivered_before + sum(r.delivered for r in self.readers)
+
+    @property
+    def redelivered(self) -> int:
+        """Redeliveries to the stream's consumers since start, closed readers' included."""
+        return self.redelivered_before + sum(r.redelivered for r in self.readers)
+
+    def hold(self, seq: int) -> None:
+        """``seq`` is a prepared send's, placed at its commit: readers wait below it."""
+        self.reserved.add(seq)
+        heapq.heappush(self._held, seq)
+
+    def release(self, seq: int) -> None:
+        """A reserved offset that will never be placed (its transaction rolled back)."""
+        self.reserved.discard(seq)
+        self._wake()
+
+    # -- appending ------------------------------------------------------------------
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        """Keep messages the store already recorded (a transaction's together: retention
+        and waiting readers look once); readers waiting for them get them."""
+        reserved = self.reserved
+        for entry in entries:
+            reserved.discard(entry.seq)
+            if not self.count or entry.seq < self.first:
+                self.first = entry.seq
+            self.count += 1
+            self.bytes += entry.message.size
+            self._keep(entry)
+        self.appended += len(entries)
+        now = self.host.clock()
+        while self.retain(now, on_append=True) >= RETAIN_STEP:
+            pass  # a large transaction may pass the limits by more than one step
+        self._wake()
+
+    def _keep(self, entry: Entry) -> None:
+        tail = self._tail
+        lo = self._tail_from
+        newest, self._newest = self._newest, max(self._newest, entry.seq)
+        # the tail holds every kept offset from its first on: a prepared send committed
+        # older than that (or than newer ones only the store holds) is read from the store
+        older = entry.seq < tail[lo].seq if lo < len(tail) else entry.seq <= newest
+        if older:
+            return
+        cost = held_cost(entry.message)
+        if len(tail) > lo and entry.seq < tail[-1].seq:
+            bisect.insort(tail, entry, lo=self._tail_from, key=_seq)  # a prepared send's commit
+        else:
+            tail.append(entry)
+        self._tail_bytes += cost
+        self.host.memory.used += cost
+        self.host.trim_when_stored(self)
+
+    def trim(self) -> None:
+        """Keep no more than :data:`TAIL_BYTES` of the newest messages in memory (less when
+        many streams share :data:`TAILS_BYTES`)."""
+        tail = self._tail
+        limit = min(TAIL_BYTES, max(TAIL_MIN, TAILS_BYTES // max(1, len(self.host.streams))))
+        while self._tail_bytes > limit and len(tail) - self._tail_from > 1:
+            self._drop_tail_head()
+
+    def _drop_tail_head(self) -> None:
+        tail = self._tail
+        gone = tail[self._tail_from]
+        self._tail_from += 1
+        cost = held_cost(gone.message)
+        self._tail_bytes -= cost
+        self.host.memory.used -= cost
+        if self._tail_from > 4096 and self._tail_from * 2 > len(tail):
+            del tail[: self._tail_from]
+            self._tail_from = 0
+
+    def _wake(self) -> None:
+        head = self.head
+        for reader in self.readers:
+            if reader.position < head and reader.router.consumers:
+                reader.deliver()
+
+    def nudge(self) -> None:
+        """Let readers that stopped short of the head read on (a selective reader reads
+        a bounded number of messages per fill; the broker's sweep calls this)."""
+        for reader in self.readers:
+            if not reader.ready and reader.position < self.head and reader.router.consumers:
+                reader.deliver()
+
+    # -- reading --------------------------------------------------------------------
+
+    def read(
+        self, start: int, end: int, *, max_messages: int = 0, max_bytes: int = 0
+    ) -> tuple[int, list[Entry]]:
+        """The messages with offsets in ``[start, end)`` (``end`` at most :attr:`head`),
+        at most ``max_messages`` and about ``max_bytes`` of them (0: no limit; at least
+        one); returns ``(next start, entries)``: next start is ``end`` once the range is
+        done. Offsets retention removed are skipped.
+
+        Raises:
+            StoreError: the store cannot read them back now.
+        """
+        return self._read(start, min(end, self.head), max_messages, max_bytes)
+
+    def _read(
+        self, start: int, end: int, max_messages: int, max_bytes: int
+    ) -> tuple[int, list[Entry]]:
+        """:meth:`read` past the head too (retention and purge remove what is kept behind
+        a prepared send as well)."""
+        start = max(start, self.first)
+        entries: list[Entry] = []
+        size = 0
+        position = start
+        while position < end:
+            room = (max_messages - len(entries)) if max_messages else READ_STEP
+            found = self._from_tail(position, end, min(room, READ_STEP))
+            if found is None:
+                found = self._from_store(position, end, min(room, READ_STEP))
+            if not found:
+                return end, entries
+            for entry in found:
+                if max_bytes and entries and size + entry.message.size > max_bytes:
+                    return entry.seq, entries
+                entries.append(entry)
+                size += entry.message.size
+            position = found[-1].seq + 1
+            if max_messages and len(entries) >= max_messages:
+                return (position if position < end else end), entries
+        return end, entries
+
+    def _from_tail(self, start: int, end: int, limit: int) -> list[Entry] | None:
+        """Up to ``limit`` entries from ``start`` if the tail holds ``start``, else None."""
+        tail = self._tail
+        lo = self._tail_from
+        if lo >= len(tail) or start < tail[lo].seq:
+            return None
+        index = bisect.bisect_left(tail, start, lo=lo, key=_seq)
+        stop = bisect.bisect_left(tail, end, lo=index, hi=min(len(tail), index + limit), key=_seq)
+        return tail[index:stop]
+
+    def _from_store(self, start: int, end: int, limit: int) -> list[Entry]:
+        tail = self._tail
+        below = min(end, tail[self._tail_from].seq if self._tail_from < len(tail) else end)
+        if start < below:  # ask for no more than is there: a short read makes a journal flush
+            stored = self.host.store.page_in(self.address, start - 1, min(limit, below - start))
+            found = [Entry(s.seq, s.message) for s in stored if s.seq < below]
+            if found:
+                return found
+        if below < end:
+            return self._from_tail(below, end, limit) or []
+        return []
+
+    def read_blocks(
+        self, start: int, end: int, *, max_messages: int = 0, max_bytes: int = 0
+    ) -> tuple[int, list[StoredBlock]]:
+        """:meth:`read`, each message as its content block with its envelope
+        (:data:`~chute.core.model.store.StoredBlock`): the same pages, but what the store holds
+        is not decoded, for an answer that sends the blocks on as they are (the native
+        ``CursorFetch`` without a cursor).
+
+        Raises:
+            StoreError: the store cannot read them back now.
+        """
+        end = min(end, self.head)
+        blocks: list[StoredBlock] = []
+        size = 0
+        position = max(start, self.first)
+        while position < end:
+            room = (max_messages - len(blocks)) if max_messages else BLOCK_STEP
+            step = min(room, BLOCK_STEP)
+            if max_bytes:  # read about what the bytes left hold, by the sizes seen so far
+                left = max(0, max_bytes - size)
+                step = min(step, left * len(blocks) // size + 1 if blocks else 16)
+            found = self._blocks_from_tail(position, end, step)
+            if found is None:
+                found = self._blocks_from_store(position, end, step)
+            if not found:
+                return end, blocks
+            more = sum(map(_block_size, found))
+            if max_bytes and size + more > max_bytes:  # the page ends in this step
+                for block in found:
+                    if blocks and size + block[6] > max_bytes:
+                        return block[0], blocks
+                    blocks.append(block)
+                    size += block[6]
+            else:
+                blocks += found
+                size += more
+            position = found[-1][0] + 1
+            if max_messages and len(blocks) >= max_messages:
+                return (position if position < end else end), blocks
+        return end, blocks
+
+    def _blocks_from_tail(self, start: int, end: int, limit: int) -> list[StoredBlock] | None:
+        entries = self._from_tail(start, end, limit)
+        if entries is None:
+            return None
+        return [message_block(e.seq, e.message, e.delivery_count, e.redelivered) for e in entries]
+
+    def _blocks_from_store(self, start: int, end: int, limit: int) -> list[StoredBlock]:
+        """As :meth:`_from_store`."""
+        tail = self._tail
+        below = min(end, tail[self._tail_from].seq if self._tail_from < len(tail) else end)
+        if start < below:
+            found = self.host.store.page_blocks(self.address, start - 1, min(limit, below - start))
+            if found and found[-1][0] >= below:
+                found = [b for b in found if b[0] < below]
+            if found:
+                return found
+        if below < end:
+            return self._blocks_from_tail(below, end, limit) or []
+        return []
+
+    def _next_kept(self, after: int, end: int) -> Entry | None:
+        """The first kept entry above ``after`` and below ``end``, read from the store."""
+        stored: list[StoredMessage] = self.host.store.page_in(self.address, after, 1)
+        if not stored or stored[0].seq >= end:
+            return None
+        return Entry(stored[0].seq, stored[0].message)
+
+    def locate(self, offset: Offset) -> int:
+        """The offset a reader starting at ``offset`` reads first."""
+        head = self.head
+        if offset.kind == "first":
+            return self.first
+        if offset.kind == "next":
+            return head
+        if offset.kind == "last":
+            return self.last
+        if offset.kind == "offset":
+            return min(max(offset.value, self.first), head)
+        return self.at_time(offset.value)
+
+    def at_time(self, timestamp: int) -> int:
+        """The first offset whose message was accepted at ``timestamp`` (ms) or later
+        (:attr:`head` if none): a bisection over the tail, else over the store."""
+        tail = self._tail
+        lo_index = self._tail_from
+        head = self.head
+        if lo_index < len(tail) and tail[lo_index].message.timestamp <= timestamp:
+            index = bisect.bisect_left(
+                tail, timestamp, lo=lo_index, key=lambda e: e.message.timestamp
+            )
+            return tail[index].seq if index < len(tail) and tail[index].seq < head else head
+        below = min(head, tail[lo_index].seq if lo_index < len(tail) else head)
+        lo, hi = self.first, below  # the answer is the first kept offset at or above lo
+        while lo < hi:
+            mid = (lo + hi) // 2
+            probe = self._next_kept(mid - 1, below)
+            if probe is None or probe.message.timestamp >= timestamp:
+                hi = mid
+            else:
+                lo = probe.seq + 1
+        found = self._next_kept(lo - 1, below) if lo < below else None
+        return found.seq if found is not None else below
+
+    # -- retention ------------------------------------------------------------------
+
+    def over(self, now: int) -> bool:
+        """Whether retention has something to remove (by size, count, or age when ``now``
+        is given)."""
+        s = self.settings
+        if (s.max_bytes and self.bytes > s.max_bytes) or (
+            s.max_messages and self.count > s.max_messages
+        ):
+            return True
+        return bool(s.max_age_ms and self.count and self._oldest_time() < now - s.max_age_ms)
+
+    def _oldest_time(self) -> int:
+        tail = self._tail
+        if self._tail_from < len(tail) and tail[self._tail_from].seq == self.first:
+            return tail[self._tail_from].message.timestamp
+        found = self._next_kept(self.first - 1, self.next_seq)
+        return found.message.timestamp if found is not None else 1 << 62
+
+    def retain(self, now: int, *, on_append: bool = False) -> int:
+        """Remove the oldest messages past the retention limits, a step at a time; returns
+        how many went. On append only size and count are looked at (age in the sweep)."""
+        s = self.settings
+        if on_append and not (
+            (s.max_bytes and self.bytes > s.max_bytes)
+            or (s.max_messages and self.count > s.max_messages)
+        ):
+            return 0
+        removed = 0
+        while removed < RETAIN_STEP and self.count and self.over(now):
+            batch = self._read(self.first, self.next_seq, 64, 0)[1]
+            if not batch:
+                break
+            gone: list[int] = []
+            for entry in batch:
+                if not self._past_retention(entry.message, now):
+                    break
+                gone.append(entry.seq)
+                self.count -= 1
+                self.bytes -= entry.message.size
+            if not gone:
+                break
+            self.host.store.acks(self.address, gone)
+            self.removed += len(gone)
+            removed += len(gone)
+            self._forget_below(gone[-1] + 1)
+        return removed
+
+    def _past_retention(self, message: Message, now: int) -> bool:
+        s = self.settings
+        return bool(
+            (s.max_bytes and self.bytes > s.max_bytes)
+            or (s.max_messages and self.count > s.max_messages)
+            or (s.max_age_ms and message.timestamp < now - s.max_age_ms)
+        )
+
+    def _forget_below(self, seq: int) -> None:
+        tail = self._tail
+        while self._tail_from < len(tail) and tail[self._tail_from].seq < seq:
+            self._drop_tail_head()
+        if not self.count:
+            self.first = self.next_seq
+            return
+        if self._tail_from < len(tail) and tail[self._tail_from].seq == seq:
+            self.first = seq
+            return
+        found = self._next_kept(seq - 1, self.next_seq)
+        self.first = found.seq if found is not None else self.next_seq
+
+    def withdraw(self, seq: int) -> bool:
+        """Take back a message the store refused to keep; False if a reader had already
+        been handed it (it is gone from the stream either way)."""
+        tail = self._tail
+        index = bisect.bisect_left(tail, seq, lo=self._tail_from, key=_seq)
+        if index >= len(tail) or tail[index].seq != seq:
+            return False
+        entry = tail.pop(index)
+        cost = held_cost(entry.message)
+        self._tail_bytes -= cost
+        self.host.memory.used -= cost
+        self.count -= 1
+        self.bytes -= entry.message.size
+        if seq == self.first:
+            self._forget_below(seq + 1)
+        handed = False
+        for reader in self.readers:
+            waiting = reader.withdraw(seq)
+            if waiting is not None:
+                reader.settle(waiting, acked=False)
+            elif reader.position > seq:
+                handed = True
+        return not handed
+
+    def purge(self) -> int:
+        """Remove every message kept; returns how many."""
+        count = 0
+        while self.count:
+            batch = self._read(self.first, self.next_seq, RETAIN_STEP, 0)[1]
+            if not batch:
+                break
+            self.host.store.acks(self.address, [e.seq for e in batch])
+            for entry in batch:
+                self.bytes -= entry.message.size
+            self.count -= len(batch)
+            count += len(batch)
+            self._forget_below(batch[-1].seq + 1)
+        self.count = self.bytes = 0
+        self.first = self.next_seq
+        self.removed += count
+        return count
+
+    def drop(self) -> None:
+        """The stream is deleted: give back the memory of its tail."""
+        self.deleted = True
+        while self._tail_from < len(self._tail):
+            self._drop_tail_head()
+
+    def restore(self, first: int, count: int, size: int) -> None:
+        """Recovery found ``count`` messages (``size`` bytes) from offset ``first`` on."""
+        self.first = first if count else self.next_seq
+        self._newest = self.next_seq - 1  # what the store holds is newer than the tail
+        self.count = count
+        self.bytes = size
+
+    def __repr__(self) -> str:
+        return f"Stream({self.address!r}, first={self.first}, head={self.head})"
+
+
+def _seq(entry: Entry) -> int:
+    return entry.seq
+
+
+_block_size: Final = operator.itemgetter(6)
+"""A :data:`~chute.core.model.store.StoredBlock`'s ``Message.size``."""
