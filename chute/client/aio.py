@@ -16,8 +16,6 @@ state.
 
 from __future__ import annotations
 
-import asyncio
-import collections
 import functools
 import weakref
 from collections.abc import (
@@ -34,13 +32,14 @@ from types import TracebackType
 from typing import Any, Self
 
 from chute.client import requests
+from chute.client.aio_confirm import AsyncConfirmWindow
 from chute.client.aio_link import AsyncLink, open_link
 from chute.client.api import Page
 from chute.client.received import Received
 from chute.client.requests import CursorPage, Pending
 from chute.client.tls import unanswered
 from chute.client.url import parse_url
-from chute.errors import ChuteError, ConnectError, ConsumerError, RequestTimeout
+from chute.errors import ChuteError, ConnectError, ConsumerError
 from chute.message import DEFAULT_PRIORITY, BodyKind, Message
 from chute.protocol import packets as p
 
@@ -113,7 +112,7 @@ class Connection:
     def __init__(self, link: AsyncLink, connection_id: str) -> None:
         self.connection_id = connection_id
         self._link = link
-        self._windows: weakref.WeakSet[_ConfirmWindow] = weakref.WeakSet()  # close awaits them
+        self._windows: weakref.WeakSet[AsyncConfirmWindow] = weakref.WeakSet()  # close awaits them
 
     @property
     def timeout(self) -> float:
@@ -130,7 +129,7 @@ class Connection:
         if confirm_window < 0:
             raise ValueError("confirm_window must not be negative")
         session_id = self._link.open_session(ack, transacted)
-        window = _ConfirmWindow(self._link, session_id, confirm_window)
+        window = AsyncConfirmWindow(self._link, session_id, confirm_window)
         if confirm_window:
             self._windows.add(window)
         return Session(self, self._link, session_id, window)
@@ -278,74 +277,11 @@ class Connection:
         await _close_at_exit(self.close, exc, "the connection")
 
 
-class _ConfirmWindow:
-    """A session's requests awaiting confirmation (persistent sends or commits), oldest
-    first; the asyncio twin of the blocking client's. One task at a time awaits
-    confirmations, the others queue behind it."""
-
-    __slots__ = ("__weakref__", "_awaiting", "_corrs", "_link", "_session_id", "size")
-
-    def __init__(self, link: AsyncLink, session_id: int, size: int) -> None:
-        self._link = link
-        self._session_id = session_id
-        self.size = size
-        self._corrs: collections.deque[int] = collections.deque()
-        self._awaiting = asyncio.Lock()
-
-    def __len__(self) -> int:
-        return len(self._corrs)
-
-    async def add(self, corr: int, *, flush: bool = False) -> None:
-        """Track request ``corr``; if the window overflows, await the oldest down to
-        its size, else (``flush``) write what is queued now."""
-        self._corrs.append(corr)
-        if len(self._corrs) > self.size:
-            await self.await_down_to(self.size)
-        elif flush:
-            self._link.flush()
-
-    async def await_down_to(self, most: int) -> None:
-        """Wait until at most ``most`` requests are unconfirmed, oldest first.
-
-        Raises:
-            ChuteError: the first refused or unstored one (noted as an earlier send).
-        """
-        corrs = self._corrs
-        async with self._awaiting:
-            if len(corrs) <= most:
-                return
-            self._link.flush()
-            while len(corrs) > most:
-                corr = corrs.popleft()
-                try:
-                    await self._link.wait(corr)
-                except ChuteError as exc:
-                    exc.add_note(
-                        f"raised for an earlier persistent send or commit of session "
-                        f"{self._session_id}, which awaited its confirmation (confirm_window)"
-                    )
-                    raise
-
-    async def settle_all(self) -> None:
-        """Await every unconfirmed request, past failures; raise the first failure (not a
-        lost connection or a timeout: what is unconfirmed then stays unknown)."""
-        first: ChuteError | None = None
-        while self._corrs:
-            try:
-                await self.await_down_to(0)
-            except (ConnectError, RequestTimeout):
-                break
-            except ChuteError as exc:
-                first = first or exc
-        if first is not None:
-            raise first
-
-
 class Session:
     """An asyncio session (:class:`chute.client.api.AsyncSession`)."""
 
     def __init__(
-        self, connection: Connection, link: AsyncLink, session_id: int, window: _ConfirmWindow
+        self, connection: Connection, link: AsyncLink, session_id: int, window: AsyncConfirmWindow
     ) -> None:
         self.connection = connection
         self.id = session_id
