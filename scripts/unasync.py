@@ -111,13 +111,21 @@ def unasync(source: str, source_path: str) -> str:
 def _ruff(text: str, target: str) -> str:
     """``text`` with its imports sorted and formatted as ``ruff`` would leave ``target``."""
     ruff = [sys.executable, "-m", "ruff"]
-    fixed = subprocess.run(
+    fixed = subprocess.run(  # noqa: S603 - ruff, on our own text
         [*ruff, "check", "--fix", "--select", "I,F401", "--quiet", "--stdin-filename", target, "-"],
-        input=text, capture_output=True, text=True, cwd=ROOT, check=False,
+        input=text,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
     ).stdout
-    return subprocess.run(
+    return subprocess.run(  # noqa: S603 - ruff, on our own text
         [*ruff, "format", "--quiet", "--stdin-filename", target, "-"],
-        input=fixed or text, capture_output=True, text=True, cwd=ROOT, check=True,
+        input=fixed or text,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
     ).stdout
 
 
@@ -139,16 +147,21 @@ def main(argv: list[str]) -> int:
             stale += 1
             sys.stdout.writelines(
                 difflib.unified_diff(
-                    current.splitlines(keepends=True), wanted.splitlines(keepends=True),
-                    target, f"{target} (from {source})",
+                    current.splitlines(keepends=True),
+                    wanted.splitlines(keepends=True),
+                    target,
+                    f"{target} (from {source})",
                 )
             )
         else:
             path.write_text(wanted, encoding="utf-8")
             print(f"wrote {target} from {source}")
     if stale:
-        print(f"{stale} blocking module(s) differ from their asyncio source: "
-              "run python scripts/unasync.py", file=sys.stderr)
+        print(
+            f"{stale} blocking module(s) differ from their asyncio source: "
+            "run python scripts/unasync.py",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
