@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 PAIRS: dict[str, str] = {
     "chute/client/aio_confirm.py": "chute/client/confirm.py",
+    "chute/client/aio_client.py": "chute/client/blocking.py",
 }
 """Each asyncio source module and the blocking module written from it."""
 
@@ -53,6 +54,14 @@ NAMES: dict[str, str] = {
     "aio_link": "link",
     "AsyncConfirmWindow": "ConfirmWindow",
     "aio_confirm": "confirm",
+    "AioConnection": "BlockingConnection",
+    "AioSession": "BlockingSession",
+    "AioConsumer": "BlockingConsumer",
+    "open_connection": "connect",
+    # the API each implements (chute.client.api)
+    "AsyncConnection": "Connection",
+    "AsyncSession": "Session",
+    "AsyncConsumer": "Consumer",
     # words of the prose
     "asyncio client": "blocking client",
     "task": "thread",
@@ -70,6 +79,34 @@ _FSTRING_MIDDLE = getattr(tokenize, "FSTRING_MIDDLE", -1)  # Python 3.12 splits 
 HEADER = "# Written by scripts/unasync.py from {source}: edit that, then run the script.\n"
 
 
+UNWRAP: dict[str, int] = {"Awaitable": 0, "Coroutine": 2}
+"""Types that stand for their result: ``Awaitable[T]`` and ``Coroutine[Any, Any, T]``
+become ``T`` (the number: the type arguments dropped before it)."""
+
+_UNWRAP = re.compile(r"\b(" + "|".join(UNWRAP) + r")\[")
+
+
+def _unwrap(text: str) -> str:
+    """``text`` with each type of :data:`UNWRAP` replaced by its result type."""
+    while match := _UNWRAP.search(text):
+        depth, args, begin = 0, [], match.end()
+        for index in range(match.end() - 1, len(text)):
+            char = text[index]
+            if char in "[(":
+                depth += 1
+            elif char in "])":
+                depth -= 1
+                if depth == 0:
+                    break
+            elif char == "," and depth == 1:
+                args.append(text[begin:index])
+                begin = index + 1
+        args.append(text[begin:index])
+        kept = ",".join(args[UNWRAP[match.group(1)] :]).strip()
+        text = text[: match.start()] + kept + text[index + 1 :]
+    return text
+
+
 def _words(text: str) -> str:
     return _WORD.sub(lambda m: NAMES[m.group(1)], text)
 
@@ -80,6 +117,7 @@ def _name(name: str) -> str:
 
 def unasync(source: str, source_path: str) -> str:
     """The blocking twin of asyncio module text ``source`` (not yet formatted)."""
+    source = _unwrap(source)
     lines = source.splitlines(keepends=True)
     offsets = [0]
     for line in lines:
@@ -112,7 +150,17 @@ def _ruff(text: str, target: str) -> str:
     """``text`` with its imports sorted and formatted as ``ruff`` would leave ``target``."""
     ruff = [sys.executable, "-m", "ruff"]
     fixed = subprocess.run(  # noqa: S603 - ruff, on our own text
-        [*ruff, "check", "--fix", "--select", "I,F401", "--quiet", "--stdin-filename", target, "-"],
+        [
+            *ruff,
+            "check",
+            "--fix-only",
+            "--fixable",
+            "I,F401,RUF100",
+            "--quiet",
+            "--stdin-filename",
+            target,
+            "-",
+        ],
         input=text,
         capture_output=True,
         text=True,

@@ -2,7 +2,7 @@
 
 :class:`AsyncLink` is the asyncio protocol of the connection (``data_received``
 feeds the state machine and completes the futures of whoever waits) and the
-whole interface the asyncio API (:mod:`chute.client.aio`) has to it:
+whole interface the asyncio API (:mod:`chute.client.aio_client`) has to it:
 
 * output is batched per event-loop iteration: operations queue packets and
   schedule one write with ``call_soon``; a request writes at once and awaits a

@@ -5,7 +5,7 @@ Three clients implement the blocking shape (:class:`Connection`,
 
 * :mod:`chute.client.blocking`, a broker over ``chute://`` or ``chutes://``;
 * :mod:`chute.dropbox.client`, a DropboxMQ directory, no broker (``dropbox:``);
-* and, through ``await``, :mod:`chute.client.aio`, which implements the async
+* and, through ``await``, :mod:`chute.client.aio_client`, which implements the async
   mirror (:class:`AsyncConnection`, :class:`AsyncSession`,
   :class:`AsyncConsumer`): the same methods, those that talk to the broker as
   coroutines.

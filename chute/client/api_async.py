@@ -1,5 +1,5 @@
 """The client API's asyncio mirror: :class:`AsyncConnection`, :class:`AsyncSession`
-and :class:`AsyncConsumer`, which :mod:`chute.client.aio` implements.
+and :class:`AsyncConsumer`, which :mod:`chute.client.aio_client` implements.
 
 The same methods as :mod:`chute.client.api`'s blocking protocols, those that
 talk to the broker as coroutines; their arguments, results and errors are

@@ -1,25 +1,33 @@
-"""The blocking client: :mod:`chute.client.api`'s Connection, Session and Consumer over a
-:class:`~chute.client.link.Link` (a socket and two threads).
+# Written by scripts/unasync.py from chute/client/aio_client.py: edit that, then run the script.
+"""The blocking client: :mod:`chute.client.api`'s connection, session and consumer over
+the link of :mod:`chute.client.link`.
 
 What the methods mean, their arguments and errors, is declared once in
-:mod:`chute.client.api`; this module adds only what the blocking shape decides:
+:mod:`chute.client.api`. ``Received.ack()`` and ``nack()`` only queue a packet.
+A session's **confirm window**
+(:class:`~chute.client.confirm.ConfirmWindow`) keeps up to N persistent
+sends (transacted: commits) awaiting the broker's fsync while the producer goes
+on; one thread at a time awaits them, oldest first, and a failure is raised with a
+note that it was for an earlier send.
 
-* calls block the calling thread; the link's reader and writer threads do the
-  I/O, so one-way sends, acks and credit go out in batches;
-* a session's **confirm window** (:class:`~chute.client.confirm.ConfirmWindow`)
-  keeps up to N persistent sends (transacted: commits) awaiting the broker's
-  fsync while the producer goes on; one thread at a time awaits them, oldest
-  first, and a failure is raised with a note that it was for an earlier send.
-
-Connections, sessions and consumers may be shared between threads. They use
-only the link's public methods: none of them touches the protocol state.
+One source serves both broker clients: the blocking modules are written from the
+asyncio ones (``scripts/unasync.py``); only their transports, the links and
+channels, are written apart. Whether these objects may be shared between threads
+is their link's business (:class:`~chute.client.link.Link`): they use
+only its public methods, none of them touches the protocol state.
 """
 
 from __future__ import annotations
 
 import functools
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from types import TracebackType
 from typing import Any, Final, Self, TypeVar
 
@@ -52,8 +60,8 @@ def connect(
     tls_verify: bool = True,
     tls_cert: str | None = None,
     tls_key: str | None = None,
-) -> Connection:
-    """Connect to a broker and return a :class:`Connection` (also a context manager).
+) -> BlockingConnection:
+    """Connect to a broker; the :class:`BlockingConnection` returned is a context manager too.
 
     Args:
         url: ``chute://host[:port]`` (port 5445 by default), ``chutes://`` for TLS;
@@ -84,17 +92,17 @@ def connect(
     try:
         connected = link.handshake(client_id, login, passcode, heartbeat)
     except ConnectError as exc:  # never the broker's answer: the connection failed
-        link.shutdown()
+        link.abort()
         raise unanswered(target.tls, exc) from None
     except BaseException:
-        link.shutdown()
+        link.abort()
         raise
-    return Connection(link, connected.connection_id)
+    return BlockingConnection(link, connected.connection_id)
 
 
-class Connection:
-    """A connection to a broker (:class:`chute.client.api.Connection`). Thread-safe.
-    Use :func:`connect` to make one."""
+class BlockingConnection:
+    """A connection to a broker (:class:`chute.client.api.Connection`). Use
+    :func:`connect` to make one."""
 
     def __init__(self, link: Link, connection_id: str) -> None:
         self.connection_id = connection_id
@@ -111,7 +119,7 @@ class Connection:
 
     def session(
         self, ack: str = "auto", transacted: bool = False, *, confirm_window: int = 0
-    ) -> Session:
+    ) -> BlockingSession:
         """Open a session (no round trip: errors surface on its first request)."""
         if confirm_window < 0:
             raise ValueError("confirm_window must not be negative")
@@ -119,7 +127,7 @@ class Connection:
         window = ConfirmWindow(self._link, session_id, confirm_window)
         if confirm_window:
             self._windows.add(window)
-        return Session(self, self._link, session_id, window)
+        return BlockingSession(self, self._link, session_id, window)
 
     def stat(self, pattern: str | None = None, *, page_size: int = 0) -> dict[str, Any]:
         """Asks page after page and joins them."""
@@ -209,8 +217,8 @@ class Connection:
         page_messages: int = 4096,
         page_bytes: int = 4 << 20,
     ) -> Iterator[Page]:
-        """Pages of ``[start, end)``; the writer thread sends the request for the next
-        page while the caller works on this one."""
+        """Pages of ``[start, end)``; the request for the next page goes out while the
+        caller works on this one."""
         for page in self._pages(
             requests.cursor_fetch, address, cursor, start, end, page_messages, page_bytes
         ):
@@ -300,11 +308,15 @@ class Connection:
         return f"<chute.Connection {self.connection_id or '?'} {state}>"
 
 
-class Session:
-    """A session (:class:`chute.client.api.Session`). Thread-safe."""
+class BlockingSession:
+    """A session (:class:`chute.client.api.Session`)."""
 
     def __init__(
-        self, connection: Connection, link: Link, session_id: int, window: ConfirmWindow
+        self,
+        connection: BlockingConnection,
+        link: Link,
+        session_id: int,
+        window: ConfirmWindow,
     ) -> None:
         self.connection = connection
         self.id = session_id
@@ -357,6 +369,8 @@ class Session:
                 self._window.add(corr)
             else:
                 self._link.wait(corr)
+        if self._link.congested:
+            self._link.drain()
 
     def send_many(
         self, address: str, messages: Iterable[bytes | str | Message], *, ttl: int = 0
@@ -383,7 +397,7 @@ class Session:
         durable: bool = False,
         shared: bool = False,
         offset: str | int | None = None,
-    ) -> Consumer:
+    ) -> BlockingConsumer:
         consumer_id = self._link.open_consumer(
             self.id,
             address,
@@ -395,7 +409,7 @@ class Session:
             shared=shared,
             offset=offset,
         )
-        return Consumer(self, self._link, consumer_id)
+        return BlockingConsumer(self, self._link, consumer_id)
 
     def commit(self) -> None:
         """With a ``confirm_window`` of N, returns as soon as at most N commits await
@@ -409,15 +423,15 @@ class Session:
         else:
             self._link.wait(corr)
 
-    def prepare(self, xid: str) -> None:
-        self._link.wait(self._link.prepare(self.id, xid))
-
     def rollback(self) -> None:
         self._link.wait(self._link.rollback(self.id))
 
+    def prepare(self, xid: str) -> None:
+        self._link.wait(self._link.prepare(self.id, xid))
+
     def browse(self, address: str, selector: str | None = None, limit: int = 0) -> list[Message]:
         if limit <= 0:
-            return list(self.iter_browse(address, selector))
+            return [message for message in self.iter_browse(address, selector)]
         found: list[Message] = []
         after = before = 0
         while len(found) < limit:  # page by page, each no larger than what is still missing
@@ -441,8 +455,8 @@ class Session:
         page_messages: int = 0,
         page_bytes: int = 0,
     ) -> Iterator[Message]:
-        """The link's writer sends the request for the next page while the caller works
-        on this one; a walk given up forgets its last request."""
+        """The request for the next page goes out while the caller works on this one;
+        a walk given up forgets its last request."""
         link = self._link
         fetch = functools.partial(
             requests.browse_fetch,
@@ -494,11 +508,11 @@ class Session:
         _close_at_exit(self.close, exc, f"session {self.id}")
 
 
-class Consumer:
-    """A consumer (:class:`chute.client.api.Consumer`). Thread-safe; iterate it to
-    receive until it closes."""
+class BlockingConsumer:
+    """A consumer (:class:`chute.client.api.Consumer`); iterate it to receive
+    until it closes."""
 
-    def __init__(self, session: Session, link: Link, consumer_id: int) -> None:
+    def __init__(self, session: BlockingSession, link: Link, consumer_id: int) -> None:
         self.session = session
         self.id = consumer_id
         self._link = link
@@ -508,9 +522,13 @@ class Consumer:
         return not self._link.consumer_open(self.id)
 
     def receive(self, timeout: float | None = None) -> Received | None:
+        """The link's own ``receive`` (no frame of this method's own while it waits)."""
         return self._link.receive(self.id, timeout)
 
     def __iter__(self) -> Iterator[Received]:
+        return self._iterate()
+
+    def _iterate(self) -> Iterator[Received]:
         while True:
             try:
                 message = self.receive()
@@ -549,4 +567,4 @@ def _close_at_exit(close: Callable[[], None], exc: BaseException | None, what: s
         exc.add_note(f"closing {what} also failed: {failure}")
 
 
-__all__ = ["Connection", "Consumer", "Received", "Session", "connect"]
+__all__ = ["BlockingConnection", "BlockingConsumer", "BlockingSession", "connect"]

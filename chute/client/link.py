@@ -140,6 +140,13 @@ class Link:
         """The connection failed or was closed: every call raises."""
         return self._proto.failure is not None
 
+    congested: Final = False
+    """Never: a send past the high-water mark writes the buffer itself (and so blocks);
+    the asyncio link's senders ask, and :meth:`drain`, instead."""
+
+    def drain(self) -> None:
+        """Nothing to do: see :attr:`congested`."""
+
     def handshake(
         self, client_id: str | None, login: str | None, passcode: str | None, heartbeat: float
     ) -> Connected:
@@ -420,9 +427,9 @@ class Link:
                     self.wait(corr, min(self.timeout, CLOSE_TIMEOUT))
             except (ConnectError, RequestTimeout):
                 pass
-        self.shutdown()
+        self.abort()
 
-    def shutdown(self) -> None:
+    def abort(self) -> None:
         """Fail what still waits, stop both threads and close the socket at once."""
         with self._lock:
             if self._proto.failure is None:

@@ -1,7 +1,7 @@
 """``chute.connect("dropbox:///srv/mq")``: the client API with no broker, on a dropbox root.
 
 As in JBoss Messaging's design, serverful and serverless look the same to a client. A
-:class:`DropboxConnection` offers what :class:`chute.client.blocking.Connection`
+:class:`DropboxConnection` offers what :class:`chute.client.blocking.BlockingConnection`
 offers (sessions, producers, consumers, ack modes, local transactions,
 browsing) over the DropboxMQ files of :mod:`chute.dropbox.queue` and
 :mod:`chute.dropbox.topic`, so any number of processes on one machine (or on

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from chute.client import aio
+from chute import aio
 from chute.config import ServerConfig
 from chute.core import manage
 from chute.core.connection import Connection

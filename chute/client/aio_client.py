@@ -1,17 +1,19 @@
-"""The asyncio client: :mod:`chute.client.api`'s async mirror over an
-:class:`~chute.client.aio_link.AsyncLink`.
+"""The asyncio client: :mod:`chute.client.api`'s connection, session and consumer over
+the link of :mod:`chute.client.aio_link`.
 
-The methods, their arguments and errors are those of the blocking API
-(declared once in :mod:`chute.client.api`), awaited where they talk to the
-broker. ``Received.ack()`` and ``nack()`` only queue a packet and are not
-awaited. A session's **confirm window** behaves as the blocking client's: up to
-N persistent sends (transacted: commits) await the broker's fsync while the
-producer goes on; one task at a time awaits them, oldest first, and a failure
-is raised with a note that it was for an earlier send.
+What the methods mean, their arguments and errors, is declared once in
+:mod:`chute.client.api`. ``Received.ack()`` and ``nack()`` only queue a packet.
+A session's **confirm window**
+(:class:`~chute.client.aio_confirm.AsyncConfirmWindow`) keeps up to N persistent
+sends (transacted: commits) awaiting the broker's fsync while the producer goes
+on; one task at a time awaits them, oldest first, and a failure is raised with a
+note that it was for an earlier send.
 
-Objects belong to the event loop that made them; they are not thread-safe.
-They use only the link's public methods: none of them touches the protocol
-state.
+One source serves both broker clients: the blocking modules are written from the
+asyncio ones (``scripts/unasync.py``); only their transports, the links and
+channels, are written apart. Whether these objects may be shared between threads
+is their link's business (:class:`~chute.client.aio_link.AsyncLink`): they use
+only its public methods, none of them touches the protocol state.
 """
 
 from __future__ import annotations
@@ -23,13 +25,12 @@ from collections.abc import (
     Awaitable,
     Callable,
     Coroutine,
-    Generator,
     Iterable,
     Mapping,
     Sequence,
 )
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Final, Self, TypeVar
 
 from chute.client import requests
 from chute.client.aio_confirm import AsyncConfirmWindow
@@ -43,71 +44,66 @@ from chute.errors import ChuteError, ConnectError, ConsumerError
 from chute.message import DEFAULT_PRIORITY, BodyKind, Message
 from chute.protocol import packets as p
 
+T = TypeVar("T")
 
-class _ConnectAttempt:
-    """What :func:`connect` returns: await it, or use it as ``async with``."""
-
-    def __init__(self, make: Callable[[], Awaitable[Connection]]) -> None:
-        self._make = make
-        self._conn: Connection | None = None
-
-    def __await__(self) -> Generator[Any, None, Connection]:
-        return self._make().__await__()
-
-    async def __aenter__(self) -> Connection:
-        self._conn = await self._make()
-        return self._conn
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._conn is not None:
-            await _close_at_exit(self._conn.close, exc, "the connection")
+_NO_ENTRIES: Final = bytes(4)  # a CursorPage body's entry count when it has none
 
 
-def connect(
+async def open_connection(
     url: str = "chute://127.0.0.1:5445",
     *,
     client_id: str | None = None,
     login: str | None = None,
     passcode: str | None = None,
-    timeout: float = 10.0,
+    timeout: float = 10.0,  # noqa: ASYNC109 - the API's shape
     heartbeat: float = 0.0,
     tls_ca: str | None = None,
     tls_verify: bool = True,
     tls_cert: str | None = None,
     tls_key: str | None = None,
-) -> _ConnectAttempt:
-    """Connect to a broker: ``conn = await connect(...)`` or ``async with connect(...) as conn``.
+) -> AioConnection:
+    """Connect to a broker; the :class:`AioConnection` returned is a context manager too.
 
-    Arguments and errors as :func:`chute.client.blocking.connect`.
+    Args:
+        url: ``chute://host[:port]`` (port 5445 by default), ``chutes://`` for TLS;
+            ``ws://host[:port]/chute`` (the HTTP port, 8445 by default), ``wss://``,
+            ``http://`` and ``https://`` where only HTTP gets through
+            (:mod:`chute.client.url`); ``chute://login:passcode@host`` carries
+            credentials (percent-encoded).
+        client_id: names the client for durable subscriptions.
+        login, passcode: credentials, if the broker requires them (these win over the
+            URL's).
+        timeout: seconds to wait for the connection and for every request's answer.
+        heartbeat: seconds; if > 0, ask the broker to check liveness that often.
+        tls_ca: for TLS (``chutes://``, ``wss://``, ``https://``): a CA file to trust
+            (default: the system's).
+        tls_verify: for TLS: False skips the certificate check (testing only).
+        tls_cert, tls_key: for TLS: the client's certificate (PEM; the key may
+            be in the same file), for a broker that asks for one: its commonName names
+            the user, who then needs no passcode.
+
+    Raises:
+        ConnectError: cannot reach the broker, or it refused the connection.
+        AuthenticationFailed: the broker rejected the credentials.
+        RequestTimeout: the broker did not answer in time.
     """
-
-    async def make() -> Connection:
-        target = parse_url(url)
-        user, secret = target.credentials(login, passcode)
-        link = await open_link(
-            target, timeout, tls_ca, tls_verify, tls_cert=tls_cert, tls_key=tls_key
-        )
-        try:
-            connected = await link.handshake(client_id, user, secret, heartbeat)
-        except ConnectError as exc:  # never the broker's answer: the connection failed
-            link.abort()
-            raise unanswered(target.tls, exc) from None
-        except BaseException:
-            link.abort()
-            raise
-        return Connection(link, connected.connection_id)
-
-    return _ConnectAttempt(make)
+    target = parse_url(url)
+    login, passcode = target.credentials(login, passcode)
+    link = await open_link(target, timeout, tls_ca, tls_verify, tls_cert=tls_cert, tls_key=tls_key)
+    try:
+        connected = await link.handshake(client_id, login, passcode, heartbeat)
+    except ConnectError as exc:  # never the broker's answer: the connection failed
+        link.abort()
+        raise unanswered(target.tls, exc) from None
+    except BaseException:
+        link.abort()
+        raise
+    return AioConnection(link, connected.connection_id)
 
 
-class Connection:
-    """A connection to a broker (:class:`chute.client.api.AsyncConnection`), for one
-    event loop. Use :func:`connect` to make one."""
+class AioConnection:
+    """A connection to a broker (:class:`chute.client.api.AsyncConnection`). Use
+    :func:`open_connection` to make one."""
 
     def __init__(self, link: AsyncLink, connection_id: str) -> None:
         self.connection_id = connection_id
@@ -124,15 +120,15 @@ class Connection:
 
     def session(
         self, ack: str = "auto", transacted: bool = False, *, confirm_window: int = 0
-    ) -> Session:
-        """Open a session (no round trip)."""
+    ) -> AioSession:
+        """Open a session (no round trip: errors surface on its first request)."""
         if confirm_window < 0:
             raise ValueError("confirm_window must not be negative")
         session_id = self._link.open_session(ack, transacted)
         window = AsyncConfirmWindow(self._link, session_id, confirm_window)
         if confirm_window:
             self._windows.add(window)
-        return Session(self, self._link, session_id, window)
+        return AioSession(self, self._link, session_id, window)
 
     async def stat(self, pattern: str | None = None, *, page_size: int = 0) -> dict[str, Any]:
         """Asks page after page and joins them."""
@@ -222,25 +218,57 @@ class Connection:
         page_messages: int = 4096,
         page_bytes: int = 4 << 20,
     ) -> AsyncIterator[Page]:
-        """Pages of ``[start, end)``: ``async for page in conn.cursor_read(...)``; the next
-        page is requested before this one is handed out."""
+        """Pages of ``[start, end)``; the request for the next page goes out while the
+        caller works on this one."""
+        async for page in self._pages(
+            requests.cursor_fetch, address, cursor, start, end, page_messages, page_bytes
+        ):
+            if page:
+                yield page
+
+    async def cursor_read_raw(
+        self,
+        address: str,
+        cursor: str | None,
+        start: int,
+        end: int,
+        *,
+        page_messages: int = 4096,
+        page_bytes: int = 4 << 20,
+    ) -> AsyncIterator[bytes]:
+        """As :meth:`cursor_read`, but each page is the CursorPage's body, its entries
+        undecoded (for :func:`chute.protocol.columns.page_columns`; Spark's source reads
+        them so). Pages without messages are skipped."""
+        async for body in self._pages(
+            requests.cursor_fetch_raw, address, cursor, start, end, page_messages, page_bytes
+        ):
+            if body[8:12] != _NO_ENTRIES:
+                yield body
+
+    async def _pages(  # noqa: PLR0917 - the arguments of a cursor fetch
+        self,
+        fetch: Callable[[str, str | None, int, int, int, int], requests.Request[tuple[int, T]]],
+        address: str,
+        cursor: str | None,
+        start: int,
+        end: int,
+        page_messages: int,
+        page_bytes: int,
+    ) -> AsyncIterator[T]:
+        """Each page's answer (what follows ``next`` in it) for ``[start, end)``,
+        requesting the next page before handing out this one."""
         link = self._link
         if start >= end:
             return
-        pending = link.start(
-            requests.cursor_fetch(address, cursor, start, end, page_messages, page_bytes)
-        )
+        pending = link.start(fetch(address, cursor, start, end, page_messages, page_bytes))
         while True:
-            next_start, messages = await link.result(pending)
+            next_start, page = await link.result(pending)
             more = start < next_start < end
             if more:
                 pending = link.start(
-                    requests.cursor_fetch(
-                        address, cursor, next_start, end, page_messages, page_bytes
-                    )
+                    fetch(address, cursor, next_start, end, page_messages, page_bytes)
                 )
-            if messages:
-                yield messages
+            yield page
             if not more:
                 return
             start = next_start
@@ -252,8 +280,8 @@ class Connection:
         await self._link.call(requests.cursor_close(address, cursor, delete))
 
     async def close(self) -> None:
-        """Await every session's unconfirmed sends, then close gracefully (acks and
-        credit owed, then DISCONNECT); never raises for a connection already gone."""
+        """Await every session's unconfirmed sends, send the acks and credit owed, then
+        DISCONNECT; never raises for a connection that is already gone."""
         failure: ChuteError | None = None
         if not self._link.closed:
             for window in list(self._windows):
@@ -276,18 +304,27 @@ class Connection:
     ) -> None:
         await _close_at_exit(self.close, exc, "the connection")
 
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<chute.Connection {self.connection_id or '?'} {state}>"
 
-class Session:
-    """An asyncio session (:class:`chute.client.api.AsyncSession`)."""
+
+class AioSession:
+    """A session (:class:`chute.client.api.AsyncSession`)."""
 
     def __init__(
-        self, connection: Connection, link: AsyncLink, session_id: int, window: AsyncConfirmWindow
+        self,
+        connection: AioConnection,
+        link: AsyncLink,
+        session_id: int,
+        window: AsyncConfirmWindow,
     ) -> None:
         self.connection = connection
         self.id = session_id
         self._link = link
         self._send = link.send
         self._window = window
+        self._windowed = window.size > 0
 
     @property
     def confirm_window(self) -> int:
@@ -312,7 +349,7 @@ class Session:
         id: str | None = None,
         kind: BodyKind | None = None,
     ) -> None:
-        windowed = self._window.size > 0
+        windowed = self._windowed
         corr = self._send(
             self.id,
             address,
@@ -328,11 +365,11 @@ class Session:
             kind,
             windowed,
         )
-        if corr and not windowed:
-            await self._link.wait(corr)
-            return
         if corr:
-            await self._window.add(corr)
+            if windowed:
+                await self._window.add(corr)
+            else:
+                await self._link.wait(corr)
         if self._link.congested:
             await self._link.drain()
 
@@ -340,7 +377,7 @@ class Session:
         self, address: str, messages: Iterable[bytes | str | Message], *, ttl: int = 0
     ) -> None:
         corrs = await self._link.send_many(self.id, address, messages, ttl)
-        if self._window.size > 0:
+        if self._windowed:
             for corr in corrs:
                 await self._window.add(corr)
         else:
@@ -361,7 +398,7 @@ class Session:
         durable: bool = False,
         shared: bool = False,
         offset: str | int | None = None,
-    ) -> Consumer:
+    ) -> AioConsumer:
         consumer_id = await self._link.open_consumer(
             self.id,
             address,
@@ -373,10 +410,14 @@ class Session:
             shared=shared,
             offset=offset,
         )
-        return Consumer(self, self._link, consumer_id)
+        return AioConsumer(self, self._link, consumer_id)
 
     async def commit(self) -> None:
-        """Windowed as :meth:`chute.client.blocking.Session.commit`."""
+        """With a ``confirm_window`` of N, returns as soon as at most N commits await
+        the broker's answer (pipelined transactions). A commit the broker then refused
+        is raised by a later call; as with any refused commit, its transaction stays
+        open, now with whatever was sent since: roll back and send again from the
+        last commit :meth:`flush` confirmed."""
         corr = self._link.commit(self.id)
         if self._window.size:
             await self._window.add(corr, flush=True)
@@ -417,8 +458,8 @@ class Session:
         page_messages: int = 0,
         page_bytes: int = 0,
     ) -> AsyncIterator[Message]:
-        """``async for message in session.iter_browse(q)``; the next page is requested
-        before this one is handed out, and a walk given up forgets its last request."""
+        """The request for the next page goes out while the caller works on this one;
+        a walk given up forgets its last request."""
         link = self._link
         fetch = functools.partial(
             requests.browse_fetch,
@@ -472,11 +513,11 @@ class Session:
         await _close_at_exit(self.close, exc, f"session {self.id}")
 
 
-class Consumer:
-    """An asyncio consumer (:class:`chute.client.api.AsyncConsumer`);
-    ``async for message in consumer`` receives until it closes."""
+class AioConsumer:
+    """A consumer (:class:`chute.client.api.AsyncConsumer`); iterate it to receive
+    until it closes."""
 
-    def __init__(self, session: Session, link: AsyncLink, consumer_id: int) -> None:
+    def __init__(self, session: AioSession, link: AsyncLink, consumer_id: int) -> None:
         self.session = session
         self.id = consumer_id
         self._link = link
@@ -486,7 +527,7 @@ class Consumer:
         return not self._link.consumer_open(self.id)
 
     def receive(self, timeout: float | None = None) -> Coroutine[Any, Any, Received | None]:
-        """``await consumer.receive(timeout)``: the link's own coroutine, no extra frame."""
+        """The link's own ``receive`` (no frame of this method's own while it waits)."""
         return self._link.receive(self.id, timeout)
 
     def __aiter__(self) -> AsyncIterator[Received]:
@@ -521,8 +562,9 @@ class Consumer:
 async def _close_at_exit(
     close: Callable[[], Awaitable[None]], exc: BaseException | None, what: str
 ) -> None:
-    """``await close()`` at the end of an ``async with`` block; with an exception on its
-    way out, a failure to close becomes a note on it (as the blocking client does)."""
+    """``close()`` at the end of a ``with`` block. With an exception on its way out, a
+    failure to close (an unconfirmed send refused) becomes a note on that exception
+    instead of replacing it."""
     if exc is None:
         await close()
         return
@@ -532,4 +574,4 @@ async def _close_at_exit(
         exc.add_note(f"closing {what} also failed: {failure}")
 
 
-__all__ = ["Connection", "Consumer", "Received", "Session", "connect"]
+__all__ = ["AioConnection", "AioConsumer", "AioSession", "open_connection"]
