@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PAIRS: dict[str, str] = {
     "chute/client/aio_confirm.py": "chute/client/confirm.py",
     "chute/client/aio_client.py": "chute/client/blocking.py",
+    "chute/client/api_async.py": "chute/client/api_blocking.py",
 }
 """Each asyncio source module and the blocking module written from it."""
 
