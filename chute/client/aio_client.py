@@ -22,7 +22,6 @@ import functools
 import weakref
 from collections.abc import (
     AsyncIterator,
-    Awaitable,
     Callable,
     Coroutine,
     Iterable,
@@ -36,6 +35,7 @@ from chute.client import requests
 from chute.client.aio_confirm import AsyncConfirmWindow
 from chute.client.aio_link import AsyncLink, open_link
 from chute.client.api import Page
+from chute.client.outgoing import SendOptions
 from chute.client.received import Received
 from chute.client.requests import CursorPage, Pending
 from chute.client.tls import unanswered
@@ -47,6 +47,7 @@ from chute.protocol import packets as p
 T = TypeVar("T")
 
 _NO_ENTRIES: Final = bytes(4)  # a CursorPage body's entry count when it has none
+_options: Final = tuple.__new__  # SendOptions of send's fields, without its __new__'s frame
 
 
 async def open_connection(
@@ -101,7 +102,39 @@ async def open_connection(
     return AioConnection(link, connected.connection_id)
 
 
-class AioConnection:
+class _ClosedAtExit:
+    """``async with``: closes at the end of the block. With an exception on its way
+    out, a failure to close (an unconfirmed send refused) becomes a note on that
+    exception instead of replacing it."""
+
+    __slots__ = ()
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    def _described(self) -> str:
+        """What a note on a failure to close calls this object."""
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            await self.close()
+            return
+        try:
+            await self.close()
+        except ChuteError as failure:
+            exc.add_note(f"closing {self._described()} also failed: {failure}")
+
+
+class AioConnection(_ClosedAtExit):
     """A connection to a broker (:class:`chute.client.api.AsyncConnection`). Use
     :func:`open_connection` to make one."""
 
@@ -293,23 +326,15 @@ class AioConnection:
         if failure is not None:
             raise failure
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await _close_at_exit(self.close, exc, "the connection")
+    def _described(self) -> str:
+        return "the connection"
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
         return f"<chute.Connection {self.connection_id or '?'} {state}>"
 
 
-class AioSession:
+class AioSession(_ClosedAtExit):
     """A session (:class:`chute.client.api.AsyncSession`)."""
 
     def __init__(
@@ -350,21 +375,11 @@ class AioSession:
         kind: BodyKind | None = None,
     ) -> None:
         windowed = self._windowed
-        corr = self._send(
-            self.id,
-            address,
-            body,
-            priority,
-            ttl,
-            properties,
-            persistent,
-            correlation_id,
-            reply_to,
-            type,
-            id,
-            kind,
-            windowed,
+        options = _options(
+            SendOptions,
+            (priority, ttl, properties, persistent, correlation_id, reply_to, type, id, kind),
         )
+        corr = self._send(self.id, address, body, options, windowed)
         if corr:
             if windowed:
                 await self._window.add(corr)
@@ -495,25 +510,17 @@ class AioSession:
     ) -> None:
         await self._link.call(requests.callback(topic, name, forward_to, selector), session=self.id)
 
+    def _described(self) -> str:
+        return f"session {self.id}"
+
     async def close(self) -> None:
         try:
             await self._window.settle_all()
         finally:
             await self._link.close_session(self.id)
 
-    async def __aenter__(self) -> Self:
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await _close_at_exit(self.close, exc, f"session {self.id}")
-
-
-class AioConsumer:
+class AioConsumer(_ClosedAtExit):
     """A consumer (:class:`chute.client.api.AsyncConsumer`); iterate it to receive
     until it closes."""
 
@@ -544,34 +551,11 @@ class AioConsumer:
             if message is not None:
                 yield message
 
+    def _described(self) -> str:
+        return f"consumer {self.id}"
+
     async def close(self) -> None:
         await self._link.close_consumer(self.id)
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
-
-async def _close_at_exit(
-    close: Callable[[], Awaitable[None]], exc: BaseException | None, what: str
-) -> None:
-    """``close()`` at the end of a ``with`` block. With an exception on its way out, a
-    failure to close (an unconfirmed send refused) becomes a note on that exception
-    instead of replacing it."""
-    if exc is None:
-        await close()
-        return
-    try:
-        await close()
-    except ChuteError as failure:
-        exc.add_note(f"closing {what} also failed: {failure}")
 
 
 __all__ = ["AioConnection", "AioConsumer", "AioSession", "open_connection"]

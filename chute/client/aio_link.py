@@ -22,19 +22,19 @@ import asyncio
 import contextlib
 import ssl
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any, Final, TypeVar
 
 from chute.client.aio_channels import open_transport
 from chute.client.correlation import held_longer, unanswered
-from chute.client.outgoing import contents_of
+from chute.client.outgoing import SendOptions, contents_of
 from chute.client.protocol import ClientProtocol, Progress
-from chute.client.received import Received
+from chute.client.received import LinkAcks, Received
 from chute.client.requests import Pending, Request
 from chute.client.tls import client_context, describe
 from chute.client.url import TCP, BrokerUrl
 from chute.errors import ConnectError, RequestTimeout
-from chute.message import BodyKind, Message
+from chute.message import Message
 from chute.protocol.packets import Connected, Packet
 
 T = TypeVar("T")
@@ -84,22 +84,6 @@ async def open_link(
     except (OSError, TimeoutError) as exc:
         raise ConnectError(f"cannot connect to {target}: {exc or 'timed out'}") from None
     return link
-
-
-class _Acks:
-    """What a consumer's received messages ack through: the link."""
-
-    __slots__ = ("consumer_id", "link")
-
-    def __init__(self, link: AsyncLink, consumer_id: int) -> None:
-        self.link = link
-        self.consumer_id = consumer_id
-
-    def ack(self, seq: int) -> None:
-        self.link.ack(self.consumer_id, seq)
-
-    def nack(self, seq: int, requeue: bool) -> None:
-        self.link.nack(self.consumer_id, seq, requeue)
 
 
 class AsyncLink(asyncio.Protocol):
@@ -246,39 +230,18 @@ class AsyncLink(asyncio.Protocol):
             with contextlib.suppress(ConnectError, RequestTimeout):
                 await self.wait(corr)
 
-    def send(  # noqa: PLR0917 - the hot path, called positionally
+    def send(
         self,
         session_id: int,
         address: str,
         body: bytes | str,
-        priority: int,
-        ttl: int,
-        properties: Mapping[str, Any] | None,
-        persistent: bool,
-        correlation_id: str | None,
-        reply_to: str | None,
-        type: str | None,
-        id: str | None,
-        kind: BodyKind | None,
+        options: SendOptions,
         windowed: bool,
     ) -> int:
         """Queue a SEND (see :meth:`ClientProtocol.send`); the correlation id to wait for,
         or 0 for a one-way send. What is not awaited at once (one-way, or left in a
         confirm window) is written at the end of this loop iteration."""
-        corr = self._proto.send(
-            session_id,
-            address,
-            body,
-            priority,
-            ttl,
-            properties,
-            persistent,
-            correlation_id,
-            reply_to,
-            type,
-            id,
-            kind,
-        )
+        corr = self._proto.send(session_id, address, body, options)
         if (not corr or windowed) and not self._flush_scheduled:
             self._flush_soon()
         return corr
@@ -320,7 +283,7 @@ class AsyncLink(asyncio.Protocol):
             ValueError: bad options. ChuteError: refused by the broker.
         """
         consumer_id, corr = self._proto.open_consumer(session_id, address, **options)
-        self._proto.bind(consumer_id, _Acks(self, consumer_id))
+        self._proto.bind(consumer_id, LinkAcks(self, consumer_id))
         try:
             await self.wait(corr)
         except BaseException:

@@ -35,6 +35,7 @@ from chute.client import requests
 from chute.client.api import Page
 from chute.client.confirm import ConfirmWindow
 from chute.client.link import Link, open_link
+from chute.client.outgoing import SendOptions
 from chute.client.received import Received
 from chute.client.requests import CursorPage, Pending
 from chute.client.tls import unanswered
@@ -46,6 +47,7 @@ from chute.protocol import packets as p
 T = TypeVar("T")
 
 _NO_ENTRIES: Final = bytes(4)  # a CursorPage body's entry count when it has none
+_options: Final = tuple.__new__  # SendOptions of send's fields, without its __new__'s frame
 
 
 def connect(
@@ -100,7 +102,39 @@ def connect(
     return BlockingConnection(link, connected.connection_id)
 
 
-class BlockingConnection:
+class _ClosedAtExit:
+    """``async with``: closes at the end of the block. With an exception on its way
+    out, a failure to close (an unconfirmed send refused) becomes a note on that
+    exception instead of replacing it."""
+
+    __slots__ = ()
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def _described(self) -> str:
+        """What a note on a failure to close calls this object."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except ChuteError as failure:
+            exc.add_note(f"closing {self._described()} also failed: {failure}")
+
+
+class BlockingConnection(_ClosedAtExit):
     """A connection to a broker (:class:`chute.client.api.Connection`). Use
     :func:`connect` to make one."""
 
@@ -292,23 +326,15 @@ class BlockingConnection:
         if failure is not None:
             raise failure
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        _close_at_exit(self.close, exc, "the connection")
+    def _described(self) -> str:
+        return "the connection"
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
         return f"<chute.Connection {self.connection_id or '?'} {state}>"
 
 
-class BlockingSession:
+class BlockingSession(_ClosedAtExit):
     """A session (:class:`chute.client.api.Session`)."""
 
     def __init__(
@@ -349,21 +375,11 @@ class BlockingSession:
         kind: BodyKind | None = None,
     ) -> None:
         windowed = self._windowed
-        corr = self._send(
-            self.id,
-            address,
-            body,
-            priority,
-            ttl,
-            properties,
-            persistent,
-            correlation_id,
-            reply_to,
-            type,
-            id,
-            kind,
-            windowed,
+        options = _options(
+            SendOptions,
+            (priority, ttl, properties, persistent, correlation_id, reply_to, type, id, kind),
         )
+        corr = self._send(self.id, address, body, options, windowed)
         if corr:
             if windowed:
                 self._window.add(corr)
@@ -490,25 +506,17 @@ class BlockingSession:
     def callback(self, topic: str, name: str, forward_to: str, selector: str | None = None) -> None:
         self._link.call(requests.callback(topic, name, forward_to, selector), session=self.id)
 
+    def _described(self) -> str:
+        return f"session {self.id}"
+
     def close(self) -> None:
         try:
             self._window.settle_all()
         finally:
             self._link.close_session(self.id)
 
-    def __enter__(self) -> Self:
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        _close_at_exit(self.close, exc, f"session {self.id}")
-
-
-class BlockingConsumer:
+class BlockingConsumer(_ClosedAtExit):
     """A consumer (:class:`chute.client.api.Consumer`); iterate it to receive
     until it closes."""
 
@@ -539,32 +547,11 @@ class BlockingConsumer:
             if message is not None:
                 yield message
 
+    def _described(self) -> str:
+        return f"consumer {self.id}"
+
     def close(self) -> None:
         self._link.close_consumer(self.id)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-def _close_at_exit(close: Callable[[], None], exc: BaseException | None, what: str) -> None:
-    """``close()`` at the end of a ``with`` block. With an exception on its way out, a
-    failure to close (an unconfirmed send refused) becomes a note on that exception
-    instead of replacing it."""
-    if exc is None:
-        close()
-        return
-    try:
-        close()
-    except ChuteError as failure:
-        exc.add_note(f"closing {what} also failed: {failure}")
 
 
 __all__ = ["BlockingConnection", "BlockingConsumer", "BlockingSession", "connect"]

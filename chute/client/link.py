@@ -29,19 +29,19 @@ import http.client
 import socket
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any, Final, TypeVar
 
 from chute.client.channels import Channel, HttpChannel, WebSocketChannel, failure
 from chute.client.correlation import held_longer, unanswered
-from chute.client.outgoing import contents_of
+from chute.client.outgoing import SendOptions, contents_of
 from chute.client.protocol import ClientProtocol
-from chute.client.received import Received
+from chute.client.received import LinkAcks, Received
 from chute.client.requests import Pending, Request
 from chute.client.tls import TlsSocket, client_context
 from chute.client.url import HTTP, WEBSOCKET, BrokerUrl
 from chute.errors import ConnectError, RequestTimeout
-from chute.message import BodyKind, Message
+from chute.message import Message
 from chute.protocol.packets import Connected, Packet
 
 T = TypeVar("T")
@@ -95,22 +95,6 @@ def open_link(
             raise
     sock.settimeout(None)
     return Link(channel, timeout)
-
-
-class _Acks:
-    """What a consumer's received messages ack through: the link, under its lock."""
-
-    __slots__ = ("consumer_id", "link")
-
-    def __init__(self, link: Link, consumer_id: int) -> None:
-        self.link = link
-        self.consumer_id = consumer_id
-
-    def ack(self, seq: int) -> None:
-        self.link.ack(self.consumer_id, seq)
-
-    def nack(self, seq: int, requeue: bool) -> None:
-        self.link.nack(self.consumer_id, seq, requeue)
 
 
 class Link:
@@ -253,20 +237,12 @@ class Link:
             with contextlib.suppress(ConnectError, RequestTimeout):
                 self.wait(corr)
 
-    def send(  # noqa: PLR0917 - the hot path, called positionally
+    def send(
         self,
         session_id: int,
         address: str,
         body: bytes | str,
-        priority: int,
-        ttl: int,
-        properties: Mapping[str, Any] | None,
-        persistent: bool,
-        correlation_id: str | None,
-        reply_to: str | None,
-        type: str | None,
-        id: str | None,
-        kind: BodyKind | None,
+        options: SendOptions,
         windowed: bool,
     ) -> int:
         """Queue a SEND (see :meth:`ClientProtocol.send`); the correlation id to wait for,
@@ -275,20 +251,7 @@ class Link:
         :data:`HIGH_WATER`; a request awaited at once is flushed by :meth:`wait`."""
         with self._lock:
             proto = self._proto
-            corr = proto.send(
-                session_id,
-                address,
-                body,
-                priority,
-                ttl,
-                properties,
-                persistent,
-                correlation_id,
-                reply_to,
-                type,
-                id,
-                kind,
-            )
+            corr = proto.send(session_id, address, body, options)
             unawaited = not corr or windowed
             if unawaited and self._writer_waiting:
                 self._nudge()
@@ -341,7 +304,7 @@ class Link:
         """
         with self._lock:
             consumer_id, corr = self._proto.open_consumer(session_id, address, **options)
-            self._proto.bind(consumer_id, _Acks(self, consumer_id))
+            self._proto.bind(consumer_id, LinkAcks(self, consumer_id))
         try:
             self.wait(corr)
         except BaseException:

@@ -13,7 +13,7 @@ Pure functions: safe on any thread.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from chute.content import encode_fields
 from chute.errors import InvalidMessage, LocalProtocolError
@@ -33,24 +33,39 @@ SEND_MANY_BYTES: Final = 1 << 20
 several, so the broker handles one while the next is encoded."""
 
 
-def content_of(  # noqa: PLR0917 - send's fields, in its order
-    body: bytes | str,
-    priority: int = DEFAULT_PRIORITY,
-    properties: Mapping[str, Any] | None = None,
-    persistent: bool = True,
-    correlation_id: str | None = None,
-    reply_to: str | None = None,
-    type: str | None = None,
-    id: str | None = None,
-    kind: BodyKind | None = None,
-) -> bytes:
-    """One message's content block: a ``str`` body as UTF-8 ``text`` (unless ``kind``
-    says otherwise), a new id if ``id`` is None.
+class SendOptions(NamedTuple):
+    """What a send says of its message besides the address and body: ``send``'s
+    keyword arguments (:meth:`chute.client.api.Session.send` documents each), as one
+    value from the session through the link to :meth:`ClientProtocol.send
+    <chute.client.protocol.ClientProtocol.send>` and :func:`content_of`. A tuple,
+    so that making one per send is cheap (the session builds it with
+    ``tuple.__new__``, in this order)."""
+
+    priority: int = DEFAULT_PRIORITY
+    ttl: int = 0
+    properties: Mapping[str, Any] | None = None
+    persistent: bool = True
+    correlation_id: str | None = None
+    reply_to: str | None = None
+    type: str | None = None
+    id: str | None = None
+    kind: BodyKind | None = None
+
+
+DEFAULT_OPTIONS: Final = SendOptions()
+"""``send``'s defaults: a persistent message, priority 4, no expiry, no headers."""
+
+
+def content_of(body: bytes | str, options: SendOptions = DEFAULT_OPTIONS) -> bytes:
+    """One message's content block: a ``str`` body as UTF-8 ``text`` (unless
+    ``options.kind`` says otherwise), a new id if ``options.id`` is None (``ttl`` is
+    the packet's, not the content's).
 
     Raises:
         InvalidMessage: a bad body, priority, id or property, or a field the wire
             cannot carry (over 64 KiB, ...).
     """
+    priority, _ttl, properties, persistent, correlation_id, reply_to, type, id, kind = options
     data: bytes
     if body.__class__ is bytes:
         data = body
@@ -96,14 +111,17 @@ def contents_of(messages: Iterable[bytes | str | Message]) -> Iterator[list[byte
         if isinstance(item, Message):
             content = content_of(
                 item.body,
-                item.priority,
-                item.properties,
-                item.persistent,
-                item.correlation_id,
-                item.reply_to,
-                item.type,
-                item.id or None,
-                item.kind,
+                SendOptions(
+                    item.priority,
+                    0,
+                    item.properties,
+                    item.persistent,
+                    item.correlation_id,
+                    item.reply_to,
+                    item.type,
+                    item.id or None,
+                    item.kind,
+                ),
             )
         elif isinstance(item, bytes | str):
             content = content_of(item)

@@ -36,12 +36,11 @@ Not thread-safe: a driver serialises calls (the blocking driver with a lock).
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from chute.client.correlation import Correlator
-from chute.client.outgoing import content_of
+from chute.client.outgoing import DEFAULT_OPTIONS, SendOptions, content_of
 from chute.client.received import Acknowledger
 from chute.client.requests import Request, expect, unsupported
 from chute.client.sessions import Sessions, SessionState
@@ -56,8 +55,6 @@ from chute.errors import (
     error_for_code,
 )
 from chute.message import (
-    DEFAULT_PRIORITY,
-    BodyKind,
     new_message_id,
 )
 from chute.protocol.codec import PacketCodec
@@ -300,25 +297,15 @@ class ClientProtocol:
         self.sessions.settle_session(session)
         return self._request(packet)
 
-    def send(  # noqa: PLR0917 - drivers call it positionally (hot path)
+    def send(
         self,
         session_id: int,
         address: str,
         body: bytes | str,
-        priority: int = DEFAULT_PRIORITY,
-        ttl: int = 0,
-        properties: Mapping[str, Any] | None = None,
-        persistent: bool = True,
-        correlation_id: str | None = None,
-        reply_to: str | None = None,
-        type: str | None = None,
-        id: str | None = None,
-        kind: BodyKind | None = None,
+        options: SendOptions = DEFAULT_OPTIONS,
     ) -> int:
-        """Queue a SEND. Returns the correlation id to wait for, or 0 for a one-way send.
-
-        The arguments after ``body`` may be given by keyword; the drivers pass them
-        positionally, which is cheaper, in this order.
+        """Queue a SEND of ``body`` to ``address`` with ``options`` (the message's other
+        fields). Returns the correlation id to wait for, or 0 for a one-way send.
 
         Raises:
             InvalidAddress, InvalidMessage: bad address or message field.
@@ -331,6 +318,7 @@ class ClientProtocol:
         cached = self._addresses.get(address)
         if cached is None:
             cached = self._address(address)
+        priority, ttl, properties, persistent, correlation_id, reply_to, type, id, kind = options
         if (
             body.__class__ is bytes
             and id is None
@@ -363,42 +351,16 @@ class ClientProtocol:
             self._out.append(packet)
             self.outbox_size += len(packet)
             return corr
-        return self._send_general(
-            session,
-            cached[0],
-            body,
-            priority,
-            ttl,
-            properties,
-            persistent,
-            correlation_id,
-            reply_to,
-            type,
-            id,
-            kind,
-        )
+        return self._send_general(session, cached[0], body, options)
 
-    def _send_general(  # noqa: PLR0917 - internal, called once, positionally
-        self,
-        session: SessionState,
-        address_bytes: bytes,
-        body: bytes | str,
-        priority: int,
-        ttl: int,
-        properties: Mapping[str, Any] | None,
-        persistent: bool,
-        correlation_id: str | None,
-        reply_to: str | None,
-        type: str | None,
-        id: str | None,
-        kind: BodyKind | None,
+    def _send_general(
+        self, session: SessionState, address_bytes: bytes, body: bytes | str, options: SendOptions
     ) -> int:
-        content = content_of(
-            body, priority, properties, persistent, correlation_id, reply_to, type, id, kind
-        )
+        content = content_of(body, options)
+        ttl = options.ttl
         if ttl < 0:
             raise ValueError("ttl must not be negative")
-        corr = self._requests.open() if persistent and not session.transacted else 0
+        corr = self._requests.open() if options.persistent and not session.transacted else 0
         try:
             packet = encode_send(session.id, address_bytes, content, ttl, corr, self.codec.version)
         except struct.error as exc:
