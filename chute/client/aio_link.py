@@ -31,7 +31,8 @@ from chute.client.outgoing import SendOptions, contents_of
 from chute.client.protocol import ClientProtocol, Progress
 from chute.client.received import LinkAcks, Received
 from chute.client.requests import Pending, Request
-from chute.client.tls import client_context, describe
+from chute.client.sessions import ConsumerOptions
+from chute.client.tls import describe
 from chute.client.url import TCP, BrokerUrl
 from chute.errors import ConnectError, RequestTimeout
 from chute.message import Message
@@ -44,17 +45,9 @@ HIGH_WATER: Final = 1 << 20
 CLOSE_TIMEOUT: Final = 5.0
 
 
-async def open_link(
-    target: BrokerUrl,
-    limit: float,
-    tls_ca: str | None,
-    tls_verify: bool,
-    *,
-    tls_cert: str | None = None,
-    tls_key: str | None = None,
-) -> AsyncLink:
-    """A connection to ``target`` (TLS for ``chutes://``, ``wss://`` and ``https://``,
-    with the client certificate ``tls_cert`` if given; a WebSocket or plain requests
+async def open_link(target: BrokerUrl, limit: float, context: ssl.SSLContext | None) -> AsyncLink:
+    """A connection to ``target`` (TLS with ``context`` for ``chutes://``, ``wss://`` and
+    ``https://``; a WebSocket or plain requests
     for ``ws(s)://`` and ``http(s)://``: :mod:`chute.client.aio_channels`), not yet
     handshaken; ``limit`` seconds for connecting, and
     for every request later.
@@ -64,9 +57,6 @@ async def open_link(
     """
     loop = asyncio.get_running_loop()
     link = AsyncLink(limit)
-    context = None
-    if target.tls:
-        context = client_context(tls_ca, verify=tls_verify, cert_file=tls_cert, key_file=tls_key)
     if target.transport != TCP:
         await open_transport(target, link, limit, context)
         return link
@@ -275,14 +265,14 @@ class AsyncLink(asyncio.Protocol):
 
     # -- consumers ------------------------------------------------------------------------
 
-    async def open_consumer(self, session_id: int, address: str, **options: Any) -> int:
+    async def open_consumer(self, session_id: int, address: str, options: ConsumerOptions) -> int:
         """Open a consumer (``options`` as :meth:`ClientProtocol.open_consumer`) and wait
         until the broker has it; its id.
 
         Raises:
             ValueError: bad options. ChuteError: refused by the broker.
         """
-        consumer_id, corr = self._proto.open_consumer(session_id, address, **options)
+        consumer_id, corr = self._proto.open_consumer(session_id, address, options)
         self._proto.bind(consumer_id, LinkAcks(self, consumer_id))
         try:
             await self.wait(corr)

@@ -35,10 +35,11 @@ from chute.client import requests
 from chute.client.api import Page
 from chute.client.confirm import ConfirmWindow
 from chute.client.link import Link, open_link
-from chute.client.outgoing import SendOptions
+from chute.client.outgoing import DEFAULT_OPTIONS, SendOptions
 from chute.client.received import Received
 from chute.client.requests import CursorPage, Pending
-from chute.client.tls import unanswered
+from chute.client.sessions import ConsumerOptions
+from chute.client.tls import client_context, unanswered
 from chute.client.url import parse_url
 from chute.errors import ChuteError, ConnectError, ConsumerError
 from chute.message import DEFAULT_PRIORITY, BodyKind, Message
@@ -90,7 +91,10 @@ def connect(
     """
     target = parse_url(url)
     login, passcode = target.credentials(login, passcode)
-    link = open_link(target, timeout, tls_ca, tls_verify, tls_cert=tls_cert, tls_key=tls_key)
+    context = None
+    if target.tls:
+        context = client_context(tls_ca, verify=tls_verify, cert_file=tls_cert, key_file=tls_key)
+    link = open_link(target, timeout, context)
     try:
         connected = link.handshake(client_id, login, passcode, heartbeat)
     except ConnectError as exc:  # never the broker's answer: the connection failed
@@ -350,6 +354,7 @@ class BlockingSession(_ClosedAtExit):
         self._send = link.send
         self._window = window
         self._windowed = window.size > 0
+        self._options = DEFAULT_OPTIONS  # the last send's, made again only when they change
 
     @property
     def confirm_window(self) -> int:
@@ -375,10 +380,10 @@ class BlockingSession(_ClosedAtExit):
         kind: BodyKind | None = None,
     ) -> None:
         windowed = self._windowed
-        options = _options(
-            SendOptions,
-            (priority, ttl, properties, persistent, correlation_id, reply_to, type, id, kind),
-        )
+        fields = (priority, ttl, properties, persistent, correlation_id, reply_to, type, id, kind)
+        options = self._options
+        if fields != options:  # a SendOptions is a tuple: equal when every field is
+            options = self._options = _options(SendOptions, fields)
         corr = self._send(self.id, address, body, options, windowed)
         if corr:
             if windowed:
@@ -417,13 +422,7 @@ class BlockingSession(_ClosedAtExit):
         consumer_id = self._link.open_consumer(
             self.id,
             address,
-            selector=selector,
-            prefetch=prefetch,
-            exclusive=exclusive,
-            subscription=subscription,
-            durable=durable,
-            shared=shared,
-            offset=offset,
+            ConsumerOptions(selector, prefetch, exclusive, subscription, durable, shared, offset),
         )
         return BlockingConsumer(self, self._link, consumer_id)
 

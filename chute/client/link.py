@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterable
@@ -38,7 +39,8 @@ from chute.client.outgoing import SendOptions, contents_of
 from chute.client.protocol import ClientProtocol
 from chute.client.received import LinkAcks, Received
 from chute.client.requests import Pending, Request
-from chute.client.tls import TlsSocket, client_context
+from chute.client.sessions import ConsumerOptions
+from chute.client.tls import TlsSocket
 from chute.client.url import HTTP, WEBSOCKET, BrokerUrl
 from chute.errors import ConnectError, RequestTimeout
 from chute.message import Message
@@ -55,25 +57,13 @@ read, which a lone producer waiting for each confirmation pays every time."""
 CLOSE_TIMEOUT: Final = 5.0
 
 
-def open_link(
-    target: BrokerUrl,
-    timeout: float,
-    tls_ca: str | None,
-    tls_verify: bool,
-    *,
-    tls_cert: str | None = None,
-    tls_key: str | None = None,
-) -> Link:
-    """A connection to ``target`` (TLS for ``chutes://``, ``wss://`` and ``https://``,
-    with the client certificate ``tls_cert`` if given) with its threads running; not
-    yet handshaken (:meth:`Link.handshake`).
+def open_link(target: BrokerUrl, timeout: float, context: ssl.SSLContext | None) -> Link:
+    """A connection to ``target`` (TLS with ``context`` for ``chutes://``, ``wss://`` and
+    ``https://``) with its threads running; not yet handshaken (:meth:`Link.handshake`).
 
     Raises:
         ConnectError: cannot reach the broker, or the TLS handshake failed.
     """
-    context = None
-    if target.tls:
-        context = client_context(tls_ca, verify=tls_verify, cert_file=tls_cert, key_file=tls_key)
     if target.transport == WEBSOCKET:
         return Link(WebSocketChannel(target, timeout, context), timeout)
     if target.transport == HTTP:
@@ -295,7 +285,7 @@ class Link:
 
     # -- consumers ------------------------------------------------------------------------
 
-    def open_consumer(self, session_id: int, address: str, **options: Any) -> int:
+    def open_consumer(self, session_id: int, address: str, options: ConsumerOptions) -> int:
         """Open a consumer (``options`` as :meth:`ClientProtocol.open_consumer`) and wait
         until the broker has it; its id.
 
@@ -303,7 +293,7 @@ class Link:
             ValueError: bad options. ChuteError: refused by the broker.
         """
         with self._lock:
-            consumer_id, corr = self._proto.open_consumer(session_id, address, **options)
+            consumer_id, corr = self._proto.open_consumer(session_id, address, options)
             self._proto.bind(consumer_id, LinkAcks(self, consumer_id))
         try:
             self.wait(corr)

@@ -43,7 +43,7 @@ from chute.client.correlation import Correlator
 from chute.client.outgoing import DEFAULT_OPTIONS, SendOptions, content_of
 from chute.client.received import Acknowledger
 from chute.client.requests import Request, expect, unsupported
-from chute.client.sessions import Sessions, SessionState
+from chute.client.sessions import ConsumerOptions, Sessions, SessionState
 from chute.core.address import canonical
 from chute.errors import (
     ChuteError,
@@ -86,6 +86,9 @@ from chute.protocol.wire import encode_packet
 
 _ADDRESS_CACHE_SIZE: Final = 1024
 _next_id: Final = new_message_id.next_bytes
+
+_CONSUMER_DEFAULTS: Final = ConsumerOptions()
+"""``consumer``'s defaults: prefetch 100, no selector, not exclusive."""
 
 
 @dataclass(slots=True)
@@ -406,17 +409,7 @@ class ClientProtocol:
     # -- consumers ------------------------------------------------------------------
 
     def open_consumer(
-        self,
-        session_id: int,
-        address: str,
-        *,
-        selector: str | None = None,
-        prefetch: int = 100,
-        exclusive: bool = False,
-        subscription: str | None = None,
-        durable: bool = False,
-        shared: bool = False,
-        offset: str | int | None = None,
+        self, session_id: int, address: str, options: ConsumerOptions = _CONSUMER_DEFAULTS
     ) -> tuple[int, int]:
         """Queue CONSUMER_OPEN (a request), or STREAM_CONSUMER_OPEN with an ``offset``
         (streams). Returns ``(consumer id, correlation id)``.
@@ -427,6 +420,7 @@ class ClientProtocol:
             ValueError: prefetch below 1; durable without a subscription name.
         """
         session = self.sessions.session(session_id)
+        selector, prefetch, exclusive, subscription, durable, shared, offset = options
         if prefetch < 1:
             raise ValueError("prefetch must be at least 1")
         if durable and not subscription:

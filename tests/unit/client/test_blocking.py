@@ -249,7 +249,7 @@ def test_heartbeats(broker: FakeBroker) -> None:
 
 
 def test_a_burst_of_one_way_output_notifies_the_sleeping_writer_once(broker: FakeBroker) -> None:
-    link = open_link(parse_url(broker.url), 5, None, True)
+    link = open_link(parse_url(broker.url), 5, None)
     try:
         link.handshake("c1", None, None, 0)
         notified: list[int] = []

@@ -10,6 +10,7 @@ from chute.client import requests
 from chute.client.outgoing import SendOptions
 from chute.client.protocol import ClientProtocol
 from chute.client.received import Received
+from chute.client.sessions import ConsumerOptions
 from chute.content import encode_content
 from chute.errors import (
     AuthenticationFailed,
@@ -302,7 +303,7 @@ def open_consumer(
 ) -> tuple[ClientProtocol, Peer, int, int]:
     proto, peer = connected()
     sid = proto.open_session(ack, transacted)
-    cid, corr = proto.open_consumer(sid, "q", prefetch=prefetch)
+    cid, corr = proto.open_consumer(sid, "q", ConsumerOptions(prefetch=prefetch))
     proto.receive_data(encode_packet(p.Ok(), corr))
     peer.sent()
     return proto, peer, sid, cid
@@ -452,9 +453,9 @@ def test_consumer_arguments_are_checked() -> None:
     proto, _ = connected()
     sid = proto.open_session()
     with pytest.raises(ValueError, match="prefetch"):
-        proto.open_consumer(sid, "q", prefetch=0)
+        proto.open_consumer(sid, "q", ConsumerOptions(prefetch=0))
     with pytest.raises(ValueError, match="durable"):
-        proto.open_consumer(sid, "topic:t", durable=True)
+        proto.open_consumer(sid, "topic:t", ConsumerOptions(durable=True))
 
 
 def test_management_requests_and_results() -> None:
