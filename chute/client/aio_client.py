@@ -351,7 +351,6 @@ class AioSession(_ClosedAtExit):
         self.connection = connection
         self.id = session_id
         self._link = link
-        self._send = link.send
         self._window = window
         self._windowed = window.size > 0
         self._options = DEFAULT_OPTIONS  # the last send's, made again only when they change
@@ -384,7 +383,7 @@ class AioSession(_ClosedAtExit):
         options = self._options
         if fields != options:  # a SendOptions is a tuple: equal when every field is
             options = self._options = _options(SendOptions, fields)
-        corr = self._send(self.id, address, body, options, windowed)
+        corr = self._link.send(self.id, address, body, options, windowed)
         if corr:
             if windowed:
                 await self._window.add(corr)
