@@ -35,7 +35,7 @@ from chute.client import requests
 from chute.client.aio_confirm import AsyncConfirmWindow
 from chute.client.aio_link import AsyncLink, open_link
 from chute.client.api import Page
-from chute.client.outgoing import DEFAULT_OPTIONS, SendOptions
+from chute.client.outgoing import SendFields
 from chute.client.received import Received
 from chute.client.requests import CursorPage, Pending
 from chute.client.sessions import ConsumerOptions
@@ -48,7 +48,6 @@ from chute.protocol import packets as p
 T = TypeVar("T")
 
 _NO_ENTRIES: Final = bytes(4)  # a CursorPage body's entry count when it has none
-_options: Final = tuple.__new__  # SendOptions of send's fields, without its __new__'s frame
 
 
 async def open_connection(
@@ -353,7 +352,6 @@ class AioSession(_ClosedAtExit):
         self._link = link
         self._window = window
         self._windowed = window.size > 0
-        self._options = DEFAULT_OPTIONS  # the last send's, made again only when they change
 
     @property
     def confirm_window(self) -> int:
@@ -379,10 +377,17 @@ class AioSession(_ClosedAtExit):
         kind: BodyKind | None = None,
     ) -> None:
         windowed = self._windowed
-        fields = (priority, ttl, properties, persistent, correlation_id, reply_to, type, id, kind)
-        options = self._options
-        if fields != options:  # a SendOptions is a tuple: equal when every field is
-            options = self._options = _options(SendOptions, fields)
+        options: SendFields = (
+            priority,
+            ttl,
+            properties,
+            persistent,
+            correlation_id,
+            reply_to,
+            type,
+            id,
+            kind,
+        )
         corr = self._link.send(self.id, address, body, options, windowed)
         if corr:
             if windowed:

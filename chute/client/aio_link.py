@@ -27,7 +27,7 @@ from typing import Any, Final, TypeVar
 
 from chute.client.aio_channels import open_transport
 from chute.client.correlation import held_longer, unanswered
-from chute.client.outgoing import SendOptions, contents_of
+from chute.client.outgoing import SendFields, contents_of
 from chute.client.protocol import ClientProtocol, Progress
 from chute.client.received import LinkAcks, Received
 from chute.client.requests import Pending, Request
@@ -225,7 +225,7 @@ class AsyncLink(asyncio.Protocol):
         session_id: int,
         address: str,
         body: bytes | str,
-        options: SendOptions,
+        options: SendFields,
         windowed: bool,
     ) -> int:
         """Queue a SEND (see :meth:`ClientProtocol.send`); the correlation id to wait for,

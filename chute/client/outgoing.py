@@ -37,9 +37,10 @@ class SendOptions(NamedTuple):
     """What a send says of its message besides the address and body: ``send``'s
     keyword arguments (:meth:`chute.client.api.Session.send` documents each), as one
     value from the session through the link to :meth:`ClientProtocol.send
-    <chute.client.protocol.ClientProtocol.send>` and :func:`content_of`. A tuple,
-    so that making one per send is cheap (the session builds it with
-    ``tuple.__new__``, in this order)."""
+    <chute.client.protocol.ClientProtocol.send>` and :func:`content_of`, which take
+    any :data:`SendFields`: a session's hot path passes the plain tuple of its
+    fields, in this order (a plain tuple is made and unpacked faster than a
+    subclass), other callers a ``SendOptions``."""
 
     priority: int = DEFAULT_PRIORITY
     ttl: int = 0
@@ -52,11 +53,24 @@ class SendOptions(NamedTuple):
     kind: BodyKind | None = None
 
 
+SendFields = tuple[
+    int,
+    int,
+    Mapping[str, Any] | None,
+    bool,
+    str | None,
+    str | None,
+    str | None,
+    str | None,
+    BodyKind | None,
+]
+"""The fields of a :class:`SendOptions`, in its order, as a plain tuple."""
+
 DEFAULT_OPTIONS: Final = SendOptions()
 """``send``'s defaults: a persistent message, priority 4, no expiry, no headers."""
 
 
-def content_of(body: bytes | str, options: SendOptions = DEFAULT_OPTIONS) -> bytes:
+def content_of(body: bytes | str, options: SendFields = DEFAULT_OPTIONS) -> bytes:
     """One message's content block: a ``str`` body as UTF-8 ``text`` (unless
     ``options.kind`` says otherwise), a new id if ``options.id`` is None (``ttl`` is
     the packet's, not the content's).

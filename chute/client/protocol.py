@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from chute.client.correlation import Correlator
-from chute.client.outgoing import DEFAULT_OPTIONS, SendOptions, content_of
+from chute.client.outgoing import DEFAULT_OPTIONS, SendFields, content_of
 from chute.client.received import Acknowledger
 from chute.client.requests import Request, expect, unsupported
 from chute.client.sessions import ConsumerOptions, Sessions, SessionState
@@ -305,7 +305,7 @@ class ClientProtocol:
         session_id: int,
         address: str,
         body: bytes | str,
-        options: SendOptions = DEFAULT_OPTIONS,
+        options: SendFields = DEFAULT_OPTIONS,
     ) -> int:
         """Queue a SEND of ``body`` to ``address`` with ``options`` (the message's other
         fields). Returns the correlation id to wait for, or 0 for a one-way send.
@@ -357,13 +357,13 @@ class ClientProtocol:
         return self._send_general(session, cached[0], body, options)
 
     def _send_general(
-        self, session: SessionState, address_bytes: bytes, body: bytes | str, options: SendOptions
+        self, session: SessionState, address_bytes: bytes, body: bytes | str, options: SendFields
     ) -> int:
         content = content_of(body, options)
-        ttl = options.ttl
+        ttl, persistent = options[1], options[3]
         if ttl < 0:
             raise ValueError("ttl must not be negative")
-        corr = self._requests.open() if options.persistent and not session.transacted else 0
+        corr = self._requests.open() if persistent and not session.transacted else 0
         try:
             packet = encode_send(session.id, address_bytes, content, ttl, corr, self.codec.version)
         except struct.error as exc:
