@@ -20,7 +20,6 @@ from typing import Any
 
 from chute.client.aio_client import AioConnection, AioConsumer, AioSession, open_connection
 from chute.client.received import Received
-from chute.errors import ChuteError
 
 Connection = AioConnection
 Session = AioSession
@@ -47,15 +46,8 @@ class _ConnectAttempt:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._conn is None:
-            return
-        if exc is None:
-            await self._conn.close()
-            return
-        try:
-            await self._conn.close()
-        except ChuteError as failure:
-            exc.add_note(f"closing the connection also failed: {failure}")
+        if self._conn is not None:
+            await self._conn.__aexit__(exc_type, exc, tb)
 
 
 def connect(

@@ -34,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 PAIRS: dict[str, str] = {
+    "chute/client/aio_closing.py": "chute/client/closing.py",
     "chute/client/aio_confirm.py": "chute/client/confirm.py",
     "chute/client/aio_client.py": "chute/client/blocking.py",
     "chute/client/api_async.py": "chute/client/api_blocking.py",
@@ -55,6 +56,8 @@ NAMES: dict[str, str] = {
     "aio_link": "link",
     "AsyncConfirmWindow": "ConfirmWindow",
     "aio_confirm": "confirm",
+    "AsyncClosedAtExit": "ClosedAtExit",
+    "aio_closing": "closing",
     "AioConnection": "BlockingConnection",
     "AioSession": "BlockingSession",
     "AioConsumer": "BlockingConsumer",

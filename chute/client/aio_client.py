@@ -28,10 +28,10 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from types import TracebackType
-from typing import Any, Final, Self, TypeVar
+from typing import Any, Final, TypeVar
 
 from chute.client import requests
+from chute.client.aio_closing import AsyncClosedAtExit
 from chute.client.aio_confirm import AsyncConfirmWindow
 from chute.client.aio_link import AsyncLink, open_link
 from chute.client.api import Page
@@ -105,39 +105,7 @@ async def open_connection(
     return AioConnection(link, connected.connection_id)
 
 
-class _ClosedAtExit:
-    """``async with``: closes at the end of the block. With an exception on its way
-    out, a failure to close (an unconfirmed send refused) becomes a note on that
-    exception instead of replacing it."""
-
-    __slots__ = ()
-
-    async def close(self) -> None:
-        raise NotImplementedError
-
-    def _described(self) -> str:
-        """What a note on a failure to close calls this object."""
-        raise NotImplementedError
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is None:
-            await self.close()
-            return
-        try:
-            await self.close()
-        except ChuteError as failure:
-            exc.add_note(f"closing {self._described()} also failed: {failure}")
-
-
-class AioConnection(_ClosedAtExit):
+class AioConnection(AsyncClosedAtExit):
     """A connection to a broker (:class:`chute.client.api.AsyncConnection`). Use
     :func:`open_connection` to make one."""
 
@@ -337,7 +305,7 @@ class AioConnection(_ClosedAtExit):
         return f"<chute.Connection {self.connection_id or '?'} {state}>"
 
 
-class AioSession(_ClosedAtExit):
+class AioSession(AsyncClosedAtExit):
     """A session (:class:`chute.client.api.AsyncSession`)."""
 
     def __init__(
@@ -523,7 +491,7 @@ class AioSession(_ClosedAtExit):
             await self._link.close_session(self.id)
 
 
-class AioConsumer(_ClosedAtExit):
+class AioConsumer(AsyncClosedAtExit):
     """A consumer (:class:`chute.client.api.AsyncConsumer`); iterate it to receive
     until it closes."""
 

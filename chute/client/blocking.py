@@ -28,11 +28,11 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from types import TracebackType
-from typing import Any, Final, Self, TypeVar
+from typing import Any, Final, TypeVar
 
 from chute.client import requests
 from chute.client.api import Page
+from chute.client.closing import ClosedAtExit
 from chute.client.confirm import ConfirmWindow
 from chute.client.link import Link, open_link
 from chute.client.outgoing import SendFields
@@ -105,39 +105,7 @@ def connect(
     return BlockingConnection(link, connected.connection_id)
 
 
-class _ClosedAtExit:
-    """``async with``: closes at the end of the block. With an exception on its way
-    out, a failure to close (an unconfirmed send refused) becomes a note on that
-    exception instead of replacing it."""
-
-    __slots__ = ()
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-    def _described(self) -> str:
-        """What a note on a failure to close calls this object."""
-        raise NotImplementedError
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is None:
-            self.close()
-            return
-        try:
-            self.close()
-        except ChuteError as failure:
-            exc.add_note(f"closing {self._described()} also failed: {failure}")
-
-
-class BlockingConnection(_ClosedAtExit):
+class BlockingConnection(ClosedAtExit):
     """A connection to a broker (:class:`chute.client.api.Connection`). Use
     :func:`connect` to make one."""
 
@@ -337,7 +305,7 @@ class BlockingConnection(_ClosedAtExit):
         return f"<chute.Connection {self.connection_id or '?'} {state}>"
 
 
-class BlockingSession(_ClosedAtExit):
+class BlockingSession(ClosedAtExit):
     """A session (:class:`chute.client.api.Session`)."""
 
     def __init__(
@@ -519,7 +487,7 @@ class BlockingSession(_ClosedAtExit):
             self._link.close_session(self.id)
 
 
-class BlockingConsumer(_ClosedAtExit):
+class BlockingConsumer(ClosedAtExit):
     """A consumer (:class:`chute.client.api.Consumer`); iterate it to receive
     until it closes."""
 

@@ -52,9 +52,9 @@ import shutil
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final
 
+from chute.client.closing import ClosedAtExit
 from chute.client.requests import CursorPage, Page
 from chute.core.address import Kind, parse, pattern_matcher
 from chute.dropbox.layout import (
@@ -121,7 +121,7 @@ def open_root(options: DropboxOptions, timeout: float = 10.0) -> DropboxConnecti
     return DropboxConnection(options, timeout)
 
 
-class DropboxConnection:
+class DropboxConnection(ClosedAtExit):
     """A dropbox root opened by one client id. See the module docstring."""
 
     def __init__(self, options: DropboxOptions, timeout: float = 10.0) -> None:
@@ -320,16 +320,8 @@ class DropboxConnection:
         self._temporary.clear()
         self._closed = True
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+    def _described(self) -> str:
+        return f"the dropbox connection to {self.root}"
 
     def __repr__(self) -> str:
         return f"<chute.DropboxConnection {self.root} as {self.client_id}>"

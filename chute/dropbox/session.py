@@ -18,9 +18,9 @@ import os
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Final, Protocol, Self
+from typing import Any, Final, Protocol
 
+from chute.client.closing import ClosedAtExit
 from chute.core.address import Kind, parse
 from chute.core.selector import compile_selector
 from chute.dropbox.consumer import Deliveries, DropboxConsumer
@@ -73,7 +73,7 @@ class SessionOwner(Protocol):
         """Create a queue dropbox removed when the connection closes; its address."""
 
 
-class DropboxSession:
+class DropboxSession(ClosedAtExit):
     """An ack mode and maybe a local transaction, over a dropbox root."""
 
     def __init__(
@@ -436,16 +436,8 @@ class DropboxSession:
         self._closed = True
         self.connection.release(self)
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+    def _described(self) -> str:
+        return "the dropbox session"
 
 
 def _stamped(  # noqa: PLR0917 - the fields of send, in its order
