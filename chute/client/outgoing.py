@@ -110,6 +110,33 @@ def content_of(body: bytes | str, options: SendFields = DEFAULT_OPTIONS) -> byte
         raise InvalidMessage(exc.reason) from exc
 
 
+def send_item(item: bytes | str | Message, ttl: int = 0) -> tuple[bytes | str, SendOptions]:
+    """The body and options one of ``send_many``'s ``messages`` is sent with: a body
+    with ``send``'s defaults, a Message with its fields (a new id if it has none);
+    ``ttl`` either way.
+
+    Raises:
+        InvalidMessage: an item of another type.
+    """
+    if isinstance(item, Message):
+        return item.body, SendOptions(
+            item.priority,
+            ttl,
+            item.properties,
+            item.persistent,
+            item.correlation_id,
+            item.reply_to,
+            item.type,
+            item.id or None,
+            item.kind,
+        )
+    if isinstance(item, bytes | str):
+        return item, DEFAULT_OPTIONS._replace(ttl=ttl) if ttl else DEFAULT_OPTIONS
+    raise InvalidMessage(
+        f"send_many takes bytes, str or Message items, not {item.__class__.__name__}"
+    )
+
+
 def contents_of(messages: Iterable[bytes | str | Message]) -> Iterator[list[bytes]]:
     """The content blocks of ``messages`` (a body with ``send``'s defaults; a Message
     with its fields, a new id if it has none), in runs of at most
@@ -122,27 +149,7 @@ def contents_of(messages: Iterable[bytes | str | Message]) -> Iterator[list[byte
     run: list[bytes] = []
     size = 0
     for item in messages:
-        if isinstance(item, Message):
-            content = content_of(
-                item.body,
-                SendOptions(
-                    item.priority,
-                    0,
-                    item.properties,
-                    item.persistent,
-                    item.correlation_id,
-                    item.reply_to,
-                    item.type,
-                    item.id or None,
-                    item.kind,
-                ),
-            )
-        elif isinstance(item, bytes | str):
-            content = content_of(item)
-        else:
-            raise InvalidMessage(
-                f"send_many takes bytes, str or Message items, not {item.__class__.__name__}"
-            )
+        content = content_of(*send_item(item))
         if run and (size + len(content) > SEND_MANY_BYTES or len(run) == SEND_MANY_MAX):
             yield run
             run, size = [], 0
