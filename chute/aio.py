@@ -14,12 +14,17 @@ API they implement is :class:`chute.client.api.AsyncConnection` and its siblings
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Coroutine, Generator
 from types import TracebackType
-from typing import Any
+from typing import Any, ParamSpec
 
 from chute.client.aio_client import AioConnection, AioConsumer, AioSession, open_connection
 from chute.client.received import Received
+
+P = ParamSpec("P")
+ExcInfo = tuple[type[BaseException] | None, BaseException | None, TracebackType | None]
+"""What ``__aexit__`` is given: the exception on its way out of the block, if any."""
 
 Connection = AioConnection
 Session = AioSession
@@ -40,47 +45,29 @@ class _ConnectAttempt:
         self._conn = await self._make()
         return self._conn
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: *ExcInfo) -> None:
         if self._conn is not None:
-            await self._conn.__aexit__(exc_type, exc, tb)
+            await self._conn.__aexit__(*exc_info)
 
 
-def connect(
-    url: str = "chute://127.0.0.1:5445",
-    *,
-    client_id: str | None = None,
-    login: str | None = None,
-    passcode: str | None = None,
-    timeout: float = 10.0,
-    heartbeat: float = 0.0,
-    tls_ca: str | None = None,
-    tls_verify: bool = True,
-    tls_cert: str | None = None,
-    tls_key: str | None = None,
-) -> _ConnectAttempt:
-    """Connect to a broker: ``conn = await connect(...)`` or ``async with connect(...) as conn``.
+def _attempted(
+    open_connection: Callable[P, Coroutine[Any, Any, AioConnection]],
+) -> Callable[P, _ConnectAttempt]:
+    """:func:`open_connection`, its arguments taken as they are (and shown: its
+    signature is this one's), made to return a :class:`_ConnectAttempt` instead of a
+    coroutine."""
 
-    Arguments and errors as :func:`chute.connect` (a broker URL only).
-    """
-    return _ConnectAttempt(
-        lambda: open_connection(
-            url,
-            client_id=client_id,
-            login=login,
-            passcode=passcode,
-            timeout=timeout,
-            heartbeat=heartbeat,
-            tls_ca=tls_ca,
-            tls_verify=tls_verify,
-            tls_cert=tls_cert,
-            tls_key=tls_key,
-        )
-    )
+    @functools.wraps(open_connection)
+    def connect(*args: P.args, **kwargs: P.kwargs) -> _ConnectAttempt:
+        return _ConnectAttempt(lambda: open_connection(*args, **kwargs))
 
+    connect.__name__ = connect.__qualname__ = "connect"
+    connect.__doc__ = """Connect to a broker: ``conn = await connect(...)`` or ``async with
+    connect(...) as conn``. Arguments and errors as :func:`chute.connect` (a broker URL
+    only)."""
+    return connect
+
+
+connect = _attempted(open_connection)
 
 __all__ = ["Connection", "Consumer", "Received", "Session", "connect"]
