@@ -45,17 +45,18 @@ at a time (open one connection per thread; they may share the root).
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import re
 import shutil
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NoReturn, ParamSpec
 
+from chute.client import api
 from chute.client.closing import ClosedAtExit
-from chute.client.requests import CursorPage, Page
 from chute.core.address import Kind, parse, pattern_matcher
 from chute.dropbox.layout import (
     QueueLayout,
@@ -82,8 +83,22 @@ __all__ = [
     "open_root",
 ]
 
+P = ParamSpec("P")
+
 _ACK_MODES: Final = ("auto", "client", "individual")
 _NO_CURSORS: Final = "cursors need a broker (chute://): a dropbox has no sequence numbers"
+
+
+def _needs_a_broker(declared: Callable[P, object]) -> Callable[P, NoReturn]:
+    """A method with the signature of ``declared`` (the API's) that raises ChuteError:
+    cursors need a broker."""
+
+    @functools.wraps(declared)
+    def refused(*args: P.args, **kwargs: P.kwargs) -> NoReturn:
+        raise ChuteError(_NO_CURSORS)
+
+    refused.__doc__ = "Raises ChuteError (at once): cursors need a broker."
+    return refused
 
 
 def connect(
@@ -255,50 +270,11 @@ class DropboxConnection(ClosedAtExit):
 
     # -- cursors: a broker's sequence numbers; a dropbox has none -----------------------
 
-    def cursor_open(
-        self,
-        address: str,
-        cursor: str | None = None,
-        *,
-        selector: str | None = None,
-        lease_ms: int = 0,
-    ) -> tuple[int, int]:
-        """Raises ChuteError: cursors need a broker."""
-        raise ChuteError(_NO_CURSORS)
-
-    def cursor_fetch(
-        self,
-        address: str,
-        cursor: str | None,
-        start: int,
-        end: int,
-        *,
-        max_messages: int = 0,
-        max_bytes: int = 0,
-    ) -> CursorPage:
-        """Raises ChuteError: cursors need a broker."""
-        raise ChuteError(_NO_CURSORS)
-
-    def cursor_read(
-        self,
-        address: str,
-        cursor: str | None,
-        start: int,
-        end: int,
-        *,
-        page_messages: int = 4096,
-        page_bytes: int = 4 << 20,
-    ) -> Iterator[Page]:
-        """Raises ChuteError (at once, not when iterated): cursors need a broker."""
-        raise ChuteError(_NO_CURSORS)
-
-    def cursor_ack(self, address: str, cursor: str, end: int) -> None:
-        """Raises ChuteError: cursors need a broker."""
-        raise ChuteError(_NO_CURSORS)
-
-    def cursor_close(self, address: str, cursor: str, *, delete: bool = False) -> None:
-        """Raises ChuteError: cursors need a broker."""
-        raise ChuteError(_NO_CURSORS)
+    cursor_open = _needs_a_broker(api.Connection.cursor_open)
+    cursor_fetch = _needs_a_broker(api.Connection.cursor_fetch)
+    cursor_read = _needs_a_broker(api.Connection.cursor_read)
+    cursor_ack = _needs_a_broker(api.Connection.cursor_ack)
+    cursor_close = _needs_a_broker(api.Connection.cursor_close)
 
     def temporary_queue(self) -> str:
         """Create a queue dropbox removed when this connection closes; its address."""
