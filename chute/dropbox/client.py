@@ -51,7 +51,7 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, NoReturn, ParamSpec
 
@@ -89,15 +89,17 @@ _ACK_MODES: Final = ("auto", "client", "individual")
 _NO_CURSORS: Final = "cursors need a broker (chute://): a dropbox has no sequence numbers"
 
 
-def _needs_a_broker(declared: Callable[P, object]) -> Callable[P, NoReturn]:
-    """A method with the signature of ``declared`` (the API's) that raises ChuteError:
-    cursors need a broker."""
+def _needs_a_broker(
+    declared: Callable[P, object], error: type[ChuteError], why: str
+) -> Callable[P, NoReturn]:
+    """A method with the signature of ``declared`` (the API's) that raises ``error``
+    with ``why``: what a dropbox cannot do."""
 
     @functools.wraps(declared)
     def refused(*args: P.args, **kwargs: P.kwargs) -> NoReturn:
-        raise ChuteError(_NO_CURSORS)
+        raise error(why)
 
-    refused.__doc__ = "Raises ChuteError (at once): cursors need a broker."
+    refused.__doc__ = f"Raises {error.__name__} (at once): {why}."
     return refused
 
 
@@ -227,54 +229,34 @@ class DropboxConnection(ClosedAtExit):
         init_queue(self.root, addr.name)
         return not existed
 
-    def move(
-        self,
-        source: str,
-        target: str,
-        *,
-        selector: str | None = None,
-        seqs: Sequence[int] | None = None,
-        limit: int = 0,
-    ) -> int:
-        """Raises ChuteError: moving messages between destinations needs a broker."""
-        raise ChuteError("moving messages needs a broker (chute://), not a dropbox")
-
-    def retry_dead_letters(
-        self,
-        source: str = "queue:__sys__deadLetter",
-        *,
-        selector: str | None = None,
-        seqs: Sequence[int] | None = None,
-        limit: int = 0,
-    ) -> dict[str, int]:
-        """Raises ChuteError: a dropbox has no dead letters to retry."""
-        raise ChuteError("retrying dead letters needs a broker (chute://), not a dropbox")
+    move = _needs_a_broker(
+        api.Connection.move, ChuteError, "moving messages needs a broker (chute://), not a dropbox"
+    )
+    retry_dead_letters = _needs_a_broker(
+        api.Connection.retry_dead_letters,
+        ChuteError,
+        "retrying dead letters needs a broker (chute://), not a dropbox",
+    )
 
     def prepared(self) -> list[str]:
         """Always empty: two-phase transactions need a broker."""
         return []
 
-    def commit_prepared(self, xid: str) -> None:
-        """Raises TransactionError: two-phase transactions need a broker."""
-        raise TransactionError(NO_TWO_PHASE)
-
-    def rollback_prepared(self, xid: str) -> None:
-        """Raises TransactionError: two-phase transactions need a broker."""
-        raise TransactionError(NO_TWO_PHASE)
-
-    def commit_batch(
-        self, sink: str, batch: int, xids: Sequence[str], *, keep: bool = True
-    ) -> bool:
-        """Raises TransactionError: batch commits of prepared transactions need a broker."""
-        raise TransactionError(NO_TWO_PHASE)
+    commit_prepared = _needs_a_broker(
+        api.Connection.commit_prepared, TransactionError, NO_TWO_PHASE
+    )
+    rollback_prepared = _needs_a_broker(
+        api.Connection.rollback_prepared, TransactionError, NO_TWO_PHASE
+    )
+    commit_batch = _needs_a_broker(api.Connection.commit_batch, TransactionError, NO_TWO_PHASE)
 
     # -- cursors: a broker's sequence numbers; a dropbox has none -----------------------
 
-    cursor_open = _needs_a_broker(api.Connection.cursor_open)
-    cursor_fetch = _needs_a_broker(api.Connection.cursor_fetch)
-    cursor_read = _needs_a_broker(api.Connection.cursor_read)
-    cursor_ack = _needs_a_broker(api.Connection.cursor_ack)
-    cursor_close = _needs_a_broker(api.Connection.cursor_close)
+    cursor_open = _needs_a_broker(api.Connection.cursor_open, ChuteError, _NO_CURSORS)
+    cursor_fetch = _needs_a_broker(api.Connection.cursor_fetch, ChuteError, _NO_CURSORS)
+    cursor_read = _needs_a_broker(api.Connection.cursor_read, ChuteError, _NO_CURSORS)
+    cursor_ack = _needs_a_broker(api.Connection.cursor_ack, ChuteError, _NO_CURSORS)
+    cursor_close = _needs_a_broker(api.Connection.cursor_close, ChuteError, _NO_CURSORS)
 
     def temporary_queue(self) -> str:
         """Create a queue dropbox removed when this connection closes; its address."""
