@@ -344,6 +344,7 @@ class AioSession(AsyncClosedAtExit):
         id: str | None = None,
         kind: BodyKind | None = None,
     ) -> None:
+        link = self._link
         windowed = self._windowed
         options: SendFields = (
             priority,
@@ -356,14 +357,14 @@ class AioSession(AsyncClosedAtExit):
             id,
             kind,
         )
-        corr = self._link.send(self.id, address, body, options, windowed)
+        corr = link.send(self.id, address, body, options, windowed)
         if corr:
             if windowed:
                 await self._window.add(corr)
             else:
-                await self._link.wait(corr)
-        if self._link.congested:
-            await self._link.drain()
+                await link.wait(corr)
+        if link.congested:
+            await link.drain()
 
     async def send_many(
         self, address: str, messages: Iterable[bytes | str | Message], *, ttl: int = 0

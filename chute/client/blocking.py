@@ -344,6 +344,7 @@ class BlockingSession(ClosedAtExit):
         id: str | None = None,
         kind: BodyKind | None = None,
     ) -> None:
+        link = self._link
         windowed = self._windowed
         options: SendFields = (
             priority,
@@ -356,14 +357,14 @@ class BlockingSession(ClosedAtExit):
             id,
             kind,
         )
-        corr = self._link.send(self.id, address, body, options, windowed)
+        corr = link.send(self.id, address, body, options, windowed)
         if corr:
             if windowed:
                 self._window.add(corr)
             else:
-                self._link.wait(corr)
-        if self._link.congested:
-            self._link.drain()
+                link.wait(corr)
+        if link.congested:
+            link.drain()
 
     def send_many(
         self, address: str, messages: Iterable[bytes | str | Message], *, ttl: int = 0
