@@ -62,7 +62,10 @@ test-integration:
 test-heavy:
 	$(PY) -m pytest -q -n 2 --dist loadgroup -m 'spark or crash'
 
+# The blocking client is written from the asyncio one (scripts/unasync.py): the
+# check fails if a blocking module differs from what its asyncio source makes.
 lint:
+	$(PY) scripts/unasync.py --check
 	$(PY) -m ruff format --check chute tests bench
 	$(PY) -m ruff check chute tests bench
 	$(PY) -m mypy

@@ -60,7 +60,7 @@ from stomp.adapter.ws import WSTransport
 from stomp.transport import Transport
 
 import chute
-import chute.client.aio
+import chute.aio
 from bench.broker import free_port
 from chute.cli.cert import client_files, make_files
 
@@ -149,7 +149,7 @@ class Login:
 
         async def once() -> None:
             url = self.url(scheme)
-            async with chute.client.aio.connect(url, tls_ca=self.ca, **self.credentials(n)) as conn:
+            async with chute.aio.connect(url, tls_ca=self.ca, **self.credentials(n)) as conn:
                 await conn.session().close()
 
         asyncio.run(once())

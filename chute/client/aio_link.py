@@ -2,7 +2,7 @@
 
 :class:`AsyncLink` is the asyncio protocol of the connection (``data_received``
 feeds the state machine and completes the futures of whoever waits) and the
-whole interface the asyncio API (:mod:`chute.client.aio`) has to it:
+whole interface the asyncio API (:mod:`chute.client.aio_client`) has to it:
 
 * output is batched per event-loop iteration: operations queue packets and
   schedule one write with ``call_soon``; a request writes at once and awaits a
@@ -22,19 +22,20 @@ import asyncio
 import contextlib
 import ssl
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any, Final, TypeVar
 
 from chute.client.aio_channels import open_transport
 from chute.client.correlation import held_longer, unanswered
-from chute.client.outgoing import contents_of
+from chute.client.outgoing import SendFields, contents_of
 from chute.client.protocol import ClientProtocol, Progress
-from chute.client.received import Received
+from chute.client.received import LinkAcks, Received
 from chute.client.requests import Pending, Request
-from chute.client.tls import client_context, describe
+from chute.client.sessions import ConsumerOptions
+from chute.client.tls import describe
 from chute.client.url import TCP, BrokerUrl
 from chute.errors import ConnectError, RequestTimeout
-from chute.message import BodyKind, Message
+from chute.message import Message
 from chute.protocol.packets import Connected, Packet
 
 T = TypeVar("T")
@@ -44,17 +45,9 @@ HIGH_WATER: Final = 1 << 20
 CLOSE_TIMEOUT: Final = 5.0
 
 
-async def open_link(
-    target: BrokerUrl,
-    limit: float,
-    tls_ca: str | None,
-    tls_verify: bool,
-    *,
-    tls_cert: str | None = None,
-    tls_key: str | None = None,
-) -> AsyncLink:
-    """A connection to ``target`` (TLS for ``chutes://``, ``wss://`` and ``https://``,
-    with the client certificate ``tls_cert`` if given; a WebSocket or plain requests
+async def open_link(target: BrokerUrl, limit: float, context: ssl.SSLContext | None) -> AsyncLink:
+    """A connection to ``target`` (TLS with ``context`` for ``chutes://``, ``wss://`` and
+    ``https://``; a WebSocket or plain requests
     for ``ws(s)://`` and ``http(s)://``: :mod:`chute.client.aio_channels`), not yet
     handshaken; ``limit`` seconds for connecting, and
     for every request later.
@@ -64,9 +57,6 @@ async def open_link(
     """
     loop = asyncio.get_running_loop()
     link = AsyncLink(limit)
-    context = None
-    if target.tls:
-        context = client_context(tls_ca, verify=tls_verify, cert_file=tls_cert, key_file=tls_key)
     if target.transport != TCP:
         await open_transport(target, link, limit, context)
         return link
@@ -84,22 +74,6 @@ async def open_link(
     except (OSError, TimeoutError) as exc:
         raise ConnectError(f"cannot connect to {target}: {exc or 'timed out'}") from None
     return link
-
-
-class _Acks:
-    """What a consumer's received messages ack through: the link."""
-
-    __slots__ = ("consumer_id", "link")
-
-    def __init__(self, link: AsyncLink, consumer_id: int) -> None:
-        self.link = link
-        self.consumer_id = consumer_id
-
-    def ack(self, seq: int) -> None:
-        self.link.ack(self.consumer_id, seq)
-
-    def nack(self, seq: int, requeue: bool) -> None:
-        self.link.nack(self.consumer_id, seq, requeue)
 
 
 class AsyncLink(asyncio.Protocol):
@@ -246,39 +220,18 @@ class AsyncLink(asyncio.Protocol):
             with contextlib.suppress(ConnectError, RequestTimeout):
                 await self.wait(corr)
 
-    def send(  # noqa: PLR0917 - the hot path, called positionally
+    def send(
         self,
         session_id: int,
         address: str,
         body: bytes | str,
-        priority: int,
-        ttl: int,
-        properties: Mapping[str, Any] | None,
-        persistent: bool,
-        correlation_id: str | None,
-        reply_to: str | None,
-        type: str | None,
-        id: str | None,
-        kind: BodyKind | None,
+        options: SendFields,
         windowed: bool,
     ) -> int:
         """Queue a SEND (see :meth:`ClientProtocol.send`); the correlation id to wait for,
         or 0 for a one-way send. What is not awaited at once (one-way, or left in a
         confirm window) is written at the end of this loop iteration."""
-        corr = self._proto.send(
-            session_id,
-            address,
-            body,
-            priority,
-            ttl,
-            properties,
-            persistent,
-            correlation_id,
-            reply_to,
-            type,
-            id,
-            kind,
-        )
+        corr = self._proto.send(session_id, address, body, options)
         if (not corr or windowed) and not self._flush_scheduled:
             self._flush_soon()
         return corr
@@ -312,15 +265,15 @@ class AsyncLink(asyncio.Protocol):
 
     # -- consumers ------------------------------------------------------------------------
 
-    async def open_consumer(self, session_id: int, address: str, **options: Any) -> int:
+    async def open_consumer(self, session_id: int, address: str, options: ConsumerOptions) -> int:
         """Open a consumer (``options`` as :meth:`ClientProtocol.open_consumer`) and wait
         until the broker has it; its id.
 
         Raises:
             ValueError: bad options. ChuteError: refused by the broker.
         """
-        consumer_id, corr = self._proto.open_consumer(session_id, address, **options)
-        self._proto.bind(consumer_id, _Acks(self, consumer_id))
+        consumer_id, corr = self._proto.open_consumer(session_id, address, options)
+        self._proto.bind(consumer_id, LinkAcks(self, consumer_id))
         try:
             await self.wait(corr)
         except BaseException:

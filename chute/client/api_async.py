@@ -1,9 +1,11 @@
-"""The client API's asyncio mirror: :class:`AsyncConnection`, :class:`AsyncSession`
-and :class:`AsyncConsumer`, which :mod:`chute.client.aio` implements.
+"""The client API's protocols, declared once: :class:`AsyncConnection`,
+:class:`AsyncSession` and :class:`AsyncConsumer`, with what each method means, its
+arguments and errors.
 
-The same methods as :mod:`chute.client.api`'s blocking protocols, those that
-talk to the broker as coroutines; their arguments, results and errors are
-documented there once. :mod:`chute.client.api` re-exports these three.
+One source declares both shapes of the API: the blocking protocols are written
+from the asyncio ones (``scripts/unasync.py``), the same methods, those that talk
+to the broker awaited on one side and called on the other. :mod:`chute.client.api`
+gathers the two shapes.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from chute.message import DEFAULT_PRIORITY, BodyKind, Message
 
 @runtime_checkable
 class AsyncConsumer(Protocol):
-    """:class:`Consumer` for asyncio: ``await receive()``, ``async for``."""
+    """Receives messages from one address; iterate it to receive until it closes."""
 
     @property
     def id(self) -> int: ...
@@ -28,12 +30,22 @@ class AsyncConsumer(Protocol):
     def closed(self) -> bool: ...
 
     async def receive(self, timeout: float | None = None) -> Received | None:  # noqa: ASYNC109 - the API's shape
-        """As :meth:`Consumer.receive`."""
+        """The next message, or None after ``timeout`` seconds (None = wait forever).
+
+        Raises:
+            ConsumerError: the consumer is closed.
+            ConnectError: the connection failed.
+            ChuteError: the broker reported an error for this consumer or session.
+        """
         ...
 
-    def __aiter__(self) -> AsyncIterator[Received]: ...
+    def __aiter__(self) -> AsyncIterator[Received]:
+        """Receive until the consumer is closed."""
+        ...
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Close; messages not yet received go back to the destination."""
+        ...
 
     async def __aenter__(self) -> Self: ...
 
@@ -47,16 +59,20 @@ class AsyncConsumer(Protocol):
 
 @runtime_checkable
 class AsyncSession(Protocol):
-    """:class:`Session` for asyncio; see it for every method."""
+    """An ack mode, maybe a transaction, a confirm window, and the session's consumers."""
 
     @property
     def id(self) -> int: ...
 
     @property
-    def confirm_window(self) -> int: ...
+    def confirm_window(self) -> int:
+        """How many persistent sends (transacted: commits) may await confirmation."""
+        ...
 
     @property
-    def unconfirmed(self) -> int: ...
+    def unconfirmed(self) -> int:
+        """How many persistent sends (or commits) of the window await confirmation now."""
+        ...
 
     async def send(
         self,
@@ -72,13 +88,63 @@ class AsyncSession(Protocol):
         type: str | None = None,
         id: str | None = None,
         kind: BodyKind | None = None,
-    ) -> None: ...
+    ) -> None:
+        """Send a message to ``address`` (``queue:NAME``, ``topic:NAME`` or ``NAME``).
+
+        A persistent send (the default) returns once the message is stored (on
+        disk); a non-persistent one may return at once (errors surface on a later
+        call of the session). In a transacted session nothing waits: :meth:`commit`
+        does. A ``str`` body is sent as UTF-8 ``text``; ``ttl`` is in milliseconds
+        (0 = never expires).
+
+        With a ``confirm_window`` of N, a persistent send returns as soon as at most
+        N sends of this session await their confirmation. A send then refused, or
+        not stored, is raised by a later :meth:`send`, :meth:`commit`,
+        :meth:`flush` or :meth:`close`, with a note saying it was an earlier one.
+
+        Raises:
+            InvalidAddress, InvalidMessage: a bad address or field.
+            ValueError: a negative ``ttl``.
+            DestinationFull: the destination refused the message (now or earlier).
+            ConnectError, RequestTimeout: the connection failed or the broker is slow.
+        """
+        ...
 
     async def send_many(
         self, address: str, messages: Iterable[bytes | str | Message], *, ttl: int = 0
-    ) -> None: ...
+    ) -> None:
+        """Send many messages to ``address`` in few requests (a bulk producer's path):
+        each item is a body (``bytes``, or ``str`` sent as UTF-8 ``text``, with the
+        defaults of :meth:`send`) or a :class:`~chute.message.Message` whose fields
+        are sent (a new id if it has none). ``ttl`` applies to all of them.
 
-    async def flush(self) -> None: ...
+        The messages go in requests of up to 1 MiB each. In a transacted session
+        they join the transaction, as :meth:`send` of each would, and nothing
+        waits. Outside one, the broker stores and delivers each request's messages
+        together, all or none (a destination without room for all of them refuses
+        them all and this raises; earlier requests of the call stay sent: for all
+        or none over any number, use a transaction), and this returns once every
+        request is stored. With a dropbox URL each message is a file of its own,
+        written in order, as :meth:`send` writes it.
+
+        Raises:
+            InvalidAddress: a bad address (nothing sent).
+            InvalidMessage: a bad item or field (raised before its request is sent).
+            ValueError: a negative ``ttl``.
+            DestinationFull: the destination refused them.
+            ConnectError, RequestTimeout: the connection failed or the broker is slow.
+        """
+        ...
+
+    async def flush(self) -> None:
+        """Wait until every persistent send (or commit) of the session is confirmed.
+
+        Raises:
+            ChuteError: one refused or unstored send (one per call: call until it
+                returns to see them all), or the connection failed.
+            RequestTimeout: no confirmation in time.
+        """
+        ...
 
     async def consumer(
         self,
@@ -91,17 +157,58 @@ class AsyncSession(Protocol):
         durable: bool = False,
         shared: bool = False,
         offset: str | int | None = None,
-    ) -> AsyncConsumer: ...
+    ) -> AsyncConsumer:
+        """Open a consumer on ``address``; for a topic, ``subscription`` names the
+        subscription (``durable`` outlives the connection, ``shared`` competes); for a
+        stream, ``offset`` is where reading starts: ``first``, ``last``, ``next`` (the
+        default), an offset, or ``timestamp=MS``.
 
-    async def commit(self) -> None: ...
+        Raises:
+            InvalidAddress, InvalidSelector, NotFound, AccessDenied: refused.
+            ConsumerError: ``exclusive`` where no broker can grant it (dropbox).
+            ValueError: prefetch below 1, or durable without a name.
+        """
+        ...
 
-    async def rollback(self) -> None: ...
+    async def commit(self) -> None:
+        """Commit the transaction: its sends are delivered, its acks take effect.
 
-    async def prepare(self, xid: str) -> None: ...
+        Raises:
+            TransactionError: the session is not transacted.
+        """
+        ...
+
+    async def rollback(self) -> None:
+        """Roll back: sends are dropped, messages taken are redelivered.
+
+        Raises:
+            TransactionError: the session is not transacted.
+        """
+        ...
+
+    async def prepare(self, xid: str) -> None:
+        """Prepare the transaction under ``xid`` (two-phase) and start a new one; finish
+        it with :meth:`AsyncConnection.commit_prepared` (from any connection).
+
+        Raises:
+            TransactionError: not transacted, or no broker to hold it (dropbox).
+        """
+        ...
 
     async def browse(
         self, address: str, selector: str | None = None, limit: int = 0
-    ) -> list[Message]: ...
+    ) -> list[Message]:
+        """The messages of a queue in sequence order (the order the broker accepted them;
+        priorities do not reorder a browse), nothing consumed: at most ``limit`` (0 =
+        all, into one list: for a queue of any size, iterate :meth:`iter_browse`).
+        A queue nothing made holds nothing. What a walk shows of a queue that changes
+        meanwhile is in docs/semantics.md.
+
+        Raises:
+            InvalidAddress: a bad address, or a topic (browse a subscription's queue).
+            InvalidSelector, AccessDenied: refused.
+        """
+        ...
 
     def iter_browse(
         self,
@@ -110,17 +217,43 @@ class AsyncSession(Protocol):
         *,
         page_messages: int = 0,
         page_bytes: int = 0,
-    ) -> AsyncIterator[Message]: ...
+    ) -> AsyncIterator[Message]:
+        """Every message of a queue, as :meth:`browse` shows them, fetched page by page
+        as the iteration goes (the memory of one or two pages, whatever the queue's
+        size). ``page_messages`` and ``page_bytes`` ask for smaller pages than the
+        broker's (at most 1,000 messages and 256 KiB); 0 takes the broker's. A dropbox
+        reads one file at a time. Raises as :meth:`browse`, once iteration starts.
+        """
+        ...
 
-    async def temporary_queue(self) -> str: ...
+    async def temporary_queue(self) -> str:
+        """Create a queue that lives as long as the connection; returns its address."""
+        ...
 
-    async def unsubscribe(self, name: str) -> None: ...
+    async def unsubscribe(self, name: str) -> None:
+        """Delete the durable subscription ``name`` of this connection's client id."""
+        ...
 
     async def callback(
         self, topic: str, name: str, forward_to: str, selector: str | None = None
-    ) -> None: ...
+    ) -> None:
+        """Create a callback queue: durable subscription ``name`` on ``topic`` forwarding
+        every (selected) message to ``forward_to``.
 
-    async def close(self) -> None: ...
+        Raises:
+            ChuteError: no broker to forward (dropbox).
+        """
+        ...
+
+    async def close(self) -> None:
+        """Await every unconfirmed send (:meth:`flush`), then close the session and its
+        consumers; never raises for a lost connection.
+
+        Raises:
+            ChuteError: an unconfirmed send was refused or not stored (the session is
+                closed all the same).
+        """
+        ...
 
     async def __aenter__(self) -> Self: ...
 
@@ -134,7 +267,7 @@ class AsyncSession(Protocol):
 
 @runtime_checkable
 class AsyncConnection(Protocol):
-    """:class:`Connection` for asyncio; see it for every method."""
+    """A connection to a broker, or an opened dropbox: sessions, management, cursors."""
 
     @property
     def connection_id(self) -> str: ...
@@ -144,15 +277,71 @@ class AsyncConnection(Protocol):
 
     def session(
         self, ack: str = "auto", transacted: bool = False, *, confirm_window: int = 0
-    ) -> AsyncSession: ...
+    ) -> AsyncSession:
+        """Open a session.
 
-    async def stat(self, pattern: str | None = None, *, page_size: int = 0) -> dict[str, Any]: ...
+        Args:
+            ack: ``auto``, ``client`` (cumulative ``ack()``) or ``individual``.
+            transacted: sends and acks take effect on :meth:`AsyncSession.commit`.
+            confirm_window: how many persistent sends (in a transacted session:
+                commits) may await confirmation while the application goes on; 0
+                makes each wait for its own.
 
-    async def delete(self, address: str, *, force: bool = False) -> int: ...
+        Raises:
+            ValueError: unknown ack mode, or a negative window.
+            ConnectError: the connection is gone.
+        """
+        ...
 
-    async def purge(self, address: str) -> int: ...
+    async def stat(self, pattern: str | None = None, *, page_size: int = 0) -> dict[str, Any]:
+        """Statistics: ``destinations`` in address order (each with ``address``,
+        ``depth``, ``inflight``, ...) and ``connections``. ``pattern`` keeps the
+        destinations it names (an address, or ``*`` for any characters:
+        ``queue:orders.*``). The broker answers in pages of at most ``page_size``
+        destinations (0: its own bound, 1,000), which this call joins, so any number
+        of destinations can be listed.
 
-    async def create(self, address: str) -> bool: ...
+        Raises:
+            InvalidAddress: a pattern without ``*`` that is not an address.
+        """
+        ...
+
+    async def delete(self, address: str, *, force: bool = False) -> int:
+        """Delete a queue or topic; returns how many messages went with it. Its consumers
+        are closed (their next receive raises DestinationDeleted). A topic with durable
+        subscriptions is deleted only with ``force``, which deletes them too. Needs the
+        ``delete`` permission on the address.
+
+        Raises:
+            NotFound: no such destination.
+            InvalidAddress: it cannot be deleted (a reserved, configured, temporary or
+                login-name queue; the dropbox: a topic).
+            ConsumerError: durable subscriptions and no ``force``; or a consumer the
+                broker runs itself.
+            TransactionError: prepared transactions hold messages of it.
+            AccessDenied: not permitted.
+        """
+        ...
+
+    async def purge(self, address: str) -> int:
+        """Remove every waiting message of a queue (those in flight to consumers stay);
+        returns how many. Needs the ``delete`` permission on the address.
+
+        Raises:
+            NotFound: no such queue. InvalidAddress: a topic. AccessDenied.
+        """
+        ...
+
+    async def create(self, address: str) -> bool:
+        """Make a queue, topic or stream before anyone uses it; True if made, False if it
+        existed. Needs the ``manage`` permission on the address; one made by a user who
+        manages only some addresses counts against their ``max_destinations_per_user``.
+        A dropbox makes queues only (its directories).
+
+        Raises:
+            InvalidAddress, AccessDenied; DestinationFull: past a limit on what users make.
+        """
+        ...
 
     async def move(
         self,
@@ -162,7 +351,20 @@ class AsyncConnection(Protocol):
         selector: str | None = None,
         seqs: Sequence[int] | None = None,
         limit: int = 0,
-    ) -> int: ...
+    ) -> int:
+        """Move the messages waiting in queue ``source`` to ``target`` (a queue or a
+        topic), one at a time and atomically each, in sequence order: those ``selector``
+        matches, of those numbered ``seqs`` (None: any), at most ``limit`` (0: all);
+        returns how many moved. Messages in flight to consumers stay. Needs the
+        ``manage`` permission on both.
+
+        Raises:
+            NotFound: no such queue. InvalidAddress: a topic as ``source``, or ``target``
+                is ``source``. InvalidSelector, AccessDenied.
+            ConnectError: the broker is older than moving ("does not support move").
+            ChuteError: no broker (dropbox).
+        """
+        ...
 
     async def retry_dead_letters(
         self,
@@ -171,17 +373,44 @@ class AsyncConnection(Protocol):
         selector: str | None = None,
         seqs: Sequence[int] | None = None,
         limit: int = 0,
-    ) -> dict[str, int]: ...
+    ) -> dict[str, int]:
+        """Send the messages waiting in the dead-letter queue ``source`` back to the
+        destination each came from (its ``chute_original_destination``), picked as
+        :meth:`move` picks them; returns how many went to each destination, and under
+        ``""`` how many stayed for want of a known origin.
 
-    async def prepared(self) -> list[str]: ...
+        Raises:
+            As :meth:`move`.
+        """
+        ...
 
-    async def commit_prepared(self, xid: str) -> None: ...
+    async def prepared(self) -> list[str]:
+        """The xids of every prepared (two-phase) transaction waiting."""
+        ...
 
-    async def rollback_prepared(self, xid: str) -> None: ...
+    async def commit_prepared(self, xid: str) -> None:
+        """Commit a prepared transaction (prepared by any connection, also before a
+        restart). Raises NotFound, or TransactionError without a broker."""
+        ...
+
+    async def rollback_prepared(self, xid: str) -> None:
+        """Roll back a prepared transaction: its sends are dropped, its acks undone."""
+        ...
 
     async def commit_batch(
         self, sink: str, batch: int, xids: Sequence[str], *, keep: bool = True
-    ) -> bool: ...
+    ) -> bool:
+        """Commit the prepared transactions ``xids`` together, once per (sink, batch).
+
+        Returns False when this batch (or a later one) of ``sink`` was committed
+        before: the xids were rolled back instead (a retried batch). With
+        ``keep=False`` no batch is remembered: the commit is only atomic.
+
+        Raises:
+            NotFound: an xid is not prepared; nothing was committed.
+            TransactionError: a bad sink name, batch or xid; no broker (dropbox).
+        """
+        ...
 
     async def cursor_open(
         self,
@@ -190,7 +419,19 @@ class AsyncConnection(Protocol):
         *,
         selector: str | None = None,
         lease_ms: int = 0,
-    ) -> tuple[int, int]: ...
+    ) -> tuple[int, int]:
+        """Open (or refresh) the named cursor; returns ``(earliest, head)`` sequence
+        numbers, ``head`` being the first not readable yet. Without ``cursor``,
+        nothing is opened: the numbers describe a queue for a snapshot read
+        (docs/spark.md).
+
+        Raises:
+            ConsumerError: the queue is held by another exclusive consumer or has
+                messages in flight; a topic cursor exists with another selector.
+            InvalidAddress, InvalidSelector: refused.
+            ChuteError: cursors need a broker (dropbox).
+        """
+        ...
 
     async def cursor_fetch(
         self,
@@ -201,7 +442,11 @@ class AsyncConnection(Protocol):
         *,
         max_messages: int = 0,
         max_bytes: int = 0,
-    ) -> CursorPage: ...
+    ) -> CursorPage:
+        """One page of the messages with ``start <= seq < end``, not consumed: returns
+        ``(next start, ((seq, message), ...))``; the range is done when next == end.
+        Raises as :meth:`cursor_open`."""
+        ...
 
     def cursor_read(
         self,
@@ -212,13 +457,30 @@ class AsyncConnection(Protocol):
         *,
         page_messages: int = 4096,
         page_bytes: int = 4 << 20,
-    ) -> AsyncIterator[Page]: ...
+    ) -> AsyncIterator[Page]:
+        """Every message with ``start <= seq < end``, page by page, in sequence order;
+        the next page is requested before this one is handed out. Raises as
+        :meth:`cursor_open`."""
+        ...
 
-    async def cursor_ack(self, address: str, cursor: str, end: int) -> None: ...
+    async def cursor_ack(self, address: str, cursor: str, end: int) -> None:
+        """Consume every message the cursor holds below ``end``; returns once durable."""
+        ...
 
-    async def cursor_close(self, address: str, cursor: str, *, delete: bool = False) -> None: ...
+    async def cursor_close(self, address: str, cursor: str, *, delete: bool = False) -> None:
+        """Release the cursor's lease; ``delete`` also forgets it (and a topic cursor's
+        messages)."""
+        ...
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Close gracefully: sessions' unconfirmed sends are awaited, then everything is
+        released; never raises for a connection already gone.
+
+        Raises:
+            ChuteError: a session's unconfirmed send was refused or not stored (the
+                connection is closed all the same).
+        """
+        ...
 
     async def __aenter__(self) -> Self: ...
 

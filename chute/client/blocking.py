@@ -1,35 +1,45 @@
-"""The blocking client: :mod:`chute.client.api`'s Connection, Session and Consumer over a
-:class:`~chute.client.link.Link` (a socket and two threads).
+# Written by scripts/unasync.py from chute/client/aio_client.py: edit that, then run the script.
+"""The blocking client: :mod:`chute.client.api`'s connection, session and consumer over
+the link of :mod:`chute.client.link`.
 
 What the methods mean, their arguments and errors, is declared once in
-:mod:`chute.client.api`; this module adds only what the blocking shape decides:
+:mod:`chute.client.api`. ``Received.ack()`` and ``nack()`` only queue a packet.
+A session's **confirm window**
+(:class:`~chute.client.confirm.ConfirmWindow`) keeps up to N persistent
+sends (transacted: commits) awaiting the broker's fsync while the producer goes
+on; one thread at a time awaits them, oldest first, and a failure is raised with a
+note that it was for an earlier send.
 
-* calls block the calling thread; the link's reader and writer threads do the
-  I/O, so one-way sends, acks and credit go out in batches;
-* a session's **confirm window** (:class:`~chute.client.confirm.ConfirmWindow`)
-  keeps up to N persistent sends (transacted: commits) awaiting the broker's
-  fsync while the producer goes on; one thread at a time awaits them, oldest
-  first, and a failure is raised with a note that it was for an earlier send.
-
-Connections, sessions and consumers may be shared between threads. They use
-only the link's public methods: none of them touches the protocol state.
+One source serves both broker clients: the blocking modules are written from the
+asyncio ones (``scripts/unasync.py``); only their transports, the links and
+channels, are written apart. Whether these objects may be shared between threads
+is their link's business (:class:`~chute.client.link.Link`): they use
+only its public methods, none of them touches the protocol state.
 """
 
 from __future__ import annotations
 
 import functools
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from types import TracebackType
-from typing import Any, Final, Self, TypeVar
+from collections.abc import (
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from typing import Any, Final, TypeVar
 
 from chute.client import requests
 from chute.client.api import Page
+from chute.client.closing import ClosedAtExit
 from chute.client.confirm import ConfirmWindow
 from chute.client.link import Link, open_link
+from chute.client.outgoing import SendFields
 from chute.client.received import Received
 from chute.client.requests import CursorPage, Pending
-from chute.client.tls import unanswered
+from chute.client.sessions import ConsumerOptions
+from chute.client.tls import client_context, unanswered
 from chute.client.url import parse_url
 from chute.errors import ChuteError, ConnectError, ConsumerError
 from chute.message import DEFAULT_PRIORITY, BodyKind, Message
@@ -52,8 +62,8 @@ def connect(
     tls_verify: bool = True,
     tls_cert: str | None = None,
     tls_key: str | None = None,
-) -> Connection:
-    """Connect to a broker and return a :class:`Connection` (also a context manager).
+) -> BlockingConnection:
+    """Connect to a broker; the :class:`BlockingConnection` returned is a context manager too.
 
     Args:
         url: ``chute://host[:port]`` (port 5445 by default), ``chutes://`` for TLS;
@@ -80,21 +90,24 @@ def connect(
     """
     target = parse_url(url)
     login, passcode = target.credentials(login, passcode)
-    link = open_link(target, timeout, tls_ca, tls_verify, tls_cert=tls_cert, tls_key=tls_key)
+    context = None
+    if target.tls:
+        context = client_context(tls_ca, verify=tls_verify, cert_file=tls_cert, key_file=tls_key)
+    link = open_link(target, timeout, context)
     try:
         connected = link.handshake(client_id, login, passcode, heartbeat)
     except ConnectError as exc:  # never the broker's answer: the connection failed
-        link.shutdown()
+        link.abort()
         raise unanswered(target.tls, exc) from None
     except BaseException:
-        link.shutdown()
+        link.abort()
         raise
-    return Connection(link, connected.connection_id)
+    return BlockingConnection(link, connected.connection_id)
 
 
-class Connection:
-    """A connection to a broker (:class:`chute.client.api.Connection`). Thread-safe.
-    Use :func:`connect` to make one."""
+class BlockingConnection(ClosedAtExit):
+    """A connection to a broker (:class:`chute.client.api.Connection`). Use
+    :func:`connect` to make one."""
 
     def __init__(self, link: Link, connection_id: str) -> None:
         self.connection_id = connection_id
@@ -111,7 +124,7 @@ class Connection:
 
     def session(
         self, ack: str = "auto", transacted: bool = False, *, confirm_window: int = 0
-    ) -> Session:
+    ) -> BlockingSession:
         """Open a session (no round trip: errors surface on its first request)."""
         if confirm_window < 0:
             raise ValueError("confirm_window must not be negative")
@@ -119,7 +132,7 @@ class Connection:
         window = ConfirmWindow(self._link, session_id, confirm_window)
         if confirm_window:
             self._windows.add(window)
-        return Session(self, self._link, session_id, window)
+        return BlockingSession(self, self._link, session_id, window)
 
     def stat(self, pattern: str | None = None, *, page_size: int = 0) -> dict[str, Any]:
         """Asks page after page and joins them."""
@@ -209,8 +222,8 @@ class Connection:
         page_messages: int = 4096,
         page_bytes: int = 4 << 20,
     ) -> Iterator[Page]:
-        """Pages of ``[start, end)``; the writer thread sends the request for the next
-        page while the caller works on this one."""
+        """Pages of ``[start, end)``; the request for the next page goes out while the
+        caller works on this one."""
         for page in self._pages(
             requests.cursor_fetch, address, cursor, start, end, page_messages, page_bytes
         ):
@@ -284,32 +297,27 @@ class Connection:
         if failure is not None:
             raise failure
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        _close_at_exit(self.close, exc, "the connection")
+    def _described(self) -> str:
+        return "the connection"
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
         return f"<chute.Connection {self.connection_id or '?'} {state}>"
 
 
-class Session:
-    """A session (:class:`chute.client.api.Session`). Thread-safe."""
+class BlockingSession(ClosedAtExit):
+    """A session (:class:`chute.client.api.Session`)."""
 
     def __init__(
-        self, connection: Connection, link: Link, session_id: int, window: ConfirmWindow
+        self,
+        connection: BlockingConnection,
+        link: Link,
+        session_id: int,
+        window: ConfirmWindow,
     ) -> None:
         self.connection = connection
         self.id = session_id
         self._link = link
-        self._send = link.send
         self._window = window
         self._windowed = window.size > 0
 
@@ -336,11 +344,9 @@ class Session:
         id: str | None = None,
         kind: BodyKind | None = None,
     ) -> None:
+        link = self._link
         windowed = self._windowed
-        corr = self._send(
-            self.id,
-            address,
-            body,
+        options: SendFields = (
             priority,
             ttl,
             properties,
@@ -350,13 +356,15 @@ class Session:
             type,
             id,
             kind,
-            windowed,
         )
+        corr = link.send(self.id, address, body, options, windowed)
         if corr:
             if windowed:
                 self._window.add(corr)
             else:
-                self._link.wait(corr)
+                link.wait(corr)
+        if link.congested:
+            link.drain()
 
     def send_many(
         self, address: str, messages: Iterable[bytes | str | Message], *, ttl: int = 0
@@ -383,19 +391,13 @@ class Session:
         durable: bool = False,
         shared: bool = False,
         offset: str | int | None = None,
-    ) -> Consumer:
+    ) -> BlockingConsumer:
         consumer_id = self._link.open_consumer(
             self.id,
             address,
-            selector=selector,
-            prefetch=prefetch,
-            exclusive=exclusive,
-            subscription=subscription,
-            durable=durable,
-            shared=shared,
-            offset=offset,
+            ConsumerOptions(selector, prefetch, exclusive, subscription, durable, shared, offset),
         )
-        return Consumer(self, self._link, consumer_id)
+        return BlockingConsumer(self, self._link, consumer_id)
 
     def commit(self) -> None:
         """With a ``confirm_window`` of N, returns as soon as at most N commits await
@@ -409,15 +411,15 @@ class Session:
         else:
             self._link.wait(corr)
 
-    def prepare(self, xid: str) -> None:
-        self._link.wait(self._link.prepare(self.id, xid))
-
     def rollback(self) -> None:
         self._link.wait(self._link.rollback(self.id))
 
+    def prepare(self, xid: str) -> None:
+        self._link.wait(self._link.prepare(self.id, xid))
+
     def browse(self, address: str, selector: str | None = None, limit: int = 0) -> list[Message]:
         if limit <= 0:
-            return list(self.iter_browse(address, selector))
+            return [message for message in self.iter_browse(address, selector)]
         found: list[Message] = []
         after = before = 0
         while len(found) < limit:  # page by page, each no larger than what is still missing
@@ -441,8 +443,8 @@ class Session:
         page_messages: int = 0,
         page_bytes: int = 0,
     ) -> Iterator[Message]:
-        """The link's writer sends the request for the next page while the caller works
-        on this one; a walk given up forgets its last request."""
+        """The request for the next page goes out while the caller works on this one;
+        a walk given up forgets its last request."""
         link = self._link
         fetch = functools.partial(
             requests.browse_fetch,
@@ -476,29 +478,21 @@ class Session:
     def callback(self, topic: str, name: str, forward_to: str, selector: str | None = None) -> None:
         self._link.call(requests.callback(topic, name, forward_to, selector), session=self.id)
 
+    def _described(self) -> str:
+        return f"session {self.id}"
+
     def close(self) -> None:
         try:
             self._window.settle_all()
         finally:
             self._link.close_session(self.id)
 
-    def __enter__(self) -> Self:
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        _close_at_exit(self.close, exc, f"session {self.id}")
+class BlockingConsumer(ClosedAtExit):
+    """A consumer (:class:`chute.client.api.Consumer`); iterate it to receive
+    until it closes."""
 
-
-class Consumer:
-    """A consumer (:class:`chute.client.api.Consumer`). Thread-safe; iterate it to
-    receive until it closes."""
-
-    def __init__(self, session: Session, link: Link, consumer_id: int) -> None:
+    def __init__(self, session: BlockingSession, link: Link, consumer_id: int) -> None:
         self.session = session
         self.id = consumer_id
         self._link = link
@@ -508,9 +502,13 @@ class Consumer:
         return not self._link.consumer_open(self.id)
 
     def receive(self, timeout: float | None = None) -> Received | None:
+        """The link's own ``receive`` (no frame of this method's own while it waits)."""
         return self._link.receive(self.id, timeout)
 
     def __iter__(self) -> Iterator[Received]:
+        return self._iterate()
+
+    def _iterate(self) -> Iterator[Received]:
         while True:
             try:
                 message = self.receive()
@@ -521,32 +519,11 @@ class Consumer:
             if message is not None:
                 yield message
 
+    def _described(self) -> str:
+        return f"consumer {self.id}"
+
     def close(self) -> None:
         self._link.close_consumer(self.id)
 
-    def __enter__(self) -> Self:
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-def _close_at_exit(close: Callable[[], None], exc: BaseException | None, what: str) -> None:
-    """``close()`` at the end of a ``with`` block. With an exception on its way out, a
-    failure to close (an unconfirmed send refused) becomes a note on that exception
-    instead of replacing it."""
-    if exc is None:
-        close()
-        return
-    try:
-        close()
-    except ChuteError as failure:
-        exc.add_note(f"closing {what} also failed: {failure}")
-
-
-__all__ = ["Connection", "Consumer", "Received", "Session", "connect"]
+__all__ = ["BlockingConnection", "BlockingConsumer", "BlockingSession", "connect"]

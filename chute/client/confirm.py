@@ -1,14 +1,15 @@
+# Written by scripts/unasync.py from chute/client/aio_confirm.py: edit that, then run the script.
 """The blocking client's confirm window: a session's persistent sends (transacted: commits)
 awaiting the broker's answer while the producer goes on.
 
-A session opened with ``confirm_window=N`` (:meth:`chute.client.blocking.Connection.session`)
-hands each such request's correlation id to its :class:`ConfirmWindow` instead of
-waiting for the answer; once more than N are unconfirmed, the next one waits for
-the oldest until N are left. One thread at a time awaits confirmations, oldest
-first, and a failure is raised with a note that it was for an earlier send.
-The session's ``flush`` awaits them all; closing the session or its connection
-awaits them all past failures (:meth:`ConfirmWindow.settle_all`). The waiting
-itself is the :class:`~chute.client.link.Link`'s.
+A session opened with ``confirm_window=N`` hands each such request's correlation
+id to its :class:`ConfirmWindow` instead of waiting for the answer; once more
+than N are unconfirmed, the next one waits for the oldest until N are left. One
+thread at a time awaits confirmations, oldest first, and a failure is raised with a
+note that it was for an earlier send. The session's ``flush`` awaits them all;
+closing the session or its connection awaits them all past failures
+(:meth:`ConfirmWindow.settle_all`). The waiting itself is the
+:class:`~chute.client.link.Link`'s.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from chute.errors import ChuteError, ConnectError, RequestTimeout
 
 class ConfirmWindow:
     """A session's requests awaiting confirmation (persistent sends or commits), oldest
-    first. Thread-safe: one thread at a time awaits confirmations, the others queue
-    behind it (each then finds fewer to await)."""
+    first. One thread at a time awaits confirmations, the others queue behind it (each
+    then finds fewer to await)."""
 
     __slots__ = ("__weakref__", "_awaiting", "_corrs", "_link", "_session_id", "size")
 

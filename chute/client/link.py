@@ -27,21 +27,23 @@ from __future__ import annotations
 import contextlib
 import http.client
 import socket
+import ssl
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any, Final, TypeVar
 
 from chute.client.channels import Channel, HttpChannel, WebSocketChannel, failure
 from chute.client.correlation import held_longer, unanswered
-from chute.client.outgoing import contents_of
+from chute.client.outgoing import SendFields, contents_of
 from chute.client.protocol import ClientProtocol
-from chute.client.received import Received
+from chute.client.received import LinkAcks, Received
 from chute.client.requests import Pending, Request
-from chute.client.tls import TlsSocket, client_context
+from chute.client.sessions import ConsumerOptions
+from chute.client.tls import TlsSocket
 from chute.client.url import HTTP, WEBSOCKET, BrokerUrl
 from chute.errors import ConnectError, RequestTimeout
-from chute.message import BodyKind, Message
+from chute.message import Message
 from chute.protocol.packets import Connected, Packet
 
 T = TypeVar("T")
@@ -55,25 +57,13 @@ read, which a lone producer waiting for each confirmation pays every time."""
 CLOSE_TIMEOUT: Final = 5.0
 
 
-def open_link(
-    target: BrokerUrl,
-    timeout: float,
-    tls_ca: str | None,
-    tls_verify: bool,
-    *,
-    tls_cert: str | None = None,
-    tls_key: str | None = None,
-) -> Link:
-    """A connection to ``target`` (TLS for ``chutes://``, ``wss://`` and ``https://``,
-    with the client certificate ``tls_cert`` if given) with its threads running; not
-    yet handshaken (:meth:`Link.handshake`).
+def open_link(target: BrokerUrl, timeout: float, context: ssl.SSLContext | None) -> Link:
+    """A connection to ``target`` (TLS with ``context`` for ``chutes://``, ``wss://`` and
+    ``https://``) with its threads running; not yet handshaken (:meth:`Link.handshake`).
 
     Raises:
         ConnectError: cannot reach the broker, or the TLS handshake failed.
     """
-    context = None
-    if target.tls:
-        context = client_context(tls_ca, verify=tls_verify, cert_file=tls_cert, key_file=tls_key)
     if target.transport == WEBSOCKET:
         return Link(WebSocketChannel(target, timeout, context), timeout)
     if target.transport == HTTP:
@@ -95,22 +85,6 @@ def open_link(
             raise
     sock.settimeout(None)
     return Link(channel, timeout)
-
-
-class _Acks:
-    """What a consumer's received messages ack through: the link, under its lock."""
-
-    __slots__ = ("consumer_id", "link")
-
-    def __init__(self, link: Link, consumer_id: int) -> None:
-        self.link = link
-        self.consumer_id = consumer_id
-
-    def ack(self, seq: int) -> None:
-        self.link.ack(self.consumer_id, seq)
-
-    def nack(self, seq: int, requeue: bool) -> None:
-        self.link.nack(self.consumer_id, seq, requeue)
 
 
 class Link:
@@ -139,6 +113,13 @@ class Link:
     def closed(self) -> bool:
         """The connection failed or was closed: every call raises."""
         return self._proto.failure is not None
+
+    congested: Final = False
+    """Never: a send past the high-water mark writes the buffer itself (and so blocks);
+    the asyncio link's senders ask, and :meth:`drain`, instead."""
+
+    def drain(self) -> None:
+        """Nothing to do: see :attr:`congested`."""
 
     def handshake(
         self, client_id: str | None, login: str | None, passcode: str | None, heartbeat: float
@@ -246,20 +227,12 @@ class Link:
             with contextlib.suppress(ConnectError, RequestTimeout):
                 self.wait(corr)
 
-    def send(  # noqa: PLR0917 - the hot path, called positionally
+    def send(
         self,
         session_id: int,
         address: str,
         body: bytes | str,
-        priority: int,
-        ttl: int,
-        properties: Mapping[str, Any] | None,
-        persistent: bool,
-        correlation_id: str | None,
-        reply_to: str | None,
-        type: str | None,
-        id: str | None,
-        kind: BodyKind | None,
+        options: SendFields,
         windowed: bool,
     ) -> int:
         """Queue a SEND (see :meth:`ClientProtocol.send`); the correlation id to wait for,
@@ -268,20 +241,7 @@ class Link:
         :data:`HIGH_WATER`; a request awaited at once is flushed by :meth:`wait`."""
         with self._lock:
             proto = self._proto
-            corr = proto.send(
-                session_id,
-                address,
-                body,
-                priority,
-                ttl,
-                properties,
-                persistent,
-                correlation_id,
-                reply_to,
-                type,
-                id,
-                kind,
-            )
+            corr = proto.send(session_id, address, body, options)
             unawaited = not corr or windowed
             if unawaited and self._writer_waiting:
                 self._nudge()
@@ -325,7 +285,7 @@ class Link:
 
     # -- consumers ------------------------------------------------------------------------
 
-    def open_consumer(self, session_id: int, address: str, **options: Any) -> int:
+    def open_consumer(self, session_id: int, address: str, options: ConsumerOptions) -> int:
         """Open a consumer (``options`` as :meth:`ClientProtocol.open_consumer`) and wait
         until the broker has it; its id.
 
@@ -333,8 +293,8 @@ class Link:
             ValueError: bad options. ChuteError: refused by the broker.
         """
         with self._lock:
-            consumer_id, corr = self._proto.open_consumer(session_id, address, **options)
-            self._proto.bind(consumer_id, _Acks(self, consumer_id))
+            consumer_id, corr = self._proto.open_consumer(session_id, address, options)
+            self._proto.bind(consumer_id, LinkAcks(self, consumer_id))
         try:
             self.wait(corr)
         except BaseException:
@@ -420,9 +380,9 @@ class Link:
                     self.wait(corr, min(self.timeout, CLOSE_TIMEOUT))
             except (ConnectError, RequestTimeout):
                 pass
-        self.shutdown()
+        self.abort()
 
-    def shutdown(self) -> None:
+    def abort(self) -> None:
         """Fail what still waits, stop both threads and close the socket at once."""
         with self._lock:
             if self._proto.failure is None:

@@ -13,7 +13,7 @@ Pure functions: safe on any thread.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from chute.content import encode_fields
 from chute.errors import InvalidMessage, LocalProtocolError
@@ -33,24 +33,53 @@ SEND_MANY_BYTES: Final = 1 << 20
 several, so the broker handles one while the next is encoded."""
 
 
-def content_of(  # noqa: PLR0917 - send's fields, in its order
-    body: bytes | str,
-    priority: int = DEFAULT_PRIORITY,
-    properties: Mapping[str, Any] | None = None,
-    persistent: bool = True,
-    correlation_id: str | None = None,
-    reply_to: str | None = None,
-    type: str | None = None,
-    id: str | None = None,
-    kind: BodyKind | None = None,
-) -> bytes:
-    """One message's content block: a ``str`` body as UTF-8 ``text`` (unless ``kind``
-    says otherwise), a new id if ``id`` is None.
+class SendOptions(NamedTuple):
+    """What a send says of its message besides the address and body: ``send``'s
+    keyword arguments (:meth:`chute.client.api.Session.send` documents each), as one
+    value from the session through the link to :meth:`ClientProtocol.send
+    <chute.client.protocol.ClientProtocol.send>` and :func:`content_of`, which take
+    any :data:`SendFields`: a session's hot path passes the plain tuple of its
+    fields, in this order (a plain tuple is made and unpacked faster than a
+    subclass), other callers a ``SendOptions``."""
+
+    priority: int = DEFAULT_PRIORITY
+    ttl: int = 0
+    properties: Mapping[str, Any] | None = None
+    persistent: bool = True
+    correlation_id: str | None = None
+    reply_to: str | None = None
+    type: str | None = None
+    id: str | None = None
+    kind: BodyKind | None = None
+
+
+SendFields = tuple[
+    int,
+    int,
+    Mapping[str, Any] | None,
+    bool,
+    str | None,
+    str | None,
+    str | None,
+    str | None,
+    BodyKind | None,
+]
+"""The fields of a :class:`SendOptions`, in its order, as a plain tuple."""
+
+DEFAULT_OPTIONS: Final = SendOptions()
+"""``send``'s defaults: a persistent message, priority 4, no expiry, no headers."""
+
+
+def content_of(body: bytes | str, options: SendFields = DEFAULT_OPTIONS) -> bytes:
+    """One message's content block: a ``str`` body as UTF-8 ``text`` (unless
+    ``options.kind`` says otherwise), a new id if ``options.id`` is None (``ttl`` is
+    the packet's, not the content's).
 
     Raises:
         InvalidMessage: a bad body, priority, id or property, or a field the wire
             cannot carry (over 64 KiB, ...).
     """
+    priority, _ttl, properties, persistent, correlation_id, reply_to, type, id, kind = options
     data: bytes
     if body.__class__ is bytes:
         data = body
@@ -81,6 +110,33 @@ def content_of(  # noqa: PLR0917 - send's fields, in its order
         raise InvalidMessage(exc.reason) from exc
 
 
+def send_item(item: bytes | str | Message, ttl: int = 0) -> tuple[bytes | str, SendOptions]:
+    """The body and options one of ``send_many``'s ``messages`` is sent with: a body
+    with ``send``'s defaults, a Message with its fields (a new id if it has none);
+    ``ttl`` either way.
+
+    Raises:
+        InvalidMessage: an item of another type.
+    """
+    if isinstance(item, Message):
+        return item.body, SendOptions(
+            item.priority,
+            ttl,
+            item.properties,
+            item.persistent,
+            item.correlation_id,
+            item.reply_to,
+            item.type,
+            item.id or None,
+            item.kind,
+        )
+    if isinstance(item, bytes | str):
+        return item, DEFAULT_OPTIONS._replace(ttl=ttl) if ttl else DEFAULT_OPTIONS
+    raise InvalidMessage(
+        f"send_many takes bytes, str or Message items, not {item.__class__.__name__}"
+    )
+
+
 def contents_of(messages: Iterable[bytes | str | Message]) -> Iterator[list[bytes]]:
     """The content blocks of ``messages`` (a body with ``send``'s defaults; a Message
     with its fields, a new id if it has none), in runs of at most
@@ -93,24 +149,7 @@ def contents_of(messages: Iterable[bytes | str | Message]) -> Iterator[list[byte
     run: list[bytes] = []
     size = 0
     for item in messages:
-        if isinstance(item, Message):
-            content = content_of(
-                item.body,
-                item.priority,
-                item.properties,
-                item.persistent,
-                item.correlation_id,
-                item.reply_to,
-                item.type,
-                item.id or None,
-                item.kind,
-            )
-        elif isinstance(item, bytes | str):
-            content = content_of(item)
-        else:
-            raise InvalidMessage(
-                f"send_many takes bytes, str or Message items, not {item.__class__.__name__}"
-            )
+        content = content_of(*send_item(item))
         if run and (size + len(content) > SEND_MANY_BYTES or len(run) == SEND_MANY_MAX):
             yield run
             run, size = [], 0

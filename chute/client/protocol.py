@@ -36,15 +36,14 @@ Not thread-safe: a driver serialises calls (the blocking driver with a lock).
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from chute.client.correlation import Correlator
-from chute.client.outgoing import content_of
+from chute.client.outgoing import DEFAULT_OPTIONS, SendFields, content_of
 from chute.client.received import Acknowledger
 from chute.client.requests import Request, expect, unsupported
-from chute.client.sessions import Sessions, SessionState
+from chute.client.sessions import ConsumerOptions, Sessions, SessionState
 from chute.core.model.address import canonical
 from chute.errors import (
     ChuteError,
@@ -56,8 +55,6 @@ from chute.errors import (
     error_for_code,
 )
 from chute.message import (
-    DEFAULT_PRIORITY,
-    BodyKind,
     new_message_id,
 )
 from chute.protocol.codec import PacketCodec
@@ -89,6 +86,9 @@ from chute.protocol.wire import encode_packet
 
 _ADDRESS_CACHE_SIZE: Final = 1024
 _next_id: Final = new_message_id.next_bytes
+
+_CONSUMER_DEFAULTS: Final = ConsumerOptions()
+"""``consumer``'s defaults: prefetch 100, no selector, not exclusive."""
 
 
 @dataclass(slots=True)
@@ -300,25 +300,15 @@ class ClientProtocol:
         self.sessions.settle_session(session)
         return self._request(packet)
 
-    def send(  # noqa: PLR0917 - drivers call it positionally (hot path)
+    def send(
         self,
         session_id: int,
         address: str,
         body: bytes | str,
-        priority: int = DEFAULT_PRIORITY,
-        ttl: int = 0,
-        properties: Mapping[str, Any] | None = None,
-        persistent: bool = True,
-        correlation_id: str | None = None,
-        reply_to: str | None = None,
-        type: str | None = None,
-        id: str | None = None,
-        kind: BodyKind | None = None,
+        options: SendFields = DEFAULT_OPTIONS,
     ) -> int:
-        """Queue a SEND. Returns the correlation id to wait for, or 0 for a one-way send.
-
-        The arguments after ``body`` may be given by keyword; the drivers pass them
-        positionally, which is cheaper, in this order.
+        """Queue a SEND of ``body`` to ``address`` with ``options`` (the message's other
+        fields). Returns the correlation id to wait for, or 0 for a one-way send.
 
         Raises:
             InvalidAddress, InvalidMessage: bad address or message field.
@@ -331,6 +321,7 @@ class ClientProtocol:
         cached = self._addresses.get(address)
         if cached is None:
             cached = self._address(address)
+        priority, ttl, properties, persistent, correlation_id, reply_to, type, id, kind = options
         if (
             body.__class__ is bytes
             and id is None
@@ -363,39 +354,13 @@ class ClientProtocol:
             self._out.append(packet)
             self.outbox_size += len(packet)
             return corr
-        return self._send_general(
-            session,
-            cached[0],
-            body,
-            priority,
-            ttl,
-            properties,
-            persistent,
-            correlation_id,
-            reply_to,
-            type,
-            id,
-            kind,
-        )
+        return self._send_general(session, cached[0], body, options)
 
-    def _send_general(  # noqa: PLR0917 - internal, called once, positionally
-        self,
-        session: SessionState,
-        address_bytes: bytes,
-        body: bytes | str,
-        priority: int,
-        ttl: int,
-        properties: Mapping[str, Any] | None,
-        persistent: bool,
-        correlation_id: str | None,
-        reply_to: str | None,
-        type: str | None,
-        id: str | None,
-        kind: BodyKind | None,
+    def _send_general(
+        self, session: SessionState, address_bytes: bytes, body: bytes | str, options: SendFields
     ) -> int:
-        content = content_of(
-            body, priority, properties, persistent, correlation_id, reply_to, type, id, kind
-        )
+        content = content_of(body, options)
+        ttl, persistent = options[1], options[3]
         if ttl < 0:
             raise ValueError("ttl must not be negative")
         corr = self._requests.open() if persistent and not session.transacted else 0
@@ -444,17 +409,7 @@ class ClientProtocol:
     # -- consumers ------------------------------------------------------------------
 
     def open_consumer(
-        self,
-        session_id: int,
-        address: str,
-        *,
-        selector: str | None = None,
-        prefetch: int = 100,
-        exclusive: bool = False,
-        subscription: str | None = None,
-        durable: bool = False,
-        shared: bool = False,
-        offset: str | int | None = None,
+        self, session_id: int, address: str, options: ConsumerOptions = _CONSUMER_DEFAULTS
     ) -> tuple[int, int]:
         """Queue CONSUMER_OPEN (a request), or STREAM_CONSUMER_OPEN with an ``offset``
         (streams). Returns ``(consumer id, correlation id)``.
@@ -465,6 +420,7 @@ class ClientProtocol:
             ValueError: prefetch below 1; durable without a subscription name.
         """
         session = self.sessions.session(session_id)
+        selector, prefetch, exclusive, subscription, durable, shared, offset = options
         if prefetch < 1:
             raise ValueError("prefetch must be at least 1")
         if durable and not subscription:

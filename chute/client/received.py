@@ -19,6 +19,31 @@ class Acknowledger(Protocol):
     def nack(self, seq: int, requeue: bool) -> None: ...
 
 
+class ConsumerLink(Protocol):
+    """A link that acks for its consumers (the blocking and the asyncio driver)."""
+
+    def ack(self, consumer_id: int, seq: int) -> None: ...
+
+    def nack(self, consumer_id: int, seq: int, requeue: bool) -> None: ...
+
+
+class LinkAcks:
+    """A consumer's :class:`Acknowledger` on a broker client: its link, told which
+    consumer acks."""
+
+    __slots__ = ("consumer_id", "link")
+
+    def __init__(self, link: ConsumerLink, consumer_id: int) -> None:
+        self.link = link
+        self.consumer_id = consumer_id
+
+    def ack(self, seq: int) -> None:
+        self.link.ack(self.consumer_id, seq)
+
+    def nack(self, seq: int, requeue: bool) -> None:
+        self.link.nack(self.consumer_id, seq, requeue)
+
+
 class Received:
     """A message handed to the application by a consumer.
 

@@ -41,6 +41,7 @@ import itertools
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from chute.client.received import Acknowledger, Received
 from chute.errors import ChuteError, ConsumerError, DestinationDeleted
@@ -49,6 +50,21 @@ from chute.protocol.packets import Ack, Credit, Nack, Packet, SessionAckMode
 
 Emit = Callable[[Packet], None]
 """Queues a one-way packet for the broker."""
+
+
+class ConsumerOptions(NamedTuple):
+    """What a consumer is opened with besides its address: ``consumer``'s keyword
+    arguments (:meth:`chute.client.api.Session.consumer` documents each), as one
+    value from the session through the link to :meth:`ClientProtocol.open_consumer
+    <chute.client.protocol.ClientProtocol.open_consumer>`."""
+
+    selector: str | None = None
+    prefetch: int = 100
+    exclusive: bool = False
+    subscription: str | None = None
+    durable: bool = False
+    shared: bool = False
+    offset: str | int | None = None
 
 
 @dataclass(slots=True)

@@ -1,7 +1,7 @@
 """``chute.connect("dropbox:///srv/mq")``: the client API with no broker, on a dropbox root.
 
 As in JBoss Messaging's design, serverful and serverless look the same to a client. A
-:class:`DropboxConnection` offers what :class:`chute.client.blocking.Connection`
+:class:`DropboxConnection` offers what :class:`chute.client.blocking.BlockingConnection`
 offers (sessions, producers, consumers, ack modes, local transactions,
 browsing) over the DropboxMQ files of :mod:`chute.dropbox.queue` and
 :mod:`chute.dropbox.topic`, so any number of processes on one machine (or on
@@ -45,17 +45,18 @@ at a time (open one connection per thread; they may share the root).
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import re
 import shutil
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final, NoReturn, ParamSpec
 
-from chute.client.requests import CursorPage, Page
+from chute.client import api
+from chute.client.closing import ClosedAtExit
 from chute.core.model.address import Kind, parse, pattern_matcher
 from chute.dropbox.layout import (
     QueueLayout,
@@ -82,8 +83,24 @@ __all__ = [
     "open_root",
 ]
 
+P = ParamSpec("P")
+
 _ACK_MODES: Final = ("auto", "client", "individual")
 _NO_CURSORS: Final = "cursors need a broker (chute://): a dropbox has no sequence numbers"
+
+
+def _needs_a_broker(
+    declared: Callable[P, object], error: type[ChuteError], why: str
+) -> Callable[P, NoReturn]:
+    """A method with the signature of ``declared`` (the API's) that raises ``error``
+    with ``why``: what a dropbox cannot do."""
+
+    @functools.wraps(declared)
+    def refused(*args: P.args, **kwargs: P.kwargs) -> NoReturn:
+        raise error(why)
+
+    refused.__doc__ = f"Raises {error.__name__} (at once): {why}."
+    return refused
 
 
 def connect(
@@ -121,7 +138,7 @@ def open_root(options: DropboxOptions, timeout: float = 10.0) -> DropboxConnecti
     return DropboxConnection(options, timeout)
 
 
-class DropboxConnection:
+class DropboxConnection(ClosedAtExit):
     """A dropbox root opened by one client id. See the module docstring."""
 
     def __init__(self, options: DropboxOptions, timeout: float = 10.0) -> None:
@@ -212,93 +229,34 @@ class DropboxConnection:
         init_queue(self.root, addr.name)
         return not existed
 
-    def move(
-        self,
-        source: str,
-        target: str,
-        *,
-        selector: str | None = None,
-        seqs: Sequence[int] | None = None,
-        limit: int = 0,
-    ) -> int:
-        """Raises ChuteError: moving messages between destinations needs a broker."""
-        raise ChuteError("moving messages needs a broker (chute://), not a dropbox")
-
-    def retry_dead_letters(
-        self,
-        source: str = "queue:__sys__deadLetter",
-        *,
-        selector: str | None = None,
-        seqs: Sequence[int] | None = None,
-        limit: int = 0,
-    ) -> dict[str, int]:
-        """Raises ChuteError: a dropbox has no dead letters to retry."""
-        raise ChuteError("retrying dead letters needs a broker (chute://), not a dropbox")
+    move = _needs_a_broker(
+        api.Connection.move, ChuteError, "moving messages needs a broker (chute://), not a dropbox"
+    )
+    retry_dead_letters = _needs_a_broker(
+        api.Connection.retry_dead_letters,
+        ChuteError,
+        "retrying dead letters needs a broker (chute://), not a dropbox",
+    )
 
     def prepared(self) -> list[str]:
         """Always empty: two-phase transactions need a broker."""
         return []
 
-    def commit_prepared(self, xid: str) -> None:
-        """Raises TransactionError: two-phase transactions need a broker."""
-        raise TransactionError(NO_TWO_PHASE)
-
-    def rollback_prepared(self, xid: str) -> None:
-        """Raises TransactionError: two-phase transactions need a broker."""
-        raise TransactionError(NO_TWO_PHASE)
-
-    def commit_batch(
-        self, sink: str, batch: int, xids: Sequence[str], *, keep: bool = True
-    ) -> bool:
-        """Raises TransactionError: batch commits of prepared transactions need a broker."""
-        raise TransactionError(NO_TWO_PHASE)
+    commit_prepared = _needs_a_broker(
+        api.Connection.commit_prepared, TransactionError, NO_TWO_PHASE
+    )
+    rollback_prepared = _needs_a_broker(
+        api.Connection.rollback_prepared, TransactionError, NO_TWO_PHASE
+    )
+    commit_batch = _needs_a_broker(api.Connection.commit_batch, TransactionError, NO_TWO_PHASE)
 
     # -- cursors: a broker's sequence numbers; a dropbox has none -----------------------
 
-    def cursor_open(
-        self,
-        address: str,
-        cursor: str | None = None,
-        *,
-        selector: str | None = None,
-        lease_ms: int = 0,
-    ) -> tuple[int, int]:
-        """Raises ChuteError: cursors need a broker."""
-        raise ChuteError(_NO_CURSORS)
-
-    def cursor_fetch(
-        self,
-        address: str,
-        cursor: str | None,
-        start: int,
-        end: int,
-        *,
-        max_messages: int = 0,
-        max_bytes: int = 0,
-    ) -> CursorPage:
-        """Raises ChuteError: cursors need a broker."""
-        raise ChuteError(_NO_CURSORS)
-
-    def cursor_read(
-        self,
-        address: str,
-        cursor: str | None,
-        start: int,
-        end: int,
-        *,
-        page_messages: int = 4096,
-        page_bytes: int = 4 << 20,
-    ) -> Iterator[Page]:
-        """Raises ChuteError (at once, not when iterated): cursors need a broker."""
-        raise ChuteError(_NO_CURSORS)
-
-    def cursor_ack(self, address: str, cursor: str, end: int) -> None:
-        """Raises ChuteError: cursors need a broker."""
-        raise ChuteError(_NO_CURSORS)
-
-    def cursor_close(self, address: str, cursor: str, *, delete: bool = False) -> None:
-        """Raises ChuteError: cursors need a broker."""
-        raise ChuteError(_NO_CURSORS)
+    cursor_open = _needs_a_broker(api.Connection.cursor_open, ChuteError, _NO_CURSORS)
+    cursor_fetch = _needs_a_broker(api.Connection.cursor_fetch, ChuteError, _NO_CURSORS)
+    cursor_read = _needs_a_broker(api.Connection.cursor_read, ChuteError, _NO_CURSORS)
+    cursor_ack = _needs_a_broker(api.Connection.cursor_ack, ChuteError, _NO_CURSORS)
+    cursor_close = _needs_a_broker(api.Connection.cursor_close, ChuteError, _NO_CURSORS)
 
     def temporary_queue(self) -> str:
         """Create a queue dropbox removed when this connection closes; its address."""
@@ -320,16 +278,8 @@ class DropboxConnection:
         self._temporary.clear()
         self._closed = True
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+    def _described(self) -> str:
+        return f"the dropbox connection to {self.root}"
 
     def __repr__(self) -> str:
         return f"<chute.DropboxConnection {self.root} as {self.client_id}>"

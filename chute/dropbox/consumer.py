@@ -19,9 +19,9 @@ import contextlib
 import itertools
 from collections import OrderedDict
 from collections.abc import Iterator
-from types import TracebackType
-from typing import Protocol, Self
+from typing import Protocol
 
+from chute.client.closing import ClosedAtExit
 from chute.client.received import Received
 from chute.dropbox.layout import QueueLayout
 from chute.dropbox.options import DropboxOptions
@@ -142,7 +142,7 @@ class Deliveries:
                 self.files.recover(delivery)
 
 
-class DropboxConsumer:
+class DropboxConsumer(ClosedAtExit):
     """Receives from one dropbox by claiming files. One thread at a time."""
 
     def __init__(
@@ -225,13 +225,5 @@ class DropboxConsumer:
             remove_subscription(self._temporary)
         deliveries.closed = True
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+    def _described(self) -> str:
+        return "the dropbox consumer"

@@ -18,9 +18,10 @@ import os
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Final, Protocol, Self
+from typing import Any, Final, Protocol
 
+from chute.client.closing import ClosedAtExit
+from chute.client.outgoing import SendOptions, send_item
 from chute.core.model.address import Kind, parse
 from chute.core.model.selector import compile_selector
 from chute.dropbox.consumer import Deliveries, DropboxConsumer
@@ -47,7 +48,6 @@ from chute.errors import (
     ConnectError,
     ConsumerError,
     InvalidAddress,
-    InvalidMessage,
     TransactionError,
 )
 from chute.message import DEFAULT_PRIORITY, BodyKind, Message, now_ms
@@ -73,7 +73,7 @@ class SessionOwner(Protocol):
         """Create a queue dropbox removed when the connection closes; its address."""
 
 
-class DropboxSession:
+class DropboxSession(ClosedAtExit):
     """An ack mode and maybe a local transaction, over a dropbox root."""
 
     def __init__(
@@ -148,21 +148,10 @@ class DropboxSession:
         """
         self._check()
         target = self._target(address)
-        self._send(
-            target,
-            _stamped(
-                body,
-                id,
-                priority,
-                ttl,
-                properties,
-                persistent,
-                correlation_id,
-                reply_to,
-                type,
-                kind,
-            ),
+        options = SendOptions(
+            priority, ttl, properties, persistent, correlation_id, reply_to, type, id, kind
         )
+        self._send(target, _stamped(body, options))
 
     def send_many(
         self, address: str, messages: Iterable[bytes | str | Message], *, ttl: int = 0
@@ -172,32 +161,7 @@ class DropboxSession:
         :meth:`commit`)."""
         self._check()
         target = self._target(address)
-        stamped: list[Message] = []
-        for item in messages:
-            if isinstance(item, Message):
-                body = item.body.decode() if item.kind is BodyKind.TEXT else item.body
-                stamped.append(
-                    _stamped(
-                        body,
-                        item.id or None,
-                        item.priority,
-                        ttl,
-                        item.properties,
-                        item.persistent,
-                        item.correlation_id,
-                        item.reply_to,
-                        item.type,
-                        item.kind,
-                    )
-                )
-            elif isinstance(item, bytes | str):
-                stamped.append(
-                    _stamped(item, None, DEFAULT_PRIORITY, ttl, None, True, None, None, None, None)
-                )
-            else:
-                raise InvalidMessage(
-                    f"send_many takes bytes, str or Message items, not {type(item).__name__}"
-                )
+        stamped = [_stamped(*send_item(item, ttl)) for item in messages]
         for message in stamped:
             self._send(target, message)
 
@@ -436,32 +400,14 @@ class DropboxSession:
         self._closed = True
         self.connection.release(self)
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+    def _described(self) -> str:
+        return "the dropbox session"
 
 
-def _stamped(  # noqa: PLR0917 - the fields of send, in its order
-    body: bytes | str,
-    id: str | None,
-    priority: int,
-    ttl: int,
-    properties: Mapping[str, Any] | None,
-    persistent: bool,
-    correlation_id: str | None,
-    reply_to: str | None,
-    type: str | None,
-    kind: BodyKind | None,
-) -> Message:
+def _stamped(body: bytes | str, options: SendOptions) -> Message:
     """A message to write, checked and timestamped (an id only if the sender chose one:
     the producer makes a DropboxMQ id that carries the time)."""
+    priority, ttl, properties, persistent, correlation_id, reply_to, type, id, kind = options
     message = Message.create(
         body,
         id=id,

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from chute.client.blocking import Connection, connect
+from chute.client.blocking import BlockingConnection, connect
 from chute.core.model.address import canonical
 from chute.errors import ConnectError
 
@@ -305,7 +305,7 @@ class ChuteOptions:
         """Whether this read is of streams (the Kafka-like source, chute.spark.streams)."""
         return self.pattern is not None or any(a.startswith("stream:") for a in self.destinations)
 
-    def connect(self) -> Connection:
+    def connect(self) -> BlockingConnection:
         """A new connection to the broker (callers close it)."""
         return connect(
             self.url,
@@ -318,7 +318,7 @@ class ChuteOptions:
             tls_key=self.tls_key,
         )
 
-    def connect_retrying(self, patience: float = RECONNECT_S) -> Connection:
+    def connect_retrying(self, patience: float = RECONNECT_S) -> BlockingConnection:
         """Connect, trying again for ``patience`` seconds while the broker is unreachable
         (it may be restarting). Raises the last ConnectError."""
         deadline = time.monotonic() + patience

@@ -1,7 +1,7 @@
 """CursorPage bytes straight into Arrow: the executor's hot path.
 
 :func:`page_batch` turns the body of a CursorPage answer (what
-:meth:`chute.client.blocking.Connection.cursor_read_raw` yields) into a
+:meth:`chute.client.blocking.BlockingConnection.cursor_read_raw` yields) into a
 ``pyarrow.RecordBatch`` of :data:`~chute.spark.schema.ARROW_SCHEMA`, the same
 batch :func:`~chute.spark.schema.to_record_batch` makes of the decoded
 messages, without a Message per entry: :func:`chute.protocol.columns.page_columns`

@@ -36,7 +36,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from chute.client.blocking import Connection, Session
+from chute.client.blocking import BlockingConnection, BlockingSession
 from chute.errors import NotFound
 from chute.message import BodyKind, Message
 from chute.spark.options import ChuteOptions, OptionError
@@ -118,7 +118,9 @@ def _item(body: bytes | str, fields: dict[str, Any]) -> bytes | str | Message:
     return Message(body, **fields)
 
 
-def _send_run(session: Session, key: tuple[str, int], run: list[bytes | str | Message]) -> None:
+def _send_run(
+    session: BlockingSession, key: tuple[str, int], run: list[bytes | str | Message]
+) -> None:
     """Send the rows gathered for ``key`` (target, ttl) in as few requests as fit."""
     if run:
         session.send_many(key[0], run, ttl=key[1])
@@ -129,7 +131,7 @@ def xids_of(messages: Sequence[WriterCommitMessage | None]) -> list[str]:
     return [xid for m in messages if isinstance(m, Staged) for xid in m.xids]
 
 
-def roll_back(conn: Connection, xids: Sequence[str]) -> None:
+def roll_back(conn: BlockingConnection, xids: Sequence[str]) -> None:
     """Roll back what is still prepared (abort may follow a commit that published)."""
     for xid in xids:
         with contextlib.suppress(NotFound):

@@ -26,7 +26,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from chute.client.blocking import Connection
+from chute.client.blocking import BlockingConnection
 from chute.errors import ChuteError, ConnectError, NotFound
 from chute.spark.options import ChuteOptions
 from chute.spark.pages import page_batch
@@ -113,7 +113,9 @@ class ChuteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise ValueError("a stream reader needs a cursor name")
         self.options = options
         self.cursor: str = options.cursor
-        self._conn: Connection | None = None  # driver only: opened lazily, never pickled live
+        self._conn: BlockingConnection | None = (
+            None  # driver only: opened lazily, never pickled live
+        )
         self._available_now: int | None = None
         self._initial: int | None = None  # initialOffset of this run (a new checkpoint)
         self._done = 0  # below this Spark has committed every batch

@@ -39,7 +39,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from chute.client.blocking import Connection
+from chute.client.blocking import BlockingConnection
 from chute.core.model.address import canonical
 from chute.errors import ChuteError, ConnectError
 from chute.spark.options import ChuteOptions, OptionError
@@ -156,7 +156,7 @@ def parse_starting(text: str, addresses: Sequence[str]) -> dict[str, str | int]:
     return dict.fromkeys(addresses, text)
 
 
-def at_time(conn: Connection, address: str, timestamp: int) -> int:
+def at_time(conn: BlockingConnection, address: str, timestamp: int) -> int:
     """The first offset of ``address`` whose message was accepted at ``timestamp`` (ms)
     or later (its head if none): a bisection with one-message reads."""
     first, head = conn.cursor_open(address)
@@ -180,7 +180,7 @@ class StreamPlanner:
     def __init__(self, options: ChuteOptions) -> None:
         self.options = options
 
-    def streams(self, conn: Connection) -> list[str]:
+    def streams(self, conn: BlockingConnection) -> list[str]:
         """The streams of the query: those named, and those its pattern matches now."""
         o = self.options
         found = [a for a in o.destinations]
@@ -189,12 +189,17 @@ class StreamPlanner:
             found += [d["address"] for d in stats["destinations"] if d.get("kind") == "stream"]
         return sorted(set(found))
 
-    def bounds(self, conn: Connection, streams: Sequence[str]) -> dict[str, tuple[int, int]]:
+    def bounds(
+        self, conn: BlockingConnection, streams: Sequence[str]
+    ) -> dict[str, tuple[int, int]]:
         """``(first, head)`` of each stream."""
         return {a: conn.cursor_open(a) for a in streams}
 
     def starting(
-        self, conn: Connection, bounds: Mapping[str, tuple[int, int]], text: str | None = None
+        self,
+        conn: BlockingConnection,
+        bounds: Mapping[str, tuple[int, int]],
+        text: str | None = None,
     ) -> Offsets:
         """Where a new checkpoint starts (``startingOffsets``, or ``startingTimestamp``)."""
         o = self.options
@@ -283,7 +288,7 @@ class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: ChuteOptions) -> None:
         self.options = options
         self.planner = StreamPlanner(options)
-        self._conn: Connection | None = None  # driver only: opened lazily, never pickled
+        self._conn: BlockingConnection | None = None  # driver only: opened lazily, never pickled
         self._available_now: Offsets | None = None
         self._heads: Offsets = {}
 
@@ -299,7 +304,7 @@ class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
         away (a restart)."""
         return self._look()[1]
 
-    def _look(self) -> tuple[Connection, dict[str, tuple[int, int]]]:
+    def _look(self) -> tuple[BlockingConnection, dict[str, tuple[int, int]]]:
         for attempt in range(2):
             if self._conn is None or self._conn.closed:
                 self._conn = self.options.connect_retrying()

@@ -24,7 +24,7 @@ from collections.abc import (
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-from chute.client import aio
+from chute import aio
 from chute.client.api import Page
 from chute.client.received import Received
 from chute.client.requests import CursorPage

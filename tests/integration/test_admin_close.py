@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from chute.client import aio
+from chute import aio
 from chute.config import ListenSettings, ServerConfig
 from chute.core.operations import manage
 from chute.core.operations.connection import BrokerConnection

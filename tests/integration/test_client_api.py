@@ -1,7 +1,7 @@
 """One behavioural suite for the client API (chute.client.api), run against every client.
 
 * ``blocking``: :mod:`chute.client.blocking` to a real ``chute serve``;
-* ``asyncio``: :mod:`chute.client.aio` to the same broker, driven through the
+* ``asyncio``: :mod:`chute.client.aio_client` to the same broker, driven through the
   blocking facade of ``sync_aio`` (its own event loop thread);
 * ``dropbox``: :mod:`chute.dropbox.client` on a temporary directory, no broker.
 

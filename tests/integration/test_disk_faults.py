@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from chute.client import aio
+from chute import aio
 from chute.client.received import Received
 from chute.config import ListenSettings, ServerConfig, StorageSettings
 from chute.errors import StoreError

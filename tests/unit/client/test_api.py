@@ -14,7 +14,7 @@ import pytest
 
 import chute
 import chute.aio
-from chute.client import aio, api, blocking
+from chute.client import aio_client, api, blocking
 from chute.dropbox import client as dropbox
 from chute.dropbox.consumer import DropboxConsumer
 
@@ -22,15 +22,15 @@ from chute.dropbox.consumer import DropboxConsumer
 
 
 def _as_api(
-    connections: tuple[blocking.Connection, dropbox.DropboxConnection],
-    sessions: tuple[blocking.Session, dropbox.DropboxSession],
-    consumers: tuple[blocking.Consumer, DropboxConsumer],
+    connections: tuple[blocking.BlockingConnection, dropbox.DropboxConnection],
+    sessions: tuple[blocking.BlockingSession, dropbox.DropboxSession],
+    consumers: tuple[blocking.BlockingConsumer, DropboxConsumer],
 ) -> tuple[list[api.Connection], list[api.Session], list[api.Consumer]]:
     return list(connections), list(sessions), list(consumers)
 
 
 def _as_async_api(
-    c: aio.Connection, s: aio.Session, k: aio.Consumer
+    c: aio_client.AioConnection, s: aio_client.AioSession, k: aio_client.AioConsumer
 ) -> tuple[api.AsyncConnection, api.AsyncSession, api.AsyncConsumer]:
     return c, s, k
 
@@ -38,15 +38,15 @@ def _as_async_api(
 # -- the same at run time ----------------------------------------------------------------
 
 PAIRS = [
-    (api.Connection, blocking.Connection),
-    (api.Session, blocking.Session),
-    (api.Consumer, blocking.Consumer),
+    (api.Connection, blocking.BlockingConnection),
+    (api.Session, blocking.BlockingSession),
+    (api.Consumer, blocking.BlockingConsumer),
     (api.Connection, dropbox.DropboxConnection),
     (api.Session, dropbox.DropboxSession),
     (api.Consumer, DropboxConsumer),
-    (api.AsyncConnection, aio.Connection),
-    (api.AsyncSession, aio.Session),
-    (api.AsyncConsumer, aio.Consumer),
+    (api.AsyncConnection, aio_client.AioConnection),
+    (api.AsyncSession, aio_client.AioSession),
+    (api.AsyncConsumer, aio_client.AioConsumer),
 ]
 
 
@@ -88,4 +88,4 @@ def test_chute_exports_the_api_and_connect_returns_it() -> None:
     assert chute.Session is api.Session
     assert chute.Consumer is api.Consumer
     assert inspect.signature(chute.connect).return_annotation in ("Connection", api.Connection)
-    assert chute.aio.Connection is aio.Connection
+    assert chute.aio.Connection is aio_client.AioConnection

@@ -9,7 +9,7 @@ from collections.abc import Generator, Iterator
 import pytest
 
 import chute
-from chute.client.blocking import Connection, connect
+from chute.client.blocking import BlockingConnection, connect
 from chute.client.link import open_link
 from chute.client.url import parse_url
 from chute.errors import (
@@ -33,7 +33,7 @@ def broker() -> Iterator[FakeBroker]:
 
 
 @pytest.fixture
-def conn(broker: FakeBroker) -> Iterator[Connection]:
+def conn(broker: FakeBroker) -> Iterator[BlockingConnection]:
     with connect(broker.url, client_id="c1", timeout=5) as c:
         yield c
 
@@ -45,7 +45,7 @@ def wait_for(predicate: object, timeout: float = 5.0) -> None:
         time.sleep(0.005)
 
 
-def test_send_and_receive(conn: Connection, broker: FakeBroker) -> None:
+def test_send_and_receive(conn: BlockingConnection, broker: FakeBroker) -> None:
     assert conn.connection_id == "fake-1"
     with conn.session(ack="client") as s:
         props = {"region": "eu", "n": Byte(3), "f": Float(0.5), "ok": True}
@@ -80,13 +80,13 @@ def test_send_and_receive(conn: Connection, broker: FakeBroker) -> None:
     assert (ack.seq, ack.cumulative, ack.credit) == (2, True, 2)
 
 
-def test_persistent_send_waits_for_the_broker(conn: Connection, broker: FakeBroker) -> None:
+def test_persistent_send_waits_for_the_broker(conn: BlockingConnection, broker: FakeBroker) -> None:
     with conn.session() as s:
         s.send("queue:a", b"x")
         assert len(broker.queues["queue:a"]) == 1  # stored before send() returned
 
 
-def test_one_way_sends_are_batched(conn: Connection, broker: FakeBroker) -> None:
+def test_one_way_sends_are_batched(conn: BlockingConnection, broker: FakeBroker) -> None:
     n = 5000
     with conn.session() as s:
         for i in range(n):
@@ -96,7 +96,7 @@ def test_one_way_sends_are_batched(conn: Connection, broker: FakeBroker) -> None
     assert broker.connections[0].reads < n / 10
 
 
-def test_one_way_error_surfaces_on_the_next_call(conn: Connection) -> None:
+def test_one_way_error_surfaces_on_the_next_call(conn: BlockingConnection) -> None:
     with conn.session() as s:
         s.send("queue:full", b"x", persistent=False)
 
@@ -109,7 +109,7 @@ def test_one_way_error_surfaces_on_the_next_call(conn: Connection) -> None:
             keep_sending()
 
 
-def test_request_error_is_raised_by_its_class(conn: Connection) -> None:
+def test_request_error_is_raised_by_its_class(conn: BlockingConnection) -> None:
     with conn.session() as s, pytest.raises(DestinationFull, match="full"):
         s.send("queue:full", b"x")
 
@@ -121,7 +121,7 @@ def test_request_timeout(broker: FakeBroker) -> None:
         s.send("queue:a", b"still works")
 
 
-def test_connection_level_error_wakes_every_waiter(conn: Connection) -> None:
+def test_connection_level_error_wakes_every_waiter(conn: BlockingConnection) -> None:
     s = conn.session()
     c = s.consumer("queue:empty")
     errors: list[BaseException] = []
@@ -145,7 +145,7 @@ def test_connection_level_error_wakes_every_waiter(conn: Connection) -> None:
         conn.stat()
 
 
-def test_management_calls(conn: Connection, broker: FakeBroker) -> None:
+def test_management_calls(conn: BlockingConnection, broker: FakeBroker) -> None:
     with conn.session() as s:
         for i in range(3):
             s.send("queue:b", f"m{i}")
@@ -174,7 +174,9 @@ def test_transactions(broker: FakeBroker) -> None:
         s.commit()
 
 
-def test_iteration_stops_when_the_consumer_closes(conn: Connection, broker: FakeBroker) -> None:
+def test_iteration_stops_when_the_consumer_closes(
+    conn: BlockingConnection, broker: FakeBroker
+) -> None:
     with conn.session() as s:
         for i in range(3):
             s.send("queue:it", str(i))
@@ -189,7 +191,7 @@ def test_iteration_stops_when_the_consumer_closes(conn: Connection, broker: Fake
             c.receive(timeout=0)
 
 
-def test_close_from_another_thread_wakes_receive(conn: Connection) -> None:
+def test_close_from_another_thread_wakes_receive(conn: BlockingConnection) -> None:
     s = conn.session()
     c = s.consumer("queue:none")
     threading.Timer(0.1, c.close).start()
@@ -197,7 +199,7 @@ def test_close_from_another_thread_wakes_receive(conn: Connection) -> None:
         c.receive(timeout=5)
 
 
-def test_prefetch_window_and_credit(conn: Connection, broker: FakeBroker) -> None:
+def test_prefetch_window_and_credit(conn: BlockingConnection, broker: FakeBroker) -> None:
     with conn.session(ack="auto") as s:
         for i in range(20):
             s.send("queue:w", str(i))
@@ -247,7 +249,7 @@ def test_heartbeats(broker: FakeBroker) -> None:
 
 
 def test_a_burst_of_one_way_output_notifies_the_sleeping_writer_once(broker: FakeBroker) -> None:
-    link = open_link(parse_url(broker.url), 5, None, True)
+    link = open_link(parse_url(broker.url), 5, None)
     try:
         link.handshake("c1", None, None, 0)
         notified: list[int] = []

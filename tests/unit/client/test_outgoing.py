@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chute.client.outgoing import SEND_MANY_BYTES, content_of, contents_of
+from chute.client.outgoing import SEND_MANY_BYTES, SendOptions, content_of, contents_of
 from chute.content import decode_content, encode_content
 from chute.errors import InvalidMessage
 from chute.message import BodyKind, Int, Message
@@ -19,7 +19,7 @@ def test_a_message_s_block_is_its_content_and_a_body_gets_send_s_defaults() -> N
     assert (got.body, got.kind, got.priority, got.persistent) == (b"plain", BodyKind.BYTES, 4, True)
     assert got.id
     assert decode_content(text, 0, len(text), 64).kind is BodyKind.TEXT
-    assert content_of(b"x", id="fixed") == encode_content(Message(b"x", id="fixed"))
+    assert content_of(b"x", SendOptions(id="fixed")) == encode_content(Message(b"x", id="fixed"))
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,10 @@ import time
 import pytest
 
 from chute.client import requests
+from chute.client.outgoing import SendOptions
 from chute.client.protocol import ClientProtocol
 from chute.client.received import Received
+from chute.client.sessions import ConsumerOptions
 from chute.content import encode_content
 from chute.errors import (
     AuthenticationFailed,
@@ -137,8 +139,8 @@ def test_bad_ack_mode() -> None:
 def test_non_persistent_send_is_one_way_persistent_is_a_request() -> None:
     proto, peer = connected()
     sid = proto.open_session()
-    assert proto.send(sid, "queue:a", b"x", persistent=False) == 0
-    corr = proto.send(sid, "queue:a", "text", priority=9, ttl=500, properties={"k": 1})
+    assert proto.send(sid, "queue:a", b"x", SendOptions(persistent=False)) == 0
+    corr = proto.send(sid, "queue:a", "text", SendOptions(priority=9, ttl=500, properties={"k": 1}))
     assert corr != 0
     _, (h1, s1), (h2, s2) = peer.sent()
     assert isinstance(s1, p.Send)
@@ -164,7 +166,7 @@ def test_non_persistent_send_is_one_way_persistent_is_a_request() -> None:
 def test_transacted_sends_are_one_way() -> None:
     proto, _ = connected()
     sid = proto.open_session(transacted=True)
-    assert proto.send(sid, "q", b"x", persistent=True) == 0
+    assert proto.send(sid, "q", b"x", SendOptions(persistent=True)) == 0
 
 
 @pytest.mark.parametrize(
@@ -185,7 +187,7 @@ def test_send_validates(kwargs: dict[str, object], error: type[Exception]) -> No
     args: dict[str, object] = {"address": "q", "body": b"x"} | kwargs
     address, body = args.pop("address"), args.pop("body")
     with pytest.raises(error):
-        proto.send(sid, address, body, **args)  # type: ignore[arg-type]
+        proto.send(sid, address, body, SendOptions(**args))  # type: ignore[arg-type]
 
 
 def test_error_response_is_rebuilt_by_code() -> None:
@@ -201,12 +203,12 @@ def test_one_way_error_is_deferred_to_the_next_call_on_the_session() -> None:
     proto, _ = connected()
     sid = proto.open_session()
     other = proto.open_session()
-    proto.send(sid, "q", b"x", persistent=False)
+    proto.send(sid, "q", b"x", SendOptions(persistent=False))
     proto.receive_data(encode_packet(p.Error("destination-full", "full"), target_id=sid))
-    proto.send(other, "q", b"x", persistent=False)  # another session is unaffected
+    proto.send(other, "q", b"x", SendOptions(persistent=False))  # another session is unaffected
     with pytest.raises(DestinationFull):
-        proto.send(sid, "q", b"y", persistent=False)
-    proto.send(sid, "q", b"z", persistent=False)  # raised once
+        proto.send(sid, "q", b"y", SendOptions(persistent=False))
+    proto.send(sid, "q", b"z", SendOptions(persistent=False))  # raised once
 
 
 def test_connection_level_error_fails_everything() -> None:
@@ -301,7 +303,7 @@ def open_consumer(
 ) -> tuple[ClientProtocol, Peer, int, int]:
     proto, peer = connected()
     sid = proto.open_session(ack, transacted)
-    cid, corr = proto.open_consumer(sid, "q", prefetch=prefetch)
+    cid, corr = proto.open_consumer(sid, "q", ConsumerOptions(prefetch=prefetch))
     proto.receive_data(encode_packet(p.Ok(), corr))
     peer.sent()
     return proto, peer, sid, cid
@@ -451,9 +453,9 @@ def test_consumer_arguments_are_checked() -> None:
     proto, _ = connected()
     sid = proto.open_session()
     with pytest.raises(ValueError, match="prefetch"):
-        proto.open_consumer(sid, "q", prefetch=0)
+        proto.open_consumer(sid, "q", ConsumerOptions(prefetch=0))
     with pytest.raises(ValueError, match="durable"):
-        proto.open_consumer(sid, "topic:t", durable=True)
+        proto.open_consumer(sid, "topic:t", ConsumerOptions(durable=True))
 
 
 def test_management_requests_and_results() -> None:
@@ -500,9 +502,9 @@ def test_management_requests_and_results() -> None:
 def test_plain_and_rich_sends_encode_the_same_fields() -> None:
     proto, peer = connected()
     sid = proto.open_session()
-    proto.send(sid, "queue:a", b"plain", priority=0, ttl=7, persistent=False)
-    proto.send(sid, "queue:a", b"rich", priority=0, ttl=7, persistent=False, type="t")
-    corr = proto.send(sid, "queue:a", b"persistent", priority=9)
+    proto.send(sid, "queue:a", b"plain", SendOptions(priority=0, ttl=7, persistent=False))
+    proto.send(sid, "queue:a", b"rich", SendOptions(priority=0, ttl=7, persistent=False, type="t"))
+    corr = proto.send(sid, "queue:a", b"persistent", SendOptions(priority=9))
     _, (_, plain), (_, rich), (header, persistent) = peer.sent()
     assert isinstance(plain, p.Send)
     assert isinstance(rich, p.Send)
@@ -529,9 +531,10 @@ def test_generated_ids_are_32_hex_time_ordered_and_unique() -> None:
     other_sid = other.open_session()
     before = time.time_ns() // 1_000_000
     for _ in range(300):
-        proto.send(sid, "q", b"x", persistent=False)
-        other.send(other_sid, "q", b"x", persistent=False)
-    proto.send(sid, "q", "text", persistent=False, properties={"k": 1})  # the general path
+        proto.send(sid, "q", b"x", SendOptions(persistent=False))
+        other.send(other_sid, "q", b"x", SendOptions(persistent=False))
+    general = SendOptions(persistent=False, properties={"k": 1})
+    proto.send(sid, "q", "text", general)  # the general path
     after = time.time_ns() // 1_000_000
     ids = [x.message.id for x in peer.packets() if isinstance(x, p.Send)]
     ids += [x.message.id for x in other_peer.packets() if isinstance(x, p.Send)]
@@ -550,11 +553,11 @@ def test_send_values_the_wire_cannot_carry_are_invalid_messages() -> None:
     sid = proto.open_session()
     peer.sent()
     with pytest.raises(InvalidMessage):
-        proto.send(sid, "q", b"x", ttl=1 << 64, persistent=False)
+        proto.send(sid, "q", b"x", SendOptions(ttl=1 << 64, persistent=False))
     with pytest.raises(InvalidMessage):
-        proto.send(sid, "q", b"x", ttl=1 << 64, type="t")
+        proto.send(sid, "q", b"x", SendOptions(ttl=1 << 64, type="t"))
     with pytest.raises(InvalidMessage):
-        proto.send(sid, "q", b"x", kind="bogus")  # type: ignore[arg-type]
+        proto.send(sid, "q", b"x", SendOptions(kind="bogus"))  # type: ignore[arg-type]
     assert proto.outbox_size == 0
     assert proto.in_flight == 0  # no request left waiting for an answer
 

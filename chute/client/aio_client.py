@@ -1,119 +1,118 @@
-"""The asyncio client: :mod:`chute.client.api`'s async mirror over an
-:class:`~chute.client.aio_link.AsyncLink`.
+"""The asyncio client: :mod:`chute.client.api`'s connection, session and consumer over
+the link of :mod:`chute.client.aio_link`.
 
-The methods, their arguments and errors are those of the blocking API
-(declared once in :mod:`chute.client.api`), awaited where they talk to the
-broker. ``Received.ack()`` and ``nack()`` only queue a packet and are not
-awaited. A session's **confirm window** behaves as the blocking client's: up to
-N persistent sends (transacted: commits) await the broker's fsync while the
-producer goes on; one task at a time awaits them, oldest first, and a failure
-is raised with a note that it was for an earlier send.
+What the methods mean, their arguments and errors, is declared once in
+:mod:`chute.client.api`. ``Received.ack()`` and ``nack()`` only queue a packet.
+A session's **confirm window**
+(:class:`~chute.client.aio_confirm.AsyncConfirmWindow`) keeps up to N persistent
+sends (transacted: commits) awaiting the broker's fsync while the producer goes
+on; one task at a time awaits them, oldest first, and a failure is raised with a
+note that it was for an earlier send.
 
-Objects belong to the event loop that made them; they are not thread-safe.
-They use only the link's public methods: none of them touches the protocol
-state.
+One source serves both broker clients: the blocking modules are written from the
+asyncio ones (``scripts/unasync.py``); only their transports, the links and
+channels, are written apart. Whether these objects may be shared between threads
+is their link's business (:class:`~chute.client.aio_link.AsyncLink`): they use
+only its public methods, none of them touches the protocol state.
 """
 
 from __future__ import annotations
 
-import asyncio
-import collections
 import functools
 import weakref
 from collections.abc import (
     AsyncIterator,
-    Awaitable,
     Callable,
     Coroutine,
-    Generator,
     Iterable,
     Mapping,
     Sequence,
 )
-from types import TracebackType
-from typing import Any, Self
+from typing import Any, Final, TypeVar
 
 from chute.client import requests
+from chute.client.aio_closing import AsyncClosedAtExit
+from chute.client.aio_confirm import AsyncConfirmWindow
 from chute.client.aio_link import AsyncLink, open_link
 from chute.client.api import Page
+from chute.client.outgoing import SendFields
 from chute.client.received import Received
 from chute.client.requests import CursorPage, Pending
-from chute.client.tls import unanswered
+from chute.client.sessions import ConsumerOptions
+from chute.client.tls import client_context, unanswered
 from chute.client.url import parse_url
-from chute.errors import ChuteError, ConnectError, ConsumerError, RequestTimeout
+from chute.errors import ChuteError, ConnectError, ConsumerError
 from chute.message import DEFAULT_PRIORITY, BodyKind, Message
 from chute.protocol import packets as p
 
+T = TypeVar("T")
 
-class _ConnectAttempt:
-    """What :func:`connect` returns: await it, or use it as ``async with``."""
-
-    def __init__(self, make: Callable[[], Awaitable[Connection]]) -> None:
-        self._make = make
-        self._conn: Connection | None = None
-
-    def __await__(self) -> Generator[Any, None, Connection]:
-        return self._make().__await__()
-
-    async def __aenter__(self) -> Connection:
-        self._conn = await self._make()
-        return self._conn
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._conn is not None:
-            await _close_at_exit(self._conn.close, exc, "the connection")
+_NO_ENTRIES: Final = bytes(4)  # a CursorPage body's entry count when it has none
 
 
-def connect(
+async def open_connection(
     url: str = "chute://127.0.0.1:5445",
     *,
     client_id: str | None = None,
     login: str | None = None,
     passcode: str | None = None,
-    timeout: float = 10.0,
+    timeout: float = 10.0,  # noqa: ASYNC109 - the API's shape
     heartbeat: float = 0.0,
     tls_ca: str | None = None,
     tls_verify: bool = True,
     tls_cert: str | None = None,
     tls_key: str | None = None,
-) -> _ConnectAttempt:
-    """Connect to a broker: ``conn = await connect(...)`` or ``async with connect(...) as conn``.
+) -> AioConnection:
+    """Connect to a broker; the :class:`AioConnection` returned is a context manager too.
 
-    Arguments and errors as :func:`chute.client.blocking.connect`.
+    Args:
+        url: ``chute://host[:port]`` (port 5445 by default), ``chutes://`` for TLS;
+            ``ws://host[:port]/chute`` (the HTTP port, 8445 by default), ``wss://``,
+            ``http://`` and ``https://`` where only HTTP gets through
+            (:mod:`chute.client.url`); ``chute://login:passcode@host`` carries
+            credentials (percent-encoded).
+        client_id: names the client for durable subscriptions.
+        login, passcode: credentials, if the broker requires them (these win over the
+            URL's).
+        timeout: seconds to wait for the connection and for every request's answer.
+        heartbeat: seconds; if > 0, ask the broker to check liveness that often.
+        tls_ca: for TLS (``chutes://``, ``wss://``, ``https://``): a CA file to trust
+            (default: the system's).
+        tls_verify: for TLS: False skips the certificate check (testing only).
+        tls_cert, tls_key: for TLS: the client's certificate (PEM; the key may
+            be in the same file), for a broker that asks for one: its commonName names
+            the user, who then needs no passcode.
+
+    Raises:
+        ConnectError: cannot reach the broker, or it refused the connection.
+        AuthenticationFailed: the broker rejected the credentials.
+        RequestTimeout: the broker did not answer in time.
     """
-
-    async def make() -> Connection:
-        target = parse_url(url)
-        user, secret = target.credentials(login, passcode)
-        link = await open_link(
-            target, timeout, tls_ca, tls_verify, tls_cert=tls_cert, tls_key=tls_key
-        )
-        try:
-            connected = await link.handshake(client_id, user, secret, heartbeat)
-        except ConnectError as exc:  # never the broker's answer: the connection failed
-            link.abort()
-            raise unanswered(target.tls, exc) from None
-        except BaseException:
-            link.abort()
-            raise
-        return Connection(link, connected.connection_id)
-
-    return _ConnectAttempt(make)
+    target = parse_url(url)
+    login, passcode = target.credentials(login, passcode)
+    context = None
+    if target.tls:
+        context = client_context(tls_ca, verify=tls_verify, cert_file=tls_cert, key_file=tls_key)
+    link = await open_link(target, timeout, context)
+    try:
+        connected = await link.handshake(client_id, login, passcode, heartbeat)
+    except ConnectError as exc:  # never the broker's answer: the connection failed
+        link.abort()
+        raise unanswered(target.tls, exc) from None
+    except BaseException:
+        link.abort()
+        raise
+    return AioConnection(link, connected.connection_id)
 
 
-class Connection:
-    """A connection to a broker (:class:`chute.client.api.AsyncConnection`), for one
-    event loop. Use :func:`connect` to make one."""
+class AioConnection(AsyncClosedAtExit):
+    """A connection to a broker (:class:`chute.client.api.AsyncConnection`). Use
+    :func:`open_connection` to make one."""
 
     def __init__(self, link: AsyncLink, connection_id: str) -> None:
         self.connection_id = connection_id
         self._link = link
-        self._windows: weakref.WeakSet[_ConfirmWindow] = weakref.WeakSet()  # close awaits them
+        self._windows: weakref.WeakSet[AsyncConfirmWindow] = weakref.WeakSet()  # close awaits them
 
     @property
     def timeout(self) -> float:
@@ -125,15 +124,15 @@ class Connection:
 
     def session(
         self, ack: str = "auto", transacted: bool = False, *, confirm_window: int = 0
-    ) -> Session:
-        """Open a session (no round trip)."""
+    ) -> AioSession:
+        """Open a session (no round trip: errors surface on its first request)."""
         if confirm_window < 0:
             raise ValueError("confirm_window must not be negative")
         session_id = self._link.open_session(ack, transacted)
-        window = _ConfirmWindow(self._link, session_id, confirm_window)
+        window = AsyncConfirmWindow(self._link, session_id, confirm_window)
         if confirm_window:
             self._windows.add(window)
-        return Session(self, self._link, session_id, window)
+        return AioSession(self, self._link, session_id, window)
 
     async def stat(self, pattern: str | None = None, *, page_size: int = 0) -> dict[str, Any]:
         """Asks page after page and joins them."""
@@ -223,25 +222,57 @@ class Connection:
         page_messages: int = 4096,
         page_bytes: int = 4 << 20,
     ) -> AsyncIterator[Page]:
-        """Pages of ``[start, end)``: ``async for page in conn.cursor_read(...)``; the next
-        page is requested before this one is handed out."""
+        """Pages of ``[start, end)``; the request for the next page goes out while the
+        caller works on this one."""
+        async for page in self._pages(
+            requests.cursor_fetch, address, cursor, start, end, page_messages, page_bytes
+        ):
+            if page:
+                yield page
+
+    async def cursor_read_raw(
+        self,
+        address: str,
+        cursor: str | None,
+        start: int,
+        end: int,
+        *,
+        page_messages: int = 4096,
+        page_bytes: int = 4 << 20,
+    ) -> AsyncIterator[bytes]:
+        """As :meth:`cursor_read`, but each page is the CursorPage's body, its entries
+        undecoded (for :func:`chute.protocol.columns.page_columns`; Spark's source reads
+        them so). Pages without messages are skipped."""
+        async for body in self._pages(
+            requests.cursor_fetch_raw, address, cursor, start, end, page_messages, page_bytes
+        ):
+            if body[8:12] != _NO_ENTRIES:
+                yield body
+
+    async def _pages(  # noqa: PLR0917 - the arguments of a cursor fetch
+        self,
+        fetch: Callable[[str, str | None, int, int, int, int], requests.Request[tuple[int, T]]],
+        address: str,
+        cursor: str | None,
+        start: int,
+        end: int,
+        page_messages: int,
+        page_bytes: int,
+    ) -> AsyncIterator[T]:
+        """Each page's answer (what follows ``next`` in it) for ``[start, end)``,
+        requesting the next page before handing out this one."""
         link = self._link
         if start >= end:
             return
-        pending = link.start(
-            requests.cursor_fetch(address, cursor, start, end, page_messages, page_bytes)
-        )
+        pending = link.start(fetch(address, cursor, start, end, page_messages, page_bytes))
         while True:
-            next_start, messages = await link.result(pending)
+            next_start, page = await link.result(pending)
             more = start < next_start < end
             if more:
                 pending = link.start(
-                    requests.cursor_fetch(
-                        address, cursor, next_start, end, page_messages, page_bytes
-                    )
+                    fetch(address, cursor, next_start, end, page_messages, page_bytes)
                 )
-            if messages:
-                yield messages
+            yield page
             if not more:
                 return
             start = next_start
@@ -253,8 +284,8 @@ class Connection:
         await self._link.call(requests.cursor_close(address, cursor, delete))
 
     async def close(self) -> None:
-        """Await every session's unconfirmed sends, then close gracefully (acks and
-        credit owed, then DISCONNECT); never raises for a connection already gone."""
+        """Await every session's unconfirmed sends, send the acks and credit owed, then
+        DISCONNECT; never raises for a connection that is already gone."""
         failure: ChuteError | None = None
         if not self._link.closed:
             for window in list(self._windows):
@@ -266,92 +297,29 @@ class Connection:
         if failure is not None:
             raise failure
 
-    async def __aenter__(self) -> Self:
-        return self
+    def _described(self) -> str:
+        return "the connection"
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await _close_at_exit(self.close, exc, "the connection")
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<chute.Connection {self.connection_id or '?'} {state}>"
 
 
-class _ConfirmWindow:
-    """A session's requests awaiting confirmation (persistent sends or commits), oldest
-    first; the asyncio twin of the blocking client's. One task at a time awaits
-    confirmations, the others queue behind it."""
-
-    __slots__ = ("__weakref__", "_awaiting", "_corrs", "_link", "_session_id", "size")
-
-    def __init__(self, link: AsyncLink, session_id: int, size: int) -> None:
-        self._link = link
-        self._session_id = session_id
-        self.size = size
-        self._corrs: collections.deque[int] = collections.deque()
-        self._awaiting = asyncio.Lock()
-
-    def __len__(self) -> int:
-        return len(self._corrs)
-
-    async def add(self, corr: int, *, flush: bool = False) -> None:
-        """Track request ``corr``; if the window overflows, await the oldest down to
-        its size, else (``flush``) write what is queued now."""
-        self._corrs.append(corr)
-        if len(self._corrs) > self.size:
-            await self.await_down_to(self.size)
-        elif flush:
-            self._link.flush()
-
-    async def await_down_to(self, most: int) -> None:
-        """Wait until at most ``most`` requests are unconfirmed, oldest first.
-
-        Raises:
-            ChuteError: the first refused or unstored one (noted as an earlier send).
-        """
-        corrs = self._corrs
-        async with self._awaiting:
-            if len(corrs) <= most:
-                return
-            self._link.flush()
-            while len(corrs) > most:
-                corr = corrs.popleft()
-                try:
-                    await self._link.wait(corr)
-                except ChuteError as exc:
-                    exc.add_note(
-                        f"raised for an earlier persistent send or commit of session "
-                        f"{self._session_id}, which awaited its confirmation (confirm_window)"
-                    )
-                    raise
-
-    async def settle_all(self) -> None:
-        """Await every unconfirmed request, past failures; raise the first failure (not a
-        lost connection or a timeout: what is unconfirmed then stays unknown)."""
-        first: ChuteError | None = None
-        while self._corrs:
-            try:
-                await self.await_down_to(0)
-            except (ConnectError, RequestTimeout):
-                break
-            except ChuteError as exc:
-                first = first or exc
-        if first is not None:
-            raise first
-
-
-class Session:
-    """An asyncio session (:class:`chute.client.api.AsyncSession`)."""
+class AioSession(AsyncClosedAtExit):
+    """A session (:class:`chute.client.api.AsyncSession`)."""
 
     def __init__(
-        self, connection: Connection, link: AsyncLink, session_id: int, window: _ConfirmWindow
+        self,
+        connection: AioConnection,
+        link: AsyncLink,
+        session_id: int,
+        window: AsyncConfirmWindow,
     ) -> None:
         self.connection = connection
         self.id = session_id
         self._link = link
-        self._send = link.send
         self._window = window
+        self._windowed = window.size > 0
 
     @property
     def confirm_window(self) -> int:
@@ -376,11 +344,9 @@ class Session:
         id: str | None = None,
         kind: BodyKind | None = None,
     ) -> None:
-        windowed = self._window.size > 0
-        corr = self._send(
-            self.id,
-            address,
-            body,
+        link = self._link
+        windowed = self._windowed
+        options: SendFields = (
             priority,
             ttl,
             properties,
@@ -390,21 +356,21 @@ class Session:
             type,
             id,
             kind,
-            windowed,
         )
-        if corr and not windowed:
-            await self._link.wait(corr)
-            return
+        corr = link.send(self.id, address, body, options, windowed)
         if corr:
-            await self._window.add(corr)
-        if self._link.congested:
-            await self._link.drain()
+            if windowed:
+                await self._window.add(corr)
+            else:
+                await link.wait(corr)
+        if link.congested:
+            await link.drain()
 
     async def send_many(
         self, address: str, messages: Iterable[bytes | str | Message], *, ttl: int = 0
     ) -> None:
         corrs = await self._link.send_many(self.id, address, messages, ttl)
-        if self._window.size > 0:
+        if self._windowed:
             for corr in corrs:
                 await self._window.add(corr)
         else:
@@ -425,22 +391,20 @@ class Session:
         durable: bool = False,
         shared: bool = False,
         offset: str | int | None = None,
-    ) -> Consumer:
+    ) -> AioConsumer:
         consumer_id = await self._link.open_consumer(
             self.id,
             address,
-            selector=selector,
-            prefetch=prefetch,
-            exclusive=exclusive,
-            subscription=subscription,
-            durable=durable,
-            shared=shared,
-            offset=offset,
+            ConsumerOptions(selector, prefetch, exclusive, subscription, durable, shared, offset),
         )
-        return Consumer(self, self._link, consumer_id)
+        return AioConsumer(self, self._link, consumer_id)
 
     async def commit(self) -> None:
-        """Windowed as :meth:`chute.client.blocking.Session.commit`."""
+        """With a ``confirm_window`` of N, returns as soon as at most N commits await
+        the broker's answer (pipelined transactions). A commit the broker then refused
+        is raised by a later call; as with any refused commit, its transaction stays
+        open, now with whatever was sent since: roll back and send again from the
+        last commit :meth:`flush` confirmed."""
         corr = self._link.commit(self.id)
         if self._window.size:
             await self._window.add(corr, flush=True)
@@ -481,8 +445,8 @@ class Session:
         page_messages: int = 0,
         page_bytes: int = 0,
     ) -> AsyncIterator[Message]:
-        """``async for message in session.iter_browse(q)``; the next page is requested
-        before this one is handed out, and a walk given up forgets its last request."""
+        """The request for the next page goes out while the caller works on this one;
+        a walk given up forgets its last request."""
         link = self._link
         fetch = functools.partial(
             requests.browse_fetch,
@@ -518,29 +482,21 @@ class Session:
     ) -> None:
         await self._link.call(requests.callback(topic, name, forward_to, selector), session=self.id)
 
+    def _described(self) -> str:
+        return f"session {self.id}"
+
     async def close(self) -> None:
         try:
             await self._window.settle_all()
         finally:
             await self._link.close_session(self.id)
 
-    async def __aenter__(self) -> Self:
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await _close_at_exit(self.close, exc, f"session {self.id}")
+class AioConsumer(AsyncClosedAtExit):
+    """A consumer (:class:`chute.client.api.AsyncConsumer`); iterate it to receive
+    until it closes."""
 
-
-class Consumer:
-    """An asyncio consumer (:class:`chute.client.api.AsyncConsumer`);
-    ``async for message in consumer`` receives until it closes."""
-
-    def __init__(self, session: Session, link: AsyncLink, consumer_id: int) -> None:
+    def __init__(self, session: AioSession, link: AsyncLink, consumer_id: int) -> None:
         self.session = session
         self.id = consumer_id
         self._link = link
@@ -550,7 +506,7 @@ class Consumer:
         return not self._link.consumer_open(self.id)
 
     def receive(self, timeout: float | None = None) -> Coroutine[Any, Any, Received | None]:
-        """``await consumer.receive(timeout)``: the link's own coroutine, no extra frame."""
+        """The link's own ``receive`` (no frame of this method's own while it waits)."""
         return self._link.receive(self.id, timeout)
 
     def __aiter__(self) -> AsyncIterator[Received]:
@@ -567,33 +523,11 @@ class Consumer:
             if message is not None:
                 yield message
 
+    def _described(self) -> str:
+        return f"consumer {self.id}"
+
     async def close(self) -> None:
         await self._link.close_consumer(self.id)
 
-    async def __aenter__(self) -> Self:
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
-
-async def _close_at_exit(
-    close: Callable[[], Awaitable[None]], exc: BaseException | None, what: str
-) -> None:
-    """``await close()`` at the end of an ``async with`` block; with an exception on its
-    way out, a failure to close becomes a note on it (as the blocking client does)."""
-    if exc is None:
-        await close()
-        return
-    try:
-        await close()
-    except ChuteError as failure:
-        exc.add_note(f"closing {what} also failed: {failure}")
-
-
-__all__ = ["Connection", "Consumer", "Received", "Session", "connect"]
+__all__ = ["AioConnection", "AioConsumer", "AioSession", "open_connection"]
