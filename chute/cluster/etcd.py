@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -281,7 +281,7 @@ class EtcdClient:
 
     async def watch(
         self, prefix: bytes, start_revision: int, *, backoff: Backoff | None = None
-    ) -> AsyncIterator[WatchItem]:
+    ) -> AsyncGenerator[WatchItem, None]:
         """Every change under ``prefix`` from ``start_revision`` on, for as long as the
         caller iterates (see the module's docstring for reconnects and compaction).
         Unreachable endpoints are retried with ``backoff`` for ever: the caller

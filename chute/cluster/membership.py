@@ -42,8 +42,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from chute.cluster.errors import EtcdError, EtcdUnavailable, LeaseNotFound, NodeNameTaken
-from chute.cluster.etcd import Backoff, EtcdClient, Snapshot
+from chute.cluster.errors import EtcdError, LeaseNotFound, NodeNameTaken
+from chute.cluster.etcd import Backoff, EtcdClient, Snapshot, WatchItem
 from chute.cluster.etcd_wire import EventType, KeyValue
 from chute.cluster.url import check_name
 from chute.version import __version__
@@ -253,7 +253,7 @@ class Membership:
             except LeaseNotFound:
                 if not await self._register_again():
                     return
-            except EtcdUnavailable as exc:
+            except EtcdError as exc:  # unreachable, or refusing us (auth): the same here
                 if self._state is not NodeState.UNREACHABLE:
                     log.warning(
                         "cluster %s: coordinator unreachable (%s); node %s keeps serving with "
@@ -286,7 +286,8 @@ class Membership:
             self._lease = 0
             self._set_state(NodeState.REFUSED)
             return False
-        except EtcdUnavailable:
+        except EtcdError as exc:
+            log.warning("cluster %s: registering again failed (%s); retrying", self.cluster, exc)
             self._set_state(NodeState.UNREACHABLE)
             return True  # keep trying: the next keep-alive finds the new lease or none
         log.warning("cluster %s: node %s registered again", self.cluster, self.node)
@@ -308,17 +309,30 @@ class Membership:
         self._watch_task = asyncio.create_task(self._watch(), name="cluster-watch")
 
     async def _watch(self) -> None:
-        async for item in self.client.watch(self._prefix, self._revision + 1):
-            if isinstance(item, Snapshot):
-                self._replace(item.kvs)
-                self._revision = item.revision
-                continue
-            name = item.kv.key[len(self._prefix) :].decode("utf-8", "replace")
-            if item.type is EventType.PUT:
-                self._join(Member.from_kv(name, item.kv))
-            else:
-                self._leave(name)
-            self._revision = item.kv.mod_revision
+        retry = Backoff(self._backoff.initial, self._backoff.maximum)
+        while True:
+            try:
+                async for item in self.client.watch(
+                    self._prefix, self._revision + 1, backoff=retry
+                ):
+                    self._apply(item)
+            except EtcdError as exc:  # etcd cancelled the watch, or refused us
+                log.warning(
+                    "cluster %s: watching the nodes failed (%s); watching again", self.cluster, exc
+                )
+                await retry.sleep()
+
+    def _apply(self, item: WatchItem) -> None:
+        if isinstance(item, Snapshot):
+            self._replace(item.kvs)
+            self._revision = item.revision
+            return
+        name = item.kv.key[len(self._prefix) :].decode("utf-8", "replace")
+        if item.type is EventType.PUT:
+            self._join(Member.from_kv(name, item.kv))
+        else:
+            self._leave(name)
+        self._revision = item.kv.mod_revision
 
     def _replace(self, kvs: tuple[KeyValue, ...]) -> None:
         seen = {

@@ -55,7 +55,7 @@ class EtcdProcess:
         client = f"http://{self.endpoint}"
         peer = f"http://127.0.0.1:{self.peer_port}"
         with self.log.open("ab") as log:
-            self.process = subprocess.Popen(  # noqa: S603 - our own arguments
+            self.process = subprocess.Popen(
                 [
                     self.program,
                     "--name=test",
@@ -85,7 +85,7 @@ class EtcdProcess:
             if self.process.poll() is not None:
                 pytest.fail(f"etcd exited with {self.process.returncode}:\n{self.tail()}")
             try:
-                with urllib.request.urlopen(url, timeout=1) as response:  # noqa: S310 - http on loopback
+                with urllib.request.urlopen(url, timeout=1) as response:
                     if json.loads(response.read()).get("health") == "true":
                         return
             except (OSError, ValueError, urllib.error.URLError):

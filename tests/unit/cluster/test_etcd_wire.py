@@ -53,7 +53,9 @@ def test_a_create_if_absent_transaction() -> None:
     )
     assert path == "/v3/kv/txn"
     assert body == {
-        "compare": [{"key": b64("k"), "result": "EQUAL", "target": "CREATE", "create_revision": "0"}],
+        "compare": [
+            {"key": b64("k"), "result": "EQUAL", "target": "CREATE", "create_revision": "0"}
+        ],
         "success": [{"request_put": {"key": b64("k"), "value": b64("v"), "lease": "12"}}],
         "failure": [{"request_range": {"key": b64("k")}}],
     }
@@ -99,7 +101,9 @@ def test_watch_lines() -> None:
     }
     with pytest.raises(ValueError, match="revision >= 1"):
         wire.watch_request(b"/c/", start_revision=0)
-    created = wire.parse_watch_line(json.dumps({"result": {"header": HEADER, "created": True}}).encode())
+    created = wire.parse_watch_line(
+        json.dumps({"result": {"header": HEADER, "created": True}}).encode()
+    )
     assert created.created
     assert created.events == ()
     line = {
