@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -92,7 +92,23 @@ class Backoff:
 
 
 class _Unreachable(Exception):
-    """This endpoint could not be reached; try the next one."""
+    """This endpoint could not be reached; try the next one. ``stale`` when a pooled
+    connection broke (the etcd behind it restarted): worth one more try."""
+
+    def __init__(self, reason: str, *, stale: bool = False) -> None:
+        super().__init__(reason)
+        self.stale = stale
+
+
+def _unreachable(exc: BaseException) -> _Unreachable:
+    stale = isinstance(exc, aiohttp.ServerDisconnectedError) or (
+        isinstance(exc, aiohttp.ClientOSError) and not isinstance(exc, aiohttp.ClientConnectorError)
+    )
+    if isinstance(exc, TimeoutError):
+        reason = "no answer in time"
+    else:
+        reason = str(exc) or type(exc).__name__
+    return _Unreachable(reason, stale=stale)
 
 
 class EtcdClient:
@@ -159,7 +175,7 @@ class EtcdClient:
                 raw = await response.read()
                 status = response.status
         except _TRANSPORT_ERRORS as exc:
-            raise _Unreachable(_describe(exc)) from exc
+            raise _unreachable(exc) from exc
         try:
             answer = json.loads(raw) if raw else {}
         except ValueError:
@@ -205,18 +221,23 @@ class EtcdClient:
 
     async def call(self, request: tuple[str, wire.Body]) -> wire.Body:
         """Send one request to the first endpoint that answers; raise
-        :class:`EtcdUnavailable` when none does (the endpoints are tried twice, the
-        second time after a pooled connection went stale with a restarted etcd)."""
+        :class:`EtcdUnavailable` when none does. An endpoint whose pooled connection
+        broke (an etcd restarted since) is tried once more, on a new connection."""
         path, body = request
         failures: dict[Endpoint, str] = {}
         count = len(self.endpoints)
-        for attempt in range(2 * count):
-            index = (self._current + attempt) % count
+        order = [(self._current + n) % count for n in range(count)]
+        retried: set[int] = set()
+        while order:
+            index = order.pop(0)
             endpoint = self.endpoints[index]
             try:
                 answer = await self._authenticated(endpoint, path, body)
             except _Unreachable as exc:
                 failures[endpoint] = str(exc)
+                if exc.stale and index not in retried:
+                    retried.add(index)
+                    order.insert(0, index)
                 continue
             self._current = index
             return answer
@@ -280,12 +301,20 @@ class EtcdClient:
     # -- watch -----------------------------------------------------------------------
 
     async def watch(
-        self, prefix: bytes, start_revision: int, *, backoff: Backoff | None = None
+        self,
+        prefix: bytes,
+        start_revision: int,
+        *,
+        backoff: Backoff | None = None,
+        on_watching: Callable[[Endpoint], None] | None = None,
     ) -> AsyncGenerator[WatchItem, None]:
         """Every change under ``prefix`` from ``start_revision`` on, for as long as the
         caller iterates (see the module's docstring for reconnects and compaction).
         Unreachable endpoints are retried with ``backoff`` for ever: the caller
-        decides, by cancelling, when to give up."""
+        decides, by cancelling, when to give up. ``on_watching`` is told the endpoint
+        each time etcd has set the watch up (first, and after each reconnect): a stream
+        that merely goes quiet cannot be told from a member that vanished, so a caller
+        that sees its requests answered elsewhere can restart the watch."""
         retry = backoff or Backoff()
         next_revision = start_revision
         while True:
@@ -293,6 +322,8 @@ class EtcdClient:
             try:
                 async for response in self._watch_stream(endpoint, prefix, next_revision):
                     retry.reset()
+                    if response.created and on_watching is not None:
+                        on_watching(endpoint)
                     if response.canceled:
                         if not response.compact_revision:
                             raise EtcdError(
@@ -314,7 +345,10 @@ class EtcdClient:
     async def _watch_stream(
         self, endpoint: Endpoint, prefix: bytes, start_revision: int
     ) -> AsyncIterator[wire.WatchResponse]:
-        """One watch over one HTTP request, until etcd closes it."""
+        """One watch over one HTTP request, until etcd closes it. etcd must set the
+        watch up (its first line) within ``request_timeout``, as any request must
+        answer: a member that accepts connections but never answers (stopped, or
+        wedged) is left for the next one; after that the stream may be quiet for ever."""
         if self._user is not None and endpoint not in self._tokens:
             await self._authenticate(endpoint)
         path, body = wire.watch_request(prefix, start_revision=start_revision)
@@ -323,33 +357,59 @@ class EtcdClient:
         if token is not None:
             headers["Authorization"] = token
         try:
-            async with self._http().post(
-                endpoint.base_url + path, json=body, headers=headers, timeout=self._watch_timeout
-            ) as response:
-                if response.status != 200:
-                    raw = await response.read()
-                    try:
-                        answer = json.loads(raw)
-                    except ValueError:
-                        raise _Unreachable(f"HTTP {response.status}") from None
-                    raise wire.error_from_body(response.status, answer)
-                buffer = bytearray()
-                async for chunk in response.content.iter_any():
-                    buffer += chunk
-                    while (end := buffer.find(b"\n")) >= 0:
-                        line = bytes(buffer[:end])
-                        del buffer[: end + 1]
-                        if line.strip():
-                            yield wire.parse_watch_line(line)
-                    if len(buffer) > MAX_WATCH_LINE:
-                        raise EtcdError(f"etcd at {endpoint} sent a watch line over 16 MiB")
-                if buffer.strip():
-                    yield wire.parse_watch_line(bytes(buffer))
+            async with asyncio.timeout(self._timeout.total):
+                response = await self._http().post(
+                    endpoint.base_url + path,
+                    json=body,
+                    headers=headers,
+                    timeout=self._watch_timeout,
+                )
+                try:
+                    if response.status != 200:
+                        raw = await response.read()
+                        try:
+                            answer = json.loads(raw)
+                        except ValueError:
+                            raise _Unreachable(f"HTTP {response.status}") from None
+                        raise wire.error_from_body(response.status, answer)
+                    lines = _Lines(response.content, endpoint)
+                    first = await lines.next()
+                except BaseException:
+                    response.close()
+                    raise
+            try:
+                line = first
+                while line is not None:
+                    yield wire.parse_watch_line(line)
+                    line = await lines.next()
+            finally:
+                response.close()  # a watch's connection never goes back to the pool
         except _TRANSPORT_ERRORS as exc:
-            raise _Unreachable(_describe(exc)) from exc
+            raise _unreachable(exc) from exc
 
 
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError):
-        return "no answer in time"
-    return str(exc) or type(exc).__name__
+class _Lines:
+    """The non-empty lines of a watch stream, each up to :data:`MAX_WATCH_LINE`."""
+
+    def __init__(self, content: aiohttp.StreamReader, endpoint: Endpoint) -> None:
+        self._content = content
+        self._endpoint = endpoint
+        self._buffer = bytearray()
+
+    async def next(self) -> bytes | None:
+        """The next line; None once the stream ended."""
+        while True:
+            end = self._buffer.find(b"\n")
+            if end >= 0:
+                line = bytes(self._buffer[:end])
+                del self._buffer[: end + 1]
+                if line.strip():
+                    return line
+                continue
+            if len(self._buffer) > MAX_WATCH_LINE:
+                raise EtcdError(f"etcd at {self._endpoint} sent a watch line over 16 MiB")
+            chunk = await self._content.readany()
+            if not chunk:
+                rest, self._buffer = bytes(self._buffer), bytearray()
+                return rest if rest.strip() else None
+            self._buffer += chunk

@@ -45,7 +45,7 @@ from typing import Final
 from chute.cluster.errors import EtcdError, LeaseNotFound, NodeNameTaken
 from chute.cluster.etcd import Backoff, EtcdClient, Snapshot, WatchItem
 from chute.cluster.etcd_wire import EventType, KeyValue
-from chute.cluster.url import check_name
+from chute.cluster.url import Endpoint, check_name
 from chute.version import __version__
 
 log = logging.getLogger("chute.cluster")
@@ -134,6 +134,7 @@ class Membership:
         self._changed = asyncio.Event()
         self._keepalive_task: asyncio.Task[None] | None = None
         self._watch_task: asyncio.Task[None] | None = None
+        self._watching: Endpoint | None = None  # where the watch is set up
 
     # -- what the node sees ------------------------------------------------------------
 
@@ -177,7 +178,12 @@ class Membership:
         :class:`EtcdUnavailable` / :class:`EtcdAuthError` when etcd cannot be used: a
         node refuses to start rather than run outside its cluster."""
         await self._register()
-        listing = await self.client.get_prefix(self._prefix)
+        try:
+            listing = await self.client.get_prefix(self._prefix)
+        except EtcdError:
+            with contextlib.suppress(EtcdError):
+                await self.client.lease_revoke(self._lease)
+            raise
         self._replace(listing.kvs)
         self._revision = listing.revision
         self._set_state(NodeState.REGISTERED)
@@ -268,6 +274,10 @@ class Membership:
             if self._state is NodeState.UNREACHABLE:
                 log.warning("cluster %s: coordinator reachable again", self.cluster)
                 self._recovered()
+            elif self._watching not in (None, self.client.endpoint):
+                # requests fail over to another member while the watch's member went
+                # quiet (it may be gone without a word): watch through the live one
+                self._start_watch()
 
     async def _register_again(self) -> bool:
         """After the lease expired: register under a new lease. False (and REFUSED) if
@@ -306,14 +316,18 @@ class Membership:
     def _start_watch(self) -> None:
         if self._watch_task is not None:
             self._watch_task.cancel()
+        self._watching = None
         self._watch_task = asyncio.create_task(self._watch(), name="cluster-watch")
+
+    def _watching_at(self, endpoint: Endpoint) -> None:
+        self._watching = endpoint
 
     async def _watch(self) -> None:
         retry = Backoff(self._backoff.initial, self._backoff.maximum)
         while True:
             try:
                 async for item in self.client.watch(
-                    self._prefix, self._revision + 1, backoff=retry
+                    self._prefix, self._revision + 1, backoff=retry, on_watching=self._watching_at
                 ):
                     self._apply(item)
             except EtcdError as exc:  # etcd cancelled the watch, or refused us

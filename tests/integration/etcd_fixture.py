@@ -36,15 +36,18 @@ def etcd_or_skip() -> str:
 
 
 class EtcdProcess:
-    """One etcd member on loopback; ``endpoint`` is where clients reach it."""
+    """One etcd member on loopback; ``endpoint`` is where clients reach it. Alone it is
+    a one-member cluster; :func:`start_etcd_cluster` makes several into one."""
 
-    def __init__(self, program: str, directory: Path) -> None:
+    def __init__(self, program: str, directory: Path, name: str = "test") -> None:
         self.program = program
+        self.name = name
         self.directory = directory
-        self.data = directory / "etcd-data"
-        self.log = directory / "etcd.log"
+        self.data = directory / f"etcd-{name}"
+        self.log = directory / f"etcd-{name}.log"
         self.endpoint = Endpoint("127.0.0.1", free_port())
-        self.peer_port = free_port()
+        self.peer_url = f"http://127.0.0.1:{free_port()}"
+        self.initial_cluster = f"{name}={self.peer_url}"
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -52,19 +55,25 @@ class EtcdProcess:
         return str(self.endpoint)
 
     def start(self) -> EtcdProcess:
+        """Start (or start again, on its data) and wait until it is healthy."""
+        self.launch()
+        self.wait_ready()
+        return self
+
+    def launch(self) -> None:
         client = f"http://{self.endpoint}"
-        peer = f"http://127.0.0.1:{self.peer_port}"
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
                 [
                     self.program,
-                    "--name=test",
+                    f"--name={self.name}",
                     f"--data-dir={self.data}",
                     f"--listen-client-urls={client}",
                     f"--advertise-client-urls={client}",
-                    f"--listen-peer-urls={peer}",
-                    f"--initial-advertise-peer-urls={peer}",
-                    f"--initial-cluster=test={peer}",
+                    f"--listen-peer-urls={self.peer_url}",
+                    f"--initial-advertise-peer-urls={self.peer_url}",
+                    f"--initial-cluster={self.initial_cluster}",
+                    "--initial-cluster-token=chute-test",
                     "--heartbeat-interval=50",
                     "--election-timeout=500",
                     "--logger=zap",
@@ -73,8 +82,6 @@ class EtcdProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        self.wait_ready()
-        return self
 
     def wait_ready(self) -> None:
         """Poll ``/health`` until etcd has a leader (or fail with its log's tail)."""
@@ -117,3 +124,17 @@ class EtcdProcess:
 
 def start_etcd(directory: Path) -> EtcdProcess:
     return EtcdProcess(etcd_or_skip(), directory).start()
+
+
+def start_etcd_cluster(directory: Path, size: int = 3) -> list[EtcdProcess]:
+    """``size`` etcd members forming one cluster (they start together: each waits for
+    a quorum before it is healthy)."""
+    program = etcd_or_skip()
+    members = [EtcdProcess(program, directory, f"m{n}") for n in range(size)]
+    initial = ",".join(f"{m.name}={m.peer_url}" for m in members)
+    for member in members:
+        member.initial_cluster = initial
+        member.launch()
+    for member in members:
+        member.wait_ready()
+    return members

@@ -15,7 +15,7 @@ from chute.cluster.etcd import Backoff, EtcdClient, Snapshot, WatchItem
 from chute.cluster.etcd_wire import EventType, WatchEvent
 from chute.cluster.url import Endpoint
 from tests.integration.conftest import free_port
-from tests.integration.etcd_fixture import EtcdProcess, start_etcd
+from tests.integration.etcd_fixture import EtcdProcess, start_etcd, start_etcd_cluster
 
 T = TypeVar("T")
 WAIT = 20.0
@@ -26,6 +26,14 @@ def etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
     process = start_etcd(tmp_path)
     yield process
     process.kill()
+
+
+@pytest.fixture
+def etcd_cluster(tmp_path: Path) -> Iterator[list[EtcdProcess]]:
+    members = start_etcd_cluster(tmp_path)
+    yield members
+    for member in members:
+        member.kill()
 
 
 def run(test: Callable[[], Awaitable[T]]) -> T:
@@ -178,6 +186,36 @@ def test_a_dead_first_endpoint_fails_over_to_the_next(etcd: EtcdProcess) -> None
             (event,) = await collect(watch, 1)
             assert isinstance(event, WatchEvent)
             assert event.kv.value == b"w"
+            await watch.aclose()
+
+    run(body)
+
+
+def test_a_killed_member_of_an_etcd_cluster_fails_over_to_the_others(
+    etcd_cluster: list[EtcdProcess],
+) -> None:
+    first, *others = etcd_cluster
+
+    async def body() -> None:
+        endpoints = [m.endpoint for m in etcd_cluster]
+        async with client(*endpoints) as c, client(others[0].endpoint) as writer:
+            start = await c.put(b"/k/0", b"v")
+            assert c.endpoint == first.endpoint
+            watch = c.watch(b"/k/", start, backoff=Backoff(0.05, 0.2))
+            assert len(await collect(watch, 1)) == 1
+            await asyncio.to_thread(first.kill)
+            for member in others:  # until they have (perhaps elected) a leader
+                await asyncio.to_thread(member.wait_ready)
+            for n in range(1, 4):
+                await writer.put(f"/k/{n}".encode(), b"v")
+            rest = await collect(watch, 3)
+            assert [i.kv.key for i in rest if isinstance(i, WatchEvent)] == [
+                b"/k/1",
+                b"/k/2",
+                b"/k/3",
+            ]
+            assert (await c.get(b"/k/3")) is not None
+            assert c.endpoint in {m.endpoint for m in others}
             await watch.aclose()
 
     run(body)

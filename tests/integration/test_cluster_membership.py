@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -19,7 +19,7 @@ from chute.cluster.etcd import Backoff, EtcdClient
 from chute.cluster.membership import EventKind, Membership, MembershipEvent, NodeState
 from chute.cluster.url import Endpoint
 from tests.integration.conftest import free_port
-from tests.integration.etcd_fixture import EtcdProcess, start_etcd
+from tests.integration.etcd_fixture import EtcdProcess, start_etcd, start_etcd_cluster
 
 T = TypeVar("T")
 WAIT = 20.0
@@ -43,9 +43,10 @@ def run(test: Callable[[], Awaitable[T]]) -> T:
 
 @contextlib.asynccontextmanager
 async def node(
-    endpoint: Endpoint, name: str, *, cluster: str = "c", ttl: int = TTL
+    endpoint: Endpoint | Sequence[Endpoint], name: str, *, cluster: str = "c", ttl: int = TTL
 ) -> AsyncIterator[Membership]:
-    async with EtcdClient([endpoint], request_timeout=1.0, connect_timeout=0.5) as client:
+    endpoints = [endpoint] if isinstance(endpoint, Endpoint) else list(endpoint)
+    async with EtcdClient(endpoints, request_timeout=1.0, connect_timeout=0.5) as client:
         membership = Membership(
             client, cluster, name, address=f"{name}:5445", ttl=ttl, backoff=Backoff(0.05, 0.3)
         )
@@ -198,6 +199,33 @@ def test_a_node_follows_joins_and_leaves_across_an_etcd_restart(etcd: EtcdProces
                 await until(a, lambda m: set(m.members) == {"a", "c"})
 
     run(body)
+
+
+def test_a_node_watching_through_a_stopped_member_watches_through_another(
+    tmp_path: Path,
+) -> None:
+    members = start_etcd_cluster(tmp_path)
+    stopped, *others = members
+
+    async def body() -> None:
+        everyone = [m.endpoint for m in members]
+        async with node(everyone, "a", ttl=5) as a:
+            assert a.client.endpoint == stopped.endpoint
+            async with node(others[0].endpoint, "x", ttl=5):  # a's watch is set up
+                await until(a, lambda m: "x" in m.members)
+            await until(a, lambda m: "x" not in m.members)
+            stopped.pause()  # no word to the node: its watch just goes quiet
+            async with node(others[1].endpoint, "b", ttl=5):
+                await until(a, lambda m: "b" in m.members)
+            await until(a, lambda m: "b" not in m.members)
+            assert a.client.endpoint != stopped.endpoint
+            assert a.state is NodeState.REGISTERED
+
+    try:
+        run(body)
+    finally:
+        for member in members:
+            member.kill()
 
 
 class Relay:
