@@ -131,7 +131,7 @@ class EtcdClient:
         self._timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=connect_timeout)
         self._watch_timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout)
         self._current = 0
-        self._tokens: dict[Endpoint, str] = {}
+        self._tokens: dict[Endpoint, str] = {}  # "": this etcd has no authentication
         self._session: aiohttp.ClientSession | None = None
 
     @classmethod
@@ -166,7 +166,7 @@ class EtcdClient:
     async def _post(self, endpoint: Endpoint, path: str, body: wire.Body) -> wire.Body:
         headers = {}
         token = self._tokens.get(endpoint)
-        if token is not None:
+        if token:
             headers["Authorization"] = token
         try:
             async with self._http().post(
@@ -216,7 +216,8 @@ class EtcdClient:
         except EtcdError as exc:
             if "authentication is not enabled" not in str(exc):
                 raise
-            return  # no authentication on this etcd: send no token
+            self._tokens[endpoint] = ""  # no authentication on this etcd: send no token
+            return
         self._tokens[endpoint] = wire.parse_token(answer)
 
     async def call(self, request: tuple[str, wire.Body]) -> wire.Body:
@@ -354,7 +355,7 @@ class EtcdClient:
         path, body = wire.watch_request(prefix, start_revision=start_revision)
         headers = {}
         token = self._tokens.get(endpoint)
-        if token is not None:
+        if token:
             headers["Authorization"] = token
         try:
             async with asyncio.timeout(self._timeout.total):

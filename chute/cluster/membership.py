@@ -196,16 +196,17 @@ class Membership:
             ", ".join(sorted(self._members)),
         )
         self._keepalive_task = asyncio.create_task(self._keep_alive(), name="cluster-keepalive")
+        self._keepalive_task.add_done_callback(self._ended)
         self._start_watch()
 
     async def stop(self, *, revoke: bool = True) -> None:
         """Stop following the cluster; with ``revoke`` leave it at once (the key goes
         with the lease) rather than when the lease expires."""
-        for task in (self._keepalive_task, self._watch_task):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        tasks = [t for t in (self._keepalive_task, self._watch_task) if t is not None]
+        for task in tasks:
+            task.cancel()
+        # their CancelledErrors are collected; one that cancels stop() itself goes on
+        await asyncio.gather(*tasks, return_exceptions=True)
         self._keepalive_task = self._watch_task = None
         if revoke and self._lease and self._state is not NodeState.REFUSED:
             try:
@@ -318,6 +319,14 @@ class Membership:
             self._watch_task.cancel()
         self._watching = None
         self._watch_task = asyncio.create_task(self._watch(), name="cluster-watch")
+        self._watch_task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """A task that failed is a bug: say so (the node goes on serving)."""
+        if not task.cancelled() and (error := task.exception()) is not None:
+            log.error(
+                "cluster %s: %s stopped on an error", self.cluster, task.get_name(), exc_info=error
+            )
 
     def _watching_at(self, endpoint: Endpoint) -> None:
         self._watching = endpoint

@@ -255,6 +255,9 @@ def test_credentials_are_used_and_refused_ones_are_an_auth_error(etcd: EtcdProce
     secret, wrong = "pw", "wrong"  # a throw-away etcd's root password
 
     async def body() -> None:
+        async with client(etcd.endpoint, user="root", password=secret) as early:
+            await early.put(b"/a/k", b"0")  # credentials for an etcd without auth: unused
+            await early.put(b"/a/k", b"1")
         async with client(etcd.endpoint) as admin:
             await admin.call(("/v3/auth/user/add", {"name": "root", "password": secret}))
             await admin.call(("/v3/auth/role/add", {"name": "root"}))

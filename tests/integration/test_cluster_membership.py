@@ -43,10 +43,17 @@ def run(test: Callable[[], Awaitable[T]]) -> T:
 
 @contextlib.asynccontextmanager
 async def node(
-    endpoint: Endpoint | Sequence[Endpoint], name: str, *, cluster: str = "c", ttl: int = TTL
+    endpoint: Endpoint | Sequence[Endpoint],
+    name: str,
+    *,
+    cluster: str = "c",
+    ttl: int = TTL,
+    request_timeout: float = 1.0,
 ) -> AsyncIterator[Membership]:
     endpoints = [endpoint] if isinstance(endpoint, Endpoint) else list(endpoint)
-    async with EtcdClient(endpoints, request_timeout=1.0, connect_timeout=0.5) as client:
+    async with EtcdClient(
+        endpoints, request_timeout=request_timeout, connect_timeout=0.5
+    ) as client:
         membership = Membership(
             client, cluster, name, address=f"{name}:5445", ttl=ttl, backoff=Backoff(0.05, 0.3)
         )
@@ -55,6 +62,18 @@ async def node(
             yield membership
         finally:
             await membership.stop()
+
+
+async def writable(endpoints: Sequence[Endpoint]) -> None:
+    """Return once etcd takes a write through ``endpoints`` (it answers "unavailable"
+    while its members elect a new leader)."""
+    async with asyncio.timeout(WAIT), EtcdClient(endpoints, request_timeout=1.0) as client:
+        while True:
+            try:
+                await client.put(b"/probe", b"")
+                return
+            except EtcdUnavailable:
+                continue
 
 
 async def until(membership: Membership, predicate: Callable[[Membership], bool]) -> None:
@@ -215,6 +234,7 @@ def test_a_node_watching_through_a_stopped_member_watches_through_another(
                 await until(a, lambda m: "x" in m.members)
             await until(a, lambda m: "x" not in m.members)
             stopped.pause()  # no word to the node: its watch just goes quiet
+            await writable([m.endpoint for m in others])  # a leader, if the stopped one led
             async with node(others[1].endpoint, "b", ttl=5):
                 await until(a, lambda m: "b" in m.members)
             await until(a, lambda m: "b" not in m.members)
