@@ -101,9 +101,9 @@ class _Unreachable(Exception):
 
 
 def _unreachable(exc: BaseException) -> _Unreachable:
-    stale = isinstance(exc, aiohttp.ServerDisconnectedError) or (
-        isinstance(exc, aiohttp.ClientOSError) and not isinstance(exc, aiohttp.ClientConnectorError)
-    )
+    # not "could not connect", not "no answer in time": a connection that broke under
+    # the request (one from the pool, to an etcd that restarted since)
+    stale = not isinstance(exc, aiohttp.ClientConnectorError | TimeoutError)
     if isinstance(exc, TimeoutError):
         reason = "no answer in time"
     else:

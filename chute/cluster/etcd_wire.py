@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import enum
 import json
 from collections.abc import Mapping, Sequence
@@ -238,14 +239,32 @@ def watch_request(key: bytes, *, start_revision: int, prefix: bool = True) -> tu
 
 
 # -- decoding ----------------------------------------------------------------------
+# Whatever comes back (an etcd of another version, or something else listening on
+# the port) raises EtcdError at worst, never a TypeError or AttributeError.
+
+
+def _object(raw: object, what: str) -> Mapping[str, Any]:
+    if not isinstance(raw, Mapping):
+        raise EtcdError(f"etcd sent {what}={str(raw)[:200]!r}, not an object")
+    return raw
+
+
+def _objects(body: Mapping[str, Any], name: str) -> list[Mapping[str, Any]]:
+    raw = body.get(name, ())
+    if not isinstance(raw, list | tuple):
+        raise EtcdError(f"etcd sent {name}={str(raw)[:200]!r}, not a list")
+    return [_object(item, name) for item in raw]
 
 
 def _int(body: Mapping[str, Any], name: str) -> int:
+    """An int64 field: a JSON string of digits (or a number, as older gateways sent)."""
     raw = body.get(name, 0)
-    try:
-        return int(raw)
-    except (TypeError, ValueError):
-        raise EtcdError(f"etcd sent {name}={raw!r}, not an integer") from None
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str):
+        with contextlib.suppress(ValueError):
+            return int(raw)
+    raise EtcdError(f"etcd sent {name}={str(raw)[:200]!r}, not an integer")
 
 
 def _bytes(body: Mapping[str, Any], name: str) -> bytes:
@@ -253,12 +272,11 @@ def _bytes(body: Mapping[str, Any], name: str) -> bytes:
     try:
         return base64.b64decode(raw, validate=True)
     except (TypeError, ValueError, binascii.Error):
-        raise EtcdError(f"etcd sent {name}={raw!r}, not base64") from None
+        raise EtcdError(f"etcd sent {name}={str(raw)[:200]!r}, not base64") from None
 
 
 def _header_revision(body: Mapping[str, Any]) -> int:
-    header = body.get("header")
-    return _int(header, "revision") if isinstance(header, Mapping) else 0
+    return _int(_object(body.get("header", {}), "header"), "revision")
 
 
 def parse_kv(body: Mapping[str, Any]) -> KeyValue:
@@ -273,7 +291,7 @@ def parse_kv(body: Mapping[str, Any]) -> KeyValue:
 
 
 def _kvs(body: Mapping[str, Any]) -> tuple[KeyValue, ...]:
-    return tuple(parse_kv(kv) for kv in body.get("kvs", ()))
+    return tuple(parse_kv(kv) for kv in _objects(body, "kvs"))
 
 
 def parse_range(body: Mapping[str, Any]) -> RangeResult:
@@ -287,12 +305,11 @@ def parse_revision(body: Mapping[str, Any]) -> int:
 
 def parse_txn(body: Mapping[str, Any]) -> TxnResult:
     kvs: list[KeyValue] = []
-    for response in body.get("responses", ()):
-        ranged = response.get("response_range")
-        if isinstance(ranged, Mapping):
-            kvs.extend(_kvs(ranged))
+    for response in _objects(body, "responses"):
+        if "response_range" in response:
+            kvs.extend(_kvs(_object(response["response_range"], "response_range")))
     return TxnResult(
-        succeeded=bool(body.get("succeeded", False)),
+        succeeded=body.get("succeeded", False) is True,
         revision=_header_revision(body),
         kvs=tuple(kvs),
     )
@@ -305,8 +322,7 @@ def parse_lease(body: Mapping[str, Any]) -> Lease:
 def parse_keepalive(body: Mapping[str, Any], lease: int) -> int:
     """The lease's TTL after a keep-alive. etcd answers an expired (or unknown) lease
     with no TTL at all, which is :class:`LeaseNotFound`, not a parse error."""
-    result = body.get("result", body)
-    ttl = _int(result, "TTL")
+    ttl = _int(_object(body.get("result", body), "result"), "TTL")
     if ttl <= 0:
         raise LeaseNotFound(f"lease {lease:x} has expired", grpc_code=_NOT_FOUND)
     return ttl
@@ -329,37 +345,39 @@ def parse_watch_line(line: bytes) -> WatchResponse:
         raise EtcdError(f"etcd sent a watch line that is not an object: {line[:200]!r}")
     if "error" in body and "result" not in body:
         raise error_from_body(0, body)
-    result = body.get("result", {})
+    result = _object(body.get("result", {}), "result")
     events = tuple(
         WatchEvent(
             type=EventType.DELETE if event.get("type") == "DELETE" else EventType.PUT,
-            kv=parse_kv(event.get("kv", {})),
+            kv=parse_kv(_object(event.get("kv", {}), "kv")),
         )
-        for event in result.get("events", ())
+        for event in _objects(result, "events")
     )
     return WatchResponse(
         revision=_header_revision(result),
         events=events,
-        created=bool(result.get("created", False)),
-        canceled=bool(result.get("canceled", False)),
+        created=result.get("created", False) is True,
+        canceled=result.get("canceled", False) is True,
         compact_revision=_int(result, "compact_revision"),
         cancel_reason=str(result.get("cancel_reason", "")),
     )
 
 
-def error_from_body(status: int, body: Mapping[str, Any]) -> EtcdError:
+def error_from_body(status: int, body: object) -> EtcdError:
     """The typed error an error answer stands for.
 
     The gateway writes unary errors as ``{"error": msg, "message": msg, "code": n}`` and
     stream errors as ``{"error": {"grpc_code": n, "message": msg, ...}}``; ``n`` is a gRPC
     status code."""
+    if not isinstance(body, Mapping):
+        return EtcdError(f"etcd refused the request (HTTP {status}): {str(body)[:200]!r}")
     error = body.get("error")
-    if isinstance(error, Mapping):
-        message = str(error.get("message", ""))
-        code = _int(error, "grpc_code")
-    else:
-        message = str(body.get("message") or error or "")
-        code = _int(body, "code")
+    fields = error if isinstance(error, Mapping) else body
+    message = str(fields.get("message") or error or "")[:500]
+    try:
+        code = _int(fields, "grpc_code" if fields is error else "code")
+    except EtcdError:
+        code = 0
     message = message or f"HTTP {status}"
     text = f"etcd refused the request: {message}"
     if code in (_UNAUTHENTICATED, _PERMISSION_DENIED) or (

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+from collections.abc import Callable
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from chute.cluster import etcd_wire as wire
 from chute.cluster.errors import EtcdAuthError, EtcdError, EtcdUnavailable, LeaseNotFound
@@ -156,3 +160,69 @@ def test_error_answers_map_to_typed_errors(body: dict[str, object], kind: type[E
     error = wire.error_from_body(400, body)
     assert type(error) is kind
     assert "etcdserver" in str(error)
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+FIELDS = st.sampled_from(
+    [
+        "header",
+        "kvs",
+        "responses",
+        "response_range",
+        "result",
+        "events",
+        "kv",
+        "key",
+        "value",
+        "revision",
+        "create_revision",
+        "TTL",
+        "ID",
+        "lease",
+        "succeeded",
+        "created",
+        "canceled",
+        "compact_revision",
+        "error",
+        "message",
+        "code",
+        "grpc_code",
+        "token",
+        "type",
+    ]
+)
+# objects shaped like etcd's answers, with any value in any field
+ANSWERS = st.recursive(
+    st.dictionaries(FIELDS, JSON, max_size=5),
+    lambda inner: st.dictionaries(FIELDS, inner | st.lists(inner, max_size=3) | JSON, max_size=5),
+    max_leaves=10,
+)
+
+
+@given(body=ANSWERS)
+def test_any_answer_parses_or_is_an_etcd_error(body: dict[str, object]) -> None:
+    """What an etcd of another version, or something else on its port, sends never
+    raises anything but EtcdError (the client's callers handle exactly that)."""
+    parsers: list[Callable[[dict[str, object]], object]] = [
+        wire.parse_range,
+        wire.parse_txn,
+        wire.parse_lease,
+        wire.parse_revision,
+        wire.parse_token,
+        lambda b: wire.parse_keepalive(b, 1),
+        lambda b: wire.parse_watch_line(json.dumps(b).encode()),
+    ]
+    for parse in parsers:
+        with contextlib.suppress(EtcdError):
+            parse(body)
+    assert isinstance(wire.error_from_body(500, body), EtcdError)
+
+
+@given(line=st.binary(max_size=200))
+def test_any_watch_line_parses_or_is_an_etcd_error(line: bytes) -> None:
+    with contextlib.suppress(EtcdError):
+        wire.parse_watch_line(line)
