@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
+from aiohttp import web
 
-from chute.cluster.errors import EtcdAuthError, EtcdUnavailable, LeaseNotFound
+from chute.cluster.errors import EtcdAuthError, EtcdError, EtcdUnavailable, LeaseNotFound
 from chute.cluster.etcd import Backoff, EtcdClient, Snapshot, WatchItem
 from chute.cluster.etcd_wire import EventType, WatchEvent
 from chute.cluster.url import Endpoint
@@ -271,5 +272,28 @@ def test_credentials_are_used_and_refused_ones_are_an_auth_error(etcd: EtcdProce
         async with client(etcd.endpoint, user="root", password=wrong) as bad:
             with pytest.raises(EtcdAuthError, match="refused user 'root'"):
                 await bad.get(b"/a/k")
+
+    run(body)
+
+
+def test_something_else_on_the_port_is_a_clear_etcd_error() -> None:
+    """An HTTP server that is not etcd: a refusal naming what answered, not a crash."""
+
+    async def body() -> None:
+        async def not_found(request: web.Request) -> web.Response:
+            return web.Response(status=404, text="<html>no such page</html>")
+
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", not_found)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        endpoint = Endpoint("127.0.0.1", free_port())
+        await web.TCPSite(runner, endpoint.host, endpoint.port).start()
+        try:
+            async with client(endpoint) as c:
+                with pytest.raises(EtcdError, match="answered HTTP 404 with no JSON"):
+                    await c.get(b"/k")
+        finally:
+            await runner.cleanup()
 
     run(body)

@@ -337,3 +337,31 @@ def test_a_node_whose_name_was_taken_while_cut_off_is_refused(etcd: EtcdProcess)
             await relay.close()
 
     run(body)
+
+
+def test_a_node_cut_off_while_etcd_compacted_reads_the_members_anew(etcd: EtcdProcess) -> None:
+    async def body() -> None:
+        relay = Relay(etcd.endpoint)
+        await relay.start()
+        events: list[MembershipEvent] = []
+        try:
+            async with node(relay.endpoint, "a", ttl=10) as a:
+                a.add_listener(events.append)
+                async with node(etcd.endpoint, "b"):
+                    await until(a, lambda m: "b" in m.members)
+                    relay.sever()
+                # while a is cut off: b leaves, c joins, and etcd forgets the history
+                async with node(etcd.endpoint, "c"), EtcdClient([etcd.endpoint]) as c:
+                    revision = await c.put(b"/unrelated", b"")
+                    await c.call(("/v3/kv/compaction", {"revision": str(revision)}))
+                    relay.cut = False
+                    await until(a, lambda m: set(m.members) == {"a", "c"})
+                    assert [(e.kind, e.member.name) for e in events] == [
+                        (EventKind.JOIN, "b"),
+                        (EventKind.LEAVE, "b"),
+                        (EventKind.JOIN, "c"),
+                    ]
+        finally:
+            await relay.close()
+
+    run(body)
