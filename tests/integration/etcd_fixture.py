@@ -57,7 +57,11 @@ class EtcdProcess:
     def start(self) -> EtcdProcess:
         """Start (or start again, on its data) and wait until it is healthy."""
         self.launch()
-        self.wait_ready()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.kill()  # never leave an etcd behind a failed start
+            raise
         return self
 
     def launch(self) -> None:
@@ -132,9 +136,14 @@ def start_etcd_cluster(directory: Path, size: int = 3) -> list[EtcdProcess]:
     program = etcd_or_skip()
     members = [EtcdProcess(program, directory, f"m{n}") for n in range(size)]
     initial = ",".join(f"{m.name}={m.peer_url}" for m in members)
-    for member in members:
-        member.initial_cluster = initial
-        member.launch()
-    for member in members:
-        member.wait_ready()
+    try:
+        for member in members:
+            member.initial_cluster = initial
+            member.launch()
+        for member in members:
+            member.wait_ready()
+    except BaseException:
+        for member in members:
+            member.kill()
+        raise
     return members
