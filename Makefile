@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test test-fast test-unit test-integration test-heavy install install-test lint demo java chromium tinyproxy venv
+.PHONY: run test test-fast test-unit test-integration test-heavy install install-test lint demo java chromium tinyproxy etcd venv
 
 java:
 	sh scripts/ensure-java.sh
@@ -18,13 +18,17 @@ chromium:
 tinyproxy:
 	sh scripts/ensure-tinyproxy.sh
 
+# The cluster tests start Debian's etcd (etcd-server, v3 API) on loopback.
+etcd:
+	sh scripts/ensure-etcd.sh
+
 venv:
 	sh scripts/ensure-venv.sh $(PYTHON) $(VENV)
 
 install: java venv
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[spark]'
 
-install-test: java chromium tinyproxy venv
+install-test: java chromium tinyproxy etcd venv
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
 
 # First command: install, then chute's main job: the broker with its journal (in

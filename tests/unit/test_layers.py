@@ -75,6 +75,8 @@ MAY_IMPORT: Mapping[str, frozenset[str]] = {
     "admin": SERVER | {"server"},
     # the clients: the wire's codec and the core's words, never a broker's insides
     "client": BASE | {"core.model", "protocol", "sansio", "outbox", "origins"},
+    # a cluster's coordinator (etcd over HTTP) and membership, beside the server
+    "cluster": BASE,
     # DropboxMQ: the serverless client (the client's API) and the broker's bridge
     "dropbox": BASE | CORE | {"client"},
     # the applications on top; the dropbox commands stay serverless
