@@ -39,6 +39,7 @@ from chute.core.model.consumer import (
 )
 from chute.core.model.numbered import Numbered
 from chute.core.model.paging import HELD_OVERHEAD, Pager, Resources, held_cost
+from chute.core.model.selector import Selector
 from chute.core.model.settings import SINK_MEMORY_SHARE, DestinationSettings
 from chute.core.model.store import AckOp
 
@@ -81,6 +82,10 @@ class QueueHost(Resources, Protocol):
 
     def room_freed(self, queue: QueueChannel) -> None:
         """A bounded queue has room again (wakes producers waiting under ``block``)."""
+
+    def consumers_changed(self, queue: QueueChannel) -> None:
+        """A local consumer was attached to ``queue`` or left it (a cluster tells the other
+        nodes: :mod:`chute.core.rules.cluster`)."""
 
 
 class QueueChannel(Numbered):
@@ -437,7 +442,17 @@ class QueueChannel(Numbered):
         self.router.add(consumer)
         if consumer.selector is not None:
             self._selective += 1
+        if not consumer.peer:
+            self.host.consumers_changed(self)
         self.deliver()
+
+    def reselect(self, consumer: BrokerConsumer, selector: Selector | None) -> None:
+        """Give an attached consumer another selector (a peer consumer whose node's
+        consumers changed) and push what it may take now."""
+        self._selective += (selector is not None) - (consumer.selector is not None)
+        consumer.selector = selector
+        if self.ready:
+            self.deliver()
 
     def detach(self, consumer: BrokerConsumer) -> None:
         """Remove a consumer; its in-flight messages go back in their place."""
@@ -449,6 +464,8 @@ class QueueChannel(Numbered):
             self._selective -= 1
         returned = list(consumer.inflight.values())
         consumer.inflight.clear()
+        if not consumer.peer:
+            self.host.consumers_changed(self)
         if returned:
             self.requeue(returned)
         elif self.ready:

@@ -45,7 +45,14 @@ from chute.core.model.queue import QueueChannel, Reason
 from chute.core.model.queuetypes import LoginQueue
 from chute.core.model.registry import Destination
 from chute.core.model.settings import Overflow, SettingsResolver
-from chute.core.model.store import AddOp, QueueDefinition, QueueKind, Store, TxOp
+from chute.core.model.store import (
+    AddOp,
+    QueueDefinition,
+    QueueKind,
+    Store,
+    StoredMessage,
+    TxOp,
+)
 from chute.core.model.stream import Stream
 from chute.core.model.topic import Topic
 from chute.core.rules.access import Access, Client
@@ -88,6 +95,11 @@ class Broker:
         limits: Limits | None = None,
     ) -> None:
         self._store = store
+        self.ledgers: dict[str, tuple[int, list[StoredMessage]]] = {}
+        """A cluster's ledgers recovered from the store, until the cluster takes them."""
+        self.demand_watch: Callable[[QueueChannel], None] | None = None
+        """Told when a local consumer comes to or leaves a queue (a cluster's node, which
+        tells the others: :mod:`chute.core.rules.cluster`)."""
         self.gathering: Gathering | None = None
         """The open transaction's record sink while :meth:`atomically` applies one."""
         self.max_lease_ms = max_cursor_lease_ms  # see chute.core.rules.cursor
@@ -404,6 +416,11 @@ class Broker:
         if waiters:
             for wake in waiters:
                 wake()
+
+    def consumers_changed(self, queue: QueueChannel) -> None:
+        watch = self.demand_watch
+        if watch is not None:
+            watch(queue)
 
     def wait_for_room(self, address: str | None, wake: Callable[[], None]) -> None:
         """Call ``wake()`` once when something leaves ``address`` (for the ``block`` policy),
