@@ -228,9 +228,14 @@ class PointToPointRouter:
     consumer receives (Simple-message-queue's single sink); the others stand by.
 
     Peer consumers (other nodes of a cluster, :attr:`BrokerConsumer.peer`) are a lower
-    tier: a message goes to one only when no local consumer can take it (none has
-    credit, or none's selector matches), round-robin among the peers. A queue without
-    peers never pays for the tiers (one integer tested per pick).
+    tier: a message goes to one only when no local consumer could take it (there is
+    none, or none's selector matches it, whatever their credit: a slow local consumer
+    keeps its backlog, as Artemis's ``OFF_WITH_REDISTRIBUTION`` does), round-robin
+    among the peers. Credit alone must not decide it: two nodes whose consumers are
+    both busy would hand the same message back and forth. :meth:`pick` picks a peer
+    only while no local consumer is attached; with selectors, the queue asks per
+    message (``QueueChannel._local_takes``). A queue without peers never pays for the
+    tiers (one integer tested per pick).
     """
 
     __slots__ = ("_exclusive", "_next", "_next_peer", "_peers", "consumers")
@@ -286,9 +291,11 @@ class PointToPointRouter:
         return None
 
     def _pick_tiered(self) -> BrokerConsumer | None:
+        peers = len(self.consumers) == self._peers  # no local consumer: the peers' turn
         for consumer in self.candidates():
-            self.chosen(consumer)
-            return consumer
+            if consumer.peer is peers:
+                self.chosen(consumer)
+                return consumer
         return None
 
     def candidates(self) -> Iterator[BrokerConsumer]:

@@ -320,7 +320,9 @@ class QueueChannel(Numbered):
             selector = consumer.selector
             for lane in reversed(self._lanes):
                 for entry in lane:
-                    if selector is None or selector.matches(as_delivered(entry)):
+                    if (selector is None or selector.matches(as_delivered(entry))) and not (
+                        consumer.peer and self._local_takes(entry)
+                    ):
                         lane.remove(entry)
                         self.ready -= 1
                         if self._expire_if_due(entry):
@@ -329,6 +331,15 @@ class QueueChannel(Numbered):
                         self._push(consumer, entry)
                         return True
         return False
+
+    def _local_takes(self, entry: Entry) -> bool:
+        """Whether a local consumer could take ``entry`` (credit aside): then no peer may
+        (:class:`~chute.core.model.consumer.PointToPointRouter`)."""
+        message = as_delivered(entry)
+        return any(
+            not c.peer and (c.selector is None or c.selector.matches(message))
+            for c in self.router.consumers
+        )
 
     def _pop_first(self) -> Entry | None:
         """The next entry in delivery order, skipping (and diverting) expired ones."""
