@@ -42,6 +42,21 @@ OUT_PREFIX = "cluster.out:"
 """The store name of the ledger of hand-overs sent to a node: this, then its name."""
 IN_PREFIX = "cluster.in:"
 """The store name of the ledger of hand-overs received from a node."""
+PEER_PREFIX = "cluster.peer:"
+"""The key of a topic's *peer subscription*: the subscription standing for another node's
+subscriptions of the topic (what it hands over is one copy for all of them)."""
+
+
+def peer_subscription_key(node: str, topic: str) -> str:
+    """The key of the peer subscription of ``topic`` standing for ``node``."""
+    return f"{PEER_PREFIX}{node}|{topic}"
+
+
+def peer_of(key: str) -> str | None:
+    """The node a subscription key stands for, if it is a peer subscription's."""
+    if not key.startswith(PEER_PREFIX):
+        return None
+    return key[len(PEER_PREFIX) :].partition("|")[0]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, order=True)
@@ -69,7 +84,8 @@ class Handover:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Demand:
     """Queue ``address`` on the sending node has consumers with ``selectors`` (one per
-    consumer, None for one without a selector, in a stable order); none at all if empty."""
+    consumer, None for one without a selector, in a stable order), or topic ``address``
+    has subscriptions with them; none at all if empty."""
 
     address: str
     selectors: tuple[str | None, ...]
@@ -97,27 +113,37 @@ class PeerPort(Protocol):
         """The sender removed its copies of ``keys`` for good: the receiver may forget them.
         Sent only once every record the store was told so far is durable."""
 
-    def send_resume(self, peer: str, keys: Sequence[HandoverKey]) -> None:
+    def send_resume(
+        self, peer: str, keys: Sequence[HandoverKey], demands: Sequence[Demand]
+    ) -> None:
         """Sent first on a link that came up: the only hand-overs this node may still
-        send again; the receiver may forget every other key it holds from this node."""
+        send again (the receiver may forget every other key it holds from this node),
+        and everything this node wants (every queue with consumers, every topic with
+        subscriptions: what is not there, it no longer wants)."""
 
     def send_demand(self, peer: str, demand: Demand) -> None:
-        """This node's consumers of a queue changed (or the link came up)."""
+        """This node's consumers of a queue, or subscriptions of a topic, changed."""
 
 
-def union_selector(selectors: Sequence[str | None]) -> Selector | None:
+def union_text(selectors: Sequence[str | None]) -> str | None:
     """One selector true where any of ``selectors`` is (None if one of them is None, which
-    takes everything). ``selectors`` is not empty.
-
-    Raises:
-        SelectorError: one of them is not a selector (a peer speaking nonsense).
-    """
+    takes everything). ``selectors`` is not empty."""
     if any(s is None for s in selectors):
         return None
     texts = sorted({s for s in selectors if s is not None})
     if len(texts) == 1:
-        return compile_selector(texts[0])
-    return compile_selector(" OR ".join(f"({t})" for t in texts))
+        return texts[0]
+    return " OR ".join(f"({t})" for t in texts)
+
+
+def union_selector(selectors: Sequence[str | None]) -> Selector | None:
+    """:func:`union_text`, compiled.
+
+    Raises:
+        InvalidSelector: one of them is not a selector (a peer speaking nonsense).
+    """
+    text = union_text(selectors)
+    return None if text is None else compile_selector(text)
 
 
 class Ledger:

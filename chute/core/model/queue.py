@@ -84,8 +84,9 @@ class QueueHost(Resources, Protocol):
         """A bounded queue has room again (wakes producers waiting under ``block``)."""
 
     def consumers_changed(self, queue: QueueChannel) -> None:
-        """A local consumer was attached to ``queue`` or left it (a cluster tells the other
-        nodes: :mod:`chute.core.rules.cluster`)."""
+        """A local consumer was attached to ``queue`` or left it, or ``queue`` is a
+        subscription made or dropped (a cluster tells the other nodes:
+        :mod:`chute.core.rules.cluster`)."""
 
 
 class QueueChannel(Numbered):

@@ -39,6 +39,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from chute.core.model.address import DEAD_LETTER, EXPIRED, Kind, canonical, parse
+from chute.core.model.cluster import PEER_PREFIX
 from chute.core.model.consumer import Entry
 from chute.core.model.paging import MemoryBudget, held_cost
 from chute.core.model.queue import QueueChannel, Reason
@@ -290,9 +291,12 @@ class Broker:
         if ttl > 0:
             message.expiration = now + ttl
 
-    def route(self, dest: Destination, message: Message) -> Route:
+    def route(self, dest: Destination, message: Message, *, arrived: bool = False) -> Route:
         """Where ``message`` goes: its sequence number, the queues that take it (after
         the overflow policies) and the store record. Nothing is placed yet.
+
+        ``arrived``: another node of a cluster handed it over: a topic's peer
+        subscriptions (other nodes') do not take it (that node sent them their copies).
 
         Raises:
             WouldBlock: full under ``block``. DestinationFull: full under ``reject``.
@@ -306,6 +310,8 @@ class Broker:
             return Route([], AddOp(dest.address, (dest.address,), seq, message), (dest, entry))
         if isinstance(dest, Topic):
             targets: list[QueueChannel] = list(dest.router.route(message))
+            if arrived:
+                targets = [s for s in targets if not s.name.startswith(PEER_PREFIX)]
             seq = dest.next_seq
             dest.next_seq += 1
             dest.published += 1

@@ -25,7 +25,16 @@ its message and the ledger's record in one atomic commit; the queue's bounds app
 (a full queue under ``block`` or ``reject`` refuses it, and this node announces its
 demand again once the queue has room).
 
-Not yet: topics across nodes (a forwarded copy per node with subscriptions).
+Topics: a node announces, per topic, the selectors of its subscriptions; the other
+nodes each keep a *peer subscription* of the topic standing for it (durable, its
+selector the union of that node's, its one consumer a peer consumer), so a message
+published on any node is handed over once to each node with subscriptions that
+want it, and there routed to its own subscriptions only (never to its peer
+subscriptions: the publishing node sent every node its copy), each once.
+
+What a node wants is announced as it changes (:meth:`Cluster.consumers_changed`) and
+whole when a link comes up (:meth:`Cluster.link_up`): what that does not name, the
+node no longer wants.
 """
 
 from __future__ import annotations
@@ -37,10 +46,11 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol
 
-from chute.core.model.address import parse
+from chute.core.model.address import Kind, parse
 from chute.core.model.cluster import (
     IN_PREFIX,
     OUT_PREFIX,
+    PEER_PREFIX,
     Demand,
     Handover,
     HandoverKey,
@@ -48,14 +58,20 @@ from chute.core.model.cluster import (
     PeerPort,
     in_record,
     out_record,
+    peer_of,
+    peer_subscription_key,
     record_key,
     union_selector,
+    union_text,
 )
 from chute.core.model.consumer import AckMode, BrokerConsumer, Entry
 from chute.core.model.queue import QueueChannel
 from chute.core.model.registry import Registry
+from chute.core.model.selector import compile_selector
 from chute.core.model.store import StoredMessage
+from chute.core.model.topic import Subscription, SubscriptionKind, Topic
 from chute.core.rules.routing import Route, WouldBlock
+from chute.core.rules.subscriptions import Subscriptions
 from chute.errors import ChuteError, DestinationFull
 from chute.message import Message
 
@@ -70,10 +86,13 @@ class ClusterHost(Registry, Protocol):
 
     ledgers: dict[str, tuple[int, list[StoredMessage]]]
     demand_watch: Callable[[QueueChannel], None] | None
+    subscriptions: Subscriptions
 
     def atomically(self) -> AbstractContextManager[None]: ...
 
-    def route(self, dest: QueueChannel, message: Message) -> Route: ...
+    def route(
+        self, dest: QueueChannel | Topic, message: Message, *, arrived: bool = False
+    ) -> Route: ...
 
     def place(self, route: Route) -> None: ...
 
@@ -102,7 +121,8 @@ class _Peer:
         self.next_n = 1
         self.in_doubt: dict[HandoverKey, _Sent] = {}
         self.received: dict[HandoverKey, int] = {}  # key -> in ledger record (0: none)
-        self.consumers: dict[str, BrokerConsumer] = {}  # queue address -> its peer consumer
+        self.consumers: dict[str, BrokerConsumer] = {}  # address -> its peer consumer
+        self.wants: set[str] = set()  # the addresses it announced demand for
 
 
 class _Outbound:
@@ -165,12 +185,10 @@ class Cluster:
         doubt (same keys), and announce this node's consumers."""
         peer = self._peer(name)
         peer.up = True
-        self.port.send_resume(name, sorted(peer.in_doubt))
+        demands = [Demand(a, s) for a, s in sorted(self.announced.items())]
+        self.port.send_resume(name, sorted(peer.in_doubt), demands)
         for sent in sorted(peer.in_doubt.values(), key=lambda s: s.handover.key):
             self.port.send_handover(name, sent.handover)
-        for address, selectors in sorted(self.announced.items()):
-            if selectors:
-                self.port.send_demand(name, Demand(address, selectors))
 
     def link_down(self, name: str) -> None:
         """The link to ``name`` is lost: nothing more goes there until it is up again and
@@ -200,9 +218,14 @@ class Cluster:
     def consumers_changed(self, queue: QueueChannel) -> None:
         """A local consumer came to ``queue`` or left: tell the nodes if that changed what
         this node announced."""
-        if self.host.queues.get(queue.name) is not queue or parse(queue.address).is_temporary:
+        if isinstance(queue, Subscription):
+            if queue.name.startswith(PEER_PREFIX):
+                return
+            selectors = self.topic_demand(queue.topic)
+        elif self.host.queues.get(queue.name) is not queue or parse(queue.address).is_temporary:
             return
-        selectors = self.local_demand(queue)
+        else:
+            selectors = self.local_demand(queue)
         if self.announced.get(queue.address, ()) == selectors:
             return
         if selectors:
@@ -220,10 +243,24 @@ class Cluster:
         texts = [c.selector.text if c.selector is not None else None for c in queue.router.local]
         return tuple(sorted(texts, key=lambda t: (t is not None, t or "")))
 
+    @staticmethod
+    def topic_demand(topic: Topic) -> tuple[str | None, ...]:
+        """The selectors of ``topic``'s subscriptions on this node, in a stable order."""
+        texts = [s.selector_text for key, s in topic.subscriptions.items() if peer_of(key) is None]
+        return tuple(sorted(texts, key=lambda t: (t is not None, t or "")))
+
     def on_demand(self, name: str, demand: Demand) -> None:
-        """``name`` announced its consumers of a queue: this node's peer of the queue gets
-        (or updates, or holds) the peer consumer standing for it."""
+        """``name`` announced its consumers of a queue (this node's peer of the queue gets,
+        updates or holds the peer consumer standing for it), or its subscriptions of a
+        topic (the topic's peer subscription for it is made, updated or dropped)."""
         peer = self._peer(name)
+        if demand.selectors:
+            peer.wants.add(demand.address)
+        else:
+            peer.wants.discard(demand.address)
+        if parse(demand.address).kind is Kind.TOPIC:
+            self._topic_demand(peer, demand)
+            return
         consumer = peer.consumers.get(demand.address)
         if not demand.selectors:
             if consumer is not None:
@@ -242,6 +279,47 @@ class Cluster:
         else:
             consumer.held = False
             dest.reselect(consumer, selector)
+
+    def _topic_demand(self, peer: _Peer, demand: Demand) -> None:
+        topic = self.host.destination(demand.address, create=True)
+        if not isinstance(topic, Topic):
+            return
+        key = peer_subscription_key(peer.name, topic.address)
+        sub = self.host.subscriptions.get(key)
+        if not demand.selectors:
+            if sub is not None:
+                self._drop_peer_subscription(peer, sub)
+            return
+        text = union_text(demand.selectors)
+        if sub is None:
+            sub = self.host.subscriptions.create(
+                key, topic, SubscriptionKind.DURABLE, selector=text
+            )
+        else:
+            sub.selector = compile_selector(text) if text is not None else None
+        consumer = peer.consumers.get(topic.address)
+        if consumer is None or consumer.closed:
+            consumer = self._peer_consumer(peer, sub)
+            consumer.held = not peer.up
+            sub.attach(consumer)
+        else:
+            consumer.held = not peer.up
+            sub.deliver()
+
+    def _drop_peer_subscription(self, peer: _Peer, sub: Subscription) -> None:
+        """``peer`` no longer subscribes to the topic: its copies waiting here go (it may
+        have stored those in doubt; their keys stay known there until released)."""
+        consumer = peer.consumers.pop(sub.address, None)
+        if consumer is not None:
+            for key, sent in list(peer.in_doubt.items()):
+                if sent.consumer is consumer:
+                    del peer.in_doubt[key]
+                    if sent.record:
+                        peer.out.erase(self.host.store, sent.record)
+            sub.requeue(consumer.inflight.values())
+            consumer.inflight.clear()
+            sub.detach(consumer)
+        self.host.subscriptions.drop(sub)
 
     def _peer_consumer(self, peer: _Peer, queue: QueueChannel) -> BrokerConsumer:
         consumer = BrokerConsumer(
@@ -336,16 +414,17 @@ class Cluster:
             self.port.send_confirm(name, [key])
             return
         dest = self.host.destination(handover.address, create=True)
-        if not isinstance(dest, QueueChannel):
-            log.warning("node %s handed over a message for %s, not a queue", name, dest)
+        if not isinstance(dest, QueueChannel | Topic):
+            log.warning("node %s handed over a message for %s: not here", name, dest)
             self.port.send_refuse(name, [key])
             return
         host = self.host
         with host.atomically():
             try:
-                route = host.route(dest, handover.message)
+                route = host.route(dest, handover.message, arrived=True)
             except (WouldBlock, DestinationFull):
-                host.wait_for_room(dest.address, lambda: self._room_again(name, dest))
+                if isinstance(dest, QueueChannel):
+                    host.wait_for_room(dest.address, lambda: self._room_again(name, dest))
                 self.port.send_refuse(name, [key])
                 return
             record = 0
@@ -376,9 +455,17 @@ class Cluster:
             if record:
                 peer.received_ledger.erase(self.host.store, record)
 
-    def on_resume(self, name: str, keys: Sequence[HandoverKey]) -> None:
-        """``name``'s link came up and it may send again only ``keys``: forget the rest."""
-        self.on_release(name, [k for k in self._peer(name).received if k not in set(keys)])
+    def on_resume(self, name: str, keys: Sequence[HandoverKey], demands: Sequence[Demand]) -> None:
+        """``name``'s link came up: it may send again only ``keys`` (forget the rest), and
+        wants ``demands`` and nothing else."""
+        peer = self._peer(name)
+        again = set(keys)
+        self.on_release(name, [k for k in peer.received if k not in again])
+        named = {d.address for d in demands}
+        for address in sorted(peer.wants - named):
+            self.on_demand(name, Demand(address, ()))
+        for demand in demands:
+            self.on_demand(name, demand)
 
     # -- recovery --------------------------------------------------------------------
 
@@ -403,10 +490,16 @@ class Cluster:
             ledger.defined = True
             ledger.next_seq = max(ledger.next_seq, next_seq, *(r.seq + 1 for r in records))
         host.ledgers.clear()
+        for key in [k for k in host.subscriptions if peer_of(k) is not None]:
+            sub = host.subscriptions[key]
+            peer = self._peer(peer_of(key) or "")
+            peer.wants.add(sub.address)
+            if sub.address not in peer.consumers:
+                sub.attach(self._peer_consumer(peer, sub))
 
     def _recover_sent(self, peer: _Peer, item: StoredMessage) -> None:
         props = item.message.properties
-        queue = self.host.queues.get(str(props["queue"]))
+        queue = self.host.queue_by_name(str(props["queue"]))
         taken = queue.withdraw_many([int(props["seq"])]) if queue is not None else []
         if queue is None or not taken:  # the message left its queue meanwhile
             peer.out.erase(self.host.store, item.seq)

@@ -52,8 +52,10 @@ class _Port:
     def send_release(self, peer: str, keys: Sequence[HandoverKey]) -> None:
         self._put(peer, "release", list(keys))
 
-    def send_resume(self, peer: str, keys: Sequence[HandoverKey]) -> None:
-        self._put(peer, "resume", list(keys))
+    def send_resume(
+        self, peer: str, keys: Sequence[HandoverKey], demands: Sequence[Demand]
+    ) -> None:
+        self._put(peer, "resume", (list(keys), list(demands)))
 
     def send_demand(self, peer: str, demand: Demand) -> None:
         self._put(peer, "demand", demand)
@@ -99,11 +101,24 @@ class Node:
         self.session.send(address, Message.create(body.encode(), **fields), ttl=ttl)
 
     def consume(
-        self, address: str, *, prefetch: int = 100, selector: str | None = None
+        self,
+        address: str,
+        *,
+        prefetch: int = 100,
+        selector: str | None = None,
+        subscription: str | None = None,
     ) -> tuple[BrokerConsumer, Recorder]:
+        """A consumer (with ``subscription``, a durable subscription's)."""
         recorder = Recorder()
         consumer = self.session.consumer(
-            next(self.mesh.ids), address, recorder, prefetch=prefetch, selector=selector
+            next(self.mesh.ids),
+            address,
+            recorder,
+            prefetch=prefetch,
+            selector=selector,
+            subscription=subscription,
+            durable=subscription is not None,
+            shared=subscription is not None,
         )
         return consumer, recorder
 
@@ -176,6 +191,9 @@ class Mesh:
             elif what == "demand":
                 assert isinstance(arg, Demand)
                 cluster.on_demand(src, arg)
+            elif what == "resume":
+                assert isinstance(arg, tuple)
+                cluster.on_resume(src, *arg)
             else:
                 assert isinstance(arg, list)
                 getattr(cluster, f"on_{what}")(src, arg)
