@@ -2,7 +2,7 @@
 MemoryStore each) joined by links that carry what the PeerPort sends, in order, until
 the test pumps them. A link can be cut (what is on it is lost), a node restarted over
 its store (what a crash and a restart look like: a MemoryStore keeps everything it was
-told, so every record counts as durable).
+told, so every record counts as durable; a journal is closed and opened again).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Sequence
 from itertools import count
+from pathlib import Path
 from typing import Any
 
 from chute.core.model.cluster import Demand, Handover, HandoverKey
@@ -20,6 +21,8 @@ from chute.core.operations.session import BrokerSession
 from chute.core.rules.broker import Broker
 from chute.core.rules.cluster import Cluster
 from chute.message import Message
+from chute.core.model.store import Store
+from chute.store.journal import Journal
 from chute.store.memory import MemoryStore
 
 from ..helpers import FakeClock, Recorder
@@ -83,8 +86,20 @@ class Node:
     ) -> None:
         self.mesh = mesh
         self.name = name
-        self.store = MemoryStore()
+        self.store: Store = self._open()
         self.settings = SettingsResolver(settings or {})
+        self.start()
+
+    def _open(self) -> Store:
+        if self.mesh.directory is None:
+            return MemoryStore()
+        return Journal(self.mesh.directory / self.name, segment_size=64 * 1024)
+
+    def restart(self) -> None:
+        """Start again over the store (a journal is closed and opened again)."""
+        if self.mesh.directory is not None:
+            self.store.close()
+            self.store = self._open()
         self.start()
 
     def start(self) -> None:
@@ -136,7 +151,14 @@ class Node:
 class Mesh:
     """Nodes and the links between them (all up once joined, until cut)."""
 
-    def __init__(self, *names: str, settings: dict[str, DestinationSettings] | None = None):
+    def __init__(
+        self,
+        *names: str,
+        settings: dict[str, DestinationSettings] | None = None,
+        directory: Path | None = None,
+    ) -> None:
+        """``directory``: each node keeps a journal under it (else a MemoryStore)."""
+        self.directory = directory
         self.clock = FakeClock()
         self.ids = count(1)
         self.wire: deque[Call] = deque()
@@ -173,7 +195,7 @@ class Mesh:
         others = [n for n in self.nodes if n != name and self.linked(name, n)]
         for other in others:
             self.cut(name, other)
-        self.nodes[name].start()
+        self.nodes[name].restart()
         for other in others:
             self.connect(name, other)
 
@@ -200,3 +222,7 @@ class Mesh:
 
     def count(self, what: str) -> int:
         return sum(1 for c in self.sent if c[2] == what)
+
+    def close(self) -> None:
+        for node in self.nodes.values():
+            node.store.close()

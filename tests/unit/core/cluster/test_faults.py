@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -86,6 +87,29 @@ def test_the_receiver_crashing_after_storing_recognises_the_resend() -> None:
     _cb, rb = mesh["b"].consume(Q)
     [entry] = rb.take()
     assert entry.redelivered  # b had delivered it before the crash
+
+
+def test_what_is_in_doubt_survives_both_journals_restarting(tmp_path: Path) -> None:
+    mesh = Mesh("a", "b", directory=tmp_path)
+    try:
+        idle_consumer(mesh, "b")
+        mesh.pump()
+        mesh["a"].send(Q, "x")
+        mesh["a"].send(Q, "y", persistent=False)
+        mesh.pump(until=lambda: mesh.count("confirm") == 1)  # b stored x; y is on the wire
+        mesh.cut("a", "b")
+        mesh["b"].restart()  # b's key of x comes back from its journal
+        mesh["a"].restart()  # a's record of x too; y was never stored anywhere
+        assert mesh["a"].cluster.peers["b"].in_doubt
+        assert mesh["b"].cluster.peers["a"].received
+        mesh.connect("a", "b")
+        _, rb = mesh["b"].consume(Q)
+        assert rb.bodies == [b"x"]  # once
+        assert held(mesh, "a") == 0
+        assert not mesh["a"].cluster.peers["b"].in_doubt
+        assert not mesh["b"].cluster.peers["a"].received
+    finally:
+        mesh.close()
 
 
 def test_a_cut_link_keeps_hand_overs_in_doubt_until_it_is_back() -> None:
