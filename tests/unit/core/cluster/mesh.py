@@ -16,12 +16,12 @@ from typing import Any
 from chute.core.model.cluster import Demand, Handover, HandoverKey
 from chute.core.model.consumer import AckMode, BrokerConsumer
 from chute.core.model.settings import DestinationSettings, SettingsResolver
+from chute.core.model.store import Store
 from chute.core.operations.connection import BrokerConnection
 from chute.core.operations.session import BrokerSession
 from chute.core.rules.broker import Broker
 from chute.core.rules.cluster import Cluster
 from chute.message import Message
-from chute.core.model.store import Store
 from chute.store.journal import Journal
 from chute.store.memory import MemoryStore
 
@@ -94,6 +94,13 @@ class Node:
         if self.mesh.directory is None:
             return MemoryStore()
         return Journal(self.mesh.directory / self.name, segment_size=64 * 1024)
+
+    @property
+    def memory(self) -> MemoryStore:
+        """The node's store, when it is a MemoryStore (to look at what it holds)."""
+        if not isinstance(self.store, MemoryStore):
+            raise TypeError("this node keeps a journal")
+        return self.store
 
     def restart(self) -> None:
         """Start again over the store (a journal is closed and opened again)."""

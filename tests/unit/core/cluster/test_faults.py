@@ -25,7 +25,7 @@ def held(mesh: Mesh, node: str) -> int:
 
 
 def stored_bodies(mesh: Mesh, node: str, name: str = Q) -> list[bytes]:
-    kept = mesh[node].store.messages.get(name, {})
+    kept = mesh[node].memory.messages.get(name, {})
     return [kept[seq].message.body for seq in sorted(kept)]
 
 
@@ -234,7 +234,7 @@ def test_exactly_once_across_three_nodes_with_consumers_joining_and_leaving(seed
         seen.add(body)
     for n in soak.names:
         assert held(mesh, n) == 0
-        ledgers = {k: v for k, v in mesh[n].store.messages.items() if k.startswith("cluster.")}
+        ledgers = {k: v for k, v in mesh[n].memory.messages.items() if k.startswith("cluster.")}
         assert not any(ledgers.values()), ledgers  # every key released or resumed past
         assert not any(peer.received for peer in mesh[n].cluster.peers.values())
         assert looking.browse(mesh[n].broker, "queue:__sys__deadLetter") == []

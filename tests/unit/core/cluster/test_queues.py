@@ -36,11 +36,11 @@ def test_a_message_goes_to_a_node_with_a_consumer_and_leaves_the_sender() -> Non
     mesh.pump()
     assert mesh["b"].ack_all(cb, rb) == [str(i) for i in range(10)]
     assert depth(mesh, "a") == depth(mesh, "b") == 0
-    assert not mesh["a"].store.messages.get(Q)
-    assert not mesh["b"].store.messages.get(Q)
+    assert not mesh["a"].memory.messages.get(Q)
+    assert not mesh["b"].memory.messages.get(Q)
     # the ledgers are empty once the keys were released
-    assert not any(mesh["a"].store.messages.get("cluster.out:b", {}).values())
-    assert not any(mesh["b"].store.messages.get("cluster.in:a", {}).values())
+    assert not any(mesh["a"].memory.messages.get("cluster.out:b", {}).values())
+    assert not any(mesh["b"].memory.messages.get("cluster.in:a", {}).values())
 
 
 def test_never_to_a_node_without_a_consumer() -> None:

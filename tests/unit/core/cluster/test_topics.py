@@ -55,7 +55,7 @@ def test_a_durable_subscription_on_another_node_gets_what_was_published_while_cu
     mesh.connect("a", "b")
     assert rb.bodies == [b"while cut"]
     mesh["b"].session.ack(cb, rb.entries[0].seq, cumulative=False)
-    assert not any(mesh["a"].store.messages.get("cluster.out:b", {}).values())
+    assert not any(mesh["a"].memory.messages.get("cluster.out:b", {}).values())
 
 
 def test_a_subscription_gone_stops_the_copies() -> None:
