@@ -5,6 +5,7 @@ from __future__ import annotations
 from chute.core.model.settings import DestinationSettings, Overflow
 from chute.core.operations import looking
 
+from ..helpers import stats_of
 from .mesh import Mesh
 
 Q = "queue:work"
@@ -230,3 +231,13 @@ def test_a_transactions_sends_are_handed_over_only_after_its_commit() -> None:
     tx.commit()
     mesh.pump()
     assert mesh["b"].ack_all(cb, rb) == ["t1", "t2"]
+
+
+def test_a_nodes_statistics_count_its_own_consumers_only() -> None:
+    mesh = Mesh("a", "b")
+    mesh["a"].consume(Q)
+    mesh["b"].consume(Q)
+    mesh["b"].consume(Q)
+    mesh.pump()
+    assert stats_of(mesh["a"].broker, Q)["consumers"] == 1
+    assert stats_of(mesh["b"].broker, Q)["consumers"] == 2
