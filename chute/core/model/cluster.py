@@ -1,6 +1,6 @@
 """A cluster's words: what nodes send each other about distributed queues.
 
-Every node holds a peer of every queue (seed 004's ``DistributedQueuePeer``). A node
+Every node holds a peer of every queue (JBoss Messaging's ``DistributedQueuePeer``). A node
 tells the others which of its queues have consumers, and with which selectors: a
 :class:`Demand`. A node that heard another's demand for a queue gives its own peer
 of that queue a *peer consumer* (:attr:`~chute.core.model.consumer.BrokerConsumer.peer`)
