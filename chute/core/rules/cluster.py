@@ -252,7 +252,14 @@ class Cluster:
     def on_demand(self, name: str, demand: Demand) -> None:
         """``name`` announced its consumers of a queue (this node's peer of the queue gets,
         updates or holds the peer consumer standing for it), or its subscriptions of a
-        topic (the topic's peer subscription for it is made, updated or dropped)."""
+        topic (the topic's peer subscription for it is made, updated or dropped). One
+        this node cannot follow (a bad address or selector) is logged and ignored."""
+        try:
+            self._demand(name, demand)
+        except ChuteError as exc:
+            log.warning("ignored node %s's consumers of %s: %s", name, demand.address, exc)
+
+    def _demand(self, name: str, demand: Demand) -> None:
         peer = self._peer(name)
         if demand.selectors:
             peer.wants.add(demand.address)
@@ -413,9 +420,14 @@ class Cluster:
         if key in peer.received:
             self.port.send_confirm(name, [key])
             return
-        dest = self.host.destination(handover.address, create=True)
+        try:
+            dest = self.host.destination(handover.address, create=True)
+        except ChuteError as exc:
+            log.warning("refused node %s's message for %s: %s", name, handover.address, exc)
+            self.port.send_refuse(name, [key])
+            return
         if not isinstance(dest, QueueChannel | Topic):
-            log.warning("node %s handed over a message for %s: not here", name, dest)
+            log.warning("refused node %s's message for %s: not a queue or topic", name, dest)
             self.port.send_refuse(name, [key])
             return
         host = self.host

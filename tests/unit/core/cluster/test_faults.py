@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from chute.core.model.cluster import Handover
+from chute.core.model.cluster import Demand, Handover, HandoverKey
 from chute.core.model.consumer import BrokerConsumer
 from chute.core.operations import looking
 from chute.core.operations.session import BrokerSession
+from chute.message import Message
 
 from ..helpers import Recorder
 from .mesh import Mesh
@@ -238,3 +239,17 @@ def test_exactly_once_across_three_nodes_with_consumers_joining_and_leaving(seed
         assert not any(ledgers.values()), ledgers  # every key released or resumed past
         assert not any(peer.received for peer in mesh[n].cluster.peers.values())
         assert looking.browse(mesh[n].broker, "queue:__sys__deadLetter") == []
+
+
+def test_nonsense_from_a_node_is_logged_and_refused_never_raised(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    mesh = Mesh("a", "b")
+    cluster = mesh["a"].cluster
+    cluster.on_demand("b", Demand(Q, ("color = = 'red'",)))
+    cluster.on_demand("b", Demand("nonsense", (None,)))
+    cluster.on_handover("b", Handover(HandoverKey("r", 1), "stream:", Message.create(b"x")))
+    assert [c[2] for c in mesh.wire] == ["refuse"]
+    assert "ignored node b's consumers of queue:work" in caplog.text
+    assert "refused node b's message for stream:" in caplog.text
+    assert held(mesh, "a") == 0

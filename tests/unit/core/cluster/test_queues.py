@@ -241,3 +241,34 @@ def test_a_nodes_statistics_count_its_own_consumers_only() -> None:
     mesh.pump()
     assert stats_of(mesh["a"].broker, Q)["consumers"] == 1
     assert stats_of(mesh["b"].broker, Q)["consumers"] == 2
+
+
+def test_a_message_may_come_back_to_a_node_it_left() -> None:
+    mesh = Mesh("a", "b")
+    cb, rb = mesh["b"].consume(Q)
+    mesh.pump()
+    mesh["a"].send(Q, "x")
+    mesh.pump()
+    [entry] = rb.take()
+    mesh["b"].session.close_consumer(cb)  # unacked: back on b's queue, flagged
+    ca, ra = mesh["a"].consume(Q)
+    mesh.pump()  # b has no consumer now: it moves back to a (the same message id)
+    [back] = ra.take()
+    assert back.message.id == entry.message.id
+    assert (back.redelivered, back.delivery_count) == (True, 2)
+    assert depth(mesh, "b") == 0
+
+
+def test_max_deliveries_counts_deliveries_on_every_node() -> None:
+    settings = {Q: DestinationSettings(max_deliveries=2)}
+    mesh = Mesh("a", "b", settings=settings)
+    ca, _ = mesh["a"].consume(Q)
+    mesh["a"].send(Q, "x")
+    mesh["a"].session.close_consumer(ca)  # delivered once on a
+    cb, rb = mesh["b"].consume(Q)
+    mesh.pump()
+    assert [(e.delivery_count, e.redelivered) for e in rb.take()] == [(2, True)]
+    mesh["b"].session.close_consumer(cb)  # the second delivery failed too
+    dead = looking.browse(mesh["b"].broker, "queue:__sys__deadLetter")
+    assert [e.message.body for e in dead] == [b"x"]
+    assert depth(mesh, "a") == depth(mesh, "b") == 0
