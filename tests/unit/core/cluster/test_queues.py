@@ -251,7 +251,7 @@ def test_a_message_may_come_back_to_a_node_it_left() -> None:
     mesh.pump()
     [entry] = rb.take()
     mesh["b"].session.close_consumer(cb)  # unacked: back on b's queue, flagged
-    ca, ra = mesh["a"].consume(Q)
+    _, ra = mesh["a"].consume(Q)
     mesh.pump()  # b has no consumer now: it moves back to a (the same message id)
     [back] = ra.take()
     assert back.message.id == entry.message.id
