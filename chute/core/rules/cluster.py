@@ -22,8 +22,8 @@ commit, so they are handed over only after it.
 Receiving: a hand-over already in the in ledger is confirmed again without being
 stored; a new one is placed on the queue it names, never routed (so it cannot loop),
 its message and the ledger's record in one atomic commit; the queue's bounds apply
-(a full queue under ``block`` or ``reject`` refuses it, and this node announces its
-demand again once the queue has room).
+(a full queue or subscription under ``block`` or ``reject`` refuses it, and this node
+announces its demand again once it has room; the sender holds it until then).
 
 Topics: a node announces, per topic, the selectors of its subscriptions; the other
 nodes each keep a *peer subscription* of the topic standing for it (durable, its
@@ -435,8 +435,8 @@ class Cluster:
             try:
                 route = host.route(dest, handover.message, arrived=True)
             except (WouldBlock, DestinationFull):
-                if isinstance(dest, QueueChannel):
-                    host.wait_for_room(dest.address, lambda: self._room_again(name, dest))
+                address = dest.address  # a subscription's room frees its topic's address
+                host.wait_for_room(address, lambda: self._room_again(name, address))
                 self.port.send_refuse(name, [key])
                 return
             record = 0
@@ -452,12 +452,13 @@ class Cluster:
         peer.received[key] = record
         self.port.send_confirm(name, [key])
 
-    def _room_again(self, name: str, queue: QueueChannel) -> None:
-        """A queue that refused a hand-over has room: announce its consumers again."""
+    def _room_again(self, name: str, address: str) -> None:
+        """A queue (a topic's subscription) that refused a hand-over has room: announce
+        what this node wants of it again, which lets ``name`` hand over again."""
         peer = self.peers.get(name)
-        selectors = self.announced.get(queue.address)
+        selectors = self.announced.get(address)
         if peer is not None and peer.up and selectors:
-            self.port.send_demand(name, Demand(queue.address, selectors))
+            self.port.send_demand(name, Demand(address, selectors))
 
     def on_release(self, name: str, keys: Sequence[HandoverKey]) -> None:
         """``name`` removed its copies of ``keys``: forget them."""

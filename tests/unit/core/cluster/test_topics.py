@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from chute.core.model.cluster import Handover
+from chute.core.model.settings import DestinationSettings, Overflow
 
 from .mesh import Mesh
 
@@ -91,3 +92,22 @@ def test_a_published_message_survives_the_publishers_crash_for_the_other_nodes()
     mesh.crash("a")  # the link comes back with a's restart
     mesh.connect("a", "b")
     assert rb.bodies == [b"x"]
+
+
+def test_a_full_subscription_refuses_and_takes_it_later() -> None:
+    settings = {T: DestinationSettings(max_messages=2, overflow=Overflow.REJECT)}
+    mesh = Mesh("a", "b", settings=settings)
+    cb, rb = mesh["b"].consume(T, prefetch=1, subscription="keep")
+    mesh.pump()
+    for i in range(3):
+        mesh["a"].send(T, str(i))
+        mesh.pump()
+    assert mesh.count("refuse") == 1
+    got = []
+    for _ in range(3):
+        [entry] = rb.take()
+        got.append(entry.message.body)
+        mesh["b"].session.ack(cb, entry.seq, cumulative=False)
+        mesh["b"].credit(cb, 1)
+        mesh.pump()
+    assert got == [b"0", b"1", b"2"]
