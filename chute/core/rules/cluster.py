@@ -150,7 +150,9 @@ class Cluster:
     """One node's side of a cluster, over its broker (``host``) and its links (``port``).
 
     ``run`` names this start of the node, unique across its starts (the server gives a
-    random one): it keys new hand-overs. Used from the broker's loop only.
+    random one): it keys new hand-overs. Made once the broker recovered (what it
+    holds then, durable subscriptions above all, is what it announces first), then
+    :meth:`recover` takes the ledgers. Used from the broker's loop only.
     """
 
     def __init__(
@@ -171,6 +173,14 @@ class Cluster:
         self.announced: dict[str, tuple[str | None, ...]] = {}
         self._ids = itertools.count(-1, -1)
         host.demand_watch = self.consumers_changed
+        for topic in host.topics.values():  # durable subscriptions made before (recovered)
+            selectors = self.topic_demand(topic)
+            if selectors:
+                self.announced[topic.address] = selectors
+        for queue in host.queues.values():
+            selectors = self.local_demand(queue)
+            if selectors and not parse(queue.address).is_temporary:
+                self.announced[queue.address] = selectors
 
     def _peer(self, name: str) -> _Peer:
         peer = self.peers.get(name)
