@@ -318,6 +318,10 @@ class QueueChannel(Numbered):
     def _deliver_selective(self) -> bool:
         """One push for the first consumer that has credit and a matching entry."""
         for consumer in self.router.candidates():
+            if consumer.peer and any(
+                not c.peer and c.selector is None for c in self.router.consumers
+            ):
+                continue  # a local consumer takes everything: no peer may take anything
             selector = consumer.selector
             for lane in reversed(self._lanes):
                 for entry in lane:
