@@ -80,6 +80,7 @@ _QUEUE_KINDS: Final = {
     QueueKind.SUBSCRIPTION: 1,
     QueueKind.CALLBACK: 2,
     QueueKind.STREAM: 3,
+    QueueKind.LEDGER: 4,
 }
 _KIND_BY_TAG: Final = {v: k for k, v in _QUEUE_KINDS.items()}
 

@@ -153,6 +153,7 @@ class BrokerConsumer:
         "held",
         "id",
         "inflight",
+        "peer",
         "prefetch",
         "queue",
         "receiver",
@@ -169,6 +170,7 @@ class BrokerConsumer:
         credit: int,
         selector: Selector | None = None,
         exclusive: bool = False,
+        peer: bool = False,
     ) -> None:
         self.id = consumer_id
         self.queue = queue
@@ -181,6 +183,10 @@ class BrokerConsumer:
         self.inflight: OrderedDict[int, Entry] = OrderedDict()
         self.delivered = 0
         self.closed = False
+        self.peer = peer
+        """A node of the cluster that has consumers of this queue (its hand-overs:
+        :mod:`chute.core.rules.cluster`): tried only when no local consumer can take
+        the message (:class:`PointToPointRouter`)."""
         self.held = False
         """Its connection cannot write more now (a slow client): skipped as if without
         credit until released
@@ -220,13 +226,25 @@ class PointToPointRouter:
 
     While an exclusive consumer is attached, only the first-attached exclusive
     consumer receives (Simple-message-queue's single sink); the others stand by.
+
+    Peer consumers (other nodes of a cluster, :attr:`BrokerConsumer.peer`) are a lower
+    tier: a message goes to one only when no local consumer could take it (there is
+    none, or none's selector matches it, whatever their credit: a slow local consumer
+    keeps its backlog, as Artemis's ``OFF_WITH_REDISTRIBUTION`` does), round-robin
+    among the peers. Credit alone must not decide it: two nodes whose consumers are
+    both busy would hand the same message back and forth. :meth:`pick` picks a peer
+    only while no local consumer is attached; with selectors, the queue asks per
+    message (``QueueChannel._local_takes``). A queue without peers never pays for the
+    tiers (one integer tested per pick).
     """
 
-    __slots__ = ("_exclusive", "_next", "consumers")
+    __slots__ = ("_exclusive", "_next", "_next_peer", "_peers", "consumers")
 
     def __init__(self) -> None:
         self.consumers: list[BrokerConsumer] = []
         self._next = 0
+        self._next_peer = 0
+        self._peers = 0
         self._exclusive: BrokerConsumer | None = None
 
     def add(self, consumer: BrokerConsumer) -> None:
@@ -240,6 +258,14 @@ class PointToPointRouter:
 
     def _elect(self) -> None:
         self._exclusive = next((c for c in self.consumers if c.exclusive), None)
+        self._peers = sum(1 for c in self.consumers if c.peer)
+
+    @property
+    def local(self) -> list[BrokerConsumer]:
+        """The consumers of this node (not peers)."""
+        if not self._peers:
+            return self.consumers
+        return [c for c in self.consumers if not c.peer]
 
     def pick(self) -> BrokerConsumer | None:
         """The next consumer with credit (and advance the round-robin past it), or None.
@@ -249,6 +275,8 @@ class PointToPointRouter:
         exclusive = self._exclusive
         if exclusive is not None:
             return exclusive if exclusive.credit > 0 and not exclusive.held else None
+        if self._peers:
+            return self._pick_tiered()
         consumers = self.consumers
         n = len(consumers)
         i = self._next
@@ -262,8 +290,17 @@ class PointToPointRouter:
                 return c
         return None
 
+    def _pick_tiered(self) -> BrokerConsumer | None:
+        peers = len(self.consumers) == self._peers  # no local consumer: the peers' turn
+        for consumer in self.candidates():
+            if consumer.peer is peers:
+                self.chosen(consumer)
+                return consumer
+        return None
+
     def candidates(self) -> Iterator[BrokerConsumer]:
-        """Consumers with credit, in the order the router would try them (no side effects)."""
+        """Consumers with credit, in the order the router would try them (no side effects):
+        the local ones, then the peers."""
         exclusive = self._exclusive
         if exclusive is not None:
             if exclusive.credit > 0 and not exclusive.held:
@@ -271,15 +308,27 @@ class PointToPointRouter:
             return
         consumers = self.consumers
         n = len(consumers)
-        start = self._next % n if n else 0
-        for i in range(n):
-            c = consumers[(start + i) % n]
-            if c.credit > 0 and not c.held:
-                yield c
+        if not self._peers:
+            start = self._next % n if n else 0
+            for i in range(n):
+                c = consumers[(start + i) % n]
+                if c.credit > 0 and not c.held:
+                    yield c
+            return
+        for peer, after in ((False, self._next), (True, self._next_peer)):
+            start = after % n if n else 0
+            for i in range(n):
+                c = consumers[(start + i) % n]
+                if c.peer is peer and c.credit > 0 and not c.held:
+                    yield c
 
     def chosen(self, consumer: BrokerConsumer) -> None:
         """Advance the round-robin past ``consumer`` (after a selective choice)."""
         try:
-            self._next = self.consumers.index(consumer) + 1
+            after = self.consumers.index(consumer) + 1
         except ValueError:
-            self._next = 0
+            after = 0
+        if consumer.peer:
+            self._next_peer = after
+        else:
+            self._next = after

@@ -39,6 +39,7 @@ from chute.core.model.consumer import (
 )
 from chute.core.model.numbered import Numbered
 from chute.core.model.paging import HELD_OVERHEAD, Pager, Resources, held_cost
+from chute.core.model.selector import Selector
 from chute.core.model.settings import SINK_MEMORY_SHARE, DestinationSettings
 from chute.core.model.store import AckOp
 
@@ -81,6 +82,11 @@ class QueueHost(Resources, Protocol):
 
     def room_freed(self, queue: QueueChannel) -> None:
         """A bounded queue has room again (wakes producers waiting under ``block``)."""
+
+    def consumers_changed(self, queue: QueueChannel) -> None:
+        """A local consumer was attached to ``queue`` or left it, or ``queue`` is a
+        subscription made or dropped (a cluster tells the other nodes:
+        :mod:`chute.core.rules.cluster`)."""
 
 
 class QueueChannel(Numbered):
@@ -312,10 +318,16 @@ class QueueChannel(Numbered):
     def _deliver_selective(self) -> bool:
         """One push for the first consumer that has credit and a matching entry."""
         for consumer in self.router.candidates():
+            if consumer.peer and any(
+                not c.peer and c.selector is None for c in self.router.consumers
+            ):
+                continue  # a local consumer takes everything: no peer may take anything
             selector = consumer.selector
             for lane in reversed(self._lanes):
                 for entry in lane:
-                    if selector is None or selector.matches(as_delivered(entry)):
+                    if (selector is None or selector.matches(as_delivered(entry))) and not (
+                        consumer.peer and self._local_takes(entry)
+                    ):
                         lane.remove(entry)
                         self.ready -= 1
                         if self._expire_if_due(entry):
@@ -324,6 +336,15 @@ class QueueChannel(Numbered):
                         self._push(consumer, entry)
                         return True
         return False
+
+    def _local_takes(self, entry: Entry) -> bool:
+        """Whether a local consumer could take ``entry`` (credit aside): then no peer may
+        (:class:`~chute.core.model.consumer.PointToPointRouter`)."""
+        message = as_delivered(entry)
+        return any(
+            not c.peer and (c.selector is None or c.selector.matches(message))
+            for c in self.router.consumers
+        )
 
     def _pop_first(self) -> Entry | None:
         """The next entry in delivery order, skipping (and diverting) expired ones."""
@@ -437,7 +458,17 @@ class QueueChannel(Numbered):
         self.router.add(consumer)
         if consumer.selector is not None:
             self._selective += 1
+        if not consumer.peer:
+            self.host.consumers_changed(self)
         self.deliver()
+
+    def reselect(self, consumer: BrokerConsumer, selector: Selector | None) -> None:
+        """Give an attached consumer another selector (a peer consumer whose node's
+        consumers changed) and push what it may take now."""
+        self._selective += (selector is not None) - (consumer.selector is not None)
+        consumer.selector = selector
+        if self.ready:
+            self.deliver()
 
     def detach(self, consumer: BrokerConsumer) -> None:
         """Remove a consumer; its in-flight messages go back in their place."""
@@ -449,6 +480,8 @@ class QueueChannel(Numbered):
             self._selective -= 1
         returned = list(consumer.inflight.values())
         consumer.inflight.clear()
+        if not consumer.peer:
+            self.host.consumers_changed(self)
         if returned:
             self.requeue(returned)
         elif self.ready:

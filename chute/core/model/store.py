@@ -33,6 +33,10 @@ class QueueKind(enum.Enum):
     SUBSCRIPTION = "subscription"  # a durable topic subscription
     CALLBACK = "callback"  # a durable subscription that forwards to a destination
     STREAM = "stream"  # a stream's log (chute.core.model.stream): acked only by retention
+    LEDGER = "ledger"
+    """A cluster's bookkeeping with one other node (chute.core.rules.cluster): each
+    "message" is a record of a hand-over (sent, unconfirmed; or received, unreleased),
+    never a destination clients see."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -110,7 +110,7 @@ def queue_stats(queue: QueueChannel) -> dict[str, Any]:
         "ready": queue.ready,
         "inflight": queue.inflight,
         "bytes": queue.held_bytes,
-        "consumers": len(queue.router.consumers),
+        "consumers": len(queue.router.local),  # not the peers (other nodes of a cluster)
         "enqueued": queue.enqueued,
         "acked": queue.acked,
         "delivered": queue.delivered,

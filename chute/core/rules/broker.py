@@ -39,13 +39,21 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from chute.core.model.address import DEAD_LETTER, EXPIRED, Kind, canonical, parse
+from chute.core.model.cluster import PEER_PREFIX
 from chute.core.model.consumer import Entry
 from chute.core.model.paging import MemoryBudget, held_cost
 from chute.core.model.queue import QueueChannel, Reason
 from chute.core.model.queuetypes import LoginQueue
 from chute.core.model.registry import Destination
 from chute.core.model.settings import Overflow, SettingsResolver
-from chute.core.model.store import AddOp, QueueDefinition, QueueKind, Store, TxOp
+from chute.core.model.store import (
+    AddOp,
+    QueueDefinition,
+    QueueKind,
+    Store,
+    StoredMessage,
+    TxOp,
+)
 from chute.core.model.stream import Stream
 from chute.core.model.topic import Topic
 from chute.core.rules.access import Access, Client
@@ -88,6 +96,11 @@ class Broker:
         limits: Limits | None = None,
     ) -> None:
         self._store = store
+        self.ledgers: dict[str, tuple[int, list[StoredMessage]]] = {}
+        """A cluster's ledgers recovered from the store, until the cluster takes them."""
+        self.demand_watch: Callable[[QueueChannel], None] | None = None
+        """Told when a local consumer comes to or leaves a queue (a cluster's node, which
+        tells the others: :mod:`chute.core.rules.cluster`)."""
         self.gathering: Gathering | None = None
         """The open transaction's record sink while :meth:`atomically` applies one."""
         self.max_lease_ms = max_cursor_lease_ms  # see chute.core.rules.cursor
@@ -278,9 +291,12 @@ class Broker:
         if ttl > 0:
             message.expiration = now + ttl
 
-    def route(self, dest: Destination, message: Message) -> Route:
+    def route(self, dest: Destination, message: Message, *, arrived: bool = False) -> Route:
         """Where ``message`` goes: its sequence number, the queues that take it (after
         the overflow policies) and the store record. Nothing is placed yet.
+
+        ``arrived``: another node of a cluster handed it over: a topic's peer
+        subscriptions (other nodes') do not take it (that node sent them their copies).
 
         Raises:
             WouldBlock: full under ``block``. DestinationFull: full under ``reject``.
@@ -294,6 +310,8 @@ class Broker:
             return Route([], AddOp(dest.address, (dest.address,), seq, message), (dest, entry))
         if isinstance(dest, Topic):
             targets: list[QueueChannel] = list(dest.router.route(message))
+            if arrived:
+                targets = [s for s in targets if not s.name.startswith(PEER_PREFIX)]
             seq = dest.next_seq
             dest.next_seq += 1
             dest.published += 1
@@ -404,6 +422,11 @@ class Broker:
         if waiters:
             for wake in waiters:
                 wake()
+
+    def consumers_changed(self, queue: QueueChannel) -> None:
+        watch = self.demand_watch
+        if watch is not None:
+            watch(queue)
 
     def wait_for_room(self, address: str | None, wake: Callable[[], None]) -> None:
         """Call ``wake()`` once when something leaves ``address`` (for the ``block`` policy),

@@ -36,6 +36,9 @@ log = logging.getLogger("chute.broker")
 class RestoreHost(ForwardHost, Registry, Protocol):
     """What recovery needs of the broker."""
 
+    ledgers: dict[str, tuple[int, list[StoredMessage]]]
+    """A cluster's ledgers as recovered (their next number, their records), left for the
+    cluster to take (:meth:`chute.core.rules.cluster.Cluster.recover`)."""
     subscriptions: Subscriptions
     destinations: Destinations
     xa: PreparedTransactions
@@ -57,7 +60,15 @@ def restore(host: RestoreHost, progress: Callable[[int, int], None] | None = Non
     if recovered.report:
         (log.info if recovered.clean else log.warning)("%s", recovered.report)
     subscriptions: dict[str, Subscription] = {}
+    ledgers = {d.name for d in recovered.definitions if d.kind is QueueKind.LEDGER}
+    for name in ledgers:
+        host.ledgers[name] = (
+            recovered.next_seq.get(name, 1),
+            _ledger_records(host, name, recovered.messages.get(name, []), recovered.paged),
+        )
     for definition in recovered.definitions:
+        if definition.kind is QueueKind.LEDGER:
+            continue
         if definition.kind in (QueueKind.QUEUE, QueueKind.STREAM):
             host.destination(definition.name, create=True, maker=definition.owner)
             host.destinations.restored(definition)
@@ -71,6 +82,8 @@ def restore(host: RestoreHost, progress: Callable[[int, int], None] | None = Non
             host.destinations.stream_seq[address] = next_seq
     count = restored = 0
     for name, stored in recovered.messages.items():
+        if name in ledgers:
+            continue
         stream = host.streams.get(name)
         if stream is not None:
             count += _restore_stream(stream, stored, recovered.paged.get(name))
@@ -99,6 +112,22 @@ def restore(host: RestoreHost, progress: Callable[[int, int], None] | None = Non
         if sub.kind is SubscriptionKind.CALLBACK and sub.forward_to:
             attach_forwarder(host, sub, sub.forward_to)
     return count
+
+
+def _ledger_records(
+    host: RestoreHost, name: str, stored: list[StoredMessage], paged: dict[str, tuple[int, int]]
+) -> list[StoredMessage]:
+    """Every record of a cluster's ledger, those the store left paged read back too (a
+    ledger is small: the hand-overs of one link not yet settled)."""
+    records = list(stored)
+    if name in paged:
+        while True:
+            after = records[-1].seq if records else 0
+            more = host.store.page_in(name, after, 1024)
+            if not more:
+                break
+            records += more
+    return records
 
 
 def _restore_stream(

@@ -145,6 +145,7 @@ class Subscriptions(Mapping[str, Subscription]):
                     owner=owner,
                 )
             )
+        self.host.consumers_changed(sub)  # the topic's subscriptions changed (a cluster)
         return sub
 
     def _bound(self, settings: DestinationSettings, kind: SubscriptionKind) -> DestinationSettings:
@@ -184,3 +185,4 @@ class Subscriptions(Mapping[str, Subscription]):
             sub.settle(entry, acked=False)
         if sub.durable:
             self.host.store.undefine(sub.name)
+        self.host.consumers_changed(sub)

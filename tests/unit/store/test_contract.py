@@ -249,3 +249,23 @@ def test_state_built_over_several_restarts(harness: Harness, restarts: int) -> N
         seq += 5
         harness.reopen()
     assert snapshot(harness.store.recover()) == snapshot(reference.recover())
+
+
+def test_a_clusters_ledger_survives_with_the_message_it_was_committed_with(
+    harness: Harness,
+) -> None:
+    """A ledger (chute.core.rules.cluster) is a queue of its own kind: its records come back
+    with their definition, and a commit of a message with its ledger record is atomic."""
+
+    def scenario(store: Store) -> None:
+        store.define(QueueDefinition("q", QueueKind.QUEUE))
+        store.define(QueueDefinition("cluster.in:b", QueueKind.LEDGER))
+        store.commit([add("q", 1), add("cluster.in:b", 1)])
+        store.commit([add("q", 2), add("cluster.in:b", 2)])
+        store.ack(AckOp("cluster.in:b", 1))
+
+    check(harness, scenario)
+    recovered = harness.reopen().recover()
+    kinds = {d.name: d.kind for d in recovered.definitions}
+    assert kinds["cluster.in:b"] is QueueKind.LEDGER
+    assert [s.seq for s in recovered.messages["cluster.in:b"]] == [2]

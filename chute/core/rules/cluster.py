@@ -1,0 +1,551 @@
+"""A node of a cluster: its queues' peers, hand-overs sent and received (the words:
+:mod:`chute.core.model.cluster`).
+
+Routing (Artemis's on-demand load balancing, local first): a message stays on the
+node it was sent to and goes to a local consumer that can take it (one with credit
+whose selector matches); otherwise to a *peer consumer*, one per other node that
+announced consumers of the queue (:class:`~chute.core.model.cluster.Demand`),
+its selector the union of theirs, its credit the link's window; round-robin among
+those; never to a node without consumers. Redistribution needs nothing more: when
+the local consumers leave, waiting messages flow to the peer consumers, and when a
+node announces consumers, the messages waiting here flow to it.
+
+A peer consumer's in-flight messages are its node's unconfirmed hand-overs. A
+confirm settles the message here (its ack and the out ledger's record erased in one
+atomic commit) and returns a credit; a refusal puts it back as it was. When the link
+goes down they stay in doubt with that node (it may have stored them) and are sent
+again, with the same keys, when the link comes up; only when the node leaves the
+cluster for good (:meth:`Cluster.node_gone`) do they go back to the queue, flagged
+redelivered, as a consumer's would. A transaction's sends reach the queue at its
+commit, so they are handed over only after it.
+
+Receiving: a hand-over already in the in ledger is confirmed again without being
+stored; a new one is placed on the queue it names, never routed (so it cannot loop),
+its message and the ledger's record in one atomic commit; the queue's bounds apply
+(a full queue or subscription under ``block`` or ``reject`` refuses it, and this node
+announces its demand again once it has room; the sender holds it until then).
+
+Topics: a node announces, per topic, the selectors of its subscriptions; the other
+nodes each keep a *peer subscription* of the topic standing for it (durable, its
+selector the union of that node's, its one consumer a peer consumer), so a message
+published on any node is handed over once to each node with subscriptions that
+want it, and there routed to its own subscriptions only (never to its peer
+subscriptions: the publishing node sent every node its copy), each once.
+
+What a node wants is announced as it changes (:meth:`Cluster.consumers_changed`) and
+whole when a link comes up (:meth:`Cluster.link_up`): what that does not name, the
+node no longer wants.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
+from typing import Protocol
+
+from chute.core.model.address import Kind, parse
+from chute.core.model.cluster import (
+    IN_PREFIX,
+    OUT_PREFIX,
+    PEER_PREFIX,
+    Demand,
+    Handover,
+    HandoverKey,
+    Ledger,
+    PeerPort,
+    in_record,
+    out_record,
+    peer_of,
+    peer_subscription_key,
+    record_key,
+    union_selector,
+    union_text,
+)
+from chute.core.model.consumer import AckMode, BrokerConsumer, Entry
+from chute.core.model.queue import QueueChannel
+from chute.core.model.registry import Registry
+from chute.core.model.selector import compile_selector
+from chute.core.model.store import StoredMessage
+from chute.core.model.topic import Subscription, SubscriptionKind, Topic
+from chute.core.rules.routing import Route, WouldBlock
+from chute.core.rules.subscriptions import Subscriptions
+from chute.errors import ChuteError, DestinationFull
+from chute.message import Message
+
+log = logging.getLogger("chute.cluster")
+
+DEFAULT_WINDOW = 256
+"""Hand-overs a peer consumer may have unconfirmed (its credit)."""
+
+
+class ClusterHost(Registry, Protocol):
+    """What a node's cluster needs of its broker."""
+
+    ledgers: dict[str, tuple[int, list[StoredMessage]]]
+    demand_watch: Callable[[QueueChannel], None] | None
+    subscriptions: Subscriptions
+
+    def atomically(self) -> AbstractContextManager[None]: ...
+
+    def route(
+        self, dest: QueueChannel | Topic, message: Message, *, arrived: bool = False
+    ) -> Route: ...
+
+    def place(self, route: Route) -> None: ...
+
+    def wait_for_room(self, address: str | None, wake: Callable[[], None]) -> None: ...
+
+
+@dataclasses.dataclass(slots=True)
+class _Sent:
+    """A hand-over sent and not yet confirmed."""
+
+    queue: QueueChannel
+    consumer: BrokerConsumer
+    entry: Entry
+    record: int  # its out ledger record, 0 if none (a message the store never held)
+    handover: Handover
+
+
+class _Peer:
+    """What this node knows of one other node."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.up = False
+        self.out = Ledger(OUT_PREFIX + name)
+        self.received_ledger = Ledger(IN_PREFIX + name)
+        self.next_n = 1
+        self.in_doubt: dict[HandoverKey, _Sent] = {}
+        self.received: dict[HandoverKey, int] = {}  # key -> in ledger record (0: none)
+        self.consumers: dict[str, BrokerConsumer] = {}  # address -> its peer consumer
+        self.wants: set[str] = set()  # the addresses it announced demand for
+
+
+class _Outbound:
+    """The receiver of one node's peer consumers: a push is a hand-over."""
+
+    def __init__(self, cluster: Cluster, peer: _Peer) -> None:
+        self.cluster = cluster
+        self.peer = peer
+
+    def handle(self, consumer: BrokerConsumer, entry: Entry) -> None:
+        self.cluster.hand_over(self.peer, consumer, entry)
+
+    def cancelled(self, consumer: BrokerConsumer, error: ChuteError) -> None:
+        """The queue was deleted: what was in doubt goes with it."""
+        peer = self.peer
+        for address, c in list(peer.consumers.items()):
+            if c is consumer:
+                del peer.consumers[address]
+        for key, sent in list(peer.in_doubt.items()):
+            if sent.consumer is consumer:
+                del peer.in_doubt[key]
+
+
+class Cluster:
+    """One node's side of a cluster, over its broker (``host``) and its links (``port``).
+
+    ``run`` names this start of the node, unique across its starts (the server gives a
+    random one): it keys new hand-overs. Made once the broker recovered (what it
+    holds then, durable subscriptions above all, is what it announces first), then
+    :meth:`recover` takes the ledgers. Used from the broker's loop only.
+    """
+
+    def __init__(
+        self,
+        host: ClusterHost,
+        port: PeerPort,
+        *,
+        node: str,
+        run: str,
+        window: int = DEFAULT_WINDOW,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.node = node
+        self.run = run
+        self.window = window
+        self.peers: dict[str, _Peer] = {}
+        self.announced: dict[str, tuple[str | None, ...]] = {}
+        self._ids = itertools.count(-1, -1)
+        host.demand_watch = self.consumers_changed
+        for topic in host.topics.values():  # durable subscriptions made before (recovered)
+            selectors = self.topic_demand(topic)
+            if selectors:
+                self.announced[topic.address] = selectors
+        for queue in host.queues.values():
+            selectors = self.local_demand(queue)
+            if selectors and not parse(queue.address).is_temporary:
+                self.announced[queue.address] = selectors
+
+    def _peer(self, name: str) -> _Peer:
+        peer = self.peers.get(name)
+        if peer is None:
+            peer = self.peers[name] = _Peer(name)
+        return peer
+
+    # -- the links ------------------------------------------------------------------
+
+    def link_up(self, name: str) -> None:
+        """The link to ``name`` is up: say what may come again, send again what is in
+        doubt (same keys), and announce this node's consumers."""
+        peer = self._peer(name)
+        peer.up = True
+        demands = [Demand(a, s) for a, s in sorted(self.announced.items())]
+        self.port.send_resume(name, sorted(peer.in_doubt), demands)
+        for sent in sorted(peer.in_doubt.values(), key=lambda s: s.handover.key):
+            self.port.send_handover(name, sent.handover)
+
+    def link_down(self, name: str) -> None:
+        """The link to ``name`` is lost: nothing more goes there until it is up again and
+        the node announced its consumers again; what is in doubt stays in doubt."""
+        peer = self._peer(name)
+        peer.up = False
+        for consumer in peer.consumers.values():
+            consumer.held = True
+
+    def node_gone(self, name: str) -> None:
+        """``name`` left the cluster for good: what was in doubt with it goes back to its
+        queues, flagged redelivered (it may have been delivered there)."""
+        self.link_down(name)
+        peer = self.peers.pop(name, None)
+        if peer is None:
+            return
+        for sent in peer.in_doubt.values():
+            if sent.record:
+                peer.out.erase(self.host.store, sent.record)
+        peer.in_doubt.clear()
+        for consumer in peer.consumers.values():
+            consumer.queue.detach(consumer)
+        peer.consumers.clear()
+
+    # -- demand ----------------------------------------------------------------------
+
+    def consumers_changed(self, queue: QueueChannel) -> None:
+        """A local consumer came to ``queue`` or left: tell the nodes if that changed what
+        this node announced."""
+        if isinstance(queue, Subscription):
+            if queue.name.startswith(PEER_PREFIX):
+                return
+            selectors = self.topic_demand(queue.topic)
+        elif self.host.queues.get(queue.name) is not queue or parse(queue.address).is_temporary:
+            return
+        else:
+            selectors = self.local_demand(queue)
+        if self.announced.get(queue.address, ()) == selectors:
+            return
+        if selectors:
+            self.announced[queue.address] = selectors
+        else:
+            self.announced.pop(queue.address, None)
+        demand = Demand(queue.address, selectors)
+        for peer in self.peers.values():
+            if peer.up:
+                self.port.send_demand(peer.name, demand)
+
+    @staticmethod
+    def local_demand(queue: QueueChannel) -> tuple[str | None, ...]:
+        """The selectors of ``queue``'s local consumers, in a stable order."""
+        texts = [c.selector.text if c.selector is not None else None for c in queue.router.local]
+        return tuple(sorted(texts, key=lambda t: (t is not None, t or "")))
+
+    @staticmethod
+    def topic_demand(topic: Topic) -> tuple[str | None, ...]:
+        """The selectors of ``topic``'s subscriptions on this node, in a stable order."""
+        texts = [s.selector_text for key, s in topic.subscriptions.items() if peer_of(key) is None]
+        return tuple(sorted(texts, key=lambda t: (t is not None, t or "")))
+
+    def on_demand(self, name: str, demand: Demand) -> None:
+        """``name`` announced its consumers of a queue (this node's peer of the queue gets,
+        updates or holds the peer consumer standing for it), or its subscriptions of a
+        topic (the topic's peer subscription for it is made, updated or dropped). One
+        this node cannot follow (a bad address or selector) is logged and ignored."""
+        try:
+            self._demand(name, demand)
+        except ChuteError as exc:
+            log.warning("ignored node %s's consumers of %s: %s", name, demand.address, exc)
+
+    def _demand(self, name: str, demand: Demand) -> None:
+        peer = self._peer(name)
+        if demand.selectors:
+            peer.wants.add(demand.address)
+        else:
+            peer.wants.discard(demand.address)
+        if parse(demand.address).kind is Kind.TOPIC:
+            self._topic_demand(peer, demand)
+            return
+        consumer = peer.consumers.get(demand.address)
+        if not demand.selectors:
+            if consumer is not None:
+                consumer.held = True
+            return
+        selector = union_selector(demand.selectors)
+        dest = self.host.destination(demand.address, create=True)
+        if not isinstance(dest, QueueChannel):
+            log.warning("node %s announced consumers of %s, not a queue here", name, dest)
+            return
+        if consumer is None or consumer.closed:
+            consumer = self._peer_consumer(peer, dest)
+            consumer.selector = selector
+            consumer.held = False
+            dest.attach(consumer)
+        else:
+            consumer.held = False
+            dest.reselect(consumer, selector)
+
+    def _topic_demand(self, peer: _Peer, demand: Demand) -> None:
+        topic = self.host.destination(demand.address, create=True)
+        if not isinstance(topic, Topic):
+            return
+        key = peer_subscription_key(peer.name, topic.address)
+        sub = self.host.subscriptions.get(key)
+        if not demand.selectors:
+            if sub is not None:
+                self._drop_peer_subscription(peer, sub)
+            return
+        text = union_text(demand.selectors)
+        if sub is None:
+            sub = self.host.subscriptions.create(
+                key, topic, SubscriptionKind.DURABLE, selector=text
+            )
+        else:
+            sub.selector = compile_selector(text) if text is not None else None
+        consumer = peer.consumers.get(topic.address)
+        if consumer is None or consumer.closed:
+            consumer = self._peer_consumer(peer, sub)
+            consumer.held = not peer.up
+            sub.attach(consumer)
+        else:
+            consumer.held = not peer.up
+            sub.deliver()
+
+    def _drop_peer_subscription(self, peer: _Peer, sub: Subscription) -> None:
+        """``peer`` no longer subscribes to the topic: its copies waiting here go (it may
+        have stored those in doubt; their keys stay known there until released)."""
+        consumer = peer.consumers.pop(sub.address, None)
+        if consumer is not None:
+            for key, sent in list(peer.in_doubt.items()):
+                if sent.consumer is consumer:
+                    del peer.in_doubt[key]
+                    if sent.record:
+                        peer.out.erase(self.host.store, sent.record)
+            sub.requeue(consumer.inflight.values())
+            consumer.inflight.clear()
+            sub.detach(consumer)
+        self.host.subscriptions.drop(sub)
+
+    def _peer_consumer(self, peer: _Peer, queue: QueueChannel) -> BrokerConsumer:
+        consumer = BrokerConsumer(
+            next(self._ids),
+            queue,
+            _Outbound(self, peer),
+            ack_mode=AckMode.INDIVIDUAL,
+            credit=self.window,
+            peer=True,
+        )
+        consumer.held = True
+        peer.consumers[queue.address] = consumer
+        return consumer
+
+    # -- sending ---------------------------------------------------------------------
+
+    def hand_over(self, peer: _Peer, consumer: BrokerConsumer, entry: Entry) -> None:
+        """The queue pushed ``entry`` to ``peer``'s consumer: record it, send it."""
+        entry.delivery_count -= 1  # a hand-over is no delivery (max_deliveries, redelivered)
+        queue = peer_queue(consumer)
+        key = HandoverKey(self.run, peer.next_n)
+        peer.next_n += 1
+        handover = Handover(
+            key, queue.address, entry.message, entry.delivery_count, entry.redelivered
+        )
+        record = 0
+        if queue.durable and entry.message.persistent:
+            record = peer.out.record(self.host.store, out_record(handover, queue.name, entry.seq))
+        peer.in_doubt[key] = _Sent(queue, consumer, entry, record, handover)
+        if peer.up:
+            self.port.send_handover(peer.name, handover)
+
+    def on_confirm(self, name: str, keys: Sequence[HandoverKey]) -> None:
+        """``name`` stored the hand-overs ``keys``: remove the copies here (and their
+        records, in one atomic commit), then release the keys."""
+        peer = self._peer(name)
+        done: list[_Sent] = []
+        with self.host.atomically():
+            for key in keys:
+                sent = peer.in_doubt.pop(key, None)
+                if sent is None:
+                    continue
+                consumer, entry = sent.consumer, sent.entry
+                if entry.seq in consumer.inflight:
+                    sent.queue.ack(consumer, entry.seq, cumulative=False)
+                if sent.record:
+                    peer.out.erase(self.host.store, sent.record)
+                done.append(sent)
+        self._return_credit(done)
+        if done:
+            self.port.send_release(name, [s.handover.key for s in done])
+
+    def on_refuse(self, name: str, keys: Sequence[HandoverKey]) -> None:
+        """``name`` did not take ``keys`` (its queue is full): they wait here as they were,
+        and that node gets no more of the queue until it announces its consumers again."""
+        peer = self._peer(name)
+        done: list[_Sent] = []
+        with self.host.atomically():
+            for key in keys:
+                sent = peer.in_doubt.pop(key, None)
+                if sent is None:
+                    continue
+                consumer, entry = sent.consumer, sent.entry
+                consumer.held = True
+                if entry.seq in consumer.inflight:
+                    consumer.take_acked(entry.seq, cumulative=False)
+                    entry.redelivered = sent.handover.redelivered
+                    sent.queue.put_back([entry])
+                if sent.record:
+                    peer.out.erase(self.host.store, sent.record)
+                done.append(sent)
+        self._return_credit(done)
+
+    @staticmethod
+    def _return_credit(done: Iterable[_Sent]) -> None:
+        queues: dict[int, QueueChannel] = {}
+        for sent in done:
+            sent.consumer.credit += 1
+            queues[id(sent.queue)] = sent.queue
+        for queue in queues.values():
+            if queue.ready:
+                queue.deliver()
+
+    # -- receiving -------------------------------------------------------------------
+
+    def on_handover(self, name: str, handover: Handover) -> None:
+        """A hand-over from ``name``: stored (with its key, atomically) and confirmed, or
+        confirmed again if it came before, or refused if its queue is full."""
+        peer = self._peer(name)
+        key = handover.key
+        if key in peer.received:
+            self.port.send_confirm(name, [key])
+            return
+        try:
+            dest = self.host.destination(handover.address, create=True)
+        except ChuteError as exc:
+            log.warning("refused node %s's message for %s: %s", name, handover.address, exc)
+            self.port.send_refuse(name, [key])
+            return
+        if not isinstance(dest, QueueChannel | Topic):
+            log.warning("refused node %s's message for %s: not a queue or topic", name, dest)
+            self.port.send_refuse(name, [key])
+            return
+        host = self.host
+        with host.atomically():
+            try:
+                route = host.route(dest, handover.message, arrived=True)
+            except (WouldBlock, DestinationFull):
+                address = dest.address  # a subscription's room frees its topic's address
+                host.wait_for_room(address, lambda: self._room_again(name, address))
+                self.port.send_refuse(name, [key])
+                return
+            record = 0
+            if route.record is not None:
+                host.store.add(route.record)
+                record = peer.received_ledger.record(host.store, in_record(key))
+            for queue, entry in route.placements:
+                entry.delivery_count = handover.delivery_count
+                entry.redelivered = handover.redelivered
+                if handover.delivery_count and queue.durable and entry.message.persistent:
+                    host.store.delivered(queue.name, entry.seq, handover.delivery_count)
+            host.place(route)
+        peer.received[key] = record
+        self.port.send_confirm(name, [key])
+
+    def _room_again(self, name: str, address: str) -> None:
+        """A queue (a topic's subscription) that refused a hand-over has room: announce
+        what this node wants of it again, which lets ``name`` hand over again."""
+        peer = self.peers.get(name)
+        selectors = self.announced.get(address)
+        if peer is not None and peer.up and selectors:
+            self.port.send_demand(name, Demand(address, selectors))
+
+    def on_release(self, name: str, keys: Sequence[HandoverKey]) -> None:
+        """``name`` removed its copies of ``keys``: forget them."""
+        peer = self._peer(name)
+        for key in keys:
+            record = peer.received.pop(key, None)
+            if record:
+                peer.received_ledger.erase(self.host.store, record)
+
+    def on_resume(self, name: str, keys: Sequence[HandoverKey], demands: Sequence[Demand]) -> None:
+        """``name``'s link came up: it may send again only ``keys`` (forget the rest), and
+        wants ``demands`` and nothing else."""
+        peer = self._peer(name)
+        again = set(keys)
+        self.on_release(name, [k for k in peer.received if k not in again])
+        named = {d.address for d in demands}
+        for address in sorted(peer.wants - named):
+            self.on_demand(name, Demand(address, ()))
+        for demand in demands:
+            self.on_demand(name, demand)
+
+    # -- recovery --------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """Take the ledgers the broker's recovery found (call after ``Broker.recover``):
+        keys received and not released, and hand-overs in doubt, taken out of their
+        queues again to be sent again (same keys) when their node's link comes up."""
+        host = self.host
+        for name, (next_seq, records) in sorted(host.ledgers.items()):
+            if name.startswith(IN_PREFIX):
+                peer = self._peer(name[len(IN_PREFIX) :])
+                ledger = peer.received_ledger
+                for item in records:
+                    peer.received[record_key(item.message)] = item.seq
+            elif name.startswith(OUT_PREFIX):
+                peer = self._peer(name[len(OUT_PREFIX) :])
+                ledger = peer.out
+                for item in records:
+                    self._recover_sent(peer, item)
+            else:
+                continue
+            ledger.defined = True
+            ledger.next_seq = max(ledger.next_seq, next_seq, *(r.seq + 1 for r in records))
+        host.ledgers.clear()
+        for key in [k for k in host.subscriptions if peer_of(k) is not None]:
+            sub = host.subscriptions[key]
+            peer = self._peer(peer_of(key) or "")
+            peer.wants.add(sub.address)
+            if sub.address not in peer.consumers:
+                sub.attach(self._peer_consumer(peer, sub))
+
+    def _recover_sent(self, peer: _Peer, item: StoredMessage) -> None:
+        props = item.message.properties
+        queue = self.host.queue_by_name(str(props["queue"]))
+        taken = queue.withdraw_many([int(props["seq"])]) if queue is not None else []
+        if queue is None or not taken:  # the message left its queue meanwhile
+            peer.out.erase(self.host.store, item.seq)
+            return
+        entry = taken[0]
+        entry.delivery_count = int(props["count"])
+        entry.redelivered = bool(props["redelivered"])
+        consumer = peer.consumers.get(queue.address)
+        if consumer is None:
+            consumer = self._peer_consumer(peer, queue)
+            queue.attach(consumer)
+        consumer.credit -= 1
+        consumer.inflight[entry.seq] = entry
+        key = record_key(item.message)
+        handover = Handover(
+            key, queue.address, entry.message, entry.delivery_count, entry.redelivered
+        )
+        peer.in_doubt[key] = _Sent(queue, consumer, entry, item.seq, handover)
+
+
+def peer_queue(consumer: BrokerConsumer) -> QueueChannel:
+    """The queue a peer consumer consumes (always a :class:`QueueChannel`)."""
+    queue = consumer.queue
+    if not isinstance(queue, QueueChannel):
+        raise TypeError(f"a peer consumer of {queue!r}, not a queue")
+    return queue
