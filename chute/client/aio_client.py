@@ -3,6 +3,15 @@ the link of :mod:`chute.client.aio_link`.
 
 What the methods mean, their arguments and errors, is declared once in
 :mod:`chute.client.api`. ``Received.ack()`` and ``nack()`` only queue a packet.
+A connection to a URL that lists several nodes **moves** when the node it is on
+goes: to the next node that answers (:mod:`chute.client.aio_nodes`), at once, in
+a task of its own. What the lost node had is not carried over: what waited on
+it (a send not yet confirmed, a receive, a commit) raises
+:class:`~chute.errors.ConnectError`, and so does every later call of its
+sessions and consumers; the connection's own requests wait for the move and go
+to the new node, and sessions opened after it are there.
+:attr:`AioConnection.node` says which node it is on.
+
 A session's **confirm window**
 (:class:`~chute.client.aio_confirm.AsyncConfirmWindow`) keeps up to N persistent
 sends (transacted: commits) awaiting the broker's fsync while the producer goes
@@ -18,6 +27,7 @@ only its public methods, none of them touches the protocol state.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import weakref
 from collections.abc import (
@@ -33,13 +43,14 @@ from typing import Any, Final, TypeVar
 from chute.client import requests
 from chute.client.aio_closing import AsyncClosedAtExit
 from chute.client.aio_confirm import AsyncConfirmWindow
-from chute.client.aio_link import AsyncLink, open_link
+from chute.client.aio_link import AsyncLink
+from chute.client.aio_nodes import Nodes, Reached, log
 from chute.client.api import Page
 from chute.client.outgoing import SendFields
 from chute.client.received import Received
 from chute.client.requests import CursorPage, Pending
 from chute.client.sessions import ConsumerOptions
-from chute.client.tls import client_context, unanswered
+from chute.client.tls import client_context
 from chute.client.url import parse_url
 from chute.errors import ChuteError, ConnectError, ConsumerError
 from chute.message import DEFAULT_PRIORITY, BodyKind, Message
@@ -67,6 +78,9 @@ async def open_connection(
 
     Args:
         url: ``chute://host[:port]`` (port 5445 by default), ``chutes://`` for TLS;
+            ``chute://h1:5445,h2:5445`` lists the nodes of a cluster: the connection is
+            on one (from a random one, or the first with ``?order=listed``) and moves
+            to another when it goes;
             ``ws://host[:port]/chute`` (the HTTP port, 8445 by default), ``wss://``,
             ``http://`` and ``https://`` where only HTTP gets through
             (:mod:`chute.client.url`); ``chute://login:passcode@host`` carries
@@ -84,7 +98,8 @@ async def open_connection(
             the user, who then needs no passcode.
 
     Raises:
-        ConnectError: cannot reach the broker, or it refused the connection.
+        ConnectError: cannot reach the broker (of several nodes: any, and the error
+            names each node and why), or it refused the connection.
         AuthenticationFailed: the broker rejected the credentials.
         RequestTimeout: the broker did not answer in time.
     """
@@ -93,34 +108,88 @@ async def open_connection(
     context = None
     if target.tls:
         context = client_context(tls_ca, verify=tls_verify, cert_file=tls_cert, key_file=tls_key)
-    link = await open_link(target, timeout, context)
-    try:
-        connected = await link.handshake(client_id, login, passcode, heartbeat)
-    except ConnectError as exc:  # never the broker's answer: the connection failed
-        link.abort()
-        raise unanswered(target.tls, exc) from None
-    except BaseException:
-        link.abort()
-        raise
-    return AioConnection(link, connected.connection_id)
+    nodes = Nodes(target, timeout, context, client_id, login, passcode, heartbeat)
+    reached = await nodes.connect()
+    if nodes.several:
+        log.info("connected to node %s", reached.node.node)
+    return AioConnection(reached, nodes)
 
 
 class AioConnection(AsyncClosedAtExit):
     """A connection to a broker (:class:`chute.client.api.AsyncConnection`). Use
     :func:`open_connection` to make one."""
 
-    def __init__(self, link: AsyncLink, connection_id: str) -> None:
-        self.connection_id = connection_id
-        self._link = link
+    def __init__(self, reached: Reached, nodes: Nodes) -> None:
+        self.connection_id = reached.connected.connection_id
+        self._link = reached.link
+        self._node = reached.node
+        self._nodes = nodes
         self._windows: weakref.WeakSet[AsyncConfirmWindow] = weakref.WeakSet()  # close awaits them
+        self._closing = False
+        self._gone: str | None = None  # why no node took over a lost connection
+        self._moving = asyncio.Lock()
+        if nodes.several:
+            self._link.when_lost(self._moved)
 
     @property
     def timeout(self) -> float:
         return self._link.timeout
 
     @property
+    def node(self) -> str:
+        return self._node.node
+
+    @property
     def closed(self) -> bool:
-        return self._link.closed
+        if self._closing or self._gone is not None or not self._nodes.several:
+            return self._link.closed
+        return False  # lost, but moving to another node
+
+    async def _current(self) -> AsyncLink:
+        """The link to the node the connection is on; if that node was lost, the link
+        to the one it moved to (moving now if no one has yet).
+
+        Raises:
+            ConnectError: the connection is closed, or lost with no node to move to.
+        """
+        if self._link.closed and self._nodes.several and not self._closing:
+            async with self._moving:
+                if self._link.closed and self._gone is None and not self._closing:
+                    await self._move()
+            if self._gone is not None:
+                raise ConnectError(self._gone)
+        return self._link
+
+    async def _call(self, request: requests.Request[T]) -> T:
+        """``request``'s answer from the node the connection is on. Raises as
+        :meth:`AsyncLink.call`."""
+        link = await self._current()
+        return await link.call(request)
+
+    async def _move(self) -> None:
+        """Connect to another node of the URL in place of the lost one."""
+        lost = self._node
+        try:
+            reached = await self._nodes.connect(after=lost)
+        except ChuteError as exc:
+            self._gone = f"the connection to node {lost.node} was lost, and then: {exc.reason}"
+            log.warning("%s", self._gone)
+            return
+        self._link, self._node = reached.link, reached.node
+        self.connection_id = reached.connected.connection_id
+        self._windows = weakref.WeakSet()  # those of the lost node's sessions: gone with it
+        log.warning("the connection to node %s was lost; now on node %s", lost.node, self.node)
+        if self._closing:  # closed while moving
+            await reached.link.close()
+        else:
+            reached.link.when_lost(self._moved)
+
+    async def _moved(self) -> None:
+        """What the link runs when it is lost: move at once (not on the next request)."""
+        try:
+            await self._current()
+        except ChuteError:
+            return  # said by _move, and raised to whoever calls next
 
     def session(
         self, ack: str = "auto", transacted: bool = False, *, confirm_window: int = 0
@@ -128,6 +197,12 @@ class AioConnection(AsyncClosedAtExit):
         """Open a session (no round trip: errors surface on its first request)."""
         if confirm_window < 0:
             raise ValueError("confirm_window must not be negative")
+        if self._link.closed and not self.closed:
+            raise ConnectError(
+                f"the connection to node {self.node} was lost and is moving to another "
+                "node: a request of the connection (stat, ...) waits for it; then open "
+                "the session again"
+            )
         session_id = self._link.open_session(ack, transacted)
         window = AsyncConfirmWindow(self._link, session_id, confirm_window)
         if confirm_window:
@@ -136,20 +211,20 @@ class AioConnection(AsyncClosedAtExit):
 
     async def stat(self, pattern: str | None = None, *, page_size: int = 0) -> dict[str, Any]:
         """Asks page after page and joins them."""
-        stats, after = await self._link.call(requests.stat_fetch(pattern, "", page_size))
+        stats, after = await self._call(requests.stat_fetch(pattern, "", page_size))
         while after is not None:
-            page, after = await self._link.call(requests.stat_fetch(pattern, after, page_size))
+            page, after = await self._call(requests.stat_fetch(pattern, after, page_size))
             stats = requests.join_stats(stats, page)
         return stats
 
     async def delete(self, address: str, *, force: bool = False) -> int:
-        return await self._link.call(requests.delete(address, force))
+        return await self._call(requests.delete(address, force))
 
     async def purge(self, address: str) -> int:
-        return await self._link.call(requests.purge(address))
+        return await self._call(requests.purge(address))
 
     async def create(self, address: str) -> bool:
-        return await self._link.call(requests.create(address))
+        return await self._call(requests.create(address))
 
     async def move(
         self,
@@ -160,7 +235,7 @@ class AioConnection(AsyncClosedAtExit):
         seqs: Sequence[int] | None = None,
         limit: int = 0,
     ) -> int:
-        return await self._link.call(requests.move(source, target, selector, seqs, limit))
+        return await self._call(requests.move(source, target, selector, seqs, limit))
 
     async def retry_dead_letters(
         self,
@@ -170,21 +245,21 @@ class AioConnection(AsyncClosedAtExit):
         seqs: Sequence[int] | None = None,
         limit: int = 0,
     ) -> dict[str, int]:
-        return await self._link.call(requests.retry_dead_letters(source, selector, seqs, limit))
+        return await self._call(requests.retry_dead_letters(source, selector, seqs, limit))
 
     async def prepared(self) -> list[str]:
-        return await self._link.call(requests.prepared())
+        return await self._call(requests.prepared())
 
     async def commit_prepared(self, xid: str) -> None:
-        await self._link.call(requests.commit_prepared(xid))
+        await self._call(requests.commit_prepared(xid))
 
     async def rollback_prepared(self, xid: str) -> None:
-        await self._link.call(requests.rollback_prepared(xid))
+        await self._call(requests.rollback_prepared(xid))
 
     async def commit_batch(
         self, sink: str, batch: int, xids: Sequence[str], *, keep: bool = True
     ) -> bool:
-        return await self._link.call(requests.commit_batch(sink, batch, xids, keep))
+        return await self._call(requests.commit_batch(sink, batch, xids, keep))
 
     # -- cursors: reading a destination by sequence number (docs/spark.md) -------------
 
@@ -196,7 +271,7 @@ class AioConnection(AsyncClosedAtExit):
         selector: str | None = None,
         lease_ms: int = 0,
     ) -> tuple[int, int]:
-        return await self._link.call(requests.cursor_open(address, cursor, selector, lease_ms))
+        return await self._call(requests.cursor_open(address, cursor, selector, lease_ms))
 
     async def cursor_fetch(
         self,
@@ -208,7 +283,7 @@ class AioConnection(AsyncClosedAtExit):
         max_messages: int = 0,
         max_bytes: int = 0,
     ) -> CursorPage:
-        return await self._link.call(
+        return await self._call(
             requests.cursor_fetch(address, cursor, start, end, max_messages, max_bytes)
         )
 
@@ -261,7 +336,7 @@ class AioConnection(AsyncClosedAtExit):
     ) -> AsyncIterator[T]:
         """Each page's answer (what follows ``next`` in it) for ``[start, end)``,
         requesting the next page before handing out this one."""
-        link = self._link
+        link = await self._current()
         if start >= end:
             return
         pending = link.start(fetch(address, cursor, start, end, page_messages, page_bytes))
@@ -278,14 +353,17 @@ class AioConnection(AsyncClosedAtExit):
             start = next_start
 
     async def cursor_ack(self, address: str, cursor: str, end: int) -> None:
-        await self._link.call(requests.cursor_ack(address, cursor, end))
+        await self._call(requests.cursor_ack(address, cursor, end))
 
     async def cursor_close(self, address: str, cursor: str, *, delete: bool = False) -> None:
-        await self._link.call(requests.cursor_close(address, cursor, delete))
+        await self._call(requests.cursor_close(address, cursor, delete))
 
     async def close(self) -> None:
         """Await every session's unconfirmed sends, send the acks and credit owed, then
         DISCONNECT; never raises for a connection that is already gone."""
+        self._closing = True
+        async with self._moving:  # a move under way ends (closing what it reached) first
+            pass
         failure: ChuteError | None = None
         if not self._link.closed:
             for window in list(self._windows):
@@ -302,7 +380,7 @@ class AioConnection(AsyncClosedAtExit):
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
-        return f"<chute.Connection {self.connection_id or '?'} {state}>"
+        return f"<chute.Connection {self.connection_id or '?'} on {self.node} {state}>"
 
 
 class AioSession(AsyncClosedAtExit):

@@ -1,0 +1,102 @@
+# Written by scripts/unasync.py from chute/client/aio_nodes.py: edit that, then run the script.
+"""Reaching one node of several: the nodes of a URL tried in turn.
+
+A broker URL may list the nodes of a cluster (``chute://h1:5445,h2:5445``,
+:mod:`chute.client.url`). :meth:`Nodes.connect` tries them one after the other,
+each with the connect timeout: a node that cannot be reached, does not answer the
+Connect in time, or speaks another protocol, gives way to the next; a refusal a
+node answered with (bad credentials, a client id in use) is raised at once, since
+the next node would say the same. When every node failed, one
+:class:`~chute.errors.ConnectError` names each node and why.
+
+The connection (:mod:`chute.client.aio_client`) moves to another node when the
+one it is on goes: :meth:`Nodes.connect` with ``after`` tries the nodes listed
+after the lost one first, the lost one last.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from typing import NamedTuple
+
+from chute.client.link import Link, open_link
+from chute.client.tls import unanswered
+from chute.client.url import BrokerUrl
+from chute.errors import ChuteError, ConnectError, RequestTimeout, WrongProtocol
+from chute.protocol.packets import Connected
+
+log = logging.getLogger("chute.client")
+
+
+class Reached(NamedTuple):
+    """A node connected to and logged in: its link, the broker's answer, its URL."""
+
+    link: Link
+    connected: Connected
+    node: BrokerUrl
+
+
+class Nodes(NamedTuple):
+    """The nodes of a URL and what a connection to any of them takes."""
+
+    url: BrokerUrl
+    timeout: float
+    context: ssl.SSLContext | None
+    client_id: str | None
+    login: str | None
+    passcode: str | None
+    heartbeat: float
+
+    @property
+    def several(self) -> bool:
+        """The URL lists more than one node: a lost connection moves to another."""
+        return bool(self.url.others)
+
+    def connect(self, after: BrokerUrl | None = None) -> Reached:
+        """Connect to the first node that answers: in the URL's order
+        (:meth:`BrokerUrl.nodes`), or, ``after`` a node was lost, from the one listed
+        after it round the list (the lost one last).
+
+        Raises:
+            ConnectError: no node could be reached (the one node's own error, or one
+                naming each node and why).
+            AuthenticationFailed, ChuteError: a node refused the connection.
+            RequestTimeout: the one node did not answer in time.
+        """
+        nodes = self.url.nodes() if after is None else self._after(after)
+        failures: list[tuple[BrokerUrl, ChuteError]] = []
+        for node in nodes:
+            try:
+                return self._reach(node)
+            except (ConnectError, RequestTimeout) as exc:
+                if type(exc) not in {ConnectError, RequestTimeout, WrongProtocol}:
+                    raise
+                if len(nodes) == 1:
+                    raise
+                log.info("cannot connect to node %s: %s", node.node, exc.reason)
+                failures.append((node, exc))
+        raise ConnectError(
+            "cannot connect to any node: "
+            + "; ".join(f"{node.node}: {exc.reason}" for node, exc in failures)
+        )
+
+    def _after(self, lost: BrokerUrl) -> tuple[BrokerUrl, ...]:
+        listed = self.url._replace(order="listed").nodes()
+        at = next((i for i, node in enumerate(listed) if node.node == lost.node), -1)
+        return listed[at + 1 :] + listed[: at + 1]
+
+    def _reach(self, node: BrokerUrl) -> Reached:
+        link = open_link(node, self.timeout, self.context)
+        try:
+            connected = link.handshake(self.client_id, self.login, self.passcode, self.heartbeat)
+        except ConnectError as exc:  # never the broker's answer: the connection failed
+            link.abort()
+            raise unanswered(node.tls, exc) from None
+        except BaseException:
+            link.abort()
+            raise
+        return Reached(link, connected, node)
+
+
+__all__ = ["Nodes", "Reached"]
