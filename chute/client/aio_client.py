@@ -27,7 +27,6 @@ only its public methods, none of them touches the protocol state.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import weakref
 from collections.abc import (
@@ -44,7 +43,7 @@ from chute.client import requests
 from chute.client.aio_closing import AsyncClosedAtExit
 from chute.client.aio_confirm import AsyncConfirmWindow
 from chute.client.aio_link import AsyncLink
-from chute.client.aio_nodes import Nodes, Reached, log
+from chute.client.aio_nodes import Nodes, OnNode, Reached, log
 from chute.client.api import Page
 from chute.client.outgoing import SendFields
 from chute.client.received import Received
@@ -121,15 +120,12 @@ class AioConnection(AsyncClosedAtExit):
 
     def __init__(self, reached: Reached, nodes: Nodes) -> None:
         self.connection_id = reached.connected.connection_id
-        self._link = reached.link
-        self._node = reached.node
-        self._nodes = nodes
+        self._on = OnNode(reached, nodes, self._arrived)
         self._windows: weakref.WeakSet[AsyncConfirmWindow] = weakref.WeakSet()  # close awaits them
-        self._closing = False
-        self._gone: str | None = None  # why no node took over a lost connection
-        self._moving = asyncio.Lock()
-        if nodes.several:
-            self._link.when_lost(self._moved)
+
+    @property
+    def _link(self) -> AsyncLink:
+        return self._on.link
 
     @property
     def timeout(self) -> float:
@@ -137,59 +133,22 @@ class AioConnection(AsyncClosedAtExit):
 
     @property
     def node(self) -> str:
-        return self._node.node
+        return self._on.node.node
 
     @property
     def closed(self) -> bool:
-        if self._closing or self._gone is not None or not self._nodes.several:
-            return self._link.closed
-        return False  # lost, but moving to another node
+        return self._on.closed
 
-    async def _current(self) -> AsyncLink:
-        """The link to the node the connection is on; if that node was lost, the link
-        to the one it moved to (moving now if no one has yet).
-
-        Raises:
-            ConnectError: the connection is closed, or lost with no node to move to.
-        """
-        if self._link.closed and self._nodes.several and not self._closing:
-            async with self._moving:
-                if self._link.closed and self._gone is None and not self._closing:
-                    await self._move()
-            if self._gone is not None:
-                raise ConnectError(self._gone)
-        return self._link
+    def _arrived(self, reached: Reached) -> None:
+        """The connection moved to ``reached``'s node."""
+        self.connection_id = reached.connected.connection_id
+        self._windows = weakref.WeakSet()  # those of the lost node's sessions: gone with it
 
     async def _call(self, request: requests.Request[T]) -> T:
         """``request``'s answer from the node the connection is on. Raises as
         :meth:`AsyncLink.call`."""
-        link = await self._current()
+        link = await self._on.current()
         return await link.call(request)
-
-    async def _move(self) -> None:
-        """Connect to another node of the URL in place of the lost one."""
-        lost = self._node
-        try:
-            reached = await self._nodes.connect(after=lost)
-        except ChuteError as exc:
-            self._gone = f"the connection to node {lost.node} was lost, and then: {exc.reason}"
-            log.warning("%s", self._gone)
-            return
-        self._link, self._node = reached.link, reached.node
-        self.connection_id = reached.connected.connection_id
-        self._windows = weakref.WeakSet()  # those of the lost node's sessions: gone with it
-        log.warning("the connection to node %s was lost; now on node %s", lost.node, self.node)
-        if self._closing:  # closed while moving
-            await reached.link.close()
-        else:
-            reached.link.when_lost(self._moved)
-
-    async def _moved(self) -> None:
-        """What the link runs when it is lost: move at once (not on the next request)."""
-        try:
-            await self._current()
-        except ChuteError:
-            return  # said by _move, and raised to whoever calls next
 
     def session(
         self, ack: str = "auto", transacted: bool = False, *, confirm_window: int = 0
@@ -197,7 +156,7 @@ class AioConnection(AsyncClosedAtExit):
         """Open a session (no round trip: errors surface on its first request)."""
         if confirm_window < 0:
             raise ValueError("confirm_window must not be negative")
-        if self._link.closed and not self.closed:
+        if self._on.moving:
             raise ConnectError(
                 f"the connection to node {self.node} was lost and is moving to another "
                 "node: a request of the connection (stat, ...) waits for it; then open "
@@ -336,7 +295,7 @@ class AioConnection(AsyncClosedAtExit):
     ) -> AsyncIterator[T]:
         """Each page's answer (what follows ``next`` in it) for ``[start, end)``,
         requesting the next page before handing out this one."""
-        link = await self._current()
+        link = await self._on.current()
         if start >= end:
             return
         pending = link.start(fetch(address, cursor, start, end, page_messages, page_bytes))
@@ -361,9 +320,7 @@ class AioConnection(AsyncClosedAtExit):
     async def close(self) -> None:
         """Await every session's unconfirmed sends, send the acks and credit owed, then
         DISCONNECT; never raises for a connection that is already gone."""
-        self._closing = True
-        async with self._moving:  # a move under way ends (closing what it reached) first
-            pass
+        await self._on.closing()
         failure: ChuteError | None = None
         if not self._link.closed:
             for window in list(self._windows):

@@ -8,15 +8,19 @@ node answered with (bad credentials, a client id in use) is raised at once, sinc
 the next node would say the same. When every node failed, one
 :class:`~chute.errors.ConnectError` names each node and why.
 
-The connection (:mod:`chute.client.aio_client`) moves to another node when the
-one it is on goes: :meth:`Nodes.connect` with ``after`` tries the nodes listed
-after the lost one first, the lost one last.
+A connection (:mod:`chute.client.aio_client`) holds its link through an
+:class:`OnNode`, which moves it to another node when the one it is on goes, at
+once (the link runs :meth:`OnNode.moved` when it is lost) or at the next request
+of the connection, whichever comes first: :meth:`Nodes.connect` with ``after``
+tries the nodes listed after the lost one first, the lost one last.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
+from collections.abc import Callable
 from typing import NamedTuple
 
 from chute.client.aio_link import AsyncLink, open_link
@@ -100,4 +104,76 @@ class Nodes(NamedTuple):
         return Reached(link, connected, node)
 
 
-__all__ = ["Nodes", "Reached"]
+class OnNode:
+    """The link of a connection and the node it is on; if the URL lists several nodes,
+    moving to another when that one is lost. Its tasks share it: a lock lets one of
+    them move, the others wait for the move."""
+
+    def __init__(self, reached: Reached, nodes: Nodes, arrived: Callable[[Reached], None]) -> None:
+        self.link = reached.link
+        self.node = reached.node
+        self._nodes = nodes
+        self._arrived = arrived  # told of each move
+        self._closing = False
+        self._gone: str | None = None  # why no node took over a lost connection
+        self._moving = asyncio.Lock()
+        if nodes.several:
+            self.link.when_lost(self.moved)
+
+    @property
+    def closed(self) -> bool:
+        """Closed, or lost with nowhere to move (moving is not closed)."""
+        return self.link.closed and not self.moving
+
+    @property
+    def moving(self) -> bool:
+        """Lost, and moving (or about to move) to another node."""
+        return self.link.closed and self._nodes.several and not self._closing and self._gone is None
+
+    async def current(self) -> AsyncLink:
+        """The link to the node the connection is on; if that node was lost, to the one
+        it moved to (moving now if no one has yet).
+
+        Raises:
+            ConnectError: lost with no node to move to.
+        """
+        if self.moving:
+            async with self._moving:
+                if self.moving:
+                    await self._move()
+        if self._gone is not None:
+            raise ConnectError(self._gone)
+        return self.link
+
+    async def moved(self) -> None:
+        """What the link runs when it is lost: move at once, not at the next request."""
+        try:
+            await self.current()
+        except ChuteError:
+            return  # logged by _move, and raised to whoever calls next
+
+    async def closing(self) -> None:
+        """The connection is closing: no more moves; one under way ends first (and
+        closes what it reached)."""
+        self._closing = True
+        async with self._moving:
+            pass
+
+    async def _move(self) -> None:
+        lost = self.node
+        try:
+            reached = await self._nodes.connect(after=lost)
+        except ChuteError as exc:
+            self._gone = f"the connection to node {lost.node} was lost, and then: {exc.reason}"
+            log.warning("%s", self._gone)
+            return
+        self.link, self.node = reached.link, reached.node
+        self._arrived(reached)
+        log.warning("the connection to node %s was lost; now on node %s", lost.node, self.node.node)
+        if self._closing:  # closed while moving
+            await reached.link.close()
+        else:
+            reached.link.when_lost(self.moved)
+
+
+__all__ = ["Nodes", "OnNode", "Reached"]

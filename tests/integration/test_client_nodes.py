@@ -11,6 +11,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,7 @@ from .conftest import ChuteServer, free_port, start_server
 
 WAIT = 30.0
 
-Connect = Callable[[str], chute.Connection]
+Connect = Callable[..., chute.Connection]
 
 
 @pytest.fixture(params=["blocking", "asyncio"])
@@ -31,11 +32,12 @@ def connect(request: pytest.FixtureRequest) -> Iterator[Connect]:
     opened: list[chute.Connection] = []
     runner = sync_aio.LoopThread() if request.param == "asyncio" else None
 
-    def open_one(url: str) -> chute.Connection:
+    def open_one(url: str, **options: Any) -> chute.Connection:
+        options.setdefault("timeout", 5)
         conn: chute.Connection = (
-            chute.connect(url, timeout=5)
+            chute.connect(url, **options)
             if runner is None
-            else sync_aio.connect(runner, url, timeout=5)
+            else sync_aio.connect(runner, url, **options)
         )
         opened.append(conn)
         return conn
@@ -55,6 +57,7 @@ def two(tmp_path: Path) -> Iterator[tuple[ChuteServer, ChuteServer]]:
     yield first, second
     for server in (first, second):
         if server.process.poll() is None:
+            server.process.send_signal(signal.SIGCONT)  # if a test stopped it
             server.stop()
 
 
@@ -125,6 +128,31 @@ def test_a_random_start_still_reaches_the_one_node_up(
     url = f"chute://127.0.0.1:{free_port()},127.0.0.1:{server.port},127.0.0.1:{free_port()}"
     for _ in range(4):
         assert connect(url).node == _node(server)
+
+
+def test_a_node_that_does_not_answer_gives_way_to_the_next(
+    two: tuple[ChuteServer, ChuteServer], connect: Connect, moves: _Moves
+) -> None:
+    """A stopped process still accepts connections (its kernel does) but answers
+    nothing: after the connect timeout, the next node."""
+    first, second = two
+    first.process.send_signal(signal.SIGSTOP)
+    conn = connect(f"{first.url},127.0.0.1:{second.port}?order=listed", timeout=1)
+    assert conn.node == _node(second)
+    assert f"cannot connect to node {_node(first)}" in " ".join(moves.messages)
+    _round_trip(conn, "queue:q", "past the silent node")
+
+
+def test_a_node_gone_silent_is_left_when_heartbeats_stop(
+    two: tuple[ChuteServer, ChuteServer], connect: Connect, moves: _Moves
+) -> None:
+    first, second = two
+    conn = connect(f"{first.url},127.0.0.1:{second.port}?order=listed", heartbeat=0.5)
+    assert conn.node == _node(first)
+    first.process.send_signal(signal.SIGSTOP)
+    assert moves.moved.wait(WAIT)
+    assert conn.node == _node(second)
+    _round_trip(conn, "queue:q", "after the silence")
 
 
 def test_killing_the_node_a_client_is_on_moves_it_to_another(
@@ -217,3 +245,15 @@ def test_the_command_line_takes_a_url_of_several_nodes(server: ChuteServer) -> N
     received = run("receive", "queue:cli", "--count", "1")
     assert received.returncode == 0, received.stderr
     assert b"hello" in received.stdout
+
+
+def test_a_websocket_url_of_several_nodes(tmp_path: Path, connect: Connect) -> None:
+    """The HTTP port's ways in take a list too: ``ws://h1:p1,h2:p2/chute``."""
+    http = free_port()
+    server = start_server(tmp_path, "--http-port", str(http))
+    try:
+        conn = connect(f"ws://127.0.0.1:{free_port()},127.0.0.1:{http}/chute?order=listed")
+        assert conn.node == f"127.0.0.1:{http}"
+        _round_trip(conn, "queue:ws", "over a websocket")
+    finally:
+        server.stop()
