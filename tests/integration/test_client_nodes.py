@@ -17,6 +17,7 @@ import pytest
 
 import chute
 from chute.errors import ConnectError
+from chute.spark.options import ChuteOptions
 
 from . import sync_aio
 from .conftest import ChuteServer, free_port, start_server
@@ -257,3 +258,13 @@ def test_a_websocket_url_of_several_nodes(tmp_path: Path, connect: Connect) -> N
         _round_trip(conn, "queue:ws", "over a websocket")
     finally:
         server.stop()
+
+
+def test_spark_s_url_option_takes_several_nodes(server: ChuteServer) -> None:
+    """The source's and sink's connections (driver and executors) are made from the
+    ``url`` option as it was given."""
+    url = f"chute://127.0.0.1:{free_port()},127.0.0.1:{server.port}?order=listed"
+    options = ChuteOptions.parse({"url": url, "destination": "queue:spark"})
+    assert options.url == url
+    with options.connect() as conn:
+        assert conn.node == _node(server)
