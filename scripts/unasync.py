@@ -37,6 +37,7 @@ PAIRS: dict[str, str] = {
     "chute/client/aio_closing.py": "chute/client/closing.py",
     "chute/client/aio_confirm.py": "chute/client/confirm.py",
     "chute/client/aio_client.py": "chute/client/blocking.py",
+    "chute/client/aio_nodes.py": "chute/client/nodes.py",
     "chute/client/api_async.py": "chute/client/api_blocking.py",
 }
 """Each asyncio source module and the blocking module written from it."""
@@ -58,6 +59,7 @@ NAMES: dict[str, str] = {
     "aio_confirm": "confirm",
     "AsyncClosedAtExit": "ClosedAtExit",
     "aio_closing": "closing",
+    "aio_nodes": "nodes",
     "AioConnection": "BlockingConnection",
     "AioSession": "BlockingSession",
     "AioConsumer": "BlockingConsumer",

@@ -204,7 +204,8 @@ def _add_client_commands(sub: Any) -> None:
             default=os.environ.get("CHUTE_URL", DEFAULT_URL),
             help=f"broker URL (default {DEFAULT_URL}, or $CHUTE_URL); chutes:// for TLS; "
             "ws(s)://host:8445/chute or http(s)://host:8445/chute through the HTTP port; "
-            "chute://LOGIN:PASSCODE@host:port logs in (percent-encoded)",
+            "chute://LOGIN:PASSCODE@host:port logs in (percent-encoded); "
+            "chute://h1:5445,h2:5445 lists the nodes of a cluster (any one that answers)",
         )
         p.add_argument("--login", help="login (wins over the URL's; else $CHUTE_LOGIN)")
         p.add_argument("--passcode", help="passcode (wins over the URL's; else $CHUTE_PASSCODE)")

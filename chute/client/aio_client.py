@@ -3,6 +3,15 @@ the link of :mod:`chute.client.aio_link`.
 
 What the methods mean, their arguments and errors, is declared once in
 :mod:`chute.client.api`. ``Received.ack()`` and ``nack()`` only queue a packet.
+A connection to a URL that lists several nodes **moves** when the node it is on
+goes: to the next node that answers (:mod:`chute.client.aio_nodes`), at once, in
+a task of its own. What the lost node had is not carried over: what waited on
+it (a send not yet confirmed, a receive, a commit) raises
+:class:`~chute.errors.ConnectError`, and so does every later call of its
+sessions and consumers; the connection's own requests wait for the move and go
+to the new node, and sessions opened after it are there.
+:attr:`AioConnection.node` says which node it is on.
+
 A session's **confirm window**
 (:class:`~chute.client.aio_confirm.AsyncConfirmWindow`) keeps up to N persistent
 sends (transacted: commits) awaiting the broker's fsync while the producer goes
@@ -33,13 +42,14 @@ from typing import Any, Final, TypeVar
 from chute.client import requests
 from chute.client.aio_closing import AsyncClosedAtExit
 from chute.client.aio_confirm import AsyncConfirmWindow
-from chute.client.aio_link import AsyncLink, open_link
+from chute.client.aio_link import AsyncLink
+from chute.client.aio_nodes import Nodes, OnNode, Reached, log
 from chute.client.api import Page
 from chute.client.outgoing import SendFields
 from chute.client.received import Received
 from chute.client.requests import CursorPage, Pending
 from chute.client.sessions import ConsumerOptions
-from chute.client.tls import client_context, unanswered
+from chute.client.tls import client_context
 from chute.client.url import parse_url
 from chute.errors import ChuteError, ConnectError, ConsumerError
 from chute.message import DEFAULT_PRIORITY, BodyKind, Message
@@ -67,6 +77,9 @@ async def open_connection(
 
     Args:
         url: ``chute://host[:port]`` (port 5445 by default), ``chutes://`` for TLS;
+            ``chute://h1:5445,h2:5445`` lists the nodes of a cluster: the connection is
+            on one (from a random one, or the first with ``?order=listed``) and moves
+            to another when it goes;
             ``ws://host[:port]/chute`` (the HTTP port, 8445 by default), ``wss://``,
             ``http://`` and ``https://`` where only HTTP gets through
             (:mod:`chute.client.url`); ``chute://login:passcode@host`` carries
@@ -84,7 +97,8 @@ async def open_connection(
             the user, who then needs no passcode.
 
     Raises:
-        ConnectError: cannot reach the broker, or it refused the connection.
+        ConnectError: cannot reach the broker (of several nodes: any, and the error
+            names each node and why), or it refused the connection.
         AuthenticationFailed: the broker rejected the credentials.
         RequestTimeout: the broker did not answer in time.
     """
@@ -93,34 +107,48 @@ async def open_connection(
     context = None
     if target.tls:
         context = client_context(tls_ca, verify=tls_verify, cert_file=tls_cert, key_file=tls_key)
-    link = await open_link(target, timeout, context)
-    try:
-        connected = await link.handshake(client_id, login, passcode, heartbeat)
-    except ConnectError as exc:  # never the broker's answer: the connection failed
-        link.abort()
-        raise unanswered(target.tls, exc) from None
-    except BaseException:
-        link.abort()
-        raise
-    return AioConnection(link, connected.connection_id)
+    nodes = Nodes(target, timeout, context, client_id, login, passcode, heartbeat)
+    reached = await nodes.connect()
+    if nodes.several:
+        log.info("connected to node %s", reached.node.node)
+    return AioConnection(reached, nodes)
 
 
 class AioConnection(AsyncClosedAtExit):
     """A connection to a broker (:class:`chute.client.api.AsyncConnection`). Use
     :func:`open_connection` to make one."""
 
-    def __init__(self, link: AsyncLink, connection_id: str) -> None:
-        self.connection_id = connection_id
-        self._link = link
+    def __init__(self, reached: Reached, nodes: Nodes) -> None:
+        self.connection_id = reached.connected.connection_id
+        self._on = OnNode(reached, nodes, self._arrived)
         self._windows: weakref.WeakSet[AsyncConfirmWindow] = weakref.WeakSet()  # close awaits them
+
+    @property
+    def _link(self) -> AsyncLink:
+        return self._on.link
 
     @property
     def timeout(self) -> float:
         return self._link.timeout
 
     @property
+    def node(self) -> str:
+        return self._on.node.node
+
+    @property
     def closed(self) -> bool:
-        return self._link.closed
+        return self._on.closed
+
+    def _arrived(self, reached: Reached) -> None:
+        """The connection moved to ``reached``'s node."""
+        self.connection_id = reached.connected.connection_id
+        self._windows = weakref.WeakSet()  # those of the lost node's sessions: gone with it
+
+    async def _call(self, request: requests.Request[T]) -> T:
+        """``request``'s answer from the node the connection is on. Raises as
+        :meth:`AsyncLink.call`."""
+        link = await self._on.current()
+        return await link.call(request)
 
     def session(
         self, ack: str = "auto", transacted: bool = False, *, confirm_window: int = 0
@@ -128,6 +156,12 @@ class AioConnection(AsyncClosedAtExit):
         """Open a session (no round trip: errors surface on its first request)."""
         if confirm_window < 0:
             raise ValueError("confirm_window must not be negative")
+        if self._on.moving:
+            raise ConnectError(
+                f"the connection to node {self.node} was lost and is moving to another "
+                "node: a request of the connection (stat, ...) waits for it; then open "
+                "the session again"
+            )
         session_id = self._link.open_session(ack, transacted)
         window = AsyncConfirmWindow(self._link, session_id, confirm_window)
         if confirm_window:
@@ -136,20 +170,20 @@ class AioConnection(AsyncClosedAtExit):
 
     async def stat(self, pattern: str | None = None, *, page_size: int = 0) -> dict[str, Any]:
         """Asks page after page and joins them."""
-        stats, after = await self._link.call(requests.stat_fetch(pattern, "", page_size))
+        stats, after = await self._call(requests.stat_fetch(pattern, "", page_size))
         while after is not None:
-            page, after = await self._link.call(requests.stat_fetch(pattern, after, page_size))
+            page, after = await self._call(requests.stat_fetch(pattern, after, page_size))
             stats = requests.join_stats(stats, page)
         return stats
 
     async def delete(self, address: str, *, force: bool = False) -> int:
-        return await self._link.call(requests.delete(address, force))
+        return await self._call(requests.delete(address, force))
 
     async def purge(self, address: str) -> int:
-        return await self._link.call(requests.purge(address))
+        return await self._call(requests.purge(address))
 
     async def create(self, address: str) -> bool:
-        return await self._link.call(requests.create(address))
+        return await self._call(requests.create(address))
 
     async def move(
         self,
@@ -160,7 +194,7 @@ class AioConnection(AsyncClosedAtExit):
         seqs: Sequence[int] | None = None,
         limit: int = 0,
     ) -> int:
-        return await self._link.call(requests.move(source, target, selector, seqs, limit))
+        return await self._call(requests.move(source, target, selector, seqs, limit))
 
     async def retry_dead_letters(
         self,
@@ -170,21 +204,21 @@ class AioConnection(AsyncClosedAtExit):
         seqs: Sequence[int] | None = None,
         limit: int = 0,
     ) -> dict[str, int]:
-        return await self._link.call(requests.retry_dead_letters(source, selector, seqs, limit))
+        return await self._call(requests.retry_dead_letters(source, selector, seqs, limit))
 
     async def prepared(self) -> list[str]:
-        return await self._link.call(requests.prepared())
+        return await self._call(requests.prepared())
 
     async def commit_prepared(self, xid: str) -> None:
-        await self._link.call(requests.commit_prepared(xid))
+        await self._call(requests.commit_prepared(xid))
 
     async def rollback_prepared(self, xid: str) -> None:
-        await self._link.call(requests.rollback_prepared(xid))
+        await self._call(requests.rollback_prepared(xid))
 
     async def commit_batch(
         self, sink: str, batch: int, xids: Sequence[str], *, keep: bool = True
     ) -> bool:
-        return await self._link.call(requests.commit_batch(sink, batch, xids, keep))
+        return await self._call(requests.commit_batch(sink, batch, xids, keep))
 
     # -- cursors: reading a destination by sequence number (docs/spark.md) -------------
 
@@ -196,7 +230,7 @@ class AioConnection(AsyncClosedAtExit):
         selector: str | None = None,
         lease_ms: int = 0,
     ) -> tuple[int, int]:
-        return await self._link.call(requests.cursor_open(address, cursor, selector, lease_ms))
+        return await self._call(requests.cursor_open(address, cursor, selector, lease_ms))
 
     async def cursor_fetch(
         self,
@@ -208,7 +242,7 @@ class AioConnection(AsyncClosedAtExit):
         max_messages: int = 0,
         max_bytes: int = 0,
     ) -> CursorPage:
-        return await self._link.call(
+        return await self._call(
             requests.cursor_fetch(address, cursor, start, end, max_messages, max_bytes)
         )
 
@@ -261,7 +295,7 @@ class AioConnection(AsyncClosedAtExit):
     ) -> AsyncIterator[T]:
         """Each page's answer (what follows ``next`` in it) for ``[start, end)``,
         requesting the next page before handing out this one."""
-        link = self._link
+        link = await self._on.current()
         if start >= end:
             return
         pending = link.start(fetch(address, cursor, start, end, page_messages, page_bytes))
@@ -278,14 +312,15 @@ class AioConnection(AsyncClosedAtExit):
             start = next_start
 
     async def cursor_ack(self, address: str, cursor: str, end: int) -> None:
-        await self._link.call(requests.cursor_ack(address, cursor, end))
+        await self._call(requests.cursor_ack(address, cursor, end))
 
     async def cursor_close(self, address: str, cursor: str, *, delete: bool = False) -> None:
-        await self._link.call(requests.cursor_close(address, cursor, delete))
+        await self._call(requests.cursor_close(address, cursor, delete))
 
     async def close(self) -> None:
         """Await every session's unconfirmed sends, send the acks and credit owed, then
         DISCONNECT; never raises for a connection that is already gone."""
+        await self._on.closing()
         failure: ChuteError | None = None
         if not self._link.closed:
             for window in list(self._windows):
@@ -302,7 +337,7 @@ class AioConnection(AsyncClosedAtExit):
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
-        return f"<chute.Connection {self.connection_id or '?'} {state}>"
+        return f"<chute.Connection {self.connection_id or '?'} on {self.node} {state}>"
 
 
 class AioSession(AsyncClosedAtExit):

@@ -11,7 +11,9 @@ whole interface the asyncio API (:mod:`chute.client.aio_client`) has to it:
   (``pause_writing``), writes and waits for the transport to drain
   (:attr:`AsyncLink.congested`, :meth:`AsyncLink.drain`);
 * heartbeats: a timer pings a quiet connection and gives up on a silent
-  broker.
+  broker;
+* a connection lost (not closed by :meth:`AsyncLink.close` or
+  :meth:`AsyncLink.abort`) runs, as a task, what :meth:`AsyncLink.when_lost` gave.
 
 Everything belongs to the event loop that made it: not thread-safe.
 """
@@ -22,7 +24,7 @@ import asyncio
 import contextlib
 import ssl
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Final, TypeVar
 
 from chute.client.aio_channels import open_transport
@@ -95,6 +97,8 @@ class AsyncLink(asyncio.Protocol):
         self._last_received = self._last_sent = time.monotonic()
         self._heartbeat_timer: asyncio.TimerHandle | None = None
         self._lost: asyncio.Future[None] = self._loop.create_future()
+        self._on_lost: Callable[[], Coroutine[Any, Any, None]] | None = None
+        self._on_lost_task: asyncio.Task[None] | None = None
 
     @property
     def closed(self) -> bool:
@@ -120,6 +124,11 @@ class AsyncLink(asyncio.Protocol):
             self._heartbeat = connected.heartbeat_ms / 1000
             self._heartbeat_timer = self._loop.call_later(self._heartbeat / 2, self._beat)
         return connected
+
+    def when_lost(self, then: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run ``then()`` as a task once, if the connection is lost (the broker went,
+        the network failed, heartbeats stopped), not if it is closed or aborted."""
+        self._on_lost = then
 
     # -- requests -------------------------------------------------------------------------
 
@@ -349,6 +358,7 @@ class AsyncLink(asyncio.Protocol):
     async def close(self) -> None:
         """Close gracefully (acks and credit owed, then DISCONNECT); never raises for a
         connection already gone."""
+        self._on_lost = None
         try:
             if self._proto.failure is None:
                 corr = self._proto.disconnect()
@@ -362,6 +372,7 @@ class AsyncLink(asyncio.Protocol):
 
     def abort(self) -> None:
         """Fail what still waits and close the transport at once."""
+        self._on_lost = None
         if self._heartbeat_timer is not None:
             self._heartbeat_timer.cancel()
         if self._proto.failure is None:
@@ -410,6 +421,9 @@ class AsyncLink(asyncio.Protocol):
             self._wake_all()
             if self._transport is not None:
                 self._transport.close()
+            then, self._on_lost = self._on_lost, None
+            if then is not None:
+                self._on_lost_task = self._loop.create_task(then())
         elif self._proto.outbox_size:
             self._flush_soon()
 

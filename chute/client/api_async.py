@@ -273,7 +273,16 @@ class AsyncConnection(Protocol):
     def connection_id(self) -> str: ...
 
     @property
-    def closed(self) -> bool: ...
+    def closed(self) -> bool:
+        """Closed, or lost with no node to move to (a connection moving to another node
+        of its URL is not closed)."""
+        ...
+
+    @property
+    def node(self) -> str:
+        """The node the connection is on, ``host:port`` (of a URL that lists several,
+        the one it reached; after a move, the one it moved to). A dropbox: its root."""
+        ...
 
     def session(
         self, ack: str = "auto", transacted: bool = False, *, confirm_window: int = 0
@@ -289,7 +298,8 @@ class AsyncConnection(Protocol):
 
         Raises:
             ValueError: unknown ack mode, or a negative window.
-            ConnectError: the connection is gone.
+            ConnectError: the connection is gone, or lost and moving to another node
+                (a request of the connection waits for the move).
         """
         ...
 

@@ -4,6 +4,15 @@ the link of :mod:`chute.client.link`.
 
 What the methods mean, their arguments and errors, is declared once in
 :mod:`chute.client.api`. ``Received.ack()`` and ``nack()`` only queue a packet.
+A connection to a URL that lists several nodes **moves** when the node it is on
+goes: to the next node that answers (:mod:`chute.client.nodes`), at once, in
+a thread of its own. What the lost node had is not carried over: what waited on
+it (a send not yet confirmed, a receive, a commit) raises
+:class:`~chute.errors.ConnectError`, and so does every later call of its
+sessions and consumers; the connection's own requests wait for the move and go
+to the new node, and sessions opened after it are there.
+:attr:`BlockingConnection.node` says which node it is on.
+
 A session's **confirm window**
 (:class:`~chute.client.confirm.ConfirmWindow`) keeps up to N persistent
 sends (transacted: commits) awaiting the broker's fsync while the producer goes
@@ -34,12 +43,13 @@ from chute.client import requests
 from chute.client.api import Page
 from chute.client.closing import ClosedAtExit
 from chute.client.confirm import ConfirmWindow
-from chute.client.link import Link, open_link
+from chute.client.link import Link
+from chute.client.nodes import Nodes, OnNode, Reached, log
 from chute.client.outgoing import SendFields
 from chute.client.received import Received
 from chute.client.requests import CursorPage, Pending
 from chute.client.sessions import ConsumerOptions
-from chute.client.tls import client_context, unanswered
+from chute.client.tls import client_context
 from chute.client.url import parse_url
 from chute.errors import ChuteError, ConnectError, ConsumerError
 from chute.message import DEFAULT_PRIORITY, BodyKind, Message
@@ -67,6 +77,9 @@ def connect(
 
     Args:
         url: ``chute://host[:port]`` (port 5445 by default), ``chutes://`` for TLS;
+            ``chute://h1:5445,h2:5445`` lists the nodes of a cluster: the connection is
+            on one (from a random one, or the first with ``?order=listed``) and moves
+            to another when it goes;
             ``ws://host[:port]/chute`` (the HTTP port, 8445 by default), ``wss://``,
             ``http://`` and ``https://`` where only HTTP gets through
             (:mod:`chute.client.url`); ``chute://login:passcode@host`` carries
@@ -84,7 +97,8 @@ def connect(
             the user, who then needs no passcode.
 
     Raises:
-        ConnectError: cannot reach the broker, or it refused the connection.
+        ConnectError: cannot reach the broker (of several nodes: any, and the error
+            names each node and why), or it refused the connection.
         AuthenticationFailed: the broker rejected the credentials.
         RequestTimeout: the broker did not answer in time.
     """
@@ -93,34 +107,48 @@ def connect(
     context = None
     if target.tls:
         context = client_context(tls_ca, verify=tls_verify, cert_file=tls_cert, key_file=tls_key)
-    link = open_link(target, timeout, context)
-    try:
-        connected = link.handshake(client_id, login, passcode, heartbeat)
-    except ConnectError as exc:  # never the broker's answer: the connection failed
-        link.abort()
-        raise unanswered(target.tls, exc) from None
-    except BaseException:
-        link.abort()
-        raise
-    return BlockingConnection(link, connected.connection_id)
+    nodes = Nodes(target, timeout, context, client_id, login, passcode, heartbeat)
+    reached = nodes.connect()
+    if nodes.several:
+        log.info("connected to node %s", reached.node.node)
+    return BlockingConnection(reached, nodes)
 
 
 class BlockingConnection(ClosedAtExit):
     """A connection to a broker (:class:`chute.client.api.Connection`). Use
     :func:`connect` to make one."""
 
-    def __init__(self, link: Link, connection_id: str) -> None:
-        self.connection_id = connection_id
-        self._link = link
+    def __init__(self, reached: Reached, nodes: Nodes) -> None:
+        self.connection_id = reached.connected.connection_id
+        self._on = OnNode(reached, nodes, self._arrived)
         self._windows: weakref.WeakSet[ConfirmWindow] = weakref.WeakSet()  # close awaits them
+
+    @property
+    def _link(self) -> Link:
+        return self._on.link
 
     @property
     def timeout(self) -> float:
         return self._link.timeout
 
     @property
+    def node(self) -> str:
+        return self._on.node.node
+
+    @property
     def closed(self) -> bool:
-        return self._link.closed
+        return self._on.closed
+
+    def _arrived(self, reached: Reached) -> None:
+        """The connection moved to ``reached``'s node."""
+        self.connection_id = reached.connected.connection_id
+        self._windows = weakref.WeakSet()  # those of the lost node's sessions: gone with it
+
+    def _call(self, request: requests.Request[T]) -> T:
+        """``request``'s answer from the node the connection is on. Raises as
+        :meth:`Link.call`."""
+        link = self._on.current()
+        return link.call(request)
 
     def session(
         self, ack: str = "auto", transacted: bool = False, *, confirm_window: int = 0
@@ -128,6 +156,12 @@ class BlockingConnection(ClosedAtExit):
         """Open a session (no round trip: errors surface on its first request)."""
         if confirm_window < 0:
             raise ValueError("confirm_window must not be negative")
+        if self._on.moving:
+            raise ConnectError(
+                f"the connection to node {self.node} was lost and is moving to another "
+                "node: a request of the connection (stat, ...) waits for it; then open "
+                "the session again"
+            )
         session_id = self._link.open_session(ack, transacted)
         window = ConfirmWindow(self._link, session_id, confirm_window)
         if confirm_window:
@@ -136,20 +170,20 @@ class BlockingConnection(ClosedAtExit):
 
     def stat(self, pattern: str | None = None, *, page_size: int = 0) -> dict[str, Any]:
         """Asks page after page and joins them."""
-        stats, after = self._link.call(requests.stat_fetch(pattern, "", page_size))
+        stats, after = self._call(requests.stat_fetch(pattern, "", page_size))
         while after is not None:
-            page, after = self._link.call(requests.stat_fetch(pattern, after, page_size))
+            page, after = self._call(requests.stat_fetch(pattern, after, page_size))
             stats = requests.join_stats(stats, page)
         return stats
 
     def delete(self, address: str, *, force: bool = False) -> int:
-        return self._link.call(requests.delete(address, force))
+        return self._call(requests.delete(address, force))
 
     def purge(self, address: str) -> int:
-        return self._link.call(requests.purge(address))
+        return self._call(requests.purge(address))
 
     def create(self, address: str) -> bool:
-        return self._link.call(requests.create(address))
+        return self._call(requests.create(address))
 
     def move(
         self,
@@ -160,7 +194,7 @@ class BlockingConnection(ClosedAtExit):
         seqs: Sequence[int] | None = None,
         limit: int = 0,
     ) -> int:
-        return self._link.call(requests.move(source, target, selector, seqs, limit))
+        return self._call(requests.move(source, target, selector, seqs, limit))
 
     def retry_dead_letters(
         self,
@@ -170,21 +204,21 @@ class BlockingConnection(ClosedAtExit):
         seqs: Sequence[int] | None = None,
         limit: int = 0,
     ) -> dict[str, int]:
-        return self._link.call(requests.retry_dead_letters(source, selector, seqs, limit))
+        return self._call(requests.retry_dead_letters(source, selector, seqs, limit))
 
     def prepared(self) -> list[str]:
-        return self._link.call(requests.prepared())
+        return self._call(requests.prepared())
 
     def commit_prepared(self, xid: str) -> None:
-        self._link.call(requests.commit_prepared(xid))
+        self._call(requests.commit_prepared(xid))
 
     def rollback_prepared(self, xid: str) -> None:
-        self._link.call(requests.rollback_prepared(xid))
+        self._call(requests.rollback_prepared(xid))
 
     def commit_batch(
         self, sink: str, batch: int, xids: Sequence[str], *, keep: bool = True
     ) -> bool:
-        return self._link.call(requests.commit_batch(sink, batch, xids, keep))
+        return self._call(requests.commit_batch(sink, batch, xids, keep))
 
     # -- cursors: reading a destination by sequence number (docs/spark.md) -------------
 
@@ -196,7 +230,7 @@ class BlockingConnection(ClosedAtExit):
         selector: str | None = None,
         lease_ms: int = 0,
     ) -> tuple[int, int]:
-        return self._link.call(requests.cursor_open(address, cursor, selector, lease_ms))
+        return self._call(requests.cursor_open(address, cursor, selector, lease_ms))
 
     def cursor_fetch(
         self,
@@ -208,7 +242,7 @@ class BlockingConnection(ClosedAtExit):
         max_messages: int = 0,
         max_bytes: int = 0,
     ) -> CursorPage:
-        return self._link.call(
+        return self._call(
             requests.cursor_fetch(address, cursor, start, end, max_messages, max_bytes)
         )
 
@@ -261,7 +295,7 @@ class BlockingConnection(ClosedAtExit):
     ) -> Iterator[T]:
         """Each page's answer (what follows ``next`` in it) for ``[start, end)``,
         requesting the next page before handing out this one."""
-        link = self._link
+        link = self._on.current()
         if start >= end:
             return
         pending = link.start(fetch(address, cursor, start, end, page_messages, page_bytes))
@@ -278,14 +312,15 @@ class BlockingConnection(ClosedAtExit):
             start = next_start
 
     def cursor_ack(self, address: str, cursor: str, end: int) -> None:
-        self._link.call(requests.cursor_ack(address, cursor, end))
+        self._call(requests.cursor_ack(address, cursor, end))
 
     def cursor_close(self, address: str, cursor: str, *, delete: bool = False) -> None:
-        self._link.call(requests.cursor_close(address, cursor, delete))
+        self._call(requests.cursor_close(address, cursor, delete))
 
     def close(self) -> None:
         """Await every session's unconfirmed sends, send the acks and credit owed, then
         DISCONNECT; never raises for a connection that is already gone."""
+        self._on.closing()
         failure: ChuteError | None = None
         if not self._link.closed:
             for window in list(self._windows):
@@ -302,7 +337,7 @@ class BlockingConnection(ClosedAtExit):
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
-        return f"<chute.Connection {self.connection_id or '?'} {state}>"
+        return f"<chute.Connection {self.connection_id or '?'} on {self.node} {state}>"
 
 
 class BlockingSession(ClosedAtExit):

@@ -8,7 +8,9 @@
   waits for its answer; so does a send that finds the buffer past a high-water
   mark, which bounds memory when the broker cannot keep up;
 * heartbeats: the writer pings a quiet connection and gives up on a silent
-  broker.
+  broker;
+* a connection lost (not closed by :meth:`Link.close` or :meth:`Link.abort`)
+  runs, on a thread of its own, what :meth:`Link.when_lost` gave.
 
 :func:`open_link` makes the socket (TLS for ``chutes://``, through
 :class:`~chute.client.tls.TlsSocket`, so the two threads never share one
@@ -30,7 +32,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Final, TypeVar
 
 from chute.client.channels import Channel, HttpChannel, WebSocketChannel, failure
@@ -104,6 +106,7 @@ class Link:
         self._closing = False
         self._heartbeat = 0.0
         self._last_received = self._last_sent = time.monotonic()
+        self._on_lost: Callable[[], None] | None = None
         self._reader = threading.Thread(target=self._read_loop, name="chute-reader", daemon=True)
         self._writer = threading.Thread(target=self._write_loop, name="chute-writer", daemon=True)
         self._reader.start()
@@ -136,6 +139,13 @@ class Link:
             self._heartbeat = connected.heartbeat_ms / 1000
             self._writer_cond.notify()
         return connected
+
+    def when_lost(self, then: Callable[[], None]) -> None:
+        """Run ``then()`` on a thread of its own once, if the connection is lost (the
+        broker went, the network failed, heartbeats stopped), not if it is closed or
+        aborted."""
+        with self._lock:
+            self._on_lost = then
 
     # -- requests -------------------------------------------------------------------------
 
@@ -372,6 +382,8 @@ class Link:
     def close(self) -> None:
         """Close gracefully: acks and credit owed, then DISCONNECT, then the socket and
         threads. Never raises for a connection that is already gone."""
+        with self._lock:
+            self._on_lost = None
         if not self._closing:
             try:
                 with self._lock:
@@ -385,6 +397,7 @@ class Link:
     def abort(self) -> None:
         """Fail what still waits, stop both threads and close the socket at once."""
         with self._lock:
+            self._on_lost = None
             if self._proto.failure is None:
                 self._proto.fail(ConnectError("the connection is closed"))
             self._closing = True
@@ -428,7 +441,10 @@ class Link:
                 if progress.failed or not data:
                     self._closing = True
                     self._writer_cond.notify()
-                    return
+                    then, self._on_lost = self._on_lost, None
+                    break
+        if then is not None:
+            threading.Thread(target=then, name="chute-lost", daemon=True).start()
 
     def _write_loop(self) -> None:
         proto = self._proto
@@ -462,6 +478,7 @@ class Link:
             self._closing = True
             self._cond.notify_all()
             self._writer_cond.notify()
+        self._close_socket()  # the reader sees it too, and ends
 
     def _close_socket(self) -> None:
         with contextlib.suppress(OSError):

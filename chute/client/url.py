@@ -18,12 +18,20 @@ A URL may carry a login and passcode, ``chute://alice:s%40cret@host:port``
 over the URL's (:meth:`BrokerUrl.credentials`). A URL printed back never shows
 the passcode.
 
+**Several nodes** of a cluster go in one URL, comma-separated:
+``chute://h1:5445,h2:5445,[::1]:5445`` (any scheme; a node without a port takes the
+scheme's default). The client tries them one after the other, starting from a
+random one (so that clients spread over the nodes), or from the first with
+``?order=listed``; :meth:`BrokerUrl.nodes` gives them in that order. A node listed
+twice is an error.
+
 ``dropbox:///path`` URLs name a dropbox root, not a broker: :func:`chute.connect`
 hands them to :mod:`chute.dropbox.client`.
 """
 
 from __future__ import annotations
 
+import random
 from typing import Final, NamedTuple
 from urllib.parse import unquote, urlsplit
 
@@ -44,6 +52,10 @@ _SCHEMES: Final = {  # scheme: (transport, TLS)
     "http": (HTTP, False),
     "https": (HTTP, True),
 }
+RANDOM: Final = "random"
+LISTED: Final = "listed"
+ORDERS: Final = (RANDOM, LISTED)
+"""The orders in which a client tries the nodes of a URL (``?order=``; random first)."""
 
 
 class BrokerUrl(NamedTuple):
@@ -56,6 +68,25 @@ class BrokerUrl(NamedTuple):
     """:data:`TCP`, :data:`WEBSOCKET` or :data:`HTTP`."""
     path: str = ""
     """The HTTP path (``/chute``) for a WebSocket or plain requests; "" over TCP."""
+    others: tuple[tuple[str, int], ...] = ()
+    """The further nodes of a cluster, ``(host, port)``, after the first (host, port)."""
+    order: str = RANDOM
+    """:data:`RANDOM` or :data:`LISTED`: where :meth:`nodes` starts."""
+
+    @property
+    def node(self) -> str:
+        """The first node, ``host:port`` (``[::1]:5445`` for IPv6)."""
+        return _node(self.host, self.port)
+
+    def nodes(self) -> tuple[BrokerUrl, ...]:
+        """One URL per node, in the order a client tries them: from a random one (then
+        round the list) or, with ``order=listed``, from the first."""
+        every = ((self.host, self.port), *self.others)
+        start = random.randrange(len(every)) if self.order == RANDOM else 0  # noqa: S311 - spreading, not secrecy
+        return tuple(
+            self._replace(host=host, port=port, others=())
+            for host, port in every[start:] + every[:start]
+        )
 
     @property
     def scheme(self) -> str:
@@ -65,8 +96,9 @@ class BrokerUrl(NamedTuple):
         raise ValueError(f"no scheme for {self.transport} with tls={self.tls}")
 
     def __str__(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{self.scheme}://{host}:{self.port}{self.path}"
+        nodes = ",".join(_node(host, port) for host, port in ((self.host, self.port), *self.others))
+        query = f"?order={self.order}" if self.others and self.order != RANDOM else ""
+        return f"{self.scheme}://{nodes}{self.path}{query}"
 
     def http_url(self, path: str = "") -> str:
         """The ``http(s)://`` (or ``ws(s)://``) URL of ``path`` under this one's path."""
@@ -86,17 +118,17 @@ class BrokerUrl(NamedTuple):
 
 
 def parse_url(url: str) -> BrokerUrl:
-    """Split ``chute://[login[:passcode]@]host[:port]`` (default port 5445; ``[::1]`` for
-    IPv6), ``chutes://...`` (TLS, default port 5446), or ``ws://``, ``wss://``,
-    ``http://``, ``https://`` ``[login[:passcode]@]host[:port][/path]`` (default port
-    8445, path ``/chute``).
+    """Split ``chute://[login[:passcode]@]host[:port][,host[:port]...]`` (default port
+    5445; ``[::1]`` for IPv6), ``chutes://...`` (TLS, default port 5446), or ``ws://``,
+    ``wss://``, ``http://``, ``https://`` ``[login[:passcode]@]host[:port][,...][/path]``
+    (default port 8445, path ``/chute``); each may end with ``?order=listed`` (or
+    ``random``, the default).
 
     Raises:
         ConnectError: not a broker URL.
     """
     try:
         parts = urlsplit(url)
-        port = parts.port
     except ValueError as exc:
         raise ConnectError(f"invalid broker URL {_hidden(url)!r}: {exc}") from None
     scheme = parts.scheme.lower()
@@ -111,22 +143,72 @@ def parse_url(url: str) -> BrokerUrl:
             "ws://, wss://, http://, https://)"
         )
     transport, tls = _SCHEMES[scheme]
-    if not parts.hostname:
-        raise ConnectError(f"invalid broker URL {_hidden(url)!r}: no host")
-    if parts.query or parts.fragment or (transport == TCP and parts.path not in ("", "/")):
+    if parts.fragment or (transport == TCP and parts.path not in ("", "/")):
         allowed = "chute://host:port" if transport == TCP else f"{scheme}://host:port/path"
         raise ConnectError(f"invalid broker URL {_hidden(url)!r}: only {allowed} is allowed")
-    login = unquote(parts.username) if parts.username else None
-    passcode = unquote(parts.password) if parts.password is not None else None
-    if login is None and passcode is not None:
-        raise ConnectError(f"invalid broker URL {_hidden(url)!r}: a passcode without a login")
+    order = _order(url, parts.query)
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    login, passcode = _credentials(url, userinfo) if at else (None, None)
     if transport == TCP:
         default, path = (DEFAULT_TLS_PORT if tls else DEFAULT_PORT), ""
     else:
         default, path = DEFAULT_HTTP_PORT, parts.path.rstrip("/") or NATIVE_PATH
-    return BrokerUrl(
-        parts.hostname, default if port is None else port, tls, login, passcode, transport, path
-    )
+    nodes = _nodes(url, hosts, default)
+    (host, port), *others = nodes
+    return BrokerUrl(host, port, tls, login, passcode, transport, path, tuple(others), order)
+
+
+def _nodes(url: str, hosts: str, default: int) -> list[tuple[str, int]]:
+    """The ``(host, port)`` of each comma-separated node of ``hosts``."""
+    if not hosts:
+        raise ConnectError(f"invalid broker URL {_hidden(url)!r}: no host")
+    nodes: list[tuple[str, int]] = []
+    for entry in hosts.split(","):
+        try:
+            parts = urlsplit(f"//{entry}")
+            port = parts.port
+        except ValueError as exc:
+            raise ConnectError(
+                f"invalid broker URL {_hidden(url)!r}: node {entry!r}: {exc}"
+            ) from None
+        if not parts.hostname:
+            what = f"node {entry!r} has no host" if entry else "an empty node in the list"
+            raise ConnectError(f"invalid broker URL {_hidden(url)!r}: {what}")
+        node = (parts.hostname, default if port is None else port)
+        if node in nodes:
+            raise ConnectError(
+                f"invalid broker URL {_hidden(url)!r}: node {_node(*node)} is listed twice"
+            )
+        nodes.append(node)
+    return nodes
+
+
+def _order(url: str, query: str) -> str:
+    """The ``order`` of a URL's query, its one option."""
+    order = RANDOM
+    for option in query.split("&") if query else ():
+        name, _, value = option.partition("=")
+        if name != "order" or value not in ORDERS:
+            raise ConnectError(
+                f"invalid broker URL {_hidden(url)!r}: unknown option {option!r} "
+                "(the one option is order=random, the default, or order=listed)"
+            )
+        order = value
+    return order
+
+
+def _credentials(url: str, userinfo: str) -> tuple[str | None, str | None]:
+    """The login and passcode of a URL's ``login[:passcode]``."""
+    name, colon, secret = userinfo.partition(":")
+    login = unquote(name) if name else None
+    passcode = unquote(secret) if colon else None
+    if login is None and passcode is not None:
+        raise ConnectError(f"invalid broker URL {_hidden(url)!r}: a passcode without a login")
+    return login, passcode
+
+
+def _node(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _hidden(url: str) -> str:

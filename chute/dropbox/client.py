@@ -156,6 +156,10 @@ class DropboxConnection(ClosedAtExit):
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def node(self) -> str:
+        return str(self.root)
+
     def _check(self) -> None:
         if self._closed:
             raise ConnectError("the connection is closed")

@@ -130,7 +130,8 @@ OPTIONS: Final[tuple[Option, ...]] = (
     Option("url", Side.BOTH, "string", DEFAULT_URL,
            "chute://host:port, or chutes://host:port for TLS; ws(s)://host:port/chute or "
            "http(s)://host:port/chute through the HTTP port where only HTTP gets through; "
-           "chute://login:password@host:port carries credentials (percent-encoded)",
+           "chute://login:password@host:port carries credentials (percent-encoded); "
+           "chute://h1:5445,h2:5445 lists the nodes of a cluster",
            _text, "url"),
     Option("destination", Side.BOTH, "queue:NAME | topic:NAME | stream:NAME[,...]", (),
            "what to read (a read needs it or pattern); several streams, comma-separated, in "

@@ -279,6 +279,10 @@ class SyncConnection:
     def closed(self) -> bool:
         return self._conn.closed
 
+    @property
+    def node(self) -> str:
+        return self._conn.node
+
     def session(
         self, ack: str = "auto", transacted: bool = False, *, confirm_window: int = 0
     ) -> SyncSession:

@@ -97,3 +97,75 @@ def test_errors_about_a_url_never_show_its_passcode() -> None:
     assert "alice:***@h:1/path" in info.value.reason
     with pytest.raises(ConnectError, match="a passcode without a login"):
         parse_url("chute://:pw@h")
+
+
+@pytest.mark.parametrize(
+    ("url", "nodes"),
+    [
+        ("chute://a:1,b:2", [("a", 1), ("b", 2)]),
+        ("chute://a,b:2,[::1]", [("a", 5445), ("b", 2), ("::1", 5445)]),
+        ("chutes://a,b", [("a", 5446), ("b", 5446)]),
+        ("ws://a:1,B:2/mq", [("a", 1), ("b", 2)]),
+        ("https://u:p@a,b/", [("a", 8445), ("b", 8445)]),
+    ],
+)
+def test_several_nodes(url: str, nodes: list[tuple[str, int]]) -> None:
+    """Each node of the list, with the scheme's default port where it gives none; the
+    rest of the URL (TLS, login, path) is the same for every node."""
+    parsed = parse_url(f"{url}?order=listed")
+    listed = parsed.nodes()
+    assert [(node.host, node.port) for node in listed] == nodes
+    assert {(n.scheme, n.login, n.passcode, n.path, n.others) for n in listed} == {
+        (parsed.scheme, parsed.login, parsed.passcode, parsed.path, ())
+    }
+    assert parse_url(str(parsed)) == parsed._replace(login=None, passcode=None)
+
+
+def test_the_nodes_are_tried_from_a_random_one_round_the_list() -> None:
+    url = parse_url("chute://a:1,b:1,c:1")
+    assert url.order == "random"
+    hosts = "abcabc"
+    starts = set()
+    for _ in range(200):
+        tried = "".join(node.host for node in url.nodes())
+        assert tried in hosts  # a rotation of the listed order
+        starts.add(tried[0])
+    assert starts == {"a", "b", "c"}
+    assert [n.host for n in parse_url("chute://a:1,b:1,c:1?order=listed").nodes()] == [
+        "a",
+        "b",
+        "c",
+    ]
+    assert str(url) == "chute://a:1,b:1,c:1"
+    assert parse_url("chute://a:1").nodes() == (BrokerUrl("a", 1),)
+
+
+def test_a_node_s_address_names_it() -> None:
+    assert parse_url("chute://[::1]:7,h:8").node == "[::1]:7"
+    assert [n.node for n in parse_url("chute://h:8,[::1]:7?order=listed").nodes()] == [
+        "h:8",
+        "[::1]:7",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("chute://a:1,", "an empty node in the list"),
+        ("chute://,a:1", "an empty node in the list"),
+        ("chute://a:1,,b:2", "an empty node in the list"),
+        ("chute://a:1,:2", "node ':2' has no host"),
+        ("chute://a:1,b:x", "node 'b:x'"),
+        ("chute://a:1,b:70000", "node 'b:70000'"),
+        ("chute://a:1,A:1", "node a:1 is listed twice"),
+        ("chute://a,a:5445", "node a:5445 is listed twice"),
+        ("chute://a,b?order=first", "unknown option 'order=first'"),
+        ("chute://a,b?order=listed&x", "unknown option 'x'"),
+        ("chute://alice:pw@a,b:x", "node 'b:x'"),
+    ],
+)
+def test_a_bad_list_of_nodes(url: str, reason: str) -> None:
+    with pytest.raises(ConnectError, match="invalid broker URL") as info:
+        parse_url(url)
+    assert reason in info.value.reason
+    assert "pw" not in info.value.reason
