@@ -271,6 +271,12 @@ FLAT_KEYS: dict[str, str] = {
     "prepared_timeout_ms": "sessions.prepared_timeout_ms",
     "max_cursor_lease_ms": "sessions.max_cursor_lease_ms",
     "expiry_interval_ms": "sessions.expiry_interval_ms",
+    "cluster_coordinator": "cluster.coordinator",
+    "cluster_node": "cluster.node",
+    "cluster_advertise": "cluster.advertise",
+    "cluster_user": "cluster.user",
+    "cluster_password": "cluster.password",
+    "cluster_ttl": "cluster.ttl",
 }
 """Every key [server] held before it had sections, and where it is now: these keep working."""
 
@@ -283,6 +289,11 @@ WORDS = {
     "tls_ca": "ca.pem",
     "tls_client_certs": "optional",
     "http_tls_client_certs": "none",
+    "cluster_coordinator": "etcd://127.0.0.1:2379/c",
+    "cluster_node": "a",
+    "cluster_advertise": "127.0.0.1:5445",
+    "cluster_user": "node",
+    "cluster_password": "p",
 }
 """Values other than the defaults for the keys whose value is a word or a file name."""
 
@@ -412,8 +423,8 @@ def test_a_key_given_twice_is_refused(tmp_path: Path, text: str, fragment: str) 
         ),
         ('[server.tls]\ntls_cert = "c.pem"\n', "server.tls.tls_cert: unknown setting"),
         ("[server.listen]\nmax_connections = 1\n", "server.listen.max_connections: unknown"),
-        ("[server.cluster]\nnode = 1\n", "server.cluster: unknown setting (known: host, "),
-        ("[server.cluster]\nnode = 1\n", "or by section: [server.listen], [server.tls], "),
+        ("[server.nodes]\nnode = 1\n", "server.nodes: unknown setting (known: host, "),
+        ("[server.nodes]\nnode = 1\n", "or by section: [server.listen], [server.tls], "),
         ('[server]\ntls = "on"\n', "server.tls: a table of settings ([server.tls]), got 'on'"),
         ("[server.listen]\nport = true\n", "server.listen.port: expected a non-negative"),
         ('[server.limits]\nmax_packet_size = "lots"\n', "server.limits.max_packet_size"),
