@@ -3,6 +3,8 @@ the links between nodes, seen through real clients (the native client, stomp.py)
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,7 +14,7 @@ import pytest
 
 from chute.client.blocking import BlockingConnection, BlockingConsumer, connect
 from chute.client.received import Received
-from tests.integration.conftest import ChuteServer, start_server
+from tests.integration.conftest import ChuteServer, free_port, start_server
 from tests.integration.etcd_fixture import EtcdProcess, start_etcd
 
 CLUSTER = "t"
@@ -136,3 +138,155 @@ def test_a_producer_on_one_node_and_a_consumer_on_another_get_every_message_once
         assert sorted(bodies(got)) == sorted(sent)
         assert not any(r.redelivered for r in got)
         nothing_more(consumer)
+
+
+def test_consumers_on_two_other_nodes_each_get_a_message_once(nodes: Nodes) -> None:
+    a, b, c = nodes.start_linked("a", "b", "c")
+    conn_b, on_b = open_consumer(b, "queue:work", prefetch=10)
+    conn_c, on_c = open_consumer(c, "queue:work", prefetch=10)
+    with conn_b, conn_c:
+        sent = [f"m{i}" for i in range(300)]
+        send(a, "queue:work", sent)
+        got: list[Received] = []
+
+        def all_in() -> bool:
+            for consumer in (on_b, on_c):
+                item = consumer.receive(timeout=0.05)
+                if item is not None:
+                    item.ack()
+                    got.append(item)
+            return len(got) >= len(sent)
+
+        until(all_in, "every message on b or c")
+        assert sorted(bodies(got)) == sorted(sent)
+        nothing_more(on_b)
+        nothing_more(on_c)
+
+
+def test_messages_waiting_for_a_consumer_that_left_go_to_another_node(nodes: Nodes) -> None:
+    a, b, c = nodes.start_linked("a", "b", "c")
+    sent = [f"m{i}" for i in range(100)]
+    conn_b, on_b = open_consumer(b, "queue:work", prefetch=5)
+    with conn_b:
+        send(a, "queue:work", sent)
+        first = take(on_b, 20)  # acked; the rest waits on a and b
+    conn_c, on_c = open_consumer(c, "queue:work")
+    with conn_c:
+        rest = take(on_c, len(sent) - len(first))
+        assert sorted(bodies(first) + bodies(rest)) == sorted(sent)
+        nothing_more(on_c)
+
+
+def test_a_stomp_consumer_gets_what_a_native_producer_sent_to_another_node(
+    nodes: Nodes,
+) -> None:
+    stomp = pytest.importorskip("stomp")
+    a = nodes.start("a")
+    stomp_port = free_port()
+    b = nodes.start("b", "--stomp-port", str(stomp_port))
+    a.wait_for_line("linked to node b", timeout=DEADLINE)
+    listener = stomp.listener.TestListener()
+    conn = stomp.Connection([("127.0.0.1", stomp_port)])
+    conn.set_listener("", listener)
+    conn.connect(wait=True)
+    try:
+        conn.subscribe(destination="/queue/work", id="1", ack="client-individual")
+        sent = [f"m{i}" for i in range(50)]
+        send(a, "queue:work", sent)
+        until(lambda: len(listener.message_list) >= len(sent), "the STOMP consumer's messages")
+        got = [body for _headers, body in listener.message_list]
+        assert sorted(got) == sorted(sent)
+    finally:
+        conn.disconnect()
+    assert b.process.poll() is None
+
+
+# -- topics ----------------------------------------------------------------------------
+
+
+def test_a_subscriber_on_each_node_gets_every_message_of_a_topic_once(nodes: Nodes) -> None:
+    servers = nodes.start_linked("a", "b", "c")
+    opened = [open_consumer(s, "topic:news") for s in servers]
+    try:
+        consumers = [consumer for _conn, consumer in opened]
+        seen: list[set[str]] = [set() for _ in consumers]
+
+        def probed() -> bool:  # a's peers know every subscription once each saw a probe
+            send(servers[0], "topic:news", ["probe"])
+            for consumer, got in zip(consumers, seen, strict=True):
+                item = consumer.receive(timeout=0.1)
+                while item is not None:
+                    item.ack()
+                    got.add(bodies([item])[0])
+                    item = consumer.receive(timeout=0.05)
+            return all("probe" in got for got in seen)
+
+        until(probed, "every node's subscription known on a")
+        sent = [f"n{i}" for i in range(100)]
+        send(servers[0], "topic:news", sent)
+        for consumer in consumers:
+            got = [b for b in bodies(take_all(consumer, len(sent))) if b != "probe"]
+            assert got == sent
+    finally:
+        for conn, _consumer in opened:
+            conn.close()
+
+
+def take_all(consumer: BlockingConsumer, count: int) -> list[Received]:
+    """Messages until ``count`` that are not probes came (probes still on the way count
+    for nothing)."""
+    got: list[Received] = []
+    end = time.monotonic() + DEADLINE
+    while sum(1 for b in bodies(got) if b != "probe") < count:
+        assert time.monotonic() < end, f"got {len(got)} messages"
+        item = consumer.receive(timeout=1)
+        if item is not None:
+            item.ack()
+            got.append(item)
+    return got
+
+
+# -- refusals ----------------------------------------------------------------------------
+
+
+def serve_and_fail(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``chute serve`` that must exit: its exit code and output."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "chute.cli",
+            "serve",
+            "--port",
+            str(free_port()),
+            "--stomp-port",
+            "0",
+            "--http-port",
+            "0",
+            "--data-dir",
+            str(tmp_path / "failed"),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_a_taken_node_name_is_refused_with_one_clear_line(nodes: Nodes, tmp_path: Path) -> None:
+    nodes.start("a")
+    done = serve_and_fail(tmp_path, "--cluster", nodes.url, "--node", "a")
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = [line for line in done.stderr.splitlines() if "is taken" in line]
+    assert len(lines) == 1, done.stderr
+    assert "node name 'a' is taken" in lines[0]
+    assert "Traceback" not in done.stderr
+
+
+def test_an_unreachable_etcd_is_a_clear_error(tmp_path: Path) -> None:
+    url = f"etcd://127.0.0.1:{free_port()}/{CLUSTER}"
+    done = serve_and_fail(tmp_path, "--cluster", url, "--node", "a")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "etcd is unreachable" in done.stderr
+    assert "Traceback" not in done.stderr
