@@ -342,6 +342,8 @@ class PeerLinks:
                         reason,
                     )
                     said = reason
+                else:
+                    log.debug("cluster: cannot link to node %s yet: %s", name, reason)
             else:
                 said = None
                 delay = BACKOFF_MIN

@@ -3,6 +3,8 @@ the links between nodes, seen through real clients (the native client, stomp.py)
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import subprocess
 import sys
 import time
@@ -290,3 +292,95 @@ def test_an_unreachable_etcd_is_a_clear_error(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stdout + done.stderr
     assert "etcd is unreachable" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+# -- a node killed -----------------------------------------------------------------------
+
+
+def test_a_receiving_node_killed_mid_stream_loses_nothing_acknowledged(nodes: Nodes) -> None:
+    a, b, c = nodes.start_linked("a", "b", "c")
+    sent = [f"m{i}" for i in range(300)]
+    conn_b, on_b = open_consumer(b, "queue:work", prefetch=10)
+    send(a, "queue:work", sent)  # each one confirmed: stored on a
+    acked_on_b = bodies(take(on_b, 50))
+    left_from = len(a.lines)
+    b.stop(signal.SIGKILL)
+    with contextlib.suppress(Exception):
+        conn_b.close()
+    a.wait_for_line("node b left", start=left_from, timeout=DEADLINE)  # its lease ran out
+    # what a had in doubt with b is a's again; what b stored comes back with b
+    nodes.start("b")
+    conn_c, on_c = open_consumer(c, "queue:work")
+    with conn_c:
+        got: list[Received] = []
+
+        def everything() -> bool:
+            item = on_c.receive(timeout=0.1)
+            while item is not None:
+                item.ack()
+                got.append(item)
+                item = on_c.receive(timeout=0.05)
+            return set(acked_on_b) | set(bodies(got)) >= set(sent)
+
+        until(everything, "every message acknowledged by a on c or b")
+    seen = acked_on_b + bodies(got)
+    assert sorted(set(seen)) == sorted(sent)
+    flagged = {body for body, item in zip(bodies(got), got, strict=True) if item.redelivered}
+    for body in {body for body in seen if seen.count(body) > 1}:
+        assert body in flagged, f"{body} came twice, never flagged redelivered"
+
+
+# -- users --------------------------------------------------------------------------------
+
+USERS = """
+[roles.peer]
+cluster = ["*"]
+
+[roles.app]
+send = ["*"]
+consume = ["*"]
+create = ["*"]
+
+[users.app]
+password = "app-pw"
+roles = ["app"]
+
+[users.node]
+password = "node-pw"
+roles = ["{role}"]
+
+[cluster]
+ttl = 2
+user = "node"
+password = "{password}"
+"""
+
+
+def test_with_users_a_node_logs_in_with_the_cluster_grant(nodes: Nodes) -> None:
+    nodes.config.write_text(USERS.format(role="peer", password="node-pw"))  # noqa: S106
+    a, b = nodes.start_linked("a", "b")
+    url_b = b.url.replace("chute://", "chute://app:app-pw@")
+    url_a = a.url.replace("chute://", "chute://app:app-pw@")
+    with connect(url_b) as conn:
+        consumer = conn.session(ack="individual").consumer("queue:work")
+        with connect(url_a) as producer, producer.session() as session:
+            session.send("queue:work", "hello")
+        assert bodies(take(consumer, 1)) == ["hello"]
+
+
+@pytest.mark.parametrize(
+    ("role", "password", "said"),
+    [("peer", "wrong", "login or passcode rejected"), ("app", "node-pw", "no cluster grant")],
+)
+def test_a_node_refused_says_why_once_and_keeps_trying(
+    nodes: Nodes, role: str, password: str, said: str
+) -> None:
+    nodes.config.write_text(USERS.format(role=role, password=password))
+    a = nodes.start("a", "--log-level", "debug")  # its retries are logged at debug only
+    b = nodes.start("b")
+    line = a.wait_for_line("cannot link to node b", timeout=DEADLINE)
+    assert said in line
+    until(lambda: sum("cannot link to node b yet" in x for x in a.lines) >= 2, "two retries")
+    assert [x for x in a.lines if "WARNING chute.cluster" in x] == [line]
+    assert a.process.poll() is None
+    assert b.process.poll() is None
