@@ -3,11 +3,16 @@ the links between nodes, seen through real clients (the native client, stomp.py)
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +21,8 @@ import pytest
 
 from chute.client.blocking import BlockingConnection, BlockingConsumer, connect
 from chute.client.received import Received
+from chute.protocol import packets as p
+from chute.protocol.wire import encode_packet
 from tests.integration.conftest import ChuteServer, free_port, start_server
 from tests.integration.etcd_fixture import EtcdProcess, start_etcd
 
@@ -384,3 +391,49 @@ def test_a_node_refused_says_why_once_and_keeps_trying(
     assert [x for x in a.lines if "WARNING chute.cluster" in x] == [line]
     assert a.process.poll() is None
     assert b.process.poll() is None
+
+
+def test_a_node_of_another_protocol_version_is_refused_in_one_line(
+    nodes: Nodes, etcd: EtcdProcess
+) -> None:
+    """A node "b" that speaks versions 1 and 2 only (an older chute: it refuses a Connect
+    at version 3 as such a broker does) is registered; node "a" dials it."""
+    refusal = encode_packet(
+        p.Error("unsupported-version", "protocol versions 3..3 are not supported"), 0, 0, 0, 2
+    )
+    listener = socket.create_server(("127.0.0.1", 0))
+    dialed = threading.Event()
+
+    def old_broker() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(4096)
+                conn.sendall(refusal)
+                dialed.set()
+
+    threading.Thread(target=old_broker, daemon=True).start()
+    try:
+        a = nodes.start("a", "--log-level", "debug")
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+        member = json.dumps({"name": "b", "address": address, "started": 0, "version": "0"})
+        put = json.dumps(
+            {
+                "key": base64.b64encode(f"/{CLUSTER}/nodes/b".encode()).decode(),
+                "value": base64.b64encode(member.encode()).decode(),
+            }
+        ).encode()
+        with urllib.request.urlopen(f"http://{etcd.address}/v3/kv/put", put, timeout=5):
+            pass
+        line = a.wait_for_line("cannot link to node b", timeout=DEADLINE)
+        assert "not supported" in line
+        assert "unsupported-version" in line
+        until(lambda: sum("cannot link to node b yet" in x for x in a.lines) >= 2, "two retries")
+        assert [x for x in a.lines if "WARNING chute.cluster" in x] == [line]
+        assert dialed.is_set()
+        assert a.process.poll() is None
+    finally:
+        listener.close()
