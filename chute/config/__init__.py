@@ -178,10 +178,16 @@ class ServerConfig:
                 raise ConfigError(
                     f"server.cluster_advertise: {cluster.advertise!r} is not HOST:PORT"
                 )
-        elif not self.listen.port:
+        elif not (self.listen.tls_port if cluster.tls else self.listen.port):
+            port = "server.tls_port" if cluster.tls else "server.port"
             raise ConfigError(
-                "server.cluster needs the native listener (server.port) or "
+                f"server.cluster_coordinator needs the native listener ({port}) or "
                 "server.cluster_advertise: the other nodes dial this node there"
+            )
+        if cluster.tls and not self.tls.cert:
+            raise ConfigError(
+                "server.cluster_tls needs server.tls_cert: a node shows the others its "
+                "certificate (and trusts server.tls_ca for theirs)"
             )
         if self.users and not cluster.user:
             raise ConfigError(

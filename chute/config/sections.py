@@ -172,6 +172,7 @@ class ClusterSettings:
     user: str = _flat("", "cluster_user")  # the user a node logs in as on the others
     password: str = _flat("", "cluster_password")  # that user's password (in plain text)
     ttl: int = _flat(10, "cluster_ttl")  # seconds: how long a dead node stays a member
+    tls: bool = _flat(False, "cluster_tls")  # links over TLS, to the others' native TLS port
 
 
 SECTION_TYPES: Final = (

@@ -300,7 +300,8 @@ class BrokerServer:
                 sock = server.sockets[0].getsockname()
                 bound.append((name, sock[0], sock[1]))
         if self.node is not None:
-            native_bound = next(((h, p) for n, h, p in bound if n == "native"), None)
+            dialed = "native-tls" if config.cluster.tls else "native"
+            native_bound = next(((h, p) for n, h, p in bound if n == dialed), None)
             await self.node.start(native_bound)
         if http is not None:
             bound.append(http)

@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import ssl
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final, Protocol, cast
@@ -128,6 +129,7 @@ class PeerLinks:
         self.links: dict[str, PeerLink] = {}
         self.members: dict[str, str] = {}  # the other nodes known: name -> address
         self._dialers: dict[str, asyncio.Task[None]] = {}
+        self._tls: ssl.SSLContext | None = None
 
     @property
     def cluster(self) -> Cluster:
@@ -351,12 +353,34 @@ class PeerLinks:
             await asyncio.sleep(delay * (1 - random.random() / 4))  # noqa: S311 - jitter
             delay = min(delay * 2, BACKOFF_MAX)
 
+    def _tls_context(self) -> ssl.SSLContext | None:
+        """With ``[cluster] tls``: trust ``tls.ca`` (else the system's store) for the other
+        nodes' certificates, and show them this node's own (made once)."""
+        if not self.settings.tls:
+            return None
+        if self._tls is None:
+            tls = self.server.config.tls
+            try:
+                context = ssl.create_default_context(cafile=tls.ca or None)
+                context.load_cert_chain(tls.cert, tls.key or None)
+            except (OSError, ssl.SSLError) as exc:
+                raise PeerRefused(f"cannot load this node's TLS files: {exc}") from None
+            self._tls = context
+        return self._tls
+
     async def _open(self, name: str, address: str) -> asyncio.Future[None]:
         """Dial ``name``; once the link is up, a future done when it is lost."""
         host, _, port = address.rpartition(":")
         loop = asyncio.get_running_loop()
+        host = host.strip("[]")
         transport, protocol = await asyncio.wait_for(
-            loop.create_connection(lambda: _Dialed(self, name), host.strip("[]"), int(port)),
+            loop.create_connection(
+                lambda: _Dialed(self, name),
+                host,
+                int(port),
+                ssl=self._tls_context(),
+                server_hostname=host if self.settings.tls else None,
+            ),
             OPEN_TIMEOUT,
         )
         try:

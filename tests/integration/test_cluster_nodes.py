@@ -437,3 +437,53 @@ def test_a_node_of_another_protocol_version_is_refused_in_one_line(
         assert a.process.poll() is None
     finally:
         listener.close()
+
+
+# -- TLS ----------------------------------------------------------------------------------
+
+
+def test_with_cluster_tls_the_links_speak_tls(nodes: Nodes, tmp_path: Path) -> None:
+    files = tmp_path / "tls"
+    subprocess.run(
+        [sys.executable, "-m", "chute.cli", "cert", str(files)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    nodes.config.write_text(
+        f'[cluster]\nttl = 2\ntls = true\n\n[server.tls]\ncert = "{files / "broker.pem"}"\n'
+        f'key = "{files / "broker-key.pem"}"\nca = "{files / "ca.pem"}"\n'
+    )
+    tls_a, tls_b = free_port(), free_port()
+    a = nodes.start("a", "--tls-port", str(tls_a))
+    b = nodes.start("b", "--tls-port", str(tls_b))
+    a.wait_for_line(f"cluster t: node b joined (127.0.0.1:{tls_b})", timeout=DEADLINE)
+    a.wait_for_line("linked to node b", timeout=DEADLINE)
+    b.wait_for_line("linked to node a", timeout=DEADLINE)
+    conn, consumer = open_consumer(b, "queue:work")
+    with conn:
+        send(a, "queue:work", ["over tls"])
+        assert bodies(take(consumer, 1)) == ["over tls"]
+
+
+def test_a_node_with_tls_refuses_a_peer_it_cannot_trust(nodes: Nodes, tmp_path: Path) -> None:
+    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
+    for where in (mine, theirs):
+        subprocess.run(
+            [sys.executable, "-m", "chute.cli", "cert", str(where)],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+    configs = {}
+    for name, files in (("a", mine), ("b", theirs)):
+        configs[name] = tmp_path / f"{name}.toml"
+        configs[name].write_text(
+            f'[cluster]\nttl = 2\ntls = true\n\n[server.tls]\ncert = "{files / "broker.pem"}"\n'
+            f'key = "{files / "broker-key.pem"}"\nca = "{files / "ca.pem"}"\n'
+        )
+    a = nodes.start("a", "--tls-port", str(free_port()), "--config", str(configs["a"]))
+    nodes.start("b", "--tls-port", str(free_port()), "--config", str(configs["b"]))
+    line = a.wait_for_line("cannot link to node b", timeout=DEADLINE)
+    assert "CERTIFICATE_VERIFY_FAILED" in line
+    assert a.process.poll() is None

@@ -277,6 +277,7 @@ FLAT_KEYS: dict[str, str] = {
     "cluster_user": "cluster.user",
     "cluster_password": "cluster.password",
     "cluster_ttl": "cluster.ttl",
+    "cluster_tls": "cluster.tls",
 }
 """Every key [server] held before it had sections, and where it is now: these keep working."""
 
