@@ -32,6 +32,7 @@ import logging
 import random
 import ssl
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final, Protocol, cast
 
@@ -404,6 +405,9 @@ class _Dialed(asyncio.Protocol):
         self.lost: asyncio.Future[None] = loop.create_future()
         self.link: PeerLink | None = None
         self.transport: asyncio.Transport | None = None
+        self.last_read = self.last_write = time.monotonic()
+        self._every = 0.0  # heart-beats agreed: seconds (0: none)
+        self._beat: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
@@ -414,18 +418,40 @@ class _Dialed(asyncio.Protocol):
             client_id=f"chute-node:{self.links.node}",
             login=settings.user or None,
             passcode=settings.password or None,
+            heartbeat_ms=self.links.server.config.sessions.heartbeat_ms,
         )
         self._write(encode_packet(connect, 1, version=p.PEER_VERSION))
 
     def _write(self, data: bytes) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
+            self.last_write = time.monotonic()
+
+    def _heartbeat(self) -> None:
+        """Ping after half the agreed time without writing; give the link up after three
+        times that without reading (the other node stopped answering, or the network
+        between the two is cut while etcd still sees both)."""
+        if self.transport is None:
+            return
+        now = time.monotonic()
+        if now - self.last_read > 3 * self._every:
+            log.warning(
+                "cluster: node %s is silent for %.1f s: closing the link",
+                self.name,
+                now - self.last_read,
+            )
+            self._close()
+            return
+        if now - self.last_write >= self._every / 2:
+            self._write(encode_packet(p.Ping(), version=p.PEER_VERSION))
+        self._beat = asyncio.get_running_loop().call_later(self._every / 2, self._heartbeat)
 
     def _close(self) -> None:
         if self.transport is not None:
             self.transport.close()
 
     def data_received(self, data: bytes) -> None:
+        self.last_read = time.monotonic()
         try:
             self.codec.receive_data(data)
             while True:
@@ -442,20 +468,25 @@ class _Dialed(asyncio.Protocol):
 
     def _packet(self, packet: object) -> None:
         links = self.links
+        if isinstance(packet, p.Ping):
+            self._write(encode_packet(p.Pong(), version=p.PEER_VERSION))
+            return
+        if isinstance(packet, p.Pong):
+            return
         if self.link is not None:
             if isinstance(packet, p.Error):
                 raise PeerRefused(
                     f"node {self.name} closed the link: {packet.code}: {packet.reason}"
                 )
-            if isinstance(packet, p.Ping):
-                self._write(encode_packet(p.Pong(), version=p.PEER_VERSION))
-                return
             links.received(self.link, packet)
             return
         if isinstance(packet, p.Error):
             raise PeerRefused(f"refused: {packet.reason} ({packet.code})")
         if isinstance(packet, p.Connected):
             self.codec.version = packet.version
+            if packet.heartbeat_ms:
+                self._every = packet.heartbeat_ms / 1000
+                self._beat = asyncio.get_running_loop().call_later(self._every / 2, self._heartbeat)
             opening = p.PeerOpen(links.cluster_name, links.node)
             self._write(encode_packet(opening, 2, version=p.PEER_VERSION))
         elif isinstance(packet, p.Ok):
@@ -468,6 +499,8 @@ class _Dialed(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        if self._beat is not None:
+            self._beat.cancel()
         if self.link is not None:
             self.links.lost(self.link)
         if not self.opened.done():

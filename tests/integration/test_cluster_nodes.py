@@ -487,3 +487,25 @@ def test_a_node_with_tls_refuses_a_peer_it_cannot_trust(nodes: Nodes, tmp_path: 
     line = a.wait_for_line("cannot link to node b", timeout=DEADLINE)
     assert "CERTIFICATE_VERIFY_FAILED" in line
     assert a.process.poll() is None
+
+
+def test_a_node_that_stops_answering_loses_its_link_before_its_lease(nodes: Nodes) -> None:
+    """Heart-beats: a node frozen (SIGSTOP) is still a member for ``ttl`` (60 s here), but
+    its link goes after three heart-beat intervals without a word; it comes back when the
+    node answers again."""
+    nodes.config.write_text("[cluster]\nttl = 60\n\n[server.sessions]\nheartbeat_ms = 1000\n")
+    a, b = nodes.start_linked("a", "b")
+    with pytest.raises(AssertionError):  # idle, the heart-beats keep it up: 4 intervals
+        a.wait_for_line("the link to node b is down", timeout=4)
+    since = len(a.lines)
+    b.process.send_signal(signal.SIGSTOP)
+    try:
+        a.wait_for_line("node b is silent", start=since, timeout=DEADLINE)
+        a.wait_for_line("the link to node b is down", start=since, timeout=DEADLINE)
+    finally:
+        b.process.send_signal(signal.SIGCONT)
+    a.wait_for_line("linked to node b", start=since, timeout=DEADLINE)
+    conn, consumer = open_consumer(b, "queue:work")
+    with conn:
+        send(a, "queue:work", ["after the freeze"])
+        assert bodies(take(consumer, 1)) == ["after the freeze"]
