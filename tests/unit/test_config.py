@@ -493,3 +493,56 @@ def test_the_reference_documents_every_key_its_flat_name_and_its_default(
         value = tomllib.loads(f"v = {default}")["v"]
         loaded = load(None, {flat: value})  # the documented default, read as the file's
         assert placed(loaded, where) == placed(defaults, where), where
+
+
+# -- [cluster] ------------------------------------------------------------------------------
+
+_NODE_USERS = '[users.node]\npassword = "pw"\nroles = ["admin"]\n'
+
+
+def test_a_cluster_table_is_the_server_cluster_section(tmp_path: Path) -> None:
+    config = load(
+        write(tmp_path, '[cluster]\ncoordinator = "etcd://h:2379/c"\nnode = "a"\nttl = 5\n')
+    )
+    assert config.cluster.coordinator == "etcd://h:2379/c"
+    assert config.cluster.node == "a"
+    assert config.cluster.ttl == 5
+    assert config.cluster.advertise == ""
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ('[cluster]\ncoordinator = "http://h:2379"\nnode = "a"\n', "cluster.coordinator"),
+        ('[cluster]\ncoordinator = "etcd://h:2379"\n', "cluster.node: bad node name ''"),
+        ('[cluster]\ncoordinator = "etcd://h:2379"\nnode = "a/b"\n', "bad node name 'a/b'"),
+        (
+            '[cluster]\ncoordinator = "etcd://h:2379"\nnode = "a"\nadvertise = "h"\n',
+            "server.cluster_advertise: 'h' is not HOST:PORT",
+        ),
+        (
+            '[server]\nport = 0\n[cluster]\ncoordinator = "etcd://h:2379"\nnode = "a"\n',
+            "needs the native listener (server.port)",
+        ),
+        (
+            '[cluster]\ncoordinator = "etcd://h:2379"\nnode = "a"\ntls = true\n',
+            "needs the native listener (server.tls_port)",
+        ),
+        (
+            '[cluster]\ncoordinator = "etcd://h:2379"\nnode = "a"\n' + _NODE_USERS,
+            "server.cluster_user is required once [users] exist",
+        ),
+        (
+            '[cluster]\ncoordinator = "etcd://h:2379"\nnode = "a"\nuser = "x"\n' + _NODE_USERS,
+            "server.cluster_user: no user named 'x'",
+        ),
+        ('[cluster]\ncoordinator = "etcd://h:2379"\nnode = "a"\nttl = 1\n', "below 2 s"),
+        ('[cluster]\nnode = "a"\n[server.cluster]\nnode = "b"\n', "keep one"),
+    ],
+)
+def test_a_cluster_that_cannot_work_is_refused_naming_the_key(
+    tmp_path: Path, text: str, said: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        load(write(tmp_path, text))
+    assert said in info.value.reason
