@@ -146,6 +146,18 @@ def _add_serve(sub: Any) -> None:
         help="under this much free space on the journal's disk, producers wait while "
         "consumers ack (default 64MiB; 0 = off)",
     )
+    cluster = serve.add_argument_group("a cluster of nodes, docs/cluster.md")
+    cluster.add_argument(
+        "--cluster",
+        metavar="etcd://HOST:PORT[/NAME]",
+        help="join the cluster agreed in this etcd (default: no cluster)",
+    )
+    cluster.add_argument("--node", help="this node's name in the cluster (unique in it)")
+    cluster.add_argument(
+        "--advertise",
+        metavar="HOST:PORT",
+        help="where the other nodes dial this one (default: the native listener's)",
+    )
     serve.add_argument(
         "--log-level",
         default=os.environ.get("CHUTE_LOG_LEVEL", "info"),
@@ -356,6 +368,9 @@ def _serve(args: argparse.Namespace) -> int:
         "tls_ca": args.tls_ca,
         "tls_client_certs": args.tls_client_certs,
         "flow_backlog": args.flow_backlog,
+        "cluster_coordinator": args.cluster,
+        "cluster_node": args.node,
+        "cluster_advertise": args.advertise,
     }
     config = config_module.load(args.config, overrides)
     config.smq = smq_settings.with_overrides(

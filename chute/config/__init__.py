@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from chute import origins, passwords
+from chute.cluster.errors import ClusterUrlError
+from chute.cluster.url import check_name, parse_cluster_url
 from chute.config.sections import (
     FLAT,
     KIND,
@@ -38,6 +40,7 @@ from chute.config.sections import (
     SECTION_TYPES,
     SIZE,
     ByUseSettings,
+    ClusterSettings,
     HttpSettings,
     Kind,
     LimitSettings,
@@ -89,6 +92,7 @@ class ServerConfig:
     by_use: ByUseSettings = dataclasses.field(default_factory=ByUseSettings)
     limits: LimitSettings = dataclasses.field(default_factory=LimitSettings)
     sessions: SessionSettings = dataclasses.field(default_factory=SessionSettings)
+    cluster: ClusterSettings = dataclasses.field(default_factory=ClusterSettings)
     users: dict[str, User] = dataclasses.field(default_factory=dict)
     roles: dict[str, Role] = dataclasses.field(default_factory=lambda: {"admin": ADMIN_ROLE})
     destinations: dict[str, DestinationSettings] = dataclasses.field(default_factory=dict)
@@ -138,6 +142,7 @@ class ServerConfig:
                 f"server.host = {listen.host!r} accepts connections from other machines: "
                 "configure [users] first (anonymous access is only allowed on loopback)"
             )
+        self._check_cluster()
         if self.users:
             acting = [("smq.user", self.smq.user)] if self.smq is not None else []
             acting += [(f"dropbox[{i}].user", m.user) for i, m in enumerate(self.dropbox)]
@@ -156,6 +161,43 @@ class ServerConfig:
                 f"accepted while the broker listens on loopback (server.host = "
                 f"{listen.host!r}): put the hash `chute passwd` prints in their password"
             )
+
+    def _check_cluster(self) -> None:
+        cluster = self.cluster
+        if not cluster.coordinator:
+            return
+        try:
+            parse_cluster_url(cluster.coordinator)
+            check_name(cluster.node or "", "node name")
+        except ClusterUrlError as exc:
+            where = "node" if "node name" in str(exc) else "coordinator"
+            raise ConfigError(f"cluster.{where}: {exc}") from None
+        if cluster.advertise:
+            host, _, port = cluster.advertise.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) <= 65535:
+                raise ConfigError(
+                    f"server.cluster_advertise: {cluster.advertise!r} is not HOST:PORT"
+                )
+        elif not (self.listen.tls_port if cluster.tls else self.listen.port):
+            port = "server.tls_port" if cluster.tls else "server.port"
+            raise ConfigError(
+                f"server.cluster_coordinator needs the native listener ({port}) or "
+                "server.cluster_advertise: the other nodes dial this node there"
+            )
+        if cluster.tls and not self.tls.cert:
+            raise ConfigError(
+                "server.cluster_tls needs server.tls_cert: a node shows the others its "
+                "certificate (and trusts server.tls_ca for theirs)"
+            )
+        if self.users and not cluster.user:
+            raise ConfigError(
+                "server.cluster_user is required once [users] exist: a node logs in to "
+                "the others as this user (give it a role granting cluster)"
+            )
+        if cluster.user and self.users and cluster.user not in self.users:
+            raise ConfigError(f"server.cluster_user: no user named {cluster.user!r} in [users]")
+        if cluster.ttl < 2:
+            raise ConfigError(f"server.cluster_ttl: {cluster.ttl} s is below 2 s")
 
     def _check_tls(self) -> None:
         tls = self.tls
@@ -293,12 +335,17 @@ def load(path: Path | None, overrides: Mapping[str, Any] | None = None) -> Serve
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path} is not valid TOML: {exc}") from None
     config = ServerConfig()
-    unknown = set(raw) - {"server", "users", "roles", "destinations", "smq", "dropbox"}
+    tables = {"server", "users", "roles", "destinations", "smq", "dropbox", "cluster"}
+    unknown = set(raw) - tables
     if unknown:
         raise ConfigError(
-            f"unknown section(s) {sorted(unknown)}: "
-            "expected server, users, roles, destinations, smq, dropbox"
+            f"unknown section(s) {sorted(unknown)}: expected {', '.join(sorted(tables))}"
         )
+    if "cluster" in raw:  # [cluster] is [server.cluster]
+        server = raw.setdefault("server", {})
+        if not isinstance(server, dict) or "cluster" in server:
+            raise ConfigError("[cluster] and [server.cluster] are one table: keep one")
+        server["cluster"] = raw.pop("cluster")
     if "smq" in raw:
         config.smq = smq_settings.from_table(raw["smq"])
     config.dropbox = parse_mounts(raw.get("dropbox", []))

@@ -160,6 +160,21 @@ class SessionSettings:
     expiry_interval_ms: int = 1_000  # how often expired messages and idle destinations go
 
 
+@dataclasses.dataclass
+class ClusterSettings:
+    """``[server.cluster]`` (or a top-level ``[cluster]``): this node's cluster (docs/cluster.md).
+
+    Off unless ``coordinator`` is set."""
+
+    coordinator: str = _flat("", "cluster_coordinator")  # etcd://HOST:PORT[,HOST:PORT...][/NAME]
+    node: str = _flat("", "cluster_node")  # this node's name in the cluster
+    advertise: str = _flat("", "cluster_advertise")  # HOST:PORT the others dial; "": the native
+    user: str = _flat("", "cluster_user")  # the user a node logs in as on the others
+    password: str = _flat("", "cluster_password")  # that user's password (in plain text)
+    ttl: int = _flat(10, "cluster_ttl")  # seconds: how long a dead node stays a member
+    tls: bool = _flat(False, "cluster_tls")  # links over TLS, to the others' native TLS port
+
+
 SECTION_TYPES: Final = (
     ListenSettings,
     TlsSettings,
@@ -169,5 +184,6 @@ SECTION_TYPES: Final = (
     ByUseSettings,
     LimitSettings,
     SessionSettings,
+    ClusterSettings,
 )
 """The [server] table's sections: ServerConfig's fields of these types."""

@@ -69,13 +69,25 @@ from chute.protocol.manage_packets import (
     TempQueueCreated,
     Unsubscribe,
 )
+from chute.protocol.peer_packets import (
+    PeerConfirm,
+    PeerDemand,
+    PeerHandover,
+    PeerOpen,
+    PeerRefuse,
+    PeerRelease,
+    PeerResume,
+)
 
-PROTOCOL_VERSION: Final = 2
-"""The newest protocol version this code speaks (2 adds :class:`Held`)."""
+PROTOCOL_VERSION: Final = 3
+"""The newest protocol version this code speaks (2 adds :class:`Held`, 3 the packets
+between the nodes of a cluster: :mod:`chute.protocol.peer_packets`)."""
 MIN_PROTOCOL_VERSION: Final = 1
 """The oldest protocol version this code speaks."""
 HELD_VERSION: Final = 2
 """The first version whose clients are told with :class:`Held` that a request waits."""
+PEER_VERSION: Final = 3
+"""The first version with the packets between nodes; a node dials another at it only."""
 SUPPORTED_VERSIONS: Final = frozenset(range(MIN_PROTOCOL_VERSION, PROTOCOL_VERSION + 1))
 
 
@@ -140,6 +152,13 @@ class PacketType(enum.IntEnum):
     DEAD_LETTER_RETRY_RESULT = 66
     STREAM_CONSUMER_OPEN = 67
     DESTINATION_CREATE = 68
+    PEER_OPEN = 70
+    PEER_RESUME = 71
+    PEER_HANDOVER = 72
+    PEER_CONFIRM = 73
+    PEER_REFUSE = 74
+    PEER_RELEASE = 75
+    PEER_DEMAND = 76
 
 
 class SessionAckMode(enum.StrEnum):
@@ -511,6 +530,13 @@ Packet = (
     | Move
     | DeadLetterRetry
     | DeadLetterRetryResult
+    | PeerOpen
+    | PeerResume
+    | PeerHandover
+    | PeerConfirm
+    | PeerRefuse
+    | PeerRelease
+    | PeerDemand
 )
 """Any packet of the native protocol."""
 
@@ -518,6 +544,7 @@ __all__ = [
     "HELD_VERSION",
     "MIN_PROTOCOL_VERSION",
     "NO_HEADER",
+    "PEER_VERSION",
     "PROTOCOL_VERSION",
     "SEND_MANY_MAX",
     "SUPPORTED_VERSIONS",
@@ -554,6 +581,13 @@ __all__ = [
     "Ok",
     "Packet",
     "PacketType",
+    "PeerConfirm",
+    "PeerDemand",
+    "PeerHandover",
+    "PeerOpen",
+    "PeerRefuse",
+    "PeerRelease",
+    "PeerResume",
     "Ping",
     "Pong",
     "Rollback",

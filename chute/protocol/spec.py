@@ -41,6 +41,7 @@ from typing import Any, Final, NamedTuple
 from chute.content import as_bool, decode_content, encode_content, malformed
 from chute.core.model.store import StoredBlock
 from chute.message import Message
+from chute.protocol import peer_packets as peer
 from chute.protocol.packets import (
     PROTOCOL_VERSION,
     Ack,
@@ -465,6 +466,24 @@ def _build_table() -> dict[int, Codec]:
     )
     table[PacketType.BROWSE_PAGE] = Codec(
         PacketType.BROWSE_PAGE, BrowsePage, _encode_browse_page, _decode_browse_page
+    )
+    table[PacketType.PEER_OPEN] = Codec(
+        PacketType.PEER_OPEN, peer.PeerOpen, *_spec_codec(peer.PeerOpen, ("s16", "s16"))
+    )
+    table[PacketType.PEER_HANDOVER] = Codec(
+        PacketType.PEER_HANDOVER, peer.PeerHandover, peer.encode_handover, peer.decode_handover
+    )
+    for tag, cls in (
+        (PacketType.PEER_CONFIRM, peer.PeerConfirm),
+        (PacketType.PEER_REFUSE, peer.PeerRefuse),
+        (PacketType.PEER_RELEASE, peer.PeerRelease),
+    ):
+        table[tag] = Codec(tag, cls, peer.encode_keys, peer.keys_decoder(cls))
+    table[PacketType.PEER_DEMAND] = Codec(
+        PacketType.PEER_DEMAND, peer.PeerDemand, peer.encode_demand, peer.decode_demand
+    )
+    table[PacketType.PEER_RESUME] = Codec(
+        PacketType.PEER_RESUME, peer.PeerResume, peer.encode_resume, peer.decode_resume
     )
     return table
 

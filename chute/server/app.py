@@ -56,6 +56,7 @@ from chute.server.accept import Accepting, Front
 from chute.server.limits import ConnectionLimits
 from chute.server.listener import Listener, Refusal, bind
 from chute.server.native import NativeConnection, native_refusal
+from chute.server.node import ClusterNode
 from chute.server.stomp import StompConnection, stomp_refusal
 from chute.server.stream import StreamConnection
 from chute.server.tls import ProtocolFactory, server_contexts
@@ -67,6 +68,7 @@ from chute.store.progress import RecoveryProgress
 
 if TYPE_CHECKING:  # aiohttp is imported only when the HTTP listener is on
     from chute.server.http import HttpListener, HttpSite
+    from chute.server.peers import PeerLinks
 
     MakeSite = Callable[["BrokerServer"], HttpSite]
     """What the HTTP port serves, made for the server (:class:`chute.admin.site.Site`)."""
@@ -109,6 +111,7 @@ class BrokerServer:
         self.tls_context: ssl.SSLContext | None = None  # every TLS listener's (start makes it)
         self.https_context: ssl.SSLContext | None = None  # the HTTP port's (its client certs)
         self.bridges: list[DropboxBridge] = []  # [[dropbox]] mounts (docs/dropbox.md)
+        self.node: ClusterNode | None = None  # [cluster]: this broker as a node (docs/cluster.md)
         self.started = time.time()
         self._stopping: asyncio.Event | None = None
         self._sync_requests: list[Callable[[BaseException | None], None]] = []
@@ -119,6 +122,10 @@ class BrokerServer:
         self.watchdog: LoopWatchdog | None = None  # start makes it
         self._password_pool: ThreadPoolExecutor | None = None  # made on the first hash login
         self.loop: asyncio.AbstractEventLoop = asyncio.get_event_loop_policy().get_event_loop()
+
+    @property
+    def peers(self) -> PeerLinks | None:
+        return None if self.node is None else self.node.links
 
     @property
     def broker(self) -> Broker:
@@ -273,6 +280,8 @@ class BrokerServer:
         is listed after the TCP ones, where it always was)."""
         config = self.config
         await self._recover()
+        if config.cluster.coordinator:  # the ledgers taken back before any link is up
+            self.node = ClusterNode.make(self)
         self.broker.admission.check()  # a full disk waits producers now
         self.bridges = start_bridges(
             self, self.config.dropbox
@@ -290,6 +299,10 @@ class BrokerServer:
                 server = self._listen(name, port, self._front(name, make, tls), refusal)
                 sock = server.sockets[0].getsockname()
                 bound.append((name, sock[0], sock[1]))
+        if self.node is not None:
+            dialed = "native-tls" if config.cluster.tls else "native"
+            native_bound = next(((h, p) for n, h, p in bound if n == dialed), None)
+            await self.node.start(native_bound)
         if http is not None:
             bound.append(http)
         if self.config.smq is not None:  # Simple-message-queue's source and sink listeners
@@ -456,6 +469,8 @@ class BrokerServer:
             len(self.connections),
         )
         await stop_bridges(self.bridges)  # their files settled while the broker still runs
+        if self.node is not None:  # the others stop sending here first
+            await self.node.stop()
         for server in self.listeners:
             server.close()
         self.accepting.close()  # handshakes under way, connections that never spoke

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from chute.config import ServerConfig
 from chute.core.rules.access import PasswordCheck
@@ -15,6 +15,9 @@ from chute.core.rules.broker import Broker
 from chute.errors import ChuteError
 from chute.server.limits import ConnectionLimits
 from chute.server.turns import Contenders
+
+if TYPE_CHECKING:
+    from chute.server.peers import PeerLinks
 
 SyncedCallback = Callable[[BaseException | None], None]
 Retry = Callable[[ChuteError | None], None]
@@ -45,6 +48,10 @@ class ServerHost(Protocol):
     def connections(self) -> set[Any]:
         """Every open driver connection (a :class:`~chute.server.stream.StreamConnection`;
         for a graceful stop)."""
+
+    @property
+    def peers(self) -> PeerLinks | None:
+        """The links to the other nodes of the cluster (None: not in a cluster)."""
 
     @property
     def limits(self) -> ConnectionLimits:

@@ -52,6 +52,7 @@ from chute.sansio import NeedData
 from chute.server.host import Retry, ServerHost
 from chute.server.native_manage import ManagementRequests, delivered_view
 from chute.server.partial import REFUSE_FROM
+from chute.server.peers import PEER_PACKETS, PeerLink
 from chute.server.stream import StreamConnection
 
 log = logging.getLogger("chute.server")
@@ -117,9 +118,20 @@ class NativeConnection(ManagementRequests, StreamConnection):
             p.Ping: self._on_ping,
             p.Pong: self._on_pong,
             p.Disconnect: self._on_disconnect,
+            p.PeerOpen: self._on_peer_open,
         }
+        for peer_packet in PEER_PACKETS:
+            self._handlers[peer_packet] = self._on_peer_packet
+        self._link: PeerLink | None = None  # this connection is a cluster node's link
 
     # -- asyncio.Protocol -------------------------------------------------------------
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        link, self._link = self._link, None
+        peers = self.server.peers
+        if link is not None and peers is not None:
+            peers.lost(link)
+        super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         self.liveness.last_read = time.monotonic()
@@ -464,6 +476,25 @@ class NativeConnection(ManagementRequests, StreamConnection):
     def _on_callback_create(self, header: p.Header, packet: p.CallbackCreate) -> None:
         self._core().callback(packet.topic, packet.subscription, packet.forward_to, packet.selector)
         self._confirm(header, durable=True)
+
+    def _on_peer_open(self, header: p.Header, packet: p.PeerOpen) -> None:
+        """Another node of the cluster dialed this one: the connection becomes its link."""
+        peers = self.server.peers
+        if peers is None:
+            raise NotFound("this broker is not a node of a cluster")
+        if self.codec.version < p.PEER_VERSION or self._link is not None:
+            raise RemoteProtocolError(
+                "PeerOpen needs protocol version 3, once", "unexpected-packet"
+            )
+        peers.accept(packet.cluster, packet.node, self._core().principal.clusters_all)
+        self._respond(header, p.Ok(peers.node))
+        self._link = peers.up(packet.node, self.queue_bytes, self._close_after_flush)
+
+    def _on_peer_packet(self, header: p.Header, packet: p.Packet) -> None:
+        peers = self.server.peers
+        if self._link is None or peers is None:
+            raise RemoteProtocolError("a node's packet before PeerOpen", "unexpected-packet")
+        peers.received(self._link, packet)
 
     def _on_ping(self, header: p.Header, packet: p.Ping) -> None:
         self._respond(header, p.Pong())

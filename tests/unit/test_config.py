@@ -271,6 +271,13 @@ FLAT_KEYS: dict[str, str] = {
     "prepared_timeout_ms": "sessions.prepared_timeout_ms",
     "max_cursor_lease_ms": "sessions.max_cursor_lease_ms",
     "expiry_interval_ms": "sessions.expiry_interval_ms",
+    "cluster_coordinator": "cluster.coordinator",
+    "cluster_node": "cluster.node",
+    "cluster_advertise": "cluster.advertise",
+    "cluster_user": "cluster.user",
+    "cluster_password": "cluster.password",
+    "cluster_ttl": "cluster.ttl",
+    "cluster_tls": "cluster.tls",
 }
 """Every key [server] held before it had sections, and where it is now: these keep working."""
 
@@ -283,6 +290,11 @@ WORDS = {
     "tls_ca": "ca.pem",
     "tls_client_certs": "optional",
     "http_tls_client_certs": "none",
+    "cluster_coordinator": "etcd://127.0.0.1:2379/c",
+    "cluster_node": "a",
+    "cluster_advertise": "127.0.0.1:5445",
+    "cluster_user": "node",
+    "cluster_password": "p",
 }
 """Values other than the defaults for the keys whose value is a word or a file name."""
 
@@ -412,8 +424,8 @@ def test_a_key_given_twice_is_refused(tmp_path: Path, text: str, fragment: str) 
         ),
         ('[server.tls]\ntls_cert = "c.pem"\n', "server.tls.tls_cert: unknown setting"),
         ("[server.listen]\nmax_connections = 1\n", "server.listen.max_connections: unknown"),
-        ("[server.cluster]\nnode = 1\n", "server.cluster: unknown setting (known: host, "),
-        ("[server.cluster]\nnode = 1\n", "or by section: [server.listen], [server.tls], "),
+        ("[server.nodes]\nnode = 1\n", "server.nodes: unknown setting (known: host, "),
+        ("[server.nodes]\nnode = 1\n", "or by section: [server.listen], [server.tls], "),
         ('[server]\ntls = "on"\n', "server.tls: a table of settings ([server.tls]), got 'on'"),
         ("[server.listen]\nport = true\n", "server.listen.port: expected a non-negative"),
         ('[server.limits]\nmax_packet_size = "lots"\n', "server.limits.max_packet_size"),
@@ -481,3 +493,56 @@ def test_the_reference_documents_every_key_its_flat_name_and_its_default(
         value = tomllib.loads(f"v = {default}")["v"]
         loaded = load(None, {flat: value})  # the documented default, read as the file's
         assert placed(loaded, where) == placed(defaults, where), where
+
+
+# -- [cluster] ------------------------------------------------------------------------------
+
+_NODE_USERS = '[users.node]\npassword = "pw"\nroles = ["admin"]\n'
+
+
+def test_a_cluster_table_is_the_server_cluster_section(tmp_path: Path) -> None:
+    config = load(
+        write(tmp_path, '[cluster]\ncoordinator = "etcd://h:2379/c"\nnode = "a"\nttl = 5\n')
+    )
+    assert config.cluster.coordinator == "etcd://h:2379/c"
+    assert config.cluster.node == "a"
+    assert config.cluster.ttl == 5
+    assert config.cluster.advertise == ""
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ('[cluster]\ncoordinator = "http://h:2379"\nnode = "a"\n', "cluster.coordinator"),
+        ('[cluster]\ncoordinator = "etcd://h:2379"\n', "cluster.node: bad node name ''"),
+        ('[cluster]\ncoordinator = "etcd://h:2379"\nnode = "a/b"\n', "bad node name 'a/b'"),
+        (
+            '[cluster]\ncoordinator = "etcd://h:2379"\nnode = "a"\nadvertise = "h"\n',
+            "server.cluster_advertise: 'h' is not HOST:PORT",
+        ),
+        (
+            '[server]\nport = 0\n[cluster]\ncoordinator = "etcd://h:2379"\nnode = "a"\n',
+            "needs the native listener (server.port)",
+        ),
+        (
+            '[cluster]\ncoordinator = "etcd://h:2379"\nnode = "a"\ntls = true\n',
+            "needs the native listener (server.tls_port)",
+        ),
+        (
+            '[cluster]\ncoordinator = "etcd://h:2379"\nnode = "a"\n' + _NODE_USERS,
+            "server.cluster_user is required once [users] exist",
+        ),
+        (
+            '[cluster]\ncoordinator = "etcd://h:2379"\nnode = "a"\nuser = "x"\n' + _NODE_USERS,
+            "server.cluster_user: no user named 'x'",
+        ),
+        ('[cluster]\ncoordinator = "etcd://h:2379"\nnode = "a"\nttl = 1\n', "below 2 s"),
+        ('[cluster]\nnode = "a"\n[server.cluster]\nnode = "b"\n', "keep one"),
+    ],
+)
+def test_a_cluster_that_cannot_work_is_refused_naming_the_key(
+    tmp_path: Path, text: str, said: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        load(write(tmp_path, text))
+    assert said in info.value.reason

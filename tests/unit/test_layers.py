@@ -40,6 +40,7 @@ SERVER = (
         "origins",
         "outbox",
         "passwords",
+        "cluster",
     }
 )
 """The asyncio listeners and drivers: the codecs, the core, the journal they open."""
@@ -68,7 +69,7 @@ MAY_IMPORT: Mapping[str, frozenset[str]] = {
     "smq": CODEC,
     # the server's configuration (what each listener, mount and limit is)
     "config": BASE
-    | {"core.model", "core.rules", "dropbox", "origins", "passwords", "smq", "store"},
+    | {"core.model", "core.rules", "dropbox", "origins", "passwords", "smq", "store", "cluster"},
     # asyncio listeners and thin drivers; never the admin side above them
     "server": SERVER,
     # the HTTP port's site: admin API, metrics, health, console, over the server

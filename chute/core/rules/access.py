@@ -78,6 +78,8 @@ class Action(enum.Enum):
     DELETE = "delete"
     MANAGE = "manage"
     MONITOR = "monitor"
+    CLUSTER = "cluster"
+    """With ``["*"]``: join this broker as another node of its cluster (docs/cluster.md)."""
 
 
 # -- grants -----------------------------------------------------------------------------
@@ -117,7 +119,7 @@ class Grants:
     dict lookup. Used from the broker's loop only.
     """
 
-    __slots__ = ("_answers", "_patterns", "manages_all", "monitors_all")
+    __slots__ = ("_answers", "_patterns", "clusters_all", "manages_all", "monitors_all")
 
     def __init__(self, grants: Mapping[Action, Iterable[str]]) -> None:
         texts = {action: tuple(patterns) for action, patterns in grants.items()}
@@ -131,6 +133,8 @@ class Grants:
         statistics, the admin operations."""
         self.monitors_all = self.manages_all or "*" in texts.get(Action.MONITOR, ())
         """``monitor = ["*"]`` (or ``manage``): the broker's metrics, and nothing else."""
+        self.clusters_all = "*" in texts.get(Action.CLUSTER, ())
+        """``cluster = ["*"]``: link to this broker as a node of its cluster."""
 
     def allows(self, action: Action, address: str) -> bool:
         key = (action, address)
@@ -195,6 +199,10 @@ class Principal:
     @property
     def monitors_all(self) -> bool:
         return self.grants is None or self.grants.monitors_all
+
+    @property
+    def clusters_all(self) -> bool:
+        return self.grants is None or self.grants.clusters_all
 
     def __str__(self) -> str:
         return self.user if self.user is not None else "anonymous"

@@ -119,6 +119,15 @@ EXAMPLES: list[p.Packet] = [
     p.DeadLetterRetry("queue:my.dlq", "x > 1", (3,), 10),
     p.DeadLetterRetryResult(),
     p.DeadLetterRetryResult((("", 2), ("queue:a", 3), ("topic:\u00e9", 1 << 33))),
+    # between the nodes of a cluster
+    p.PeerOpen("chute", "node-a"),
+    p.PeerHandover("run1", 1 << 40, "queue:orders", 2, True, Message(b"x", id="m-3")),
+    p.PeerConfirm((("run1", 1), ("run0", 1 << 40))),
+    p.PeerRefuse((("run1", 2),)),
+    p.PeerRelease(()),
+    p.PeerDemand("queue:orders", (None, "a > 1")),
+    p.PeerDemand("topic:t", ()),
+    p.PeerResume((("run1", 3),), (("queue:orders", (None,)), ("topic:t", ("b = 'x'",)))),
 ]
 
 
@@ -256,7 +265,15 @@ def test_unencodable_packets_raise_local_protocol_error(packet: p.Packet) -> Non
 
 @pytest.mark.parametrize(
     ("offered", "chosen"),
-    [((1, 1), 1), ((1, 5), 2), ((0, 1), 1), ((1, 2), 2), ((3, 5), None), ((1, 0), None)],
+    [
+        ((1, 1), 1),
+        ((1, 5), 3),
+        ((0, 1), 1),
+        ((1, 2), 2),
+        ((3, 5), 3),
+        ((4, 5), None),
+        ((1, 0), None),
+    ],
 )
 def test_negotiate_version(offered: tuple[int, int], chosen: int | None) -> None:
     assert p.negotiate_version(*offered) == chosen

@@ -1,0 +1,220 @@
+"""The native protocol's packets between the nodes of a cluster (version 3 on).
+
+A node dials another as a client would (``Connect``, with the cluster's user), then
+opens the link with ``PeerOpen`` (answered ``Ok`` with the other node's name); from
+then on both sides send, one-way and in order, the six words of
+:mod:`chute.core.model.cluster`: ``PeerResume`` first, then ``PeerHandover``,
+``PeerConfirm``, ``PeerRefuse``, ``PeerRelease`` and ``PeerDemand``. A hand-over's key
+is ``(run, n)``; a list of keys travels as ``count u32``, then ``s16 run | u64 n`` each.
+
+Bytes::
+
+    PeerHandover  run s16 | n u64 | address s16 | delivery_count u32 | redelivered u8
+                  | timestamp i64 | expiration i64 | content (to the end)
+    PeerResume    keys | count u32, then per demand: address s16 | selectors
+    PeerDemand    address s16 | selectors
+    selectors     count u32, then o32 each (absent: a consumer without a selector)
+
+Plain frozen data like every packet; their tags are
+:class:`chute.protocol.packets.PacketType`'s, and :mod:`chute.protocol.spec` registers
+the codecs below (the others are spec lists). Pure.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any, Final
+
+from chute.content import as_bool, decode_content, encode_content, malformed
+from chute.message import Message
+
+Keys = tuple[tuple[str, int], ...]
+"""Hand-over keys on the wire: (run, n) pairs."""
+Selectors = tuple[str | None, ...]
+
+_U16: Final = struct.Struct(">H")
+_U32: Final = struct.Struct(">I")
+_U8: Final = struct.Struct(">B")
+_N: Final = struct.Struct(">Q")
+_HANDOVER: Final = struct.Struct(">QIBqq")  # n | delivery_count | redelivered | ts | exp
+
+
+@dataclass(frozen=True, slots=True)
+class PeerOpen:
+    """Node → node, after Connect: this connection is the link of node ``node`` of cluster
+    ``cluster``; answered Ok with the answering node's name (or an Error: refused)."""
+
+    cluster: str
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
+class PeerHandover:
+    """A message handed over to queue ``address`` of the receiving node."""
+
+    run: str
+    n: int
+    address: str
+    delivery_count: int
+    redelivered: bool
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class PeerConfirm:
+    """The hand-overs ``keys`` are stored (durably) on the sending node."""
+
+    keys: Keys
+
+
+@dataclass(frozen=True, slots=True)
+class PeerRefuse:
+    """The hand-overs ``keys`` were not taken (their queue is full)."""
+
+    keys: Keys
+
+
+@dataclass(frozen=True, slots=True)
+class PeerRelease:
+    """The sender removed its copies of ``keys`` for good."""
+
+    keys: Keys
+
+
+@dataclass(frozen=True, slots=True)
+class PeerDemand:
+    """Queue or topic ``address`` on the sending node has consumers with ``selectors``."""
+
+    address: str
+    selectors: Selectors
+
+
+@dataclass(frozen=True, slots=True)
+class PeerResume:
+    """First on a link that came up: the keys the sender may still hand over again, and
+    everything it wants, as ``(address, selectors)`` pairs."""
+
+    keys: Keys
+    demands: tuple[tuple[str, Selectors], ...]
+
+
+class _Reader:
+    __slots__ = ("data", "pos")
+
+    def __init__(self, data: bytes, pos: int) -> None:
+        self.data = data
+        self.pos = pos
+
+    def fixed(self, st: struct.Struct) -> Any:
+        values = st.unpack_from(self.data, self.pos)
+        self.pos += st.size
+        return values[0] if len(values) == 1 else values
+
+    def text(self, st: struct.Struct = _U16) -> str:
+        n = self.fixed(st)
+        end = self.pos + n
+        if end > len(self.data):
+            raise malformed("string overruns the packet")
+        value = self.data[self.pos : end].decode()
+        self.pos = end
+        return value
+
+    def count(self, least: int) -> int:
+        n: int = self.fixed(_U32)
+        if n * least > len(self.data) - self.pos:  # refuse absurd counts before reading
+            raise malformed("list overruns the packet")
+        return n
+
+    def keys(self) -> Keys:
+        return tuple((self.text(), self.fixed(_N)) for _ in range(self.count(10)))
+
+    def selectors(self) -> Selectors:
+        out: list[str | None] = []
+        for _ in range(self.count(1)):
+            out.append(self.text(_U32) if as_bool(self.fixed(_U8)) else None)
+        return tuple(out)
+
+    def end(self, name: str) -> None:
+        if self.pos != len(self.data):
+            raise malformed(f"trailing bytes in {name}")
+
+
+def _text(value: str, st: struct.Struct = _U16) -> bytes:
+    data = value.encode()
+    return st.pack(len(data)) + data
+
+
+def _keys(keys: Keys) -> bytes:
+    return _U32.pack(len(keys)) + b"".join(_text(run) + _N.pack(n) for run, n in keys)
+
+
+def _selectors(selectors: Selectors) -> bytes:
+    parts = [_U32.pack(len(selectors))]
+    for s in selectors:
+        parts.append(b"\x00" if s is None else b"\x01" + _text(s, _U32))
+    return b"".join(parts)
+
+
+def encode_handover(packet: PeerHandover) -> tuple[int, int, bytes]:
+    m = packet.message
+    content = m.encoded if m.encoded is not None else encode_content(m)
+    head = _HANDOVER.pack(
+        packet.n, packet.delivery_count, packet.redelivered, m.timestamp, m.expiration
+    )
+    return 0, 0, _text(packet.run) + _text(packet.address) + head + content
+
+
+def decode_handover(
+    data: bytes, start: int, end: int, header: Any, max_properties: int
+) -> PeerHandover:
+    data = data[start:end]
+    r = _Reader(data, 0)
+    run = r.text()
+    address = r.text()
+    n, count, redelivered, ts, exp = r.fixed(_HANDOVER)
+    message = decode_content(data, r.pos, len(data), max_properties, ts, exp)
+    return PeerHandover(run, n, address, count, as_bool(redelivered), message)
+
+
+def encode_keys(packet: PeerConfirm | PeerRefuse | PeerRelease) -> tuple[int, int, bytes]:
+    return 0, 0, _keys(packet.keys)
+
+
+def keys_decoder(cls: type[PeerConfirm | PeerRefuse | PeerRelease]) -> Any:
+    def decode(data: bytes, start: int, end: int, header: Any, max_properties: int) -> Any:
+        r = _Reader(data[start:end], 0)
+        keys = r.keys()
+        r.end(cls.__name__)
+        return cls(keys)
+
+    return decode
+
+
+def encode_demand(packet: PeerDemand) -> tuple[int, int, bytes]:
+    return 0, 0, _text(packet.address) + _selectors(packet.selectors)
+
+
+def decode_demand(
+    data: bytes, start: int, end: int, header: Any, max_properties: int
+) -> PeerDemand:
+    r = _Reader(data[start:end], 0)
+    packet = PeerDemand(r.text(), r.selectors())
+    r.end("PeerDemand")
+    return packet
+
+
+def encode_resume(packet: PeerResume) -> tuple[int, int, bytes]:
+    parts = [_keys(packet.keys), _U32.pack(len(packet.demands))]
+    parts += [_text(address) + _selectors(s) for address, s in packet.demands]
+    return 0, 0, b"".join(parts)
+
+
+def decode_resume(
+    data: bytes, start: int, end: int, header: Any, max_properties: int
+) -> PeerResume:
+    r = _Reader(data[start:end], 0)
+    keys = r.keys()
+    demands = tuple((r.text(), r.selectors()) for _ in range(r.count(6)))
+    r.end("PeerResume")
+    return PeerResume(keys, demands)

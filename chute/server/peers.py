@@ -1,0 +1,511 @@
+"""The links between the nodes of a cluster, over the native protocol: :class:`PeerLinks`.
+
+The cluster's core (:class:`~chute.core.rules.cluster.Cluster`) decides what goes to
+which node; this module carries it. One link per pair of nodes, and **the node with
+the lower name dials** (names compare as strings): no two links race, so nothing
+needs a tie-break. The dialer connects to the address the other node registered
+(``advertise``), says ``Connect`` at protocol version :data:`PEER_VERSION` only (with
+``[cluster] user`` and ``password`` once users are configured), then ``PeerOpen``;
+the other side checks the cluster's name, the direction and the user's ``cluster``
+grant, and answers ``Ok``. Each side then calls ``Cluster.link_up`` (which sends
+``PeerResume`` first). A refusal (another protocol version, credentials, the name)
+is logged once per reason, and the dialer tries again with backoff (0.1 s doubling
+up to 5 s, with jitter), as it does after a lost link; it stops when the other node
+leaves the cluster.
+
+The PeerPort's contract: a hand-over, a confirm or a release goes out only once every
+record the store was told so far is durable. A link queues such a packet and what
+follows it (the order on a link is the order of the calls) behind a sync request
+(``ServerHost.request_sync``), and writes them once the store answers; packets that
+follow no such packet go out at once. A failed sync closes the link (what was in
+doubt is sent again, with the same keys, when it is up again).
+
+Flow control: the core's window (hand-overs unconfirmed per peer consumer) bounds what
+one node has in flight to another; the transport's write buffer holds the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import ssl
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Final, Protocol, cast
+
+from chute.core.model.cluster import Demand, Handover, HandoverKey
+from chute.errors import AccessDenied, ChuteError, RemoteProtocolError
+from chute.protocol import packets as p
+from chute.protocol.codec import PacketCodec
+from chute.protocol.peer_packets import Keys
+from chute.protocol.wire import encode_packet
+from chute.sansio import NeedData
+
+if TYPE_CHECKING:
+    from chute.config import ServerConfig
+    from chute.config.sections import ClusterSettings
+    from chute.core.rules.cluster import Cluster
+
+log = logging.getLogger("chute.cluster")
+
+BACKOFF_MIN: Final = 0.1
+BACKOFF_MAX: Final = 5.0
+OPEN_TIMEOUT: Final = 5.0
+"""Seconds a dialed node has to answer Connect and PeerOpen."""
+
+
+PEER_PACKETS: Final = (
+    p.PeerResume,
+    p.PeerHandover,
+    p.PeerConfirm,
+    p.PeerRefuse,
+    p.PeerRelease,
+    p.PeerDemand,
+)
+"""What a link carries once open."""
+
+
+class PeerRefused(ChuteError):
+    """The other node refused the link (its answer says why)."""
+
+    code = "peer-refused"
+
+
+class LinkHost(Protocol):
+    """What the links need of the server (:class:`~chute.server.host.ServerHost` has it)."""
+
+    @property
+    def config(self) -> ServerConfig: ...
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    @property
+    def loop_thread(self) -> int: ...
+
+    def request_sync(
+        self,
+        callback: Callable[[BaseException | None], None],
+        seal: Callable[[], None] | None = None,
+    ) -> None: ...
+
+
+class PeerLink:
+    """One link that is up: writes packets in order, holding what follows a packet that
+    must wait for the store's sync."""
+
+    def __init__(
+        self, name: str, write: Callable[[bytes], None], close: Callable[[], None]
+    ) -> None:
+        self.name = name
+        self.write = write
+        self.close = close
+        self.pending: list[bytes] = []
+        self.durable = 0  # pending[:durable] may go once a sync covers them
+        self.syncing = False
+        self.closed = False
+
+
+def _keys(keys: Sequence[HandoverKey]) -> Keys:
+    return tuple((k.run, k.n) for k in keys)
+
+
+def _handover_keys(keys: Keys) -> list[HandoverKey]:
+    return [HandoverKey(run, n) for run, n in keys]
+
+
+class PeerLinks:
+    """This node's links to the others: the :class:`~chute.core.model.cluster.PeerPort`
+    its Cluster sends through, the dialers, and what arrives. Used from the loop only."""
+
+    def __init__(self, server: LinkHost, settings: ClusterSettings, cluster_name: str) -> None:
+        self.server = server
+        self.settings = settings
+        self.node = settings.node
+        self.cluster_name = cluster_name
+        self._cluster: Cluster | None = None
+        self.links: dict[str, PeerLink] = {}
+        self.members: dict[str, str] = {}  # the other nodes known: name -> address
+        self._dialers: dict[str, asyncio.Task[None]] = {}
+        self._tls: ssl.SSLContext | None = None
+
+    @property
+    def cluster(self) -> Cluster:
+        """The cluster's core these links carry for (set once, right after it is made)."""
+        if self._cluster is None:
+            raise RuntimeError("the links have no Cluster yet")
+        return self._cluster
+
+    @cluster.setter
+    def cluster(self, cluster: Cluster) -> None:
+        self._cluster = cluster
+
+    # -- PeerPort --------------------------------------------------------------------
+
+    def send_handover(self, peer: str, handover: Handover) -> None:
+        key = handover.key
+        packet = p.PeerHandover(
+            key.run,
+            key.n,
+            handover.address,
+            handover.delivery_count,
+            handover.redelivered,
+            handover.message,
+        )
+        self._send(peer, packet, durable=True)
+
+    def send_confirm(self, peer: str, keys: Sequence[HandoverKey]) -> None:
+        self._send(peer, p.PeerConfirm(_keys(keys)), durable=True)
+
+    def send_refuse(self, peer: str, keys: Sequence[HandoverKey]) -> None:
+        self._send(peer, p.PeerRefuse(_keys(keys)), durable=False)
+
+    def send_release(self, peer: str, keys: Sequence[HandoverKey]) -> None:
+        self._send(peer, p.PeerRelease(_keys(keys)), durable=True)
+
+    def send_resume(
+        self, peer: str, keys: Sequence[HandoverKey], demands: Sequence[Demand]
+    ) -> None:
+        packet = p.PeerResume(_keys(keys), tuple((d.address, d.selectors) for d in demands))
+        self._send(peer, packet, durable=False)
+
+    def send_demand(self, peer: str, demand: Demand) -> None:
+        self._send(peer, p.PeerDemand(demand.address, demand.selectors), durable=False)
+
+    def _send(self, peer: str, packet: p.Packet, *, durable: bool) -> None:
+        link = self.links.get(peer)
+        if link is None:
+            return  # down: the cluster sends again what matters when it is up
+        data = encode_packet(packet, version=p.PEER_VERSION)
+        if not durable and not link.pending:
+            link.write(data)
+            return
+        link.pending.append(data)
+        if durable:
+            link.durable = len(link.pending)
+            self._sync(link)
+
+    def _sync(self, link: PeerLink) -> None:
+        if link.syncing:
+            return
+        link.syncing = True
+        covered = link.durable
+        server = self.server
+
+        def synced(error: BaseException | None) -> None:  # maybe on the store's thread
+            if threading.get_ident() == server.loop_thread:
+                self._synced(link, covered, error)
+            elif not server.loop.is_closed():
+                server.loop.call_soon_threadsafe(self._synced, link, covered, error)
+
+        server.request_sync(synced)
+
+    def _synced(self, link: PeerLink, covered: int, error: BaseException | None) -> None:
+        link.syncing = False
+        if link.closed:
+            return
+        if error is not None:
+            log.error(
+                "cluster: the store failed a sync (%s): closing the link to %s", error, link.name
+            )
+            link.close()
+            self.lost(link)
+            return
+        for data in link.pending[:covered]:
+            link.write(data)
+        del link.pending[:covered]
+        link.durable -= covered
+        if link.durable > 0:
+            self._sync(link)
+        else:
+            for data in link.pending:
+                link.write(data)
+            link.pending.clear()
+
+    # -- links up and down ----------------------------------------------------------
+
+    def up(self, name: str, write: Callable[[bytes], None], close: Callable[[], None]) -> PeerLink:
+        """A link to ``name`` was opened (dialed or accepted): it replaces any older one."""
+        old = self.links.get(name)
+        if old is not None:
+            old.close()
+            self.lost(old)
+        link = self.links[name] = PeerLink(name, write, close)
+        log.info("cluster: linked to node %s", name)
+        self.cluster.link_up(name)
+        return link
+
+    def lost(self, link: PeerLink) -> None:
+        """``link`` is gone (its connection lost or closed)."""
+        if link.closed:
+            return
+        link.closed = True
+        link.pending.clear()
+        if self.links.get(link.name) is link:
+            del self.links[link.name]
+            log.info("cluster: the link to node %s is down", link.name)
+            self.cluster.link_down(link.name)
+
+    def accept(self, cluster: str, node: str, principal_may: bool) -> None:
+        """Check a PeerOpen received (the caller then calls :meth:`up`).
+
+        Raises:
+            AccessDenied: the connection's user has no ``cluster`` grant.
+            PeerRefused: another cluster, this node's own name, or the wrong direction.
+        """
+        if not principal_may:
+            raise AccessDenied("this user may not link as a node of the cluster (no cluster grant)")
+        if cluster != self.cluster_name:
+            raise PeerRefused(f"this node is in cluster {self.cluster_name!r}, not {cluster!r}")
+        if not node < self.node:
+            raise PeerRefused(
+                f"node {node!r} may not dial node {self.node!r}: the node with the lower name dials"
+            )
+
+    def received(self, link: PeerLink, packet: object) -> None:
+        """A packet arrived on ``link``."""
+        cluster, name = self.cluster, link.name
+        if isinstance(packet, p.PeerHandover):
+            handover = Handover(
+                HandoverKey(packet.run, packet.n),
+                packet.address,
+                packet.message,
+                packet.delivery_count,
+                packet.redelivered,
+            )
+            cluster.on_handover(name, handover)
+        elif isinstance(packet, p.PeerConfirm):
+            cluster.on_confirm(name, _handover_keys(packet.keys))
+        elif isinstance(packet, p.PeerRefuse):
+            cluster.on_refuse(name, _handover_keys(packet.keys))
+        elif isinstance(packet, p.PeerRelease):
+            cluster.on_release(name, _handover_keys(packet.keys))
+        elif isinstance(packet, p.PeerDemand):
+            cluster.on_demand(name, Demand(packet.address, packet.selectors))
+        elif isinstance(packet, p.PeerResume):
+            demands = [Demand(a, s) for a, s in packet.demands]
+            cluster.on_resume(name, _handover_keys(packet.keys), demands)
+        else:
+            raise RemoteProtocolError(
+                f"a node may not send {type(packet).__name__} on a link", "unexpected-packet"
+            )
+
+    # -- membership ------------------------------------------------------------------
+
+    def joined(self, name: str, address: str) -> None:
+        """``name`` is a member, at ``address``: the lower name dials."""
+        if name == self.node:
+            return
+        self.members[name] = address
+        if self.node < name and name not in self._dialers:
+            self._dialers[name] = asyncio.create_task(self._dial(name), name=f"cluster-dial-{name}")
+
+    def left(self, name: str) -> None:
+        """``name`` left the cluster for good (stopped, or its lease expired)."""
+        if name == self.node:
+            return
+        self.members.pop(name, None)
+        dialer = self._dialers.pop(name, None)
+        if dialer is not None:
+            dialer.cancel()
+        link = self.links.get(name)
+        if link is not None:
+            link.close()
+            self.lost(link)
+        self.cluster.node_gone(name)
+
+    async def close(self) -> None:
+        """Stop dialing and close every link."""
+        dialers = list(self._dialers.values())
+        self._dialers.clear()
+        for task in dialers:
+            task.cancel()
+        await asyncio.gather(*dialers, return_exceptions=True)
+        for link in list(self.links.values()):
+            link.close()
+            self.lost(link)
+
+    async def _dial(self, name: str) -> None:
+        delay = BACKOFF_MIN
+        said: str | None = None
+        while name in self.members:
+            address = self.members[name]
+            try:
+                lost = await self._open(name, address)
+            except (OSError, TimeoutError, ChuteError) as exc:
+                reason = str(exc) or type(exc).__name__
+                if reason != said:
+                    log.warning(
+                        "cluster: cannot link to node %s at %s: %s (trying again)",
+                        name,
+                        address,
+                        reason,
+                    )
+                    said = reason
+                else:
+                    log.debug("cluster: cannot link to node %s yet: %s", name, reason)
+            else:
+                said = None
+                delay = BACKOFF_MIN
+                await lost
+            await asyncio.sleep(delay * (1 - random.random() / 4))  # noqa: S311 - jitter
+            delay = min(delay * 2, BACKOFF_MAX)
+
+    def _tls_context(self) -> ssl.SSLContext | None:
+        """With ``[cluster] tls``: trust ``tls.ca`` (else the system's store) for the other
+        nodes' certificates, and show them this node's own (made once)."""
+        if not self.settings.tls:
+            return None
+        if self._tls is None:
+            tls = self.server.config.tls
+            try:
+                context = ssl.create_default_context(cafile=tls.ca or None)
+                context.load_cert_chain(tls.cert, tls.key or None)
+            except (OSError, ssl.SSLError) as exc:
+                raise PeerRefused(f"cannot load this node's TLS files: {exc}") from None
+            self._tls = context
+        return self._tls
+
+    async def _open(self, name: str, address: str) -> asyncio.Future[None]:
+        """Dial ``name``; once the link is up, a future done when it is lost."""
+        host, _, port = address.rpartition(":")
+        loop = asyncio.get_running_loop()
+        host = host.strip("[]")
+        transport, protocol = await asyncio.wait_for(
+            loop.create_connection(
+                lambda: _Dialed(self, name),
+                host,
+                int(port),
+                ssl=self._tls_context(),
+                server_hostname=host if self.settings.tls else None,
+            ),
+            OPEN_TIMEOUT,
+        )
+        try:
+            await asyncio.wait_for(asyncio.shield(protocol.opened), OPEN_TIMEOUT)
+        except BaseException:
+            transport.close()
+            raise
+        return protocol.lost
+
+
+class _Dialed(asyncio.Protocol):
+    """The dialing side of a link: Connect, PeerOpen, then the link's packets."""
+
+    def __init__(self, links: PeerLinks, name: str) -> None:
+        self.links = links
+        self.name = name
+        self.codec = PacketCodec(max_packet_size=links.server.config.limits.max_packet_size)
+        self.codec.version = p.PEER_VERSION
+        loop = asyncio.get_running_loop()
+        self.opened: asyncio.Future[None] = loop.create_future()
+        self.lost: asyncio.Future[None] = loop.create_future()
+        self.link: PeerLink | None = None
+        self.transport: asyncio.Transport | None = None
+        self.last_read = self.last_write = time.monotonic()
+        self._every = 0.0  # heart-beats agreed: seconds (0: none)
+        self._beat: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        settings = self.links.settings
+        connect = p.Connect(
+            min_version=p.PEER_VERSION,
+            max_version=p.PEER_VERSION,
+            client_id=f"chute-node:{self.links.node}",
+            login=settings.user or None,
+            passcode=settings.password or None,
+            heartbeat_ms=self.links.server.config.sessions.heartbeat_ms,
+        )
+        self._write(encode_packet(connect, 1, version=p.PEER_VERSION))
+
+    def _write(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+            self.last_write = time.monotonic()
+
+    def _heartbeat(self) -> None:
+        """Ping after half the agreed time without writing; give the link up after three
+        times that without reading (the other node stopped answering, or the network
+        between the two is cut while etcd still sees both)."""
+        if self.transport is None:
+            return
+        now = time.monotonic()
+        if now - self.last_read > 3 * self._every:
+            log.warning(
+                "cluster: node %s is silent for %.1f s: closing the link",
+                self.name,
+                now - self.last_read,
+            )
+            self._close()
+            return
+        if now - self.last_write >= self._every / 2:
+            self._write(encode_packet(p.Ping(), version=p.PEER_VERSION))
+        self._beat = asyncio.get_running_loop().call_later(self._every / 2, self._heartbeat)
+
+    def _close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        self.last_read = time.monotonic()
+        try:
+            self.codec.receive_data(data)
+            while True:
+                item = self.codec.next_packet()
+                if isinstance(item, NeedData):
+                    return
+                self._packet(item[1])
+        except (RemoteProtocolError, PeerRefused) as exc:
+            if not self.opened.done():
+                self.opened.set_exception(exc)
+            else:
+                log.warning("cluster: the link to node %s failed: %s", self.name, exc)
+            self._close()
+
+    def _packet(self, packet: object) -> None:
+        links = self.links
+        if isinstance(packet, p.Ping):
+            self._write(encode_packet(p.Pong(), version=p.PEER_VERSION))
+            return
+        if isinstance(packet, p.Pong):
+            return
+        if self.link is not None:
+            if isinstance(packet, p.Error):
+                raise PeerRefused(
+                    f"node {self.name} closed the link: {packet.code}: {packet.reason}"
+                )
+            links.received(self.link, packet)
+            return
+        if isinstance(packet, p.Error):
+            raise PeerRefused(f"refused: {packet.reason} ({packet.code})")
+        if isinstance(packet, p.Connected):
+            self.codec.version = packet.version
+            if packet.heartbeat_ms:
+                self._every = packet.heartbeat_ms / 1000
+                self._beat = asyncio.get_running_loop().call_later(self._every / 2, self._heartbeat)
+            opening = p.PeerOpen(links.cluster_name, links.node)
+            self._write(encode_packet(opening, 2, version=p.PEER_VERSION))
+        elif isinstance(packet, p.Ok):
+            if packet.value != self.name:
+                raise PeerRefused(f"the node at its address is {packet.value!r}, not {self.name!r}")
+            self.link = links.up(self.name, self._write, self._close)
+            self.opened.set_result(None)
+        else:
+            raise RemoteProtocolError(f"unexpected {type(packet).__name__}", "unexpected-packet")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        if self._beat is not None:
+            self._beat.cancel()
+        if self.link is not None:
+            self.links.lost(self.link)
+        if not self.opened.done():
+            self.opened.set_exception(ConnectionError(f"node {self.name} closed the connection"))
+        if not self.lost.done():
+            self.lost.set_result(None)
+        with contextlib.suppress(Exception):
+            self.opened.exception()  # retrieved: never "exception was never retrieved"

@@ -1,0 +1,128 @@
+"""The links' side of the PeerPort contract: a hand-over, a confirm or a release leaves only
+once the store synced what was recorded before it, and nothing overtakes it on its link."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from chute.config import ServerConfig
+from chute.config.sections import ClusterSettings
+from chute.core.model.cluster import Demand, Handover, HandoverKey
+from chute.core.model.settings import SettingsResolver
+from chute.core.rules.broker import Broker
+from chute.core.rules.cluster import Cluster
+from chute.message import Message
+from chute.protocol import packets as p
+from chute.protocol.codec import PacketCodec
+from chute.sansio import NeedData
+from chute.server.peers import PeerLinks
+from chute.store.memory import MemoryStore
+
+Synced = Callable[[BaseException | None], None]
+
+
+class Host:
+    """A server whose store syncs when the test says."""
+
+    def __init__(self) -> None:
+        self.config = ServerConfig()
+        self.loop = asyncio.new_event_loop()
+        self.loop_thread = threading.get_ident()
+        self.waiting: list[Synced] = []
+
+    def request_sync(self, callback: Synced, seal: Callable[[], None] | None = None) -> None:
+        self.waiting.append(callback)
+
+    def sync(self, error: BaseException | None = None) -> None:
+        waiting, self.waiting = self.waiting, []
+        for callback in waiting:
+            callback(error)
+
+
+class Wire:
+    def __init__(self) -> None:
+        self.codec = PacketCodec()
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.codec.receive_data(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def packets(self) -> list[type]:
+        out: list[type] = []
+        while not isinstance(item := self.codec.next_packet(), NeedData):
+            out.append(type(item[1]))
+        return out
+
+
+@pytest.fixture
+def host() -> Iterator[Host]:
+    made = Host()
+    yield made
+    made.loop.close()
+
+
+def linked(host: Host) -> tuple[Host, PeerLinks, Wire]:
+    links = PeerLinks(host, ClusterSettings(node="a"), "c")
+    broker = Broker(MemoryStore(), SettingsResolver({}))
+    broker.recover()
+    links.cluster = Cluster(broker, links, node="a", run="r")
+    wire = Wire()
+    links.up("b", wire.write, wire.close)
+    assert wire.packets() == [p.PeerResume]  # link_up: nothing durable before it
+    return host, links, wire
+
+
+def handover(n: int) -> Handover:
+    return Handover(HandoverKey("r", n), "queue:q", Message.create(b"x"))
+
+
+def test_a_handover_and_what_follows_it_wait_for_the_sync(host: Host) -> None:
+    host, links, wire = linked(host)
+    links.send_demand("b", Demand("queue:q", (None,)))  # nothing pending: at once
+    assert wire.packets() == [p.PeerDemand]
+    links.send_handover("b", handover(1))
+    links.send_demand("b", Demand("queue:q", ()))
+    links.send_refuse("b", [HandoverKey("s", 1)])
+    assert wire.packets() == []
+    host.sync()
+    assert wire.packets() == [p.PeerHandover, p.PeerDemand, p.PeerRefuse]
+    links.send_demand("b", Demand("queue:q", (None,)))
+    assert wire.packets() == [p.PeerDemand]
+
+
+def test_a_packet_recorded_after_a_sync_was_asked_waits_for_the_next(host: Host) -> None:
+    host, links, wire = linked(host)
+    links.send_confirm("b", [HandoverKey("s", 1)])
+    links.send_release("b", [HandoverKey("s", 2)])  # a sync is under way: it covers less
+    assert len(host.waiting) == 1
+    host.sync()
+    assert wire.packets() == [p.PeerConfirm]
+    assert len(host.waiting) == 1  # asked again, for the release
+    host.sync()
+    assert wire.packets() == [p.PeerRelease]
+
+
+def test_a_failed_sync_sends_nothing_and_closes_the_link(host: Host) -> None:
+    host, links, wire = linked(host)
+    links.send_handover("b", handover(1))
+    host.sync(OSError("disk gone"))
+    assert wire.packets() == []
+    assert wire.closed
+    assert "b" not in links.links
+    links.send_demand("b", Demand("queue:q", ()))  # the link is down: dropped
+    assert wire.packets() == []
+
+
+def test_a_link_lost_under_a_sync_sends_nothing_when_it_ends(host: Host) -> None:
+    host, links, wire = linked(host)
+    links.send_handover("b", handover(1))
+    links.lost(links.links["b"])
+    host.sync()
+    assert wire.packets() == []
