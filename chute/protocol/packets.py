@@ -29,7 +29,9 @@ so that the broker can forward what it received without encoding it again.
 
 The management packets (browsing, statistics, deleting, purging, moving) live
 in :mod:`chute.protocol.manage_packets`, the cursor packets (Spark's reads by
-sequence number) in :mod:`chute.protocol.cursor_packets`; this module re-exports
+sequence number) in :mod:`chute.protocol.cursor_packets`, the transactions' (local
+and two-phase) in :mod:`chute.protocol.tx_packets`, the cluster's in
+:mod:`chute.protocol.peer_packets`; this module re-exports
 them, so every packet is ``packets.<Name>``, and :data:`Packet` and
 :class:`PacketType` list them all.
 """
@@ -77,6 +79,15 @@ from chute.protocol.peer_packets import (
     PeerRefuse,
     PeerRelease,
     PeerResume,
+)
+from chute.protocol.tx_packets import (
+    Commit,
+    Rollback,
+    XaCommit,
+    XaCommitBatch,
+    XaPrepare,
+    XaRecover,
+    XaRollback,
 )
 
 PROTOCOL_VERSION: Final = 3
@@ -417,66 +428,6 @@ class Credit:
 
     consumer_id: int
     credit: int
-
-
-@dataclass(frozen=True, slots=True)
-class Commit:
-    """Commit a transacted session's sends and acks. ``session_id`` is the target."""
-
-    session_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class Rollback:
-    """Roll back a transacted session's sends and acks. ``session_id`` is the target."""
-
-    session_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class XaPrepare:
-    """Prepare a transacted session's work under ``xid`` (two-phase); the server answers
-    Ok once the prepare record is durable. ``session_id`` is the target."""
-
-    session_id: int
-    xid: str
-
-
-@dataclass(frozen=True, slots=True)
-class XaCommit:
-    """Commit the prepared transaction ``xid`` (from any connection, also after a restart)."""
-
-    xid: str
-
-
-@dataclass(frozen=True, slots=True)
-class XaRollback:
-    """Roll back the prepared transaction ``xid``."""
-
-    xid: str
-
-
-@dataclass(frozen=True, slots=True)
-class XaRecover:
-    """List the prepared transactions; the answer is ``Ok`` with a JSON array of xids."""
-
-
-@dataclass(frozen=True, slots=True)
-class XaCommitBatch:
-    """Commit the prepared transactions ``xids`` together, once per (``sink``, ``batch``).
-
-    The broker records a durable marker naming the xids before it commits them
-    (and rolls them forward after a crash), so the group commits all or none.
-    With ``keep``, the marker stays as the sink's newest committed batch: a
-    later XaCommitBatch of the same sink with ``batch`` at or below it is a
-    duplicate (a batch Spark retried), whose xids are rolled back instead. The
-    answer is ``Ok("committed")`` or ``Ok("duplicate")``, once durable.
-    """
-
-    sink: str
-    batch: int
-    xids: tuple[str, ...]
-    keep: bool = True
 
 
 Packet = (
