@@ -12,6 +12,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, settings
 
+from tests.tools import REQUIRE_ALL, missing_module
+
 settings.register_profile(
     "chute", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
 )
@@ -37,3 +39,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if item.get_closest_marker(lane) is not None:
                 item.add_marker(pytest.mark.xdist_group(lane))
                 break
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> pytest.CollectReport:
+    """A test module that cannot be imported because a package of the ``test`` extra is
+    missing is skipped with that reason, not a collection error that stops the run;
+    under ``CHUTE_TEST_REQUIRE_ALL`` (CI) it fails, and so does an ``importorskip`` of
+    one of them (tests/tools.py)."""
+    report: pytest.CollectReport = yield
+    if not isinstance(collector, pytest.Module) or report.passed:
+        return report
+    name = missing_module(str(report.longrepr))
+    if name is None:
+        return report
+    reason = f"needs the Python package {name!r} (`make install-test` installs it)"
+    if REQUIRE_ALL:
+        report.outcome = "failed"
+        report.longrepr = f"{collector.path}: {reason}; CHUTE_TEST_REQUIRE_ALL is set"
+    elif report.failed:
+        report.outcome = "skipped"
+        report.longrepr = (str(collector.path), 0, f"Skipped: {reason}")
+    return report
