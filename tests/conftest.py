@@ -10,6 +10,7 @@ and asserts the same things. Speed is measured in ``bench/``, never in tests.
 from __future__ import annotations
 
 from collections.abc import Generator
+from typing import Any
 
 import pytest
 from _pytest.nodeid import NodeId
@@ -37,6 +38,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     kills): the other workers share out the rest. xdist schedules the biggest group
     first, so these lanes start at once and never hold up the end of the run. Without
     xdist nothing changes."""
+    _scale_own_counts(items)
     if not getattr(config.option, "loadgroup", False):  # set in xdist's workers
         return
     for item in items:
@@ -44,6 +46,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if item.get_closest_marker(lane) is not None:
                 _join_group(item, lane)
                 break
+
+
+def _scale_own_counts(items: list[pytest.Item]) -> None:
+    """Under a profile with fewer examples than Hypothesis's 100 (``fast``), a property
+    that sets its own larger count (``@settings(max_examples=600)``, which a profile does
+    not override) runs the same share of it: 600 becomes 120 in ``make test-fast``.
+    ``make test`` (the ``chute`` profile) runs every count in full."""
+    share = settings().max_examples  # the loaded profile's count
+    if share >= 100:
+        return
+    scaled: set[int] = set()
+    for item in items:
+        test: Any = getattr(item, "obj", None)
+        own = getattr(test, "_hypothesis_internal_use_settings", None)
+        if not isinstance(own, settings) or id(test) in scaled:
+            continue
+        scaled.add(id(test))
+        if own.max_examples > share:
+            count = max(share, own.max_examples * share // 100)
+            test._hypothesis_internal_use_settings = settings(own, max_examples=count)
 
 
 def _join_group(item: pytest.Item, group: str) -> None:
