@@ -45,9 +45,10 @@ XDIST = -n $(TEST_WORKERS) --dist loadgroup
 test: install-test lint
 	$(PY) -m pytest -q $(XDIST)
 
-# Fast local feedback (under 3 minutes, no lint): the unit tests with fewer examples
-# per property, then a subset of the integration tests: the client API over TCP (and
-# the dropbox), delivery, hostile input and the command line, each on a real broker.
+# Fast local feedback (under 3 minutes, no lint): the unit tests not marked slow, with a
+# fifth of the examples per property, and a subset of the integration tests: the client
+# API over TCP (and the dropbox), delivery, hostile input and the command line, each on a
+# real broker.
 FAST_INTEGRATION = tests/integration/test_client_api.py tests/integration/test_delivery.py \
 	tests/integration/test_protocol_errors.py tests/integration/test_cli.py
 FAST = not slow and not spark and not crash and not acceptance
