@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test test-fast test-unit test-integration test-heavy install install-test lint demo java chromium tinyproxy etcd venv
+.PHONY: run test test-fast test-unit test-integration test-heavy test-stress install install-test lint demo java chromium tinyproxy etcd venv
 
 java:
 	sh scripts/ensure-java.sh
@@ -39,32 +39,40 @@ run: install
 	$(PY) examples/demo.py --serve --seconds $(DEMO_SECONDS)
 
 # Second command: install what the tests need, lint, type-check, run every test.
-# One pytest run (README, "Running the tests"). With TEST_WORKERS processes (pytest-xdist)
-# the unit and integration tests are shared out; every Spark test runs on one of them,
-# one after another, and every crash test likewise. Its output ends in pytest's summary.
-# CI runs serially (0) until a parallel run has passed under load on a clean clone.
-TEST_WORKERS ?= 0
+# One pytest run (README, "Running the tests"), in lanes: TEST_WORKERS processes
+# (pytest-xdist) share out the unit and integration tests, while every Spark test runs
+# on one of them, one after another, and every crash test likewise on one (those two
+# lanes start first, so they never hold up the end). TEST_WORKERS=0 runs it serially.
+# Its output ends in pytest's summary.
+TEST_WORKERS ?= 3
 XDIST = -n $(TEST_WORKERS) --dist loadgroup
 test: install-test lint
 	$(PY) -m pytest -q $(XDIST)
 
-# Fast local feedback (under 3 minutes, no lint): the unit tests with fewer examples
-# per property, then a subset of the integration tests: the client API over TCP (and
-# the dropbox), delivery, hostile input and the command line, each on a real broker.
+# Fast local feedback (under 3 minutes, no lint): the unit tests not marked slow, with a
+# fifth of the examples per property, and a subset of the integration tests: the client
+# API over TCP (and the dropbox), delivery, hostile input and the command line, each on a
+# real broker.
 FAST_INTEGRATION = tests/integration/test_client_api.py tests/integration/test_delivery.py \
 	tests/integration/test_protocol_errors.py tests/integration/test_cli.py
 FAST = not slow and not spark and not crash and not acceptance
 test-fast:
-	$(PY) -m pytest -q -n 3 --dist loadgroup --hypothesis-profile=fast -m '$(FAST)' \
+	$(PY) -m pytest -q $(XDIST) --hypothesis-profile=fast -m '$(FAST)' \
 		-k 'not test_client_api or tcp or files' tests/unit $(FAST_INTEGRATION)
 
 # One lane at a time.
 test-unit:
-	$(PY) -m pytest -q -n 3 --dist loadgroup tests/unit
+	$(PY) -m pytest -q $(XDIST) tests/unit
 test-integration:
-	$(PY) -m pytest -q -n 3 --dist loadgroup tests/integration -m 'not spark and not crash'
+	$(PY) -m pytest -q $(XDIST) tests/integration -m 'not spark and not crash'
 test-heavy:
 	$(PY) -m pytest -q -n 2 --dist loadgroup -m 'spark or crash'
+
+# The client contract suite and the TLS and WebSocket tests, STRESS_RUNS times in a
+# row under two CPU burners, stopping at the first failure.
+STRESS_RUNS ?= 10
+test-stress:
+	PY=$(PY) bash scripts/stress_tests.sh $(STRESS_RUNS)
 
 # The blocking client is written from the asyncio one (scripts/unasync.py): the
 # check fails if a blocking module differs from what its asyncio source makes.

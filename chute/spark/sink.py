@@ -182,15 +182,18 @@ class ChuteBatchWriter(DataSourceArrowWriter):
 
     def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:
         xids = xids_of(messages)
-        if xids:
-            with self.options.connect() as conn:
+        with self.options.connect() as conn:
+            if xids:
                 conn.commit_batch(self.job, 0, xids, keep=False)
+            roll_back(conn, [x for x in conn.prepared() if _orphan(x, self.job, 0, xids)])
 
     def abort(self, messages: Sequence[WriterCommitMessage | None]) -> None:
+        """Roll back the job's prepared transactions: those ``messages`` name and those of
+        tasks that prepared but had not reported when Spark gave up on the job (a failed
+        task ends the job at once, while its siblings may still be finishing)."""
         xids = xids_of(messages)
-        if xids:
-            with self.options.connect() as conn:
-                roll_back(conn, xids)
+        with self.options.connect() as conn:
+            roll_back(conn, [*xids, *(x for x in conn.prepared() if _orphan(x, self.job, 0, xids))])
 
 
 def _orphan(xid: str, job: str, batch: int, kept: Sequence[str]) -> bool:

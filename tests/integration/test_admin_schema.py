@@ -59,6 +59,7 @@ def _some_state(srv: ChuteServer) -> None:
         session.send("topic:t", "x")
 
 
+@pytest.mark.timeout(300)  # ~570 generated requests: 25 s alone, over 60 s on a loaded CI
 def test_every_answer_conforms_to_the_document(served: tuple[ChuteServer, str]) -> None:
     srv, base = served
     _some_state(srv)

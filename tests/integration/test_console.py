@@ -20,6 +20,7 @@ import pytest
 from playwright.sync_api import ConsoleMessage, Error, Page, expect, sync_playwright
 
 import chute
+from tests.tools import need_tool
 
 from .conftest import ChuteServer, free_port, start_server
 
@@ -61,7 +62,7 @@ def broker(tmp_path: Path) -> Iterator[tuple[ChuteServer, str]]:
 @pytest.fixture
 def page(tmp_path: Path) -> Iterator[tuple[Page, list[str]]]:
     """A fresh headless Chromium page, and the errors its console and scripts report."""
-    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: run `make install-test`"
+    need_tool(CHROMIUM, "the console's browser tests drive Chromium")
     errors: list[str] = []
     with sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(

@@ -16,6 +16,7 @@ import pytest
 from playwright.sync_api import ConsoleMessage, Error, Page, expect, sync_playwright
 
 import chute
+from tests.tools import need_tool
 
 from .admin_calls import ALICE_USERS
 from .conftest import ChuteServer, free_port, start_server
@@ -36,7 +37,7 @@ overflow = "block"
 def chromium(tmp_path: Path, credentials: tuple[str, str] | None = None) -> Iterator[Any]:
     """A headless Chromium page (logging in as ``credentials`` when the broker asks), the
     errors its scripts report, and the console messages of resources refused."""
-    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: run `make install-test`"
+    need_tool(CHROMIUM, "the console's browser tests drive Chromium")
     errors: list[str] = []
     refused: list[str] = []
     with sync_playwright() as playwright:

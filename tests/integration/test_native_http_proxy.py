@@ -28,6 +28,7 @@ import pytest
 
 import chute
 from chute.errors import ConnectError
+from tests.tools import need_tool
 
 from . import sync_aio
 from .conftest import ChuteServer, free_port, start_server
@@ -69,8 +70,9 @@ def proxy(tmp_path_factory: pytest.TempPathFactory, broker: ChuteServer) -> Iter
         "MaxClients 100\nAllow 127.0.0.1\nConnectPort 443\n"
         f'upstream http 127.0.0.1:{_http_port(broker)} ".invalid"\n'  # only it knows the way
     )
+    tinyproxy = need_tool(TINYPROXY, "the proxy tests put tinyproxy between client and broker")
     process = subprocess.Popen(
-        [TINYPROXY, "-d", "-c", str(home / "tinyproxy.conf")],
+        [tinyproxy, "-d", "-c", str(home / "tinyproxy.conf")],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -9,7 +9,6 @@ there at the start is processed: no sleeps.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -26,18 +25,21 @@ import trustme
 import chute
 from chute import Connection
 from chute.errors import NotFound
+from tests.tools import need_tool
 
 from .conftest import ChuteServer, free_port, start_server
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
 pyspark = pytest.importorskip("pyspark")
-pytest.importorskip("pyarrow")
+pa = pytest.importorskip("pyarrow")
 
 from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 import chute.spark  # noqa: E402
+from chute.spark.options import ChuteOptions, Side  # noqa: E402
+from chute.spark.sink import ChuteBatchWriter  # noqa: E402
 
 SPARK_CONF = {
     "spark.ui.enabled": "false",
@@ -50,9 +52,7 @@ SPARK_CONF = {
 
 def _spark_env() -> None:
     if not os.environ.get("JAVA_HOME"):
-        java = shutil.which("java")
-        if java is None:
-            pytest.fail("the Spark tests need a JDK (java on PATH or JAVA_HOME)")
+        java = need_tool("java", "the Spark tests need a JDK (java on PATH or JAVA_HOME)")
         os.environ["JAVA_HOME"] = str(Path(os.path.realpath(java)).parent.parent)
     os.environ["PYSPARK_PYTHON"] = sys.executable  # workers must use this venv (pyarrow)
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -250,15 +250,47 @@ def test_batch_read_and_write_round_trip(spark: SparkSession, server: ChuteServe
         assert spark_prepared(conn) == []
 
 
-def test_failing_task_rolls_the_sink_back(spark: SparkSession, server: ChuteServer) -> None:
-    rows = [(f"ok-{i}".encode(), "queue:staged") for i in range(40)]
-    rows.append((b"poison", "queue:no such name"))  # an invalid address fails its task
-    df = spark.createDataFrame(rows, "body BINARY, destination STRING").repartition(2)
-    with pytest.raises(Exception, match="invalid destination name"):
-        df.write.format("chute").option("url", server.url).mode("append").save()
+def test_failing_task_rolls_the_sink_back(spark: SparkSession, tmp_path: Path) -> None:
+    # A failed task ends the job at once: a sibling still running may prepare after
+    # Spark's abort, until Spark kills it (docs/spark.md): the prepared timeout rolls
+    # that one back. Whatever was prepared when abort came, abort rolls back
+    # (test_batch_abort_rolls_back_what_no_task_reported).
+    config = tmp_path / "chute.toml"
+    config.write_text("[server]\nprepared_timeout_ms = 1500\nexpiry_interval_ms = 100\n")
+    server = start_server(tmp_path, "--config", str(config))
+    try:
+        rows = [(f"ok-{i}".encode(), "queue:staged") for i in range(40)]
+        rows.append((b"poison", "queue:no such name"))  # an invalid address fails its task
+        df = spark.createDataFrame(rows, "body BINARY, destination STRING").repartition(2)
+        with pytest.raises(Exception, match="invalid destination name"):
+            df.write.format("chute").option("url", server.url).mode("append").save()
+        with chute.connect(server.url) as conn:
+            assert read_all(conn, "queue:staged") == []
+            deadline = time.monotonic() + 30
+            while spark_prepared(conn) and time.monotonic() < deadline:
+                time.sleep(0.1)  # polling the broker's state, with a deadline
+            assert spark_prepared(conn) == []
+            assert read_all(conn, "queue:staged") == []  # rolled back, never published
+    finally:
+        server.stop()
+
+
+def test_batch_abort_rolls_back_what_no_task_reported(server: ChuteServer) -> None:
+    # A task that prepared but had not reported when its job failed: abort gets no
+    # message from it, and still rolls its transactions back (no prepared timeout here).
+    options = ChuteOptions.parse({"url": server.url, "destination": "queue:staged"}, Side.WRITE)
+    writer = ChuteBatchWriter(options)
+    table = pa.table({"body": [b"a", b"b"]})
+    unreported = writer.write(iter(table.to_batches()))
+    assert len(unreported.xids) == 1
+    other = ChuteBatchWriter(options)  # another job's staged work is not this abort's
+    theirs = other.write(iter(table.to_batches()))
+    writer.abort([None])
     with chute.connect(server.url) as conn:
-        assert read_all(conn, "queue:staged") == []
+        assert spark_prepared(conn) == list(theirs.xids)
+        other.abort([theirs])
         assert spark_prepared(conn) == []
+        assert read_all(conn, "queue:staged") == []
 
 
 def test_failing_stream_task_leaves_nothing_visible(spark: SparkSession, tmp_path: Path) -> None:

@@ -23,6 +23,8 @@ import stomp
 import trustme
 from playwright.sync_api import sync_playwright
 
+from tests.tools import need_tool
+
 from .conftest import ChuteServer, free_port, start_server
 from .test_console import CHROMIUM, CHROMIUM_ARGS
 from .test_stomp import TIMEOUT
@@ -85,7 +87,7 @@ def _broker(tmp: Path, origin: str, http_client_certs: str) -> tuple[ChuteServer
 
 def _browser_logs_in(tmp: Path, origin: str, https: int) -> str:
     """What a page from ``origin`` gets when it logs in over ``wss://`` as bob."""
-    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: run `make install-test`"
+    need_tool(CHROMIUM, "the browser TLS tests drive Chromium")
     with sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
             str(tmp / "chromium-profile"),
