@@ -16,8 +16,9 @@ in their place, an open transaction rolls back, temporary queues and
 non-durable subscriptions disappear.
 
 Temporary (session) queues from XmlBlaster live here too —
-``queue:__tmp__.<connection>.<n>``: anyone may send to one (it is the usual
-reply-to), only its connection may consume, and it dies with the connection.
+``queue:__tmp__.<24 random hex digits>`` (unguessable, naming nothing of its
+connection): anyone may send to one (it is the usual reply-to), only its connection
+may consume, and it dies with the connection.
 Login-name and callback queues are in :mod:`chute.core.model.queuetypes`.
 """
 
