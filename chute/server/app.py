@@ -280,7 +280,7 @@ class BrokerServer:
         is listed after the TCP ones, where it always was)."""
         config = self.config
         await self._recover()
-        if config.cluster.coordinator:  # the ledgers taken back before any link is up
+        if config.clustered:  # the ledgers taken back before any link is up
             self.node = ClusterNode.make(self)
         self.broker.admission.check()  # a full disk waits producers now
         self.bridges = start_bridges(
@@ -294,6 +294,14 @@ class BrokerServer:
             ("native-tls", config.listen.tls_port, native, True, None),
             ("stomp", config.listen.stomp_port, stomp, False, stomp_refusal),
             ("stomp-tls", config.listen.stomp_tls_port, stomp, True, None),
+            # a node of chute serve --nodes: its own port, besides the shared ones
+            (
+                "native-node",
+                config.nodes.port if config.nodes else 0,
+                native,
+                False,
+                native_refusal,
+            ),
         ):
             if port:
                 server = self._listen(name, port, self._front(name, make, tls), refusal)
@@ -345,8 +353,10 @@ class BrokerServer:
         """Listen on ``host:port`` through the accept loop every listener shares
         (:mod:`chute.server.listener`: the connection limits, running out of descriptors)."""
         host = self.config.listen.host
-        try:
-            sockets = bind(host, port)
+        try:  # the nodes of chute serve --nodes share every client port
+            sockets = bind(
+                host, port, reuse_port=self.config.nodes is not None and name != "native-node"
+            )
         except OSError as exc:
             hint = " (is another broker running?)" if exc.errno == errno.EADDRINUSE else ""
             raise OSError(
