@@ -269,7 +269,9 @@ class Supervisor:
         log.info("every node stopped")
         if self.failed:
             return 1
-        return 0 if all(c.status == 0 for c in self.children) else 1
+        # a node signalled before it had set up its handlers ends by the signal itself
+        clean = (0, -signal.SIGTERM, -signal.SIGINT)
+        return 0 if all(c.status in clean for c in self.children) else 1
 
     def _listening(self) -> str:
         first = self.children[0].bound
