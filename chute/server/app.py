@@ -26,7 +26,9 @@ the broker recovers on a thread of their own, off the loop; nothing else touches
 the broker meanwhile (the loop only reads a
 :class:`~chute.store.progress.RecoveryProgress`, logs it every few seconds and
 shows it on ``/readyz``). Once every queue holds what it held, the other
-listeners open and the server is :attr:`BrokerServer.ready`.
+listeners open and the server is :attr:`BrokerServer.ready`. A node of ``chute serve
+--nodes`` (``config.nodes``) opens its HTTP listener with the others: the port is
+shared, and the nodes already running answer there while it recovers.
 """
 
 from __future__ import annotations
@@ -186,7 +188,8 @@ class BrokerServer:
             self.tls_context, self.https_context = server_contexts(config)
         for warning in config.warnings():
             log.warning("configuration: %s", warning)
-        http = await self._listen_http() if config.listen.http_port else None
+        # a node of --nodes opens the shared HTTP port once recovered, as the others
+        http = await self._listen_http() if config.listen.http_port and not config.nodes else None
         self.watchdog = LoopWatchdog(self.loop, self.loop_thread)
         self.watchdog.start()
         try:
@@ -313,6 +316,8 @@ class BrokerServer:
             await self.node.start(native_bound)
         if http is not None:
             bound.append(http)
+        elif config.listen.http_port:  # a node of --nodes: the other nodes answered meanwhile
+            bound.append(await self._listen_http())
         if self.config.smq is not None:  # Simple-message-queue's source and sink listeners
             self.broker.destination(self.config.smq.queue, create=True)
             for name, port, factory in smq.listeners(self, self.config.smq):

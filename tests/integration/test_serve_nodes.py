@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -167,8 +168,10 @@ def test_native_clients_on_the_shared_port_are_spread_and_get_every_message_once
 def test_stomp_clients_on_the_shared_port_are_spread_and_get_every_message_once(
     tmp_path: Path,
 ) -> None:
-    stomp_port = free_port()
-    running = start_nodes(tmp_path, 2, "--stomp-port", str(stomp_port))
+    stomp_port, http_port = free_port(), free_port()
+    running = start_nodes(
+        tmp_path, 2, "--stomp-port", str(stomp_port), "--http-port", str(http_port)
+    )
     clients: list[Client] = []
     try:
         running.linked()
@@ -195,6 +198,9 @@ def test_stomp_clients_on_the_shared_port_are_spread_and_get_every_message_once(
         got = [consumer.message().body.decode() for _ in range(len(sent) + 1)]
         assert sorted(got) == sorted([*sent, "last"])
         assert consumer.no_message(0.5)
+        for _ in range(10):  # the shared HTTP port: whichever node answers is ready
+            with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/readyz") as answer:
+                assert answer.status == 200
     finally:
         for client in clients:
             client.close()
