@@ -9,6 +9,7 @@ management commands print a JSON result with ``--json``.
 This module holds the parser, :func:`main` and the commands of a broker's
 messages; the package's other modules hold the rest:
 
+- :mod:`chute.cli.serve`: ``chute serve``, one broker or (``--nodes``) several;
 - :mod:`chute.cli.message`: the arguments of a message to send, shared by ``send``
   and ``chute dropbox send``;
 - :mod:`chute.cli.output`: what a received message, a browse page or a JSON result
@@ -24,7 +25,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -36,6 +36,7 @@ from chute.cli.manage import add_create_command, add_move_commands
 from chute.cli.message import UsageError, add_message_arguments, message_fields, seconds, whole
 from chute.cli.output import json_text, print_message, print_received, stream_end
 from chute.cli.progress import Progress
+from chute.cli.serve import add_serve_command
 from chute.cli.stat import render, watch
 from chute.errors import ChuteError, ConfigError
 
@@ -45,6 +46,7 @@ DEFAULT_URL = "chute://127.0.0.1:5445"
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # serve --nodes runs it again
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
@@ -71,99 +73,13 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chute", description="chute, a message broker.")
     parser.add_argument("--version", action="version", version=f"chute {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    _add_serve(sub)
+    add_serve_command(sub)
     _add_client_commands(sub)
     _add_cert(sub)
     from chute.cli.dropbox import add_dropbox_commands  # noqa: PLC0415 - its own module
 
     add_dropbox_commands(sub)
     return parser
-
-
-def _add_serve(sub: Any) -> None:
-    serve = sub.add_parser("serve", help="run the broker")
-    serve.add_argument("--config", type=Path, help="TOML configuration file")
-    serve.add_argument("--data-dir", type=Path, help="where the broker keeps its data")
-    serve.add_argument("--host", help="address to bind (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="native protocol port (default 5445, 0 = off)")
-    serve.add_argument("--stomp-port", type=int, help="STOMP port (default 61613, 0 = off)")
-    serve.add_argument(
-        "--http-port", type=int, help="HTTP port: STOMP over WebSocket (default 8445, 0 = off)"
-    )
-    serve.add_argument(
-        "--store",
-        choices=["journal", "memory"],
-        help="journal (default: on disk in the data dir) or memory",
-    )
-    serve.add_argument(
-        "--sync",
-        choices=["always", "batch", "never"],
-        help="when the journal fsyncs (default always)",
-    )
-    smq = serve.add_argument_group("Simple-message-queue (smq) listeners, docs/smq.md")
-    smq.add_argument(
-        "--smq-queue", metavar="NAME", help="serve smq's clients on this queue (default smq)"
-    )
-    smq.add_argument(
-        "--smq-source-port", type=int, metavar="PORT", help="source port (default 6211, 0 = off)"
-    )
-    smq.add_argument(
-        "--smq-sink-port", type=int, metavar="PORT", help="sink port (default 6212, 0 = off)"
-    )
-    serve.add_argument(
-        "--tls-port", type=int, help="native protocol over TLS, chutes:// (default 0 = off)"
-    )
-    serve.add_argument(
-        "--stomp-tls-port", type=int, help="STOMP over TLS, e.g. 61614 (default 0 = off)"
-    )
-    serve.add_argument(
-        "--http-tls",
-        action="store_const",
-        const=True,
-        help="serve HTTPS and WSS (wss://) on the HTTP port",
-    )
-    serve.add_argument("--tls-cert", help="PEM certificate chain of every TLS listener")
-    serve.add_argument("--tls-key", help="PEM private key, if not in --tls-cert")
-    serve.add_argument("--tls-ca", help="PEM CA file that signs client certificates")
-    serve.add_argument(
-        "--tls-client-certs",
-        choices=["none", "optional", "required"],
-        help="ask TLS clients for a certificate whose CN names their user (default none)",
-    )
-    serve.add_argument(
-        "--flow-backlog",
-        type=int,
-        help="pause a queue's producers while its consumers lag this many messages "
-        "(default 5000; 0 = never)",
-    )
-    serve.add_argument(
-        "--max-memory",
-        help="message data held in memory before durable queues page to disk "
-        "(default 64MiB; 0 = never page)",
-    )
-    serve.add_argument(
-        "--disk-free-limit",
-        help="under this much free space on the journal's disk, producers wait while "
-        "consumers ack (default 64MiB; 0 = off)",
-    )
-    cluster = serve.add_argument_group("a cluster of nodes, docs/cluster.md")
-    cluster.add_argument(
-        "--cluster",
-        metavar="etcd://HOST:PORT[/NAME]",
-        help="join the cluster agreed in this etcd (default: no cluster)",
-    )
-    cluster.add_argument("--node", help="this node's name in the cluster (unique in it)")
-    cluster.add_argument(
-        "--advertise",
-        metavar="HOST:PORT",
-        help="where the other nodes dial this one (default: the native listener's)",
-    )
-    serve.add_argument(
-        "--log-level",
-        default=os.environ.get("CHUTE_LOG_LEVEL", "info"),
-        choices=["debug", "info", "warning", "error"],
-    )
-    serve.set_defaults(func=_serve)
 
 
 def _add_cert(sub: Any) -> None:
@@ -336,61 +252,6 @@ def _add_removal_commands(sub: Any, client_args: Callable[[argparse.ArgumentPars
     delete.add_argument("--json", action="store_true", help='print {"deleted": N, ...}')
     client_args(delete)
     delete.set_defaults(func=_delete)
-
-
-# -- serve --------------------------------------------------------------------------------
-
-
-def _serve(args: argparse.Namespace) -> int:
-    from chute import config as config_module  # noqa: PLC0415 - keeps client commands light
-    from chute.admin.site import Site  # noqa: PLC0415
-    from chute.server.process import run  # noqa: PLC0415
-    from chute.smq import settings as smq_settings  # noqa: PLC0415
-
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    overrides = {
-        "host": args.host,
-        "port": args.port,
-        "stomp_port": args.stomp_port,
-        "http_port": args.http_port,
-        "data_dir": str(args.data_dir) if args.data_dir else None,
-        "store": args.store,
-        "sync": args.sync,
-        "max_memory": args.max_memory,
-        "disk_free_limit": args.disk_free_limit,
-        "tls_port": args.tls_port,
-        "tls_cert": args.tls_cert,
-        "tls_key": args.tls_key,
-        "stomp_tls_port": args.stomp_tls_port,
-        "http_tls": args.http_tls,
-        "tls_ca": args.tls_ca,
-        "tls_client_certs": args.tls_client_certs,
-        "flow_backlog": args.flow_backlog,
-        "cluster_coordinator": args.cluster,
-        "cluster_node": args.node,
-        "cluster_advertise": args.advertise,
-    }
-    config = config_module.load(args.config, overrides)
-    config.smq = smq_settings.with_overrides(
-        config.smq,
-        queue=args.smq_queue,
-        source_port=args.smq_source_port,
-        sink_port=args.smq_sink_port,
-    )
-
-    def ready(bound: list[tuple[str, str, int]]) -> None:
-        where = ", ".join(f"{name} {host}:{port}" for name, host, port in bound) or "nothing"
-        store = (
-            "in memory"
-            if config.storage.store == "memory"
-            else f"journal in {config.storage.data_dir}"
-        )
-        print(f"chute listening: {where} (messages {store})", flush=True)
-
-    run(config, ready=ready, site=Site)
-    return 0
 
 
 # -- client commands ------------------------------------------------------------------------

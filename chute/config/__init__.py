@@ -32,6 +32,7 @@ from typing import Any, Final
 
 from chute import origins, passwords
 from chute.cluster.errors import ClusterUrlError
+from chute.cluster.fixed import FixedNodes
 from chute.cluster.url import check_name, parse_cluster_url
 from chute.config.sections import (
     FLAT,
@@ -101,6 +102,13 @@ class ServerConfig:
     )
     smq: SmqSettings | None = None  # smq listeners; off unless [smq] (docs/smq.md)
     dropbox: list[DropboxMount] = dataclasses.field(default_factory=list)  # docs/dropbox.md
+    # a node of `chute serve --nodes N`, as its parent said (never read from the file)
+    nodes: FixedNodes | None = None
+
+    @property
+    def clustered(self) -> bool:
+        """This broker is a node of a cluster: agreed in etcd, or one of ``--nodes``."""
+        return bool(self.cluster.coordinator) or self.nodes is not None
 
     def resolver(self) -> SettingsResolver:
         return SettingsResolver(self.destinations, self.default_destination)

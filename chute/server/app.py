@@ -26,7 +26,9 @@ the broker recovers on a thread of their own, off the loop; nothing else touches
 the broker meanwhile (the loop only reads a
 :class:`~chute.store.progress.RecoveryProgress`, logs it every few seconds and
 shows it on ``/readyz``). Once every queue holds what it held, the other
-listeners open and the server is :attr:`BrokerServer.ready`.
+listeners open and the server is :attr:`BrokerServer.ready`. A node of ``chute serve
+--nodes`` (``config.nodes``) opens its HTTP listener with the others: the port is
+shared, and the nodes already running answer there while it recovers.
 """
 
 from __future__ import annotations
@@ -186,7 +188,8 @@ class BrokerServer:
             self.tls_context, self.https_context = server_contexts(config)
         for warning in config.warnings():
             log.warning("configuration: %s", warning)
-        http = await self._listen_http() if config.listen.http_port else None
+        # a node of --nodes opens the shared HTTP port once recovered, as the others
+        http = await self._listen_http() if config.listen.http_port and not config.nodes else None
         self.watchdog = LoopWatchdog(self.loop, self.loop_thread)
         self.watchdog.start()
         try:
@@ -280,7 +283,7 @@ class BrokerServer:
         is listed after the TCP ones, where it always was)."""
         config = self.config
         await self._recover()
-        if config.cluster.coordinator:  # the ledgers taken back before any link is up
+        if config.clustered:  # the ledgers taken back before any link is up
             self.node = ClusterNode.make(self)
         self.broker.admission.check()  # a full disk waits producers now
         self.bridges = start_bridges(
@@ -294,6 +297,14 @@ class BrokerServer:
             ("native-tls", config.listen.tls_port, native, True, None),
             ("stomp", config.listen.stomp_port, stomp, False, stomp_refusal),
             ("stomp-tls", config.listen.stomp_tls_port, stomp, True, None),
+            # a node of chute serve --nodes: its own port, besides the shared ones
+            (
+                "native-node",
+                config.nodes.port if config.nodes else 0,
+                native,
+                False,
+                native_refusal,
+            ),
         ):
             if port:
                 server = self._listen(name, port, self._front(name, make, tls), refusal)
@@ -305,6 +316,8 @@ class BrokerServer:
             await self.node.start(native_bound)
         if http is not None:
             bound.append(http)
+        elif config.listen.http_port:  # a node of --nodes: the other nodes answered meanwhile
+            bound.append(await self._listen_http())
         if self.config.smq is not None:  # Simple-message-queue's source and sink listeners
             self.broker.destination(self.config.smq.queue, create=True)
             for name, port, factory in smq.listeners(self, self.config.smq):
@@ -345,8 +358,10 @@ class BrokerServer:
         """Listen on ``host:port`` through the accept loop every listener shares
         (:mod:`chute.server.listener`: the connection limits, running out of descriptors)."""
         host = self.config.listen.host
-        try:
-            sockets = bind(host, port)
+        try:  # the nodes of chute serve --nodes share every client port
+            sockets = bind(
+                host, port, reuse_port=self.config.nodes is not None and name != "native-node"
+            )
         except OSError as exc:
             hint = " (is another broker running?)" if exc.errno == errno.EADDRINUSE else ""
             raise OSError(

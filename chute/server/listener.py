@@ -53,8 +53,11 @@ _NO_DESCRIPTOR: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, er
 _GONE: Final = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.ECONNRESET, errno.EPERM})
 
 
-def bind(host: str, port: int) -> list[socket.socket]:
+def bind(host: str, port: int, *, reuse_port: bool = False) -> list[socket.socket]:
     """Listening sockets for ``host:port`` (one per address the host resolves to).
+    With ``reuse_port`` (``SO_REUSEPORT``) other processes of this user that ask for it
+    too listen on the same port, and the kernel spreads the connections among them:
+    the nodes ``chute serve --nodes`` starts share the client ports so.
 
     Raises:
         OSError: the address cannot be resolved or bound.
@@ -70,6 +73,8 @@ def bind(host: str, port: int) -> list[socket.socket]:
             sock = socket.socket(family, kind, proto)
             sockets.append(sock)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             if family == socket.AF_INET6:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             sock.bind(address)

@@ -7,6 +7,10 @@ registers the node in etcd (:class:`~chute.cluster.membership.Membership`) at it
 advertised address. A join makes the lower-named node dial the other
 (:mod:`chute.server.peers`); a leave (the node stopped, or its lease ran out) closes the
 link and gives back what was in doubt with it (``Cluster.node_gone``).
+
+A node of ``chute serve --nodes`` (``config.nodes``) has no etcd: its
+:class:`~chute.cluster.fixed.FixedMembership` joins every node its parent named, at
+once, and none ever leaves (a node that is down is a link that reconnects).
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ import secrets
 from typing import TYPE_CHECKING
 
 from chute.cluster.etcd import EtcdClient
+from chute.cluster.fixed import FixedMembership
 from chute.cluster.membership import EventKind, Membership, MembershipEvent
-from chute.cluster.url import parse_cluster_url
+from chute.cluster.url import ClusterUrl, parse_cluster_url
 from chute.core.rules.cluster import Cluster
 from chute.server.peers import PeerLinks
 
@@ -32,14 +37,20 @@ class ClusterNode:
 
     def __init__(self, server: ServerHost) -> None:
         settings = server.config.cluster
-        self.url = parse_cluster_url(settings.coordinator)
+        self.fixed = server.config.nodes
+        self.url: ClusterUrl | None = None  # None: a fixed cluster, no coordinator
+        if self.fixed is None:
+            self.url = parse_cluster_url(settings.coordinator)
+            self.name = self.url.name
+        else:
+            self.name = self.fixed.cluster
         self.settings = settings
         self.run = secrets.token_hex(8)
-        self.links = PeerLinks(server, settings, self.url.name)
+        self.links = PeerLinks(server, settings, self.name)
         self.cluster = self.links.cluster = Cluster(
             server.broker, self.links, node=settings.node, run=self.run
         )
-        self.membership: Membership | None = None
+        self.membership: Membership | FixedMembership | None = None
         self._client: EtcdClient | None = None
 
     @classmethod
@@ -57,6 +68,20 @@ class ClusterNode:
             NodeNameTaken: a live process holds this node's name.
             EtcdUnavailable, EtcdAuthError: etcd cannot be used.
         """
+        if self.fixed is not None:
+            self.membership = FixedMembership(self.fixed)
+            self.membership.add_listener(self._changed)
+            await self.membership.start()
+            log.info(
+                "cluster %s: node %s of %d, run %s",
+                self.name,
+                self.fixed.node,
+                len(self.fixed.members),
+                self.run,
+            )
+            return
+        if self.url is None:
+            raise RuntimeError("a cluster node with neither a coordinator nor fixed members")
         address = self.settings.advertise
         if not address:
             if native is None:
@@ -64,7 +89,7 @@ class ClusterNode:
             address = f"{native[0]}:{native[1]}"
         self._client = EtcdClient.from_url(self.url)
         self.membership = Membership(
-            self._client, self.url.name, self.settings.node, address=address, ttl=self.settings.ttl
+            self._client, self.name, self.settings.node, address=address, ttl=self.settings.ttl
         )
         self.membership.add_listener(self._changed)
         try:
@@ -72,7 +97,7 @@ class ClusterNode:
         except BaseException:
             await self._client.close()
             raise
-        log.info("cluster %s: node %s, run %s", self.url.name, self.settings.node, self.run)
+        log.info("cluster %s: node %s, run %s", self.name, self.settings.node, self.run)
 
     def _changed(self, event: MembershipEvent) -> None:
         member = event.member

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from chute.config import ServerConfig
 from chute.server.app import BrokerServer
 from chute.server.listener import raise_open_file_limit
+from chute.server.supervisor import watch_lifeline
 
 if TYPE_CHECKING:
     from chute.server.app import MakeSite
@@ -46,9 +47,17 @@ def tune_gc() -> None:
     gc.set_threshold(100_000, 50, 1000)
 
 
-def run(config: ServerConfig, *, ready: Any = None, site: MakeSite | None = None) -> None:
+def run(
+    config: ServerConfig,
+    *,
+    ready: Any = None,
+    site: MakeSite | None = None,
+    lifeline: int | None = None,
+) -> None:
     """Run a broker until SIGTERM/SIGINT. ``ready(bound)`` is called once it listens;
-    ``site`` is what the HTTP port serves (needed while ``http_port`` is on)."""
+    ``site`` is what the HTTP port serves (needed while ``http_port`` is on). A node of
+    ``chute serve --nodes`` also stops once the pipe ``lifeline`` from its parent ends
+    (:mod:`chute.server.supervisor`)."""
     tune_gc()
     raise_open_file_limit(config.limits.max_connections)
     loop = new_event_loop()
@@ -63,6 +72,8 @@ def run(config: ServerConfig, *, ready: Any = None, site: MakeSite | None = None
                 server.store.close()
             raise
         server.handle_signals()
+        if lifeline is not None:
+            watch_lifeline(loop, lifeline, server.request_stop)
         if ready is not None:
             ready(bound)
         await server.serve_until_stopped()
