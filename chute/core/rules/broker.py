@@ -101,6 +101,9 @@ class Broker:
         self.demand_watch: Callable[[QueueChannel], None] | None = None
         """Told when a local consumer comes to or leaves a queue (a cluster's node, which
         tells the others: :mod:`chute.core.rules.cluster`)."""
+        self.stream_watch: Callable[[Stream], None] | None = None
+        """Told when a stream is made (a cluster's node, which finds the stream's home:
+        :mod:`chute.core.rules.cluster_streams`)."""
         self.gathering: Gathering | None = None
         """The open transaction's record sink while :meth:`atomically` applies one."""
         self.max_lease_ms = max_cursor_lease_ms  # see chute.core.rules.cursor
@@ -190,6 +193,8 @@ class Broker:
         elif addr.kind is Kind.STREAM:
             dest = self.streams[canonical] = Stream(canonical, settings, self)
             self.store.define(QueueDefinition(canonical, QueueKind.STREAM, owner=maker))
+            if self.stream_watch is not None:
+                self.stream_watch(dest)
         else:
             if addr.login is not None:
                 dest = LoginQueue(canonical, settings, self)
@@ -301,6 +306,11 @@ class Broker:
         Raises:
             WouldBlock: full under ``block``. DestinationFull: full under ``reject``.
         """
+        if isinstance(dest, Stream) and dest.forward is not None:
+            # homed on another node of a cluster (or its home not known yet): the message
+            # waits in the stream's forward queue, which hands it over to the home
+            message.persistent = True
+            dest = dest.forward
         if isinstance(dest, Stream):
             # a stream keeps everything it takes, in the store: retention, not overflow
             message.persistent = True
