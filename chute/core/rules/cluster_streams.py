@@ -208,8 +208,7 @@ class ClusterStreams:
             host.store.undefine(queue.name)
         if entries:
             log.info(
-                "stream %s: its home is this node; %d messages sent before that was known "
-                "are appended",
+                "stream %s: appended the messages sent here before its home was known: %d",
                 stream.address,
                 len(entries),
             )
