@@ -237,3 +237,27 @@ def test_a_reader_on_another_node_reads_on_after_its_link_to_the_home_is_lost(
                 got.append((item.seq, bytes(item.body).decode()))
     assert got == read(a, 3)
     assert sorted(body for _, body in got) == ["after", "m0", "while-down"]
+
+
+def test_sends_while_the_home_is_down_wait_on_their_node_and_reach_it_once(
+    nodes: Nodes,
+) -> None:
+    a, b = nodes.start_linked("a", "b")
+    send(a, ["m0"])
+    send(b, [f"before{i}" for i in range(100)])
+    since = len(b.lines)
+    assert a.stop(signal.SIGKILL) == -signal.SIGKILL
+    send(b, [f"down{i}" for i in range(100)])  # each confirmed by b while a is down
+    b.wait_for_line("node a left", start=since, timeout=DEADLINE)  # a may start again
+    a = nodes.start("a")
+    b.wait_for_line("linked to node a", start=since, timeout=DEADLINE)
+    got = read(a, 201)
+    bodies = [body for _, body in got]
+    assert len(bodies) == len(set(bodies)), "a message stored twice"
+    assert sorted(bodies) == sorted(
+        ["m0"] + [f"before{i}" for i in range(100)] + [f"down{i}" for i in range(100)]
+    )
+    assert [body for body in bodies if body.startswith("down")] == [
+        f"down{i}" for i in range(100)
+    ]
+    assert read(b, 201) == got

@@ -100,6 +100,14 @@ class StreamPort(Protocol):
         in a crash). Dropped if the link is down."""
 
 
+class ForwardQueue(QueueChannel):
+    """A stream's forward queue. A stream keeps what it takes whatever its expiration
+    (retention alone removes), so nothing expires on its way to the home either."""
+
+    def _expire_if_due(self, entry: Entry) -> bool:
+        return False
+
+
 class Following:
     """Where this node's copy of a stream homed elsewhere reads from."""
 
@@ -179,7 +187,7 @@ class ClusterStreams:
         queue = self.forwards.get(address)
         if queue is None:
             name = FORWARD_PREFIX + address
-            queue = QueueChannel(name, address, DestinationSettings(), self.host)
+            queue = ForwardQueue(name, address, DestinationSettings(), self.host)
             if define:
                 self.host.store.define(QueueDefinition(name, QueueKind.LEDGER))
             self.forwards[address] = self.cluster.queues[name] = queue
@@ -226,10 +234,12 @@ class ClusterStreams:
     ) -> None:
         """The home answered a read: append to the copy (same offsets), read on."""
         following = self.following.get(address)
-        stream = self.host.streams.get(address)
-        if following is None or following.home != peer or stream is None or stream.deleted:
+        if following is None or following.home != peer:
             return
         following.reading = False
+        stream = self.host.streams.get(address)
+        if stream is None or stream.deleted:
+            return  # deleted here: a copy made again reads on from its numbering
         host = self.host
         entries: list[Entry] = []
         with host.atomically():

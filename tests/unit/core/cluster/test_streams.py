@@ -72,6 +72,16 @@ def test_sends_while_the_home_is_cut_off_wait_and_follow_when_it_is_back() -> No
     assert mesh["b"].read(S) == mesh["a"].read(S)
 
 
+def test_a_send_with_a_time_to_live_waiting_for_the_home_does_not_expire_on_its_way() -> None:
+    mesh = StreamMesh("a", "b", homes={S: "a"})
+    mesh.cut("a", "b")
+    mesh["b"].send(S, "short-lived", ttl=1000)
+    mesh.clock.advance(5000)
+    mesh.connect("a", "b")
+    assert [b for _, b in mesh["a"].read(S)] == ["short-lived"]
+    assert mesh["b"].read(S) == mesh["a"].read(S)
+
+
 def test_a_reader_on_another_node_reads_on_after_the_link_is_cut_and_back() -> None:
     mesh = StreamMesh("a", "b", homes={S: "a"})
     reader = mesh["b"].reader(S, "first")
