@@ -257,7 +257,5 @@ def test_sends_while_the_home_is_down_wait_on_their_node_and_reach_it_once(
     assert sorted(bodies) == sorted(
         ["m0"] + [f"before{i}" for i in range(100)] + [f"down{i}" for i in range(100)]
     )
-    assert [body for body in bodies if body.startswith("down")] == [
-        f"down{i}" for i in range(100)
-    ]
+    assert [body for body in bodies if body.startswith("down")] == [f"down{i}" for i in range(100)]
     assert read(b, 201) == got
