@@ -193,8 +193,6 @@ class Broker:
         elif addr.kind is Kind.STREAM:
             dest = self.streams[canonical] = Stream(canonical, settings, self)
             self.store.define(QueueDefinition(canonical, QueueKind.STREAM, owner=maker))
-            if self.stream_watch is not None:
-                self.stream_watch(dest)
         else:
             if addr.login is not None:
                 dest = LoginQueue(canonical, settings, self)
@@ -206,6 +204,8 @@ class Broker:
         if maker is not None and by_use:
             self.destinations.note_made(canonical, maker)
         log.debug("created %s", canonical)
+        if self.stream_watch is not None and isinstance(dest, Stream):
+            self.stream_watch(dest)
         return dest
 
     def find(self, address: str) -> Destination | None:
