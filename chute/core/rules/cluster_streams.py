@@ -129,7 +129,7 @@ class ClusterStreams:
         self.homes: dict[str, str] = {}  # address -> its home, once known
         self.forwards: dict[str, QueueChannel] = {}  # address -> its forward queue
         self.following: dict[str, Following] = {}  # address -> its copy's reading
-        self.waiting: dict[str, dict[str, int]] = {}  # home: address -> {peer: limit}
+        self.waiting: dict[str, dict[str, int]] = {}  # home: address -> {peer: its start}
         self.up: set[str] = set()  # the nodes whose link is up
 
     def recover(self) -> None:

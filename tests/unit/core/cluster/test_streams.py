@@ -162,3 +162,22 @@ def test_every_node_asks_for_the_home_once_per_stream(home: str) -> None:
     mesh.pump()
     assert sorted(mesh.asked) == [("a", S), ("b", S)]
     assert len(mesh[home].read(S)) == 6
+
+
+def test_a_copy_deleted_and_made_again_reads_on_from_where_it_stopped() -> None:
+    mesh = StreamMesh("a", "b", homes={S: "a"})
+    mesh["b"].broker.destination(S, create=True)
+    mesh["a"].send(S, "1")
+    mesh["a"].send(S, "2")
+    mesh.pump()
+    assert mesh["b"].read(S) == [(1, "1"), (2, "2")]
+    mesh["b"].broker.destinations.delete(S, force=True)
+    mesh["a"].send(S, "3")
+    mesh.pump()
+    mesh["b"].broker.destination(S, create=True)
+    mesh.pump()
+    assert mesh["b"].read(S) == [(3, "3")]
+    mesh["a"].send(S, "4")
+    mesh.pump()
+    assert mesh["b"].read(S) == [(3, "3"), (4, "4")]
+    assert mesh["a"].read(S) == [(1, "1"), (2, "2"), (3, "3"), (4, "4")]
