@@ -80,6 +80,7 @@ from chute.protocol.peer_packets import (
     PeerRelease,
     PeerResume,
 )
+from chute.protocol.peer_stream_packets import PeerStreamRead, PeerStreamRecords
 from chute.protocol.tx_packets import (
     Commit,
     Rollback,
@@ -170,6 +171,8 @@ class PacketType(enum.IntEnum):
     PEER_REFUSE = 74
     PEER_RELEASE = 75
     PEER_DEMAND = 76
+    PEER_STREAM_READ = 77
+    PEER_STREAM_RECORDS = 78
 
 
 class SessionAckMode(enum.StrEnum):
@@ -488,6 +491,8 @@ Packet = (
     | PeerRefuse
     | PeerRelease
     | PeerDemand
+    | PeerStreamRead
+    | PeerStreamRecords
 )
 """Any packet of the native protocol."""
 
@@ -539,6 +544,8 @@ __all__ = [
     "PeerRefuse",
     "PeerRelease",
     "PeerResume",
+    "PeerStreamRead",
+    "PeerStreamRecords",
     "Ping",
     "Pong",
     "Rollback",

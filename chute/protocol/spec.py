@@ -42,6 +42,7 @@ from chute.content import as_bool, decode_content, encode_content, malformed
 from chute.core.model.store import StoredBlock
 from chute.message import Message
 from chute.protocol import peer_packets as peer
+from chute.protocol import peer_stream_packets as peer_stream
 from chute.protocol.packets import (
     PROTOCOL_VERSION,
     Ack,
@@ -484,6 +485,18 @@ def _build_table() -> dict[int, Codec]:
     )
     table[PacketType.PEER_RESUME] = Codec(
         PacketType.PEER_RESUME, peer.PeerResume, peer.encode_resume, peer.decode_resume
+    )
+    table[PacketType.PEER_STREAM_READ] = Codec(
+        PacketType.PEER_STREAM_READ,
+        peer_stream.PeerStreamRead,
+        peer_stream.encode_read,
+        peer_stream.decode_read,
+    )
+    table[PacketType.PEER_STREAM_RECORDS] = Codec(
+        PacketType.PEER_STREAM_RECORDS,
+        peer_stream.PeerStreamRecords,
+        peer_stream.encode_records,
+        peer_stream.decode_records,
     )
     return table
 

@@ -11,22 +11,32 @@ link and gives back what was in doubt with it (``Cluster.node_gone``).
 A node of ``chute serve --nodes`` (``config.nodes``) has no etcd: its
 :class:`~chute.cluster.fixed.FixedMembership` joins every node its parent named, at
 once, and none ever leaves (a node that is down is a link that reconnects).
+
+Streams (:class:`~chute.core.rules.cluster_streams.ClusterStreams`) find their home
+through :class:`~chute.cluster.homes.Homes`: agreed in etcd (:class:`EtcdHomes`, once
+:meth:`ClusterNode.start` reached etcd; streams made before wait for it), or, for a
+fixed membership, by a rule every node computes alike (:class:`FixedHomes`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from chute.cluster.etcd import EtcdClient
 from chute.cluster.fixed import FixedMembership
+from chute.cluster.homes import EtcdHomes, FixedHomes, Homes
 from chute.cluster.membership import EventKind, Membership, MembershipEvent
 from chute.cluster.url import ClusterUrl, parse_cluster_url
 from chute.core.rules.cluster import Cluster
+from chute.core.rules.cluster_streams import ClusterStreams
 from chute.server.peers import PeerLinks
 
 if TYPE_CHECKING:
+    from chute.message import Message
     from chute.server.host import ServerHost
 
 log = logging.getLogger("chute.cluster")
@@ -52,13 +62,44 @@ class ClusterNode:
         )
         self.membership: Membership | FixedMembership | None = None
         self._client: EtcdClient | None = None
+        self.homes: Homes | None = (
+            None if self.fixed is None else FixedHomes(list(self.fixed.members))
+        )
+        self._wanted: set[str] = set()  # streams whose home is asked for, or to be
+        self._asking: set[asyncio.Task[None]] = set()
+        self.streams = self.links.streams = ClusterStreams(
+            server.broker, self.cluster, _StreamPort(self), node=settings.node
+        )
 
     @classmethod
-    def make(cls, server: ServerHost) -> ClusterNode:
-        """The cluster's core over the recovered broker, its ledgers taken back."""
+    def make(cls, server: ServerHost, homes: Homes | None = None) -> ClusterNode:
+        """The cluster's core over the recovered broker, its ledgers taken back.
+        ``homes``: where streams live, when not agreed in etcd (a fixed membership)."""
         node = cls(server)
+        if homes is not None:
+            node.homes = homes
+        node.streams.recover()  # first: its forward queues hold what Cluster finds in doubt
         node.cluster.recover()
         return node
+
+    def want_home(self, address: str) -> str | None:
+        """:meth:`StreamPort.want_home <chute.core.rules.cluster_streams.StreamPort.want_home>`."""
+        if self.homes is None:
+            self._wanted.add(address)  # asked once etcd is reached
+            return None
+        home = self.homes.known(address)
+        if home is not None or address in self._wanted:
+            return home
+        self._wanted.add(address)
+        task = asyncio.get_running_loop().create_task(self._find_home(self.homes, address))
+        self._asking.add(task)
+        task.add_done_callback(self._asking.discard)
+        return None
+
+    async def _find_home(self, homes: Homes, address: str) -> None:
+        home = await homes.home_of(address)
+        self._wanted.discard(address)
+        self.streams.home_known(address, home)
 
     async def start(self, native: tuple[str, int] | None) -> None:
         """Register in etcd and follow the other nodes. ``native``: the native listener's
@@ -97,6 +138,11 @@ class ClusterNode:
         except BaseException:
             await self._client.close()
             raise
+        if self.homes is None:
+            self.homes = EtcdHomes(self._client, self.name, self.settings.node)
+            for address in sorted(self._wanted):
+                self._wanted.discard(address)
+                self.want_home(address)
         log.info("cluster %s: node %s, run %s", self.name, self.settings.node, self.run)
 
     def _changed(self, event: MembershipEvent) -> None:
@@ -108,8 +154,30 @@ class ClusterNode:
 
     async def stop(self) -> None:
         """Leave the cluster (at once: the lease is revoked) and close the links."""
+        for task in list(self._asking):
+            task.cancel()
+        await asyncio.gather(*self._asking, return_exceptions=True)
         if self.membership is not None:
             await self.membership.stop()
         await self.links.close()
         if self._client is not None:
             await self._client.close()
+
+
+class _StreamPort:
+    """:class:`~chute.core.rules.cluster_streams.StreamPort`: homes from the node, the
+    rest over its links."""
+
+    def __init__(self, node: ClusterNode) -> None:
+        self.node = node
+
+    def want_home(self, address: str) -> str | None:
+        return self.node.want_home(address)
+
+    def send_stream_read(self, peer: str, address: str, start: int, limit: int) -> None:
+        self.node.links.send_stream_read(peer, address, start, limit)
+
+    def send_stream_records(
+        self, peer: str, address: str, following: int, records: Sequence[tuple[int, Message]]
+    ) -> None:
+        self.node.links.send_stream_records(peer, address, following, records)

@@ -48,6 +48,8 @@ if TYPE_CHECKING:
     from chute.config import ServerConfig
     from chute.config.sections import ClusterSettings
     from chute.core.rules.cluster import Cluster
+    from chute.core.rules.cluster_streams import ClusterStreams
+    from chute.message import Message
 
 log = logging.getLogger("chute.cluster")
 
@@ -64,6 +66,8 @@ PEER_PACKETS: Final = (
     p.PeerRefuse,
     p.PeerRelease,
     p.PeerDemand,
+    p.PeerStreamRead,
+    p.PeerStreamRecords,
 )
 """What a link carries once open."""
 
@@ -127,6 +131,7 @@ class PeerLinks:
         self.node = settings.node
         self.cluster_name = cluster_name
         self._cluster: Cluster | None = None
+        self.streams: ClusterStreams | None = None  # streams in the cluster, once made
         self.links: dict[str, PeerLink] = {}
         self.members: dict[str, str] = {}  # the other nodes known: name -> address
         self._dialers: dict[str, asyncio.Task[None]] = {}
@@ -174,6 +179,19 @@ class PeerLinks:
 
     def send_demand(self, peer: str, demand: Demand) -> None:
         self._send(peer, p.PeerDemand(demand.address, demand.selectors), durable=False)
+
+    # -- streams (chute.core.rules.cluster_streams.StreamPort's links) ----------------
+
+    def send_stream_read(self, peer: str, address: str, start: int, limit: int) -> None:
+        self._send(peer, p.PeerStreamRead(address, start, limit), durable=False)
+
+    def send_stream_records(
+        self, peer: str, address: str, following: int, records: Sequence[tuple[int, Message]]
+    ) -> None:
+        # after this turn (the commit appending them written to the store), then behind
+        # a sync: a copy never holds what the home could lose in a crash
+        packet = p.PeerStreamRecords(address, following, tuple(records))
+        self.server.loop.call_soon(lambda: self._send(peer, packet, durable=True))
 
     def _send(self, peer: str, packet: p.Packet, *, durable: bool) -> None:
         link = self.links.get(peer)
@@ -236,6 +254,8 @@ class PeerLinks:
         link = self.links[name] = PeerLink(name, write, close)
         log.info("cluster: linked to node %s", name)
         self.cluster.link_up(name)
+        if self.streams is not None:
+            self.streams.link_up(name)
         return link
 
     def lost(self, link: PeerLink) -> None:
@@ -248,6 +268,8 @@ class PeerLinks:
             del self.links[link.name]
             log.info("cluster: the link to node %s is down", link.name)
             self.cluster.link_down(link.name)
+            if self.streams is not None:
+                self.streams.link_down(link.name)
 
     def accept(self, cluster: str, node: str, principal_may: bool) -> None:
         """Check a PeerOpen received (the caller then calls :meth:`up`).
@@ -288,6 +310,10 @@ class PeerLinks:
         elif isinstance(packet, p.PeerResume):
             demands = [Demand(a, s) for a, s in packet.demands]
             cluster.on_resume(name, _handover_keys(packet.keys), demands)
+        elif isinstance(packet, p.PeerStreamRead) and self.streams is not None:
+            self.streams.on_read(name, packet.address, packet.start, packet.limit)
+        elif isinstance(packet, p.PeerStreamRecords) and self.streams is not None:
+            self.streams.on_records(name, packet.address, packet.next, packet.records)
         else:
             raise RemoteProtocolError(
                 f"a node may not send {type(packet).__name__} on a link", "unexpected-packet"

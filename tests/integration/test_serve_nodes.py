@@ -432,3 +432,36 @@ def test_one_node_without_nodes(tmp_path: Path) -> None:
         assert not (tmp_path / "data" / "nodes").exists()
     finally:
         server.stop()
+
+
+def test_a_stream_sent_on_both_nodes_is_read_at_the_same_offsets_on_each(nodes: Nodes) -> None:
+    """Nodes without etcd agree on a stream's home by a rule each computes alike: sends on
+    either node reach it once, and each node's readers see the same offsets."""
+    address = "stream:nodes-orders"
+    for index in (0, 1):
+        with connect(nodes.url(index)) as conn:
+            session = conn.session(confirm_window=50)
+            for i in range(50):
+                session.send(address, f"n{index}-{i}")
+            session.flush()
+    seen: list[list[tuple[int, str]]] = []
+    for index in (0, 1):
+        got: list[tuple[int, str]] = []
+        with connect(nodes.url(index)) as conn:
+            session = conn.session("client")
+            with session.consumer(address, offset="first", prefetch=200) as consumer:
+                end = time.monotonic() + DEADLINE
+                while len(got) < 100:
+                    left = end - time.monotonic()
+                    assert left > 0, f"node-{index}: only {len(got)} of 100 records"
+                    item = consumer.receive(timeout=left)
+                    if item is not None:
+                        got.append((item.seq, bodies([item])[0]))
+                extra = consumer.receive(timeout=0.5)
+                assert extra is None, f"node-{index}: a record more: {extra.seq}"
+        seen.append(got)
+    assert seen[0] == seen[1]
+    assert sorted(body for _, body in seen[0]) == sorted(
+        f"n{index}-{i}" for index in (0, 1) for i in range(50)
+    )
+    assert [offset for offset, _ in seen[0]] == sorted({offset for offset, _ in seen[0]})

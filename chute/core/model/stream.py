@@ -45,12 +45,13 @@ import bisect
 import heapq
 import logging
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final, Protocol
 
 from chute.core.model.consumer import Entry
 from chute.core.model.offsets import Offset
 from chute.core.model.paging import Resources, held_cost
+from chute.core.model.queue import QueueChannel
 from chute.core.model.readers import StreamReader
 from chute.core.model.settings import DestinationSettings
 from chute.core.model.store import StoredBlock, StoredMessage, message_block
@@ -115,6 +116,13 @@ class Stream:
         self._tail_from = 0  # entries of _tail before this index are gone
         self._tail_bytes = 0
         self._newest = 0  # the highest offset appended
+        self.forward: QueueChannel | None = None
+        """In a cluster, while this node is not the stream's home (or does not know it
+        yet): the queue its sends wait in to be handed over to the home
+        (:mod:`chute.core.rules.cluster_streams`); None on the home and on one node."""
+        self.on_wake: Callable[[Stream], None] | None = None
+        """Told when readers may read on (messages appended): the home's answers to
+        other nodes waiting for the stream's next messages."""
 
     # -- numbering ------------------------------------------------------------------
 
@@ -238,6 +246,8 @@ class Stream:
             self._tail_from = 0
 
     def _wake(self) -> None:
+        if self.on_wake is not None:
+            self.on_wake(self)
         head = self.head
         for reader in self.readers:
             if reader.position < head and reader.router.consumers:

@@ -101,6 +101,9 @@ class Broker:
         self.demand_watch: Callable[[QueueChannel], None] | None = None
         """Told when a local consumer comes to or leaves a queue (a cluster's node, which
         tells the others: :mod:`chute.core.rules.cluster`)."""
+        self.stream_watch: Callable[[Stream], None] | None = None
+        """Told when a stream is made (a cluster's node, which finds the stream's home:
+        :mod:`chute.core.rules.cluster_streams`)."""
         self.gathering: Gathering | None = None
         """The open transaction's record sink while :meth:`atomically` applies one."""
         self.max_lease_ms = max_cursor_lease_ms  # see chute.core.rules.cursor
@@ -201,6 +204,8 @@ class Broker:
         if maker is not None and by_use:
             self.destinations.note_made(canonical, maker)
         log.debug("created %s", canonical)
+        if self.stream_watch is not None and isinstance(dest, Stream):
+            self.stream_watch(dest)
         return dest
 
     def find(self, address: str) -> Destination | None:
@@ -301,6 +306,11 @@ class Broker:
         Raises:
             WouldBlock: full under ``block``. DestinationFull: full under ``reject``.
         """
+        if isinstance(dest, Stream) and dest.forward is not None:
+            # homed on another node of a cluster (or its home not known yet): the message
+            # waits in the stream's forward queue, which hands it over to the home
+            message.persistent = True
+            dest = dest.forward
         if isinstance(dest, Stream):
             # a stream keeps everything it takes, in the store: retention, not overflow
             message.persistent = True

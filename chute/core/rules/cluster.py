@@ -69,6 +69,7 @@ from chute.core.model.queue import QueueChannel
 from chute.core.model.registry import Registry
 from chute.core.model.selector import compile_selector
 from chute.core.model.store import StoredMessage
+from chute.core.model.stream import Stream
 from chute.core.model.topic import Subscription, SubscriptionKind, Topic
 from chute.core.rules.routing import Route, WouldBlock
 from chute.core.rules.subscriptions import Subscriptions
@@ -91,7 +92,7 @@ class ClusterHost(Registry, Protocol):
     def atomically(self) -> AbstractContextManager[None]: ...
 
     def route(
-        self, dest: QueueChannel | Topic, message: Message, *, arrived: bool = False
+        self, dest: QueueChannel | Topic | Stream, message: Message, *, arrived: bool = False
     ) -> Route: ...
 
     def place(self, route: Route) -> None: ...
@@ -170,6 +171,9 @@ class Cluster:
         self.run = run
         self.window = window
         self.peers: dict[str, _Peer] = {}
+        self.queues: dict[str, QueueChannel] = {}
+        """Queues of the cluster's own, by store name, that are no destination of the
+        broker's (a stream's forward queue: :mod:`chute.core.rules.cluster_streams`)."""
         self.announced: dict[str, tuple[str | None, ...]] = {}
         self._ids = itertools.count(-1, -1)
         host.demand_watch = self.consumers_changed
@@ -210,18 +214,27 @@ class Cluster:
 
     def node_gone(self, name: str) -> None:
         """``name`` left the cluster for good: what was in doubt with it goes back to its
-        queues, flagged redelivered (it may have been delivered there)."""
+        queues, flagged redelivered (it may have been delivered there). But what waits
+        for it alone (the forward queue of a stream homed there, one of :attr:`queues`)
+        stays in doubt, to be sent again with the same keys if it comes back; and the
+        keys received from it stay known, since it may come back with its out ledger and
+        send again what was in doubt (not stored twice)."""
         self.link_down(name)
-        peer = self.peers.pop(name, None)
+        peer = self.peers.get(name)
         if peer is None:
             return
-        for sent in peer.in_doubt.values():
+        owned = self.queues
+        for key, sent in list(peer.in_doubt.items()):
+            if sent.queue.name in owned:
+                continue
             if sent.record:
                 peer.out.erase(self.host.store, sent.record)
-        peer.in_doubt.clear()
-        for consumer in peer.consumers.values():
+            del peer.in_doubt[key]
+        for address, consumer in list(peer.consumers.items()):
+            if consumer.queue.name in owned:
+                continue
             consumer.queue.detach(consumer)
-        peer.consumers.clear()
+            del peer.consumers[address]
 
     # -- demand ----------------------------------------------------------------------
 
@@ -351,6 +364,19 @@ class Cluster:
         peer.consumers[queue.address] = consumer
         return consumer
 
+    def feed(self, name: str, queue: QueueChannel) -> None:
+        """Every message of ``queue`` goes to node ``name`` (a stream's forward queue, the
+        stream homed there), whatever that node announced: its peer consumer there, made
+        if needed, takes them while the link is up."""
+        peer = self._peer(name)
+        consumer = peer.consumers.get(queue.address)
+        if consumer is None or consumer.closed or consumer.queue is not queue:
+            consumer = self._peer_consumer(peer, queue)
+            queue.attach(consumer)
+        consumer.held = not peer.up
+        if peer.up:
+            queue.deliver()
+
     # -- sending ---------------------------------------------------------------------
 
     def hand_over(self, peer: _Peer, consumer: BrokerConsumer, entry: Entry) -> None:
@@ -436,7 +462,7 @@ class Cluster:
             log.warning("refused node %s's message for %s: %s", name, handover.address, exc)
             self.port.send_refuse(name, [key])
             return
-        if not isinstance(dest, QueueChannel | Topic):
+        if not isinstance(dest, QueueChannel | Topic | Stream):
             log.warning("refused node %s's message for %s: not a queue or topic", name, dest)
             self.port.send_refuse(name, [key])
             return
@@ -522,7 +548,8 @@ class Cluster:
 
     def _recover_sent(self, peer: _Peer, item: StoredMessage) -> None:
         props = item.message.properties
-        queue = self.host.queue_by_name(str(props["queue"]))
+        name = str(props["queue"])
+        queue = self.queues.get(name) or self.host.queue_by_name(name)
         taken = queue.withdraw_many([int(props["seq"])]) if queue is not None else []
         if queue is None or not taken:  # the message left its queue meanwhile
             peer.out.erase(self.host.store, item.seq)

@@ -128,6 +128,13 @@ EXAMPLES: list[p.Packet] = [
     p.PeerDemand("queue:orders", (None, "a > 1")),
     p.PeerDemand("topic:t", ()),
     p.PeerResume((("run1", 3),), (("queue:orders", (None,)), ("topic:t", ("b = 'x'",)))),
+    p.PeerStreamRead("stream:orders", 1 << 40, 256),
+    p.PeerStreamRecords("stream:orders", 9, ()),
+    p.PeerStreamRecords(
+        "stream:\u00e9",
+        10,
+        ((7, Message(b"x", id="m-1")), (9, Message(b"", id="m-2", timestamp=5, expiration=9))),
+    ),
 ]
 
 
