@@ -80,6 +80,7 @@ from chute.protocol.peer_packets import (
     PeerRelease,
     PeerResume,
 )
+from chute.protocol.peer_stats import PeerStatsFetch, PeerStatsPage
 from chute.protocol.tx_packets import (
     Commit,
     Rollback,
@@ -170,6 +171,8 @@ class PacketType(enum.IntEnum):
     PEER_REFUSE = 74
     PEER_RELEASE = 75
     PEER_DEMAND = 76
+    PEER_STATS_FETCH = 80
+    PEER_STATS_PAGE = 81
 
 
 class SessionAckMode(enum.StrEnum):
@@ -488,6 +491,8 @@ Packet = (
     | PeerRefuse
     | PeerRelease
     | PeerDemand
+    | PeerStatsFetch
+    | PeerStatsPage
 )
 """Any packet of the native protocol."""
 
@@ -539,6 +544,8 @@ __all__ = [
     "PeerRefuse",
     "PeerRelease",
     "PeerResume",
+    "PeerStatsFetch",
+    "PeerStatsPage",
     "Ping",
     "Pong",
     "Rollback",

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from chute.config import ServerConfig
     from chute.config.sections import ClusterSettings
     from chute.core.rules.cluster import Cluster
+    from chute.server.cluster_view import StatsExchange
 
 log = logging.getLogger("chute.cluster")
 
@@ -64,6 +65,8 @@ PEER_PACKETS: Final = (
     p.PeerRefuse,
     p.PeerRelease,
     p.PeerDemand,
+    p.PeerStatsFetch,
+    p.PeerStatsPage,
 )
 """What a link carries once open."""
 
@@ -129,6 +132,8 @@ class PeerLinks:
         self._cluster: Cluster | None = None
         self.links: dict[str, PeerLink] = {}
         self.members: dict[str, str] = {}  # the other nodes known: name -> address
+        self.known: dict[str, str] = {}  # every other node seen since start (left ones too)
+        self.stats: StatsExchange | None = None  # answers and asks for figures (cluster_stats)
         self._dialers: dict[str, asyncio.Task[None]] = {}
         self._tls: ssl.SSLContext | None = None
 
@@ -174,6 +179,13 @@ class PeerLinks:
 
     def send_demand(self, peer: str, demand: Demand) -> None:
         self._send(peer, p.PeerDemand(demand.address, demand.selectors), durable=False)
+
+    def send_stats(self, peer: str, packet: p.PeerStatsFetch | p.PeerStatsPage) -> bool:
+        """Send a packet of the statistics exchange; False: no link to ``peer``."""
+        if peer not in self.links:
+            return False
+        self._send(peer, packet, durable=False)
+        return True
 
     def _send(self, peer: str, packet: p.Packet, *, durable: bool) -> None:
         link = self.links.get(peer)
@@ -248,6 +260,8 @@ class PeerLinks:
             del self.links[link.name]
             log.info("cluster: the link to node %s is down", link.name)
             self.cluster.link_down(link.name)
+            if self.stats is not None:
+                self.stats.link_lost(link.name)
 
     def accept(self, cluster: str, node: str, principal_may: bool) -> None:
         """Check a PeerOpen received (the caller then calls :meth:`up`).
@@ -288,6 +302,11 @@ class PeerLinks:
         elif isinstance(packet, p.PeerResume):
             demands = [Demand(a, s) for a, s in packet.demands]
             cluster.on_resume(name, _handover_keys(packet.keys), demands)
+        elif isinstance(packet, p.PeerStatsFetch | p.PeerStatsPage) and self.stats is not None:
+            if isinstance(packet, p.PeerStatsFetch):
+                self.stats.on_fetch(name, packet)
+            else:
+                self.stats.on_page(name, packet)
         else:
             raise RemoteProtocolError(
                 f"a node may not send {type(packet).__name__} on a link", "unexpected-packet"
@@ -299,7 +318,7 @@ class PeerLinks:
         """``name`` is a member, at ``address``: the lower name dials."""
         if name == self.node:
             return
-        self.members[name] = address
+        self.members[name] = self.known[name] = address
         if self.node < name and name not in self._dialers:
             self._dialers[name] = asyncio.create_task(self._dial(name), name=f"cluster-dial-{name}")
 

@@ -1,0 +1,158 @@
+"""What one node sees of its cluster: :class:`ClusterView`, and statistics pages with the
+cluster in them.
+
+A view is a snapshot: every node this one knows (the members, and those that left since
+it started, shown ``down``), each with its address, state (``up``: this node, or linked
+and answering; ``down``: with the reason), the nodes it is linked to, and, for the other
+nodes that answered, each destination's depth and consumers there
+(:mod:`chute.server.cluster_stats` gathers it over the links).
+
+:meth:`ClusterView.merge` puts a view into one page of this node's statistics (see
+:mod:`chute.core.operations.stats`): each destination gets ``nodes``, its depth and
+consumers per node (this node's from the page itself, so they are current), and its
+top-level ``depth`` and ``consumers`` become the cluster's totals; a destination that
+only other nodes hold gets a row of its own (address, kind, the totals and ``nodes``).
+Every other counter of a row (ready, in flight, enqueued, acked, ...) stays this node's.
+The page keeps address order and its ``limit``: rows from other nodes take their place
+among this node's, and the page ends earlier when they fill it.
+
+Pure: no sockets, no clock but the ``taken`` it is given.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from chute.protocol.peer_stats import PeerStatsFetch, PeerStatsPage
+
+UP: Final = "up"
+DOWN: Final = "down"
+
+Figures = Mapping[str, tuple[int, int]]
+"""A node's destinations: address -> (depth, consumers)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """One node as seen from this one."""
+
+    name: str
+    address: str
+    state: str  # UP | DOWN
+    links: tuple[str, ...] = ()
+    reason: str = ""  # why down ("" when up)
+    figures: Figures = field(default_factory=dict)  # other nodes that answered only
+
+    def document(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": self.name,
+            "address": self.address,
+            "state": self.state,
+            "links": list(self.links),
+        }
+        if self.reason:
+            out["reason"] = self.reason
+        return out
+
+
+@dataclass(slots=True)
+class ClusterView:
+    """The cluster as node ``node`` saw it at ``taken`` (seconds, monotonic)."""
+
+    name: str
+    node: str
+    nodes: Sequence[NodeView]  # by name, this node among them
+    taken: float = 0.0
+    _remote: list[str] = field(default_factory=list)  # addresses other nodes hold, sorted
+
+    def __post_init__(self) -> None:
+        self._remote = sorted({a for n in self.nodes for a in n.figures})
+
+    def document(self) -> dict[str, Any]:
+        """``{"name", "node", "nodes": [{"name", "address", "state", "links"[, "reason"]}]}``."""
+        return {"name": self.name, "node": self.node, "nodes": [n.document() for n in self.nodes]}
+
+    def answered(self) -> list[NodeView]:
+        """The other nodes whose figures the view has (up, not this one)."""
+        return [n for n in self.nodes if n.state == UP and n.name != self.node]
+
+    def breakdown(self, address: str, depth: int, consumers: int) -> dict[str, dict[str, int]]:
+        """Destination ``address``'s figures per node: this node's (as given), then each
+        other node that answered and holds it."""
+        nodes = {self.node: {"depth": depth, "consumers": consumers}}
+        for n in self.answered():
+            here = n.figures.get(address)
+            if here is not None:
+                nodes[n.name] = {"depth": here[0], "consumers": here[1]}
+        return nodes
+
+    def row(self, row: dict[str, Any]) -> dict[str, Any]:
+        """A row of this node's statistics with ``nodes`` added and the cluster's totals
+        as its ``depth`` and ``consumers``."""
+        nodes = self.breakdown(row["address"], row.get("depth", 0), row.get("consumers", 0))
+        row["nodes"] = nodes
+        row["depth"] = sum(n["depth"] for n in nodes.values())
+        row["consumers"] = sum(n["consumers"] for n in nodes.values())
+        return row
+
+    def remote_row(self, address: str) -> dict[str, Any]:
+        """A row for a destination this node does not hold."""
+        nodes = self.breakdown(address, 0, 0)
+        del nodes[self.node]
+        return {
+            "address": address,
+            "kind": address.partition(":")[0],
+            "depth": sum(n["depth"] for n in nodes.values()),
+            "consumers": sum(n["consumers"] for n in nodes.values()),
+            "nodes": nodes,
+        }
+
+    def merge(
+        self,
+        rows: list[dict[str, Any]],
+        after: str,
+        next_after: str | None,
+        limit: int,
+        keep: Callable[[str], bool],
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of this node's statistics (``rows``, the destinations after
+        ``after`` up to ``next_after``, None: to the end) with the cluster in it (see the
+        module docstring); ``keep``: which of the other nodes' destinations the page may
+        show (the page's pattern, filter and the asker's rights). Returns the rows and
+        the next page's ``after``."""
+        local = {row["address"] for row in rows}
+        start = bisect.bisect_right(self._remote, after)
+        stop = (
+            len(self._remote)
+            if next_after is None
+            else bisect.bisect_right(self._remote, next_after)
+        )
+        extra = [self.remote_row(a) for a in self._remote[start:stop] if a not in local and keep(a)]
+        merged = sorted([self.row(r) for r in rows] + extra, key=lambda r: str(r["address"]))
+        if len(merged) > limit:
+            del merged[limit:]
+            return merged, merged[-1]["address"]
+        return merged, next_after
+
+
+class StatsExchange(Protocol):
+    """What the links and the drivers need of the statistics exchange
+    (:class:`~chute.server.cluster_stats.ClusterStats` is it)."""
+
+    def on_fetch(self, name: str, fetch: PeerStatsFetch) -> None:
+        """Node ``name`` asks for a page of this node's figures."""
+
+    def on_page(self, name: str, page: PeerStatsPage) -> None:
+        """A page of node ``name``'s figures arrived."""
+
+    def link_lost(self, name: str) -> None:
+        """The link to ``name`` went down."""
+
+    async def view(self, *, fresh: bool = True) -> ClusterView:
+        """The cluster as the nodes answer (within a deadline)."""
+
+    def when_seen(self, fresh: bool, then: Callable[[ClusterView], None]) -> None:
+        """``then(view)`` once :meth:`view` has one."""
