@@ -32,6 +32,7 @@ from chute.admin.openapi_base import (
     _ref,
     _string,
 )
+from chute.admin.openapi_cluster import CLUSTER_SCHEMAS, cluster_operations
 from chute.admin.openapi_messages import MESSAGE_SCHEMAS, message_operations
 from chute.admin.rates import COUNTERS
 from chute.version import __version__
@@ -91,6 +92,15 @@ SCHEMAS: Final[dict[str, Schema]] = {
             **_MORE_COUNTERS,
             "subscriptions": {"type": "array", "items": _ref("SubscriptionStats")},
             **_STREAM_FIELDS,
+            "nodes": {
+                "type": "object",
+                "additionalProperties": _ref("NodeFigures"),
+                "description": (
+                    "From a node of a cluster: the depth and consumers on each node that "
+                    "answered and holds it (`depth` and `consumers` are then their sums; "
+                    "the other counters are the answering node's)."
+                ),
+            },
         },
     ),
     "DestinationDetail": {
@@ -314,7 +324,7 @@ SEQS_BODY: Final = {
 
 
 def _paths() -> dict[str, Any]:
-    paths = {**_operations(), **message_operations()}
+    paths = {**_operations(), **cluster_operations(), **message_operations()}
     for item in paths.values():  # a bad path parameter is a 400 too
         if "parameters" in item:
             for key, operation in item.items():
@@ -569,7 +579,7 @@ def document() -> dict[str, Any]:
         },
         "paths": _paths(),
         "components": {
-            "schemas": {**SCHEMAS, **MESSAGE_SCHEMAS, **_lists()},
+            "schemas": {**SCHEMAS, **CLUSTER_SCHEMAS, **MESSAGE_SCHEMAS, **_lists()},
             "securitySchemes": {"basic": {"type": "http", "scheme": "basic"}},
         },
         "security": [{"basic": []}, {}],

@@ -31,6 +31,9 @@ from chute.protocol.peer_stats import PeerStatsFetch, PeerStatsPage
 UP: Final = "up"
 DOWN: Final = "down"
 
+LOCAL_COUNTERS: Final = ("inflight", "enqueued", "acked", "expired", "dead_lettered")
+"""This node's counters a row of a destination it does not hold has (at 0)."""
+
 Figures = Mapping[str, tuple[int, int]]
 """A node's destinations: address -> (depth, consumers)."""
 
@@ -98,8 +101,14 @@ class ClusterView:
         row["consumers"] = sum(n["consumers"] for n in nodes.values())
         return row
 
+    def holds(self, address: str) -> bool:
+        """Whether another node that answered holds ``address``."""
+        i = bisect.bisect_left(self._remote, address)
+        return i < len(self._remote) and self._remote[i] == address
+
     def remote_row(self, address: str) -> dict[str, Any]:
-        """A row for a destination this node does not hold."""
+        """A row for a destination this node does not hold: the cluster's depth and
+        consumers, ``nodes``, and this node's other counters (0: it holds nothing)."""
         nodes = self.breakdown(address, 0, 0)
         del nodes[self.node]
         return {
@@ -107,6 +116,7 @@ class ClusterView:
             "kind": address.partition(":")[0],
             "depth": sum(n["depth"] for n in nodes.values()),
             "consumers": sum(n["consumers"] for n in nodes.values()),
+            **dict.fromkeys(LOCAL_COUNTERS, 0),
             "nodes": nodes,
         }
 

@@ -8,14 +8,18 @@ import json
 import signal
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonschema_rs
 import pytest
 
+from chute.admin.openapi import document
 from chute.client.blocking import connect
-from tests.integration.conftest import ChuteServer
+from tests.integration.conftest import ChuteServer, free_port, start_server
 from tests.integration.etcd_fixture import EtcdProcess, start_etcd
 from tests.integration.test_cluster_nodes import DEADLINE, Nodes, send, until
 
@@ -120,3 +124,118 @@ def test_thousands_of_destinations_answer(nodes: Nodes) -> None:
     assert len(many) == count
     assert all(r["nodes"]["b"] == {"depth": 1, "consumers": 0} for r in many)
     assert states(stats) == {"a": "up", "b": "up"}
+
+
+def start_with_http(nodes: Nodes, *names: str) -> dict[str, str]:
+    """Start ``names`` with their HTTP listeners, linked pairwise: each one's base URL."""
+    bases: dict[str, str] = {}
+    for name in names:
+        port = free_port()
+        nodes.start(name, "--http-port", str(port))
+        bases[name] = f"http://127.0.0.1:{port}"
+    for name in names:
+        for other in names:
+            if other != name:
+                nodes.started[name].wait_for_line(f"linked to node {other}", timeout=DEADLINE)
+    return bases
+
+
+def get(url: str) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(url, timeout=DEADLINE) as answer:  # noqa: S310
+            body = answer.read().decode()
+            status = answer.status
+            kind = answer.headers.get("Content-Type", "")
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+    return status, json.loads(body) if "json" in kind else body
+
+
+def _json_schema(schema: Any) -> Any:
+    """OpenAPI 3.0's schema as JSON Schema: ``nullable`` becomes a "null" type."""
+    if isinstance(schema, list):
+        return [_json_schema(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: _json_schema(value) for key, value in schema.items() if key != "nullable"}
+    if schema.get("nullable") and "type" in schema:
+        out["type"] = [schema["type"], "null"]
+    return out
+
+
+def conforms(instance: Any, schema: str) -> None:
+    """``instance`` is what the admin API's own document says of ``schema`` (with the
+    JSON Schema validator schemathesis brings)."""
+    components = _json_schema(document()["components"])
+    root = {"$ref": f"#/components/schemas/{schema}", "components": components}
+    jsonschema_rs.validate(root, instance)
+
+
+def test_the_admin_api_shows_the_cluster_from_any_node(nodes: Nodes) -> None:
+    bases = start_with_http(nodes, "a", "b")
+    send(nodes.started["a"], "queue:orders", ["1", "2"])
+    send(nodes.started["b"], "queue:orders", ["3"])
+    send(nodes.started["b"], "queue:only-b", ["x"])
+    for name, base in bases.items():
+        status, cluster = get(f"{base}/api/cluster")
+        assert status == 200
+        conforms(cluster, "Cluster")
+        assert cluster["node"] == name
+        assert [(n["name"], n["state"]) for n in cluster["nodes"]] == [("a", "up"), ("b", "up")]
+        status, page = get(f"{base}/api/destinations?contains=o")
+        assert status == 200
+        conforms(page, "DestinationPage")
+        rows = by_address(page)
+        assert rows["queue:orders"]["depth"] == 3
+        assert rows["queue:orders"]["nodes"] == {
+            "a": {"depth": 2, "consumers": 0},
+            "b": {"depth": 1, "consumers": 0},
+        }
+        assert rows["queue:only-b"]["nodes"] == {"b": {"depth": 1, "consumers": 0}}
+        status, detail = get(f"{base}/api/destinations/queue:only-b")
+        assert status == 200
+        conforms(detail, "DestinationDetail")
+        assert detail["nodes"] == {"b": {"depth": 1, "consumers": 0}}
+    status, error = get(f"{bases['a']}/api/destinations/queue:nowhere")
+    assert (status, error["error"]) == (404, "not-found")
+
+
+def test_a_broker_alone_has_no_cluster_resource(tmp_path: Path) -> None:
+    port = free_port()
+    server = start_server(tmp_path, "--http-port", str(port))
+    try:
+        status, error = get(f"http://127.0.0.1:{port}/api/cluster")
+        assert (status, error["error"]) == (404, "not-found")
+        send(server, "queue:x", ["1"])
+        status, page = get(f"http://127.0.0.1:{port}/api/destinations")
+        assert "nodes" not in by_address(page)["queue:x"]
+        status, text = get(f"http://127.0.0.1:{port}/metrics")
+        assert 'node="' not in text
+        assert "chute_cluster_peer_up" not in text
+    finally:
+        server.stop()
+
+
+def test_metrics_carry_the_node_and_the_other_nodes_state(nodes: Nodes) -> None:
+    bases = start_with_http(nodes, "a", "b", "c")
+    send(nodes.started["b"], "queue:orders", ["1", "2"])
+    status, text = get(f"{bases['b']}/metrics")
+    assert status == 200
+    samples = [line for line in text.splitlines() if line.startswith("chute_")]
+    assert samples
+    assert all('node="b"' in line for line in samples)
+    assert (
+        'chute_destination_messages{address="queue:orders",kind="queue",node="b",'
+        'subscription=""} 2.0' in samples
+    )
+    assert 'chute_cluster_peer_up{node="b",peer="a"} 1.0' in samples
+    assert 'chute_cluster_peer_up{node="b",peer="c"} 1.0' in samples
+    _, on_a = get(f"{bases['a']}/metrics")  # a's own figures only: b's queue is not there
+    assert 'address="queue:orders"' not in on_a
+    nodes.started["c"].stop(signal.SIGKILL)
+
+    def c_down() -> bool:
+        _, now = get(f"{bases['b']}/metrics")
+        return 'chute_cluster_peer_up{node="b",peer="c"} 0.0' in now
+
+    until(c_down, "c shown down in b's metrics")

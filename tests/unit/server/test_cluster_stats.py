@@ -218,8 +218,11 @@ def test_merge_places_the_other_nodes_destinations_in_address_order_within_the_p
         "kind": "queue",
         "depth": 1,
         "consumers": 0,
+        **dict.fromkeys(("inflight", "enqueued", "acked", "expired", "dead_lettered"), 0),
         "nodes": {"b": {"depth": 1, "consumers": 0}},
     }
+    assert view.holds("queue:d")
+    assert not view.holds("queue:c")
     # the last page takes what is left, as far as the filter keeps it
     rows, after = view.merge([], "queue:e", None, 10, lambda a: a.startswith("queue:"))
     assert [r["address"] for r in rows] == ["queue:f"]
