@@ -301,8 +301,13 @@ class AdminApi:
             free: int | None = shutil.disk_usage(data_dir).free
         except OSError:
             free = None
+        peers = self.server.peers
+        cluster = (
+            {} if peers is None else {"cluster": {"name": peers.cluster_name, "node": peers.node}}
+        )
         return _json(
             {
+                **cluster,
                 "version": __version__,
                 "uptime_s": round(time.time() - self.server.started, 1),
                 "ready": bool(getattr(self.server, "ready", True)),

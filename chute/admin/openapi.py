@@ -307,7 +307,15 @@ SCHEMAS: Final[dict[str, Schema]] = {
                 "consumers to catch up (flow control).",
             },
         },
-        {"sockets": {"type": "object"}, "producers": {"type": "object"}},
+        {
+            "sockets": {"type": "object"},
+            "producers": {"type": "object"},
+            "cluster": {
+                **_object({"name": _string(), "node": _string()}),
+                "description": "On a node of a cluster: the cluster's name and this node's "
+                "(the nodes: `/api/cluster`).",
+            },
+        },
     ),
 }
 
