@@ -20,12 +20,11 @@ from chute.core.operations.browse import clamp
 from chute.core.operations.connection import BrokerConnection
 from chute.core.operations.stats import STAT_PAGE
 from chute.errors import NotFound
-from chute.server.cluster_stats import page_filter
-from chute.server.cluster_view import StatsExchange
+from chute.server.cluster_stats import ClusterStats, page_filter
 from chute.server.host import ServerHost
 
 
-def exchange(server: ServerHost) -> StatsExchange | None:
+def exchange(server: ServerHost) -> ClusterStats | None:
     """This node's statistics exchange; None: not a node of a cluster."""
     peers = server.peers
     return None if peers is None else peers.stats

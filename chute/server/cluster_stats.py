@@ -23,8 +23,8 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Final, Protocol
 
 from chute.core.model.address import canonical, pattern_matcher
 from chute.core.operations.stats import stats_page
@@ -41,8 +41,7 @@ from chute.server.cluster_view import DOWN, UP, ClusterView, NodeView
 
 if TYPE_CHECKING:
     from chute.core.operations.connection import BrokerConnection
-    from chute.core.rules.broker import Broker
-    from chute.server.peers import PeerLinks
+    from chute.core.rules.cluster import Cluster
 
 log = logging.getLogger("chute.cluster")
 
@@ -52,22 +51,43 @@ REUSE_S: Final = 10.0
 """How long the next pages of a walk reuse the view its first page took."""
 
 
+class StatsLinks(Protocol):
+    """What the exchange needs of the links (:class:`~chute.server.peers.PeerLinks`)."""
+
+    @property
+    def node(self) -> str:
+        """This node's name."""
+
+    @property
+    def cluster_name(self) -> str: ...
+
+    @property
+    def cluster(self) -> Cluster:
+        """The cluster's core (its host: the broker's destinations)."""
+
+    @property
+    def links(self) -> Mapping[str, object]:
+        """The nodes linked now, by name."""
+
+    @property
+    def members(self) -> Mapping[str, str]:
+        """The other members now: name -> address."""
+
+    @property
+    def known(self) -> Mapping[str, str]:
+        """Every other node seen a member since this node started: name -> address."""
+
+    def send_stats(self, peer: str, packet: PeerStatsFetch | PeerStatsPage) -> bool:
+        """Send on the link to ``peer``; False: there is none."""
+
+
 class ClusterStats:
     """This node's side of the statistics exchange (see the module docstring)."""
 
-    def __init__(
-        self,
-        links: PeerLinks,
-        broker: Broker,
-        cluster_name: str,
-        *,
-        timeout: float = ANSWER_TIMEOUT,
-    ) -> None:
+    def __init__(self, links: StatsLinks, *, timeout: float = ANSWER_TIMEOUT) -> None:
         self.links = links
         self.timeout = timeout
-        self.broker = broker
-        self.cluster_name = cluster_name
-        self.address = ""  # this node's advertised address, once registered
+        self.address = ""  # this node's address, once its membership said it
         self.latest: ClusterView | None = None
         self._gathering: asyncio.Task[ClusterView] | None = None
         self._ids = itertools.count(1)
@@ -126,7 +146,7 @@ class ClusterStats:
                 linked, figures = task.result()
                 nodes.append(NodeView(name, address, UP, linked, figures=figures))
         nodes.sort(key=lambda n: n.name)
-        return ClusterView(self.cluster_name, links.node, nodes, time.monotonic())
+        return ClusterView(links.cluster_name, links.node, nodes, time.monotonic())
 
     async def _fetch_all(self, name: str) -> tuple[tuple[str, ...], dict[str, tuple[int, int]]]:
         """Every page of node ``name``'s figures, one request at a time."""
@@ -160,11 +180,11 @@ class ClusterStats:
 
     def on_fetch(self, name: str, fetch: PeerStatsFetch) -> None:
         """Node ``name`` asks for a page of this node's figures: answer at once."""
-        broker = self.broker
+        host = self.links.cluster.host
         page = stats_page(
-            broker.queues,
-            broker.topics,
-            streams=broker.streams,
+            host.queues,
+            host.topics,
+            streams=host.streams,
             after=fetch.after,
             limit=PAGE_DESTINATIONS,
         )

@@ -24,9 +24,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
-
-from chute.protocol.peer_stats import PeerStatsFetch, PeerStatsPage
+from typing import Any, Final
 
 UP: Final = "up"
 DOWN: Final = "down"
@@ -146,23 +144,3 @@ class ClusterView:
             del merged[limit:]
             return merged, merged[-1]["address"]
         return merged, next_after
-
-
-class StatsExchange(Protocol):
-    """What the links and the drivers need of the statistics exchange
-    (:class:`~chute.server.cluster_stats.ClusterStats` is it)."""
-
-    def on_fetch(self, name: str, fetch: PeerStatsFetch) -> None:
-        """Node ``name`` asks for a page of this node's figures."""
-
-    def on_page(self, name: str, page: PeerStatsPage) -> None:
-        """A page of node ``name``'s figures arrived."""
-
-    def link_lost(self, name: str) -> None:
-        """The link to ``name`` went down."""
-
-    async def view(self, *, fresh: bool = True) -> ClusterView:
-        """The cluster as the nodes answer (within a deadline)."""
-
-    def when_seen(self, fresh: bool, then: Callable[[ClusterView], None]) -> None:
-        """``then(view)`` once :meth:`view` has one."""

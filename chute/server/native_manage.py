@@ -78,7 +78,7 @@ class ManagementRequests:
 
     def _on_stat_fetch(self: Driver, header: p.Header, packet: p.StatFetch) -> None:
         peers = self.server.peers
-        if peers is None or peers.stats is None:
+        if peers is None:
             _stat_page(self, header, packet, None)
             return
         core = self._core()  # a page of a cluster: once the other nodes answered

@@ -19,7 +19,6 @@ from chute.cluster.etcd import EtcdClient
 from chute.cluster.membership import EventKind, Membership, MembershipEvent
 from chute.cluster.url import parse_cluster_url
 from chute.core.rules.cluster import Cluster
-from chute.server.cluster_stats import ClusterStats
 from chute.server.peers import PeerLinks
 
 if TYPE_CHECKING:
@@ -40,8 +39,6 @@ class ClusterNode:
         self.cluster = self.links.cluster = Cluster(
             server.broker, self.links, node=settings.node, run=self.run
         )
-        self.stats = ClusterStats(self.links, server.broker, self.url.name)
-        self.links.stats = self.stats
         self.membership: Membership | None = None
         self._client: EtcdClient | None = None
 
@@ -65,7 +62,6 @@ class ClusterNode:
             if native is None:
                 raise RuntimeError("no native listener to advertise")
             address = f"{native[0]}:{native[1]}"
-        self.stats.address = address
         self._client = EtcdClient.from_url(self.url)
         self.membership = Membership(
             self._client, self.url.name, self.settings.node, address=address, ttl=self.settings.ttl

@@ -43,12 +43,12 @@ from chute.protocol.codec import PacketCodec
 from chute.protocol.peer_packets import Keys
 from chute.protocol.wire import encode_packet
 from chute.sansio import NeedData
+from chute.server.cluster_stats import ClusterStats
 
 if TYPE_CHECKING:
     from chute.config import ServerConfig
     from chute.config.sections import ClusterSettings
     from chute.core.rules.cluster import Cluster
-    from chute.server.cluster_view import StatsExchange
 
 log = logging.getLogger("chute.cluster")
 
@@ -133,7 +133,7 @@ class PeerLinks:
         self.links: dict[str, PeerLink] = {}
         self.members: dict[str, str] = {}  # the other nodes known: name -> address
         self.known: dict[str, str] = {}  # every other node seen since start (left ones too)
-        self.stats: StatsExchange | None = None  # answers and asks for figures (cluster_stats)
+        self.stats = ClusterStats(self)  # asks the others for their figures, and answers them
         self._dialers: dict[str, asyncio.Task[None]] = {}
         self._tls: ssl.SSLContext | None = None
 
@@ -260,8 +260,7 @@ class PeerLinks:
             del self.links[link.name]
             log.info("cluster: the link to node %s is down", link.name)
             self.cluster.link_down(link.name)
-            if self.stats is not None:
-                self.stats.link_lost(link.name)
+            self.stats.link_lost(link.name)
 
     def accept(self, cluster: str, node: str, principal_may: bool) -> None:
         """Check a PeerOpen received (the caller then calls :meth:`up`).
@@ -302,11 +301,10 @@ class PeerLinks:
         elif isinstance(packet, p.PeerResume):
             demands = [Demand(a, s) for a, s in packet.demands]
             cluster.on_resume(name, _handover_keys(packet.keys), demands)
-        elif isinstance(packet, p.PeerStatsFetch | p.PeerStatsPage) and self.stats is not None:
-            if isinstance(packet, p.PeerStatsFetch):
-                self.stats.on_fetch(name, packet)
-            else:
-                self.stats.on_page(name, packet)
+        elif isinstance(packet, p.PeerStatsFetch):
+            self.stats.on_fetch(name, packet)
+        elif isinstance(packet, p.PeerStatsPage):
+            self.stats.on_page(name, packet)
         else:
             raise RemoteProtocolError(
                 f"a node may not send {type(packet).__name__} on a link", "unexpected-packet"
@@ -317,6 +315,7 @@ class PeerLinks:
     def joined(self, name: str, address: str) -> None:
         """``name`` is a member, at ``address``: the lower name dials."""
         if name == self.node:
+            self.stats.address = address
             return
         self.members[name] = self.known[name] = address
         if self.node < name and name not in self._dialers:

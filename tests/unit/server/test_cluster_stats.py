@@ -18,7 +18,6 @@ from chute.protocol import packets as p
 from chute.protocol.codec import PacketCodec
 from chute.protocol.peer_stats import PAGE_DESTINATIONS
 from chute.sansio import NeedData
-from chute.server.cluster_stats import ClusterStats
 from chute.server.cluster_view import DOWN, UP, ClusterView, NodeView
 from chute.server.peers import PeerLink, PeerLinks
 from chute.store.memory import MemoryStore
@@ -42,9 +41,9 @@ class Node:
         self.broker = Broker(MemoryStore(), SettingsResolver({}))
         self.broker.recover()
         self.links.cluster = Cluster(self.broker, self.links, node=name, run=name)
-        self.stats = ClusterStats(self.links, self.broker, "c", timeout=0.5)
-        self.links.stats = self.stats
-        self.stats.address = f"{name}:5445"
+        self.stats = self.links.stats
+        self.stats.timeout = 0.5
+        self.links.joined(name, f"{name}:5445")  # this node's own address
         self.seen: list[type] = []  # what arrived, in order
         self.asked = asyncio.Event()  # a statistics request arrived
 
