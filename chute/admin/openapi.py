@@ -97,9 +97,12 @@ SCHEMAS: Final[dict[str, Schema]] = {
                 "additionalProperties": _ref("NodeFigures"),
                 "description": (
                     "From a node of a cluster: the depth and consumers on each node that "
-                    "answered and holds it (`depth` and `consumers` are then their sums; "
-                    "the other counters are the answering node's)."
+                    "answered and holds it (every other field is the answering node's)."
                 ),
+            },
+            "total": {
+                **_ref("NodeFigures"),
+                "description": "From a node of a cluster: `nodes` summed, the cluster's.",
             },
         },
     ),

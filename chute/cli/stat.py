@@ -16,9 +16,9 @@ stream is listed, a ``KIND`` column and a stream's ``BYTES`` and ``OFFSETS``,
     prepared transactions 0; up 2h 5m
 
 From a node of a cluster the nodes come first (``*`` marks the node answering), a
-destination's DEPTH and CONSUMERS are the cluster's, and each node holding the
-destination has a row of its own under it (the other columns are the answering
-node's)::
+destination's DEPTH and CONSUMERS are the cluster's (its ``total``), and each node
+holding the destination has a row of its own under it (the other columns are the
+answering node's, as its JSON row is)::
 
     cluster prod, seen from node a (*)
     NODE  ADDRESS        STATE                        LINKS
@@ -68,6 +68,8 @@ _STREAM_COLUMNS: Final = (("bytes", "BYTES"), ("offsets", "OFFSETS"))
 _NOT_A_STREAMS: Final = frozenset({"ready", "acked", "expired", "dead_lettered"})
 """Columns left blank on a stream's row: it keeps its messages for every reader."""
 _CLEAR_SCREEN: Final = "\x1b[H\x1b[2J"
+_TOTALS: Final = frozenset({"depth", "consumers"})
+"""What a destination's row of a cluster shows for the whole cluster (``total``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +226,10 @@ def _by_key(stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _cell(row: dict[str, Any], key: str) -> str:
-    """One row's cell of column ``key`` (a stream's offsets as ``first..head``)."""
+    """One row's cell of column ``key`` (a stream's offsets as ``first..head``; in a
+    cluster, a destination's depth and consumers in the whole cluster)."""
+    if key in _TOTALS and "total" in row:
+        return _number(row["total"].get(key))
     stream = row.get("kind") == "stream"
     if stream and key in _NOT_A_STREAMS:
         return ""

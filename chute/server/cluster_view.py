@@ -9,10 +9,11 @@ nodes that answered, each destination's depth and consumers there
 
 :meth:`ClusterView.merge` puts a view into one page of this node's statistics (see
 :mod:`chute.core.operations.stats`): each destination gets ``nodes``, its depth and
-consumers per node (this node's from the page itself, so they are current), and its
-top-level ``depth`` and ``consumers`` become the cluster's totals; a destination that
-only other nodes hold gets a row of its own (address, kind, the totals and ``nodes``).
-Every other counter of a row (ready, in flight, enqueued, acked, ...) stays this node's.
+consumers per node (this node's from the page itself, so they are current), and
+``total``, their sums: the cluster's; a destination that only other nodes hold gets a
+row of its own (address, kind, this node's counters at 0, ``nodes`` and ``total``).
+Every counter of a row outside ``nodes`` and ``total`` stays this node's, as on a broker
+on its own, so a script asking each node for its own figures reads them as before.
 The page keeps address order and its ``limit``: rows from other nodes take their place
 among this node's, and the page ends earlier when they fill it.
 
@@ -29,7 +30,15 @@ from typing import Any, Final
 UP: Final = "up"
 DOWN: Final = "down"
 
-LOCAL_COUNTERS: Final = ("inflight", "enqueued", "acked", "expired", "dead_lettered")
+LOCAL_COUNTERS: Final = (
+    "depth",
+    "inflight",
+    "consumers",
+    "enqueued",
+    "acked",
+    "expired",
+    "dead_lettered",
+)
 """This node's counters a row of a destination it does not hold has (at 0)."""
 
 Figures = Mapping[str, tuple[int, int]]
@@ -91,12 +100,10 @@ class ClusterView:
         return nodes
 
     def row(self, row: dict[str, Any]) -> dict[str, Any]:
-        """A row of this node's statistics with ``nodes`` added and the cluster's totals
-        as its ``depth`` and ``consumers``."""
+        """A row of this node's statistics with ``nodes`` and ``total`` added."""
         nodes = self.breakdown(row["address"], row.get("depth", 0), row.get("consumers", 0))
         row["nodes"] = nodes
-        row["depth"] = sum(n["depth"] for n in nodes.values())
-        row["consumers"] = sum(n["consumers"] for n in nodes.values())
+        row["total"] = _total(nodes)
         return row
 
     def holds(self, address: str) -> bool:
@@ -105,17 +112,16 @@ class ClusterView:
         return i < len(self._remote) and self._remote[i] == address
 
     def remote_row(self, address: str) -> dict[str, Any]:
-        """A row for a destination this node does not hold: the cluster's depth and
-        consumers, ``nodes``, and this node's other counters (0: it holds nothing)."""
+        """A row for a destination this node does not hold: this node's counters at 0,
+        ``nodes`` and ``total``."""
         nodes = self.breakdown(address, 0, 0)
         del nodes[self.node]
         return {
             "address": address,
             "kind": address.partition(":")[0],
-            "depth": sum(n["depth"] for n in nodes.values()),
-            "consumers": sum(n["consumers"] for n in nodes.values()),
             **dict.fromkeys(LOCAL_COUNTERS, 0),
             "nodes": nodes,
+            "total": _total(nodes),
         }
 
     def merge(
@@ -144,3 +150,10 @@ class ClusterView:
             del merged[limit:]
             return merged, merged[-1]["address"]
         return merged, next_after
+
+
+def _total(nodes: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
+    return {
+        "depth": sum(n["depth"] for n in nodes.values()),
+        "consumers": sum(n["consumers"] for n in nodes.values()),
+    }

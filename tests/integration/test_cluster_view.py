@@ -77,10 +77,11 @@ def test_stat_from_any_node_shows_every_node_and_the_depth_on_each(nodes: Nodes)
         orders = rows["queue:orders"]
         assert orders["nodes"]["a"] == {"depth": 3, "consumers": 0}
         assert orders["nodes"]["b"] == {"depth": 1, "consumers": 0}
-        assert orders["depth"] == 4
+        assert orders["total"] == {"depth": 4, "consumers": 0}
+        assert orders["depth"] == {"a": 3, "b": 1, "c": 0}[name]  # the node's own
         only_b = rows["queue:only-b"]
         assert only_b["nodes"]["b"] == {"depth": 2, "consumers": 0}
-        assert only_b["depth"] == 2
+        assert only_b["total"] == {"depth": 2, "consumers": 0}
 
 
 def test_a_consumer_shows_on_its_node(nodes: Nodes) -> None:
@@ -88,7 +89,10 @@ def test_a_consumer_shows_on_its_node(nodes: Nodes) -> None:
     with connect(b.url) as conn, conn.session() as session:
         session.consumer("queue:work")
         until(
-            lambda: by_address(stat_json(a)).get("queue:work", {}).get("consumers") == 1,
+            lambda: (
+                by_address(stat_json(a)).get("queue:work", {}).get("total", {}).get("consumers")
+                == 1
+            ),
             "the consumer on b seen from a",
         )
         row = by_address(stat_json(a))["queue:work"]
@@ -186,7 +190,7 @@ def test_the_admin_api_shows_the_cluster_from_any_node(nodes: Nodes) -> None:
         assert status == 200
         conforms(page, "DestinationPage")
         rows = by_address(page)
-        assert rows["queue:orders"]["depth"] == 3
+        assert rows["queue:orders"]["total"] == {"depth": 3, "consumers": 0}
         assert rows["queue:orders"]["nodes"] == {
             "a": {"depth": 2, "consumers": 0},
             "b": {"depth": 1, "consumers": 0},

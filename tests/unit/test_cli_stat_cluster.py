@@ -29,7 +29,7 @@ def cluster_stats() -> dict[str, Any]:
             {
                 "address": "queue:orders",
                 "kind": "queue",
-                "depth": 1204,
+                "depth": 1004,
                 "ready": 1000,
                 "inflight": 4,
                 "consumers": 2,
@@ -39,13 +39,15 @@ def cluster_stats() -> dict[str, Any]:
                     "a": {"depth": 1004, "consumers": 2},
                     "b": {"depth": 200, "consumers": 0},
                 },
+                "total": {"depth": 1204, "consumers": 2},
             },
             {
                 "address": "queue:only-b",
                 "kind": "queue",
-                "depth": 7,
+                "depth": 0,
                 "consumers": 0,
                 "nodes": {"b": {"depth": 7, "consumers": 0}},
+                "total": {"depth": 7, "consumers": 0},
             },
         ],
         "connections": 3,
@@ -75,7 +77,7 @@ def test_a_broker_on_its_own_shows_no_cluster() -> None:
     stats = cluster_stats()
     del stats["cluster"]
     for d in stats["destinations"]:
-        del d["nodes"]
+        del d["nodes"], d["total"]
     text = render(stats)
     assert "cluster" not in text
     assert "node" not in text

@@ -43,7 +43,7 @@ function depthsTable(cluster, destinations) {
         const here = (d.nodes || {})[name];
         return h("td", { class: "num", dataset: { node: name } }, here ? num(here.depth) : "");
       }),
-      h("td", { class: "num total" }, num(d.depth))))));
+      h("td", { class: "num total" }, num((d.total || d).depth))))));
 }
 
 // `cluster`: /api/cluster's document (null: not loaded yet); `destinations`: those loaded.

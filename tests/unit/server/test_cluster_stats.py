@@ -182,7 +182,7 @@ def row(address: str, depth: int, consumers: int = 0) -> dict[str, Any]:
     return {"address": address, "kind": "queue", "depth": depth, "consumers": consumers, "acked": 5}
 
 
-def test_merge_sums_the_nodes_and_keeps_this_nodes_other_counters() -> None:
+def test_merge_sums_the_nodes_and_keeps_this_nodes_counters() -> None:
     view = view_of({"queue:x": (4, 1)})
     rows, after = view.merge([row("queue:x", 3, 2)], "", None, 10, lambda a: True)
     assert after is None
@@ -190,10 +190,11 @@ def test_merge_sums_the_nodes_and_keeps_this_nodes_other_counters() -> None:
         {
             "address": "queue:x",
             "kind": "queue",
-            "depth": 7,
-            "consumers": 3,
+            "depth": 3,  # this node's, as on a broker alone
+            "consumers": 2,
             "acked": 5,
             "nodes": {"a": {"depth": 3, "consumers": 2}, "b": {"depth": 4, "consumers": 1}},
+            "total": {"depth": 7, "consumers": 3},
         }
     ]
     assert view.document()["nodes"][2] == {
@@ -215,10 +216,11 @@ def test_merge_places_the_other_nodes_destinations_in_address_order_within_the_p
     assert rows[1] == {
         "address": "queue:b",
         "kind": "queue",
-        "depth": 1,
-        "consumers": 0,
-        **dict.fromkeys(("inflight", "enqueued", "acked", "expired", "dead_lettered"), 0),
+        **dict.fromkeys(
+            ("depth", "inflight", "consumers", "enqueued", "acked", "expired", "dead_lettered"), 0
+        ),
         "nodes": {"b": {"depth": 1, "consumers": 0}},
+        "total": {"depth": 1, "consumers": 0},
     }
     assert view.holds("queue:d")
     assert not view.holds("queue:c")
