@@ -32,9 +32,11 @@ DOWN: Final = "down"
 
 LOCAL_COUNTERS: Final = (
     "depth",
+    "ready",
     "inflight",
     "consumers",
     "enqueued",
+    "delivered",
     "acked",
     "expired",
     "dead_lettered",

@@ -217,7 +217,18 @@ def test_merge_places_the_other_nodes_destinations_in_address_order_within_the_p
         "address": "queue:b",
         "kind": "queue",
         **dict.fromkeys(
-            ("depth", "inflight", "consumers", "enqueued", "acked", "expired", "dead_lettered"), 0
+            (
+                "depth",
+                "ready",
+                "inflight",
+                "consumers",
+                "enqueued",
+                "delivered",
+                "acked",
+                "expired",
+                "dead_lettered",
+            ),
+            0,
         ),
         "nodes": {"b": {"depth": 1, "consumers": 0}},
         "total": {"depth": 1, "consumers": 0},
