@@ -2,12 +2,13 @@
 ``/api/destinations`` and ``/api/destinations/{address}``.
 
 From a node of a cluster, the nodes are asked for their figures
-(:mod:`chute.server.cluster_stats`: at most about 2 s, a node that does not answer is
-shown ``down``) and the view is merged into what this node reports
-(:mod:`chute.server.cluster_view`): a destination gets ``nodes``, its depth and
-consumers on each node, and ``total``, the cluster's; its other fields stay this node's;
-a destination only other nodes hold is listed and shown too. A broker that is not a
-node of a cluster answers ``/api/cluster`` 404 and its destinations as before.
+(:mod:`chute.server.cluster_stats`: at most 2 s for each answer and 10 s for all of a
+node's; a node that does not answer in time is shown ``down``) and the view is merged
+into what this node reports (:mod:`chute.server.cluster_view`): a destination gets
+``nodes``, its depth and consumers on each node, and ``total``, the cluster's; its
+other fields stay this node's; a destination only other nodes hold is listed and shown
+too. A broker that is not a node of a cluster answers ``/api/cluster`` 404 and its
+destinations as before.
 
 Lives on the server's event loop only.
 """

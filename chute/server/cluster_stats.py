@@ -7,10 +7,13 @@ answers a ``PeerStatsPage``: the nodes it is linked to and a page of its destina
 (depth and consumers); the asking node asks for the next page once one arrived, so one
 page per node is in flight, and a page is bounded (1,000 destinations, about 256 KiB):
 a node with many thousands of destinations answers in pages and never floods its links.
-What every node that answered said, within :data:`ANSWER_TIMEOUT` seconds, makes a
-:class:`~chute.server.cluster_view.ClusterView`; a node that did not answer in time, or
-whose link went down meanwhile, is shown ``down`` with the reason, so a stalled node
-never holds a request. Requests arriving while the nodes are being asked wait for that
+What every node that answered said makes a
+:class:`~chute.server.cluster_view.ClusterView`. Each page must come within
+:data:`ANSWER_TIMEOUT` seconds of its request, and all of a node's pages within
+:data:`GATHER_TIMEOUT`; a node that did not answer in time, or whose link went down
+meanwhile, is shown ``down`` with the reason, so a stalled node never holds a request
+(a node that keeps answering, page after page, has the longer time: one with a hundred
+thousand destinations still shows). Requests arriving while the nodes are being asked wait for that
 same round; pages of one walk (``after`` set) reuse a view younger than
 :data:`REUSE_S` seconds, so the pages of a walk agree.
 
@@ -20,6 +23,7 @@ Used from the loop only.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import itertools
 import logging
 import time
@@ -27,7 +31,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Final, Protocol
 
 from chute.core.model.address import canonical, pattern_matcher
-from chute.core.operations.stats import stats_page
+from chute.core.operations.stats import queue_stats, stream_stats, topic_stats
 from chute.core.rules.access import Action
 from chute.errors import AccessDenied
 from chute.protocol.peer_stats import (
@@ -40,13 +44,16 @@ from chute.protocol.peer_stats import (
 from chute.server.cluster_view import DOWN, UP, ClusterView, NodeView
 
 if TYPE_CHECKING:
+    from chute.core.model.registry import Registry
     from chute.core.operations.connection import BrokerConnection
     from chute.core.rules.cluster import Cluster
 
 log = logging.getLogger("chute.cluster")
 
 ANSWER_TIMEOUT: Final = 2.0
-"""Seconds the other nodes have to give all their figures before they are shown down."""
+"""Seconds another node has to answer each request for a page before it is shown down."""
+GATHER_TIMEOUT: Final = 10.0
+"""Seconds the other nodes have to give all their pages before they are shown down."""
 REUSE_S: Final = 10.0
 """How long the next pages of a walk reuse the view its first page took."""
 
@@ -84,21 +91,30 @@ class StatsLinks(Protocol):
 class ClusterStats:
     """This node's side of the statistics exchange (see the module docstring)."""
 
-    def __init__(self, links: StatsLinks, *, timeout: float = ANSWER_TIMEOUT) -> None:
+    def __init__(
+        self,
+        links: StatsLinks,
+        *,
+        timeout: float = ANSWER_TIMEOUT,
+        gather_timeout: float = GATHER_TIMEOUT,
+    ) -> None:
         self.links = links
         self.timeout = timeout
+        self.gather_timeout = gather_timeout
         self.address = ""  # this node's address, once its membership said it
         self.latest: ClusterView | None = None
         self._gathering: asyncio.Task[ClusterView] | None = None
         self._ids = itertools.count(1)
         self._waiting: dict[int, tuple[str, asyncio.Future[PeerStatsPage]]] = {}
+        self._walks: dict[str, list[str]] = {}  # node -> this node's addresses it walks
 
     # -- asking ----------------------------------------------------------------------
 
     async def view(self, *, fresh: bool = True) -> ClusterView:
         """The cluster as the nodes answer now (``fresh``), or the latest view when it is
-        younger than :data:`REUSE_S` seconds. Never waits longer than about ``timeout``
-        seconds (:data:`ANSWER_TIMEOUT` unless given)."""
+        younger than :data:`REUSE_S` seconds. Never waits longer than about
+        ``gather_timeout`` seconds (:data:`GATHER_TIMEOUT` unless given), nor longer than
+        ``timeout`` for one page."""
         latest = self.latest
         if not fresh and latest is not None and time.monotonic() - latest.taken < REUSE_S:
             return latest
@@ -126,7 +142,7 @@ class ClusterStats:
         links = self.links
         asked = {name: asyncio.create_task(self._fetch_all(name)) for name in sorted(links.links)}
         if asked:
-            await asyncio.wait(asked.values(), timeout=self.timeout)
+            await asyncio.wait(asked.values(), timeout=self.gather_timeout)
         nodes = [NodeView(links.node, self.address, UP, tuple(sorted(links.links)))]
         for name in sorted(set(links.known) | set(links.members) | set(asked)):
             if name == links.node:
@@ -138,7 +154,7 @@ class ClusterStats:
                 nodes.append(NodeView(name, address, DOWN, reason=reason))
             elif not task.done():
                 task.cancel()
-                reason = f"no answer within {self.timeout:g} s"
+                reason = f"not all its figures within {self.gather_timeout:g} s"
                 nodes.append(NodeView(name, address, DOWN, reason=reason))
             elif task.exception() is not None:
                 nodes.append(NodeView(name, address, DOWN, reason=str(task.exception())))
@@ -160,7 +176,10 @@ class ClusterStats:
             try:
                 if not self.links.send_stats(name, PeerStatsFetch(request, after)):
                     raise ConnectionError(f"the link to node {name} went down")
-                page = await future
+                try:
+                    page = await asyncio.wait_for(future, self.timeout)
+                except TimeoutError:
+                    raise TimeoutError(f"no answer within {self.timeout:g} s") from None
             finally:
                 self._waiting.pop(request, None)
             for address, depth, consumers in page.destinations:
@@ -179,32 +198,58 @@ class ClusterStats:
         waiting[1].set_result(page)
 
     def on_fetch(self, name: str, fetch: PeerStatsFetch) -> None:
-        """Node ``name`` asks for a page of this node's figures: answer at once."""
+        """Node ``name`` asks for a page of this node's figures: answer at once.
+
+        The first page of a walk (``after`` "") sorts this node's addresses once; the
+        next pages of that node's walk go on in that list (a destination made since is
+        in the next walk, one deleted since is left out), so a walk over N destinations
+        costs about N, not N for each page."""
         host = self.links.cluster.host
-        page = stats_page(
-            host.queues,
-            host.topics,
-            streams=host.streams,
-            after=fetch.after,
-            limit=PAGE_DESTINATIONS,
-        )
+        walk = self._walks.get(name)
+        if not fetch.after or walk is None:
+            walk = self._walks[name] = sorted(
+                itertools.chain(host.queues, host.topics, host.streams)
+            )
+        start = bisect.bisect_right(walk, fetch.after)
         rows: list[tuple[str, int, int]] = []
         size = 0
-        for row in page.destinations:
-            address = row["address"]
+        end = start
+        for address in itertools.islice(walk, start, start + PAGE_DESTINATIONS):
             if rows and size + row_size(address) > PAGE_BYTES:
                 break
-            size += row_size(address)
-            rows.append((address, int(row.get("depth", 0)), int(row.get("consumers", 0))))
-        done = page.after is None and len(rows) == len(page.destinations)
+            end += 1
+            figures = _figures(host, address)
+            if figures is not None:
+                size += row_size(address)
+                rows.append((address, *figures))
+        done = end >= len(walk)
+        if done:
+            del self._walks[name]
+        elif not rows:  # every one of the page was deleted meanwhile: go on from there
+            rows.append((walk[end - 1], 0, 0))
         links = tuple(sorted(self.links.links))
         self.links.send_stats(name, PeerStatsPage(fetch.request, done, links, tuple(rows)))
 
     def link_lost(self, name: str) -> None:
         """The link to ``name`` went down: what was asked of it will not come."""
+        self._walks.pop(name, None)
         for node, future in list(self._waiting.values()):
             if node == name and not future.done():
                 future.set_exception(ConnectionError(f"the link to node {name} went down"))
+
+
+def _figures(host: Registry, address: str) -> tuple[int, int] | None:
+    """Destination ``address``'s depth and consumers here (None: it is gone)."""
+    queue = host.queues.get(address)
+    if queue is not None:
+        figures = queue_stats(queue)
+    elif (topic := host.topics.get(address)) is not None:
+        figures = topic_stats(topic)
+    elif (stream := host.streams.get(address)) is not None:
+        figures = stream_stats(stream)
+    else:
+        return None
+    return int(figures["depth"]), int(figures["consumers"])
 
 
 def seen_by(conn: BrokerConnection) -> Callable[[str], bool]:

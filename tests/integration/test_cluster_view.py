@@ -8,6 +8,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ import pytest
 
 from chute.admin.openapi import document
 from chute.client.blocking import connect
+from chute.server.cluster_stats import ANSWER_TIMEOUT
 from tests.integration.conftest import ChuteServer, free_port, start_server
 from tests.integration.etcd_fixture import EtcdProcess, start_etcd
 from tests.integration.test_cluster_nodes import DEADLINE, Nodes, send, until
@@ -243,3 +245,24 @@ def test_metrics_carry_the_node_and_the_other_nodes_state(nodes: Nodes) -> None:
         return 'chute_cluster_peer_up{node="b",peer="c"} 0.0' in now
 
     until(c_down, "c shown down in b's metrics")
+
+
+def test_a_node_that_does_not_answer_is_shown_down_without_holding_the_request(
+    nodes: Nodes,
+) -> None:
+    nodes.config.write_text("[cluster]\nttl = 60\n")  # c stays a member while stopped
+    a, b, c = nodes.start_linked("a", "b", "c")
+    send(b, "queue:on-b", ["1"])
+    c.process.send_signal(signal.SIGSTOP)  # its links stay open; it answers nothing
+    try:
+        started = time.monotonic()
+        stats = stat_json(a)
+        took = time.monotonic() - started
+        assert states(stats) == {"a": "up", "b": "up", "c": "down"}
+        down = next(n for n in stats["cluster"]["nodes"] if n["name"] == "c")
+        assert down["reason"] == f"no answer within {ANSWER_TIMEOUT:g} s"
+        assert by_address(stats)["queue:on-b"]["nodes"]["b"]["depth"] == 1  # b's answer kept
+        assert took < DEADLINE / 2, f"stat took {took:.1f} s"
+    finally:
+        c.process.send_signal(signal.SIGCONT)
+    until(lambda: states(stat_json(a))["c"] == "up", "c up again once it answers")

@@ -123,6 +123,21 @@ def test_a_node_that_does_not_answer_is_down_once_the_deadline_passed() -> None:
     assert b_node.address == "b:5445"
 
 
+def test_a_node_whose_pages_take_too_long_in_all_is_down() -> None:
+    async def run() -> ClusterView:
+        a, b = Node("a"), Node("b")
+        connect(a, b)
+        fill(b, 3 * PAGE_DESTINATIONS)
+        a.stats.gather_timeout = 0.0  # each page in time, never all of them
+        return await a.stats.view()
+
+    view = asyncio.run(run())
+    assert (view.nodes[1].state, view.nodes[1].reason) == (
+        DOWN,
+        "not all its figures within 0 s",
+    )
+
+
 def test_a_link_lost_while_asking_shows_the_node_down_at_once() -> None:
     async def run() -> ClusterView:
         a, b = Node("a"), Node("b")
