@@ -210,23 +210,21 @@ class ClusterStats:
             walk = self._walks[name] = sorted(
                 itertools.chain(host.queues, host.topics, host.streams)
             )
-        start = bisect.bisect_right(walk, fetch.after)
+        end = bisect.bisect_right(walk, fetch.after)
         rows: list[tuple[str, int, int]] = []
         size = 0
-        end = start
-        for address in itertools.islice(walk, start, start + PAGE_DESTINATIONS):
+        while end < len(walk) and len(rows) < PAGE_DESTINATIONS:
+            address = walk[end]
             if rows and size + row_size(address) > PAGE_BYTES:
                 break
             end += 1
             figures = _figures(host, address)
-            if figures is not None:
+            if figures is not None:  # else deleted since the walk began
                 size += row_size(address)
                 rows.append((address, *figures))
         done = end >= len(walk)
         if done:
             del self._walks[name]
-        elif not rows:  # every one of the page was deleted meanwhile: go on from there
-            rows.append((walk[end - 1], 0, 0))
         links = tuple(sorted(self.links.links))
         self.links.send_stats(name, PeerStatsPage(fetch.request, done, links, tuple(rows)))
 

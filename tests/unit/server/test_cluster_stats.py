@@ -9,6 +9,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from chute.config import ServerConfig
 from chute.config.sections import ClusterSettings
 from chute.core.model.settings import SettingsResolver
@@ -121,6 +123,38 @@ def test_a_node_that_does_not_answer_is_down_once_the_deadline_passed() -> None:
     b_node = view.nodes[1]
     assert (b_node.name, b_node.state, b_node.reason) == ("b", DOWN, "no answer within 0.5 s")
     assert b_node.address == "b:5445"
+
+
+def test_destinations_made_or_deleted_during_a_walk(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def run() -> tuple[ClusterView, ClusterView]:
+        a, b = Node("a"), Node("b")
+        connect(a, b)
+        fill(b, 3 * PAGE_DESTINATIONS)  # and the 2 system queues: they sort first
+        on_page = a.stats.on_page
+        pages = 0
+
+        def first_page_changes_b(name: str, page: p.PeerStatsPage) -> None:
+            nonlocal pages
+            pages += 1
+            if pages == 1:  # b's walk began: delete its whole second page, make one more
+                for i in range(PAGE_DESTINATIONS - 2, 2 * PAGE_DESTINATIONS):
+                    b.broker.delete_queue(b.broker.queues[f"queue:q.{i:05d}"])
+                fill(b, 1, "queue:q.late")
+            on_page(name, page)
+
+        monkeypatch.setattr(a.stats, "on_page", first_page_changes_b)
+        during = await a.stats.view()
+        monkeypatch.setattr(a.stats, "on_page", on_page)
+        return during, await a.stats.view()
+
+    during, after = asyncio.run(run())
+    walked = during.nodes[1].figures
+    assert "queue:q.00500" in walked
+    deleted = {f"queue:q.{i:05d}" for i in range(PAGE_DESTINATIONS - 2, 2 * PAGE_DESTINATIONS)}
+    assert not deleted & set(walked)  # deleted before their page: none shown
+    assert "queue:q.02500" in walked  # the walk went on past the deleted page
+    assert "queue:q.late00000" not in walked  # made after the walk began
+    assert "queue:q.late00000" in after.nodes[1].figures
 
 
 def test_a_node_whose_pages_take_too_long_in_all_is_down() -> None:
