@@ -40,9 +40,9 @@ def nodes(tmp_path: Path, etcd: EtcdProcess) -> Iterator[Nodes]:
     made.stop()
 
 
-def stat_json(server: ChuteServer) -> dict[str, Any]:
+def stat_json(server: ChuteServer, *args: str) -> dict[str, Any]:
     done = subprocess.run(
-        [sys.executable, "-m", "chute.cli", "stat", "--json", "--url", server.url],
+        [sys.executable, "-m", "chute.cli", "stat", *args, "--json", "--url", server.url],
         capture_output=True,
         timeout=DEADLINE,
         check=False,
@@ -84,6 +84,17 @@ def test_stat_from_any_node_shows_every_node_and_the_depth_on_each(nodes: Nodes)
         only_b = rows["queue:only-b"]
         assert only_b["nodes"]["b"] == {"depth": 2, "consumers": 0}
         assert only_b["total"] == {"depth": 2, "consumers": 0}
+        named = stat_json(server, "queue:only-*")  # a pattern keeps the other nodes' too
+        assert [d["address"] for d in named["destinations"]] == ["queue:only-b"]
+    table = subprocess.run(
+        [sys.executable, "-m", "chute.cli", "stat", "--url", c.url],
+        capture_output=True,
+        timeout=DEADLINE,
+        check=True,
+        text=True,
+    ).stdout
+    assert "cluster t, seen from node c (*)" in table
+    assert "  node b" in table
 
 
 def test_a_consumer_shows_on_its_node(nodes: Nodes) -> None:

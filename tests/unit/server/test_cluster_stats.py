@@ -14,12 +14,15 @@ import pytest
 from chute.config import ServerConfig
 from chute.config.sections import ClusterSettings
 from chute.core.model.settings import SettingsResolver
+from chute.core.operations.connection import connect as connect_user
+from chute.core.rules.access import Access, Action, Role, User
 from chute.core.rules.broker import Broker
 from chute.core.rules.cluster import Cluster
 from chute.protocol import packets as p
 from chute.protocol.codec import PacketCodec
 from chute.protocol.peer_stats import PAGE_DESTINATIONS
 from chute.sansio import NeedData
+from chute.server.cluster_stats import page_filter
 from chute.server.cluster_view import DOWN, UP, ClusterView, NodeView
 from chute.server.peers import PeerLink, PeerLinks
 from chute.store.memory import MemoryStore
@@ -307,3 +310,20 @@ def test_merge_keeps_the_page_limit() -> None:
             break
         after = next_after
     assert seen == [f"queue:{i:03d}" for i in range(100)]
+
+
+def test_the_other_nodes_destinations_are_filtered_as_this_nodes_are() -> None:
+    broker = Broker(MemoryStore(), SettingsResolver({}))
+    broker.recover()
+    mine = Role("mine", {Action.BROWSE: ("queue:mine.*",)})
+    broker.access = Access({"alice": User("alice", "pw", ("mine",))}, {"mine": mine})
+    alice = connect_user(broker, "alice", "pw")
+    view = view_of({"queue:mine.x": (1, 0), "queue:theirs.x": (2, 0), "queue:mine.y": (3, 0)})
+    rows, _ = view.merge([], "", None, 10, page_filter(alice, None, ""))
+    assert [r["address"] for r in rows] == ["queue:mine.x", "queue:mine.y"]
+    rows, _ = view.merge([], "", None, 10, page_filter(alice, "queue:*.y", ""))
+    assert [r["address"] for r in rows] == ["queue:mine.y"]
+    rows, _ = view.merge([], "", None, 10, page_filter(alice, "queue:mine.x", ""))
+    assert [r["address"] for r in rows] == ["queue:mine.x"]
+    rows, _ = view.merge([], "", None, 10, page_filter(alice, None, "X"))
+    assert [r["address"] for r in rows] == ["queue:mine.x"]
