@@ -43,6 +43,7 @@ from typing import Any, Final
 from aiohttp import web
 
 from chute.admin.auth import ApiError, Gate, peer_of
+from chute.admin.cluster import cluster_document, cluster_page, with_nodes
 from chute.admin.messages import message_view
 from chute.admin.moves import MoveJob, MoveJobs
 from chute.admin.openapi import document
@@ -95,6 +96,7 @@ def add_api_routes(app: web.Application, server: ServerHost) -> None:
     route = api.route
     sub.router.add_get("/openapi.json", api.openapi)
     sub.router.add_get("/overview", route(api.overview))
+    sub.router.add_get("/cluster", route(api.cluster))
     sub.router.add_get("/destinations", route(api.destinations))
     sub.router.add_post("/destinations", route(api.create))
     sub.router.add_get("/destinations/{address}", route(api.destination))
@@ -299,8 +301,13 @@ class AdminApi:
             free: int | None = shutil.disk_usage(data_dir).free
         except OSError:
             free = None
+        peers = self.server.peers
+        cluster = (
+            {} if peers is None else {"cluster": {"name": peers.cluster_name, "node": peers.node}}
+        )
         return _json(
             {
+                **cluster,
                 "version": __version__,
                 "uptime_s": round(time.time() - self.server.started, 1),
                 "ready": bool(getattr(self.server, "ready", True)),
@@ -323,7 +330,9 @@ class AdminApi:
         self, request: web.Request, conn: BrokerConnection
     ) -> web.StreamResponse:
         query = request.query
-        page = conn.stats_page(
+        page = await cluster_page(
+            self.server,
+            conn,
             pattern=query.get("pattern") or None,
             after=query.get("after", ""),
             limit=query_int(query, "limit"),
@@ -348,9 +357,20 @@ class AdminApi:
         return _json({"address": address, "created": created}, 201 if created else 200)
 
     async def destination(self, request: web.Request, conn: BrokerConnection) -> web.StreamResponse:
-        dest = manage.destination(conn, request.match_info["address"])
+        address = request.match_info["address"]
+        try:
+            found: dict[str, Any] | None = manage.destination(conn, address)
+        except NotFound:
+            if self.server.peers is None:
+                raise
+            found = None  # another node may hold it
+        dest = await with_nodes(self.server, canonical(address), found)
         dest["rates"] = self.rates.rates(dest["address"], dest)
         return _json(dest)
+
+    async def cluster(self, request: web.Request, conn: BrokerConnection) -> web.StreamResponse:
+        self._manages_all(conn, "the cluster")
+        return _json(await cluster_document(self.server))
 
     async def delete(self, request: web.Request, conn: BrokerConnection) -> web.StreamResponse:
         force = query_bool(request.query, "force")

@@ -29,6 +29,7 @@ ASSETS: Final = {
     "streams.js": "text/javascript",
     "brokerstate.js": "text/javascript",
     "connections.js": "text/javascript",
+    "cluster.js": "text/javascript",
     "destinations.js": "text/javascript",
     "publish.js": "text/javascript",
     "page.js": "text/javascript",

@@ -26,6 +26,11 @@ segments, backlog); and the process's own
 (``process_*``: CPU seconds, resident and virtual memory, open and maximum
 file descriptors, start time), from prometheus_client's process collector.
 
+On a node of a cluster every series of the broker's (``chute_*``, not ``process_*``)
+carries the label ``node``, the node's name, and ``chute_cluster_peer_up`` (label
+``peer``) says for each other node it knows whether it is linked to it: each node
+exports its own figures; a query sums them over ``node`` for the cluster's.
+
 While the broker recovers only the process, readiness and recovery series are
 given (the broker is being built on another thread: nothing here touches it).
 
@@ -62,6 +67,7 @@ from chute.admin.health import ReadyHost, add_health_routes
 from chute.core.model.stream import Stream
 from chute.core.operations.stats import queue_stats, stream_stats
 from chute.core.rules.broker import Broker
+from chute.server.peers import PeerLinks
 from chute.server.watchdog import STALL_S
 from chute.store.journal import Journal
 from chute.store.syncstats import Histogram
@@ -174,6 +180,17 @@ class BrokerCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         server = self.server
+        peers = server.peers
+        node = peers.node if peers is not None else server.config.cluster.node
+        if not node:
+            yield from self._collect()
+            return
+        for metric in self._collect():  # a node of a cluster: each series says which
+            metric.samples = [s._replace(labels={**s.labels, "node": node}) for s in metric.samples]
+            yield metric
+
+    def _collect(self) -> Iterator[Metric]:
+        server = self.server
         yield InfoMetricFamily("chute_build", "The broker's version.", {"version": __version__})
         yield _gauge(
             "chute_ready",
@@ -207,6 +224,21 @@ class BrokerCollector(Collector):
         store = broker.store
         if isinstance(store, Journal):
             yield from _journal(store)
+        if server.peers is not None:
+            yield from _cluster(server.peers)
+
+
+def _cluster(peers: PeerLinks) -> Iterator[Metric]:
+    """Each other node this one knows (the members, and those that left since it
+    started): 1 while linked to it, else 0."""
+    up = GaugeMetricFamily(
+        "chute_cluster_peer_up",
+        "1 while this node is linked to the other node `peer` of its cluster, else 0.",
+        labels=["peer"],
+    )
+    for name in sorted(set(peers.known) | set(peers.members)):
+        up.add_metric([name], 1.0 if name in peers.links else 0.0)
+    yield up
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

@@ -32,6 +32,7 @@ from chute.admin.openapi_base import (
     _ref,
     _string,
 )
+from chute.admin.openapi_cluster import CLUSTER_SCHEMAS, cluster_operations
 from chute.admin.openapi_messages import MESSAGE_SCHEMAS, message_operations
 from chute.admin.rates import COUNTERS
 from chute.version import __version__
@@ -91,6 +92,18 @@ SCHEMAS: Final[dict[str, Schema]] = {
             **_MORE_COUNTERS,
             "subscriptions": {"type": "array", "items": _ref("SubscriptionStats")},
             **_STREAM_FIELDS,
+            "nodes": {
+                "type": "object",
+                "additionalProperties": _ref("NodeFigures"),
+                "description": (
+                    "From a node of a cluster: the depth and consumers on each node that "
+                    "answered and holds it (every other field is the answering node's)."
+                ),
+            },
+            "total": {
+                **_ref("NodeFigures"),
+                "description": "From a node of a cluster: `nodes` summed, the cluster's.",
+            },
         },
     ),
     "DestinationDetail": {
@@ -297,7 +310,15 @@ SCHEMAS: Final[dict[str, Schema]] = {
                 "consumers to catch up (flow control).",
             },
         },
-        {"sockets": {"type": "object"}, "producers": {"type": "object"}},
+        {
+            "sockets": {"type": "object"},
+            "producers": {"type": "object"},
+            "cluster": {
+                **_object({"name": _string(), "node": _string()}),
+                "description": "On a node of a cluster: the cluster's name and this node's "
+                "(the nodes: `/api/cluster`).",
+            },
+        },
     ),
 }
 
@@ -314,7 +335,7 @@ SEQS_BODY: Final = {
 
 
 def _paths() -> dict[str, Any]:
-    paths = {**_operations(), **message_operations()}
+    paths = {**_operations(), **cluster_operations(), **message_operations()}
     for item in paths.values():  # a bad path parameter is a 400 too
         if "parameters" in item:
             for key, operation in item.items():
@@ -569,7 +590,7 @@ def document() -> dict[str, Any]:
         },
         "paths": _paths(),
         "components": {
-            "schemas": {**SCHEMAS, **MESSAGE_SCHEMAS, **_lists()},
+            "schemas": {**SCHEMAS, **CLUSTER_SCHEMAS, **MESSAGE_SCHEMAS, **_lists()},
             "securitySchemes": {"basic": {"type": "http", "scheme": "basic"}},
         },
         "security": [{"basic": []}, {}],

@@ -15,6 +15,22 @@ stream is listed, a ``KIND`` column and a stream's ``BYTES`` and ``OFFSETS``,
     memory 1.2 MiB held, paging at 64.0 MiB; producers waiting 0
     prepared transactions 0; up 2h 5m
 
+From a node of a cluster the nodes come first (``*`` marks the node answering), a
+destination's DEPTH and CONSUMERS are the cluster's (its ``total``), and each node
+holding the destination has a row of its own under it (the other columns are the
+answering node's, as its JSON row is)::
+
+    cluster prod, seen from node a (*)
+    NODE  ADDRESS        STATE                        LINKS
+    a *   10.0.0.1:5445  up                           b
+    b     10.0.0.2:5445  up                           a
+    c     10.0.0.3:5445  down (no answer within 2 s)  -
+
+    ADDRESS       DEPTH  READY  INFLIGHT  CONSUMERS  ENQUEUED  ACKED
+    queue:orders  1,204  1,000         4          2    10,310  9,106
+      node a      1,004                           2
+      node b        200                           0
+
 :func:`render` draws one statistics document (what ``Connection.stat``
 returns); with the previous sample beside it, it adds per-second rates of what
 came in and what was acked (``IN/S``, ``OUT/S``). :func:`watch` samples every
@@ -52,6 +68,8 @@ _STREAM_COLUMNS: Final = (("bytes", "BYTES"), ("offsets", "OFFSETS"))
 _NOT_A_STREAMS: Final = frozenset({"ready", "acked", "expired", "dead_lettered"})
 """Columns left blank on a stream's row: it keeps its messages for every reader."""
 _CLEAR_SCREEN: Final = "\x1b[H\x1b[2J"
+_TOTALS: Final = frozenset({"depth", "consumers"})
+"""What a destination's row of a cluster shows for the whole cluster (``total``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +116,27 @@ def render(stats: dict[str, Any], previous: Sample | None = None, now: float = 0
         lines.append("(no destinations)")
     lines.append("")
     lines += broker_lines(stats)
+    if "cluster" in stats:
+        lines = [*cluster_lines(stats["cluster"]), "", *lines]
     return "\n".join(lines) + "\n"
+
+
+def cluster_lines(cluster: dict[str, Any]) -> list[str]:
+    """The cluster's nodes as seen from the node answering: name, address, state (with
+    why a node is down) and the nodes each is linked to."""
+    table = [["NODE", "ADDRESS", "STATE", "LINKS"]]
+    for node in cluster["nodes"]:
+        state = node["state"]
+        if node.get("reason"):
+            state += f" ({node['reason']})"
+        name = node["name"] + (" *" if node["name"] == cluster["node"] else "")
+        table.append([name, node["address"], state, ", ".join(node["links"]) or "-"])
+    widths = [max(len(r[i]) for r in table) for i in range(3)]
+    lines = [f"cluster {cluster['name']}, seen from node {cluster['node']} (*)"]
+    for cells in table:
+        first = (c.ljust(w) for c, w in zip(cells[:3], widths, strict=True))
+        lines.append("  ".join([*first, cells[3]]).rstrip())
+    return lines
 
 
 def broker_lines(stats: dict[str, Any]) -> list[str]:
@@ -172,10 +210,13 @@ def watch(
 
 
 def _rows(destinations: Sequence[dict[str, Any]]) -> Iterator[tuple[str, str, dict[str, Any]]]:
-    """(label, key, counters) for each destination, each topic followed by its
-    subscriptions (their labels indented; their keys the topic's and their name)."""
+    """(label, key, counters) for each destination, followed in a cluster by its depth
+    and consumers on each node, and a topic by its subscriptions (their labels indented;
+    their keys the destination's and their name)."""
     for d in destinations:
         yield d["address"], d["address"], d
+        for name, figures in d.get("nodes", {}).items():
+            yield f"  node {name}", f"{d['address']} node {name}", figures
         for s in d.get("subscriptions", ()):
             yield f"  {s['name']}", f"{d['address']} {s['name']}", s
 
@@ -185,7 +226,10 @@ def _by_key(stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _cell(row: dict[str, Any], key: str) -> str:
-    """One row's cell of column ``key`` (a stream's offsets as ``first..head``)."""
+    """One row's cell of column ``key`` (a stream's offsets as ``first..head``; in a
+    cluster, a destination's depth and consumers in the whole cluster)."""
+    if key in _TOTALS and "total" in row:
+        return _number(row["total"].get(key))
     stream = row.get("kind") == "stream"
     if stream and key in _NOT_A_STREAMS:
         return ""

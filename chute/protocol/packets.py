@@ -80,6 +80,7 @@ from chute.protocol.peer_packets import (
     PeerRelease,
     PeerResume,
 )
+from chute.protocol.peer_stats import PeerStatsFetch, PeerStatsPage
 from chute.protocol.peer_stream_packets import PeerStreamRead, PeerStreamRecords
 from chute.protocol.tx_packets import (
     Commit,
@@ -173,6 +174,8 @@ class PacketType(enum.IntEnum):
     PEER_DEMAND = 76
     PEER_STREAM_READ = 77
     PEER_STREAM_RECORDS = 78
+    PEER_STATS_FETCH = 80
+    PEER_STATS_PAGE = 81
 
 
 class SessionAckMode(enum.StrEnum):
@@ -493,6 +496,8 @@ Packet = (
     | PeerDemand
     | PeerStreamRead
     | PeerStreamRecords
+    | PeerStatsFetch
+    | PeerStatsPage
 )
 """Any packet of the native protocol."""
 
@@ -544,6 +549,8 @@ __all__ = [
     "PeerRefuse",
     "PeerRelease",
     "PeerResume",
+    "PeerStatsFetch",
+    "PeerStatsPage",
     "PeerStreamRead",
     "PeerStreamRecords",
     "Ping",

@@ -42,6 +42,7 @@ from chute.content import as_bool, decode_content, encode_content, malformed
 from chute.core.model.store import StoredBlock
 from chute.message import Message
 from chute.protocol import peer_packets as peer
+from chute.protocol import peer_stats
 from chute.protocol import peer_stream_packets as peer_stream
 from chute.protocol.packets import (
     PROTOCOL_VERSION,
@@ -497,6 +498,18 @@ def _build_table() -> dict[int, Codec]:
         peer_stream.PeerStreamRecords,
         peer_stream.encode_records,
         peer_stream.decode_records,
+    )
+    table[PacketType.PEER_STATS_FETCH] = Codec(
+        PacketType.PEER_STATS_FETCH,
+        peer_stats.PeerStatsFetch,
+        peer_stats.encode_fetch,
+        peer_stats.decode_fetch,
+    )
+    table[PacketType.PEER_STATS_PAGE] = Codec(
+        PacketType.PEER_STATS_PAGE,
+        peer_stats.PeerStatsPage,
+        peer_stats.encode_page,
+        peer_stats.decode_page,
     )
     return table
 

@@ -23,9 +23,12 @@ from chute.core.model.consumer import Entry
 from chute.core.operations import manage, transfer
 from chute.core.operations.browse import BrowsePage, clamp
 from chute.core.operations.connection import BrokerConnection
+from chute.core.operations.stats import STAT_PAGE
 from chute.errors import ChuteError, TooLarge
 from chute.protocol import packets as p
 from chute.protocol.codec import PacketCodec
+from chute.server.cluster_stats import page_filter
+from chute.server.cluster_view import ClusterView
 from chute.server.host import ServerHost
 
 _R = TypeVar("_R")  # what a move answers
@@ -35,6 +38,7 @@ class Driver(Protocol):
     """What a management handler needs of its native connection."""
 
     codec: PacketCodec
+    core: BrokerConnection | None
     _work: Generator[None, None, None] | None
 
     @property
@@ -51,6 +55,8 @@ class Driver(Protocol):
     ) -> None: ...
 
     def _after_sync(self, callback: Callable[[BaseException | None], None]) -> None: ...
+
+    def _schedule_flush(self) -> None: ...
 
 
 class ManagementRequests:
@@ -71,13 +77,15 @@ class ManagementRequests:
         self._work = _browse_page(self, header, steps)
 
     def _on_stat_fetch(self: Driver, header: p.Header, packet: p.StatFetch) -> None:
-        stats = self._core().stats_page(
-            pattern=packet.pattern, after=packet.after, limit=packet.limit
+        peers = self.server.peers
+        if peers is None:
+            _stat_page(self, header, packet, None)
+            return
+        core = self._core()  # a page of a cluster: once the other nodes answered
+        peers.stats.when_seen(
+            packet.after == "",
+            lambda view: _stat_page(self, header, packet, view) if self.core is core else None,
         )
-        after = stats.pop("next")
-        stats["uptime_s"] = round(time.time() - self.server.started, 1)
-        stats["sockets"] = self.server.limits.stats()
-        self._respond(header, p.StatPage(json.dumps(stats), after))
 
     def _on_browse(self: Driver, header: p.Header, packet: p.Browse) -> None:
         self._work = _browse_whole(self, header, packet)
@@ -140,6 +148,32 @@ class ManagementRequests:
             steps,
             lambda counts: p.DeadLetterRetryResult(tuple(sorted(counts.items()))),
         )
+
+
+def _stat_page(
+    driver: Driver, header: p.Header, packet: p.StatFetch, view: ClusterView | None
+) -> None:
+    """Answer a StatFetch: a page of this node's statistics, with ``view`` (the cluster
+    as the other nodes answered) merged in when this broker is a node of one."""
+    try:
+        conn = driver._core()
+        limit = clamp(packet.limit, STAT_PAGE)
+        stats = conn.stats_page(pattern=packet.pattern, after=packet.after, limit=limit)
+        after = stats.pop("next")
+        if view is not None:
+            keep = page_filter(conn, packet.pattern, "")
+            stats["destinations"], after = view.merge(
+                stats["destinations"], packet.after, after, limit, keep
+            )
+            stats["cluster"] = view.document()
+    except ChuteError as exc:
+        driver._fail(header, exc)
+        return
+    stats["uptime_s"] = round(time.time() - driver.server.started, 1)
+    stats["sockets"] = driver.server.limits.stats()
+    driver._respond(header, p.StatPage(json.dumps(stats), after))
+    if view is not None:  # answered later than the turn that read the request
+        driver._schedule_flush()
 
 
 def _browse_page(

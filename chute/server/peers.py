@@ -43,6 +43,7 @@ from chute.protocol.codec import PacketCodec
 from chute.protocol.peer_packets import Keys
 from chute.protocol.wire import encode_packet
 from chute.sansio import NeedData
+from chute.server.cluster_stats import ClusterStats
 
 if TYPE_CHECKING:
     from chute.config import ServerConfig
@@ -68,6 +69,8 @@ PEER_PACKETS: Final = (
     p.PeerDemand,
     p.PeerStreamRead,
     p.PeerStreamRecords,
+    p.PeerStatsFetch,
+    p.PeerStatsPage,
 )
 """What a link carries once open."""
 
@@ -134,6 +137,8 @@ class PeerLinks:
         self.streams: ClusterStreams | None = None  # streams in the cluster, once made
         self.links: dict[str, PeerLink] = {}
         self.members: dict[str, str] = {}  # the other nodes known: name -> address
+        self.known: dict[str, str] = {}  # every other node seen since start (left ones too)
+        self.stats = ClusterStats(self)  # asks the others for their figures, and answers them
         self._dialers: dict[str, asyncio.Task[None]] = {}
         self._tls: ssl.SSLContext | None = None
 
@@ -192,6 +197,13 @@ class PeerLinks:
         # a sync: a copy never holds what the home could lose in a crash
         packet = p.PeerStreamRecords(address, following, tuple(records))
         self.server.loop.call_soon(lambda: self._send(peer, packet, durable=True))
+
+    def send_stats(self, peer: str, packet: p.PeerStatsFetch | p.PeerStatsPage) -> bool:
+        """Send a packet of the statistics exchange; False: no link to ``peer``."""
+        if peer not in self.links:
+            return False
+        self._send(peer, packet, durable=False)
+        return True
 
     def _send(self, peer: str, packet: p.Packet, *, durable: bool) -> None:
         link = self.links.get(peer)
@@ -270,6 +282,7 @@ class PeerLinks:
             self.cluster.link_down(link.name)
             if self.streams is not None:
                 self.streams.link_down(link.name)
+            self.stats.link_lost(link.name)
 
     def accept(self, cluster: str, node: str, principal_may: bool) -> None:
         """Check a PeerOpen received (the caller then calls :meth:`up`).
@@ -314,6 +327,10 @@ class PeerLinks:
             self.streams.on_read(name, packet.address, packet.start, packet.limit)
         elif isinstance(packet, p.PeerStreamRecords) and self.streams is not None:
             self.streams.on_records(name, packet.address, packet.next, packet.records)
+        elif isinstance(packet, p.PeerStatsFetch):
+            self.stats.on_fetch(name, packet)
+        elif isinstance(packet, p.PeerStatsPage):
+            self.stats.on_page(name, packet)
         else:
             raise RemoteProtocolError(
                 f"a node may not send {type(packet).__name__} on a link", "unexpected-packet"
@@ -324,8 +341,9 @@ class PeerLinks:
     def joined(self, name: str, address: str) -> None:
         """``name`` is a member, at ``address``: the lower name dials."""
         if name == self.node:
+            self.stats.address = address
             return
-        self.members[name] = address
+        self.members[name] = self.known[name] = address
         if self.node < name and name not in self._dialers:
             self._dialers[name] = asyncio.create_task(self._dial(name), name=f"cluster-dial-{name}")
 

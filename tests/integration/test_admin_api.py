@@ -65,7 +65,7 @@ def test_the_document_is_served_to_anyone_and_names_every_path(broker: Broker) -
     paths = answer.body["paths"]
     assert "/api/destinations/{address}/messages/{seq}" in paths
     assert "/api/transactions/{xid}/commit" in paths
-    assert len(paths) == 21
+    assert len(paths) == 22
 
 
 def test_no_credentials_or_a_wrong_password_is_401_with_a_basic_challenge(

@@ -1,7 +1,8 @@
 // The chute web console: plain JavaScript over the broker's JSON admin API (/api/...).
 // This module starts it and draws the view the URL's hash picks: #/ (destinations,
 // destinations.js), #/destination/<address> (destination.js; a queue's or stream's
-// messages: messages.js), #/connections (connections.js), with the broker's state
+// messages: messages.js), #/connections (connections.js), #/cluster on a node of a cluster
+// (cluster.js: its tab shows only there), with the broker's state
 // (brokerstate.js) and the header's overview above every view. The page's shared state,
 // banner and notices are in page.js; poll.js polls the broker every 2 seconds and keeps
 // the samples the charts draw, then this module redraws. A destination's page can
@@ -14,6 +15,7 @@
 // lib.js.
 import { api, ask, duration, h, num } from "./lib.js";
 import { renderState } from "./brokerstate.js";
+import { clusterFrame, fillCluster } from "./cluster.js";
 import { connectionsFrame, fillConnections } from "./connections.js";
 import { detailFrame, fillDetail } from "./destination.js";
 import { destinationsFrame, fillDestinations } from "./destinations.js";
@@ -36,12 +38,19 @@ function render(viewChanged) {
       main.append(destinationsFrame(state.filter, { onFilter: filtered, onCreate: createDestination }));
     }
     else if (view.name === "destination") main.append(detailFrame(view.address));
+    else if (view.name === "cluster") main.append(clusterFrame());
     else main.append(connectionsFrame());
   }
-  document.getElementById("tab-destinations").classList.toggle("active", view.name !== "connections");
-  document.getElementById("tab-connections").classList.toggle("active", view.name === "connections");
+  const tabs = {
+    destinations: ["destinations", "destination"], connections: ["connections"], cluster: ["cluster"],
+  };
+  for (const [tab, views] of Object.entries(tabs)) {
+    document.getElementById(`tab-${tab}`).classList.toggle("active", views.includes(view.name));
+  }
+  document.getElementById("tab-cluster").hidden = !state.cluster;
   if (view.name === "destinations") fillDestinations(state, { open: openDestination });
   else if (view.name === "destination") fillDetail(view.address);
+  else if (view.name === "cluster") fillCluster(state.cluster, state.destinations);
   else fillConnections(connectionsView(), { act, notice, tick });
 }
 

@@ -13,6 +13,7 @@ export const state = {
   detail: null, // the open destination's document
   browse: null, // {address, starts: [after...], page, selected: Set, expanded: Set}
   connections: null,
+  cluster: null, // /api/cluster's document on a node of a cluster
   consumers: null,
   restricted: false, // the user may not manage every destination (the overview said 403)
   connectionsForbidden: false,
@@ -64,6 +65,7 @@ export function currentView() {
     return { name: "destination", address: decodeURIComponent(hash.slice("destination/".length)) };
   }
   if (hash === "connections") return { name: "connections" };
+  if (hash === "cluster") return { name: "cluster" };
   return { name: "destinations" };
 }
 

@@ -1,8 +1,8 @@
 // Polling the broker: every POLL_MS (and at once when an action asks, with tick()) the
 // console gets /api/destinations (with the filter box's text: the broker filters every
-// destination, not only those loaded), /api/overview and what the open view shows, then
-// redraws the page. It keeps the last SAMPLES samples of each destination's depth and
-// rates, for the charts. A user who may not see the overview or the connections (403)
+// destination, not only those loaded), /api/overview (and /api/cluster on a node of a
+// cluster) and what the open view shows, then redraws the page. It keeps the last SAMPLES
+// samples of each destination's depth and rates, for the charts. A user who may not see the overview or the connections (403)
 // gets no error for them: the page leaves them out.
 import { SAMPLES, api, destinationPath } from "./lib.js";
 import { MAX_DESTINATIONS, subKey } from "./destinations.js";
@@ -89,6 +89,13 @@ async function pollOverview() {
   }
 }
 
+// The cluster, on a node of one (the overview says so; the broker asks the nodes, and a
+// node that does not answer within its deadline comes back down).
+async function pollCluster() {
+  state.cluster = state.overview && state.overview.cluster
+    ? await api("GET", "/api/cluster") : null;
+}
+
 async function pollView() {
   const view = currentView();
   if (view.name === "destination") {
@@ -136,7 +143,11 @@ export async function tick() {
 }
 
 async function pollOnce() {
-  const sources = { destinations: pollDestinations, overview: pollOverview, view: pollView };
+  const sources = {
+    destinations: pollDestinations,
+    overview: async () => { await pollOverview(); await pollCluster(); },
+    view: pollView,
+  };
   const results = await Promise.allSettled(Object.values(sources).map((f) => f()));
   Object.keys(sources).forEach((source, i) => {
     const result = results[i];

@@ -135,6 +135,10 @@ EXAMPLES: list[p.Packet] = [
         10,
         ((7, Message(b"x", id="m-1")), (9, Message(b"", id="m-2", timestamp=5, expiration=9))),
     ),
+    p.PeerStatsFetch(1, ""),
+    p.PeerStatsFetch(1 << 40, "queue:orders.\u00e9"),
+    p.PeerStatsPage(1, True, (), ()),
+    p.PeerStatsPage(7, False, ("a", "c"), (("queue:orders", 1 << 40, 3), ("topic:t", 0, 0))),
 ]
 
 
@@ -427,6 +431,10 @@ def test_a_malformed_send_many_is_refused_as_malformed(body: bytes) -> None:
         (p.PacketType.MOVE, b"\x00\x01a\x00\x01b\x00" + struct.pack(">I", 1 << 30)),
         (p.PacketType.DEAD_LETTER_RETRY_RESULT, struct.pack(">I", 1 << 30)),
         (p.PacketType.DEAD_LETTER_RETRY_RESULT, struct.pack(">I", 1) + b"\x00\x01a\x00"),
+        (p.PacketType.PEER_STATS_PAGE, struct.pack(">QBI", 1, 1, 1 << 30)),
+        (p.PacketType.PEER_STATS_PAGE, struct.pack(">QBII", 1, 0, 0, 1 << 30)),
+        (p.PacketType.PEER_STATS_PAGE, struct.pack(">QBII", 1, 0, 0, 1) + b"\x00\x01a\x00"),
+        (p.PacketType.PEER_STATS_FETCH, struct.pack(">Q", 1) + b"\x00\x05ab"),
     ],
 )
 def test_lists_that_overrun_the_packet_are_malformed(tag: int, body: bytes) -> None:
