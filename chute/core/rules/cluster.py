@@ -34,7 +34,9 @@ subscriptions: the publishing node sent every node its copy), each once.
 
 What a node wants is announced as it changes (:meth:`Cluster.consumers_changed`) and
 whole when a link comes up (:meth:`Cluster.link_up`): what that does not name, the
-node no longer wants.
+node no longer wants. Temporary and login-name queues are announced by their own rules
+(:mod:`chute.core.rules.cluster_owned`): a temporary queue by its node for as long as
+it lives, the other nodes holding a *stand-in* of it that hands everything over.
 """
 
 from __future__ import annotations
@@ -65,11 +67,13 @@ from chute.core.model.cluster import (
     union_text,
 )
 from chute.core.model.consumer import AckMode, BrokerConsumer, Entry
-from chute.core.model.queue import QueueChannel
-from chute.core.model.registry import Registry
+from chute.core.model.queue import QueueChannel, QueueHost
+from chute.core.model.registry import Destination, Registry
 from chute.core.model.selector import compile_selector
+from chute.core.model.settings import DestinationSettings
 from chute.core.model.store import StoredMessage
 from chute.core.model.topic import Subscription, SubscriptionKind, Topic
+from chute.core.rules.cluster_owned import queue_demand
 from chute.core.rules.routing import Route, WouldBlock
 from chute.core.rules.subscriptions import Subscriptions
 from chute.errors import ChuteError, DestinationFull
@@ -81,7 +85,7 @@ DEFAULT_WINDOW = 256
 """Hand-overs a peer consumer may have unconfirmed (its credit)."""
 
 
-class ClusterHost(Registry, Protocol):
+class ClusterHost(Registry, QueueHost, Protocol):
     """What a node's cluster needs of its broker."""
 
     ledgers: dict[str, tuple[int, list[StoredMessage]]]
@@ -97,6 +101,12 @@ class ClusterHost(Registry, Protocol):
     def place(self, route: Route) -> None: ...
 
     def wait_for_room(self, address: str | None, wake: Callable[[], None]) -> None: ...
+
+    def settings(self, address: str) -> DestinationSettings: ...
+
+    def add_queue(self, queue: QueueChannel) -> None: ...
+
+    def delete_queue(self, queue: QueueChannel) -> list[Entry]: ...
 
 
 @dataclasses.dataclass(slots=True)
@@ -171,6 +181,7 @@ class Cluster:
         self.window = window
         self.peers: dict[str, _Peer] = {}
         self.announced: dict[str, tuple[str | None, ...]] = {}
+        self.standins: dict[str, str] = {}  # another node's temporary queue -> that node
         self._ids = itertools.count(-1, -1)
         host.demand_watch = self.consumers_changed
         for topic in host.topics.values():  # durable subscriptions made before (recovered)
@@ -178,9 +189,9 @@ class Cluster:
             if selectors:
                 self.announced[topic.address] = selectors
         for queue in host.queues.values():
-            selectors = self.local_demand(queue)
-            if selectors and not parse(queue.address).is_temporary:
-                self.announced[queue.address] = selectors
+            wanted = queue_demand(host, queue, self.standins)
+            if wanted:
+                self.announced[queue.address] = wanted
 
     def _peer(self, name: str) -> _Peer:
         peer = self.peers.get(name)
@@ -222,20 +233,23 @@ class Cluster:
         for consumer in peer.consumers.values():
             consumer.queue.detach(consumer)
         peer.consumers.clear()
+        for address in [a for a, owner in self.standins.items() if owner == name]:
+            self._drop_standin(address)
 
     # -- demand ----------------------------------------------------------------------
 
     def consumers_changed(self, queue: QueueChannel) -> None:
-        """A local consumer came to ``queue`` or left: tell the nodes if that changed what
-        this node announced."""
+        """A local consumer came to ``queue`` or left (or ``queue``, a temporary one, was
+        made or deleted): tell the nodes if that changed what this node announced."""
         if isinstance(queue, Subscription):
             if queue.name.startswith(PEER_PREFIX):
                 return
             selectors = self.topic_demand(queue.topic)
-        elif self.host.queues.get(queue.name) is not queue or parse(queue.address).is_temporary:
-            return
         else:
-            selectors = self.local_demand(queue)
+            found = queue_demand(self.host, queue, self.standins)
+            if found is None:
+                return
+            selectors = found
         if self.announced.get(queue.address, ()) == selectors:
             return
         if selectors:
@@ -246,12 +260,6 @@ class Cluster:
         for peer in self.peers.values():
             if peer.up:
                 self.port.send_demand(peer.name, demand)
-
-    @staticmethod
-    def local_demand(queue: QueueChannel) -> tuple[str | None, ...]:
-        """The selectors of ``queue``'s local consumers, in a stable order."""
-        texts = [c.selector.text if c.selector is not None else None for c in queue.router.local]
-        return tuple(sorted(texts, key=lambda t: (t is not None, t or "")))
 
     @staticmethod
     def topic_demand(topic: Topic) -> tuple[str | None, ...]:
@@ -279,12 +287,21 @@ class Cluster:
             self._topic_demand(peer, demand)
             return
         consumer = peer.consumers.get(demand.address)
+        temporary = parse(demand.address).is_temporary
         if not demand.selectors:
-            if consumer is not None:
+            if temporary:
+                self._drop_standin(demand.address, owner=name)
+            elif consumer is not None:
                 consumer.held = True
             return
         selector = union_selector(demand.selectors)
-        dest = self.host.destination(demand.address, create=True)
+        dest: Destination | None
+        if temporary:
+            dest = self._standin(name, demand.address)
+            if dest is None:
+                return
+        else:
+            dest = self.host.destination(demand.address, create=True)
         if not isinstance(dest, QueueChannel):
             log.warning("node %s announced consumers of %s, not a queue here", name, dest)
             return
@@ -296,6 +313,38 @@ class Cluster:
         else:
             consumer.held = False
             dest.reselect(consumer, selector)
+
+    def _standin(self, owner: str, address: str) -> QueueChannel | None:
+        """The stand-in here of ``owner``'s temporary queue ``address`` (made now if new);
+        None if this node holds a queue of that address of its own or another's."""
+        host = self.host
+        queue = host.queues.get(address)
+        if queue is None:
+            queue = QueueChannel(address, address, host.settings(address), host, durable=False)
+            self.standins[address] = owner
+            host.add_queue(queue)
+        elif self.standins.get(address) != owner:
+            log.warning(
+                "node %s announced the temporary queue %s, which is another's here", owner, address
+            )
+            return None
+        return queue
+
+    def _drop_standin(self, address: str, owner: str | None = None) -> None:
+        """The temporary queue ``address`` is gone on its node: its stand-in goes, with
+        what it held; what it handed over and is in doubt is settled when the owner
+        answers (a refusal: the queue is gone there too)."""
+        if address not in self.standins or (owner is not None and self.standins[address] != owner):
+            return
+        queue = self.host.queues.get(address)
+        if queue is not None:
+            peer = self.peers.get(self.standins[address])
+            if peer is not None:
+                peer.consumers.pop(address, None)
+                peer.wants.discard(address)
+            queue.evict_consumers()
+            self.host.delete_queue(queue)
+        del self.standins[address]
 
     def _topic_demand(self, peer: _Peer, demand: Demand) -> None:
         topic = self.host.destination(demand.address, create=True)
