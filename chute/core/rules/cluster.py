@@ -67,13 +67,13 @@ from chute.core.model.cluster import (
     union_text,
 )
 from chute.core.model.consumer import AckMode, BrokerConsumer, Entry
-from chute.core.model.queue import QueueChannel, QueueHost
-from chute.core.model.registry import Destination, Registry
+from chute.core.model.queue import QueueChannel
+from chute.core.model.registry import Destination
 from chute.core.model.selector import compile_selector
-from chute.core.model.settings import DestinationSettings
 from chute.core.model.store import StoredMessage
 from chute.core.model.topic import Subscription, SubscriptionKind, Topic
-from chute.core.rules.cluster_owned import queue_demand
+from chute.core.rules.cluster_owned import StandInHost, StandIns, queue_demand
+from chute.core.rules.cluster_window import DEFAULT_LINK_WINDOW, LinkWindow
 from chute.core.rules.routing import Route, WouldBlock
 from chute.core.rules.subscriptions import Subscriptions
 from chute.errors import ChuteError, DestinationFull
@@ -85,7 +85,7 @@ DEFAULT_WINDOW = 256
 """Hand-overs a peer consumer may have unconfirmed (its credit)."""
 
 
-class ClusterHost(Registry, QueueHost, Protocol):
+class ClusterHost(StandInHost, Protocol):
     """What a node's cluster needs of its broker."""
 
     ledgers: dict[str, tuple[int, list[StoredMessage]]]
@@ -102,12 +102,6 @@ class ClusterHost(Registry, QueueHost, Protocol):
 
     def wait_for_room(self, address: str | None, wake: Callable[[], None]) -> None: ...
 
-    def settings(self, address: str) -> DestinationSettings: ...
-
-    def add_queue(self, queue: QueueChannel) -> None: ...
-
-    def delete_queue(self, queue: QueueChannel) -> list[Entry]: ...
-
 
 @dataclasses.dataclass(slots=True)
 class _Sent:
@@ -123,9 +117,10 @@ class _Sent:
 class _Peer:
     """What this node knows of one other node."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, link_window: int) -> None:
         self.name = name
         self.up = False
+        self.window = LinkWindow(link_window)
         self.out = Ledger(OUT_PREFIX + name)
         self.received_ledger = Ledger(IN_PREFIX + name)
         self.next_n = 1
@@ -154,6 +149,7 @@ class _Outbound:
         for key, sent in list(peer.in_doubt.items()):
             if sent.consumer is consumer:
                 del peer.in_doubt[key]
+        self.cluster.settled(peer)
 
 
 class Cluster:
@@ -173,15 +169,17 @@ class Cluster:
         node: str,
         run: str,
         window: int = DEFAULT_WINDOW,
+        link_window: int = DEFAULT_LINK_WINDOW,
     ) -> None:
         self.host = host
         self.port = port
         self.node = node
         self.run = run
         self.window = window
+        self.link_window = link_window
         self.peers: dict[str, _Peer] = {}
         self.announced: dict[str, tuple[str | None, ...]] = {}
-        self.standins: dict[str, str] = {}  # another node's temporary queue -> that node
+        self.standins = StandIns(host)  # other nodes' temporary queues
         self._ids = itertools.count(-1, -1)
         host.demand_watch = self.consumers_changed
         for topic in host.topics.values():  # durable subscriptions made before (recovered)
@@ -196,7 +194,7 @@ class Cluster:
     def _peer(self, name: str) -> _Peer:
         peer = self.peers.get(name)
         if peer is None:
-            peer = self.peers[name] = _Peer(name)
+            peer = self.peers[name] = _Peer(name, self.link_window)
         return peer
 
     # -- the links ------------------------------------------------------------------
@@ -217,7 +215,7 @@ class Cluster:
         peer = self._peer(name)
         peer.up = False
         for consumer in peer.consumers.values():
-            consumer.held = True
+            peer.window.hold(consumer, True)
 
     def node_gone(self, name: str) -> None:
         """``name`` left the cluster for good: what was in doubt with it goes back to its
@@ -233,8 +231,8 @@ class Cluster:
         for consumer in peer.consumers.values():
             consumer.queue.detach(consumer)
         peer.consumers.clear()
-        for address in [a for a, owner in self.standins.items() if owner == name]:
-            self._drop_standin(address)
+        for address in self.standins.of(name):
+            self.standins.drop(name, address)
 
     # -- demand ----------------------------------------------------------------------
 
@@ -290,14 +288,15 @@ class Cluster:
         temporary = parse(demand.address).is_temporary
         if not demand.selectors:
             if temporary:
-                self._drop_standin(demand.address, owner=name)
+                if self.standins.drop(name, demand.address):
+                    peer.consumers.pop(demand.address, None)
             elif consumer is not None:
-                consumer.held = True
+                peer.window.hold(consumer, True)
             return
         selector = union_selector(demand.selectors)
         dest: Destination | None
         if temporary:
-            dest = self._standin(name, demand.address)
+            dest = self.standins.make(name, demand.address)
             if dest is None:
                 return
         else:
@@ -308,43 +307,11 @@ class Cluster:
         if consumer is None or consumer.closed:
             consumer = self._peer_consumer(peer, dest)
             consumer.selector = selector
-            consumer.held = False
+            peer.window.hold(consumer, False)
             dest.attach(consumer)
         else:
-            consumer.held = False
+            peer.window.hold(consumer, False)
             dest.reselect(consumer, selector)
-
-    def _standin(self, owner: str, address: str) -> QueueChannel | None:
-        """The stand-in here of ``owner``'s temporary queue ``address`` (made now if new);
-        None if this node holds a queue of that address of its own or another's."""
-        host = self.host
-        queue = host.queues.get(address)
-        if queue is None:
-            queue = QueueChannel(address, address, host.settings(address), host, durable=False)
-            self.standins[address] = owner
-            host.add_queue(queue)
-        elif self.standins.get(address) != owner:
-            log.warning(
-                "node %s announced the temporary queue %s, which is another's here", owner, address
-            )
-            return None
-        return queue
-
-    def _drop_standin(self, address: str, owner: str | None = None) -> None:
-        """The temporary queue ``address`` is gone on its node: its stand-in goes, with
-        what it held; what it handed over and is in doubt is settled when the owner
-        answers (a refusal: the queue is gone there too)."""
-        if address not in self.standins or (owner is not None and self.standins[address] != owner):
-            return
-        queue = self.host.queues.get(address)
-        if queue is not None:
-            peer = self.peers.get(self.standins[address])
-            if peer is not None:
-                peer.consumers.pop(address, None)
-                peer.wants.discard(address)
-            queue.evict_consumers()
-            self.host.delete_queue(queue)
-        del self.standins[address]
 
     def _topic_demand(self, peer: _Peer, demand: Demand) -> None:
         topic = self.host.destination(demand.address, create=True)
@@ -366,10 +333,10 @@ class Cluster:
         consumer = peer.consumers.get(topic.address)
         if consumer is None or consumer.closed:
             consumer = self._peer_consumer(peer, sub)
-            consumer.held = not peer.up
+            peer.window.hold(consumer, not peer.up)
             sub.attach(consumer)
         else:
-            consumer.held = not peer.up
+            peer.window.hold(consumer, not peer.up)
             sub.deliver()
 
     def _drop_peer_subscription(self, peer: _Peer, sub: Subscription) -> None:
@@ -385,6 +352,7 @@ class Cluster:
             sub.requeue(consumer.inflight.values())
             consumer.inflight.clear()
             sub.detach(consumer)
+            self.settled(peer)
         self.host.subscriptions.drop(sub)
 
     def _peer_consumer(self, peer: _Peer, queue: QueueChannel) -> BrokerConsumer:
@@ -415,6 +383,7 @@ class Cluster:
         if queue.durable and entry.message.persistent:
             record = peer.out.record(self.host.store, out_record(handover, queue.name, entry.seq))
         peer.in_doubt[key] = _Sent(queue, consumer, entry, record, handover)
+        peer.window.sent(len(peer.in_doubt), peer.consumers.values())
         if peer.up:
             self.port.send_handover(peer.name, handover)
 
@@ -435,6 +404,7 @@ class Cluster:
                     peer.out.erase(self.host.store, sent.record)
                 done.append(sent)
         self._return_credit(done)
+        self.settled(peer)
         if done:
             self.port.send_release(name, [s.handover.key for s in done])
 
@@ -449,7 +419,7 @@ class Cluster:
                 if sent is None:
                     continue
                 consumer, entry = sent.consumer, sent.entry
-                consumer.held = True
+                peer.window.hold(consumer, True)
                 if entry.seq in consumer.inflight:
                     consumer.take_acked(entry.seq, cumulative=False)
                     entry.redelivered = sent.handover.redelivered
@@ -458,6 +428,14 @@ class Cluster:
                     peer.out.erase(self.host.store, sent.record)
                 done.append(sent)
         self._return_credit(done)
+        self.settled(peer)
+
+    def settled(self, peer: _Peer) -> None:
+        """Hand-overs to ``peer`` left doubt: the link's window may open again."""
+        for consumer in peer.window.settled(len(peer.in_doubt)):
+            queue = peer_queue(consumer)
+            if queue.ready:
+                queue.deliver()
 
     @staticmethod
     def _return_credit(done: Iterable[_Sent]) -> None:
