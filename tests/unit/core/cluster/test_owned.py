@@ -182,3 +182,15 @@ def test_a_callback_may_forward_to_a_temporary_queue_of_another_node() -> None:
     mesh["b"].send("topic:news", "to the requester")
     mesh.pump()
     assert mesh["a"].ack_all(consumer, recorder) == ["to the requester"]
+
+
+def test_a_reply_waiting_for_a_cut_link_goes_once_it_is_up() -> None:
+    mesh = Mesh("a", "b")
+    temp = mesh["a"].connection.temporary_queue()
+    consumer, recorder = mesh["a"].consume(temp)
+    mesh.pump()
+    mesh.cut("a", "b")
+    mesh["b"].send(temp, "waited")
+    mesh.connect("a", "b")
+    assert mesh["a"].ack_all(consumer, recorder) == ["waited"]
+    assert mesh["b"].broker.queues[temp].held == 0
