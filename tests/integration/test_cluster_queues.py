@@ -12,7 +12,7 @@ import pytest
 from chute.client.blocking import connect
 from chute.errors import AccessDenied, NotFound
 from chute.message import Message
-from tests.integration.conftest import ChuteServer
+from tests.integration.conftest import ChuteServer, free_port
 from tests.integration.etcd_fixture import EtcdProcess, start_etcd
 from tests.integration.test_cluster_nodes import (
     DEADLINE,
@@ -134,6 +134,34 @@ def test_a_reply_sent_before_the_requester_consumes_waits_for_it(nodes: Nodes) -
         until(sent, "b to take a send to a's temporary queue")
         until(lambda: len(rs.browse(reply_to)) == 1, "the reply on a")
         assert bodies(take(rs.consumer(reply_to), 1)) == ["early"]
+
+
+def test_a_stomp_requester_gets_replies_a_native_responder_sends_on_another_node(
+    nodes: Nodes,
+) -> None:
+    stomp = pytest.importorskip("stomp")
+    stomp_port = free_port()
+    a = nodes.start("a", "--stomp-port", str(stomp_port))
+    b = nodes.start("b")
+    a.wait_for_line("linked to node b", timeout=DEADLINE)
+    responder_conn, requests = open_consumer(b, "queue:service")
+    listener = stomp.listener.TestListener()
+    conn = stomp.Connection([("127.0.0.1", stomp_port)])
+    conn.set_listener("", listener)
+    conn.connect(wait=True)
+    try:
+        with responder_conn, responder_conn.session() as responder:
+            conn.subscribe(destination="/temp-queue/replies", id="1", ack="auto")
+            for i in range(10):
+                conn.send("/queue/service", f"q{i}", headers={"reply-to": "/temp-queue/replies"})
+            for request in take(requests, 10):
+                assert request.reply_to is not None
+                responder.send(request.reply_to, f"answer to {request.text}")
+            until(lambda: len(listener.message_list) >= 10, "the replies on a")
+            got = sorted(body for _headers, body in listener.message_list)
+            assert got == sorted(f"answer to q{i}" for i in range(10))
+    finally:
+        conn.disconnect()
 
 
 def test_a_login_name_queue_consumed_on_one_node_gets_what_another_sends(
