@@ -59,7 +59,7 @@ def queue_demand(
             return None
         return TAKES_ALL if host.queues.get(queue.name) is queue else ()
     if host.queues.get(queue.name) is not queue:
-        return None
+        return () if queue.deleted else None  # deleted with its consumers: none now
     if isinstance(queue, LoginQueue):
         return login_demand(queue)
     texts = [c.selector.text if c.selector is not None else None for c in queue.router.local]

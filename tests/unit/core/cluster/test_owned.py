@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from chute.core.model.consumer import AckMode
+from chute.core.model.consumer import AckMode, BrokerConsumer
 from chute.core.operations.connection import BrokerConnection
 from chute.core.rules.access import Action, Principal
-from chute.errors import AccessDenied, NotFound
+from chute.errors import AccessDenied, ChuteError, NotFound
 from chute.message import Message
 
 from ..helpers import Recorder
@@ -194,3 +194,22 @@ def test_a_reply_waiting_for_a_cut_link_goes_once_it_is_up() -> None:
     mesh.connect("a", "b")
     assert mesh["a"].ack_all(consumer, recorder) == ["waited"]
     assert mesh["b"].broker.queues[temp].held == 0
+
+
+class _Told(Recorder):
+    """A receiver the broker can tell its consumer was closed."""
+
+    def cancelled(self, consumer: BrokerConsumer, error: ChuteError) -> None:
+        pass
+
+
+def test_a_queue_deleted_with_its_consumers_is_wanted_no_more() -> None:
+    mesh = Mesh("a", "b")
+    mesh["a"].session.consumer(1, "queue:work", _Told(), prefetch=10)
+    mesh.pump()
+    mesh["a"].connection.delete("queue:work")
+    mesh.pump()
+    mesh["b"].send("queue:work", "stays")
+    mesh.pump()
+    assert mesh.count("handover") == 0
+    assert mesh["b"].broker.queues["queue:work"].held == 1
