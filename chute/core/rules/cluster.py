@@ -73,7 +73,7 @@ from chute.core.model.selector import compile_selector
 from chute.core.model.store import StoredMessage
 from chute.core.model.topic import Subscription, SubscriptionKind, Topic
 from chute.core.rules.cluster_owned import StandInHost, StandIns, queue_demand
-from chute.core.rules.cluster_window import DEFAULT_LINK_WINDOW, LinkWindow
+from chute.core.rules.cluster_window import DEFAULT_LINK_BYTES, DEFAULT_LINK_WINDOW, LinkWindow
 from chute.core.rules.routing import Route, WouldBlock
 from chute.core.rules.subscriptions import Subscriptions
 from chute.errors import ChuteError, DestinationFull
@@ -117,10 +117,10 @@ class _Sent:
 class _Peer:
     """What this node knows of one other node."""
 
-    def __init__(self, name: str, link_window: int) -> None:
+    def __init__(self, name: str, window: LinkWindow) -> None:
         self.name = name
         self.up = False
-        self.window = LinkWindow(link_window)
+        self.window = window
         self.out = Ledger(OUT_PREFIX + name)
         self.received_ledger = Ledger(IN_PREFIX + name)
         self.next_n = 1
@@ -128,6 +128,18 @@ class _Peer:
         self.received: dict[HandoverKey, int] = {}  # key -> in ledger record (0: none)
         self.consumers: dict[str, BrokerConsumer] = {}  # address -> its peer consumer
         self.wants: set[str] = set()  # the addresses it announced demand for
+
+    def doubt(self, key: HandoverKey, sent: _Sent) -> None:
+        """``sent`` left (or will leave) for this node, unconfirmed."""
+        self.in_doubt[key] = sent
+        self.window.add(sent.handover.message.size)
+
+    def settle(self, key: HandoverKey) -> _Sent | None:
+        """``key`` is in doubt no more (confirmed, refused, or its queue gone)."""
+        sent = self.in_doubt.pop(key, None)
+        if sent is not None:
+            self.window.remove(sent.handover.message.size)
+        return sent
 
 
 class _Outbound:
@@ -148,7 +160,7 @@ class _Outbound:
                 del peer.consumers[address]
         for key, sent in list(peer.in_doubt.items()):
             if sent.consumer is consumer:
-                del peer.in_doubt[key]
+                peer.settle(key)
         self.cluster.settled(peer)
 
 
@@ -170,6 +182,7 @@ class Cluster:
         run: str,
         window: int = DEFAULT_WINDOW,
         link_window: int = DEFAULT_LINK_WINDOW,
+        link_bytes: int = DEFAULT_LINK_BYTES,
     ) -> None:
         self.host = host
         self.port = port
@@ -177,6 +190,7 @@ class Cluster:
         self.run = run
         self.window = window
         self.link_window = link_window
+        self.link_bytes = link_bytes
         self.peers: dict[str, _Peer] = {}
         self.announced: dict[str, tuple[str | None, ...]] = {}
         self.standins = StandIns(host)  # other nodes' temporary queues
@@ -194,7 +208,7 @@ class Cluster:
     def _peer(self, name: str) -> _Peer:
         peer = self.peers.get(name)
         if peer is None:
-            peer = self.peers[name] = _Peer(name, self.link_window)
+            peer = self.peers[name] = _Peer(name, LinkWindow(self.link_window, self.link_bytes))
         return peer
 
     # -- the links ------------------------------------------------------------------
@@ -346,7 +360,7 @@ class Cluster:
         if consumer is not None:
             for key, sent in list(peer.in_doubt.items()):
                 if sent.consumer is consumer:
-                    del peer.in_doubt[key]
+                    peer.settle(key)
                     if sent.record:
                         peer.out.erase(self.host.store, sent.record)
             sub.requeue(consumer.inflight.values())
@@ -382,8 +396,8 @@ class Cluster:
         record = 0
         if queue.durable and entry.message.persistent:
             record = peer.out.record(self.host.store, out_record(handover, queue.name, entry.seq))
-        peer.in_doubt[key] = _Sent(queue, consumer, entry, record, handover)
-        peer.window.sent(len(peer.in_doubt), peer.consumers.values())
+        peer.doubt(key, _Sent(queue, consumer, entry, record, handover))
+        peer.window.sent(peer.consumers.values())
         if peer.up:
             self.port.send_handover(peer.name, handover)
 
@@ -394,7 +408,7 @@ class Cluster:
         done: list[_Sent] = []
         with self.host.atomically():
             for key in keys:
-                sent = peer.in_doubt.pop(key, None)
+                sent = peer.settle(key)
                 if sent is None:
                     continue
                 consumer, entry = sent.consumer, sent.entry
@@ -415,7 +429,7 @@ class Cluster:
         done: list[_Sent] = []
         with self.host.atomically():
             for key in keys:
-                sent = peer.in_doubt.pop(key, None)
+                sent = peer.settle(key)
                 if sent is None:
                     continue
                 consumer, entry = sent.consumer, sent.entry
@@ -432,7 +446,7 @@ class Cluster:
 
     def settled(self, peer: _Peer) -> None:
         """Hand-overs to ``peer`` left doubt: the link's window may open again."""
-        for consumer in peer.window.settled(len(peer.in_doubt)):
+        for consumer in peer.window.settled():
             queue = peer_queue(consumer)
             if queue.ready:
                 queue.deliver()
@@ -567,7 +581,7 @@ class Cluster:
         handover = Handover(
             key, queue.address, entry.message, entry.delivery_count, entry.redelivered
         )
-        peer.in_doubt[key] = _Sent(queue, consumer, entry, item.seq, handover)
+        peer.doubt(key, _Sent(queue, consumer, entry, item.seq, handover))
 
 
 def peer_queue(consumer: BrokerConsumer) -> QueueChannel:

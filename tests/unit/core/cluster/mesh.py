@@ -21,7 +21,7 @@ from chute.core.operations.connection import BrokerConnection
 from chute.core.operations.session import BrokerSession
 from chute.core.rules.broker import Broker
 from chute.core.rules.cluster import Cluster
-from chute.core.rules.cluster_window import DEFAULT_LINK_WINDOW
+from chute.core.rules.cluster_window import DEFAULT_LINK_BYTES, DEFAULT_LINK_WINDOW
 from chute.message import Message
 from chute.store.journal import Journal
 from chute.store.memory import MemoryStore
@@ -86,6 +86,7 @@ class Node:
         self, mesh: Mesh, name: str, settings: dict[str, DestinationSettings] | None
     ) -> None:
         self.link_window = mesh.link_window
+        self.link_bytes = mesh.link_bytes
         self.mesh = mesh
         self.name = name
         self.store: Store = self._open()
@@ -120,6 +121,7 @@ class Node:
             node=self.name,
             run=f"run{next(_runs)}",
             link_window=self.link_window,
+            link_bytes=self.link_bytes,
         )
         self.cluster.recover()
         self.connection = BrokerConnection(self.broker)
@@ -170,11 +172,13 @@ class Mesh:
         settings: dict[str, DestinationSettings] | None = None,
         directory: Path | None = None,
         link_window: int = DEFAULT_LINK_WINDOW,
+        link_bytes: int = DEFAULT_LINK_BYTES,
     ) -> None:
         """``directory``: each node keeps a journal under it (else a MemoryStore);
-        ``link_window``: each link's bound on unconfirmed hand-overs."""
+        ``link_window``, ``link_bytes``: each link's bounds on unconfirmed hand-overs."""
         self.directory = directory
         self.link_window = link_window
+        self.link_bytes = link_bytes
         self.clock = FakeClock()
         self.ids = count(1)
         self.wire: deque[Call] = deque()

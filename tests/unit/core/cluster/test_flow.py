@@ -91,3 +91,30 @@ def test_the_window_holds_across_a_cut_link_and_opens_once_it_is_up_again() -> N
     mesh.pump()
     assert sorted(mesh["b"].ack_all(cb, rb), key=int) == [str(i) for i in range(3 * WINDOW)]
     assert not mesh["a"].cluster.peers["b"].in_doubt
+
+
+def test_large_messages_are_bounded_by_the_links_bytes() -> None:
+    mesh = Mesh("a", "b", link_bytes=1000)
+    cb, rb = mesh["b"].consume("queue:big")
+    mesh.pump()
+    for i in range(50):
+        mesh["a"].send("queue:big", f"{i:03d}" + "x" * 297)  # each of one size
+    window = mesh["a"].cluster.peers["b"].window
+    sent = on_wire(mesh, "handover")
+    one = window.nbytes // sent
+    assert window.full
+    assert window.nbytes - one < 1000 <= window.nbytes  # closed by the one that reached it
+    mesh.pump()
+    assert len(mesh["b"].ack_all(cb, rb)) == 50
+    assert window.count == window.nbytes == 0
+
+
+def test_a_message_larger_than_the_links_bytes_goes_alone() -> None:
+    mesh = Mesh("a", "b", link_bytes=100)
+    cb, rb = mesh["b"].consume("queue:big")
+    mesh.pump()
+    for i in range(5):
+        mesh["a"].send("queue:big", str(i) * 300)
+    assert on_wire(mesh, "handover") == 1
+    mesh.pump()
+    assert [body[0] for body in mesh["b"].ack_all(cb, rb)] == ["0", "1", "2", "3", "4"]
