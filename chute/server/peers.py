@@ -26,7 +26,8 @@ in flight to another, and so what the other has to store and confirm. A link als
 reading while what it must write waits on the store past :data:`LINK_BACKLOG` bytes (the
 store is slower than the other node sends: no more is read until a sync caught up, at
 half of it), and, as any connection does, while its transport's write buffer is full
-(the other node does not read what this one answers).
+(the other node does not read what this one answers). Demands held behind a sync keep
+only the last per address (consumers that come and go meanwhile cost one packet).
 """
 
 from __future__ import annotations
@@ -123,15 +124,25 @@ class PeerLink:
         self.close = close
         self.reading = reading
         self.bound = bound
-        self.pending: list[bytes] = []
+        self.pending: list[bytes] = []  # b"": a demand replaced by a later one
         self.backlog = 0  # bytes in pending
+        self.flushed = 0  # packets that left pending so far (pending[0]'s number)
+        self.demands: dict[str, int] = {}  # address -> the number of its demand held
         self.paused = False  # reading stopped for the backlog
         self.durable = 0  # pending[:durable] may go once a sync covers them
         self.syncing = False
         self.closed = False
 
-    def hold(self, data: bytes) -> None:
-        """Keep ``data`` until a sync lets it go; past the bound, stop reading."""
+    def hold(self, data: bytes, demand: str | None = None) -> None:
+        """Keep ``data`` until a sync lets it go; past the bound, stop reading. A demand
+        (of the address ``demand``) replaces the one held for that address, if any: what
+        the other node must know is the last (it goes where the last one was asked)."""
+        if demand is not None:
+            earlier = self.demands.get(demand, -1) - self.flushed
+            if earlier >= 0:
+                self.backlog -= len(self.pending[earlier])
+                self.pending[earlier] = b""
+            self.demands[demand] = self.flushed + len(self.pending)
         self.pending.append(data)
         self.backlog += len(data)
         if not self.paused and self.backlog > self.bound:
@@ -141,9 +152,13 @@ class PeerLink:
     def flush(self, count: int) -> None:
         """Write the first ``count`` packets held; below half the bound, read again."""
         for data in self.pending[:count]:
-            self.write(data)
-            self.backlog -= len(data)
+            if data:
+                self.write(data)
+                self.backlog -= len(data)
         del self.pending[:count]
+        self.flushed += count
+        if not self.pending:
+            self.demands.clear()
         if self.paused and self.backlog <= self.bound // 2:
             self.paused = False
             self.reading(True)
@@ -221,9 +236,12 @@ class PeerLinks:
         self._send(peer, packet, durable=False)
 
     def send_demand(self, peer: str, demand: Demand) -> None:
-        self._send(peer, p.PeerDemand(demand.address, demand.selectors), durable=False)
+        packet = p.PeerDemand(demand.address, demand.selectors)
+        self._send(peer, packet, durable=False, demand=demand.address)
 
-    def _send(self, peer: str, packet: p.Packet, *, durable: bool) -> None:
+    def _send(
+        self, peer: str, packet: p.Packet, *, durable: bool, demand: str | None = None
+    ) -> None:
         link = self.links.get(peer)
         if link is None:
             return  # down: the cluster sends again what matters when it is up
@@ -231,7 +249,7 @@ class PeerLinks:
         if not durable and not link.pending:
             link.write(data)
             return
-        link.hold(data)
+        link.hold(data, demand)
         if durable:
             link.durable = len(link.pending)
             self._sync(link)
@@ -295,6 +313,7 @@ class PeerLinks:
             return
         link.closed = True
         link.pending.clear()
+        link.demands.clear()
         link.backlog = 0
         if self.links.get(link.name) is link:
             del self.links[link.name]

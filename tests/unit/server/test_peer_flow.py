@@ -10,12 +10,14 @@ from collections.abc import Iterator
 import pytest
 
 from chute.config.sections import ClusterSettings
+from chute.core.model.cluster import Demand, HandoverKey
 from chute.core.model.settings import SettingsResolver
 from chute.core.rules.broker import Broker
 from chute.core.rules.cluster import Cluster
 from chute.message import Message
 from chute.protocol import packets as p
 from chute.protocol.wire import encode_packet
+from chute.sansio import NeedData
 from chute.server.peers import PeerLinks, _Dialed
 from chute.store.memory import MemoryStore
 
@@ -107,3 +109,32 @@ def test_the_dialing_side_stops_reading_while_its_write_buffer_is_full(host: Hos
         dialed.connection_lost(None)
 
     host.loop.run_until_complete(dial())
+
+
+def test_demands_waiting_behind_a_sync_keep_only_the_last_per_address(host: Host) -> None:
+    links = PeerLinks(host, ClusterSettings(node="a"), "c", backlog=BOUND)
+    broker = Broker(MemoryStore(), SettingsResolver({}))
+    broker.recover()
+    links.cluster = Cluster(broker, links, node="a", run="r")
+    wire = Wire()
+    link = links.up("b", wire.write, wire.close)
+    wire.packets()  # PeerResume
+    links.send_confirm("b", [HandoverKey("s", 1)])  # waits for a sync; what follows too
+    for i in range(10_000):  # consumers come and go on two queues meanwhile
+        links.send_demand("b", Demand("queue:one", (None,) if i % 2 else ()))
+        links.send_demand("b", Demand("queue:two", (f"n = {i}",)))
+    links.send_release("b", [HandoverKey("s", 2)])
+    links.send_demand("b", Demand("queue:one", ()))
+    assert len([d for d in link.pending if d]) == 4
+    while host.waiting:
+        host.sync()
+    got = []
+    while not isinstance(item := wire.codec.next_packet(), NeedData):
+        got.append(item[1])
+    assert got == [
+        p.PeerConfirm((("s", 1),)),
+        p.PeerDemand("queue:two", ("n = 9999",)),
+        p.PeerRelease((("s", 2),)),
+        p.PeerDemand("queue:one", ()),
+    ]
+    assert link.backlog == 0
