@@ -4,6 +4,7 @@ priorities, with real etcd and real ``chute serve`` nodes."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -312,3 +313,57 @@ def test_higher_priority_first_across_the_link(nodes: Nodes) -> None:
     with conn_b:
         got = bodies(take(consumer, 20))
         assert got == [f"high{i}" for i in range(10)] + [f"low{i}" for i in range(10)]
+
+
+# -- flow control ------------------------------------------------------------------------
+
+
+def test_a_frozen_receiver_gets_no_more_than_the_links_window(
+    tmp_path: Path, etcd: EtcdProcess
+) -> None:
+    nodes = Nodes(tmp_path, etcd)
+    nodes.config.write_text("[cluster]\nttl = 60\n")  # b stays a member while frozen
+    queues = [f"queue:w{i}" for i in range(8)]
+    try:
+        a, b = nodes.start_linked("a", "b")
+        with connect(b.url) as conn_b:
+            session = conn_b.session(ack="individual")
+            consumers = [session.consumer(q, prefetch=1000) for q in queues]
+
+            def known() -> bool:  # a hands over to b for every queue
+                for q, consumer in zip(queues, consumers, strict=True):
+                    send(a, q, ["probe"])
+                    got = consumer.receive(timeout=0.2)
+                    if got is None:
+                        return False
+                    got.ack()
+                return True
+
+            until(known, "a to know b's consumers")
+            for consumer in consumers:
+                while (extra := consumer.receive(timeout=0.2)) is not None:
+                    extra.ack()
+            b.process.send_signal(signal.SIGSTOP)
+            try:
+                with connect(a.url) as conn_a, conn_a.session() as producer:
+                    for q in queues:
+                        producer.send_many(q, [f"{q}/{i}" for i in range(300)])
+                    producer.flush()
+
+                    def on_a() -> tuple[int, int]:
+                        rows = [d for d in conn_a.stat()["destinations"] if d["address"] in queues]
+                        return sum(d["ready"] for d in rows), sum(d["inflight"] for d in rows)
+
+                    until(lambda: sum(on_a()) == 2400, "every message on a")
+                    until(lambda: on_a()[1] == 1024, "the link's window in flight")
+                    assert on_a() == (2400 - 1024, 1024)
+            finally:
+                b.process.send_signal(signal.SIGCONT)
+            got = []
+            for consumer in consumers:
+                got += take(consumer, 300)
+            assert sorted(bodies(got)) == sorted(f"{q}/{i}" for q in queues for i in range(300))
+            for consumer in consumers:
+                nothing_more(consumer, within=0.2)
+    finally:
+        nodes.stop()
