@@ -53,7 +53,7 @@ from chute.server.host import Retry, ServerHost
 from chute.server.native_manage import ManagementRequests, delivered_view
 from chute.server.partial import REFUSE_FROM
 from chute.server.peers import PEER_PACKETS, PeerLink
-from chute.server.stream import StreamConnection
+from chute.server.stream import Hold, StreamConnection
 
 log = logging.getLogger("chute.server")
 
@@ -488,7 +488,16 @@ class NativeConnection(ManagementRequests, StreamConnection):
             )
         peers.accept(packet.cluster, packet.node, self._core().principal.clusters_all)
         self._respond(header, p.Ok(peers.node))
-        self._link = peers.up(packet.node, self.queue_bytes, self._close_after_flush)
+        self._link = peers.up(
+            packet.node, self.queue_bytes, self._close_after_flush, self._link_reading
+        )
+
+    def _link_reading(self, reading: bool) -> None:
+        """The link's writes wait on the store past its bound: stop reading, or resume."""
+        if reading:
+            self._release(Hold.LINK_BACKLOG)
+        else:
+            self._hold(Hold.LINK_BACKLOG)
 
     def _on_peer_packet(self, header: p.Header, packet: p.Packet) -> None:
         peers = self.server.peers

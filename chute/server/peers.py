@@ -20,8 +20,14 @@ follows it (the order on a link is the order of the calls) behind a sync request
 follow no such packet go out at once. A failed sync closes the link (what was in
 doubt is sent again, with the same keys, when it is up again).
 
-Flow control: the core's window (hand-overs unconfirmed per peer consumer) bounds what
-one node has in flight to another; the transport's write buffer holds the rest.
+Flow control: the core's windows (hand-overs unconfirmed per peer consumer, and per
+link over all of them: :mod:`chute.core.rules.cluster_window`) bound what one node has
+in flight to another, and so what the other has to store and confirm. A link also stops
+reading while what it must write waits on the store past :data:`LINK_BACKLOG` bytes (the
+store is slower than the other node sends: no more is read until a sync caught up, at
+half of it), and, as any connection does, while its transport's write buffer is full
+(the other node does not read what this one answers). Demands held behind a sync keep
+only the last per address (consumers that come and go meanwhile cost one packet).
 """
 
 from __future__ import annotations
@@ -58,6 +64,9 @@ BACKOFF_MIN: Final = 0.1
 BACKOFF_MAX: Final = 5.0
 OPEN_TIMEOUT: Final = 5.0
 """Seconds a dialed node has to answer Connect and PeerOpen."""
+LINK_BACKLOG: Final = 1 << 20
+"""Bytes a link may hold waiting for the store's sync before it stops reading (it reads
+again once they are down to half)."""
 
 
 PEER_PACKETS: Final = (
@@ -100,20 +109,66 @@ class LinkHost(Protocol):
     ) -> None: ...
 
 
+def _reads(reading: bool) -> None:
+    """A link's transport that cannot stop reading (a test's)."""
+
+
 class PeerLink:
     """One link that is up: writes packets in order, holding what follows a packet that
-    must wait for the store's sync."""
+    must wait for the store's sync, and stops its transport's reading (``reading(False)``)
+    while that holds more than ``bound`` bytes."""
 
     def __init__(
-        self, name: str, write: Callable[[bytes], None], close: Callable[[], None]
+        self,
+        name: str,
+        write: Callable[[bytes], None],
+        close: Callable[[], None],
+        reading: Callable[[bool], None] = _reads,
+        bound: int = LINK_BACKLOG,
     ) -> None:
         self.name = name
         self.write = write
         self.close = close
-        self.pending: list[bytes] = []
+        self.reading = reading
+        self.bound = bound
+        self.pending: list[bytes] = []  # b"": a demand replaced by a later one
+        self.backlog = 0  # bytes in pending
+        self.flushed = 0  # packets that left pending so far (pending[0]'s number)
+        self.demands: dict[str, int] = {}  # address -> the number of its demand held
+        self.paused = False  # reading stopped for the backlog
         self.durable = 0  # pending[:durable] may go once a sync covers them
         self.syncing = False
         self.closed = False
+
+    def hold(self, data: bytes, demand: str | None = None) -> None:
+        """Keep ``data`` until a sync lets it go; past the bound, stop reading. A demand
+        (of the address ``demand``) replaces the one held for that address, if any: what
+        the other node must know is the last (it goes where the last one was asked)."""
+        if demand is not None:
+            earlier = self.demands.get(demand, -1) - self.flushed
+            if earlier >= 0:
+                self.backlog -= len(self.pending[earlier])
+                self.pending[earlier] = b""
+            self.demands[demand] = self.flushed + len(self.pending)
+        self.pending.append(data)
+        self.backlog += len(data)
+        if not self.paused and self.backlog > self.bound:
+            self.paused = True
+            self.reading(False)
+
+    def flush(self, count: int) -> None:
+        """Write the first ``count`` packets held; below half the bound, read again."""
+        for data in self.pending[:count]:
+            if data:
+                self.write(data)
+                self.backlog -= len(data)
+        del self.pending[:count]
+        self.flushed += count
+        if not self.pending:
+            self.demands.clear()
+        if self.paused and self.backlog <= self.bound // 2:
+            self.paused = False
+            self.reading(True)
 
 
 def _keys(keys: Sequence[HandoverKey]) -> Keys:
@@ -128,8 +183,16 @@ class PeerLinks:
     """This node's links to the others: the :class:`~chute.core.model.cluster.PeerPort`
     its Cluster sends through, the dialers, and what arrives. Used from the loop only."""
 
-    def __init__(self, server: LinkHost, settings: ClusterSettings, cluster_name: str) -> None:
+    def __init__(
+        self,
+        server: LinkHost,
+        settings: ClusterSettings,
+        cluster_name: str,
+        *,
+        backlog: int = LINK_BACKLOG,
+    ) -> None:
         self.server = server
+        self.backlog = backlog
         self.settings = settings
         self.node = settings.node
         self.cluster_name = cluster_name
@@ -183,7 +246,8 @@ class PeerLinks:
         self._send(peer, packet, durable=False)
 
     def send_demand(self, peer: str, demand: Demand) -> None:
-        self._send(peer, p.PeerDemand(demand.address, demand.selectors), durable=False)
+        packet = p.PeerDemand(demand.address, demand.selectors)
+        self._send(peer, packet, durable=False, demand=demand.address)
 
     # -- streams (chute.core.rules.cluster_streams.StreamPort's links) ----------------
 
@@ -205,7 +269,9 @@ class PeerLinks:
         self._send(peer, packet, durable=False)
         return True
 
-    def _send(self, peer: str, packet: p.Packet, *, durable: bool) -> None:
+    def _send(
+        self, peer: str, packet: p.Packet, *, durable: bool, demand: str | None = None
+    ) -> None:
         link = self.links.get(peer)
         if link is None:
             return  # down: the cluster sends again what matters when it is up
@@ -213,7 +279,7 @@ class PeerLinks:
         if not durable and not link.pending:
             link.write(data)
             return
-        link.pending.append(data)
+        link.hold(data, demand)
         if durable:
             link.durable = len(link.pending)
             self._sync(link)
@@ -244,26 +310,29 @@ class PeerLinks:
             link.close()
             self.lost(link)
             return
-        for data in link.pending[:covered]:
-            link.write(data)
-        del link.pending[:covered]
+        link.flush(covered)
         link.durable -= covered
         if link.durable > 0:
             self._sync(link)
         else:
-            for data in link.pending:
-                link.write(data)
-            link.pending.clear()
+            link.flush(len(link.pending))
 
     # -- links up and down ----------------------------------------------------------
 
-    def up(self, name: str, write: Callable[[bytes], None], close: Callable[[], None]) -> PeerLink:
-        """A link to ``name`` was opened (dialed or accepted): it replaces any older one."""
+    def up(
+        self,
+        name: str,
+        write: Callable[[bytes], None],
+        close: Callable[[], None],
+        reading: Callable[[bool], None] = _reads,
+    ) -> PeerLink:
+        """A link to ``name`` was opened (dialed or accepted): it replaces any older one.
+        ``reading(False)`` stops its transport's reading, ``reading(True)`` resumes it."""
         old = self.links.get(name)
         if old is not None:
             old.close()
             self.lost(old)
-        link = self.links[name] = PeerLink(name, write, close)
+        link = self.links[name] = PeerLink(name, write, close, reading, self.backlog)
         log.info("cluster: linked to node %s", name)
         self.cluster.link_up(name)
         if self.streams is not None:
@@ -276,6 +345,8 @@ class PeerLinks:
             return
         link.closed = True
         link.pending.clear()
+        link.demands.clear()
+        link.backlog = 0
         if self.links.get(link.name) is link:
             del self.links[link.name]
             log.info("cluster: the link to node %s is down", link.name)
@@ -452,6 +523,7 @@ class _Dialed(asyncio.Protocol):
         self.last_read = self.last_write = time.monotonic()
         self._every = 0.0  # heart-beats agreed: seconds (0: none)
         self._beat: asyncio.TimerHandle | None = None
+        self._holds: set[str] = set()  # why it does not read now (none: it reads)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
@@ -478,6 +550,8 @@ class _Dialed(asyncio.Protocol):
         if self.transport is None:
             return
         now = time.monotonic()
+        if "backlog" in self._holds:  # its heart-beats wait unread behind this node's store
+            self.last_read = now
         if now - self.last_read > 3 * self._every:
             log.warning(
                 "cluster: node %s is silent for %.1f s: closing the link",
@@ -493,6 +567,30 @@ class _Dialed(asyncio.Protocol):
     def _close(self) -> None:
         if self.transport is not None:
             self.transport.close()
+
+    def _hold(self, reason: str, held: bool) -> None:
+        """Stop or resume reading for ``reason``: it reads while no reason holds it."""
+        before = bool(self._holds)
+        if held:
+            self._holds.add(reason)
+        else:
+            self._holds.discard(reason)
+        transport = self.transport
+        if bool(self._holds) is before or transport is None or transport.is_closing():
+            return
+        if self._holds:
+            transport.pause_reading()
+        else:
+            transport.resume_reading()
+
+    def _backlog(self, reading: bool) -> None:
+        self._hold("backlog", not reading)
+
+    def pause_writing(self) -> None:
+        self._hold("write buffer", True)
+
+    def resume_writing(self) -> None:
+        self._hold("write buffer", False)
 
     def data_received(self, data: bytes) -> None:
         self.last_read = time.monotonic()
@@ -536,7 +634,7 @@ class _Dialed(asyncio.Protocol):
         elif isinstance(packet, p.Ok):
             if packet.value != self.name:
                 raise PeerRefused(f"the node at its address is {packet.value!r}, not {self.name!r}")
-            self.link = links.up(self.name, self._write, self._close)
+            self.link = links.up(self.name, self._write, self._close, self._backlog)
             self.opened.set_result(None)
         else:
             raise RemoteProtocolError(f"unexpected {type(packet).__name__}", "unexpected-packet")

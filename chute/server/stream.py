@@ -75,6 +75,7 @@ class Hold:
     CLOSING: Final = 8  # the connection ends: nothing more is read or acted on
     LOGIN: Final = 16  # its password is being verified off the loop; later input waits
     TURN: Final = 32  # it used its turn of the loop; the rest waits for its next turn
+    LINK_BACKLOG: Final = 64  # a cluster link's answers wait on the store (chute.server.peers)
 
 
 DELIVERY_BATCH: Final = 1 << 20

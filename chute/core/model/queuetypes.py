@@ -97,6 +97,11 @@ class LoginQueue(QueueChannel):
         self.deliver()  # the base class only pushes to consumers; this queue has pipes
 
     def deliver(self) -> None:
+        if not self.pipes:
+            # no session of the user here: only the peer consumers of a cluster (nodes
+            # with such sessions, chute.core.rules.cluster_owned) may take the messages
+            super().deliver()
+            return
         while self.ready and self.pipes and not self.deleted:
             entry = self._pop_first()
             if entry is None:

@@ -225,6 +225,7 @@ class Broker:
     def add_queue(self, queue: QueueChannel) -> None:
         """Register a queue the broker did not create itself (temporary queues)."""
         self.queues[queue.name] = queue
+        self.consumers_changed(queue)  # a cluster announces a temporary queue
 
     def delete_queue(self, queue: QueueChannel) -> list[Entry]:
         """Remove a queue; returns what it still held waiting (gone, with the memory it
@@ -235,6 +236,7 @@ class Broker:
             self.store.undefine(queue.name)
         drained = queue.drain()
         self.memory.used -= sum(held_cost(e.message) for e in drained)
+        self.consumers_changed(queue)  # a cluster tells the others a temporary queue went
         return drained
 
     # -- sending ------------------------------------------------------------------

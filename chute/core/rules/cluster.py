@@ -34,7 +34,9 @@ subscriptions: the publishing node sent every node its copy), each once.
 
 What a node wants is announced as it changes (:meth:`Cluster.consumers_changed`) and
 whole when a link comes up (:meth:`Cluster.link_up`): what that does not name, the
-node no longer wants.
+node no longer wants. Temporary and login-name queues are announced by their own rules
+(:mod:`chute.core.rules.cluster_owned`): a temporary queue by its node for as long as
+it lives, the other nodes holding a *stand-in* of it that hands everything over.
 """
 
 from __future__ import annotations
@@ -66,11 +68,13 @@ from chute.core.model.cluster import (
 )
 from chute.core.model.consumer import AckMode, BrokerConsumer, Entry
 from chute.core.model.queue import QueueChannel
-from chute.core.model.registry import Registry
+from chute.core.model.registry import Destination
 from chute.core.model.selector import compile_selector
 from chute.core.model.store import StoredMessage
 from chute.core.model.stream import Stream
 from chute.core.model.topic import Subscription, SubscriptionKind, Topic
+from chute.core.rules.cluster_owned import StandInHost, StandIns, queue_demand
+from chute.core.rules.cluster_window import DEFAULT_LINK_BYTES, DEFAULT_LINK_WINDOW, LinkWindow
 from chute.core.rules.routing import Route, WouldBlock
 from chute.core.rules.subscriptions import Subscriptions
 from chute.errors import ChuteError, DestinationFull
@@ -82,7 +86,7 @@ DEFAULT_WINDOW = 256
 """Hand-overs a peer consumer may have unconfirmed (its credit)."""
 
 
-class ClusterHost(Registry, Protocol):
+class ClusterHost(StandInHost, Protocol):
     """What a node's cluster needs of its broker."""
 
     ledgers: dict[str, tuple[int, list[StoredMessage]]]
@@ -114,9 +118,10 @@ class _Sent:
 class _Peer:
     """What this node knows of one other node."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, window: LinkWindow) -> None:
         self.name = name
         self.up = False
+        self.window = window
         self.out = Ledger(OUT_PREFIX + name)
         self.received_ledger = Ledger(IN_PREFIX + name)
         self.next_n = 1
@@ -124,6 +129,18 @@ class _Peer:
         self.received: dict[HandoverKey, int] = {}  # key -> in ledger record (0: none)
         self.consumers: dict[str, BrokerConsumer] = {}  # address -> its peer consumer
         self.wants: set[str] = set()  # the addresses it announced demand for
+
+    def doubt(self, key: HandoverKey, sent: _Sent) -> None:
+        """``sent`` left (or will leave) for this node, unconfirmed."""
+        self.in_doubt[key] = sent
+        self.window.add(sent.handover.message.size)
+
+    def settle(self, key: HandoverKey) -> _Sent | None:
+        """``key`` is in doubt no more (confirmed, refused, or its queue gone)."""
+        sent = self.in_doubt.pop(key, None)
+        if sent is not None:
+            self.window.remove(sent.handover.message.size)
+        return sent
 
 
 class _Outbound:
@@ -144,7 +161,8 @@ class _Outbound:
                 del peer.consumers[address]
         for key, sent in list(peer.in_doubt.items()):
             if sent.consumer is consumer:
-                del peer.in_doubt[key]
+                peer.settle(key)
+        self.cluster.settled(peer)
 
 
 class Cluster:
@@ -164,17 +182,22 @@ class Cluster:
         node: str,
         run: str,
         window: int = DEFAULT_WINDOW,
+        link_window: int = DEFAULT_LINK_WINDOW,
+        link_bytes: int = DEFAULT_LINK_BYTES,
     ) -> None:
         self.host = host
         self.port = port
         self.node = node
         self.run = run
         self.window = window
+        self.link_window = link_window
+        self.link_bytes = link_bytes
         self.peers: dict[str, _Peer] = {}
         self.queues: dict[str, QueueChannel] = {}
         """Queues of the cluster's own, by store name, that are no destination of the
         broker's (a stream's forward queue: :mod:`chute.core.rules.cluster_streams`)."""
         self.announced: dict[str, tuple[str | None, ...]] = {}
+        self.standins = StandIns(host)  # other nodes' temporary queues
         self._ids = itertools.count(-1, -1)
         host.demand_watch = self.consumers_changed
         for topic in host.topics.values():  # durable subscriptions made before (recovered)
@@ -182,14 +205,14 @@ class Cluster:
             if selectors:
                 self.announced[topic.address] = selectors
         for queue in host.queues.values():
-            selectors = self.local_demand(queue)
-            if selectors and not parse(queue.address).is_temporary:
-                self.announced[queue.address] = selectors
+            wanted = queue_demand(host, queue, self.standins)
+            if wanted:
+                self.announced[queue.address] = wanted
 
     def _peer(self, name: str) -> _Peer:
         peer = self.peers.get(name)
         if peer is None:
-            peer = self.peers[name] = _Peer(name)
+            peer = self.peers[name] = _Peer(name, LinkWindow(self.link_window, self.link_bytes))
         return peer
 
     # -- the links ------------------------------------------------------------------
@@ -210,7 +233,7 @@ class Cluster:
         peer = self._peer(name)
         peer.up = False
         for consumer in peer.consumers.values():
-            consumer.held = True
+            peer.window.hold(consumer, True)
 
     def node_gone(self, name: str) -> None:
         """``name`` left the cluster for good: what was in doubt with it goes back to its
@@ -235,20 +258,23 @@ class Cluster:
                 continue
             consumer.queue.detach(consumer)
             del peer.consumers[address]
+        for address in self.standins.of(name):
+            self.standins.drop(name, address)
 
     # -- demand ----------------------------------------------------------------------
 
     def consumers_changed(self, queue: QueueChannel) -> None:
-        """A local consumer came to ``queue`` or left: tell the nodes if that changed what
-        this node announced."""
+        """A local consumer came to ``queue`` or left (or ``queue``, a temporary one, was
+        made or deleted): tell the nodes if that changed what this node announced."""
         if isinstance(queue, Subscription):
             if queue.name.startswith(PEER_PREFIX):
                 return
             selectors = self.topic_demand(queue.topic)
-        elif self.host.queues.get(queue.name) is not queue or parse(queue.address).is_temporary:
-            return
         else:
-            selectors = self.local_demand(queue)
+            found = queue_demand(self.host, queue, self.standins)
+            if found is None:
+                return
+            selectors = found
         if self.announced.get(queue.address, ()) == selectors:
             return
         if selectors:
@@ -259,12 +285,6 @@ class Cluster:
         for peer in self.peers.values():
             if peer.up:
                 self.port.send_demand(peer.name, demand)
-
-    @staticmethod
-    def local_demand(queue: QueueChannel) -> tuple[str | None, ...]:
-        """The selectors of ``queue``'s local consumers, in a stable order."""
-        texts = [c.selector.text if c.selector is not None else None for c in queue.router.local]
-        return tuple(sorted(texts, key=lambda t: (t is not None, t or "")))
 
     @staticmethod
     def topic_demand(topic: Topic) -> tuple[str | None, ...]:
@@ -292,22 +312,32 @@ class Cluster:
             self._topic_demand(peer, demand)
             return
         consumer = peer.consumers.get(demand.address)
+        temporary = parse(demand.address).is_temporary
         if not demand.selectors:
-            if consumer is not None:
-                consumer.held = True
+            if temporary:
+                if self.standins.drop(name, demand.address):
+                    peer.consumers.pop(demand.address, None)
+            elif consumer is not None:
+                peer.window.hold(consumer, True)
             return
         selector = union_selector(demand.selectors)
-        dest = self.host.destination(demand.address, create=True)
+        dest: Destination | None
+        if temporary:
+            dest = self.standins.make(name, demand.address)
+            if dest is None:
+                return
+        else:
+            dest = self.host.destination(demand.address, create=True)
         if not isinstance(dest, QueueChannel):
             log.warning("node %s announced consumers of %s, not a queue here", name, dest)
             return
         if consumer is None or consumer.closed:
             consumer = self._peer_consumer(peer, dest)
             consumer.selector = selector
-            consumer.held = False
+            peer.window.hold(consumer, False)
             dest.attach(consumer)
         else:
-            consumer.held = False
+            peer.window.hold(consumer, False)
             dest.reselect(consumer, selector)
 
     def _topic_demand(self, peer: _Peer, demand: Demand) -> None:
@@ -330,10 +360,10 @@ class Cluster:
         consumer = peer.consumers.get(topic.address)
         if consumer is None or consumer.closed:
             consumer = self._peer_consumer(peer, sub)
-            consumer.held = not peer.up
+            peer.window.hold(consumer, not peer.up)
             sub.attach(consumer)
         else:
-            consumer.held = not peer.up
+            peer.window.hold(consumer, not peer.up)
             sub.deliver()
 
     def _drop_peer_subscription(self, peer: _Peer, sub: Subscription) -> None:
@@ -343,12 +373,13 @@ class Cluster:
         if consumer is not None:
             for key, sent in list(peer.in_doubt.items()):
                 if sent.consumer is consumer:
-                    del peer.in_doubt[key]
+                    peer.settle(key)
                     if sent.record:
                         peer.out.erase(self.host.store, sent.record)
             sub.requeue(consumer.inflight.values())
             consumer.inflight.clear()
             sub.detach(consumer)
+            self.settled(peer)
         self.host.subscriptions.drop(sub)
 
     def _peer_consumer(self, peer: _Peer, queue: QueueChannel) -> BrokerConsumer:
@@ -391,7 +422,8 @@ class Cluster:
         record = 0
         if queue.durable and entry.message.persistent:
             record = peer.out.record(self.host.store, out_record(handover, queue.name, entry.seq))
-        peer.in_doubt[key] = _Sent(queue, consumer, entry, record, handover)
+        peer.doubt(key, _Sent(queue, consumer, entry, record, handover))
+        peer.window.sent(peer.consumers.values())
         if peer.up:
             self.port.send_handover(peer.name, handover)
 
@@ -402,7 +434,7 @@ class Cluster:
         done: list[_Sent] = []
         with self.host.atomically():
             for key in keys:
-                sent = peer.in_doubt.pop(key, None)
+                sent = peer.settle(key)
                 if sent is None:
                     continue
                 consumer, entry = sent.consumer, sent.entry
@@ -412,6 +444,7 @@ class Cluster:
                     peer.out.erase(self.host.store, sent.record)
                 done.append(sent)
         self._return_credit(done)
+        self.settled(peer)
         if done:
             self.port.send_release(name, [s.handover.key for s in done])
 
@@ -422,11 +455,11 @@ class Cluster:
         done: list[_Sent] = []
         with self.host.atomically():
             for key in keys:
-                sent = peer.in_doubt.pop(key, None)
+                sent = peer.settle(key)
                 if sent is None:
                     continue
                 consumer, entry = sent.consumer, sent.entry
-                consumer.held = True
+                peer.window.hold(consumer, True)
                 if entry.seq in consumer.inflight:
                     consumer.take_acked(entry.seq, cumulative=False)
                     entry.redelivered = sent.handover.redelivered
@@ -435,6 +468,14 @@ class Cluster:
                     peer.out.erase(self.host.store, sent.record)
                 done.append(sent)
         self._return_credit(done)
+        self.settled(peer)
+
+    def settled(self, peer: _Peer) -> None:
+        """Hand-overs to ``peer`` left doubt: the link's window may open again."""
+        for consumer in peer.window.settled():
+            queue = peer_queue(consumer)
+            if queue.ready:
+                queue.deliver()
 
     @staticmethod
     def _return_credit(done: Iterable[_Sent]) -> None:
@@ -567,7 +608,7 @@ class Cluster:
         handover = Handover(
             key, queue.address, entry.message, entry.delivery_count, entry.redelivered
         )
-        peer.in_doubt[key] = _Sent(queue, consumer, entry, item.seq, handover)
+        peer.doubt(key, _Sent(queue, consumer, entry, item.seq, handover))
 
 
 def peer_queue(consumer: BrokerConsumer) -> QueueChannel:

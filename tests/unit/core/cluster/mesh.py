@@ -21,6 +21,7 @@ from chute.core.operations.connection import BrokerConnection
 from chute.core.operations.session import BrokerSession
 from chute.core.rules.broker import Broker
 from chute.core.rules.cluster import Cluster
+from chute.core.rules.cluster_window import DEFAULT_LINK_BYTES, DEFAULT_LINK_WINDOW
 from chute.message import Message
 from chute.store.journal import Journal
 from chute.store.memory import MemoryStore
@@ -84,6 +85,8 @@ class Node:
     def __init__(
         self, mesh: Mesh, name: str, settings: dict[str, DestinationSettings] | None
     ) -> None:
+        self.link_window = mesh.link_window
+        self.link_bytes = mesh.link_bytes
         self.mesh = mesh
         self.name = name
         self.store: Store = self._open()
@@ -113,7 +116,12 @@ class Node:
         self.broker = Broker(self.store, self.settings, clock=self.mesh.clock)
         self.broker.recover()
         self.cluster = Cluster(
-            self.broker, _Port(self.mesh, self.name), node=self.name, run=f"run{next(_runs)}"
+            self.broker,
+            _Port(self.mesh, self.name),
+            node=self.name,
+            run=f"run{next(_runs)}",
+            link_window=self.link_window,
+            link_bytes=self.link_bytes,
         )
         self.cluster.recover()
         self.connection = BrokerConnection(self.broker)
@@ -163,9 +171,14 @@ class Mesh:
         *names: str,
         settings: dict[str, DestinationSettings] | None = None,
         directory: Path | None = None,
+        link_window: int = DEFAULT_LINK_WINDOW,
+        link_bytes: int = DEFAULT_LINK_BYTES,
     ) -> None:
-        """``directory``: each node keeps a journal under it (else a MemoryStore)."""
+        """``directory``: each node keeps a journal under it (else a MemoryStore);
+        ``link_window``, ``link_bytes``: each link's bounds on unconfirmed hand-overs."""
         self.directory = directory
+        self.link_window = link_window
+        self.link_bytes = link_bytes
         self.clock = FakeClock()
         self.ids = count(1)
         self.wire: deque[Call] = deque()
