@@ -210,9 +210,15 @@ class Cluster:
 
     def node_gone(self, name: str) -> None:
         """``name`` left the cluster for good: what was in doubt with it goes back to its
-        queues, flagged redelivered (it may have been delivered there)."""
+        queues, flagged redelivered (it may have been delivered there).
+
+        What it handed over here stays known (its keys, until it releases them or, should
+        it come back, resumes without them), and so does the numbering of what this node
+        hands over to it: a node seen leaving may be alive (cut off from etcd and from
+        here for longer than its lease) and come back holding in doubt what this node
+        stored; it then sends those again with the same keys."""
         self.link_down(name)
-        peer = self.peers.pop(name, None)
+        peer = self.peers.get(name)
         if peer is None:
             return
         for sent in peer.in_doubt.values():
