@@ -93,6 +93,24 @@ class LinkHost(Protocol):
     ) -> None: ...
 
 
+MAX_BATCHED_KEYS: Final = 4096
+"""The most keys one PeerConfirm or PeerRelease gathers while it waits for a sync."""
+
+
+class _Batch:
+    """Confirms (or releases) waiting behind a sync, one after the other: they go as one
+    packet of all their keys."""
+
+    __slots__ = ("keys", "kind")
+
+    def __init__(self, kind: type[p.PeerConfirm | p.PeerRelease], keys: Keys) -> None:
+        self.kind = kind
+        self.keys = list(keys)
+
+    def encode(self) -> bytes:
+        return encode_packet(self.kind(tuple(self.keys)), version=p.PEER_VERSION)
+
+
 class PeerLink:
     """One link that is up: writes packets in order, holding what follows a packet that
     must wait for the store's sync."""
@@ -103,10 +121,16 @@ class PeerLink:
         self.name = name
         self.write = write
         self.close = close
-        self.pending: list[bytes] = []
+        self.pending: list[bytes | _Batch] = []
         self.durable = 0  # pending[:durable] may go once a sync covers them
+        self.covered = 0  # pending[:covered] go once the sync asked for is done
         self.syncing = False
         self.closed = False
+
+    def flush(self, items: list[bytes | _Batch]) -> None:
+        """Write ``items`` in one write."""
+        if items:
+            self.write(b"".join(i if isinstance(i, bytes) else i.encode() for i in items))
 
 
 def _keys(keys: Sequence[HandoverKey]) -> Keys:
@@ -158,13 +182,13 @@ class PeerLinks:
         self._send(peer, packet, durable=True)
 
     def send_confirm(self, peer: str, keys: Sequence[HandoverKey]) -> None:
-        self._send(peer, p.PeerConfirm(_keys(keys)), durable=True)
+        self._send_keys(peer, p.PeerConfirm, keys)
 
     def send_refuse(self, peer: str, keys: Sequence[HandoverKey]) -> None:
         self._send(peer, p.PeerRefuse(_keys(keys)), durable=False)
 
     def send_release(self, peer: str, keys: Sequence[HandoverKey]) -> None:
-        self._send(peer, p.PeerRelease(_keys(keys)), durable=True)
+        self._send_keys(peer, p.PeerRelease, keys)
 
     def send_resume(
         self, peer: str, keys: Sequence[HandoverKey], demands: Sequence[Demand]
@@ -188,11 +212,31 @@ class PeerLinks:
             link.durable = len(link.pending)
             self._sync(link)
 
+    def _send_keys(
+        self,
+        peer: str,
+        kind: type[p.PeerConfirm | p.PeerRelease],
+        keys: Sequence[HandoverKey],
+    ) -> None:
+        """A confirm or release (durable): joined to the same kind of packet right before
+        it when that one is not yet covered by the sync asked for (what this one says
+        may not be on disk when that sync is done)."""
+        link = self.links.get(peer)
+        if link is None:
+            return
+        last = link.pending[-1] if len(link.pending) > link.covered else None
+        if isinstance(last, _Batch) and last.kind is kind and len(last.keys) < MAX_BATCHED_KEYS:
+            last.keys.extend(_keys(keys))
+        else:
+            link.pending.append(_Batch(kind, _keys(keys)))
+        link.durable = len(link.pending)
+        self._sync(link)
+
     def _sync(self, link: PeerLink) -> None:
         if link.syncing:
             return
         link.syncing = True
-        covered = link.durable
+        covered = link.covered = link.durable
         server = self.server
 
         def synced(error: BaseException | None) -> None:  # maybe on the store's thread
@@ -205,6 +249,7 @@ class PeerLinks:
 
     def _synced(self, link: PeerLink, covered: int, error: BaseException | None) -> None:
         link.syncing = False
+        link.covered = 0
         if link.closed:
             return
         if error is not None:
@@ -214,15 +259,13 @@ class PeerLinks:
             link.close()
             self.lost(link)
             return
-        for data in link.pending[:covered]:
-            link.write(data)
+        link.flush(link.pending[:covered])
         del link.pending[:covered]
         link.durable -= covered
         if link.durable > 0:
             self._sync(link)
         else:
-            for data in link.pending:
-                link.write(data)
+            link.flush(link.pending)
             link.pending.clear()
 
     # -- links up and down ----------------------------------------------------------
