@@ -283,15 +283,19 @@ def test_with_etcd_stopped_the_nodes_keep_serving_and_joins_resume_after(
     since_a = len(a.lines)
     etcd.kill() if how == "kill" else etcd.pause()
     stopped = time.monotonic()
-    a.wait_for_line("coordinator unreachable", start=since_a, timeout=DEADLINE)
     across = Consumer(b, "queue:across", seen)  # comes during the outage
     across.start()
     before = len(seen.received())
-    until(lambda: len(seen.received()) >= before + 200, "deliveries during the outage")
-    assert any(body.startswith("x-") for body in seen.received()), "nothing crossed the link"
-    assert time.monotonic() - stopped < 10, "the outage ended before the checks"
-
+    until(
+        lambda: (
+            len(seen.received()) >= before + 200
+            and any(body.startswith("x-") for body in seen.received())
+        ),
+        "deliveries on a and across the link during the outage",
+        8,
+    )
     time.sleep(max(10 - (time.monotonic() - stopped), 0))  # the fault's duration
+    a.wait_for_line("coordinator unreachable", start=since_a, timeout=DEADLINE)
     etcd.start() if how == "kill" else etcd.resume()
     until(  # the lease is still alive, or expired and taken again
         lambda: any("reachable again" in x or "registered again" in x for x in a.lines[since_a:]),
@@ -404,14 +408,9 @@ def test_selectors_across_nodes_send_each_message_only_where_it_is_wanted(nodes:
     conn_b, reds = open_consumer(b, "queue:paint", selector="color = 'red'")
     conn_c, blues = open_consumer(c, "queue:paint", selector="color = 'blue'")
     with conn_b, conn_c:
-        # a knows both consumers once a probe of each colour reached its node
-        def announced() -> bool:
-            with connect(a.url) as conn, conn.session() as session:
-                for color in ("red", "blue"):
-                    session.send("queue:paint", f"probe-{color}", properties={"color": color})
-            return True
-
-        announced()
+        with connect(a.url) as conn, conn.session() as session:  # a knows both consumers
+            for color in ("red", "blue"):  # once a probe of each colour reached its node
+                session.send("queue:paint", f"probe-{color}", properties={"color": color})
         assert bodies(take(reds, 1)) == ["probe-red"]
         assert bodies(take(blues, 1)) == ["probe-blue"]
         with connect(a.url) as conn, conn.session() as session:
