@@ -15,7 +15,8 @@ take what is left. Then:
 * nothing unknown appears (only bodies a producer tried to send; one whose send
   failed at a kill may or may not have been stored);
 * a message delivered more than once is flagged ``redelivered`` on every later
-  delivery.
+  delivery;
+* no node logged an error (and no client met one but a kill's).
 
 One line per round, then a JSON summary; exit status 1 if one of those failed (the
 data directories are then kept), 0 otherwise.
@@ -115,6 +116,7 @@ class Node:
         self.url_etcd = f"etcd://{etcd.address}/{CLUSTER}"
         self.cond = threading.Condition()
         self.server: ChuteServer | None = None
+        self.started: list[ChuteServer] = []  # every process of this node, in order
         self.up = False
         self.incarnation = -1
 
@@ -141,6 +143,7 @@ class Node:
             port=self.port,
             data_dir=self.work / f"data-{self.name}",
         )
+        self.started.append(server)
         with self.cond:
             self.server = server
             self.up = True
@@ -306,6 +309,11 @@ def soak(args: argparse.Namespace, work: Path, record: Record) -> dict[str, obje
         for node in nodes.values():
             node.stop()
         etcd.kill()
+        for node in nodes.values():  # what the nodes said went wrong (a kill says nothing)
+            for server in node.started:
+                for line in server.lines:
+                    if " ERROR " in line or " CRITICAL " in line or "Traceback" in line:
+                        record.errors.append(f"node {node.name} logged: {line}")
     return {"rounds": rounds, "seed": args.seed}
 
 
