@@ -109,6 +109,29 @@ class LinkHost(Protocol):
     ) -> None: ...
 
 
+MAX_BATCHED_KEYS: Final = 4096
+"""The most keys one PeerConfirm or PeerRelease gathers while it waits for a sync."""
+
+
+KEY_BYTES: Final = 24
+"""What one key of a gathered confirm or release counts for in a link's backlog (about
+its encoded size)."""
+
+
+class _Batch:
+    """Confirms (or releases) waiting behind a sync, one after the other: they go as one
+    packet of all their keys."""
+
+    __slots__ = ("keys", "kind")
+
+    def __init__(self, kind: type[p.PeerConfirm | p.PeerRelease], keys: Keys) -> None:
+        self.kind = kind
+        self.keys = list(keys)
+
+    def encode(self) -> bytes:
+        return encode_packet(self.kind(tuple(self.keys)), version=p.PEER_VERSION)
+
+
 def _reads(reading: bool) -> None:
     """A link's transport that cannot stop reading (a test's)."""
 
@@ -131,12 +154,13 @@ class PeerLink:
         self.close = close
         self.reading = reading
         self.bound = bound
-        self.pending: list[bytes] = []  # b"": a demand replaced by a later one
+        self.pending: list[bytes | _Batch] = []  # b"": a demand replaced by a later one
         self.backlog = 0  # bytes in pending
         self.flushed = 0  # packets that left pending so far (pending[0]'s number)
         self.demands: dict[str, int] = {}  # address -> the number of its demand held
         self.paused = False  # reading stopped for the backlog
         self.durable = 0  # pending[:durable] may go once a sync covers them
+        self.covered = 0  # pending[:covered] go once the sync asked for is done
         self.syncing = False
         self.closed = False
 
@@ -147,23 +171,47 @@ class PeerLink:
         if demand is not None:
             earlier = self.demands.get(demand, -1) - self.flushed
             if earlier >= 0:
-                self.backlog -= len(self.pending[earlier])
-                self.pending[earlier] = b""
+                replaced = self.pending[earlier]
+                if isinstance(replaced, bytes):
+                    self.backlog -= len(replaced)
+                    self.pending[earlier] = b""
             self.demands[demand] = self.flushed + len(self.pending)
         self.pending.append(data)
-        self.backlog += len(data)
+        self._grew(len(data))
+
+    def hold_keys(self, kind: type[p.PeerConfirm | p.PeerRelease], keys: Keys) -> None:
+        """Keep a confirm or release until a sync lets it go: joined to the same kind of
+        packet right before it when that one is not yet covered by the sync asked for
+        (what this one says may not be on disk when that sync is done)."""
+        last = self.pending[-1] if len(self.pending) > self.covered else None
+        if isinstance(last, _Batch) and last.kind is kind and len(last.keys) < MAX_BATCHED_KEYS:
+            last.keys.extend(keys)
+        else:
+            self.pending.append(_Batch(kind, keys))
+        self._grew(len(keys) * KEY_BYTES)
+
+    def _grew(self, size: int) -> None:
+        self.backlog += size
         if not self.paused and self.backlog > self.bound:
             self.paused = True
             self.reading(False)
 
     def flush(self, count: int) -> None:
-        """Write the first ``count`` packets held; below half the bound, read again."""
-        for data in self.pending[:count]:
-            if data:
-                self.write(data)
-                self.backlog -= len(data)
+        """Write the first ``count`` packets held, in one write; below half the bound,
+        read again."""
+        items = self.pending[:count]
         del self.pending[:count]
         self.flushed += count
+        data: list[bytes] = []
+        for item in items:
+            if isinstance(item, _Batch):
+                self.backlog -= len(item.keys) * KEY_BYTES
+                data.append(item.encode())
+            elif item:
+                self.backlog -= len(item)
+                data.append(item)
+        if data:
+            self.write(b"".join(data))
         if not self.pending:
             self.demands.clear()
         if self.paused and self.backlog <= self.bound // 2:
@@ -231,13 +279,13 @@ class PeerLinks:
         self._send(peer, packet, durable=True)
 
     def send_confirm(self, peer: str, keys: Sequence[HandoverKey]) -> None:
-        self._send(peer, p.PeerConfirm(_keys(keys)), durable=True)
+        self._send_keys(peer, p.PeerConfirm, keys)
 
     def send_refuse(self, peer: str, keys: Sequence[HandoverKey]) -> None:
         self._send(peer, p.PeerRefuse(_keys(keys)), durable=False)
 
     def send_release(self, peer: str, keys: Sequence[HandoverKey]) -> None:
-        self._send(peer, p.PeerRelease(_keys(keys)), durable=True)
+        self._send_keys(peer, p.PeerRelease, keys)
 
     def send_resume(
         self, peer: str, keys: Sequence[HandoverKey], demands: Sequence[Demand]
@@ -284,11 +332,25 @@ class PeerLinks:
             link.durable = len(link.pending)
             self._sync(link)
 
+    def _send_keys(
+        self,
+        peer: str,
+        kind: type[p.PeerConfirm | p.PeerRelease],
+        keys: Sequence[HandoverKey],
+    ) -> None:
+        """A confirm or release: durable, gathered (:meth:`PeerLink.hold_keys`)."""
+        link = self.links.get(peer)
+        if link is None:
+            return
+        link.hold_keys(kind, _keys(keys))
+        link.durable = len(link.pending)
+        self._sync(link)
+
     def _sync(self, link: PeerLink) -> None:
         if link.syncing:
             return
         link.syncing = True
-        covered = link.durable
+        covered = link.covered = link.durable
         server = self.server
 
         def synced(error: BaseException | None) -> None:  # maybe on the store's thread
@@ -301,6 +363,7 @@ class PeerLinks:
 
     def _synced(self, link: PeerLink, covered: int, error: BaseException | None) -> None:
         link.syncing = False
+        link.covered = 0
         if link.closed:
             return
         if error is not None:

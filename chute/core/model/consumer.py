@@ -291,11 +291,24 @@ class PointToPointRouter:
         return None
 
     def _pick_tiered(self) -> BrokerConsumer | None:
-        peers = len(self.consumers) == self._peers  # no local consumer: the peers' turn
-        for consumer in self.candidates():
-            if consumer.peer is peers:
-                self.chosen(consumer)
-                return consumer
+        """:meth:`pick` with peers: a local consumer, or a peer only when there is no
+        local one (as :meth:`candidates` then :meth:`chosen`, in a plain loop: a queue
+        of a cluster takes this path for every message)."""
+        consumers = self.consumers
+        n = len(consumers)
+        peers = n == self._peers  # no local consumer: the peers' turn
+        i = self._next_peer if peers else self._next
+        for _ in range(n):
+            if i >= n:
+                i = 0
+            c = consumers[i]
+            i += 1
+            if c.peer is peers and c.credit > 0 and not c.held:
+                if peers:
+                    self._next_peer = i
+                else:
+                    self._next = i
+                return c
         return None
 
     def candidates(self) -> Iterator[BrokerConsumer]:

@@ -162,7 +162,8 @@ class QueueChannel(Numbered):
             if self.router.consumers:
                 if not self.ready:
                     self.deliver()  # a consumer is starving: read the backlog back
-                if self.host.flow_backlog and pager.count + self.ready >= self.host.flow_backlog:
+                flow = self.host.flow_backlog
+                if flow and pager.count + self.ready >= flow and self._consumed():
                     self.host.congested(self)
             return
         memory.used += cost
@@ -184,8 +185,14 @@ class QueueChannel(Numbered):
         if self.router.consumers:
             self.deliver()
             flow = self.host.flow_backlog
-            if flow and self.ready + pager.count >= flow and self.router.consumers:
+            if flow and self.ready + pager.count >= flow and self._consumed():
                 self.host.congested(self)
+
+    def _consumed(self) -> bool:
+        """Whether a consumer may take from this queue, for producer flow control: a
+        node's peer consumer on hold (its link down, or its consumers gone) takes
+        nothing, and a queue only it has is consumed by nobody."""
+        return any(not (c.peer and c.held) for c in self.router.consumers)
 
     def _room_in_memory(self, entry: Entry) -> bool:
         """Room under ``max_memory`` and this sink's share of it for a non-persistent message

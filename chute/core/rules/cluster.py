@@ -239,9 +239,13 @@ class Cluster:
         """``name`` left the cluster for good: what was in doubt with it goes back to its
         queues, flagged redelivered (it may have been delivered there). But what waits
         for it alone (the forward queue of a stream homed there, one of :attr:`queues`)
-        stays in doubt, to be sent again with the same keys if it comes back; and the
-        keys received from it stay known, since it may come back with its out ledger and
-        send again what was in doubt (not stored twice)."""
+        stays in doubt, to be sent again with the same keys if it comes back.
+
+        What it handed over here stays known (its keys, until it releases them or, should
+        it come back, resumes without them), and so does the numbering of what this node
+        hands over to it: a node seen leaving may be alive (cut off from etcd and from
+        here for longer than its lease) and come back holding in doubt what this node
+        stored; it then sends those again with the same keys."""
         self.link_down(name)
         peer = self.peers.get(name)
         if peer is None:

@@ -126,3 +126,27 @@ def test_a_link_lost_under_a_sync_sends_nothing_when_it_ends(host: Host) -> None
     links.lost(links.links["b"])
     host.sync()
     assert wire.packets() == []
+
+
+def received(wire: Wire) -> list[object]:
+    out: list[object] = []
+    while not isinstance(item := wire.codec.next_packet(), NeedData):
+        out.append(item[1])
+    return out
+
+
+def test_confirms_waiting_for_a_sync_go_as_one_packet_never_under_an_earlier_sync(
+    host: Host,
+) -> None:
+    host, links, wire = linked(host)
+    links.send_confirm("b", [HandoverKey("s", 1)])  # the sync asked for covers this one
+    links.send_confirm("b", [HandoverKey("s", 2)])  # recorded after: waits for the next
+    links.send_confirm("b", [HandoverKey("s", 3)])  # joins it
+    links.send_release("b", [HandoverKey("s", 4)])  # another kind: a packet of its own
+    host.sync()
+    assert received(wire) == [p.PeerConfirm((("s", 1),))]
+    host.sync()
+    assert received(wire) == [
+        p.PeerConfirm((("s", 2), ("s", 3))),
+        p.PeerRelease((("s", 4),)),
+    ]

@@ -149,6 +149,77 @@ def test_a_node_gone_for_good_gives_back_what_was_in_doubt_flagged_redelivered()
     assert stored_bodies(mesh, "a", "cluster.out:b") == []
 
 
+def test_a_node_seen_gone_while_alive_sends_again_what_was_in_doubt_and_it_is_known() -> None:
+    """a sees b leave (b's lease ran out while it was cut off) though b is alive, holding
+    in doubt what a stored: when they link again b sends it again, same key, and a
+    confirms it without storing it twice."""
+    mesh = Mesh("a", "b")
+    idle_consumer(mesh, "a")
+    mesh.pump()
+    mesh["b"].send(Q, "x")
+    mesh.pump(until=stored_in(mesh))
+    mesh.cut("a", "b")  # the confirm is lost
+    mesh["a"].cluster.node_gone("b")
+    assert stored_bodies(mesh, "a") == [b"x"]
+    mesh.connect("a", "b")
+    assert stored_bodies(mesh, "a") == [b"x"]  # not twice
+    assert stored_bodies(mesh, "b") == []  # the confirm came this time
+    assert not mesh["b"].cluster.peers["a"].in_doubt
+
+
+def test_a_node_seen_gone_while_alive_gets_new_keys_after_it_comes_back() -> None:
+    """a sees b leave while b, alive, remembers the keys it stored from a: what a hands
+    over after they link again never reuses one of those keys."""
+    mesh = Mesh("a", "b")
+    idle_consumer(mesh, "b")
+    mesh.pump()
+    mesh["a"].send(Q, "x")
+    mesh.pump(until=stored_in(mesh))
+    mesh.cut("a", "b")
+    mesh["a"].cluster.node_gone("b")  # x is a's again, flagged redelivered
+    mesh.connect("a", "b")
+    mesh["a"].send(Q, "y")
+    mesh.pump()
+    keys = [c[3].key for c in mesh.sent if c[2] == "handover" and isinstance(c[3], Handover)]
+    assert len(keys) == len(set(keys)), keys
+
+
+def test_a_queue_whose_only_consumers_are_cut_off_does_not_push_back_on_producers() -> None:
+    """Producer flow control waits for consumers that lag, not for a node's peer consumer
+    on hold: with b's link down, a's queue is consumed by nobody, and its producers go
+    on at full speed (as on one node, where a queue without consumers never pushes back)."""
+    mesh = Mesh("a", "b")
+    mesh["a"].broker.flow_backlog = 10
+    idle_consumer(mesh, "b")
+    mesh.pump()
+    mesh.cut("a", "b")
+    for n in range(300):  # past the window and the backlog
+        mesh["a"].send(Q, f"m{n}")
+    assert mesh["a"].broker.pressure == []
+
+
+def test_a_queue_whose_remote_consumers_left_does_not_push_back_on_producers() -> None:
+    mesh = Mesh("a", "b")
+    mesh["a"].broker.flow_backlog = 10
+    consumer, _ = mesh["b"].consume(Q, prefetch=1)
+    mesh.pump()
+    mesh["b"].session.close_consumer(consumer)
+    mesh.pump()
+    for n in range(300):
+        mesh["a"].send(Q, f"m{n}")
+    assert mesh["a"].broker.pressure == []
+
+
+def test_a_local_consumer_that_lags_still_pushes_back_in_a_cluster() -> None:
+    mesh = Mesh("a", "b")
+    mesh["a"].broker.flow_backlog = 10
+    mesh["a"].consume(Q, prefetch=1)
+    mesh.pump()
+    for n in range(20):
+        mesh["a"].send(Q, f"m{n}")
+    assert mesh["a"].broker.pressure
+
+
 class Soak:
     """Three nodes, random work on them, and what their consumers got."""
 
