@@ -120,6 +120,7 @@ def start_server(
     data_dir: Path | None = None,
     preexec_fn: Callable[[], object] | None = None,
     prefix: Sequence[str] = (),
+    ready_timeout: float = READY_TIMEOUT,
 ) -> ChuteServer:
     """Start ``chute serve`` and return once it printed that it listens.
 
@@ -179,7 +180,7 @@ def start_server(
     _running.append(server)
     # Its output may end before the process has exited: what decides is whether it said
     # it listens, not whether poll() already sees the exit.
-    if not ready.wait(READY_TIMEOUT) or not listening.is_set() or process.poll() is not None:
+    if not ready.wait(ready_timeout) or not listening.is_set() or process.poll() is not None:
         process.kill()
         process.wait(READY_TIMEOUT)
         raise RuntimeError(f"chute serve did not start:\n{server.output}")

@@ -22,6 +22,9 @@ from tests.integration.conftest import ChuteServer, free_port, start_server
 from tests.integration.test_stomp import Client
 
 DEADLINE = 30.0
+NODES_READY = 60.0
+"""How long N nodes may take to say they listen: each is a process starting a broker, and
+on a loaded machine (a test run's other workers) that takes a few times one's."""
 
 
 def free_ports(count: int) -> int:
@@ -82,7 +85,15 @@ class Nodes:
 
 def start_nodes(tmp_path: Path, count: int = 2, *extra: str) -> Nodes:
     node_port = free_ports(count)
-    server = start_server(tmp_path, "--nodes", str(count), "--node-port", str(node_port), *extra)
+    server = start_server(
+        tmp_path,
+        "--nodes",
+        str(count),
+        "--node-port",
+        str(node_port),
+        *extra,
+        ready_timeout=NODES_READY,
+    )
     return Nodes(server, node_port, count)
 
 
@@ -323,6 +334,7 @@ def test_nodes_0_starts_one_node_per_core(tmp_path: Path) -> None:
         "--node-port",
         str(node_port),
         preexec_fn=lambda: os.sched_setaffinity(0, cores),
+        ready_timeout=NODES_READY,
     )
     try:
         server.wait_for_line(f"starting {len(cores)} nodes")
