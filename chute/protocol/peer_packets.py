@@ -6,11 +6,16 @@ then on both sides send, one-way and in order, the six words of
 :mod:`chute.core.model.cluster`: ``PeerResume`` first, then ``PeerHandover``,
 ``PeerConfirm``, ``PeerRefuse``, ``PeerRelease`` and ``PeerDemand``. A hand-over's key
 is ``(run, n)``; a list of keys travels as ``count u32``, then ``s16 run | u64 n`` each.
+``PeerHandovers`` carries several hand-overs of one run in one packet (what a node hands
+over in one turn of its loop, received and stored as one); ``PeerHandover`` carries one.
 
 Bytes::
 
     PeerHandover  run s16 | n u64 | address s16 | delivery_count u32 | redelivered u8
                   | timestamp i64 | expiration i64 | content (to the end)
+    PeerHandovers run s16 | count u32, then per hand-over: n u64 | address s16
+                  | delivery_count u32 | redelivered u8 | timestamp i64 | expiration i64
+                  | size u32 | content (size bytes)
     PeerResume    keys | count u32, then per demand: address s16 | selectors
     PeerDemand    address s16 | selectors
     selectors     count u32, then o32 each (absent: a consumer without a selector)
@@ -38,6 +43,7 @@ _U32: Final = struct.Struct(">I")
 _U8: Final = struct.Struct(">B")
 _N: Final = struct.Struct(">Q")
 _HANDOVER: Final = struct.Struct(">QIBqq")  # n | delivery_count | redelivered | ts | exp
+_HANDED: Final = struct.Struct(">IBqq")  # delivery_count | redelivered | ts | exp
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +65,14 @@ class PeerHandover:
     delivery_count: int
     redelivered: bool
     message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class PeerHandovers:
+    """Several hand-overs of run ``run``, as ``PeerHandover`` packets of it, in order."""
+
+    run: str
+    handovers: tuple[PeerHandover, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +189,38 @@ def decode_handover(
     n, count, redelivered, ts, exp = r.fixed(_HANDOVER)
     message = decode_content(data, r.pos, len(data), max_properties, ts, exp)
     return PeerHandover(run, n, address, count, as_bool(redelivered), message)
+
+
+def encode_handovers(packet: PeerHandovers) -> tuple[int, int, bytes]:
+    parts = [_text(packet.run), _U32.pack(len(packet.handovers))]
+    for h in packet.handovers:
+        m = h.message
+        content = m.encoded if m.encoded is not None else encode_content(m)
+        head = _HANDOVER.pack(h.n, h.delivery_count, h.redelivered, m.timestamp, m.expiration)
+        parts += (head[:8], _text(h.address), head[8:], _U32.pack(len(content)), content)
+    return 0, 0, b"".join(parts)
+
+
+def decode_handovers(
+    data: bytes, start: int, end: int, header: Any, max_properties: int
+) -> PeerHandovers:
+    data = data[start:end]
+    r = _Reader(data, 0)
+    run = r.text()
+    out: list[PeerHandover] = []
+    for _ in range(r.count(_HANDOVER.size + 6)):
+        n = r.fixed(_N)
+        address = r.text()
+        count, redelivered, ts, exp = r.fixed(_HANDED)
+        size = r.fixed(_U32)
+        stop = r.pos + size
+        if stop > len(data):
+            raise malformed("a hand-over overruns the packet")
+        message = decode_content(data, r.pos, stop, max_properties, ts, exp)
+        r.pos = stop
+        out.append(PeerHandover(run, n, address, count, as_bool(redelivered), message))
+    r.end("PeerHandovers")
+    return PeerHandovers(run, tuple(out))
 
 
 def encode_keys(packet: PeerConfirm | PeerRefuse | PeerRelease) -> tuple[int, int, bytes]:

@@ -72,6 +72,7 @@ again once they are down to half)."""
 PEER_PACKETS: Final = (
     p.PeerResume,
     p.PeerHandover,
+    p.PeerHandovers,
     p.PeerConfirm,
     p.PeerRefuse,
     p.PeerRelease,
@@ -117,6 +118,15 @@ KEY_BYTES: Final = 24
 """What one key of a gathered confirm or release counts for in a link's backlog (about
 its encoded size)."""
 
+MAX_BATCHED_HANDOVERS: Final = 1024
+"""The most hand-overs one PeerHandovers gathers while it waits for a sync."""
+
+MAX_BATCHED_BYTES: Final = 1 << 20
+"""The most bytes of messages one PeerHandovers gathers (it may pass it by one message)."""
+
+HANDOVER_BYTES: Final = 64
+"""What one hand-over counts for in a link's backlog besides its message's size."""
+
 
 class _Batch:
     """Confirms (or releases) waiting behind a sync, one after the other: they go as one
@@ -130,6 +140,25 @@ class _Batch:
 
     def encode(self) -> bytes:
         return encode_packet(self.kind(tuple(self.keys)), version=p.PEER_VERSION)
+
+
+class _Handovers:
+    """Hand-overs of one run waiting behind a sync, one after the other: they go as one
+    ``PeerHandovers`` (a ``PeerHandover`` if alone), which the other node stores in one
+    commit and confirms in one confirm."""
+
+    __slots__ = ("items", "run", "size")
+
+    def __init__(self, first: p.PeerHandover) -> None:
+        self.run = first.run
+        self.items = [first]
+        self.size = first.message.size + HANDOVER_BYTES
+
+    def encode(self) -> bytes:
+        if len(self.items) == 1:
+            return encode_packet(self.items[0], version=p.PEER_VERSION)
+        packet = p.PeerHandovers(self.run, tuple(self.items))
+        return encode_packet(packet, version=p.PEER_VERSION)
 
 
 def _reads(reading: bool) -> None:
@@ -154,7 +183,7 @@ class PeerLink:
         self.close = close
         self.reading = reading
         self.bound = bound
-        self.pending: list[bytes | _Batch] = []  # b"": a demand replaced by a later one
+        self.pending: list[bytes | _Batch | _Handovers] = []  # b"": a demand replaced
         self.backlog = 0  # bytes in pending
         self.flushed = 0  # packets that left pending so far (pending[0]'s number)
         self.demands: dict[str, int] = {}  # address -> the number of its demand held
@@ -190,6 +219,25 @@ class PeerLink:
             self.pending.append(_Batch(kind, keys))
         self._grew(len(keys) * KEY_BYTES)
 
+    def hold_handover(self, packet: p.PeerHandover) -> None:
+        """Keep a hand-over until a sync lets it go: joined to the hand-overs right before it
+        when those are not yet covered by the sync asked for (as :meth:`hold_keys`)."""
+        last = self.pending[-1] if len(self.pending) > self.covered else None
+        if (
+            isinstance(last, _Handovers)
+            and last.run == packet.run
+            and len(last.items) < MAX_BATCHED_HANDOVERS
+            and last.size < MAX_BATCHED_BYTES
+        ):
+            last.items.append(packet)
+            size = packet.message.size + HANDOVER_BYTES
+            last.size += size
+        else:
+            last = _Handovers(packet)
+            self.pending.append(last)
+            size = last.size
+        self._grew(size)
+
     def _grew(self, size: int) -> None:
         self.backlog += size
         if not self.paused and self.backlog > self.bound:
@@ -206,6 +254,9 @@ class PeerLink:
         for item in items:
             if isinstance(item, _Batch):
                 self.backlog -= len(item.keys) * KEY_BYTES
+                data.append(item.encode())
+            elif isinstance(item, _Handovers):
+                self.backlog -= item.size
                 data.append(item.encode())
             elif item:
                 self.backlog -= len(item)
@@ -225,6 +276,16 @@ def _keys(keys: Sequence[HandoverKey]) -> Keys:
 
 def _handover_keys(keys: Keys) -> list[HandoverKey]:
     return [HandoverKey(run, n) for run, n in keys]
+
+
+def _handover(packet: p.PeerHandover) -> Handover:
+    return Handover(
+        HandoverKey(packet.run, packet.n),
+        packet.address,
+        packet.message,
+        packet.delivery_count,
+        packet.redelivered,
+    )
 
 
 class PeerLinks:
@@ -276,7 +337,12 @@ class PeerLinks:
             handover.redelivered,
             handover.message,
         )
-        self._send(peer, packet, durable=True)
+        link = self.links.get(peer)
+        if link is None:
+            return  # down: the cluster sends it again when the link is up
+        link.hold_handover(packet)
+        link.durable = len(link.pending)
+        self._sync(link)
 
     def send_confirm(self, peer: str, keys: Sequence[HandoverKey]) -> None:
         self._send_keys(peer, p.PeerConfirm, keys)
@@ -438,14 +504,9 @@ class PeerLinks:
         """A packet arrived on ``link``."""
         cluster, name = self.cluster, link.name
         if isinstance(packet, p.PeerHandover):
-            handover = Handover(
-                HandoverKey(packet.run, packet.n),
-                packet.address,
-                packet.message,
-                packet.delivery_count,
-                packet.redelivered,
-            )
-            cluster.on_handover(name, handover)
+            cluster.on_handover(name, _handover(packet))
+        elif isinstance(packet, p.PeerHandovers):
+            cluster.on_handovers(name, [_handover(h) for h in packet.handovers])
         elif isinstance(packet, p.PeerConfirm):
             cluster.on_confirm(name, _handover_keys(packet.keys))
         elif isinstance(packet, p.PeerRefuse):

@@ -186,9 +186,28 @@ def out_record(handover: Handover, queue: str, seq: int) -> Message:
     )
 
 
-def in_record(key: HandoverKey) -> Message:
-    """The in ledger's record of a hand-over received and stored."""
-    return Message(properties={"run": key.run, "n": key.n})
+def in_record(keys: Sequence[HandoverKey]) -> Message:
+    """The in ledger's record of hand-overs received and stored in one commit (``keys``,
+    not empty): the first key's run and number, then the numbers of all, in the body."""
+    first = keys[0]
+    body = ""
+    if len(keys) > 1:
+        same = all(k.run == first.run for k in keys)
+        body = " ".join(str(k.n) if same else f"{k.run}:{k.n}" for k in keys)
+    return Message(body=body.encode(), properties={"run": first.run, "n": first.n})
+
+
+def record_keys(record: Message) -> list[HandoverKey]:
+    """The keys an in ledger's record names (:func:`in_record`)."""
+    if not record.body:
+        return [record_key(record)]
+    text = record.body.decode()
+    run = str(record.properties["run"])
+    keys: list[HandoverKey] = []
+    for word in text.split():
+        other, _, n = word.rpartition(":")
+        keys.append(HandoverKey(other or run, int(n)))
+    return keys
 
 
 def record_key(record: Message) -> HandoverKey:

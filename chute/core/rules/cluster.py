@@ -63,6 +63,7 @@ from chute.core.model.cluster import (
     peer_of,
     peer_subscription_key,
     record_key,
+    record_keys,
     union_selector,
     union_text,
 )
@@ -127,6 +128,7 @@ class _Peer:
         self.next_n = 1
         self.in_doubt: dict[HandoverKey, _Sent] = {}
         self.received: dict[HandoverKey, int] = {}  # key -> in ledger record (0: none)
+        self.keys_of: dict[int, int] = {}  # in ledger record -> its keys not yet released
         self.consumers: dict[str, BrokerConsumer] = {}  # address -> its peer consumer
         self.wants: set[str] = set()  # the addresses it announced demand for
 
@@ -494,44 +496,70 @@ class Cluster:
     # -- receiving -------------------------------------------------------------------
 
     def on_handover(self, name: str, handover: Handover) -> None:
-        """A hand-over from ``name``: stored (with its key, atomically) and confirmed, or
-        confirmed again if it came before, or refused if its queue is full."""
+        """A hand-over from ``name``: :meth:`on_handovers` of one."""
+        self.on_handovers(name, [handover])
+
+    def on_handovers(self, name: str, handovers: Sequence[Handover]) -> None:
+        """Hand-overs from ``name``, in order: each stored (with its key), or confirmed again
+        if it came before, or refused if its queue is full or cannot be. Those stored are
+        stored in one atomic commit (their messages and the in ledger's records of their
+        keys), then confirmed in one confirm."""
         peer = self._peer(name)
-        key = handover.key
-        if key in peer.received:
-            self.port.send_confirm(name, [key])
-            return
+        host = self.host
+        confirmed: list[HandoverKey] = []
+        refused: list[HandoverKey] = []
+        recorded: list[HandoverKey] = []  # stored in the journal: their keys recorded too
+        with host.atomically():
+            for handover in handovers:
+                key = handover.key
+                if key in peer.received:
+                    confirmed.append(key)
+                    continue
+                stored = self._store(name, handover)
+                if stored is None:
+                    refused.append(key)
+                    continue
+                peer.received[key] = 0
+                confirmed.append(key)
+                if stored:
+                    recorded.append(key)
+            if recorded:
+                record = peer.received_ledger.record(host.store, in_record(recorded))
+                peer.keys_of[record] = len(recorded)
+                for key in recorded:
+                    peer.received[key] = record
+        if refused:
+            self.port.send_refuse(name, refused)
+        if confirmed:
+            self.port.send_confirm(name, confirmed)
+
+    def _store(self, name: str, handover: Handover) -> bool | None:
+        """Place ``handover`` on its queue (inside the caller's atomic commit): whether its
+        message went to the store, or None if refused."""
+        host = self.host
         try:
-            dest = self.host.destination(handover.address, create=True)
+            dest = host.destination(handover.address, create=True)
         except ChuteError as exc:
             log.warning("refused node %s's message for %s: %s", name, handover.address, exc)
-            self.port.send_refuse(name, [key])
-            return
+            return None
         if not isinstance(dest, QueueChannel | Topic | Stream):
             log.warning("refused node %s's message for %s: not a queue or topic", name, dest)
-            self.port.send_refuse(name, [key])
-            return
-        host = self.host
-        with host.atomically():
-            try:
-                route = host.route(dest, handover.message, arrived=True)
-            except (WouldBlock, DestinationFull):
-                address = dest.address  # a subscription's room frees its topic's address
-                host.wait_for_room(address, lambda: self._room_again(name, address))
-                self.port.send_refuse(name, [key])
-                return
-            record = 0
-            if route.record is not None:
-                host.store.add(route.record)
-                record = peer.received_ledger.record(host.store, in_record(key))
-            for queue, entry in route.placements:
-                entry.delivery_count = handover.delivery_count
-                entry.redelivered = handover.redelivered
-                if handover.delivery_count and queue.durable and entry.message.persistent:
-                    host.store.delivered(queue.name, entry.seq, handover.delivery_count)
-            host.place(route)
-        peer.received[key] = record
-        self.port.send_confirm(name, [key])
+            return None
+        try:
+            route = host.route(dest, handover.message, arrived=True)
+        except (WouldBlock, DestinationFull):
+            address = dest.address  # a subscription's room frees its topic's address
+            host.wait_for_room(address, lambda: self._room_again(name, address))
+            return None
+        if route.record is not None:
+            host.store.add(route.record)
+        for queue, entry in route.placements:
+            entry.delivery_count = handover.delivery_count
+            entry.redelivered = handover.redelivered
+            if handover.delivery_count and queue.durable and entry.message.persistent:
+                host.store.delivered(queue.name, entry.seq, handover.delivery_count)
+        host.place(route)
+        return route.record is not None
 
     def _room_again(self, name: str, address: str) -> None:
         """A queue (a topic's subscription) that refused a hand-over has room: announce
@@ -547,7 +575,11 @@ class Cluster:
         for key in keys:
             record = peer.received.pop(key, None)
             if record:
-                peer.received_ledger.erase(self.host.store, record)
+                left = peer.keys_of.pop(record, 1) - 1
+                if left > 0:
+                    peer.keys_of[record] = left
+                else:
+                    peer.received_ledger.erase(self.host.store, record)
 
     def on_resume(self, name: str, keys: Sequence[HandoverKey], demands: Sequence[Demand]) -> None:
         """``name``'s link came up: it may send again only ``keys`` (forget the rest), and
@@ -573,7 +605,10 @@ class Cluster:
                 peer = self._peer(name[len(IN_PREFIX) :])
                 ledger = peer.received_ledger
                 for item in records:
-                    peer.received[record_key(item.message)] = item.seq
+                    keys = record_keys(item.message)
+                    peer.keys_of[item.seq] = len(keys)
+                    for key in keys:
+                        peer.received[key] = item.seq
             elif name.startswith(OUT_PREFIX):
                 peer = self._peer(name[len(OUT_PREFIX) :])
                 ledger = peer.out

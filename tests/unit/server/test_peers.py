@@ -150,3 +150,25 @@ def test_confirms_waiting_for_a_sync_go_as_one_packet_never_under_an_earlier_syn
         p.PeerConfirm((("s", 2), ("s", 3))),
         p.PeerRelease((("s", 4),)),
     ]
+
+
+def test_handovers_waiting_for_a_sync_go_as_one_packet_never_under_an_earlier_sync(
+    host: Host,
+) -> None:
+    host, links, wire = linked(host)
+    links.send_handover("b", handover(1))  # the sync asked for covers this one
+    links.send_handover("b", handover(2))  # recorded after: waits for the next
+    links.send_handover("b", handover(3))  # joins it
+    links.send_confirm("b", [HandoverKey("s", 1)])  # another kind: a packet of its own
+    links.send_handover("b", handover(4))  # after it: a packet of its own
+    assert len(host.waiting) == 1
+    host.sync()
+    assert wire.packets() == [p.PeerHandover]  # one alone goes as a PeerHandover
+    host.sync()
+    codec = wire.codec
+    first = codec.next_packet()
+    assert not isinstance(first, NeedData)
+    assert isinstance(first[1], p.PeerHandovers)
+    assert [h.n for h in first[1].handovers] == [2, 3]
+    assert [h.message.body for h in first[1].handovers] == [b"x", b"x"]
+    assert wire.packets() == [p.PeerConfirm, p.PeerHandover]
