@@ -619,9 +619,9 @@ class Cluster:
             ledger.defined = True
             ledger.next_seq = max(ledger.next_seq, next_seq, *(r.seq + 1 for r in records))
         host.ledgers.clear()
-        for key in [k for k in host.subscriptions if peer_of(k) is not None]:
-            sub = host.subscriptions[key]
-            peer = self._peer(peer_of(key) or "")
+        for sub_key in [k for k in host.subscriptions if peer_of(k) is not None]:
+            sub = host.subscriptions[sub_key]
+            peer = self._peer(peer_of(sub_key) or "")
             peer.wants.add(sub.address)
             if sub.address not in peer.consumers:
                 sub.attach(self._peer_consumer(peer, sub))

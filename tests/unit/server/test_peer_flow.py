@@ -18,7 +18,8 @@ from chute.message import Message
 from chute.protocol import packets as p
 from chute.protocol.wire import encode_packet
 from chute.sansio import NeedData
-from chute.server.peers import PeerLinks, _Dialed
+from chute.server.peers import PeerLinks
+from chute.server.peers_dial import _Dialed
 from chute.store.memory import MemoryStore
 
 from .test_peers import Host, Wire
