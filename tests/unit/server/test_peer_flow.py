@@ -52,6 +52,8 @@ def test_a_link_whose_store_lags_stops_reading_and_holds_a_bounded_backlog(host:
         while incoming and not (reading and reading[-1] is False):
             links.received(link, incoming.pop(0))
             most = max(most, link.backlog)
+        if not incoming and reading[-1] is True:
+            break  # the last few fit under the bound
         assert reading[-1] is False, "the link never stopped reading"
         while reading[-1] is False:  # the store catches up, a sync at a time
             assert len(host.waiting) == 1
