@@ -43,7 +43,8 @@ _U32: Final = struct.Struct(">I")
 _U8: Final = struct.Struct(">B")
 _N: Final = struct.Struct(">Q")
 _HANDOVER: Final = struct.Struct(">QIBqq")  # n | delivery_count | redelivered | ts | exp
-_HANDED: Final = struct.Struct(">IBqq")  # delivery_count | redelivered | ts | exp
+_KEY_HEAD: Final = struct.Struct(">QH")  # n | the address's length
+_FIELDS: Final = struct.Struct(">IBqqI")  # delivery_count | redelivered | ts | exp | size
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +142,27 @@ class _Reader:
         return n
 
     def keys(self) -> Keys:
-        return tuple((self.text(), self.fixed(_N)) for _ in range(self.count(10)))
+        count = self.count(10)
+        data, pos, size = self.data, self.pos, len(self.data)
+        unpack_len, unpack_n = _U16.unpack_from, _N.unpack_from
+        runs: dict[bytes, str] = {}  # the keys of one packet mostly share their run
+        out: list[tuple[str, int]] = []
+        for _ in range(count):
+            if pos + 2 > size:
+                raise malformed("a key overruns the packet")
+            (length,) = unpack_len(data, pos)
+            stop = pos + 2 + length
+            if stop + 8 > size:
+                raise malformed("a key overruns the packet")
+            raw = data[pos + 2 : stop]
+            run = runs.get(raw)
+            if run is None:
+                run = runs[raw] = raw.decode()
+            (n,) = unpack_n(data, stop)
+            out.append((run, n))
+            pos = stop + 8
+        self.pos = pos
+        return tuple(out)
 
     def selectors(self) -> Selectors:
         out: list[str | None] = []
@@ -193,11 +214,20 @@ def decode_handover(
 
 def encode_handovers(packet: PeerHandovers) -> tuple[int, int, bytes]:
     parts = [_text(packet.run), _U32.pack(len(packet.handovers))]
+    pack_key, pack_fields = _KEY_HEAD.pack, _FIELDS.pack
+    addresses: dict[str, bytes] = {}
     for h in packet.handovers:
         m = h.message
         content = m.encoded if m.encoded is not None else encode_content(m)
-        head = _HANDOVER.pack(h.n, h.delivery_count, h.redelivered, m.timestamp, m.expiration)
-        parts += (head[:8], _text(h.address), head[8:], _U32.pack(len(content)), content)
+        address = addresses.get(h.address)
+        if address is None:
+            address = addresses[h.address] = h.address.encode()
+        parts += (
+            pack_key(h.n, len(address)),
+            address,
+            pack_fields(h.delivery_count, h.redelivered, m.timestamp, m.expiration, len(content)),
+            content,
+        )
     return 0, 0, b"".join(parts)
 
 
@@ -207,18 +237,29 @@ def decode_handovers(
     data = data[start:end]
     r = _Reader(data, 0)
     run = r.text()
+    count = r.count(_KEY_HEAD.size + _FIELDS.size)
+    pos = r.pos
+    size = len(data)
     out: list[PeerHandover] = []
-    for _ in range(r.count(_HANDOVER.size + 6)):
-        n = r.fixed(_N)
-        address = r.text()
-        count, redelivered, ts, exp = r.fixed(_HANDED)
-        size = r.fixed(_U32)
-        stop = r.pos + size
-        if stop > len(data):
+    unpack_key, unpack_fields = _KEY_HEAD.unpack_from, _FIELDS.unpack_from
+    for _ in range(count):
+        if pos + _KEY_HEAD.size > size:
             raise malformed("a hand-over overruns the packet")
-        message = decode_content(data, r.pos, stop, max_properties, ts, exp)
-        r.pos = stop
-        out.append(PeerHandover(run, n, address, count, as_bool(redelivered), message))
+        n, length = unpack_key(data, pos)
+        pos += _KEY_HEAD.size
+        stop = pos + length
+        if stop + _FIELDS.size > size:
+            raise malformed("a hand-over overruns the packet")
+        address = data[pos:stop].decode()
+        delivery_count, redelivered, ts, exp, length = unpack_fields(data, stop)
+        pos = stop + _FIELDS.size
+        stop = pos + length
+        if stop > size:
+            raise malformed("a hand-over overruns the packet")
+        message = decode_content(data, pos, stop, max_properties, ts, exp)
+        pos = stop
+        out.append(PeerHandover(run, n, address, delivery_count, as_bool(redelivered), message))
+    r.pos = pos
     r.end("PeerHandovers")
     return PeerHandovers(run, tuple(out))
 
