@@ -12,6 +12,7 @@ import pytest
 from chute.config import ServerConfig
 from chute.config.sections import ClusterSettings
 from chute.core.model.cluster import Demand, Handover, HandoverKey
+from chute.core.model.queue import QueueChannel
 from chute.core.model.settings import SettingsResolver
 from chute.core.rules.broker import Broker
 from chute.core.rules.cluster import Cluster
@@ -172,3 +173,24 @@ def test_handovers_waiting_for_a_sync_go_as_one_packet_never_under_an_earlier_sy
     assert [h.n for h in first[1].handovers] == [2, 3]
     assert [h.message.body for h in first[1].handovers] == [b"x", b"x"]
     assert wire.packets() == [p.PeerConfirm, p.PeerHandover]
+
+
+def test_handovers_received_in_one_packet_are_confirmed_in_one(host: Host) -> None:
+    host, links, wire = linked(host)
+    link = links.links["b"]
+    packet = p.PeerHandovers(
+        "s",
+        tuple(
+            p.PeerHandover("s", n, "queue:q", 0, False, Message.create(b"m%d" % n))
+            for n in (1, 2, 3)
+        ),
+    )
+    links.received(link, packet)
+    links.received(link, p.PeerHandover("s", 3, "queue:q", 0, False, Message.create(b"m3")))
+    host.sync()
+    assert received(wire) == [p.PeerConfirm((("s", 1), ("s", 2), ("s", 3)))]
+    host.sync()
+    assert received(wire) == [p.PeerConfirm((("s", 3),))]  # the repeat: confirmed again
+    queue = links.cluster.host.destination("queue:q")
+    assert isinstance(queue, QueueChannel)
+    assert queue.held == 3
