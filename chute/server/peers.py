@@ -102,11 +102,11 @@ class LinkHost(Protocol):
 
 
 def _keys(keys: Sequence[HandoverKey]) -> Keys:
-    return tuple((k.run, k.n) for k in keys)
+    return tuple(keys)  # a HandoverKey is a (run, n) tuple
 
 
 def _handover_keys(keys: Keys) -> list[HandoverKey]:
-    return [HandoverKey(run, n) for run, n in keys]
+    return list(map(HandoverKey._make, keys))
 
 
 def _handover(packet: p.PeerHandover) -> Handover:

@@ -67,12 +67,12 @@ class HandoverKey(NamedTuple):
     n: int
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Handover:
+class Handover(NamedTuple):
     """A message handed to another node, for the queue ``address`` there.
 
     ``delivery_count`` and ``redelivered`` are the message's history on the sending
-    node (a message redistributed after its consumer went away stays flagged)."""
+    node (a message redistributed after its consumer went away stays flagged). A named
+    tuple, as :class:`HandoverKey`: one is made on each side of every hand-over."""
 
     key: HandoverKey
     address: str
