@@ -246,20 +246,27 @@ class PeerLinks:
     def _sync(self, link: PeerLink) -> None:
         if link.syncing:
             return
-        link.syncing = True
-        covered = link.covered = link.durable
+        link.syncing = link.open = True
+        link.covered = link.durable
         server = self.server
+
+        def seal() -> None:
+            # the sync starts: it covers every record told the store so far, so every
+            # packet held so far; what is held from now on waits for the next
+            link.open = False
+            link.covered = link.durable
 
         def synced(error: BaseException | None) -> None:  # maybe on the store's thread
             if threading.get_ident() == server.loop_thread:
-                self._synced(link, covered, error)
+                self._synced(link, error)
             elif not server.loop.is_closed():
-                server.loop.call_soon_threadsafe(self._synced, link, covered, error)
+                server.loop.call_soon_threadsafe(self._synced, link, error)
 
-        server.request_sync(synced)
+        server.request_sync(synced, seal)
 
-    def _synced(self, link: PeerLink, covered: int, error: BaseException | None) -> None:
-        link.syncing = False
+    def _synced(self, link: PeerLink, error: BaseException | None) -> None:
+        covered = link.covered
+        link.syncing = link.open = False
         link.covered = 0
         if link.closed:
             return

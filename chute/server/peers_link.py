@@ -7,8 +7,10 @@ and writes them in one write once the store answers; packets that follow no such
 packet go out at once. While they wait, hand-overs one after the other join into one
 ``PeerHandovers`` (the other node stores them in one commit and confirms them in one
 confirm), confirms into one ``PeerConfirm`` and releases into one ``PeerRelease``, and
-a demand replaces the one held for its address; never joining what the sync asked
-for covers with what came after it (that may not be on disk when the sync is done).
+a demand replaces the one held for its address. A sync asked for covers what is held
+when it starts (its seal: the loop's turn ended), so one packet of each kind per turn;
+what comes once it started never joins what it covers (that may not be on disk when
+it is done) and waits for the next.
 A link stops its transport's reading while what it holds passes its bound
 (:data:`LINK_BACKLOG`), and reads again once that is down to half.
 """
@@ -115,6 +117,7 @@ class PeerLink:
         self.durable = 0  # pending[:durable] may go once a sync covers them
         self.covered = 0  # pending[:covered] go once the sync asked for is done
         self.syncing = False
+        self.open = False  # a sync is asked for, not yet started: what is held joins it
         self.closed = False
 
     def hold(self, data: bytes, demand: str | None = None) -> None:
@@ -134,9 +137,9 @@ class PeerLink:
 
     def hold_keys(self, kind: type[p.PeerConfirm | p.PeerRelease], keys: Keys) -> None:
         """Keep a confirm or release until a sync lets it go: joined to the same kind of
-        packet right before it when that one is not yet covered by the sync asked for
+        packet right before it when that one is not covered by a sync already started
         (what this one says may not be on disk when that sync is done)."""
-        last = self.pending[-1] if len(self.pending) > self.covered else None
+        last = self._open_last()
         if isinstance(last, _Batch) and last.kind is kind and len(last.keys) < MAX_BATCHED_KEYS:
             last.keys.extend(keys)
         else:
@@ -145,8 +148,8 @@ class PeerLink:
 
     def hold_handover(self, packet: p.PeerHandover) -> None:
         """Keep a hand-over until a sync lets it go: joined to the hand-overs right before it
-        when those are not yet covered by the sync asked for (as :meth:`hold_keys`)."""
-        last = self.pending[-1] if len(self.pending) > self.covered else None
+        when those are not covered by a sync already started (as :meth:`hold_keys`)."""
+        last = self._open_last()
         if (
             isinstance(last, _Handovers)
             and last.run == packet.run
@@ -161,6 +164,13 @@ class PeerLink:
             self.pending.append(last)
             size = last.size
         self._grew(size)
+
+    def _open_last(self) -> bytes | _Batch | _Handovers | None:
+        """The last packet held, if what is held now may join it: no sync covering it
+        started yet (one asked for and not started covers what joins it too)."""
+        if self.pending and (self.open or len(self.pending) > self.covered):
+            return self.pending[-1]
+        return None
 
     def _grew(self, size: int) -> None:
         self.backlog += size
