@@ -11,7 +11,8 @@ message, the queue it goes to on the other node (never routed again there), and 
 
 Store-and-forward (Guaranteed Delivery): the sending node records the hand-over in
 its *out* :class:`Ledger` for that node before it sends it; the receiving node stores
-the message and records the key in its *in* ledger in one atomic commit, and
+the message and records the key in its *in* ledger in one atomic commit (hand-overs
+that arrive together: their messages and one record naming all their keys), and
 confirms once that is durable; the sender then removes its copy and its record in
 one atomic commit, and releases the key, which the receiver then forgets. A
 hand-over repeated after a crash or a cut link carries the same key and is
