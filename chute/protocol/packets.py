@@ -75,6 +75,7 @@ from chute.protocol.peer_packets import (
     PeerConfirm,
     PeerDemand,
     PeerHandover,
+    PeerHandovers,
     PeerOpen,
     PeerRefuse,
     PeerRelease,
@@ -174,6 +175,7 @@ class PacketType(enum.IntEnum):
     PEER_DEMAND = 76
     PEER_STREAM_READ = 77
     PEER_STREAM_RECORDS = 78
+    PEER_HANDOVERS = 79
     PEER_STATS_FETCH = 80
     PEER_STATS_PAGE = 81
 
@@ -490,6 +492,7 @@ Packet = (
     | PeerOpen
     | PeerResume
     | PeerHandover
+    | PeerHandovers
     | PeerConfirm
     | PeerRefuse
     | PeerRelease
@@ -545,6 +548,7 @@ __all__ = [
     "PeerConfirm",
     "PeerDemand",
     "PeerHandover",
+    "PeerHandovers",
     "PeerOpen",
     "PeerRefuse",
     "PeerRelease",

@@ -6,11 +6,16 @@ then on both sides send, one-way and in order, the six words of
 :mod:`chute.core.model.cluster`: ``PeerResume`` first, then ``PeerHandover``,
 ``PeerConfirm``, ``PeerRefuse``, ``PeerRelease`` and ``PeerDemand``. A hand-over's key
 is ``(run, n)``; a list of keys travels as ``count u32``, then ``s16 run | u64 n`` each.
+``PeerHandovers`` carries several hand-overs of one run in one packet (what a node hands
+over in one turn of its loop, received and stored as one); ``PeerHandover`` carries one.
 
 Bytes::
 
     PeerHandover  run s16 | n u64 | address s16 | delivery_count u32 | redelivered u8
                   | timestamp i64 | expiration i64 | content (to the end)
+    PeerHandovers run s16 | count u32, then per hand-over: n u64 | address s16
+                  | delivery_count u32 | redelivered u8 | timestamp i64 | expiration i64
+                  | size u32 | content (size bytes)
     PeerResume    keys | count u32, then per demand: address s16 | selectors
     PeerDemand    address s16 | selectors
     selectors     count u32, then o32 each (absent: a consumer without a selector)
@@ -38,6 +43,8 @@ _U32: Final = struct.Struct(">I")
 _U8: Final = struct.Struct(">B")
 _N: Final = struct.Struct(">Q")
 _HANDOVER: Final = struct.Struct(">QIBqq")  # n | delivery_count | redelivered | ts | exp
+_KEY_HEAD: Final = struct.Struct(">QH")  # n | the address's length
+_FIELDS: Final = struct.Struct(">IBqqI")  # delivery_count | redelivered | ts | exp | size
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +66,14 @@ class PeerHandover:
     delivery_count: int
     redelivered: bool
     message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class PeerHandovers:
+    """Several hand-overs of run ``run``, as ``PeerHandover`` packets of it, in order."""
+
+    run: str
+    handovers: tuple[PeerHandover, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +142,27 @@ class _Reader:
         return n
 
     def keys(self) -> Keys:
-        return tuple((self.text(), self.fixed(_N)) for _ in range(self.count(10)))
+        count = self.count(10)
+        data, pos, size = self.data, self.pos, len(self.data)
+        unpack_len, unpack_n = _U16.unpack_from, _N.unpack_from
+        runs: dict[bytes, str] = {}  # the keys of one packet mostly share their run
+        out: list[tuple[str, int]] = []
+        for _ in range(count):
+            if pos + 2 > size:
+                raise malformed("a key overruns the packet")
+            (length,) = unpack_len(data, pos)
+            stop = pos + 2 + length
+            if stop + 8 > size:
+                raise malformed("a key overruns the packet")
+            raw = data[pos + 2 : stop]
+            run = runs.get(raw)
+            if run is None:
+                run = runs[raw] = raw.decode()
+            (n,) = unpack_n(data, stop)
+            out.append((run, n))
+            pos = stop + 8
+        self.pos = pos
+        return tuple(out)
 
     def selectors(self) -> Selectors:
         out: list[str | None] = []
@@ -175,6 +210,58 @@ def decode_handover(
     n, count, redelivered, ts, exp = r.fixed(_HANDOVER)
     message = decode_content(data, r.pos, len(data), max_properties, ts, exp)
     return PeerHandover(run, n, address, count, as_bool(redelivered), message)
+
+
+def encode_handovers(packet: PeerHandovers) -> tuple[int, int, bytes]:
+    parts = [_text(packet.run), _U32.pack(len(packet.handovers))]
+    pack_key, pack_fields = _KEY_HEAD.pack, _FIELDS.pack
+    addresses: dict[str, bytes] = {}
+    for h in packet.handovers:
+        m = h.message
+        content = m.encoded if m.encoded is not None else encode_content(m)
+        address = addresses.get(h.address)
+        if address is None:
+            address = addresses[h.address] = h.address.encode()
+        parts += (
+            pack_key(h.n, len(address)),
+            address,
+            pack_fields(h.delivery_count, h.redelivered, m.timestamp, m.expiration, len(content)),
+            content,
+        )
+    return 0, 0, b"".join(parts)
+
+
+def decode_handovers(
+    data: bytes, start: int, end: int, header: Any, max_properties: int
+) -> PeerHandovers:
+    data = data[start:end]
+    r = _Reader(data, 0)
+    run = r.text()
+    count = r.count(_KEY_HEAD.size + _FIELDS.size)
+    pos = r.pos
+    size = len(data)
+    out: list[PeerHandover] = []
+    unpack_key, unpack_fields = _KEY_HEAD.unpack_from, _FIELDS.unpack_from
+    for _ in range(count):
+        if pos + _KEY_HEAD.size > size:
+            raise malformed("a hand-over overruns the packet")
+        n, length = unpack_key(data, pos)
+        pos += _KEY_HEAD.size
+        stop = pos + length
+        if stop + _FIELDS.size > size:
+            raise malformed("a hand-over overruns the packet")
+        address = data[pos:stop].decode()
+        delivery_count, redelivered, ts, exp, length = unpack_fields(data, stop)
+        pos = stop + _FIELDS.size
+        stop = pos + length
+        if stop > size:
+            raise malformed("a hand-over overruns the packet")
+        message = decode_content(data, pos, stop, max_properties, ts, exp)
+        pos = stop
+        out.append(PeerHandover(run, n, address, delivery_count, as_bool(redelivered), message))
+    r.pos = pos
+    r.end("PeerHandovers")
+    return PeerHandovers(run, tuple(out))
 
 
 def encode_keys(packet: PeerConfirm | PeerRefuse | PeerRelease) -> tuple[int, int, bytes]:

@@ -475,6 +475,9 @@ def _build_table() -> dict[int, Codec]:
     table[PacketType.PEER_HANDOVER] = Codec(
         PacketType.PEER_HANDOVER, peer.PeerHandover, peer.encode_handover, peer.decode_handover
     )
+    table[PacketType.PEER_HANDOVERS] = Codec(
+        PacketType.PEER_HANDOVERS, peer.PeerHandovers, peer.encode_handovers, peer.decode_handovers
+    )
     for tag, cls in (
         (PacketType.PEER_CONFIRM, peer.PeerConfirm),
         (PacketType.PEER_REFUSE, peer.PeerRefuse),

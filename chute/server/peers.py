@@ -14,11 +14,12 @@ up to 5 s, with jitter), as it does after a lost link; it stops when the other n
 leaves the cluster.
 
 The PeerPort's contract: a hand-over, a confirm or a release goes out only once every
-record the store was told so far is durable. A link queues such a packet and what
-follows it (the order on a link is the order of the calls) behind a sync request
-(``ServerHost.request_sync``), and writes them once the store answers; packets that
-follow no such packet go out at once. A failed sync closes the link (what was in
-doubt is sent again, with the same keys, when it is up again).
+record the store was told so far is durable. A link (:class:`~chute.server.peers_link.PeerLink`)
+holds such a packet and what follows it (the order on a link is the order of the
+calls); this module asks the store for a sync (``ServerHost.request_sync``) and lets
+the link write them once the store answers; packets that follow no such packet go out
+at once. A failed sync closes the link (what was in doubt is sent again, with the same
+keys, when it is up again). The dialing side of a link: :mod:`chute.server.peers_dial`.
 
 Flow control: the core's windows (hand-overs unconfirmed per peer consumer, and per
 link over all of them: :mod:`chute.core.rules.cluster_window`) bound what one node has
@@ -33,23 +34,21 @@ only the last per address (consumers that come and go meanwhile cost one packet)
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import ssl
 import threading
-import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Final, Protocol, cast
+from typing import TYPE_CHECKING, Final, Protocol
 
 from chute.core.model.cluster import Demand, Handover, HandoverKey
 from chute.errors import AccessDenied, ChuteError, RemoteProtocolError
 from chute.protocol import packets as p
-from chute.protocol.codec import PacketCodec
 from chute.protocol.peer_packets import Keys
 from chute.protocol.wire import encode_packet
-from chute.sansio import NeedData
 from chute.server.cluster_stats import ClusterStats
+from chute.server.peers_dial import _Dialed
+from chute.server.peers_link import LINK_BACKLOG, PeerLink, PeerRefused, always_reads
 
 if TYPE_CHECKING:
     from chute.config import ServerConfig
@@ -58,20 +57,19 @@ if TYPE_CHECKING:
     from chute.core.rules.cluster_streams import ClusterStreams
     from chute.message import Message
 
+__all__ = ["PEER_PACKETS", "LinkHost", "PeerLink", "PeerLinks", "PeerRefused"]
+
 log = logging.getLogger("chute.cluster")
 
 BACKOFF_MIN: Final = 0.1
 BACKOFF_MAX: Final = 5.0
 OPEN_TIMEOUT: Final = 5.0
 """Seconds a dialed node has to answer Connect and PeerOpen."""
-LINK_BACKLOG: Final = 1 << 20
-"""Bytes a link may hold waiting for the store's sync before it stops reading (it reads
-again once they are down to half)."""
-
 
 PEER_PACKETS: Final = (
     p.PeerResume,
     p.PeerHandover,
+    p.PeerHandovers,
     p.PeerConfirm,
     p.PeerRefuse,
     p.PeerRelease,
@@ -82,12 +80,6 @@ PEER_PACKETS: Final = (
     p.PeerStatsPage,
 )
 """What a link carries once open."""
-
-
-class PeerRefused(ChuteError):
-    """The other node refused the link (its answer says why)."""
-
-    code = "peer-refused"
 
 
 class LinkHost(Protocol):
@@ -109,122 +101,22 @@ class LinkHost(Protocol):
     ) -> None: ...
 
 
-MAX_BATCHED_KEYS: Final = 4096
-"""The most keys one PeerConfirm or PeerRelease gathers while it waits for a sync."""
-
-
-KEY_BYTES: Final = 24
-"""What one key of a gathered confirm or release counts for in a link's backlog (about
-its encoded size)."""
-
-
-class _Batch:
-    """Confirms (or releases) waiting behind a sync, one after the other: they go as one
-    packet of all their keys."""
-
-    __slots__ = ("keys", "kind")
-
-    def __init__(self, kind: type[p.PeerConfirm | p.PeerRelease], keys: Keys) -> None:
-        self.kind = kind
-        self.keys = list(keys)
-
-    def encode(self) -> bytes:
-        return encode_packet(self.kind(tuple(self.keys)), version=p.PEER_VERSION)
-
-
-def _reads(reading: bool) -> None:
-    """A link's transport that cannot stop reading (a test's)."""
-
-
-class PeerLink:
-    """One link that is up: writes packets in order, holding what follows a packet that
-    must wait for the store's sync, and stops its transport's reading (``reading(False)``)
-    while that holds more than ``bound`` bytes."""
-
-    def __init__(
-        self,
-        name: str,
-        write: Callable[[bytes], None],
-        close: Callable[[], None],
-        reading: Callable[[bool], None] = _reads,
-        bound: int = LINK_BACKLOG,
-    ) -> None:
-        self.name = name
-        self.write = write
-        self.close = close
-        self.reading = reading
-        self.bound = bound
-        self.pending: list[bytes | _Batch] = []  # b"": a demand replaced by a later one
-        self.backlog = 0  # bytes in pending
-        self.flushed = 0  # packets that left pending so far (pending[0]'s number)
-        self.demands: dict[str, int] = {}  # address -> the number of its demand held
-        self.paused = False  # reading stopped for the backlog
-        self.durable = 0  # pending[:durable] may go once a sync covers them
-        self.covered = 0  # pending[:covered] go once the sync asked for is done
-        self.syncing = False
-        self.closed = False
-
-    def hold(self, data: bytes, demand: str | None = None) -> None:
-        """Keep ``data`` until a sync lets it go; past the bound, stop reading. A demand
-        (of the address ``demand``) replaces the one held for that address, if any: what
-        the other node must know is the last (it goes where the last one was asked)."""
-        if demand is not None:
-            earlier = self.demands.get(demand, -1) - self.flushed
-            if earlier >= 0:
-                replaced = self.pending[earlier]
-                if isinstance(replaced, bytes):
-                    self.backlog -= len(replaced)
-                    self.pending[earlier] = b""
-            self.demands[demand] = self.flushed + len(self.pending)
-        self.pending.append(data)
-        self._grew(len(data))
-
-    def hold_keys(self, kind: type[p.PeerConfirm | p.PeerRelease], keys: Keys) -> None:
-        """Keep a confirm or release until a sync lets it go: joined to the same kind of
-        packet right before it when that one is not yet covered by the sync asked for
-        (what this one says may not be on disk when that sync is done)."""
-        last = self.pending[-1] if len(self.pending) > self.covered else None
-        if isinstance(last, _Batch) and last.kind is kind and len(last.keys) < MAX_BATCHED_KEYS:
-            last.keys.extend(keys)
-        else:
-            self.pending.append(_Batch(kind, keys))
-        self._grew(len(keys) * KEY_BYTES)
-
-    def _grew(self, size: int) -> None:
-        self.backlog += size
-        if not self.paused and self.backlog > self.bound:
-            self.paused = True
-            self.reading(False)
-
-    def flush(self, count: int) -> None:
-        """Write the first ``count`` packets held, in one write; below half the bound,
-        read again."""
-        items = self.pending[:count]
-        del self.pending[:count]
-        self.flushed += count
-        data: list[bytes] = []
-        for item in items:
-            if isinstance(item, _Batch):
-                self.backlog -= len(item.keys) * KEY_BYTES
-                data.append(item.encode())
-            elif item:
-                self.backlog -= len(item)
-                data.append(item)
-        if data:
-            self.write(b"".join(data))
-        if not self.pending:
-            self.demands.clear()
-        if self.paused and self.backlog <= self.bound // 2:
-            self.paused = False
-            self.reading(True)
-
-
 def _keys(keys: Sequence[HandoverKey]) -> Keys:
-    return tuple((k.run, k.n) for k in keys)
+    return tuple(keys)  # a HandoverKey is a (run, n) tuple
 
 
 def _handover_keys(keys: Keys) -> list[HandoverKey]:
-    return [HandoverKey(run, n) for run, n in keys]
+    return list(map(HandoverKey._make, keys))
+
+
+def _handover(packet: p.PeerHandover) -> Handover:
+    return Handover(
+        HandoverKey(packet.run, packet.n),
+        packet.address,
+        packet.message,
+        packet.delivery_count,
+        packet.redelivered,
+    )
 
 
 class PeerLinks:
@@ -276,7 +168,12 @@ class PeerLinks:
             handover.redelivered,
             handover.message,
         )
-        self._send(peer, packet, durable=True)
+        link = self.links.get(peer)
+        if link is None:
+            return  # down: the cluster sends it again when the link is up
+        link.hold_handover(packet)
+        link.durable = len(link.pending)
+        self._sync(link)
 
     def send_confirm(self, peer: str, keys: Sequence[HandoverKey]) -> None:
         self._send_keys(peer, p.PeerConfirm, keys)
@@ -349,20 +246,27 @@ class PeerLinks:
     def _sync(self, link: PeerLink) -> None:
         if link.syncing:
             return
-        link.syncing = True
-        covered = link.covered = link.durable
+        link.syncing = link.open = True
+        link.covered = link.durable
         server = self.server
+
+        def seal() -> None:
+            # the sync starts: it covers every record told the store so far, so every
+            # packet held so far; what is held from now on waits for the next
+            link.open = False
+            link.covered = link.durable
 
         def synced(error: BaseException | None) -> None:  # maybe on the store's thread
             if threading.get_ident() == server.loop_thread:
-                self._synced(link, covered, error)
+                self._synced(link, error)
             elif not server.loop.is_closed():
-                server.loop.call_soon_threadsafe(self._synced, link, covered, error)
+                server.loop.call_soon_threadsafe(self._synced, link, error)
 
-        server.request_sync(synced)
+        server.request_sync(synced, seal)
 
-    def _synced(self, link: PeerLink, covered: int, error: BaseException | None) -> None:
-        link.syncing = False
+    def _synced(self, link: PeerLink, error: BaseException | None) -> None:
+        covered = link.covered
+        link.syncing = link.open = False
         link.covered = 0
         if link.closed:
             return
@@ -387,7 +291,7 @@ class PeerLinks:
         name: str,
         write: Callable[[bytes], None],
         close: Callable[[], None],
-        reading: Callable[[bool], None] = _reads,
+        reading: Callable[[bool], None] = always_reads,
     ) -> PeerLink:
         """A link to ``name`` was opened (dialed or accepted): it replaces any older one.
         ``reading(False)`` stops its transport's reading, ``reading(True)`` resumes it."""
@@ -438,14 +342,9 @@ class PeerLinks:
         """A packet arrived on ``link``."""
         cluster, name = self.cluster, link.name
         if isinstance(packet, p.PeerHandover):
-            handover = Handover(
-                HandoverKey(packet.run, packet.n),
-                packet.address,
-                packet.message,
-                packet.delivery_count,
-                packet.redelivered,
-            )
-            cluster.on_handover(name, handover)
+            cluster.on_handover(name, _handover(packet))
+        elif isinstance(packet, p.PeerHandovers):
+            cluster.on_handovers(name, [_handover(h) for h in packet.handovers])
         elif isinstance(packet, p.PeerConfirm):
             cluster.on_confirm(name, _handover_keys(packet.keys))
         elif isinstance(packet, p.PeerRefuse):
@@ -568,149 +467,3 @@ class PeerLinks:
             transport.close()
             raise
         return protocol.lost
-
-
-class _Dialed(asyncio.Protocol):
-    """The dialing side of a link: Connect, PeerOpen, then the link's packets."""
-
-    def __init__(self, links: PeerLinks, name: str) -> None:
-        self.links = links
-        self.name = name
-        self.codec = PacketCodec(max_packet_size=links.server.config.limits.max_packet_size)
-        self.codec.version = p.PEER_VERSION
-        loop = asyncio.get_running_loop()
-        self.opened: asyncio.Future[None] = loop.create_future()
-        self.lost: asyncio.Future[None] = loop.create_future()
-        self.link: PeerLink | None = None
-        self.transport: asyncio.Transport | None = None
-        self.last_read = self.last_write = time.monotonic()
-        self._every = 0.0  # heart-beats agreed: seconds (0: none)
-        self._beat: asyncio.TimerHandle | None = None
-        self._holds: set[str] = set()  # why it does not read now (none: it reads)
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        settings = self.links.settings
-        connect = p.Connect(
-            min_version=p.PEER_VERSION,
-            max_version=p.PEER_VERSION,
-            client_id=f"chute-node:{self.links.node}",
-            login=settings.user or None,
-            passcode=settings.password or None,
-            heartbeat_ms=self.links.server.config.sessions.heartbeat_ms,
-        )
-        self._write(encode_packet(connect, 1, version=p.PEER_VERSION))
-
-    def _write(self, data: bytes) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(data)
-            self.last_write = time.monotonic()
-
-    def _heartbeat(self) -> None:
-        """Ping after half the agreed time without writing; give the link up after three
-        times that without reading (the other node stopped answering, or the network
-        between the two is cut while etcd still sees both)."""
-        if self.transport is None:
-            return
-        now = time.monotonic()
-        if "backlog" in self._holds:  # its heart-beats wait unread behind this node's store
-            self.last_read = now
-        if now - self.last_read > 3 * self._every:
-            log.warning(
-                "cluster: node %s is silent for %.1f s: closing the link",
-                self.name,
-                now - self.last_read,
-            )
-            self._close()
-            return
-        if now - self.last_write >= self._every / 2:
-            self._write(encode_packet(p.Ping(), version=p.PEER_VERSION))
-        self._beat = asyncio.get_running_loop().call_later(self._every / 2, self._heartbeat)
-
-    def _close(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
-
-    def _hold(self, reason: str, held: bool) -> None:
-        """Stop or resume reading for ``reason``: it reads while no reason holds it."""
-        before = bool(self._holds)
-        if held:
-            self._holds.add(reason)
-        else:
-            self._holds.discard(reason)
-        transport = self.transport
-        if bool(self._holds) is before or transport is None or transport.is_closing():
-            return
-        if self._holds:
-            transport.pause_reading()
-        else:
-            transport.resume_reading()
-
-    def _backlog(self, reading: bool) -> None:
-        self._hold("backlog", not reading)
-
-    def pause_writing(self) -> None:
-        self._hold("write buffer", True)
-
-    def resume_writing(self) -> None:
-        self._hold("write buffer", False)
-
-    def data_received(self, data: bytes) -> None:
-        self.last_read = time.monotonic()
-        try:
-            self.codec.receive_data(data)
-            while True:
-                item = self.codec.next_packet()
-                if isinstance(item, NeedData):
-                    return
-                self._packet(item[1])
-        except (RemoteProtocolError, PeerRefused) as exc:
-            if not self.opened.done():
-                self.opened.set_exception(exc)
-            else:
-                log.warning("cluster: the link to node %s failed: %s", self.name, exc)
-            self._close()
-
-    def _packet(self, packet: object) -> None:
-        links = self.links
-        if isinstance(packet, p.Ping):
-            self._write(encode_packet(p.Pong(), version=p.PEER_VERSION))
-            return
-        if isinstance(packet, p.Pong):
-            return
-        if self.link is not None:
-            if isinstance(packet, p.Error):
-                raise PeerRefused(
-                    f"node {self.name} closed the link: {packet.code}: {packet.reason}"
-                )
-            links.received(self.link, packet)
-            return
-        if isinstance(packet, p.Error):
-            raise PeerRefused(f"refused: {packet.reason} ({packet.code})")
-        if isinstance(packet, p.Connected):
-            self.codec.version = packet.version
-            if packet.heartbeat_ms:
-                self._every = packet.heartbeat_ms / 1000
-                self._beat = asyncio.get_running_loop().call_later(self._every / 2, self._heartbeat)
-            opening = p.PeerOpen(links.cluster_name, links.node)
-            self._write(encode_packet(opening, 2, version=p.PEER_VERSION))
-        elif isinstance(packet, p.Ok):
-            if packet.value != self.name:
-                raise PeerRefused(f"the node at its address is {packet.value!r}, not {self.name!r}")
-            self.link = links.up(self.name, self._write, self._close, self._backlog)
-            self.opened.set_result(None)
-        else:
-            raise RemoteProtocolError(f"unexpected {type(packet).__name__}", "unexpected-packet")
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.transport = None
-        if self._beat is not None:
-            self._beat.cancel()
-        if self.link is not None:
-            self.links.lost(self.link)
-        if not self.opened.done():
-            self.opened.set_exception(ConnectionError(f"node {self.name} closed the connection"))
-        if not self.lost.done():
-            self.lost.set_result(None)
-        with contextlib.suppress(Exception):
-            self.opened.exception()  # retrieved: never "exception was never retrieved"

@@ -11,7 +11,8 @@ message, the queue it goes to on the other node (never routed again there), and 
 
 Store-and-forward (Guaranteed Delivery): the sending node records the hand-over in
 its *out* :class:`Ledger` for that node before it sends it; the receiving node stores
-the message and records the key in its *in* ledger in one atomic commit, and
+the message and records the key in its *in* ledger in one atomic commit (hand-overs
+that arrive together: their messages and one record naming all their keys), and
 confirms once that is durable; the sender then removes its copy and its record in
 one atomic commit, and releases the key, which the receiver then forgets. A
 hand-over repeated after a crash or a cut link carries the same key and is
@@ -32,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from chute.core.model.selector import Selector, compile_selector
 from chute.core.model.store import AckOp, AddOp, QueueDefinition, QueueKind, Store
@@ -59,20 +60,20 @@ def peer_of(key: str) -> str | None:
     return key[len(PEER_PREFIX) :].partition("|")[0]
 
 
-@dataclasses.dataclass(frozen=True, slots=True, order=True)
-class HandoverKey:
-    """One hand-over on one link: the sending node's run and its number in that run."""
+class HandoverKey(NamedTuple):
+    """One hand-over on one link: the sending node's run and its number in that run (a
+    named tuple: made, hashed and compared for every hand-over, at C speed)."""
 
     run: str
     n: int
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Handover:
+class Handover(NamedTuple):
     """A message handed to another node, for the queue ``address`` there.
 
     ``delivery_count`` and ``redelivered`` are the message's history on the sending
-    node (a message redistributed after its consumer went away stays flagged)."""
+    node (a message redistributed after its consumer went away stays flagged). A named
+    tuple, as :class:`HandoverKey`: one is made on each side of every hand-over."""
 
     key: HandoverKey
     address: str
@@ -186,9 +187,28 @@ def out_record(handover: Handover, queue: str, seq: int) -> Message:
     )
 
 
-def in_record(key: HandoverKey) -> Message:
-    """The in ledger's record of a hand-over received and stored."""
-    return Message(properties={"run": key.run, "n": key.n})
+def in_record(keys: Sequence[HandoverKey]) -> Message:
+    """The in ledger's record of hand-overs received and stored in one commit (``keys``,
+    not empty): the first key's run and number, then the numbers of all, in the body."""
+    first = keys[0]
+    body = ""
+    if len(keys) > 1:
+        same = all(k.run == first.run for k in keys)
+        body = " ".join(str(k.n) if same else f"{k.run}:{k.n}" for k in keys)
+    return Message(body=body.encode(), properties={"run": first.run, "n": first.n})
+
+
+def record_keys(record: Message) -> list[HandoverKey]:
+    """The keys an in ledger's record names (:func:`in_record`)."""
+    if not record.body:
+        return [record_key(record)]
+    text = record.body.decode()
+    run = str(record.properties["run"])
+    keys: list[HandoverKey] = []
+    for word in text.split():
+        other, _, n = word.rpartition(":")
+        keys.append(HandoverKey(other or run, int(n)))
+    return keys
 
 
 def record_key(record: Message) -> HandoverKey:

@@ -19,11 +19,13 @@ cluster for good (:meth:`Cluster.node_gone`) do they go back to the queue, flagg
 redelivered, as a consumer's would. A transaction's sends reach the queue at its
 commit, so they are handed over only after it.
 
-Receiving: a hand-over already in the in ledger is confirmed again without being
-stored; a new one is placed on the queue it names, never routed (so it cannot loop),
-its message and the ledger's record in one atomic commit; the queue's bounds apply
-(a full queue or subscription under ``block`` or ``reject`` refuses it, and this node
-announces its demand again once it has room; the sender holds it until then).
+Receiving (:mod:`chute.core.rules.cluster_receive`): a hand-over already in the in
+ledger is confirmed again without being stored; a new one is placed on the queue it
+names, never routed (so it cannot loop); those that arrive together are stored in one
+atomic commit (messages and in ledger record) and confirmed in one confirm; the queue's
+bounds apply (a full queue refuses, and this node announces its demand again once it has
+room; the sender holds it until then). What this node keeps of each other node, and
+what it needs of its broker: :mod:`chute.core.rules.cluster_peer`.
 
 Topics: a node announces, per topic, the selectors of its subscriptions; the other
 nodes each keep a *peer subscription* of the topic standing for it (durable, its
@@ -41,12 +43,9 @@ it lives, the other nodes holding a *stand-in* of it that hands everything over.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import logging
-from collections.abc import Callable, Iterable, Sequence
-from contextlib import AbstractContextManager
-from typing import Protocol
+from collections.abc import Iterable, Sequence
 
 from chute.core.model.address import Kind, parse
 from chute.core.model.cluster import (
@@ -56,9 +55,7 @@ from chute.core.model.cluster import (
     Demand,
     Handover,
     HandoverKey,
-    Ledger,
     PeerPort,
-    in_record,
     out_record,
     peer_of,
     peer_subscription_key,
@@ -71,14 +68,12 @@ from chute.core.model.queue import QueueChannel
 from chute.core.model.registry import Destination
 from chute.core.model.selector import compile_selector
 from chute.core.model.store import StoredMessage
-from chute.core.model.stream import Stream
 from chute.core.model.topic import Subscription, SubscriptionKind, Topic
-from chute.core.rules.cluster_owned import StandInHost, StandIns, queue_demand
+from chute.core.rules.cluster_owned import StandIns, queue_demand
+from chute.core.rules.cluster_peer import ClusterHost, Peer, Sent, peer_queue
+from chute.core.rules.cluster_receive import Receiver
 from chute.core.rules.cluster_window import DEFAULT_LINK_BYTES, DEFAULT_LINK_WINDOW, LinkWindow
-from chute.core.rules.routing import Route, WouldBlock
-from chute.core.rules.subscriptions import Subscriptions
-from chute.errors import ChuteError, DestinationFull
-from chute.message import Message
+from chute.errors import ChuteError
 
 log = logging.getLogger("chute.cluster")
 
@@ -86,67 +81,10 @@ DEFAULT_WINDOW = 256
 """Hand-overs a peer consumer may have unconfirmed (its credit)."""
 
 
-class ClusterHost(StandInHost, Protocol):
-    """What a node's cluster needs of its broker."""
-
-    ledgers: dict[str, tuple[int, list[StoredMessage]]]
-    demand_watch: Callable[[QueueChannel], None] | None
-    subscriptions: Subscriptions
-
-    def atomically(self) -> AbstractContextManager[None]: ...
-
-    def route(
-        self, dest: QueueChannel | Topic | Stream, message: Message, *, arrived: bool = False
-    ) -> Route: ...
-
-    def place(self, route: Route) -> None: ...
-
-    def wait_for_room(self, address: str | None, wake: Callable[[], None]) -> None: ...
-
-
-@dataclasses.dataclass(slots=True)
-class _Sent:
-    """A hand-over sent and not yet confirmed."""
-
-    queue: QueueChannel
-    consumer: BrokerConsumer
-    entry: Entry
-    record: int  # its out ledger record, 0 if none (a message the store never held)
-    handover: Handover
-
-
-class _Peer:
-    """What this node knows of one other node."""
-
-    def __init__(self, name: str, window: LinkWindow) -> None:
-        self.name = name
-        self.up = False
-        self.window = window
-        self.out = Ledger(OUT_PREFIX + name)
-        self.received_ledger = Ledger(IN_PREFIX + name)
-        self.next_n = 1
-        self.in_doubt: dict[HandoverKey, _Sent] = {}
-        self.received: dict[HandoverKey, int] = {}  # key -> in ledger record (0: none)
-        self.consumers: dict[str, BrokerConsumer] = {}  # address -> its peer consumer
-        self.wants: set[str] = set()  # the addresses it announced demand for
-
-    def doubt(self, key: HandoverKey, sent: _Sent) -> None:
-        """``sent`` left (or will leave) for this node, unconfirmed."""
-        self.in_doubt[key] = sent
-        self.window.add(sent.handover.message.size)
-
-    def settle(self, key: HandoverKey) -> _Sent | None:
-        """``key`` is in doubt no more (confirmed, refused, or its queue gone)."""
-        sent = self.in_doubt.pop(key, None)
-        if sent is not None:
-            self.window.remove(sent.handover.message.size)
-        return sent
-
-
 class _Outbound:
     """The receiver of one node's peer consumers: a push is a hand-over."""
 
-    def __init__(self, cluster: Cluster, peer: _Peer) -> None:
+    def __init__(self, cluster: Cluster, peer: Peer) -> None:
         self.cluster = cluster
         self.peer = peer
 
@@ -192,12 +130,13 @@ class Cluster:
         self.window = window
         self.link_window = link_window
         self.link_bytes = link_bytes
-        self.peers: dict[str, _Peer] = {}
+        self.peers: dict[str, Peer] = {}
         self.queues: dict[str, QueueChannel] = {}
         """Queues of the cluster's own, by store name, that are no destination of the
         broker's (a stream's forward queue: :mod:`chute.core.rules.cluster_streams`)."""
         self.announced: dict[str, tuple[str | None, ...]] = {}
         self.standins = StandIns(host)  # other nodes' temporary queues
+        self.receiver = Receiver(host, port, self._peer, self._room_again)
         self._ids = itertools.count(-1, -1)
         host.demand_watch = self.consumers_changed
         for topic in host.topics.values():  # durable subscriptions made before (recovered)
@@ -209,10 +148,10 @@ class Cluster:
             if wanted:
                 self.announced[queue.address] = wanted
 
-    def _peer(self, name: str) -> _Peer:
+    def _peer(self, name: str) -> Peer:
         peer = self.peers.get(name)
         if peer is None:
-            peer = self.peers[name] = _Peer(name, LinkWindow(self.link_window, self.link_bytes))
+            peer = self.peers[name] = Peer(name, LinkWindow(self.link_window, self.link_bytes))
         return peer
 
     # -- the links ------------------------------------------------------------------
@@ -344,7 +283,7 @@ class Cluster:
             peer.window.hold(consumer, False)
             dest.reselect(consumer, selector)
 
-    def _topic_demand(self, peer: _Peer, demand: Demand) -> None:
+    def _topic_demand(self, peer: Peer, demand: Demand) -> None:
         topic = self.host.destination(demand.address, create=True)
         if not isinstance(topic, Topic):
             return
@@ -370,7 +309,7 @@ class Cluster:
             peer.window.hold(consumer, not peer.up)
             sub.deliver()
 
-    def _drop_peer_subscription(self, peer: _Peer, sub: Subscription) -> None:
+    def _drop_peer_subscription(self, peer: Peer, sub: Subscription) -> None:
         """``peer`` no longer subscribes to the topic: its copies waiting here go (it may
         have stored those in doubt; their keys stay known there until released)."""
         consumer = peer.consumers.pop(sub.address, None)
@@ -386,7 +325,7 @@ class Cluster:
             self.settled(peer)
         self.host.subscriptions.drop(sub)
 
-    def _peer_consumer(self, peer: _Peer, queue: QueueChannel) -> BrokerConsumer:
+    def _peer_consumer(self, peer: Peer, queue: QueueChannel) -> BrokerConsumer:
         consumer = BrokerConsumer(
             next(self._ids),
             queue,
@@ -414,7 +353,7 @@ class Cluster:
 
     # -- sending ---------------------------------------------------------------------
 
-    def hand_over(self, peer: _Peer, consumer: BrokerConsumer, entry: Entry) -> None:
+    def hand_over(self, peer: Peer, consumer: BrokerConsumer, entry: Entry) -> None:
         """The queue pushed ``entry`` to ``peer``'s consumer: record it, send it."""
         entry.delivery_count -= 1  # a hand-over is no delivery (max_deliveries, redelivered)
         queue = peer_queue(consumer)
@@ -426,7 +365,7 @@ class Cluster:
         record = 0
         if queue.durable and entry.message.persistent:
             record = peer.out.record(self.host.store, out_record(handover, queue.name, entry.seq))
-        peer.doubt(key, _Sent(queue, consumer, entry, record, handover))
+        peer.doubt(key, Sent(queue, consumer, entry, record, handover))
         peer.window.sent(peer.consumers.values())
         if peer.up:
             self.port.send_handover(peer.name, handover)
@@ -435,7 +374,7 @@ class Cluster:
         """``name`` stored the hand-overs ``keys``: remove the copies here (and their
         records, in one atomic commit), then release the keys."""
         peer = self._peer(name)
-        done: list[_Sent] = []
+        done: list[Sent] = []
         with self.host.atomically():
             for key in keys:
                 sent = peer.settle(key)
@@ -456,7 +395,7 @@ class Cluster:
         """``name`` did not take ``keys`` (its queue is full): they wait here as they were,
         and that node gets no more of the queue until it announces its consumers again."""
         peer = self._peer(name)
-        done: list[_Sent] = []
+        done: list[Sent] = []
         with self.host.atomically():
             for key in keys:
                 sent = peer.settle(key)
@@ -474,7 +413,7 @@ class Cluster:
         self._return_credit(done)
         self.settled(peer)
 
-    def settled(self, peer: _Peer) -> None:
+    def settled(self, peer: Peer) -> None:
         """Hand-overs to ``peer`` left doubt: the link's window may open again."""
         for consumer in peer.window.settled():
             queue = peer_queue(consumer)
@@ -482,7 +421,7 @@ class Cluster:
                 queue.deliver()
 
     @staticmethod
-    def _return_credit(done: Iterable[_Sent]) -> None:
+    def _return_credit(done: Iterable[Sent]) -> None:
         queues: dict[int, QueueChannel] = {}
         for sent in done:
             sent.consumer.credit += 1
@@ -494,44 +433,17 @@ class Cluster:
     # -- receiving -------------------------------------------------------------------
 
     def on_handover(self, name: str, handover: Handover) -> None:
-        """A hand-over from ``name``: stored (with its key, atomically) and confirmed, or
-        confirmed again if it came before, or refused if its queue is full."""
-        peer = self._peer(name)
-        key = handover.key
-        if key in peer.received:
-            self.port.send_confirm(name, [key])
-            return
-        try:
-            dest = self.host.destination(handover.address, create=True)
-        except ChuteError as exc:
-            log.warning("refused node %s's message for %s: %s", name, handover.address, exc)
-            self.port.send_refuse(name, [key])
-            return
-        if not isinstance(dest, QueueChannel | Topic | Stream):
-            log.warning("refused node %s's message for %s: not a queue or topic", name, dest)
-            self.port.send_refuse(name, [key])
-            return
-        host = self.host
-        with host.atomically():
-            try:
-                route = host.route(dest, handover.message, arrived=True)
-            except (WouldBlock, DestinationFull):
-                address = dest.address  # a subscription's room frees its topic's address
-                host.wait_for_room(address, lambda: self._room_again(name, address))
-                self.port.send_refuse(name, [key])
-                return
-            record = 0
-            if route.record is not None:
-                host.store.add(route.record)
-                record = peer.received_ledger.record(host.store, in_record(key))
-            for queue, entry in route.placements:
-                entry.delivery_count = handover.delivery_count
-                entry.redelivered = handover.redelivered
-                if handover.delivery_count and queue.durable and entry.message.persistent:
-                    host.store.delivered(queue.name, entry.seq, handover.delivery_count)
-            host.place(route)
-        peer.received[key] = record
-        self.port.send_confirm(name, [key])
+        """A hand-over from ``name``: :meth:`on_handovers` of one."""
+        self.receiver.on_handovers(name, [handover])
+
+    def on_handovers(self, name: str, handovers: Sequence[Handover]) -> None:
+        """Hand-overs from ``name``, in order (:meth:`Receiver.on_handovers
+        <chute.core.rules.cluster_receive.Receiver.on_handovers>`)."""
+        self.receiver.on_handovers(name, handovers)
+
+    def on_release(self, name: str, keys: Sequence[HandoverKey]) -> None:
+        """``name`` removed its copies of ``keys``: forget them."""
+        self.receiver.on_release(name, keys)
 
     def _room_again(self, name: str, address: str) -> None:
         """A queue (a topic's subscription) that refused a hand-over has room: announce
@@ -540,14 +452,6 @@ class Cluster:
         selectors = self.announced.get(address)
         if peer is not None and peer.up and selectors:
             self.port.send_demand(name, Demand(address, selectors))
-
-    def on_release(self, name: str, keys: Sequence[HandoverKey]) -> None:
-        """``name`` removed its copies of ``keys``: forget them."""
-        peer = self._peer(name)
-        for key in keys:
-            record = peer.received.pop(key, None)
-            if record:
-                peer.received_ledger.erase(self.host.store, record)
 
     def on_resume(self, name: str, keys: Sequence[HandoverKey], demands: Sequence[Demand]) -> None:
         """``name``'s link came up: it may send again only ``keys`` (forget the rest), and
@@ -572,8 +476,7 @@ class Cluster:
             if name.startswith(IN_PREFIX):
                 peer = self._peer(name[len(IN_PREFIX) :])
                 ledger = peer.received_ledger
-                for item in records:
-                    peer.received[record_key(item.message)] = item.seq
+                Receiver.recover(peer, records)
             elif name.startswith(OUT_PREFIX):
                 peer = self._peer(name[len(OUT_PREFIX) :])
                 ledger = peer.out
@@ -584,14 +487,14 @@ class Cluster:
             ledger.defined = True
             ledger.next_seq = max(ledger.next_seq, next_seq, *(r.seq + 1 for r in records))
         host.ledgers.clear()
-        for key in [k for k in host.subscriptions if peer_of(k) is not None]:
-            sub = host.subscriptions[key]
-            peer = self._peer(peer_of(key) or "")
+        for sub_key in [k for k in host.subscriptions if peer_of(k) is not None]:
+            sub = host.subscriptions[sub_key]
+            peer = self._peer(peer_of(sub_key) or "")
             peer.wants.add(sub.address)
             if sub.address not in peer.consumers:
                 sub.attach(self._peer_consumer(peer, sub))
 
-    def _recover_sent(self, peer: _Peer, item: StoredMessage) -> None:
+    def _recover_sent(self, peer: Peer, item: StoredMessage) -> None:
         props = item.message.properties
         name = str(props["queue"])
         queue = self.queues.get(name) or self.host.queue_by_name(name)
@@ -612,12 +515,4 @@ class Cluster:
         handover = Handover(
             key, queue.address, entry.message, entry.delivery_count, entry.redelivered
         )
-        peer.doubt(key, _Sent(queue, consumer, entry, item.seq, handover))
-
-
-def peer_queue(consumer: BrokerConsumer) -> QueueChannel:
-    """The queue a peer consumer consumes (always a :class:`QueueChannel`)."""
-    queue = consumer.queue
-    if not isinstance(queue, QueueChannel):
-        raise TypeError(f"a peer consumer of {queue!r}, not a queue")
-    return queue
+        peer.doubt(key, Sent(queue, consumer, entry, item.seq, handover))

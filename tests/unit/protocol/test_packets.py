@@ -122,6 +122,13 @@ EXAMPLES: list[p.Packet] = [
     # between the nodes of a cluster
     p.PeerOpen("chute", "node-a"),
     p.PeerHandover("run1", 1 << 40, "queue:orders", 2, True, Message(b"x", id="m-3")),
+    p.PeerHandovers(
+        "run1",
+        (
+            p.PeerHandover("run1", 7, "queue:orders", 0, False, Message(b"", id="m-4")),
+            p.PeerHandover("run1", 8, "topic:t", 3, True, Message(b"yz", id="m-5", priority=7)),
+        ),
+    ),
     p.PeerConfirm((("run1", 1), ("run0", 1 << 40))),
     p.PeerRefuse((("run1", 2),)),
     p.PeerRelease(()),

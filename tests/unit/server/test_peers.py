@@ -12,6 +12,7 @@ import pytest
 from chute.config import ServerConfig
 from chute.config.sections import ClusterSettings
 from chute.core.model.cluster import Demand, Handover, HandoverKey
+from chute.core.model.queue import QueueChannel
 from chute.core.model.settings import SettingsResolver
 from chute.core.rules.broker import Broker
 from chute.core.rules.cluster import Cluster
@@ -33,11 +34,21 @@ class Host:
         self.loop = asyncio.new_event_loop()
         self.loop_thread = threading.get_ident()
         self.waiting: list[Synced] = []
+        self.seals: list[Callable[[], None]] = []
 
     def request_sync(self, callback: Synced, seal: Callable[[], None] | None = None) -> None:
         self.waiting.append(callback)
+        if seal is not None:
+            self.seals.append(seal)
+
+    def start(self) -> None:
+        """The syncs asked for start (the loop's turn ended): their seals run."""
+        seals, self.seals = self.seals, []
+        for seal in seals:
+            seal()
 
     def sync(self, error: BaseException | None = None) -> None:
+        self.start()
         waiting, self.waiting = self.waiting, []
         for callback in waiting:
             callback(error)
@@ -97,9 +108,10 @@ def test_a_handover_and_what_follows_it_wait_for_the_sync(host: Host) -> None:
     assert wire.packets() == [p.PeerDemand]
 
 
-def test_a_packet_recorded_after_a_sync_was_asked_waits_for_the_next(host: Host) -> None:
+def test_a_packet_recorded_after_a_sync_started_waits_for_the_next(host: Host) -> None:
     host, links, wire = linked(host)
     links.send_confirm("b", [HandoverKey("s", 1)])
+    host.start()
     links.send_release("b", [HandoverKey("s", 2)])  # a sync is under way: it covers less
     assert len(host.waiting) == 1
     host.sync()
@@ -135,11 +147,12 @@ def received(wire: Wire) -> list[object]:
     return out
 
 
-def test_confirms_waiting_for_a_sync_go_as_one_packet_never_under_an_earlier_sync(
+def test_confirms_waiting_for_a_sync_go_as_one_packet_never_under_a_started_sync(
     host: Host,
 ) -> None:
     host, links, wire = linked(host)
     links.send_confirm("b", [HandoverKey("s", 1)])  # the sync asked for covers this one
+    host.start()
     links.send_confirm("b", [HandoverKey("s", 2)])  # recorded after: waits for the next
     links.send_confirm("b", [HandoverKey("s", 3)])  # joins it
     links.send_release("b", [HandoverKey("s", 4)])  # another kind: a packet of its own
@@ -150,3 +163,50 @@ def test_confirms_waiting_for_a_sync_go_as_one_packet_never_under_an_earlier_syn
         p.PeerConfirm((("s", 2), ("s", 3))),
         p.PeerRelease((("s", 4),)),
     ]
+
+
+def test_handovers_waiting_for_a_sync_go_as_one_packet_never_under_a_started_sync(
+    host: Host,
+) -> None:
+    host, links, wire = linked(host)
+    links.send_handover("b", handover(1))
+    links.send_handover("b", handover(2))  # the sync asked for has not started: joins
+    host.start()
+    links.send_handover("b", handover(3))  # the sync started: waits for the next
+    links.send_handover("b", handover(4))  # joins it
+    links.send_confirm("b", [HandoverKey("s", 1)])  # another kind: a packet of its own
+    links.send_handover("b", handover(5))  # after it: a packet of its own
+    assert len(host.waiting) == 1
+    host.sync()
+    batches = received(wire)
+    assert len(batches) == 1
+    assert isinstance(batches[0], p.PeerHandovers)
+    assert [h.n for h in batches[0].handovers] == [1, 2]
+    assert [h.message.body for h in batches[0].handovers] == [b"x", b"x"]
+    host.sync()
+    batches = received(wire)
+    assert [type(b) for b in batches] == [p.PeerHandovers, p.PeerConfirm, p.PeerHandover]
+    assert isinstance(batches[0], p.PeerHandovers)
+    assert [h.n for h in batches[0].handovers] == [3, 4]
+
+
+def test_handovers_received_in_one_packet_are_confirmed_in_one(host: Host) -> None:
+    host, links, wire = linked(host)
+    link = links.links["b"]
+    packet = p.PeerHandovers(
+        "s",
+        tuple(
+            p.PeerHandover("s", n, "queue:q", 0, False, Message.create(b"m%d" % n))
+            for n in (1, 2, 3)
+        ),
+    )
+    links.received(link, packet)
+    host.start()
+    links.received(link, p.PeerHandover("s", 3, "queue:q", 0, False, Message.create(b"m3")))
+    host.sync()
+    assert received(wire) == [p.PeerConfirm((("s", 1), ("s", 2), ("s", 3)))]
+    host.sync()
+    assert received(wire) == [p.PeerConfirm((("s", 3),))]  # the repeat: confirmed again
+    queue = links.cluster.host.destination("queue:q")
+    assert isinstance(queue, QueueChannel)
+    assert queue.held == 3

@@ -184,6 +184,8 @@ class Mesh:
         self.wire: deque[Call] = deque()
         self.sent: list[Call] = []
         self.up: set[frozenset[str]] = set()
+        self.batches = True  # consecutive hand-overs on a link arrive as one batch
+        self.handover_batches: list[int] = []  # the size of each batch carried
         self.nodes = {name: self._node(name, settings) for name in names}
         for a in names:
             for b in names:
@@ -223,7 +225,8 @@ class Mesh:
             self.connect(name, other)
 
     def pump(self, until: Callable[[], bool] | None = None) -> None:
-        """Carry what the links hold until they are quiet (or ``until()``)."""
+        """Carry what the links hold until they are quiet (or ``until()``); hand-overs one
+        after the other on a link go as one batch (:attr:`batches`)."""
         steps = 0
         while self.wire and not (until is not None and until()):
             steps += 1
@@ -233,8 +236,16 @@ class Mesh:
             if self.deliver(src, dst, what, arg):
                 continue
             if what == "handover":
+                # hand-overs one after the other on a link arrive together, as the links
+                # send them (one packet of those that waited for the same sync)
                 assert isinstance(arg, Handover)
-                cluster.on_handover(src, arg)
+                batch = [arg]
+                while self.batches and self.wire and self.wire[0][:3] == (src, dst, what):
+                    following = self.wire.popleft()[3]
+                    assert isinstance(following, Handover)
+                    batch.append(following)
+                self.handover_batches.append(len(batch))
+                cluster.on_handovers(src, batch)
             elif what == "demand":
                 assert isinstance(arg, Demand)
                 cluster.on_demand(src, arg)
