@@ -25,7 +25,6 @@ from chute.core.model.store import (
     message_block,
 )
 
-
 SENT_KEPT: Final = 1 << 20
 """The most recent :meth:`MemoryStore.sent` records kept (duplicate detection remembers
 fewer: its window times its producers, 262,144 by default)."""

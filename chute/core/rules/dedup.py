@@ -58,9 +58,7 @@ class SentIds:
         self.window = window
         self.max_producers = producers
         # producer -> its ids (a dict as an ordered set), least recently stored first
-        self._producers: collections.OrderedDict[str, dict[str, None]] = (
-            collections.OrderedDict()
-        )
+        self._producers: collections.OrderedDict[str, dict[str, None]] = collections.OrderedDict()
 
     def __len__(self) -> int:
         """How many producers are remembered."""
