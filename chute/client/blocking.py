@@ -485,7 +485,17 @@ class BlockingSession(ClosedAtExit):
     def send_many(
         self, address: str, messages: Iterable[bytes | str | Message], *, ttl: int = 0
     ) -> None:
-        sent = self._link.send_many(self.id, address, messages, ttl)
+        link = self._link
+        if self._resuming and link.closed and self.resumed(link):
+            link = self._link  # lost before this call: it goes to the node moved to
+        try:
+            sent = link.send_many(self.id, address, messages, ttl)
+        except ConnectError:
+            # a transaction lost with the node says to retry it; outside one, requests
+            # this call wrote before the loss are not known to be stored: raised
+            if self._transacted and self._resuming and self.resumed(link):
+                self._raise_lost()
+            raise
         if self._keeps:
             for corr, packet in sent:
                 self._window.add(corr, packet=packet)

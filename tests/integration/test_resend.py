@@ -131,6 +131,42 @@ def test_a_producer_whose_broker_is_killed_mid_stream_stores_each_message_once(
     assert len(bodies) == count  # none stored twice
 
 
+def test_a_bulk_producer_whose_broker_is_killed_stores_each_batch_once(
+    broker: Broker, connect: Connect
+) -> None:
+    """``send_many`` with a confirm window: each request's messages are stored all or
+    none, and a request resent after the restart is recognised by its first id."""
+    batches = 60
+    conn = connect(broker.url)
+    session = conn.session(confirm_window=4)
+    done = 0
+    progress = threading.Condition()
+    failure: list[BaseException] = []
+
+    def produce() -> None:
+        nonlocal done
+        try:
+            for b in range(batches):
+                session.send_many("queue:bulk", [str(10 * b + i) for i in range(10)])
+                with progress:
+                    done = b + 1
+                    progress.notify_all()
+            session.flush()
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            failure.append(exc)
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    with progress:
+        assert progress.wait_for(lambda: done >= batches // 3 or failure, WAIT)
+    broker.restart()
+    producer.join(2 * WAIT)
+    assert not producer.is_alive()
+    assert not failure, failure
+    bodies = drain(broker.server.url, "queue:bulk")
+    assert sorted(bodies, key=int) == [str(n).encode() for n in range(10 * batches)]
+
+
 def test_a_resend_of_what_the_broker_stored_before_a_restart_is_dropped(
     broker: Broker, connect: Connect
 ) -> None:
