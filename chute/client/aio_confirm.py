@@ -83,16 +83,19 @@ class AsyncConfirmWindow:
 
     def moved(self, link: AsyncLink, session_id: int, *, resend: bool) -> None:
         """The session now lives on ``link`` as ``session_id``: send every unconfirmed
-        request again there, in order (``resend``), or forget them all."""
-        self._link, self._session_id = link, session_id
+        request again there, in order (``resend``), or forget them all.
+
+        Raises:
+            ConnectError: ``link`` was lost too; nothing changed.
+        """
         sent = self._sent
-        if not resend:
-            sent.clear()
-            return
-        for _ in range(len(sent)):
-            _corr, packet = sent.popleft()
-            if packet is not None:
-                sent.append((link.resend(session_id, packet), packet))
+        if resend:  # all or none: if the link is lost meanwhile, the next move resends
+            again = [(link.resend(session_id, p), p) for _corr, p in sent if p is not None]
+        else:
+            again = []
+        sent.clear()
+        sent.extend(again)
+        self._link, self._session_id = link, session_id
 
     async def await_down_to(self, most: int) -> None:
         """Wait until at most ``most`` requests are unconfirmed, oldest first.

@@ -387,26 +387,26 @@ class BlockingSession(ClosedAtExit):
     def resume(self, link: Link) -> None:
         """The connection moved to ``link``: open this session there again, send its
         unconfirmed sends again, open its consumers again. A transaction in progress
-        is lost: the next call raises a TransactionError saying to retry it."""
+        is lost: the next call raises a TransactionError saying to retry it. If
+        ``link`` is lost meanwhile, the next move resumes the session again."""
         if self._closed:
             return
-        lost = self._link
         self._link = link
         try:
             self.id = link.open_session(self._ack, self._transacted, self._producer)
-        except ChuteError:
-            return  # the new link is gone too: the next move resumes again
-        if self._transacted:
-            self._window.moved(link, self.id, resend=False)
-            self._window.lost = TransactionError(
-                f"the connection to the broker was lost during a transaction of session "
-                f"{self.id}: it was rolled back (a commit awaiting its answer may or may not "
-                "have been applied); retry the transaction"
-            )
-        else:
-            self._window.moved(link, self.id, resend=True)
-        for consumer in list(self._consumers):
-            consumer.resume(lost, link, self.id)
+            if self._transacted:
+                self._window.moved(link, self.id, resend=False)
+                self._window.lost = TransactionError(
+                    f"the connection to the broker was lost during a transaction of session "
+                    f"{self.id}: it was rolled back (a commit awaiting its answer may or may "
+                    "not have been applied); retry the transaction"
+                )
+            else:
+                self._window.moved(link, self.id, resend=True)
+            for consumer in list(self._consumers):
+                consumer.resume(link, self.id)
+        except ConnectError as exc:
+            log.info("session %s not resumed yet: %s", self.id, exc.reason)
 
     def resumed(self, lost: Link) -> bool:
         """After ``lost``, this session's link, was lost: wait for the connection's move;
@@ -569,7 +569,7 @@ class BlockingSession(ClosedAtExit):
         except ConnectError:
             if lost is None and not (self.connection._resumes and self.resumed(link)):
                 raise
-            # rolled back with the lost node; the session goes on on the new one
+            self._window.lost = None  # rolled back with the lost node; goes on on the new one
 
     def prepare(self, xid: str) -> None:
         self._raise_lost()
@@ -672,15 +672,21 @@ class BlockingConsumer(ClosedAtExit):
     def closed(self) -> bool:
         return not self._link.consumer_open(self.id)
 
-    def resume(self, lost: Link, link: Link, session_id: int) -> None:
+    def resume(self, link: Link, session_id: int) -> None:
         """The session was opened again on ``link``: open this consumer there too, unless
-        it was closed before its link was lost."""
-        if self._closed or self._link is not lost:
+        it was closed.
+
+        Raises:
+            ConnectError: ``link`` was lost too (the next move opens it again).
+        """
+        if self._closed:
             return
         self._link = link
         try:
             self.id = link.open_consumer(session_id, self._address, self._options)
-        except ChuteError as exc:
+        except ConnectError:
+            raise
+        except ChuteError as exc:  # refused by the new node: raised by the next receive
             self._failed = exc
             log.warning("consumer of %s not opened again after the move: %s", self._address, exc)
 
