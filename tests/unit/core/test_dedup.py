@@ -17,8 +17,10 @@ from chute.store.memory import MemoryStore
 from .helpers import Recorder, bodies, memory, msg, restart
 
 
-def producer_session(broker: Broker, name: str = "p1", **kwargs: bool) -> BrokerSession:
-    session = BrokerConnection(broker).session(**kwargs)
+def producer_session(
+    broker: Broker, name: str = "p1", *, transacted: bool = False
+) -> BrokerSession:
+    session = BrokerConnection(broker).session(transacted=transacted)
     session.name_producer(name)
     return session
 
