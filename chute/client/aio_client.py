@@ -153,9 +153,10 @@ class AioConnection(AsyncClosedAtExit):
             await session.resume(reached.link)
 
     async def _moved(self) -> bool:
-        """After the link was lost: wait for the move; whether it reached a node."""
+        """After the link was lost: wait for the move to end (its sessions resumed);
+        whether it reached a node."""
         try:
-            await self._on.current()
+            await self._on.settled()
         except ChuteError:
             return False
         return True
@@ -391,21 +392,23 @@ class AioSession(AsyncClosedAtExit):
         ``link`` is lost meanwhile, the next move resumes the session again."""
         if self._closed:
             return
-        self._link = link
         try:
-            self.id = link.open_session(self._ack, self._transacted, self._producer)
+            session_id = link.open_session(self._ack, self._transacted, self._producer)
+            # the window first: a send made meanwhile still finds the lost link, and
+            # waits for this move
+            self._window.moved(link, session_id, resend=not self._transacted)
             if self._transacted:
-                self._window.moved(link, self.id, resend=False)
                 self._window.lost = TransactionError(
                     f"the connection to the broker was lost during a transaction of session "
-                    f"{self.id}: it was rolled back (a commit awaiting its answer may or may "
-                    "not have been applied); retry the transaction"
+                    f"{session_id}: it was rolled back (a commit awaiting its answer may or "
+                    "may not have been applied); retry the transaction"
                 )
-            else:
-                self._window.moved(link, self.id, resend=True)
+            self.id = session_id  # before the link: a send that reads the new link
+            self._link = link  # also reads the new id
             for consumer in list(self._consumers):
-                await consumer.resume(link, self.id)
+                await consumer.resume(link, session_id)
         except ConnectError as exc:
+            self._link = link  # lost too: the next move resumes the session from it
             log.info("session %s not resumed yet: %s", self.id, exc.reason)
 
     async def resumed(self, lost: AsyncLink) -> bool:

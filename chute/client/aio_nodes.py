@@ -165,6 +165,16 @@ class OnNode:
             raise ConnectError(self._gone)
         return self.link
 
+    async def settled(self) -> AsyncLink:
+        """:meth:`current`, once a move under way (resuming the sessions) has ended.
+
+        Raises:
+            ConnectError: lost with no node to move to.
+        """
+        async with self._moving:
+            pass
+        return await self.current()
+
     async def moved(self) -> None:
         """What the link runs when it is lost: move at once, not at the next request."""
         try:

@@ -90,12 +90,13 @@ class ConfirmWindow:
             ConnectError: ``link`` was lost too; nothing changed.
         """
         sent = self._sent
+        old = list(sent)  # a request added meanwhile (another thread) stays, after these
+        again = []
         if resend:  # all or none: if the link is lost meanwhile, the next move resends
-            again = [(link.resend(session_id, p), p) for _corr, p in sent if p is not None]
-        else:
-            again = []
-        sent.clear()
-        sent.extend(again)
+            again = [(link.resend(session_id, p), p) for _corr, p in old if p is not None]
+        for _ in old:
+            sent.popleft()
+        sent.extendleft(reversed(again))
         self._link, self._session_id = link, session_id
 
     def await_down_to(self, most: int) -> None:

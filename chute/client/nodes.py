@@ -164,6 +164,16 @@ class OnNode:
             raise ConnectError(self._gone)
         return self.link
 
+    def settled(self) -> Link:
+        """:meth:`current`, once a move under way (resuming the sessions) has ended.
+
+        Raises:
+            ConnectError: lost with no node to move to.
+        """
+        with self._moving:
+            pass
+        return self.current()
+
     def moved(self) -> None:
         """What the link runs when it is lost: move at once, not at the next request."""
         try:
