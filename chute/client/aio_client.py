@@ -3,13 +3,17 @@ the link of :mod:`chute.client.aio_link`.
 
 What the methods mean, their arguments and errors, is declared once in
 :mod:`chute.client.api`. ``Received.ack()`` and ``nack()`` only queue a packet.
-A connection to a URL that lists several nodes **moves** when the node it is on
-goes: to the next node that answers (:mod:`chute.client.aio_nodes`), at once, in
-a task of its own. What the lost node had is not carried over: what waited on
-it (a send not yet confirmed, a receive, a commit) raises
-:class:`~chute.errors.ConnectError`, and so does every later call of its
-sessions and consumers; the connection's own requests wait for the move and go
-to the new node, and sessions opened after it are there.
+A connection to a URL that lists several nodes (or gives ``failover``) **moves**
+when the node it is on goes: to the next node that answers
+(:mod:`chute.client.aio_nodes`), at once, in a task of its own, and **resumes**
+its sessions there: each is opened again (naming the same producer), its
+unconfirmed persistent sends are sent again in order (the broker drops a resend
+it already stored), and its consumers are opened again (what they had received
+and not acked comes again, flagged redelivered). A transaction in progress
+cannot be carried over: the session's next call raises a
+:class:`~chute.errors.TransactionError` that says to retry it. What waited on the
+lost node (a send's confirmation, a receive) waits on the new one; the
+connection's own requests wait for the move and go to the new node.
 :attr:`AioConnection.node` says which node it is on.
 
 A session's **confirm window**
@@ -27,6 +31,7 @@ only its public methods, none of them touches the protocol state.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import weakref
 from collections.abc import (
@@ -51,8 +56,8 @@ from chute.client.requests import CursorPage, Pending
 from chute.client.sessions import ConsumerOptions
 from chute.client.tls import client_context
 from chute.client.url import parse_url
-from chute.errors import ChuteError, ConnectError, ConsumerError
-from chute.message import DEFAULT_PRIORITY, BodyKind, Message
+from chute.errors import ChuteError, ConnectError, ConsumerError, TransactionError
+from chute.message import DEFAULT_PRIORITY, BodyKind, Message, new_message_id
 from chute.protocol import packets as p
 
 T = TypeVar("T")
@@ -121,7 +126,9 @@ class AioConnection(AsyncClosedAtExit):
     def __init__(self, reached: Reached, nodes: Nodes) -> None:
         self.connection_id = reached.connected.connection_id
         self._on = OnNode(reached, nodes, self._arrived)
+        self._resumes = nodes.moves  # sessions resume on the node moved to
         self._windows: weakref.WeakSet[AsyncConfirmWindow] = weakref.WeakSet()  # close awaits them
+        self._sessions: weakref.WeakSet[AioSession] = weakref.WeakSet()  # resumed when moving
 
     @property
     def _link(self) -> AsyncLink:
@@ -139,10 +146,20 @@ class AioConnection(AsyncClosedAtExit):
     def closed(self) -> bool:
         return self._on.closed
 
-    def _arrived(self, reached: Reached) -> None:
-        """The connection moved to ``reached``'s node."""
+    async def _arrived(self, reached: Reached) -> None:
+        """The connection moved to ``reached``'s node: resume its sessions there."""
         self.connection_id = reached.connected.connection_id
-        self._windows = weakref.WeakSet()  # those of the lost node's sessions: gone with it
+        for session in list(self._sessions):
+            await session.resume(reached.link)
+
+    async def _moved(self) -> bool:
+        """After the link was lost: wait for the move to end (its sessions resumed);
+        whether it reached a node."""
+        try:
+            await self._on.settled()
+        except ChuteError:
+            return False
+        return True
 
     async def _call(self, request: requests.Request[T]) -> T:
         """``request``'s answer from the node the connection is on. Raises as
@@ -162,11 +179,12 @@ class AioConnection(AsyncClosedAtExit):
                 "node: a request of the connection (stat, ...) waits for it; then open "
                 "the session again"
             )
-        session_id = self._link.open_session(ack, transacted)
-        window = AsyncConfirmWindow(self._link, session_id, confirm_window)
+        session = AioSession(self, self._link, ack, transacted, confirm_window)
+        if self._resumes:
+            self._sessions.add(session)
         if confirm_window:
-            self._windows.add(window)
-        return AioSession(self, self._link, session_id, window)
+            self._windows.add(session._window)
+        return session
 
     async def stat(self, pattern: str | None = None, *, page_size: int = 0) -> dict[str, Any]:
         """Asks page after page and joins them."""
@@ -341,20 +359,62 @@ class AioConnection(AsyncClosedAtExit):
 
 
 class AioSession(AsyncClosedAtExit):
-    """A session (:class:`chute.client.api.AsyncSession`)."""
+    """A session (:class:`chute.client.api.AsyncSession`). On a connection that moves,
+    it keeps its unconfirmed sends' packets to resend them (:meth:`resume`)."""
 
     def __init__(
         self,
         connection: AioConnection,
         link: AsyncLink,
-        session_id: int,
-        window: AsyncConfirmWindow,
+        ack: str,
+        transacted: bool,
+        confirm_window: int,
     ) -> None:
         self.connection = connection
-        self.id = session_id
+        self._ack = ack
+        self._transacted = transacted
+        resumes = connection._resumes
+        # the producer the broker knows this session's sends by (duplicate detection)
+        self._producer = new_message_id() if resumes and not transacted else None
+        self.id = link.open_session(ack, transacted, self._producer)
         self._link = link
-        self._window = window
-        self._windowed = window.size > 0
+        self._window = AsyncConfirmWindow(link, self.id, confirm_window, self if resumes else None)
+        self._windowed = confirm_window > 0
+        self._keeps = self._producer is not None  # sends are kept until confirmed
+        self._resuming = resumes  # sends go on on the node the connection moves to
+        self._consumers: weakref.WeakSet[AioConsumer] = weakref.WeakSet()
+        self._closed = False
+
+    async def resume(self, link: AsyncLink) -> None:
+        """The connection moved to ``link``: open this session there again, send its
+        unconfirmed sends again, open its consumers again. A transaction in progress
+        is lost: the next call raises a TransactionError saying to retry it. If
+        ``link`` is lost meanwhile, the next move resumes the session again."""
+        if self._closed:
+            return
+        try:
+            session_id = link.open_session(self._ack, self._transacted, self._producer)
+            # the window first: a send made meanwhile still finds the lost link, and
+            # waits for this move
+            self._window.moved(link, session_id, resend=not self._transacted)
+            if self._transacted:
+                self._window.lost = TransactionError(
+                    f"the connection to the broker was lost during a transaction of session "
+                    f"{session_id}: it was rolled back (a commit awaiting its answer may or "
+                    "may not have been applied); retry the transaction"
+                )
+            self.id = session_id  # before the link: a send that reads the new link
+            self._link = link  # also reads the new id
+            for consumer in list(self._consumers):
+                await consumer.resume(link, session_id)
+        except ConnectError as exc:
+            self._link = link  # lost too: the next move resumes the session from it
+            log.info("session %s not resumed yet: %s", self.id, exc.reason)
+
+    async def resumed(self, lost: AsyncLink) -> bool:
+        """After ``lost``, this session's link, was lost: wait for the connection's move;
+        True if the session lives on the node it moved to."""
+        return not self._closed and await self.connection._moved() and self._link is not lost
 
     @property
     def confirm_window(self) -> int:
@@ -392,6 +452,9 @@ class AioSession(AsyncClosedAtExit):
             id,
             kind,
         )
+        if self._resuming:
+            await self._send_resuming(address, body, options)
+            return
         corr = link.send(self.id, address, body, options, windowed)
         if corr:
             if windowed:
@@ -401,19 +464,64 @@ class AioSession(AsyncClosedAtExit):
         if link.congested:
             await link.drain()
 
+    async def _send_resuming(self, address: str, body: bytes | str, options: SendFields) -> None:
+        """A send on a connection that moves: outside a transaction its packet is kept
+        until it is confirmed, and sent again on the node moved to if the link is lost
+        first; a send that finds the link lost goes to the node moved to."""
+        while True:
+            link = self._link
+            try:
+                if self._keeps:
+                    corr, packet = link.send_kept(self.id, address, body, options)
+                else:  # transacted: one-way, part of the transaction
+                    corr, packet = link.send(self.id, address, body, options, True), None
+            except ConnectError:
+                if await self.resumed(link):
+                    continue  # not sent: send it on the node moved to
+                raise
+            if corr:
+                await self._window.add(corr, packet=packet)
+            if link.congested:
+                await link.drain()
+            return
+
     async def send_many(
         self, address: str, messages: Iterable[bytes | str | Message], *, ttl: int = 0
     ) -> None:
-        corrs = await self._link.send_many(self.id, address, messages, ttl)
-        if self._windowed:
-            for corr in corrs:
+        link = self._link
+        if self._resuming and link.closed and await self.resumed(link):
+            link = self._link  # lost before this call: it goes to the node moved to
+        try:
+            sent = await link.send_many(self.id, address, messages, ttl)
+        except ConnectError:
+            # a transaction lost with the node says to retry it; outside one, requests
+            # this call wrote before the loss are not known to be stored: raised
+            if self._transacted and self._resuming and await self.resumed(link):
+                await self._raise_lost()
+            raise
+        if self._keeps:
+            for corr, packet in sent:
+                await self._window.add(corr, packet=packet)
+        elif self._windowed:
+            for corr, _packet in sent:
                 await self._window.add(corr)
         else:
-            for corr in corrs:
+            for corr, _packet in sent:
                 await self._link.wait(corr)
 
     async def flush(self) -> None:
         await self._window.await_down_to(0)
+        await self._raise_lost()
+
+    async def _raise_lost(self) -> None:
+        """Raise, once, the transaction the move could not carry over, after rolling back
+        what the session did since on the new node (a retry starts afresh)."""
+        if self._window.lost is None:
+            return
+        if self._transacted:
+            with contextlib.suppress(ChuteError):
+                await self._link.wait(self._link.rollback(self.id))
+        self._window.raise_lost()
 
     async def consumer(
         self,
@@ -427,12 +535,14 @@ class AioSession(AsyncClosedAtExit):
         shared: bool = False,
         offset: str | int | None = None,
     ) -> AioConsumer:
-        consumer_id = await self._link.open_consumer(
-            self.id,
-            address,
-            ConsumerOptions(selector, prefetch, exclusive, subscription, durable, shared, offset),
+        options = ConsumerOptions(
+            selector, prefetch, exclusive, subscription, durable, shared, offset
         )
-        return AioConsumer(self, self._link, consumer_id)
+        consumer_id = await self._link.open_consumer(self.id, address, options)
+        consumer = AioConsumer(self, self._link, consumer_id, address, options)
+        if self.connection._resumes:
+            self._consumers.add(consumer)
+        return consumer
 
     async def commit(self) -> None:
         """With a ``confirm_window`` of N, returns as soon as at most N commits await
@@ -440,16 +550,32 @@ class AioSession(AsyncClosedAtExit):
         is raised by a later call; as with any refused commit, its transaction stays
         open, now with whatever was sent since: roll back and send again from the
         last commit :meth:`flush` confirmed."""
-        corr = self._link.commit(self.id)
+        await self._raise_lost()
+        link = self._link
+        corr = link.commit(self.id)
         if self._window.size:
             await self._window.add(corr, flush=True)
-        else:
-            await self._link.wait(corr)
+            await self._raise_lost()
+            return
+        try:
+            await link.wait(corr)
+        except ConnectError:
+            if self.connection._resumes and await self.resumed(link):
+                await self._raise_lost()
+            raise
 
     async def rollback(self) -> None:
-        await self._link.wait(self._link.rollback(self.id))
+        lost, self._window.lost = self._window.lost, None
+        link = self._link
+        try:
+            await link.wait(link.rollback(self.id))
+        except ConnectError:
+            if lost is None and not (self.connection._resumes and await self.resumed(link)):
+                raise
+            self._window.lost = None  # rolled back with the lost node; goes on on the new one
 
     async def prepare(self, xid: str) -> None:
+        await self._raise_lost()
         await self._link.wait(self._link.prepare(self.id, xid))
 
     async def browse(
@@ -524,6 +650,7 @@ class AioSession(AsyncClosedAtExit):
         try:
             await self._window.settle_all()
         finally:
+            self._closed = True
             await self._link.close_session(self.id)
 
 
@@ -531,18 +658,62 @@ class AioConsumer(AsyncClosedAtExit):
     """A consumer (:class:`chute.client.api.AsyncConsumer`); iterate it to receive
     until it closes."""
 
-    def __init__(self, session: AioSession, link: AsyncLink, consumer_id: int) -> None:
+    def __init__(
+        self,
+        session: AioSession,
+        link: AsyncLink,
+        consumer_id: int,
+        address: str,
+        options: ConsumerOptions,
+    ) -> None:
         self.session = session
         self.id = consumer_id
         self._link = link
+        self._address = address
+        self._options = options
+        self._resumes = session.connection._resumes
+        self._failed: ChuteError | None = None  # why it could not be opened again
+        self._closed = False
 
     @property
     def closed(self) -> bool:
         return not self._link.consumer_open(self.id)
 
+    async def resume(self, link: AsyncLink, session_id: int) -> None:
+        """The session was opened again on ``link``: open this consumer there too, unless
+        it was closed.
+
+        Raises:
+            ConnectError: ``link`` was lost too (the next move opens it again).
+        """
+        if self._closed:
+            return
+        self._link = link
+        try:
+            self.id = await link.open_consumer(session_id, self._address, self._options)
+        except ConnectError:
+            raise
+        except ChuteError as exc:  # refused by the new node: raised by the next receive
+            self._failed = exc
+            log.warning("consumer of %s not opened again after the move: %s", self._address, exc)
+
     def receive(self, timeout: float | None = None) -> Coroutine[Any, Any, Received | None]:
-        """The link's own ``receive`` (no frame of this method's own while it waits)."""
+        """The link's own ``receive`` (no frame of this method's own while it waits),
+        or, on a connection that moves, one that goes on on the node moved to."""
+        if self._resumes:
+            return self._receive_resuming(timeout)
         return self._link.receive(self.id, timeout)
+
+    async def _receive_resuming(self, timeout: float | None) -> Received | None:  # noqa: ASYNC109 - receive's
+        while True:
+            link = self._link
+            if self._failed is not None:
+                raise self._failed
+            try:
+                return await link.receive(self.id, timeout)
+            except ConnectError:
+                if not await self.session.resumed(link) or self._link is link:
+                    raise
 
     def __aiter__(self) -> AsyncIterator[Received]:
         return self._iterate()
@@ -562,6 +733,7 @@ class AioConsumer(AsyncClosedAtExit):
         return f"consumer {self.id}"
 
     async def close(self) -> None:
+        self._closed = True
         await self._link.close_consumer(self.id)
 
 

@@ -9,42 +9,94 @@ note that it was for an earlier send. The session's ``flush`` awaits them all;
 closing the session or its connection awaits them all past failures
 (:meth:`AsyncConfirmWindow.settle_all`). The waiting itself is the
 :class:`~chute.client.aio_link.AsyncLink`'s.
+
+**Resending.** On a connection that moves when its node is lost, a send's packet
+stays in the window with its correlation id until it is confirmed (a synchronous
+send passes through a window of size 0). When the link is lost, the task awaiting
+a confirmation asks the session whether it was resumed on the node the connection
+moved to (``resumed``); the session then had :meth:`AsyncConfirmWindow.moved` send
+every unconfirmed packet again, in order, on the new link (``resumed``), and the wait
+goes on there. The broker drops a resend of what it had already stored (duplicate
+detection), so nothing is stored twice. A commit cannot be resent: a transacted
+session's window is emptied and the loss raised as its ``lost`` error.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+from typing import Protocol
 
 from chute.client.aio_link import AsyncLink
 from chute.errors import ChuteError, ConnectError, RequestTimeout
 
 
+class Resuming(Protocol):
+    """The session of a window that may be resumed on another node."""
+
+    async def resumed(self, lost: AsyncLink) -> bool:
+        """Wait for the connection's move after ``lost`` was lost: True if the session
+        now lives on the node it moved to (its unconfirmed requests resent there)."""
+
+
 class AsyncConfirmWindow:
     """A session's requests awaiting confirmation (persistent sends or commits), oldest
-    first. One task at a time awaits confirmations, the others queue behind it (each
-    then finds fewer to await)."""
+    first, each with its packet if it may be resent. One task at a time awaits
+    confirmations, the others queue behind it (each then finds fewer to await)."""
 
-    __slots__ = ("__weakref__", "_awaiting", "_corrs", "_link", "_session_id", "size")
+    __slots__ = (
+        "__weakref__",
+        "_awaiting",
+        "_link",
+        "_sent",
+        "_session",
+        "_session_id",
+        "lost",
+        "size",
+    )
 
-    def __init__(self, link: AsyncLink, session_id: int, size: int) -> None:
+    def __init__(
+        self, link: AsyncLink, session_id: int, size: int, session: Resuming | None = None
+    ) -> None:
         self._link = link
         self._session_id = session_id
         self.size = size
-        self._corrs: collections.deque[int] = collections.deque()
+        self._session = session
+        self._sent: collections.deque[tuple[int, bytes | None]] = collections.deque()
         self._awaiting = asyncio.Lock()
+        self.lost: ChuteError | None = None
+        """Raised by the next wait, once: what the move could not carry over (a
+        transaction in progress)."""
 
     def __len__(self) -> int:
-        return len(self._corrs)
+        return len(self._sent)
 
-    async def add(self, corr: int, *, flush: bool = False) -> None:
-        """Track request ``corr``; if the window overflows, await the oldest down to
-        its size, else (``flush``) send what is queued now."""
-        self._corrs.append(corr)
-        if len(self._corrs) > self.size:
+    async def add(self, corr: int, *, flush: bool = False, packet: bytes | None = None) -> None:
+        """Track request ``corr`` (``packet``: its bytes, to resend if the link is lost);
+        if the window overflows, await the oldest down to its size, else (``flush``)
+        send what is queued now."""
+        self._sent.append((corr, packet))
+        if len(self._sent) > self.size:
             await self.await_down_to(self.size)
         elif flush:
             self._link.flush()
+
+    def moved(self, link: AsyncLink, session_id: int, *, resend: bool) -> None:
+        """The session now lives on ``link`` as ``session_id``: send every unconfirmed
+        request again there, in order (``resend``), or forget them all.
+
+        Raises:
+            ConnectError: ``link`` was lost too; nothing changed.
+        """
+        sent = self._sent
+        old = list(sent)  # a request added meanwhile (another thread) stays, after these
+        again = []
+        if resend:  # all or none: if the link is lost meanwhile, the next move resends
+            again = [(link.resend(session_id, p), p) for _corr, p in old if p is not None]
+        for _ in old:
+            sent.popleft()
+        sent.extendleft(reversed(again))
+        self._link, self._session_id = link, session_id
 
     async def await_down_to(self, most: int) -> None:
         """Wait until at most ``most`` requests are unconfirmed, oldest first.
@@ -52,27 +104,40 @@ class AsyncConfirmWindow:
         Raises:
             ChuteError: the first refused or unstored one (noted as an earlier send).
         """
-        corrs = self._corrs
+        sent = self._sent
         async with self._awaiting:
-            if len(corrs) <= most:
-                return
-            self._link.flush()  # what is queued goes out before we wait on it
-            while len(corrs) > most:
-                corr = corrs.popleft()
+            if len(sent) > most:
+                self._link.flush()  # what is queued goes out before we wait on it
+            while len(sent) > most:
+                corr = sent[0][0]
+                link = self._link
                 try:
-                    await self._link.wait(corr)
+                    await link.wait(corr)
+                except ConnectError:
+                    if self._session is not None and await self._session.resumed(link):
+                        continue  # resent on the new node: wait there
+                    sent.popleft()
+                    raise
                 except ChuteError as exc:
+                    sent.popleft()
                     exc.add_note(
                         f"raised for an earlier persistent send or commit of session "
                         f"{self._session_id}, which awaited its confirmation (confirm_window)"
                     )
                     raise
+                sent.popleft()
+
+    def raise_lost(self) -> None:
+        """Raise :attr:`lost`, once, if set."""
+        lost, self.lost = self.lost, None
+        if lost is not None:
+            raise lost
 
     async def settle_all(self) -> None:
         """Await every unconfirmed request, past failures; raise the first failure (not a
         lost connection or a timeout: what is unconfirmed then stays unknown)."""
         first: ChuteError | None = None
-        while self._corrs:
+        while self._sent:
             try:
                 await self.await_down_to(0)
             except (ConnectError, RequestTimeout):
@@ -83,4 +148,4 @@ class AsyncConfirmWindow:
             raise first
 
 
-__all__ = ["AsyncConfirmWindow"]
+__all__ = ["AsyncConfirmWindow", "Resuming"]

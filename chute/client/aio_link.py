@@ -47,6 +47,11 @@ HIGH_WATER: Final = 1 << 20
 CLOSE_TIMEOUT: Final = 5.0
 
 
+async def pause(seconds: float) -> None:
+    """Wait ``seconds`` (between rounds of connect attempts)."""
+    await asyncio.sleep(seconds)
+
+
 async def open_link(target: BrokerUrl, limit: float, context: ssl.SSLContext | None) -> AsyncLink:
     """A connection to ``target`` (TLS with ``context`` for ``chutes://``, ``wss://`` and
     ``https://``; a WebSocket or plain requests
@@ -212,9 +217,10 @@ class AsyncLink(asyncio.Protocol):
 
     # -- sessions -------------------------------------------------------------------------
 
-    def open_session(self, ack: str, transacted: bool) -> int:
-        """Open a session (one-way); its id. Raises ValueError, ConnectError."""
-        session_id = self._proto.open_session(ack, transacted)
+    def open_session(self, ack: str, transacted: bool, producer: str | None = None) -> int:
+        """Open a session (one-way; ``producer`` as :meth:`ClientProtocol.open_session`);
+        its id. Raises ValueError, ConnectError."""
+        session_id = self._proto.open_session(ack, transacted, producer)
         self._flush_soon()
         return session_id
 
@@ -245,17 +251,36 @@ class AsyncLink(asyncio.Protocol):
             self._flush_soon()
         return corr
 
+    def send_kept(
+        self, session_id: int, address: str, body: bytes | str, options: SendFields
+    ) -> tuple[int, bytes]:
+        """:meth:`send` of a request left in a confirm window, and its packet (to
+        :meth:`resend` if the connection is lost before it is confirmed)."""
+        corr = self._proto.send(session_id, address, body, options)
+        if not self._flush_scheduled:
+            self._flush_soon()
+        return corr, self._proto.last_packet
+
+    def resend(self, session_id: int, packet: bytes) -> int:
+        """Queue ``packet`` again as a new request of ``session_id`` (see
+        :meth:`ClientProtocol.resend`); its correlation id."""
+        corr = self._proto.resend(session_id, packet)
+        if not self._flush_scheduled:
+            self._flush_soon()
+        return corr
+
     async def send_many(
         self, session_id: int, address: str, messages: Iterable[bytes | str | Message], ttl: int
-    ) -> list[int]:
+    ) -> list[tuple[int, bytes]]:
         """Queue SEND_MANY packets for ``messages`` (see :func:`contents_of`); the
-        correlation ids to wait for (none in a transacted session). Each packet is
-        written as it is made, waiting while the transport is congested."""
-        corrs: list[int] = []
+        correlation ids to wait for, each with its packet (none in a transacted
+        session). Each packet is written as it is made, waiting while the transport is
+        congested."""
+        corrs: list[tuple[int, bytes]] = []
         for contents in contents_of(messages):
             corr = self._proto.send_many(session_id, address, contents, ttl)
             if corr:
-                corrs.append(corr)
+                corrs.append((corr, self._proto.last_packet))
             if not self._flush_scheduled:
                 self._flush_soon()
             if self.congested:

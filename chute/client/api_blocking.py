@@ -103,11 +103,17 @@ class Session(Protocol):
         not stored, is raised by a later :meth:`send`, :meth:`commit`,
         :meth:`flush` or :meth:`close`, with a note saying it was an earlier one.
 
+        On a connection that moves (a URL of several nodes, or ``?failover=``), a
+        persistent send not yet confirmed when the node goes is sent again on the
+        node the connection reaches, and confirmed there; the broker drops a resend
+        of what it had stored (docs/client.md).
+
         Raises:
             InvalidAddress, InvalidMessage: a bad address or field.
             ValueError: a negative ``ttl``.
             DestinationFull: the destination refused the message (now or earlier).
-            ConnectError, RequestTimeout: the connection failed or the broker is slow.
+            ConnectError, RequestTimeout: the connection failed (and reached no node
+                within ``failover``) or the broker is slow.
         """
         ...
 
@@ -175,7 +181,9 @@ class Session(Protocol):
         """Commit the transaction: its sends are delivered, its acks take effect.
 
         Raises:
-            TransactionError: the session is not transacted.
+            TransactionError: the session is not transacted; or the connection moved
+                to another node during the transaction, which was rolled back: retry
+                it (the message says so).
         """
         ...
 

@@ -89,6 +89,11 @@ def open_link(target: BrokerUrl, timeout: float, context: ssl.SSLContext | None)
     return Link(channel, timeout)
 
 
+def pause(seconds: float) -> None:
+    """Wait ``seconds`` (between rounds of connect attempts)."""
+    time.sleep(seconds)
+
+
 class Link:
     """A socket, its protocol state and its two threads. Thread-safe; see the module
     docstring. Use :func:`open_link` to make one."""
@@ -220,10 +225,11 @@ class Link:
 
     # -- sessions -------------------------------------------------------------------------
 
-    def open_session(self, ack: str, transacted: bool) -> int:
-        """Open a session (one-way); its id. Raises ValueError, ConnectError."""
+    def open_session(self, ack: str, transacted: bool, producer: str | None = None) -> int:
+        """Open a session (one-way; ``producer`` as :meth:`ClientProtocol.open_session`);
+        its id. Raises ValueError, ConnectError."""
         with self._lock:
-            session_id = self._proto.open_session(ack, transacted)
+            session_id = self._proto.open_session(ack, transacted, producer)
             self._nudge()
         return session_id
 
@@ -260,19 +266,43 @@ class Link:
             self.flush()
         return corr
 
+    def send_kept(
+        self, session_id: int, address: str, body: bytes | str, options: SendFields
+    ) -> tuple[int, bytes]:
+        """:meth:`send` of a request left in a confirm window, and its packet (to
+        :meth:`resend` if the connection is lost before it is confirmed)."""
+        with self._lock:
+            proto = self._proto
+            corr = proto.send(session_id, address, body, options)
+            packet = proto.last_packet
+            if self._writer_waiting:
+                self._nudge()
+            full = proto.outbox_size >= HIGH_WATER
+        if full:
+            self.flush()
+        return corr, packet
+
+    def resend(self, session_id: int, packet: bytes) -> int:
+        """Queue ``packet`` again as a new request of ``session_id`` (see
+        :meth:`ClientProtocol.resend`); its correlation id."""
+        with self._lock:
+            corr = self._proto.resend(session_id, packet)
+            self._nudge()
+        return corr
+
     def send_many(
         self, session_id: int, address: str, messages: Iterable[bytes | str | Message], ttl: int
-    ) -> list[int]:
+    ) -> list[tuple[int, bytes]]:
         """Queue SEND_MANY packets for ``messages`` (see :func:`contents_of`); the
-        correlation ids to wait for (none in a transacted session). Written out a
-        packet at a time, as one-way sends are."""
-        corrs: list[int] = []
+        correlation ids to wait for, each with its packet (none in a transacted
+        session). Written out a packet at a time, as one-way sends are."""
+        corrs: list[tuple[int, bytes]] = []
         for contents in contents_of(messages):
             with self._lock:
                 proto = self._proto
                 corr = proto.send_many(session_id, address, contents, ttl)
                 if corr:
-                    corrs.append(corr)
+                    corrs.append((corr, proto.last_packet))
                 if self._writer_waiting:
                     self._nudge()
                 full = proto.outbox_size >= HIGH_WATER

@@ -13,7 +13,11 @@ A connection (:mod:`chute.client.aio_client`) holds its link through an
 :class:`OnNode`, which moves it to another node when the one it is on goes, at
 once (the link runs :meth:`OnNode.moved` when it is lost) or at the next request
 of the connection, whichever comes first: :meth:`Nodes.connect` with ``after``
-tries the nodes listed after the lost one first, the lost one last.
+tries the nodes listed after the lost one first, the lost one last; and again,
+round the list, pausing a little longer each time (up to a second), until the
+URL's ``failover`` seconds have passed since the loss (a backup taking over its
+node needs a few seconds). A connection moves if its URL lists several nodes, or
+gives ``failover`` for its one node (which then is tried until it comes back).
 """
 
 from __future__ import annotations
@@ -21,16 +25,22 @@ from __future__ import annotations
 import logging
 import ssl
 import threading
+import time
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
-from chute.client.link import Link, open_link
+from chute.client.link import Link, open_link, pause
 from chute.client.tls import unanswered
 from chute.client.url import BrokerUrl
 from chute.errors import ChuteError, ConnectError, RequestTimeout, WrongProtocol
 from chute.protocol.packets import Connected
 
 log = logging.getLogger("chute.client")
+
+FIRST_PAUSE: Final = 0.1
+"""Seconds between the first two rounds of a move's connect attempts (then doubling)."""
+LONGEST_PAUSE: Final = 1.0
+"""The longest pause between two rounds of a move's connect attempts."""
 
 
 class Reached(NamedTuple):
@@ -54,8 +64,13 @@ class Nodes(NamedTuple):
 
     @property
     def several(self) -> bool:
-        """The URL lists more than one node: a lost connection moves to another."""
+        """The URL lists more than one node."""
         return bool(self.url.others)
+
+    @property
+    def moves(self) -> bool:
+        """A lost connection moves (to another node, or to its one node come back)."""
+        return self.several or self.url.failover > 0
 
     def connect(self, after: BrokerUrl | None = None) -> Reached:
         """Connect to the first node that answers: in the URL's order
@@ -108,7 +123,12 @@ class OnNode:
     moving to another when that one is lost. Its threads share it: a lock lets one of
     them move, the others wait for the move."""
 
-    def __init__(self, reached: Reached, nodes: Nodes, arrived: Callable[[Reached], None]) -> None:
+    def __init__(
+        self,
+        reached: Reached,
+        nodes: Nodes,
+        arrived: Callable[[Reached], None],
+    ) -> None:
         self.link = reached.link
         self.node = reached.node
         self._nodes = nodes
@@ -116,7 +136,7 @@ class OnNode:
         self._closing = False
         self._gone: str | None = None  # why no node took over a lost connection
         self._moving = threading.Lock()
-        if nodes.several:
+        if nodes.moves:
             self.link.when_lost(self.moved)
 
     @property
@@ -127,7 +147,7 @@ class OnNode:
     @property
     def moving(self) -> bool:
         """Lost, and moving (or about to move) to another node."""
-        return self.link.closed and self._nodes.several and not self._closing and self._gone is None
+        return self.link.closed and self._nodes.moves and not self._closing and self._gone is None
 
     def current(self) -> Link:
         """The link to the node the connection is on; if that node was lost, to the one
@@ -143,6 +163,16 @@ class OnNode:
         if self._gone is not None:
             raise ConnectError(self._gone)
         return self.link
+
+    def settled(self) -> Link:
+        """:meth:`current`, once a move under way (resuming the sessions) has ended.
+
+        Raises:
+            ConnectError: lost with no node to move to.
+        """
+        with self._moving:
+            pass
+        return self.current()
 
     def moved(self) -> None:
         """What the link runs when it is lost: move at once, not at the next request."""
@@ -160,19 +190,32 @@ class OnNode:
 
     def _move(self) -> None:
         lost = self.node
-        try:
-            reached = self._nodes.connect(after=lost)
-        except ChuteError as exc:
-            self._gone = f"the connection to node {lost.node} was lost, and then: {exc.reason}"
-            log.warning("%s", self._gone)
-            return
+        deadline = time.monotonic() + self._nodes.url.failover
+        wait = FIRST_PAUSE
+        while True:
+            try:
+                reached = self._nodes.connect(after=lost)
+                break
+            except (ConnectError, RequestTimeout) as exc:
+                if self._closing or time.monotonic() + wait > deadline:
+                    self._give_up(lost, exc)
+                    return
+            except ChuteError as exc:  # refused: every node would say the same
+                self._give_up(lost, exc)
+                return
+            pause(wait)
+            wait = min(2 * wait, LONGEST_PAUSE)
         self.link, self.node = reached.link, reached.node
-        self._arrived(reached)
+        if not self._closing:
+            reached.link.when_lost(self.moved)  # lost again while resuming: moves again
         log.warning("the connection to node %s was lost; now on node %s", lost.node, self.node.node)
+        self._arrived(reached)
         if self._closing:  # closed while moving
             reached.link.close()
-        else:
-            reached.link.when_lost(self.moved)
+
+    def _give_up(self, lost: BrokerUrl, exc: ChuteError) -> None:
+        self._gone = f"the connection to node {lost.node} was lost, and then: {exc.reason}"
+        log.warning("%s", self._gone)
 
 
 __all__ = ["Nodes", "OnNode", "Reached"]

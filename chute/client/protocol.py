@@ -60,6 +60,7 @@ from chute.message import (
 from chute.protocol.codec import PacketCodec
 from chute.protocol.packets import (
     MIN_PROTOCOL_VERSION,
+    PRODUCER_VERSION,
     PROTOCOL_VERSION,
     SUPPORTED_VERSIONS,
     Commit,
@@ -85,6 +86,11 @@ from chute.protocol.splice import PlainSend, encode_send, encode_send_many, plai
 from chute.protocol.wire import encode_packet
 
 _ADDRESS_CACHE_SIZE: Final = 1024
+# a packet's header: length u32 | version u8 | type u8 | correlation u32 | target u32 | ...
+_VERSION_AT: Final = 4
+_CALLBACK_AT: Final = 14
+_RESENT_HEAD: Final = struct.Struct(">BB")
+_CORR_TARGET: Final = struct.Struct(">II")
 _next_id: Final = new_message_id.next_bytes
 
 _CONSUMER_DEFAULTS: Final = ConsumerOptions()
@@ -145,6 +151,8 @@ class ClientProtocol:
         self._addresses: dict[str, tuple[bytes, PlainSend]] = {}
         self.connected: Connected | None = None
         self._first: bytes | None = None  # the first bytes the server sent (for errors)
+        self.last_packet = b""
+        """The packet of the latest SEND or SEND_MANY queued (what :meth:`resend` takes)."""
 
     @property
     def failure(self) -> ChuteError | None:
@@ -263,8 +271,12 @@ class ClientProtocol:
 
     # -- sessions -------------------------------------------------------------------
 
-    def open_session(self, ack_mode: str = "auto", transacted: bool = False) -> int:
+    def open_session(
+        self, ack_mode: str = "auto", transacted: bool = False, producer: str | None = None
+    ) -> int:
         """Queue SESSION_OPEN (one-way: the client chooses the id). Returns the session id.
+        ``producer`` names the session's producer for the broker's duplicate detection
+        (sent to a broker of protocol 4 on; an older one is not told).
 
         Raises:
             ValueError: unknown ack mode.
@@ -273,7 +285,9 @@ class ClientProtocol:
         if self.failure is not None:
             raise self.failure
         session = self.sessions.open_session(SessionAckMode(ack_mode), bool(transacted))
-        self._oneway(SessionOpen(session.id, session.ack_mode, session.transacted))
+        if self.codec.version < PRODUCER_VERSION:
+            producer = None
+        self._oneway(SessionOpen(session.id, session.ack_mode, session.transacted, producer))
         return session.id
 
     def close_session(self, session_id: int) -> int | None:
@@ -353,6 +367,7 @@ class ClientProtocol:
                 raise InvalidMessage(f"message cannot be encoded: {exc}") from None
             self._out.append(packet)
             self.outbox_size += len(packet)
+            self.last_packet = packet
             return corr
         return self._send_general(session, cached[0], body, options)
 
@@ -370,6 +385,29 @@ class ClientProtocol:
             self._requests.cancel(corr)
             raise InvalidMessage(f"message cannot be encoded: {exc}") from None
         self._write(packet)
+        self.last_packet = packet
+        return corr
+
+    def resend(self, session_id: int, packet: bytes) -> int:
+        """Queue ``packet``, a SEND or SEND_MANY request this client encoded before (maybe
+        on another connection: :attr:`last_packet`), again, for session ``session_id``
+        as a new request: the same messages, the same ids. Returns its correlation id.
+
+        Raises:
+            ChuteError: as :meth:`send` (the connection failed, a deferred error).
+        """
+        self.sessions.session(session_id)  # raises a deferred error
+        corr = self._requests.open()
+        self._write(
+            b"".join(
+                (
+                    packet[:_VERSION_AT],
+                    _RESENT_HEAD.pack(self.codec.version, packet[_VERSION_AT + 1]),
+                    _CORR_TARGET.pack(corr, session_id),
+                    packet[_CALLBACK_AT:],
+                )
+            )
+        )
         return corr
 
     def send_many(self, session_id: int, address: str, contents: list[bytes], ttl: int = 0) -> int:
@@ -397,6 +435,7 @@ class ClientProtocol:
             self._requests.cancel(corr)
             raise InvalidMessage(f"messages cannot be encoded: {exc}") from None
         self._write(packet)
+        self.last_packet = packet
         return corr
 
     def _address(self, address: str) -> tuple[bytes, PlainSend]:

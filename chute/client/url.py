@@ -25,6 +25,12 @@ random one (so that clients spread over the nodes), or from the first with
 ``?order=listed``; :meth:`BrokerUrl.nodes` gives them in that order. A node listed
 twice is an error.
 
+**Failover**: ``?failover=SECONDS`` is how long a connection that lost its node keeps
+trying to reach one of the URL's nodes, going round the list (the same node come back,
+a backup that took over, another node), before it gives up: by default
+:data:`DEFAULT_FAILOVER` seconds with several nodes, and 0 (no move: the connection
+closes) with one. Options join with ``&``.
+
 ``dropbox:///path`` URLs name a dropbox root, not a broker: :func:`chute.connect`
 hands them to :mod:`chute.dropbox.client`.
 """
@@ -56,6 +62,9 @@ RANDOM: Final = "random"
 LISTED: Final = "listed"
 ORDERS: Final = (RANDOM, LISTED)
 """The orders in which a client tries the nodes of a URL (``?order=``; random first)."""
+DEFAULT_FAILOVER: Final = 30.0
+"""Seconds a connection to a URL of several nodes keeps trying to reach one once its
+node is lost (``?failover=``)."""
 
 
 class BrokerUrl(NamedTuple):
@@ -72,6 +81,16 @@ class BrokerUrl(NamedTuple):
     """The further nodes of a cluster, ``(host, port)``, after the first (host, port)."""
     order: str = RANDOM
     """:data:`RANDOM` or :data:`LISTED`: where :meth:`nodes` starts."""
+    failover_option: float | None = None
+    """``?failover=`` as given; None: not given (see :attr:`failover`)."""
+
+    @property
+    def failover(self) -> float:
+        """Seconds a lost connection keeps trying to reach a node (0: one try of each,
+        or with one node, none: the connection closes)."""
+        if self.failover_option is not None:
+            return self.failover_option
+        return DEFAULT_FAILOVER if self.others else 0.0
 
     @property
     def node(self) -> str:
@@ -97,7 +116,12 @@ class BrokerUrl(NamedTuple):
 
     def __str__(self) -> str:
         nodes = ",".join(_node(host, port) for host, port in ((self.host, self.port), *self.others))
-        query = f"?order={self.order}" if self.others and self.order != RANDOM else ""
+        options = []
+        if self.others and self.order != RANDOM:
+            options.append(f"order={self.order}")
+        if self.failover_option is not None:
+            options.append(f"failover={self.failover_option:g}")
+        query = "?" + "&".join(options) if options else ""
         return f"{self.scheme}://{nodes}{self.path}{query}"
 
     def http_url(self, path: str = "") -> str:
@@ -122,7 +146,7 @@ def parse_url(url: str) -> BrokerUrl:
     5445; ``[::1]`` for IPv6), ``chutes://...`` (TLS, default port 5446), or ``ws://``,
     ``wss://``, ``http://``, ``https://`` ``[login[:passcode]@]host[:port][,...][/path]``
     (default port 8445, path ``/chute``); each may end with ``?order=listed`` (or
-    ``random``, the default).
+    ``random``, the default) and ``failover=SECONDS``, joined by ``&``.
 
     Raises:
         ConnectError: not a broker URL.
@@ -146,7 +170,7 @@ def parse_url(url: str) -> BrokerUrl:
     if parts.fragment or (transport == TCP and parts.path not in ("", "/")):
         allowed = "chute://host:port" if transport == TCP else f"{scheme}://host:port/path"
         raise ConnectError(f"invalid broker URL {_hidden(url)!r}: only {allowed} is allowed")
-    order = _order(url, parts.query)
+    order, failover = _options(url, parts.query)
     userinfo, at, hosts = parts.netloc.rpartition("@")
     login, passcode = _credentials(url, userinfo) if at else (None, None)
     if transport == TCP:
@@ -155,7 +179,9 @@ def parse_url(url: str) -> BrokerUrl:
         default, path = DEFAULT_HTTP_PORT, parts.path.rstrip("/") or NATIVE_PATH
     nodes = _nodes(url, hosts, default)
     (host, port), *others = nodes
-    return BrokerUrl(host, port, tls, login, passcode, transport, path, tuple(others), order)
+    return BrokerUrl(
+        host, port, tls, login, passcode, transport, path, tuple(others), order, failover
+    )
 
 
 def _nodes(url: str, hosts: str, default: int) -> list[tuple[str, int]]:
@@ -183,18 +209,31 @@ def _nodes(url: str, hosts: str, default: int) -> list[tuple[str, int]]:
     return nodes
 
 
-def _order(url: str, query: str) -> str:
-    """The ``order`` of a URL's query, its one option."""
-    order = RANDOM
+def _options(url: str, query: str) -> tuple[str, float | None]:
+    """The ``order`` and ``failover`` of a URL's query."""
+    order, failover = RANDOM, None
     for option in query.split("&") if query else ():
         name, _, value = option.partition("=")
-        if name != "order" or value not in ORDERS:
+        if name == "order" and value in ORDERS:
+            order = value
+        elif name == "failover" and _seconds(value) is not None:
+            failover = _seconds(value)
+        else:
             raise ConnectError(
                 f"invalid broker URL {_hidden(url)!r}: unknown option {option!r} "
-                "(the one option is order=random, the default, or order=listed)"
+                "(the options are order=random, the default, or order=listed; and "
+                "failover=SECONDS, 0 or more)"
             )
-        order = value
-    return order
+    return order, failover
+
+
+def _seconds(value: str) -> float | None:
+    """``value`` as a number of seconds (0 or more, finite), or None."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if 0 <= seconds < float("inf") else None
 
 
 def _credentials(url: str, userinfo: str) -> tuple[str | None, str | None]:

@@ -139,6 +139,9 @@ class ServerConfig:
                 "max_memory, so producers should only wait for what cannot page (raise "
                 "memory_high_watermark, or lower max_memory)"
             )
+        for key in ("dedup_window", "dedup_producers"):
+            if getattr(self.sessions, key) < 1:
+                raise ConfigError(f"server.{key} must be at least 1 (duplicate detection)")
         if 0 < limits.max_login_frame_size < MIN_LOGIN_FRAME_SIZE:
             raise ConfigError(
                 f"server.max_login_frame_size: {limits.max_login_frame_size} bytes is too "

@@ -158,6 +158,8 @@ class SessionSettings:
     prepared_timeout_ms: int = 0  # roll back prepared transactions older than this; 0 = never
     max_cursor_lease_ms: int = 300_000  # the longest lease a cursor may ask for
     expiry_interval_ms: int = 1_000  # how often expired messages and idle destinations go
+    dedup_window: int = 256  # duplicate detection: request ids remembered per producer
+    dedup_producers: int = 1024  # duplicate detection: producers remembered
 
 
 @dataclasses.dataclass

@@ -93,15 +93,18 @@ from chute.protocol.tx_packets import (
     XaRollback,
 )
 
-PROTOCOL_VERSION: Final = 3
+PROTOCOL_VERSION: Final = 4
 """The newest protocol version this code speaks (2 adds :class:`Held`, 3 the packets
-between the nodes of a cluster: :mod:`chute.protocol.peer_packets`)."""
+between the nodes of a cluster: :mod:`chute.protocol.peer_packets`, 4 the producer a
+:class:`SessionOpen` may name)."""
 MIN_PROTOCOL_VERSION: Final = 1
 """The oldest protocol version this code speaks."""
 HELD_VERSION: Final = 2
 """The first version whose clients are told with :class:`Held` that a request waits."""
 PEER_VERSION: Final = 3
 """The first version with the packets between nodes; a node dials another at it only."""
+PRODUCER_VERSION: Final = 4
+"""The first version whose :class:`SessionOpen` may name its producer."""
 SUPPORTED_VERSIONS: Final = frozenset(range(MIN_PROTOCOL_VERSION, PROTOCOL_VERSION + 1))
 
 
@@ -295,11 +298,16 @@ class Held:
 
 @dataclass(frozen=True, slots=True)
 class SessionOpen:
-    """Open a session. Target 0; ``session_id`` (chosen by the client) is the callback."""
+    """Open a session. Target 0; ``session_id`` (chosen by the client) is the callback.
+
+    ``producer`` (version 4 on; left off the wire when None) names who produces on the
+    session, for duplicate detection: the broker drops a persistent send outside a
+    transaction whose message id this producer stored lately, and confirms it."""
 
     session_id: int
     ack_mode: SessionAckMode = SessionAckMode.AUTO
     transacted: bool = False
+    producer: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -509,6 +517,7 @@ __all__ = [
     "MIN_PROTOCOL_VERSION",
     "NO_HEADER",
     "PEER_VERSION",
+    "PRODUCER_VERSION",
     "PROTOCOL_VERSION",
     "SEND_MANY_MAX",
     "SUPPORTED_VERSIONS",

@@ -7,6 +7,7 @@ Layout (all integers big-endian)::
              (length counts every byte after itself: 14 header bytes + the body)
     string   s16: length u16 + UTF-8      s32: length u32 + UTF-8
     optional o16/o32: present u8 (0/1), then the string if present
+    t16      an o16 that ends the body and may be left out (absent: None)
     bool     u8, 0 or 1
     strings  (XaCommitBatch's xids) count u32, then count x s16
     seqs     (Move's, DeadLetterRetry's) count u32, then count x u64
@@ -270,6 +271,10 @@ def _read_o16(r: _Reader) -> str | None:
     return _read_s16(r) if r.flag() else None
 
 
+def _read_tail16(r: _Reader) -> str | None:
+    return None if r.pos == len(r.data) else _read_o16(r)
+
+
 def _read_o32(r: _Reader) -> str | None:
     return _read_s32(r) if r.flag() else None
 
@@ -347,6 +352,7 @@ _FIELDS: Final[dict[str, _Field]] = {
     "s32": _Field(_s32, _read_s32),
     "o16": _Field(_o16, _read_o16),
     "o32": _Field(_o32, _read_o32),
+    "t16": _Field(lambda v: b"" if v is None else _o16(v), _read_tail16),
     "strs": _Field(_strings, _read_strings),
     "seqs": _Field(_seqs, _read_seqs),
     "counts": _Field(_counts, _read_counts),
@@ -367,7 +373,7 @@ _SPECS: Final[dict[type, tuple[PacketType, tuple[str, ...]]]] = {
     Error: (PacketType.ERROR, ("s16", "s32")),
     Ok: (PacketType.OK, ("o32",)),
     Held: (PacketType.HELD, ("s32", "u32")),
-    SessionOpen: (PacketType.SESSION_OPEN, (_CALLBACK, "ack", "bool")),
+    SessionOpen: (PacketType.SESSION_OPEN, (_CALLBACK, "ack", "bool", "t16")),
     SessionClose: (PacketType.SESSION_CLOSE, (_TARGET,)),
     ConsumerOpen: (
         PacketType.CONSUMER_OPEN,

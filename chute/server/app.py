@@ -156,6 +156,8 @@ class BrokerServer:
             max_subscription_bytes=config.memory.max_subscription_bytes,
             flow_backlog=config.memory.flow_backlog,
             max_cursor_lease_ms=config.sessions.max_cursor_lease_ms,
+            dedup_window=config.sessions.dedup_window,
+            dedup_producers=config.sessions.dedup_producers,
             limits=Limits(
                 config.by_use.max_destinations,
                 config.by_use.max_destinations_per_user,

@@ -380,7 +380,9 @@ class NativeConnection(ManagementRequests, StreamConnection):
         if sid in self.sessions:
             raise ConsumerError(f"session id {sid} is already in use")
         mode = _CORE_ACK_MODES[p.SessionAckMode(packet.ack_mode)]
-        self.sessions[sid] = self._core().session(mode, transacted=packet.transacted)
+        session = self.sessions[sid] = self._core().session(mode, transacted=packet.transacted)
+        if packet.producer is not None:
+            session.name_producer(packet.producer)
         if header.correlation_id:
             self._respond(header, p.Ok())
 

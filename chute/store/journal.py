@@ -98,6 +98,7 @@ from chute.store.records import (
     PrepareRecord,
     Record,
     RollbackPreparedRecord,
+    SentRecord,
     UndefineRecord,
     encode,
 )
@@ -263,6 +264,9 @@ class Journal:
     def delivered_many(self, queue: str, seqs: Sequence[int], counts: Sequence[int]) -> None:
         self._changed = True
         self._intake.marks_many(queue, seqs, counts)
+
+    def sent(self, producer: str, message_id: str) -> None:
+        self._append_record(SentRecord(producer, message_id))
 
     def commit(self, ops: Sequence[TxOp]) -> None:
         """One record for all of ``ops``: after a crash, all of them or none."""

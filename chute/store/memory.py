@@ -9,7 +9,9 @@ journal exists.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Sequence
+from typing import Final
 
 from chute.core.model.store import (
     AckOp,
@@ -23,6 +25,10 @@ from chute.core.model.store import (
     message_block,
 )
 
+SENT_KEPT: Final = 1 << 20
+"""The most recent :meth:`MemoryStore.sent` records kept (duplicate detection remembers
+fewer: its window times its producers, 262,144 by default)."""
+
 
 class MemoryStore:
     """Not thread-safe: used from the broker's loop only."""
@@ -32,6 +38,7 @@ class MemoryStore:
         self.messages: dict[str, dict[int, StoredMessage]] = {}
         self.prepared: dict[str, list[TxOp]] = {}
         self.next_seq: dict[str, int] = {}
+        self.sent_ids: collections.deque[tuple[str, str]] = collections.deque(maxlen=SENT_KEPT)
         self.syncs = 0
 
     def define(self, definition: QueueDefinition) -> None:
@@ -64,6 +71,9 @@ class MemoryStore:
     def delivered_many(self, queue: str, seqs: Sequence[int], counts: Sequence[int]) -> None:
         for seq, count in zip(seqs, counts, strict=True):
             self.delivered(queue, seq, count)
+
+    def sent(self, producer: str, message_id: str) -> None:
+        self.sent_ids.append((producer, message_id))
 
     def commit(self, ops: Sequence[TxOp]) -> None:
         for op in ops:
@@ -113,6 +123,7 @@ class MemoryStore:
             },
             prepared={xid: list(ops) for xid, ops in self.prepared.items()},
             next_seq=dict(self.next_seq),
+            sent=list(self.sent_ids),
         )
 
     def page_in(self, queue: str, after: int, limit: int) -> list[StoredMessage]:

@@ -60,6 +60,7 @@ from chute.store.records import (
     PrepareRecord,
     Record,
     RollbackPreparedRecord,
+    SentRecord,
     UndefineRecord,
     decode,
 )
@@ -132,7 +133,7 @@ class LiveIndex:
                 self.end_prepared(xid, location)
             case CheckpointRecord(next_seq, counts):
                 self.checkpoint(next_seq, counts)
-            case PadRecord():
+            case PadRecord() | SentRecord():
                 pass
             case AddRecord(op, count):  # pragma: no cover - handled above
                 self.add(op, count, location)

@@ -61,6 +61,7 @@ class Kind(enum.IntEnum):
     ACKS = 11
     MARKS = 12
     PAD = 13  # nothing: where a record the disk refused was written (see the writer)
+    SENT = 14  # a producer's request stored (duplicate detection)
 
 
 def checksum(segment: int, offset: int, kind: int, payload: bytes | memoryview) -> int:

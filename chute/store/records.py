@@ -25,6 +25,8 @@ present u8 then the string)::
                [| k u32 | (first u64 | last u64) x k: the segments the pass kept,
                 as runs; absent in older journals]
     PAD        zero bytes (any number): holds nothing
+    SENT       producer s16 | message id s16: a producer's request stored (duplicate
+               detection, chute.core.rules.dedup); keeps nothing alive
 
 ACKS and MARKS are what the journal's writer makes of the acks and delivery
 marks of one queue that arrived together (:class:`~chute.store.intake.Intake`):
@@ -69,6 +71,7 @@ from chute.store.payload import (
 from chute.store.record import Kind
 
 _U8: Final = struct.Struct(">B")
+_U16: Final = struct.Struct(">H")
 _U32: Final = struct.Struct(">I")
 _SEQ_COUNT_NAME: Final = struct.Struct(">QIH")
 _NEXT_SEQ: Final = struct.Struct(">Q")
@@ -168,6 +171,15 @@ class CheckpointRecord:
     kept: tuple[tuple[int, int], ...] | None = None  # runs (first, last); None: not known
 
 
+@dataclasses.dataclass(slots=True)
+class SentRecord:
+    """A producer's request stored, named by its first message id (not frozen: one is
+    written per request of a producer that names itself)."""
+
+    producer: str
+    message_id: str
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class PadRecord:
     """Nothing, ``size`` bytes long: a refused record's place."""
@@ -189,6 +201,7 @@ Record = (
     | RollbackPreparedRecord
     | CheckpointRecord
     | PadRecord
+    | SentRecord
 )
 
 
@@ -276,6 +289,8 @@ def encode(record: Record) -> tuple[Kind, bytes]:
             return Kind.CHECKPOINT, b"".join(parts)
         case PadRecord(size):
             return Kind.PAD, bytes(size)
+        case SentRecord(producer, message_id):
+            return Kind.SENT, s16(producer) + s16(message_id)
 
 
 # -- decoding ------------------------------------------------------------------------
@@ -341,6 +356,12 @@ def _decode(kind: int, data: bytes, start: int, end: int, names: Names) -> Recor
             return _decode_checkpoint(data, start, end, names)
         case Kind.PAD:
             return PadRecord(end - start)
+        case Kind.SENT:
+            producer, p = names.read(data, start)
+            (length,) = _U16.unpack_from(data, p)
+            if p + 2 + length != end:
+                raise ValueError("a SENT record's id does not end the record")
+            return SentRecord(producer, data[p + 2 : end].decode())
     raise CorruptRecord(f"unknown record kind {kind}")
 
 

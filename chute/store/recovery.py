@@ -45,6 +45,7 @@ and flushes and pauses reclaiming before a re-read).
 
 from __future__ import annotations
 
+import collections
 import gc
 import os
 import time
@@ -66,7 +67,7 @@ from chute.store.gaps import (
     is_loss,
     remove_segments,
 )
-from chute.store.memory import MemoryStore
+from chute.store.memory import SENT_KEPT, MemoryStore
 from chute.store.pager import TxLayouts, read_paged
 from chute.store.payload import Names, add_head, decode_ack, decode_add
 from chute.store.progress import Phase, RecoveryProgress
@@ -86,6 +87,7 @@ from chute.store.records import (
     PrepareRecord,
     Record,
     RollbackPreparedRecord,
+    SentRecord,
     UndefineRecord,
     decode,
 )
@@ -162,9 +164,10 @@ def recover_lazily(
     started = time.perf_counter()
     names = Names()
     sizes: dict[str, SeqMap] = {}  # queue -> seq -> Message.size of each add replayed
+    sent: collections.deque[tuple[str, str]] = collections.deque(maxlen=SENT_KEPT)
 
     def replay(data: bytes, segment: int) -> int:
-        end = _index_segment(data, segment, index, names, sizes, report)
+        end = _index_segment(data, segment, index, names, sizes, report, sent)
         if progress is not None:  # once a segment: a sum over the queues, not the messages
             progress.messages = sum(map(len, index.locations.values()))
         return end
@@ -183,6 +186,7 @@ def recover_lazily(
         definitions=[definition for definition, _ in index.definitions.values()],
         prepared={xid: list(ops) for xid, (ops, _) in index.prepared.items()},
         next_seq=dict(index.next_seq),
+        sent=list(sent),
     )
     layouts = TxLayouts()
     for queue, held in index.locations.items():
@@ -208,9 +212,10 @@ def _index_segment(  # noqa: PLR0917 - private
     names: Names,
     sizes: dict[str, SeqMap],
     report: RecoveryReport,
+    sent: collections.deque[tuple[str, str]],
 ) -> int:
-    """Replay one segment into ``index`` only, noting each add's size in ``sizes``; returns
-    where a torn tail starts."""
+    """Replay one segment into ``index`` only, noting each add's size in ``sizes`` and each
+    SENT record in ``sent``; returns where a torn tail starts."""
     problem = header_problem(data, segment)
     if problem is not None:
         if data.count(0) == len(data):
@@ -248,6 +253,8 @@ def _index_segment(  # noqa: PLR0917 - private
                 index.apply(record, base | offset)
                 if type(record) is CheckpointRecord:
                     report.checkpoint = (segment, record.kept)
+                elif type(record) is SentRecord:
+                    sent.append((record.producer, record.message_id))
                 else:
                     _sized(record, sizes)
         except CorruptRecord as exc:
@@ -572,6 +579,8 @@ def replay(store: MemoryStore, record: Record) -> None:
                 store.delivered(queue, seq, count)
         case PadRecord():
             pass
+        case SentRecord(producer, message_id):
+            store.sent(producer, message_id)
 
 
 def _cut(directory: str, segment: int, end: int, disk: Disk, report: RecoveryReport) -> None:

@@ -271,6 +271,8 @@ FLAT_KEYS: dict[str, str] = {
     "prepared_timeout_ms": "sessions.prepared_timeout_ms",
     "max_cursor_lease_ms": "sessions.max_cursor_lease_ms",
     "expiry_interval_ms": "sessions.expiry_interval_ms",
+    "dedup_window": "sessions.dedup_window",
+    "dedup_producers": "sessions.dedup_producers",
     "cluster_coordinator": "cluster.coordinator",
     "cluster_node": "cluster.node",
     "cluster_advertise": "cluster.advertise",
@@ -548,3 +550,9 @@ def test_a_cluster_that_cannot_work_is_refused_naming_the_key(
     with pytest.raises(ConfigError) as info:
         load(write(tmp_path, text))
     assert said in info.value.reason
+
+
+@pytest.mark.parametrize("key", ["dedup_window", "dedup_producers"])
+def test_duplicate_detection_needs_a_window_of_at_least_one(tmp_path: Path, key: str) -> None:
+    with pytest.raises(ConfigError, match=f"server.{key} must be at least 1"):
+        load(write(tmp_path, f"[server]\n{key} = 0\n"))

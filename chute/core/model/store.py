@@ -133,6 +133,10 @@ class Recovered:
     """What the store found and did while recovering, for the operator ("" if nothing)."""
     clean: bool = True
     """False if the store skipped or cut anything (a torn tail, a corrupt record)."""
+    sent: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    """``(producer, message id)`` of the requests producers stored, in the order written
+    (:meth:`Store.sent`; the newest last): duplicate detection's memory
+    (chute.core.rules.dedup)."""
 
 
 class Store(Protocol):
@@ -173,6 +177,11 @@ class Store(Protocol):
 
     def rollback_prepared(self, xid: str) -> None:
         """Discard a prepared transaction."""
+
+    def sent(self, producer: str, message_id: str) -> None:
+        """``producer`` stored a request whose first message id is ``message_id``
+        (duplicate detection, chute.core.rules.dedup): kept across a restart, covered
+        by the next sync like the records before it."""
 
     def sync(self, callback: SyncCallback) -> None:
         """Call ``callback(None)`` once everything appended so far is durable.

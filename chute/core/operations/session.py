@@ -114,9 +114,19 @@ class BrokerSession:
         self.consumers: dict[int, BrokerConsumer] = {}
         self.tx: Transaction | None = Transaction() if transacted else None
         self.closed = False
+        self.producer: str | None = None
+        """Who produces on this session, for duplicate detection (:meth:`name_producer`)."""
         self._checks = not self.broker.access.allows_all  # skip the gate when all is allowed
 
     # -- producing --------------------------------------------------------------
+
+    def name_producer(self, name: str) -> None:
+        """Name this session's producer (the client chooses ``name`` and gives it again to
+        the session it resumes on after losing its broker): a resend of a persistent
+        send outside a transaction that this producer stored lately is dropped
+        (:mod:`chute.core.rules.dedup`). The name is kept apart per user."""
+        login = self.connection.login
+        self.producer = name if login is None else f"{login}\x00{name}"
 
     def send(self, address: str, message: Message, *, ttl: int = 0, carried: bool = False) -> None:
         """Send now, or at commit in a transacted session (see Broker.send for errors
@@ -135,6 +145,17 @@ class BrokerSession:
         """
         tx = self.tx
         broker = self.broker
+        producer = self.producer
+        if producer is not None and tx is None and message.persistent and not carried:
+            if self._checks:
+                self.connection.authorize_send(address)
+            sent = broker.sent_ids
+            if sent.seen(producer, message.id):
+                return  # a resend of what is stored: confirmed again, not stored twice
+            broker.admission.admit(self.connection.share, message.size)
+            broker.send(address, message, ttl=ttl)
+            sent.stored(producer, message.id)  # after the add: a sync covers both
+            return
         if carried and tx is not None:
             raise TransactionError("a carried message is sent outside a transaction")
         doomed = tx is not None and tx.refused is not None  # it can only roll back
@@ -203,10 +224,19 @@ class BrokerSession:
             tx.held += cost
             broker.memory.used += cost  # held here until the commit places it
             return
+        first = messages[0].id
+        producer = self.producer
+        if producer is not None:  # all or none: the first id stands for them all
+            if broker.sent_ids.seen(producer, first):
+                return  # a resend of what is stored: confirmed again, not stored twice
+            if not any(m.persistent for m in messages):
+                producer = None  # not waited on, never resent
         self._check_tx_room(Transaction(sends))
         with broker.atomically():
             for message in messages:
                 broker.send(address, message, ttl=ttl)
+        if producer is not None:
+            broker.sent_ids.stored(producer, first)  # after the commit: a sync covers both
 
     # -- consuming --------------------------------------------------------------
 

@@ -60,6 +60,7 @@ from chute.core.rules.access import Access, Client
 from chute.core.rules.admission import Admission
 from chute.core.rules.batches import CommittedBatches
 from chute.core.rules.cursor import Cursors
+from chute.core.rules.dedup import DEFAULT_PRODUCERS, DEFAULT_WINDOW, SentIds
 from chute.core.rules.destinations import ANONYMOUS, Destinations, Limits
 from chute.core.rules.diversion import Diversion
 from chute.core.rules.restore import restore
@@ -94,8 +95,12 @@ class Broker:
         access: Access | None = None,
         max_cursor_lease_ms: int = 300_000,
         limits: Limits | None = None,
+        dedup_window: int = DEFAULT_WINDOW,
+        dedup_producers: int = DEFAULT_PRODUCERS,
     ) -> None:
         self._store = store
+        self.sent_ids = SentIds(store, dedup_window, dedup_producers)
+        """Duplicate detection: producers' recent stored requests (chute.core.rules.dedup)."""
         self.ledgers: dict[str, tuple[int, list[StoredMessage]]] = {}
         """A cluster's ledgers recovered from the store, until the cluster takes them."""
         self.demand_watch: Callable[[QueueChannel], None] | None = None

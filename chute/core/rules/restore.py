@@ -25,6 +25,7 @@ from chute.core.model.store import QueueDefinition, QueueKind, StoredMessage
 from chute.core.model.stream import Stream
 from chute.core.model.topic import Subscription, SubscriptionKind, Topic
 from chute.core.rules.batches import CommittedBatches
+from chute.core.rules.dedup import SentIds
 from chute.core.rules.destinations import Destinations
 from chute.core.rules.subscriptions import Subscriptions
 from chute.core.rules.twophase import PreparedTransactions
@@ -43,6 +44,7 @@ class RestoreHost(ForwardHost, Registry, Protocol):
     destinations: Destinations
     xa: PreparedTransactions
     batches: CommittedBatches
+    sent_ids: SentIds
 
 
 def restore(host: RestoreHost, progress: Callable[[int, int], None] | None = None) -> int:
@@ -57,6 +59,7 @@ def restore(host: RestoreHost, progress: Callable[[int, int], None] | None = Non
     per message).
     """
     recovered = host.store.recover()
+    host.sent_ids.restore(recovered.sent)
     if recovered.report:
         (log.info if recovered.clean else log.warning)("%s", recovered.report)
     subscriptions: dict[str, Subscription] = {}

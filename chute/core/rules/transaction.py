@@ -211,6 +211,9 @@ class Gathering:
     def prepare(self, xid: str, ops: Sequence[TxOp]) -> None:
         self.store.prepare(xid, ops)
 
+    def sent(self, producer: str, message_id: str) -> None:
+        self.store.sent(producer, message_id)
+
     def commit_prepared(self, xid: str) -> None:
         self.store.commit_prepared(xid)
 

@@ -589,3 +589,31 @@ def test_take_hands_out_received_messages_that_ack_through_their_owner() -> None
         received.nack() if seq == 4 else received.ack()
     assert acked == [("ack", 3), ("nack", 4)]
     assert peer.packets() == [p.Ack(cid, 2, cumulative=False, credit=1)]
+
+
+def test_a_session_names_its_producer_to_a_broker_of_version_4_only() -> None:
+    proto, peer = connected()
+    proto.open_session("auto", False, "producer-1")
+    assert peer.packets() == [p.SessionOpen(1, p.SessionAckMode.AUTO, False, "producer-1")]
+    proto.codec.version = p.PRODUCER_VERSION - 1
+    proto.open_session("auto", False, "producer-2")
+    assert peer.packets() == [p.SessionOpen(2, p.SessionAckMode.AUTO, False)]
+
+
+def test_a_send_is_resent_as_it_was_as_a_new_request_of_another_session() -> None:
+    proto, peer = connected()
+    first = proto.open_session()
+    corr = proto.send(first, "queue:q", b"body", SendOptions(id="m-1"))
+    packet = proto.last_packet
+    [(header, sent)] = peer.sent()[1:]
+    assert (header.correlation_id, header.target_id) == (corr, first)
+    other, again = connected()
+    second = other.open_session()
+    second = other.open_session()  # another session id on the other connection
+    corr2 = other.resend(second, packet)
+    [(header2, resent)] = again.sent()[2:]
+    assert (header2.correlation_id, header2.target_id) == (corr2, second)
+    assert isinstance(resent, p.Send)
+    assert isinstance(sent, p.Send)
+    assert resent.message.id == sent.message.id == "m-1"
+    assert resent.message.body == b"body"

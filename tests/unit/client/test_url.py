@@ -161,6 +161,9 @@ def test_a_node_s_address_names_it() -> None:
         ("chute://a,a:5445", "node a:5445 is listed twice"),
         ("chute://a,b?order=first", "unknown option 'order=first'"),
         ("chute://a,b?order=listed&x", "unknown option 'x'"),
+        ("chute://a,b?failover=-1", "unknown option 'failover=-1'"),
+        ("chute://a?failover=soon", "unknown option 'failover=soon'"),
+        ("chute://a?failover=inf", "unknown option 'failover=inf'"),
         ("chute://alice:pw@a,b:x", "node 'b:x'"),
     ],
 )
@@ -169,3 +172,13 @@ def test_a_bad_list_of_nodes(url: str, reason: str) -> None:
         parse_url(url)
     assert reason in info.value.reason
     assert "pw" not in info.value.reason
+
+
+def test_failover_is_30_seconds_with_several_nodes_and_none_with_one() -> None:
+    assert parse_url("chute://a,b").failover == 30
+    assert parse_url("chute://a").failover == 0
+    assert parse_url("chute://a?failover=2.5").failover == 2.5
+    assert parse_url("chute://a,b?order=listed&failover=0").failover == 0
+    url = parse_url("chute://a:1,b:2?failover=5&order=listed")
+    assert str(url) == "chute://a:1,b:2?order=listed&failover=5"
+    assert parse_url(str(url)) == url

@@ -285,16 +285,29 @@ def test_unencodable_packets_raise_local_protocol_error(packet: p.Packet) -> Non
     ("offered", "chosen"),
     [
         ((1, 1), 1),
-        ((1, 5), 3),
+        ((1, 5), 4),
         ((0, 1), 1),
         ((1, 2), 2),
-        ((3, 5), 3),
-        ((4, 5), None),
+        ((3, 5), 4),
+        ((4, 5), 4),
+        ((5, 6), None),
         ((1, 0), None),
     ],
 )
 def test_negotiate_version(offered: tuple[int, int], chosen: int | None) -> None:
     assert p.negotiate_version(*offered) == chosen
+
+
+def test_a_session_open_names_its_producer_only_when_it_has_one() -> None:
+    named = p.SessionOpen(3, p.SessionAckMode.CLIENT, False, "producer-7")
+    plain = p.SessionOpen(3, p.SessionAckMode.CLIENT, False)
+    for packet in (named, plain):
+        codec = PacketCodec()
+        codec.receive_data(encode_packet(packet))
+        item = codec.next_packet()
+        assert not isinstance(item, NeedData)
+        assert item[1] == packet
+    assert len(encode_packet(named)) == len(encode_packet(plain)) + 3 + len("producer-7")
 
 
 def test_ack_mode_compares_as_text() -> None:

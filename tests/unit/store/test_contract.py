@@ -269,3 +269,19 @@ def test_a_clusters_ledger_survives_with_the_message_it_was_committed_with(
     kinds = {d.name: d.kind for d in recovered.definitions}
     assert kinds["cluster.in:b"] is QueueKind.LEDGER
     assert [s.seq for s in recovered.messages["cluster.in:b"]] == [2]
+
+
+def test_sent_ids_come_back_in_the_order_written(harness: Harness) -> None:
+    store = harness.store
+    store.define(QueueDefinition("q", QueueKind.QUEUE))
+    store.add(add("q", 1))
+    store.sent("producer-1", "m-1")
+    store.ack(AckOp("q", 1))  # what it named is gone; the id is still known
+    store.sent("producer-2", "m-1")
+    store.sent("producer-1", "m-2")
+    store = harness.reopen()
+    assert store.recover().sent == [
+        ("producer-1", "m-1"),
+        ("producer-2", "m-1"),
+        ("producer-1", "m-2"),
+    ]

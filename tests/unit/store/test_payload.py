@@ -24,6 +24,7 @@ from chute.store.records import (
     PrepareRecord,
     Record,
     RollbackPreparedRecord,
+    SentRecord,
     UndefineRecord,
     decode,
     encode,
@@ -53,6 +54,7 @@ RECORDS: list[Record] = [
     CheckpointRecord((("q", 8), ("topic:t", 42)), (("s1", 41, 3),)),
     CheckpointRecord((), ()),
     CheckpointRecord((("q", 8),), (), ((1, 1), (4, 9), (12, 12))),
+    SentRecord("alice\x00producer-é", "0192a3b4c5d6e7f8a9b0c1d2e3f40516"),
 ]
 
 
@@ -136,3 +138,9 @@ def test_operations_must_fill_the_record() -> None:
     with pytest.raises(CorruptRecord):
         decode(kind, payload + b"x", 0, len(payload) + 1, Names())
     assert kind == Kind.COMMIT
+
+
+def test_a_sent_record_whose_id_overruns_it_is_corrupt() -> None:
+    kind, payload = encode(SentRecord("p", "id"))
+    with pytest.raises(CorruptRecord):
+        decode(kind, payload + b"x", 0, len(payload) - 1, Names())
