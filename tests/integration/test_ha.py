@@ -1,0 +1,252 @@
+"""A node's live and backups (docs/ha.md): real etcd, real ``chute serve`` processes,
+each with its own data directory, and the native client.
+
+The live is whichever process holds the node's lease; a second process started with
+the same ``--node`` becomes its backup, catches up and stays in sync; killed with
+SIGKILL, the live's place is taken by the backup, with every message a producer had
+confirmed; a live restarted after it was deposed rejoins as a backup."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from chute.client.blocking import connect
+from chute.errors import ChuteError
+from tests.integration.conftest import ChuteServer, free_port
+from tests.integration.etcd_fixture import EtcdProcess, start_etcd
+
+CLUSTER = "t"
+DEADLINE = 30.0
+QUEUE = "orders"
+
+
+@pytest.fixture
+def etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
+    process = start_etcd(tmp_path)
+    yield process
+    process.kill()
+
+
+class Pair:
+    """The processes of node ``a`` started for one test (killed at its end)."""
+
+    def __init__(self, tmp_path: Path, etcd: EtcdProcess) -> None:
+        self.tmp_path = tmp_path
+        self.url = f"etcd://{etcd.address}/{CLUSTER}"
+        self.config = tmp_path / "ha.toml"
+        self.config.write_text("[cluster]\nttl = 2\ndrop_after_ms = 5000\n")
+        self.started: list[ChuteServer] = []
+
+    def spawn(self, name: str, port: int | None = None) -> ChuteServer:
+        """Start a process of node ``a`` with its data in ``tmp_path/name``; returns at once."""
+        port = port or free_port()
+        data_dir = self.tmp_path / name
+        cmd = [
+            sys.executable,
+            "-m",
+            "chute.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(data_dir),
+            "--stomp-port",
+            "0",
+            "--http-port",
+            "0",
+            "--config",
+            str(self.config),
+            "--cluster",
+            self.url,
+            "--node",
+            "a",
+        ]
+        process = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
+        server = ChuteServer(process, port, data_dir)
+
+        def pump() -> None:
+            assert process.stdout is not None
+            for line in process.stdout:
+                with server.arrived:
+                    server.lines.append(line.rstrip("\n"))
+                    server.arrived.notify_all()
+
+        threading.Thread(target=pump, daemon=True).start()
+        self.started.append(server)
+        return server
+
+    def live(self, name: str) -> ChuteServer:
+        server = self.spawn(name)
+        server.wait_for_line("chute listening", timeout=DEADLINE)
+        return server
+
+    def stop(self) -> None:
+        for server in self.started:
+            if server.process.poll() is None:
+                server.process.kill()
+                server.process.wait(10)
+
+
+@pytest.fixture
+def pair(tmp_path: Path, etcd: EtcdProcess) -> Iterator[Pair]:
+    made = Pair(tmp_path, etcd)
+    yield made
+    made.stop()
+
+
+def send(server: ChuteServer, bodies: list[str]) -> None:
+    with connect(server.url) as conn, conn.session() as session:
+        for body in bodies:
+            session.send(QUEUE, body)
+
+
+def drain(server: ChuteServer, within: float = 1.0) -> list[str]:
+    """Every message of the queue, acked, until none came for ``within`` seconds."""
+    got: list[str] = []
+    with connect(server.url) as conn, conn.session() as session:
+        consumer = session.consumer(QUEUE)
+        while (item := consumer.receive(timeout=within)) is not None:
+            got.append(item.body if isinstance(item.body, str) else item.body.decode())
+            item.ack()
+    return got
+
+
+def kill(server: ChuteServer) -> None:
+    server.process.send_signal(signal.SIGKILL)
+    server.process.wait(10)
+
+
+def test_a_second_process_of_a_node_is_its_backup_and_takes_over(pair: Pair) -> None:
+    live = pair.live("one")
+    send(live, [f"early-{i}" for i in range(200)])  # before the backup: it catches up
+    backup = pair.spawn("two")
+    backup.wait_for_line("in sync with the live", timeout=DEADLINE)
+    live.wait_for_line("is in sync", timeout=DEADLINE)
+    send(live, [f"late-{i}" for i in range(200)])
+    kill(live)
+    backup.wait_for_line("chute listening", timeout=DEADLINE)
+    got = drain(backup)
+    assert sorted(got) == sorted(
+        [f"early-{i}" for i in range(200)] + [f"late-{i}" for i in range(200)]
+    )
+
+
+def _produce(server_url: str, window: int, confirmed: list[str], stop: threading.Event) -> None:
+    """Send until the connection breaks. ``confirmed``: what the broker confirmed (with a
+    window of ``window``, all but the last ``window`` sends that returned)."""
+    sent: list[str] = []
+    try:
+        with connect(server_url) as conn, conn.session(confirm_window=window) as session:
+            while not stop.is_set():
+                body = f"m-{len(sent)}"
+                session.send(QUEUE, body)
+                sent.append(body)
+                confirmed[:] = sent[: max(0, len(sent) - window)]
+    except (ChuteError, OSError):
+        return
+
+
+@pytest.mark.parametrize("window", [0, 64], ids=["synchronous", "windowed"])
+def test_kill_9_of_the_live_mid_stream_loses_nothing_confirmed(pair: Pair, window: int) -> None:
+    live = pair.live("one")
+    backup = pair.spawn("two")
+    backup.wait_for_line("in sync with the live", timeout=DEADLINE)
+    confirmed: list[str] = []
+    stop = threading.Event()
+    producer = threading.Thread(target=_produce, args=(live.url, window, confirmed, stop))
+    producer.start()
+    end = time.monotonic() + DEADLINE
+    while len(confirmed) < 300:
+        assert time.monotonic() < end, "the producer did not get going"
+        time.sleep(0.01)
+    kill(live)
+    stop.set()
+    producer.join(DEADLINE)
+    backup.wait_for_line("chute listening", timeout=DEADLINE)
+    got = drain(backup)
+    assert len(got) == len(set(got)), "a message stored twice"
+    lost = [body for body in confirmed if body not in set(got)]
+    assert not lost, f"{len(lost)} of {len(confirmed)} confirmed messages lost, first {lost[:5]}"
+
+
+@pytest.mark.parametrize("window", [0, 64], ids=["synchronous", "windowed"])
+def test_a_backup_that_stalls_holds_confirmations_and_takes_over_with_all_of_them(
+    pair: Pair, window: int
+) -> None:
+    """The backup stops (SIGSTOP) for less than drop_after_ms: the live confirms nothing
+    it has not acked; the live killed, the backup resumed holds every confirmed send."""
+    live = pair.live("one")
+    backup = pair.spawn("two")
+    backup.wait_for_line("in sync with the live", timeout=DEADLINE)
+    confirmed: list[str] = []
+    stop = threading.Event()
+    producer = threading.Thread(target=_produce, args=(live.url, window, confirmed, stop))
+    producer.start()
+    end = time.monotonic() + DEADLINE
+    while len(confirmed) < 300:
+        assert time.monotonic() < end, "the producer did not get going"
+        time.sleep(0.01)
+    backup.process.send_signal(signal.SIGSTOP)
+    stalled = len(confirmed)
+    end = time.monotonic() + 1.0  # well within drop_after_ms
+    while time.monotonic() < end and len(confirmed) <= stalled + window + 10:
+        time.sleep(0.01)
+    assert len(confirmed) <= stalled + window + 10, "confirmed while the backup was stopped"
+    kill(live)
+    backup.process.send_signal(signal.SIGCONT)
+    stop.set()
+    producer.join(DEADLINE)
+    backup.wait_for_line("chute listening", timeout=DEADLINE)
+    got = set(drain(backup))
+    lost = [body for body in confirmed if body not in got]
+    assert not lost, f"{len(lost)} of {len(confirmed)} confirmed messages lost, first {lost[:5]}"
+
+
+def test_a_deposed_live_rejoins_as_a_backup_and_can_take_over_again(pair: Pair) -> None:
+    live = pair.live("one")
+    backup = pair.spawn("two")
+    backup.wait_for_line("in sync with the live", timeout=DEADLINE)
+    send(live, ["first"])
+    kill(live)
+    backup.wait_for_line("chute listening", timeout=DEADLINE)
+    send(backup, ["second"])
+    again = pair.spawn("one")  # the old live's data directory, holding "first" only
+    again.wait_for_line("in sync with the live", timeout=DEADLINE)
+    send(backup, ["third"])
+    kill(backup)
+    again.wait_for_line("chute listening", timeout=DEADLINE)
+    assert sorted(drain(again)) == ["first", "second", "third"]
+
+
+def test_a_backup_whose_data_was_deleted_rebuilds_from_the_live(pair: Pair) -> None:
+    live = pair.live("one")
+    backup = pair.spawn("two")
+    backup.wait_for_line("in sync with the live", timeout=DEADLINE)
+    send(live, [f"x-{i}" for i in range(100)])
+    kill(backup)
+    shutil.rmtree(pair.tmp_path / "two")
+    send(live, [f"y-{i}" for i in range(100)])  # with min_in_sync 1, the live goes on alone
+    backup = pair.spawn("two")
+    backup.wait_for_line("in sync with the live", timeout=DEADLINE)
+    kill(live)
+    backup.wait_for_line("chute listening", timeout=DEADLINE)
+    got = drain(backup)
+    assert sorted(got) == sorted([f"x-{i}" for i in range(100)] + [f"y-{i}" for i in range(100)])
