@@ -56,6 +56,7 @@ class Backup:
         self._epoch_path = data_dir / "ha-epoch"
         self.in_sync = False
         self.following: LiveInfo | None = None
+        self.live_address: str | None = None  # where clients reach the live, once known
 
     @property
     def epoch_seen(self) -> int:
@@ -162,11 +163,22 @@ class Backup:
             self.in_sync = False
             self.following = None
 
+    def refusal(self) -> str:
+        """Why a client is refused here: this process is a backup; where the live is."""
+        where = f"its live is at {self.live_address}" if self.live_address else "no live yet"
+        return (
+            f"node {self.elector.node}: this process is a backup and takes no client work ({where})"
+        )
+
     async def _watch(self, live: LiveInfo, writer: asyncio.StreamWriter) -> None:
-        """Close the link once etcd no longer names ``live`` (its lease ran out)."""
+        """Close the link once etcd no longer names ``live`` (its lease ran out); learn
+        where clients reach it meanwhile."""
+        self.live_address = None
         while True:
-            await asyncio.sleep(POLL)
             try:
+                if self.live_address is None:
+                    self.live_address = await self.elector.client_address()
+                await asyncio.sleep(POLL)
                 now = await self.elector.live()
             except EtcdError:
                 continue

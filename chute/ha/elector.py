@@ -73,6 +73,8 @@ class Elector:
         self.ttl = ttl
         self._live_key = f"/{cluster}/live/{node}".encode()
         self._record_key = f"/{cluster}/ha/{node}".encode()
+        self._member_key = f"/{cluster}/nodes/{node}".encode()
+        self.node = node
         self.epoch = 0
         self.lease = 0
         self._deadline = 0.0  # monotonic: no confirming from then on
@@ -89,6 +91,16 @@ class Elector:
             return LiveInfo(str(value["id"]), str(value["address"]), kv.create_revision, kv.lease)
         except (ValueError, KeyError, TypeError):
             return LiveInfo("?", "", kv.create_revision, kv.lease)
+
+    async def client_address(self) -> str | None:
+        """Where clients reach the node's live (its membership's address), if registered."""
+        kv = await self.client.get(self._member_key)
+        if kv is None:
+            return None
+        try:
+            return str(json.loads(kv.value)["address"])
+        except (ValueError, KeyError, TypeError):
+            return None
 
     async def record(self) -> Record | None:
         kv = await self.client.get(self._record_key)

@@ -11,8 +11,10 @@ it comes back as a backup.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from chute.cluster.etcd import EtcdClient
@@ -55,17 +57,17 @@ class Live:
         await self.client.close()
 
 
-def wanted(config: ServerConfig) -> bool:
-    """Does this configuration run the node with backups (a coordinator, a journal)?"""
-    return (
-        bool(config.cluster.coordinator)
-        and config.nodes is None
-        and config.storage.store == "journal"
-    )
+Refusal = Callable[[str, str], bytes]
+"""A protocol's refusal before any handshake: ``(code, reason)`` to its bytes."""
 
 
-async def become_live(config: ServerConfig, step_down: Callable[[str], None]) -> Live:
-    """Run as a backup of the node until this process is its live (module docstring)."""
+async def become_live(
+    config: ServerConfig,
+    step_down: Callable[[str], None],
+    refusals: Sequence[tuple[int, Refusal]] = (),
+) -> Live:
+    """Run as a backup of the node until this process is its live (module docstring).
+    Meanwhile each ``(port, refusal)`` refuses every client, naming the live."""
     settings = config.cluster
     url = parse_cluster_url(settings.coordinator)
     client = EtcdClient.from_url(url, request_timeout=max(1.0, settings.ttl / 3))
@@ -82,7 +84,15 @@ async def become_live(config: ServerConfig, step_down: Callable[[str], None]) ->
         bound = await replication.listen(host, settings.replication_port)
         address = f"{host}:{bound[1]}"
         backup = Backup(elector, config.storage.data_dir, address)
-        await backup.run()
+        refusing = [
+            await _refuse(config.listen.host, port, make, backup) for port, make in refusals
+        ]
+        try:
+            await backup.run()
+        finally:
+            for server in refusing:
+                server.close()
+                await server.wait_closed()
     except BaseException:
         await replication.close()
         await client.close()
@@ -95,3 +105,15 @@ async def become_live(config: ServerConfig, step_down: Callable[[str], None]) ->
         address,
     )
     return Live(client, elector, replication)
+
+
+async def _refuse(host: str, port: int, make: Refusal, backup: Backup) -> asyncio.Server:
+    """A listener on a client port that refuses each connection, naming the live."""
+
+    async def refuse(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(make("connect-error", backup.refusal()))
+        with contextlib.suppress(OSError):
+            await writer.drain()
+        writer.close()
+
+    return await asyncio.start_server(refuse, host, port, reuse_address=True)

@@ -24,6 +24,7 @@ from chute.core.operations import manage, transfer
 from chute.core.operations.browse import BrowsePage, clamp
 from chute.core.operations.connection import BrokerConnection
 from chute.errors import ChuteError, TooLarge
+from chute.ha.view import add_view
 from chute.protocol import packets as p
 from chute.protocol.codec import PacketCodec
 from chute.server.host import ServerHost
@@ -77,6 +78,7 @@ class ManagementRequests:
         after = stats.pop("next")
         stats["uptime_s"] = round(time.time() - self.server.started, 1)
         stats["sockets"] = self.server.limits.stats()
+        add_view(stats, self.server.ha)
         self._respond(header, p.StatPage(json.dumps(stats), after))
 
     def _on_browse(self: Driver, header: p.Header, packet: p.Browse) -> None:
@@ -101,6 +103,7 @@ class ManagementRequests:
         stats["destinations"] = destinations
         stats["sockets"] = self.server.limits.stats()
         stats["uptime_s"] = round(time.time() - self.server.started, 1)
+        add_view(stats, self.server.ha)
         self._respond(header, p.StatResult(json.dumps(stats)))
 
     def _on_destination_create(self: Driver, header: p.Header, packet: p.DestinationCreate) -> None:

@@ -14,9 +14,11 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from chute.config import ServerConfig
-from chute.ha import role as ha_role
+from chute.ha.view import wanted as ha_wanted
 from chute.server.app import BrokerServer
 from chute.server.listener import raise_open_file_limit
+from chute.server.native import native_refusal
+from chute.server.stomp import stomp_refusal
 from chute.server.supervisor import watch_lifeline
 
 if TYPE_CHECKING:
@@ -69,8 +71,13 @@ def run(
 
     async def main() -> None:
         server = BrokerServer(config, site=site)
-        if ha_role.wanted(config):  # a backup until this process is the node's live
-            server.ha = await ha_role.become_live(config, lambda why: _step_down(server, why))
+        if ha_wanted(config):  # a backup until this process is the node's live
+            from chute.ha.role import become_live  # noqa: PLC0415 - etcd's client: aiohttp
+
+            refusals = [(config.listen.port, native_refusal)] if config.listen.port else []
+            if config.listen.stomp_port:
+                refusals.append((config.listen.stomp_port, stomp_refusal))
+            server.ha = await become_live(config, lambda why: _step_down(server, why), refusals)
         try:
             bound = await server.start()
         except BaseException:

@@ -8,6 +8,7 @@ confirmed; a live restarted after it was deposed rejoins as a backup."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -21,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from chute.client.blocking import connect
-from chute.errors import ChuteError
+from chute.errors import ChuteError, ConnectError
 from tests.integration.conftest import ChuteServer, free_port
 from tests.integration.etcd_fixture import EtcdProcess, start_etcd
 
@@ -250,3 +251,76 @@ def test_a_backup_whose_data_was_deleted_rebuilds_from_the_live(pair: Pair) -> N
     backup.wait_for_line("chute listening", timeout=DEADLINE)
     got = drain(backup)
     assert sorted(got) == sorted([f"x-{i}" for i in range(100)] + [f"y-{i}" for i in range(100)])
+
+
+def test_stat_shows_the_role_the_epoch_and_the_backups(pair: Pair) -> None:
+    live = pair.live("one")
+    backup = pair.spawn("two")
+    backup.wait_for_line("in sync with the live", timeout=DEADLINE)
+    result = subprocess.run(
+        [sys.executable, "-m", "chute.cli", "stat", "--json", "--url", live.url],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        check=True,
+    )
+    cluster = json.loads(result.stdout)["cluster"]
+    assert cluster["role"] == "live"
+    assert isinstance(cluster["epoch"], int)
+    assert cluster["epoch"] > 0
+    assert [b["state"] for b in cluster["backups"]] == ["in-sync"]
+
+
+def test_a_backup_refuses_clients_naming_the_live(pair: Pair) -> None:
+    live = pair.live("one")
+    backup = pair.spawn("two")
+    backup.wait_for_line("in sync with the live", timeout=DEADLINE)
+    refused = rf"backup .*its live is at 127\.0\.0\.1:{live.port}"
+    with pytest.raises(ConnectError, match=refused), connect(backup.url):
+        pass
+
+
+def test_a_backup_that_stalls_too_long_is_dropped_and_producers_go_on(pair: Pair) -> None:
+    live = pair.live("one")
+    backup = pair.spawn("two")
+    backup.wait_for_line("in sync with the live", timeout=DEADLINE)
+    backup.process.send_signal(signal.SIGSTOP)
+    try:
+        send(live, ["while it stalls"])  # held, then confirmed without it after drop_after_ms
+        line = live.wait_for_line("dropped from the in-sync set", timeout=DEADLINE)
+        assert "kept a confirmation waiting" in line
+    finally:
+        backup.process.send_signal(signal.SIGCONT)
+    backup.wait_for_line("no longer in sync", timeout=DEADLINE)
+    live.wait_for_line("is in sync", start=live.lines.index(line), timeout=DEADLINE)
+
+
+def test_a_live_paused_past_its_lease_confirms_nothing_after_a_backup_took_over(
+    pair: Pair,
+) -> None:
+    """SIGSTOP of the live for longer than its lease: the backup takes over; resumed, the
+    old live confirms nothing more (it stops), and everything it confirmed is on the new."""
+    live = pair.live("one")
+    backup = pair.spawn("two")
+    backup.wait_for_line("in sync with the live", timeout=DEADLINE)
+    confirmed: list[str] = []
+    stop = threading.Event()
+    producer = threading.Thread(target=_produce, args=(live.url, 0, confirmed, stop))
+    producer.start()
+    end = time.monotonic() + DEADLINE
+    while len(confirmed) < 100:
+        assert time.monotonic() < end, "the producer did not get going"
+        time.sleep(0.01)
+    live.process.send_signal(signal.SIGSTOP)
+    paused = len(confirmed)
+    backup.wait_for_line("chute listening", timeout=DEADLINE)
+    send(backup, ["after the take-over"])
+    live.process.send_signal(signal.SIGCONT)
+    assert live.process.wait(DEADLINE) == 0  # it stepped down and stopped
+    stop.set()
+    producer.join(DEADLINE)
+    assert "no longer live" in live.output
+    assert len(confirmed) <= paused + 1, "the deposed live confirmed after its lease"
+    got = set(drain(backup))
+    lost = [body for body in confirmed if body not in got]
+    assert not lost, f"{len(lost)} of {len(confirmed)} confirmed messages lost, first {lost[:5]}"
