@@ -144,7 +144,9 @@ class Backup:
                         raise WireError("the live did not welcome this backup in a current epoch")
                     epoch = first.epoch
                     self._saw(epoch)
-                at = await asyncio.to_thread(_apply, files, frames, epoch)
+                # on the loop: a backup serves nothing else, and a thread hop per batch
+                # would lengthen every synchronous send's round trip
+                at = _apply(files, frames, epoch)
                 for frame in frames:
                     if isinstance(frame, State) and frame.in_sync != self.in_sync:
                         self.in_sync = frame.in_sync

@@ -47,7 +47,9 @@ from chute.store.segment import read_segment
 
 log = logging.getLogger("chute.ha")
 
-MAX_BEHIND: Final = 64 << 20  # bytes queued for a backup before its link is cut
+MAX_BEHIND: Final = 64 << 20
+"""Bytes queued for a backup (behind its socket, or while it catches up) before its
+link is cut: it connects again and catches up from the files."""
 _DROP_CHECK: Final = 0.1
 
 
@@ -61,6 +63,7 @@ class _Link:
         self.caught_up = False
         self.in_sync = False
         self.queued: list[bytes] = []  # frames written meanwhile, while catching up
+        self.queued_bytes = 0
 
     def send(self, data: bytes) -> None:
         if self.writer.transport.get_write_buffer_size() > MAX_BEHIND:
@@ -95,7 +98,8 @@ class Replication:
         self._tasks: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
         self._checker: asyncio.Task[None] | None = None
-        self.backups: dict[str, str] = {}  # address -> "in-sync" | "catching-up"
+        self.backups: dict[str, str] = {}  # address -> "in-sync" | "catching-up" | "down"
+        self._closing = False
 
     async def listen(self, host: str, port: int) -> tuple[str, int]:
         self._server = await asyncio.start_server(self._serve, host, port)
@@ -110,6 +114,8 @@ class Replication:
         self._checker = asyncio.create_task(self._check_behind(), name="ha-drop-check")
 
     async def close(self) -> None:
+        """Stop replicating (a clean stop: the backups stay in sync, so one takes over)."""
+        self._closing = True
         if self._journal is not None:
             self._journal.replicate(None)
         if self._server is not None:
@@ -140,7 +146,7 @@ class Replication:
                 return
             self._flush_due = True
         if threading.get_ident() == self._loop_thread:
-            self._loop.call_soon(self._flush)
+            self._flush()  # an inline sync: off to the backups before the live's fsync
         else:
             self._loop.call_soon_threadsafe(self._flush)
 
@@ -155,6 +161,9 @@ class Replication:
         for link in links:
             if not link.caught_up:
                 link.queued.append(data)
+                link.queued_bytes += len(data)
+                if link.queued_bytes > MAX_BEHIND:  # it starts again, from the files
+                    link.writer.close()
                 continue
             try:
                 link.send(data)
@@ -252,7 +261,7 @@ class Replication:
             if link in self._links:
                 self._links.remove(link)
         self.backups[link.address] = "down"
-        if link.in_sync:
+        if link.in_sync and not self._closing:
             link.in_sync = False
             await self._drop(link.node_id, link.address, "its link is lost")
 

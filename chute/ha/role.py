@@ -34,6 +34,7 @@ class Live:
         self.client = client
         self.elector = elector
         self.replication = replication
+        self.deposed: str | None = None  # why this process stopped being live, if it did
 
     @property
     def lease(self) -> int:

@@ -14,6 +14,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from chute.config import ServerConfig
+from chute.errors import ChuteError
 from chute.ha.view import wanted as ha_wanted
 from chute.server.app import BrokerServer
 from chute.server.listener import raise_open_file_limit
@@ -94,6 +95,8 @@ def run(
         await server.serve_until_stopped()
         if server.ha is not None:
             await server.ha.close()
+            if server.ha.deposed is not None:
+                raise ChuteError(f"no longer the live process of this node: {server.ha.deposed}")
 
     try:
         loop.run_until_complete(main())
@@ -111,6 +114,8 @@ def _step_down(server: BrokerServer, why: str) -> None:
         "started again, this process rejoins as a backup",
         why,
     )
+    if server.ha is not None:
+        server.ha.deposed = why
     server.request_stop()
 
 

@@ -221,6 +221,16 @@ def test_a_backup_that_stalls_holds_confirmations_and_takes_over_with_all_of_the
     assert not lost, f"{len(lost)} of {len(confirmed)} confirmed messages lost, first {lost[:5]}"
 
 
+def test_a_live_stopped_cleanly_hands_over_to_its_backup(pair: Pair) -> None:
+    live = pair.live("one")
+    backup = pair.spawn("two")
+    backup.wait_for_line("in sync with the live", timeout=DEADLINE)
+    send(live, [f"n-{i}" for i in range(100)])
+    assert live.stop() == 0
+    backup.wait_for_line("chute listening", timeout=DEADLINE)
+    assert sorted(drain(backup)) == sorted(f"n-{i}" for i in range(100))
+
+
 def test_a_deposed_live_rejoins_as_a_backup_and_can_take_over_again(pair: Pair) -> None:
     live = pair.live("one")
     backup = pair.spawn("two")
@@ -316,7 +326,7 @@ def test_a_live_paused_past_its_lease_confirms_nothing_after_a_backup_took_over(
     backup.wait_for_line("chute listening", timeout=DEADLINE)
     send(backup, ["after the take-over"])
     live.process.send_signal(signal.SIGCONT)
-    assert live.process.wait(DEADLINE) == 0  # it stepped down and stopped
+    assert live.process.wait(DEADLINE) == 1  # it stepped down and stopped
     stop.set()
     producer.join(DEADLINE)
     assert "no longer live" in live.output
