@@ -131,21 +131,27 @@ class Elector:
         self.lease = lease.id
         self.epoch = mine.create_revision
         self._deadline = sent + lease.ttl - margin(lease.ttl)
-        await self._write_record(())
         self._keepalive = asyncio.create_task(self._keep_alive(), name="ha-keepalive")
-        return True
+        try:
+            recorded = await self._write_record(())
+        except BaseException:
+            await self.resign()  # not live without the record: a backup must see who is
+            raise
+        if not recorded:
+            await self.resign()
+        return recorded
 
     def may_confirm(self) -> bool:
         """Is the lease safely alive (any thread)?"""
         return time.monotonic() < self._deadline
 
     async def record_in_sync(self, in_sync: list[str]) -> bool:
-        """Record the in-sync set of this epoch; False if this process is no longer live."""
-        try:
-            return await self._write_record(tuple(in_sync))
-        except EtcdError as exc:
-            log.warning("high availability: recording the in-sync backups failed: %s", exc)
-            return False
+        """Record the in-sync set of this epoch; False if this process is no longer live.
+
+        Raises:
+            EtcdError: etcd could not be reached (nothing is known to be recorded).
+        """
+        return await self._write_record(tuple(in_sync))
 
     async def _write_record(self, in_sync: tuple[str, ...]) -> bool:
         value: dict[str, Any] = {"epoch": self.epoch, "live": self.node_id, "in_sync": in_sync}

@@ -25,6 +25,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Final
 
+from chute.cluster.errors import EtcdError
 from chute.core.model.store import SyncCallback
 from chute.ha.elector import Elector
 from chute.ha.files import Holding, catch_up
@@ -51,6 +52,7 @@ MAX_BEHIND: Final = 64 << 20
 """Bytes queued for a backup (behind its socket, or while it catches up) before its
 link is cut: it connects again and catches up from the files."""
 _DROP_CHECK: Final = 0.1
+_RECORD_RETRY: Final = 0.2
 
 
 class _Link:
@@ -62,6 +64,7 @@ class _Link:
         self.writer = writer
         self.caught_up = False
         self.in_sync = False
+        self.dropping = False  # being recorded out of the in-sync set: no joining meanwhile
         self.queued: list[bytes] = []  # frames written meanwhile, while catching up
         self.queued_bytes = 0
 
@@ -100,6 +103,8 @@ class Replication:
         self._checker: asyncio.Task[None] | None = None
         self.backups: dict[str, str] = {}  # address -> "in-sync" | "catching-up" | "down"
         self._closing = False
+        self._recording = asyncio.Lock()
+        self._leaving: set[str] = set()  # backups being recorded out of the in-sync set
 
     async def listen(self, host: str, port: int) -> tuple[str, int]:
         self._server = await asyncio.start_server(self._serve, host, port)
@@ -249,12 +254,17 @@ class Replication:
                     raise WireError(f"unexpected frame from a backup: {type(frame).__name__}")
                 if link.in_sync:
                     self.gate.acked(link.node_id, frame.position)
-                elif link.caught_up and self.gate.join(link.node_id, frame.position):
+                elif (
+                    link.caught_up
+                    and not link.dropping
+                    and self.gate.join(link.node_id, frame.position)
+                ):
                     link.in_sync = True
                     self.backups[link.address] = "in-sync"
                     link.writer.write(encode(State(epoch, in_sync=True)))
                     log.info("high availability: backup %s is in sync", link.address)
-                    await self.elector.record_in_sync(self.gate.in_sync)
+                    with contextlib.suppress(EtcdError):  # it may not take over: only safer
+                        await self._record()
 
     async def _gone(self, link: _Link) -> None:
         with self._lock:
@@ -265,29 +275,56 @@ class Replication:
             link.in_sync = False
             await self._drop(link.node_id, link.address, "its link is lost")
 
+    async def _record(self) -> bool:
+        """Record the in-sync set in etcd (one write at a time, the newest set each time:
+        without the backups being dropped); False if this process is no longer live."""
+        async with self._recording:
+            in_sync = [b for b in self.gate.in_sync if b not in self._leaving]
+            return await self.elector.record_in_sync(in_sync)
+
     async def _drop(self, node_id: str, address: str, why: str) -> None:
-        remaining = [b for b in self.gate.in_sync if b != node_id]
-        if await self.elector.record_in_sync(remaining):  # before confirming without it
-            self.gate.leave(node_id)
-            log.warning(
-                "high availability: backup %s dropped from the in-sync set: %s", address, why
-            )
+        """Record ``node_id`` out of the in-sync set, then confirm without it (retrying
+        while etcd is out of reach; never, if this process is no longer live)."""
+        self._leaving.add(node_id)
+        try:
+            while not self._closing:
+                try:
+                    recorded = await self._record()  # before confirming anything without it
+                except EtcdError as exc:
+                    log.debug("high availability: recording a dropped backup: %s", exc)
+                    await asyncio.sleep(_RECORD_RETRY)
+                    continue
+                if recorded:
+                    self.gate.leave(node_id)
+                    log.warning(
+                        "high availability: backup %s dropped from the in-sync set: %s",
+                        address,
+                        why,
+                    )
+                return
+        finally:
+            self._leaving.discard(node_id)
 
     async def _check_behind(self) -> None:
         while True:
             await asyncio.sleep(_DROP_CHECK)
             for node_id in self.gate.behind(self._drop_after):
                 link = next((li for li in self._links if li.node_id == node_id), None)
-                if link is not None:
-                    link.in_sync = False
-                    self.backups[link.address] = "catching-up"
-                    with contextlib.suppress(ConnectionError):
-                        link.send(encode(State(self.elector.epoch, in_sync=False)))
-                await self._drop(
-                    node_id,
-                    link.address if link else node_id,
-                    f"it kept a confirmation waiting over {self._drop_after:g} s",
-                )
+                if link is None or link.dropping:
+                    continue
+                link.in_sync = False
+                link.dropping = True
+                self.backups[link.address] = "catching-up"
+                with contextlib.suppress(ConnectionError):
+                    link.send(encode(State(self.elector.epoch, in_sync=False)))
+                try:
+                    await self._drop(
+                        node_id,
+                        link.address,
+                        f"it kept a confirmation waiting over {self._drop_after:g} s",
+                    )
+                finally:
+                    link.dropping = False
 
 
 def _take(frames: Iterator[Frame], count: int) -> list[Frame]:

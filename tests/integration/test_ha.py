@@ -152,9 +152,20 @@ def test_a_second_process_of_a_node_is_its_backup_and_takes_over(pair: Pair) -> 
 
 def _produce(server_url: str, window: int, confirmed: list[str], stop: threading.Event) -> None:
     """Send until the connection breaks. ``confirmed``: what the broker confirmed (with a
-    window of ``window``, all but the last ``window`` sends that returned)."""
+    window of ``window``, all but the last ``window`` sends that returned; with a
+    negative one, transactions of ``-window`` sends, each confirmed by its commit)."""
     sent: list[str] = []
     try:
+        if window < 0:
+            with connect(server_url) as conn, conn.session(transacted=True) as session:
+                while not stop.is_set():
+                    batch = [f"m-{len(sent) + i}" for i in range(-window)]
+                    for body in batch:
+                        session.send(QUEUE, body)
+                    session.commit()
+                    sent += batch
+                    confirmed[:] = sent
+            return
         with connect(server_url) as conn, conn.session(confirm_window=window) as session:
             while not stop.is_set():
                 body = f"m-{len(sent)}"
@@ -165,7 +176,7 @@ def _produce(server_url: str, window: int, confirmed: list[str], stop: threading
         return
 
 
-@pytest.mark.parametrize("window", [0, 64], ids=["synchronous", "windowed"])
+@pytest.mark.parametrize("window", [0, 64, -10], ids=["synchronous", "windowed", "transacted"])
 def test_kill_9_of_the_live_mid_stream_loses_nothing_confirmed(pair: Pair, window: int) -> None:
     live = pair.live("one")
     backup = pair.spawn("two")
