@@ -26,6 +26,7 @@ from chute.cluster.errors import EtcdError
 from chute.errors import StoreError
 from chute.ha.elector import Elector, LiveInfo
 from chute.ha.files import ReplicaFiles, holdings
+from chute.ha.live import write
 from chute.ha.wire import Ack, Decoder, Frame, Hello, State, Welcome, WireError, encode
 
 log = logging.getLogger("chute.ha")
@@ -130,7 +131,7 @@ class Backup:
         watcher = asyncio.create_task(self._watch(live, writer))
         try:
             held = await asyncio.to_thread(holdings, self.journal)
-            writer.write(encode(Hello(self.elector.node_id, self.epoch_seen, tuple(held))))
+            write(writer, encode(Hello(self.elector.node_id, self.epoch_seen, tuple(held))))
             decoder = Decoder()
             epoch = 0
             while True:
@@ -155,8 +156,8 @@ class Backup:
                             "in sync" if frame.in_sync else "no longer in sync",
                         )
                 if at is not None:
-                    writer.write(encode(Ack(epoch, at)))
-        except (OSError, WireError) as exc:
+                    write(writer, encode(Ack(epoch, at)))
+        except (OSError, WireError) as exc:  # ConnectionError: closed by _watch
             log.warning("high availability: link to the live lost: %s", exc)
         finally:
             watcher.cancel()

@@ -71,7 +71,7 @@ class _Link:
     def send(self, data: bytes) -> None:
         if self.writer.transport.get_write_buffer_size() > MAX_BEHIND:
             raise ConnectionError("too far behind")
-        self.writer.write(data)
+        write(self.writer, data)
 
 
 class Replication:
@@ -191,7 +191,7 @@ class Replication:
             if hello.epoch > epoch:
                 self._step_down(f"a backup has seen epoch {hello.epoch}, newer than this live's")
                 return
-            writer.write(encode(Welcome(epoch, self.elector.node_id)))
+            write(writer, encode(Welcome(epoch, self.elector.node_id)))
             link = _Link(hello.node_id, f"{peer[0]}:{peer[1]}" if peer else "?", writer)
             await self._catch_up(link, hello.segments)
             await self._follow(link, reader, decoder)
@@ -235,10 +235,10 @@ class Replication:
             batch = await asyncio.to_thread(_take, frames, 16)
             if not batch:
                 break
-            link.writer.write(b"".join(encode(f) for f in batch))
+            write(link.writer, b"".join(encode(f) for f in batch))
             await link.writer.drain()
         for data in link.queued:
-            link.writer.write(data)
+            write(link.writer, data)
         link.queued.clear()
         link.caught_up = True
         await link.writer.drain()
@@ -261,7 +261,7 @@ class Replication:
                 ):
                     link.in_sync = True
                     self.backups[link.address] = "in-sync"
-                    link.writer.write(encode(State(epoch, in_sync=True)))
+                    write(link.writer, encode(State(epoch, in_sync=True)))
                     log.info("high availability: backup %s is in sync", link.address)
                     with contextlib.suppress(EtcdError):  # it may not take over: only safer
                         await self._record()
@@ -325,6 +325,13 @@ class Replication:
                     )
                 finally:
                     link.dropping = False
+
+
+def write(writer: asyncio.StreamWriter, data: bytes) -> None:
+    """Write ``data``, or raise ConnectionError if the link was closed meanwhile."""
+    if writer.is_closing():
+        raise ConnectionError("the link is closed")
+    writer.write(data)
 
 
 def _take(frames: Iterator[Frame], count: int) -> list[Frame]:
