@@ -65,6 +65,7 @@ class _Link:
         self.caught_up = False
         self.in_sync = False
         self.dropping = False  # being recorded out of the in-sync set: no joining meanwhile
+        self.recorded = False  # etcd lists it as in sync (it may take over)
         self.queued: list[bytes] = []  # frames written meanwhile, while catching up
         self.queued_bytes = 0
 
@@ -261,10 +262,21 @@ class Replication:
                 ):
                     link.in_sync = True
                     self.backups[link.address] = "in-sync"
-                    write(link.writer, encode(State(epoch, in_sync=True)))
-                    log.info("high availability: backup %s is in sync", link.address)
-                    with contextlib.suppress(EtcdError):  # it may not take over: only safer
-                        await self._record()
+                if link.in_sync and not link.recorded:
+                    await self._recorded_in_sync(link, epoch)
+
+    async def _recorded_in_sync(self, link: _Link, epoch: int) -> None:
+        """Record in etcd that ``link``'s backup is in sync (it is, in the gate, from
+        before: until it is recorded it only may not take over), then tell it. Tried
+        again at its next ack if etcd did not answer."""
+        try:
+            recorded = await self._record()
+        except EtcdError:
+            return
+        if recorded and link.in_sync and not link.recorded:
+            link.recorded = True
+            write(link.writer, encode(State(epoch, in_sync=True)))
+            log.info("high availability: backup %s is in sync", link.address)
 
     async def _gone(self, link: _Link) -> None:
         with self._lock:
@@ -312,7 +324,7 @@ class Replication:
                 link = next((li for li in self._links if li.node_id == node_id), None)
                 if link is None or link.dropping:
                     continue
-                link.in_sync = False
+                link.in_sync = link.recorded = False
                 link.dropping = True
                 self.backups[link.address] = "catching-up"
                 with contextlib.suppress(ConnectionError):
