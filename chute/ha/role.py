@@ -21,6 +21,7 @@ from chute.cluster.etcd import EtcdClient
 from chute.cluster.url import parse_cluster_url
 from chute.config import ServerConfig
 from chute.ha.backup import Backup, node_id
+from chute.ha.backup_http import serve_backup_site
 from chute.ha.elector import Elector
 from chute.ha.live import Replication
 
@@ -68,7 +69,8 @@ async def become_live(
     refusals: Sequence[tuple[int, Refusal]] = (),
 ) -> Live:
     """Run as a backup of the node until this process is its live (module docstring).
-    Meanwhile each ``(port, refusal)`` refuses every client, naming the live."""
+    Meanwhile each ``(port, refusal)`` refuses every client, naming the live, and the
+    HTTP port answers health and metrics (:mod:`chute.ha.backup_http`)."""
     settings = config.cluster
     url = parse_cluster_url(settings.coordinator)
     client = EtcdClient.from_url(url, request_timeout=max(1.0, settings.ttl / 3))
@@ -88,12 +90,19 @@ async def become_live(
         refusing = [
             await _refuse(config.listen.host, port, make, backup) for port, make in refusals
         ]
+        http = (
+            await serve_backup_site(backup, config.listen.host, config.listen.http_port)
+            if config.listen.http_port
+            else None
+        )
         try:
             await backup.run()
         finally:
             for server in refusing:
                 server.close()
                 await server.wait_closed()
+            if http is not None:
+                await http.cleanup()
     except BaseException:
         await replication.close()
         await client.close()

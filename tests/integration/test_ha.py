@@ -16,6 +16,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -48,7 +50,7 @@ class Pair:
         self.config.write_text("[cluster]\nttl = 2\ndrop_after_ms = 5000\n")
         self.started: list[ChuteServer] = []
 
-    def spawn(self, name: str, port: int | None = None) -> ChuteServer:
+    def spawn(self, name: str, port: int | None = None, http_port: int = 0) -> ChuteServer:
         """Start a process of node ``a`` with its data in ``tmp_path/name``; returns at once."""
         port = port or free_port()
         data_dir = self.tmp_path / name
@@ -66,7 +68,7 @@ class Pair:
             "--stomp-port",
             "0",
             "--http-port",
-            "0",
+            str(http_port),
             "--config",
             str(self.config),
             "--cluster",
@@ -345,3 +347,37 @@ def test_a_live_paused_past_its_lease_confirms_nothing_after_a_backup_took_over(
     got = set(drain(backup))
     lost = [body for body in confirmed if body not in got]
     assert not lost, f"{len(lost)} of {len(confirmed)} confirmed messages lost, first {lost[:5]}"
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=DEADLINE) as response:  # noqa: S310
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def test_a_backup_answers_health_and_metrics_and_refuses_the_rest(pair: Pair) -> None:
+    live = pair.live("one")
+    http = free_port()
+    backup = pair.spawn("two", http_port=http)
+    backup.wait_for_line("in sync with the live", timeout=DEADLINE)
+    base = f"http://127.0.0.1:{http}"
+    assert _get(f"{base}/healthz") == (200, '{"status": "alive", "role": "backup"}')
+    status, body = _get(f"{base}/readyz")
+    assert status == 503
+    assert json.loads(body) == {
+        "status": "backup",
+        "live": f"127.0.0.1:{live.port}",
+        "in_sync": True,
+    }
+    status, body = _get(f"{base}/metrics")
+    assert status == 200
+    assert 'chute_ha_role{role="backup"} 1' in body
+    assert "chute_ha_in_sync 1" in body
+    status, body = _get(f"{base}/api/v1/destinations")
+    assert status == 503
+    assert f"its live is at 127.0.0.1:{live.port}" in body
+    kill(live)
+    backup.wait_for_line("chute listening", timeout=DEADLINE)  # the port is the broker's now
+    assert _get(f"{base}/healthz") == (200, '{"status": "alive"}')
