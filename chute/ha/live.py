@@ -135,10 +135,12 @@ class Replication:
     # -- the tap (the writer's thread, or the loop's for an inline sync) ------------------
 
     def wrote(self, segment: int, offset: int, data: bytes) -> None:
-        self._queue(encode(Write(self.elector.epoch, segment, offset, data)))
+        if self._links:  # no backup: nothing to copy (a link is added under the cycle lock)
+            self._queue(encode(Write(self.elector.epoch, segment, offset, data)))
 
     def deleted(self, segment: int) -> None:
-        self._queue(encode(Delete(self.elector.epoch, segment)))
+        if self._links:
+            self._queue(encode(Delete(self.elector.epoch, segment)))
 
     def synced(self, callbacks: list[SyncCallback], segment: int, offset: int) -> None:
         self.gate.submit(callbacks, position(segment, offset))
