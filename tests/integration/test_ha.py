@@ -8,6 +8,8 @@ confirmed; a live restarted after it was deposed rejoins as a backup."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -50,7 +52,9 @@ class Pair:
         self.config.write_text("[cluster]\nttl = 2\ndrop_after_ms = 5000\n")
         self.started: list[ChuteServer] = []
 
-    def spawn(self, name: str, port: int | None = None, http_port: int = 0) -> ChuteServer:
+    def spawn(
+        self, name: str, port: int | None = None, http_port: int = 0, etcd: str | None = None
+    ) -> ChuteServer:
         """Start a process of node ``a`` with its data in ``tmp_path/name``; returns at once."""
         port = port or free_port()
         data_dir = self.tmp_path / name
@@ -72,7 +76,7 @@ class Pair:
             "--config",
             str(self.config),
             "--cluster",
-            self.url,
+            self.url if etcd is None else f"etcd://{etcd}/{CLUSTER}",
             "--node",
             "a",
         ]
@@ -96,8 +100,8 @@ class Pair:
         self.started.append(server)
         return server
 
-    def live(self, name: str) -> ChuteServer:
-        server = self.spawn(name)
+    def live(self, name: str, etcd: str | None = None) -> ChuteServer:
+        server = self.spawn(name, etcd=etcd)
         server.wait_for_line("chute listening", timeout=DEADLINE)
         return server
 
@@ -381,3 +385,93 @@ def test_a_backup_answers_health_and_metrics_and_refuses_the_rest(pair: Pair) ->
     kill(live)
     backup.wait_for_line("chute listening", timeout=DEADLINE)  # the port is the broker's now
     assert _get(f"{base}/healthz") == (200, '{"status": "alive"}')
+
+
+class BlackHole:
+    """A TCP relay (on a thread of its own) that can stop passing bytes without closing
+    anything, and pass them again: a link cut off, then healed."""
+
+    def __init__(self, target: str) -> None:
+        self.host, _, port = target.rpartition(":")
+        self.target_port = int(port)
+        self.port = free_port()
+        self.loop = asyncio.new_event_loop()
+        self._passing: asyncio.Event | None = None
+        started = threading.Event()
+        threading.Thread(target=self._run, args=(started,), daemon=True).start()
+        assert started.wait(DEADLINE)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _run(self, started: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        self._passing = asyncio.Event()
+        self._passing.set()
+        self.loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", self.port))
+        started.set()
+        self.loop.run_forever()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(self.host, self.target_port)
+        except OSError:
+            writer.transport.abort()
+            return
+        passing = self._passing
+        assert passing is not None
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError):
+                while data := await src.read(65536):
+                    await passing.wait()
+                    dst.write(data)
+                    await dst.drain()
+            dst.transport.abort()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    def cut(self) -> None:
+        assert self._passing is not None
+        self.loop.call_soon_threadsafe(self._passing.clear)
+
+    def heal(self) -> None:
+        assert self._passing is not None
+        self.loop.call_soon_threadsafe(self._passing.set)
+
+
+def test_a_live_cut_off_from_etcd_stops_confirming_and_loses_nothing_confirmed(
+    pair: Pair, etcd: EtcdProcess
+) -> None:
+    """The live reaches etcd through a relay that stops passing bytes: it stops
+    confirming within its lease, the backup takes over, and once the cut heals the old
+    live stops; every send it confirmed is on the new live."""
+    relay = BlackHole(etcd.address)
+    live = pair.live("one", etcd=relay.address)
+    backup = pair.spawn("two")
+    backup.wait_for_line("in sync with the live", timeout=DEADLINE)
+    confirmed: list[str] = []
+    stop = threading.Event()
+    producer = threading.Thread(target=_produce, args=(live.url, 0, confirmed, stop))
+    producer.start()
+    try:
+        end = time.monotonic() + DEADLINE
+        while len(confirmed) < 100:
+            assert time.monotonic() < end, "the producer did not get going"
+            time.sleep(0.01)
+        relay.cut()
+        backup.wait_for_line("chute listening", timeout=DEADLINE)
+        at_take_over = len(confirmed)
+        send(backup, ["after the take-over"])
+        relay.heal()
+        assert live.process.wait(DEADLINE) == 1, live.output  # it stepped down
+        assert "no longer live" in live.output
+        assert len(confirmed) == at_take_over, "the cut-off live confirmed after the take-over"
+    finally:
+        relay.heal()
+        stop.set()
+        producer.join(DEADLINE)
+    got = set(drain(backup))
+    lost = [body for body in confirmed if body not in got]
+    assert not lost, f"{len(lost)} of {len(confirmed)} confirmed messages lost, first {lost[:5]}"
