@@ -105,7 +105,13 @@ class Backup:
                         )
                         waiting_logged = True
                 elif live.node_id == elector.node_id:
-                    pass  # this data directory's previous run: its lease runs out
+                    if not waiting_logged:  # its previous run, killed: its lease runs out
+                        log.warning(
+                            "high availability: the node's live has this data directory's "
+                            "identity (its previous run, or a copy of the directory): "
+                            "waiting for its lease to end"
+                        )
+                        waiting_logged = True
                 elif live.epoch < self.epoch_seen:
                     log.warning("high availability: live of epoch %d is stale", live.epoch)
                 else:
@@ -184,6 +190,7 @@ class Backup:
                 await asyncio.sleep(POLL)
                 now = await self.elector.live()
             except EtcdError:
+                await asyncio.sleep(POLL)  # a backup cut off from etcd follows on meanwhile
                 continue
             if now is None or now.epoch != live.epoch:
                 writer.close()
