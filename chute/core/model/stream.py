@@ -520,8 +520,16 @@ class Stream:
         if not self.count:
             self.first = self.next_seq
             return
-        if self._tail_from < len(tail) and tail[self._tail_from].seq == seq:
-            self.first = seq
+        if self._tail_from < len(tail):
+            oldest = tail[self._tail_from].seq
+            if oldest == seq:
+                self.first = seq
+                return
+            # what is kept below the tail is in the store (the tail keeps what the store
+            # is yet to record), and an offset missing at ``seq`` (a prepared send's, held
+            # or rolled back) must not send the look past the tail
+            found = self._next_kept(seq - 1, oldest) if seq < oldest else None
+            self.first = found.seq if found is not None else oldest
             return
         found = self._next_kept(seq - 1, self.next_seq)
         self.first = found.seq if found is not None else self.next_seq

@@ -125,3 +125,20 @@ def test_batches_keep_and_hand_on_what_single_sends_would(
         session.consumer(1, S, recorder, prefetch=1000, offset="first", selector=f"r < {every}")
         want = [s for s in expected if int(kept[s].properties["r"]) < every]
         assert [e.seq for e in recorder.take()] == want
+
+
+def test_retention_behind_a_prepared_send_removes_the_oldest_of_a_batch() -> None:
+    # offset 2 is held by a prepared send while 3..5 arrive together and retention keeps
+    # 2: it removes 1 and 3, never the batch's newest
+    broker = make_broker({S: DestinationSettings(max_messages=2)}, clock=FakeClock())
+    session = BrokerConnection(broker).session()
+    session.send(S, message(1))
+    tx = BrokerConnection(broker).session(AckMode.CLIENT, transacted=True)
+    tx.send(S, message(2))
+    tx.prepare("held")
+    session.send_many(S, [message(3), message(4), message(5)])
+    stream = broker.streams[S]
+    assert (stream.first, stream.count) == (4, 2)
+    assert [m.seq for m in broker.store.page_in(S, 0, 10)] == [4, 5]
+    broker.xa.commit("held")
+    assert [e.seq for e in stream.read(1, stream.head)[1]] == [4, 5]
