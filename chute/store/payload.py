@@ -170,7 +170,7 @@ def encode_ack(op: AckOp) -> bytes:
     return _SEQ_NAME.pack(op.seq, len(raw)) + raw
 
 
-def encode_ops(ops: Sequence[TxOp]) -> bytes:
+def encode_ops(ops: Sequence[TxOp], head: bytes = b"") -> bytes:
     """The ``ops`` payload of a transaction's operations.
 
     What arrives together (a ``send_many``, a prepared chunk of the Spark sink) is a run
@@ -178,10 +178,13 @@ def encode_ops(ops: Sequence[TxOp]) -> bytes:
     run and each add is one ``pack`` and its content block, in one join for the whole
     payload (the bytes are those :func:`encode_add` makes of each).
 
+    ``head`` goes before it (a PREPARE's xid): the payload is joined once, not copied
+    again to put it behind.
+
     Raises:
         ENCODE_ERRORS: as :func:`encode_add`.
     """
-    parts = [_U32.pack(len(ops))]
+    parts = [head, _U32.pack(len(ops))]
     append = parts.append
     pack = _OP_ADD_HEAD.pack
     route: tuple[str, tuple[str, ...]] | None = None

@@ -205,8 +205,7 @@ class BrokerSession:
             return
         self._check_tx_room(Transaction(sends))
         with broker.atomically():
-            for message in messages:
-                broker.send(address, message, ttl=ttl)
+            broker.send_many(address, messages, ttl=ttl)
 
     # -- consuming --------------------------------------------------------------
 
