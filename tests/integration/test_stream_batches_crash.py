@@ -72,12 +72,12 @@ def check_whole(stored: list[tuple[int, bytes]], confirmed: set[int]) -> set[int
     """Every batch in ``stored`` whole and in order at consecutive offsets; returns them."""
     seen: dict[int, list[tuple[int, int, int]]] = {}
     for seq, data in stored:
-        batch, index, size, _ = data.split(b":", 3)
-        seen.setdefault(int(batch), []).append((seq, int(index), int(size)))
-    for batch, rows in seen.items():
-        size = rows[0][2]
-        assert [index for _, index, _ in rows] == list(range(size)), f"batch {batch} cut"
-        assert [seq for seq, _, _ in rows] == list(range(rows[0][0], rows[0][0] + size))
+        batch, index, size = (int(part) for part in data.split(b":", 3)[:3])
+        seen.setdefault(batch, []).append((seq, index, size))
+    for number, rows in seen.items():
+        whole = rows[0][2]
+        assert [i for _, i, _ in rows] == list(range(whole)), f"batch {number} cut"
+        assert [s for s, _, _ in rows] == list(range(rows[0][0], rows[0][0] + whole))
     assert confirmed <= set(seen), f"confirmed batches lost: {sorted(confirmed - set(seen))}"
     return set(seen)
 
