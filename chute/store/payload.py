@@ -59,6 +59,7 @@ _ADD_HEAD: Final = struct.Struct(">QqqIIB")  # _ADD without the destination's le
 _SEQ_NAME: Final = struct.Struct(">QH")
 _OP_HEAD: Final = struct.Struct(">BI")
 _OP_ADD_TIMES: Final = struct.Struct(">BIQqq")  # _OP_HEAD, then an ADD's seq and times
+_OP_ADD_HEAD: Final = struct.Struct(">BIQqqIIB")  # _OP_HEAD, then _ADD_HEAD
 _NAMES_AT: Final = _ADD_SIZE - 2  # where an ADD payload's destination (length, name) starts
 _OP_ADD, _OP_ACK = 1, 2
 _REDELIVERED = 1
@@ -169,17 +170,59 @@ def encode_ack(op: AckOp) -> bytes:
     return _SEQ_NAME.pack(op.seq, len(raw)) + raw
 
 
-def encode_ops(ops: Sequence[TxOp]) -> bytes:
-    parts = [_U32.pack(len(ops))]
+def encode_ops(ops: Sequence[TxOp], head: bytes = b"") -> bytes:
+    """The ``ops`` payload of a transaction's operations.
+
+    What arrives together (a ``send_many``, a prepared chunk of the Spark sink) is a run
+    of adds of one destination to the same queues: their names are encoded once for the
+    run and each add is one ``pack`` and its content block, in one join for the whole
+    payload (the bytes are those :func:`encode_add` makes of each).
+
+    ``head`` goes before it (a PREPARE's xid): the payload is joined once, not copied
+    again to put it behind.
+
+    Raises:
+        ENCODE_ERRORS: as :func:`encode_add`.
+    """
+    parts = [head, _U32.pack(len(ops))]
+    append = parts.append
+    pack = _OP_ADD_HEAD.pack
+    route: tuple[str, tuple[str, ...]] | None = None
+    names = b""
     for op in ops:
         if isinstance(op, AddOp):
-            payload = encode_add(op)
-            parts.append(_OP_HEAD.pack(_OP_ADD, len(payload)))
+            m = op.message
+            content = m.encoded
+            if content is None:
+                content = encode_content(m)
+            if route is None or op.destination != route[0] or op.queues != route[1]:
+                route = (op.destination, op.queues)
+                names = _names_of(op)
+            append(
+                pack(
+                    _OP_ADD,
+                    _ADD_HEAD.size + len(names) + len(content),
+                    op.seq,
+                    m.timestamp,
+                    m.expiration,
+                    0,
+                    m.delivery_count,
+                    _REDELIVERED if m.redelivered else 0,
+                )
+            )
+            append(names)
+            append(content)
         else:
             payload = encode_ack(op)
-            parts.append(_OP_HEAD.pack(_OP_ACK, len(payload)))
-        parts.append(payload)
+            append(_OP_HEAD.pack(_OP_ACK, len(payload)))
+            append(payload)
     return b"".join(parts)
+
+
+def _names_of(op: AddOp) -> bytes:
+    """An ADD payload's names: its destination and queues, as :func:`encode_add` writes."""
+    queues = op.queues
+    return b"".join((s16(op.destination), _U16.pack(len(queues)), *(s16(q) for q in queues)))
 
 
 # -- decoding ------------------------------------------------------------------------

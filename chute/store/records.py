@@ -271,9 +271,9 @@ def encode(record: Record) -> tuple[Kind, bytes]:
         case CommitRecord(ops):
             return Kind.COMMIT, encode_ops(ops)
         case PrepareRecord(xid, ops):
-            return Kind.PREPARE, s16(xid) + encode_ops(ops)
+            return Kind.PREPARE, encode_ops(ops, s16(xid))
         case CommitPreparedRecord(xid, ops):
-            return Kind.COMMIT_PREPARED, s16(xid) + encode_ops(ops)
+            return Kind.COMMIT_PREPARED, encode_ops(ops, s16(xid))
         case RollbackPreparedRecord(xid):
             return Kind.ROLLBACK_PREPARED, s16(xid)
         case CheckpointRecord(next_seq, counts, kept):

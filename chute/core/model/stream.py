@@ -50,7 +50,7 @@ from typing import Final, Protocol
 
 from chute.core.model.consumer import Entry
 from chute.core.model.offsets import Offset
-from chute.core.model.paging import Resources, held_cost
+from chute.core.model.paging import HELD_OVERHEAD, Resources, held_cost
 from chute.core.model.queue import QueueChannel
 from chute.core.model.readers import StreamReader
 from chute.core.model.settings import DestinationSettings
@@ -194,19 +194,49 @@ class Stream:
     def append(self, entries: Sequence[Entry]) -> None:
         """Keep messages the store already recorded (a transaction's together: retention
         and waiting readers look once); readers waiting for them get them."""
+        if not entries:
+            return
         reserved = self.reserved
-        for entry in entries:
-            reserved.discard(entry.seq)
-            if not self.count or entry.seq < self.first:
-                self.first = entry.seq
-            self.count += 1
-            self.bytes += entry.message.size
-            self._keep(entry)
+        if reserved:
+            for entry in entries:
+                reserved.discard(entry.seq)
+        if not self._keep_run(entries):
+            for entry in entries:
+                if not self.count or entry.seq < self.first:
+                    self.first = entry.seq
+                self.count += 1
+                self.bytes += entry.message.size
+                self._keep(entry)
         self.appended += len(entries)
         now = self.host.clock()
         while self.retain(now, on_append=True) >= RETAIN_STEP:
             pass  # a large transaction may pass the limits by more than one step
         self._wake()
+
+    def _keep_run(self, entries: Sequence[Entry]) -> bool:
+        """Keep ``entries`` whole when they come in offset order after every offset
+        appended so far (a batch, the usual case): one pass, the tail extended and
+        trimmed once. False, keeping nothing, when they do not (a prepared send
+        committed after newer ones): :meth:`_keep` then takes them one by one."""
+        newest = self._newest
+        size = 0
+        for entry in entries:
+            if entry.seq <= newest:
+                return False
+            newest = entry.seq
+            size += entry.message.size
+        count = len(entries)
+        if not self.count or entries[0].seq < self._first:
+            self._first = entries[0].seq
+        self.count += count
+        self.bytes += size
+        self._newest = newest
+        cost = 2 * size + HELD_OVERHEAD * count  # held_cost of each
+        self._tail.extend(entries)
+        self._tail_bytes += cost
+        self.host.memory.used += cost
+        self.host.trim_when_stored(self)
+        return True
 
     def _keep(self, entry: Entry) -> None:
         tail = self._tail
@@ -490,8 +520,16 @@ class Stream:
         if not self.count:
             self.first = self.next_seq
             return
-        if self._tail_from < len(tail) and tail[self._tail_from].seq == seq:
-            self.first = seq
+        if self._tail_from < len(tail):
+            oldest = tail[self._tail_from].seq
+            if oldest == seq:
+                self.first = seq
+                return
+            # what is kept below the tail is in the store (the tail keeps what the store
+            # is yet to record), and an offset missing at ``seq`` (a prepared send's, held
+            # or rolled back) must not send the look past the tail
+            found = self._next_kept(seq - 1, oldest) if seq < oldest else None
+            self.first = found.seq if found is not None else oldest
             return
         found = self._next_kept(seq - 1, self.next_seq)
         self.first = found.seq if found is not None else self.next_seq

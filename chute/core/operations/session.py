@@ -233,8 +233,7 @@ class BrokerSession:
                 producer = None  # not waited on, never resent
         self._check_tx_room(Transaction(sends))
         with broker.atomically():
-            for message in messages:
-                broker.send(address, message, ttl=ttl)
+            broker.send_many(address, messages, ttl=ttl)
         if producer is not None:
             broker.sent_ids.stored(producer, first)  # after the commit: a sync covers both
 

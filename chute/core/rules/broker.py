@@ -284,6 +284,29 @@ class Broker:
                 self.carry(queue, entry)
         self.place(route)
 
+    def send_many(self, address: str, messages: Sequence[Message], *, ttl: int = 0) -> None:
+        """:meth:`send` of each of ``messages`` (the caller gathers them in one
+        :meth:`atomically`); a stream takes them as one batch: one append, its retention
+        and its readers look once.
+
+        Raises:
+            As :meth:`send`.
+        """
+        dest = self.destination(address)
+        if not isinstance(dest, Stream) or dest.forward is not None:
+            for message in messages:  # a queue's bounds count each message placed
+                self.send(address, message, ttl=ttl)
+            return
+        routes = []
+        store = self.store
+        for message in messages:
+            self.stamp(message, ttl)
+            route = self.route(dest, message)
+            if route.record is not None:
+                store.add(route.record)
+            routes.append(route)
+        self.place_all(routes)
+
     def carry(self, queue: QueueChannel, entry: Entry) -> None:
         """Count the deliveries another system made of a carried message (a DropboxMQ
         file's ``JMSXDeliveryCount``) as this broker's own: its next delivery is

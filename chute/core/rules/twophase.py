@@ -116,9 +116,13 @@ class PreparedTransactions:
         host = self.host
         routes: list[Route] = []
         ops: list[TxOp] = []
+        found: dict[str, Destination] = {}  # a chunk's sends go to one or a few
         for address, message, ttl in sends:
             host.stamp(message, ttl)
-            route = host.route(host.destination(address), message)
+            dest = found.get(address)
+            if dest is None:
+                dest = found[address] = host.destination(address)
+            route = host.route(dest, message)
             routes.append(route)
             if route.record is not None:
                 ops.append(route.record)

@@ -1,0 +1,144 @@
+"""Streams take what arrives together as a whole (a ``send_many``, a transaction, a
+prepared chunk): whatever the batches, their order of commit, retention and the
+readers' selectors, a stream keeps and hands on exactly what one-by-one sends would."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chute.core.model import stream as stream_module
+from chute.core.model.consumer import AckMode
+from chute.core.model.paging import held_cost
+from chute.core.model.settings import DestinationSettings
+from chute.core.model.stream import Stream
+from chute.core.operations.connection import BrokerConnection
+from chute.core.rules.broker import Broker
+from chute.message import Message
+
+from .helpers import FakeClock, Recorder, make_broker
+
+S = "stream:s"
+
+# one step: ("many", n) a send_many of n; ("one", n) n sends; ("prepare", n) a prepared
+# send_many of n, committed later; ("commit", i) the i-th still prepared, if any
+step = st.one_of(
+    st.tuples(st.just("many"), st.integers(1, 40)),
+    st.tuples(st.just("one"), st.integers(1, 5)),
+    st.tuples(st.just("prepare"), st.integers(1, 20)),
+    st.tuples(st.just("commit"), st.integers(0, 3)),
+)
+
+
+def message(i: int) -> Message:
+    return Message(f"m{i}".encode() * (1 + i % 5), id=f"id{i}", properties={"i": i, "r": i % 4})
+
+
+def tail_is_consistent(stream: Stream) -> None:
+    tail = stream._tail[stream._tail_from :]
+    assert [e.seq for e in tail] == sorted({e.seq for e in tail})
+    assert stream._tail_bytes == sum(held_cost(e.message) for e in tail)
+
+
+def play(broker: Broker, steps: list[tuple[str, int]]) -> dict[int, Message]:
+    """Run ``steps``; every prepared send is committed at the end. The messages the
+    stream took, by offset."""
+    session = BrokerConnection(broker).session()
+    prepared: list[tuple[str, list[Message]]] = []
+    sent: list[Message] = []
+    counter = 0
+
+    def made(n: int) -> list[Message]:
+        nonlocal counter
+        out = [message(counter + k) for k in range(n)]
+        counter += n
+        return out
+
+    for kind, n in steps:
+        if kind == "many":
+            batch = made(n)
+            session.send_many(S, batch)
+            sent += batch
+        elif kind == "one":
+            for m in made(n):
+                session.send(S, m)
+                sent.append(m)
+        elif kind == "prepare":
+            tx = BrokerConnection(broker).session(AckMode.CLIENT, transacted=True)
+            batch = made(n)
+            tx.send_many(S, batch)
+            xid = f"x{len(prepared)}-{counter}"
+            tx.prepare(xid)
+            prepared.append((xid, batch))
+        elif prepared:
+            xid, batch = prepared.pop(n % len(prepared))
+            broker.xa.commit(xid)
+            sent += batch
+        tail_is_consistent(broker.streams[S])
+    for xid, batch in prepared:
+        broker.xa.commit(xid)
+        sent += batch
+    tail_is_consistent(broker.streams[S])
+    stream = broker.streams[S]
+    by_body = {m.id: m for m in sent}
+    kept = stream._read(1, stream.next_seq, 0, 0)[1]
+    assert len(kept) == stream.count
+    return {e.seq: by_body[e.message.id] for e in kept}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    steps=st.lists(step, max_size=25),
+    keep=st.integers(0, 60),
+    tail=st.sampled_from([1 << 10, 8 << 20]),
+    every=st.integers(1, 4),
+)
+def test_batches_keep_and_hand_on_what_single_sends_would(
+    steps: list[tuple[str, int]], keep: int, tail: int, every: int
+) -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(stream_module, "TAIL_BYTES", tail)
+        patch.setattr(stream_module, "TAIL_MIN", tail)
+        broker = make_broker({S: DestinationSettings(max_messages=keep)}, clock=FakeClock())
+        broker.destination(S)
+        kept = play(broker, steps)
+        stream = broker.streams[S]
+        total = sum(n for kind, n in steps if kind in {"many", "one", "prepare"})
+        # retention keeps the newest ``keep`` (all when 0), whole or cut inside a batch
+        expected = sorted(kept)
+        assert len(expected) == (min(keep, total) if keep else total)
+        assert stream.count == len(expected)
+        assert stream.bytes == sum(m.size for m in kept.values())
+        if expected:
+            assert stream.first == expected[0]
+            assert expected == list(range(expected[0], expected[0] + len(expected)))
+        assert stream.head == total + 1
+        # every page boundary, every selector: a reader gets what matches, in order
+        for start in range(1, total + 2):
+            got = stream.read(start, stream.head)[1]
+            assert [e.seq for e in got] == [s for s in expected if s >= start]
+            page = stream.read(start, stream.head, max_messages=every)
+            assert [e.seq for e in page[1]] == [s for s in expected if s >= start][:every]
+        session = BrokerConnection(broker).session(AckMode.AUTO)
+        recorder = Recorder()
+        session.consumer(1, S, recorder, prefetch=1000, offset="first", selector=f"r < {every}")
+        want = [s for s in expected if int(kept[s].properties["r"]) < every]
+        assert [e.seq for e in recorder.take()] == want
+
+
+def test_retention_behind_a_prepared_send_removes_the_oldest_of_a_batch() -> None:
+    # offset 2 is held by a prepared send while 3..5 arrive together and retention keeps
+    # 2: it removes 1 and 3, never the batch's newest
+    broker = make_broker({S: DestinationSettings(max_messages=2)}, clock=FakeClock())
+    session = BrokerConnection(broker).session()
+    session.send(S, message(1))
+    tx = BrokerConnection(broker).session(AckMode.CLIENT, transacted=True)
+    tx.send(S, message(2))
+    tx.prepare("held")
+    session.send_many(S, [message(3), message(4), message(5)])
+    stream = broker.streams[S]
+    assert (stream.first, stream.count) == (4, 2)
+    assert [m.seq for m in broker.store.page_in(S, 0, 10)] == [4, 5]
+    broker.xa.commit("held")
+    assert [e.seq for e in stream.read(1, stream.head)[1]] == [4, 5]
