@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from chute.core.model.address import Kind, parse
+from chute.core.model.address import Kind, parse, split_partition
 from chute.core.model.consumer import AckMode, BrokerConsumer, Receiver
 from chute.core.model.offsets import parse_offset
 from chute.core.model.paging import held_cost
@@ -35,6 +35,7 @@ from chute.core.model.topic import Subscription, SubscriptionKind, Topic
 from chute.core.rules.access import Action
 from chute.core.rules.admission import Share
 from chute.core.rules.broker import Broker
+from chute.core.rules.partitions import WholeReader
 from chute.core.rules.routing import WouldBlock
 from chute.core.rules.subscriptions import consumer_key
 from chute.core.rules.transaction import Transaction, apply, check_room, give_back
@@ -101,6 +102,13 @@ class SessionOwner(Protocol):
 
     def session_closed(self, session: BrokerSession) -> None:
         """The session closed."""
+
+
+def reads_partitions(consumer: BrokerConsumer) -> bool:
+    """Whether ``consumer`` reads every partition of a stream: its messages' ``seq`` number
+    its deliveries, and their properties say their partition and offset
+    (:mod:`chute.core.rules.partitions`)."""
+    return isinstance(consumer.queue, WholeReader)
 
 
 class BrokerSession:
@@ -244,7 +252,8 @@ class BrokerSession:
             raise ConsumerError("subscription, durable and shared apply to topics only")
         if offset is not None and addr.kind is not Kind.STREAM:
             raise ConsumerError(f"an offset applies to streams only, and {addr} is not one")
-        self.connection.authorize_use(Action.CONSUME, str(addr))
+        # a stream's partition is granted as its stream is
+        self.connection.authorize_use(Action.CONSUME, split_partition(str(addr))[0])
         queue: QueueChannel
         if addr.kind is Kind.STREAM:
             queue = self._stream_reader(consumer_id, str(addr), offset, prefetch, compiled)
@@ -287,9 +296,7 @@ class BrokerSession:
         if not isinstance(stream, Stream):
             raise InvalidAddress(f"{address} is not a stream")
         key = f"reader:{self.connection.id}.{id(self)}.{consumer_id}"
-        reader = StreamReader(key, stream, stream.locate(start), self.broker, prefetch, selector)
-        stream.readers.append(reader)
-        return reader
+        return self.broker.partitions.reader(key, stream, start, prefetch, selector)
 
     def _queue_for_consumer(self, address: str) -> QueueChannel:
         addr = parse(address)

@@ -38,7 +38,14 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from chute.core.model.address import DEAD_LETTER, EXPIRED, Kind, canonical, parse
+from chute.core.model.address import (
+    DEAD_LETTER,
+    EXPIRED,
+    PARTITION_MARK,
+    Kind,
+    canonical,
+    parse,
+)
 from chute.core.model.cluster import PEER_PREFIX
 from chute.core.model.consumer import Entry
 from chute.core.model.paging import MemoryBudget, held_cost
@@ -62,6 +69,7 @@ from chute.core.rules.batches import CommittedBatches
 from chute.core.rules.cursor import Cursors
 from chute.core.rules.destinations import ANONYMOUS, Destinations, Limits
 from chute.core.rules.diversion import Diversion
+from chute.core.rules.partitions import Partitions
 from chute.core.rules.restore import restore
 from chute.core.rules.routing import Route, WouldBlock
 from chute.core.rules.subscriptions import Subscriptions
@@ -123,6 +131,7 @@ class Broker:
         self.queues: dict[str, QueueChannel] = {}
         self.topics: dict[str, Topic] = {}
         self.streams: dict[str, Stream] = {}  # chute.core.model.stream
+        self.partitions = Partitions(self)  # streams with partitions: sends, readers
         self.subscriptions = Subscriptions(self)
         self._room_waiters: dict[str, list[Callable[[], None]]] = {}
         self.diversion = Diversion(self)  # dead letters, expiry, callback forwarding
@@ -191,6 +200,8 @@ class Broker:
         if addr.kind is Kind.TOPIC:
             dest = self.topics[canonical] = Topic(canonical, settings)
         elif addr.kind is Kind.STREAM:
+            if PARTITION_MARK in canonical:
+                self.partitions.check(canonical)
             dest = self.streams[canonical] = Stream(canonical, settings, self)
             self.store.define(QueueDefinition(canonical, QueueKind.STREAM, owner=maker))
         else:
@@ -308,6 +319,8 @@ class Broker:
         Raises:
             WouldBlock: full under ``block``. DestinationFull: full under ``reject``.
         """
+        if isinstance(dest, Stream) and not arrived:
+            dest = self.partitions.target(dest, message)  # its partition (if it has several)
         if isinstance(dest, Stream) and dest.forward is not None:
             # homed on another node of a cluster (or its home not known yet): the message
             # waits in the stream's forward queue, which hands it over to the home
