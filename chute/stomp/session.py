@@ -40,7 +40,7 @@ from typing import Final
 from chute.core.model.address import Kind, parse
 from chute.core.model.consumer import AckMode, BrokerConsumer, Entry
 from chute.core.operations.connection import BrokerConnection
-from chute.core.operations.session import BrokerSession, reads_partitions
+from chute.core.operations.session import BrokerSession
 from chute.errors import (
     ChuteError,
     ConsumerError,
@@ -218,6 +218,7 @@ class StompSession:
             cancel=self._cancel,
             stream=parse(address).kind is Kind.STREAM,
         )
+        sub.encoder.whole = self.session.reads_partitions(address)
         self.subscriptions[options.id] = sub
         self.by_consumer[consumer_id] = sub
         try:
@@ -233,7 +234,6 @@ class StompSession:
                 ack_mode=options.ack.core,
                 offset=options.offset,
             )
-            sub.encoder.whole = reads_partitions(sub.consumer)
         except BaseException:
             del self.subscriptions[options.id]
             del self.by_consumer[consumer_id]

@@ -35,7 +35,6 @@ from chute.core.model.topic import Subscription, SubscriptionKind, Topic
 from chute.core.rules.access import Action
 from chute.core.rules.admission import Share
 from chute.core.rules.broker import Broker
-from chute.core.rules.partitions import WholeReader
 from chute.core.rules.routing import WouldBlock
 from chute.core.rules.subscriptions import consumer_key
 from chute.core.rules.transaction import Transaction, apply, check_room, give_back
@@ -102,13 +101,6 @@ class SessionOwner(Protocol):
 
     def session_closed(self, session: BrokerSession) -> None:
         """The session closed."""
-
-
-def reads_partitions(consumer: BrokerConsumer) -> bool:
-    """Whether ``consumer`` reads every partition of a stream: its messages' ``seq`` number
-    its deliveries, and their properties say their partition and offset
-    (:mod:`chute.core.rules.partitions`)."""
-    return isinstance(consumer.queue, WholeReader)
 
 
 class BrokerSession:
@@ -282,6 +274,18 @@ class BrokerSession:
         self.consumers[consumer_id] = consumer
         queue.attach(consumer)
         return consumer
+
+    def reads_partitions(self, address: str) -> bool:
+        """Whether a consumer of ``address`` reads every partition of a stream with several:
+        its messages' ``seq`` number its deliveries, and their properties say their
+        partition and offset (:mod:`chute.core.rules.partitions`)."""
+        addr = parse(address)
+        text = str(addr)
+        return (
+            addr.kind is Kind.STREAM
+            and "#" not in text
+            and self.broker.settings(text).partitions > 1
+        )
 
     def _stream_reader(
         self,
