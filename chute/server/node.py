@@ -140,7 +140,10 @@ class ClusterNode:
             await self._client.close()
             raise
         if self.homes is None:
-            self.homes = EtcdHomes(self._client, self.name, self.settings.node)
+            membership = self.membership
+            self.homes = EtcdHomes(  # partitions spread over the live members
+                self._client, self.name, self.settings.node, members=lambda: membership.members
+            )
             for address in sorted(self._wanted):
                 self._wanted.discard(address)
                 self.want_home(address)
