@@ -148,7 +148,7 @@ class MessageEncoder:
         if self._offset is not None:
             # a reader of every partition of a stream: the offset is the message's in its
             # partition (the property its reader set), the entry's number its delivery's
-            offset = message.properties[STREAM_OFFSET_HEADER] if self.whole else seq
+            offset = int(message.properties[STREAM_OFFSET_HEADER]) if self.whole else seq
             delivery = b"%s%s%d\n" % (delivery, self._offset, offset)
         ack = self._ack
         if ack is None:

@@ -144,7 +144,7 @@ def test_a_stream_that_gains_partitions_keeps_its_data_in_partition_0() -> None:
     send(before, 4)
     assert stored(before, S) == [b"m0", b"m1", b"m2", b"m3"]
     after = Broker(
-        before.store,  # type: ignore[arg-type]
+        before.store,
         SettingsResolver({S: DestinationSettings(partitions=2)}),
         clock=before.clock,
     )
