@@ -185,6 +185,11 @@ class Broker:
         found = self.find(canonical)
         if found is not None:
             return found
+        if PARTITION_MARK in canonical:
+            # a partition its stream has exists as soon as it is named (InvalidAddress if
+            # the stream has no such partition): made here by the broker, as the stream's
+            self.partitions.check(canonical)
+            create, maker = True, None
         if create is False:
             raise NotFound(f"destination {canonical} does not exist")
         if not self.auto_create and create is None:
@@ -200,8 +205,6 @@ class Broker:
         if addr.kind is Kind.TOPIC:
             dest = self.topics[canonical] = Topic(canonical, settings)
         elif addr.kind is Kind.STREAM:
-            if PARTITION_MARK in canonical:
-                self.partitions.check(canonical)
             dest = self.streams[canonical] = Stream(canonical, settings, self)
             self.store.define(QueueDefinition(canonical, QueueKind.STREAM, owner=maker))
         else:

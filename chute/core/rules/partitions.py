@@ -28,7 +28,7 @@ Pure: no sockets, no files. Used from the broker's loop only.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
 from chute.core.model.address import partition_address, split_partition
@@ -37,6 +37,7 @@ from chute.core.model.offsets import Offset
 from chute.core.model.queue import QueueHost
 from chute.core.model.readers import StreamReader
 from chute.core.model.selector import Selector
+from chute.core.model.settings import DestinationSettings
 from chute.core.model.stream import Stream
 from chute.errors import InvalidAddress
 from chute.message import Int, Message
@@ -52,6 +53,10 @@ class PartitionsHost(QueueHost, Protocol):
 
     def destination(self, address: str, *, create: bool | None = None) -> object:
         """The destination at ``address``, made if allowed (``create`` True: by the broker)."""
+
+    @property
+    def settings(self) -> Callable[[str], DestinationSettings]:
+        """The settings of an address."""
 
 
 def partition_count(stream: Stream) -> int:
@@ -94,8 +99,7 @@ class Partitions:
             )
 
     def _settings_count(self, base: str) -> int:
-        stream = self.host.destination(base, create=True)
-        return partition_count(stream) if isinstance(stream, Stream) else 1
+        return self.host.settings(base).partitions
 
     def of(self, stream: Stream) -> list[Stream]:
         """Every partition of ``stream``, from 0 (made here if need be)."""

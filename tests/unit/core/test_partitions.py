@@ -243,3 +243,12 @@ def test_a_message_key_is_its_key_property() -> None:
     assert message.key == "alice"
     assert message.properties == {"key": "alice"}
     assert Message.create(b"x").key is None
+
+
+def test_a_partition_the_stream_has_exists_once_named(broker: Broker) -> None:
+    # as a cursor or a lookup that never creates asks for it: the Spark source's planning
+    found = broker.destination(f"{S}#2", create=False)
+    assert isinstance(found, Stream)
+    assert (found.first, found.head) == (1, 1)
+    with pytest.raises(InvalidAddress, match="has 3"):
+        broker.destination(f"{S}#3", create=False)
