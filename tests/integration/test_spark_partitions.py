@@ -27,6 +27,7 @@ from chute import Connection
 
 from . import test_spark as base
 from .conftest import ChuteServer, start_server
+from .test_serve_nodes import start_nodes
 from .test_spark import SPARK_CONF, _spark_env, read_all, spark_prepared
 from .test_spark_streams import pipe
 
@@ -269,3 +270,39 @@ def test_partitioned_stream_to_stream_exactly_once_across_driver_and_broker_kill
             assert spark_prepared(conn) == []
     finally:
         srv.stop()
+
+
+def test_a_partitioned_stream_on_serve_nodes_2_is_read_whole_from_either_node(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    nodes = start_nodes(tmp_path, 2, "--config", str(config(tmp_path, orders=2)))
+    try:
+        nodes.linked()
+        keys = produce(nodes.url(0), S, 200, "x")
+        keys |= produce(nodes.url(1), S, 200, "y")
+        for index in (0, 1):
+            expected = len(keys)
+            deadline = time.monotonic() + 60
+            while True:  # the node's copies of the other node's partition follow its home
+                rows = (
+                    spark.read.format("chute")
+                    .option("url", nodes.url(index))
+                    .option("destination", S)
+                    .load()
+                    .select("partition", "seq", "body")
+                    .collect()
+                )
+                if len(rows) >= expected or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)  # polling a copy catching up, with a deadline
+            assert Counter(bytes(r.body) for r in rows) == Counter(list(keys))
+            for partition in (0, 1):
+                seqs = sorted(r.seq for r in rows if r.partition == partition)
+                assert seqs == list(range(1, len(seqs) + 1))
+            for r in rows:
+                key = keys[bytes(r.body)]
+                if key is not None:
+                    assert r.partition == partition_of(key, 2)
+    finally:
+        if nodes.server.process.poll() is None:
+            nodes.server.stop()
