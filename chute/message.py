@@ -193,6 +193,11 @@ def check_properties(properties: Mapping[str, Any]) -> dict[str, PropertyValue]:
     return checked
 
 
+KEY_PROPERTY: Final = "key"
+"""The string property that holds a message's key (:attr:`Message.key`): on a stream
+with partitions it picks the partition. A property, so every protocol, client and
+journal carries it as it is (STOMP: the ``key`` header)."""
+
 GENERATED_ID_SIZE: Final = 32
 """Characters in a generated message id (16 bytes as hex)."""
 _ID_MASK: Final = 0xFFFF_FFFF_FFFF  # 48 bits
@@ -386,8 +391,11 @@ class Message:
         persistent: bool = True,
         properties: Mapping[str, Any] | None = None,
         kind: BodyKind | None = None,
+        key: str | None = None,
     ) -> Message:
         """Build a validated message as a producer would.
+
+        ``key``: the message's key (:attr:`key`), kept as the string property ``key``.
 
         A ``str`` body is UTF-8 encoded and makes the kind ``text`` unless
         ``kind`` says otherwise. ``ttl`` (ms) becomes an expiration counted from
@@ -419,6 +427,11 @@ class Message:
         ):
             if value is not None and not isinstance(value, str):
                 raise InvalidMessage(f"{name} must be a string or None")
+        checked = check_properties(properties or {})
+        if key is not None:
+            if not isinstance(key, str):
+                raise InvalidMessage(f"key must be a string or None, not {type(key).__name__}")
+            checked[KEY_PROPERTY] = key
         return cls(
             data,
             id=check_id(id) if id is not None else new_message_id(),
@@ -428,7 +441,7 @@ class Message:
             reply_to=reply_to,
             type=type,
             persistent=bool(persistent),
-            properties=check_properties(properties or {}),
+            properties=checked,
             kind=kind or BodyKind.BYTES,
         )
 
@@ -442,6 +455,13 @@ class Message:
             fields["properties"] = dict(self.properties)
         body = fields.pop("body")
         return Message(body, **fields)
+
+    @property
+    def key(self) -> str | None:
+        """The message's key (the string property ``key``), or None: on a stream with
+        partitions, messages with the same key go to the same partition."""
+        value = self.properties.get(KEY_PROPERTY)
+        return None if value is None else str(value)
 
     def is_expired(self, now: int) -> bool:
         return 0 < self.expiration <= now

@@ -57,7 +57,7 @@ from chute.client.sessions import ConsumerOptions
 from chute.client.tls import client_context
 from chute.client.url import parse_url
 from chute.errors import ChuteError, ConnectError, ConsumerError, TransactionError
-from chute.message import DEFAULT_PRIORITY, BodyKind, Message, new_message_id
+from chute.message import DEFAULT_PRIORITY, KEY_PROPERTY, BodyKind, Message, new_message_id
 from chute.protocol import packets as p
 
 T = TypeVar("T")
@@ -438,7 +438,10 @@ class AioSession(AsyncClosedAtExit):
         type: str | None = None,
         id: str | None = None,
         kind: BodyKind | None = None,
+        key: str | None = None,
     ) -> None:
+        if key is not None:  # the key travels as the string property "key"
+            properties = {**(properties or {}), KEY_PROPERTY: key}
         link = self._link
         windowed = self._windowed
         options: SendFields = (

@@ -88,6 +88,7 @@ class AsyncSession(Protocol):
         type: str | None = None,
         id: str | None = None,
         kind: BodyKind | None = None,
+        key: str | None = None,
     ) -> None:
         """Send a message to ``address`` (``queue:NAME``, ``topic:NAME`` or ``NAME``).
 
@@ -95,7 +96,9 @@ class AsyncSession(Protocol):
         disk); a non-persistent one may return at once (errors surface on a later
         call of the session). In a transacted session nothing waits: :meth:`commit`
         does. A ``str`` body is sent as UTF-8 ``text``; ``ttl`` is in milliseconds
-        (0 = never expires).
+        (0 = never expires). ``key``: the message's key (the string property
+        ``key``): on a stream with partitions, messages with the same key go to the
+        same partition.
 
         With a ``confirm_window`` of N, a persistent send returns as soon as at most
         N sends of this session await their confirmation. A send then refused, or

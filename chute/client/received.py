@@ -98,6 +98,27 @@ class Received:
         return self.message.properties
 
     @property
+    def key(self) -> str | None:
+        """The message's key (the string property ``key``), or None."""
+        return self.message.key
+
+    @property
+    def offset(self) -> int:
+        """A stream's message: its offset in its partition (on a reader of every partition
+        of a stream with several, where ``seq`` numbers the deliveries, its
+        ``x-stream-offset`` property; elsewhere ``seq``)."""
+        properties = self.message.properties
+        if "x-stream-partition" not in properties:
+            return self.seq
+        return int(properties.get("x-stream-offset", self.seq))
+
+    @property
+    def partition(self) -> int:
+        """A stream's message: its partition (its ``x-stream-partition`` property; 0 on a
+        stream with one)."""
+        return int(self.message.properties.get("x-stream-partition", 0))
+
+    @property
     def priority(self) -> int:
         return self.message.priority
 

@@ -1,22 +1,26 @@
 """Where each stream of a cluster lives: its **home** node, agreed once and for good.
 
 A stream's offsets are given by one node, its home (:mod:`chute.core.rules.cluster_streams`).
-Homes are kept per partition (``home_of(stream, partition)``); a stream has one
-partition, 0, for now.
+Homes are kept per partition (``home_of(stream, partition)``): each partition of a
+stream with several (``partitions = N``) has a home of its own.
 
 Two ways to agree:
 
 * :class:`EtcdHomes`: the first node to need a stream's home claims it for itself
   with one etcd transaction that creates the key ``/CLUSTER/streams/NAME/PARTITION``
   only if it is absent (its value: the node's name) and otherwise reads it; every
-  node asks the same way, so all agree on whoever created it. The key is bound to no
+  node asks the same way, so all agree on whoever created it. Partition 0 is claimed
+  by the node that asks; partition ``i`` is proposed for the ``i``-th node after it
+  among the live members (sorted by name, around), so a stream's partitions spread
+  over the nodes; whatever is created first stands. The key is bound to no
   lease: a home survives its node's restart and its absence. Answers are cached
   (a home never moves). While etcd cannot be reached the question is asked again
   with backoff, for as long as it takes; the stream's sends wait on the node that
   asked (:mod:`chute.core.rules.cluster_streams`).
 * :class:`FixedHomes`: a fixed membership and no etcd (``chute serve --nodes N``):
   every node computes the same home from the stream's name and the node names
-  (CRC-32 of ``NAME/PARTITION`` over the sorted names). It needs no answer from
+  (partition 0: CRC-32 of ``NAME/0`` over the sorted names; partition ``i``: the
+  ``i``-th node after that one, around). It needs no answer from
   anyone, but the membership must be the same list on every node and never change.
 """
 
@@ -24,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from chute.cluster.errors import EtcdError
@@ -59,8 +63,10 @@ class FixedHomes:
         self.nodes = sorted(set(nodes))
 
     def known(self, address: str, partition: int = 0) -> str:
-        key = f"{stream_name(address)}/{partition}".encode()
-        return self.nodes[zlib.crc32(key) % len(self.nodes)]
+        # partition 0 by the CRC of NAME/0, and partition i the i-th node after it, so a
+        # stream's partitions spread evenly
+        key = f"{stream_name(address)}/0".encode()
+        return self.nodes[(zlib.crc32(key) + partition) % len(self.nodes)]
 
     async def home_of(self, address: str, partition: int = 0) -> str:
         return self.known(address, partition)
@@ -70,11 +76,19 @@ class EtcdHomes:
     """Homes agreed in etcd: see the module docstring."""
 
     def __init__(
-        self, client: EtcdClient, cluster: str, node: str, *, backoff: Backoff | None = None
+        self,
+        client: EtcdClient,
+        cluster: str,
+        node: str,
+        *,
+        backoff: Backoff | None = None,
+        members: Callable[[], Iterable[str]] | None = None,
     ) -> None:
         self.client = client
         self.cluster = cluster
         self.node = node
+        self.members = members
+        """The live members' names (this node's included or not), to spread partitions."""
         self._backoff = backoff or Backoff(0.1, 2.0)
         self._homes: dict[tuple[str, int], str] = {}
 
@@ -85,6 +99,13 @@ class EtcdHomes:
     def known(self, address: str, partition: int = 0) -> str | None:
         return self._homes.get((address, partition))
 
+    def proposed(self, partition: int) -> str:
+        """The node this one proposes as the home of a stream's ``partition``."""
+        if partition == 0 or self.members is None:
+            return self.node
+        live = sorted({*self.members(), self.node})
+        return live[(live.index(self.node) + partition) % len(live)]
+
     async def home_of(self, address: str, partition: int = 0) -> str:
         """Raises nothing but cancellation: etcd is asked until it answers."""
         found = self._homes.get((address, partition))
@@ -92,10 +113,11 @@ class EtcdHomes:
             return found
         retry = Backoff(self._backoff.initial, self._backoff.maximum)
         said = False
+        proposed = self.proposed(partition)
         while True:
             try:
                 result = await self.client.create_if_absent(
-                    self.key(address, partition), self.node.encode()
+                    self.key(address, partition), proposed.encode()
                 )
                 break
             except EtcdError as exc:
@@ -108,9 +130,13 @@ class EtcdHomes:
                     )
                     said = True
                 await retry.sleep()
-        if result.succeeded:
+        shown = f"{address}#{partition}" if partition else address
+        if result.succeeded and proposed == self.node:
             home = self.node
-            log.info("stream %s: its home is this node (claimed in etcd)", address)
+            log.info("stream %s: its home is this node (claimed in etcd)", shown)
+        elif result.succeeded:
+            home = proposed
+            log.info("stream %s: its home is node %s (agreed in etcd)", shown, home)
         elif result.kvs:
             home = result.kvs[0].value.decode("utf-8", "replace")
         else:  # deleted between the comparison and the read: cannot happen in one txn

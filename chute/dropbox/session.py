@@ -50,7 +50,7 @@ from chute.errors import (
     InvalidAddress,
     TransactionError,
 )
-from chute.message import DEFAULT_PRIORITY, BodyKind, Message, now_ms
+from chute.message import DEFAULT_PRIORITY, KEY_PROPERTY, BodyKind, Message, now_ms
 
 NO_TWO_PHASE: Final = "two-phase transactions need a broker (chute://), not a dropbox"
 
@@ -129,6 +129,7 @@ class DropboxSession(ClosedAtExit):
         type: str | None = None,
         id: str | None = None,
         kind: BodyKind | None = None,
+        key: str | None = None,
     ) -> None:
         """Write a message file into the destination's dropbox (every subscription
         of a topic gets a copy). Returns once the file is in ``target/`` (and
@@ -148,6 +149,8 @@ class DropboxSession(ClosedAtExit):
         """
         self._check()
         target = self._target(address)
+        if key is not None:  # the string property "key", as every client sends it
+            properties = {**(properties or {}), KEY_PROPERTY: key}
         options = SendOptions(
             priority, ttl, properties, persistent, correlation_id, reply_to, type, id, kind
         )

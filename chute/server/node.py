@@ -31,6 +31,7 @@ from chute.cluster.fixed import FixedMembership
 from chute.cluster.homes import EtcdHomes, FixedHomes, Homes
 from chute.cluster.membership import EventKind, Membership, MembershipEvent
 from chute.cluster.url import ClusterUrl, parse_cluster_url
+from chute.core.model.address import split_partition
 from chute.core.rules.cluster import Cluster
 from chute.core.rules.cluster_streams import ClusterStreams
 from chute.server.peers import PeerLinks
@@ -88,7 +89,7 @@ class ClusterNode:
         if self.homes is None:
             self._wanted.add(address)  # asked once etcd is reached
             return None
-        home = self.homes.known(address)
+        home = self.homes.known(*split_partition(address))
         if home is not None or address in self._wanted:
             return home
         self._wanted.add(address)
@@ -98,7 +99,7 @@ class ClusterNode:
         return None
 
     async def _find_home(self, homes: Homes, address: str) -> None:
-        home = await homes.home_of(address)
+        home = await homes.home_of(*split_partition(address))  # a partition's own home
         self._wanted.discard(address)
         self.streams.home_known(address, home)
 
@@ -145,7 +146,10 @@ class ClusterNode:
             await self._client.close()
             raise
         if self.homes is None:
-            self.homes = EtcdHomes(self._client, self.name, self.settings.node)
+            membership = self.membership
+            self.homes = EtcdHomes(  # partitions spread over the live members
+                self._client, self.name, self.settings.node, members=lambda: membership.members
+            )
             for address in sorted(self._wanted):
                 self._wanted.discard(address)
                 self.want_home(address)

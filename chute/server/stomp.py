@@ -51,6 +51,7 @@ from chute.server.partial import REFUSE_FROM
 from chute.server.stream import Hold, StreamConnection
 from chute.stomp import heartbeat
 from chute.stomp.adapter import (
+    STREAM_OFFSET_HEADER,
     AckToken,
     is_temp_queue,
     message_frame,
@@ -445,7 +446,15 @@ class StompConnection(StreamConnection):
                     delivery_count=entry.delivery_count,
                     redelivered=entry.redelivered or entry.delivery_count > 1,
                     version=self.codec.version,
-                    stream_offset=entry.seq if sub.stream else None,
+                    stream_offset=(
+                        (
+                            int(message.properties[STREAM_OFFSET_HEADER])
+                            if sub.encoder.whole
+                            else entry.seq
+                        )
+                        if sub.stream
+                        else None
+                    ),
                 )
             )
         else:

@@ -21,7 +21,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from chute.spark.options import ChuteOptions, OptionError, Side
-from chute.spark.schema import READ_SCHEMA
+from chute.spark.schema import READ_SCHEMA, STREAM_READ_SCHEMA
 from chute.spark.sink import ChuteBatchWriter, ChuteStreamWriter
 from chute.spark.source import ChuteBatchReader, ChuteStreamReader
 from chute.spark.streams import StreamBatchReader, StreamSource
@@ -36,7 +36,8 @@ class ChuteDataSource(DataSource):
 
     def schema(self) -> str:
         # Spark asks for the schema of reads only, at load(): check their options there.
-        _of_streams(ChuteOptions.parse(self.options, Side.READ))
+        if _of_streams(ChuteOptions.parse(self.options, Side.READ)):
+            return STREAM_READ_SCHEMA
         return READ_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:

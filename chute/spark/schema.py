@@ -4,8 +4,9 @@ The read schema is :data:`READ_SCHEMA` (body as binary, ``seq`` the offset).
 Pages from the broker become ``pyarrow.RecordBatch`` es of exactly that schema
 (Spark checks names, types and nullability). The sink takes ``body`` (binary
 or string) and, when present, ``destination``, ``priority``, ``ttl``,
-``correlation_id``, ``reply_to``, ``type``, ``id``, ``properties`` and
-``property_types``; other columns are ignored.
+``correlation_id``, ``reply_to``, ``type``, ``id``, ``properties``,
+``property_types`` and ``key`` (the message's key: on a stream with partitions, the
+partition); other columns are ignored.
 
 Typed properties: ``properties`` holds each value as text and ``property_types``
 its JMS type name (:data:`TYPE_NAMES`), so ``CAST(properties['n'] AS INT)`` gets
@@ -21,7 +22,14 @@ from typing import Any, Final
 
 import pyarrow as pa
 
-from chute.message import Message, PropertyType, PropertyValue, property_type, typed_value
+from chute.message import (
+    KEY_PROPERTY,
+    Message,
+    PropertyType,
+    PropertyValue,
+    property_type,
+    typed_value,
+)
 
 READ_SCHEMA: Final = (
     "seq BIGINT, id STRING, destination STRING, priority INT, timestamp TIMESTAMP, "
@@ -30,6 +38,10 @@ READ_SCHEMA: Final = (
     "properties MAP<STRING, STRING>, body BINARY, property_types MAP<STRING, STRING>"
 )
 """The columns of a read, as Spark DDL."""
+
+STREAM_READ_SCHEMA: Final = READ_SCHEMA + ", partition INT"
+"""The columns of a read of streams: a read's, and the stream partition of each message
+(0 on a stream with one), as Kafka's source has it."""
 
 ARROW_SCHEMA: Final = pa.schema(
     [
@@ -64,6 +76,7 @@ SINK_COLUMNS: Final = (
     "id",
     "properties",
     "property_types",
+    "key",
 )
 
 TYPE_NAMES: Final = tuple(t.name.lower() for t in PropertyType)
@@ -153,6 +166,7 @@ def rows_of(batch: pa.RecordBatch) -> Iterator[Outgoing]:
     ttls = cols.pop("ttl", None)
     props = cols.pop("properties", None)
     types = cols.pop("property_types", None)
+    keys = cols.pop("key", None)
     value_type = _map_value_type(batch) if props is not None else PropertyType.STRING
     for i, body in enumerate(bodies):
         options: dict[str, Any] = {k: v[i] for k, v in cols.items() if v[i] is not None}
@@ -162,6 +176,8 @@ def rows_of(batch: pa.RecordBatch) -> Iterator[Outgoing]:
             options["properties"] = typed_properties(
                 props[i], value_type, types[i] if types is not None else None
             )
+        if keys is not None and keys[i] is not None:  # the key: the string property "key"
+            options.setdefault("properties", {})[KEY_PROPERTY] = _key_text(keys[i])
         if "priority" in options:
             options["priority"] = int(options["priority"])
         yield Outgoing(
@@ -169,6 +185,14 @@ def rows_of(batch: pa.RecordBatch) -> Iterator[Outgoing]:
             b"" if body is None else body,
             options,
         )
+
+
+def _key_text(value: object) -> str:
+    """A ``key`` column's value as the message's key: text as it is, binary as UTF-8
+    (Kafka's key column is binary)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return _text(value)
 
 
 def _map_value_type(batch: pa.RecordBatch) -> PropertyType:

@@ -2,10 +2,16 @@
 
 Offsets live in Spark's checkpoint, as the Kafka source keeps them: an offset is
 ``{"stream:a": 120, "stream:b": 7}``, each the next offset to read of that stream
-(keys sorted, so the same position is always the same text). The broker keeps
-nothing for a query: no cursor, no lease, no hold. Any number of queries read
-the same streams independently, and a query replays from wherever its
-checkpoint says.
+(keys sorted, so the same position is always the same text); a stream with
+partitions has one per partition, as Kafka writes them: ``{"stream:orders": {"0": 42,
+"1": 7}}``. Inside, offsets are flat, keyed by each partition's address
+(``stream:orders#1``; partition 0 is the stream's own): :func:`flat` and
+:func:`nested` convert at Spark's edge. Each partition is read by tasks of its own
+(``numPartitions`` splits them further), and a ``partition`` column says which; a
+stream that gains partitions is seen at the next trigger, its new ones read from
+their first offset. The broker keeps nothing for a query: no cursor, no lease, no
+hold. Any number of queries read the same streams independently, and a query
+replays from wherever its checkpoint says.
 
 What runs where (docs/spark.md): the offset calls run in one long-lived Python
 process on the driver, which keeps one connection; ``read(partition)`` runs on
@@ -40,8 +46,13 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from chute.client.blocking import BlockingConnection
-from chute.core.model.address import canonical
-from chute.errors import ChuteError, ConnectError
+from chute.core.model.address import (
+    MAX_PARTITIONS,
+    canonical,
+    partition_address,
+    split_partition,
+)
+from chute.errors import ChuteError, ConnectError, InvalidAddress
 from chute.spark.options import ChuteOptions, OptionError
 from chute.spark.pages import page_batch
 
@@ -50,6 +61,10 @@ PAGE_BYTES: Final = 4 << 20
 log = logging.getLogger("chute.spark")
 
 Offsets = dict[str, int]
+"""Offsets inside: the next offset to read, per stream partition's address."""
+SparkOffsets = dict[str, Any]
+"""Offsets as Spark keeps them: per stream an offset, or per partition of a stream with
+several (``{"stream:orders": {"0": 42, "1": 7}}``)."""
 
 BEGINNING: Final = 0
 """The start of a stream whatever retention removed (offsets start at 1): a range from
@@ -71,6 +86,35 @@ class StreamRange(InputPartition):
 
     def __repr__(self) -> str:
         return f"StreamRange({self.address!r}, {self.start}, {self.end})"
+
+
+def flat(offsets: Mapping[str, Any]) -> Offsets:
+    """Spark's offsets as offsets per partition's address (see the module docstring)."""
+    out: Offsets = {}
+    for address, value in offsets.items():
+        if isinstance(value, Mapping):
+            for partition, offset in value.items():
+                out[partition_address(address, int(partition))] = int(offset)
+        else:
+            out[address] = int(value)
+    return out
+
+
+def nested(offsets: Mapping[str, int]) -> SparkOffsets:
+    """Offsets per partition's address as Spark keeps them: a stream with partitions as
+    ``{"0": n, "1": m, ...}`` (keys sorted, partitions in order)."""
+    grouped: dict[str, dict[int, int]] = {}
+    for address, offset in offsets.items():
+        base, partition = split_partition(address)
+        grouped.setdefault(base, {})[partition] = int(offset)
+    out: SparkOffsets = {}
+    for base in sorted(grouped):
+        parts = grouped[base]
+        if set(parts) == {0}:
+            out[base] = parts[0]
+        else:
+            out[base] = {str(p): parts[p] for p in sorted(parts)}
+    return out
 
 
 def ordered(offsets: Mapping[str, int]) -> Offsets:
@@ -140,11 +184,20 @@ def parse_starting(text: str, addresses: Sequence[str]) -> dict[str, str | int]:
             raise OptionError('option startingOffsets: a JSON object {"stream:NAME": offset}')
         out: dict[str, str | int] = {}
         for key, value in raw.items():
-            if not isinstance(value, int) or isinstance(value, bool) or value < -2:
-                raise OptionError(
-                    f"option startingOffsets: {key}: an offset, -2 (earliest) or -1 (latest)"
-                )
-            out[canonical(key)] = {-2: "earliest", -1: "latest"}.get(value, value)
+            values = value if isinstance(value, dict) else {"0": value}
+            for partition, offset in values.items():
+                if (
+                    not isinstance(offset, int)
+                    or isinstance(offset, bool)
+                    or offset < -2
+                    or not str(partition).isdigit()
+                ):
+                    raise OptionError(
+                        f"option startingOffsets: {key}: an offset, -2 (earliest) or -1 "
+                        '(latest), or per partition {"0": offset, "1": offset}'
+                    )
+                address = partition_address(canonical(key), int(partition))
+                out[address] = {-2: "earliest", -1: "latest"}.get(offset, offset)
         return out
     if text.isdigit():
         if len(addresses) != 1:
@@ -186,14 +239,29 @@ class StreamPlanner:
         found = [a for a in o.destinations]
         if o.pattern is not None:
             stats = conn.stat(o.pattern)
-            found += [d["address"] for d in stats["destinations"] if d.get("kind") == "stream"]
+            found += [
+                d["address"]
+                for d in stats["destinations"]
+                if d.get("kind") == "stream" and "#" not in d["address"]  # partitions: below
+            ]
         return sorted(set(found))
 
     def bounds(
         self, conn: BlockingConnection, streams: Sequence[str]
     ) -> dict[str, tuple[int, int]]:
-        """``(first, head)`` of each stream."""
-        return {a: conn.cursor_open(a) for a in streams}
+        """``(first, head)`` of each partition of each stream, by partition's address (a
+        stream's partitions are asked for in turn until the broker says there is no
+        such partition)."""
+        out: dict[str, tuple[int, int]] = {}
+        for address in streams:
+            out[address] = conn.cursor_open(address)
+            for partition in range(1, MAX_PARTITIONS):
+                part = partition_address(address, partition)
+                try:
+                    out[part] = conn.cursor_open(part)
+                except InvalidAddress:
+                    break
+        return out
 
     def starting(
         self,
@@ -245,6 +313,8 @@ def read_stream_range(options: ChuteOptions, part: StreamRange) -> Iterator[pa.R
             check_loss(
                 {part.address: part.start}, {part.address: (first, first)}, options.fail_on_loss
             )
+        base, partition = split_partition(part.address)
+        number = pa.scalar(partition, pa.int32())
         for body in conn.cursor_read_raw(
             part.address,
             None,
@@ -253,7 +323,8 @@ def read_stream_range(options: ChuteOptions, part: StreamRange) -> Iterator[pa.R
             page_messages=options.page_messages,
             page_bytes=PAGE_BYTES,
         ):
-            yield page_batch(part.address, body)
+            batch = page_batch(base, body)
+            yield batch.append_column("partition", pa.repeat(number, batch.num_rows))
     finally:
         conn.close()
 
@@ -320,17 +391,17 @@ class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return self._conn, bounds
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def initialOffset(self) -> Offsets:
+    def initialOffset(self) -> SparkOffsets:
         conn, bounds = self._look()
-        return self.planner.starting(conn, bounds)
+        return nested(self.planner.starting(conn, bounds))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.options.max_per_trigger
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
-    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
+    def latestOffset(self, start: SparkOffsets, limit: ReadLimit) -> SparkOffsets:
         bounds = self._bounds()
-        begin = dict(start)
+        begin = flat(start)
         for address, (first, _) in bounds.items():
             begin.setdefault(address, first)  # a stream the pattern found since: from its first
         check_loss(begin, bounds, self.options.fail_on_loss)
@@ -340,20 +411,20 @@ class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._available_now is not None:
             heads = {a: min(h, self._available_now.get(a, begin[a])) for a, h in heads.items()}
         heads = {a: max(h, begin[a]) for a, h in heads.items()}
-        return share(begin, heads, _max_rows(limit))
+        return nested(share(begin, heads, _max_rows(limit)))
 
-    def reportLatestOffset(self) -> Offsets:
+    def reportLatestOffset(self) -> SparkOffsets:
         """The heads seen last: Spark's progress shows them beside the batch's end, which
         is how far behind the streams' heads the query is."""
-        return self._heads
+        return nested(self._heads)
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._available_now = ordered({a: h for a, (_, h) in self._bounds().items()})
 
-    def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
-        return plan(start, end, self.options.partitions)
+    def partitions(self, start: SparkOffsets, end: SparkOffsets) -> Sequence[InputPartition]:
+        return plan(flat(start), flat(end), self.options.partitions)
 
-    def commit(self, end: Offsets) -> None:
+    def commit(self, end: SparkOffsets) -> None:
         """Nothing to do: the broker keeps no position for a query (its offsets are in
         Spark's checkpoint), and retention, not reading, removes messages."""
 

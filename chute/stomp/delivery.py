@@ -104,10 +104,10 @@ class MessageEncoder:
             ``ack:auto``, whose frames have no ``ack`` header.
         version: the connection's STOMP version (1.0 does not escape).
         stream: the subscription reads a stream: each frame carries
-            ``x-stream-offset``, the entry's sequence number.
+            ``x-stream-offset``, the entry's sequence number (see :attr:`whole`).
     """
 
-    __slots__ = ("_ack", "_escaped", "_head", "_offset", "_sub")
+    __slots__ = ("_ack", "_escaped", "_head", "_offset", "_sub", "whole")
 
     def __init__(
         self,
@@ -126,6 +126,9 @@ class MessageEncoder:
         self._sub = f"\nsubscription:{_header_text(subscription, escaped)}\n".encode()
         self._ack = None if ack_prefix is None else f"ack:{ack_prefix}".encode()
         self._offset = f"{STREAM_OFFSET_HEADER}:".encode() if stream else None
+        self.whole = False
+        """The subscription reads every partition of a stream: each message's
+        ``x-stream-offset`` property (set by its reader) is its offset."""
 
     def encode(self, message: Message, seq: int, delivery_count: int, redelivered: bool) -> bytes:
         """The bytes of the MESSAGE frame delivering ``message`` (entry ``seq``).
@@ -143,7 +146,10 @@ class MessageEncoder:
         else:
             delivery = _FIRST_DELIVERY
         if self._offset is not None:
-            delivery = b"%s%s%d\n" % (delivery, self._offset, seq)
+            # a reader of every partition of a stream: the offset is the message's in its
+            # partition (the property its reader set), the entry's number its delivery's
+            offset = int(message.properties[STREAM_OFFSET_HEADER]) if self.whole else seq
+            delivery = b"%s%s%d\n" % (delivery, self._offset, offset)
         ack = self._ack
         if ack is None:
             return b"".join(

@@ -218,6 +218,7 @@ class StompSession:
             cancel=self._cancel,
             stream=parse(address).kind is Kind.STREAM,
         )
+        sub.encoder.whole = self.session.reads_partitions(address)
         self.subscriptions[options.id] = sub
         self.by_consumer[consumer_id] = sub
         try:

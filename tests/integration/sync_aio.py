@@ -155,6 +155,7 @@ class SyncSession:
         type: str | None = None,
         id: str | None = None,
         kind: BodyKind | None = None,
+        key: str | None = None,
     ) -> None:
         self._runner.run(
             self._session.send(
@@ -169,6 +170,7 @@ class SyncSession:
                 type=type,
                 id=id,
                 kind=kind,
+                key=key,
             )
         )
 

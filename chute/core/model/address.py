@@ -28,6 +28,10 @@ DEAD_LETTER: Final = "queue:__sys__deadLetter"
 EXPIRED: Final = "queue:__sys__expired"
 TEMP_PREFIX: Final = "__tmp__."
 USER_PREFIX: Final = "__user__."
+PARTITION_MARK: Final = "#"
+"""Between a stream's name and a partition's number: ``stream:orders#2``."""
+MAX_PARTITIONS: Final = 1024
+"""The most partitions a stream may have."""
 
 
 class Kind(enum.Enum):
@@ -89,9 +93,37 @@ def parse(address: str) -> Address:
         ("/stream/", Kind.STREAM),
     ):
         if address.startswith(prefix):
-            return Address(kind, check_name(address[len(prefix) :]))
+            name = address[len(prefix) :]
+            if kind is Kind.STREAM and PARTITION_MARK in name:
+                return Address(kind, _partition_name(name))
+            return Address(kind, check_name(name))
     _check_prefix(address)
     return Address(Kind.QUEUE, check_name(address))
+
+
+def _partition_name(text: str) -> str:
+    """``NAME#N`` checked: partition 0 is the stream itself (``NAME``)."""
+    name, _, number = text.partition(PARTITION_MARK)
+    check_name(name)
+    if not number.isdigit() or not number.isascii() or int(number) >= MAX_PARTITIONS:
+        raise InvalidAddress(
+            f"invalid stream partition {text[:60]!r}: write NAME#N with N a partition "
+            f"number 0-{MAX_PARTITIONS - 1}"
+        )
+    partition = int(number)
+    return name if partition == 0 else f"{name}{PARTITION_MARK}{partition}"
+
+
+def split_partition(address: str) -> tuple[str, int]:
+    """A canonical address as (the stream's address, its partition): ``stream:orders#2``
+    is (``stream:orders``, 2); any address without a partition is itself and 0."""
+    base, mark, number = address.partition(PARTITION_MARK)
+    return (base, int(number)) if mark else (address, 0)
+
+
+def partition_address(address: str, partition: int) -> str:
+    """The address of ``partition`` of the stream at ``address`` (0: the stream itself)."""
+    return address if partition == 0 else f"{address}{PARTITION_MARK}{partition}"
 
 
 def _edits(a: str, b: str) -> int:

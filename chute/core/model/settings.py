@@ -27,7 +27,15 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from chute.core.model.address import DEAD_LETTER, EXPIRED, canonical, pattern_address
+from chute.core.model.address import (
+    DEAD_LETTER,
+    EXPIRED,
+    MAX_PARTITIONS,
+    PARTITION_MARK,
+    canonical,
+    pattern_address,
+    split_partition,
+)
 from chute.errors import ConfigError
 
 
@@ -52,6 +60,9 @@ class DestinationSettings:
     max_age_ms: int = 0
     """Streams: messages older than this are removed (0: kept whatever their age). On a
     stream ``max_messages`` and ``max_bytes`` are retention too: the oldest go."""
+    partitions: int = 1
+    """Streams: how many partitions it has (``stream:NAME#N``, N from 0; partition 0 is the
+    stream itself). See :mod:`chute.core.rules.partitions`."""
     auto_delete_after_ms: int | None = None
     """A destination made by use and left unused this long goes (0: never; None: the
     server's ``auto_delete_after_ms``). See :mod:`chute.core.rules.destinations`."""
@@ -148,6 +159,14 @@ def settings_from_mapping(raw: Mapping[str, Any], *, where: str) -> dict[str, An
                 if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                     raise ConfigError(f"must be a non-negative integer, got {value!r}")
                 out[name] = value
+            elif name == "partitions":
+                if (
+                    isinstance(value, bool)
+                    or not isinstance(value, int)
+                    or not 1 <= value <= MAX_PARTITIONS
+                ):
+                    raise ConfigError(f"must be an integer 1-{MAX_PARTITIONS}, got {value!r}")
+                out[name] = value
             elif name == "max_bytes":
                 out[name] = parse_size(value, what=key)
             elif name == "max_age":
@@ -204,6 +223,9 @@ class SettingsResolver:
     def __call__(self, address: str) -> DestinationSettings:
         found = self._cache.get(address)
         if found is not None:
+            return found
+        if PARTITION_MARK in address:  # a stream's partition has the stream's settings
+            found = self._cache[address] = self(split_partition(address)[0])
             return found
         found = self._exact.get(address)
         if found is None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from chute.core.model.address import Kind, parse
+from chute.core.model.address import Kind, parse, split_partition
 from chute.core.model.consumer import AckMode, BrokerConsumer, Receiver
 from chute.core.model.offsets import parse_offset
 from chute.core.model.paging import held_cost
@@ -273,7 +273,8 @@ class BrokerSession:
             raise ConsumerError("subscription, durable and shared apply to topics only")
         if offset is not None and addr.kind is not Kind.STREAM:
             raise ConsumerError(f"an offset applies to streams only, and {addr} is not one")
-        self.connection.authorize_use(Action.CONSUME, str(addr))
+        # a stream's partition is granted as its stream is
+        self.connection.authorize_use(Action.CONSUME, split_partition(str(addr))[0])
         queue: QueueChannel
         if addr.kind is Kind.STREAM:
             queue = self._stream_reader(consumer_id, str(addr), offset, prefetch, compiled)
@@ -303,6 +304,18 @@ class BrokerSession:
         queue.attach(consumer)
         return consumer
 
+    def reads_partitions(self, address: str) -> bool:
+        """Whether a consumer of ``address`` reads every partition of a stream with several:
+        its messages' ``seq`` number its deliveries, and their properties say their
+        partition and offset (:mod:`chute.core.rules.partitions`)."""
+        addr = parse(address)
+        text = str(addr)
+        return (
+            addr.kind is Kind.STREAM
+            and "#" not in text
+            and self.broker.settings(text).partitions > 1
+        )
+
     def _stream_reader(
         self,
         consumer_id: int,
@@ -316,9 +329,7 @@ class BrokerSession:
         if not isinstance(stream, Stream):
             raise InvalidAddress(f"{address} is not a stream")
         key = f"reader:{self.connection.id}.{id(self)}.{consumer_id}"
-        reader = StreamReader(key, stream, stream.locate(start), self.broker, prefetch, selector)
-        stream.readers.append(reader)
-        return reader
+        return self.broker.partitions.reader(key, stream, start, prefetch, selector)
 
     def _queue_for_consumer(self, address: str) -> QueueChannel:
         addr = parse(address)

@@ -38,7 +38,14 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from chute.core.model.address import DEAD_LETTER, EXPIRED, Kind, canonical, parse
+from chute.core.model.address import (
+    DEAD_LETTER,
+    EXPIRED,
+    PARTITION_MARK,
+    Kind,
+    canonical,
+    parse,
+)
 from chute.core.model.cluster import PEER_PREFIX
 from chute.core.model.consumer import Entry
 from chute.core.model.paging import MemoryBudget, held_cost
@@ -63,6 +70,7 @@ from chute.core.rules.cursor import Cursors
 from chute.core.rules.dedup import DEFAULT_PRODUCERS, DEFAULT_WINDOW, SentIds
 from chute.core.rules.destinations import ANONYMOUS, Destinations, Limits
 from chute.core.rules.diversion import Diversion
+from chute.core.rules.partitions import Partitions
 from chute.core.rules.restore import restore
 from chute.core.rules.routing import Route, WouldBlock
 from chute.core.rules.subscriptions import Subscriptions
@@ -128,6 +136,7 @@ class Broker:
         self.queues: dict[str, QueueChannel] = {}
         self.topics: dict[str, Topic] = {}
         self.streams: dict[str, Stream] = {}  # chute.core.model.stream
+        self.partitions = Partitions(self)  # streams with partitions: sends, readers
         self.subscriptions = Subscriptions(self)
         self._room_waiters: dict[str, list[Callable[[], None]]] = {}
         self.diversion = Diversion(self)  # dead letters, expiry, callback forwarding
@@ -181,6 +190,11 @@ class Broker:
         found = self.find(canonical)
         if found is not None:
             return found
+        if PARTITION_MARK in canonical:
+            # a partition its stream has exists as soon as it is named (InvalidAddress if
+            # the stream has no such partition): made here by the broker, as the stream's
+            self.partitions.check(canonical)
+            create, maker = True, None
         if create is False:
             raise NotFound(f"destination {canonical} does not exist")
         if not self.auto_create and create is None:
@@ -336,6 +350,8 @@ class Broker:
         Raises:
             WouldBlock: full under ``block``. DestinationFull: full under ``reject``.
         """
+        if isinstance(dest, Stream) and not arrived:
+            dest = self.partitions.target(dest, message)  # its partition (if it has several)
         if isinstance(dest, Stream) and dest.forward is not None:
             # homed on another node of a cluster (or its home not known yet): the message
             # waits in the stream's forward queue, which hands it over to the home

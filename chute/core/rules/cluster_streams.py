@@ -75,7 +75,7 @@ class StreamsHost(QueueHost, Protocol):
 
     def atomically(self) -> AbstractContextManager[None]: ...
 
-    def route(self, dest: Stream, message: Message) -> Route: ...
+    def route(self, dest: Stream, message: Message, *, arrived: bool = False) -> Route: ...
 
     def place_all(self, routes: Sequence[Route]) -> None: ...
 
@@ -205,7 +205,7 @@ class ClusterStreams:
         routes: list[Route] = []
         with host.atomically():
             for entry in entries:
-                route = host.route(stream, entry.message)
+                route = host.route(stream, entry.message, arrived=True)  # its partition's
                 if route.record is not None:
                     host.store.add(route.record)
                 queue.settle(entry)

@@ -96,3 +96,28 @@ def test_an_unreachable_etcd_is_asked_again_and_logged_once(
     warnings: list[Any] = [r for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1
     assert "cannot agree on its home" in warnings[0].getMessage()
+
+
+def test_fixed_homes_spread_a_streams_partitions_over_the_nodes() -> None:
+    rule = FixedHomes(["a", "b", "c"])
+    for i in range(20):
+        address = f"stream:s{i}"
+        first = rule.known(address)
+        partitions = [rule.known(address, p) for p in range(6)]
+        assert partitions[0] == first  # partition 0's home is the stream's as before
+        assert sorted(partitions) == ["a", "a", "b", "b", "c", "c"]
+
+
+def test_etcd_homes_propose_a_streams_partitions_around_the_live_members() -> None:
+    etcd = FakeEtcd()
+    members = ["a", "b", "c"]
+
+    async def main() -> list[str]:
+        b = EtcdHomes(cast(EtcdClient, etcd), "c", "b", members=lambda: members)
+        found = [await b.home_of("stream:orders", p) for p in range(5)]
+        a = EtcdHomes(cast(EtcdClient, etcd), "c", "a", members=lambda: members)
+        assert [await a.home_of("stream:orders", p) for p in range(5)] == found  # agreed
+        return found
+
+    assert asyncio.run(main()) == ["b", "c", "a", "b", "c"]
+    assert etcd.keys[b"/c/streams/orders/1"] == b"c"
