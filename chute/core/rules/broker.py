@@ -62,6 +62,7 @@ from chute.core.rules.batches import CommittedBatches
 from chute.core.rules.cursor import Cursors
 from chute.core.rules.destinations import ANONYMOUS, Destinations, Limits
 from chute.core.rules.diversion import Diversion
+from chute.core.rules.exchanges import Exchanges
 from chute.core.rules.restore import restore
 from chute.core.rules.routing import Route, WouldBlock
 from chute.core.rules.subscriptions import Subscriptions
@@ -126,6 +127,7 @@ class Broker:
         self.subscriptions = Subscriptions(self)
         self._room_waiters: dict[str, list[Callable[[], None]]] = {}
         self.diversion = Diversion(self)  # dead letters, expiry, callback forwarding
+        self.exchanges = Exchanges()  # AMQP's routing tables (chute.core.rules.exchanges)
         self.connections: dict[
             str, Client
         ] = {}  # by id; see chute.core.operations.connection.BrokerConnection
