@@ -85,6 +85,7 @@ class AmqpConsumer:
         "address",
         "channel",
         "consumer",
+        "early",
         "got",
         "no_ack",
         "owed",
@@ -105,9 +106,14 @@ class AmqpConsumer:
         self.consumer: BrokerConsumer | None = None
         self.owed = 0  # no-ack: deliveries written whose credit is not given back yet
         self.got: Entry | None = None  # a basic.get's delivery
+        # deliveries made as the consumer opened, before its consume-ok went out
+        self.early: list[Entry] | None = []
 
     def handle(self, consumer: BrokerConsumer, entry: Entry) -> None:
         self.consumer = consumer
+        if self.early is not None:
+            self.early.append(entry)
+            return
         self.channel.deliver(self, consumer, entry)
 
     def cancelled(self, consumer: BrokerConsumer, error: ChuteError) -> None:
@@ -298,6 +304,10 @@ class Channel:
         self.consumers[tag] = reader
         if not method.nowait:
             self.send(commands.Basic.ConsumeOk(tag))
+        early, reader.early = reader.early or [], None
+        consumer = reader.consumer
+        for entry in early:  # what it was pushed as it opened, after its consume-ok
+            self.deliver(reader, consumer, entry)
 
     def cancel(self, tag: str, nowait: bool) -> None:
         reader = self.consumers.pop(tag, None)
@@ -417,6 +427,7 @@ class Channel:
         getter = self._getters.get(key)
         if getter is None:
             getter = AmqpConsumer(self, "", queue, address, no_ack=method.no_ack)
+            getter.early = None
             consumer_id = self._next_consumer
             self._next_consumer += 1
             self._getters[key] = getter  # its first delivery may come as it opens
