@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from chute.core.rules.exchanges import ExchangeError
 from chute.errors import (
     AccessDenied,
     AuthenticationFailed,
@@ -113,6 +114,7 @@ _BY_ERROR: Final[tuple[tuple[type[ChuteError], int], ...]] = (
     (DestinationFull, PRECONDITION_FAILED),
     (ConsumerError, PRECONDITION_FAILED),
     (TransactionError, PRECONDITION_FAILED),
+    (ExchangeError, PRECONDITION_FAILED),
 )
 
 
