@@ -9,8 +9,9 @@ import subprocess
 import sys
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pika
 import pytest
@@ -59,13 +60,14 @@ def test_each_action_needs_its_permission(broker: AmqpServer) -> None:
         channel.basic_ack(method.delivery_tag)
         channel.queue_purge("ok.jobs")
         channel.queue_delete("ok.jobs")
-        for refused in (
+        refusals: tuple[Callable[[Any], object], ...] = (
             lambda ch: ch.queue_declare("other"),
             lambda ch: ch.basic_get("secret"),
             lambda ch: ch.basic_consume("secret", lambda *a: None),
             lambda ch: ch.queue_delete("secret"),
             lambda ch: ch.queue_purge("secret"),
-        ):
+        )
+        for refused in refusals:
             channel = bob.channel()
             with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
                 refused(channel)
@@ -102,8 +104,16 @@ def test_chute_stat_and_metrics_show_amqp_clients(
         channel.queue_declare(queue)
         channel.basic_consume(queue, lambda *a: None)
         done = subprocess.run(
-            [sys.executable, "-m", "chute.cli", "stat", f"queue:{queue}", "--json"]
-            + ["--url", broker.server.url],
+            [
+                sys.executable,
+                "-m",
+                "chute.cli",
+                "stat",
+                f"queue:{queue}",
+                "--json",
+                "--url",
+                broker.server.url,
+            ],
             capture_output=True,
             text=True,
             timeout=30,
@@ -115,7 +125,7 @@ def test_chute_stat_and_metrics_show_amqp_clients(
         row = next(d for d in stats["destinations"] if d["address"] == f"queue:{queue}")
         assert row["consumers"] == 1
         url = f"http://127.0.0.1:{http_port}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 - loopback
+        with urllib.request.urlopen(url, timeout=10) as response:
             metrics = response.read().decode()
         line = next(x for x in metrics.splitlines() if 'chute_connections{protocol="AMQP"' in x)
         assert float(line.rsplit(" ", 1)[1]) >= 2
