@@ -235,10 +235,13 @@ class Declarations:
     # -- bindings --------------------------------------------------------------------------
 
     def bind(self, queue: str, exchange: str, key: str, arguments: Mapping[str, Any]) -> None:
-        address, _ = self.find(queue)
+        address, declaration = self.find(queue)
         self.core.authorize(Action.CREATE, address)
         found = self.exchanges.get(exchange) if exchange else None
-        binding = self.exchanges.bind(exchange, address, key, dict(arguments or {}))
+        durable = declaration is None or (declaration.durable and declaration.owner is None)
+        binding = self.exchanges.bind(
+            exchange, address, key, dict(arguments or {}), durable=durable
+        )
         if found is not None and bridged(found, binding.key):
             topic = address_of(key).replace("queue:", "topic:", 1)
             self.core.callback(topic, _bridge_name(address, key), address)

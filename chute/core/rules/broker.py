@@ -127,7 +127,8 @@ class Broker:
         self.subscriptions = Subscriptions(self)
         self._room_waiters: dict[str, list[Callable[[], None]]] = {}
         self.diversion = Diversion(self)  # dead letters, expiry, callback forwarding
-        self.exchanges = Exchanges()  # AMQP's routing tables (chute.core.rules.exchanges)
+        # AMQP's routing tables (chute.core.rules.exchanges); durable ones in the store
+        self.exchanges = Exchanges(lambda: self.store)
         self.connections: dict[
             str, Client
         ] = {}  # by id; see chute.core.operations.connection.BrokerConnection

@@ -20,18 +20,29 @@ STOMP plugin does: a message published there with key K also goes to
 queue subscribes to ``topic:K`` (so a message sent to the topic from any protocol
 reaches it, once) instead of matching in this table.
 
+Durability: an exchange declared durable is kept in the store (a definition of kind
+``exchange``), and so is a binding of a durable queue to a durable exchange (kind
+``binding``); both come back on restart (:meth:`Exchanges.restore`). Bridged bindings
+of ``amq.topic`` are durable as the topic subscriptions they are.
+
 Pure: no sockets, no files; used from the broker's loop only.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Final
 
+from chute.core.model.store import QueueDefinition, QueueKind, Store
 from chute.errors import AccessDenied, ChuteError, NotFound
+
+log = logging.getLogger("chute.broker")
 
 DEFAULT: Final = ""
 TOPIC_BRIDGE: Final = "amq.topic"
@@ -78,7 +89,8 @@ def bridged(exchange: Exchange, key: str) -> bool:
 class Exchanges:
     """Every exchange of the broker's one virtual host (``/``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, store: Callable[[], Store] | None = None) -> None:
+        self._store = store  # the broker's record sink, for durable exchanges and bindings
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, QueueDeclaration] = {}
         """What AMQP declares said of queues, by AMQP name (``chute.amqp.entities``)."""
@@ -151,6 +163,8 @@ class Exchanges:
             )
         exchange = Exchange(name, exchange_type, durable, auto_delete, internal)
         self.exchanges[name] = exchange
+        if durable:
+            self._define(_exchange_definition(exchange))
         return exchange
 
     def delete(self, name: str, *, if_unused: bool = False) -> Exchange | None:
@@ -167,13 +181,27 @@ class Exchanges:
             return None
         if if_unused and exchange.bindings:
             raise ExchangeError(f"exchange '{name}' in vhost '/' in use")
-        del self.exchanges[name]
+        self._forget(exchange)
         return exchange
 
+    def _forget(self, exchange: Exchange) -> None:
+        del self.exchanges[exchange.name]
+        for binding in exchange.bindings:
+            self._undefine_binding(exchange, binding)
+        if exchange.durable:
+            self._undefine(_exchange_key(exchange.name))
+
     def bind(
-        self, name: str, queue: str, key: str, arguments: Mapping[str, Any] | None = None
+        self,
+        name: str,
+        queue: str,
+        key: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        durable: bool = False,
     ) -> Binding:
-        """Bind ``queue`` (a chute address) to exchange ``name``.
+        """Bind ``queue`` (a chute address) to exchange ``name`` (kept in the store if the
+        queue is ``durable`` and so is the exchange).
 
         Raises:
             AccessDenied: the default exchange. NotFound: no such exchange.
@@ -182,7 +210,10 @@ class Exchanges:
             raise AccessDenied("operation not permitted on the default exchange")
         exchange = self.get(name)
         binding = Binding(queue, key, tuple(sorted((arguments or {}).items())))
-        exchange.bindings[binding] = None
+        if binding not in exchange.bindings:
+            exchange.bindings[binding] = None
+            if durable and exchange.durable and not bridged(exchange, key):
+                self._define(_binding_definition(exchange, binding))
         return binding
 
     def unbind(
@@ -203,6 +234,7 @@ class Exchanges:
         if binding not in exchange.bindings:
             return None
         del exchange.bindings[binding]
+        self._undefine_binding(exchange, binding)
         self._maybe_auto_delete(exchange)
         return binding
 
@@ -212,14 +244,52 @@ class Exchanges:
         for exchange in list(self.exchanges.values()):
             for binding in [b for b in exchange.bindings if b.queue == queue]:
                 del exchange.bindings[binding]
+                self._undefine_binding(exchange, binding)
                 removed.append((exchange, binding))
             if removed:
                 self._maybe_auto_delete(exchange)
         return removed
 
     def _maybe_auto_delete(self, exchange: Exchange) -> None:
-        if exchange.auto_delete and not exchange.bindings:
-            self.exchanges.pop(exchange.name, None)
+        if exchange.auto_delete and not exchange.bindings and exchange.name in self.exchanges:
+            self._forget(exchange)
+
+    # -- durability ------------------------------------------------------------------------
+
+    def _define(self, definition: QueueDefinition) -> None:
+        if self._store is not None:
+            self._store().define(definition)
+
+    def _undefine(self, key: str) -> None:
+        if self._store is not None:
+            self._store().undefine(key)
+
+    def _undefine_binding(self, exchange: Exchange, binding: Binding) -> None:
+        if exchange.durable and not bridged(exchange, binding.key):
+            self._undefine(_binding_key(exchange, binding))
+
+    def restore(self, definitions: Iterable[QueueDefinition]) -> None:
+        """Bring back the durable exchanges and bindings the store kept (exchanges first)."""
+        ordered = sorted(definitions, key=lambda d: d.kind is QueueKind.BINDING)
+        for definition in ordered:
+            try:
+                data = json.loads(definition.selector or "{}")
+                if definition.kind is QueueKind.EXCHANGE:
+                    name = data["name"]
+                    self.exchanges[name] = Exchange(
+                        name,
+                        ExchangeType(data["type"]),
+                        True,
+                        bool(data.get("auto_delete")),
+                        bool(data.get("internal")),
+                    )
+                else:
+                    exchange = self.exchanges[data["exchange"]]
+                    arguments = tuple((k, v) for k, v in data.get("arguments", []))
+                    binding = Binding(data["queue"], data["key"], arguments)
+                    exchange.bindings[binding] = None
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("skipped a stored AMQP %s: %s", definition.kind.value, exc)
 
     def route(self, name: str, key: str, headers: Mapping[str, Any] | None = None) -> list[str]:
         """The queues (chute addresses, each once, in binding order) a message published to
@@ -289,3 +359,45 @@ class QueueDeclaration:
     """The connection id of an exclusive queue's declarer (None: not exclusive)."""
     arguments: tuple[tuple[str, Any], ...] = ()
     stream: bool = False
+
+
+def _exchange_key(name: str) -> str:
+    return "amqp-exchange:" + hashlib.sha256(name.encode()).hexdigest()[:40]
+
+
+def _exchange_definition(exchange: Exchange) -> QueueDefinition:
+    data = {
+        "name": exchange.name,
+        "type": exchange.type.value,
+        "auto_delete": exchange.auto_delete,
+        "internal": exchange.internal,
+    }
+    return QueueDefinition(
+        _exchange_key(exchange.name), QueueKind.EXCHANGE, selector=json.dumps(data)
+    )
+
+
+def _binding_data(exchange: Exchange, binding: Binding) -> str:
+    return json.dumps(
+        {
+            "exchange": exchange.name,
+            "queue": binding.queue,
+            "key": binding.key,
+            "arguments": [list(pair) for pair in binding.arguments],
+        },
+        default=str,
+        sort_keys=True,
+    )
+
+
+def _binding_key(exchange: Exchange, binding: Binding) -> str:
+    digest = hashlib.sha256(_binding_data(exchange, binding).encode()).hexdigest()[:40]
+    return "amqp-binding:" + digest
+
+
+def _binding_definition(exchange: Exchange, binding: Binding) -> QueueDefinition:
+    return QueueDefinition(
+        _binding_key(exchange, binding),
+        QueueKind.BINDING,
+        selector=_binding_data(exchange, binding),
+    )
