@@ -215,10 +215,47 @@ class AmqpCodec:
         return frame.marshal(method, channel)
 
 
+_PUBLISH: Final = 0x003C0028
+_ACK: Final = 0x003C0050
+_ACK_FIELDS: Final = struct.Struct(">QB")
+
+
+def _publish(payload: bytes) -> commands.Basic.Publish | None:
+    """``basic.publish`` read directly (the per-message path); None: let pamqp read it."""
+    try:
+        size = payload[6]
+        exchange = payload[7 : 7 + size].decode()
+        at = 7 + size
+        key_size = payload[at]
+        key = payload[at + 1 : at + 1 + key_size].decode()
+        bits = payload[at + 1 + key_size]
+    except (IndexError, UnicodeDecodeError):
+        return None
+    if len(payload) != at + 2 + key_size:
+        return None
+    method = commands.Basic.Publish.__new__(commands.Basic.Publish)
+    method.ticket = 0
+    method.exchange = exchange
+    method.routing_key = key
+    method.mandatory = bool(bits & 1)
+    method.immediate = bool(bits & 2)
+    return method
+
+
 def _method(payload: bytes) -> base.Frame:
     if len(payload) < 4:
         raise AmqpError(SYNTAX_ERROR, "a method frame shorter than its class and method ids")
     index = struct.unpack_from(">I", payload)[0]
+    if index == _PUBLISH:
+        publish = _publish(payload)
+        if publish is not None:
+            return publish
+    elif index == _ACK and len(payload) == 13:
+        tag, bits = _ACK_FIELDS.unpack_from(payload, 4)
+        ack = commands.Basic.Ack.__new__(commands.Basic.Ack)
+        ack.delivery_tag = tag
+        ack.multiple = bool(bits & 1)
+        return ack
     kind = commands.INDEX_MAPPING.get(index)
     if kind is None:
         class_id, method_id = _METHOD_IDS.unpack_from(payload)

@@ -132,3 +132,26 @@ def test_garbage_inside_well_framed_frames_raises_only_amqp_errors(payload: byte
         except AmqpError as exc:
             hard = exc.hard
             assert hard
+
+
+def test_publish_and_ack_are_read_on_the_fast_path_with_any_utf8_name() -> None:
+    name = "ünï@x"
+    payload = (
+        b"\x00\x3c\x00\x28\x00\x00"
+        + codec.shortstr(name)
+        + codec.shortstr("key.é")
+        + b"\x03"  # mandatory and immediate
+    )
+    c = AmqpCodec()
+    c.receive_data(codec.frame_bytes(1, 1, payload) + codec.content(1, {}, b"", 4096)[0])
+    event = c.next_event()
+    assert isinstance(event, Content)
+    method = event.method
+    assert (method.exchange, method.routing_key) == (name, "key.é")
+    assert method.mandatory
+    assert method.immediate
+    c.receive_data(frame.marshal(commands.Basic.Ack(delivery_tag=9, multiple=True), 1))
+    ack = c.next_event()
+    assert isinstance(ack, Method)
+    assert isinstance(ack.method, commands.Basic.Ack)
+    assert (ack.method.delivery_tag, ack.method.multiple) == (9, True)
