@@ -300,3 +300,40 @@ def test_amq_topic_meets_stomp_topics_both_ways(broker: AmqpServer) -> None:
             assert channel.basic_get(queue)[0] is None
     finally:
         stomp_client.close()
+
+
+# -- streams --------------------------------------------------------------------------------
+
+
+def test_a_stream_queue_is_read_from_an_offset(broker: AmqpServer) -> None:
+    name = f"s.{uuid.uuid4().hex[:8]}"
+    with broker.connect() as conn:
+        channel = conn.channel()
+        channel.queue_declare(name, durable=True, arguments={"x-queue-type": "stream"})
+        for i in range(5):
+            channel.basic_publish("", name, f"m{i}".encode(), pika.BasicProperties(delivery_mode=2))
+        reader = conn.channel()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+            reader.basic_consume(name, lambda *a: None)  # no prefetch set: refused
+        assert info.value.reply_code == 406
+        got: list[tuple[bytes, int]] = []
+
+        def on_message(ch: Any, method: Any, props: Any, body: bytes) -> None:
+            got.append((body, props.headers["x-stream-offset"]))
+            ch.basic_ack(method.delivery_tag)
+
+        def read_from(start: str | int, want: int) -> None:
+            reader = conn.channel()
+            reader.basic_qos(prefetch_count=10)
+            reader.basic_consume(name, on_message, arguments={"x-stream-offset": start})
+            deadline = time.monotonic() + TIMEOUT
+            while len(got) < want and time.monotonic() < deadline:
+                conn.process_data_events(time_limit=0.1)
+            reader.close()
+
+        read_from("first", 5)
+        assert [body for body, _ in got] == [b"m0", b"m1", b"m2", b"m3", b"m4"]
+        offsets = [offset for _, offset in got]
+        assert offsets == sorted(offsets)
+        read_from(offsets[3], 7)  # again from m3's offset: nothing was consumed
+        assert got[5:] == got[3:5]
