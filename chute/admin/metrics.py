@@ -116,7 +116,14 @@ SOCKET_COUNTERS: Final = (
 )
 
 
-CLIENT_PROTOCOLS: Final = ("native", "native/WebSocket", "native/HTTP", "STOMP", "STOMP/WebSocket")
+CLIENT_PROTOCOLS: Final = (
+    "native",
+    "native/WebSocket",
+    "native/HTTP",
+    "STOMP",
+    "STOMP/WebSocket",
+    "AMQP",
+)
 """The protocols ``chute_connections`` always has a series for, 0 without connections (an
 absent series is not a zero to a query or an alert); others appear while in use."""
 

@@ -56,6 +56,10 @@ def add_serve_command(sub: Any) -> None:
     serve.add_argument(
         "--stomp-tls-port", type=int, help="STOMP over TLS, e.g. 61614 (default 0 = off)"
     )
+    serve.add_argument("--amqp-port", type=int, help="AMQP 0-9-1, e.g. 5672 (default 0 = off)")
+    serve.add_argument(
+        "--amqp-tls-port", type=int, help="AMQP 0-9-1 over TLS, e.g. 5671 (default 0 = off)"
+    )
     serve.add_argument(
         "--http-tls",
         action="store_const",
@@ -151,6 +155,8 @@ def serve_command(args: argparse.Namespace) -> int:
         "tls_cert": args.tls_cert,
         "tls_key": args.tls_key,
         "stomp_tls_port": args.stomp_tls_port,
+        "amqp_port": args.amqp_port,
+        "amqp_tls_port": args.amqp_tls_port,
         "http_tls": args.http_tls,
         "tls_ca": args.tls_ca,
         "tls_client_certs": args.tls_client_certs,

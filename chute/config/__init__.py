@@ -122,6 +122,8 @@ class ServerConfig:
             ("http_port", listen.http_port),
             ("tls_port", listen.tls_port),
             ("stomp_tls_port", listen.stomp_tls_port),
+            ("amqp_port", listen.amqp_port),
+            ("amqp_tls_port", listen.amqp_tls_port),
         ):
             if not 0 <= port <= 65535:
                 raise ConfigError(f"server.{name}: {port} is not a TCP port (0-65535)")
@@ -219,6 +221,7 @@ class ServerConfig:
         for name, wanted in (
             ("tls_port", bool(self.listen.tls_port)),
             ("stomp_tls_port", bool(self.listen.stomp_tls_port)),
+            ("amqp_tls_port", bool(self.listen.amqp_tls_port)),
             ("http_tls", self.http.tls and bool(self.listen.http_port)),
         ):
             if wanted and not tls.cert:
@@ -250,7 +253,10 @@ class ServerConfig:
         """Some listener speaks TLS."""
         listen = self.listen
         return bool(
-            listen.tls_port or listen.stomp_tls_port or (self.http.tls and listen.http_port)
+            listen.tls_port
+            or listen.stomp_tls_port
+            or listen.amqp_tls_port
+            or (self.http.tls and listen.http_port)
         )
 
     def warnings(self) -> list[str]:

@@ -62,6 +62,8 @@ class ListenSettings:
     http_port: int = DEFAULT_HTTP_PORT  # console, admin API, metrics, WebSocket, native on /chute
     tls_port: int = 0  # the native protocol over TLS (chutes://); needs tls.cert
     stomp_tls_port: int = 0  # STOMP over TLS (conventionally 61614); needs tls.cert
+    amqp_port: int = 0  # AMQP 0-9-1 (conventionally 5672); off unless set
+    amqp_tls_port: int = 0  # AMQP 0-9-1 over TLS (conventionally 5671); needs tls.cert
 
 
 @dataclasses.dataclass

@@ -55,6 +55,7 @@ from chute.core.rules.destinations import Limits
 from chute.dropbox.bridge import DropboxBridge, start_bridges, stop_bridges
 from chute.server import smq
 from chute.server.accept import Accepting, Front
+from chute.server.amqp import AmqpConnection, amqp_refusal
 from chute.server.limits import ConnectionLimits
 from chute.server.listener import Listener, Refusal, bind
 from chute.server.native import NativeConnection, native_refusal
@@ -300,11 +301,14 @@ class BrokerServer:
         bound: list[tuple[str, str, int]] = []
         native: ProtocolFactory = lambda: NativeConnection(self)  # noqa: E731
         stomp: ProtocolFactory = lambda: StompConnection(self)  # noqa: E731
+        amqp: ProtocolFactory = lambda: AmqpConnection(self)  # noqa: E731
         for name, port, make, tls, refusal in (
             ("native", config.listen.port, native, False, native_refusal),
             ("native-tls", config.listen.tls_port, native, True, None),
             ("stomp", config.listen.stomp_port, stomp, False, stomp_refusal),
             ("stomp-tls", config.listen.stomp_tls_port, stomp, True, None),
+            ("amqp", config.listen.amqp_port, amqp, False, amqp_refusal),
+            ("amqp-tls", config.listen.amqp_tls_port, amqp, True, None),
             # a node of chute serve --nodes: its own port, besides the shared ones
             (
                 "native-node",

@@ -86,6 +86,8 @@ def _shared_ports(config: ServerConfig) -> list[tuple[str, int]]:
         ("tls_port", listen.tls_port),
         ("stomp_port", listen.stomp_port),
         ("stomp_tls_port", listen.stomp_tls_port),
+        ("amqp_port", listen.amqp_port),
+        ("amqp_tls_port", listen.amqp_tls_port),
         ("http_port", listen.http_port),
     ]
     if config.smq is not None:

@@ -84,6 +84,8 @@ _QUEUE_KINDS: Final = {
     QueueKind.CALLBACK: 2,
     QueueKind.STREAM: 3,
     QueueKind.LEDGER: 4,
+    QueueKind.EXCHANGE: 5,
+    QueueKind.BINDING: 6,
 }
 _KIND_BY_TAG: Final = {v: k for k, v in _QUEUE_KINDS.items()}
 

@@ -18,7 +18,7 @@ import pytest
 
 from .test_metrics import Broker, Samples, start, wait_for
 
-PROTOCOLS = ("native", "native/WebSocket", "native/HTTP", "STOMP", "STOMP/WebSocket")
+PROTOCOLS = ("native", "native/WebSocket", "native/HTTP", "STOMP", "STOMP/WebSocket", "AMQP")
 
 
 @pytest.fixture

@@ -231,6 +231,8 @@ FLAT_KEYS: dict[str, str] = {
     "http_port": "listen.http_port",
     "tls_port": "listen.tls_port",
     "stomp_tls_port": "listen.stomp_tls_port",
+    "amqp_port": "listen.amqp_port",
+    "amqp_tls_port": "listen.amqp_tls_port",
     "tls_cert": "tls.cert",
     "tls_key": "tls.key",
     "tls_ca": "tls.ca",

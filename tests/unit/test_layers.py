@@ -32,6 +32,7 @@ SERVER = (
     | {
         "protocol",
         "stomp",
+        "amqp",
         "smq",
         "sansio",
         "store",
@@ -67,6 +68,8 @@ MAY_IMPORT: Mapping[str, frozenset[str]] = {
     # sans-IO codecs: bytes in, units out
     "protocol": CODEC,
     "stomp": CODEC | {"core.operations"},  # its session adapter drives a core session
+    # its channels drive core sessions; the exchanges' rules and the permissions are core's
+    "amqp": CODEC | {"core.operations", "core.rules"},
     "smq": CODEC,
     # the server's configuration (what each listener, mount and limit is)
     "config": BASE

@@ -37,6 +37,12 @@ class QueueKind(enum.Enum):
     """A cluster's bookkeeping with one other node (chute.core.rules.cluster): each
     "message" is a record of a hand-over (sent, unconfirmed; or received, unreleased),
     never a destination clients see."""
+    EXCHANGE = "exchange"
+    """An AMQP exchange declared durable (chute.core.rules.exchanges): its type and flags
+    travel as JSON in ``selector``; never a destination, it holds no messages."""
+    BINDING = "binding"
+    """A durable AMQP binding (chute.core.rules.exchanges): exchange, queue, key and
+    arguments as JSON in ``selector``; it holds no messages."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -70,6 +70,7 @@ from chute.core.rules.cursor import Cursors
 from chute.core.rules.dedup import DEFAULT_PRODUCERS, DEFAULT_WINDOW, SentIds
 from chute.core.rules.destinations import ANONYMOUS, Destinations, Limits
 from chute.core.rules.diversion import Diversion
+from chute.core.rules.exchanges import Exchanges
 from chute.core.rules.partitions import Partitions
 from chute.core.rules.restore import restore
 from chute.core.rules.routing import Route, WouldBlock
@@ -140,6 +141,8 @@ class Broker:
         self.subscriptions = Subscriptions(self)
         self._room_waiters: dict[str, list[Callable[[], None]]] = {}
         self.diversion = Diversion(self)  # dead letters, expiry, callback forwarding
+        # AMQP's routing tables (chute.core.rules.exchanges); durable ones in the store
+        self.exchanges = Exchanges(lambda: self.store)
         self.connections: dict[
             str, Client
         ] = {}  # by id; see chute.core.operations.connection.BrokerConnection

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Protocol
+from typing import Final, Protocol
 
 from chute.core.model.consumer import Entry
 from chute.core.model.queue import QueueChannel
@@ -27,11 +27,15 @@ from chute.core.model.topic import Subscription, SubscriptionKind, Topic
 from chute.core.rules.batches import CommittedBatches
 from chute.core.rules.dedup import SentIds
 from chute.core.rules.destinations import Destinations
+from chute.core.rules.exchanges import Exchanges
 from chute.core.rules.subscriptions import Subscriptions
 from chute.core.rules.twophase import PreparedTransactions
 from chute.errors import InvalidAddress
 
 log = logging.getLogger("chute.broker")
+
+_AMQP_KINDS: Final = (QueueKind.EXCHANGE, QueueKind.BINDING)
+_NOT_DESTINATIONS: Final = (QueueKind.LEDGER, *_AMQP_KINDS)
 
 
 class RestoreHost(ForwardHost, Registry, Protocol):
@@ -45,6 +49,7 @@ class RestoreHost(ForwardHost, Registry, Protocol):
     xa: PreparedTransactions
     batches: CommittedBatches
     sent_ids: SentIds
+    exchanges: Exchanges
 
 
 def restore(host: RestoreHost, progress: Callable[[int, int], None] | None = None) -> int:
@@ -70,13 +75,15 @@ def restore(host: RestoreHost, progress: Callable[[int, int], None] | None = Non
             _ledger_records(host, name, recovered.messages.get(name, []), recovered.paged),
         )
     for definition in recovered.definitions:
-        if definition.kind is QueueKind.LEDGER:
+        if definition.kind in _NOT_DESTINATIONS:
             continue
         if definition.kind in (QueueKind.QUEUE, QueueKind.STREAM):
             host.destination(definition.name, create=True, maker=definition.owner)
             host.destinations.restored(definition)
         elif definition.topic is not None:
             subscriptions[definition.name] = restore_subscription(host, definition, start=False)
+    # AMQP's exchanges and bindings, once the queues are back
+    host.exchanges.restore(d for d in recovered.definitions if d.kind in _AMQP_KINDS)
     for address, next_seq in recovered.next_seq.items():
         dest = host.queues.get(address) or host.topics.get(address) or host.streams.get(address)
         if dest is not None:

@@ -1,0 +1,316 @@
+"""What AMQP declares, over chute's destinations: queues (with their x-arguments) and
+the exchanges' bindings, as one channel asks for them.
+
+A declared queue ``N`` is chute's ``queue:N`` (:mod:`chute.amqp.names` escapes what
+chute's names cannot carry), shared with every protocol; ``x-queue-type: stream``
+makes ``stream:N``. What AMQP adds to a queue (exclusive to a connection, deleted with
+its last consumer, its x-arguments) is kept in the broker's
+:class:`~chute.core.rules.exchanges.Exchanges` (``queues``), so every connection sees it.
+
+Pure: no sockets. Used from the broker's loop only.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import dataclasses
+import secrets
+from collections.abc import Mapping
+from typing import Any
+
+from chute.amqp import names
+from chute.amqp.codes import (
+    ACCESS_REFUSED,
+    NOT_FOUND,
+    NOT_IMPLEMENTED,
+    PRECONDITION_FAILED,
+    RESOURCE_LOCKED,
+    AmqpError,
+)
+from chute.core.model.address import Kind, parse
+from chute.core.model.queue import QueueChannel
+from chute.core.model.settings import Overflow
+from chute.core.model.stream import Stream
+from chute.core.operations.connection import BrokerConnection
+from chute.core.rules.access import Action
+from chute.core.rules.exchanges import Exchanges, QueueDeclaration, bridged
+from chute.errors import InvalidAddress, NotFound
+
+_OVERFLOW = {
+    "drop-head": Overflow.DROP_OLDEST,
+    "reject-publish": Overflow.REJECT,
+    "reject-publish-dlx": Overflow.DEAD_LETTER,
+}
+
+
+def generated_name() -> str:
+    """A server-named queue's name, RabbitMQ's shape: ``amq.gen-`` and 22 base64url chars."""
+    return "amq.gen-" + base64.urlsafe_b64encode(secrets.token_bytes(16)).decode().rstrip("=")
+
+
+def address_of(name: str, declaration: QueueDeclaration | None = None) -> str:
+    """The chute address of AMQP queue ``name``.
+
+    Raises:
+        AmqpError: 406 for a name chute cannot carry.
+    """
+    try:
+        chute_name = names.to_chute(name)
+    except InvalidAddress as exc:
+        raise AmqpError(PRECONDITION_FAILED, exc.reason) from None
+    kind = "stream" if declaration is not None and declaration.stream else "queue"
+    return f"{kind}:{chute_name}"
+
+
+def amqp_name(address: str) -> str:
+    """The AMQP name of a chute queue address."""
+    return names.to_amqp(parse(address).name)
+
+
+class Declarations:
+    """One connection's view of the AMQP entities (see the module docstring)."""
+
+    def __init__(self, core: BrokerConnection) -> None:
+        self.core = core
+        self.broker = core.broker
+        self.exchanges: Exchanges = core.broker.exchanges
+
+    def find(self, name: str) -> tuple[str, QueueDeclaration | None]:
+        """The address of queue ``name`` and its declaration, whoever made it.
+
+        Raises:
+            AmqpError: 404 it does not exist, 405 another connection's exclusive queue.
+        """
+        declaration = self.exchanges.queues.get(name)
+        address = address_of(name, declaration)
+        found = self.broker.find(address)
+        if found is None:
+            stream = self.broker.find(f"stream:{names.to_chute(name)}")
+            if stream is None:
+                raise AmqpError(NOT_FOUND, f"no queue '{name}' in vhost '/'")
+            return str(stream.address), declaration
+        self.check_exclusive(name, declaration)
+        return address, declaration
+
+    def check_exclusive(self, name: str, declaration: QueueDeclaration | None) -> None:
+        if declaration is not None and declaration.owner not in (None, self.core.id):
+            raise AmqpError(
+                RESOURCE_LOCKED,
+                f"cannot obtain exclusive access to locked queue '{name}' in vhost '/'. It "
+                "could be originally declared on another connection or the exclusive "
+                "property value does not match that of the original declaration.",
+            )
+
+    def declare_queue(
+        self,
+        name: str,
+        *,
+        passive: bool,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+        arguments: Mapping[str, Any] | None,
+    ) -> tuple[str, str, int, int]:
+        """Declare (or check) a queue; returns its name, address, ready messages and
+        consumers.
+
+        Raises:
+            AmqpError: 404 passive and missing, 405 another's exclusive queue, 406 an
+                inequivalent redeclare or a bad argument, 403 not permitted.
+        """
+        if passive:
+            address, _ = self.find(name)
+            return (name, address, *self._counts(address))
+        if not name:
+            name = generated_name()
+        elif (
+            name.startswith("amq.")
+            and name not in self.exchanges.queues
+            and self.broker.find(address_of(name)) is None
+        ):
+            raise AmqpError(
+                ACCESS_REFUSED,
+                f"queue name '{name}' contains reserved prefix 'amq.*': choose another name",
+            )
+        args = dict(arguments or {})
+        declaration = QueueDeclaration(
+            durable=durable,
+            auto_delete=auto_delete,
+            owner=self.core.id if exclusive else None,
+            arguments=tuple(sorted((k, _hashable(v)) for k, v in args.items())),
+            stream=str(args.get("x-queue-type", "")) == "stream",
+        )
+        known = self.exchanges.queues.get(name)
+        if known is not None:
+            self.check_exclusive(name, known)
+            _check_equivalent(name, known, declaration)
+            address = address_of(name, known)
+            if self.broker.find(address) is not None:
+                return (name, address, *self._counts(address))
+        address = address_of(name, declaration)
+        if self.broker.find(address) is None:
+            self.core.authorize(Action.CREATE, address)
+        dest = self.broker.destination(address, maker=self.core.login)
+        self._apply(dest, args)
+        self.exchanges.queues[name] = declaration
+        return (name, address, *self._counts(address))
+
+    def _apply(self, dest: object, args: Mapping[str, Any]) -> None:
+        """Apply the x-arguments chute's queue settings carry."""
+        if not isinstance(dest, QueueChannel | Stream):
+            return
+        settings = dest.settings
+        changes: dict[str, Any] = {}
+        for key, field in (("x-max-length", "max_messages"), ("x-max-length-bytes", "max_bytes")):
+            if key in args:
+                changes[field] = _natural(key, args[key])
+        if "x-max-age" in args and isinstance(dest, Stream):
+            changes["max_age_ms"] = _age_ms(str(args["x-max-age"]))
+        overflow = args.get("x-overflow")
+        if overflow is not None:
+            policy = _OVERFLOW.get(str(overflow))
+            if policy is None:
+                raise AmqpError(
+                    PRECONDITION_FAILED,
+                    f"invalid arg 'x-overflow': {overflow!r}: use drop-head, reject-publish or "
+                    "reject-publish-dlx",
+                )
+            changes["overflow"] = policy
+        elif "max_messages" in changes or "max_bytes" in changes:
+            changes["overflow"] = Overflow.DROP_OLDEST  # RabbitMQ's default: drop-head
+        dlx = args.get("x-dead-letter-exchange")
+        if dlx is not None:
+            routing_key = args.get("x-dead-letter-routing-key")
+            if str(dlx) == "" and routing_key:
+                changes["dead_letter"] = address_of(str(routing_key))
+        if "x-message-ttl" in args:
+            _natural("x-message-ttl", args["x-message-ttl"])
+        if "x-expires" in args and _natural("x-expires", args["x-expires"]) == 0:
+            raise AmqpError(PRECONDITION_FAILED, "invalid arg 'x-expires': must be above 0")
+        if changes:
+            dest.settings = dataclasses.replace(settings, **changes)
+
+    def _counts(self, address: str) -> tuple[int, int]:
+        dest = self.broker.find(address)
+        if isinstance(dest, QueueChannel):
+            return dest.ready + dest.pager.count, len(dest.router.consumers)
+        return 0, 0
+
+    def delete_queue(self, name: str, *, if_unused: bool, if_empty: bool) -> int:
+        """Delete queue ``name`` (a missing one: 0, as AMQP allows); its bindings go too.
+
+        Raises:
+            AmqpError: 405 another's exclusive queue, 406 if-unused/if-empty unmet, 403.
+        """
+        try:
+            address, _ = self.find(name)
+        except AmqpError as exc:
+            if exc.reply_code == NOT_FOUND:
+                return 0
+            raise
+        dest = self.broker.find(address)
+        if isinstance(dest, QueueChannel):
+            if if_unused and dest.router.consumers:
+                raise AmqpError(PRECONDITION_FAILED, f"queue '{name}' in vhost '/' in use")
+            if if_empty and dest.ready + dest.pager.count:
+                raise AmqpError(PRECONDITION_FAILED, f"queue '{name}' in vhost '/' is not empty")
+        count = self.core.delete(address, force=True)
+        self.forget(name, address)
+        return count
+
+    def forget(self, name: str, address: str) -> None:
+        """Queue ``name`` is gone: its declaration, bindings and topic bridges too."""
+        self.exchanges.queues.pop(name, None)
+        for exchange, binding in self.exchanges.unbind_queue(address):
+            if bridged(exchange, binding.key):
+                self._unbridge(address, binding.key)
+
+    def purge(self, name: str) -> int:
+        address, _ = self.find(name)
+        if parse(address).kind is Kind.STREAM:
+            raise AmqpError(NOT_IMPLEMENTED, "queue.purge is not supported by stream queues")
+        return self.core.purge(address)
+
+    # -- bindings --------------------------------------------------------------------------
+
+    def bind(self, queue: str, exchange: str, key: str, arguments: Mapping[str, Any]) -> None:
+        address, declaration = self.find(queue)
+        self.core.authorize(Action.CREATE, address)
+        found = self.exchanges.get(exchange) if exchange else None
+        durable = declaration is None or (declaration.durable and declaration.owner is None)
+        binding = self.exchanges.bind(
+            exchange, address, key, dict(arguments or {}), durable=durable
+        )
+        if found is not None and bridged(found, binding.key):
+            topic = address_of(key).replace("queue:", "topic:", 1)
+            self.core.callback(topic, _bridge_name(address, key), address)
+
+    def unbind(self, queue: str, exchange: str, key: str, arguments: Mapping[str, Any]) -> None:
+        address, _ = self.find(queue)
+        found = self.exchanges.exchanges.get(exchange)
+        removed = self.exchanges.unbind(exchange, address, key, dict(arguments or {}))
+        if removed is not None and found is not None and bridged(found, key):
+            self._unbridge(address, key)
+
+    def _unbridge(self, address: str, key: str) -> None:
+        with contextlib.suppress(NotFound):  # a bridge already gone is fine
+            self.core.unsubscribe(_bridge_name(address, key))
+
+    def delete_exchange(self, name: str, *, if_unused: bool) -> None:
+        exchange = self.exchanges.delete(name, if_unused=if_unused)
+        if exchange is None:
+            return
+        for binding in exchange.bindings:
+            if bridged(exchange, binding.key):
+                self._unbridge(binding.queue, binding.key)
+
+
+def _bridge_name(address: str, key: str) -> str:
+    """The callback subscription that bridges ``topic:key`` to a bound queue."""
+    return f"amqp.{parse(address).name}.{names.to_chute(key)}"[:200]
+
+
+def _natural(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise AmqpError(
+            PRECONDITION_FAILED, f"invalid arg '{key}': {value!r} is not a non-negative integer"
+        )
+    return value
+
+
+def _age_ms(text: str) -> int:
+    units = {"Y": 365 * 86400, "M": 30 * 86400, "D": 86400, "h": 3600, "m": 60, "s": 1}
+    if text and text[-1] in units and text[:-1].isdigit():
+        return int(text[:-1]) * units[text[-1]] * 1000
+    raise AmqpError(PRECONDITION_FAILED, f"invalid arg 'x-max-age': {text!r} (e.g. 7D, 12h)")
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    return value
+
+
+def _check_equivalent(name: str, known: QueueDeclaration, wanted: QueueDeclaration) -> None:
+    for what, mine, theirs in (
+        ("durable", known.durable, wanted.durable),
+        ("auto_delete", known.auto_delete, wanted.auto_delete),
+        ("exclusive", known.owner is not None, wanted.owner is not None),
+    ):
+        if mine != theirs:
+            raise AmqpError(
+                PRECONDITION_FAILED,
+                f"inequivalent arg '{what}' for queue '{name}' in vhost '/': received "
+                f"{theirs!r} but current is {mine!r}",
+            )
+    mine_args, their_args = dict(known.arguments), dict(wanted.arguments)
+    for key in sorted(set(mine_args) | set(their_args)):
+        if key.startswith("x-") and mine_args.get(key) != their_args.get(key):
+            raise AmqpError(
+                PRECONDITION_FAILED,
+                f"inequivalent arg '{key}' for queue '{name}' in vhost '/': received "
+                f"{their_args.get(key)!r} but current is {mine_args.get(key)!r}",
+            )

@@ -1,0 +1,122 @@
+"""AMQP's routing rules (chute.core.rules.exchanges) and the name mapping."""
+
+from __future__ import annotations
+
+import pytest
+
+from chute.amqp import names
+from chute.core.rules.exchanges import (
+    ExchangeError,
+    Exchanges,
+    headers_match,
+    topic_matches,
+)
+from chute.errors import AccessDenied, InvalidAddress, NotFound
+
+
+@pytest.mark.parametrize(
+    ("pattern", "key", "hit"),
+    [
+        ("*.orange.*", "quick.orange.rabbit", True),
+        ("*.orange.*", "quick.orange.male.rabbit", False),
+        ("*.*.rabbit", "lazy.pink.rabbit", True),
+        ("lazy.#", "lazy", True),
+        ("lazy.#", "lazy.orange.male.rabbit", True),
+        ("#", "", True),
+        ("#", "a.b.c", True),
+        ("#.b", "b", True),
+        ("#.b", "a.b", True),
+        ("a.#.c", "a.c", True),
+        ("a.#.c", "a.x.y.c", True),
+        ("a.*", "a", False),
+        ("a", "a", True),
+        ("a", "b", False),
+        ("*", "", True),
+    ],
+)
+def test_topic_patterns(pattern: str, key: str, hit: bool) -> None:
+    assert topic_matches(pattern, key) is hit
+
+
+def test_headers_matching() -> None:
+    assert headers_match({"x-match": "all", "a": 1, "b": "x"}, {"a": 1, "b": "x", "c": 3})
+    assert not headers_match({"x-match": "all", "a": 1, "b": "x"}, {"a": 1})
+    assert headers_match({"x-match": "any", "a": 1, "b": "x"}, {"a": 1})
+    assert not headers_match({"x-match": "any", "a": 2}, {"a": 1})
+    assert headers_match({}, {"anything": 1})
+
+
+def test_declare_bind_route_delete() -> None:
+    ex = Exchanges()
+    ex.declare("logs", "fanout")
+    ex.bind("logs", "queue:a", "")
+    ex.bind("logs", "queue:b", "ignored")
+    assert ex.route("logs", "whatever") == ["queue:a", "queue:b"]
+    ex.declare("direct", "direct", durable=True)
+    ex.bind("direct", "queue:a", "error")
+    ex.bind("direct", "queue:a", "info")
+    assert ex.route("direct", "error") == ["queue:a"]
+    assert ex.route("direct", "debug") == []
+    removed = ex.unbind_queue("queue:a")
+    assert [(e.name, b.key) for e, b in removed] == [
+        ("logs", ""),
+        ("direct", "error"),
+        ("direct", "info"),
+    ]
+    assert ex.route("logs", "k") == ["queue:b"]
+    assert ex.route("direct", "error") == []
+    with pytest.raises(NotFound):
+        ex.route("missing", "k")
+
+
+def test_refusals() -> None:
+    ex = Exchanges()
+    with pytest.raises(AccessDenied):
+        ex.declare("", "direct")
+    with pytest.raises(AccessDenied):
+        ex.declare("amq.mine", "direct")
+    with pytest.raises(AccessDenied):
+        ex.delete("amq.topic")
+    with pytest.raises(AccessDenied):
+        ex.bind("", "queue:a", "a")
+    with pytest.raises(ExchangeError):
+        ex.declare("x", "nonsense")
+    ex.declare("x", "direct")
+    with pytest.raises(ExchangeError):
+        ex.declare("x", "fanout")
+    with pytest.raises(NotFound):
+        ex.declare("y", "direct", passive=True)
+    ex.bind("x", "queue:a", "k")
+    with pytest.raises(ExchangeError):
+        ex.delete("x", if_unused=True)
+    assert ex.delete("x") is not None
+    assert ex.delete("x") is None  # a missing exchange's delete succeeds
+
+
+def test_auto_delete_goes_with_its_last_binding() -> None:
+    ex = Exchanges()
+    ex.declare("tmp", "direct", auto_delete=True)
+    ex.bind("tmp", "queue:a", "k")
+    ex.unbind("tmp", "queue:a", "k")
+    assert "tmp" not in ex.exchanges
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["hello", "task_queue", "celery@host.celery.pidbox", "a:b", "a..b", "ünï cödé/x", "x" * 60],
+)
+def test_names_round_trip(name: str) -> None:
+    chute_name = names.to_chute(name)
+    assert names.to_amqp(chute_name) == name
+
+
+def test_plain_names_are_unchanged() -> None:
+    assert names.to_chute("celery") == "celery"
+    assert names.to_chute("celery@host") == "celery:40host"
+
+
+def test_names_too_long_are_refused() -> None:
+    with pytest.raises(InvalidAddress):
+        names.to_chute("x" * 256)
+    with pytest.raises(InvalidAddress):
+        names.to_chute("@" * 100)
