@@ -13,8 +13,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING, cast
+from collections.abc import Callable
+from typing import Protocol, cast
 
+from chute.config import ServerConfig
+from chute.config.sections import ClusterSettings
 from chute.errors import RemoteProtocolError
 from chute.protocol import packets as p
 from chute.protocol.codec import PacketCodec
@@ -22,8 +25,35 @@ from chute.protocol.wire import encode_packet
 from chute.sansio import NeedData
 from chute.server.peers_link import PeerLink, PeerRefused
 
-if TYPE_CHECKING:
-    from chute.server.peers import PeerLinks
+
+class _Server(Protocol):
+    @property
+    def config(self) -> ServerConfig: ...
+
+
+class DialingLinks(Protocol):
+    """What a dialed link needs of :class:`~chute.server.peers.PeerLinks` (named here, so
+    the two modules do not import each other)."""
+
+    @property
+    def server(self) -> _Server: ...
+
+    settings: ClusterSettings
+    node: str
+    cluster_name: str
+
+    def up(
+        self,
+        name: str,
+        write: Callable[[bytes], None],
+        close: Callable[[], None],
+        reading: Callable[[bool], None] = ...,
+    ) -> PeerLink: ...
+
+    def lost(self, link: PeerLink) -> None: ...
+
+    def received(self, link: PeerLink, packet: object) -> None: ...
+
 
 log = logging.getLogger("chute.cluster")
 
@@ -31,7 +61,7 @@ log = logging.getLogger("chute.cluster")
 class _Dialed(asyncio.Protocol):
     """The dialing side of a link: Connect, PeerOpen, then the link's packets."""
 
-    def __init__(self, links: PeerLinks, name: str) -> None:
+    def __init__(self, links: DialingLinks, name: str) -> None:
         self.links = links
         self.name = name
         self.codec = PacketCodec(max_packet_size=links.server.config.limits.max_packet_size)
