@@ -181,7 +181,15 @@ def _text(value: str, st: struct.Struct = _U16) -> bytes:
 
 
 def _keys(keys: Keys) -> bytes:
-    return _U32.pack(len(keys)) + b"".join(_text(run) + _N.pack(n) for run, n in keys)
+    runs: dict[str, bytes] = {}  # the keys of one packet mostly share their run
+    parts = [_U32.pack(len(keys))]
+    pack_n = _N.pack
+    for run, n in keys:
+        head = runs.get(run)
+        if head is None:
+            head = runs[run] = _text(run)
+        parts += (head, pack_n(n))
+    return b"".join(parts)
 
 
 def _selectors(selectors: Selectors) -> bytes:
