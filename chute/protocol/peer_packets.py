@@ -181,7 +181,15 @@ def _text(value: str, st: struct.Struct = _U16) -> bytes:
 
 
 def _keys(keys: Keys) -> bytes:
-    return _U32.pack(len(keys)) + b"".join(_text(run) + _N.pack(n) for run, n in keys)
+    runs: dict[str, bytes] = {}  # the keys of one packet mostly share their run
+    parts = [_U32.pack(len(keys))]
+    pack_n = _N.pack
+    for run, n in keys:
+        head = runs.get(run)
+        if head is None:
+            head = runs[run] = _text(run)
+        parts += (head, pack_n(n))
+    return b"".join(parts)
 
 
 def _selectors(selectors: Selectors) -> bytes:
@@ -208,7 +216,9 @@ def decode_handover(
     run = r.text()
     address = r.text()
     n, count, redelivered, ts, exp = r.fixed(_HANDOVER)
-    message = decode_content(data, r.pos, len(data), max_properties, ts, exp)
+    content = data[r.pos :]
+    message = decode_content(content, 0, len(content), max_properties, ts, exp)
+    message.encoded = content  # the splice: the Deliver (or hand-over) reuses these bytes
     return PeerHandover(run, n, address, count, as_bool(redelivered), message)
 
 
@@ -256,7 +266,9 @@ def decode_handovers(
         stop = pos + length
         if stop > size:
             raise malformed("a hand-over overruns the packet")
-        message = decode_content(data, pos, stop, max_properties, ts, exp)
+        content = data[pos:stop]
+        message = decode_content(content, 0, length, max_properties, ts, exp)
+        message.encoded = content  # the splice, as a hand-over's
         pos = stop
         out.append(PeerHandover(run, n, address, delivery_count, as_bool(redelivered), message))
     r.pos = pos

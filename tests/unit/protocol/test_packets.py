@@ -232,6 +232,20 @@ def test_decoded_send_caches_its_content_on_the_message() -> None:
     assert send.message.encoded == send.content == encode_content(MESSAGE)
 
 
+def test_decoded_handovers_cache_their_content_on_the_message() -> None:
+    # the receiving node delivers (or hands over again) a message without encoding it
+    one = p.PeerHandover("run1", 3, "queue:a", 0, False, MESSAGE)
+    _, decoded = roundtrip(one)
+    assert isinstance(decoded, p.PeerHandover)
+    assert decoded.message.encoded == encode_content(MESSAGE)
+    other = Message(b"yz", id="m-5", priority=7, properties={"k": 1})
+    two = p.PeerHandovers("run1", (one, p.PeerHandover("run1", 4, "topic:t", 2, True, other)))
+    _, decoded = roundtrip(two)
+    assert isinstance(decoded, p.PeerHandovers)
+    contents = [h.message.encoded for h in decoded.handovers]
+    assert contents == [encode_content(MESSAGE), encode_content(other)]
+
+
 def test_encode_send_matches_the_generic_encoder() -> None:
     content = encode_content(MESSAGE)
     fast = encode_send(3, b"queue:a", content, 500, correlation_id=8)
