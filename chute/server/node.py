@@ -62,7 +62,6 @@ class ClusterNode:
             server.broker, self.links, node=settings.node, run=self.run
         )
         self.membership: Membership | FixedMembership | None = None
-        self.lease = 0  # a live's lease (chute.ha): the node's key goes with it
         self._client: EtcdClient | None = None
         self.homes: Homes | None = (
             None if self.fixed is None else FixedHomes(list(self.fixed.members))
@@ -132,12 +131,7 @@ class ClusterNode:
             address = f"{native[0]}:{native[1]}"
         self._client = EtcdClient.from_url(self.url)
         self.membership = Membership(
-            self._client,
-            self.name,
-            self.settings.node,
-            address=address,
-            ttl=self.settings.ttl,
-            lease=self.lease,
+            self._client, self.name, self.settings.node, address=address, ttl=self.settings.ttl
         )
         self.membership.add_listener(self._changed)
         try:
