@@ -23,6 +23,7 @@ import pytest
 
 from chute.cluster.url import Endpoint
 from tests.integration.conftest import free_port
+from tests.integration.freeze import freeze, thaw
 from tests.tools import need_tool
 
 READY_TIMEOUT = 30.0
@@ -119,12 +120,13 @@ class EtcdProcess:
             self.process.wait(timeout=10)
 
     def pause(self) -> None:
+        """SIGSTOP, returning once all of etcd has stopped (see :func:`freeze`)."""
         assert self.process is not None
-        self.process.send_signal(signal.SIGSTOP)
+        freeze(self.process)
 
     def resume(self) -> None:
         assert self.process is not None
-        self.process.send_signal(signal.SIGCONT)
+        thaw(self.process)
 
 
 def start_etcd(directory: Path) -> EtcdProcess:

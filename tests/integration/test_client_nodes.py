@@ -18,6 +18,7 @@ import pytest
 import chute
 from chute.errors import ConnectError
 from chute.spark.options import ChuteOptions
+from tests.integration.freeze import freeze, thaw
 
 from . import sync_aio
 from .conftest import ChuteServer, free_port, start_server
@@ -58,7 +59,7 @@ def two(tmp_path: Path) -> Iterator[tuple[ChuteServer, ChuteServer]]:
     yield first, second
     for server in (first, second):
         if server.process.poll() is None:
-            server.process.send_signal(signal.SIGCONT)  # if a test stopped it
+            thaw(server.process)  # if a test stopped it
             server.stop()
 
 
@@ -137,7 +138,7 @@ def test_a_node_that_does_not_answer_gives_way_to_the_next(
     """A stopped process still accepts connections (its kernel does) but answers
     nothing: after the connect timeout, the next node."""
     first, second = two
-    first.process.send_signal(signal.SIGSTOP)
+    freeze(first.process)
     conn = connect(f"{first.url},127.0.0.1:{second.port}?order=listed", timeout=1)
     assert conn.node == _node(second)
     assert f"cannot connect to node {_node(first)}" in " ".join(moves.messages)
@@ -150,7 +151,7 @@ def test_a_node_gone_silent_is_left_when_heartbeats_stop(
     first, second = two
     conn = connect(f"{first.url},127.0.0.1:{second.port}?order=listed", heartbeat=0.5)
     assert conn.node == _node(first)
-    first.process.send_signal(signal.SIGSTOP)
+    freeze(first.process)
     assert moves.moved.wait(WAIT)
     assert conn.node == _node(second)
     _round_trip(conn, "queue:q", "after the silence")
@@ -167,7 +168,7 @@ def test_killing_the_node_a_client_is_on_moves_it_to_another(
     session = conn.session(confirm_window=10)
     session.send("queue:q", "confirmed")
     session.flush()
-    first.process.send_signal(signal.SIGSTOP)  # answers nothing: the next send stays unconfirmed
+    freeze(first.process)  # answers nothing: the next send stays unconfirmed
     session.send("queue:q", "never confirmed")
     assert session.unconfirmed == 1
     first.stop(signal.SIGKILL)

@@ -25,6 +25,7 @@ from chute.protocol import packets as p
 from chute.protocol.wire import encode_packet
 from tests.integration.conftest import ChuteServer, free_port, start_server
 from tests.integration.etcd_fixture import EtcdProcess, start_etcd
+from tests.integration.freeze import freeze, thaw
 
 CLUSTER = "t"
 DEADLINE = 30.0
@@ -498,12 +499,12 @@ def test_a_node_that_stops_answering_loses_its_link_before_its_lease(nodes: Node
     with pytest.raises(AssertionError):  # idle, the heart-beats keep it up: 4 intervals
         a.wait_for_line("the link to node b is down", timeout=4)
     since = len(a.lines)
-    b.process.send_signal(signal.SIGSTOP)
+    freeze(b.process)
     try:
         a.wait_for_line("node b is silent", start=since, timeout=DEADLINE)
         a.wait_for_line("the link to node b is down", start=since, timeout=DEADLINE)
     finally:
-        b.process.send_signal(signal.SIGCONT)
+        thaw(b.process)
     a.wait_for_line("linked to node b", start=since, timeout=DEADLINE)
     conn, consumer = open_consumer(b, "queue:work")
     with conn:

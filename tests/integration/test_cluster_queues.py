@@ -4,7 +4,6 @@ priorities, with real etcd and real ``chute serve`` nodes."""
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from chute.errors import AccessDenied, NotFound
 from chute.message import Message
 from tests.integration.conftest import ChuteServer, free_port
 from tests.integration.etcd_fixture import EtcdProcess, start_etcd
+from tests.integration.freeze import freeze, thaw
 from tests.integration.test_cluster_nodes import (
     DEADLINE,
     Nodes,
@@ -346,7 +346,7 @@ def test_a_frozen_receiver_gets_no_more_than_the_links_window(
             for consumer in consumers:
                 while (extra := consumer.receive(timeout=0.2)) is not None:
                     extra.ack()
-            b.process.send_signal(signal.SIGSTOP)
+            freeze(b.process)
             try:
                 with connect(a.url) as conn_a, conn_a.session() as producer:
                     for q in queues:
@@ -361,7 +361,7 @@ def test_a_frozen_receiver_gets_no_more_than_the_links_window(
                     until(lambda: on_a()[1] == 1024, "the link's window in flight")
                     assert on_a() == (2400 - 1024, 1024)
             finally:
-                b.process.send_signal(signal.SIGCONT)
+                thaw(b.process)
             got = []
             for consumer in consumers:
                 got += take(consumer, 300)

@@ -20,6 +20,7 @@ import chute
 from chute.errors import ChuteError
 from tests.integration.conftest import ChuteServer, free_port
 from tests.integration.etcd_fixture import EtcdProcess, start_etcd
+from tests.integration.freeze import freeze, thaw
 from tests.integration.test_cluster_nodes import CLUSTER, DEADLINE, Nodes, until
 
 S = "stream:orders"
@@ -223,12 +224,12 @@ def test_a_reader_on_another_node_reads_on_after_its_link_to_the_home_is_lost(
             assert first is not None
             got = [(first.seq, bytes(first.body).decode())]
             since = len(b.lines)
-            a.process.send_signal(signal.SIGSTOP)
+            freeze(a.process)
             try:
                 b.wait_for_line("the link to node a is down", start=since, timeout=DEADLINE)
                 send(b, ["while-down"])  # confirmed by b: it waits there for a
             finally:
-                a.process.send_signal(signal.SIGCONT)
+                thaw(a.process)
             b.wait_for_line("linked to node a", start=since, timeout=DEADLINE)
             send(a, ["after"])
             end = time.monotonic() + DEADLINE

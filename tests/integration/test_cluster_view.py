@@ -23,6 +23,7 @@ from chute.client.blocking import connect
 from chute.server.cluster_stats import ANSWER_TIMEOUT
 from tests.integration.conftest import ChuteServer, free_port, start_server
 from tests.integration.etcd_fixture import EtcdProcess, start_etcd
+from tests.integration.freeze import freeze, thaw
 from tests.integration.test_cluster_nodes import DEADLINE, Nodes, send, until
 
 
@@ -264,7 +265,7 @@ def test_a_node_that_does_not_answer_is_shown_down_without_holding_the_request(
     nodes.config.write_text("[cluster]\nttl = 60\n")  # c stays a member while stopped
     a, b, c = nodes.start_linked("a", "b", "c")
     send(b, "queue:on-b", ["1"])
-    c.process.send_signal(signal.SIGSTOP)  # its links stay open; it answers nothing
+    freeze(c.process)  # its links stay open; it answers nothing
     try:
         started = time.monotonic()
         stats = stat_json(a)
@@ -275,5 +276,5 @@ def test_a_node_that_does_not_answer_is_shown_down_without_holding_the_request(
         assert by_address(stats)["queue:on-b"]["nodes"]["b"]["depth"] == 1  # b's answer kept
         assert took < DEADLINE / 2, f"stat took {took:.1f} s"
     finally:
-        c.process.send_signal(signal.SIGCONT)
+        thaw(c.process)
     until(lambda: states(stat_json(a))["c"] == "up", "c up again once it answers")

@@ -16,6 +16,7 @@ import pytest
 
 import chute
 from chute.errors import TransactionError
+from tests.integration.freeze import freeze, thaw
 
 from . import sync_aio
 from .conftest import start_server
@@ -245,7 +246,7 @@ def test_a_producer_moves_to_another_node_of_the_url_and_resends(
         session = conn.session(confirm_window=10)
         session.send("queue:q", "confirmed", id="c-1")
         session.flush()
-        first.process.send_signal(signal.SIGSTOP)
+        freeze(first.process)
         session.send("queue:q", "unconfirmed", id="c-2")
         assert session.unconfirmed == 1
         first.stop(signal.SIGKILL)
@@ -257,5 +258,5 @@ def test_a_producer_moves_to_another_node_of_the_url_and_resends(
     finally:
         for server in (first, second):
             if server.process.poll() is None:
-                server.process.send_signal(signal.SIGCONT)
+                thaw(server.process)
                 server.stop()
