@@ -37,6 +37,8 @@ PAIRS: dict[str, str] = {
     "chute/client/aio_closing.py": "chute/client/closing.py",
     "chute/client/aio_confirm.py": "chute/client/confirm.py",
     "chute/client/aio_client.py": "chute/client/blocking.py",
+    "chute/client/aio_consumer.py": "chute/client/consumer.py",
+    "chute/client/aio_cursors.py": "chute/client/cursors.py",
     "chute/client/aio_nodes.py": "chute/client/nodes.py",
     "chute/client/api_async.py": "chute/client/api_blocking.py",
 }
@@ -60,6 +62,9 @@ NAMES: dict[str, str] = {
     "AsyncClosedAtExit": "ClosedAtExit",
     "aio_closing": "closing",
     "aio_nodes": "nodes",
+    "aio_consumer": "consumer",
+    "aio_cursors": "cursors",
+    "AioCursors": "Cursors",
     "AioConnection": "BlockingConnection",
     "AioSession": "BlockingSession",
     "AioConsumer": "BlockingConsumer",

@@ -36,33 +36,29 @@ import functools
 import weakref
 from collections.abc import (
     AsyncIterator,
-    Callable,
-    Coroutine,
     Iterable,
     Mapping,
     Sequence,
 )
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
 from chute.client import requests
 from chute.client.aio_closing import AsyncClosedAtExit
 from chute.client.aio_confirm import AsyncConfirmWindow
+from chute.client.aio_consumer import AioConsumer
+from chute.client.aio_cursors import AioCursors
 from chute.client.aio_link import AsyncLink
 from chute.client.aio_nodes import Nodes, OnNode, Reached, log
-from chute.client.api import Page
 from chute.client.outgoing import SendFields
-from chute.client.received import Received
-from chute.client.requests import CursorPage, Pending
+from chute.client.requests import Pending
 from chute.client.sessions import ConsumerOptions
 from chute.client.tls import client_context
 from chute.client.url import parse_url
-from chute.errors import ChuteError, ConnectError, ConsumerError, TransactionError
+from chute.errors import ChuteError, ConnectError, TransactionError
 from chute.message import DEFAULT_PRIORITY, KEY_PROPERTY, BodyKind, Message, new_message_id
 from chute.protocol import packets as p
 
 T = TypeVar("T")
-
-_NO_ENTRIES: Final = bytes(4)  # a CursorPage body's entry count when it has none
 
 
 async def open_connection(
@@ -119,7 +115,7 @@ async def open_connection(
     return AioConnection(reached, nodes)
 
 
-class AioConnection(AsyncClosedAtExit):
+class AioConnection(AioCursors, AsyncClosedAtExit):
     """A connection to a broker (:class:`chute.client.api.AsyncConnection`). Use
     :func:`open_connection` to make one."""
 
@@ -238,103 +234,6 @@ class AioConnection(AsyncClosedAtExit):
     ) -> bool:
         return await self._call(requests.commit_batch(sink, batch, xids, keep))
 
-    # -- cursors: reading a destination by sequence number (docs/spark.md) -------------
-
-    async def cursor_open(
-        self,
-        address: str,
-        cursor: str | None = None,
-        *,
-        selector: str | None = None,
-        lease_ms: int = 0,
-    ) -> tuple[int, int]:
-        return await self._call(requests.cursor_open(address, cursor, selector, lease_ms))
-
-    async def cursor_fetch(
-        self,
-        address: str,
-        cursor: str | None,
-        start: int,
-        end: int,
-        *,
-        max_messages: int = 0,
-        max_bytes: int = 0,
-    ) -> CursorPage:
-        return await self._call(
-            requests.cursor_fetch(address, cursor, start, end, max_messages, max_bytes)
-        )
-
-    async def cursor_read(
-        self,
-        address: str,
-        cursor: str | None,
-        start: int,
-        end: int,
-        *,
-        page_messages: int = 4096,
-        page_bytes: int = 4 << 20,
-    ) -> AsyncIterator[Page]:
-        """Pages of ``[start, end)``; the request for the next page goes out while the
-        caller works on this one."""
-        async for page in self._pages(
-            requests.cursor_fetch, address, cursor, start, end, page_messages, page_bytes
-        ):
-            if page:
-                yield page
-
-    async def cursor_read_raw(
-        self,
-        address: str,
-        cursor: str | None,
-        start: int,
-        end: int,
-        *,
-        page_messages: int = 4096,
-        page_bytes: int = 4 << 20,
-    ) -> AsyncIterator[bytes]:
-        """As :meth:`cursor_read`, but each page is the CursorPage's body, its entries
-        undecoded (for :func:`chute.protocol.columns.page_columns`; Spark's source reads
-        them so). Pages without messages are skipped."""
-        async for body in self._pages(
-            requests.cursor_fetch_raw, address, cursor, start, end, page_messages, page_bytes
-        ):
-            if body[8:12] != _NO_ENTRIES:
-                yield body
-
-    async def _pages(  # noqa: PLR0917 - the arguments of a cursor fetch
-        self,
-        fetch: Callable[[str, str | None, int, int, int, int], requests.Request[tuple[int, T]]],
-        address: str,
-        cursor: str | None,
-        start: int,
-        end: int,
-        page_messages: int,
-        page_bytes: int,
-    ) -> AsyncIterator[T]:
-        """Each page's answer (what follows ``next`` in it) for ``[start, end)``,
-        requesting the next page before handing out this one."""
-        link = await self._on.current()
-        if start >= end:
-            return
-        pending = link.start(fetch(address, cursor, start, end, page_messages, page_bytes))
-        while True:
-            next_start, page = await link.result(pending)
-            more = start < next_start < end
-            if more:
-                pending = link.start(
-                    fetch(address, cursor, next_start, end, page_messages, page_bytes)
-                )
-            yield page
-            if not more:
-                return
-            start = next_start
-
-    async def cursor_ack(self, address: str, cursor: str, end: int) -> None:
-        await self._call(requests.cursor_ack(address, cursor, end))
-
-    async def cursor_close(self, address: str, cursor: str, *, delete: bool = False) -> None:
-        await self._call(requests.cursor_close(address, cursor, delete))
-
     async def close(self) -> None:
         """Await every session's unconfirmed sends, send the acks and credit owed, then
         DISCONNECT; never raises for a connection that is already gone."""
@@ -410,6 +309,11 @@ class AioSession(AsyncClosedAtExit):
         except ConnectError as exc:
             self._link = link  # lost too: the next move resumes the session from it
             log.info("session %s not resumed yet: %s", self.id, exc.reason)
+
+    @property
+    def resumes(self) -> bool:
+        """Whether this session's connection moves when its node goes."""
+        return self.connection._resumes
 
     async def resumed(self, lost: AsyncLink) -> bool:
         """After ``lost``, this session's link, was lost: wait for the connection's move;
@@ -655,89 +559,6 @@ class AioSession(AsyncClosedAtExit):
         finally:
             self._closed = True
             await self._link.close_session(self.id)
-
-
-class AioConsumer(AsyncClosedAtExit):
-    """A consumer (:class:`chute.client.api.AsyncConsumer`); iterate it to receive
-    until it closes."""
-
-    def __init__(
-        self,
-        session: AioSession,
-        link: AsyncLink,
-        consumer_id: int,
-        address: str,
-        options: ConsumerOptions,
-    ) -> None:
-        self.session = session
-        self.id = consumer_id
-        self._link = link
-        self._address = address
-        self._options = options
-        self._resumes = session.connection._resumes
-        self._failed: ChuteError | None = None  # why it could not be opened again
-        self._closed = False
-
-    @property
-    def closed(self) -> bool:
-        return not self._link.consumer_open(self.id)
-
-    async def resume(self, link: AsyncLink, session_id: int) -> None:
-        """The session was opened again on ``link``: open this consumer there too, unless
-        it was closed.
-
-        Raises:
-            ConnectError: ``link`` was lost too (the next move opens it again).
-        """
-        if self._closed:
-            return
-        self._link = link
-        try:
-            self.id = await link.open_consumer(session_id, self._address, self._options)
-        except ConnectError:
-            raise
-        except ChuteError as exc:  # refused by the new node: raised by the next receive
-            self._failed = exc
-            log.warning("consumer of %s not opened again after the move: %s", self._address, exc)
-
-    def receive(self, timeout: float | None = None) -> Coroutine[Any, Any, Received | None]:
-        """The link's own ``receive`` (no frame of this method's own while it waits),
-        or, on a connection that moves, one that goes on on the node moved to."""
-        if self._resumes:
-            return self._receive_resuming(timeout)
-        return self._link.receive(self.id, timeout)
-
-    async def _receive_resuming(self, timeout: float | None) -> Received | None:  # noqa: ASYNC109 - receive's
-        while True:
-            link = self._link
-            if self._failed is not None:
-                raise self._failed
-            try:
-                return await link.receive(self.id, timeout)
-            except ConnectError:
-                if not await self.session.resumed(link) or self._link is link:
-                    raise
-
-    def __aiter__(self) -> AsyncIterator[Received]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[Received]:
-        while True:
-            try:
-                message = await self.receive()
-            except ConsumerError:
-                if self.closed:
-                    return
-                raise
-            if message is not None:
-                yield message
-
-    def _described(self) -> str:
-        return f"consumer {self.id}"
-
-    async def close(self) -> None:
-        self._closed = True
-        await self._link.close_consumer(self.id)
 
 
 __all__ = ["AioConnection", "AioConsumer", "AioSession", "open_connection"]

@@ -1,0 +1,114 @@
+"""The asyncio client's consumer: :class:`AioConsumer` (its session and connection:
+:mod:`chute.client.aio_client`). On a connection that moves, a receive that lost its
+link waits for the move and goes on with the consumer opened again on the node moved
+to (:meth:`AioConsumer.resume`, called by its session)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any, Protocol
+
+from chute.client.aio_closing import AsyncClosedAtExit
+from chute.client.aio_link import AsyncLink
+from chute.client.aio_nodes import log
+from chute.client.received import Received
+from chute.client.sessions import ConsumerOptions
+from chute.errors import ChuteError, ConnectError, ConsumerError
+
+
+class ConsumerSession(Protocol):
+    """What a consumer needs of its session (named here: the session's module imports
+    this one)."""
+
+    @property
+    def resumes(self) -> bool:
+        """Whether its connection moves when its node goes."""
+
+    async def resumed(self, lost: AsyncLink) -> bool:
+        """Wait for the connection's move after ``lost``; True if the session lives on."""
+
+
+class AioConsumer(AsyncClosedAtExit):
+    """A consumer (:class:`chute.client.api.AsyncConsumer`); iterate it to receive
+    until it closes."""
+
+    def __init__(
+        self,
+        session: ConsumerSession,
+        link: AsyncLink,
+        consumer_id: int,
+        address: str,
+        options: ConsumerOptions,
+    ) -> None:
+        self.session = session
+        self.id = consumer_id
+        self._link = link
+        self._address = address
+        self._options = options
+        self._resumes = session.resumes
+        self._failed: ChuteError | None = None  # why it could not be opened again
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return not self._link.consumer_open(self.id)
+
+    async def resume(self, link: AsyncLink, session_id: int) -> None:
+        """The session was opened again on ``link``: open this consumer there too, unless
+        it was closed.
+
+        Raises:
+            ConnectError: ``link`` was lost too (the next move opens it again).
+        """
+        if self._closed:
+            return
+        self._link = link
+        try:
+            self.id = await link.open_consumer(session_id, self._address, self._options)
+        except ConnectError:
+            raise
+        except ChuteError as exc:  # refused by the new node: raised by the next receive
+            self._failed = exc
+            log.warning("consumer of %s not opened again after the move: %s", self._address, exc)
+
+    def receive(self, timeout: float | None = None) -> Coroutine[Any, Any, Received | None]:
+        """The link's own ``receive`` (no frame of this method's own while it waits),
+        or, on a connection that moves, one that goes on on the node moved to."""
+        if self._resumes:
+            return self._receive_resuming(timeout)
+        return self._link.receive(self.id, timeout)
+
+    async def _receive_resuming(self, timeout: float | None) -> Received | None:  # noqa: ASYNC109 - receive's
+        while True:
+            link = self._link
+            if self._failed is not None:
+                raise self._failed
+            try:
+                return await link.receive(self.id, timeout)
+            except ConnectError:
+                if not await self.session.resumed(link) or self._link is link:
+                    raise
+
+    def __aiter__(self) -> AsyncIterator[Received]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Received]:
+        while True:
+            try:
+                message = await self.receive()
+            except ConsumerError:
+                if self.closed:
+                    return
+                raise
+            if message is not None:
+                yield message
+
+    def _described(self) -> str:
+        return f"consumer {self.id}"
+
+    async def close(self) -> None:
+        self._closed = True
+        await self._link.close_consumer(self.id)
+
+
+__all__ = ["AioConsumer", "ConsumerSession"]
