@@ -47,6 +47,7 @@ from chute.amqp.codes import (
 )
 from chute.amqp.entities import Declarations, address_of, amqp_name
 from chute.amqp.properties import to_message, to_properties
+from chute.amqp.reply_to import PSEUDO_QUEUE, open_queue, reply_name
 from chute.core.model.address import Kind, parse
 from chute.core.model.consumer import AckMode, BrokerConsumer, Entry
 from chute.core.model.topic import Topic
@@ -137,6 +138,7 @@ class Channel:
         self.stopped: dict[int, AmqpConsumer] = {}  # cancelled, with deliveries unsettled
         self.unacked: OrderedDict[int, tuple[AmqpConsumer, BrokerConsumer, int]] = OrderedDict()
         self.last_queue = ""
+        self.reply_queue: str | None = None  # direct reply-to: this channel's reply queue
         self._next_tag = 1
         self._next_consumer = 1
         self._published = 0  # confirm mode: the number of the last publish
@@ -164,6 +166,8 @@ class Channel:
         exchange = method.exchange or DEFAULT
         key = method.routing_key or ""
         message, ttl = to_message(props, body)
+        if message.reply_to == PSEUDO_QUEUE:
+            message.reply_to = reply_name(self.reply_queue)
         targets = self._route(exchange, key, props.headers)
         if exchange != DEFAULT:
             message.properties[EXCHANGE_PROPERTY] = exchange
@@ -262,6 +266,8 @@ class Channel:
                 f"attempt to reuse consumer tag '{tag}' on channel {self.number}",
                 (60, 20),
             )
+        if queue == PSEUDO_QUEUE:
+            queue = self.reply_queue = open_queue(self.entities, method.no_ack, self.reply_queue)
         address, _ = self.entities.find(queue)
         reader = AmqpConsumer(self, tag, queue, address, no_ack=method.no_ack)
         args = method.arguments or {}
@@ -297,6 +303,8 @@ class Channel:
                 offset=offset if reader.stream else None,
             )
         except ChuteError as exc:
+            if queue == self.reply_queue:  # a reply queue no consumer came to
+                self._maybe_auto_delete(queue)
             code = from_chute(exc, (60, 20))
             if "exclusive" in exc.reason:
                 code = AmqpError(ACCESS_REFUSED, f"queue '{queue}' in vhost '/' in exclusive use")
@@ -328,6 +336,8 @@ class Channel:
         self._maybe_auto_delete(reader.queue)
 
     def _maybe_auto_delete(self, queue: str) -> None:
+        if queue == self.reply_queue:
+            self.reply_queue = None
         declaration = self.entities.exchanges.queues.get(queue)
         if declaration is None or not declaration.auto_delete:
             return

@@ -66,6 +66,7 @@ _CAPABILITIES: Final = {
     "connection.blocked": False,
     "authentication_failure_close": True,
     "per_consumer_qos": True,
+    "direct_reply_to": True,
 }
 
 
