@@ -54,6 +54,7 @@ from chute.core.model.topic import Topic
 from chute.core.operations.connection import BrokerConnection
 from chute.core.operations.session import BrokerSession
 from chute.core.rules.exchanges import DEFAULT, TOPIC_BRIDGE
+from chute.core.rules.routing import WouldBlock
 from chute.errors import ChuteError, DestinationFull
 
 UNLIMITED_WINDOW: Final = 65535
@@ -180,6 +181,10 @@ class Channel:
             try:
                 session.send(address, message, ttl=life)
                 delivered = True
+            except WouldBlock:
+                if not delivered:
+                    raise  # nothing sent yet: the whole publish waits and comes again
+                refused = DestinationFull(f"{address} not reached: the broker holds producers")
             except DestinationFull as exc:  # x-overflow reject-publish
                 refused = exc
         if not delivered and method.mandatory and refused is None:

@@ -63,7 +63,7 @@ _CAPABILITIES: Final = {
     "basic.nack": True,
     "consumer_cancel_notify": True,
     "exchange_exchange_bindings": False,
-    "connection.blocked": False,
+    "connection.blocked": True,
     "authentication_failure_close": True,
     "per_consumer_qos": True,
     "direct_reply_to": True,
@@ -81,6 +81,8 @@ class AmqpConnection(StreamConnection):
         self.frame_max = FRAME_MAX
         self.channel_max = CHANNEL_MAX
         self.cancel_notify = False
+        self.blocked_notify = False  # the client takes connection.blocked/unblocked
+        self._told_blocked = False  # sent connection.blocked, unblocked not yet
         self.channels: dict[int, Channel] = {}
         self._tuned = False
         self._opened = False
@@ -97,6 +99,8 @@ class AmqpConnection(StreamConnection):
         self._act()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._told_blocked:
+            self.broker.cancel_wait(None, self._tell_unblocked)
         self._end_channels()
         super().connection_lost(exc)
 
@@ -157,6 +161,8 @@ class AmqpConnection(StreamConnection):
                 raise AmqpError(CHANNEL_ERROR, "a channel frame before connection.open")
             self._on_channel(number, event)
         except WouldBlock as exc:
+            if exc.address is None:
+                self._tell_blocked(exc.reason)
             self._block_until_room(exc, self._retry(event))
         except AmqpError as exc:
             self._refuse(number, exc)
@@ -173,6 +179,24 @@ class AmqpConnection(StreamConnection):
             self.flush()
 
         return retry
+
+    def _tell_blocked(self, reason: str) -> None:
+        """The broker holds this publisher for its memory or disk: say so (once), and
+        say ``connection.unblocked`` once it admits producers again."""
+        if not self.blocked_notify or self._told_blocked:
+            return
+        self._told_blocked = True
+        text = reason.encode()[:255].decode(errors="ignore")
+        self._send(0, commands.Connection.Blocked(text))
+        self.flush()
+        self.broker.wait_for_room(None, self._tell_unblocked)
+
+    def _tell_unblocked(self) -> None:
+        self._told_blocked = False
+        if self.transport is None or self._closing_hard:
+            return
+        self._send(0, commands.Connection.Unblocked())
+        self.flush()
 
     # -- channel 0 -------------------------------------------------------------------------
 
@@ -203,9 +227,9 @@ class AmqpConnection(StreamConnection):
 
     def _on_start_ok(self, method: commands.Connection.StartOk) -> None:
         capabilities = (method.client_properties or {}).get("capabilities")
-        self.cancel_notify = isinstance(capabilities, dict) and bool(
-            capabilities.get("consumer_cancel_notify")
-        )
+        told = capabilities if isinstance(capabilities, dict) else {}
+        self.cancel_notify = bool(told.get("consumer_cancel_notify"))
+        self.blocked_notify = bool(told.get("connection.blocked"))
         login, passcode = _credentials(method.mechanism, method.response)
         core = self._login.attempt(login, passcode, None, lambda: self._on_start_ok(method))
         if core is None:
