@@ -46,7 +46,12 @@ from chute.amqp.codes import (
     from_chute,
 )
 from chute.amqp.entities import Declarations, address_of, amqp_name
-from chute.amqp.properties import to_message, to_properties
+from chute.amqp.properties import (
+    EXCHANGE_PROPERTY,
+    ROUTING_KEY_PROPERTY,
+    to_message,
+    to_properties,
+)
 from chute.amqp.reply_to import PSEUDO_QUEUE, open_queue, reply_name
 from chute.core.model.address import Kind, parse
 from chute.core.model.consumer import AckMode, BrokerConsumer, Entry
@@ -59,8 +64,6 @@ from chute.errors import ChuteError, DestinationFull
 
 UNLIMITED_WINDOW: Final = 65535
 """The credit of a consumer on a channel without a prefetch count."""
-EXCHANGE_PROPERTY: Final = "amqp-exchange"
-ROUTING_KEY_PROPERTY: Final = "amqp-routing-key"
 
 
 class Writer(Protocol):

@@ -28,6 +28,7 @@ from chute.amqp.codes import (
     RESOURCE_LOCKED,
     AmqpError,
 )
+from chute.amqp.dead_letter import DeadLetterExchange
 from chute.core.model.address import Kind, parse
 from chute.core.model.queue import QueueChannel
 from chute.core.model.settings import Overflow
@@ -180,10 +181,16 @@ class Declarations:
         elif "max_messages" in changes or "max_bytes" in changes:
             changes["overflow"] = Overflow.DROP_OLDEST  # RabbitMQ's default: drop-head
         dlx = args.get("x-dead-letter-exchange")
-        if dlx is not None:
+        if dlx is not None and not isinstance(dest, Stream):
             routing_key = args.get("x-dead-letter-routing-key")
             if str(dlx) == "" and routing_key:
                 changes["dead_letter"] = address_of(str(routing_key))
+            self.exchanges.dead_letters[str(dest.address)] = DeadLetterExchange(
+                self.exchanges,
+                self.broker,
+                str(dlx),
+                None if routing_key is None else str(routing_key),
+            )
         if "x-message-ttl" in args:
             _natural("x-message-ttl", args["x-message-ttl"])
         if "x-expires" in args and _natural("x-expires", args["x-expires"]) == 0:
@@ -222,6 +229,7 @@ class Declarations:
     def forget(self, name: str, address: str) -> None:
         """Queue ``name`` is gone: its declaration, bindings and topic bridges too."""
         self.exchanges.queues.pop(name, None)
+        self.exchanges.dead_letters.pop(address, None)
         for exchange, binding in self.exchanges.unbind_queue(address):
             if bridged(exchange, binding.key):
                 self._unbridge(address, binding.key)

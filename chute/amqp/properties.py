@@ -33,6 +33,10 @@ from chute.message import DEFAULT_PRIORITY, Message, PropertyValue
 
 HEADERS_PROPERTY: Final = "amqp-headers"
 """The string property carrying a header table that has more than simple values."""
+EXCHANGE_PROPERTY: Final = "amqp-exchange"
+"""The exchange a message was published (or dead-lettered) to, but the default one."""
+ROUTING_KEY_PROPERTY: Final = "amqp-routing-key"
+"""The routing key it was published (or dead-lettered) with, beside :data:`EXCHANGE_PROPERTY`."""
 
 _AS_PROPERTY: Final = (
     ("content_type", "content-type"),

@@ -37,10 +37,11 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from chute.core.model.store import QueueDefinition, QueueKind, Store
 from chute.errors import AccessDenied, ChuteError, NotFound
+from chute.message import Message
 
 log = logging.getLogger("chute.broker")
 
@@ -86,6 +87,19 @@ def bridged(exchange: Exchange, key: str) -> bool:
     return exchange.name == TOPIC_BRIDGE and "*" not in key and "#" not in key
 
 
+class DeadLettering(Protocol):
+    """Where a queue's dead letters go through an exchange (AMQP's
+    ``x-dead-letter-exchange``, made by ``chute.amqp.dead_letter``)."""
+
+    def divert(
+        self, queue: str, message: Message, reason: str, now: int
+    ) -> list[tuple[str, Message]]:
+        """The addresses ``message``, which left ``queue`` unconsumed for ``reason`` (a
+        ``Reason`` value) at ``now`` (ms), goes to, each with the copy it gets there
+        (none: it is dropped)."""
+        ...
+
+
 class Exchanges:
     """Every exchange of the broker's one virtual host (``/``)."""
 
@@ -94,6 +108,8 @@ class Exchanges:
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, QueueDeclaration] = {}
         """What AMQP declares said of queues, by AMQP name (``chute.amqp.entities``)."""
+        self.dead_letters: dict[str, DeadLettering] = {}
+        """Queues (by chute address) whose dead letters go through an exchange."""
         for name, kind in (
             ("amq.direct", ExchangeType.DIRECT),
             ("amq.fanout", ExchangeType.FANOUT),
