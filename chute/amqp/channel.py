@@ -49,6 +49,7 @@ from chute.amqp.entities import Declarations, address_of, amqp_name
 from chute.amqp.properties import (
     EXCHANGE_PROPERTY,
     ROUTING_KEY_PROPERTY,
+    scaled,
     to_message,
     to_properties,
 )
@@ -58,7 +59,7 @@ from chute.core.model.consumer import AckMode, BrokerConsumer, Entry
 from chute.core.model.topic import Topic
 from chute.core.operations.connection import BrokerConnection
 from chute.core.operations.session import BrokerSession
-from chute.core.rules.exchanges import DEFAULT, TOPIC_BRIDGE
+from chute.core.rules.exchanges import DEFAULT, TOPIC_BRIDGE, QueueDeclaration
 from chute.core.rules.routing import WouldBlock
 from chute.errors import ChuteError, DestinationFull
 
@@ -179,10 +180,13 @@ class Channel:
         session = self.tx or self.session
         delivered = False
         refused: ChuteError | None = None
-        for address, queue_ttl in targets:
+        for address, declaration in targets:
+            queue_ttl = _ttl(declaration)
             life = min(t for t in (ttl, queue_ttl) if t) if (ttl or queue_ttl) else 0
+            top = declaration.number("x-max-priority") if declaration is not None else 0
+            each = message.replace(priority=scaled(props.priority, top)) if top else message
             try:
-                session.send(address, message, ttl=life)
+                session.send(address, each, ttl=life)
                 delivered = True
             except WouldBlock:
                 if not delivered:
@@ -198,8 +202,10 @@ class Channel:
             seq = self._published
             self.writer.after_sync(lambda error: self._confirm(seq, error))
 
-    def _route(self, exchange: str, key: str, headers: Any) -> list[tuple[str, int]]:
-        """The addresses a publish goes to, each with its queue's ``x-message-ttl`` (0)."""
+    def _route(
+        self, exchange: str, key: str, headers: Any
+    ) -> list[tuple[str, QueueDeclaration | None]]:
+        """The addresses a publish goes to, each with its queue's declaration."""
         entities = self.entities
         broker = self.core.broker
         try:
@@ -210,16 +216,17 @@ class Channel:
                 address = address_of(key, declaration)
                 if broker.find(address) is None:
                     return []
-                return [(address, _ttl(declaration))]
+                return [(address, declaration)]
             addresses = entities.exchanges.route(exchange, key, headers)
         except ChuteError as exc:
             raise from_chute(exc, (60, 40)) from None
-        out = [(a, _ttl(entities.exchanges.queues.get(amqp_name(a)))) for a in addresses]
+        queues = entities.exchanges.queues
+        out = [(a, queues.get(amqp_name(a)) if queues else None) for a in addresses]
         if exchange == TOPIC_BRIDGE and key:
             topic = address_of(key).replace("queue:", "topic:", 1)
             found = broker.find(topic)
             if isinstance(found, Topic) and found.subscriptions:
-                out.append((topic, 0))
+                out.append((topic, None))
         return out
 
     def _return(self, exchange: str, key: str, props: Any, body: bytes) -> None:
@@ -276,7 +283,7 @@ class Channel:
             )
         if queue == PSEUDO_QUEUE:
             queue = self.reply_queue = open_queue(self.entities, method.no_ack, self.reply_queue)
-        address, _ = self.entities.find(queue)
+        address, declaration = self.entities.find(queue)
         reader = AmqpConsumer(self, tag, queue, address, no_ack=method.no_ack)
         args = method.arguments or {}
         offset = args.get("x-stream-offset")
@@ -306,7 +313,7 @@ class Channel:
                 address,
                 reader,
                 prefetch=self.prefetch or UNLIMITED_WINDOW,
-                exclusive=method.exclusive,
+                exclusive=method.exclusive or _single_active(declaration),
                 ack_mode=AckMode.AUTO if method.no_ack and not reader.stream else None,
                 offset=offset if reader.stream else None,
             )
@@ -592,13 +599,19 @@ class Channel:
                 continue
 
 
-def _ttl(declaration: Any) -> int:
-    if declaration is None:
+def _ttl(declaration: QueueDeclaration | None) -> int:
+    if declaration is None or not any(k == "x-message-ttl" for k, _ in declaration.arguments):
         return 0
-    for key, value in declaration.arguments:
-        if key == "x-message-ttl" and isinstance(value, int):
-            return value or 1
-    return 0
+    return declaration.number("x-message-ttl") or 1
+
+
+def _single_active(declaration: QueueDeclaration | None) -> bool:
+    """Whether a queue was declared with ``x-single-active-consumer``: each of its
+    consumers is one of chute's exclusive ones, so the first attached receives and the
+    others stand by, taking over in the order they came as it goes."""
+    return declaration is not None and any(
+        k == "x-single-active-consumer" and v is True for k, v in declaration.arguments
+    )
 
 
 def _plain(props: Any) -> dict[str, Any]:

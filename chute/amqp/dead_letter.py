@@ -131,10 +131,9 @@ class DeadLetterExchange:
 
 def _ttl(declaration: QueueDeclaration | None) -> int:
     """A queue's ``x-message-ttl`` in ms (0: none)."""
-    for key, value in declaration.arguments if declaration is not None else ():
-        if key == "x-message-ttl" and isinstance(value, int) and not isinstance(value, bool):
-            return value or 1
-    return 0
+    if declaration is None or not any(k == "x-message-ttl" for k, _ in declaration.arguments):
+        return 0
+    return declaration.number("x-message-ttl") or 1
 
 
 def _deaths(value: Any) -> list[dict[str, Any]]:

@@ -193,6 +193,17 @@ class Declarations:
             )
         if "x-message-ttl" in args:
             _natural("x-message-ttl", args["x-message-ttl"])
+        if (
+            "x-max-priority" in args
+            and not 1 <= _natural("x-max-priority", args["x-max-priority"]) <= 255
+        ):
+            raise AmqpError(
+                PRECONDITION_FAILED, "invalid arg 'x-max-priority': must be from 1 to 255"
+            )
+        if not isinstance(args.get("x-single-active-consumer", False), bool):
+            raise AmqpError(
+                PRECONDITION_FAILED, "invalid arg 'x-single-active-consumer': must be a boolean"
+            )
         if "x-expires" in args and _natural("x-expires", args["x-expires"]) == 0:
             raise AmqpError(PRECONDITION_FAILED, "invalid arg 'x-expires': must be above 0")
         if changes:

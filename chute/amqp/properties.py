@@ -90,6 +90,15 @@ def to_message(properties: commands.Basic.Properties, body: bytes) -> tuple[Mess
     return message, ttl
 
 
+def scaled(priority: int | None, top: int) -> int:
+    """chute's priority of a message published with AMQP ``priority`` to a queue declared
+    with ``x-max-priority`` ``top``: as RabbitMQ, none counts as 0 and more than ``top`` as
+    ``top``; 0..``top`` is spread over chute's 0-9, rounding half up (``top`` up to 9
+    keeps every level apart)."""
+    level = min(max(priority or 0, 0), top)
+    return (level * MAX_PRIORITY * 2 + top) // (top * 2)
+
+
 def _simple(value: Any) -> PropertyValue | None:
     if isinstance(value, bool | int | float | str):
         return value

@@ -376,6 +376,13 @@ class QueueDeclaration:
     arguments: tuple[tuple[str, Any], ...] = ()
     stream: bool = False
 
+    def number(self, key: str) -> int:
+        """The integer argument ``key`` (0: absent or not an integer)."""
+        for name, value in self.arguments:
+            if name == key and isinstance(value, int) and not isinstance(value, bool):
+                return value
+        return 0
+
 
 def _exchange_key(name: str) -> str:
     return "amqp-exchange:" + hashlib.sha256(name.encode()).hexdigest()[:40]
