@@ -67,10 +67,12 @@ def test_a_single_active_consumer_receives_and_the_next_takes_over(broker: AmqpS
         for who, conn in (("first", first), ("second", second)):
             channel = conn.channel()
             channel.basic_qos(prefetch_count=2)
-            channel.basic_consume(
-                queue,
-                lambda ch, m, p, b, who=who: (got[who].append(b), ch.basic_ack(m.delivery_tag)),
-            )
+
+            def take(ch: Any, m: Any, p: Any, b: bytes, who: str = who) -> None:
+                got[who].append(b)
+                ch.basic_ack(m.delivery_tag)
+
+            channel.basic_consume(queue, take)
             conn.process_data_events(time_limit=0)
         for n in range(6):
             publisher.basic_publish("", queue, f"a{n}".encode())
