@@ -14,8 +14,10 @@ given one credit for the call and none otherwise.
 
 Publisher confirms: every publish of a confirm-mode channel is numbered from 1 and
 confirmed once the store synced (a message not stored is confirmed at the same sync,
-in order); consecutive confirms go as one ``basic.ack`` with ``multiple``, and a
-publish a destination refused gets ``basic.nack``. An unroutable ``mandatory`` publish
+in order). One sync callback covers every publish made until that sync is under way
+(:meth:`Channel.sync_sealed`), and it confirms them together: one ``basic.ack`` with
+``multiple`` for each run of accepted publishes, and ``basic.nack`` for a publish a
+destination refused. An unroutable ``mandatory`` publish
 gets ``basic.return`` (312) before its confirm.
 
 ``basic.cancel`` stops a consumer at once; what it was delivered and not yet settled
@@ -148,6 +150,8 @@ class Channel:
         self._next_consumer = 1
         self._published = 0  # confirm mode: the number of the last publish
         self._outcomes: list[tuple[int, bool]] = []  # confirms not yet written
+        # the last publish the sync asked for next covers (None: no sync asked for yet)
+        self._covered: list[int] | None = None
         self._getters: dict[tuple[str, bool], AmqpConsumer] = {}
         self._credited: set[BrokerConsumer] = set()
         self._owing: set[AmqpConsumer] = set()
@@ -199,8 +203,11 @@ class Channel:
         if self.confirming:
             self._published += 1
             self._outcomes.append((self._published, refused is None))
-            seq = self._published
-            self.writer.after_sync(lambda error: self._confirm(seq, error))
+            covered = self._covered
+            if covered is None:  # the first publish the coming sync covers
+                covered = self._covered = [0]
+                self.writer.after_sync(lambda error: self._confirm(covered[0], error))
+            covered[0] = self._published
 
     def _route(
         self, exchange: str, key: str, headers: Any
@@ -256,6 +263,11 @@ class Channel:
             self.send(commands.Basic.Nack(number, multiple=False, requeue=False))
         if run_start is not None:
             self.send(commands.Basic.Ack(last_ok, multiple=last_ok > run_start))
+
+    def sync_sealed(self) -> None:
+        """The sync asked for is under way: what is published from now on waits for the
+        next one."""
+        self._covered = None
 
     def confirm_select(self, nowait: bool) -> None:
         if self.tx is not None:

@@ -366,6 +366,11 @@ class AmqpConnection(StreamConnection):
     def after_sync(self, then: Callable[[BaseException | None], None]) -> None:
         self._after_sync(then)
 
+    def _seal_sync(self) -> None:
+        super()._seal_sync()
+        for channel in self.channels.values():
+            channel.sync_sealed()
+
     def delivered(self, consumer: BrokerConsumer, entry: Entry, size: int) -> None:
         self.note_delivery(size)
         if consumer.queue.marked(consumer, entry):
