@@ -47,7 +47,7 @@ from chute.amqp.codes import (
     AmqpError,
     from_chute,
 )
-from chute.amqp.entities import Declarations, address_of, amqp_name
+from chute.amqp.entities import Declarations
 from chute.amqp.properties import (
     EXCHANGE_PROPERTY,
     ROUTING_KEY_PROPERTY,
@@ -56,12 +56,13 @@ from chute.amqp.properties import (
     to_properties,
 )
 from chute.amqp.reply_to import PSEUDO_QUEUE, open_queue, reply_name
+from chute.amqp.routing import queue_ttl as queue_ttl_of
+from chute.amqp.routing import route, single_active
 from chute.core.model.address import Kind, parse
 from chute.core.model.consumer import AckMode, BrokerConsumer, Entry
-from chute.core.model.topic import Topic
 from chute.core.operations.connection import BrokerConnection
 from chute.core.operations.session import BrokerSession
-from chute.core.rules.exchanges import DEFAULT, TOPIC_BRIDGE, QueueDeclaration
+from chute.core.rules.exchanges import DEFAULT
 from chute.core.rules.routing import WouldBlock
 from chute.errors import ChuteError, DestinationFull
 
@@ -177,7 +178,10 @@ class Channel:
         message, ttl = to_message(props, body)
         if message.reply_to == PSEUDO_QUEUE:
             message.reply_to = reply_name(self.reply_queue)
-        targets = self._route(exchange, key, props.headers)
+        try:
+            targets = route(self.entities.exchanges, self.core.broker, exchange, key, props.headers)
+        except ChuteError as exc:
+            raise from_chute(exc, (60, 40)) from None
         if exchange != DEFAULT:
             message.properties[EXCHANGE_PROPERTY] = exchange
             message.properties[ROUTING_KEY_PROPERTY] = key
@@ -185,7 +189,7 @@ class Channel:
         delivered = False
         refused: ChuteError | None = None
         for address, declaration in targets:
-            queue_ttl = _ttl(declaration)
+            queue_ttl = queue_ttl_of(declaration)
             life = min(t for t in (ttl, queue_ttl) if t) if (ttl or queue_ttl) else 0
             top = declaration.number("x-max-priority") if declaration is not None else 0
             each = message.replace(priority=scaled(props.priority, top)) if top else message
@@ -208,33 +212,6 @@ class Channel:
                 covered = self._covered = [0]
                 self.writer.after_sync(lambda error: self._confirm(covered[0], error))
             covered[0] = self._published
-
-    def _route(
-        self, exchange: str, key: str, headers: Any
-    ) -> list[tuple[str, QueueDeclaration | None]]:
-        """The addresses a publish goes to, each with its queue's declaration."""
-        entities = self.entities
-        broker = self.core.broker
-        try:
-            if exchange == DEFAULT:
-                if not key:
-                    return []
-                declaration = entities.exchanges.queues.get(key)
-                address = address_of(key, declaration)
-                if broker.find(address) is None:
-                    return []
-                return [(address, declaration)]
-            addresses = entities.exchanges.route(exchange, key, headers)
-        except ChuteError as exc:
-            raise from_chute(exc, (60, 40)) from None
-        queues = entities.exchanges.queues
-        out = [(a, queues.get(amqp_name(a)) if queues else None) for a in addresses]
-        if exchange == TOPIC_BRIDGE and key:
-            topic = address_of(key).replace("queue:", "topic:", 1)
-            found = broker.find(topic)
-            if isinstance(found, Topic) and found.subscriptions:
-                out.append((topic, None))
-        return out
 
     def _return(self, exchange: str, key: str, props: Any, body: bytes) -> None:
         out = [codec.basic_return(self.number, NO_ROUTE, "NO_ROUTE", exchange, key)]
@@ -325,7 +302,7 @@ class Channel:
                 address,
                 reader,
                 prefetch=self.prefetch or UNLIMITED_WINDOW,
-                exclusive=method.exclusive or _single_active(declaration),
+                exclusive=method.exclusive or single_active(declaration),
                 ack_mode=AckMode.AUTO if method.no_ack and not reader.stream else None,
                 offset=offset if reader.stream else None,
             )
@@ -609,21 +586,6 @@ class Channel:
                 self._maybe_auto_delete(queue)
             except AmqpError:
                 continue
-
-
-def _ttl(declaration: QueueDeclaration | None) -> int:
-    if declaration is None or not any(k == "x-message-ttl" for k, _ in declaration.arguments):
-        return 0
-    return declaration.number("x-message-ttl") or 1
-
-
-def _single_active(declaration: QueueDeclaration | None) -> bool:
-    """Whether a queue was declared with ``x-single-active-consumer``: each of its
-    consumers is one of chute's exclusive ones, so the first attached receives and the
-    others stand by, taking over in the order they came as it goes."""
-    return declaration is not None and any(
-        k == "x-single-active-consumer" and v is True for k, v in declaration.arguments
-    )
 
 
 def _plain(props: Any) -> dict[str, Any]:

@@ -34,10 +34,10 @@ from chute.amqp.properties import (
     ROUTING_KEY_PROPERTY,
     to_properties,
 )
+from chute.amqp.routing import queue_ttl, route
 from chute.core.model.address import parse
 from chute.core.model.registry import Registry
-from chute.core.model.topic import Topic
-from chute.core.rules.exchanges import DEFAULT, TOPIC_BRIDGE, Exchanges, QueueDeclaration
+from chute.core.rules.exchanges import DEFAULT, Exchanges
 from chute.errors import ChuteError
 from chute.message import Message
 
@@ -95,45 +95,19 @@ class DeadLetterExchange:
         props[EXCHANGE_PROPERTY] = self.exchange
         props[ROUTING_KEY_PROPERTY] = key
         copy = message.replace(properties=props)
-        targets = self._route(key, headers)
-        if all(d.get("reason") != "rejected" for d in deaths):  # no rejection: cycles drop
-            died_in = {d.get("queue") for d in deaths}
-            targets = [a for a in targets if names.to_amqp(parse(a).name) not in died_in]
+        try:
+            found = route(self.exchanges, self.broker, self.exchange, key, headers)
+        except ChuteError:
+            found = []  # a dead-letter exchange gone, or a key no queue can have
+        rejected = any(d.get("reason") == "rejected" for d in deaths)
+        died_in = {d.get("queue") for d in deaths}
         out = []
-        for address in targets:  # a target queue's x-message-ttl applies from now
-            ttl = _ttl(self.exchanges.queues.get(names.to_amqp(parse(address).name)))
+        for address, declaration in found:
+            if not rejected and names.to_amqp(parse(address).name) in died_in:
+                continue  # a cycle with no rejection: dropped, as RabbitMQ does
+            ttl = queue_ttl(declaration)  # the target queue's x-message-ttl applies from now
             out.append((address, copy.replace(expiration=now + ttl) if ttl else copy))
         return out
-
-    def _route(self, key: str, headers: dict[str, Any]) -> list[str]:
-        if self.exchange == DEFAULT:
-            declaration = self.exchanges.queues.get(key)
-            kind = "stream" if declaration is not None and declaration.stream else "queue"
-            try:
-                address = f"{kind}:{names.to_chute(key)}"
-            except ChuteError:
-                return []
-            return [address] if self.broker.find(address) is not None else []
-        try:
-            out = self.exchanges.route(self.exchange, key, headers)
-        except ChuteError:
-            return []
-        if self.exchange == TOPIC_BRIDGE and key:
-            try:
-                found = self.broker.find(f"topic:{names.to_chute(key)}")
-            except ChuteError:
-                return out
-            topic = str(found.address) if found is not None else ""
-            if isinstance(found, Topic) and found.subscriptions:
-                out.append(topic)
-        return out
-
-
-def _ttl(declaration: QueueDeclaration | None) -> int:
-    """A queue's ``x-message-ttl`` in ms (0: none)."""
-    if declaration is None or not any(k == "x-message-ttl" for k, _ in declaration.arguments):
-        return 0
-    return declaration.number("x-message-ttl") or 1
 
 
 def _deaths(value: Any) -> list[dict[str, Any]]:
