@@ -23,12 +23,11 @@ sends can stop the broker.
 from __future__ import annotations
 
 import logging
-import struct
 import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from pamqp import base, commands, decode
+from pamqp import base, commands
 
 from chute.amqp import codec
 from chute.amqp.channel import Channel
@@ -44,13 +43,13 @@ from chute.amqp.codes import (
     from_chute,
 )
 from chute.amqp.entities import Declarations
+from chute.amqp.handshake import credentials, start
 from chute.core.model.consumer import BrokerConsumer, Entry
 from chute.core.rules.routing import WouldBlock
 from chute.errors import ChuteError
 from chute.sansio import NEED_DATA, NeedData
 from chute.server.host import ServerHost
 from chute.server.stream import StreamConnection
-from chute.version import __version__
 
 log = logging.getLogger("chute.amqp")
 
@@ -58,16 +57,6 @@ CHANNEL_MAX: Final = 2047
 FRAME_MAX: Final = 131072
 HEARTBEAT_S: Final = 60
 CLOSE_OK_WAIT_S: Final = 1.0
-_CAPABILITIES: Final = {
-    "publisher_confirms": True,
-    "basic.nack": True,
-    "consumer_cancel_notify": True,
-    "exchange_exchange_bindings": False,
-    "connection.blocked": True,
-    "authentication_failure_close": True,
-    "per_consumer_qos": True,
-    "direct_reply_to": True,
-}
 
 
 class AmqpConnection(StreamConnection):
@@ -126,7 +115,7 @@ class AmqpConnection(StreamConnection):
                 self._out.append(PROTOCOL_HEADER)
                 self._close_after_flush()
                 return
-            self._send(0, _start(self.certificate_user is not None))
+            self._send(0, start(self.certificate_user is not None))
         turn = self._turn()
         while self._may_act(turn) and not self.closing:
             try:
@@ -230,7 +219,7 @@ class AmqpConnection(StreamConnection):
         told = capabilities if isinstance(capabilities, dict) else {}
         self.cancel_notify = bool(told.get("consumer_cancel_notify"))
         self.blocked_notify = bool(told.get("connection.blocked"))
-        login, passcode = _credentials(method.mechanism, method.response)
+        login, passcode = credentials(method.mechanism, method.response)
         core = self._login.attempt(login, passcode, None, lambda: self._on_start_ok(method))
         if core is None:
             return  # the password is verified off the loop; this method comes again
@@ -559,43 +548,6 @@ _HANDLERS: Final[dict[type[base.Frame], Callable[[AmqpConnection, Channel, Any],
     commands.Tx.Commit: _tx_commit,
     commands.Tx.Rollback: _tx_rollback,
 }
-
-
-def _start(external: bool) -> commands.Connection.Start:
-    mechanisms = "PLAIN AMQPLAIN" + (" EXTERNAL" if external else "")
-    return commands.Connection.Start(
-        version_major=0,
-        version_minor=9,
-        server_properties={
-            "product": "chute",
-            "version": __version__,
-            "platform": "Python",
-            "capabilities": dict(_CAPABILITIES),
-        },
-        mechanisms=mechanisms,
-        locales="en_US",
-    )
-
-
-def _credentials(mechanism: str, response: Any) -> tuple[str | None, str | None]:
-    """The login and password of a ``start-ok`` (None, None: EXTERNAL or unreadable)."""
-    raw = response.encode() if isinstance(response, str) else bytes(response or b"")
-    if mechanism == "PLAIN":
-        parts = raw.split(b"\0")
-        if len(parts) == 3:
-            return parts[1].decode(errors="replace"), parts[2].decode(errors="replace")
-        return None, None
-    if mechanism == "AMQPLAIN":
-        try:
-            _, table = decode.field_table(struct.pack(">I", len(raw)) + raw)
-        except (ValueError, TypeError, IndexError, KeyError, struct.error):
-            return None, None
-        login, password = table.get("LOGIN"), table.get("PASSWORD")
-        return (
-            None if login is None else str(login),
-            None if password is None else str(password),
-        )
-    return None, None
 
 
 def amqp_refusal(code: str, reason: str) -> bytes:
