@@ -314,6 +314,7 @@ class Channel:
                 code = AmqpError(ACCESS_REFUSED, f"queue '{queue}' in vhost '/' in exclusive use")
             raise code from None
         self.consumers[tag] = reader
+        self.entities.used(queue)
         if not method.nowait:
             self.send(commands.Basic.ConsumeOk(tag))
         early, reader.early = reader.early or [], None
@@ -461,6 +462,7 @@ class Channel:
             BrokerSession.add_credit(getter.consumer, 1)
         consumer = getter.consumer
         assert consumer is not None  # noqa: S101
+        self.entities.used(queue)
         got, getter.got = getter.got, None
         consumer.credit = 0  # nothing more than what this get took
         if got is None:

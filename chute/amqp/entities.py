@@ -15,9 +15,10 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
+import logging
 import secrets
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chute.amqp import names
 from chute.amqp.codes import (
@@ -36,7 +37,12 @@ from chute.core.model.stream import Stream
 from chute.core.operations.connection import BrokerConnection
 from chute.core.rules.access import Action
 from chute.core.rules.exchanges import Exchanges, QueueDeclaration, bridged
-from chute.errors import InvalidAddress, NotFound
+from chute.errors import ChuteError, InvalidAddress, NotFound
+
+if TYPE_CHECKING:
+    from chute.core.rules.broker import Broker
+
+log = logging.getLogger("chute.amqp")
 
 _OVERFLOW = {
     "drop-head": Overflow.DROP_OLDEST,
@@ -148,6 +154,7 @@ class Declarations:
             _check_equivalent(name, known, declaration)
             address = address_of(name, known)
             if self.broker.find(address) is not None:
+                self.used(name)
                 return (name, address, *self._counts(address))
         address = address_of(name, declaration)
         if self.broker.find(address) is None:
@@ -156,6 +163,13 @@ class Declarations:
         self._apply(dest, args)
         self.exchanges.queues[name] = declaration
         return (name, address, *self._counts(address))
+
+    def used(self, name: str) -> None:
+        """Queue ``name`` was consumed, got from or declared again: its ``x-expires``
+        starts again."""
+        expiries = self.exchanges.sweeper
+        if isinstance(expiries, QueueExpiries):
+            expiries.used(name)
 
     def _apply(self, dest: object, args: Mapping[str, Any]) -> None:
         """Apply the x-arguments chute's queue settings carry."""
@@ -204,8 +218,14 @@ class Declarations:
             raise AmqpError(
                 PRECONDITION_FAILED, "invalid arg 'x-single-active-consumer': must be a boolean"
             )
-        if "x-expires" in args and _natural("x-expires", args["x-expires"]) == 0:
-            raise AmqpError(PRECONDITION_FAILED, "invalid arg 'x-expires': must be above 0")
+        if "x-expires" in args:
+            after = _natural("x-expires", args["x-expires"])
+            if after == 0:
+                raise AmqpError(PRECONDITION_FAILED, "invalid arg 'x-expires': must be above 0")
+            expiries = self.exchanges.sweeper
+            if not isinstance(expiries, QueueExpiries):
+                expiries = self.exchanges.sweeper = QueueExpiries(self.broker)
+            expiries.watch(amqp_name(str(dest.address)), after)
         if changes:
             dest.settings = dataclasses.replace(settings, **changes)
 
@@ -283,6 +303,56 @@ class Declarations:
         for binding in exchange.bindings:
             if bridged(exchange, binding.key):
                 self._unbridge(binding.queue, binding.key)
+
+
+class QueueExpiries:
+    """The queues declared with ``x-expires``: each is deleted (its messages and bindings
+    too) once it went that long without a consumer, a ``basic.get`` or a redeclare, as
+    in RabbitMQ; an exclusive one goes with its connection instead. Swept on the
+    broker's tick (a few times a second), so a queue goes up to a tick late."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._watched: dict[str, list[int]] = {}  # name -> [after_ms, last used (ms)]
+        self._deleter: Declarations | None = None
+
+    def watch(self, name: str, after_ms: int) -> None:
+        self._watched[name] = [after_ms, self.broker.clock()]
+
+    def used(self, name: str) -> None:
+        watched = self._watched.get(name)
+        if watched is not None:
+            watched[1] = self.broker.clock()
+
+    def sweep(self, now: int) -> None:
+        if not self._watched:
+            return
+        queues = self.broker.exchanges.queues
+        for name, watched in list(self._watched.items()):
+            declaration = queues.get(name)
+            dest = self.broker.find(address_of(name, declaration)) if declaration else None
+            if dest is None:
+                del self._watched[name]  # deleted already
+                continue
+            if getattr(getattr(dest, "router", None), "consumers", None):
+                watched[1] = now  # in use
+                continue
+            if now - watched[1] < watched[0] or declaration is None or declaration.owner:
+                continue
+            del self._watched[name]
+            if self._deleter is None:  # the broker's own: may delete any queue
+                self._deleter = Declarations(BrokerConnection(self.broker, protocol="amqp"))
+            try:
+                count = self._deleter.delete_queue(name, if_unused=False, if_empty=False)
+            except ChuteError as exc:
+                log.warning("AMQP queue %r (x-expires) not deleted: %s", name, exc.reason)
+                continue
+            log.info(
+                "AMQP queue %r deleted: unused for its x-expires (%d ms); %d messages went",
+                name,
+                watched[0],
+                count,
+            )
 
 
 def _bridge_name(address: str, key: str) -> str:

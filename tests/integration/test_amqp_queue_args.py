@@ -83,3 +83,51 @@ def test_a_single_active_consumer_receives_and_the_next_takes_over(broker: AmqpS
             publisher.basic_publish("", queue, f"b{n}".encode())
         _wait([second], lambda: len(got["second"]) == 4)
         assert got["second"] == [b"b0", b"b1", b"b2", b"b3"]
+
+
+def _exists(conn: Any, queue: str) -> bool:
+    try:
+        conn.channel().queue_declare(queue, passive=True)
+    except pika.exceptions.ChannelClosedByBroker as exc:
+        if exc.reply_code != 404:
+            raise
+        return False
+    return True
+
+
+def _wait_gone(conn: Any, queue: str) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while _exists(conn, queue) and time.monotonic() < deadline:
+        conn.process_data_events(time_limit=0.05)
+    assert not _exists(conn, queue), f"{queue} is still there"
+
+
+def test_x_expires_deletes_an_unused_queue_with_its_messages_and_bindings(
+    broker: AmqpServer,
+) -> None:
+    with broker.connect() as conn:
+        channel = conn.channel()
+        queue, exchange = _name(), _name()
+        channel.exchange_declare(exchange, "direct")
+        channel.queue_declare(queue, arguments={"x-expires": 300})
+        channel.queue_bind(queue, exchange, "k")
+        channel.basic_publish(exchange, "k", b"left behind")
+        _wait_gone(conn, queue)
+        broker.server.wait_for_line(f"AMQP queue '{queue}' deleted: unused for its x-expires")
+        channel = conn.channel()
+        channel.confirm_delivery()
+        with pytest.raises(pika.exceptions.UnroutableError):
+            channel.basic_publish(exchange, "k", b"no binding left", mandatory=True)
+
+
+def test_x_expires_waits_while_the_queue_has_a_consumer(broker: AmqpServer) -> None:
+    with broker.connect() as conn:
+        channel = conn.channel()
+        consumed, witness = _name(), _name()
+        for queue in (consumed, witness):
+            channel.queue_declare(queue, arguments={"x-expires": 200})
+        tag = channel.basic_consume(consumed, lambda *a: None, auto_ack=True)
+        _wait_gone(conn, witness)  # declared with it, unused: gone
+        assert _exists(conn, consumed)
+        channel.basic_cancel(tag)
+        _wait_gone(conn, consumed)

@@ -100,6 +100,12 @@ class DeadLettering(Protocol):
         ...
 
 
+class Sweeper(Protocol):
+    """What the broker's tick asks of AMQP's queues (``x-expires``: deleting the unused)."""
+
+    def sweep(self, now: int) -> None: ...
+
+
 class Exchanges:
     """Every exchange of the broker's one virtual host (``/``)."""
 
@@ -110,6 +116,8 @@ class Exchanges:
         """What AMQP declares said of queues, by AMQP name (``chute.amqp.entities``)."""
         self.dead_letters: dict[str, DeadLettering] = {}
         """Queues (by chute address) whose dead letters go through an exchange."""
+        self.sweeper: Sweeper | None = None
+        """Called on every tick of the broker once a queue was declared with ``x-expires``."""
         for name, kind in (
             ("amq.direct", ExchangeType.DIRECT),
             ("amq.fanout", ExchangeType.FANOUT),
