@@ -14,8 +14,10 @@ given one credit for the call and none otherwise.
 
 Publisher confirms: every publish of a confirm-mode channel is numbered from 1 and
 confirmed once the store synced (a message not stored is confirmed at the same sync,
-in order); consecutive confirms go as one ``basic.ack`` with ``multiple``, and a
-publish a destination refused gets ``basic.nack``. An unroutable ``mandatory`` publish
+in order). One sync callback covers every publish made until that sync is under way
+(:meth:`Channel.sync_sealed`), and it confirms them together: one ``basic.ack`` with
+``multiple`` for each run of accepted publishes, and ``basic.nack`` for a publish a
+destination refused. An unroutable ``mandatory`` publish
 gets ``basic.return`` (312) before its confirm.
 
 ``basic.cancel`` stops a consumer at once; what it was delivered and not yet settled
@@ -45,20 +47,27 @@ from chute.amqp.codes import (
     AmqpError,
     from_chute,
 )
-from chute.amqp.entities import Declarations, address_of, amqp_name
-from chute.amqp.properties import to_message, to_properties
+from chute.amqp.entities import Declarations
+from chute.amqp.properties import (
+    EXCHANGE_PROPERTY,
+    ROUTING_KEY_PROPERTY,
+    scaled,
+    to_message,
+    to_properties,
+)
+from chute.amqp.reply_to import PSEUDO_QUEUE, open_queue, reply_name
+from chute.amqp.routing import queue_ttl as queue_ttl_of
+from chute.amqp.routing import route, single_active
 from chute.core.model.address import Kind, parse
 from chute.core.model.consumer import AckMode, BrokerConsumer, Entry
-from chute.core.model.topic import Topic
 from chute.core.operations.connection import BrokerConnection
 from chute.core.operations.session import BrokerSession
-from chute.core.rules.exchanges import DEFAULT, TOPIC_BRIDGE
+from chute.core.rules.exchanges import DEFAULT
+from chute.core.rules.routing import WouldBlock
 from chute.errors import ChuteError, DestinationFull
 
 UNLIMITED_WINDOW: Final = 65535
 """The credit of a consumer on a channel without a prefetch count."""
-EXCHANGE_PROPERTY: Final = "amqp-exchange"
-ROUTING_KEY_PROPERTY: Final = "amqp-routing-key"
 
 
 class Writer(Protocol):
@@ -137,10 +146,13 @@ class Channel:
         self.stopped: dict[int, AmqpConsumer] = {}  # cancelled, with deliveries unsettled
         self.unacked: OrderedDict[int, tuple[AmqpConsumer, BrokerConsumer, int]] = OrderedDict()
         self.last_queue = ""
+        self.reply_queue: str | None = None  # direct reply-to: this channel's reply queue
         self._next_tag = 1
         self._next_consumer = 1
         self._published = 0  # confirm mode: the number of the last publish
         self._outcomes: list[tuple[int, bool]] = []  # confirms not yet written
+        # the last publish the sync asked for next covers (None: no sync asked for yet)
+        self._covered: list[int] | None = None
         self._getters: dict[tuple[str, bool], AmqpConsumer] = {}
         self._credited: set[BrokerConsumer] = set()
         self._owing: set[AmqpConsumer] = set()
@@ -164,18 +176,30 @@ class Channel:
         exchange = method.exchange or DEFAULT
         key = method.routing_key or ""
         message, ttl = to_message(props, body)
-        targets = self._route(exchange, key, props.headers)
+        if message.reply_to == PSEUDO_QUEUE:
+            message.reply_to = reply_name(self.reply_queue)
+        try:
+            targets = route(self.entities.exchanges, self.core.broker, exchange, key, props.headers)
+        except ChuteError as exc:
+            raise from_chute(exc, (60, 40)) from None
         if exchange != DEFAULT:
             message.properties[EXCHANGE_PROPERTY] = exchange
             message.properties[ROUTING_KEY_PROPERTY] = key
         session = self.tx or self.session
         delivered = False
         refused: ChuteError | None = None
-        for address, queue_ttl in targets:
+        for address, declaration in targets:
+            queue_ttl = queue_ttl_of(declaration)
             life = min(t for t in (ttl, queue_ttl) if t) if (ttl or queue_ttl) else 0
+            top = declaration.number("x-max-priority") if declaration is not None else 0
+            each = message.replace(priority=scaled(props.priority, top)) if top else message
             try:
-                session.send(address, message, ttl=life)
+                session.send(address, each, ttl=life)
                 delivered = True
+            except WouldBlock:
+                if not delivered:
+                    raise  # nothing sent yet: the whole publish waits and comes again
+                refused = DestinationFull(f"{address} not reached: the broker holds producers")
             except DestinationFull as exc:  # x-overflow reject-publish
                 refused = exc
         if not delivered and method.mandatory and refused is None:
@@ -183,32 +207,11 @@ class Channel:
         if self.confirming:
             self._published += 1
             self._outcomes.append((self._published, refused is None))
-            seq = self._published
-            self.writer.after_sync(lambda error: self._confirm(seq, error))
-
-    def _route(self, exchange: str, key: str, headers: Any) -> list[tuple[str, int]]:
-        """The addresses a publish goes to, each with its queue's ``x-message-ttl`` (0)."""
-        entities = self.entities
-        broker = self.core.broker
-        try:
-            if exchange == DEFAULT:
-                if not key:
-                    return []
-                declaration = entities.exchanges.queues.get(key)
-                address = address_of(key, declaration)
-                if broker.find(address) is None:
-                    return []
-                return [(address, _ttl(declaration))]
-            addresses = entities.exchanges.route(exchange, key, headers)
-        except ChuteError as exc:
-            raise from_chute(exc, (60, 40)) from None
-        out = [(a, _ttl(entities.exchanges.queues.get(amqp_name(a)))) for a in addresses]
-        if exchange == TOPIC_BRIDGE and key:
-            topic = address_of(key).replace("queue:", "topic:", 1)
-            found = broker.find(topic)
-            if isinstance(found, Topic) and found.subscriptions:
-                out.append((topic, 0))
-        return out
+            covered = self._covered
+            if covered is None:  # the first publish the coming sync covers
+                covered = self._covered = [0]
+                self.writer.after_sync(lambda error: self._confirm(covered[0], error))
+            covered[0] = self._published
 
     def _return(self, exchange: str, key: str, props: Any, body: bytes) -> None:
         out = [codec.basic_return(self.number, NO_ROUTE, "NO_ROUTE", exchange, key)]
@@ -238,6 +241,11 @@ class Channel:
         if run_start is not None:
             self.send(commands.Basic.Ack(last_ok, multiple=last_ok > run_start))
 
+    def sync_sealed(self) -> None:
+        """The sync asked for is under way: what is published from now on waits for the
+        next one."""
+        self._covered = None
+
     def confirm_select(self, nowait: bool) -> None:
         if self.tx is not None:
             raise AmqpError(
@@ -262,7 +270,9 @@ class Channel:
                 f"attempt to reuse consumer tag '{tag}' on channel {self.number}",
                 (60, 20),
             )
-        address, _ = self.entities.find(queue)
+        if queue == PSEUDO_QUEUE:
+            queue = self.reply_queue = open_queue(self.entities, method.no_ack, self.reply_queue)
+        address, declaration = self.entities.find(queue)
         reader = AmqpConsumer(self, tag, queue, address, no_ack=method.no_ack)
         args = method.arguments or {}
         offset = args.get("x-stream-offset")
@@ -292,16 +302,19 @@ class Channel:
                 address,
                 reader,
                 prefetch=self.prefetch or UNLIMITED_WINDOW,
-                exclusive=method.exclusive,
+                exclusive=method.exclusive or single_active(declaration),
                 ack_mode=AckMode.AUTO if method.no_ack and not reader.stream else None,
                 offset=offset if reader.stream else None,
             )
         except ChuteError as exc:
+            if queue == self.reply_queue:  # a reply queue no consumer came to
+                self._maybe_auto_delete(queue)
             code = from_chute(exc, (60, 20))
             if "exclusive" in exc.reason:
                 code = AmqpError(ACCESS_REFUSED, f"queue '{queue}' in vhost '/' in exclusive use")
             raise code from None
         self.consumers[tag] = reader
+        self.entities.used(queue)
         if not method.nowait:
             self.send(commands.Basic.ConsumeOk(tag))
         early, reader.early = reader.early or [], None
@@ -328,6 +341,8 @@ class Channel:
         self._maybe_auto_delete(reader.queue)
 
     def _maybe_auto_delete(self, queue: str) -> None:
+        if queue == self.reply_queue:
+            self.reply_queue = None
         declaration = self.entities.exchanges.queues.get(queue)
         if declaration is None or not declaration.auto_delete:
             return
@@ -447,6 +462,7 @@ class Channel:
             BrokerSession.add_credit(getter.consumer, 1)
         consumer = getter.consumer
         assert consumer is not None  # noqa: S101
+        self.entities.used(queue)
         got, getter.got = getter.got, None
         consumer.credit = 0  # nothing more than what this get took
         if got is None:
@@ -572,15 +588,6 @@ class Channel:
                 self._maybe_auto_delete(queue)
             except AmqpError:
                 continue
-
-
-def _ttl(declaration: Any) -> int:
-    if declaration is None:
-        return 0
-    for key, value in declaration.arguments:
-        if key == "x-message-ttl" and isinstance(value, int):
-            return value or 1
-    return 0
 
 
 def _plain(props: Any) -> dict[str, Any]:

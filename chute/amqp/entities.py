@@ -15,9 +15,10 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
+import logging
 import secrets
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chute.amqp import names
 from chute.amqp.codes import (
@@ -28,6 +29,7 @@ from chute.amqp.codes import (
     RESOURCE_LOCKED,
     AmqpError,
 )
+from chute.amqp.dead_letter import DeadLetterExchange
 from chute.core.model.address import Kind, parse
 from chute.core.model.queue import QueueChannel
 from chute.core.model.settings import Overflow
@@ -35,7 +37,12 @@ from chute.core.model.stream import Stream
 from chute.core.operations.connection import BrokerConnection
 from chute.core.rules.access import Action
 from chute.core.rules.exchanges import Exchanges, QueueDeclaration, bridged
-from chute.errors import InvalidAddress, NotFound
+from chute.errors import ChuteError, InvalidAddress, NotFound
+
+if TYPE_CHECKING:
+    from chute.core.rules.broker import Broker
+
+log = logging.getLogger("chute.amqp")
 
 _OVERFLOW = {
     "drop-head": Overflow.DROP_OLDEST,
@@ -147,6 +154,7 @@ class Declarations:
             _check_equivalent(name, known, declaration)
             address = address_of(name, known)
             if self.broker.find(address) is not None:
+                self.used(name)
                 return (name, address, *self._counts(address))
         address = address_of(name, declaration)
         if self.broker.find(address) is None:
@@ -155,6 +163,13 @@ class Declarations:
         self._apply(dest, args)
         self.exchanges.queues[name] = declaration
         return (name, address, *self._counts(address))
+
+    def used(self, name: str) -> None:
+        """Queue ``name`` was consumed, got from or declared again: its ``x-expires``
+        starts again."""
+        expiries = self.exchanges.sweeper
+        if isinstance(expiries, QueueExpiries):
+            expiries.used(name)
 
     def _apply(self, dest: object, args: Mapping[str, Any]) -> None:
         """Apply the x-arguments chute's queue settings carry."""
@@ -180,14 +195,37 @@ class Declarations:
         elif "max_messages" in changes or "max_bytes" in changes:
             changes["overflow"] = Overflow.DROP_OLDEST  # RabbitMQ's default: drop-head
         dlx = args.get("x-dead-letter-exchange")
-        if dlx is not None:
+        if dlx is not None and not isinstance(dest, Stream):
             routing_key = args.get("x-dead-letter-routing-key")
             if str(dlx) == "" and routing_key:
                 changes["dead_letter"] = address_of(str(routing_key))
+            self.exchanges.dead_letters[str(dest.address)] = DeadLetterExchange(
+                self.exchanges,
+                self.broker,
+                str(dlx),
+                None if routing_key is None else str(routing_key),
+            )
         if "x-message-ttl" in args:
             _natural("x-message-ttl", args["x-message-ttl"])
-        if "x-expires" in args and _natural("x-expires", args["x-expires"]) == 0:
-            raise AmqpError(PRECONDITION_FAILED, "invalid arg 'x-expires': must be above 0")
+        if (
+            "x-max-priority" in args
+            and not 1 <= _natural("x-max-priority", args["x-max-priority"]) <= 255
+        ):
+            raise AmqpError(
+                PRECONDITION_FAILED, "invalid arg 'x-max-priority': must be from 1 to 255"
+            )
+        if not isinstance(args.get("x-single-active-consumer", False), bool):
+            raise AmqpError(
+                PRECONDITION_FAILED, "invalid arg 'x-single-active-consumer': must be a boolean"
+            )
+        if "x-expires" in args:
+            after = _natural("x-expires", args["x-expires"])
+            if after == 0:
+                raise AmqpError(PRECONDITION_FAILED, "invalid arg 'x-expires': must be above 0")
+            expiries = self.exchanges.sweeper
+            if not isinstance(expiries, QueueExpiries):
+                expiries = self.exchanges.sweeper = QueueExpiries(self.broker)
+            expiries.watch(amqp_name(str(dest.address)), after)
         if changes:
             dest.settings = dataclasses.replace(settings, **changes)
 
@@ -222,6 +260,7 @@ class Declarations:
     def forget(self, name: str, address: str) -> None:
         """Queue ``name`` is gone: its declaration, bindings and topic bridges too."""
         self.exchanges.queues.pop(name, None)
+        self.exchanges.dead_letters.pop(address, None)
         for exchange, binding in self.exchanges.unbind_queue(address):
             if bridged(exchange, binding.key):
                 self._unbridge(address, binding.key)
@@ -264,6 +303,56 @@ class Declarations:
         for binding in exchange.bindings:
             if bridged(exchange, binding.key):
                 self._unbridge(binding.queue, binding.key)
+
+
+class QueueExpiries:
+    """The queues declared with ``x-expires``: each is deleted (its messages and bindings
+    too) once it went that long without a consumer, a ``basic.get`` or a redeclare, as
+    in RabbitMQ; an exclusive one goes with its connection instead. Swept on the
+    broker's tick (a few times a second), so a queue goes up to a tick late."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._watched: dict[str, list[int]] = {}  # name -> [after_ms, last used (ms)]
+        self._deleter: Declarations | None = None
+
+    def watch(self, name: str, after_ms: int) -> None:
+        self._watched[name] = [after_ms, self.broker.clock()]
+
+    def used(self, name: str) -> None:
+        watched = self._watched.get(name)
+        if watched is not None:
+            watched[1] = self.broker.clock()
+
+    def sweep(self, now: int) -> None:
+        if not self._watched:
+            return
+        queues = self.broker.exchanges.queues
+        for name, watched in list(self._watched.items()):
+            declaration = queues.get(name)
+            dest = self.broker.find(address_of(name, declaration)) if declaration else None
+            if dest is None:
+                del self._watched[name]  # deleted already
+                continue
+            if getattr(getattr(dest, "router", None), "consumers", None):
+                watched[1] = now  # in use
+                continue
+            if now - watched[1] < watched[0] or declaration is None or declaration.owner:
+                continue
+            del self._watched[name]
+            if self._deleter is None:  # the broker's own: may delete any queue
+                self._deleter = Declarations(BrokerConnection(self.broker, protocol="amqp"))
+            try:
+                count = self._deleter.delete_queue(name, if_unused=False, if_empty=False)
+            except ChuteError as exc:
+                log.warning("AMQP queue %r (x-expires) not deleted: %s", name, exc.reason)
+                continue
+            log.info(
+                "AMQP queue %r deleted: unused for its x-expires (%d ms); %d messages went",
+                name,
+                watched[0],
+                count,
+            )
 
 
 def _bridge_name(address: str, key: str) -> str:

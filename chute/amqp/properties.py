@@ -33,6 +33,10 @@ from chute.message import DEFAULT_PRIORITY, Message, PropertyValue
 
 HEADERS_PROPERTY: Final = "amqp-headers"
 """The string property carrying a header table that has more than simple values."""
+EXCHANGE_PROPERTY: Final = "amqp-exchange"
+"""The exchange a message was published (or dead-lettered) to, but the default one."""
+ROUTING_KEY_PROPERTY: Final = "amqp-routing-key"
+"""The routing key it was published (or dead-lettered) with, beside :data:`EXCHANGE_PROPERTY`."""
 
 _AS_PROPERTY: Final = (
     ("content_type", "content-type"),
@@ -84,6 +88,15 @@ def to_message(properties: commands.Basic.Properties, body: bytes) -> tuple[Mess
         properties=props,
     )
     return message, ttl
+
+
+def scaled(priority: int | None, top: int) -> int:
+    """chute's priority of a message published with AMQP ``priority`` to a queue declared
+    with ``x-max-priority`` ``top``: as RabbitMQ, none counts as 0 and more than ``top`` as
+    ``top``; 0..``top`` is spread over chute's 0-9, rounding half up (``top`` up to 9
+    keeps every level apart)."""
+    level = min(max(priority or 0, 0), top)
+    return (level * MAX_PRIORITY * 2 + top) // (top * 2)
 
 
 def _simple(value: Any) -> PropertyValue | None:

@@ -23,12 +23,11 @@ sends can stop the broker.
 from __future__ import annotations
 
 import logging
-import struct
 import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from pamqp import base, commands, decode
+from pamqp import base, commands
 
 from chute.amqp import codec
 from chute.amqp.channel import Channel
@@ -44,13 +43,13 @@ from chute.amqp.codes import (
     from_chute,
 )
 from chute.amqp.entities import Declarations
+from chute.amqp.handshake import credentials, start
 from chute.core.model.consumer import BrokerConsumer, Entry
 from chute.core.rules.routing import WouldBlock
 from chute.errors import ChuteError
 from chute.sansio import NEED_DATA, NeedData
 from chute.server.host import ServerHost
 from chute.server.stream import StreamConnection
-from chute.version import __version__
 
 log = logging.getLogger("chute.amqp")
 
@@ -58,15 +57,6 @@ CHANNEL_MAX: Final = 2047
 FRAME_MAX: Final = 131072
 HEARTBEAT_S: Final = 60
 CLOSE_OK_WAIT_S: Final = 1.0
-_CAPABILITIES: Final = {
-    "publisher_confirms": True,
-    "basic.nack": True,
-    "consumer_cancel_notify": True,
-    "exchange_exchange_bindings": False,
-    "connection.blocked": False,
-    "authentication_failure_close": True,
-    "per_consumer_qos": True,
-}
 
 
 class AmqpConnection(StreamConnection):
@@ -80,6 +70,8 @@ class AmqpConnection(StreamConnection):
         self.frame_max = FRAME_MAX
         self.channel_max = CHANNEL_MAX
         self.cancel_notify = False
+        self.blocked_notify = False  # the client takes connection.blocked/unblocked
+        self._told_blocked = False  # sent connection.blocked, unblocked not yet
         self.channels: dict[int, Channel] = {}
         self._tuned = False
         self._opened = False
@@ -96,6 +88,8 @@ class AmqpConnection(StreamConnection):
         self._act()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._told_blocked:
+            self.broker.cancel_wait(None, self._tell_unblocked)
         self._end_channels()
         super().connection_lost(exc)
 
@@ -121,7 +115,7 @@ class AmqpConnection(StreamConnection):
                 self._out.append(PROTOCOL_HEADER)
                 self._close_after_flush()
                 return
-            self._send(0, _start(self.certificate_user is not None))
+            self._send(0, start(self.certificate_user is not None))
         turn = self._turn()
         while self._may_act(turn) and not self.closing:
             try:
@@ -156,6 +150,8 @@ class AmqpConnection(StreamConnection):
                 raise AmqpError(CHANNEL_ERROR, "a channel frame before connection.open")
             self._on_channel(number, event)
         except WouldBlock as exc:
+            if exc.address is None:
+                self._tell_blocked(exc.reason)
             self._block_until_room(exc, self._retry(event))
         except AmqpError as exc:
             self._refuse(number, exc)
@@ -172,6 +168,24 @@ class AmqpConnection(StreamConnection):
             self.flush()
 
         return retry
+
+    def _tell_blocked(self, reason: str) -> None:
+        """The broker holds this publisher for its memory or disk: say so (once), and
+        say ``connection.unblocked`` once it admits producers again."""
+        if not self.blocked_notify or self._told_blocked:
+            return
+        self._told_blocked = True
+        text = reason.encode()[:255].decode(errors="ignore")
+        self._send(0, commands.Connection.Blocked(text))
+        self.flush()
+        self.broker.wait_for_room(None, self._tell_unblocked)
+
+    def _tell_unblocked(self) -> None:
+        self._told_blocked = False
+        if self.transport is None or self._closing_hard:
+            return
+        self._send(0, commands.Connection.Unblocked())
+        self.flush()
 
     # -- channel 0 -------------------------------------------------------------------------
 
@@ -202,10 +216,10 @@ class AmqpConnection(StreamConnection):
 
     def _on_start_ok(self, method: commands.Connection.StartOk) -> None:
         capabilities = (method.client_properties or {}).get("capabilities")
-        self.cancel_notify = isinstance(capabilities, dict) and bool(
-            capabilities.get("consumer_cancel_notify")
-        )
-        login, passcode = _credentials(method.mechanism, method.response)
+        told = capabilities if isinstance(capabilities, dict) else {}
+        self.cancel_notify = bool(told.get("consumer_cancel_notify"))
+        self.blocked_notify = bool(told.get("connection.blocked"))
+        login, passcode = credentials(method.mechanism, method.response)
         core = self._login.attempt(login, passcode, None, lambda: self._on_start_ok(method))
         if core is None:
             return  # the password is verified off the loop; this method comes again
@@ -340,6 +354,11 @@ class AmqpConnection(StreamConnection):
 
     def after_sync(self, then: Callable[[BaseException | None], None]) -> None:
         self._after_sync(then)
+
+    def _seal_sync(self) -> None:
+        super()._seal_sync()
+        for channel in self.channels.values():
+            channel.sync_sealed()
 
     def delivered(self, consumer: BrokerConsumer, entry: Entry, size: int) -> None:
         self.note_delivery(size)
@@ -529,43 +548,6 @@ _HANDLERS: Final[dict[type[base.Frame], Callable[[AmqpConnection, Channel, Any],
     commands.Tx.Commit: _tx_commit,
     commands.Tx.Rollback: _tx_rollback,
 }
-
-
-def _start(external: bool) -> commands.Connection.Start:
-    mechanisms = "PLAIN AMQPLAIN" + (" EXTERNAL" if external else "")
-    return commands.Connection.Start(
-        version_major=0,
-        version_minor=9,
-        server_properties={
-            "product": "chute",
-            "version": __version__,
-            "platform": "Python",
-            "capabilities": dict(_CAPABILITIES),
-        },
-        mechanisms=mechanisms,
-        locales="en_US",
-    )
-
-
-def _credentials(mechanism: str, response: Any) -> tuple[str | None, str | None]:
-    """The login and password of a ``start-ok`` (None, None: EXTERNAL or unreadable)."""
-    raw = response.encode() if isinstance(response, str) else bytes(response or b"")
-    if mechanism == "PLAIN":
-        parts = raw.split(b"\0")
-        if len(parts) == 3:
-            return parts[1].decode(errors="replace"), parts[2].decode(errors="replace")
-        return None, None
-    if mechanism == "AMQPLAIN":
-        try:
-            _, table = decode.field_table(struct.pack(">I", len(raw)) + raw)
-        except (ValueError, TypeError, IndexError, KeyError, struct.error):
-            return None, None
-        login, password = table.get("LOGIN"), table.get("PASSWORD")
-        return (
-            None if login is None else str(login),
-            None if password is None else str(password),
-        )
-    return None, None
 
 
 def amqp_refusal(code: str, reason: str) -> bytes:

@@ -527,6 +527,8 @@ class Broker:
         self.xa.expire(now, self.prepared_timeout_ms)
         self.cursors.expire(now)
         self.destinations.remove_idle(now)
+        if self.exchanges.sweeper is not None:
+            self.exchanges.sweeper.sweep(now)  # AMQP queues unused for their x-expires
         return count
 
     @contextlib.contextmanager

@@ -5,7 +5,10 @@ delivered ``max_deliveries`` times, pushed out by an overflow policy or that a
 callback queue could not forward goes to its dead-letter address. Either way a
 *copy* is routed there (fresh delivery fields, no expiration), carrying where
 it came from (:data:`ORIGINAL_DESTINATION`) and why (:data:`DIVERT_REASON`).
-A callback queue's forwarding routes copies onwards the same way.
+A callback queue's forwarding routes copies onwards the same way. A queue AMQP
+declared with a dead-letter exchange (the broker's ``exchanges.dead_letters``) sends
+its expired, rejected, pushed-out and over-delivered messages through that exchange
+instead; what it routes nowhere is dropped, as in RabbitMQ.
 
 Both guard against loops (a dead-letter address that forwards back, a ring of
 callback queues): past :data:`MAX_FORWARD_DEPTH` hops a forward is refused, and
@@ -26,6 +29,7 @@ from typing import Final, Protocol
 from chute.core.model.queue import QueueChannel, Reason
 from chute.core.model.readers import StreamReader
 from chute.core.model.registry import Destination, Registry
+from chute.core.rules.exchanges import DeadLettering, Exchanges
 from chute.core.rules.routing import Route
 from chute.errors import DestinationFull, InvalidAddress, NotFound
 from chute.message import Message
@@ -40,6 +44,8 @@ LOG_INTERVAL_MS: Final = 60_000
 
 class DiversionHost(Registry, Protocol):
     """What diverting and forwarding need from the broker."""
+
+    exchanges: Exchanges
 
     def route(self, dest: Destination, message: Message) -> Route:
         """Where ``message`` goes (raises DestinationFull)."""
@@ -81,6 +87,10 @@ class Diversion:
         copy = message.replace(
             properties=properties, expiration=0, redelivered=False, delivery_count=0
         )
+        exchange = self.host.exchanges.dead_letters.get(queue.address)
+        if exchange is not None and reason is not Reason.FORWARD_FAILED:
+            self._through_exchange(exchange, queue, copy, reason)
+            return
         if reason is Reason.EXPIRED:
             log.debug("message %s from %s moved to %s: expired", message.id, _shown(queue), target)
         else:
@@ -97,6 +107,32 @@ class Diversion:
                 target,
                 exc.reason,
             )
+
+    def _through_exchange(
+        self, exchange: DeadLettering, queue: QueueChannel, copy: Message, reason: Reason
+    ) -> None:
+        targets = exchange.divert(queue.address, copy, reason.value, self.host.clock())
+        if not targets:
+            self.discarded += 1
+            self._log(queue, reason, copy, "dropped: its dead-letter exchange routes it nowhere")
+            return
+        if reason is Reason.EXPIRED:
+            log.debug("message %s from %s dead-lettered: expired", copy.id, _shown(queue))
+        else:
+            self._log(queue, reason, copy, f"dead-lettered through its exchange: {reason.value}")
+        for address, each in targets:
+            try:
+                self._send_on(address, each, create=False)
+            except (DestinationFull, InvalidAddress, NotFound) as exc:
+                self.discarded += 1
+                log.error(
+                    "discarded %s from %s (%s): %s could not take it: %s",
+                    copy.id,
+                    queue.address,
+                    reason.value,
+                    address,
+                    exc.reason,
+                )
 
     def forward(self, address: str, message: Message) -> None:
         """Route a copy of ``message`` onwards (callback queues), guarding against loops.

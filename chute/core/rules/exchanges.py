@@ -37,10 +37,11 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from chute.core.model.store import QueueDefinition, QueueKind, Store
 from chute.errors import AccessDenied, ChuteError, NotFound
+from chute.message import Message
 
 log = logging.getLogger("chute.broker")
 
@@ -86,6 +87,25 @@ def bridged(exchange: Exchange, key: str) -> bool:
     return exchange.name == TOPIC_BRIDGE and "*" not in key and "#" not in key
 
 
+class DeadLettering(Protocol):
+    """Where a queue's dead letters go through an exchange (AMQP's
+    ``x-dead-letter-exchange``, made by ``chute.amqp.dead_letter``)."""
+
+    def divert(
+        self, queue: str, message: Message, reason: str, now: int
+    ) -> list[tuple[str, Message]]:
+        """The addresses ``message``, which left ``queue`` unconsumed for ``reason`` (a
+        ``Reason`` value) at ``now`` (ms), goes to, each with the copy it gets there
+        (none: it is dropped)."""
+        ...
+
+
+class Sweeper(Protocol):
+    """What the broker's tick asks of AMQP's queues (``x-expires``: deleting the unused)."""
+
+    def sweep(self, now: int) -> None: ...
+
+
 class Exchanges:
     """Every exchange of the broker's one virtual host (``/``)."""
 
@@ -94,6 +114,10 @@ class Exchanges:
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, QueueDeclaration] = {}
         """What AMQP declares said of queues, by AMQP name (``chute.amqp.entities``)."""
+        self.dead_letters: dict[str, DeadLettering] = {}
+        """Queues (by chute address) whose dead letters go through an exchange."""
+        self.sweeper: Sweeper | None = None
+        """Called on every tick of the broker once a queue was declared with ``x-expires``."""
         for name, kind in (
             ("amq.direct", ExchangeType.DIRECT),
             ("amq.fanout", ExchangeType.FANOUT),
@@ -359,6 +383,13 @@ class QueueDeclaration:
     """The connection id of an exclusive queue's declarer (None: not exclusive)."""
     arguments: tuple[tuple[str, Any], ...] = ()
     stream: bool = False
+
+    def number(self, key: str) -> int:
+        """The integer argument ``key`` (0: absent or not an integer)."""
+        for name, value in self.arguments:
+            if name == key and isinstance(value, int) and not isinstance(value, bool):
+                return value
+        return 0
 
 
 def _exchange_key(name: str) -> str:
