@@ -44,7 +44,7 @@ from typing import Final
 
 from chute.cluster.errors import EtcdError, LeaseNotFound, NodeNameTaken
 from chute.cluster.etcd import Backoff, EtcdClient, Snapshot, WatchItem
-from chute.cluster.etcd_wire import EventType, KeyValue
+from chute.cluster.etcd_wire import EventType, KeyValue, Lease
 from chute.cluster.url import Endpoint, check_name
 from chute.version import __version__
 
@@ -116,6 +116,7 @@ class Membership:
         address: str,
         ttl: int = DEFAULT_TTL,
         backoff: Backoff | None = None,
+        lease: int = 0,
     ) -> None:
         self.client = client
         self.cluster = check_name(cluster)
@@ -130,6 +131,7 @@ class Membership:
         self._members: dict[str, Member] = {}
         self._revision = 0
         self._lease = 0
+        self._given_lease = lease  # not 0: register under it (a live's, chute.ha), not revoke it
         self._listeners: list[Listener] = []
         self._changed = asyncio.Event()
         self._keepalive_task: asyncio.Task[None] | None = None
@@ -208,7 +210,12 @@ class Membership:
         # their CancelledErrors are collected; one that cancels stop() itself goes on
         await asyncio.gather(*tasks, return_exceptions=True)
         self._keepalive_task = self._watch_task = None
-        if revoke and self._lease and self._state is not NodeState.REFUSED:
+        if (
+            revoke
+            and self._lease
+            and not self._given_lease
+            and self._state is not NodeState.REFUSED
+        ):
             try:
                 await self.client.lease_revoke(self._lease)
             except EtcdError as exc:
@@ -230,15 +237,20 @@ class Membership:
         ).encode()
 
     async def _register(self) -> None:
-        lease = await self.client.lease_grant(self.ttl)
+        lease = (
+            Lease(self._given_lease, self.ttl)
+            if self._given_lease
+            else await self.client.lease_grant(self.ttl)
+        )
         result = await self.client.create_if_absent(self._key, self._description(), lease=lease.id)
         if not result.succeeded:
             holder = result.kvs[0] if result.kvs else None
             # A create retried on another endpoint after the first one applied it finds
             # its own key: that is a success.
             if holder is None or holder.lease != lease.id:
-                with contextlib.suppress(EtcdError):
-                    await self.client.lease_revoke(lease.id)
+                if not self._given_lease:
+                    with contextlib.suppress(EtcdError):
+                        await self.client.lease_revoke(lease.id)
                 where = Member.from_kv(self.node, holder).address if holder else "?"
                 raise NodeNameTaken(
                     f"node name {self.node!r} is taken in cluster {self.cluster!r} "

@@ -211,6 +211,10 @@ class ServerConfig:
             raise ConfigError(f"server.cluster_user: no user named {cluster.user!r} in [users]")
         if cluster.ttl < 2:
             raise ConfigError(f"server.cluster_ttl: {cluster.ttl} s is below 2 s")
+        if cluster.min_in_sync < 1:
+            raise ConfigError(f"server.cluster_min_in_sync: {cluster.min_in_sync} is below 1")
+        if cluster.drop_after_ms < 1:
+            raise ConfigError(f"server.cluster_drop_after_ms: {cluster.drop_after_ms} is below 1")
 
     def _check_tls(self) -> None:
         tls = self.tls

@@ -177,6 +177,10 @@ class ClusterSettings:
     password: str = _flat("", "cluster_password")  # that user's password (in plain text)
     ttl: int = _flat(10, "cluster_ttl")  # seconds: how long a dead node stays a member
     tls: bool = _flat(False, "cluster_tls")  # links over TLS, to the others' native TLS port
+    # high availability (docs/ha.md): copies that must hold a record before it is confirmed
+    min_in_sync: int = _flat(1, "cluster_min_in_sync")  # 1: the live alone may go on
+    drop_after_ms: int = _flat(5000, "cluster_drop_after_ms")  # a backup this late is dropped
+    replication_port: int = _flat(0, "cluster_replication_port")  # backups connect here; 0: any
 
 
 SECTION_TYPES: Final = (

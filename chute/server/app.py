@@ -70,6 +70,7 @@ from chute.store.memory import MemoryStore
 from chute.store.progress import RecoveryProgress
 
 if TYPE_CHECKING:  # aiohttp is imported only when the HTTP listener is on
+    from chute.ha.role import Live
     from chute.server.http import HttpListener, HttpSite
     from chute.server.peers import PeerLinks
 
@@ -115,6 +116,7 @@ class BrokerServer:
         self.https_context: ssl.SSLContext | None = None  # the HTTP port's (its client certs)
         self.bridges: list[DropboxBridge] = []  # [[dropbox]] mounts (docs/dropbox.md)
         self.node: ClusterNode | None = None  # [cluster]: this broker as a node (docs/cluster.md)
+        self.ha: Live | None = None  # this process as its node's live (docs/ha.md)
         self.started = time.time()
         self._stopping: asyncio.Event | None = None
         self._sync_requests: list[Callable[[BaseException | None], None]] = []
@@ -286,8 +288,12 @@ class BrokerServer:
         is listed after the TCP ones, where it always was)."""
         config = self.config
         await self._recover()
+        if self.ha is not None and isinstance(self.store, Journal):  # before any client writes
+            self.ha.replication.attach(self.store)
         if config.clustered:  # the ledgers taken back before any link is up
             self.node = ClusterNode.make(self)
+            if self.ha is not None:
+                self.node.lease = self.ha.lease
         self.broker.admission.check()  # a full disk waits producers now
         self.bridges = start_bridges(
             self, self.config.dropbox

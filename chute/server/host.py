@@ -17,6 +17,7 @@ from chute.server.limits import ConnectionLimits
 from chute.server.turns import Contenders
 
 if TYPE_CHECKING:
+    from chute.ha.role import Live
     from chute.server.peers import PeerLinks
 
 SyncedCallback = Callable[[BaseException | None], None]
@@ -52,6 +53,10 @@ class ServerHost(Protocol):
     @property
     def peers(self) -> PeerLinks | None:
         """The links to the other nodes of the cluster (None: not in a cluster)."""
+
+    @property
+    def ha(self) -> Live | None:
+        """This process as its node's live (None: no backups, chute.ha)."""
 
     @property
     def limits(self) -> ConnectionLimits:

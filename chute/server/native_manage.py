@@ -25,6 +25,7 @@ from chute.core.operations.browse import BrowsePage, clamp
 from chute.core.operations.connection import BrokerConnection
 from chute.core.operations.stats import STAT_PAGE
 from chute.errors import ChuteError, TooLarge
+from chute.ha.view import add_view
 from chute.protocol import packets as p
 from chute.protocol.codec import PacketCodec
 from chute.server.cluster_stats import page_filter
@@ -109,6 +110,7 @@ class ManagementRequests:
         stats["destinations"] = destinations
         stats["sockets"] = self.server.limits.stats()
         stats["uptime_s"] = round(time.time() - self.server.started, 1)
+        add_view(stats, self.server.ha)
         self._respond(header, p.StatResult(json.dumps(stats)))
 
     def _on_destination_create(self: Driver, header: p.Header, packet: p.DestinationCreate) -> None:
@@ -171,6 +173,7 @@ def _stat_page(
         return
     stats["uptime_s"] = round(time.time() - driver.server.started, 1)
     stats["sockets"] = driver.server.limits.stats()
+    add_view(stats, driver.server.ha)
     driver._respond(header, p.StatPage(json.dumps(stats), after))
     if view is not None:  # answered later than the turn that read the request
         driver._schedule_flush()

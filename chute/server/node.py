@@ -62,6 +62,7 @@ class ClusterNode:
             server.broker, self.links, node=settings.node, run=self.run
         )
         self.membership: Membership | FixedMembership | None = None
+        self.lease = 0  # a live's lease (chute.ha): the node's key goes with it
         self._client: EtcdClient | None = None
         self.homes: Homes | None = (
             None if self.fixed is None else FixedHomes(list(self.fixed.members))
@@ -131,7 +132,12 @@ class ClusterNode:
             address = f"{native[0]}:{native[1]}"
         self._client = EtcdClient.from_url(self.url)
         self.membership = Membership(
-            self._client, self.name, self.settings.node, address=address, ttl=self.settings.ttl
+            self._client,
+            self.name,
+            self.settings.node,
+            address=address,
+            ttl=self.settings.ttl,
+            lease=self.lease,
         )
         self.membership.add_listener(self._changed)
         try:

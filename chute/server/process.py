@@ -10,15 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 from typing import TYPE_CHECKING, Any
 
 from chute.config import ServerConfig
+from chute.errors import ChuteError
+from chute.ha.view import wanted as ha_wanted
 from chute.server.app import BrokerServer
 from chute.server.listener import raise_open_file_limit
+from chute.server.native import native_refusal
+from chute.server.stomp import stomp_refusal
 from chute.server.supervisor import watch_lifeline
 
 if TYPE_CHECKING:
     from chute.server.app import MakeSite
+
+log = logging.getLogger("chute.ha")
 
 TASKS_END_S = 5.0  # stopping: how long the tasks still pending get to end once cancelled
 
@@ -65,11 +72,20 @@ def run(
 
     async def main() -> None:
         server = BrokerServer(config, site=site)
+        if ha_wanted(config):  # a backup until this process is the node's live
+            from chute.ha.role import become_live  # noqa: PLC0415 - etcd's client: aiohttp
+
+            refusals = [(config.listen.port, native_refusal)] if config.listen.port else []
+            if config.listen.stomp_port:
+                refusals.append((config.listen.stomp_port, stomp_refusal))
+            server.ha = await become_live(config, lambda why: _step_down(server, why), refusals)
         try:
             bound = await server.start()
         except BaseException:
             if server.store is not None:
                 server.store.close()
+            if server.ha is not None:
+                await server.ha.close()
             raise
         server.handle_signals()
         if lifeline is not None:
@@ -77,6 +93,10 @@ def run(
         if ready is not None:
             ready(bound)
         await server.serve_until_stopped()
+        if server.ha is not None:
+            await server.ha.close()
+            if server.ha.deposed is not None:
+                raise ChuteError(f"no longer the live process of this node: {server.ha.deposed}")
 
     try:
         loop.run_until_complete(main())
@@ -85,6 +105,18 @@ def run(
             end_remaining_tasks(loop)
         finally:
             loop.close()
+
+
+def _step_down(server: BrokerServer, why: str) -> None:
+    """The live lost its lease: it confirms nothing more (its gate says so) and stops."""
+    log.error(
+        "high availability: no longer live (%s): confirming nothing more and stopping; "
+        "started again, this process rejoins as a backup",
+        why,
+    )
+    if server.ha is not None:
+        server.ha.deposed = why
+    server.request_stop()
 
 
 def end_remaining_tasks(loop: asyncio.AbstractEventLoop) -> None:

@@ -41,10 +41,11 @@ from chute.store.disk import Disk
 from chute.store.intake import Item
 from chute.store.reclaim import SEGMENT_SHIFT, LiveIndex
 from chute.store.record import HEADER_SIZE, frame_header
-from chute.store.segment import SEGMENT_HEADER_SIZE, SegmentFile
+from chute.store.segment import SEGMENT_HEADER_SIZE, SegmentFile, header
 from chute.store.segments import Segments
 from chute.store.space import FreeSpace
 from chute.store.syncstats import SyncStats
+from chute.store.tap import Tap
 from chute.store.unsynced import NEW, Unsynced, adds_messages, located
 
 _ACK_RESERVE: Final = 64 << 10  # under disk_free_limit: a segment's end kept for acks, marks
@@ -86,6 +87,7 @@ class Appender:
         self.last_sync = time.monotonic()
         self._records_unsynced = 0  # records written since the last fsync
         self._dirty_end = 0  # the current segment may hold bytes up to here (a torn write)
+        self.tap: Tap | None = None  # a replica is told every write (chute.store.tap)
 
     def close(self) -> None:
         """Close the current segment (the writer thread has ended)."""
@@ -141,6 +143,8 @@ class Appender:
                 data = b"".join(parts)
                 self._dirty_end = max(self._dirty_end, start + len(data))
                 self._disk.write(segment.fd, data, start)
+                if self.tap is not None:
+                    self.tap.wrote(number, start, data)
                 self._dirty_end = position
                 self.bytes_written += len(data)
                 self._records_unsynced += end - done
@@ -174,6 +178,8 @@ class Appender:
         # if this fails (a full disk), the old segment stays current: what still fits in it
         # (consumers' acks, once the records that did not fit are refused) can be written
         segment = self._segments.open_next(needed)
+        if self.tap is not None:
+            self.tap.wrote(segment.number, 0, header(segment.number))
         if old is not None:
             old.close()
         self.current = segment

@@ -107,6 +107,7 @@ from chute.store.segment import list_segments, remove_spares
 from chute.store.segments import Segments, reclaim_at_open
 from chute.store.space import FreeSpace, check_room_to_open
 from chute.store.syncstats import SyncSnapshot
+from chute.store.tap import Tap
 from chute.store.writer import SyncMode, Writer
 
 __all__ = ["DEFAULT_SEGMENT_SIZE", "Journal", "ReclaimResult", "SyncMode"]
@@ -365,6 +366,18 @@ class Journal:
                 self.directory, index=LiveIndex(), disk=self._disk, cut=False
             )
         return recovered
+
+    def replicate(self, tap: Tap | None) -> None:
+        """Tell ``tap`` every write, segment deletion and sync from now on
+        (:mod:`chute.store.tap`); None stops it."""
+        self._writer.replicate(tap)
+
+    def at_rest(self, start: Callable[[list[int], int, int], None]) -> None:
+        """``start(segments, segment, offset)`` with no write under way: the segment files
+        and how far the current one is written. What is written after it returns goes
+        to the tap; what is before is in those files (a replica copies it from them)."""
+        with self._writer.cycle_lock:
+            start(self._segments.numbers(), *self._writer.position())
 
     def sync_inline(self, callbacks: list[SyncCallback]) -> bool:
         """Make everything appended durable and call ``callbacks`` on this thread, now, if

@@ -43,6 +43,7 @@ from chute.store.segment import (
     read_segment,
     segment_path,
 )
+from chute.store.tap import Tap
 
 log = logging.getLogger("chute.store.journal")
 
@@ -76,6 +77,7 @@ class Segments:
         self._compact_ratio = compact_ratio
         self._max_moves = max_moves
         self._spares = Spares(directory, segment_size, disk) if preallocate else None
+        self.tap: Tap | None = None  # a replica is told every deletion (chute.store.tap)
         if self._spares is not None:
             self._spares.prepare()
 
@@ -157,6 +159,8 @@ class Segments:
                 self._numbers.remove(segment)
             index.forget(segment)
             deleted.append(segment)
+            if self.tap is not None:
+                self.tap.deleted(segment)
             self._disk.sync_directory(self.directory)
         log.debug(
             "journal %s: deleted segments %s, moved %d records", self.directory, deleted, moved

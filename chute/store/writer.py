@@ -80,6 +80,7 @@ from chute.store.reclaim import LiveIndex
 from chute.store.segments import Segments
 from chute.store.space import FreeSpace
 from chute.store.syncstats import SyncStats
+from chute.store.tap import Tap
 from chute.store.unsynced import refuse, refused_ops
 
 log = logging.getLogger("chute.store.journal")
@@ -157,6 +158,7 @@ class Writer:
         """Told (on the thread that ran the cycle, before the callbacks get their error)
         what the records a failure refused held (:mod:`chute.store.unsynced`)."""
         self._waiting: list[SyncCallback] = []  # taken, to call after the next sync
+        self.tap: Tap | None = None  # a replica: it calls the callbacks (chute.store.tap)
         self._inline_from = 0.0  # run_inline does nothing before this (monotonic)
         self._linger_until: float | None = None
         self._active_at = 0.0
@@ -166,6 +168,16 @@ class Writer:
         self._seen_at = time.monotonic()  # ... and when it last changed
         self._reclaimed_written = 0  # bytes_written after the last reclaim pass
         self.thread = threading.Thread(target=self._run, name="chute-journal", daemon=True)
+
+    def replicate(self, tap: Tap | None) -> None:
+        """Tell ``tap`` every write, deletion and sync from now on (None: stop)."""
+        with self.cycle_lock:
+            self.tap = self._appender.tap = self._segments.tap = tap
+
+    def position(self) -> tuple[int, int]:
+        """(Under ``cycle_lock``.) The current segment and how far it is written."""
+        current = self._appender.current
+        return (0, 0) if current is None else (current.number, current.position)
 
     def release(self) -> None:
         """After the thread ended: close the current segment, stop making spares."""
@@ -403,6 +415,14 @@ class Writer:
     def _fire(self, error: Exception | None = None) -> None:
         """Call every waiting callback: with None, or a fresh error for each if ``error``."""
         waiting, self._waiting = self._waiting, []
+        tap = self.tap
+        if tap is not None and error is None and waiting:
+            current = self._appender.current
+            if current is None:
+                tap.synced(waiting, 0, 0)
+            else:
+                tap.synced(waiting, current.number, current.position)
+            return
         for callback in waiting:
             try:
                 callback(None if error is None else store_error(error, "write"))

@@ -284,9 +284,25 @@ def serve_and_fail(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[st
     )
 
 
-def test_a_taken_node_name_is_refused_with_one_clear_line(nodes: Nodes, tmp_path: Path) -> None:
+def test_a_taken_node_name_with_its_data_directory_is_refused_with_one_clear_line(
+    nodes: Nodes, tmp_path: Path
+) -> None:
+    """A second process of node ``a`` on another data directory is its backup (see
+    test_ha.py); on the same data directory it is refused: that journal is in use."""
     nodes.start("a")
-    done = serve_and_fail(tmp_path, "--cluster", nodes.url, "--node", "a")
+    done = serve_and_fail(
+        tmp_path, "--cluster", nodes.url, "--node", "a", "--data-dir", str(tmp_path / "data-a")
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = [line for line in done.stderr.splitlines() if "in use by another broker" in line]
+    assert len(lines) == 1, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_taken_node_name_is_refused_with_the_memory_store(nodes: Nodes, tmp_path: Path) -> None:
+    """Without a journal there is nothing to replicate: no backup, the name is refused."""
+    nodes.start("a")
+    done = serve_and_fail(tmp_path, "--cluster", nodes.url, "--node", "a", "--store", "memory")
     assert done.returncode == 1, done.stdout + done.stderr
     lines = [line for line in done.stderr.splitlines() if "is taken" in line]
     assert len(lines) == 1, done.stderr

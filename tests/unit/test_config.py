@@ -282,6 +282,9 @@ FLAT_KEYS: dict[str, str] = {
     "cluster_password": "cluster.password",
     "cluster_ttl": "cluster.ttl",
     "cluster_tls": "cluster.tls",
+    "cluster_min_in_sync": "cluster.min_in_sync",
+    "cluster_drop_after_ms": "cluster.drop_after_ms",
+    "cluster_replication_port": "cluster.replication_port",
 }
 """Every key [server] held before it had sections, and where it is now: these keep working."""
 

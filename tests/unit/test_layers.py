@@ -42,6 +42,7 @@ SERVER = (
         "outbox",
         "passwords",
         "cluster",
+        "ha",
     }
 )
 """The asyncio listeners and drivers: the codecs, the core, the journal they open."""
@@ -81,6 +82,8 @@ MAY_IMPORT: Mapping[str, frozenset[str]] = {
     "client": BASE | {"core.model", "protocol", "sansio", "outbox", "origins"},
     # a cluster's coordinator (etcd over HTTP) and membership, beside the server
     "cluster": BASE,
+    # a node's live and backups: journal replication, election and fencing in etcd
+    "ha": BASE | {"core.model", "store", "cluster", "config"},
     # DropboxMQ: the serverless client (the client's API) and the broker's bridge
     "dropbox": BASE | CORE | {"client"},
     # the applications on top; the dropbox commands stay serverless
