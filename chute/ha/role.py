@@ -91,7 +91,7 @@ async def become_live(
             await _refuse(config.listen.host, port, make, backup) for port, make in refusals
         ]
         http = (
-            await serve_backup_site(backup, config.listen.host, config.listen.http_port)
+            await serve_backup_site(backup, url.name, config.listen.host, config.listen.http_port)
             if config.listen.http_port
             else None
         )

@@ -29,6 +29,7 @@ from chute.client.blocking import connect
 from chute.errors import ChuteError, ConnectError
 from tests.integration.conftest import ChuteServer, free_port
 from tests.integration.etcd_fixture import EtcdProcess, start_etcd
+from tests.integration.test_cluster_view import conforms
 
 CLUSTER = "t"
 DEADLINE = 30.0
@@ -298,6 +299,32 @@ def test_stat_shows_the_role_the_epoch_and_the_backups(pair: Pair) -> None:
     assert [b["state"] for b in cluster["backups"]] == ["in-sync"]
 
 
+def test_the_admin_api_and_metrics_of_the_live_show_its_role_and_backups(pair: Pair) -> None:
+    http = free_port()
+    live = pair.spawn("one", http_port=http)
+    live.wait_for_line("chute listening", timeout=DEADLINE)
+    backup = pair.spawn("two")
+    backup.wait_for_line("in sync with the live", timeout=DEADLINE)
+    base = f"http://127.0.0.1:{http}"
+    status, body = _get(f"{base}/api/cluster")
+    assert status == 200
+    cluster = json.loads(body)
+    assert cluster["role"] == "live"
+    assert cluster["epoch"] > 0
+    [only] = cluster["backups"]
+    assert only["state"] == "in-sync"
+    conforms(cluster, "Cluster")
+    status, body = _get(f"{base}/metrics")
+    assert status == 200
+    assert 'chute_ha_role{node="a",role="live"} 1.0' in body
+    assert f'chute_ha_epoch{{node="a"}} {float(cluster["epoch"])}' in body
+    assert f'chute_ha_backup_in_sync{{address="{only["address"]}",node="a"}} 1.0' in body
+    kill(backup)
+    live.wait_for_line("dropped from the in-sync set", timeout=DEADLINE)
+    status, body = _get(f"{base}/metrics")
+    assert f'chute_ha_backup_in_sync{{address="{only["address"]}",node="a"}} 0.0' in body
+
+
 def test_a_backup_refuses_clients_naming_the_live(pair: Pair) -> None:
     live = pair.live("one")
     backup = pair.spawn("two")
@@ -379,9 +406,23 @@ def test_a_backup_answers_health_and_metrics_and_refuses_the_rest(pair: Pair) ->
     assert status == 200
     assert 'chute_ha_role{role="backup"} 1' in body
     assert "chute_ha_in_sync 1" in body
-    status, body = _get(f"{base}/api/v1/destinations")
-    assert status == 503
-    assert f"its live is at 127.0.0.1:{live.port}" in body
+    status, body = _get(f"{base}/api/cluster")
+    assert status == 200
+    cluster = json.loads(body)
+    assert (cluster["name"], cluster["node"], cluster["nodes"]) == (CLUSTER, "a", [])
+    assert (cluster["role"], cluster["live"], cluster["in_sync"]) == (
+        "backup",
+        f"127.0.0.1:{live.port}",
+        True,
+    )
+    assert cluster["epoch"] > 0
+    assert cluster["position"]["segment"] > 0
+    conforms(cluster, "Cluster")
+    assert _get(f"{base}/api/destinations") == (200, '{"destinations": [], "next": null}')
+    for path in ("/api/v1/destinations", "/api/overview", "/api/destinations/queue:orders"):
+        status, body = _get(f"{base}{path}")
+        assert status == 503, path
+        assert f"its live is at 127.0.0.1:{live.port}" in body
     kill(live)
     backup.wait_for_line("chute listening", timeout=DEADLINE)  # the port is the broker's now
     assert _get(f"{base}/healthz") == (200, '{"status": "alive"}')
