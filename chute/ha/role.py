@@ -22,6 +22,7 @@ from chute.cluster.url import parse_cluster_url
 from chute.config import ServerConfig
 from chute.ha.backup import Backup, node_id
 from chute.ha.backup_http import serve_backup_site
+from chute.ha.backup_native import serve_backup_native
 from chute.ha.elector import Elector
 from chute.ha.live import Replication
 
@@ -69,8 +70,10 @@ async def become_live(
     refusals: Sequence[tuple[int, Refusal]] = (),
 ) -> Live:
     """Run as a backup of the node until this process is its live (module docstring).
-    Meanwhile each ``(port, refusal)`` refuses every client, naming the live, and the
-    HTTP port answers health and metrics (:mod:`chute.ha.backup_http`)."""
+    Meanwhile the native port answers statistics and refuses the rest, naming the live
+    (:mod:`chute.ha.backup_native`), each ``(port, refusal)`` (STOMP's) refuses every
+    client, naming the live, and the HTTP port answers health, metrics and the admin
+    API's statistics (:mod:`chute.ha.backup_http`)."""
     settings = config.cluster
     url = parse_cluster_url(settings.coordinator)
     client = EtcdClient.from_url(url, request_timeout=max(1.0, settings.ttl / 3))
@@ -90,6 +93,10 @@ async def become_live(
         refusing = [
             await _refuse(config.listen.host, port, make, backup) for port, make in refusals
         ]
+        if config.listen.port:
+            refusing.append(
+                await serve_backup_native(backup, url.name, config.listen.host, config.listen.port)
+            )
         http = (
             await serve_backup_site(backup, url.name, config.listen.host, config.listen.http_port)
             if config.listen.http_port

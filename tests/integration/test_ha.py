@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -26,7 +27,9 @@ from pathlib import Path
 import pytest
 
 from chute.client.blocking import connect
-from chute.errors import ChuteError, ConnectError
+from chute.errors import ChuteError, NotLive
+from chute.protocol import Error, PacketCodec, SessionOpen, StatFetch, StatPage
+from chute.protocol.wire import encode_packet
 from tests.integration.conftest import ChuteServer, free_port
 from tests.integration.etcd_fixture import EtcdProcess, start_etcd
 from tests.integration.test_cluster_view import conforms
@@ -54,9 +57,15 @@ class Pair:
         self.started: list[ChuteServer] = []
 
     def spawn(
-        self, name: str, port: int | None = None, http_port: int = 0, etcd: str | None = None
+        self,
+        name: str,
+        port: int | None = None,
+        http_port: int = 0,
+        etcd: str | None = None,
+        config: Path | None = None,
     ) -> ChuteServer:
-        """Start a process of node ``a`` with its data in ``tmp_path/name``; returns at once."""
+        """Start a process of node ``a`` with its data in ``tmp_path/name``; returns at once.
+        ``config``: its configuration file (default: the pair's)."""
         port = port or free_port()
         data_dir = self.tmp_path / name
         cmd = [
@@ -75,7 +84,7 @@ class Pair:
             "--http-port",
             str(http_port),
             "--config",
-            str(self.config),
+            str(config or self.config),
             "--cluster",
             self.url if etcd is None else f"etcd://{etcd}/{CLUSTER}",
             "--node",
@@ -330,8 +339,54 @@ def test_a_backup_refuses_clients_naming_the_live(pair: Pair) -> None:
     backup = pair.spawn("two")
     backup.wait_for_line("in sync with the live", timeout=DEADLINE)
     refused = rf"backup .*its live is at 127\.0\.0\.1:{live.port}"
-    with pytest.raises(ConnectError, match=refused), connect(backup.url):
+    with pytest.raises(NotLive, match=refused), connect(backup.url):
         pass
+    # listed first, the backup gives way to the live: the connection works there
+    both = f"chute://127.0.0.1:{backup.port},127.0.0.1:{live.port}?order=listed"
+    with connect(both) as conn, conn.session() as session:
+        session.send(QUEUE, "through the live")
+    assert drain(live) == ["through the live"]
+
+
+def _stat(server: ChuteServer, *flags: str) -> str:
+    return subprocess.run(
+        [sys.executable, "-m", "chute.cli", "stat", *flags, "--url", server.url],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        check=True,
+    ).stdout
+
+
+def test_chute_stat_on_a_backup_shows_its_role_its_live_and_its_position(pair: Pair) -> None:
+    live = pair.live("one")
+    send(live, ["before"])
+    backup = pair.spawn("two")
+    backup.wait_for_line("in sync with the live", timeout=DEADLINE)
+    stats = json.loads(_stat(backup, "--json"))
+    assert stats["destinations"] == []
+    cluster = stats["cluster"]
+    assert (cluster["name"], cluster["node"], cluster["role"]) == (CLUSTER, "a", "backup")
+    assert (cluster["live"], cluster["in_sync"]) == (f"127.0.0.1:{live.port}", True)
+    live_epoch = json.loads(_stat(live, "--json"))["cluster"]["epoch"]
+    assert cluster["epoch"] == live_epoch
+    assert cluster["position"]["segment"] > 0
+    assert cluster["position"]["offset"] > 0
+    text = _stat(backup)
+    assert f"this process is a backup (epoch {live_epoch}), in sync" in text
+    assert f"its live at 127.0.0.1:{live.port}" in text
+    # statistics first, then work: the work is refused, naming the live
+    codec = PacketCodec()
+    with socket.create_connection(("127.0.0.1", backup.port), timeout=DEADLINE) as sock:
+        sock.sendall(encode_packet(StatFetch(), 1) + encode_packet(SessionOpen(1), 2))
+        answers: list[object] = []
+        while len(answers) < 2 and (data := sock.recv(65536)):
+            codec.receive_data(data)
+            answers += [packet for _, packet in codec.next_packets()]
+    assert isinstance(answers[0], StatPage)
+    assert isinstance(answers[1], Error)
+    assert answers[1].code == "not-live"
+    assert f"its live is at 127.0.0.1:{live.port}" in answers[1].reason
 
 
 def test_a_backup_that_stalls_too_long_is_dropped_and_producers_go_on(pair: Pair) -> None:
