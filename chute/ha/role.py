@@ -88,7 +88,7 @@ async def become_live(
     host = settings.advertise.rpartition(":")[0] if settings.advertise else config.listen.host
     try:
         bound = await replication.listen(host, settings.replication_port)
-        address = f"{host}:{bound[1]}"
+        address = settings.replication_advertise or f"{host}:{bound[1]}"
         backup = Backup(elector, config.storage.data_dir, address)
         refusing = [
             await _refuse(config.listen.host, port, make, backup) for port, make in refusals
