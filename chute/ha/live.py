@@ -103,6 +103,7 @@ class Replication:
         self._server: asyncio.Server | None = None
         self._checker: asyncio.Task[None] | None = None
         self.backups: dict[str, str] = {}  # address -> "in-sync" | "catching-up" | "down"
+        self._addresses: dict[str, str] = {}  # a backup's identity -> its latest link's address
         self._closing = False
         self._recording = asyncio.Lock()
         self._leaving: set[str] = set()  # backups being recorded out of the in-sync set
@@ -221,6 +222,10 @@ class Replication:
 
         journal.at_rest(start)
         segments, segment, offset = snapshot[0]
+        before = self._addresses.get(link.node_id)
+        if before is not None and before != link.address:  # the same backup, linked anew
+            self.backups.pop(before, None)
+        self._addresses[link.node_id] = link.address
         self.backups[link.address] = "catching-up"
         log.info(
             "high availability: backup %s (%s) connected; catching up", link.address, link.node_id
@@ -284,7 +289,8 @@ class Replication:
         with self._lock:
             if link in self._links:
                 self._links.remove(link)
-        self.backups[link.address] = "down"
+        if self._addresses.get(link.node_id) == link.address:  # not replaced by a new link
+            self.backups[link.address] = "down"
         if link.in_sync and not self._closing:
             link.in_sync = False
             await self._drop(link.node_id, link.address, "its link is lost")

@@ -308,6 +308,18 @@ def test_stat_shows_the_role_the_epoch_and_the_backups(pair: Pair) -> None:
     assert [b["state"] for b in cluster["backups"]] == ["in-sync"]
 
 
+def test_a_backup_restarted_is_listed_once_by_its_newest_link(pair: Pair) -> None:
+    live = pair.live("one")
+    backup = pair.spawn("two")
+    backup.wait_for_line("in sync with the live", timeout=DEADLINE)
+    kill(backup)
+    line = live.wait_for_line("dropped from the in-sync set", timeout=DEADLINE)
+    backup = pair.spawn("two")
+    live.wait_for_line("is in sync", start=live.lines.index(line), timeout=DEADLINE)
+    backups = json.loads(_stat(live, "--json"))["cluster"]["backups"]
+    assert [b["state"] for b in backups] == ["in-sync"]
+
+
 def test_the_admin_api_and_metrics_of_the_live_show_its_role_and_backups(pair: Pair) -> None:
     http = free_port()
     live = pair.spawn("one", http_port=http)
