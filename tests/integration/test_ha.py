@@ -160,6 +160,11 @@ def test_a_second_process_of_a_node_is_its_backup_and_takes_over(pair: Pair) -> 
     send(live, [f"late-{i}" for i in range(200)])
     kill(live)
     backup.wait_for_line("chute listening", timeout=DEADLINE)
+    # each change of role logged once: backup (its one link), then live
+    roles = [x for x in backup.lines if "backup of the live at" in x or "is live here" in x]
+    assert len(roles) == 2, roles
+    assert "backup of the live at" in roles[0]
+    assert "is live here" in roles[1]
     got = drain(backup)
     assert sorted(got) == sorted(
         [f"early-{i}" for i in range(200)] + [f"late-{i}" for i in range(200)]
