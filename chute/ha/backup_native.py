@@ -9,6 +9,7 @@ such a refusal) gets the backup's statistics (:func:`backup_stats`: its role, ep
 live, whether it is in sync, its journal position, and no destinations), as many
 times as it asks, and ``Ping`` its ``Pong``; any other packet is refused like a
 ``Connect``. What it tells holds no messages and no destination, so no login is asked.
+A connection silent for ``IDLE_S`` seconds is closed.
 
 The listener closes once the process is elected: the broker's own takes the port.
 """
@@ -28,6 +29,7 @@ from chute.protocol.wire import encode_packet
 from chute.sansio import NeedData
 
 READ = 1 << 16
+IDLE_S = 60.0  # a connection that sends nothing for this long is closed
 
 
 def backup_stats(backup: Backup, cluster: str) -> dict[str, Any]:
@@ -46,7 +48,7 @@ async def serve_backup_native(backup: Backup, cluster: str, host: str, port: int
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             await _serve(backup, cluster, reader, writer)
-        except (OSError, RemoteProtocolError):
+        except (OSError, RemoteProtocolError, TimeoutError):
             pass
         finally:
             writer.close()
@@ -59,7 +61,7 @@ async def _serve(
 ) -> None:
     codec = PacketCodec()
     while True:
-        data = await reader.read(READ)
+        data = await asyncio.wait_for(reader.read(READ), IDLE_S)
         codec.receive_data(data)
         if not data:
             return
