@@ -89,6 +89,7 @@ class Replication:
         self.elector = elector
         self.gate = Gate(min_in_sync, elector.may_confirm)
         elector.on_renewed = self.gate.recheck
+        elector.on_new_epoch = self._new_epoch
         self._drop_after = drop_after_ms / 1000
         self._step_down = step_down
         self._journal: Journal | None = None
@@ -130,6 +131,11 @@ class Replication:
         for task in [*self._tasks, *([self._checker] if self._checker else [])]:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        for link in list(self._links):
+            link.writer.close()
+
+    def _new_epoch(self) -> None:
+        """Live again under a new epoch: every backup links anew (and hears it)."""
         for link in list(self._links):
             link.writer.close()
 

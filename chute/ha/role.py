@@ -4,9 +4,10 @@
 ``[cluster]`` names a coordinator and messages are kept in the journal: it opens
 the replication listener, then runs as a backup (:class:`~chute.ha.backup.Backup`)
 until this process wins the node's election, and returns the :class:`Live` that
-then taps the journal (:class:`~chute.ha.live.Replication`). A live that loses its
-lease stops confirming at once and stops the process (``step_down``): restarted,
-it comes back as a backup.
+then taps the journal (:class:`~chute.ha.live.Replication`). A live whose lease
+lapsed with a backup recorded in sync stops confirming at once and stops the process
+(``step_down``): restarted, it comes back as a backup. With none recorded it stays
+live under a new lease and epoch (:mod:`chute.ha.elector`).
 """
 
 from __future__ import annotations
@@ -37,10 +38,6 @@ class Live:
         self.elector = elector
         self.replication = replication
         self.deposed: str | None = None  # why this process stopped being live, if it did
-
-    @property
-    def lease(self) -> int:
-        return self.elector.lease
 
     def view(self) -> dict[str, Any]:
         """``role``, ``epoch`` and ``backups``, for ``chute stat``'s ``cluster`` object."""
