@@ -327,7 +327,10 @@ def test_a_live_paused_past_its_lease_confirms_nothing_after_a_backup_took_over(
     assert live.process.wait(DEADLINE) == 1  # it stepped down and stopped
     stop.set()
     producer.join(DEADLINE)
-    assert "no longer live" in live.output
+    assert (
+        "no longer live (its lease in etcd expired while a backup was recorded in sync"
+        in live.output
+    )
     assert len(confirmed) <= paused + 1, "the deposed live confirmed after its lease"
     got = set(drain(backup))
     lost = [body for body in confirmed if body not in got]
@@ -413,7 +416,10 @@ def test_a_live_cut_off_from_etcd_stops_confirming_and_loses_nothing_confirmed(
         send(backup, ["after the take-over"])
         relay.heal()
         assert live.process.wait(DEADLINE) == 1, live.output  # it stepped down
-        assert "no longer live" in live.output
+        assert (
+            "no longer live (its lease in etcd expired while a backup was recorded in sync"
+            in live.output
+        )
         assert len(confirmed) == at_take_over, "the cut-off live confirmed after the take-over"
     finally:
         relay.heal()
