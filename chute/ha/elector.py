@@ -185,7 +185,13 @@ class Elector:
         Raises:
             EtcdError: etcd could not be reached (nothing is known to be recorded).
         """
-        return await self._write_record(tuple(in_sync))
+        while True:
+            await self._settled.wait()
+            epoch = self.epoch
+            if await self._write_record(tuple(in_sync)):
+                return True
+            if self.epoch == epoch:  # not sent under a lost epoch: no longer live
+                return False
 
     async def _write_record(self, in_sync: tuple[str, ...], *, campaigning: bool = False) -> bool:
         if not campaigning:
