@@ -132,6 +132,14 @@ class WrongProtocol(ConnectError):
     code = "wrong-protocol"
 
 
+class NotLive(ConnectError):
+    """The process reached is a backup of its node (high availability): it takes no
+    client work; the reason names the node's live. A client given several addresses
+    moves on to the next."""
+
+    code = "not-live"
+
+
 class TooLarge(ChuteError):
     """The answer to a request would not fit in one packet (ask for it in pages)."""
 
@@ -164,6 +172,7 @@ _BY_CODE: dict[str, type[ChuteError]] = {
         ConnectError,
         ClientIdInUse,
         WrongProtocol,
+        NotLive,
         TooLarge,
         RequestTimeout,
     )

@@ -21,6 +21,7 @@ from chute.core.operations.browse import clamp
 from chute.core.operations.connection import BrokerConnection
 from chute.core.operations.stats import STAT_PAGE
 from chute.errors import NotFound
+from chute.ha.view import add_view
 from chute.server.cluster_stats import ClusterStats, page_filter
 from chute.server.host import ServerHost
 
@@ -32,7 +33,9 @@ def exchange(server: ServerHost) -> ClusterStats | None:
 
 
 async def cluster_document(server: ServerHost) -> dict[str, Any]:
-    """``{"name", "node", "nodes": [{"name", "address", "state", "links"[, "reason"]}]}``.
+    """``{"name", "node", "nodes": [{"name", "address", "state", "links"[, "reason"]}]}``,
+    with this process's ``role``, ``epoch`` and ``backups`` when the node has backups
+    (:func:`chute.ha.view.add_view`).
 
     Raises:
         NotFound: this broker is not a node of a cluster.
@@ -41,7 +44,9 @@ async def cluster_document(server: ServerHost) -> dict[str, Any]:
     if stats is None:
         raise NotFound("this broker is not a node of a cluster")
     view = await stats.view()
-    return view.document()
+    document = view.document()
+    add_view(document, server.ha)
+    return document
 
 
 async def cluster_page(

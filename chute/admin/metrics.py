@@ -233,6 +233,8 @@ class BrokerCollector(Collector):
             yield from _journal(store)
         if server.peers is not None:
             yield from _cluster(server.peers)
+        if server.ha is not None:
+            yield from _live(server.ha.view())
 
 
 def _cluster(peers: PeerLinks) -> Iterator[Metric]:
@@ -246,6 +248,26 @@ def _cluster(peers: PeerLinks) -> Iterator[Metric]:
     for name in sorted(set(peers.known) | set(peers.members)):
         up.add_metric([name], 1.0 if name in peers.links else 0.0)
     yield up
+
+
+def _live(view: dict[str, Any]) -> Iterator[Metric]:
+    """The live of a node with backups: its role, its epoch, and each backup's state
+    (the series a backup gives are the same names: :mod:`chute.ha.backup_http`)."""
+    role = GaugeMetricFamily(
+        "chute_ha_role", "This process's role in its node (1 for its role).", labels=["role"]
+    )
+    role.add_metric([view["role"]], 1.0)
+    yield role
+    yield _gauge("chute_ha_epoch", "The node's epoch (its live's term in etcd).", view["epoch"])
+    in_sync = GaugeMetricFamily(
+        "chute_ha_backup_in_sync",
+        "1 while the backup at `address` is in sync with this live (every confirmation "
+        "waits for it), else 0 (catching up, or down).",
+        labels=["address"],
+    )
+    for backup in view["backups"]:
+        in_sync.add_metric([backup["address"]], 1.0 if backup["state"] == "in-sync" else 0.0)
+    yield in_sync
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

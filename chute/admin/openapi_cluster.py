@@ -27,6 +27,33 @@ CLUSTER_SCHEMAS: Final[dict[str, Schema]] = {
             "name": _string(),
             "node": {**_string(), "description": "The node answering."},
             "nodes": {"type": "array", "items": _ref("ClusterNode")},
+        },
+        {
+            "role": {
+                "type": "string",
+                "enum": ["live", "backup"],
+                "description": "This process's role in its node, when the node has backups "
+                "(a backup answers this document too, with no `nodes`: it is linked to none).",
+            },
+            "epoch": {**_int(), "description": "The node's epoch: its live's term in etcd."},
+            "backups": {
+                "type": "array",
+                "items": _ref("HaBackup"),
+                "description": "On the live: each backup that connected and its state.",
+            },
+            "live": {**_string(), "description": "On a backup: where clients reach the live."},
+            "in_sync": {"type": "boolean", "description": "On a backup: in sync with the live."},
+            "position": {
+                **_object({"segment": _int(), "offset": _int()}),
+                "description": "On a backup: where its copy of the live's journal ends, as "
+                "far as it synced since it started (segment 0: nothing yet).",
+            },
+        },
+    ),
+    "HaBackup": _object(
+        {
+            "address": {**_string(), "description": "The backup's address, as the live sees it."},
+            "state": {"type": "string", "enum": ["in-sync", "catching-up", "down"]},
         }
     ),
 }

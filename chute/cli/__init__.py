@@ -37,8 +37,8 @@ from chute.cli.message import UsageError, add_message_arguments, message_fields,
 from chute.cli.output import json_text, print_message, print_received, stream_end
 from chute.cli.progress import Progress
 from chute.cli.serve import add_serve_command
-from chute.cli.stat import render, watch
-from chute.errors import ChuteError, ConfigError
+from chute.cli.stat import backup_text, render, watch
+from chute.errors import ChuteError, ConfigError, NotLive
 
 DEFAULT_URL = "chute://127.0.0.1:5445"
 
@@ -356,7 +356,16 @@ def _stat(args: argparse.Namespace) -> int:
         args.pattern, args.watch = args.watch, 2.0
     if args.count and args.watch is None:
         raise UsageError("--count counts the draws of --watch: give --watch too")
-    with _connect(args) as conn:
+    try:
+        conn = _connect(args)
+    except NotLive:  # a backup: it answers its own statistics, not the broker's
+        from chute.client.backup_stat import backup_stats  # noqa: PLC0415
+        from chute.client.url import parse_url  # noqa: PLC0415
+
+        stats = backup_stats(parse_url(args.url), timeout=10.0)  # chute.connect's
+        sys.stdout.write(json_text(stats, indent=2) + "\n" if args.json else backup_text(stats))
+        return 0
+    with conn:
         if args.watch is not None:
             watch(
                 lambda: conn.stat(args.pattern),

@@ -139,6 +139,19 @@ def cluster_lines(cluster: dict[str, Any]) -> list[str]:
     return lines
 
 
+def backup_text(stats: dict[str, Any]) -> str:
+    """What ``chute stat`` prints for a backup (high availability): its role, the
+    node's epoch, its live, whether it is in sync, where its copy of the journal ends."""
+    ha = stats["cluster"]
+    position = ha["position"]
+    return (
+        f"node {ha['node']} of cluster {ha['name']}: this process is a backup "
+        f"(epoch {ha['epoch']}), {'in sync' if ha['in_sync'] else 'not in sync'} "
+        f"with its live at {ha['live'] or '(not known yet)'}; its journal reaches "
+        f"segment {position['segment']}, offset {position['offset']:,}\n"
+    )
+
+
 def broker_lines(stats: dict[str, Any]) -> list[str]:
     """The broker-wide figures under the table: connections and destinations; memory
     and producers waiting; prepared transactions and uptime; sockets."""

@@ -32,7 +32,7 @@ from typing import Final, NamedTuple
 from chute.client.link import Link, open_link, pause
 from chute.client.tls import unanswered
 from chute.client.url import BrokerUrl
-from chute.errors import ChuteError, ConnectError, RequestTimeout, WrongProtocol
+from chute.errors import ChuteError, ConnectError, NotLive, RequestTimeout, WrongProtocol
 from chute.protocol.packets import Connected
 
 log = logging.getLogger("chute.client")
@@ -89,7 +89,7 @@ class Nodes(NamedTuple):
             try:
                 return self._reach(node)
             except (ConnectError, RequestTimeout) as exc:
-                if type(exc) not in {ConnectError, RequestTimeout, WrongProtocol}:
+                if type(exc) not in {ConnectError, RequestTimeout, WrongProtocol, NotLive}:
                     raise
                 if len(nodes) == 1:
                     raise

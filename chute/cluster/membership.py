@@ -16,7 +16,9 @@ trying with backoff. When etcd answers again: if the lease is still alive nothin
 changed; if it expired meanwhile (and etcd deleted the key), the node registers again
 under a new lease, unless another process took the name in between, which is logged
 and leaves the node :attr:`NodeState.REFUSED` (it still serves, but is no member).
-The watch resumes from the last revision it applied, so no leave or join that
+A node registered under a live's lease (:mod:`chute.ha`) registers again under the
+lease the live took anew, once it has one (``lease``, a :data:`LeaseSource`). The
+watch resumes from the last revision it applied, so no leave or join that
 happened meanwhile is missed.
 
 States::
@@ -38,7 +40,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -103,6 +105,11 @@ class MembershipEvent:
 
 Listener = Callable[[MembershipEvent], None]
 
+LeaseSource = Callable[[int], Awaitable[int]]
+"""Where a node registers under a lease it does not own (a live's, :mod:`chute.ha`):
+given the lease etcd no longer knows (0 at first), the owner's current lease, once it
+has one."""
+
 
 class Membership:
     """This node's place in the cluster and its view of the others (module docstring)."""
@@ -116,7 +123,7 @@ class Membership:
         address: str,
         ttl: int = DEFAULT_TTL,
         backoff: Backoff | None = None,
-        lease: int = 0,
+        lease: LeaseSource | None = None,
     ) -> None:
         self.client = client
         self.cluster = check_name(cluster)
@@ -131,7 +138,7 @@ class Membership:
         self._members: dict[str, Member] = {}
         self._revision = 0
         self._lease = 0
-        self._given_lease = lease  # not 0: register under it (a live's, chute.ha), not revoke it
+        self._given_lease = lease  # register under its lease (a live's, chute.ha), not revoke it
         self._listeners: list[Listener] = []
         self._changed = asyncio.Event()
         self._keepalive_task: asyncio.Task[None] | None = None
@@ -213,7 +220,7 @@ class Membership:
         if (
             revoke
             and self._lease
-            and not self._given_lease
+            and self._given_lease is None
             and self._state is not NodeState.REFUSED
         ):
             try:
@@ -238,8 +245,8 @@ class Membership:
 
     async def _register(self) -> None:
         lease = (
-            Lease(self._given_lease, self.ttl)
-            if self._given_lease
+            Lease(await self._given_lease(self._lease), self.ttl)
+            if self._given_lease is not None
             else await self.client.lease_grant(self.ttl)
         )
         result = await self.client.create_if_absent(self._key, self._description(), lease=lease.id)
@@ -248,7 +255,7 @@ class Membership:
             # A create retried on another endpoint after the first one applied it finds
             # its own key: that is a success.
             if holder is None or holder.lease != lease.id:
-                if not self._given_lease:
+                if self._given_lease is None:
                     with contextlib.suppress(EtcdError):
                         await self.client.lease_revoke(lease.id)
                 where = Member.from_kv(self.node, holder).address if holder else "?"

@@ -197,6 +197,13 @@ class ServerConfig:
                 f"server.cluster_coordinator needs the native listener ({port}) or "
                 "server.cluster_advertise: the other nodes dial this node there"
             )
+        if cluster.replication_advertise:
+            host, _, port = cluster.replication_advertise.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) <= 65535:
+                raise ConfigError(
+                    "server.cluster_replication_advertise: "
+                    f"{cluster.replication_advertise!r} is not HOST:PORT"
+                )
         if cluster.tls and not self.tls.cert:
             raise ConfigError(
                 "server.cluster_tls needs server.tls_cert: a node shows the others its "

@@ -181,6 +181,8 @@ class ClusterSettings:
     min_in_sync: int = _flat(1, "cluster_min_in_sync")  # 1: the live alone may go on
     drop_after_ms: int = _flat(5000, "cluster_drop_after_ms")  # a backup this late is dropped
     replication_port: int = _flat(0, "cluster_replication_port")  # backups connect here; 0: any
+    # HOST:PORT the backups dial for the live's replication port; "": where it listens
+    replication_advertise: str = _flat("", "cluster_replication_advertise")
 
 
 SECTION_TYPES: Final = (

@@ -20,14 +20,24 @@ import logging
 import os
 import uuid
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from chute.cluster.errors import EtcdError
 from chute.errors import StoreError
 from chute.ha.elector import Elector, LiveInfo
 from chute.ha.files import ReplicaFiles, holdings
 from chute.ha.live import write
-from chute.ha.wire import Ack, Decoder, Frame, Hello, State, Welcome, WireError, encode
+from chute.ha.wire import (
+    POSITION_SHIFT,
+    Ack,
+    Decoder,
+    Frame,
+    Hello,
+    State,
+    Welcome,
+    WireError,
+    encode,
+)
 
 log = logging.getLogger("chute.ha")
 
@@ -58,6 +68,7 @@ class Backup:
         self.in_sync = False
         self.following: LiveInfo | None = None
         self.live_address: str | None = None  # where clients reach the live, once known
+        self.position = 0  # where its copy of the journal ends, as far as it synced
 
     @property
     def epoch_seen(self) -> int:
@@ -162,6 +173,7 @@ class Backup:
                             "in sync" if frame.in_sync else "no longer in sync",
                         )
                 if at is not None:
+                    self.position = at
                     write(writer, encode(Ack(epoch, at)))
         except (OSError, WireError) as exc:  # ConnectionError: closed by _watch
             log.warning("high availability: link to the live lost: %s", exc)
@@ -171,6 +183,21 @@ class Backup:
             files.close()
             self.in_sync = False
             self.following = None
+
+    def view(self) -> dict[str, Any]:
+        """This process's statistics as a backup: ``role``, ``epoch`` (the newest seen),
+        ``live`` (where clients reach it; None: not known yet), ``in_sync`` and
+        ``position`` (``{"segment", "offset"}``: where its copy ends)."""
+        return {
+            "role": "backup",
+            "epoch": self.epoch_seen,
+            "live": self.live_address,
+            "in_sync": self.in_sync,
+            "position": {
+                "segment": self.position >> POSITION_SHIFT,
+                "offset": self.position & ((1 << POSITION_SHIFT) - 1),
+            },
+        }
 
     def refusal(self) -> str:
         """Why a client is refused here: this process is a backup; where the live is."""

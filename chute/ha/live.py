@@ -89,6 +89,7 @@ class Replication:
         self.elector = elector
         self.gate = Gate(min_in_sync, elector.may_confirm)
         elector.on_renewed = self.gate.recheck
+        elector.on_new_epoch = self._new_epoch
         self._drop_after = drop_after_ms / 1000
         self._step_down = step_down
         self._journal: Journal | None = None
@@ -103,6 +104,7 @@ class Replication:
         self._server: asyncio.Server | None = None
         self._checker: asyncio.Task[None] | None = None
         self.backups: dict[str, str] = {}  # address -> "in-sync" | "catching-up" | "down"
+        self._addresses: dict[str, str] = {}  # a backup's identity -> its latest link's address
         self._closing = False
         self._recording = asyncio.Lock()
         self._leaving: set[str] = set()  # backups being recorded out of the in-sync set
@@ -129,6 +131,11 @@ class Replication:
         for task in [*self._tasks, *([self._checker] if self._checker else [])]:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        for link in list(self._links):
+            link.writer.close()
+
+    def _new_epoch(self) -> None:
+        """Live again under a new epoch: every backup links anew (and hears it)."""
         for link in list(self._links):
             link.writer.close()
 
@@ -221,6 +228,10 @@ class Replication:
 
         journal.at_rest(start)
         segments, segment, offset = snapshot[0]
+        before = self._addresses.get(link.node_id)
+        if before is not None and before != link.address:  # the same backup, linked anew
+            self.backups.pop(before, None)
+        self._addresses[link.node_id] = link.address
         self.backups[link.address] = "catching-up"
         log.info(
             "high availability: backup %s (%s) connected; catching up", link.address, link.node_id
@@ -284,7 +295,8 @@ class Replication:
         with self._lock:
             if link in self._links:
                 self._links.remove(link)
-        self.backups[link.address] = "down"
+        if self._addresses.get(link.node_id) == link.address:  # not replaced by a new link
+            self.backups[link.address] = "down"
         if link.in_sync and not self._closing:
             link.in_sync = False
             await self._drop(link.node_id, link.address, "its link is lost")

@@ -4,9 +4,10 @@
 ``[cluster]`` names a coordinator and messages are kept in the journal: it opens
 the replication listener, then runs as a backup (:class:`~chute.ha.backup.Backup`)
 until this process wins the node's election, and returns the :class:`Live` that
-then taps the journal (:class:`~chute.ha.live.Replication`). A live that loses its
-lease stops confirming at once and stops the process (``step_down``): restarted,
-it comes back as a backup.
+then taps the journal (:class:`~chute.ha.live.Replication`). A live whose lease
+lapsed with a backup recorded in sync stops confirming at once and stops the process
+(``step_down``): restarted, it comes back as a backup. With none recorded it stays
+live under a new lease and epoch (:mod:`chute.ha.elector`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from chute.cluster.url import parse_cluster_url
 from chute.config import ServerConfig
 from chute.ha.backup import Backup, node_id
 from chute.ha.backup_http import serve_backup_site
+from chute.ha.backup_native import serve_backup_native
 from chute.ha.elector import Elector
 from chute.ha.live import Replication
 
@@ -36,10 +38,6 @@ class Live:
         self.elector = elector
         self.replication = replication
         self.deposed: str | None = None  # why this process stopped being live, if it did
-
-    @property
-    def lease(self) -> int:
-        return self.elector.lease
 
     def view(self) -> dict[str, Any]:
         """``role``, ``epoch`` and ``backups``, for ``chute stat``'s ``cluster`` object."""
@@ -69,8 +67,10 @@ async def become_live(
     refusals: Sequence[tuple[int, Refusal]] = (),
 ) -> Live:
     """Run as a backup of the node until this process is its live (module docstring).
-    Meanwhile each ``(port, refusal)`` refuses every client, naming the live, and the
-    HTTP port answers health and metrics (:mod:`chute.ha.backup_http`)."""
+    Meanwhile the native port answers statistics and refuses the rest, naming the live
+    (:mod:`chute.ha.backup_native`), each ``(port, refusal)`` (STOMP's) refuses every
+    client, naming the live, and the HTTP port answers health, metrics and the admin
+    API's statistics (:mod:`chute.ha.backup_http`)."""
     settings = config.cluster
     url = parse_cluster_url(settings.coordinator)
     client = EtcdClient.from_url(url, request_timeout=max(1.0, settings.ttl / 3))
@@ -85,13 +85,17 @@ async def become_live(
     host = settings.advertise.rpartition(":")[0] if settings.advertise else config.listen.host
     try:
         bound = await replication.listen(host, settings.replication_port)
-        address = f"{host}:{bound[1]}"
+        address = settings.replication_advertise or f"{host}:{bound[1]}"
         backup = Backup(elector, config.storage.data_dir, address)
         refusing = [
             await _refuse(config.listen.host, port, make, backup) for port, make in refusals
         ]
+        if config.listen.port:
+            refusing.append(
+                await serve_backup_native(backup, url.name, config.listen.host, config.listen.port)
+            )
         http = (
-            await serve_backup_site(backup, config.listen.host, config.listen.http_port)
+            await serve_backup_site(backup, url.name, config.listen.host, config.listen.http_port)
             if config.listen.http_port
             else None
         )

@@ -22,6 +22,10 @@ def wanted(config: ServerConfig) -> bool:
 
 
 def add_view(stats: dict[str, Any], live: Live | None) -> None:
-    """Put this process's ``role``, ``epoch`` and ``backups`` under ``stats["cluster"]``."""
-    if live is not None:
-        stats.setdefault("cluster", {}).update(live.view())
+    """Put this process's ``role``, ``epoch`` and ``backups`` under ``stats["cluster"]``
+    (``chute stat``), or in ``stats`` itself when it is the cluster document (``GET
+    /api/cluster``: it has ``nodes``)."""
+    if live is None:
+        return
+    target = stats if "nodes" in stats else stats.setdefault("cluster", {})
+    target.update(live.view())

@@ -293,7 +293,7 @@ class BrokerServer:
         if config.clustered:  # the ledgers taken back before any link is up
             self.node = ClusterNode.make(self)
             if self.ha is not None:
-                self.node.lease = self.ha.lease
+                self.node.lease = self.ha.elector.lease_after
         self.broker.admission.check()  # a full disk waits producers now
         self.bridges = start_bridges(
             self, self.config.dropbox

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from chute.cluster.etcd import EtcdClient
 from chute.cluster.fixed import FixedMembership
 from chute.cluster.homes import EtcdHomes, FixedHomes, Homes
-from chute.cluster.membership import EventKind, Membership, MembershipEvent
+from chute.cluster.membership import EventKind, LeaseSource, Membership, MembershipEvent
 from chute.cluster.url import ClusterUrl, parse_cluster_url
 from chute.core.model.address import split_partition
 from chute.core.rules.cluster import Cluster
@@ -62,7 +62,7 @@ class ClusterNode:
             server.broker, self.links, node=settings.node, run=self.run
         )
         self.membership: Membership | FixedMembership | None = None
-        self.lease = 0  # a live's lease (chute.ha): the node's key goes with it
+        self.lease: LeaseSource | None = None  # a live's lease (chute.ha): the key goes with it
         self._client: EtcdClient | None = None
         self.homes: Homes | None = (
             None if self.fixed is None else FixedHomes(list(self.fixed.members))

@@ -18,7 +18,6 @@ from chute.errors import ChuteError
 from chute.ha.view import wanted as ha_wanted
 from chute.server.app import BrokerServer
 from chute.server.listener import raise_open_file_limit
-from chute.server.native import native_refusal
 from chute.server.stomp import stomp_refusal
 from chute.server.supervisor import watch_lifeline
 
@@ -75,9 +74,9 @@ def run(
         if ha_wanted(config):  # a backup until this process is the node's live
             from chute.ha.role import become_live  # noqa: PLC0415 - etcd's client: aiohttp
 
-            refusals = [(config.listen.port, native_refusal)] if config.listen.port else []
-            if config.listen.stomp_port:
-                refusals.append((config.listen.stomp_port, stomp_refusal))
+            refusals = (
+                [(config.listen.stomp_port, stomp_refusal)] if config.listen.stomp_port else []
+            )
             server.ha = await become_live(config, lambda why: _step_down(server, why), refusals)
         try:
             bound = await server.start()

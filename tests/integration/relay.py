@@ -7,6 +7,10 @@ connections wait in the listener's backlog): to both ends the network went silen
 when a cable is pulled or a firewall starts dropping packets. :meth:`Relay.thaw` lets
 the bytes through again (what waited in the kernel's buffers goes on, as TCP would
 deliver it once the network is back).
+
+``delay`` (seconds, 0 by default) holds every chunk read that long before it is
+written on: a slow link (a long, thin pipe) rather than a cut one. Chunks keep
+their order; a connection's end closes the other at once.
 """
 
 from __future__ import annotations
@@ -15,13 +19,17 @@ import contextlib
 import selectors
 import socket
 import threading
+import time
+from collections import deque
 
 
 class Relay:
     """Forwards ``127.0.0.1:port`` to ``target`` (host, port) in a thread of its own."""
 
-    def __init__(self, target: tuple[str, int]) -> None:
+    def __init__(self, target: tuple[str, int], delay: float = 0.0) -> None:
         self.target = target
+        self.delay = delay
+        self._held: deque[tuple[float, socket.socket, bytes]] = deque()  # (due, sink, data)
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self.listener.getsockname()[1]
         self.passed = 0  # bytes forwarded, both ways
@@ -59,13 +67,25 @@ class Relay:
             self._running.wait()
             if self._stop:
                 return
-            for key, _events in self._selector.select(timeout=0.05):
+            wait = 0.05
+            if self._held:
+                wait = min(wait, max(0.0, self._held[0][0] - time.monotonic()))
+            for key, _events in self._selector.select(timeout=wait):
                 if not self._running.is_set():
                     break  # frozen meanwhile: pass nothing more
                 if key.fileobj is self.listener:
                     self._accept()
                 else:
                     self._forward(key.fileobj, key.data)  # type: ignore[arg-type]
+            self._pass_held()
+
+    def _pass_held(self) -> None:
+        """Write on the delayed chunks that are due (a closed sink's are dropped)."""
+        now = time.monotonic()
+        while self._held and self._held[0][0] <= now and self._running.is_set():
+            _, sink, data = self._held.popleft()
+            with contextlib.suppress(OSError):
+                sink.sendall(data)
 
     def _accept(self) -> None:
         client, _ = self.listener.accept()
@@ -85,7 +105,10 @@ class Relay:
         try:
             data = source.recv(65536)
             if data:
-                sink.sendall(data)
+                if self.delay:
+                    self._held.append((time.monotonic() + self.delay, sink, data))
+                else:
+                    sink.sendall(data)
                 self.passed += len(data)
                 return
         except OSError:

@@ -243,6 +243,8 @@ def test_a_node_cut_off_longer_than_its_lease_hands_nothing_over_twice(
         b.wait_for_line("the link to node a is down", start=since_b, timeout=DEADLINE)
         link.thaw()
         coordinator.thaw()
+        # b is its node's live with no backup: its lease lapsed, it takes another
+        b.wait_for_line("live again under a new lease", start=since_b, timeout=DEADLINE)
         b.wait_for_line("registered again", start=since_b, timeout=DEADLINE)
         a.wait_for_line("linked to node b", start=since_a, timeout=DEADLINE)
         after = producer.sent

@@ -14,6 +14,7 @@ from playwright.sync_api import Page, expect
 
 from tests.integration.etcd_fixture import EtcdProcess, start_etcd
 from tests.integration.test_cluster_nodes import DEADLINE, Nodes, send
+from tests.integration.test_ha import Pair
 
 from .conftest import ChuteServer, free_port
 from .test_console import artifacts_dir
@@ -97,3 +98,28 @@ def test_a_broker_on_its_own_has_no_cluster_tab(
     expect(browser.locator("#tab-cluster")).to_be_hidden()
     assert browser.locator("#banner").is_hidden()
     assert errors == []
+
+
+def test_the_cluster_page_of_a_live_shows_its_role_epoch_and_backups(
+    tmp_path: Path, etcd: EtcdProcess, page: tuple[Page, list[str]]
+) -> None:
+    browser, errors = page
+    pair = Pair(tmp_path, etcd)
+    try:
+        http = free_port()
+        live = pair.spawn("one", http_port=http)
+        live.wait_for_line("chute listening", timeout=DEADLINE)
+        backup = pair.spawn("two")
+        backup.wait_for_line("in sync with the live", timeout=DEADLINE)
+        browser.goto(f"http://127.0.0.1:{http}/")
+        browser.locator("#tab-cluster").click()
+        expect(browser.locator("#ha-role")).to_contain_text("This process is the node's live")
+        expect(browser.locator("#ha-role")).to_contain_text("epoch")
+        rows = browser.locator("#backup-table tbody tr")
+        expect(rows).to_have_count(1)
+        expect(rows.locator("td.backup-state .chip")).to_have_text("in-sync")
+        backup.process.kill()
+        expect(rows.locator("td.backup-state .chip")).to_have_text("down", timeout=DEADLINE * 1000)
+        assert not errors
+    finally:
+        pair.stop()

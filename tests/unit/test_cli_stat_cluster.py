@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chute.cli.stat import render
+from chute.cli.stat import backup_text, render
 
 
 def cluster_stats() -> dict[str, Any]:
@@ -81,3 +81,24 @@ def test_a_broker_on_its_own_shows_no_cluster() -> None:
     text = render(stats)
     assert "cluster" not in text
     assert "node" not in text
+
+
+def test_a_backup_says_its_role_its_live_and_where_its_journal_ends() -> None:
+    stats: dict[str, Any] = {
+        "cluster": {
+            "name": "shop",
+            "node": "a",
+            "role": "backup",
+            "epoch": 42,
+            "live": "10.0.0.1:5445",
+            "in_sync": True,
+            "position": {"segment": 7, "offset": 1048576},
+        },
+        "destinations": [],
+    }
+    assert backup_text(stats) == (
+        "node a of cluster shop: this process is a backup (epoch 42), in sync with its "
+        "live at 10.0.0.1:5445; its journal reaches segment 7, offset 1,048,576\n"
+    )
+    stats["cluster"].update(in_sync=False, live=None)
+    assert "not in sync with its live at (not known yet)" in backup_text(stats)

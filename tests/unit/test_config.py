@@ -285,6 +285,7 @@ FLAT_KEYS: dict[str, str] = {
     "cluster_min_in_sync": "cluster.min_in_sync",
     "cluster_drop_after_ms": "cluster.drop_after_ms",
     "cluster_replication_port": "cluster.replication_port",
+    "cluster_replication_advertise": "cluster.replication_advertise",
 }
 """Every key [server] held before it had sections, and where it is now: these keep working."""
 
@@ -302,6 +303,7 @@ WORDS = {
     "cluster_advertise": "127.0.0.1:5445",
     "cluster_user": "node",
     "cluster_password": "p",
+    "cluster_replication_advertise": "10.0.0.1:6445",
 }
 """Values other than the defaults for the keys whose value is a word or a file name."""
 
