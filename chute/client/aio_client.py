@@ -459,17 +459,22 @@ class AioSession(AsyncClosedAtExit):
         last commit :meth:`flush` confirmed."""
         await self._raise_lost()
         link = self._link
-        corr = link.commit(self.id)
-        if self._window.size:
-            await self._window.add(corr, flush=True)
-            await self._raise_lost()
-            return
         try:
-            await link.wait(corr)
+            corr = link.commit(self.id)  # raises at once on a link already lost
+            if not self._window.size:
+                await link.wait(corr)
+                return
         except ConnectError:
-            if self.connection._resumes and await self.resumed(link):
-                await self._raise_lost()
+            await self._lost_during(link)
             raise
+        await self._window.add(corr, flush=True)
+        await self._raise_lost()
+
+    async def _lost_during(self, link: AsyncLink) -> None:
+        """``link`` was lost under a commit or a prepare: on a connection that moves, wait
+        for the move and raise the transaction it could not carry over (say to retry it)."""
+        if self.connection._resumes and await self.resumed(link):
+            await self._raise_lost()
 
     async def rollback(self) -> None:
         lost, self._window.lost = self._window.lost, None
@@ -483,7 +488,12 @@ class AioSession(AsyncClosedAtExit):
 
     async def prepare(self, xid: str) -> None:
         await self._raise_lost()
-        await self._link.wait(self._link.prepare(self.id, xid))
+        link = self._link
+        try:
+            await link.wait(link.prepare(self.id, xid))
+        except ConnectError:
+            await self._lost_during(link)
+            raise
 
     async def browse(
         self, address: str, selector: str | None = None, limit: int = 0

@@ -460,17 +460,22 @@ class BlockingSession(ClosedAtExit):
         last commit :meth:`flush` confirmed."""
         self._raise_lost()
         link = self._link
-        corr = link.commit(self.id)
-        if self._window.size:
-            self._window.add(corr, flush=True)
-            self._raise_lost()
-            return
         try:
-            link.wait(corr)
+            corr = link.commit(self.id)  # raises at once on a link already lost
+            if not self._window.size:
+                link.wait(corr)
+                return
         except ConnectError:
-            if self.connection._resumes and self.resumed(link):
-                self._raise_lost()
+            self._lost_during(link)
             raise
+        self._window.add(corr, flush=True)
+        self._raise_lost()
+
+    def _lost_during(self, link: Link) -> None:
+        """``link`` was lost under a commit or a prepare: on a connection that moves, wait
+        for the move and raise the transaction it could not carry over (say to retry it)."""
+        if self.connection._resumes and self.resumed(link):
+            self._raise_lost()
 
     def rollback(self) -> None:
         lost, self._window.lost = self._window.lost, None
@@ -484,7 +489,12 @@ class BlockingSession(ClosedAtExit):
 
     def prepare(self, xid: str) -> None:
         self._raise_lost()
-        self._link.wait(self._link.prepare(self.id, xid))
+        link = self._link
+        try:
+            link.wait(link.prepare(self.id, xid))
+        except ConnectError:
+            self._lost_during(link)
+            raise
 
     def browse(self, address: str, selector: str | None = None, limit: int = 0) -> list[Message]:
         if limit <= 0:

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -56,9 +56,12 @@ class Pair:
         http_port: int = 0,
         etcd: str | None = None,
         config: Path | None = None,
+        *,
+        extra: Sequence[str] = (),
     ) -> ChuteServer:
         """Start a process of node ``a`` with its data in ``tmp_path/name``; returns at once.
-        ``config``: its configuration file (default: the pair's)."""
+        ``config``: its configuration file (default: the pair's); ``extra``: more flags
+        (a later flag wins: ``--stomp-port``, say)."""
         port = port or free_port()
         data_dir = self.tmp_path / name
         cmd = [
@@ -82,6 +85,7 @@ class Pair:
             self.url if etcd is None else f"etcd://{etcd}/{CLUSTER}",
             "--node",
             "a",
+            *extra,
         ]
         process = subprocess.Popen(
             cmd,
