@@ -32,6 +32,7 @@ from chute.errors import (
     ProtocolError,
     RequestTimeout,
     TransactionError,
+    TransactionLost,
 )
 from chute.message import BodyKind, Byte, Float, Int, Long, Message, Short
 from chute.version import __version__
@@ -119,6 +120,7 @@ __all__ = [
     "Session",
     "Short",
     "TransactionError",
+    "TransactionLost",
     "__version__",
     "connect",
 ]

@@ -81,6 +81,12 @@ class TransactionError(ChuteError):
     code = "transaction-error"
 
 
+class TransactionLost(TransactionError):
+    """A transaction in progress was lost with the node its connection moved from (the
+    connection's URL lists several nodes, or a backup took its node over): it was rolled
+    back there, and the session goes on on the new node; retry the transaction."""
+
+
 class StoreError(ChuteError):
     """The store could not make a record durable."""
 

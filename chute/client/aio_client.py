@@ -11,7 +11,7 @@ unconfirmed persistent sends are sent again in order (the broker drops a resend
 it already stored), and its consumers are opened again (what they had received
 and not acked comes again, flagged redelivered). A transaction in progress
 cannot be carried over: the session's next call raises a
-:class:`~chute.errors.TransactionError` that says to retry it. What waited on the
+:class:`~chute.errors.TransactionLost` that says to retry it. What waited on the
 lost node (a send's confirmation, a receive) waits on the new one; the
 connection's own requests wait for the move and go to the new node.
 :attr:`AioConnection.node` says which node it is on.
@@ -54,7 +54,7 @@ from chute.client.requests import Pending
 from chute.client.sessions import ConsumerOptions
 from chute.client.tls import client_context
 from chute.client.url import parse_url
-from chute.errors import ChuteError, ConnectError, TransactionError
+from chute.errors import ChuteError, ConnectError, TransactionLost
 from chute.message import DEFAULT_PRIORITY, KEY_PROPERTY, BodyKind, Message, new_message_id
 from chute.protocol import packets as p
 
@@ -287,7 +287,7 @@ class AioSession(AsyncClosedAtExit):
     async def resume(self, link: AsyncLink) -> None:
         """The connection moved to ``link``: open this session there again, send its
         unconfirmed sends again, open its consumers again. A transaction in progress
-        is lost: the next call raises a TransactionError saying to retry it. If
+        is lost: the next call raises a TransactionLost saying to retry it. If
         ``link`` is lost meanwhile, the next move resumes the session again."""
         if self._closed:
             return
@@ -297,7 +297,7 @@ class AioSession(AsyncClosedAtExit):
             # waits for this move
             self._window.moved(link, session_id, resend=not self._transacted)
             if self._transacted:
-                self._window.lost = TransactionError(
+                self._window.lost = TransactionLost(
                     f"the connection to the broker was lost during a transaction of session "
                     f"{session_id}: it was rolled back (a commit awaiting its answer may or "
                     "may not have been applied); retry the transaction"

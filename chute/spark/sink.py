@@ -9,8 +9,11 @@ together: few requests, each message's content block encoded once) and prepares 
 in chunks (:data:`CHUNK_ROWS`, :data:`CHUNK_BYTES`), ``n`` counting them: a prepared
 chunk no longer counts against the broker's memory watermark, so a partition of any
 size never waits for room that only its own commit would free, and the broker
-records one chunk while the task sends the next. The driver commits every chunk of
-the batch's tasks together. The driver's commit
+records one chunk while the task sends the next. A task keeps a chunk's rows until
+it is prepared: when its connection moves to another node of its URL (a backup that
+took the node over), the transaction in progress is lost with the old node and the
+chunk is sent again on the new one (:class:`_Stager`). The driver commits every
+chunk of the batch's tasks together. The driver's commit
 goes through ``XaCommitBatch`` (docs/spark.md): a batch Spark retries after it
 was committed is dropped, its new transactions rolled back. Then the
 orphans of this query at or below the batch (tasks killed before they could
@@ -36,8 +39,8 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from chute.client.blocking import BlockingConnection, BlockingSession
-from chute.errors import NotFound
+from chute.client.blocking import BlockingConnection
+from chute.errors import NotFound, TransactionLost
 from chute.message import BodyKind, Message
 from chute.spark.options import ChuteOptions, OptionError
 from chute.spark.schema import rows_of
@@ -48,6 +51,8 @@ CHUNK_ROWS = 8192
 """Rows a task prepares in one transaction (the driver commits all of them together)."""
 CHUNK_BYTES = 4 << 20
 """... or fewer, once their bodies hold this many bytes."""
+MOVES = 3
+"""Times a task sends a chunk again after its connection moved to another node."""
 
 
 @dataclass
@@ -68,13 +73,12 @@ def write_staged(
     attempt = ctx.attemptNumber() if ctx is not None else 0
     stem = f"{PREFIX}/{job}/{batch}/{partition}/{attempt}/{secrets.token_hex(4)}"
     xids: list[str] = []
-    count = rows = size = 0
+    count = 0
     conn = options.connect_retrying()  # the broker may be restarting
     try:
-        session = conn.session(transacted=True)
+        stager = _Stager(conn, stem, xids)
         default = options.destination
-        run: list[bytes | str | Message] = []  # consecutive rows to one target, one ttl
-        key: tuple[str, int] = ("", 0)
+        chunk = _Chunk()
         for record_batch in batches:
             for row in rows_of(record_batch):
                 target = row.destination or default
@@ -84,22 +88,13 @@ def write_staged(
                     )
                 fields = row.options
                 ttl = fields.pop("ttl", 0) if fields else 0
-                if (target, ttl) != key:
-                    _send_run(session, key, run)
-                    key = (target, ttl)
-                run.append(_item(row.body, fields))
+                chunk.add((target, ttl), _item(row.body, fields), len(row.body))
                 count += 1
-                rows += 1
-                size += len(row.body)
-                if rows >= CHUNK_ROWS or size >= CHUNK_BYTES:
-                    _send_run(session, key, run)
-                    xids.append(f"{stem}.{len(xids)}")
-                    session.prepare(xids[-1])
-                    rows = size = 0
-        _send_run(session, key, run)
-        if rows:
-            xids.append(f"{stem}.{len(xids)}")
-            session.prepare(xids[-1])
+                if chunk.rows >= CHUNK_ROWS or chunk.size >= CHUNK_BYTES:
+                    stager.stage(chunk)
+                    chunk = _Chunk()
+        if chunk.rows:
+            stager.stage(chunk)
     except BaseException:
         with contextlib.suppress(Exception):
             roll_back(conn, xids)  # what this task prepared goes (abort gets no xids)
@@ -118,13 +113,53 @@ def _item(body: bytes | str, fields: dict[str, Any]) -> bytes | str | Message:
     return Message(body, **fields)
 
 
-def _send_run(
-    session: BlockingSession, key: tuple[str, int], run: list[bytes | str | Message]
-) -> None:
-    """Send the rows gathered for ``key`` (target, ttl) in as few requests as fit."""
-    if run:
-        session.send_many(key[0], run, ttl=key[1])
-        run.clear()
+class _Chunk:
+    """The rows of one transaction, in runs: consecutive rows to one (target, ttl)."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[tuple[str, int], list[bytes | str | Message]]] = []
+        self.rows = self.size = 0
+
+    def add(self, key: tuple[str, int], item: bytes | str | Message, size: int) -> None:
+        if not self.runs or self.runs[-1][0] != key:
+            self.runs.append((key, []))
+        self.runs[-1][1].append(item)
+        self.rows += 1
+        self.size += size
+
+
+class _Stager:
+    """Sends a task's chunks, each in a transaction it prepares under the task's next xid.
+
+    On a URL of several addresses the connection moves when its node is lost (a backup
+    takes the node over): the transaction in progress is lost with the node, and the
+    chunk is sent again on the node moved to, under a new xid (the lost node may have
+    prepared the old one before it died: an orphan the batch's commit rolls back)."""
+
+    def __init__(self, conn: BlockingConnection, stem: str, xids: list[str]) -> None:
+        self.conn = conn
+        self.session = conn.session(transacted=True)
+        self.stem = stem
+        self.xids = xids  # appended to as chunks are prepared
+
+    def stage(self, chunk: _Chunk) -> None:
+        for again in range(MOVES + 1):
+            xid = f"{self.stem}.{len(self.xids)}" + (f"-{again}" if again else "")
+            try:
+                for (target, ttl), items in chunk.runs:
+                    self.session.send_many(target, items, ttl=ttl)
+                self.session.prepare(xid)
+            except TransactionLost:
+                if again == MOVES:
+                    raise
+                log.warning(
+                    "chute sink: the connection moved to node %s during a transaction: "
+                    "sending its chunk again there",
+                    self.conn.node,
+                )
+                continue
+            self.xids.append(xid)
+            return
 
 
 def xids_of(messages: Sequence[WriterCommitMessage | None]) -> list[str]:
@@ -182,7 +217,7 @@ class ChuteBatchWriter(DataSourceArrowWriter):
 
     def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:
         xids = xids_of(messages)
-        with self.options.connect() as conn:
+        with self.options.connect_retrying() as conn:  # a backup may be taking over
             if xids:
                 conn.commit_batch(self.job, 0, xids, keep=False)
             roll_back(conn, [x for x in conn.prepared() if _orphan(x, self.job, 0, xids)])
@@ -192,7 +227,7 @@ class ChuteBatchWriter(DataSourceArrowWriter):
         tasks that prepared but had not reported when Spark gave up on the job (a failed
         task ends the job at once, while its siblings may still be finishing)."""
         xids = xids_of(messages)
-        with self.options.connect() as conn:
+        with self.options.connect_retrying() as conn:
             roll_back(conn, [*xids, *(x for x in conn.prepared() if _orphan(x, self.job, 0, xids))])
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 import chute
-from chute.errors import TransactionError
+from chute.errors import TransactionLost
 from tests.integration.conftest import ChuteServer
 from tests.integration.test_ha import DEADLINE, QUEUE, Pair, kill
 from tests.integration.test_ha import etcd as etcd  # noqa: PLC0414 - the fixtures
@@ -180,7 +180,7 @@ def test_a_transaction_in_progress_fails_with_an_error_that_says_to_retry_it(
     assert job is not None
     tx.send("queue:out", "result, lost with the live")
     kill(live)
-    with pytest.raises(TransactionError, match="retry the transaction"):
+    with pytest.raises(TransactionLost, match="retry the transaction"):
         tx.commit() if finish == "commit" else tx.prepare("xa-lost")
     assert conn.node == f"127.0.0.1:{backup.port}"
     # the retry, from the start: the job comes again, redelivered
