@@ -90,7 +90,8 @@ class Stream(StreamLog):
         super().__init__(address, settings, host)
         self.host: StreamHost = host
         self.appended = 0  # messages taken since start
-        self.removed = 0  # messages retention removed since start
+        self.removed = 0  # messages retention, compaction or a purge removed since start
+        self.compacted = 0  # ... compaction removed
         self.readers: list[StreamReader] = []
         self.delivered_before = 0  # deliveries by readers closed since start
         self.redelivered_before = 0  # ... redeliveries
@@ -310,6 +311,51 @@ class Stream(StreamLog):
             return
         found = self._next_kept(seq - 1, self.next_seq)
         self.first = found.seq if found is not None else self.next_seq
+
+    def remove(self, entries: Sequence[tuple[int, int]]) -> int:
+        """Stop keeping the messages at these ``(offset, Message.size)``, in offset order,
+        anywhere in the log (compaction: :mod:`chute.core.rules.compaction`); returns how
+        many went. Their offsets become gaps every read skips; offsets no longer kept
+        (retention or a purge passed them) are left alone. The store records the removal.
+        """
+        first = self.first
+        tail = self._tail
+        lo = self._tail_from
+        tail_first = tail[lo].seq if lo < len(tail) else self.next_seq
+        gone = {seq: size for seq, size in entries if seq >= first}
+        if tail_first <= max(gone, default=0):  # some are in the tail: only those still there
+            kept: list[Entry] = []
+            freed = 0
+            present: set[int] = set()
+            for entry in tail[lo:]:
+                if entry.seq in gone:
+                    freed += held_cost(entry.message)
+                    present.add(entry.seq)
+                else:
+                    kept.append(entry)
+            for seq in [s for s in gone if s >= tail_first and s not in present]:
+                del gone[seq]  # withdrawn: never kept
+            self._tail = kept
+            self._tail_from = 0
+            self._tail_bytes -= freed
+            self.host.memory.used -= freed
+        if not gone:
+            return 0
+        seqs = sorted(gone)
+        self.host.store.acks(self.address, seqs)
+        self.gaps.update(seqs)
+        self.count -= len(seqs)
+        self.bytes -= sum(gone.values())
+        self.removed += len(seqs)
+        self.compacted += len(seqs)
+        if first in gone:
+            self._forget_below(first + 1)
+        return len(seqs)
+
+    def forget_gaps(self, seqs: Sequence[int]) -> None:
+        """The store recorded the removal of ``seqs`` (:meth:`remove`): reads need not skip
+        them any longer."""
+        self.gaps.difference_update(seqs)
 
     def withdraw(self, seq: int) -> bool:
         """Take back a message the store refused to keep; False if a reader had already

@@ -52,6 +52,9 @@ class StreamLog:
         self._tail_from = 0  # entries of _tail before this index are gone
         self._tail_bytes = 0
         self._newest = 0  # the highest offset appended
+        self.gaps: set[int] = set()
+        """Offsets removed from amid the log (compaction) that the store may still hold until
+        it has recorded their removal: reads skip them (:meth:`page_in`)."""
 
     # -- numbering ------------------------------------------------------------------
 
@@ -147,7 +150,7 @@ class StreamLog:
         tail = self._tail
         below = min(end, tail[self._tail_from].seq if self._tail_from < len(tail) else end)
         if start < below:  # ask for no more than is there: a short read makes a journal flush
-            stored = self.host.store.page_in(self.address, start - 1, min(limit, below - start))
+            stored = self.page_in(start - 1, min(limit, below - start))
             found = [Entry(s.seq, s.message) for s in stored if s.seq < below]
             if found:
                 return found
@@ -207,7 +210,7 @@ class StreamLog:
         tail = self._tail
         below = min(end, tail[self._tail_from].seq if self._tail_from < len(tail) else end)
         if start < below:
-            found = self.host.store.page_blocks(self.address, start - 1, min(limit, below - start))
+            found = self._page_blocks(start - 1, min(limit, below - start))
             if found and found[-1][0] >= below:
                 found = [b for b in found if b[0] < below]
             if found:
@@ -218,10 +221,41 @@ class StreamLog:
 
     def _next_kept(self, after: int, end: int) -> Entry | None:
         """The first kept entry above ``after`` and below ``end``, read from the store."""
-        stored: list[StoredMessage] = self.host.store.page_in(self.address, after, 1)
+        stored = self.page_in(after, 1)
         if not stored or stored[0].seq >= end:
             return None
         return Entry(stored[0].seq, stored[0].message)
+
+    def page_in(self, after: int, limit: int) -> list[StoredMessage]:
+        """The store's kept messages above ``after`` (up to ``limit``), :attr:`gaps` skipped
+        (if all it returned are gaps: the next ones).
+
+        Raises:
+            StoreError: the store cannot read them back now.
+        """
+        page_in = self.host.store.page_in
+        while True:
+            stored = page_in(self.address, after, limit)
+            gaps = self.gaps
+            if not gaps or not stored:
+                return stored
+            kept = [s for s in stored if s.seq not in gaps]
+            if kept or len(stored) < limit:
+                return kept
+            after = stored[-1].seq
+
+    def _page_blocks(self, after: int, limit: int) -> list[StoredBlock]:
+        """:meth:`page_in` as stored blocks."""
+        page_blocks = self.host.store.page_blocks
+        while True:
+            found = page_blocks(self.address, after, limit)
+            gaps = self.gaps
+            if not gaps or not found:
+                return found
+            kept = [b for b in found if b[0] not in gaps]
+            if kept or len(found) < limit:
+                return kept
+            after = found[-1][0]
 
     def locate(self, offset: Offset) -> int:
         """The offset a reader starting at ``offset`` reads first."""
