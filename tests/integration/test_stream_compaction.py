@@ -85,8 +85,7 @@ def round_of(body: bytes) -> int:
 
 
 def check_one_per_key(rows: list[tuple[int, str | None, bytes]], keys: int, last: int) -> None:
-    assert [key for _, key, _ in rows].count(None) == 0
-    assert sorted(key for _, key, _ in rows) == sorted(f"k{k}" for k in range(keys))
+    assert sorted(str(key) for _, key, _ in rows) == sorted(f"k{k}" for k in range(keys))
     assert all(round_of(body) == last for _, _, body in rows)
     offsets = [seq for seq, _, _ in rows]
     assert offsets == sorted(offsets)
@@ -246,7 +245,7 @@ def test_readers_from_the_start_get_one_message_per_key(
     with chute.connect(server.url, timeout=WAIT) as conn:  # native, from offset 0
         consumer = conn.session().consumer(STREAM, offset=0)
         got = [consumer.receive(timeout=WAIT) for _ in range(20)]
-        assert [(m.seq, m.message.key, m.body) for m in got] == expected
+        assert [(m.seq, m.message.key, m.body) for m in got if m is not None] == expected
         assert consumer.receive(timeout=0.2) is None
 
     client = Client(stomp_port)  # STOMP, from offset 1 (compacted away: the next kept)

@@ -315,8 +315,9 @@ class Stream(StreamLog):
     def remove(self, entries: Sequence[tuple[int, int]]) -> int:
         """Stop keeping the messages at these ``(offset, Message.size)``, in offset order,
         anywhere in the log (compaction: :mod:`chute.core.rules.compaction`); returns how
-        many went. Their offsets become gaps every read skips; offsets no longer kept
-        (retention or a purge passed them) are left alone. The store records the removal.
+        many went. Their offsets become gaps every read skips, :attr:`first` included
+        (it moves only by retention); offsets no longer kept (retention or a purge passed
+        them) are left alone. The store records the removal.
         """
         first = self.first
         tail = self._tail
@@ -348,8 +349,10 @@ class Stream(StreamLog):
         self.bytes -= sum(gone.values())
         self.removed += len(seqs)
         self.compacted += len(seqs)
-        if first in gone:
-            self._forget_below(first + 1)
+        if not self.count:
+            self.first = self.next_seq
+        # else the first offset stays where retention left it, as Kafka's log start offset:
+        # a reader there (a Spark query resuming) reads on from the next one kept
         return len(seqs)
 
     def forget_gaps(self, seqs: Sequence[int]) -> None:

@@ -60,8 +60,10 @@ class StreamLog:
 
     @property
     def first(self) -> int:
-        """The oldest offset kept; :attr:`head` while none is (the next to appear, also
-        after a restart or a delete moved the numbering on)."""
+        """The oldest offset kept (on a compacted stream it may be a gap: compaction leaves
+        it where retention did, and reads from it start at the next kept); :attr:`head`
+        while none is (the next to appear, also after a restart or a delete moved the
+        numbering on)."""
         return self._first if self.count else self.head
 
     @first.setter
