@@ -240,3 +240,14 @@ def test_the_setting_is_checked(tmp_path: Path) -> None:
         load('[destinations."queue:q"]\ncleanup = "compact"\n')
     with pytest.raises(ConfigError, match="compact_tombstones"):
         load('[destinations."stream:s"]\ncompact_tombstones = 5\n')
+
+
+def test_each_partition_of_a_compacted_stream_is_compacted(clock: FakeClock) -> None:
+    broker = compacted(clock, partitions=2)
+    rounds(broker, keys=6, times=3)
+    broker.expire_due()
+    parts = [broker.streams[S], broker.streams[f"{S}#1"]]
+    kept_keys = [[e.message.key for e in p.read(1, p.head)[1]] for p in parts]
+    assert sorted(k for keys in kept_keys for k in keys if k) == [f"k{k}" for k in range(6)]
+    assert all(len(keys) == len(set(keys)) for keys in kept_keys)  # one per key in each
+    assert sum(p.count for p in parts) == 6
