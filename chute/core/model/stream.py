@@ -51,7 +51,7 @@ from chute.core.model.consumer import Entry
 from chute.core.model.paging import HELD_OVERHEAD, Resources, held_cost
 from chute.core.model.queue import QueueChannel
 from chute.core.model.readers import StreamReader
-from chute.core.model.settings import DestinationSettings
+from chute.core.model.settings import Cleanup, DestinationSettings
 from chute.core.model.streamlog import StreamLog, entry_seq
 from chute.message import Message
 
@@ -68,6 +68,10 @@ TAIL_MIN: Final = 256 << 10
 
 RETAIN_STEP: Final = 1024
 """Messages removed by retention per step (the rest on the next append or sweep)."""
+
+Keyed = tuple[int, str, int, int, bool]
+"""What compaction needs of a keyed message: its offset, key, ``Message.size``, timestamp,
+and whether it is a tombstone (an empty body)."""
 
 
 class StreamHost(Resources, Protocol):
@@ -92,6 +96,12 @@ class Stream(StreamLog):
         self.appended = 0  # messages taken since start
         self.removed = 0  # messages retention, compaction or a purge removed since start
         self.compacted = 0  # ... compaction removed
+        self.keyed: list[Keyed] | None = [] if settings.cleanup is Cleanup.COMPACT else None
+        """A compacted stream's keyed messages appended and not yet looked at by compaction
+        (:mod:`chute.core.rules.compaction`), in the order appended; None on other streams."""
+        self.recovered_below = 1
+        """Offsets below this were recovered from the store rather than appended: compaction
+        reads them back once."""
         self.readers: list[StreamReader] = []
         self.delivered_before = 0  # deliveries by readers closed since start
         self.redelivered_before = 0  # ... redeliveries
@@ -151,6 +161,15 @@ class Stream(StreamLog):
                 self.bytes += entry.message.size
                 self._keep(entry)
         self.appended += len(entries)
+        keyed = self.keyed
+        if keyed is not None:
+            for entry in entries:
+                message = entry.message
+                key = message.key
+                if key is not None:
+                    keyed.append(
+                        (entry.seq, key, message.size, message.timestamp, not message.body)
+                    )
         now = self.host.clock()
         while self.retain(now, on_append=True) >= RETAIN_STEP:
             pass  # a large transaction may pass the limits by more than one step
@@ -368,6 +387,8 @@ class Stream(StreamLog):
         if index >= len(tail) or tail[index].seq != seq:
             return False
         entry = tail.pop(index)
+        if self.keyed:  # rare (a disk fault): compaction must not count it as kept
+            self.keyed = [k for k in self.keyed if k[0] != seq]
         cost = held_cost(entry.message)
         self._tail_bytes -= cost
         self.host.memory.used -= cost
@@ -412,6 +433,7 @@ class Stream(StreamLog):
         """Recovery found ``count`` messages (``size`` bytes) from offset ``first`` on."""
         self.first = first if count else self.next_seq
         self._newest = self.next_seq - 1  # what the store holds is newer than the tail
+        self.recovered_below = self.next_seq
         self.count = count
         self.bytes = size
 

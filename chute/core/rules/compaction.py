@@ -21,43 +21,47 @@ size applies as well, as on any stream. The rules, as Kafka's:
   those a reader following the stream is reading now, are never compacted.
 
 :class:`Compaction` runs on the broker's sweep (every ``expiry_interval_ms``), a
-bounded step per stream at a time. For each compacted stream it keeps the newest
-offset of every key seen (:class:`_Log`) and a **scan position**: it reads the
-sealed messages from there on, and each keyed one makes the key's previous
-offset removed (:meth:`~chute.core.model.stream.Stream.remove`, which acks it in
-the store). The journal then frees what it no longer holds: a segment with
-nothing kept is deleted, a sparse one rewritten (its kept records copied forward,
-:mod:`chute.store.reclaim`), so the disk a compacted stream takes follows the
-number of its keys.
+step per stream at a time. For each compacted stream it keeps the newest offset of
+every key seen (:class:`_Log`). The stream notes each keyed message it appends
+(:attr:`~chute.core.model.stream.Stream.keyed`: offset, key, size, time, tombstone or
+not, no store read); once the store has sealed it, a step takes it into account, and
+it makes the key's previous offset removed
+(:meth:`~chute.core.model.stream.Stream.remove`, which acks it in the store). The
+journal then frees what it no longer holds: a segment with nothing kept is deleted,
+a sparse one rewritten (its kept records copied forward, :mod:`chute.store.reclaim`),
+so the disk a compacted stream takes follows the number of its keys.
 
-After a restart the index is empty and the scan starts again at the stream's
-first offset: it meets only what was kept (and any removal the crash lost, which
-it removes again). A removal is an ack recorded after the newer message it makes
-redundant (that one is sealed, so on disk), and the journal never keeps an ack
-without what it cancels: a ``kill -9`` at any point loses nothing kept and never
-brings back an older message as the newest of its key.
+After a restart the index is empty: the messages recovered are read back from the
+store (at most :data:`SCAN_STEP` a sweep), from the stream's first offset on. They
+are only what was kept (and any removal the crash lost, which is done again). A
+removal is an ack recorded after the newer message it makes redundant (that one is
+sealed, so on disk), and the journal never keeps an ack without what it cancels: a
+``kill -9`` at any point loses nothing kept and never brings back an older message
+as the newest of its key.
 
 Memory: the newest offset and size of each key of each compacted stream (about
-200 bytes a key). Pure: no sockets, no files; called from the broker's loop.
+200 bytes a key), and a note of each keyed message appended but not yet sealed.
+Pure: no sockets, no files; called from the broker's loop.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Final
 
 from chute.core.model.settings import Cleanup
 from chute.core.model.store import Store
-from chute.core.model.stream import Stream
+from chute.core.model.stream import Keyed, Stream
 from chute.errors import StoreError
 
 log = logging.getLogger("chute.stream")
 
-SCAN_STEP: Final = 8192
-"""Messages read per stream per sweep, at most (the rest on the next sweep)."""
+SCAN_STEP: Final = 2048
+"""Messages read back from the store per stream per sweep, at most (the rest on the next
+sweep): after a restart only, tens of microseconds each on the broker's loop."""
 
-READ_PAGE: Final = 1024
+READ_PAGE: Final = 512
 
 
 class _Recorded:
@@ -119,14 +123,28 @@ class Compaction:
         return removed
 
     def step(self, state: _Log, store: Store, now: int) -> int:
-        """Scan up to :data:`SCAN_STEP` sealed messages of the stream, remove those made
-        redundant and the tombstones past their time; returns how many went."""
+        """Look at the sealed messages not looked at yet (those appended as they were
+        recorded, those recovered read back from the store, at most :data:`SCAN_STEP`),
+        remove those made redundant and the tombstones past their time; returns how many
+        went."""
         stream = state.stream
         self._forget_recorded(state, store)
+        sealed = min(store.sealed(stream.address), stream.head)
         gone: list[tuple[int, int]] = []
-        end = min(store.sealed(stream.address), stream.head)
+        note = self._noter(state, gone)
+        keyed = stream.keyed
+        if keyed is None:  # the stream became compacted: what it holds is read back
+            keyed = stream.keyed = []
+            stream.recovered_below = stream.next_seq
+        count = 0
+        for record in keyed:
+            if record[0] >= sealed:
+                break
+            note(record)
+            count += 1
+        del keyed[:count]
+        end = min(sealed, stream.recovered_below)
         position = max(state.scanned, stream.first)
-        newest, tombstones = state.newest, state.tombstones
         budget = SCAN_STEP
         while position < end and budget > 0:
             position, entries = stream.read(position, end, max_messages=min(READ_PAGE, budget))
@@ -134,17 +152,10 @@ class Compaction:
             for entry in entries:
                 message = entry.message
                 key = message.key
-                if key is None:
-                    continue  # keyless: retention's alone
-                before = newest.get(key)
-                if before is not None:
-                    gone.append(before)
-                newest[key] = (entry.seq, message.size)
-                if message.body:
-                    tombstones.pop(key, None)
-                else:
-                    tombstones[key] = message.timestamp
+                if key is not None:
+                    note((entry.seq, key, message.size, message.timestamp, not message.body))
         state.scanned = max(state.scanned, position)
+        newest, tombstones = state.newest, state.tombstones
         keep_for = stream.settings.compact_tombstones_ms
         for key in [k for k, at in tombstones.items() if at < now - keep_for]:
             del tombstones[key]
@@ -157,13 +168,38 @@ class Compaction:
         if not gone:
             return 0
         gone.sort()
-        count = stream.remove(gone)
-        if count:
+        removed = stream.remove(gone)
+        if removed:
             recorded = _Recorded()
             state.unrecorded.append(([seq for seq, _ in gone], recorded))
             store.sync(recorded)
-            log.debug("stream %s: compaction removed %d messages", stream.address, count)
-        return count
+            log.debug("stream %s: compaction removed %d messages", stream.address, removed)
+        return removed
+
+    @staticmethod
+    def _noter(state: _Log, gone: list[tuple[int, int]]) -> Callable[[Keyed], None]:
+        """What takes each keyed message into account, in any order: the newest offset of
+        its key stays, any other goes to ``gone``."""
+        newest, tombstones = state.newest, state.tombstones
+        first = state.stream.first
+
+        def note(record: Keyed) -> None:
+            seq, key, size, timestamp, tombstone = record
+            if seq < first:
+                return  # retention removed it already
+            before = newest.get(key)
+            if before is not None and before[0] > seq:
+                gone.append((seq, size))  # a newer one is known (a prepared send's commit)
+                return
+            if before is not None:
+                gone.append(before)
+            newest[key] = (seq, size)
+            if tombstone:
+                tombstones[key] = timestamp
+            else:
+                tombstones.pop(key, None)
+
+        return note
 
     @staticmethod
     def _forget_recorded(state: _Log, store: Store) -> None:

@@ -13,7 +13,7 @@ from chute.core.operations.connection import BrokerConnection
 from chute.core.rules.broker import Broker
 from chute.message import Message
 
-from .test_stream_journal import S, Node
+from .test_stream_journal import Node, S
 
 KEYS = 20
 
