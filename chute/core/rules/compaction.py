@@ -188,6 +188,8 @@ class Compaction:
             if seq < first:
                 return  # retention removed it already
             before = newest.get(key)
+            if before is not None and before[0] == seq:
+                return  # noted twice: committed after a restart it was prepared before
             if before is not None and before[0] > seq:
                 gone.append((seq, size))  # a newer one is known (a prepared send's commit)
                 return

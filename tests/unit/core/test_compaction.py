@@ -255,3 +255,17 @@ def test_each_partition_of_a_compacted_stream_is_compacted(clock: FakeClock) -> 
     assert sorted(k for keys in kept_keys for k in keys if k) == [f"k{k}" for k in range(6)]
     assert all(len(keys) == len(set(keys)) for keys in kept_keys)  # one per key in each
     assert sum(p.count for p in parts) == 6
+
+
+def test_a_send_prepared_before_a_restart_and_committed_after_is_kept(clock: FakeClock) -> None:
+    broker = compacted(clock)
+    send(broker, ("a", b"a1"), ("b", b"b1"))
+    tx = BrokerConnection(broker).session(transacted=True)
+    tx.send(S, msg(b"a2", key="a"))
+    tx.prepare("xid-1")
+    send(broker, ("b", b"b2"))
+    broker = restart(broker)
+    broker.xa.commit("xid-1")  # appended now, and read back as recovered too
+    broker.expire_due()
+    assert kept(broker) == [(3, "a", b"a2"), (4, "b", b"b2")]
+    assert stream_of(broker).count == 2
