@@ -350,7 +350,7 @@ def _streams(broker: Broker) -> Iterator[Metric]:
     }
     removed = CounterMetricFamily(
         "chute_stream_removed",
-        "Messages retention (or a purge) removed from the stream.",
+        "Messages retention, compaction or a purge removed from the stream.",
         labels=["address"],
     )
     for address, stream in broker.streams.items():

@@ -58,7 +58,10 @@ _MORE_COUNTERS: Final = {
 _STREAM_FIELDS: Final = {  # a stream's (its `depth`: the messages it keeps)
     "first": {**_int(), "description": "A stream's oldest offset kept."},
     "head": {**_int(), "description": "A stream's next offset: the one its next message gets."},
-    "removed": {**_int(), "description": "Messages a stream's retention (or a purge) removed."},
+    "removed": {
+        **_int(),
+        "description": "Messages a stream's retention, compaction or a purge removed.",
+    },
     "readers": {"type": "array", "items": _ref("StreamReader")},
 }
 

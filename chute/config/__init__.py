@@ -51,8 +51,9 @@ from chute.config.sections import (
     StorageSettings,
     TlsSettings,
 )
-from chute.core.model.address import canonical
+from chute.core.model.address import canonical, pattern_address
 from chute.core.model.settings import (
+    Cleanup,
     DestinationSettings,
     SettingsResolver,
     parse_size,
@@ -394,6 +395,12 @@ def load(path: Path | None, overrides: Mapping[str, Any] | None = None) -> Serve
             raise ConfigError(f"{where} must be a table")
         _check_destination_key(address, where)
         values = settings_from_mapping(table, where=where)
+        if (
+            values.get("cleanup") is Cleanup.COMPACT
+            and address != "*"
+            and not pattern_address(address).startswith("stream:")
+        ):
+            raise ConfigError(f'{where}: cleanup = "compact" applies to streams only')
         if address == "*":
             config.default_destination = DestinationSettings(**values)
         else:

@@ -438,6 +438,11 @@ class Journal:
                 f"journal {self.directory}: cannot read paged messages: {exc}"
             ) from exc
 
+    def sealed(self, destination: str) -> int:
+        """Below this number every message of ``destination`` lies in a segment before the
+        one being written (recovered segments included). Any thread, never blocking."""
+        return self._writer.sealed.get(destination, 0)
+
     def close(self) -> None:
         """Write and sync everything buffered, stop the writer, release the directory.
 

@@ -167,6 +167,10 @@ class Writer:
         self._seen_written = 0  # bytes_written when last looked at (idle reclaiming) ...
         self._seen_at = time.monotonic()  # ... and when it last changed
         self._reclaimed_written = 0  # bytes_written after the last reclaim pass
+        self.sealed: dict[str, int] = dict(index.next_seq)
+        """Each destination's next sequence number when the current segment was begun:
+        what is numbered below lies in segments that take no more writes (any thread may
+        read it; replaced whole at each roll-over)."""
         self.thread = threading.Thread(target=self._run, name="chute-journal", daemon=True)
 
     def replicate(self, tap: Tap | None) -> None:
@@ -407,8 +411,12 @@ class Writer:
             self._fire()
 
     def _rolled(self) -> None:
-        """The appender made a new segment current: a reclaim pass is due (if automatic)."""
+        """The appender made a new segment current (having synced the one before, so the
+        index knows all it holds): a reclaim pass is due (if automatic), and what was
+        numbered so far is sealed."""
         self._reclaim_due = self._auto_reclaim
+        with self.index_lock:
+            self.sealed = dict(self._index.next_seq)
 
     # -- calling back ----------------------------------------------------------------
 

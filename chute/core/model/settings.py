@@ -48,6 +48,18 @@ class Overflow(enum.Enum):
     BLOCK = "block"  # the producer waits for room, up to block_timeout_ms
 
 
+class Cleanup(enum.Enum):
+    """How a stream lets messages go (its ``cleanup`` setting)."""
+
+    DELETE = "delete"  # retention only: the oldest go past the limits
+    COMPACT = "compact"  # retention, and only the newest message of each key is kept
+
+
+TOMBSTONES_MS = 86_400_000
+"""How long a compacted stream keeps a tombstone (a keyed message with an empty body) by
+default: one day, as Kafka's ``delete.retention.ms``."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class DestinationSettings:
     max_messages: int = 0  # 0 = unbounded
@@ -60,6 +72,11 @@ class DestinationSettings:
     max_age_ms: int = 0
     """Streams: messages older than this are removed (0: kept whatever their age). On a
     stream ``max_messages`` and ``max_bytes`` are retention too: the oldest go."""
+    cleanup: Cleanup = Cleanup.DELETE
+    """Streams: ``compact`` keeps only the newest message of each key besides retention
+    (:mod:`chute.core.rules.compaction`)."""
+    compact_tombstones_ms: int = TOMBSTONES_MS
+    """Compacted streams: how long a tombstone is kept after it was accepted."""
     partitions: int = 1
     """Streams: how many partitions it has (``stream:NAME#N``, N from 0; partition 0 is the
     stream itself). See :mod:`chute.core.rules.partitions`."""
@@ -171,6 +188,14 @@ def settings_from_mapping(raw: Mapping[str, Any], *, where: str) -> dict[str, An
                 out[name] = parse_size(value, what=key)
             elif name == "max_age":
                 out["max_age_ms"] = parse_duration_ms(value, what=key)
+            elif name == "compact_tombstones":
+                out["compact_tombstones_ms"] = parse_duration_ms(value, what=key)
+            elif name == "cleanup":
+                try:
+                    out[name] = Cleanup(value)
+                except ValueError:
+                    choices = " | ".join(c.value for c in Cleanup)
+                    raise ConfigError(f"must be one of {choices}, got {value!r}") from None
             elif name == "overflow":
                 try:
                     out[name] = Overflow(value)

@@ -249,5 +249,11 @@ class Store(Protocol):
             StoreError: the store cannot read them now (a disk fault).
         """
 
+    def sealed(self, destination: str) -> int:
+        """The number below which every message of ``destination`` the store holds lies in
+        a part of it that takes no more writes (the journal's segments before the one being
+        written): compaction rewrites only those (:mod:`chute.core.rules.compaction`).
+        Cheap, never blocking."""
+
     def close(self) -> None:
         """Flush and release resources."""

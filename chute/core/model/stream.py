@@ -44,17 +44,15 @@ from __future__ import annotations
 import bisect
 import heapq
 import logging
-import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final, Protocol
 
 from chute.core.model.consumer import Entry
-from chute.core.model.offsets import Offset
 from chute.core.model.paging import HELD_OVERHEAD, Resources, held_cost
 from chute.core.model.queue import QueueChannel
 from chute.core.model.readers import StreamReader
-from chute.core.model.settings import DestinationSettings
-from chute.core.model.store import StoredBlock, StoredMessage, message_block
+from chute.core.model.settings import Cleanup, DestinationSettings
+from chute.core.model.streamlog import StreamLog, entry_seq
 from chute.message import Message
 
 log = logging.getLogger("chute.stream")
@@ -68,15 +66,12 @@ TAILS_BYTES: Final = 64 << 20
 
 TAIL_MIN: Final = 256 << 10
 
-READ_STEP: Final = 256
-"""Messages read back from the store per call."""
-
-BLOCK_STEP: Final = 4096
-"""Messages read back from the store per call by :meth:`Stream.read_blocks` at most (with
-a byte bound, about as many as it leaves room for)."""
-
 RETAIN_STEP: Final = 1024
 """Messages removed by retention per step (the rest on the next append or sweep)."""
+
+Keyed = tuple[int, str, int, int, bool]
+"""What compaction needs of a keyed message: its offset, key, ``Message.size``, timestamp,
+and whether it is a tombstone (an empty body)."""
 
 
 class StreamHost(Resources, Protocol):
@@ -92,30 +87,25 @@ class StreamHost(Resources, Protocol):
         end of the transaction being gathered (the tail keeps its records until then)."""
 
 
-class Stream:
+class Stream(StreamLog):
     """An append-only log. See the module docstring."""
 
     def __init__(self, address: str, settings: DestinationSettings, host: StreamHost) -> None:
-        self.address = address
-        self.name = address  # the store knows the stream by its address
-        self.settings = settings
-        self.host = host
-        self.next_seq = 1
-        self._first = 1  # the oldest offset kept while count (see first)
-        self.count = 0  # messages kept
-        self.bytes = 0  # their Message.size
+        super().__init__(address, settings, host)
+        self.host: StreamHost = host
         self.appended = 0  # messages taken since start
-        self.removed = 0  # messages retention removed since start
+        self.removed = 0  # messages retention, compaction or a purge removed since start
+        self.compacted = 0  # ... compaction removed
+        self.keyed: list[Keyed] | None = [] if settings.cleanup is Cleanup.COMPACT else None
+        """A compacted stream's keyed messages appended and not yet looked at by compaction
+        (:mod:`chute.core.rules.compaction`), in the order appended; None on other streams."""
+        self.recovered_below = 1
+        """Offsets below this were recovered from the store rather than appended: compaction
+        reads them back once."""
         self.readers: list[StreamReader] = []
         self.delivered_before = 0  # deliveries by readers closed since start
         self.redelivered_before = 0  # ... redeliveries
-        self.reserved: set[int] = set()  # offsets of prepared sends, placed at their commit
-        self._held: list[int] = []  # the same as a heap (lazily pruned): head is O(log n)
         self.deleted = False
-        self._tail: list[Entry] = []  # the newest messages, in offset order
-        self._tail_from = 0  # entries of _tail before this index are gone
-        self._tail_bytes = 0
-        self._newest = 0  # the highest offset appended
         self.forward: QueueChannel | None = None
         """In a cluster, while this node is not the stream's home (or does not know it
         yet): the queue its sends wait in to be handed over to the home
@@ -123,43 +113,6 @@ class Stream:
         self.on_wake: Callable[[Stream], None] | None = None
         """Told when readers may read on (messages appended): the home's answers to
         other nodes waiting for the stream's next messages."""
-
-    # -- numbering ------------------------------------------------------------------
-
-    @property
-    def first(self) -> int:
-        """The oldest offset kept; :attr:`head` while none is (the next to appear, also
-        after a restart or a delete moved the numbering on)."""
-        return self._first if self.count else self.head
-
-    @first.setter
-    def first(self, value: int) -> None:
-        self._first = value
-
-    @property
-    def head(self) -> int:
-        """The first offset a reader may not read yet: the next one, or the lowest a
-        prepared send holds."""
-        held, reserved = self._held, self.reserved
-        while held and held[0] not in reserved:  # placed or released since: drop lazily
-            heapq.heappop(held)
-        return min(self.next_seq, held[0]) if held else self.next_seq
-
-    @property
-    def last(self) -> int:
-        """The newest offset kept below :attr:`head` (``head`` if none)."""
-        tail = self._tail
-        head = self.head
-        for index in range(len(tail) - 1, self._tail_from - 1, -1):
-            if tail[index].seq < head:
-                return tail[index].seq
-        after = head - 2  # offsets are contiguous but for rolled-back prepared sends
-        while after >= self.first - 1:
-            found = self._next_kept(after, head)
-            if found is not None:
-                return found.seq
-            after -= 1
-        return head
 
     def leave(self, reader: StreamReader) -> None:
         """``reader`` closed: it reads no more, and what it delivered stays counted (the
@@ -208,6 +161,15 @@ class Stream:
                 self.bytes += entry.message.size
                 self._keep(entry)
         self.appended += len(entries)
+        keyed = self.keyed
+        if keyed is not None:
+            for entry in entries:
+                message = entry.message
+                key = message.key
+                if key is not None:
+                    keyed.append(
+                        (entry.seq, key, message.size, message.timestamp, not message.body)
+                    )
         now = self.host.clock()
         while self.retain(now, on_append=True) >= RETAIN_STEP:
             pass  # a large transaction may pass the limits by more than one step
@@ -249,7 +211,9 @@ class Stream:
             return
         cost = held_cost(entry.message)
         if len(tail) > lo and entry.seq < tail[-1].seq:
-            bisect.insort(tail, entry, lo=self._tail_from, key=_seq)  # a prepared send's commit
+            bisect.insort(
+                tail, entry, lo=self._tail_from, key=entry_seq
+            )  # a prepared send's commit
         else:
             tail.append(entry)
         self._tail_bytes += cost
@@ -289,173 +253,6 @@ class Stream:
         for reader in self.readers:
             if not reader.ready and reader.position < self.head and reader.router.consumers:
                 reader.deliver()
-
-    # -- reading --------------------------------------------------------------------
-
-    def read(
-        self, start: int, end: int, *, max_messages: int = 0, max_bytes: int = 0
-    ) -> tuple[int, list[Entry]]:
-        """The messages with offsets in ``[start, end)`` (``end`` at most :attr:`head`),
-        at most ``max_messages`` and about ``max_bytes`` of them (0: no limit; at least
-        one); returns ``(next start, entries)``: next start is ``end`` once the range is
-        done. Offsets retention removed are skipped.
-
-        Raises:
-            StoreError: the store cannot read them back now.
-        """
-        return self._read(start, min(end, self.head), max_messages, max_bytes)
-
-    def _read(
-        self, start: int, end: int, max_messages: int, max_bytes: int
-    ) -> tuple[int, list[Entry]]:
-        """:meth:`read` past the head too (retention and purge remove what is kept behind
-        a prepared send as well)."""
-        start = max(start, self.first)
-        entries: list[Entry] = []
-        size = 0
-        position = start
-        while position < end:
-            room = (max_messages - len(entries)) if max_messages else READ_STEP
-            found = self._from_tail(position, end, min(room, READ_STEP))
-            if found is None:
-                found = self._from_store(position, end, min(room, READ_STEP))
-            if not found:
-                return end, entries
-            for entry in found:
-                if max_bytes and entries and size + entry.message.size > max_bytes:
-                    return entry.seq, entries
-                entries.append(entry)
-                size += entry.message.size
-            position = found[-1].seq + 1
-            if max_messages and len(entries) >= max_messages:
-                return (position if position < end else end), entries
-        return end, entries
-
-    def _from_tail(self, start: int, end: int, limit: int) -> list[Entry] | None:
-        """Up to ``limit`` entries from ``start`` if the tail holds ``start``, else None."""
-        tail = self._tail
-        lo = self._tail_from
-        if lo >= len(tail) or start < tail[lo].seq:
-            return None
-        index = bisect.bisect_left(tail, start, lo=lo, key=_seq)
-        stop = bisect.bisect_left(tail, end, lo=index, hi=min(len(tail), index + limit), key=_seq)
-        return tail[index:stop]
-
-    def _from_store(self, start: int, end: int, limit: int) -> list[Entry]:
-        tail = self._tail
-        below = min(end, tail[self._tail_from].seq if self._tail_from < len(tail) else end)
-        if start < below:  # ask for no more than is there: a short read makes a journal flush
-            stored = self.host.store.page_in(self.address, start - 1, min(limit, below - start))
-            found = [Entry(s.seq, s.message) for s in stored if s.seq < below]
-            if found:
-                return found
-        if below < end:
-            return self._from_tail(below, end, limit) or []
-        return []
-
-    def read_blocks(
-        self, start: int, end: int, *, max_messages: int = 0, max_bytes: int = 0
-    ) -> tuple[int, list[StoredBlock]]:
-        """:meth:`read`, each message as its content block with its envelope
-        (:data:`~chute.core.model.store.StoredBlock`): the same pages, but what the store holds
-        is not decoded, for an answer that sends the blocks on as they are (the native
-        ``CursorFetch`` without a cursor).
-
-        Raises:
-            StoreError: the store cannot read them back now.
-        """
-        end = min(end, self.head)
-        blocks: list[StoredBlock] = []
-        size = 0
-        position = max(start, self.first)
-        while position < end:
-            room = (max_messages - len(blocks)) if max_messages else BLOCK_STEP
-            step = min(room, BLOCK_STEP)
-            if max_bytes:  # read about what the bytes left hold, by the sizes seen so far
-                left = max(0, max_bytes - size)
-                step = min(step, left * len(blocks) // size + 1 if blocks else 16)
-            found = self._blocks_from_tail(position, end, step)
-            if found is None:
-                found = self._blocks_from_store(position, end, step)
-            if not found:
-                return end, blocks
-            more = sum(map(_block_size, found))
-            if max_bytes and size + more > max_bytes:  # the page ends in this step
-                for block in found:
-                    if blocks and size + block[6] > max_bytes:
-                        return block[0], blocks
-                    blocks.append(block)
-                    size += block[6]
-            else:
-                blocks += found
-                size += more
-            position = found[-1][0] + 1
-            if max_messages and len(blocks) >= max_messages:
-                return (position if position < end else end), blocks
-        return end, blocks
-
-    def _blocks_from_tail(self, start: int, end: int, limit: int) -> list[StoredBlock] | None:
-        entries = self._from_tail(start, end, limit)
-        if entries is None:
-            return None
-        return [message_block(e.seq, e.message, e.delivery_count, e.redelivered) for e in entries]
-
-    def _blocks_from_store(self, start: int, end: int, limit: int) -> list[StoredBlock]:
-        """As :meth:`_from_store`."""
-        tail = self._tail
-        below = min(end, tail[self._tail_from].seq if self._tail_from < len(tail) else end)
-        if start < below:
-            found = self.host.store.page_blocks(self.address, start - 1, min(limit, below - start))
-            if found and found[-1][0] >= below:
-                found = [b for b in found if b[0] < below]
-            if found:
-                return found
-        if below < end:
-            return self._blocks_from_tail(below, end, limit) or []
-        return []
-
-    def _next_kept(self, after: int, end: int) -> Entry | None:
-        """The first kept entry above ``after`` and below ``end``, read from the store."""
-        stored: list[StoredMessage] = self.host.store.page_in(self.address, after, 1)
-        if not stored or stored[0].seq >= end:
-            return None
-        return Entry(stored[0].seq, stored[0].message)
-
-    def locate(self, offset: Offset) -> int:
-        """The offset a reader starting at ``offset`` reads first."""
-        head = self.head
-        if offset.kind == "first":
-            return self.first
-        if offset.kind == "next":
-            return head
-        if offset.kind == "last":
-            return self.last
-        if offset.kind == "offset":
-            return min(max(offset.value, self.first), head)
-        return self.at_time(offset.value)
-
-    def at_time(self, timestamp: int) -> int:
-        """The first offset whose message was accepted at ``timestamp`` (ms) or later
-        (:attr:`head` if none): a bisection over the tail, else over the store."""
-        tail = self._tail
-        lo_index = self._tail_from
-        head = self.head
-        if lo_index < len(tail) and tail[lo_index].message.timestamp <= timestamp:
-            index = bisect.bisect_left(
-                tail, timestamp, lo=lo_index, key=lambda e: e.message.timestamp
-            )
-            return tail[index].seq if index < len(tail) and tail[index].seq < head else head
-        below = min(head, tail[lo_index].seq if lo_index < len(tail) else head)
-        lo, hi = self.first, below  # the answer is the first kept offset at or above lo
-        while lo < hi:
-            mid = (lo + hi) // 2
-            probe = self._next_kept(mid - 1, below)
-            if probe is None or probe.message.timestamp >= timestamp:
-                hi = mid
-            else:
-                lo = probe.seq + 1
-        found = self._next_kept(lo - 1, below) if lo < below else None
-        return found.seq if found is not None else below
 
     # -- retention ------------------------------------------------------------------
 
@@ -534,14 +331,64 @@ class Stream:
         found = self._next_kept(seq - 1, self.next_seq)
         self.first = found.seq if found is not None else self.next_seq
 
+    def remove(self, entries: Sequence[tuple[int, int]]) -> int:
+        """Stop keeping the messages at these ``(offset, Message.size)``, in offset order,
+        anywhere in the log (compaction: :mod:`chute.core.rules.compaction`); returns how
+        many went. Their offsets become gaps every read skips, :attr:`first` included
+        (it moves only by retention); offsets no longer kept (retention or a purge passed
+        them) are left alone. The store records the removal.
+        """
+        first = self.first
+        tail = self._tail
+        lo = self._tail_from
+        tail_first = tail[lo].seq if lo < len(tail) else self.next_seq
+        gone = {seq: size for seq, size in entries if seq >= first}
+        if tail_first <= max(gone, default=0):  # some are in the tail: only those still there
+            kept: list[Entry] = []
+            freed = 0
+            present: set[int] = set()
+            for entry in tail[lo:]:
+                if entry.seq in gone:
+                    freed += held_cost(entry.message)
+                    present.add(entry.seq)
+                else:
+                    kept.append(entry)
+            for seq in [s for s in gone if s >= tail_first and s not in present]:
+                del gone[seq]  # withdrawn: never kept
+            self._tail = kept
+            self._tail_from = 0
+            self._tail_bytes -= freed
+            self.host.memory.used -= freed
+        if not gone:
+            return 0
+        seqs = sorted(gone)
+        self.host.store.acks(self.address, seqs)
+        self.gaps.update(seqs)
+        self.count -= len(seqs)
+        self.bytes -= sum(gone.values())
+        self.removed += len(seqs)
+        self.compacted += len(seqs)
+        if not self.count:
+            self.first = self.next_seq
+        # else the first offset stays where retention left it, as Kafka's log start offset:
+        # a reader there (a Spark query resuming) reads on from the next one kept
+        return len(seqs)
+
+    def forget_gaps(self, seqs: Sequence[int]) -> None:
+        """The store recorded the removal of ``seqs`` (:meth:`remove`): reads need not skip
+        them any longer."""
+        self.gaps.difference_update(seqs)
+
     def withdraw(self, seq: int) -> bool:
         """Take back a message the store refused to keep; False if a reader had already
         been handed it (it is gone from the stream either way)."""
         tail = self._tail
-        index = bisect.bisect_left(tail, seq, lo=self._tail_from, key=_seq)
+        index = bisect.bisect_left(tail, seq, lo=self._tail_from, key=entry_seq)
         if index >= len(tail) or tail[index].seq != seq:
             return False
         entry = tail.pop(index)
+        if self.keyed:  # rare (a disk fault): compaction must not count it as kept
+            self.keyed = [k for k in self.keyed if k[0] != seq]
         cost = held_cost(entry.message)
         self._tail_bytes -= cost
         self.host.memory.used -= cost
@@ -586,16 +433,9 @@ class Stream:
         """Recovery found ``count`` messages (``size`` bytes) from offset ``first`` on."""
         self.first = first if count else self.next_seq
         self._newest = self.next_seq - 1  # what the store holds is newer than the tail
+        self.recovered_below = self.next_seq
         self.count = count
         self.bytes = size
 
     def __repr__(self) -> str:
         return f"Stream({self.address!r}, first={self.first}, head={self.head})"
-
-
-def _seq(entry: Entry) -> int:
-    return entry.seq
-
-
-_block_size: Final = operator.itemgetter(6)
-"""A :data:`~chute.core.model.store.StoredBlock`'s ``Message.size``."""

@@ -66,6 +66,7 @@ from chute.core.model.topic import Topic
 from chute.core.rules.access import Access, Client
 from chute.core.rules.admission import Admission
 from chute.core.rules.batches import CommittedBatches
+from chute.core.rules.compaction import Compaction
 from chute.core.rules.cursor import Cursors
 from chute.core.rules.dedup import DEFAULT_PRODUCERS, DEFAULT_WINDOW, SentIds
 from chute.core.rules.destinations import ANONYMOUS, Destinations, Limits
@@ -149,6 +150,7 @@ class Broker:
         self.client_ids: dict[str, str] = {}  # client id -> the one live connection's id
         self.xa = PreparedTransactions(self)
         self.cursors = Cursors(self)  # the Spark connector's readers (docs/spark.md)
+        self.compaction = Compaction()  # compacted streams (chute.core.rules.compaction)
         self.batches = CommittedBatches(self)  # idempotent group commits of prepared work
         self.prepared_timeout_ms = prepared_timeout_ms  # 0 = prepared work waits forever
         declared = [canonical(a) for a in (DEAD_LETTER, EXPIRED, *predefined)]
@@ -524,6 +526,7 @@ class Broker:
                 stream.retain(now)
             stream.trim()  # its share of the tails' memory shrinks as streams are made
             stream.nudge()
+        self.compaction.sweep(list(self.streams.values()), self.store, now)
         self.xa.expire(now, self.prepared_timeout_ms)
         self.cursors.expire(now)
         self.destinations.remove_idle(now)

@@ -247,6 +247,9 @@ class Gathering:
     def page_blocks(self, queue: str, after: int, limit: int) -> list[StoredBlock]:
         return self.store.page_blocks(queue, after, limit)
 
+    def sealed(self, destination: str) -> int:
+        return self.store.sealed(destination)
+
     def close(self) -> None:
         self.store.close()
 
