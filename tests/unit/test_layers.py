@@ -82,8 +82,9 @@ MAY_IMPORT: Mapping[str, frozenset[str]] = {
     "client": BASE | {"core.model", "protocol", "sansio", "outbox", "origins"},
     # a cluster's coordinator (etcd over HTTP) and membership, beside the server
     "cluster": BASE,
-    # a node's live and backups: journal replication, election and fencing in etcd
-    "ha": BASE | {"core.model", "store", "cluster", "config"},
+    # a node's live and backups: journal replication, election and fencing in etcd; a
+    # backup's own native port answers statistics with the native codec
+    "ha": BASE | {"core.model", "store", "cluster", "config", "protocol", "sansio"},
     # DropboxMQ: the serverless client (the client's API) and the broker's bridge
     "dropbox": BASE | CORE | {"client"},
     # the applications on top; the dropbox commands stay serverless
