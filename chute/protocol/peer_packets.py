@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from chute.content import as_bool, decode_content, encode_content, malformed
 from chute.message import Message
@@ -56,9 +56,9 @@ class PeerOpen:
     node: str
 
 
-@dataclass(frozen=True, slots=True)
-class PeerHandover:
-    """A message handed over to queue ``address`` of the receiving node."""
+class PeerHandover(NamedTuple):
+    """A message handed over to queue ``address`` of the receiving node (a named tuple,
+    frozen as a packet is: one is made on each side of every hand-over, at C speed)."""
 
     run: str
     n: int
@@ -252,6 +252,7 @@ def decode_handovers(
     size = len(data)
     out: list[PeerHandover] = []
     unpack_key, unpack_fields = _KEY_HEAD.unpack_from, _FIELDS.unpack_from
+    addresses: dict[bytes, str] = {}  # the hand-overs of one packet mostly share their queue
     for _ in range(count):
         if pos + _KEY_HEAD.size > size:
             raise malformed("a hand-over overruns the packet")
@@ -260,7 +261,10 @@ def decode_handovers(
         stop = pos + length
         if stop + _FIELDS.size > size:
             raise malformed("a hand-over overruns the packet")
-        address = data[pos:stop].decode()
+        raw = data[pos:stop]
+        address = addresses.get(raw)
+        if address is None:
+            address = addresses[raw] = raw.decode()
         delivery_count, redelivered, ts, exp, length = unpack_fields(data, stop)
         pos = stop + _FIELDS.size
         stop = pos + length

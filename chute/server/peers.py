@@ -344,7 +344,14 @@ class PeerLinks:
         if isinstance(packet, p.PeerHandover):
             cluster.on_handover(name, _handover(packet))
         elif isinstance(packet, p.PeerHandovers):
-            cluster.on_handovers(name, [_handover(h) for h in packet.handovers])
+            run = packet.run  # one run: one HandoverKey made per hand-over, no more
+            handovers = [
+                Handover(
+                    HandoverKey(run, h.n), h.address, h.message, h.delivery_count, h.redelivered
+                )
+                for h in packet.handovers
+            ]
+            cluster.on_handovers(name, handovers)
         elif isinstance(packet, p.PeerConfirm):
             cluster.on_confirm(name, _handover_keys(packet.keys))
         elif isinstance(packet, p.PeerRefuse):

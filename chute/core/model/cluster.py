@@ -172,6 +172,10 @@ class Ledger:
     def erase(self, store: Store, seq: int) -> None:
         store.ack(AckOp(self.name, seq))
 
+    def erase_all(self, store: Store, seqs: Sequence[int]) -> None:
+        """:meth:`erase` each of ``seqs``, in one call."""
+        store.acks(self.name, seqs)
+
 
 def out_record(handover: Handover, queue: str, seq: int) -> Message:
     """The out ledger's record of a hand-over of entry ``seq`` of ``queue`` (its store name)."""

@@ -366,27 +366,44 @@ class Cluster:
         if queue.durable and entry.message.persistent:
             record = peer.out.record(self.host.store, out_record(handover, queue.name, entry.seq))
         peer.doubt(key, Sent(queue, consumer, entry, record, handover))
-        peer.window.sent(peer.consumers.values())
         if peer.up:
             self.port.send_handover(peer.name, handover)
 
     def on_confirm(self, name: str, keys: Sequence[HandoverKey]) -> None:
-        """``name`` stored the hand-overs ``keys``: remove the copies here (and their
-        records, in one atomic commit), then release the keys."""
+        """``name`` stored the hand-overs ``keys``: remove the copies here (each queue's in
+        one bulk ack, and their records, in one atomic commit), return their credits, then
+        release the keys."""
         peer = self._peer(name)
+        in_doubt = peer.in_doubt
         done: list[Sent] = []
+        queues: dict[int, tuple[QueueChannel, list[Entry]]] = {}  # by id: its acked entries
+        records: list[int] = []
+        nbytes = 0
         with self.host.atomically():
             for key in keys:
-                sent = peer.settle(key)
+                sent = in_doubt.pop(key, None)
                 if sent is None:
                     continue
-                consumer, entry = sent.consumer, sent.entry
-                if entry.seq in consumer.inflight:
-                    sent.queue.ack(consumer, entry.seq, cumulative=False)
-                if sent.record:
-                    peer.out.erase(self.host.store, sent.record)
                 done.append(sent)
-        self._return_credit(done)
+                nbytes += sent.handover.message.size
+                consumer, entry, queue = sent.consumer, sent.entry, sent.queue
+                consumer.credit += 1
+                acked = queues.get(id(queue))
+                if acked is None:
+                    acked = queues[id(queue)] = (queue, [])
+                if consumer.inflight.pop(entry.seq, None) is not None:
+                    acked[1].append(entry)
+                if sent.record:
+                    records.append(sent.record)
+            peer.window.remove(nbytes, len(done))
+            for queue, entries in queues.values():
+                if entries:
+                    queue.settle_acked(entries)
+            if records:
+                peer.out.erase_all(self.host.store, records)
+        for queue, _entries in queues.values():
+            if queue.ready:
+                queue.deliver()
         self.settled(peer)
         if done:
             self.port.send_release(name, [s.handover.key for s in done])

@@ -74,9 +74,11 @@ class Peer:
         self.wants: set[str] = set()  # the addresses it announced demand for
 
     def doubt(self, key: HandoverKey, sent: Sent) -> None:
-        """``sent`` left (or will leave) for this node, unconfirmed."""
+        """``sent`` left (or will leave) for this node, unconfirmed: at the link's window,
+        every peer consumer standing for this node is held."""
         self.in_doubt[key] = sent
-        self.window.add(sent.handover.message.size)
+        if self.window.add(sent.handover.message.size):
+            self.window.sent(self.consumers.values())
 
     def settle(self, key: HandoverKey) -> Sent | None:
         """``key`` is in doubt no more (confirmed, refused, or its queue gone)."""
