@@ -171,9 +171,9 @@ class PeerLinks:
         link = self.links.get(peer)
         if link is None:
             return  # down: the cluster sends it again when the link is up
-        link.hold_handover(packet)
-        link.durable = len(link.pending)
-        self._sync(link)
+        link.durable = link.hold_handover(packet)
+        if not link.syncing:
+            self._sync(link)
 
     def send_confirm(self, peer: str, keys: Sequence[HandoverKey]) -> None:
         self._send_keys(peer, p.PeerConfirm, keys)

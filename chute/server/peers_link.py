@@ -146,24 +146,29 @@ class PeerLink:
             self.pending.append(_Batch(kind, keys))
         self._grew(len(keys) * KEY_BYTES)
 
-    def hold_handover(self, packet: p.PeerHandover) -> None:
+    def hold_handover(self, packet: p.PeerHandover) -> int:
         """Keep a hand-over until a sync lets it go: joined to the hand-overs right before it
-        when those are not covered by a sync already started (as :meth:`hold_keys`)."""
-        last = self._open_last()
+        when those are not covered by a sync already started (as :meth:`hold_keys`). Returns
+        how many packets are held now (on the per-message path: :meth:`_open_last` and
+        :meth:`_grew`, inline)."""
+        pending = self.pending
+        size = packet.message.size + HANDOVER_BYTES
+        last = pending[-1] if pending and (self.open or len(pending) > self.covered) else None
         if (
-            isinstance(last, _Handovers)
+            type(last) is _Handovers
             and last.run == packet.run
             and len(last.items) < MAX_BATCHED_HANDOVERS
             and last.size < MAX_BATCHED_BYTES
         ):
             last.items.append(packet)
-            size = packet.message.size + HANDOVER_BYTES
             last.size += size
         else:
-            last = _Handovers(packet)
-            self.pending.append(last)
-            size = last.size
-        self._grew(size)
+            pending.append(_Handovers(packet))
+        self.backlog += size
+        if not self.paused and self.backlog > self.bound:
+            self.paused = True
+            self.reading(False)
+        return len(pending)
 
     def _open_last(self) -> bytes | _Batch | _Handovers | None:
         """The last packet held, if what is held now may join it: no sync covering it
