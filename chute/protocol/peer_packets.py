@@ -211,8 +211,8 @@ def _keys(keys: Keys) -> bytes:
     count = _U32.pack(len(keys))
     runs = set(map(_FIRST, keys))
     if len(runs) == 1:  # mostly every key of one run: its head before each number
-        head = _text(runs.pop())
-        return count + head + head.join(map(_N.pack, map(_SECOND, keys)))
+        only = _text(runs.pop())
+        return count + only + only.join(map(_N.pack, map(_SECOND, keys)))
     heads: dict[str, bytes] = {}
     parts = [count]
     pack_n = _N.pack

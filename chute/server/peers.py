@@ -41,7 +41,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final, Protocol
 
-from chute.core.model.cluster import Demand, Handover, HandoverKey
+from chute.core.model.cluster import Demand, Handover, HandoverKey, handover_keys
 from chute.errors import AccessDenied, ChuteError, RemoteProtocolError
 from chute.protocol import packets as p
 from chute.protocol.peer_packets import Keys
@@ -106,7 +106,7 @@ def _keys(keys: Sequence[HandoverKey]) -> Keys:
 
 
 def _handover_keys(keys: Keys) -> list[HandoverKey]:
-    return list(map(HandoverKey._make, keys))
+    return handover_keys(keys)
 
 
 def _handover(packet: p.PeerHandover) -> Handover:
