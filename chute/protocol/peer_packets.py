@@ -35,6 +35,7 @@ from operator import itemgetter
 from typing import Any, Final, NamedTuple
 
 from chute.content import as_bool, decode_content, encode_content, malformed
+from chute.core.model.cluster import Handover, HandoverKey
 from chute.message import Message
 
 Keys = tuple[tuple[str, int], ...]
@@ -88,10 +89,12 @@ class PeerHandover(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class PeerHandovers:
-    """Several hand-overs of run ``run``, as ``PeerHandover`` packets of it, in order."""
+    """Several hand-overs of run ``run``, in order: the cluster's own
+    :class:`~chute.core.model.cluster.Handover` tuples (each key of run ``run``), made and
+    taken as they are, with no packet object per hand-over on either side."""
 
     run: str
-    handovers: tuple[PeerHandover, ...]
+    handovers: tuple[Handover, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,7 +270,7 @@ def encode_handovers(packet: PeerHandovers) -> tuple[int, int, bytes]:
         pack, address = head
         parts += (
             pack(
-                h.n,
+                h.key.n,
                 len(address),
                 address,
                 h.delivery_count,
@@ -290,8 +293,9 @@ def decode_handovers(
     count = r.count(_KEY_HEAD.size + _FIELDS.size)
     pos = r.pos
     size = len(data)
-    out: list[PeerHandover] = []
+    out: list[Handover] = []
     unpack_key, unpack_fields = _KEY_HEAD.unpack_from, _FIELDS.unpack_from
+    new = tuple.__new__
     addresses: dict[bytes, str] = {}  # the hand-overs of one packet mostly share their queue
     for _ in range(count):
         if pos + _KEY_HEAD.size > size:
@@ -316,7 +320,9 @@ def decode_handovers(
         pos = stop
         if redelivered > 1:
             raise malformed("a hand-over's redelivered flag is neither 0 nor 1")
-        out.append(PeerHandover(run, n, address, delivery_count, redelivered == 1, message))
+        # the named tuples made as their own constructors make them, with no Python step
+        key = new(HandoverKey, (run, n))
+        out.append(new(Handover, (key, address, message, delivery_count, redelivered == 1)))
     r.pos = pos
     r.end("PeerHandovers")
     return PeerHandovers(run, tuple(out))

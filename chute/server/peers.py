@@ -159,19 +159,10 @@ class PeerLinks:
     # -- PeerPort --------------------------------------------------------------------
 
     def send_handover(self, peer: str, handover: Handover) -> None:
-        key = handover.key
-        packet = p.PeerHandover(
-            key.run,
-            key.n,
-            handover.address,
-            handover.delivery_count,
-            handover.redelivered,
-            handover.message,
-        )
         link = self.links.get(peer)
         if link is None:
             return  # down: the cluster sends it again when the link is up
-        link.durable = link.hold_handover(packet)
+        link.durable = link.hold_handover(handover)
         if not link.syncing:
             self._sync(link)
 
@@ -344,14 +335,7 @@ class PeerLinks:
         if isinstance(packet, p.PeerHandover):
             cluster.on_handover(name, _handover(packet))
         elif isinstance(packet, p.PeerHandovers):
-            run = packet.run  # one run: one HandoverKey made per hand-over, no more
-            handovers = [
-                Handover(
-                    HandoverKey(run, h.n), h.address, h.message, h.delivery_count, h.redelivered
-                )
-                for h in packet.handovers
-            ]
-            cluster.on_handovers(name, handovers)
+            cluster.on_handovers(name, packet.handovers)
         elif isinstance(packet, p.PeerConfirm):
             cluster.on_confirm(name, _handover_keys(packet.keys))
         elif isinstance(packet, p.PeerRefuse):
