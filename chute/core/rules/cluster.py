@@ -45,7 +45,8 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 
 from chute.core.model.address import Kind, parse
 from chute.core.model.cluster import (
@@ -87,9 +88,8 @@ class _Outbound:
     def __init__(self, cluster: Cluster, peer: Peer) -> None:
         self.cluster = cluster
         self.peer = peer
-
-    def handle(self, consumer: BrokerConsumer, entry: Entry) -> None:
-        self.cluster.hand_over(self.peer, consumer, entry)
+        # a push: ``hand_over(peer, consumer, entry)``, with no Python step between
+        self.handle: Callable[[BrokerConsumer, Entry], None] = partial(cluster.hand_over, peer)
 
     def cancelled(self, consumer: BrokerConsumer, error: ChuteError) -> None:
         """The queue was deleted: what was in doubt goes with it."""
@@ -356,11 +356,15 @@ class Cluster:
     def hand_over(self, peer: Peer, consumer: BrokerConsumer, entry: Entry) -> None:
         """The queue pushed ``entry`` to ``peer``'s consumer: record it, send it."""
         entry.delivery_count -= 1  # a hand-over is no delivery (max_deliveries, redelivered)
-        queue = peer_queue(consumer)
-        key = HandoverKey(self.run, peer.next_n)
-        peer.next_n += 1
-        handover = Handover(
-            key, queue.address, entry.message, entry.delivery_count, entry.redelivered
+        queue = consumer.queue
+        if not isinstance(queue, QueueChannel):  # peer_queue's check, inline
+            raise TypeError(f"a peer consumer of {queue!r}, not a queue")
+        n = peer.next_n
+        peer.next_n = n + 1
+        # the named tuples made as their own constructors make them, with no Python step
+        key = tuple.__new__(HandoverKey, (self.run, n))
+        handover = tuple.__new__(
+            Handover, (key, queue.address, entry.message, entry.delivery_count, entry.redelivered)
         )
         record = 0
         if queue.durable and entry.message.persistent:
