@@ -369,7 +369,7 @@ class Cluster:
         record = 0
         if queue.durable and entry.message.persistent:
             record = peer.out.record(self.host.store, out_record(handover, queue.name, entry.seq))
-        peer.doubt(key, Sent(queue, consumer, entry, record, handover))
+        peer.doubt(key, tuple.__new__(Sent, (queue, consumer, entry, record, handover)))
         if peer.up:
             self.port.send_handover(peer.name, handover)
 

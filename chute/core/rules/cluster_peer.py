@@ -10,10 +10,9 @@ commit), its peer consumers here and what it announced.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from chute.core.model.cluster import IN_PREFIX, OUT_PREFIX, Handover, HandoverKey, Ledger
 from chute.core.model.consumer import BrokerConsumer, Entry
@@ -46,9 +45,8 @@ class ClusterHost(StandInHost, Protocol):
     def wait_for_room(self, address: str | None, wake: Callable[[], None]) -> None: ...
 
 
-@dataclasses.dataclass(slots=True)
-class Sent:
-    """A hand-over sent and not yet confirmed."""
+class Sent(NamedTuple):
+    """A hand-over sent and not yet confirmed (a named tuple: one per hand-over)."""
 
     queue: QueueChannel
     consumer: BrokerConsumer
