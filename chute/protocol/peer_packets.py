@@ -27,11 +27,15 @@ the codecs below (the others are spec lists). Pure.
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass
-from typing import Any, Final
+from itertools import repeat
+from operator import itemgetter
+from typing import Any, Final, NamedTuple
 
 from chute.content import as_bool, decode_content, encode_content, malformed
+from chute.core.model.cluster import Handover, HandoverKey
 from chute.message import Message
 
 Keys = tuple[tuple[str, int], ...]
@@ -45,6 +49,21 @@ _N: Final = struct.Struct(">Q")
 _HANDOVER: Final = struct.Struct(">QIBqq")  # n | delivery_count | redelivered | ts | exp
 _KEY_HEAD: Final = struct.Struct(">QH")  # n | the address's length
 _FIELDS: Final = struct.Struct(">IBqqI")  # delivery_count | redelivered | ts | exp | size
+_FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
+_HEAD = itemgetter(0, 1)  # a key record's run: its length and bytes
+
+
+@functools.lru_cache(maxsize=16)
+def _item_head(length: int) -> struct.Struct:
+    """The head of one hand-over of a PeerHandovers whose address is ``length`` bytes long:
+    n u64 | address s16 | delivery_count u32 | redelivered u8 | ts i64 | exp i64 | size u32."""
+    return struct.Struct(f">QH{length}sIBqqI")
+
+
+@functools.lru_cache(maxsize=16)
+def _key_record(length: int) -> struct.Struct:
+    """One key whose run is ``length`` bytes long: s16 run | u64 n."""
+    return struct.Struct(f">H{length}sQ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,9 +75,9 @@ class PeerOpen:
     node: str
 
 
-@dataclass(frozen=True, slots=True)
-class PeerHandover:
-    """A message handed over to queue ``address`` of the receiving node."""
+class PeerHandover(NamedTuple):
+    """A message handed over to queue ``address`` of the receiving node (a named tuple,
+    frozen as a packet is: one is made on each side of every hand-over, at C speed)."""
 
     run: str
     n: int
@@ -70,10 +89,12 @@ class PeerHandover:
 
 @dataclass(frozen=True, slots=True)
 class PeerHandovers:
-    """Several hand-overs of run ``run``, as ``PeerHandover`` packets of it, in order."""
+    """Several hand-overs of run ``run``, in order: the cluster's own
+    :class:`~chute.core.model.cluster.Handover` tuples (each key of run ``run``), made and
+    taken as they are, with no packet object per hand-over on either side."""
 
     run: str
-    handovers: tuple[PeerHandover, ...]
+    handovers: tuple[Handover, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,8 +165,17 @@ class _Reader:
     def keys(self) -> Keys:
         count = self.count(10)
         data, pos, size = self.data, self.pos, len(self.data)
+        if count and pos + 2 <= size:  # mostly every key of one run: records of one size
+            (length,) = _U16.unpack_from(data, pos)
+            record = _key_record(length)
+            stop = pos + count * record.size
+            if stop <= size:
+                rows = list(record.iter_unpack(data[pos:stop]))
+                if len(set(map(_HEAD, rows))) == 1:
+                    self.pos = stop
+                    return tuple(zip(repeat(rows[0][1].decode()), map(_THIRD, rows)))
         unpack_len, unpack_n = _U16.unpack_from, _N.unpack_from
-        runs: dict[bytes, str] = {}  # the keys of one packet mostly share their run
+        runs: dict[bytes, str] = {}  # runs of several lengths
         out: list[tuple[str, int]] = []
         for _ in range(count):
             if pos + 2 > size:
@@ -181,13 +211,18 @@ def _text(value: str, st: struct.Struct = _U16) -> bytes:
 
 
 def _keys(keys: Keys) -> bytes:
-    runs: dict[str, bytes] = {}  # the keys of one packet mostly share their run
-    parts = [_U32.pack(len(keys))]
+    count = _U32.pack(len(keys))
+    runs = set(map(_FIRST, keys))
+    if len(runs) == 1:  # mostly every key of one run: its head before each number
+        only = _text(runs.pop())
+        return count + only + only.join(map(_N.pack, map(_SECOND, keys)))
+    heads: dict[str, bytes] = {}
+    parts = [count]
     pack_n = _N.pack
     for run, n in keys:
-        head = runs.get(run)
+        head = heads.get(run)
         if head is None:
-            head = runs[run] = _text(run)
+            head = heads[run] = _text(run)
         parts += (head, pack_n(n))
     return b"".join(parts)
 
@@ -224,18 +259,26 @@ def decode_handover(
 
 def encode_handovers(packet: PeerHandovers) -> tuple[int, int, bytes]:
     parts = [_text(packet.run), _U32.pack(len(packet.handovers))]
-    pack_key, pack_fields = _KEY_HEAD.pack, _FIELDS.pack
-    addresses: dict[str, bytes] = {}
+    heads: dict[str, tuple[Any, bytes]] = {}  # address -> (its item head's packer, bytes)
     for h in packet.handovers:
         m = h.message
         content = m.encoded if m.encoded is not None else encode_content(m)
-        address = addresses.get(h.address)
-        if address is None:
-            address = addresses[h.address] = h.address.encode()
+        head = heads.get(h.address)
+        if head is None:
+            address = h.address.encode()
+            head = heads[h.address] = (_item_head(len(address)).pack, address)
+        pack, address = head
         parts += (
-            pack_key(h.n, len(address)),
-            address,
-            pack_fields(h.delivery_count, h.redelivered, m.timestamp, m.expiration, len(content)),
+            pack(
+                h.key.n,
+                len(address),
+                address,
+                h.delivery_count,
+                h.redelivered,
+                m.timestamp,
+                m.expiration,
+                len(content),
+            ),
             content,
         )
     return 0, 0, b"".join(parts)
@@ -250,8 +293,10 @@ def decode_handovers(
     count = r.count(_KEY_HEAD.size + _FIELDS.size)
     pos = r.pos
     size = len(data)
-    out: list[PeerHandover] = []
+    out: list[Handover] = []
     unpack_key, unpack_fields = _KEY_HEAD.unpack_from, _FIELDS.unpack_from
+    new = tuple.__new__
+    addresses: dict[bytes, str] = {}  # the hand-overs of one packet mostly share their queue
     for _ in range(count):
         if pos + _KEY_HEAD.size > size:
             raise malformed("a hand-over overruns the packet")
@@ -260,7 +305,10 @@ def decode_handovers(
         stop = pos + length
         if stop + _FIELDS.size > size:
             raise malformed("a hand-over overruns the packet")
-        address = data[pos:stop].decode()
+        raw = data[pos:stop]
+        address = addresses.get(raw)
+        if address is None:
+            address = addresses[raw] = raw.decode()
         delivery_count, redelivered, ts, exp, length = unpack_fields(data, stop)
         pos = stop + _FIELDS.size
         stop = pos + length
@@ -270,7 +318,11 @@ def decode_handovers(
         message = decode_content(content, 0, length, max_properties, ts, exp)
         message.encoded = content  # the splice, as a hand-over's
         pos = stop
-        out.append(PeerHandover(run, n, address, delivery_count, as_bool(redelivered), message))
+        if redelivered > 1:
+            raise malformed("a hand-over's redelivered flag is neither 0 nor 1")
+        # the named tuples made as their own constructors make them, with no Python step
+        key = new(HandoverKey, (run, n))
+        out.append(new(Handover, (key, address, message, delivery_count, redelivered == 1)))
     r.pos = pos
     r.end("PeerHandovers")
     return PeerHandovers(run, tuple(out))

@@ -41,7 +41,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final, Protocol
 
-from chute.core.model.cluster import Demand, Handover, HandoverKey
+from chute.core.model.cluster import Demand, Handover, HandoverKey, handover_keys
 from chute.errors import AccessDenied, ChuteError, RemoteProtocolError
 from chute.protocol import packets as p
 from chute.protocol.peer_packets import Keys
@@ -106,7 +106,7 @@ def _keys(keys: Sequence[HandoverKey]) -> Keys:
 
 
 def _handover_keys(keys: Keys) -> list[HandoverKey]:
-    return list(map(HandoverKey._make, keys))
+    return handover_keys(keys)
 
 
 def _handover(packet: p.PeerHandover) -> Handover:
@@ -159,21 +159,12 @@ class PeerLinks:
     # -- PeerPort --------------------------------------------------------------------
 
     def send_handover(self, peer: str, handover: Handover) -> None:
-        key = handover.key
-        packet = p.PeerHandover(
-            key.run,
-            key.n,
-            handover.address,
-            handover.delivery_count,
-            handover.redelivered,
-            handover.message,
-        )
         link = self.links.get(peer)
         if link is None:
             return  # down: the cluster sends it again when the link is up
-        link.hold_handover(packet)
-        link.durable = len(link.pending)
-        self._sync(link)
+        link.durable = link.hold_handover(handover)
+        if not link.syncing:
+            self._sync(link)
 
     def send_confirm(self, peer: str, keys: Sequence[HandoverKey]) -> None:
         self._send_keys(peer, p.PeerConfirm, keys)
@@ -344,7 +335,7 @@ class PeerLinks:
         if isinstance(packet, p.PeerHandover):
             cluster.on_handover(name, _handover(packet))
         elif isinstance(packet, p.PeerHandovers):
-            cluster.on_handovers(name, [_handover(h) for h in packet.handovers])
+            cluster.on_handovers(name, packet.handovers)
         elif isinstance(packet, p.PeerConfirm):
             cluster.on_confirm(name, _handover_keys(packet.keys))
         elif isinstance(packet, p.PeerRefuse):

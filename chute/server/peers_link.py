@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
+from chute.core.model.cluster import Handover
 from chute.errors import ChuteError
 from chute.protocol import packets as p
 from chute.protocol.peer_packets import Keys
@@ -75,15 +76,19 @@ class _Handovers:
 
     __slots__ = ("items", "run", "size")
 
-    def __init__(self, first: p.PeerHandover) -> None:
-        self.run = first.run
+    def __init__(self, first: Handover) -> None:
+        self.run = first.key.run
         self.items = [first]
         self.size = first.message.size + HANDOVER_BYTES
 
     def encode(self) -> bytes:
         if len(self.items) == 1:
-            return encode_packet(self.items[0], version=p.PEER_VERSION)
-        packet = p.PeerHandovers(self.run, tuple(self.items))
+            h = self.items[0]
+            packet: p.Packet = p.PeerHandover(
+                h.key.run, h.key.n, h.address, h.delivery_count, h.redelivered, h.message
+            )
+        else:
+            packet = p.PeerHandovers(self.run, tuple(self.items))
         return encode_packet(packet, version=p.PEER_VERSION)
 
 
@@ -146,24 +151,29 @@ class PeerLink:
             self.pending.append(_Batch(kind, keys))
         self._grew(len(keys) * KEY_BYTES)
 
-    def hold_handover(self, packet: p.PeerHandover) -> None:
+    def hold_handover(self, handover: Handover) -> int:
         """Keep a hand-over until a sync lets it go: joined to the hand-overs right before it
-        when those are not covered by a sync already started (as :meth:`hold_keys`)."""
-        last = self._open_last()
+        when those are not covered by a sync already started (as :meth:`hold_keys`). Returns
+        how many packets are held now (on the per-message path: :meth:`_open_last` and
+        :meth:`_grew`, inline)."""
+        pending = self.pending
+        size = handover.message.size + HANDOVER_BYTES
+        last = pending[-1] if pending and (self.open or len(pending) > self.covered) else None
         if (
-            isinstance(last, _Handovers)
-            and last.run == packet.run
+            type(last) is _Handovers
+            and last.run == handover.key.run
             and len(last.items) < MAX_BATCHED_HANDOVERS
             and last.size < MAX_BATCHED_BYTES
         ):
-            last.items.append(packet)
-            size = packet.message.size + HANDOVER_BYTES
+            last.items.append(handover)
             last.size += size
         else:
-            last = _Handovers(packet)
-            self.pending.append(last)
-            size = last.size
-        self._grew(size)
+            pending.append(_Handovers(handover))
+        self.backlog += size
+        if not self.paused and self.backlog > self.bound:
+            self.paused = True
+            self.reading(False)
+        return len(pending)
 
     def _open_last(self) -> bytes | _Batch | _Handovers | None:
         """The last packet held, if what is held now may join it: no sync covering it

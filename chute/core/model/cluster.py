@@ -32,7 +32,8 @@ touches a socket.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from itertools import repeat
 from typing import NamedTuple, Protocol
 
 from chute.core.model.selector import Selector, compile_selector
@@ -66,6 +67,12 @@ class HandoverKey(NamedTuple):
 
     run: str
     n: int
+
+
+def handover_keys(pairs: Iterable[tuple[str, int]]) -> list[HandoverKey]:
+    """``(run, n)`` pairs as keys, made as the named tuple's own constructor makes one
+    (``tuple.__new__``), with no Python step per key: a confirm or release names hundreds."""
+    return list(map(tuple.__new__, repeat(HandoverKey), pairs))
 
 
 class Handover(NamedTuple):
@@ -171,6 +178,10 @@ class Ledger:
 
     def erase(self, store: Store, seq: int) -> None:
         store.ack(AckOp(self.name, seq))
+
+    def erase_all(self, store: Store, seqs: Sequence[int]) -> None:
+        """:meth:`erase` each of ``seqs``, in one call."""
+        store.acks(self.name, seqs)
 
 
 def out_record(handover: Handover, queue: str, seq: int) -> Message:

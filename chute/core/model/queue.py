@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Protocol
 
 from chute.core.model import lanes
@@ -442,15 +442,21 @@ class QueueChannel(Numbered):
         if len(taken) == 1:
             self.settle(taken[0])
             return 1
-        recorded = [entry.seq for entry in taken if self._leave(entry, True)]
+        self.settle_acked(taken)
+        return len(taken)
+
+    def settle_acked(self, entries: Sequence[Entry]) -> None:
+        """Entries taken from their consumer's in-flight set, acked, leave the queue for
+        good: :meth:`settle` of each, their acks given to the store in one call
+        (``Store.acks``)."""
+        recorded = [entry.seq for entry in entries if self._leave(entry, True)]
         if recorded:
             self.host.store.acks(self.name, recorded)
-        for entry in taken:
+        for entry in entries:
             if entry.origin is not None:
                 entry.origin.copy_finished(entry, acked=True)
         if self.settings.bounded:
             self.host.room_freed(self)
-        return len(taken)
 
     def reject(self, entry: Entry) -> None:
         """A consumer refused the message for good: dead-letter it."""

@@ -45,7 +45,8 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 
 from chute.core.model.address import Kind, parse
 from chute.core.model.cluster import (
@@ -87,9 +88,8 @@ class _Outbound:
     def __init__(self, cluster: Cluster, peer: Peer) -> None:
         self.cluster = cluster
         self.peer = peer
-
-    def handle(self, consumer: BrokerConsumer, entry: Entry) -> None:
-        self.cluster.hand_over(self.peer, consumer, entry)
+        # a push: ``hand_over(peer, consumer, entry)``, with no Python step between
+        self.handle: Callable[[BrokerConsumer, Entry], None] = partial(cluster.hand_over, peer)
 
     def cancelled(self, consumer: BrokerConsumer, error: ChuteError) -> None:
         """The queue was deleted: what was in doubt goes with it."""
@@ -356,37 +356,58 @@ class Cluster:
     def hand_over(self, peer: Peer, consumer: BrokerConsumer, entry: Entry) -> None:
         """The queue pushed ``entry`` to ``peer``'s consumer: record it, send it."""
         entry.delivery_count -= 1  # a hand-over is no delivery (max_deliveries, redelivered)
-        queue = peer_queue(consumer)
-        key = HandoverKey(self.run, peer.next_n)
-        peer.next_n += 1
-        handover = Handover(
-            key, queue.address, entry.message, entry.delivery_count, entry.redelivered
+        queue = consumer.queue
+        if not isinstance(queue, QueueChannel):  # peer_queue's check, inline
+            raise TypeError(f"a peer consumer of {queue!r}, not a queue")
+        n = peer.next_n
+        peer.next_n = n + 1
+        # the named tuples made as their own constructors make them, with no Python step
+        key = tuple.__new__(HandoverKey, (self.run, n))
+        handover = tuple.__new__(
+            Handover, (key, queue.address, entry.message, entry.delivery_count, entry.redelivered)
         )
         record = 0
         if queue.durable and entry.message.persistent:
             record = peer.out.record(self.host.store, out_record(handover, queue.name, entry.seq))
-        peer.doubt(key, Sent(queue, consumer, entry, record, handover))
-        peer.window.sent(peer.consumers.values())
+        peer.doubt(key, tuple.__new__(Sent, (queue, consumer, entry, record, handover)))
         if peer.up:
             self.port.send_handover(peer.name, handover)
 
     def on_confirm(self, name: str, keys: Sequence[HandoverKey]) -> None:
-        """``name`` stored the hand-overs ``keys``: remove the copies here (and their
-        records, in one atomic commit), then release the keys."""
+        """``name`` stored the hand-overs ``keys``: remove the copies here (each queue's in
+        one bulk ack, and their records, in one atomic commit), return their credits, then
+        release the keys."""
         peer = self._peer(name)
+        in_doubt = peer.in_doubt
         done: list[Sent] = []
+        queues: dict[int, tuple[QueueChannel, list[Entry]]] = {}  # by id: its acked entries
+        records: list[int] = []
+        nbytes = 0
         with self.host.atomically():
             for key in keys:
-                sent = peer.settle(key)
+                sent = in_doubt.pop(key, None)
                 if sent is None:
                     continue
-                consumer, entry = sent.consumer, sent.entry
-                if entry.seq in consumer.inflight:
-                    sent.queue.ack(consumer, entry.seq, cumulative=False)
-                if sent.record:
-                    peer.out.erase(self.host.store, sent.record)
                 done.append(sent)
-        self._return_credit(done)
+                nbytes += sent.handover.message.size
+                consumer, entry, queue = sent.consumer, sent.entry, sent.queue
+                consumer.credit += 1
+                acked = queues.get(id(queue))
+                if acked is None:
+                    acked = queues[id(queue)] = (queue, [])
+                if consumer.inflight.pop(entry.seq, None) is not None:
+                    acked[1].append(entry)
+                if sent.record:
+                    records.append(sent.record)
+            peer.window.remove(nbytes, len(done))
+            for queue, entries in queues.values():
+                if entries:
+                    queue.settle_acked(entries)
+            if records:
+                peer.out.erase_all(self.host.store, records)
+        for queue, _entries in queues.values():
+            if queue.ready:
+                queue.deliver()
         self.settled(peer)
         if done:
             self.port.send_release(name, [s.handover.key for s in done])

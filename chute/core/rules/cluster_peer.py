@@ -10,10 +10,9 @@ commit), its peer consumers here and what it announced.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from chute.core.model.cluster import IN_PREFIX, OUT_PREFIX, Handover, HandoverKey, Ledger
 from chute.core.model.consumer import BrokerConsumer, Entry
@@ -46,9 +45,8 @@ class ClusterHost(StandInHost, Protocol):
     def wait_for_room(self, address: str | None, wake: Callable[[], None]) -> None: ...
 
 
-@dataclasses.dataclass(slots=True)
-class Sent:
-    """A hand-over sent and not yet confirmed."""
+class Sent(NamedTuple):
+    """A hand-over sent and not yet confirmed (a named tuple: one per hand-over)."""
 
     queue: QueueChannel
     consumer: BrokerConsumer
@@ -74,9 +72,11 @@ class Peer:
         self.wants: set[str] = set()  # the addresses it announced demand for
 
     def doubt(self, key: HandoverKey, sent: Sent) -> None:
-        """``sent`` left (or will leave) for this node, unconfirmed."""
+        """``sent`` left (or will leave) for this node, unconfirmed: at the link's window,
+        every peer consumer standing for this node is held."""
         self.in_doubt[key] = sent
-        self.window.add(sent.handover.message.size)
+        if self.window.add(sent.handover.message.size):
+            self.window.sent(self.consumers.values())
 
     def settle(self, key: HandoverKey) -> Sent | None:
         """``key`` is in doubt no more (confirmed, refused, or its queue gone)."""

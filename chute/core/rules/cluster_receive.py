@@ -18,8 +18,9 @@ import logging
 from collections.abc import Callable, Sequence
 
 from chute.core.model.cluster import Handover, HandoverKey, PeerPort, in_record, record_keys
+from chute.core.model.consumer import Entry
 from chute.core.model.queue import QueueChannel
-from chute.core.model.store import StoredMessage
+from chute.core.model.store import AddOp, StoredMessage
 from chute.core.model.stream import Stream
 from chute.core.model.topic import Topic
 from chute.core.rules.cluster_peer import ClusterHost, Peer
@@ -57,13 +58,17 @@ class Receiver:
         confirmed: list[HandoverKey] = []
         refused: list[HandoverKey] = []
         recorded: list[HandoverKey] = []  # stored in the journal: their keys recorded too
+        found: dict[str, QueueChannel | Topic | Stream | None] = {}  # by address
         with host.atomically():
             for handover in handovers:
                 key = handover.key
                 if key in peer.received:
                     confirmed.append(key)
                     continue
-                stored = self._store(name, handover)
+                address = handover.address  # those of one batch mostly share their queue
+                dest = found[address] if address in found else self._find(name, address)
+                found[address] = dest
+                stored = None if dest is None else self._store(name, dest, handover)
                 if stored is None:
                     refused.append(key)
                     continue
@@ -81,18 +86,39 @@ class Receiver:
         if confirmed:
             self.port.send_confirm(name, confirmed)
 
-    def _store(self, name: str, handover: Handover) -> bool | None:
-        """Place ``handover`` on its queue (inside the caller's atomic commit): whether its
-        message went to the store, or None if refused."""
-        host = self.host
+    def _find(self, name: str, address: str) -> QueueChannel | Topic | Stream | None:
+        """The destination ``address`` names (made if need be), or None if it cannot take
+        ``name``'s hand-overs (logged)."""
         try:
-            dest = host.destination(handover.address, create=True)
+            dest = self.host.destination(address, create=True)
         except ChuteError as exc:
-            log.warning("refused node %s's message for %s: %s", name, handover.address, exc)
+            log.warning("refused node %s's message for %s: %s", name, address, exc)
             return None
         if not isinstance(dest, QueueChannel | Topic | Stream):
             log.warning("refused node %s's message for %s: not a queue or topic", name, dest)
             return None
+        return dest
+
+    def _store(
+        self, name: str, dest: QueueChannel | Topic | Stream, handover: Handover
+    ) -> bool | None:
+        """Place ``handover`` on ``dest`` (inside the caller's atomic commit): whether its
+        message went to the store, or None if refused."""
+        host = self.host
+        if isinstance(dest, QueueChannel) and not dest.settings.bounded:
+            # the common case on the per-message path, as the broker's own sends have it:
+            # an unbounded queue takes the message, numbered next, stored if durable
+            message = handover.message
+            seq = dest.next_seq
+            dest.next_seq = seq + 1
+            entry = Entry(seq, message, handover.delivery_count, handover.redelivered)
+            stored = dest.durable and message.persistent
+            if stored:
+                host.store.add(AddOp(dest.name, (dest.name,), seq, message))
+                if handover.delivery_count:
+                    host.store.delivered(dest.name, seq, handover.delivery_count)
+            dest.place(entry)
+            return stored
         try:
             route = host.route(dest, handover.message, arrived=True)
         except (WouldBlock, DestinationFull):

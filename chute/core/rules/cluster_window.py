@@ -51,14 +51,18 @@ class LinkWindow:
     def full(self) -> bool:
         return self.held is not None
 
-    def add(self, size: int) -> None:
-        """A hand-over of a message of ``size`` bytes is unconfirmed."""
+    def add(self, size: int) -> bool:
+        """A hand-over of a message of ``size`` bytes is unconfirmed; whether the window is
+        open and reached ``size`` hand-overs or ``max_bytes`` with it (:meth:`sent` then
+        holds the consumers)."""
         self.count += 1
         self.nbytes += size
+        return self.held is None and (self.count >= self.size or self.nbytes >= self.max_bytes)
 
-    def remove(self, size: int) -> None:
-        """A hand-over of a message of ``size`` bytes is confirmed, refused or dropped."""
-        self.count -= 1
+    def remove(self, size: int, count: int = 1) -> None:
+        """``count`` hand-overs of messages of ``size`` bytes in all are confirmed, refused or
+        dropped."""
+        self.count -= count
         self.nbytes -= size
 
     def hold(self, consumer: BrokerConsumer, held: bool) -> None:

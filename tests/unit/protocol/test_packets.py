@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from chute.content import decode_content, encode_content
+from chute.core.model.cluster import Handover, HandoverKey
 from chute.errors import LocalProtocolError, RemoteProtocolError
 from chute.message import BodyKind, Byte, Float, Int, Long, Message, Short
 from chute.protocol import packets as p
@@ -125,8 +126,10 @@ EXAMPLES: list[p.Packet] = [
     p.PeerHandovers(
         "run1",
         (
-            p.PeerHandover("run1", 7, "queue:orders", 0, False, Message(b"", id="m-4")),
-            p.PeerHandover("run1", 8, "topic:t", 3, True, Message(b"yz", id="m-5", priority=7)),
+            Handover(HandoverKey("run1", 7), "queue:orders", Message(b"", id="m-4")),
+            Handover(
+                HandoverKey("run1", 8), "topic:t", Message(b"yz", id="m-5", priority=7), 3, True
+            ),
         ),
     ),
     p.PeerConfirm((("run1", 1), ("run0", 1 << 40))),
@@ -239,7 +242,13 @@ def test_decoded_handovers_cache_their_content_on_the_message() -> None:
     assert isinstance(decoded, p.PeerHandover)
     assert decoded.message.encoded == encode_content(MESSAGE)
     other = Message(b"yz", id="m-5", priority=7, properties={"k": 1})
-    two = p.PeerHandovers("run1", (one, p.PeerHandover("run1", 4, "topic:t", 2, True, other)))
+    two = p.PeerHandovers(
+        "run1",
+        (
+            Handover(HandoverKey("run1", 3), "queue:a", MESSAGE),
+            Handover(HandoverKey("run1", 4), "topic:t", other, 2, True),
+        ),
+    )
     _, decoded = roundtrip(two)
     assert isinstance(decoded, p.PeerHandovers)
     contents = [h.message.encoded for h in decoded.handovers]

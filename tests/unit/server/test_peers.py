@@ -181,13 +181,13 @@ def test_handovers_waiting_for_a_sync_go_as_one_packet_never_under_a_started_syn
     batches = received(wire)
     assert len(batches) == 1
     assert isinstance(batches[0], p.PeerHandovers)
-    assert [h.n for h in batches[0].handovers] == [1, 2]
+    assert [h.key.n for h in batches[0].handovers] == [1, 2]
     assert [h.message.body for h in batches[0].handovers] == [b"x", b"x"]
     host.sync()
     batches = received(wire)
     assert [type(b) for b in batches] == [p.PeerHandovers, p.PeerConfirm, p.PeerHandover]
     assert isinstance(batches[0], p.PeerHandovers)
-    assert [h.n for h in batches[0].handovers] == [3, 4]
+    assert [h.key.n for h in batches[0].handovers] == [3, 4]
 
 
 def test_handovers_received_in_one_packet_are_confirmed_in_one(host: Host) -> None:
@@ -196,8 +196,7 @@ def test_handovers_received_in_one_packet_are_confirmed_in_one(host: Host) -> No
     packet = p.PeerHandovers(
         "s",
         tuple(
-            p.PeerHandover("s", n, "queue:q", 0, False, Message.create(b"m%d" % n))
-            for n in (1, 2, 3)
+            Handover(HandoverKey("s", n), "queue:q", Message.create(b"m%d" % n)) for n in (1, 2, 3)
         ),
     )
     links.received(link, packet)
