@@ -214,9 +214,10 @@ class Channel:
             covered[0] = self._published
 
     def _return(self, exchange: str, key: str, props: Any, body: bytes) -> None:
-        out = [codec.basic_return(self.number, NO_ROUTE, "NO_ROUTE", exchange, key)]
-        out += codec.content(self.number, _plain(props), body, self.writer.frame_max)
-        self.writer.write(b"".join(out))
+        head = codec.basic_return(self.number, NO_ROUTE, "NO_ROUTE", exchange, key)
+        self.writer.write(
+            head + codec.content(self.number, _plain(props), body, self.writer.frame_max)
+        )
 
     def _confirm(self, seq: int, error: BaseException | None) -> None:
         if self.closing:
@@ -383,7 +384,7 @@ class Channel:
         if not reader.no_ack or reader.stream:
             self.unacked[tag] = (reader, consumer, entry.seq)
         message = entry.message
-        props = to_properties(message, self.writer.now())
+        props = to_properties(message, self.writer.now() if message.expiration else 0)
         exchange = message.properties.get(EXCHANGE_PROPERTY)
         key = message.properties.get(ROUTING_KEY_PROPERTY)
         if reader.stream:
@@ -411,8 +412,7 @@ class Channel:
                 str(exchange or ""),
                 str(key if key is not None else reader.queue),
             )
-        parts = codec.content(self.number, props, message.body, self.writer.frame_max)
-        data = head + b"".join(parts)
+        data = head + codec.content(self.number, props, message.body, self.writer.frame_max)
         self.writer.write(data)
         if reader.no_ack and not reader.stream:
             reader.owed += 1

@@ -46,6 +46,8 @@ _AS_PROPERTY: Final = (
     ("app_id", "app-id"),
 )
 _RESERVED: Final = frozenset(name for _, name in _AS_PROPERTY) | {HEADERS_PROPERTY, "timestamp"}
+_NOT_HEADERS: Final = _RESERVED | {EXCHANGE_PROPERTY, ROUTING_KEY_PROPERTY}
+"""What a delivery does not give back as headers (``basic.deliver`` carries the last two)."""
 MAX_PRIORITY: Final = 9
 
 
@@ -133,7 +135,7 @@ def to_properties(message: Message, now: int) -> dict[str, Any]:
     if isinstance(whole, str):
         headers = _decoded_table(whole)
     for key, value in props.items():
-        if key not in _RESERVED and key not in headers:
+        if key not in _NOT_HEADERS and key not in headers:
             headers[key] = value
     if headers:
         out["headers"] = headers
