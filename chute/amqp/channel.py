@@ -52,6 +52,7 @@ from chute.amqp.properties import (
     EXCHANGE_PROPERTY,
     ROUTING_KEY_PROPERTY,
     scaled,
+    shared_content,
     to_message,
     to_properties,
 )
@@ -384,12 +385,17 @@ class Channel:
         if not reader.no_ack or reader.stream:
             self.unacked[tag] = (reader, consumer, entry.seq)
         message = entry.message
-        props = to_properties(message, self.writer.now() if message.expiration else 0)
+        frame_max = self.writer.frame_max
+        if reader.stream or message.expiration:  # a header or property of this delivery's own
+            props = to_properties(message, self.writer.now())
+            if reader.stream:
+                headers = props.setdefault("headers", {})
+                headers["x-stream-offset"] = entry.seq
+            content = codec.content(self.number, props, message.body, frame_max)
+        else:
+            content = shared_content(self.number, message, frame_max)
         exchange = message.properties.get(EXCHANGE_PROPERTY)
         key = message.properties.get(ROUTING_KEY_PROPERTY)
-        if reader.stream:
-            headers = props.setdefault("headers", {})
-            headers["x-stream-offset"] = entry.seq
         redelivered = entry.redelivered or entry.delivery_count > 1
         if reader is self._getters.get((reader.address, reader.no_ack)):
             reader.got = entry
@@ -412,7 +418,7 @@ class Channel:
                 str(exchange or ""),
                 str(key if key is not None else reader.queue),
             )
-        data = head + codec.content(self.number, props, message.body, self.writer.frame_max)
+        data = head + content
         self.writer.write(data)
         if reader.no_ack and not reader.stream:
             reader.owed += 1

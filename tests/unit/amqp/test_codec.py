@@ -14,6 +14,8 @@ from pamqp import commands, frame, header
 from chute.amqp import codec
 from chute.amqp.codec import PROTOCOL_HEADER, AmqpCodec, Content, HeartbeatEvent, Method
 from chute.amqp.codes import FRAME_ERROR, UNEXPECTED_FRAME, AmqpError
+from chute.amqp.properties import shared_content, to_properties
+from chute.message import Message
 from chute.sansio import NEED_DATA
 
 
@@ -207,4 +209,16 @@ def test_deliveries_encode_as_pamqp_does() -> None:
     head = frame.marshal(header.ContentHeader(0, 5, _SIMPLE), 2)
     assert codec.content(2, props, b"hello", 4096) == head + frame.marshal(
         pamqp_body.ContentBody(b"hello"), 2
+    )
+
+
+def test_a_message_shared_by_consumers_is_encoded_for_each_channel() -> None:
+    message = Message(b"body", persistent=False, properties={"k": "v"})
+    for channel in (1, 1, 2, 1):
+        assert shared_content(channel, message, 4096) == codec.content(
+            channel, to_properties(message, 0), b"body", 4096
+        )
+    other = Message(b"other", persistent=False)
+    assert shared_content(1, other, 4096) == codec.content(
+        1, to_properties(other, 0), b"other", 4096
     )
