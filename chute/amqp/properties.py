@@ -152,10 +152,15 @@ def _decoded_table(text: str) -> dict[str, Any]:
     return dict(value)
 
 
+SHARED_CONTENT_MAX: Final = 1 << 20
+"""The largest body whose encoded frames are kept for the next consumer (1 MiB)."""
+
+
 class _LastContent:
     """The content frames of the message delivered last, kept: a fan-out delivers one
     message to several consumers in a row, and encodes it once. Only for a message
-    whose frames are the same for every consumer (no expiration, not a stream's)."""
+    whose frames are the same for every consumer (no expiration, not a stream's), and
+    of at most :data:`SHARED_CONTENT_MAX` bytes, so what is kept stays small."""
 
     __slots__ = ("channel", "data", "frame_max", "message")
 
@@ -169,7 +174,13 @@ class _LastContent:
         if self.message is message and self.channel == channel and self.frame_max == frame_max:
             return self.data
         data = codec.content(channel, to_properties(message, 0), message.body, frame_max)
-        self.message, self.channel, self.frame_max, self.data = message, channel, frame_max, data
+        if len(message.body) <= SHARED_CONTENT_MAX:
+            self.message, self.channel, self.frame_max, self.data = (
+                message,
+                channel,
+                frame_max,
+                data,
+            )
         return data
 
 
