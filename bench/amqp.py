@@ -14,24 +14,33 @@ e) latency at a fixed rate (1,000 msgs/s), transient (p50 / p99 ms)
 With ``--peers`` the same workloads run against RabbitMQ on 127.0.0.1:5672
 (installed with ``python -m bench.peers install``, started and stopped here; see
 :mod:`bench.peers`) and each row gets chute's ratio: for throughput ``chute / peer``,
-for latency ``peer / chute``, so above 1 means chute is ahead. ``--runs N`` reports
-medians of N runs. Prints one JSON document on stdout; progress goes to stderr.
+for latency ``peer / chute``, so above 1 means chute is ahead. ``--base CHECKOUT``
+races the chute of another checkout the same way (``chute_vs_base``: what a change
+gained). ``--runs N`` reports medians of N runs; the brokers take turns run by run,
+so a machine busier for a while weighs on each alike. Every figure has
+``cpu_us_per_msg``, the broker process's CPU (user + system) over the run divided by
+the messages counted: on a shared machine a steadier measure of the broker's own
+cost than its throughput. Prints one JSON document on stdout; progress goes to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import multiprocessing
+import os
 import shutil
 import statistics
 import struct
+import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pika
@@ -157,8 +166,9 @@ def _flow(port: int, count: int, consumers: int, *, latency: bool = False) -> di
         return {
             "p50_ms": round(1000 * lags[len(lags) // 2], 3),
             "p99_ms": round(1000 * lags[int(len(lags) * 0.99)], 3),
+            "messages": count * consumers,
         }
-    return {"msgs_per_s": round(count * consumers / (end - start))}
+    return {"msgs_per_s": round(count * consumers / (end - start)), "messages": count * consumers}
 
 
 def _confirmed(port: int, count: int, window: int) -> dict[str, Any]:
@@ -178,7 +188,7 @@ def _confirmed(port: int, count: int, window: int) -> dict[str, Any]:
     else:
         elapsed = _windowed(port, queue, count, window)
     _delete(port, [queue])
-    return {"msgs_per_s": round(count / elapsed)}
+    return {"msgs_per_s": round(count / elapsed), "messages": count}
 
 
 def _windowed(port: int, queue: str, count: int, window: int) -> float:
@@ -240,13 +250,49 @@ ROWS: list[tuple[str, str, Callable[[int, float], dict[str, Any]]]] = [
 ]
 
 
-def run_broker(port: int, runs: int, scale: float) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds ``pid`` has used so far (0 where /proc does not say)."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Target:
+    """One broker raced: its AMQP port and the process whose CPU is counted."""
+
+    def __init__(self, name: str, port: int, pid: Callable[[], int | None]) -> None:
+        self.name = name
+        self.port = port
+        self.pid = pid
+        self.figures: dict[str, list[dict[str, Any]]] = {}
+
+
+def run_rows(targets: list[Target], runs: int, scale: float) -> None:
+    """Each row ``runs`` times on every target, interleaved (row by row, run by run), so
+    a machine that is busier for a while weighs on every broker alike. Each figure gets
+    ``cpu_us_per_msg``: the broker's CPU over the run per message counted."""
     for row, title, work in ROWS:
-        figures = []
         for n in range(runs):
-            log(f"  {row}) {title}: run {n + 1}")
-            figures.append(work(port, scale))
+            for target in targets:
+                log(f"  {target.name} {row}) {title}: run {n + 1}")
+                pid = target.pid()
+                cpu = _cpu_s(pid)
+                figure = work(target.port, scale)
+                used = _cpu_s(pid) - cpu
+                messages = figure.pop("messages")
+                if pid is not None:
+                    figure["cpu_us_per_msg"] = round(1e6 * used / messages, 1)
+                target.figures.setdefault(row, []).append(figure)
+
+
+def medians(target: Target) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for row, title, _ in ROWS:
+        figures = target.figures[row]
         out[row] = {"title": title} | {
             key: statistics.median(f[key] for f in figures) for key in figures[0]
         }
@@ -269,31 +315,44 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--scale", type=float, default=1.0, help="messages per row, x")
     parser.add_argument("--peers", action="store_true", help="race RabbitMQ too")
+    parser.add_argument(
+        "--base", metavar="CHECKOUT", help="race the chute of another checkout too (as base)"
+    )
     args = parser.parse_args(argv)
     report: dict[str, Any] = {"runs": args.runs, "scale": args.scale}
-    data_dir = tempfile.mkdtemp(prefix="bench-amqp-")
-    port = free_port()
-    proc, _ = start_broker(data_dir, f'[server]\namqp_port = {port}\nsync = "always"\n')
+    brokers: list[tuple[subprocess.Popen[str], str]] = []
+    targets: list[Target] = []
+    rabbit: peers.RabbitMQ | None = None
+    config = '[server]\namqp_port = {}\nsync = "always"\n'
     try:
-        log("chute")
-        report["chute"] = run_broker(port, args.runs, args.scale)
+        for name, checkout in (("chute", None), ("base", args.base)):
+            if name == "base" and not checkout:
+                continue
+            data_dir = tempfile.mkdtemp(prefix="bench-amqp-")
+            port = free_port()
+            proc, _ = start_broker(data_dir, config.format(port), pythonpath=checkout)
+            brokers.append((proc, data_dir))
+            targets.append(Target(name, port, functools.partial(int, proc.pid)))
+        if args.peers:
+            if not shutil.which("rabbitmq-server"):
+                peers.install()
+            with contextlib.suppress(FileNotFoundError):  # ActiveMQ's part, if it is not here
+                peers.configure()
+            rabbit = peers.RabbitMQ()
+            rabbit.start()
+            targets.append(Target("rabbitmq", 5672, rabbit.pid))
+        run_rows(targets, args.runs, args.scale)
     finally:
-        proc.terminate()
-        proc.wait(30)
-        shutil.rmtree(data_dir, ignore_errors=True)
-    if args.peers:
-        if not shutil.which("rabbitmq-server"):
-            peers.install()
-        with contextlib.suppress(FileNotFoundError):  # ActiveMQ's part, if it is not here
-            peers.configure()
-        rabbit = peers.RabbitMQ()
-        rabbit.start()
-        try:
-            log("rabbitmq")
-            report["rabbitmq"] = run_broker(5672, args.runs, args.scale)
-        finally:
+        for proc, data_dir in brokers:
+            proc.terminate()
+            proc.wait(30)
+            shutil.rmtree(data_dir, ignore_errors=True)
+        if rabbit is not None:
             rabbit.stop()
-        report["chute_vs_rabbitmq"] = ratios(report["chute"], report["rabbitmq"])
+    for target in targets:
+        report[target.name] = medians(target)
+    for target in targets[1:]:
+        report[f"chute_vs_{target.name}"] = ratios(report["chute"], report[target.name])
     print(json.dumps(report, indent=2))
 
 

@@ -52,6 +52,7 @@ from chute.amqp.properties import (
     EXCHANGE_PROPERTY,
     ROUTING_KEY_PROPERTY,
     scaled,
+    shared_content,
     to_message,
     to_properties,
 )
@@ -214,9 +215,10 @@ class Channel:
             covered[0] = self._published
 
     def _return(self, exchange: str, key: str, props: Any, body: bytes) -> None:
-        out = [codec.basic_return(self.number, NO_ROUTE, "NO_ROUTE", exchange, key)]
-        out += codec.content(self.number, _plain(props), body, self.writer.frame_max)
-        self.writer.write(b"".join(out))
+        head = codec.basic_return(self.number, NO_ROUTE, "NO_ROUTE", exchange, key)
+        self.writer.write(
+            head + codec.content(self.number, _plain(props), body, self.writer.frame_max)
+        )
 
     def _confirm(self, seq: int, error: BaseException | None) -> None:
         if self.closing:
@@ -383,12 +385,17 @@ class Channel:
         if not reader.no_ack or reader.stream:
             self.unacked[tag] = (reader, consumer, entry.seq)
         message = entry.message
-        props = to_properties(message, self.writer.now())
+        frame_max = self.writer.frame_max
+        if reader.stream or message.expiration:  # a header or property of this delivery's own
+            props = to_properties(message, self.writer.now())
+            if reader.stream:
+                headers = props.setdefault("headers", {})
+                headers["x-stream-offset"] = entry.seq
+            content = codec.content(self.number, props, message.body, frame_max)
+        else:
+            content = shared_content(self.number, message, frame_max)
         exchange = message.properties.get(EXCHANGE_PROPERTY)
         key = message.properties.get(ROUTING_KEY_PROPERTY)
-        if reader.stream:
-            headers = props.setdefault("headers", {})
-            headers["x-stream-offset"] = entry.seq
         redelivered = entry.redelivered or entry.delivery_count > 1
         if reader is self._getters.get((reader.address, reader.no_ack)):
             reader.got = entry
@@ -411,8 +418,7 @@ class Channel:
                 str(exchange or ""),
                 str(key if key is not None else reader.queue),
             )
-        parts = codec.content(self.number, props, message.body, self.writer.frame_max)
-        data = head + b"".join(parts)
+        data = head + content
         self.writer.write(data)
         if reader.no_ack and not reader.stream:
             reader.owed += 1

@@ -43,6 +43,7 @@ HEARTBEAT_FRAME: Final = b"\x08\x00\x00\x00\x00\x00\x00\xce"
 _FRAME_END: Final = 0xCE
 _HEAD: Final = struct.Struct(">BHI")
 _METHOD_IDS: Final = struct.Struct(">HH")
+_INDEX: Final = struct.Struct(">I")
 
 
 @dataclass(slots=True)
@@ -140,11 +141,76 @@ class AmqpCodec:
                 return NEED_DATA
             if buf[end] != _FRAME_END:
                 raise AmqpError(FRAME_ERROR, "a frame does not end with 0xCE")
-            payload = bytes(buf[pos + 7 : end])
+            if kind == 1 and size >= 4 and _INDEX.unpack_from(buf, pos + 7)[0] == _PUBLISH:
+                whole = self._whole_publish(channel, pos + 7, end)
+                if whole is not None:
+                    return whole
+            payload = bytes(memoryview(buf)[pos + 7 : end])  # one copy, not two
             self._pos = end + 1
             event = self._frame(kind, channel, payload)
             if event is not None:
                 return event
+
+    def _whole_publish(self, channel: int, start: int, end: int) -> Content | None:
+        """A ``basic.publish`` whose content header and one body frame are in the buffer
+        too, read in one go (the per-message path); None: read it frame by frame (it
+        is not all in, or has several body frames, or breaks a rule the frame-by-frame
+        path names)."""
+        if channel in self._pending:
+            return None
+        buf = self._buf
+        have = len(buf)
+        view = memoryview(buf)
+        try:
+            method = _publish(bytes(view[start:end]))
+            if method is None:
+                return None
+            at = end + 1
+            if have - at < 7:
+                return None
+            kind, on, size = _HEAD.unpack_from(buf, at)
+            header_end = at + 7 + size
+            if (
+                kind != 2
+                or on != channel
+                or size + 8 > self.max_frame_size
+                or have <= header_end
+                or buf[header_end] != _FRAME_END
+            ):
+                return None
+            if size < 14:
+                return None
+            head = bytes(view[at + 7 : header_end])
+            _, _, body_size, flags = _HEADER_FIELDS.unpack_from(head)
+            if flags & ~_SIMPLE_FLAGS:
+                return None
+            if self.max_body and body_size > self.max_body:
+                return None
+            properties = _simple_properties(head, flags)
+            if properties is None:
+                return None
+            after = header_end + 1
+            body = b""
+            if body_size:
+                if have - after < 7:
+                    return None
+                kind, on, size = _HEAD.unpack_from(buf, after)
+                body_end = after + 7 + size
+                if (
+                    kind != 3
+                    or on != channel
+                    or size != body_size
+                    or size + 8 > self.max_frame_size
+                    or have <= body_end
+                    or buf[body_end] != _FRAME_END
+                ):
+                    return None
+                body = bytes(view[after + 7 : body_end])
+                after = body_end + 1
+        finally:
+            view.release()
+        self._pos = after
+        return Content(channel, method, properties, body)
 
     def _compact(self) -> None:
         if self._pos:
@@ -169,19 +235,15 @@ class AmqpCodec:
                 raise AmqpError(
                     UNEXPECTED_FRAME, f"a content header on channel {channel} out of place"
                 )
-            content_header = header.ContentHeader()
-            try:
-                content_header.unmarshal(payload)
-            except (struct.error, ValueError, TypeError, IndexError, KeyError) as exc:
-                raise AmqpError(SYNTAX_ERROR, f"a malformed content header: {exc}") from None
-            if self.max_body and content_header.body_size > self.max_body:
+            size, properties = _content_header(payload)
+            if self.max_body and size > self.max_body:
                 raise AmqpError(
                     FRAME_ERROR,
-                    f"a message body of {content_header.body_size} bytes is over the "
+                    f"a message body of {size} bytes is over the "
                     f"limit of {self.max_body} (server.max_packet_size)",
                 )
-            pending.properties = content_header.properties
-            pending.size = content_header.body_size
+            pending.properties = properties
+            pending.size = size
             return self._complete(channel, pending)
         if kind == 3:
             if pending is None or pending.properties is None:
@@ -213,6 +275,79 @@ class AmqpCodec:
     def method(channel: int, method: base.Frame) -> bytes:
         """A method frame (one without names pamqp would refuse)."""
         return frame.marshal(method, channel)
+
+
+_HEADER_FIELDS: Final = struct.Struct(">HHQH")  # class, weight, body size, flags
+_SHORTSTR_PROPERTIES: Final = (
+    (15, "content_type"),
+    (14, "content_encoding"),
+    (10, "correlation_id"),
+    (9, "reply_to"),
+    (8, "expiration"),
+    (7, "message_id"),
+    (5, "message_type"),
+    (4, "user_id"),
+    (3, "app_id"),
+    (2, "cluster_id"),
+)
+_SIMPLE_FLAGS: Final = sum(1 << bit for bit, _ in _SHORTSTR_PROPERTIES) | 1 << 12 | 1 << 11
+_PROPERTIES: Final = commands.Basic.Properties
+_new_properties: Final = object.__new__
+
+
+def _content_header(payload: bytes) -> tuple[int, commands.Basic.Properties]:
+    """A content header's body size and properties: read directly when it holds only
+    short strings and octets (the per-message path), else by pamqp."""
+    if len(payload) >= 14:
+        _, _, size, flags = _HEADER_FIELDS.unpack_from(payload)
+        if not flags & ~_SIMPLE_FLAGS:
+            properties = _simple_properties(payload, flags)
+            if properties is not None:
+                return size, properties
+    content_header = header.ContentHeader()
+    try:
+        content_header.unmarshal(payload)
+    except (struct.error, ValueError, TypeError, IndexError, KeyError) as exc:
+        raise AmqpError(SYNTAX_ERROR, f"a malformed content header: {exc}") from None
+    return content_header.body_size, content_header.properties
+
+
+def _simple_properties(payload: bytes, flags: int) -> commands.Basic.Properties | None:
+    """Properties of short strings and octets only, in flag order; None: let pamqp read
+    them (they are malformed, and pamqp says how)."""
+    properties = _new_properties(_PROPERTIES)
+    properties.content_type = properties.content_encoding = properties.headers = None
+    properties.delivery_mode = properties.priority = properties.correlation_id = None
+    properties.reply_to = properties.expiration = properties.message_id = None
+    properties.timestamp = properties.message_type = properties.user_id = None
+    properties.app_id = None
+    properties.cluster_id = ""
+    at = 14
+    end = len(payload)
+    try:
+        for bit, name in _SHORTSTR_PROPERTIES[:2]:
+            if flags & (1 << bit):
+                size = payload[at]
+                if at + 1 + size > end:
+                    return None
+                setattr(properties, name, payload[at + 1 : at + 1 + size].decode())
+                at += 1 + size
+        if flags & (1 << 12):
+            properties.delivery_mode = payload[at]
+            at += 1
+        if flags & (1 << 11):
+            properties.priority = payload[at]
+            at += 1
+        for bit, name in _SHORTSTR_PROPERTIES[2:]:
+            if flags & (1 << bit):
+                size = payload[at]
+                if at + 1 + size > end:
+                    return None
+                setattr(properties, name, payload[at + 1 : at + 1 + size].decode())
+                at += 1 + size
+    except (IndexError, UnicodeDecodeError):
+        return None
+    return properties
 
 
 _PUBLISH: Final = 0x003C0028
@@ -307,17 +442,30 @@ def longstr(value: str | bytes) -> bytes:
     return struct.pack(">I", len(raw)) + raw
 
 
+_DELIVER_HEAD: Final = struct.Struct(">BHIHHB")  # frame, channel, size, ids, tag's size
+_TAG_BITS: Final = struct.Struct(">QB")
+
+
 def deliver(  # noqa: PLR0917 - positional: one call per delivery
     channel: int, tag: str, delivery_tag: int, redelivered: bool, exchange: str, key: str
 ) -> bytes:
-    payload = (
-        b"\x00\x3c\x00\x3c"
-        + shortstr(tag)
-        + struct.pack(">QB", delivery_tag, 1 if redelivered else 0)
-        + shortstr(exchange)
-        + shortstr(key)
+    """A ``basic.deliver`` method frame."""
+    raw_tag = tag.encode()[:255]
+    raw_exchange = exchange.encode()[:255]
+    raw_key = key.encode()[:255]
+    size = 4 + 1 + len(raw_tag) + 9 + 1 + len(raw_exchange) + 1 + len(raw_key)
+    return b"".join(
+        (
+            _DELIVER_HEAD.pack(1, channel, size, 60, 60, len(raw_tag)),
+            raw_tag,
+            _TAG_BITS.pack(delivery_tag, 1 if redelivered else 0),
+            bytes((len(raw_exchange),)),
+            raw_exchange,
+            bytes((len(raw_key),)),
+            raw_key,
+            b"\xce",
+        )
     )
-    return frame_bytes(1, channel, payload)
 
 
 def get_ok(  # noqa: PLR0917 - the method's fields in order
@@ -362,32 +510,53 @@ PROPERTY_FLAGS: Final = (
 )
 
 
-def content(
-    channel: int, properties: Mapping[str, Any], body: bytes, frame_max: int
-) -> list[bytes]:
-    """The content header and body frames of a message (bodies split at ``frame_max - 8``;
-    an empty body has no body frame)."""
+_CONTENT_HEAD: Final = struct.Struct(">BHIHHQH")  # frame, channel, size, class, weight,
+# body size, flags
+_FRAME_HEAD: Final = _HEAD
+_OCTETS: Final = frozenset(("delivery_mode", "priority"))
+_BITS: Final = dict(PROPERTY_FLAGS)
+
+
+def content(channel: int, properties: Mapping[str, Any], body: bytes, frame_max: int) -> bytes:
+    """The content header and body frames of a message, as one ``bytes`` (bodies split at
+    ``frame_max - 8``; an empty body has no body frame)."""
     flags = 0
-    parts: list[bytes] = []
-    for name, bit in PROPERTY_FLAGS:
-        value = properties.get(name)
+    values: list[tuple[int, bytes]] = []
+    bits = _BITS
+    for name, value in properties.items():
         if value is None:
             continue
+        bit = bits.get(name)
+        if bit is None:
+            continue
         flags |= 1 << bit
-        if name == "headers":
-            parts.append(table(value))
-        elif name in ("delivery_mode", "priority"):
-            parts.append(bytes((int(value) & 0xFF,)))
+        if name in _OCTETS:
+            values.append((bit, bytes((int(value) & 0xFF,))))
+        elif name == "headers":
+            values.append((bit, table(value)))
         elif name == "timestamp":
-            parts.append(struct.pack(">Q", int(value)))
+            values.append((bit, struct.pack(">Q", int(value))))
         else:
-            parts.append(shortstr(str(value)))
-    head = struct.pack(">HHQH", 60, 0, len(body), flags) + b"".join(parts)
-    frames = [frame_bytes(2, channel, head)]
-    step = max(frame_max - 8, 1) if frame_max else len(body) or 1
-    for start in range(0, len(body), step):
-        frames.append(frame_bytes(3, channel, body[start : start + step]))
-    return frames
+            values.append((bit, shortstr(str(value))))
+    if len(values) > 1:
+        values.sort(reverse=True)  # the order of the flags: bit 15 first
+    fields = b"".join([v for _, v in values])
+    size = len(body)
+    out: list[bytes | memoryview] = [
+        _CONTENT_HEAD.pack(2, channel, 14 + len(fields), 60, 0, size, flags),
+        fields,
+        b"\xce",
+    ]
+    step = max(frame_max - 8, 1) if frame_max else size or 1
+    if size <= step:
+        if size:
+            out += (_FRAME_HEAD.pack(3, channel, size), body, b"\xce")
+    else:
+        view = memoryview(body)
+        for start in range(0, size, step):
+            part = view[start : start + step]
+            out += (_FRAME_HEAD.pack(3, channel, len(part)), part, b"\xce")
+    return b"".join(out)
 
 
 def table(value: Mapping[str, Any]) -> bytes:

@@ -10,6 +10,7 @@ characters (``hello``, ``task_queue``, ``celery``) are the same on every protoco
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Final
 
@@ -20,6 +21,7 @@ _PLAIN: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0
 _ESCAPE: Final = re.compile(r":([0-9A-F]{2})")
 
 
+@functools.lru_cache(maxsize=4096)  # every publish names its queue: remembered, not redone
 def to_chute(name: str) -> str:
     """The chute name of an AMQP queue name.
 
@@ -46,6 +48,7 @@ def to_chute(name: str) -> str:
     return check_name(escaped)
 
 
+@functools.lru_cache(maxsize=4096)
 def to_amqp(name: str) -> str:
     """The AMQP name of a chute queue name (the inverse of :func:`to_chute`)."""
     if ":" not in name:

@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from pamqp import commands, decode
 
+from chute.amqp import codec
 from chute.amqp.codec import table
 from chute.message import DEFAULT_PRIORITY, Message, PropertyValue
 
@@ -46,6 +47,8 @@ _AS_PROPERTY: Final = (
     ("app_id", "app-id"),
 )
 _RESERVED: Final = frozenset(name for _, name in _AS_PROPERTY) | {HEADERS_PROPERTY, "timestamp"}
+_NOT_HEADERS: Final = _RESERVED | {EXCHANGE_PROPERTY, ROUTING_KEY_PROPERTY}
+"""What a delivery does not give back as headers (``basic.deliver`` carries the last two)."""
 MAX_PRIORITY: Final = 9
 
 
@@ -133,7 +136,7 @@ def to_properties(message: Message, now: int) -> dict[str, Any]:
     if isinstance(whole, str):
         headers = _decoded_table(whole)
     for key, value in props.items():
-        if key not in _RESERVED and key not in headers:
+        if key not in _NOT_HEADERS and key not in headers:
             headers[key] = value
     if headers:
         out["headers"] = headers
@@ -147,3 +150,45 @@ def _decoded_table(text: str) -> dict[str, Any]:
     except (ValueError, TypeError, IndexError, KeyError):
         return {}
     return dict(value)
+
+
+SHARED_CONTENT_MAX: Final = 1 << 20
+"""The largest body whose encoded frames are kept for the next consumer (1 MiB)."""
+
+
+class _LastContent:
+    """The content frames of the message delivered last, kept: a fan-out delivers one
+    message to several consumers in a row, and encodes it once. Only for a message
+    whose frames are the same for every consumer (no expiration, not a stream's), and
+    of at most :data:`SHARED_CONTENT_MAX` bytes, so what is kept stays small."""
+
+    __slots__ = ("channel", "data", "frame_max", "message")
+
+    def __init__(self) -> None:
+        self.message: Message | None = None
+        self.channel = 0
+        self.frame_max = 0
+        self.data = b""
+
+    def content(self, channel: int, message: Message, frame_max: int) -> bytes:
+        if self.message is message and self.channel == channel and self.frame_max == frame_max:
+            return self.data
+        data = codec.content(channel, to_properties(message, 0), message.body, frame_max)
+        if len(message.body) <= SHARED_CONTENT_MAX:
+            self.message, self.channel, self.frame_max, self.data = (
+                message,
+                channel,
+                frame_max,
+                data,
+            )
+        return data
+
+
+_LAST: Final = _LastContent()
+
+
+def shared_content(channel: int, message: Message, frame_max: int) -> bytes:
+    """The content frames of a delivery of ``message`` on ``channel``, the same for every
+    consumer (``message`` has no expiration and is not a stream's): encoded once for the
+    consumers it goes to in a row."""
+    return _LAST.content(channel, message, frame_max)

@@ -29,7 +29,7 @@ def test_a_window_of_publishes_is_confirmed_by_a_few_multiple_acks(broker: AmqpS
         raw.method(1, commands.Queue.Declare(queue="confirmed", durable=True))
         raw.read_method(commands.Queue.DeclareOk)
         publish = frame.marshal(commands.Basic.Publish(exchange="", routing_key="confirmed"), 1)
-        one = publish + b"".join(content(1, {"delivery_mode": 2}, b"x" * 1024, 131072))
+        one = publish + content(1, {"delivery_mode": 2}, b"x" * 1024, 131072)
         raw.send(one * WINDOW)  # the whole window at once, as a pipelining publisher does
         acks: list[commands.Basic.Ack] = []
         while not acks or acks[-1].delivery_tag < WINDOW:

@@ -147,7 +147,7 @@ BAD: list[tuple[str, bytes, tuple[str, int]]] = [
     ),
     (
         "immediate",
-        _publish(1).replace(b"\x01q\x00", b"\x01q\x02") + content(1, {}, b"", 4096)[0],
+        _publish(1).replace(b"\x01q\x00", b"\x01q\x02") + content(1, {}, b"", 4096),
         ("connection", 540),
     ),
     ("prefetch size", frame.marshal(commands.Basic.Qos(prefetch_size=10), 1), ("connection", 540)),

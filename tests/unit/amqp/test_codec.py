@@ -8,18 +8,21 @@ import struct
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pamqp import commands, frame
+from pamqp import body as pamqp_body
+from pamqp import commands, frame, header
 
 from chute.amqp import codec
 from chute.amqp.codec import PROTOCOL_HEADER, AmqpCodec, Content, HeartbeatEvent, Method
 from chute.amqp.codes import FRAME_ERROR, UNEXPECTED_FRAME, AmqpError
+from chute.amqp.properties import shared_content, to_properties
+from chute.message import Message
 from chute.sansio import NEED_DATA
 
 
 def _publish(body: bytes, channel: int = 1, frame_max: int = 4096) -> bytes:
     method = frame.marshal(commands.Basic.Publish(exchange="", routing_key="q"), channel)
     props = {"headers": {"a": 1, "b": [1, None], "c": {"d": 2.5}}, "delivery_mode": 2}
-    return method + b"".join(codec.content(channel, props, body, frame_max))
+    return method + codec.content(channel, props, body, frame_max)
 
 
 def _events(data: bytes, step: int) -> list[object]:
@@ -50,7 +53,7 @@ def test_content_is_assembled_whatever_the_split(step: int) -> None:
 
 def test_an_empty_body_has_no_body_frame() -> None:
     frames = codec.content(1, {}, b"", 4096)
-    assert len(frames) == 1
+    assert len(frames) == 7 + 14 + 1  # the content header frame alone
 
 
 def test_a_method_inside_content_is_unexpected() -> None:
@@ -143,7 +146,7 @@ def test_publish_and_ack_are_read_on_the_fast_path_with_any_utf8_name() -> None:
         + b"\x03"  # mandatory and immediate
     )
     c = AmqpCodec()
-    c.receive_data(codec.frame_bytes(1, 1, payload) + codec.content(1, {}, b"", 4096)[0])
+    c.receive_data(codec.frame_bytes(1, 1, payload) + codec.content(1, {}, b"", 4096))
     event = c.next_event()
     assert isinstance(event, Content)
     method = event.method
@@ -155,3 +158,67 @@ def test_publish_and_ack_are_read_on_the_fast_path_with_any_utf8_name() -> None:
     assert isinstance(ack, Method)
     assert isinstance(ack.method, commands.Basic.Ack)
     assert (ack.method.delivery_tag, ack.method.multiple) == (9, True)
+
+
+_SIMPLE = commands.Basic.Properties(
+    content_type="application/json",
+    content_encoding="utf-8",
+    delivery_mode=2,
+    priority=0,
+    correlation_id="c-1",
+    reply_to="amq.rabbitmq.reply-to",
+    expiration="60000",
+    message_id="m-ü",
+    message_type="t",
+    user_id="guest",
+    app_id="app",
+)
+
+
+@pytest.mark.parametrize("step", [1, 5, 1100, 100_000])
+def test_a_publish_read_in_one_go_reads_as_pamqp_does(step: int) -> None:
+    # the per-message path reads short-string and octet properties itself: the same
+    # values as pamqp's, whether the three frames come together or piece by piece
+    method = frame.marshal(commands.Basic.Publish(exchange="x", routing_key="k"), 3)
+    head = frame.marshal(header.ContentHeader(0, 1024, _SIMPLE), 3)
+    body = frame.marshal(pamqp_body.ContentBody(b"y" * 1024), 3)
+    events = _events((method + head + body) * 3, step)
+    assert len(events) == 3
+    for event in events:
+        assert isinstance(event, Content)
+        assert event.body == b"y" * 1024
+        assert (event.method.exchange, event.method.routing_key) == ("x", "k")
+        for slot in commands.Basic.Properties.__slots__:
+            assert getattr(event.properties, slot) == getattr(_SIMPLE, slot), slot
+
+
+def test_a_body_longer_than_its_header_says_is_a_frame_error_read_in_one_go() -> None:
+    method = frame.marshal(commands.Basic.Publish(exchange="", routing_key="q"), 1)
+    head = frame.marshal(header.ContentHeader(0, 2, commands.Basic.Properties()), 1)
+    c = AmqpCodec(max_frame_size=4096)
+    c.receive_data(method + head + frame.marshal(pamqp_body.ContentBody(b"abc"), 1))
+    with pytest.raises(AmqpError) as info:
+        c.next_event()
+    assert info.value.reply_code == FRAME_ERROR
+
+
+def test_deliveries_encode_as_pamqp_does() -> None:
+    deliver = commands.Basic.Deliver("ctag", 7, True, "ex", "key")
+    assert codec.deliver(2, "ctag", 7, True, "ex", "key") == frame.marshal(deliver, 2)
+    props = {slot: getattr(_SIMPLE, slot) for slot in reversed(commands.Basic.Properties.__slots__)}
+    head = frame.marshal(header.ContentHeader(0, 5, _SIMPLE), 2)
+    assert codec.content(2, props, b"hello", 4096) == head + frame.marshal(
+        pamqp_body.ContentBody(b"hello"), 2
+    )
+
+
+def test_a_message_shared_by_consumers_is_encoded_for_each_channel() -> None:
+    message = Message(b"body", persistent=False, properties={"k": "v"})
+    for channel in (1, 1, 2, 1):
+        assert shared_content(channel, message, 4096) == codec.content(
+            channel, to_properties(message, 0), b"body", 4096
+        )
+    other = Message(b"other", persistent=False)
+    assert shared_content(1, other, 4096) == codec.content(
+        1, to_properties(other, 0), b"other", 4096
+    )
