@@ -53,6 +53,9 @@ from chute.version import __version__
 log = logging.getLogger("chute.cluster")
 
 DEFAULT_TTL: Final = 10
+LEAVE_S: Final = 2.0
+"""How long a stopping node tries to revoke its lease: etcd out of reach must not hold a
+clean stop (the lease expires by itself within its TTL)."""
 """Seconds a node's lease lives without a keep-alive: how long a dead node stays listed."""
 
 
@@ -224,9 +227,15 @@ class Membership:
             and self._state is not NodeState.REFUSED
         ):
             try:
-                await self.client.lease_revoke(self._lease)
-            except EtcdError as exc:
-                log.warning("cluster %s: could not leave cleanly (%s)", self.cluster, exc)
+                async with asyncio.timeout(LEAVE_S):
+                    await self.client.lease_revoke(self._lease)
+            except (EtcdError, TimeoutError) as exc:
+                reason = str(exc) or f"no answer within {LEAVE_S:g} s"
+                log.warning(
+                    "cluster %s: could not leave cleanly (%s); the lease expires by itself",
+                    self.cluster,
+                    reason,
+                )
         self._set_state(NodeState.STOPPED)
 
     # -- registration ------------------------------------------------------------------

@@ -41,6 +41,7 @@ from typing import Any
 from chute.cluster.errors import EtcdError, LeaseNotFound
 from chute.cluster.etcd import EtcdClient
 from chute.cluster.etcd_wire import Compare, Get, Put, Target
+from chute.cluster.membership import LEAVE_S
 
 log = logging.getLogger("chute.ha")
 
@@ -301,6 +302,11 @@ class Elector:
         self._deadline = 0.0
         if self.lease:
             try:
-                await self.client.lease_revoke(self.lease)
-            except EtcdError as exc:
-                log.warning("high availability: could not give up the lease: %s", exc)
+                async with asyncio.timeout(LEAVE_S):
+                    await self.client.lease_revoke(self.lease)
+            except (EtcdError, TimeoutError) as exc:
+                reason = str(exc) or f"no answer within {LEAVE_S:g} s"
+                log.warning(
+                    "high availability: could not give up the lease (%s); it expires by itself",
+                    reason,
+                )

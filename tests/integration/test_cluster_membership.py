@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
@@ -16,7 +17,13 @@ import pytest
 
 from chute.cluster.errors import EtcdUnavailable, NodeNameTaken
 from chute.cluster.etcd import Backoff, EtcdClient
-from chute.cluster.membership import EventKind, Membership, MembershipEvent, NodeState
+from chute.cluster.membership import (
+    LEAVE_S,
+    EventKind,
+    Membership,
+    MembershipEvent,
+    NodeState,
+)
 from chute.cluster.url import Endpoint
 from tests.integration.conftest import free_port
 from tests.integration.etcd_fixture import EtcdProcess, start_etcd, start_etcd_cluster
@@ -174,6 +181,28 @@ def test_a_node_keeps_its_members_while_etcd_is_stopped_and_carries_on(
                 await until(a, lambda m: "c" in m.members)
 
     run(body)
+
+
+def test_a_node_stopping_while_etcd_is_stopped_gives_up_its_lease_after_a_bound(
+    etcd: EtcdProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A clean stop tries to revoke the lease for ``LEAVE_S`` at most, not for the
+    client's request timeout (10 s here): the lease expires by itself."""
+
+    async def body() -> None:
+        async with EtcdClient([etcd.endpoint], request_timeout=10.0) as client:
+            membership = Membership(client, "c", "a", address="a:5445", ttl=TTL)
+            await membership.start()
+            etcd.pause()
+            try:
+                await membership.stop()
+            finally:
+                etcd.resume()
+            assert membership.state is NodeState.STOPPED
+
+    with caplog.at_level(logging.WARNING, logger="chute.cluster"):
+        run(body)
+    assert f"could not leave cleanly (no answer within {LEAVE_S:g} s)" in caplog.text
 
 
 def test_a_node_registers_again_after_etcd_was_stopped_past_its_lease(
