@@ -1,13 +1,15 @@
 """High availability's costs, as JSON: a node alone and with one backup.
 
-    python -m bench.ha [--seconds 3] [--kills 10] [--ttl 2]
+    python -m bench.ha [--seconds 3] [--rounds 3] [--kills 10] [--ttl 2]
 
 Runs a real etcd (Debian's ``etcd``, one member, loopback) and ``chute serve``
 processes of node ``a``, each with its own data directory (``sync = "always"``).
-Measures, for the live alone and then with a backup in sync: synchronous persistent
-sends per second (one producer, each send awaits its confirmation) and windowed
-persistent throughput (one producer, 256 sends in flight); the ratios with/without
-(targets: ≥ 0.5 and ≥ 0.7). Then ``--kills`` times: SIGKILL the live and time, from
+Measures, for a live alone (a node of a cluster of its own, no backup) and a live with
+a backup in sync, both running throughout and measured in turn ``--rounds`` times (so
+that a machine whose speed drifts moves both alike): synchronous persistent sends per
+second (one producer, each send awaits its confirmation) and windowed persistent
+throughput (one producer, 256 sends in flight); the median of each round's ratio
+with/without (targets: ≥ 0.5 and ≥ 0.7). Then ``--kills`` times: SIGKILL the live and time, from
 the kill, the first send confirmed by the new live (its backup); the killed one is
 started again on its data directory, rejoins as the backup and gets in sync before
 the next kill. Reports median and worst (target: median ≤ 5 s with ``ttl = 2``).
@@ -88,7 +90,9 @@ class Etcd:
 class Process:
     """A ``chute serve`` of node ``a``, its output collected."""
 
-    def __init__(self, directory: Path, name: str, etcd: Etcd, config: Path) -> None:
+    def __init__(
+        self, directory: Path, name: str, etcd: Etcd, config: Path, cluster: str = "bench"
+    ) -> None:
         self.port = _free_port()
         self.lines: list[str] = []
         self.arrived = threading.Condition()
@@ -111,7 +115,7 @@ class Process:
                 "--config",
                 str(config),
                 "--cluster",
-                f"etcd://{etcd.address}/bench",
+                f"etcd://{etcd.address}/{cluster}",
                 "--node",
                 "a",
             ],
@@ -186,7 +190,7 @@ def _rates(url: str, seconds: float) -> dict[str, float]:
     }
 
 
-def run(seconds: float, kills: int, ttl: int) -> dict[str, Any]:
+def run(seconds: float, rounds: int, kills: int, ttl: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="chute-bench-ha-") as tmp:
         directory = Path(tmp)
         config = directory / "chute.toml"
@@ -194,14 +198,21 @@ def run(seconds: float, kills: int, ttl: int) -> dict[str, Any]:
         etcd = Etcd(directory)
         started: list[Process] = []
         try:
+            solo = Process(directory, "solo", etcd, config, cluster="bench-solo")
+            started.append(solo)
             live = Process(directory, "one", etcd, config)
             started.append(live)
+            solo.wait_for("chute listening")
             live.wait_for("chute listening")
-            alone = _rates(live.url, seconds)
             backup = Process(directory, "two", etcd, config)
             started.append(backup)
             backup.wait_for("in sync with the live")
-            paired = _rates(live.url, seconds)
+            each: list[dict[str, dict[str, float]]] = []
+            for n in range(rounds):
+                turn = [("alone", solo.url), ("with_backup", live.url)]
+                figures = {name: _rates(url, seconds) for name, url in turn[:: 1 - 2 * (n % 2)]}
+                each.append(figures)
+            solo.kill()
             names = {live: "one", backup: "two"}
             failovers: list[float] = []
             for _ in range(kills):
@@ -219,11 +230,21 @@ def run(seconds: float, kills: int, ttl: int) -> dict[str, Any]:
             for process in started:
                 process.kill()
             etcd.stop()
-    ratio = {key: round(paired[key] / alone[key], 2) if alone[key] else None for key in alone}
+    keys = ("sync_sends_per_s", "windowed_msgs_per_s")
+
+    def median(side: str, key: str) -> float:
+        return round(statistics.median(r[side][key] for r in each), 1)
+
+    ratios = {
+        key: [round(r["with_backup"][key] / r["alone"][key], 2) for r in each if r["alone"][key]]
+        for key in keys
+    }
     return {
-        "alone": alone,
-        "with_backup": paired,
-        "ratio": ratio,
+        "rounds": len(each),
+        "alone": {key: median("alone", key) for key in keys},
+        "with_backup": {key: median("with_backup", key) for key in keys},
+        "ratio": {key: statistics.median(ratios[key]) if ratios[key] else None for key in keys},
+        "ratio_each_round": ratios,
         "targets": {"sync_sends_per_s": 0.5, "windowed_msgs_per_s": 0.7},
         "ttl_s": ttl,
         "failover_s": {
@@ -238,10 +259,11 @@ def run(seconds: float, kills: int, ttl: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="per throughput figure")
+    parser.add_argument("--rounds", type=int, default=3, help="alone/with-backup turns")
     parser.add_argument("--kills", type=int, default=10, help="failovers timed")
     parser.add_argument("--ttl", type=int, default=2, help="[cluster] ttl, seconds")
     args = parser.parse_args()
-    print(json.dumps(run(args.seconds, args.kills, args.ttl), indent=2))
+    print(json.dumps(run(args.seconds, args.rounds, args.kills, args.ttl), indent=2))
 
 
 if __name__ == "__main__":
