@@ -310,6 +310,21 @@ class Link:
                 self.flush()
         return corrs
 
+    def send_many_framed(
+        self, session_id: int, address: str, count: int, framed: bytes | memoryview, ttl: int
+    ) -> int:
+        """Queue one SEND_MANY of ``count`` framed content blocks (see
+        :meth:`ClientProtocol.send_many_framed`); the correlation id to wait for (0 in
+        a transacted session)."""
+        with self._lock:
+            corr = self._proto.send_many_framed(session_id, address, count, framed, ttl)
+            if self._writer_waiting:
+                self._nudge()
+            full = self._proto.outbox_size >= HIGH_WATER
+        if full:
+            self.flush()
+        return corr
+
     def commit(self, session_id: int) -> int:
         """Queue COMMIT; the correlation id to wait for. Raises TransactionError."""
         with self._lock:

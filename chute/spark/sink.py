@@ -5,7 +5,9 @@ Transaction ids are ``spark/<query or job>/<batch>/<partition>/<attempt>/<random
 the random part keeps a rerun after a restart (same partition, attempt 0) from
 meeting a staged transaction a killed run left prepared. A task sends its rows
 with ``send_many`` (consecutive rows to one destination with one ttl go
-together: few requests, each message's content block encoded once) and prepares them
+together: few requests, each message's content block encoded once; a batch of rows
+that set only their bodies goes as SendMany packets built in Arrow, without a Python
+object per row: :mod:`chute.spark.framing`) and prepares them
 in chunks (:data:`CHUNK_ROWS`, :data:`CHUNK_BYTES`), ``n`` counting them: a prepared
 chunk no longer counts against the broker's memory watermark, so a partition of any
 size never waits for room that only its own commit would free, and the broker
@@ -39,6 +41,7 @@ from pyspark.sql.datasource import (
 from chute.client.blocking import BlockingConnection, BlockingSession
 from chute.errors import NotFound
 from chute.message import BodyKind, Message
+from chute.spark.framing import framed, packets, plain
 from chute.spark.options import ChuteOptions, OptionError
 from chute.spark.schema import rows_of
 
@@ -67,46 +70,87 @@ def write_staged(
     partition = ctx.partitionId() if ctx is not None else 0
     attempt = ctx.attemptNumber() if ctx is not None else 0
     stem = f"{PREFIX}/{job}/{batch}/{partition}/{attempt}/{secrets.token_hex(4)}"
-    xids: list[str] = []
-    count = rows = size = 0
     conn = options.connect_retrying()  # the broker may be restarting
+    task = _Task(conn.session(transacted=True), stem)
     try:
-        session = conn.session(transacted=True)
-        default = options.destination
-        run: list[bytes | str | Message] = []  # consecutive rows to one target, one ttl
-        key: tuple[str, int] = ("", 0)
         for record_batch in batches:
-            for row in rows_of(record_batch):
-                target = row.destination or default
-                if target is None:
-                    raise OptionError(
-                        'a row has no destination: set option "destination" or a destination column'
-                    )
-                fields = row.options
-                ttl = fields.pop("ttl", 0) if fields else 0
-                if (target, ttl) != key:
-                    _send_run(session, key, run)
-                    key = (target, ttl)
-                run.append(_item(row.body, fields))
-                count += 1
-                rows += 1
-                size += len(row.body)
-                if rows >= CHUNK_ROWS or size >= CHUNK_BYTES:
-                    _send_run(session, key, run)
-                    xids.append(f"{stem}.{len(xids)}")
-                    session.prepare(xids[-1])
-                    rows = size = 0
-        _send_run(session, key, run)
-        if rows:
-            xids.append(f"{stem}.{len(xids)}")
-            session.prepare(xids[-1])
+            if options.destination is not None and plain(record_batch):
+                task.send_framed(options.destination, record_batch)
+            else:
+                task.send_rows(options.destination, record_batch)
+        task.finish()
     except BaseException:
         with contextlib.suppress(Exception):
-            roll_back(conn, xids)  # what this task prepared goes (abort gets no xids)
+            roll_back(conn, task.xids)  # what this task prepared goes (abort gets no xids)
         raise
     finally:
         conn.close()
-    return Staged(job, tuple(xids), count)
+    return Staged(job, tuple(task.xids), task.count)
+
+
+class _Task:
+    """One task's sending: runs of rows to one target and ttl go out with ``send_many``
+    (a batch of bodies alone as framed packets built in Arrow), and a transaction is
+    prepared every chunk (:data:`CHUNK_ROWS`, :data:`CHUNK_BYTES`)."""
+
+    def __init__(self, session: BlockingSession, stem: str) -> None:
+        self.session = session
+        self.stem = stem
+        self.xids: list[str] = []
+        self.count = 0
+        self._rows = self._size = 0  # of the chunk not prepared yet
+        self._run: list[bytes | str | Message] = []  # consecutive rows to one target, one ttl
+        self._key: tuple[str, int] = ("", 0)
+
+    def send_framed(self, target: str, batch: pa.RecordBatch) -> None:
+        """Send a batch whose rows set only their bodies (:func:`plain`), without a
+        Python object per row."""
+        self._send_run()  # what came before goes first
+        session = self.session
+        link = session._link  # the framed send has no session method
+        for packet in packets(framed(batch)):
+            link.send_many_framed(session.id, target, packet.entries, packet.framed, 0)
+            self._sent(packet.entries, packet.body_bytes)
+
+    def send_rows(self, default: str | None, batch: pa.RecordBatch) -> None:
+        """Send a batch row by row (rows with headers, properties, a destination...)."""
+        for row in rows_of(batch):
+            target = row.destination or default
+            if target is None:
+                raise OptionError(
+                    'a row has no destination: set option "destination" or a destination column'
+                )
+            fields = row.options
+            ttl = fields.pop("ttl", 0) if fields else 0
+            if (target, ttl) != self._key:
+                self._send_run()
+                self._key = (target, ttl)
+            self._run.append(_item(row.body, fields))
+            self._sent(1, len(row.body))
+
+    def finish(self) -> None:
+        self._send_run()
+        if self._rows:
+            self._prepare()
+
+    def _sent(self, rows: int, size: int) -> None:
+        self.count += rows
+        self._rows += rows
+        self._size += size
+        if self._rows >= CHUNK_ROWS or self._size >= CHUNK_BYTES:
+            self._send_run()
+            self._prepare()
+
+    def _prepare(self) -> None:
+        self.xids.append(f"{self.stem}.{len(self.xids)}")
+        self.session.prepare(self.xids[-1])
+        self._rows = self._size = 0
+
+    def _send_run(self) -> None:
+        """Send the rows gathered for the current (target, ttl) in as few requests as fit."""
+        if self._run:
+            self.session.send_many(self._key[0], self._run, ttl=self._key[1])
+            self._run.clear()
 
 
 def _item(body: bytes | str, fields: dict[str, Any]) -> bytes | str | Message:
@@ -116,15 +160,6 @@ def _item(body: bytes | str, fields: dict[str, Any]) -> bytes | str | Message:
     if isinstance(body, str):
         return Message(body.encode(), kind=BodyKind.TEXT, **fields)
     return Message(body, **fields)
-
-
-def _send_run(
-    session: BlockingSession, key: tuple[str, int], run: list[bytes | str | Message]
-) -> None:
-    """Send the rows gathered for ``key`` (target, ttl) in as few requests as fit."""
-    if run:
-        session.send_many(key[0], run, ttl=key[1])
-        run.clear()
 
 
 def xids_of(messages: Sequence[WriterCommitMessage | None]) -> list[str]:
