@@ -54,7 +54,10 @@ def test_bodies_arrive_as_send_many_sends_them(bodies: list[bytes | None], cut: 
 def test_a_text_body_is_text() -> None:
     batch = pa.record_batch({"body": pa.array(["héllo", None], pa.string())})
     (run,) = decoded(batch)
-    assert [(m.body, m.kind) for m in run] == [("héllo".encode(), BodyKind.TEXT), (b"", BodyKind.TEXT)]
+    assert [(m.body, m.kind) for m in run] == [
+        ("héllo".encode(), BodyKind.TEXT),
+        (b"", BodyKind.TEXT),
+    ]
 
 
 def test_packets_hold_at_most_send_many_max() -> None:
