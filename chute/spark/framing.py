@@ -49,13 +49,15 @@ _index: pa.Array = pa.array(range(4096), _U64)
 
 def plain(batch: pa.RecordBatch) -> bool:
     """Whether every row of ``batch`` sets only its body (the other columns the sink
-    reads are absent or null everywhere) and the body is binary or text."""
+    reads are absent or null everywhere) and the body is binary, or text without nulls."""
     names = batch.schema.names
     if "body" not in names:
         return False
     kind = batch.schema.field("body").type
-    if not (pa.types.is_binary(kind) or pa.types.is_string(kind)):
-        return False
+    if not pa.types.is_binary(kind) and not (
+        pa.types.is_string(kind) and not batch.column("body").null_count
+    ):
+        return False  # (a null text body is sent as empty bytes, row by row)
     return all(
         batch.column(name).null_count == batch.num_rows
         for name in SINK_COLUMNS

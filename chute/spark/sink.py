@@ -74,6 +74,8 @@ def write_staged(
     task = _Task(conn.session(transacted=True), stem)
     try:
         for record_batch in batches:
+            if not record_batch.num_rows:
+                continue
             if options.destination is not None and plain(record_batch):
                 task.send_framed(options.destination, record_batch)
             else:

@@ -83,6 +83,8 @@ def test_a_slice_of_a_batch_frames_its_own_rows() -> None:
     [
         ({"body": pa.array([b"a"])}, True),
         ({"body": pa.array(["a"])}, True),
+        ({"body": pa.array(["a", None])}, False),  # a null text body is sent as bytes
+        ({"body": pa.array([b"a", None])}, True),
         ({"body": pa.array([b"a"]), "other": pa.array([1])}, True),  # not the sink's
         ({"body": pa.array([b"a"]), "key": pa.nulls(1, pa.string())}, True),
         ({"body": pa.array([b"a"]), "key": pa.array(["k"])}, False),
