@@ -108,10 +108,8 @@ class _Task:
         """Send a batch whose rows set only their bodies (:func:`plain`), without a
         Python object per row."""
         self._send_run()  # what came before goes first
-        session = self.session
-        link = session._link  # the framed send has no session method
         for packet in packets(framed(batch)):
-            link.send_many_framed(session.id, target, packet.entries, packet.framed, 0)
+            self.session.send_many_framed(target, packet.entries, packet.framed)
             self._sent(packet.entries, packet.body_bytes)
 
     def send_rows(self, default: str | None, batch: pa.RecordBatch) -> None:
