@@ -406,6 +406,34 @@ class AioSession(AsyncClosedAtExit):
             if self._transacted and self._resuming and await self.resumed(link):
                 await self._raise_lost()
             raise
+        await self._sent_many(sent)
+
+    async def send_many_framed(
+        self, address: str, count: int, framed: bytes | memoryview, *, ttl: int = 0
+    ) -> None:
+        """:meth:`send_many` of ``count`` messages (1 to
+        :data:`~chute.protocol.packets.SEND_MANY_MAX`) already encoded as one SendMany
+        carries them: each content block behind its length, joined
+        (:func:`chute.protocol.splice.encode_send_many_framed`). A columnar producer's
+        path (Spark's sink): nothing is checked or encoded per message here.
+
+        Raises:
+            InvalidAddress: a bad address. InvalidMessage: a count out of range.
+            ConnectError, RequestTimeout: the connection failed or the broker is slow.
+        """
+        link = self._link
+        if self._resuming and link.closed and await self.resumed(link):
+            link = self._link  # lost before this call: it goes to the node moved to
+        try:
+            sent = await link.send_many_framed(self.id, address, count, framed, ttl)
+        except ConnectError:
+            if self._transacted and self._resuming and await self.resumed(link):
+                await self._raise_lost()
+            raise
+        await self._sent_many(sent)
+
+    async def _sent_many(self, sent: list[tuple[int, bytes]]) -> None:
+        """Wait for or window the SendMany requests ``sent`` as the session does."""
         if self._keeps:
             for corr, packet in sent:
                 await self._window.add(corr, packet=packet)

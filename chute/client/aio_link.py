@@ -287,6 +287,19 @@ class AsyncLink(asyncio.Protocol):
                 await self.drain()
         return corrs
 
+    async def send_many_framed(
+        self, session_id: int, address: str, count: int, framed: bytes | memoryview, ttl: int
+    ) -> list[tuple[int, bytes]]:
+        """Queue one SEND_MANY of ``count`` framed content blocks (see
+        :meth:`ClientProtocol.send_many_framed`); as :meth:`send_many`."""
+        corr = self._proto.send_many_framed(session_id, address, count, framed, ttl)
+        sent = [(corr, self._proto.last_packet)] if corr else []
+        if not self._flush_scheduled:
+            self._flush_soon()
+        if self.congested:
+            await self.drain()
+        return sent
+
     def commit(self, session_id: int) -> int:
         """Queue COMMIT; the correlation id to wait for. Raises TransactionError."""
         return self._proto.commit(session_id)

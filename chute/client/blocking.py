@@ -407,6 +407,34 @@ class BlockingSession(ClosedAtExit):
             if self._transacted and self._resuming and self.resumed(link):
                 self._raise_lost()
             raise
+        self._sent_many(sent)
+
+    def send_many_framed(
+        self, address: str, count: int, framed: bytes | memoryview, *, ttl: int = 0
+    ) -> None:
+        """:meth:`send_many` of ``count`` messages (1 to
+        :data:`~chute.protocol.packets.SEND_MANY_MAX`) already encoded as one SendMany
+        carries them: each content block behind its length, joined
+        (:func:`chute.protocol.splice.encode_send_many_framed`). A columnar producer's
+        path (Spark's sink): nothing is checked or encoded per message here.
+
+        Raises:
+            InvalidAddress: a bad address. InvalidMessage: a count out of range.
+            ConnectError, RequestTimeout: the connection failed or the broker is slow.
+        """
+        link = self._link
+        if self._resuming and link.closed and self.resumed(link):
+            link = self._link  # lost before this call: it goes to the node moved to
+        try:
+            sent = link.send_many_framed(self.id, address, count, framed, ttl)
+        except ConnectError:
+            if self._transacted and self._resuming and self.resumed(link):
+                self._raise_lost()
+            raise
+        self._sent_many(sent)
+
+    def _sent_many(self, sent: list[tuple[int, bytes]]) -> None:
+        """Wait for or window the SendMany requests ``sent`` as the session does."""
         if self._keeps:
             for corr, packet in sent:
                 self._window.add(corr, packet=packet)

@@ -310,6 +310,22 @@ class Link:
                 self.flush()
         return corrs
 
+    def send_many_framed(
+        self, session_id: int, address: str, count: int, framed: bytes | memoryview, ttl: int
+    ) -> list[tuple[int, bytes]]:
+        """Queue one SEND_MANY of ``count`` framed content blocks (see
+        :meth:`ClientProtocol.send_many_framed`); as :meth:`send_many`."""
+        with self._lock:
+            proto = self._proto
+            corr = proto.send_many_framed(session_id, address, count, framed, ttl)
+            sent = [(corr, proto.last_packet)] if corr else []
+            if self._writer_waiting:
+                self._nudge()
+            full = proto.outbox_size >= HIGH_WATER
+        if full:
+            self.flush()
+        return sent
+
     def commit(self, session_id: int) -> int:
         """Queue COMMIT; the correlation id to wait for. Raises TransactionError."""
         with self._lock:

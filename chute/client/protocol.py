@@ -62,6 +62,7 @@ from chute.protocol.packets import (
     MIN_PROTOCOL_VERSION,
     PRODUCER_VERSION,
     PROTOCOL_VERSION,
+    SEND_MANY_MAX,
     SUPPORTED_VERSIONS,
     Commit,
     Connect,
@@ -82,7 +83,13 @@ from chute.protocol.packets import (
     StreamConsumerOpen,
     XaPrepare,
 )
-from chute.protocol.splice import PlainSend, encode_send, encode_send_many, plain_send_encoder
+from chute.protocol.splice import (
+    PlainSend,
+    encode_send,
+    encode_send_many,
+    encode_send_many_framed,
+    plain_send_encoder,
+)
 from chute.protocol.wire import encode_packet
 
 _ADDRESS_CACHE_SIZE: Final = 1024
@@ -430,6 +437,32 @@ class ClientProtocol:
         try:
             packet = encode_send_many(
                 session_id, cached[0], contents, ttl, corr, self.codec.version
+            )
+        except struct.error as exc:
+            self._requests.cancel(corr)
+            raise InvalidMessage(f"messages cannot be encoded: {exc}") from None
+        self._write(packet)
+        self.last_packet = packet
+        return corr
+
+    def send_many_framed(
+        self, session_id: int, address: str, count: int, framed: bytes | memoryview, ttl: int = 0
+    ) -> int:
+        """As :meth:`send_many`, of ``count`` content blocks already framed and joined
+        (see :func:`chute.protocol.splice.encode_send_many_framed`; at most
+        :data:`~chute.protocol.packets.SEND_MANY_MAX`)."""
+        session = self.sessions.session(session_id)  # raises a deferred error
+        cached = self._addresses.get(address)
+        if cached is None:
+            cached = self._address(address)
+        if ttl < 0:
+            raise ValueError("ttl must not be negative")
+        if not 0 < count <= SEND_MANY_MAX:
+            raise InvalidMessage(f"a SendMany carries 1 to {SEND_MANY_MAX} messages, not {count}")
+        corr = 0 if session.transacted else self._requests.open()
+        try:
+            packet = encode_send_many_framed(
+                session_id, cached[0], count, framed, ttl, corr, self.codec.version
             )
         except struct.error as exc:
             self._requests.cancel(corr)

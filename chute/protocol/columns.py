@@ -140,14 +140,29 @@ class PageColumns:
         """Field ``field`` of every message, little-endian (Arrow's byte order), in
         ``count * field.width`` bytes. Unsigned as on the wire; ``SEQ`` and
         ``DELIVERY_COUNT`` are known to fit their signed type."""
-        offset, width = field
-        heads = self.heads
-        if width == 1:
-            return heads[offset::HEAD]
-        out = bytearray(self.count * width)
-        for k in range(width):  # byte k of the big-endian value is byte width-1-k here
-            out[width - 1 - k :: width] = heads[offset + k :: HEAD]
-        return out
+        return head_column(self.heads, self.count, field)
+
+
+def head_column(heads: bytes, count: int, field: Field) -> bytes | bytearray:
+    """Field ``field`` of ``count`` records of :data:`HEAD` bytes (see
+    :meth:`PageColumns.column`)."""
+    offset, width = field
+    if width == 1:
+        return heads[offset::HEAD]
+    out = bytearray(count * width)
+    for k in range(width):  # byte k of the big-endian value is byte width-1-k here
+        out[width - 1 - k :: width] = heads[offset + k :: HEAD]
+    return out
+
+
+def check_heads(heads: bytes) -> None:
+    """The one-byte fields of ``heads`` (records of :data:`HEAD` bytes) in range, and the
+    u64/u32 that become signed columns under their sign bit.
+
+    Raises:
+        RemoteProtocolError: a field out of range.
+    """
+    _check(heads)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -362,6 +377,8 @@ __all__ = [
     "PageColumns",
     "Properties",
     "RawCursorPage",
+    "check_heads",
+    "head_column",
     "page_columns",
     "page_next",
     "raw_cursor_page",

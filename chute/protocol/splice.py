@@ -18,7 +18,8 @@ message again. Everything here packs a header and the fixed fields in one
 * :func:`encode_send` and :func:`plain_send_encoder`: a producer's Send (the
   second is the client's path for the common message: one ``pack``, no
   Message, no content block built apart); :func:`encode_send_many`: a bulk
-  producer's SendMany, from content blocks (a SendMany's are spliced as a Send's);
+  producer's SendMany, from content blocks (a SendMany's are spliced as a Send's), and
+  :func:`encode_send_many_framed` from blocks already framed and joined;
 * :func:`encode_deliver` and :func:`encode_ok`: the broker's deliveries and
   confirmations;
 * :func:`decode_deliveries`: the client's run of Deliver packets, decoded in
@@ -138,6 +139,36 @@ def encode_send_many(  # noqa: PLR0917 - called positionally, like encode_send
         len(address),
     )
     return b"".join(parts)
+
+
+def encode_send_many_framed(  # noqa: PLR0917 - called positionally, like encode_send_many
+    session_id: int,
+    address: bytes,
+    count: int,
+    framed: bytes | memoryview,
+    ttl_ms: int = 0,
+    correlation_id: int = 0,
+    version: int = PROTOCOL_VERSION,
+) -> bytes:
+    """A whole SendMany packet whose ``count`` messages are ``framed``: each content
+    block behind its length (``content_len u32 | content``, as the packet carries
+    them), already joined (a columnar producer builds them so, without a block apart
+    per message).
+
+    Raises:
+        struct.error: a number out of its field's range.
+    """
+    head = _SEND.pack(
+        _SEND.size - 4 + len(address) + 4 + len(framed),
+        version,
+        _SEND_MANY_TAG,
+        correlation_id,
+        session_id,
+        0,
+        ttl_ms,
+        len(address),
+    )
+    return b"".join((head, address, _U32.pack(count), framed))
 
 
 PlainSend = Callable[[bytes, int, int, int, int, int, bool, bytes], bytes]
