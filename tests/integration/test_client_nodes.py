@@ -9,9 +9,8 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -25,30 +24,10 @@ from .conftest import ChuteServer, free_port, start_server
 
 WAIT = 30.0
 
-Connect = Callable[..., chute.Connection]
+Connect = sync_aio.Connect
 
 
-@pytest.fixture(params=["blocking", "asyncio"])
-def connect(request: pytest.FixtureRequest) -> Iterator[Connect]:
-    """Opens connections with the client the test is for; closes them at its end."""
-    opened: list[chute.Connection] = []
-    runner = sync_aio.LoopThread() if request.param == "asyncio" else None
-
-    def open_one(url: str, **options: Any) -> chute.Connection:
-        options.setdefault("timeout", 5)
-        conn: chute.Connection = (
-            chute.connect(url, **options)
-            if runner is None
-            else sync_aio.connect(runner, url, **options)
-        )
-        opened.append(conn)
-        return conn
-
-    yield open_one
-    for conn in opened:
-        conn.close()
-    if runner is not None:
-        runner.close()
+connect = sync_aio.connect_fixture(timeout=5)
 
 
 @pytest.fixture
