@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Final
 
 import pytest
 
+from .freeze import thaw
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -217,6 +219,19 @@ def server(tmp_path: Path) -> Iterator[ChuteServer]:
     yield srv
     if srv.process.poll() is None:
         srv.stop()
+
+
+@pytest.fixture
+def two_nodes(tmp_path: Path) -> Iterator[tuple[ChuteServer, ChuteServer]]:
+    """Two brokers, each with its own data directory (``a`` and ``b``), for a URL that
+    lists both; stopped at the end (thawed first, if the test froze one)."""
+    first = start_server(tmp_path, data_dir=tmp_path / "a")
+    second = start_server(tmp_path, data_dir=tmp_path / "b")
+    yield first, second
+    for server in (first, second):
+        if server.process.poll() is None:
+            thaw(server.process)
+            server.stop()
 
 
 @pytest.fixture(scope="session")

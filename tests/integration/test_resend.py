@@ -15,10 +15,10 @@ import pytest
 
 import chute
 from chute.errors import TransactionError
-from tests.integration.freeze import freeze, thaw
+from tests.integration.freeze import freeze
 
 from . import sync_aio
-from .conftest import start_server
+from .conftest import ChuteServer, start_server
 
 WAIT = 30.0
 FAILOVER = "failover=30"
@@ -210,28 +210,21 @@ def test_a_consumer_gets_its_unacked_messages_again_flagged_redelivered(
 
 
 def test_a_producer_moves_to_another_node_of_the_url_and_resends(
-    tmp_path: Path, connect: Connect
+    two_nodes: tuple[ChuteServer, ChuteServer], connect: Connect
 ) -> None:
     """Its node stops answering with a send unconfirmed, then dies: the connection moves
     to the URL's other node and the send is stored there."""
-    first = start_server(tmp_path, data_dir=tmp_path / "a")
-    second = start_server(tmp_path, data_dir=tmp_path / "b")
-    try:
-        conn = connect(f"{first.url},127.0.0.1:{second.port}?order=listed")
-        session = conn.session(confirm_window=10)
-        session.send("queue:q", "confirmed", id="c-1")
-        session.flush()
-        freeze(first.process)
-        session.send("queue:q", "unconfirmed", id="c-2")
-        assert session.unconfirmed == 1
-        first.stop(signal.SIGKILL)
-        session.flush()  # resent on the second node
-        assert conn.node == f"127.0.0.1:{second.port}"
-        session.send("queue:q", "after the move", id="c-3")
-        session.flush()
-        assert held(second.url, "queue:q") == [b"unconfirmed", b"after the move"]
-    finally:
-        for server in (first, second):
-            if server.process.poll() is None:
-                thaw(server.process)
-                server.stop()
+    first, second = two_nodes
+    conn = connect(f"{first.url},127.0.0.1:{second.port}?order=listed")
+    session = conn.session(confirm_window=10)
+    session.send("queue:q", "confirmed", id="c-1")
+    session.flush()
+    freeze(first.process)
+    session.send("queue:q", "unconfirmed", id="c-2")
+    assert session.unconfirmed == 1
+    first.stop(signal.SIGKILL)
+    session.flush()  # resent on the second node
+    assert conn.node == f"127.0.0.1:{second.port}"
+    session.send("queue:q", "after the move", id="c-3")
+    session.flush()
+    assert held(second.url, "queue:q") == [b"unconfirmed", b"after the move"]
