@@ -40,11 +40,13 @@ run: install
 
 # Second command: install what the tests need, lint, type-check, run every test.
 # One pytest run (README, "Running the tests"), in lanes: TEST_WORKERS processes
-# (pytest-xdist) share out the unit and integration tests, while every Spark test runs
-# on one of them, one after another, and every crash test likewise on one (those two
-# lanes start first, so they never hold up the end). TEST_WORKERS=0 runs it serially.
+# (pytest-xdist) share out the unit and integration tests, while the Spark tests run in
+# two lanes (tests/conftest.py), each on one worker, one test after another, and every
+# crash test likewise on one: those three lanes start first, so they never hold up the
+# end, and the fourth worker takes the rest from the start (most of their time goes
+# on waiting: brokers, micro-batches, timeouts). TEST_WORKERS=0 runs it serially.
 # Its output ends in pytest's summary.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 XDIST = -n $(TEST_WORKERS) --dist loadgroup
 test: install-test lint
 	$(PY) -m pytest -q $(XDIST)
@@ -66,7 +68,7 @@ test-unit:
 test-integration:
 	$(PY) -m pytest -q $(XDIST) tests/integration -m 'not spark and not crash'
 test-heavy:
-	$(PY) -m pytest -q -n 2 --dist loadgroup -m 'spark or crash'
+	$(PY) -m pytest -q -n 3 --dist loadgroup -m 'spark or crash'
 
 # The client contract suite and the TLS and WebSocket tests, STRESS_RUNS times in a
 # row under two CPU burners, stopping at the first failure.

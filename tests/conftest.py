@@ -28,24 +28,36 @@ settings.load_profile("chute")
 
 
 HEAVY_LANES = ("spark", "crash")
-"""Markers whose tests run in a lane of their own under pytest-xdist."""
+"""Markers whose tests run in lanes of their own under pytest-xdist."""
+
+
+def lane_of(item: pytest.Item) -> str | None:
+    """The lane (xdist group) of a test marked with one of :data:`HEAVY_LANES`: the
+    marker's name, or with a ``lane`` (``pytest.mark.spark(lane="streams")``) that name
+    after it (``spark-streams``); ``None`` for any other test."""
+    for lane in HEAVY_LANES:
+        marker = item.get_closest_marker(lane)
+        if marker is not None:
+            name = marker.kwargs.get("lane")
+            return lane if name is None else f"{lane}-{name}"
+    return None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``--dist loadgroup`` every test marked ``spark`` goes to one worker, one
-    after another (each Spark session wants most of the machine's memory and CPU), and
-    every ``crash`` test to one worker (they kill brokers mid-write and time their
-    kills): the other workers share out the rest. xdist schedules the biggest group
-    first, so these lanes start at once and never hold up the end of the run. Without
-    xdist nothing changes."""
+    """Under ``--dist loadgroup`` each lane's tests go to one worker, one after another:
+    the Spark tests in two lanes (``spark`` and ``spark-streams``, each a SparkSession
+    and a driver at a time: two fit the machine's memory side by side, and their time
+    goes mostly on waiting for micro-batches), the ``crash`` tests in one (they kill
+    brokers mid-write and time their kills); the other workers share out the rest.
+    xdist schedules the biggest group first, so these lanes start at once and never hold
+    up the end of the run. Without xdist nothing changes."""
     _scale_own_counts(items)
     if not getattr(config.option, "loadgroup", False):  # set in xdist's workers
         return
     for item in items:
-        for lane in HEAVY_LANES:
-            if item.get_closest_marker(lane) is not None:
-                _join_group(item, lane)
-                break
+        lane = lane_of(item)
+        if lane is not None:
+            _join_group(item, lane)
 
 
 def _scale_own_counts(items: list[pytest.Item]) -> None:

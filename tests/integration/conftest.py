@@ -13,9 +13,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import pytest
+
+from .freeze import thaw
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 READY_TIMEOUT = 20.0
 REPORTED_LINES = 80
@@ -214,3 +219,28 @@ def server(tmp_path: Path) -> Iterator[ChuteServer]:
     yield srv
     if srv.process.poll() is None:
         srv.stop()
+
+
+@pytest.fixture
+def two_nodes(tmp_path: Path) -> Iterator[tuple[ChuteServer, ChuteServer]]:
+    """Two brokers, each with its own data directory (``a`` and ``b``), for a URL that
+    lists both; stopped at the end (thawed first, if the test froze one)."""
+    first = start_server(tmp_path, data_dir=tmp_path / "a")
+    second = start_server(tmp_path, data_dir=tmp_path / "b")
+    yield first, second
+    for server in (first, second):
+        if server.process.poll() is None:
+            thaw(server.process)
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    """One SparkSession for the test process: starting one takes a JVM's seconds, and the
+    Spark modules of a lane run one after another in one process (tests/conftest.py).
+    Each module takes it through its ``spark`` fixture (test_spark.py)."""
+    from .spark_support import start_session  # imports pyspark only when asked for
+
+    session = start_session(tmp_path_factory.mktemp("spark"))
+    yield session
+    session.stop()

@@ -24,6 +24,10 @@ from collections.abc import (
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
+import pytest
+from _pytest.fixtures import FixtureFunctionDefinition
+
+import chute
 from chute import aio
 from chute.client.api import Page
 from chute.client.received import Received
@@ -68,6 +72,40 @@ def connect(runner: LoopThread, url: str, **options: Any) -> SyncConnection:
         return await aio.connect(url, **options)
 
     return SyncConnection(runner, runner.run(make()))
+
+
+Connect = Callable[..., chute.Connection]
+"""Opens a connection (``chute.connect``'s arguments) with the client a test is for."""
+
+CLIENTS = ("blocking", "asyncio")
+
+
+def connect_fixture(*, timeout: float) -> FixtureFunctionDefinition:
+    """A ``connect`` fixture (:data:`Connect`) for a test module, which runs each of its
+    tests once per client in :data:`CLIENTS`: ``connect = sync_aio.connect_fixture(...)``.
+    A connection's ``timeout`` is ``timeout`` unless the test gives one; every
+    connection a test opened is closed at its end."""
+
+    @pytest.fixture(params=CLIENTS, name="connect")
+    def fixture(request: pytest.FixtureRequest) -> Iterator[Connect]:
+        opened: list[chute.Connection] = []
+        runner = LoopThread() if request.param == "asyncio" else None
+
+        def open_one(url: str, **options: Any) -> chute.Connection:
+            options.setdefault("timeout", timeout)
+            conn: chute.Connection = (
+                chute.connect(url, **options) if runner is None else connect(runner, url, **options)
+            )
+            opened.append(conn)
+            return conn
+
+        yield open_one
+        for conn in opened:
+            conn.close()
+        if runner is not None:
+            runner.close()
+
+    return fixture
 
 
 class _LoopAcks:

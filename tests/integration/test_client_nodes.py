@@ -9,58 +9,25 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import chute
 from chute.errors import ConnectError
 from chute.spark.options import ChuteOptions
-from tests.integration.freeze import freeze, thaw
+from tests.integration.freeze import freeze
 
 from . import sync_aio
 from .conftest import ChuteServer, free_port, start_server
 
 WAIT = 30.0
 
-Connect = Callable[..., chute.Connection]
+Connect = sync_aio.Connect
 
 
-@pytest.fixture(params=["blocking", "asyncio"])
-def connect(request: pytest.FixtureRequest) -> Iterator[Connect]:
-    """Opens connections with the client the test is for; closes them at its end."""
-    opened: list[chute.Connection] = []
-    runner = sync_aio.LoopThread() if request.param == "asyncio" else None
-
-    def open_one(url: str, **options: Any) -> chute.Connection:
-        options.setdefault("timeout", 5)
-        conn: chute.Connection = (
-            chute.connect(url, **options)
-            if runner is None
-            else sync_aio.connect(runner, url, **options)
-        )
-        opened.append(conn)
-        return conn
-
-    yield open_one
-    for conn in opened:
-        conn.close()
-    if runner is not None:
-        runner.close()
-
-
-@pytest.fixture
-def two(tmp_path: Path) -> Iterator[tuple[ChuteServer, ChuteServer]]:
-    """Two nodes, each with its own data directory."""
-    first = start_server(tmp_path, data_dir=tmp_path / "a")
-    second = start_server(tmp_path, data_dir=tmp_path / "b")
-    yield first, second
-    for server in (first, second):
-        if server.process.poll() is None:
-            thaw(server.process)  # if a test stopped it
-            server.stop()
+connect = sync_aio.connect_fixture(timeout=5)
 
 
 class _Moves(logging.Handler):
@@ -133,11 +100,11 @@ def test_a_random_start_still_reaches_the_one_node_up(
 
 
 def test_a_node_that_does_not_answer_gives_way_to_the_next(
-    two: tuple[ChuteServer, ChuteServer], connect: Connect, moves: _Moves
+    two_nodes: tuple[ChuteServer, ChuteServer], connect: Connect, moves: _Moves
 ) -> None:
     """A stopped process still accepts connections (its kernel does) but answers
     nothing: after the connect timeout, the next node."""
-    first, second = two
+    first, second = two_nodes
     freeze(first.process)
     conn = connect(f"{first.url},127.0.0.1:{second.port}?order=listed", timeout=1)
     assert conn.node == _node(second)
@@ -146,9 +113,9 @@ def test_a_node_that_does_not_answer_gives_way_to_the_next(
 
 
 def test_a_node_gone_silent_is_left_when_heartbeats_stop(
-    two: tuple[ChuteServer, ChuteServer], connect: Connect, moves: _Moves
+    two_nodes: tuple[ChuteServer, ChuteServer], connect: Connect, moves: _Moves
 ) -> None:
-    first, second = two
+    first, second = two_nodes
     conn = connect(f"{first.url},127.0.0.1:{second.port}?order=listed", heartbeat=0.5)
     assert conn.node == _node(first)
     freeze(first.process)
@@ -158,11 +125,11 @@ def test_a_node_gone_silent_is_left_when_heartbeats_stop(
 
 
 def test_killing_the_node_a_client_is_on_moves_it_to_another(
-    two: tuple[ChuteServer, ChuteServer], connect: Connect, moves: _Moves
+    two_nodes: tuple[ChuteServer, ChuteServer], connect: Connect, moves: _Moves
 ) -> None:
     """The connection moves on its own, says where, and its session goes on there: the
     send left unconfirmed is sent again on the new node (test_resend.py has the rest)."""
-    first, second = two
+    first, second = two_nodes
     conn = connect(f"{first.url},127.0.0.1:{second.port}?order=listed")
     assert conn.node == _node(first)
     session = conn.session(confirm_window=10)
@@ -190,9 +157,9 @@ def test_killing_the_node_a_client_is_on_moves_it_to_another(
 
 
 def test_the_connection_s_requests_wait_for_the_move(
-    two: tuple[ChuteServer, ChuteServer], connect: Connect
+    two_nodes: tuple[ChuteServer, ChuteServer], connect: Connect
 ) -> None:
-    first, second = two
+    first, second = two_nodes
     conn = connect(f"{first.url},127.0.0.1:{second.port}?order=listed")
     conn.create("queue:made")
     first.stop(signal.SIGKILL)
@@ -205,9 +172,9 @@ def test_the_connection_s_requests_wait_for_the_move(
 
 
 def test_no_node_left_closes_the_connection_with_why(
-    two: tuple[ChuteServer, ChuteServer], connect: Connect, moves: _Moves
+    two_nodes: tuple[ChuteServer, ChuteServer], connect: Connect, moves: _Moves
 ) -> None:
-    first, second = two
+    first, second = two_nodes
     conn = connect(f"{first.url},127.0.0.1:{second.port}?order=listed&failover=0")
     second.stop(signal.SIGKILL)
     first.stop(signal.SIGKILL)

@@ -10,44 +10,23 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import chute
 from chute.errors import TransactionError
-from tests.integration.freeze import freeze, thaw
+from tests.integration.freeze import freeze
 
 from . import sync_aio
-from .conftest import start_server
+from .conftest import ChuteServer, start_server
 
 WAIT = 30.0
 FAILOVER = "failover=30"
 
-Connect = Callable[..., chute.Connection]
+Connect = sync_aio.Connect
 
 
-@pytest.fixture(params=["blocking", "asyncio"])
-def connect(request: pytest.FixtureRequest) -> Iterator[Connect]:
-    """Opens connections with the client the test is for; closes them at its end."""
-    opened: list[chute.Connection] = []
-    runner = sync_aio.LoopThread() if request.param == "asyncio" else None
-
-    def open_one(url: str, **options: Any) -> chute.Connection:
-        options.setdefault("timeout", 10)
-        conn: chute.Connection = (
-            chute.connect(url, **options)
-            if runner is None
-            else sync_aio.connect(runner, url, **options)
-        )
-        opened.append(conn)
-        return conn
-
-    yield open_one
-    for conn in opened:
-        conn.close()
-    if runner is not None:
-        runner.close()
+connect = sync_aio.connect_fixture(timeout=10)
 
 
 class Broker:
@@ -80,6 +59,38 @@ def broker(tmp_path: Path) -> Iterator[Broker]:
     b.stop()
 
 
+def restart_while_sending(
+    broker: Broker, count: int, send: Callable[[int], object], flush: Callable[[], object]
+) -> None:
+    """``send(n)`` for each ``n`` of ``range(count)``, then ``flush()``, on a thread of
+    their own; the broker is killed -9 and started again once a third was sent. Fails
+    unless the sends then go on and end, without an error, within the wait."""
+    sent = 0
+    progress = threading.Condition()
+    failure: list[BaseException] = []
+
+    def produce() -> None:
+        nonlocal sent
+        try:
+            for n in range(count):
+                send(n)
+                with progress:
+                    sent = n + 1
+                    progress.notify_all()
+            flush()
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            failure.append(exc)
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    with progress:
+        assert progress.wait_for(lambda: sent >= count // 3 or failure, WAIT)
+    broker.restart()
+    producer.join(2 * WAIT)
+    assert not producer.is_alive()
+    assert not failure, failure
+
+
 def drain(url: str, address: str) -> list[bytes]:
     """Every message ``address`` holds, consumed: on a connection of its own."""
     got: list[bytes] = []
@@ -103,30 +114,12 @@ def test_a_producer_whose_broker_is_killed_mid_stream_stores_each_message_once(
     count = 600
     conn = connect(broker.url)
     session = conn.session(confirm_window=window)
-    sent = 0
-    progress = threading.Condition()
-    failure: list[BaseException] = []
-
-    def produce() -> None:
-        nonlocal sent
-        try:
-            for n in range(count):
-                session.send("queue:stream", str(n), id=f"msg-{n}")
-                with progress:
-                    sent = n + 1
-                    progress.notify_all()
-            session.flush()
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            failure.append(exc)
-
-    producer = threading.Thread(target=produce)
-    producer.start()
-    with progress:
-        assert progress.wait_for(lambda: sent >= count // 3 or failure, WAIT)
-    broker.restart()
-    producer.join(2 * WAIT)
-    assert not producer.is_alive()
-    assert not failure, failure
+    restart_while_sending(
+        broker,
+        count,
+        lambda n: session.send("queue:stream", str(n), id=f"msg-{n}"),
+        session.flush,
+    )
     bodies = drain(broker.server.url, "queue:stream")
     assert sorted(bodies, key=int) == [str(n).encode() for n in range(count)]
     assert len(bodies) == count  # none stored twice
@@ -140,30 +133,12 @@ def test_a_bulk_producer_whose_broker_is_killed_stores_each_batch_once(
     batches = 60
     conn = connect(broker.url)
     session = conn.session(confirm_window=4)
-    done = 0
-    progress = threading.Condition()
-    failure: list[BaseException] = []
-
-    def produce() -> None:
-        nonlocal done
-        try:
-            for b in range(batches):
-                session.send_many("queue:bulk", [str(10 * b + i) for i in range(10)])
-                with progress:
-                    done = b + 1
-                    progress.notify_all()
-            session.flush()
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            failure.append(exc)
-
-    producer = threading.Thread(target=produce)
-    producer.start()
-    with progress:
-        assert progress.wait_for(lambda: done >= batches // 3 or failure, WAIT)
-    broker.restart()
-    producer.join(2 * WAIT)
-    assert not producer.is_alive()
-    assert not failure, failure
+    restart_while_sending(
+        broker,
+        batches,
+        lambda b: session.send_many("queue:bulk", [str(10 * b + i) for i in range(10)]),
+        session.flush,
+    )
     bodies = drain(broker.server.url, "queue:bulk")
     assert sorted(bodies, key=int) == [str(n).encode() for n in range(10 * batches)]
 
@@ -235,28 +210,21 @@ def test_a_consumer_gets_its_unacked_messages_again_flagged_redelivered(
 
 
 def test_a_producer_moves_to_another_node_of_the_url_and_resends(
-    tmp_path: Path, connect: Connect
+    two_nodes: tuple[ChuteServer, ChuteServer], connect: Connect
 ) -> None:
     """Its node stops answering with a send unconfirmed, then dies: the connection moves
     to the URL's other node and the send is stored there."""
-    first = start_server(tmp_path, data_dir=tmp_path / "a")
-    second = start_server(tmp_path, data_dir=tmp_path / "b")
-    try:
-        conn = connect(f"{first.url},127.0.0.1:{second.port}?order=listed")
-        session = conn.session(confirm_window=10)
-        session.send("queue:q", "confirmed", id="c-1")
-        session.flush()
-        freeze(first.process)
-        session.send("queue:q", "unconfirmed", id="c-2")
-        assert session.unconfirmed == 1
-        first.stop(signal.SIGKILL)
-        session.flush()  # resent on the second node
-        assert conn.node == f"127.0.0.1:{second.port}"
-        session.send("queue:q", "after the move", id="c-3")
-        session.flush()
-        assert held(second.url, "queue:q") == [b"unconfirmed", b"after the move"]
-    finally:
-        for server in (first, second):
-            if server.process.poll() is None:
-                thaw(server.process)
-                server.stop()
+    first, second = two_nodes
+    conn = connect(f"{first.url},127.0.0.1:{second.port}?order=listed")
+    session = conn.session(confirm_window=10)
+    session.send("queue:q", "confirmed", id="c-1")
+    session.flush()
+    freeze(first.process)
+    session.send("queue:q", "unconfirmed", id="c-2")
+    assert session.unconfirmed == 1
+    first.stop(signal.SIGKILL)
+    session.flush()  # resent on the second node
+    assert conn.node == f"127.0.0.1:{second.port}"
+    session.send("queue:q", "after the move", id="c-3")
+    session.flush()
+    assert held(second.url, "queue:q") == [b"unconfirmed", b"after the move"]

@@ -8,11 +8,7 @@ there at the start is processed: no sleeps.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import textwrap
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -25,9 +21,15 @@ import trustme
 import chute
 from chute import Connection
 from chute.errors import NotFound
-from tests.tools import need_tool
 
+from . import spark_support
 from .conftest import ChuteServer, free_port, start_server
+from .spark_support import (
+    kill_driver,
+    start_driver,
+    wait_for_progress,
+    write_driver,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -37,48 +39,21 @@ pa = pytest.importorskip("pyarrow")
 from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-import chute.spark  # noqa: E402
 from chute.spark.options import ChuteOptions, Side  # noqa: E402
 from chute.spark.sink import ChuteBatchWriter  # noqa: E402
 
-SPARK_CONF = {
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "2",
-    "spark.default.parallelism": "2",
-    "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
-}
-
-
-def _spark_env() -> None:
-    if not os.environ.get("JAVA_HOME"):
-        java = need_tool("java", "the Spark tests need a JDK (java on PATH or JAVA_HOME)")
-        os.environ["JAVA_HOME"] = str(Path(os.path.realpath(java)).parent.parent)
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers must use this venv (pyarrow)
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+SPARK_CONF = spark_support.SPARK_CONF  # names the Spark modules import from here
+_spark_env = spark_support.spark_env
 
 
 @pytest.fixture(scope="module")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
-    _spark_env()
-    tmp = tmp_path_factory.mktemp("spark")
-    builder = SparkSession.builder.master("local[2]").appName("chute-tests")
-    for key, value in SPARK_CONF.items():
-        builder = builder.config(key, value)
-    session = (
-        builder.config("spark.sql.warehouse.dir", str(tmp / "wh"))
-        .config("spark.local.dir", str(tmp / "local"))
-        .config(
-            "spark.driver.extraJavaOptions",
-            f"-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Dderby.system.home={tmp}",
-        )
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    chute.spark.register(session)
-    yield session
-    session.stop()
+def spark(spark_session: SparkSession) -> Iterator[SparkSession]:
+    """The test process's SparkSession (conftest's ``spark_session``) for a module (each
+    Spark module's ``spark``): a streaming query of the module's still running at its
+    end is stopped there."""
+    yield spark_session
+    for query in spark_session.streams.active:
+        query.stop()
 
 
 def produce(url: str, address: str, bodies: list[bytes]) -> None:
@@ -102,6 +77,15 @@ def read_all(conn: Connection, address: str) -> list[bytes]:
 
 def spark_prepared(conn: Connection) -> list[str]:
     return [x for x in conn.prepared() if x.startswith("spark/")]
+
+
+def wait_for_no_prepared(conn: Connection, timeout: float = 30.0) -> None:
+    """Wait until the broker holds no transaction Spark prepared (its prepared timeout
+    rolls back those no task will finish); fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while spark_prepared(conn) and time.monotonic() < deadline:
+        time.sleep(0.1)  # polling the broker's state, with a deadline
+    assert spark_prepared(conn) == []
 
 
 def stream(
@@ -266,10 +250,7 @@ def test_failing_task_rolls_the_sink_back(spark: SparkSession, tmp_path: Path) -
             df.write.format("chute").option("url", server.url).mode("append").save()
         with chute.connect(server.url) as conn:
             assert read_all(conn, "queue:staged") == []
-            deadline = time.monotonic() + 30
-            while spark_prepared(conn) and time.monotonic() < deadline:
-                time.sleep(0.1)  # polling the broker's state, with a deadline
-            assert spark_prepared(conn) == []
+            wait_for_no_prepared(conn)
             assert read_all(conn, "queue:staged") == []  # rolled back, never published
     finally:
         server.stop()
@@ -334,10 +315,7 @@ def _fail_a_stream_task(spark: SparkSession, broker: ChuteServer, tmp_path: Path
         query.awaitTermination()
     with chute.connect(broker.url) as conn:
         assert read_all(conn, "queue:out") == []
-        deadline = time.monotonic() + 30
-        while spark_prepared(conn) and time.monotonic() < deadline:
-            time.sleep(0.1)  # polling the broker's state, with a deadline
-        assert spark_prepared(conn) == []
+        wait_for_no_prepared(conn)
         assert read_all(conn, "queue:out") == []  # rolled back, never published
         assert read_all(conn, "queue:in") == [b"a", b"b", b"poison", b"c"]  # nothing consumed
 
@@ -371,53 +349,24 @@ def test_broker_restart_between_batches_keeps_exactly_once(
         srv.stop()
 
 
-KILLED_QUERY = textwrap.dedent(
-    """
-    import os, sys
-    from pyspark.sql import SparkSession
-    import chute.spark
-    url, checkpoint = sys.argv[1], sys.argv[2]
-    builder = SparkSession.builder.master("local[2]")
-    for key, value in {conf!r}.items():
-        builder = builder.config(key, value)
-    spark = builder.config("spark.driver.extraJavaOptions",
-                           "-XX:+UseSerialGC -XX:TieredStopAtLevel=1").getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    chute.spark.register(spark)
-    (spark.readStream.format("chute").option("url", url).option("destination", "queue:in")
-         .option("cursor", "test-query").option("maxMessagesPerTrigger", 50).load().select("body")
-         .writeStream.format("chute").option("url", url).option("destination", "queue:out")
-         .option("checkpointLocation", checkpoint).trigger(processingTime="200 milliseconds")
-         .start().awaitTermination())
-    """
-)
-
-
 def test_query_killed_mid_stream_restarts_from_checkpoint_exactly_once(
     spark: SparkSession, server: ChuteServer, tmp_path: Path
 ) -> None:
     bodies = [f"m{i}".encode() for i in range(1500)]
     produce(server.url, "queue:in", bodies)
     ck = tmp_path / "ck"
-    script = tmp_path / "query.py"
-    script.write_text(KILLED_QUERY.format(conf=SPARK_CONF))
-    _spark_env()
-    child = subprocess.Popen(
-        [sys.executable, str(script), server.url, str(ck)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # its JVM and Python workers die with it
+    script = write_driver(
+        tmp_path / "query.py",
+        "queue:out",
+        destination="queue:in",
+        cursor="test-query",
+        maxMessagesPerTrigger=50,
     )
+    child = start_driver(script, server.url, ck)
     try:
-        with chute.connect(server.url) as conn:
-            deadline = time.monotonic() + 120
-            while len(read_all(conn, "queue:out")) < 200:
-                assert child.poll() is None, "the query ended by itself"
-                assert time.monotonic() < deadline, "the query made no progress"
-                time.sleep(0.1)  # polling the broker for progress, with a deadline
+        wait_for_progress(server.url, lambda conn: len(read_all(conn, "queue:out")), 200, child)
     finally:
-        os.killpg(child.pid, signal.SIGKILL)
-        child.wait(30)
+        kill_driver(child)
     with chute.connect(server.url) as conn:
         assert 200 <= len(read_all(conn, "queue:out")) < len(bodies)
     query = stream(spark, server.url, "queue:in", "queue:out", ck, maxMessagesPerTrigger=500)

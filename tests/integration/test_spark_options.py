@@ -8,7 +8,6 @@ connector checks the options there. The round trip runs against a real
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,31 +26,11 @@ from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 
 import chute.spark  # noqa: E402
 
-from .test_spark import SPARK_CONF, _spark_env  # noqa: E402
+from . import test_spark as base  # noqa: E402
+
+spark = base.spark  # the SparkSession fixture, one for this module
 
 NOWHERE = "chute://127.0.0.1:1"  # never connected to: these checks come first
-
-
-@pytest.fixture(scope="module")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
-    _spark_env()
-    tmp = tmp_path_factory.mktemp("spark")
-    builder = SparkSession.builder.master("local[2]").appName("chute-options")
-    for key, value in SPARK_CONF.items():
-        builder = builder.config(key, value)
-    session = (
-        builder.config("spark.sql.warehouse.dir", str(tmp / "wh"))
-        .config("spark.local.dir", str(tmp / "local"))
-        .config(
-            "spark.driver.extraJavaOptions",
-            f"-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Dderby.system.home={tmp}",
-        )
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    chute.spark.register(session)
-    yield session
-    session.stop()
 
 
 def test_a_misspelt_option_fails_on_load_naming_the_closest(spark: SparkSession) -> None:

@@ -7,18 +7,13 @@ broker."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import signal
 import subprocess
-import sys
-import textwrap
 import time
 import zlib
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -27,11 +22,12 @@ from chute import Connection
 
 from . import test_spark as base
 from .conftest import ChuteServer, start_server
+from .spark_support import kill_driver, start_driver, wait_for_progress, write_driver
 from .test_serve_nodes import start_nodes
-from .test_spark import SPARK_CONF, _spark_env, read_all, spark_prepared
+from .test_spark import read_all, spark_prepared
 from .test_spark_streams import pipe
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.spark(lane="streams"), pytest.mark.timeout(400)]
 
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
@@ -55,8 +51,10 @@ def config(tmp_path: Path, **partitions: int) -> Path:
     return path
 
 
-def start(tmp_path: Path, data: Path, **partitions: int) -> ChuteServer:
-    return start_server(tmp_path, "--config", str(config(tmp_path, **partitions)), data_dir=data)
+def start(tmp_path: Path, data: Path, port: int | None = None, **partitions: int) -> ChuteServer:
+    """A broker on ``data`` (on ``port``: to start one again where its clients are)."""
+    path = config(tmp_path, **partitions)
+    return start_server(tmp_path, "--config", str(path), data_dir=data, port=port)
 
 
 def produce(url: str, address: str, count: int, prefix: str = "m") -> dict[bytes, str | None]:
@@ -156,29 +154,6 @@ def test_the_checkpoint_keeps_offsets_per_partition_and_new_partitions_are_read(
         srv.stop()
 
 
-KILLED_PIPE = textwrap.dedent(
-    """
-    import sys
-    from pyspark.sql import SparkSession
-    import chute.spark
-    url, checkpoint = sys.argv[1], sys.argv[2]
-    builder = SparkSession.builder.master("local[2]")
-    for key, value in {conf!r}.items():
-        builder = builder.config(key, value)
-    spark = builder.config("spark.driver.extraJavaOptions",
-                           "-XX:+UseSerialGC -XX:TieredStopAtLevel=1").getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    chute.spark.register(spark)
-    (spark.readStream.format("chute").option("url", url).option("destination", "stream:in")
-         .option("maxOffsetsPerTrigger", 100).load()
-         .selectExpr("body", "properties['key'] AS key")
-         .writeStream.format("chute").option("url", url).option("destination", "stream:out")
-         .option("checkpointLocation", checkpoint).trigger(processingTime="200 milliseconds")
-         .start().awaitTermination())
-    """
-)
-
-
 def out_rows(conn: Connection) -> list[tuple[int, bytes, str | None]]:
     """Every message of the two partitions of ``stream:out``: (partition, body, key)."""
     got = []
@@ -189,11 +164,8 @@ def out_rows(conn: Connection) -> list[tuple[int, bytes, str | None]]:
     return got
 
 
-def kill(child: subprocess.Popen[bytes]) -> None:
-    """Kill a driver and what it started (it may have ended by itself)."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(child.pid, signal.SIGKILL)
-    child.wait(30)
+def written(conn: Connection) -> int:
+    return len(out_rows(conn))
 
 
 def test_partitioned_stream_to_stream_exactly_once_across_driver_and_broker_kills(
@@ -202,50 +174,29 @@ def test_partitioned_stream_to_stream_exactly_once_across_driver_and_broker_kill
     data = tmp_path / "data"
     srv = start(tmp_path, data, **{"in": 2, "out": 2})
     ck = tmp_path / "ck"
-    script = tmp_path / "query.py"
-    script.write_text(KILLED_PIPE.format(conf=SPARK_CONF))
-    _spark_env()
+    script = write_driver(
+        tmp_path / "query.py",
+        "stream:out",
+        columns=("body", "properties['key'] AS key"),
+        destination="stream:in",
+        maxOffsetsPerTrigger=100,
+    )
 
     def driver() -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            [sys.executable, str(script), srv.url, str(ck)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,  # its JVM and Python workers die with it
-        )
-
-    def written() -> int:
-        try:
-            with chute.connect(srv.url) as conn:
-                return len(out_rows(conn))
-        except chute.ConnectError:
-            return 0  # the broker is restarting
-
-    def wait_for(count: int, child: subprocess.Popen[bytes], restart: bool = False) -> Any:
-        """Poll until ``stream:out`` holds ``count`` messages in all; the driver (started
-        again once, with ``restart``, if it ended: a task writing when the broker died
-        fails the query, and local mode retries no task) that got there."""
-        deadline = time.monotonic() + 240
-        while written() < count:
-            if child.poll() is not None and restart:
-                child, restart = driver(), False
-            assert child.poll() is None, "the query ended by itself"
-            assert time.monotonic() < deadline, "the query made no progress"
-            time.sleep(0.2)  # polling the broker for progress, with a deadline
-        return child
+        return start_driver(script, srv.url, ck)
 
     try:
         keys = produce(srv.url, "stream:in", 1500)
         child = driver()
         try:
-            wait_for(200, child)
-            kill(child)  # the driver, mid-stream
-            child = wait_for(600, driver())
+            wait_for_progress(srv.url, written, 200, child)
+            kill_driver(child)  # the driver, mid-stream
+            child = wait_for_progress(srv.url, written, 600, driver())
             srv.stop(signal.SIGKILL)  # the broker, mid-stream
-            srv = start(tmp_path, data, **{"in": 2, "out": 2})
-            child = wait_for(1000, child, restart=True)
+            srv = start(tmp_path, data, srv.port, **{"in": 2, "out": 2})
+            child = wait_for_progress(srv.url, written, 1000, child, restart=driver)
         finally:
-            kill(child)
+            kill_driver(child)
         ran = spark.readStream.format("chute").option("url", srv.url)
         query = (
             ran.option("destination", "stream:in")

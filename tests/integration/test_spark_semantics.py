@@ -11,8 +11,6 @@ consumer reads from well within that.
 from __future__ import annotations
 
 import subprocess
-import sys
-import textwrap
 import time
 from collections import Counter
 from pathlib import Path
@@ -24,7 +22,8 @@ from chute import Connection
 
 from . import test_spark as base
 from .conftest import ChuteServer
-from .test_spark import SPARK_CONF, _spark_env, read_all
+from .spark_support import driver_command, write_driver
+from .test_spark import read_all
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -172,41 +171,23 @@ def test_a_stream_read_without_a_cursor_fails_saying_why(
         query.awaitTermination(120)
 
 
-DRIVER = textwrap.dedent(
-    """
-    import sys
-    from pyspark.sql import SparkSession
-    import chute.spark
-    url, checkpoint = sys.argv[1], sys.argv[2]
-    builder = SparkSession.builder.master("local[2]")
-    for key, value in {conf!r}.items():
-        builder = builder.config(key, value)
-    spark = builder.config("spark.driver.extraJavaOptions",
-                           "-XX:+UseSerialGC -XX:TieredStopAtLevel=1").getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    chute.spark.register(spark)
-    query = (spark.readStream.format("chute").option("url", url).option("destination", "queue:in")
-             .option("cursor", "exit-test").load().select("body")
-             .writeStream.format("chute").option("url", url).option("destination", "queue:out")
-             .option("checkpointLocation", checkpoint).trigger(processingTime="100 milliseconds")
-             .start())
-    query.processAllAvailable()
-    print("processed", flush=True)
-    # ends here, its query still running: no query.stop(), no spark.stop()
-    """
-)
-
-
 def test_a_driver_that_ends_normally_releases_the_queue_at_once(
     server: ChuteServer, tmp_path: Path
 ) -> None:
     bodies = [f"m{i}".encode() for i in range(5)]
     produce(server.url, "queue:in", bodies)
-    script = tmp_path / "driver.py"
-    script.write_text(DRIVER.format(conf=SPARK_CONF))
-    _spark_env()
+    script = write_driver(
+        tmp_path / "driver.py",
+        "queue:out",
+        trigger_ms=100,
+        # ends once it processed what there is, its query still running: no
+        # query.stop(), no spark.stop()
+        then="query.processAllAvailable()\nprint('processed', flush=True)",
+        destination="queue:in",
+        cursor="exit-test",
+    )
     done = subprocess.run(
-        [sys.executable, str(script), server.url, str(tmp_path / "ck")],
+        driver_command(script, server.url, tmp_path / "ck"),
         capture_output=True,
         text=True,
         timeout=180,

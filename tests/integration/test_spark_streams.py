@@ -10,14 +10,9 @@ checkpoints.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
-import textwrap
-import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +23,10 @@ from chute import Connection
 
 from . import test_spark as base
 from .conftest import ChuteServer, start_server
-from .test_spark import SPARK_CONF, _spark_env, read_all, spark_prepared
+from .spark_support import kill_driver, start_driver, wait_for_progress, write_driver
+from .test_spark import produce, read_all, spark_prepared
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.spark(lane="streams"), pytest.mark.timeout(400)]
 
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
@@ -39,15 +35,6 @@ from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql.streaming.query import StreamingQuery  # noqa: E402
 
 spark = base.spark  # the SparkSession fixture, one for this module
-
-
-def produce(url: str, address: str, bodies: list[bytes]) -> None:
-    with chute.connect(url) as conn, conn.session(transacted=True) as s:
-        for i, body in enumerate(bodies, 1):
-            s.send(address, body)
-            if i % 500 == 0:
-                s.commit()
-        s.commit()
 
 
 def pipe(
@@ -235,52 +222,6 @@ def test_fail_on_data_loss_when_retention_removed_unread_offsets(
         srv.stop()
 
 
-KILLED_PIPE = textwrap.dedent(
-    """
-    import sys
-    from pyspark.sql import SparkSession
-    import chute.spark
-    url, checkpoint = sys.argv[1], sys.argv[2]
-    builder = SparkSession.builder.master("local[2]")
-    for key, value in {conf!r}.items():
-        builder = builder.config(key, value)
-    spark = builder.config("spark.driver.extraJavaOptions",
-                           "-XX:+UseSerialGC -XX:TieredStopAtLevel=1").getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    chute.spark.register(spark)
-    (spark.readStream.format("chute").option("url", url).option("destination", "stream:in")
-         .option("maxOffsetsPerTrigger", 100).load().select("body")
-         .writeStream.format("chute").option("url", url).option("destination", "stream:out")
-         .option("checkpointLocation", checkpoint).trigger(processingTime="200 milliseconds")
-         .start().awaitTermination())
-    """
-)
-
-
-def _wait_for(
-    conn_url: str,
-    address: str,
-    count: int,
-    child: subprocess.Popen[bytes],
-    restart: Callable[[], subprocess.Popen[bytes]] | None = None,
-) -> subprocess.Popen[bytes]:
-    """Poll until ``address`` holds ``count`` messages; the driver (restarted once by
-    ``restart`` if it ended) that got there."""
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            with chute.connect(conn_url) as conn:
-                if len(read_all(conn, address)) >= count:
-                    return child
-        except chute.ConnectError:
-            pass  # the broker is restarting
-        if child.poll() is not None and restart is not None:
-            child, restart = restart(), None
-        assert child.poll() is None, "the query ended by itself"
-        assert time.monotonic() < deadline, "the query made no progress"
-        time.sleep(0.1)  # polling the broker for progress, with a deadline
-
-
 def test_stream_to_stream_exactly_once_across_driver_and_broker_kills(
     spark: SparkSession, tmp_path: Path
 ) -> None:
@@ -288,35 +229,28 @@ def test_stream_to_stream_exactly_once_across_driver_and_broker_kills(
     srv = start_server(tmp_path, data_dir=data)
     sent = [f"m{i}".encode() for i in range(2000)]
     ck = tmp_path / "ck"
-    script = tmp_path / "query.py"
-    script.write_text(KILLED_PIPE.format(conf=SPARK_CONF))
-    _spark_env()
+    script = write_driver(
+        tmp_path / "query.py", "stream:out", destination="stream:in", maxOffsetsPerTrigger=100
+    )
 
     def driver() -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            [sys.executable, str(script), srv.url, str(ck)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,  # its JVM and Python workers die with it
-        )
+        return start_driver(script, srv.url, ck)
+
+    def written(conn: Connection) -> int:
+        return len(read_all(conn, "stream:out"))
 
     try:
         produce(srv.url, "stream:in", sent)
         child = driver()
         try:
-            _wait_for(srv.url, "stream:out", 300, child)
-            os.killpg(child.pid, signal.SIGKILL)  # the driver, mid-stream
-            child.wait(30)
-            child = driver()
-            _wait_for(srv.url, "stream:out", 900, child)
+            wait_for_progress(srv.url, written, 300, child)
+            kill_driver(child)  # the driver, mid-stream
+            child = wait_for_progress(srv.url, written, 900, driver())
             srv.stop(signal.SIGKILL)  # the broker, mid-stream
             srv = start_server(tmp_path, port=srv.port, data_dir=data)
-            # a task that was writing when the broker died fails the query (local mode
-            # retries no task): it is restarted from its checkpoint, as an operator does
-            child = _wait_for(srv.url, "stream:out", 1300, child, restart=driver)
+            child = wait_for_progress(srv.url, written, 1300, child, restart=driver)
         finally:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait(30)
+            kill_driver(child)
         query = pipe(
             spark, srv.url, ck, "stream:out", destination="stream:in", maxOffsetsPerTrigger=500
         )
