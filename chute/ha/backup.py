@@ -135,9 +135,8 @@ class Backup:
     async def _follow(self, live: LiveInfo) -> None:
         host, _, port = live.address.rpartition(":")
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, int(port)), self.elector.ttl
-            )
+            async with asyncio.timeout(self.elector.ttl):
+                reader, writer = await asyncio.open_connection(host, int(port))
         except (OSError, ValueError, TimeoutError) as exc:
             log.debug("high availability: cannot reach the live at %s: %s", live.address, exc)
             await asyncio.sleep(POLL)

@@ -61,7 +61,8 @@ async def _serve(
 ) -> None:
     codec = PacketCodec()
     while True:
-        data = await asyncio.wait_for(reader.read(READ), IDLE_S)
+        async with asyncio.timeout(IDLE_S):
+            data = await reader.read(READ)
         codec.receive_data(data)
         if not data:
             return

@@ -217,7 +217,8 @@ class Elector:
             await asyncio.sleep(interval if renewed else min(interval, 0.1))
             sent = time.monotonic()
             try:
-                ttl = await asyncio.wait_for(self.client.lease_keepalive(self.lease), self.ttl)
+                async with asyncio.timeout(self.ttl):
+                    ttl = await self.client.lease_keepalive(self.lease)
             except LeaseNotFound:
                 if self._backups_recorded:
                     self._lost(

@@ -135,7 +135,8 @@ async def _refuse(host: str, port: int, make: Refusal, backup: Backup) -> asynci
 
     async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            await asyncio.wait_for(reader.readuntil(b"\0"), IDLE_S)
+            async with asyncio.timeout(IDLE_S):
+                await reader.readuntil(b"\0")
             writer.write(make("connect-error", backup.refusal()))
             await writer.drain()
             writer.write_eof()

@@ -507,7 +507,8 @@ class BrokerServer:
                 conn.transport.close()
         for server in self.listeners:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(server.wait_closed(), 2)
+                async with asyncio.timeout(2):
+                    await server.wait_closed()
         if self.http is not None:
             await self.http.stop()  # its WebSockets' STOMP connections end here
         for conn in list(self.connections):  # transports that did not report connection_lost

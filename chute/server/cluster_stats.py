@@ -177,7 +177,8 @@ class ClusterStats:
                 if not self.links.send_stats(name, PeerStatsFetch(request, after)):
                     raise ConnectionError(f"the link to node {name} went down")
                 try:
-                    page = await asyncio.wait_for(future, self.timeout)
+                    async with asyncio.timeout(self.timeout):
+                        page = await future
                 except TimeoutError:
                     raise TimeoutError(f"no answer within {self.timeout:g} s") from None
             finally:

@@ -442,18 +442,17 @@ class PeerLinks:
         host, _, port = address.rpartition(":")
         loop = asyncio.get_running_loop()
         host = host.strip("[]")
-        transport, protocol = await asyncio.wait_for(
-            loop.create_connection(
+        async with asyncio.timeout(OPEN_TIMEOUT):
+            transport, protocol = await loop.create_connection(
                 lambda: _Dialed(self, name),
                 host,
                 int(port),
                 ssl=self._tls_context(),
                 server_hostname=host if self.settings.tls else None,
-            ),
-            OPEN_TIMEOUT,
-        )
+            )
         try:
-            await asyncio.wait_for(asyncio.shield(protocol.opened), OPEN_TIMEOUT)
+            async with asyncio.timeout(OPEN_TIMEOUT):
+                await asyncio.shield(protocol.opened)
         except BaseException:
             transport.close()
             raise

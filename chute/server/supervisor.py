@@ -337,7 +337,8 @@ class Supervisor:
                 delay,
             )
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), delay)
+                async with asyncio.timeout(delay):
+                    await self._stop.wait()
             delay = min(delay * 2, BACKOFF_MAX)
 
     async def _run_once(self, child: _Child) -> int:

@@ -21,6 +21,7 @@ from chute.protocol import packets as p
 from chute.protocol.codec import PacketCodec
 from chute.sansio import NeedData
 from chute.server.peers import PeerLinks
+from chute.server.peers_dial import _Dialed
 from chute.store.memory import MemoryStore
 
 Synced = Callable[[BaseException | None], None]
@@ -209,3 +210,46 @@ def test_handovers_received_in_one_packet_are_confirmed_in_one(host: Host) -> No
     queue = links.cluster.host.destination("queue:q")
     assert isinstance(queue, QueueChannel)
     assert queue.held == 3
+
+
+def test_closing_the_links_ends_a_dial_whose_attempt_fails_in_the_same_turn(
+    host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node stopping while its dial to a stopping node fails: the two happen in one
+    turn of the loop, and the dial must still end (it once swallowed the cancellation
+    and dialed on, so ``chute serve --nodes`` never exited)."""
+
+    async def run() -> None:
+        accepted = asyncio.Event()
+
+        async def accept(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            accepted.set()
+
+        listener = await asyncio.start_server(accept, "127.0.0.1", 0)
+        port = listener.sockets[0].getsockname()[1]
+        links = PeerLinks(host, ClusterSettings(node="a"), "c")
+        made = _Dialed.connection_made
+
+        def connection_made(self: _Dialed, transport: asyncio.BaseTransport) -> None:
+            made(self, transport)
+
+            def fail_and_stop() -> None:  # the other node closes as this one stops
+                self.opened.set_exception(ConnectionError("node b closed the connection"))
+                closing.append(asyncio.ensure_future(links.close()))
+                stopping.set()
+
+            asyncio.get_running_loop().call_soon(fail_and_stop)
+
+        closing: list[asyncio.Future[None]] = []
+        stopping = asyncio.Event()
+        monkeypatch.setattr(_Dialed, "connection_made", connection_made)
+        links.joined("b", f"127.0.0.1:{port}")  # "a" < "b": this node dials
+        async with asyncio.timeout(5):
+            await accepted.wait()
+            await stopping.wait()
+            await closing[0]  # the dial ended: close() gathers it
+        assert not links._dialers
+        listener.close()
+        await listener.wait_closed()
+
+    host.loop.run_until_complete(run())
