@@ -22,13 +22,12 @@ from chute.cluster.url import parse_cluster_url
 from chute.config import ServerConfig
 from chute.ha.backup import Backup, node_id
 from chute.ha.backup_http import serve_backup_site
-from chute.ha.backup_native import IDLE_S, READ, serve_backup_native
+from chute.ha.backup_native import IDLE_S, serve_backup_native
 from chute.ha.elector import Elector
 from chute.ha.live import Replication
+from chute.refuse import refuse
 
 log = logging.getLogger("chute.ha")
-
-LINGER_S = 5.0  # how long a refused client may take to close once refused
 
 
 class Live:
@@ -123,29 +122,11 @@ async def become_live(
 
 
 async def _refuse(host: str, port: int, make: Refusal, backup: Backup) -> asyncio.Server:
-    """A listener on a client port that refuses each connection, naming the live.
+    """A listener on a client port that refuses each connection, naming the live, once
+    the client spoke (:func:`~chute.refuse.refuse`); a connection silent for
+    ``IDLE_S`` seconds is answered then."""
 
-    The refusal answers the client's first frame (a STOMP ``CONNECT``, up to its NUL),
-    as a broker answers one it refuses: written at once, it could reach a client before
-    it sent its ``CONNECT``, which it then fails to send (the connection is gone) and
-    never reads the refusal. Then it closes, after the client did or ``LINGER_S``:
-    closed with the client's bytes unread, the socket would be reset, and a reset may
-    discard the refusal before the client read it. A connection silent for
-    ``IDLE_S`` seconds is closed unanswered."""
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await refuse(reader, writer, make("connect-error", backup.refusal()), IDLE_S)
 
-    async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            async with asyncio.timeout(IDLE_S):
-                await reader.readuntil(b"\0")
-            writer.write(make("connect-error", backup.refusal()))
-            await writer.drain()
-            writer.write_eof()
-            async with asyncio.timeout(LINGER_S):
-                while await reader.read(READ):  # what the client sends until it closes
-                    pass
-        except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
-            pass
-        finally:
-            writer.close()
-
-    return await asyncio.start_server(refuse, host, port, reuse_address=True)
+    return await asyncio.start_server(answer, host, port, reuse_address=True)

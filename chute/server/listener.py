@@ -12,7 +12,8 @@ lets it:
 - ask :class:`~chute.server.limits.ConnectionLimits` about each connection before
   anything is made for it, and refuse one over a limit cheaply: the listener's
   ``refusal`` bytes (its protocol's error, where the protocol may speak before a
-  handshake), then close;
+  handshake) once the client spoke (:mod:`chute.refuse`), then close; past
+  :data:`REFUSING` connections being answered so, at once;
 - survive running out of descriptors: stop accepting for :data:`RETRY` seconds
   (the clients wait in the kernel's backlog), say so once per episode, and go on
   once descriptors are free again (as trio does);
@@ -37,6 +38,7 @@ import socket
 from collections.abc import Callable
 from typing import Any, Final
 
+from chute.refuse import refuse
 from chute.server.accept import Front
 from chute.server.limits import ConnectionLimits, Ticket
 
@@ -48,6 +50,8 @@ Refusal = Callable[[str, str], bytes]
 BACKLOG: Final = 512
 ACCEPT_BATCH: Final = 64  # accepts per wake-up: other work gets its turn in a flood
 RETRY: Final = 0.1  # seconds without accepting once descriptors ran out
+REFUSING: Final = 16  # refused connections answered after their first bytes, at once
+REFUSE_WAIT: Final = 1.0  # seconds a refused client may take to speak before it is answered
 FD_RESERVE: Final = 100  # descriptors besides connections: journal, listeners, logs
 _NO_DESCRIPTOR: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _GONE: Final = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.ECONNRESET, errno.EPERM})
@@ -118,6 +122,7 @@ class Listener(asyncio.AbstractServer):
         self.budget = budget
         self.loop = asyncio.get_running_loop()
         self._handing: set[asyncio.Task[Any]] = set()  # connect_accepted_socket under way
+        self._refusing: set[asyncio.Task[None]] = set()  # refused, answered once they speak
         self._retry: asyncio.TimerHandle | None = None
         self._serving = False
         self._closed = False
@@ -133,7 +138,7 @@ class Listener(asyncio.AbstractServer):
             self._retry.cancel()
         for sock in self.sockets:
             sock.close()
-        for task in list(self._handing):
+        for task in [*self._handing, *self._refusing]:
             task.cancel()
 
     def get_loop(self) -> asyncio.AbstractEventLoop:
@@ -226,6 +231,11 @@ class Listener(asyncio.AbstractServer):
 
     def _refuse(self, conn: socket.socket, code: str, reason: str) -> None:
         """Say why (if the protocol can before a handshake) and close; never blocks."""
+        if self.refusal is not None and len(self._refusing) < REFUSING:
+            task = self.loop.create_task(self._answer(conn, self.refusal(code, reason)))
+            self._refusing.add(task)
+            task.add_done_callback(self._refusing.discard)
+            return
         try:
             if self.refusal is not None:
                 conn.send(self.refusal(code, reason))
@@ -235,6 +245,14 @@ class Listener(asyncio.AbstractServer):
             pass
         finally:
             conn.close()
+
+    async def _answer(self, conn: socket.socket, refusal: bytes) -> None:
+        try:
+            reader, writer = await asyncio.open_connection(sock=conn)
+        except BaseException:
+            conn.close()
+            raise
+        await refuse(reader, writer, refusal, REFUSE_WAIT)
 
 
 def open_file_limit() -> int:

@@ -8,12 +8,16 @@ per connection), and the broker recovers; a logged-in bystander works throughout
 
 from __future__ import annotations
 
+import queue
 import resource
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import stomp
+from stomp.exception import ConnectFailedException
 
 import chute
 from chute.errors import ChuteError
@@ -196,5 +200,44 @@ def test_running_out_of_descriptors_is_logged_once_and_the_broker_recovers(
             summary = server.wait_for_line("accepts that found no file descriptor free:")
             assert "INFO" in summary
             assert len(lines_with(server, "out of file descriptors")) == 1
+    finally:
+        assert server.stop() == 0, server.output
+
+
+class _Errors(stomp.ConnectionListener):  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.frames: queue.Queue[Any] = queue.Queue()
+
+    def on_error(self, frame: Any) -> None:
+        self.frames.put(frame)
+
+
+def test_real_clients_over_the_limit_read_why_they_were_refused(tmp_path: Path) -> None:
+    """stomp.py and the native client send their CONNECT before they read: a refusal
+    written before it came could be lost (the client's send then fails, or its socket is
+    reset) and the client saw only a lost connection. Each attempt reads the reason."""
+    stomp_port = free_port()
+    server = start_server(
+        tmp_path,
+        "--config",
+        config(tmp_path, "max_connections = 1\n"),
+        "--stomp-port",
+        str(stomp_port),
+    )
+    try:
+        with chute.connect(server.url) as bystander:
+            for _ in range(20):
+                conn = stomp.Connection12([("127.0.0.1", stomp_port)], auto_decode=False)
+                errors = _Errors()
+                conn.set_listener("", errors)
+                with pytest.raises(ConnectFailedException):
+                    conn.connect(wait=True)
+                conn.disconnect()
+                error = errors.frames.get(timeout=10)
+                assert error.headers["code"] == "connection-limit"
+                assert "server.max_connections" in error.headers["message"]
+                with pytest.raises(ChuteError, match=r"server\.max_connections"):
+                    chute.connect(server.url, timeout=5)
+            _round_trip(bystander, "queue:bystander", "still here")
     finally:
         assert server.stop() == 0, server.output

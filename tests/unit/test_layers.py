@@ -43,6 +43,7 @@ SERVER = (
         "passwords",
         "cluster",
         "ha",
+        "refuse",
     }
 )
 """The asyncio listeners and drivers: the codecs, the core, the journal they open."""
@@ -57,6 +58,7 @@ MAY_IMPORT: Mapping[str, frozenset[str]] = {
     "passwords": frozenset({"errors"}),
     "origins": frozenset({"errors"}),
     "outbox": frozenset({"errors"}),
+    "refuse": frozenset(),  # asyncio: a refused connection answered once its client spoke
     # the core, pure, in three floors, each importing only those below it; never the
     # journal, a transport or the admin side
     "core": frozenset(),  # the package itself: its floors are its rows
@@ -84,7 +86,7 @@ MAY_IMPORT: Mapping[str, frozenset[str]] = {
     "cluster": BASE,
     # a node's live and backups: journal replication, election and fencing in etcd; a
     # backup's own native port answers statistics with the native codec
-    "ha": BASE | {"core.model", "store", "cluster", "config", "protocol", "sansio"},
+    "ha": BASE | {"core.model", "store", "cluster", "config", "protocol", "sansio", "refuse"},
     # DropboxMQ: the serverless client (the client's API) and the broker's bridge
     "dropbox": BASE | CORE | {"client"},
     # the applications on top; the dropbox commands stay serverless
