@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import random
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -54,6 +56,20 @@ def _worker_ports() -> range:
 
 
 _PORTS: Final = _worker_ports()
+_CLAIMS: Final = os.open(
+    Path(tempfile.gettempdir()) / "chute-test-ports.lock", os.O_RDWR | os.O_CREAT
+)
+"""Byte N of this file, locked, is port N claimed by a live test process on this machine:
+two test runs at once (their workers share slices) never pick the same port. The
+kernel drops a process's locks when it exits, however it ends."""
+
+
+def _claim(port: int) -> bool:
+    try:
+        fcntl.lockf(_CLAIMS, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, port)
+    except OSError:
+        return False  # another test process holds it
+    return True
 
 
 def free_port() -> int:
@@ -62,21 +78,39 @@ def free_port() -> int:
     Picked below the kernel's ephemeral range: a port from that range (what binding to
     port 0 gives) may be handed to some client's outgoing connection before the server
     binds it, which made a test fail now and then with "address already in use".
-    Each xdist worker picks from its own slice (:func:`_worker_ports`).
+    Each xdist worker picks from its own slice (:func:`_worker_ports`), and a port is
+    claimed across test processes (:data:`_CLAIMS`).
     """
     low, high = _PORTS.start, _PORTS.stop - 1
     for _ in range(1000):
         port = random.randint(low, high)
-        if port in _picked:
+        if port in _picked or not _claim(port) or not _bindable(port):
             continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
         _picked.add(port)
         return port
     raise RuntimeError(f"no free port between {low} and {high}")
+
+
+def free_ports(count: int) -> int:
+    """The first of ``count`` consecutive free ports (a ``--node-port``), all claimed."""
+    for _ in range(100):
+        first = free_port()
+        rest = range(first + 1, first + count)
+        if rest.stop > _PORTS.stop or any(port in _picked for port in rest):
+            continue
+        if all(_claim(port) and _bindable(port) for port in rest):
+            _picked.update(rest)
+            return first
+    raise RuntimeError(f"no {count} consecutive free ports")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 @dataclass

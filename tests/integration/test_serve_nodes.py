@@ -18,34 +18,13 @@ import pytest
 
 from chute.client.blocking import BlockingConnection, connect
 from chute.client.received import Received
-from tests.integration.conftest import ChuteServer, free_port, start_server
+from tests.integration.conftest import ChuteServer, free_port, free_ports, start_server
 from tests.integration.test_stomp import Client
 
 DEADLINE = 30.0
 NODES_READY = 60.0
 """How long N nodes may take to say they listen: each is a process starting a broker, and
 on a loaded machine (a test run's other workers) that takes a few times one's."""
-
-
-def free_ports(count: int) -> int:
-    """The first of ``count`` consecutive free ports (a --node-port)."""
-    for _ in range(100):
-        first = free_port()
-        if first + count > 32768:
-            continue
-        rest = range(first + 1, first + count)
-        if all(_free(port) for port in rest):
-            return first
-    raise RuntimeError(f"no {count} consecutive free ports")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 class Nodes:
