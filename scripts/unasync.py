@@ -40,6 +40,7 @@ PAIRS: dict[str, str] = {
     "chute/client/aio_consumer.py": "chute/client/consumer.py",
     "chute/client/aio_cursors.py": "chute/client/cursors.py",
     "chute/client/aio_nodes.py": "chute/client/nodes.py",
+    "chute/client/aio_session.py": "chute/client/blocking_session.py",
     "chute/client/api_async.py": "chute/client/api_blocking.py",
 }
 """Each asyncio source module and the blocking module written from it."""
@@ -62,6 +63,8 @@ NAMES: dict[str, str] = {
     "AsyncClosedAtExit": "ClosedAtExit",
     "aio_closing": "closing",
     "aio_nodes": "nodes",
+    "aio_session": "blocking_session",
+    "aio_client": "blocking",
     "aio_consumer": "consumer",
     "aio_cursors": "cursors",
     "AioCursors": "Cursors",

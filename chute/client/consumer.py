@@ -1,6 +1,6 @@
 # Written by scripts/unasync.py from chute/client/aio_consumer.py: edit that, then run the script.
 """The blocking client's consumer: :class:`BlockingConsumer` (its session and connection:
-:mod:`chute.client.aio_client`). On a connection that moves, a receive that lost its
+:mod:`chute.client.blocking`). On a connection that moves, a receive that lost its
 link waits for the move and goes on with the consumer opened again on the node moved
 to (:meth:`BlockingConsumer.resume`, called by its session)."""
 

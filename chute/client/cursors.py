@@ -1,7 +1,7 @@
 # Written by scripts/unasync.py from chute/client/aio_cursors.py: edit that, then run the script.
 """The blocking client's cursor calls (reading a destination by sequence number, as
 Spark's source does: docs/spark.md): :class:`Cursors`, which
-:class:`~chute.client.aio_client.BlockingConnection` is. A page's next request goes out
+:class:`~chute.client.blocking.BlockingConnection` is. A page's next request goes out
 while the caller works on this one."""
 
 from __future__ import annotations

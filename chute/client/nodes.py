@@ -9,7 +9,7 @@ node answered with (bad credentials, a client id in use) is raised at once, sinc
 the next node would say the same. When every node failed, one
 :class:`~chute.errors.ConnectError` names each node and why.
 
-A connection (:mod:`chute.client.aio_client`) holds its link through an
+A connection (:mod:`chute.client.blocking`) holds its link through an
 :class:`OnNode`, which moves it to another node when the one it is on goes, at
 once (the link runs :meth:`OnNode.moved` when it is lost) or at the next request
 of the connection, whichever comes first: :meth:`Nodes.connect` with ``after``

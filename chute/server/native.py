@@ -15,6 +15,8 @@ page), each a unit of the connection's turn like a packet, so a page read from
 the journal does not hold the loop for milliseconds; later packets wait for it.
 The management requests (browse, statistics, delete, purge, moving messages)
 are in :mod:`chute.server.native_manage`; a move is acted on in steps the same way.
+The cursors' requests (the Spark connector's reads) are in
+:mod:`chute.server.native_cursors`.
 
 Any :class:`~chute.errors.ChuteError` from the core becomes an ``Error``
 packet for that request (or, for a one-way send, an unsolicited ``Error``
@@ -45,12 +47,12 @@ from chute.errors import (
 from chute.message import new_message_id
 from chute.protocol import packets as p
 from chute.protocol.codec import PacketCodec
-from chute.protocol.spec import encode_cursor_blocks
 from chute.protocol.splice import encode_deliver, encode_ok
 from chute.protocol.wire import encode_packet
 from chute.sansio import NeedData
 from chute.server.host import Retry, ServerHost
-from chute.server.native_manage import ManagementRequests, delivered_view
+from chute.server.native_cursors import CursorRequests
+from chute.server.native_manage import ManagementRequests
 from chute.server.partial import REFUSE_FROM
 from chute.server.peers import PEER_PACKETS, PeerLink
 from chute.server.stream import Hold, StreamConnection
@@ -67,7 +69,7 @@ _CORE_ACK_MODES = {
 }
 
 
-class NativeConnection(ManagementRequests, StreamConnection):
+class NativeConnection(ManagementRequests, CursorRequests, StreamConnection):
     """One client connection. Lives on the server's event loop only."""
 
     def __init__(self, server: ServerHost) -> None:
@@ -424,49 +426,6 @@ class NativeConnection(ManagementRequests, StreamConnection):
         )
         value = "committed" if committed else "duplicate"
         self._after_sync(lambda error: self._confirmed(header, error, value))
-
-    # -- cursors (the Spark connector, docs/spark.md) ------------------------------------
-
-    def _on_cursor_open(self, header: p.Header, packet: p.CursorOpen) -> None:
-        earliest, head = self._core().cursor_open(
-            packet.address, packet.cursor, selector=packet.selector, lease_ms=packet.lease_ms
-        )
-        self._respond(header, p.CursorInfo(earliest, head))
-
-    def _on_cursor_fetch(self, header: p.Header, packet: p.CursorFetch) -> None:
-        core = self._core()
-        if packet.cursor is None:  # a stream's range is sent as its stored blocks
-            page = core.stream_blocks(
-                packet.address,
-                packet.start,
-                packet.end,
-                max_messages=packet.max_messages,
-                max_bytes=packet.max_bytes or self.codec.max_packet_size // 2,
-            )
-            if page is not None:
-                if header.correlation_id:
-                    self._out.append(
-                        encode_cursor_blocks(*page, header.correlation_id, self.codec.version)
-                    )
-                return
-        next_start, entries = core.cursor_fetch(
-            packet.address,
-            packet.cursor,
-            packet.start,
-            packet.end,
-            max_messages=packet.max_messages,
-            max_bytes=packet.max_bytes or self.codec.max_packet_size // 2,
-        )
-        messages = tuple((e.seq, delivered_view(e)) for e in entries)
-        self._respond(header, p.CursorPage(next_start, messages))
-
-    def _on_cursor_ack(self, header: p.Header, packet: p.CursorAck) -> None:
-        self._core().cursor_ack(packet.address, packet.cursor, packet.end)
-        self._confirm(header, durable=True)
-
-    def _on_cursor_close(self, header: p.Header, packet: p.CursorClose) -> None:
-        self._core().cursor_close(packet.address, packet.cursor, delete=packet.delete)
-        self._confirm(header, durable=packet.delete)
 
     def _on_unsubscribe(self, header: p.Header, packet: p.Unsubscribe) -> None:
         self._core().unsubscribe(packet.subscription, client_id=packet.client_id)
