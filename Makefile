@@ -49,7 +49,7 @@ run: install
 TEST_WORKERS ?= 4
 XDIST = -n $(TEST_WORKERS) --dist loadgroup
 test: install-test lint
-	$(PY) -m pytest -q $(XDIST)
+	$(PY) -m pytest -q $(XDIST) --durations=30
 
 # Fast local feedback (under 3 minutes, no lint): the unit tests not marked slow, with a
 # fifth of the examples per property, and a subset of the integration tests: the client
