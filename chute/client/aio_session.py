@@ -21,7 +21,7 @@ from collections.abc import (
     Iterable,
     Mapping,
 )
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from chute.client import requests
 from chute.client.aio_closing import AsyncClosedAtExit
@@ -36,10 +36,18 @@ from chute.errors import ChuteError, ConnectError, TransactionLost
 from chute.message import DEFAULT_PRIORITY, KEY_PROPERTY, BodyKind, Message, new_message_id
 from chute.protocol import packets as p
 
-if TYPE_CHECKING:
-    from chute.client.aio_client import AioConnection
-
 T = TypeVar("T")
+
+
+class Opener(Protocol):
+    """What a session needs of the connection that opened it
+    (:class:`~chute.client.aio_client.AioConnection`)."""
+
+    _resumes: bool  # the connection moves to another node when its node goes
+
+    async def _moved(self) -> bool:
+        """After the link was lost: wait for the move to end; whether it reached a node."""
+        ...
 
 
 class AioSession(AsyncClosedAtExit):
@@ -48,7 +56,7 @@ class AioSession(AsyncClosedAtExit):
 
     def __init__(
         self,
-        connection: AioConnection,
+        connection: Opener,
         link: AsyncLink,
         ack: str,
         transacted: bool,

@@ -22,7 +22,7 @@ from collections.abc import (
     Iterator,
     Mapping,
 )
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from chute.client import requests
 from chute.client.closing import ClosedAtExit
@@ -37,10 +37,18 @@ from chute.errors import ChuteError, ConnectError, TransactionLost
 from chute.message import DEFAULT_PRIORITY, KEY_PROPERTY, BodyKind, Message, new_message_id
 from chute.protocol import packets as p
 
-if TYPE_CHECKING:
-    from chute.client.blocking import BlockingConnection
-
 T = TypeVar("T")
+
+
+class Opener(Protocol):
+    """What a session needs of the connection that opened it
+    (:class:`~chute.client.blocking.BlockingConnection`)."""
+
+    _resumes: bool  # the connection moves to another node when its node goes
+
+    def _moved(self) -> bool:
+        """After the link was lost: wait for the move to end; whether it reached a node."""
+        ...
 
 
 class BlockingSession(ClosedAtExit):
@@ -49,7 +57,7 @@ class BlockingSession(ClosedAtExit):
 
     def __init__(
         self,
-        connection: BlockingConnection,
+        connection: Opener,
         link: Link,
         ack: str,
         transacted: bool,
