@@ -13,7 +13,15 @@ layouts (big-endian; ``s16`` is a u16 length and UTF-8)::
                | delivery_count u32 | flags u8 (1 redelivered) | destination s16
                | n_queues u16 | queue s16 x n | content (the rest)
     ACK        seq u64 | queue s16
-    ops        n u32 | (tag u8 (1 add, 2 ack) | length u32 | ADD or ACK payload) x n
+    ops        n u32 | (tag u8 (1 add, 2 ack, 3 batch) | length u32 | payload) x n
+    BATCH      first u64 | count u32 | destination s16 | n_queues u16 | queue s16 x n
+               | (timestamp i64 | expiration i64 | length u32 | content) x count
+
+A BATCH (an operation of a transaction's ``ops``) holds ``count`` new messages
+(stored and delivery counts 0, not redelivered) added to the same queues, numbered
+``first`` on: what a ``send_many`` or a prepared chunk of the Spark sink brings,
+each message's names and numbers written once for all of them (journals written
+before it hold an ADD operation for each).
 
 ``content`` is the message's wire content block
 (:func:`chute.content.encode_content`, or ``Message.encoded`` when a
@@ -35,7 +43,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, cast
 
 from chute.content import (
     CONTENT_HEAD,
@@ -61,7 +69,10 @@ _OP_HEAD: Final = struct.Struct(">BI")
 _OP_ADD_TIMES: Final = struct.Struct(">BIQqq")  # _OP_HEAD, then an ADD's seq and times
 _OP_ADD_HEAD: Final = struct.Struct(">BIQqqIIB")  # _OP_HEAD, then _ADD_HEAD
 _NAMES_AT: Final = _ADD_SIZE - 2  # where an ADD payload's destination (length, name) starts
-_OP_ADD, _OP_ACK = 1, 2
+_OP_BATCH_HEAD: Final = struct.Struct(">BIQI")  # _OP_HEAD, then _BATCH_FIRST
+_BATCH_FIRST: Final = struct.Struct(">QI")  # a BATCH's first seq and count
+_BATCH_ITEM: Final = struct.Struct(">qqI")  # a batched message's timestamp, expiration, length
+_OP_ADD, _OP_ACK, _OP_BATCH = 1, 2, 3
 _REDELIVERED = 1
 
 ENCODE_ERRORS: Final = (ChuteError, ValueError, struct.error, OverflowError)
@@ -174,9 +185,11 @@ def encode_ops(ops: Sequence[TxOp], head: bytes = b"") -> bytes:
     """The ``ops`` payload of a transaction's operations.
 
     What arrives together (a ``send_many``, a prepared chunk of the Spark sink) is a run
-    of adds of one destination to the same queues: their names are encoded once for the
-    run and each add is one ``pack`` and its content block, in one join for the whole
-    payload (the bytes are those :func:`encode_add` makes of each).
+    of adds of one destination to the same queues at consecutive numbers: such a run of
+    new messages (never delivered) is one BATCH operation, its names and first number
+    written once and each message its times, its length and its content block, in one
+    join for the whole payload. An add on its own is an ADD operation, the bytes
+    :func:`encode_add` makes.
 
     ``head`` goes before it (a PREPARE's xid): the payload is joined once, not copied
     again to put it behind.
@@ -184,22 +197,27 @@ def encode_ops(ops: Sequence[TxOp], head: bytes = b"") -> bytes:
     Raises:
         ENCODE_ERRORS: as :func:`encode_add`.
     """
-    parts = [head, _U32.pack(len(ops))]
+    parts = [head, b""]
     append = parts.append
-    pack = _OP_ADD_HEAD.pack
-    route: tuple[str, tuple[str, ...]] | None = None
-    names = b""
-    for op in ops:
+    entries = 0
+    i = 0
+    n = len(ops)
+    while i < n:
+        op = ops[i]
+        entries += 1
         if isinstance(op, AddOp):
+            j = _run_end(ops, op, i)
+            if j - i > 1:
+                _encode_batch(ops, op, i, j, parts)
+                i = j
+                continue
             m = op.message
             content = m.encoded
             if content is None:
                 content = encode_content(m)
-            if route is None or op.destination != route[0] or op.queues != route[1]:
-                route = (op.destination, op.queues)
-                names = _names_of(op)
+            names = _names_of(op)
             append(
-                pack(
+                _OP_ADD_HEAD.pack(
                     _OP_ADD,
                     _ADD_HEAD.size + len(names) + len(content),
                     op.seq,
@@ -216,7 +234,55 @@ def encode_ops(ops: Sequence[TxOp], head: bytes = b"") -> bytes:
             payload = encode_ack(op)
             append(_OP_HEAD.pack(_OP_ACK, len(payload)))
             append(payload)
+        i += 1
+    parts[1] = _U32.pack(entries)
     return b"".join(parts)
+
+
+def _run_end(ops: Sequence[TxOp], first: AddOp, i: int) -> int:
+    """The index after the run of adds from ``first`` (``ops[i]``) that one BATCH can
+    hold: new messages of the same destination and queues at consecutive numbers."""
+    if first.message.delivery_count or first.message.redelivered:
+        return i + 1
+    destination, queues, seq = first.destination, first.queues, first.seq
+    j = i + 1
+    n = len(ops)
+    while j < n:
+        op = ops[j]
+        seq += 1
+        if (
+            type(op) is not AddOp
+            or op.seq != seq
+            or op.destination != destination
+            or op.queues != queues
+            or op.message.delivery_count
+            or op.message.redelivered
+        ):
+            break
+        j += 1
+    return j
+
+
+def _encode_batch(ops: Sequence[TxOp], first: AddOp, i: int, j: int, parts: list[bytes]) -> None:
+    """Append the BATCH operation of ``ops[i:j]`` (a run :func:`_run_end` found from
+    ``first``) to ``parts``."""
+    names = _names_of(first)
+    start = len(parts)
+    parts.append(b"")  # the head, once the length is known
+    append = parts.append
+    pack = _BATCH_ITEM.pack
+    size = 0
+    for k in range(i, j):
+        m = cast("AddOp", ops[k]).message  # _run_end checked
+        content = m.encoded
+        if content is None:
+            content = encode_content(m)
+        append(pack(m.timestamp, m.expiration, len(content)))
+        append(content)
+        size += len(content)
+    count = j - i
+    length = _BATCH_FIRST.size + len(names) + _BATCH_ITEM.size * count + size
+    parts[start] = _OP_BATCH_HEAD.pack(_OP_BATCH, length, first.seq, count) + names
 
 
 def _names_of(op: AddOp) -> bytes:
@@ -286,14 +352,19 @@ def add_head(data: bytes, start: int, end: int, names: Names) -> AddHead:
     return AddHead(seq, destination, tuple(queues), stored, bool(flags & PERSISTENT_FLAG), size)
 
 
-def op_add_keys(
-    kind: int, data: bytes, start: int, end: int, names: Names
-) -> list[tuple[int, list[str], int, int]]:
-    """(seq, queues, start, end) of every add in a COMMIT or COMMIT_PREPARED payload.
+AddKey = tuple[int, list[str], int, int, tuple[int, int] | None]
+"""Where an add sits in a transaction's payload: (seq, queues, start, end, times). With
+``times`` None, ``[start, end)`` is an ADD payload (:func:`decode_add`); else it is the
+content block of a message of a BATCH and ``times`` its (timestamp, expiration)
+(:func:`decode_batched`)."""
+
+
+def op_add_keys(kind: int, data: bytes, start: int, end: int, names: Names) -> list[AddKey]:
+    """The :data:`AddKey` of every add in a COMMIT or COMMIT_PREPARED payload.
 
     Cheap: the messages are not decoded. Reclaiming asks which adds of a
     transaction record are still live before it decodes any; paging reads back
-    only the adds it needs (``decode_add(data, start, end, ...)``).
+    only the adds it needs.
 
     Raises:
         CorruptRecord: the payload is malformed.
@@ -304,19 +375,88 @@ def op_add_keys(
             _, p = names.read(data, p)
         (count,) = _U32.unpack_from(data, p)
         p += 4
-        keys = []
+        keys: list[AddKey] = []
         for _ in range(count):
             tag, length = _OP_HEAD.unpack_from(data, p)
             p += _OP_HEAD.size
+            q = p + length
+            if q > end:
+                raise IndexError("operation runs past the record")
             if tag == _OP_ADD:
                 seq, queues = add_keys(data, p, names)
-                keys.append((seq, queues, p, p + length))
-            p += length
-            if p > end:
-                raise IndexError("operation runs past the record")
+                keys.append((seq, queues, p, q, None))
+            elif tag == _OP_BATCH:
+                first, _, batch_queues, items = batch_items(data, p, q, names)
+                listed = list(batch_queues)
+                keys += [
+                    (first + i, listed, a, b, (timestamp, expiration))
+                    for i, (timestamp, expiration, a, b) in enumerate(items)
+                ]
+            p = q
     except DECODE_ERRORS as exc:
         raise CorruptRecord(f"malformed transaction record: {exc}") from exc
     return keys
+
+
+BatchItem = tuple[int, int, int, int]
+"""A message of a BATCH: (timestamp, expiration, content block start, end)."""
+
+
+def batch_items(
+    data: bytes, p: int, q: int, names: Names
+) -> tuple[int, str, tuple[str, ...], list[BatchItem]]:
+    """The first number, destination, queues and messages of the BATCH operation
+    ``data[p:q]``, none decoded.
+
+    Raises:
+        DECODE_ERRORS: the operation is malformed.
+    """
+    first, count = _BATCH_FIRST.unpack_from(data, p)
+    destination, r = names.read(data, p + _BATCH_FIRST.size)
+    (n_queues,) = _U16.unpack_from(data, r)
+    r += 2
+    queues = []
+    for _ in range(n_queues):
+        queue, r = names.read(data, r)
+        queues.append(queue)
+    items: list[BatchItem] = []
+    append = items.append
+    unpack = _BATCH_ITEM.unpack_from
+    step = _BATCH_ITEM.size
+    for _ in range(count):
+        timestamp, expiration, length = unpack(data, r)
+        r += step
+        e = r + length
+        append((timestamp, expiration, r, e))
+        r = e
+    if r != q:
+        raise ValueError("a batch's messages do not fill its operation")
+    return first, destination, tuple(queues), items
+
+
+def decode_batched(data: bytes, start: int, end: int, times: tuple[int, int]) -> Message:
+    """The message of a BATCH whose content block is ``data[start:end]`` and whose
+    (timestamp, expiration) are ``times``.
+
+    Raises:
+        CorruptRecord: the block is malformed.
+    """
+    try:
+        message = decode_content(data, start, end, DEFAULT_MAX_PROPERTIES, *times)
+    except DECODE_ERRORS as exc:
+        raise CorruptRecord(f"malformed message in a batch: {exc}") from exc
+    message.encoded = bytes(data[start:end])
+    return message
+
+
+def _decode_batch(data: bytes, p: int, q: int, names: Names) -> list[AddOp]:
+    first, destination, queues, items = batch_items(data, p, q, names)
+    ops = []
+    for i, (timestamp, expiration, a, b) in enumerate(items):
+        message = decode_content(data, a, b, DEFAULT_MAX_PROPERTIES, timestamp, expiration)
+        message.encoded = bytes(data[a:b])
+        ops.append(AddOp(destination, queues, first + i, message))
+    return ops
 
 
 BlockSpan = tuple[int, int, int, int, int]
@@ -353,11 +493,15 @@ def queue_blocks(  # noqa: PLR0917 - hot path, called positionally
         op_head, op_add = _OP_HEAD.unpack_from, _OP_ADD_TIMES.unpack_from
         content_head = CONTENT_HEAD.unpack_from
         for _ in range(count):
-            if data[p] != _OP_ADD:
-                _, length = op_head(data, p)
-                p += _OP_HEAD.size + length
-                if p > end:
+            if data[p] != _OP_ADD:  # an ack, or a batch
+                tag, length = op_head(data, p)
+                p += _OP_HEAD.size
+                q = p + length
+                if q > end:
                     raise IndexError("operation runs past the record")
+                if tag == _OP_BATCH:
+                    _batch_blocks(data, p, q, queue, base, found)
+                p = q
                 continue
             _, length, seq, timestamp, expiration = op_add(data, p)
             p += _OP_HEAD.size
@@ -381,6 +525,19 @@ def queue_blocks(  # noqa: PLR0917 - hot path, called positionally
     except DECODE_ERRORS as exc:
         raise CorruptRecord(f"malformed record: {exc}") from exc
     return found
+
+
+def _batch_blocks(  # noqa: PLR0917 - private
+    data: bytes, p: int, q: int, queue: str, base: int, found: dict[int, BlockSpan]
+) -> None:
+    """Add the BlockSpan of each message of the BATCH ``data[p:q]`` to ``found`` if
+    ``queue`` is among its queues."""
+    first, _, queues, items = batch_items(data, p, q, Names())
+    if queue not in queues:
+        return
+    size = content_size
+    for i, (timestamp, expiration, a, b) in enumerate(items, first):
+        found[i] = (timestamp, expiration, base + a, base + b, size(data, a, b))
 
 
 def _block_of(  # noqa: PLR0917 - private
@@ -482,6 +639,8 @@ def decode_ops(data: bytes, p: int, end: int, names: Names) -> tuple[TxOp, ...]:
         if tag == _OP_ADD:
             op, _ = decode_add(data, p, q, names)
             ops.append(op)
+        elif tag == _OP_BATCH:
+            ops += _decode_batch(data, p, q, names)
         elif tag == _OP_ACK:
             ops.append(decode_ack(data, p, names))
         else:

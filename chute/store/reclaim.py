@@ -403,7 +403,7 @@ def compaction_records(index: LiveIndex, segment: int, data: bytes | None) -> li
         elif kind in (Kind.COMMIT, Kind.COMMIT_PREPARED):
             if not any(
                 _location(locations, q, seq) == location
-                for seq, queues, _, _ in op_add_keys(kind, data, start, end, names)
+                for seq, queues, _, _, _ in op_add_keys(kind, data, start, end, names)
                 for q in queues
             ):
                 continue  # nothing in it is live: skip decoding its messages
