@@ -12,7 +12,8 @@ COMMIT_PREPARED) record holding the add among its operations. Such a record
 can hold thousands of messages (a transaction of 100,000 sends is one
 record), so it is read and checked whole once, the positions of its adds are
 remembered (:class:`TxLayouts`), and later windows read only the adds they
-need.
+need. A message of a BATCH operation (:mod:`chute.store.payload`) is remembered
+by its content block and times, and decoded from those alone.
 
 A stream's read (:func:`read_blocks`) needs no message at all: it sends each
 stored content block on as it is, so it only finds the blocks of its adds in
