@@ -30,17 +30,19 @@ What this needs from the broker is :class:`XaHost`.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import operator
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Final, Protocol
 
 from chute.core.model.consumer import Entry
 from chute.core.model.queue import QueueChannel
 from chute.core.model.registry import Destination, Registry
 from chute.core.model.store import AckOp, AddOp, Recovered, TxOp
 from chute.core.model.stream import Stream
-from chute.core.rules.routing import Route
+from chute.core.rules.routing import Route, stream_routes, takes_itself
 from chute.core.rules.transaction import Nacked, Send, Taken, apply, give_back
 from chute.errors import NotFound, TransactionError
 from chute.message import Message
@@ -48,6 +50,11 @@ from chute.message import Message
 log = logging.getLogger("chute.broker")
 
 MAX_XID_LENGTH = 200
+
+
+_address_ttl: Final = operator.itemgetter(0, 2)
+"""A send's address and time to live: a chunk's runs of sends that share both are
+routed together."""
 
 
 class XaHost(Registry, Protocol):
@@ -117,17 +124,23 @@ class PreparedTransactions:
         routes: list[Route] = []
         ops: list[TxOp] = []
         found: dict[str, Destination] = {}  # a chunk's sends go to one or a few
-        for address, message, ttl in sends:
-            host.stamp(message, ttl)
+        for (address, ttl), group in itertools.groupby(sends, key=_address_ttl):
             dest = found.get(address)
             if dest is None:
                 dest = found[address] = host.destination(address)
-            route = host.route(dest, message)
-            routes.append(route)
-            if route.record is not None:
-                ops.append(route.record)
-            if route.appended is not None:  # readers of the stream wait for it
-                route.appended[0].hold(route.appended[1].seq)
+            if takes_itself(dest):  # a chunk to a stream: routed in one pass
+                routed = stream_routes(dest, [send[1] for send in group], host.clock(), ttl)
+            else:
+                routed = []
+                for _, message, _ in group:
+                    host.stamp(message, ttl)
+                    routed.append(host.route(dest, message))
+            for route in routed:
+                if route.record is not None:
+                    ops.append(route.record)
+                if route.appended is not None:  # readers of the stream wait for it
+                    route.appended[0].hold(route.appended[1].seq)
+            routes += routed
         for queue, entry in acks:
             if queue.durable and entry.message.persistent:
                 ops.append(AckOp(queue.name, entry.seq))
