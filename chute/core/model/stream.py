@@ -137,6 +137,16 @@ class Stream(StreamLog):
         self.reserved.add(seq)
         heapq.heappush(self._held, seq)
 
+    def hold_range(self, first: int, end: int) -> None:
+        """:meth:`hold` each of ``[first, end)`` (a prepared chunk's run)."""
+        self.reserved.update(range(first, end))
+        held = self._held
+        if not held:
+            held.extend(range(first, end))  # ascending: a heap as it is
+            return
+        for seq in range(first, end):
+            heapq.heappush(held, seq)
+
     def release(self, seq: int) -> None:
         """A reserved offset that will never be placed (its transaction rolled back)."""
         self.reserved.discard(seq)
@@ -222,11 +232,25 @@ class Stream(StreamLog):
 
     def trim(self) -> None:
         """Keep no more than :data:`TAIL_BYTES` of the newest messages in memory (less when
-        many streams share :data:`TAILS_BYTES`)."""
+        many streams share :data:`TAILS_BYTES`): what goes is counted in one pass and
+        dropped at once."""
         tail = self._tail
         limit = min(TAIL_BYTES, max(TAIL_MIN, TAILS_BYTES // max(1, len(self.host.streams))))
-        while self._tail_bytes > limit and len(tail) - self._tail_from > 1:
-            self._drop_tail_head()
+        over = self._tail_bytes - limit
+        if over <= 0:
+            return
+        start = index = self._tail_from
+        last = len(tail) - 1  # the newest stays
+        freed = 0
+        while freed < over and index < last:
+            freed += 2 * tail[index].message.size + HELD_OVERHEAD  # held_cost, inlined
+            index += 1
+        if index == start:
+            return
+        self._tail_from = index
+        self._tail_bytes -= freed
+        self.host.memory.used -= freed
+        self._compact_tail()
 
     def _drop_tail_head(self) -> None:
         tail = self._tail
@@ -235,8 +259,12 @@ class Stream(StreamLog):
         cost = held_cost(gone.message)
         self._tail_bytes -= cost
         self.host.memory.used -= cost
-        if self._tail_from > 4096 and self._tail_from * 2 > len(tail):
-            del tail[: self._tail_from]
+        self._compact_tail()
+
+    def _compact_tail(self) -> None:
+        """Let go of the tail's dropped entries once they are many."""
+        if self._tail_from > 4096 and self._tail_from * 2 > len(self._tail):
+            del self._tail[: self._tail_from]
             self._tail_from = 0
 
     def _wake(self) -> None:

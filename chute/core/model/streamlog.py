@@ -75,6 +75,10 @@ class StreamLog:
         """The first offset a reader may not read yet: the next one, or the lowest a
         prepared send holds."""
         held, reserved = self._held, self.reserved
+        if not reserved:
+            if held:  # every one placed or released: none to drop one by one
+                held.clear()
+            return self.next_seq
         while held and held[0] not in reserved:  # placed or released since: drop lazily
             heapq.heappop(held)
         return min(self.next_seq, held[0]) if held else self.next_seq

@@ -129,12 +129,16 @@ class PreparedTransactions:
             if dest is None:
                 dest = found[address] = host.destination(address)
             if takes_itself(dest):  # a chunk to a stream: routed in one pass
+                first = dest.next_seq
                 routed = stream_routes(dest, [send[1] for send in group], host.clock(), ttl)
-            else:
-                routed = []
-                for _, message, _ in group:
-                    host.stamp(message, ttl)
-                    routed.append(host.route(dest, message))
+                ops += [route.record for route in routed if route.record is not None]
+                dest.hold_range(first, dest.next_seq)  # readers of the stream wait for it
+                routes += routed
+                continue
+            routed = []
+            for _, message, _ in group:
+                host.stamp(message, ttl)
+                routed.append(host.route(dest, message))
             for route in routed:
                 if route.record is not None:
                     ops.append(route.record)
