@@ -8,14 +8,17 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+import pytest
+
 from chute.content import encode_content
 from chute.core.model.settings import DestinationSettings, SettingsResolver
 from chute.core.model.store import AckOp, AddOp, QueueDefinition, QueueKind, TxOp
 from chute.core.operations.connection import BrokerConnection
 from chute.core.rules.broker import Broker
 from chute.message import Message
+from chute.store.errors import CorruptRecord
 from chute.store.journal import Journal
-from chute.store.payload import Names, encode_add, encode_ops, op_add_keys
+from chute.store.payload import Names, encode_add, encode_ops, op_add_keys, queue_blocks
 from chute.store.record import Kind, Scan
 from chute.store.records import CommitRecord, decode
 from chute.store.segment import SEGMENT_HEADER_SIZE, list_segments, segment_path
@@ -192,3 +195,18 @@ def test_send_many_to_a_stream_is_one_batch_read_from_any_offset(tmp_path: Path)
             assert [b[0] for b in blocks] == list(range(start, min(start + 4, 21)))
     finally:
         journal.close()
+
+
+def test_a_cut_batch_is_a_corrupt_record_to_every_reader() -> None:
+    ops = run(1, 4)
+    ops[1].message.properties["p"] = "v"  # one sized from its properties
+    payload = encode_ops(ops)
+    assert queue_blocks(Kind.COMMIT, payload, 0, len(payload), S).keys() == {1, 2, 3, 4}
+    for cut in range(len(payload)):
+        data = payload[:cut]
+        with pytest.raises(CorruptRecord):
+            queue_blocks(Kind.COMMIT, data, 0, cut, S)
+        with pytest.raises(CorruptRecord):
+            op_add_keys(Kind.COMMIT, data, 0, cut, Names())
+        with pytest.raises(CorruptRecord):
+            decode(Kind.COMMIT, data, 0, cut, Names())
