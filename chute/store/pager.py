@@ -17,7 +17,7 @@ by its content block and times, and decoded from those alone.
 
 A stream's read (:func:`read_blocks`) needs no message at all: it sends each
 stored content block on as it is, so it only finds the blocks of its adds in
-a record (:func:`~chute.store.payload.queue_blocks`, remembered per record and
+a record (:func:`~chute.store.heads.queue_blocks`, remembered per record and
 queue in :class:`BlockLayouts`) and slices them out of the bytes read.
 
 The caller holds the writer's ``index_lock`` (so no location moves and no
@@ -38,14 +38,8 @@ from typing import Final
 from chute.core.model.store import StoredBlock, StoredMessage
 from chute.message import Message
 from chute.store.errors import CorruptRecord
-from chute.store.payload import (
-    BlockSpan,
-    Names,
-    decode_add,
-    decode_batched,
-    op_add_keys,
-    queue_blocks,
-)
+from chute.store.heads import BlockSpan, op_add_keys, queue_blocks
+from chute.store.payload import Names, decode_add, decode_batched
 from chute.store.reclaim import SEGMENT_SHIFT, LiveIndex
 from chute.store.record import HEADER, HEADER_SIZE, MAGIC, Kind, checksum
 from chute.store.segment import segment_path
@@ -60,7 +54,7 @@ _READ_MOST: Final = 64 << 20  # of one record in a window's read (a longer one: 
 Span = tuple[int, int, tuple[int, int] | None]
 """Where an add sits in a segment file: (start, end, times); with ``times`` None an ADD
 payload, else a batched message's content block and its (timestamp, expiration)
-(:data:`~chute.store.payload.AddKey`)."""
+(:data:`~chute.store.heads.AddKey`)."""
 
 Layout = dict[tuple[int, str], Span]
 

@@ -1,13 +1,13 @@
 """The payloads of the core's operations: an add, an ack, and a transaction's list of them.
 
 Pure, no files. These are the journal's hot paths: every message goes in
-through :func:`encode_add` and comes back through :func:`add_head` (lazy
-recovery), :func:`add_keys` and :func:`op_add_keys` (reclaiming, paging) or
-:func:`decode_add`. They take and give the core's own values
-(:class:`~chute.core.model.store.AddOp`, :class:`~chute.core.model.store.AckOp`); the
-records that carry them, and the payloads of every other kind, are
-:mod:`chute.store.records`', built on the names and errors here. Payload
-layouts (big-endian; ``s16`` is a u16 length and UTF-8)::
+through :func:`encode_add` (or :func:`encode_ops`) and comes back through
+:func:`decode_add` (or :func:`decode_ops`), or is read without being decoded
+(:mod:`chute.store.heads`: lazy recovery, reclaiming, paging, stream reads). They
+take and give the core's own values (:class:`~chute.core.model.store.AddOp`,
+:class:`~chute.core.model.store.AckOp`); the records that carry them, and the
+payloads of every other kind, are :mod:`chute.store.records`', built on the names
+and errors here. Payload layouts (big-endian; ``s16`` is a u16 length and UTF-8)::
 
     ADD        seq u64 | timestamp i64 | expiration i64 | stored_count u32
                | delivery_count u32 | flags u8 (1 redelivered) | destination s16
@@ -40,39 +40,36 @@ a :class:`Names` belongs to the one recovery or scan that made it.
 
 from __future__ import annotations
 
-import dataclasses
 import struct
 from collections.abc import Sequence
 from typing import Final, cast
 
 from chute.content import (
-    CONTENT_HEAD,
     DEFAULT_MAX_PROPERTIES,
-    PERSISTENT_FLAG,
-    content_size,
     decode_content,
     encode_content,
 )
 from chute.core.model.store import AckOp, AddOp, TxOp
 from chute.errors import ChuteError
-from chute.message import SIZE_OVERHEAD, Message
+from chute.message import Message
 from chute.store.errors import CorruptRecord
-from chute.store.record import Kind
 
 _U16: Final = struct.Struct(">H")
 _U32: Final = struct.Struct(">I")
-_ADD: Final = struct.Struct(">QqqIIBH")  # ... flags, destination length
-_ADD_SIZE: Final = _ADD.size
-_ADD_HEAD: Final = struct.Struct(">QqqIIB")  # _ADD without the destination's length
+# the layouts, shared with chute.store.heads (which reads them without decoding)
+ADD_FIXED: Final = struct.Struct(">QqqIIBH")  # an ADD's head up to its destination's length
+_ADD_HEAD: Final = struct.Struct(">QqqIIB")  # ADD_FIXED without the destination's length
 _SEQ_NAME: Final = struct.Struct(">QH")
-_OP_HEAD: Final = struct.Struct(">BI")
-_OP_ADD_TIMES: Final = struct.Struct(">BIQqq")  # _OP_HEAD, then an ADD's seq and times
-_OP_ADD_HEAD: Final = struct.Struct(">BIQqqIIB")  # _OP_HEAD, then _ADD_HEAD
-_NAMES_AT: Final = _ADD_SIZE - 2  # where an ADD payload's destination (length, name) starts
-_OP_BATCH_HEAD: Final = struct.Struct(">BIQI")  # _OP_HEAD, then _BATCH_FIRST
-_BATCH_FIRST: Final = struct.Struct(">QI")  # a BATCH's first seq and count
-_BATCH_ITEM: Final = struct.Struct(">qqI")  # a batched message's timestamp, expiration, length
-_OP_ADD, _OP_ACK, _OP_BATCH = 1, 2, 3
+OP_HEAD: Final = struct.Struct(">BI")
+OP_ADD_TIMES: Final = struct.Struct(">BIQqq")  # OP_HEAD, then an ADD's seq and times
+_OP_ADD_HEAD: Final = struct.Struct(">BIQqqIIB")  # OP_HEAD, then _ADD_HEAD
+NAMES_AT: Final = ADD_FIXED.size - 2  # where an ADD payload's destination (length, name) starts
+_OP_BATCH_HEAD: Final = struct.Struct(">BIQI")  # OP_HEAD, then BATCH_FIRST
+BATCH_FIRST: Final = struct.Struct(">QI")  # a BATCH's first seq and count
+BATCH_ITEM: Final = struct.Struct(">qqI")  # a batched message's timestamp, expiration, length
+OP_ADD: Final = 1  # an operation's tag
+OP_ACK: Final = 2
+OP_BATCH: Final = 3
 _REDELIVERED = 1
 
 ENCODE_ERRORS: Final = (ChuteError, ValueError, struct.error, OverflowError)
@@ -170,7 +167,7 @@ def encode_add(op: AddOp, delivery_count: int = 0) -> bytes:
         m.delivery_count,
         _REDELIVERED if m.redelivered else 0,
     )
-    dest = s16(op.destination)  # the destination's length and name, as _ADD ends
+    dest = s16(op.destination)  # the destination's length and name, as ADD_FIXED ends
     if len(queues) == 1:
         return b"".join((head, dest, b"\x00\x01", s16(queues[0]), content))
     return b"".join((head, dest, _U16.pack(len(queues)), *(s16(q) for q in queues), content))
@@ -218,7 +215,7 @@ def encode_ops(ops: Sequence[TxOp], head: bytes = b"") -> bytes:
             names = _names_of(op)
             append(
                 _OP_ADD_HEAD.pack(
-                    _OP_ADD,
+                    OP_ADD,
                     _ADD_HEAD.size + len(names) + len(content),
                     op.seq,
                     m.timestamp,
@@ -232,7 +229,7 @@ def encode_ops(ops: Sequence[TxOp], head: bytes = b"") -> bytes:
             append(content)
         else:
             payload = encode_ack(op)
-            append(_OP_HEAD.pack(_OP_ACK, len(payload)))
+            append(OP_HEAD.pack(OP_ACK, len(payload)))
             append(payload)
         i += 1
     parts[1] = _U32.pack(entries)
@@ -270,7 +267,7 @@ def _encode_batch(ops: Sequence[TxOp], first: AddOp, i: int, j: int, parts: list
     start = len(parts)
     parts.append(b"")  # the head, once the length is known
     append = parts.append
-    pack = _BATCH_ITEM.pack
+    pack = BATCH_ITEM.pack
     size = 0
     for k in range(i, j):
         m = cast("AddOp", ops[k]).message  # _run_end checked
@@ -281,8 +278,8 @@ def _encode_batch(ops: Sequence[TxOp], first: AddOp, i: int, j: int, parts: list
         append(content)
         size += len(content)
     count = j - i
-    length = _BATCH_FIRST.size + len(names) + _BATCH_ITEM.size * count + size
-    parts[start] = _OP_BATCH_HEAD.pack(_OP_BATCH, length, first.seq, count) + names
+    length = BATCH_FIRST.size + len(names) + BATCH_ITEM.size * count + size
+    parts[start] = _OP_BATCH_HEAD.pack(OP_BATCH, length, first.seq, count) + names
 
 
 def _names_of(op: AddOp) -> bytes:
@@ -292,110 +289,6 @@ def _names_of(op: AddOp) -> bytes:
 
 
 # -- decoding ------------------------------------------------------------------------
-
-
-def add_keys(data: bytes, start: int, names: Names) -> tuple[int, list[str]]:
-    """The seq and queues of the ADD payload at ``start``, without decoding the message.
-
-    Raises:
-        CorruptRecord: the payload is malformed.
-    """
-    try:
-        seq, _, _, _, _, _, dest_len = _ADD.unpack_from(data, start)
-        p = start + _ADD_SIZE + dest_len
-        (count,) = _U16.unpack_from(data, p)
-        p += 2
-        queues = []
-        for _ in range(count):
-            queue, p = names.read(data, p)
-            queues.append(queue)
-    except DECODE_ERRORS as exc:
-        raise CorruptRecord(f"malformed add record: {exc}") from exc
-    return seq, queues
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class AddHead:
-    """What an ADD payload says without decoding its message (lazy recovery)."""
-
-    seq: int
-    destination: str
-    queues: tuple[str, ...]
-    stored_count: int
-    persistent: bool
-    size: int  # the message's ``Message.size`` (what a queue's byte bound counts)
-
-
-def add_head(data: bytes, start: int, end: int, names: Names) -> AddHead:
-    """The ADD payload's keys and flags, leaving its message undecoded.
-
-    Raises:
-        CorruptRecord: the payload is malformed.
-    """
-    try:
-        seq, _, _, stored, _, _, dest_len = _ADD.unpack_from(data, start)
-        p = start + _ADD_SIZE
-        q = p + dest_len
-        destination = names.intern(data[p:q])
-        (count,) = _U16.unpack_from(data, q)
-        p = q + 2
-        queues = []
-        for _ in range(count):
-            queue, p = names.read(data, p)
-            queues.append(queue)
-        if p + CONTENT_HEAD.size > end:
-            raise IndexError("add header runs past the record")
-        flags = data[p + 1]
-        size = content_size(data, p, end)
-    except DECODE_ERRORS as exc:
-        raise CorruptRecord(f"malformed add record: {exc}") from exc
-    return AddHead(seq, destination, tuple(queues), stored, bool(flags & PERSISTENT_FLAG), size)
-
-
-AddKey = tuple[int, list[str], int, int, tuple[int, int] | None]
-"""Where an add sits in a transaction's payload: (seq, queues, start, end, times). With
-``times`` None, ``[start, end)`` is an ADD payload (:func:`decode_add`); else it is the
-content block of a message of a BATCH and ``times`` its (timestamp, expiration)
-(:func:`decode_batched`)."""
-
-
-def op_add_keys(kind: int, data: bytes, start: int, end: int, names: Names) -> list[AddKey]:
-    """The :data:`AddKey` of every add in a COMMIT or COMMIT_PREPARED payload.
-
-    Cheap: the messages are not decoded. Reclaiming asks which adds of a
-    transaction record are still live before it decodes any; paging reads back
-    only the adds it needs.
-
-    Raises:
-        CorruptRecord: the payload is malformed.
-    """
-    try:
-        p = start
-        if kind != Kind.COMMIT:
-            _, p = names.read(data, p)
-        (count,) = _U32.unpack_from(data, p)
-        p += 4
-        keys: list[AddKey] = []
-        for _ in range(count):
-            tag, length = _OP_HEAD.unpack_from(data, p)
-            p += _OP_HEAD.size
-            q = p + length
-            if q > end:
-                raise IndexError("operation runs past the record")
-            if tag == _OP_ADD:
-                seq, queues = add_keys(data, p, names)
-                keys.append((seq, queues, p, q, None))
-            elif tag == _OP_BATCH:
-                first, _, batch_queues, items = batch_items(data, p, q, names)
-                listed = list(batch_queues)
-                keys += [
-                    (first + i, listed, a, b, (timestamp, expiration))
-                    for i, (timestamp, expiration, a, b) in enumerate(items)
-                ]
-            p = q
-    except DECODE_ERRORS as exc:
-        raise CorruptRecord(f"malformed transaction record: {exc}") from exc
-    return keys
 
 
 BatchItem = tuple[int, int, int, int]
@@ -411,8 +304,8 @@ def batch_items(
     Raises:
         DECODE_ERRORS: the operation is malformed.
     """
-    first, count = _BATCH_FIRST.unpack_from(data, p)
-    destination, r = names.read(data, p + _BATCH_FIRST.size)
+    first, count = BATCH_FIRST.unpack_from(data, p)
+    destination, r = names.read(data, p + BATCH_FIRST.size)
     (n_queues,) = _U16.unpack_from(data, r)
     r += 2
     queues = []
@@ -421,8 +314,8 @@ def batch_items(
         queues.append(queue)
     items: list[BatchItem] = []
     append = items.append
-    unpack = _BATCH_ITEM.unpack_from
-    step = _BATCH_ITEM.size
+    unpack = BATCH_ITEM.unpack_from
+    step = BATCH_ITEM.size
     for _ in range(count):
         timestamp, expiration, length = unpack(data, r)
         r += step
@@ -459,135 +352,6 @@ def _decode_batch(data: bytes, p: int, q: int, names: Names) -> list[AddOp]:
     return ops
 
 
-BlockSpan = tuple[int, int, int, int, int]
-"""Where an add's content block sits: (timestamp, expiration, block start, block end,
-``Message.size``)."""
-
-
-def queue_blocks(  # noqa: PLR0917 - hot path, called positionally
-    kind: int, data: bytes, start: int, end: int, queue: str, base: int = 0
-) -> dict[int, BlockSpan]:
-    """``seq -> BlockSpan`` of every add of ``queue`` in an ADD, COMMIT or COMMIT_PREPARED
-    payload ``data[start:end]``, its positions plus ``base``, without decoding a message:
-    what a stream read sends on as it is stored.
-
-    Raises:
-        CorruptRecord: the payload is malformed.
-    """
-    key = s16(queue)
-    found: dict[int, BlockSpan] = {}
-    try:
-        if kind == Kind.ADD:
-            _block_of(data, start, end, key, base, found)
-            return found
-        p = start
-        if kind != Kind.COMMIT:  # COMMIT_PREPARED: the xid first
-            (length,) = _U16.unpack_from(data, p)
-            p += 2 + length
-        (count,) = _U32.unpack_from(data, p)
-        p += 4
-        # the usual add: to ``queue`` alone, from the destination of the same name (a
-        # stream's, a queue's): its names are these bytes, matched at once
-        alone = key + b"\x00\x01" + key
-        names_end = _NAMES_AT + len(alone)
-        op_head, op_add = _OP_HEAD.unpack_from, _OP_ADD_TIMES.unpack_from
-        content_head = CONTENT_HEAD.unpack_from
-        for _ in range(count):
-            if data[p] != _OP_ADD:  # an ack, or a batch
-                tag, length = op_head(data, p)
-                p += _OP_HEAD.size
-                q = p + length
-                if q > end:
-                    raise IndexError("operation runs past the record")
-                if tag == _OP_BATCH:
-                    _batch_blocks(data, p, q, queue, base, found)
-                p = q
-                continue
-            _, length, seq, timestamp, expiration = op_add(data, p)
-            p += _OP_HEAD.size
-            q = p + length
-            if q > end:
-                raise IndexError("operation runs past the record")
-            if data.startswith(alone, p + _NAMES_AT):
-                c = p + names_end
-                _, _, _, id_len, corr_len, reply_len, type_len, n_props = content_head(data, c)
-                if n_props:
-                    size = content_size(data, c, q)
-                else:
-                    body = c + CONTENT_HEAD.size + id_len + corr_len + reply_len + type_len
-                    if body > q:
-                        raise IndexError("content runs past the record")
-                    size = SIZE_OVERHEAD + q - body
-                found[seq] = (timestamp, expiration, base + c, base + q, size)
-            else:
-                _block_of(data, p, q, key, base, found)
-            p = q
-    except DECODE_ERRORS as exc:
-        raise CorruptRecord(f"malformed record: {exc}") from exc
-    return found
-
-
-def _batch_blocks(  # noqa: PLR0917 - private
-    data: bytes, p: int, q: int, queue: str, base: int, found: dict[int, BlockSpan]
-) -> None:
-    """Add the BlockSpan of each message of the BATCH ``data[p:q]`` to ``found`` if
-    ``queue`` is among its queues: one pass, a message without properties sized from its
-    head alone (as :func:`queue_blocks` does an ADD)."""
-    first, count = _BATCH_FIRST.unpack_from(data, p)
-    r = p + _BATCH_FIRST.size
-    (length,) = _U16.unpack_from(data, r)  # the destination
-    r += 2 + length
-    (n_queues,) = _U16.unpack_from(data, r)
-    r += 2
-    key = s16(queue)
-    mine = False
-    for _ in range(n_queues):
-        if data.startswith(key, r):
-            mine = True
-        (length,) = _U16.unpack_from(data, r)
-        r += 2 + length
-    if not mine:
-        return
-    unpack, step = _BATCH_ITEM.unpack_from, _BATCH_ITEM.size
-    content_head, head_size = CONTENT_HEAD.unpack_from, CONTENT_HEAD.size
-    for seq in range(first, first + count):
-        timestamp, expiration, length = unpack(data, r)
-        c = r + step
-        r = c + length
-        _, _, _, id_len, corr_len, reply_len, type_len, n_props = content_head(data, c)
-        if n_props:
-            size = content_size(data, c, r)
-        else:
-            body = c + head_size + id_len + corr_len + reply_len + type_len
-            if body > r:
-                raise IndexError("content runs past the message")
-            size = SIZE_OVERHEAD + r - body
-        found[seq] = (timestamp, expiration, base + c, base + r, size)
-    if r != q:
-        raise ValueError("a batch's messages do not fill its operation")
-
-
-def _block_of(  # noqa: PLR0917 - private
-    data: bytes, p: int, q: int, key: bytes, base: int, found: dict[int, BlockSpan]
-) -> None:
-    """Add the ADD payload ``data[p:q]``'s BlockSpan to ``found`` if ``key`` (a queue's s16)
-    is among its queues."""
-    seq, timestamp, expiration, _, _, _, dest_len = _ADD.unpack_from(data, p)
-    r = p + _ADD_SIZE + dest_len
-    (count,) = _U16.unpack_from(data, r)
-    r += 2
-    mine = False
-    for _ in range(count):
-        if data.startswith(key, r):
-            mine = True
-        (length,) = _U16.unpack_from(data, r)
-        r += 2 + length
-    if r > q:
-        raise IndexError("add header runs past the record")
-    if mine:
-        found[seq] = (timestamp, expiration, base + r, base + q, content_size(data, r, q))
-
-
 def decode_add(data: bytes, start: int, end: int, names: Names) -> tuple[AddOp, int]:
     """The add and the stored delivery count of the ADD payload ``data[start:end]``.
 
@@ -595,10 +359,10 @@ def decode_add(data: bytes, start: int, end: int, names: Names) -> tuple[AddOp, 
         CorruptRecord: the payload is malformed.
     """
     try:
-        seq, timestamp, expiration, stored, delivered, flags, dest_len = _ADD.unpack_from(
+        seq, timestamp, expiration, stored, delivered, flags, dest_len = ADD_FIXED.unpack_from(
             data, start
         )
-        p = start + _ADD_SIZE
+        p = start + ADD_FIXED.size
         q = p + dest_len
         destination = names.intern(data[p:q])
         (count,) = _U16.unpack_from(data, q)
@@ -658,17 +422,17 @@ def decode_ops(data: bytes, p: int, end: int, names: Names) -> tuple[TxOp, ...]:
     p += 4
     ops: list[TxOp] = []
     for _ in range(count):
-        tag, length = _OP_HEAD.unpack_from(data, p)
-        p += _OP_HEAD.size
+        tag, length = OP_HEAD.unpack_from(data, p)
+        p += OP_HEAD.size
         q = p + length
         if q > end:
             raise IndexError("operation runs past the record")
-        if tag == _OP_ADD:
+        if tag == OP_ADD:
             op, _ = decode_add(data, p, q, names)
             ops.append(op)
-        elif tag == _OP_BATCH:
+        elif tag == OP_BATCH:
             ops += _decode_batch(data, p, q, names)
-        elif tag == _OP_ACK:
+        elif tag == OP_ACK:
             ops.append(decode_ack(data, p, names))
         else:
             raise ValueError(f"unknown operation tag {tag}")

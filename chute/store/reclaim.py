@@ -44,7 +44,8 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence, Set
 
 from chute.core.model.store import AckOp, AddOp, QueueDefinition, TxOp
-from chute.store.payload import Names, add_keys, decode_add, op_add_keys
+from chute.store.heads import add_keys, op_add_keys
+from chute.store.payload import Names, decode_add
 from chute.store.record import Kind, Scan
 from chute.store.records import (
     AckRecord,

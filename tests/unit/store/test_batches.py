@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,9 +17,11 @@ from chute.core.model.store import AckOp, AddOp, QueueDefinition, QueueKind, TxO
 from chute.core.operations.connection import BrokerConnection
 from chute.core.rules.broker import Broker
 from chute.message import Message
+from chute.store import payload
 from chute.store.errors import CorruptRecord
+from chute.store.heads import op_add_keys, queue_blocks
 from chute.store.journal import Journal
-from chute.store.payload import Names, encode_add, encode_ops, op_add_keys, queue_blocks
+from chute.store.payload import Names, encode_add, encode_ops
 from chute.store.record import Kind, Scan
 from chute.store.records import CommitRecord, decode
 from chute.store.segment import SEGMENT_HEADER_SIZE, list_segments, segment_path
@@ -210,3 +213,28 @@ def test_a_cut_batch_is_a_corrupt_record_to_every_reader() -> None:
             op_add_keys(Kind.COMMIT, data, 0, cut, Names())
         with pytest.raises(CorruptRecord):
             decode(Kind.COMMIT, data, 0, cut, Names())
+
+
+def test_recovery_indexes_a_committed_batch_without_decoding_its_messages(
+    journals: Journals, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal = stream_journal(journals, segment_size=16 << 20)
+    ops = run(1, 5000, size=1000)
+    journal.commit(ops)
+    journal.close()
+    decoded = 0
+    decode = payload.decode_content
+
+    def counted(*args: Any) -> Message:
+        nonlocal decoded
+        decoded += 1
+        return decode(*args)
+
+    monkeypatch.setattr(payload, "decode_content", counted)
+    journal = journals.open(sync="never", segment_size=16 << 20)
+    recovered = journal.recover()
+    window = recovered.messages[S]
+    assert [m.seq for m in window] == list(range(1, len(window) + 1))
+    assert decoded == len(window) < 2000  # the window read back, not the whole batch
+    rest = ops[len(window) :]
+    assert recovered.paged[S] == (len(rest), sum(op.message.size for op in rest))

@@ -9,7 +9,8 @@ import pytest
 from chute.content import encode_content
 from chute.core.model.store import AckOp, AddOp, QueueDefinition, QueueKind
 from chute.store.errors import CorruptRecord
-from chute.store.payload import Names, add_keys
+from chute.store.heads import add_keys
+from chute.store.payload import Names
 from chute.store.record import Kind
 from chute.store.records import (
     AckRecord,
