@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from chute import content
 from chute.content import encode_content
 from chute.core.model.settings import DestinationSettings, SettingsResolver
 from chute.core.model.store import AckOp, AddOp, QueueDefinition, QueueKind, TxOp
@@ -223,7 +224,7 @@ def test_recovery_indexes_a_committed_batch_without_decoding_its_messages(
     journal.commit(ops)
     journal.close()
     decoded = 0
-    decode = payload.decode_content
+    decode = content.decode_content
 
     def counted(*args: Any) -> Message:
         nonlocal decoded
