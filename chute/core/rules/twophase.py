@@ -30,12 +30,10 @@ What this needs from the broker is :class:`XaHost`.
 
 from __future__ import annotations
 
-import itertools
 import logging
-import operator
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Protocol
+from typing import Protocol
 
 from chute.core.model.consumer import Entry
 from chute.core.model.queue import QueueChannel
@@ -43,18 +41,13 @@ from chute.core.model.registry import Destination, Registry
 from chute.core.model.store import AckOp, AddOp, Recovered, TxOp
 from chute.core.model.stream import Stream
 from chute.core.rules.routing import Route, stream_routes, takes_itself
-from chute.core.rules.transaction import Nacked, Send, Taken, apply, give_back
+from chute.core.rules.transaction import Nacked, Send, Taken, apply, give_back, runs
 from chute.errors import NotFound, TransactionError
 from chute.message import Message
 
 log = logging.getLogger("chute.broker")
 
 MAX_XID_LENGTH = 200
-
-
-_address_ttl: Final = operator.itemgetter(0, 2)
-"""A send's address and time to live: a chunk's runs of sends that share both are
-routed together."""
 
 
 class XaHost(Registry, Protocol):
@@ -124,19 +117,19 @@ class PreparedTransactions:
         routes: list[Route] = []
         ops: list[TxOp] = []
         found: dict[str, Destination] = {}  # a chunk's sends go to one or a few
-        for (address, ttl), group in itertools.groupby(sends, key=_address_ttl):
+        for address, ttl, messages in runs(sends):
             dest = found.get(address)
             if dest is None:
                 dest = found[address] = host.destination(address)
             if takes_itself(dest):  # a chunk to a stream: routed in one pass
                 first = dest.next_seq
-                routed = stream_routes(dest, [send[1] for send in group], host.clock(), ttl)
+                routed = stream_routes(dest, messages, host.clock(), ttl)
                 ops += [route.record for route in routed if route.record is not None]
                 dest.hold_range(first, dest.next_seq)  # readers of the stream wait for it
                 routes += routed
                 continue
             routed = []
-            for _, message, _ in group:
+            for message in messages:
                 host.stamp(message, ttl)
                 routed.append(host.route(dest, message))
             for route in routed:

@@ -4,12 +4,14 @@ readers' selectors, a stream keeps and hands on exactly what one-by-one sends wo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chute.core.model import stream as stream_module
-from chute.core.model.consumer import AckMode
+from chute.core.model.consumer import AckMode, Entry
 from chute.core.model.paging import held_cost
 from chute.core.model.settings import DestinationSettings
 from chute.core.model.store import AddOp
@@ -190,3 +192,30 @@ def test_a_prepared_chunk_routes_each_run_to_a_stream_together_and_the_rest_as_b
 
 def partition_of(message: Message, count: int) -> int:
     return pick(message.key, count, 0)
+
+
+def test_a_local_transaction_s_sends_to_a_stream_are_appended_as_one_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    appended: list[list[int]] = []
+    append = Stream.append
+
+    def spy(stream: Stream, entries: Sequence[Entry]) -> None:
+        appended.append([e.seq for e in entries])
+        append(stream, entries)
+
+    monkeypatch.setattr(Stream, "append", spy)
+    broker = make_broker()
+    tx = BrokerConnection(broker).session(AckMode.CLIENT, transacted=True)
+    for i in range(4):
+        tx.send(S, message(i))
+    tx.send("queue:q", message(4))
+    tx.send(S, message(5))
+    tx.send(S, message(6), ttl=500)
+    tx.commit()
+    assert appended == [[1, 2, 3, 4], [5], [6]]  # a run each: address and ttl alike
+    stream = broker.streams[S]
+    assert [e.message.id for e in stream.read(1, stream.head)[1]] == [
+        f"id{i}" for i in (0, 1, 2, 3, 5, 6)
+    ]
+    assert broker.queues["queue:q"].held == 1
