@@ -239,3 +239,27 @@ def test_recovery_indexes_a_committed_batch_without_decoding_its_messages(
     assert decoded == len(window) < 2000  # the window read back, not the whole batch
     rest = ops[len(window) :]
     assert recovered.paged[S] == (len(rest), sum(op.message.size for op in rest))
+
+
+def test_a_topic_s_batch_to_two_subscriptions_is_read_and_acked_for_each(
+    journals: Journals,
+) -> None:
+    journal = journals.open(sync="never")
+    for name in ("s1", "s2"):
+        journal.define(QueueDefinition(name, QueueKind.SUBSCRIPTION, "topic:t"))
+    ops = [
+        AddOp("topic:t", ("s1", "s2"), seq, msg(f"t{seq}".encode(), id=f"t{seq}"))
+        for seq in range(1, 11)
+    ]
+    assert entries(encode_ops(ops)) == 1  # one batch for both subscriptions
+    journal.commit(ops)
+    journal.acks("s1", list(range(1, 8)))
+    journal.flush()
+    assert [m.seq for m in journal.page_in("s1", 0, 20)] == [8, 9, 10]
+    assert [m.message.body for m in journal.page_in("s2", 3, 2)] == [b"t4", b"t5"]
+    assert [b[0] for b in journal.page_blocks("s2", 0, 20)] == list(range(1, 11))
+    journal = journals.reopen(journal, sync="never")
+    recovered = journal.recover()
+    assert [m.seq for m in recovered.messages["s1"]] == [8, 9, 10]
+    assert [m.message.id for m in recovered.messages["s2"]] == [f"t{s}" for s in range(1, 11)]
+    assert recovered.next_seq["topic:t"] == 11
