@@ -25,6 +25,7 @@ from chute.store.journal import Journal
 from chute.store.payload import Names, encode_add, encode_ops
 from chute.store.record import Kind, Scan
 from chute.store.records import CommitRecord, decode
+from chute.store.recovery import recover
 from chute.store.segment import SEGMENT_HEADER_SIZE, list_segments, segment_path
 
 from .conftest import Journals
@@ -263,3 +264,30 @@ def test_a_topic_s_batch_to_two_subscriptions_is_read_and_acked_for_each(
     assert [m.seq for m in recovered.messages["s1"]] == [8, 9, 10]
     assert [m.message.id for m in recovered.messages["s2"]] == [f"t{s}" for s in range(1, 11)]
     assert recovered.next_seq["topic:t"] == 11
+
+
+def test_a_batch_torn_anywhere_is_recovered_not_at_all_and_what_came_before_whole(
+    tmp_path: Path,
+) -> None:
+    # a kill -9 mid-write: the segment ends inside the batch's record (every 97th byte of
+    # it, with or without a zero-filled rest): none of the batch, every message before it
+    original = tmp_path / "original"
+    with Journal(original, sync="never", segment_size=64 << 10, preallocate=False) as journal:
+        journal.define(QueueDefinition(S, QueueKind.STREAM))
+        journal.commit(run(1, 20))
+        journal.commit(run(21, 30))
+    [number] = list_segments(str(original))
+    path = Path(segment_path(str(original), number))
+    data = path.read_bytes()
+    spans = [(offset, end) for offset, _, _, end in Scan(data, number, SEGMENT_HEADER_SIZE)]
+    start, end = spans[-1]
+    work = tmp_path / "work"
+    work.mkdir()
+    torn = work / path.name
+    for cut in range(start, end, 97):
+        for rest in (b"", bytes(end - cut)):
+            torn.write_bytes(data[:cut] + rest)
+            recovered, report = recover(str(work))
+            assert [m.seq for m in recovered.messages[S]] == list(range(1, 21)), cut
+            assert report.bytes_cut == len(data[start:cut].rstrip(b"\x00"))
+            assert recovered.next_seq[S] == 21
