@@ -53,7 +53,6 @@ from chute.core.model.queue import QueueChannel
 from chute.core.model.readers import StreamReader
 from chute.core.model.settings import Cleanup, DestinationSettings
 from chute.core.model.streamlog import StreamLog, entry_seq
-from chute.message import Message
 
 log = logging.getLogger("chute.stream")
 
@@ -312,16 +311,16 @@ class Stream(StreamLog):
             return 0
         removed = 0
         while removed < RETAIN_STEP and self.count and self.over(now):
-            batch = self._read(self.first, self.next_seq, 64, 0)[1]
+            batch = self._sizes(self.first, self.next_seq, 64)
             if not batch:
                 break
             gone: list[int] = []
-            for entry in batch:
-                if not self._past_retention(entry.message, now):
+            for seq, size, timestamp in batch:
+                if not self._past_retention(timestamp, now):
                     break
-                gone.append(entry.seq)
+                gone.append(seq)
                 self.count -= 1
-                self.bytes -= entry.message.size
+                self.bytes -= size
             if not gone:
                 break
             self.host.store.acks(self.address, gone)
@@ -330,12 +329,13 @@ class Stream(StreamLog):
             self._forget_below(gone[-1] + 1)
         return removed
 
-    def _past_retention(self, message: Message, now: int) -> bool:
+    def _past_retention(self, timestamp: int, now: int) -> bool:
+        """Whether retention removes the oldest kept, accepted at ``timestamp``."""
         s = self.settings
         return bool(
             (s.max_bytes and self.bytes > s.max_bytes)
             or (s.max_messages and self.count > s.max_messages)
-            or (s.max_age_ms and message.timestamp < now - s.max_age_ms)
+            or (s.max_age_ms and timestamp < now - s.max_age_ms)
         )
 
     def _forget_below(self, seq: int) -> None:
@@ -437,15 +437,14 @@ class Stream(StreamLog):
         """Remove every message kept; returns how many."""
         count = 0
         while self.count:
-            batch = self._read(self.first, self.next_seq, RETAIN_STEP, 0)[1]
+            batch = self._sizes(self.first, self.next_seq, RETAIN_STEP)
             if not batch:
                 break
-            self.host.store.acks(self.address, [e.seq for e in batch])
-            for entry in batch:
-                self.bytes -= entry.message.size
+            self.host.store.acks(self.address, [seq for seq, _, _ in batch])
+            self.bytes -= sum(size for _, size, _ in batch)
             self.count -= len(batch)
             count += len(batch)
-            self._forget_below(batch[-1].seq + 1)
+            self._forget_below(batch[-1][0] + 1)
         self.count = self.bytes = 0
         self.first = self.next_seq
         self.removed += count

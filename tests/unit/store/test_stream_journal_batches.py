@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from chute import content
 from chute.content import encode_content
 from chute.core.model import stream as stream_module
 from chute.core.model.consumer import AckMode
@@ -19,6 +21,7 @@ from chute.core.operations.connection import BrokerConnection
 from chute.core.operations.session import BrokerSession
 from chute.core.rules.broker import Broker
 from chute.message import Int, Message
+from chute.store import payload
 from tests.unit.store.test_stream_journal import Node, Taker
 
 S = "stream:s"
@@ -94,3 +97,35 @@ def test_batches_are_read_back_from_the_journal_at_every_boundary(node: Node) ->
         stopped = read(broker, str(first + 20), most=9)  # from inside a batch, stops in one
         assert stopped == list(range(first + 20, first + 29))
         assert read(broker, str(stopped[-1] + 1)) == list(range(stopped[-1] + 1, total + 1))
+
+
+def test_retention_past_the_tail_removes_without_decoding_what_it_removes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(stream_module, "TAIL_BYTES", 1 << 10)
+    monkeypatch.setattr(stream_module, "TAIL_MIN", 1 << 10)
+    node = Node(tmp_path / "journal", {S: DestinationSettings(max_messages=100)})
+    try:
+        decoded = 0
+        decode = content.decode_content
+
+        def counted(*args: Any) -> Message:
+            nonlocal decoded
+            decoded += 1
+            return decode(*args)
+
+        monkeypatch.setattr(payload, "decode_content", counted)
+        session = BrokerConnection(node.broker).session()
+        sent = [Message(f"r{i}".encode() * 50) for i in range(1000)]
+        for i in range(0, 1000, 100):
+            session.send_many(S, sent[i : i + 100])
+        stream = node.broker.streams[S]
+        assert (stream.first, stream.head, stream.count) == (901, 1001, 100)
+        assert stream.bytes == sum(m.size for m in sent[900:])
+        assert decoded < 100  # not one for each of the 900 removed
+        monkeypatch.setattr(payload, "decode_content", decode)
+        assert [e.message.body for e in stream.read(1, stream.head)[1]] == [
+            m.body for m in sent[900:]
+        ]
+    finally:
+        node.close()
