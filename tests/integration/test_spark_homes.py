@@ -1,0 +1,96 @@
+"""The Spark source in a cluster reads each stream partition straight from its home node
+(docs/spark.md, "Partitions and homes"): the driver learns the homes from the node its
+URL names, plans one task per partition with its home's address, and each task reads
+there; a home that cannot be reached, or that does not hold the task's range, is read
+around through the URL's node. Two real nodes on real etcd; the URL reaches its node
+through a relay that counts the connections made through it. The reader's own
+planning and reading, as Spark's driver and executors call them (no JVM needed)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import chute
+from tests.integration.conftest import start_server
+from tests.integration.relay import Relay
+from tests.integration.test_cluster_nodes import DEADLINE, Nodes
+from tests.integration.test_cluster_stream_partitions import PARTITIONS, S, send
+from tests.integration.test_cluster_stream_partitions import etcd as etcd  # noqa: PLC0414
+from tests.integration.test_cluster_stream_partitions import nodes as nodes  # noqa: PLC0414
+
+pytestmark = [pytest.mark.spark(lane="streams"), pytest.mark.timeout(120)]
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+
+from chute.spark.options import ChuteOptions  # noqa: E402
+from chute.spark.streams import StreamBatchReader, StreamRange  # noqa: E402
+
+
+def addresses(partitions: int) -> list[str]:
+    return [S if p == 0 else f"{S}#{p}" for p in range(partitions)]
+
+
+def caught_up(url: str, count: int) -> None:
+    """Wait until the node at ``url`` holds ``count`` messages over the partitions (its
+    copies of the partitions homed elsewhere follow their homes)."""
+    end = time.monotonic() + DEADLINE
+    with chute.connect(url) as conn:
+        while sum(conn.cursor_open(a)[1] - 1 for a in addresses(PARTITIONS)) < count:
+            assert time.monotonic() < end, "the node's copies did not catch up"
+            time.sleep(0.05)  # polling a copy catching up, with a deadline
+
+
+def read(reader: StreamBatchReader, parts: list[StreamRange]) -> list[bytes]:
+    """Every body the tasks of ``parts`` read, as executors run them."""
+    return [
+        body
+        for part in parts
+        for batch in reader.read(part)
+        for body in batch.column("body").to_pylist()
+    ]
+
+
+def test_each_task_reads_its_partition_on_its_home_and_falls_back_to_the_url(
+    nodes: Nodes, tmp_path: Path
+) -> None:
+    a, b = nodes.start_linked("a", "b")
+    keys = send(a.url, "a", 120)
+    keys |= send(b.url, "b", 80)
+    caught_up(a.url, len(keys))
+    relay = Relay(("127.0.0.1", a.port))  # the URL's node, its connections counted
+    try:
+        options = ChuteOptions.parse({"url": f"chute://{relay.address}", "destination": S})
+        reader = StreamBatchReader(options)
+        parts = [p for p in reader.partitions() if isinstance(p, StreamRange)]
+        # a task per partition at least, each on its home: the partitions spread a,
+        # b, a, b (agreed in etcd)
+        homes = [f"127.0.0.1:{n.port}" for n in (a, b, a, b)]
+        assert {(p.address, p.home) for p in parts} == set(zip(addresses(4), homes, strict=True))
+        on_b = sum(p.home == homes[1] for p in parts)
+        planned = relay.accepted
+        got = read(reader, parts)
+        assert Counter(got) == Counter(body.encode() for body in keys)  # each once
+        assert relay.accepted == planned  # no task read through the URL's node
+
+        # node b stops: the tasks of its partitions read a's copies, through the URL
+        b.stop()
+        assert Counter(read(reader, parts)) == Counter(got)
+        assert relay.accepted == planned + on_b  # partitions 1 and 3
+
+        # a "home" that does not hold the range (it moved): read through the URL
+        other = start_server(tmp_path, data_dir=tmp_path / "other")
+        try:
+            moved = [
+                StreamRange(p.address, p.start, p.end, f"127.0.0.1:{other.port}") for p in parts
+            ]
+            assert Counter(read(reader, moved)) == Counter(got)
+            assert relay.accepted == planned + on_b + len(parts)
+        finally:
+            other.stop()
+    finally:
+        relay.close()
