@@ -11,9 +11,11 @@ connects to (node-0) holds every partition up to its home's head, then times a
 ``bench.spark``'s ``source`` does. The one-partition stream is one node's rate (a
 partition is read on its home, one node's core); the wide stream's partitions are
 read in parallel, each on its home (docs/spark.md, "Partitions and homes").
-``scaling`` is the wide stream's rate over N times one node's: the goal is 0.8 or
-more, up to Spark's own ceiling on the machine (``source_ceiling_arrow``, the
-in-memory Arrow source of ``bench.spark``, measured in the same run). On a machine
+``scaling`` is the wide stream's rate over N times one node's, from ``start()`` to
+the end and (``scaling_batch``) over the micro-batch alone, without the query's
+start-up: the goal is 0.8 or more of the micro-batch's, up to Spark's own ceiling on
+the machine (``source_ceiling_arrow``, the in-memory Arrow source of
+``bench.spark``, measured in the same run). On a machine
 with fewer cores than N nodes plus Spark's tasks, the nodes share cores and no
 scaling shows: run it where each node has a core of its own.
 
@@ -70,8 +72,10 @@ def one_run(spark: Any, url: str, nodes: int, n: int, *, run: str, tmp: str) -> 
         if read.rows != n:
             raise RuntimeError(f"the source read {read.rows} rows of {address}, not {n}")
         out[name] = n / max(read.seconds, 1e-9)
+        out[f"{name}_batch"] = n / max(read.batches, 1e-9)
     top = ceiling.source(spark, n, "arrow", os.path.join(tmp, f"ck-ceiling-{run}"))
     out["ceiling"] = n / max(top.seconds, 1e-9)
+    out["ceiling_batch"] = n / max(top.batches, 1e-9)
     return out
 
 
@@ -95,25 +99,35 @@ def scaling(nodes: int, n: int, runs: int, cores: int) -> dict[str, Any]:
         finally:
             proc.terminate()
             proc.wait(60)
+    return report(nodes, n, cores, rates)
+
+
+def report(nodes: int, n: int, cores: int, rates: list[dict[str, float]]) -> dict[str, Any]:
+    """The runs' rates (rows/s), their medians, the scaling and the target."""
+    runs = len(rates)
     median = {k: round(statistics.median(r[k] for r in rates)) for k in rates[0]}
-    ratio = median["wide"] / (nodes * median["one"])
+    goal = min(0.8 * nodes * median["one_batch"], median["ceiling_batch"])
     return {
         "nodes": nodes,
         "spark_cores": cores,
         "count": n,
         "body_bytes": 1024,
         "runs": runs,
-        "median": {
-            "one_partition_rows_per_s": median["one"],
-            f"{nodes}_partitions_rows_per_s": median["wide"],
-            "source_ceiling_arrow_rows_per_s": median["ceiling"],
+        "median": {  # rows/s; _batch: over the micro-batch alone (triggerExecution)
+            "one_partition": median["one"],
+            "one_partition_batch": median["one_batch"],
+            f"{nodes}_partitions": median["wide"],
+            f"{nodes}_partitions_batch": median["wide_batch"],
+            "source_ceiling_arrow": median["ceiling"],
+            "source_ceiling_arrow_batch": median["ceiling_batch"],
         },
-        "scaling": round(ratio, 2),
+        "scaling": round(median["wide"] / (nodes * median["one"]), 2),
+        "scaling_batch": round(median["wide_batch"] / (nodes * median["one_batch"]), 2),
         "target": {
-            "what": f"{nodes} partitions >= 0.8 x {nodes} x one partition's rate, up to the "
-            "ceiling",
-            "at_least": round(min(0.8 * nodes * median["one"], median["ceiling"])),
-            "pass": median["wide"] >= min(0.8 * nodes * median["one"], median["ceiling"]),
+            "what": f"the micro-batch of {nodes} partitions >= 0.8 x {nodes} x one "
+            "partition's, up to the ceiling's",
+            "at_least": round(goal),
+            "pass": median["wide_batch"] >= goal,
         },
         "per_run": [{k: round(v) for k, v in r.items()} for r in rates],
     }
