@@ -37,10 +37,10 @@ REASK_S: Final = 10.0
 home not agreed yet, a home node down): at most this often."""
 
 
-def look_up(conn: BlockingConnection) -> dict[str, str]:
+def look_up(conn: BlockingConnection) -> dict[str, str] | None:
     """The native address (``host:port``) of the home of each stream partition the node
-    of ``conn`` knows, by partition's address; {} from a broker that is not a node of a
-    cluster. A partition whose home is down, or not known yet, is left out.
+    of ``conn`` knows, by partition's address; None from a broker that is not a node of
+    a cluster. A partition whose home is down, or not known yet, is left out.
 
     Raises:
         ChuteError: the broker refused or did not answer.
@@ -48,7 +48,7 @@ def look_up(conn: BlockingConnection) -> dict[str, str]:
     stats = conn.stat("stream:*")
     cluster = stats.get("cluster")
     if not cluster:
-        return {}
+        return None
     nodes = {
         str(n["name"]): str(n["address"])
         for n in cluster.get("nodes", ())
@@ -68,6 +68,7 @@ class HomeBook:
     def __init__(self, options: ChuteOptions) -> None:
         self.options = options
         self.homes: dict[str, str] = {}
+        self.clustered = True  # until a broker says it is not a node of a cluster
         self._asked = -REFRESH_S  # monotonic time of the last answer (never: long ago)
         self._said = False
 
@@ -77,10 +78,12 @@ class HomeBook:
             return {}
         wanted = list(addresses)
         age = time.monotonic() - self._asked
-        missing = any(a not in self.homes for a in wanted)
+        missing = self.clustered and any(a not in self.homes for a in wanted)
         if age >= REFRESH_S or (missing and age >= REASK_S):
             try:
-                self.homes = look_up(conn)
+                found = look_up(conn)
+                self.clustered = found is not None
+                self.homes = found or {}
             except (ChuteError, OSError) as exc:
                 if not self._said:
                     log.warning(
