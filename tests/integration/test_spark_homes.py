@@ -3,7 +3,8 @@
 URL names, plans one task per partition with its home's address, and each task reads
 there; a home that cannot be reached, or that does not hold the task's range, is read
 around through the URL's node. Two real nodes on real etcd; the URL reaches its node
-through a relay that counts the connections made through it. The reader's own
+through a relay that counts the connections made through it. The admin API names each
+partition's home. The reader's own
 planning and reading, as Spark's driver and executors call them (no JVM needed)."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -21,6 +23,7 @@ from tests.integration.test_cluster_nodes import DEADLINE, Nodes
 from tests.integration.test_cluster_stream_partitions import PARTITIONS, S, send
 from tests.integration.test_cluster_stream_partitions import etcd as etcd  # noqa: PLC0414
 from tests.integration.test_cluster_stream_partitions import nodes as nodes  # noqa: PLC0414
+from tests.integration.test_cluster_view import conforms, get, start_with_http
 
 pytestmark = [pytest.mark.spark(lane="streams"), pytest.mark.timeout(120)]
 
@@ -58,10 +61,22 @@ def read(reader: StreamBatchReader, parts: list[StreamRange]) -> list[bytes]:
 def test_each_task_reads_its_partition_on_its_home_and_falls_back_to_the_url(
     nodes: Nodes, tmp_path: Path
 ) -> None:
-    a, b = nodes.start_linked("a", "b")
+    bases = start_with_http(nodes, "a", "b")
+    a, b = nodes.started["a"], nodes.started["b"]
     keys = send(a.url, "a", 120)
     keys |= send(b.url, "b", 80)
     caught_up(a.url, len(keys))
+    # the homes, as the admin API shows them from either node (chute stat alike)
+    for base in bases.values():
+        status, page = get(f"{base}/api/destinations?pattern=stream:*")
+        assert status == 200
+        assert {r["address"]: r.get("home") for r in page["destinations"]} == dict(
+            zip(addresses(4), "abab", strict=True)
+        )
+        for row in page["destinations"]:
+            conforms(row, "Destination")
+        status, one = get(f"{base}/api/destinations/{quote(S + '#1')}")
+        assert (status, one["home"]) == (200, "b")
     relay = Relay(("127.0.0.1", a.port))  # the URL's node, its connections counted
     try:
         options = ChuteOptions.parse({"url": f"chute://{relay.address}", "destination": S})
