@@ -1,14 +1,15 @@
 """The Spark source in a cluster reads each stream partition straight from its home node
 (docs/spark.md, "Partitions and homes"): the driver learns the homes from the node its
 URL names, plans one task per partition with its home's address, and each task reads
-there; a home that cannot be reached, or that does not hold the task's range, is read
-around through the URL's node. Two real nodes on real etcd; the URL reaches its node
-through a relay that counts the connections made through it. The admin API names each
-partition's home. The reader's own
-planning and reading, as Spark's driver and executors call them (no JVM needed)."""
+there; a home that cannot be reached, that does not hold the task's range, or that is
+lost in the middle of a read, is read around through the URL's node. Two real nodes on
+real etcd; the URL reaches its node through a relay that counts the connections made
+through it. The admin API names each partition's home. The reader's own planning and
+reading, as Spark's driver and executors call them (no JVM needed)."""
 
 from __future__ import annotations
 
+import signal
 import time
 from collections import Counter
 from pathlib import Path
@@ -79,7 +80,8 @@ def test_each_task_reads_its_partition_on_its_home_and_falls_back_to_the_url(
         assert (status, one["home"]) == (200, "b")
     relay = Relay(("127.0.0.1", a.port))  # the URL's node, its connections counted
     try:
-        options = ChuteOptions.parse({"url": f"chute://{relay.address}", "destination": S})
+        options_given = {"url": f"chute://{relay.address}", "destination": S}
+        options = ChuteOptions.parse(options_given)
         reader = StreamBatchReader(options)
         parts = [p for p in reader.partitions() if isinstance(p, StreamRange)]
         # a task per partition at least, each on its home: the partitions spread a,
@@ -92,10 +94,22 @@ def test_each_task_reads_its_partition_on_its_home_and_falls_back_to_the_url(
         assert Counter(got) == Counter(body.encode() for body in keys)  # each once
         assert relay.accepted == planned  # no task read through the URL's node
 
-        # node b stops: the tasks of its partitions read a's copies, through the URL
-        b.stop()
+        # node b is killed in the middle of a task's read (pages of 10 messages): the
+        # task reads on from the next offset through the URL
+        paged = StreamBatchReader(ChuteOptions.parse({**options_given, "pageMessages": "10"}))
+        part = next(p for p in parts if p.home == homes[1])
+        whole = read(reader, [part])
+        pages = iter(paged.read(part))
+        first = next(pages).column("body").to_pylist()
+        assert 0 < len(first) < len(whole)
+        b.stop(signal.SIGKILL)
+        rest = [body for batch in pages for body in batch.column("body").to_pylist()]
+        assert first + rest == whole  # each once, in order
+        assert relay.accepted == planned + 1
+
+        # node b is down: the tasks of its partitions read a's copies, through the URL
         assert Counter(read(reader, parts)) == Counter(got)
-        assert relay.accepted == planned + on_b  # partitions 1 and 3
+        assert relay.accepted == planned + 1 + on_b  # partitions 1 and 3
 
         # a "home" that does not hold the range (it moved): read through the URL
         other = start_server(tmp_path, data_dir=tmp_path / "other")
@@ -104,7 +118,7 @@ def test_each_task_reads_its_partition_on_its_home_and_falls_back_to_the_url(
                 StreamRange(p.address, p.start, p.end, f"127.0.0.1:{other.port}") for p in parts
             ]
             assert Counter(read(reader, moved)) == Counter(got)
-            assert relay.accepted == planned + on_b + len(parts)
+            assert relay.accepted == planned + 1 + on_b + len(parts)
         finally:
             other.stop()
     finally:
