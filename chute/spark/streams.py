@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
@@ -345,10 +346,13 @@ def read_stream_range(options: ChuteOptions, part: StreamRange) -> Iterator[pa.R
 def _read(
     options: ChuteOptions, conn: BlockingConnection, address: str, start: int, end: int
 ) -> Iterator[pa.RecordBatch]:
-    """``[start, end)`` of ``address`` on ``conn`` (closed at the end)."""
+    """``[start, end)`` of ``address`` on ``conn`` (closed at the end), once the node
+    holds it up to ``end`` (:func:`caught_up`)."""
     try:
+        first, head = conn.cursor_open(address)
+        if head < end:
+            caught_up(conn, address, end, options.timeout_ms / 1000)
         if start != BEGINNING:
-            first, _ = conn.cursor_open(address)
             check_loss({address: start}, {address: (first, first)}, options.fail_on_loss)
         base, partition = split_partition(address)
         number = pa.scalar(partition, pa.int32())
@@ -364,6 +368,33 @@ def _read(
             yield batch.append_column("partition", pa.repeat(number, batch.num_rows))
     finally:
         conn.close()
+
+
+def caught_up(conn: BlockingConnection, address: str, end: int, patience: float) -> None:
+    """Wait until the node of ``conn`` holds ``address`` up to ``end`` (exclusive). A node
+    that is not the partition's home holds a copy a moment behind it, and the batch's
+    offsets may come from a node further ahead (another node of a URL of several, or
+    the home): a read of a copy that is behind would end early, without the rows it
+    does not hold yet. Past ``patience`` seconds (its home is down, or a broker that
+    crashed lost messages that were not persistent), the task reads what the node holds,
+    with a warning."""
+    deadline = time.monotonic() + patience
+    while True:
+        head = conn.cursor_open(address)[1]
+        if head >= end:
+            return
+        if time.monotonic() >= deadline:
+            log.warning(
+                "%s: node %s holds offsets below %d only, not up to %d, after %.0f s of "
+                "waiting for it (is its home down?); reading what it holds",
+                address,
+                conn.node,
+                head,
+                end,
+                patience,
+            )
+            return
+        time.sleep(0.05)  # polling a copy that follows its home, with a deadline
 
 
 class StreamBatchReader(DataSourceReader):

@@ -10,6 +10,7 @@ reading, as Spark's driver and executors call them (no JVM needed)."""
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -18,7 +19,7 @@ from urllib.parse import quote
 import pytest
 
 import chute
-from tests.integration.conftest import start_server
+from tests.integration.conftest import free_port, start_server
 from tests.integration.relay import Relay
 from tests.integration.test_cluster_nodes import DEADLINE, Nodes
 from tests.integration.test_cluster_stream_partitions import PARTITIONS, S, send
@@ -123,3 +124,48 @@ def test_each_task_reads_its_partition_on_its_home_and_falls_back_to_the_url(
             other.stop()
     finally:
         relay.close()
+
+
+def test_a_task_reading_a_copy_behind_the_batchs_offsets_waits_for_it(
+    nodes: Nodes, tmp_path: Path
+) -> None:
+    """The batch's offsets come from the home of a partition (b); its task reads through
+    a URL whose node (a) holds a copy that is behind, its link to b frozen for a moment
+    (a dials b at the address b advertises: a relay): the task waits for the copy and
+    reads every row of its range, not the rows the copy held when it began."""
+    port = free_port()
+    link = Relay(("127.0.0.1", port))
+    try:
+        a = nodes.start("a")
+        b = nodes.started["b"] = start_server(
+            tmp_path,
+            *("--config", str(nodes.config), "--cluster", nodes.url, "--node", "b"),
+            *("--advertise", link.address),
+            port=port,
+            data_dir=tmp_path / "data-b",
+        )
+        for server, other in ((a, "b"), (b, "a")):
+            server.wait_for_line(f"linked to node {other}", timeout=DEADLINE)
+        keys = send(b.url, "b", 80)
+        caught_up(a.url, len(keys))
+        link.freeze()  # a's copies stop following b
+        one = f"{S}#2"  # homed on b, which made the stream (partitions 0 and 2 on b)
+        with chute.connect(b.url) as conn:
+            assert [r.get("home") for r in conn.stat(one)["destinations"]] == ["b"]
+        with chute.connect(b.url) as conn, conn.session() as session:
+            for i in range(30):
+                session.send(one, f"late{i}")
+        at_b = StreamBatchReader(ChuteOptions.parse({"url": b.url, "destination": S}))
+        planned = [p for p in at_b.partitions() if isinstance(p, StreamRange)]
+        tasks = [StreamRange(p.address, p.start, p.end) for p in planned if p.address == one]
+        whole = read(at_b, tasks)  # on the home
+        assert sum(body.startswith(b"late") for body in whole) == 30
+        thaw = threading.Timer(1.0, link.thaw)  # the link comes back while the task waits
+        thaw.start()
+        try:
+            at_a = StreamBatchReader(ChuteOptions.parse({"url": a.url, "destination": S}))
+            assert read(at_a, tasks) == whole  # through a, once its copy caught up
+        finally:
+            thaw.join()
+    finally:
+        link.close()
