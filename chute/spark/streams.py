@@ -351,7 +351,7 @@ def _read(
     try:
         first, head = conn.cursor_open(address)
         if head < end:
-            caught_up(conn, address, end, options.timeout_ms / 1000)
+            caught_up(conn, address, end, options.timeout_ms / 1000, options.fail_on_loss)
         if start != BEGINNING:
             check_loss({address: start}, {address: (first, first)}, options.fail_on_loss)
         base, partition = split_partition(address)
@@ -370,13 +370,16 @@ def _read(
         conn.close()
 
 
-def caught_up(conn: BlockingConnection, address: str, end: int, patience: float) -> None:
+def caught_up(
+    conn: BlockingConnection, address: str, end: int, patience: float, fail: bool
+) -> None:
     """Wait until the node of ``conn`` holds ``address`` up to ``end`` (exclusive). A node
     that is not the partition's home holds a copy a moment behind it, and the batch's
     offsets may come from a node further ahead (another node of a URL of several, or
     the home): a read of a copy that is behind would end early, without the rows it
     does not hold yet. Past ``patience`` seconds (its home is down, or a broker that
-    crashed lost messages that were not persistent), the task reads what the node holds,
+    crashed lost messages that were not persistent) :class:`DataLoss` is raised, or,
+    without ``fail`` (``failOnDataLoss=false``), the task reads what the node holds,
     with a warning."""
     deadline = time.monotonic() + patience
     while True:
@@ -384,6 +387,14 @@ def caught_up(conn: BlockingConnection, address: str, end: int, patience: float)
         if head >= end:
             return
         if time.monotonic() >= deadline:
+            if fail:
+                raise DataLoss(
+                    f"{address}: node {conn.node} holds offsets below {head} only, not up to "
+                    f"{end}, after {patience:.0f} s of waiting for it (its copy is behind a "
+                    "home that is down, or a broker lost messages that were not persistent); "
+                    "the query can go on once the home is back, or set option "
+                    "failOnDataLoss=false to read what the node holds"
+                )
             log.warning(
                 "%s: node %s holds offsets below %d only, not up to %d, after %.0f s of "
                 "waiting for it (is its home down?); reading what it holds",

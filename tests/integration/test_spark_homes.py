@@ -33,7 +33,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 from chute.spark.options import ChuteOptions  # noqa: E402
-from chute.spark.streams import StreamBatchReader, StreamRange  # noqa: E402
+from chute.spark.streams import DataLoss, StreamBatchReader, StreamRange  # noqa: E402
 
 
 def addresses(partitions: int) -> list[str]:
@@ -132,7 +132,8 @@ def test_a_task_reading_a_copy_behind_the_batchs_offsets_waits_for_it(
     """The batch's offsets come from the home of a partition (b); its task reads through
     a URL whose node (a) holds a copy that is behind, its link to b frozen for a moment
     (a dials b at the address b advertises: a relay): the task waits for the copy and
-    reads every row of its range, not the rows the copy held when it began."""
+    reads every row of its range, not the rows the copy held when it began; past
+    timeoutMs it fails rather than leave rows out."""
     port = free_port()
     link = Relay(("127.0.0.1", port))
     try:
@@ -160,6 +161,13 @@ def test_a_task_reading_a_copy_behind_the_batchs_offsets_waits_for_it(
         tasks = [StreamRange(p.address, p.start, p.end) for p in planned if p.address == one]
         whole = read(at_b, tasks)  # on the home
         assert sum(body.startswith(b"late") for body in whole) == 30
+        # the link stays frozen past timeoutMs: the task fails, saying why (or, without
+        # failOnDataLoss, reads what the copy holds)
+        short = {"url": a.url, "destination": S, "timeoutMs": "1000"}
+        with pytest.raises(DataLoss, match="holds offsets below"):
+            read(StreamBatchReader(ChuteOptions.parse(short)), tasks)
+        lenient = StreamBatchReader(ChuteOptions.parse({**short, "failOnDataLoss": "false"}))
+        assert read(lenient, tasks) == whole[:-30]
         thaw = threading.Timer(1.0, link.thaw)  # the link comes back while the task waits
         thaw.start()
         try:
