@@ -99,41 +99,43 @@ class HomeBook:
 
 def at_home(options: ChuteOptions, address: str, home: str, end: int) -> BlockingConnection | None:
     """A connection to ``home`` (``host:port``) if it holds ``address`` up to ``end``
-    (exclusive); else None, and the caller reads through the URL (said once per task:
-    a task is a partition's range of one batch)."""
+    (exclusive); else None, and the caller reads through the URL (:func:`fall_back`
+    says so)."""
     try:
         conn = options.connect_node(home)
     except (ChuteError, OSError) as exc:
-        log.warning(
-            "%s: its home %s cannot be reached (%s); reading through %s",
-            address,
-            home,
-            exc,
-            options.url_shown,
-        )
+        fall_back(options, address, home, f"cannot be reached ({exc})")
         return None
     try:
         _, head = conn.cursor_open(address)
     except (ChuteError, OSError) as exc:
         conn.close()
-        log.warning(
-            "%s: its home %s did not answer (%s); reading through %s",
-            address,
-            home,
-            exc,
-            options.url_shown,
-        )
+        fall_back(options, address, home, f"did not answer ({exc})")
         return None
     if head < end:
         conn.close()
-        log.warning(
-            "%s: node %s holds offsets below %d only, not up to %d (its home moved?); "
-            "reading through %s",
-            address,
-            home,
-            head,
-            end,
-            options.url_shown,
+        fall_back(
+            options, address, home, f"holds offsets below {head} only, not up to {end} (moved?)"
         )
         return None
     return conn
+
+
+_TOLD: set[tuple[str, str]] = set()
+"""The (partition, home) pairs this process warned of (a Python worker reads many tasks)."""
+
+
+def fall_back(options: ChuteOptions, address: str, home: str, why: str) -> None:
+    """Log that a task of ``address`` reads through the URL, not on ``home``: a warning
+    the first time for that partition and home in this process, then at DEBUG (a home
+    that is down would otherwise be told of at every batch)."""
+    level = logging.DEBUG if (address, home) in _TOLD else logging.WARNING
+    _TOLD.add((address, home))
+    log.log(
+        level,
+        "%s: its home %s %s; reading it through %s",
+        address,
+        home,
+        why,
+        options.url_shown,
+    )

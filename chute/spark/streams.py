@@ -54,7 +54,7 @@ from chute.core.model.address import (
     split_partition,
 )
 from chute.errors import ChuteError, ConnectError, InvalidAddress
-from chute.spark.homes import HomeBook, at_home
+from chute.spark.homes import HomeBook, at_home, fall_back
 from chute.spark.options import ChuteOptions, OptionError
 from chute.spark.pages import page_batch
 
@@ -331,15 +331,8 @@ def read_stream_range(options: ChuteOptions, part: StreamRange) -> Iterator[pa.R
                 yield batch
             return
         except (ConnectError, OSError) as exc:
-            log.warning(
-                "%s: its home %s went away in the middle of a read (%s); reading on from "
-                "offset %d through %s",
-                part.address,
-                part.home,
-                exc,
-                start,
-                options.url_shown,
-            )
+            why = f"went away in the middle of a read ({exc}), from offset {start} on"
+            fall_back(options, part.address, str(part.home), why)
     yield from _read(options, options.connect_retrying(), part.address, start, part.end)
 
 
