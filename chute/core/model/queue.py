@@ -318,9 +318,35 @@ class QueueChannel(Numbered):
             consumer = self.router.pick()
             if consumer is None:
                 return
+            if len(self.router.consumers) == 1 and not pager.count:
+                self._deliver_lone(consumer)
+                continue
             entry = self._pop_first()
             if entry is not None:
                 self._push(consumer, entry)
+
+    def _deliver_lone(self, consumer: BrokerConsumer) -> None:
+        """Push waiting entries to ``consumer``, the queue's lone consumer, in delivery
+        order while it may take them: what :meth:`_deliver`'s loop does, with the router's
+        pick (one consumer: it, while it has credit and is not held) and the lanes' scan
+        made once per run, not per message. A queue that is not paging only (paging reads
+        back as the lanes run low: :meth:`_deliver` does that between runs)."""
+        router = self.router
+        push = self._push
+        for lane in reversed(self._lanes):
+            while lane:
+                entry = lane.popleft()
+                self.ready -= 1
+                push(consumer, entry)  # an expired one is diverted there, not pushed
+                consumers = router.consumers
+                if (
+                    consumer.credit <= 0
+                    or consumer.held
+                    or self._selective
+                    or len(consumers) != 1
+                    or consumers[0] is not consumer
+                ):
+                    return
 
     def _deliver_selective(self) -> bool:
         """One push for the first consumer that has credit and a matching entry."""
