@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import itemgetter
@@ -258,9 +259,15 @@ def decode_handover(
 
 
 def encode_handovers(packet: PeerHandovers) -> tuple[int, int, bytes]:
-    parts = [_text(packet.run), _U32.pack(len(packet.handovers))]
+    return 0, 0, b"".join(handovers_parts(packet.run, packet.handovers))
+
+
+def handovers_parts(run: str, handovers: Sequence[Handover]) -> list[bytes]:
+    """A PeerHandovers' body, in parts to join (a link joins them to the packet's header
+    in one copy): each message's content is spliced, not encoded again."""
+    parts = [_text(run), _U32.pack(len(handovers))]
     heads: dict[str, tuple[Any, bytes]] = {}  # address -> (its item head's packer, bytes)
-    for h in packet.handovers:
+    for h in handovers:
         m = h.message
         content = m.encoded if m.encoded is not None else encode_content(m)
         head = heads.get(h.address)
@@ -281,7 +288,7 @@ def encode_handovers(packet: PeerHandovers) -> tuple[int, int, bytes]:
             ),
             content,
         )
-    return 0, 0, b"".join(parts)
+    return parts
 
 
 def decode_handovers(
