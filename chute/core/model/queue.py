@@ -415,7 +415,9 @@ class QueueChannel(Numbered):
             self.settle(entry)
         else:
             consumer.inflight[entry.seq] = entry
-            if self.durable and entry.message.persistent:
+            if self.durable and entry.message.persistent and not consumer.peer:
+                # a hand-over (a peer consumer's) is no delivery: its out ledger record
+                # says what is in doubt, with the message's own count
                 self.host.store.delivered(self.name, entry.seq, entry.delivery_count)
         consumer.receiver.handle(consumer, entry)
 
@@ -423,7 +425,12 @@ class QueueChannel(Numbered):
         """Whether delivering ``entry`` to ``consumer`` recorded a delivery mark in the store
         (a driver then holds the delivery until the mark is durable: see
         ``StreamConnection.mark_delivery``)."""
-        return consumer.ack_mode is not AckMode.AUTO and self.durable and entry.message.persistent
+        return (
+            consumer.ack_mode is not AckMode.AUTO
+            and self.durable
+            and entry.message.persistent
+            and not consumer.peer
+        )
 
     # -- leaving ----------------------------------------------------------------
 
