@@ -164,10 +164,10 @@ class _Reader:
                 # every record in one unpack (run with its length, n, run, n, ...): the
                 # keys of one run if each run equals the first
                 flat = struct.unpack(_records_format(2 + length, count), data[pos:stop])
-                runs = flat[0::2]
-                if runs.count(runs[0]) == count:
+                heads = flat[0::2]
+                if heads.count(heads[0]) == count:
                     self.pos = stop
-                    return tuple(zip(repeat(runs[0][2:].decode()), flat[1::2]))
+                    return tuple(zip(repeat(heads[0][2:].decode()), flat[1::2]))
         unpack_len, unpack_n = _U16.unpack_from, _N.unpack_from
         runs: dict[bytes, str] = {}  # runs of several lengths
         out: list[tuple[str, int]] = []
@@ -216,10 +216,10 @@ def _keys(keys: Keys) -> bytes:
         return count
     runs, numbers = zip(*keys, strict=True)
     if runs.count(runs[0]) == len(runs):  # mostly every key of one run: packed in one call
-        head = _text(runs[0])
-        fields: list[bytes | int] = [head] * (2 * len(keys))
+        only = _text(runs[0])
+        fields: list[bytes | int] = [only] * (2 * len(keys))
         fields[1::2] = numbers
-        return count + struct.pack(_records_format(len(head), len(keys)), *fields)
+        return count + struct.pack(_records_format(len(only), len(keys)), *fields)
     heads: dict[str, bytes] = {}
     parts = [count]
     pack_n = _N.pack
