@@ -42,18 +42,19 @@ def start_broker(
     log_level: str | None = "warning",
     program: Sequence[str] = ("-m", "chute.cli"),
     pythonpath: str | None = None,
+    extra: Sequence[str] = (),
 ) -> tuple[subprocess.Popen[str], str]:
     """``chute serve`` with its native listener on ``port`` (None: a free one), STOMP on
     ``stomp_port`` and HTTP on ``http_port`` if given, its journal in ``data_dir``, and
     ``config`` as its TOML file if given; ``log_level`` None: the broker's default.
     ``program``: what follows ``python`` (``-c`` and a script that patches the broker
     before it starts, say). ``pythonpath``: the broker of another checkout, run there
-    (``-m`` puts the working directory first on the path). Its log is read on into
-    :func:`broker_log`."""
+    (``-m`` puts the working directory first on the path). ``extra``: more arguments
+    of ``chute serve`` (``--nodes 4``). Its log is read on into :func:`broker_log`."""
     if port is None:
         port = free_port()
     cmd = [sys.executable, *program, "serve", "--port", str(port), "--data-dir", data_dir]
-    cmd += ["--stomp-port", str(stomp_port), "--http-port", str(http_port)]
+    cmd += ["--stomp-port", str(stomp_port), "--http-port", str(http_port), *extra]
     if config is not None:
         path = Path(data_dir).with_suffix(".toml")
         path.write_text(config)

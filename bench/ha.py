@@ -210,7 +210,9 @@ def run(seconds: float, rounds: int, kills: int, ttl: int) -> dict[str, Any]:
             each: list[dict[str, dict[str, float]]] = []
             for n in range(rounds):
                 turn = [("alone", solo.url), ("with_backup", live.url)]
-                figures = {name: _rates(url, seconds) for name, url in turn[:: 1 - 2 * (n % 2)]}
+                figures = {
+                    name: _rates(url, seconds) for name, url in (turn if n % 2 == 0 else turn[::-1])
+                }
                 each.append(figures)
             solo.kill()
             names = {live: "one", backup: "two"}

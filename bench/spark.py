@@ -32,6 +32,10 @@ without the query's start-up and shut-down, ~2 s here).
 
     python -m bench.spark                         # N = 100,000, 3 runs
     python -m bench.spark --count 20000 --runs 1  # a smoke run
+    python -m bench.spark --nodes 4               # the source over 4 nodes' partitions
+
+``--nodes N`` measures instead how the source's reads scale with a stream's
+partitions spread over N nodes (``bench/spark_nodes.py``).
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ from bench.broker import start_broker
 BODY = 1024
 
 
-def spark_session(tmp: str) -> Any:
+def spark_session(tmp: str, cores: int = 2) -> Any:
     java = shutil.which("java")
     if not os.environ.get("JAVA_HOME") and java:
         os.environ["JAVA_HOME"] = str(Path(os.path.realpath(java)).parent.parent)
@@ -69,7 +73,7 @@ def spark_session(tmp: str) -> Any:
     import chute.spark
 
     spark = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master(f"local[{cores}]")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
@@ -222,8 +226,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--count", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--nodes",
+        type=int,
+        default=0,
+        help="measure instead how the source scales over a stream's partitions on this "
+        "many nodes (chute serve --nodes N; bench/spark_nodes.py)",
+    )
+    parser.add_argument(
+        "--cores",
+        type=int,
+        default=0,
+        help="with --nodes: Spark's local cores (default N, 2 or more)",
+    )
     args = parser.parse_args()
     n = args.count
+    if args.nodes:
+        from bench.spark_nodes import scaling
+
+        cores = args.cores or max(2, args.nodes)
+        print(json.dumps(scaling(args.nodes, n, args.runs, cores), indent=2))
+        return
     with tempfile.TemporaryDirectory(prefix="chute-bench-spark-") as tmp:
         proc, url = start_broker(
             os.path.join(tmp, "data"),

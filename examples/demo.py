@@ -3,7 +3,9 @@
 Starts ``chute serve`` (journal in a temporary directory) unless ``--url`` names a
 running broker, then the order producer, the streaming job (Spark local mode) and
 the consumer that prints the windowed statistics; stops everything after
-``--seconds``. ``make demo`` runs it.
+``--seconds``. ``make demo`` runs it. The broker it starts keeps ``stream:orders`` in
+two partitions (``examples/demo.toml``); the producer keys each order by its region,
+and the job reads the partitions in parallel and says where it got to in each.
 
 ``--serve`` is the README's first command (``make run``): the broker is the real
 one, on its default ports with its journal in ``./chute-data``; after the demo it
@@ -28,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+CONFIG = HERE / "demo.toml"
+"""The demo broker's configuration: ``stream:orders`` in two partitions."""
 
 
 def free_port() -> int:
@@ -46,6 +50,7 @@ def start_broker(
     demo's results only. The ``chute listening`` line is shown too.
     """
     cmd = [sys.executable, "-m", "chute.cli", "serve", "--data-dir", data_dir]
+    cmd += ["--config", str(CONFIG)]  # stream:orders in two partitions
     if defaults:
         port = 5445
     else:

@@ -1,7 +1,9 @@
 """The streaming job: two independent queries over one stream of orders.
 
 Both read ``stream:orders`` through the chute source, each from its own checkpoint
-(a stream is read, not consumed: each query sees every order):
+(a stream is read, not consumed: each query sees every order), each of its
+partitions by tasks of their own, and say at the end how far they read in each
+partition (the offsets their checkpoints keep, as Kafka's source keeps them):
 
 * ``region-stats``: 5-second windows per region (orders, total amount), each finished
   window a JSON message on ``topic:order-stats``;
@@ -118,7 +120,11 @@ def main() -> None:
     print(f"job: running, checkpoint {checkpoint}", flush=True)
     spark.streams.awaitAnyTermination(args.seconds or None)
     for query in queries:
+        progress = query.lastProgress
         query.stop()
+        if progress is not None and progress.sources:
+            # Kafka's shape: the next offset of each partition, {"stream:orders": {"0": n, ...}}
+            print(f"job: {query.name} read up to {progress.sources[0].endOffset}", flush=True)
     spark.stop()
 
 

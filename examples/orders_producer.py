@@ -1,4 +1,5 @@
-"""Synthetic order events for the Spark demo: JSON bodies on ``stream:orders``.
+"""Synthetic order events for the Spark demo: JSON bodies on ``stream:orders``, each keyed
+by its region (which picks the stream's partition, when it has several).
 
 python examples/orders_producer.py --url chute://127.0.0.1:5445 --rate 200 --seconds 60
 """
@@ -27,13 +28,15 @@ def main() -> None:
     start = time.monotonic()
     with chute.connect(args.url) as conn, conn.session(transacted=True) as session:
         while args.seconds <= 0 or time.monotonic() - start < args.seconds:
+            region = rng.choice(REGIONS)
             order = {
                 "order_id": f"o-{sent}",
-                "region": rng.choice(REGIONS),
+                "region": region,
                 "amount": round(rng.lognormvariate(3.5, 0.8), 2),
                 "ts": time.time(),
             }
-            session.send(args.destination, json.dumps(order), type="order")
+            # keyed by region: a region's orders go to one partition of the stream, in order
+            session.send(args.destination, json.dumps(order), type="order", key=region)
             sent += 1
             if sent % 50 == 0:
                 session.commit()  # one journal sync per 50 orders

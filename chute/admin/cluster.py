@@ -5,7 +5,8 @@ From a node of a cluster, the nodes are asked for their figures
 (:mod:`chute.server.cluster_stats`: at most 2 s for each answer and 10 s for all of a
 node's; a node that does not answer in time is shown ``down``) and the view is merged
 into what this node reports (:mod:`chute.server.cluster_view`): a destination gets
-``nodes``, its depth and consumers on each node, and ``total``, the cluster's; its
+``nodes``, its depth and consumers on each node, and ``total``, the cluster's (and a
+stream partition its ``home``, the node that holds its log); its
 other fields stay this node's; a destination only other nodes hold is listed and shown
 too. A broker that is not a node of a cluster answers ``/api/cluster`` 404 and its
 destinations as before.
@@ -15,6 +16,7 @@ Lives on the server's event loop only.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from chute.core.operations.browse import clamp
@@ -23,7 +25,15 @@ from chute.core.operations.stats import STAT_PAGE
 from chute.errors import NotFound
 from chute.ha.view import add_view
 from chute.server.cluster_stats import ClusterStats, page_filter
+from chute.server.cluster_view import add_homes
 from chute.server.host import ServerHost
+
+
+def _homes(server: ServerHost) -> Mapping[str, str]:
+    """The homes of the stream partitions this node knows (none: not a node of a cluster)."""
+    peers = server.peers
+    streams = None if peers is None else peers.streams
+    return {} if streams is None else streams.homes
 
 
 def exchange(server: ServerHost) -> ClusterStats | None:
@@ -74,6 +84,7 @@ async def cluster_page(
         page["destinations"], page["next"] = view.merge(
             page["destinations"], after, page["next"], limit, keep
         )
+        add_homes(page["destinations"], _homes(server))
     return page
 
 
@@ -93,6 +104,7 @@ async def with_nodes(
         return found
     view = await stats.view()
     if found is not None:
+        add_homes([found], _homes(server))
         return view.row(found)
     if not view.holds(address):
         raise NotFound(f"no destination {address} on any node of the cluster")

@@ -63,6 +63,13 @@ _STREAM_FIELDS: Final = {  # a stream's (its `depth`: the messages it keeps)
         "description": "Messages a stream's retention, compaction or a purge removed.",
     },
     "readers": {"type": "array", "items": _ref("StreamReader")},
+    "home": {
+        **_string(),
+        "description": (
+            "From a node of a cluster: the node that is this stream partition's home (holds "
+            "its log and gives its offsets), when the answering node knows it."
+        ),
+    },
 }
 
 SCHEMAS: Final[dict[str, Schema]] = {

@@ -414,3 +414,17 @@ class _Lines:
                 rest, self._buffer = bytes(self._buffer), bytearray()
                 return rest if rest.strip() else None
             self._buffer += chunk
+
+
+async def revoke_within(client: EtcdClient, lease: int, seconds: float) -> str | None:
+    """``client.lease_revoke(lease)``, given up after ``seconds`` (a stop that etcd out
+    of reach must not hold: the lease expires by itself). None once revoked, else why
+    it was not."""
+    try:
+        async with asyncio.timeout(seconds):
+            await client.lease_revoke(lease)
+    except EtcdError as exc:
+        return str(exc)
+    except TimeoutError:
+        return f"no answer within {seconds:g} s"
+    return None

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from chute.cluster.errors import EtcdError, LeaseNotFound, NodeNameTaken
-from chute.cluster.etcd import Backoff, EtcdClient, Snapshot, WatchItem
+from chute.cluster.etcd import Backoff, EtcdClient, Snapshot, WatchItem, revoke_within
 from chute.cluster.etcd_wire import EventType, KeyValue, Lease
 from chute.cluster.url import Endpoint, check_name
 from chute.version import __version__
@@ -226,15 +226,12 @@ class Membership:
             and self._given_lease is None
             and self._state is not NodeState.REFUSED
         ):
-            try:
-                async with asyncio.timeout(LEAVE_S):
-                    await self.client.lease_revoke(self._lease)
-            except (EtcdError, TimeoutError) as exc:
-                reason = str(exc) or f"no answer within {LEAVE_S:g} s"
+            failed = await revoke_within(self.client, self._lease, LEAVE_S)
+            if failed is not None:
                 log.warning(
                     "cluster %s: could not leave cleanly (%s); the lease expires by itself",
                     self.cluster,
-                    reason,
+                    failed,
                 )
         self._set_state(NodeState.STOPPED)
 

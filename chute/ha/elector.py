@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chute.cluster.errors import EtcdError, LeaseNotFound
-from chute.cluster.etcd import EtcdClient
+from chute.cluster.etcd import EtcdClient, revoke_within
 from chute.cluster.etcd_wire import Compare, Get, Put, Target
 from chute.cluster.membership import LEAVE_S
 
@@ -302,12 +302,9 @@ class Elector:
             await asyncio.gather(self._keepalive, return_exceptions=True)
         self._deadline = 0.0
         if self.lease:
-            try:
-                async with asyncio.timeout(LEAVE_S):
-                    await self.client.lease_revoke(self.lease)
-            except (EtcdError, TimeoutError) as exc:
-                reason = str(exc) or f"no answer within {LEAVE_S:g} s"
+            failed = await revoke_within(self.client, self.lease, LEAVE_S)
+            if failed is not None:
                 log.warning(
                     "high availability: could not give up the lease (%s); it expires by itself",
-                    reason,
+                    failed,
                 )

@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import functools
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import repeat
-from operator import itemgetter
 from typing import Any, Final, NamedTuple
 
 from chute.content import as_bool, decode_content, encode_content, malformed
@@ -49,8 +49,6 @@ _N: Final = struct.Struct(">Q")
 _HANDOVER: Final = struct.Struct(">QIBqq")  # n | delivery_count | redelivered | ts | exp
 _KEY_HEAD: Final = struct.Struct(">QH")  # n | the address's length
 _FIELDS: Final = struct.Struct(">IBqqI")  # delivery_count | redelivered | ts | exp | size
-_FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
-_HEAD = itemgetter(0, 1)  # a key record's run: its length and bytes
 
 
 @functools.lru_cache(maxsize=16)
@@ -58,12 +56,6 @@ def _item_head(length: int) -> struct.Struct:
     """The head of one hand-over of a PeerHandovers whose address is ``length`` bytes long:
     n u64 | address s16 | delivery_count u32 | redelivered u8 | ts i64 | exp i64 | size u32."""
     return struct.Struct(f">QH{length}sIBqqI")
-
-
-@functools.lru_cache(maxsize=16)
-def _key_record(length: int) -> struct.Struct:
-    """One key whose run is ``length`` bytes long: s16 run | u64 n."""
-    return struct.Struct(f">H{length}sQ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,13 +159,15 @@ class _Reader:
         data, pos, size = self.data, self.pos, len(self.data)
         if count and pos + 2 <= size:  # mostly every key of one run: records of one size
             (length,) = _U16.unpack_from(data, pos)
-            record = _key_record(length)
-            stop = pos + count * record.size
+            stop = pos + count * (2 + length + 8)
             if stop <= size:
-                rows = list(record.iter_unpack(data[pos:stop]))
-                if len(set(map(_HEAD, rows))) == 1:
+                # every record in one unpack (run with its length, n, run, n, ...): the
+                # keys of one run if each run equals the first
+                flat = struct.unpack(_records_format(2 + length, count), data[pos:stop])
+                heads = flat[0::2]
+                if heads.count(heads[0]) == count:
                     self.pos = stop
-                    return tuple(zip(repeat(rows[0][1].decode()), map(_THIRD, rows)))
+                    return tuple(zip(repeat(heads[0][2:].decode()), flat[1::2]))
         unpack_len, unpack_n = _U16.unpack_from, _N.unpack_from
         runs: dict[bytes, str] = {}  # runs of several lengths
         out: list[tuple[str, int]] = []
@@ -210,12 +204,22 @@ def _text(value: str, st: struct.Struct = _U16) -> bytes:
     return st.pack(len(data)) + data
 
 
+def _records_format(head: int, count: int) -> str:
+    """``count`` key records whose run, with its length, is ``head`` bytes: s16 run | u64 n
+    each, as one struct format (``struct`` keeps the formats it used last compiled)."""
+    return f">{f'{head}sQ' * count}"
+
+
 def _keys(keys: Keys) -> bytes:
     count = _U32.pack(len(keys))
-    runs = set(map(_FIRST, keys))
-    if len(runs) == 1:  # mostly every key of one run: its head before each number
-        only = _text(runs.pop())
-        return count + only + only.join(map(_N.pack, map(_SECOND, keys)))
+    if not keys:
+        return count
+    runs, numbers = zip(*keys, strict=True)
+    if runs.count(runs[0]) == len(runs):  # mostly every key of one run: packed in one call
+        only = _text(runs[0])
+        fields: list[bytes | int] = [only] * (2 * len(keys))
+        fields[1::2] = numbers
+        return count + struct.pack(_records_format(len(only), len(keys)), *fields)
     heads: dict[str, bytes] = {}
     parts = [count]
     pack_n = _N.pack
@@ -258,9 +262,15 @@ def decode_handover(
 
 
 def encode_handovers(packet: PeerHandovers) -> tuple[int, int, bytes]:
-    parts = [_text(packet.run), _U32.pack(len(packet.handovers))]
+    return 0, 0, b"".join(handovers_parts(packet.run, packet.handovers))
+
+
+def handovers_parts(run: str, handovers: Sequence[Handover]) -> list[bytes]:
+    """A PeerHandovers' body, in parts to join (a link joins them to the packet's header
+    in one copy): each message's content is spliced, not encoded again."""
+    parts = [_text(run), _U32.pack(len(handovers))]
     heads: dict[str, tuple[Any, bytes]] = {}  # address -> (its item head's packer, bytes)
-    for h in packet.handovers:
+    for h in handovers:
         m = h.message
         content = m.encoded if m.encoded is not None else encode_content(m)
         head = heads.get(h.address)
@@ -281,7 +291,7 @@ def encode_handovers(packet: PeerHandovers) -> tuple[int, int, bytes]:
             ),
             content,
         )
-    return 0, 0, b"".join(parts)
+    return parts
 
 
 def decode_handovers(

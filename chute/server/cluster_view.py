@@ -5,7 +5,8 @@ A view is a snapshot: every node this one knows (the members, and those that lef
 it started, shown ``down``), each with its address, state (``up``: this node, or linked
 and answering; ``down``: with the reason), the nodes it is linked to, and, for the other
 nodes that answered, each destination's depth and consumers there
-(:mod:`chute.server.cluster_stats` gathers it over the links).
+(:mod:`chute.server.cluster_stats` gathers it over the links). :func:`add_homes` names
+the home of each stream partition this node holds.
 
 :meth:`ClusterView.merge` puts a view into one page of this node's statistics (see
 :mod:`chute.core.operations.stats`): each destination gets ``nodes``, its depth and
@@ -23,7 +24,7 @@ Pure: no sockets, no clock but the ``taken`` it is given.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -152,6 +153,17 @@ class ClusterView:
             del merged[limit:]
             return merged, merged[-1]["address"]
         return merged, next_after
+
+
+def add_homes(rows: Iterable[dict[str, Any]], homes: Mapping[str, str]) -> None:
+    """Give each stream partition's row (``stream:orders``, ``stream:orders#1``) its
+    ``home``: the node that holds its log and gives its offsets, when this node knows it
+    (the Spark source reads each partition there, docs/spark.md)."""
+    for row in rows:
+        if row.get("kind") == "stream":
+            home = homes.get(str(row["address"]))
+            if home is not None:
+                row["home"] = home
 
 
 def _total(nodes: Mapping[str, Mapping[str, int]]) -> dict[str, int]:

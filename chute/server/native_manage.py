@@ -29,7 +29,7 @@ from chute.ha.view import add_view
 from chute.protocol import packets as p
 from chute.protocol.codec import PacketCodec
 from chute.server.cluster_stats import page_filter
-from chute.server.cluster_view import ClusterView
+from chute.server.cluster_view import ClusterView, add_homes
 from chute.server.host import ServerHost
 
 _R = TypeVar("_R")  # what a move answers
@@ -168,6 +168,8 @@ def _stat_page(
                 stats["destinations"], packet.after, after, limit, keep
             )
             stats["cluster"] = view.document()
+            streams = driver.server.peers.streams if driver.server.peers is not None else None
+            add_homes(stats["destinations"], streams.homes if streams is not None else {})
     except ChuteError as exc:
         driver._fail(header, exc)
         return

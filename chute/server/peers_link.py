@@ -23,7 +23,8 @@ from typing import Final
 from chute.core.model.cluster import Handover
 from chute.errors import ChuteError
 from chute.protocol import packets as p
-from chute.protocol.peer_packets import Keys
+from chute.protocol.peer_packets import Keys, handovers_parts
+from chute.protocol.spec import HEADER, HEADER_REST
 from chute.protocol.wire import encode_packet
 
 LINK_BACKLOG: Final = 1 << 20
@@ -50,6 +51,8 @@ MAX_BATCHED_HANDOVERS: Final = 1024
 
 MAX_BATCHED_BYTES: Final = 1 << 20
 """The most bytes of messages one PeerHandovers gathers (it may pass it by one message)."""
+
+_HANDOVERS_TAG: Final = int(p.PacketType.PEER_HANDOVERS)
 
 HANDOVER_BYTES: Final = 64
 """What one hand-over counts for in a link's backlog besides its message's size."""
@@ -84,12 +87,16 @@ class _Handovers:
     def encode(self) -> bytes:
         if len(self.items) == 1:
             h = self.items[0]
-            packet: p.Packet = p.PeerHandover(
+            packet = p.PeerHandover(
                 h.key.run, h.key.n, h.address, h.delivery_count, h.redelivered, h.message
             )
-        else:
-            packet = p.PeerHandovers(self.run, tuple(self.items))
-        return encode_packet(packet, version=p.PEER_VERSION)
+            return encode_packet(packet, version=p.PEER_VERSION)
+        # the header and the body's parts in one join: each message's bytes copied once
+        parts = handovers_parts(self.run, self.items)
+        size = sum(map(len, parts))
+        return b"".join(
+            (HEADER.pack(size + HEADER_REST, p.PEER_VERSION, _HANDOVERS_TAG, 0, 0, 0), *parts)
+        )
 
 
 def always_reads(reading: bool) -> None:
@@ -205,7 +212,9 @@ class PeerLink:
             elif item:
                 self.backlog -= len(item)
                 data.append(item)
-        if data:
+        if len(data) == 1:
+            self.write(data[0])
+        elif data:
             self.write(b"".join(data))
         if not self.pending:
             self.demands.clear()

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from chute.client.blocking import BlockingConnection, connect
+from chute.client.url import TCP, parse_url
 from chute.core.model.address import canonical
 from chute.errors import ConnectError
 
@@ -312,6 +313,50 @@ class ChuteOptions:
             self.url,
             login=self.login,
             passcode=self.password,
+            timeout=self.timeout_ms / 1000,
+            tls_ca=self.tls_ca,
+            tls_verify=self.tls_verify,
+            tls_cert=self.tls_cert,
+            tls_key=self.tls_key,
+        )
+
+    @property
+    def direct(self) -> bool:
+        """Whether tasks may read a stream partition on its home node (chute.spark.homes):
+        a ``chute://`` or ``chutes://`` URL, whose nodes' native addresses a client can use."""
+        try:
+            return parse_url(self.url).transport == TCP
+        except ConnectError:
+            return False
+
+    @property
+    def url_shown(self) -> str:
+        """The URL as a log line shows it (never its password)."""
+        try:
+            return str(parse_url(self.url))
+        except ConnectError:
+            return "(a malformed URL)"
+
+    def connect_node(self, node: str) -> BlockingConnection:
+        """A new connection to one node, ``host:port`` (its native address), with the URL's
+        scheme, credentials and TLS options, and no failover (callers close it).
+
+        Raises:
+            ConnectError: the node cannot be reached, or the URL is not ``chute://`` or
+                ``chutes://``.
+        """
+        url = parse_url(self.url)
+        if url.transport != TCP:
+            raise ConnectError(f"{url} reaches no node by its native address")
+        host, _, port = node.rpartition(":")
+        if not host or not port.isdigit():
+            raise ConnectError(f"not a node's address: {node!r}")
+        one = url._replace(host=host.strip("[]"), port=int(port), others=(), failover_option=0.0)
+        login, passcode = url.credentials(self.login, self.password)
+        return connect(
+            str(one),
+            login=login,
+            passcode=passcode,
             timeout=self.timeout_ms / 1000,
             tls_ca=self.tls_ca,
             tls_verify=self.tls_verify,

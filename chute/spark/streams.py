@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
@@ -53,6 +54,7 @@ from chute.core.model.address import (
     split_partition,
 )
 from chute.errors import ChuteError, ConnectError, InvalidAddress
+from chute.spark.homes import HomeBook, at_home, fall_back
 from chute.spark.options import ChuteOptions, OptionError
 from chute.spark.pages import page_batch
 
@@ -76,16 +78,20 @@ class DataLoss(ChuteError):
 
 
 class StreamRange(InputPartition):
-    """Offsets ``[start, end)`` of one stream: what one task reads."""
+    """Offsets ``[start, end)`` of one stream partition: what one task reads, on its
+    ``home`` (``host:port``, in a cluster: :mod:`chute.spark.homes`) or, without one,
+    through the URL."""
 
-    def __init__(self, address: str, start: int, end: int) -> None:
-        super().__init__((address, start, end))
+    def __init__(self, address: str, start: int, end: int, home: str | None = None) -> None:
+        super().__init__((address, start, end, home))
         self.address = address
         self.start = start
         self.end = end
+        self.home = home
 
     def __repr__(self) -> str:
-        return f"StreamRange({self.address!r}, {self.start}, {self.end})"
+        home = f", home={self.home!r}" if self.home else ""
+        return f"StreamRange({self.address!r}, {self.start}, {self.end}{home})"
 
 
 def flat(offsets: Mapping[str, Any]) -> Offsets:
@@ -122,24 +128,32 @@ def ordered(offsets: Mapping[str, int]) -> Offsets:
     return {key: int(offsets[key]) for key in sorted(offsets)}
 
 
-def plan(start: Mapping[str, int], end: Mapping[str, int], parts: int) -> list[StreamRange]:
+def plan(
+    start: Mapping[str, int],
+    end: Mapping[str, int],
+    parts: int,
+    homes: Mapping[str, str] | None = None,
+) -> list[StreamRange]:
     """The ranges of a batch: each stream's ``[start, end)`` cut so that there are at
     least ``parts`` tasks, shared in proportion to each range (deterministic: a replay
-    of the same offsets plans the same partitions). A stream not in ``start`` (one a
+    of the same offsets plans the same ranges). A stream not in ``start`` (one a
     pattern found since) is read whole from :data:`BEGINNING` in one task: the broker
-    skips to its first offset."""
+    skips to its first offset. Each range is read on its partition's home in
+    ``homes`` (by partition's address), if it has one."""
+    homes = homes or {}
     spans = {a: (start.get(a, BEGINNING), end[a]) for a in sorted(end)}
     total = sum(max(0, b - a) for a, b in spans.values() if a != BEGINNING)
     out: list[StreamRange] = []
     for address, (a, b) in spans.items():
         if b <= a:
             continue
+        home = homes.get(address)
         if a == BEGINNING:
-            out.append(StreamRange(address, a, b))
+            out.append(StreamRange(address, a, b, home))
             continue
         pieces = max(1, round(parts * (b - a) / total)) if total else 1
         step = max(1, -(-(b - a) // pieces))
-        out += [StreamRange(address, x, min(x + step, b)) for x in range(a, b, step)]
+        out += [StreamRange(address, x, min(x + step, b), home) for x in range(a, b, step)]
     return out
 
 
@@ -305,21 +319,41 @@ def check_loss(start: Mapping[str, int], bounds: Mapping[str, tuple[int, int]], 
 
 
 def read_stream_range(options: ChuteOptions, part: StreamRange) -> Iterator[pa.RecordBatch]:
-    """Read one partition as Arrow batches, one per page."""
-    conn = options.connect_retrying()
+    """Read one task's range as Arrow batches, one per page: on its partition's home if
+    it has one that holds the whole range, else through the URL; a home lost in the
+    middle of the read, through the URL from the next offset (:mod:`chute.spark.homes`)."""
+    start = part.start
+    home = None if part.home is None else at_home(options, part.address, part.home, part.end)
+    if home is not None:
+        try:
+            for batch in _read(options, home, part.address, start, part.end):
+                start = int(batch.column("seq")[-1].as_py()) + 1
+                yield batch
+            return
+        except (ConnectError, OSError) as exc:
+            why = f"went away in the middle of a read ({exc}), from offset {start} on"
+            fall_back(options, part.address, str(part.home), why)
+    yield from _read(options, options.connect_retrying(), part.address, start, part.end)
+
+
+def _read(
+    options: ChuteOptions, conn: BlockingConnection, address: str, start: int, end: int
+) -> Iterator[pa.RecordBatch]:
+    """``[start, end)`` of ``address`` on ``conn`` (closed at the end), once the node
+    holds it up to ``end`` (:func:`caught_up`)."""
     try:
-        if part.start != BEGINNING:
-            first, _ = conn.cursor_open(part.address)
-            check_loss(
-                {part.address: part.start}, {part.address: (first, first)}, options.fail_on_loss
-            )
-        base, partition = split_partition(part.address)
+        first, head = conn.cursor_open(address)
+        if head < end:
+            caught_up(conn, address, end, options.timeout_ms / 1000, options.fail_on_loss)
+        if start != BEGINNING:
+            check_loss({address: start}, {address: (first, first)}, options.fail_on_loss)
+        base, partition = split_partition(address)
         number = pa.scalar(partition, pa.int32())
         for body in conn.cursor_read_raw(
-            part.address,
+            address,
             None,
-            part.start,
-            part.end,
+            start,
+            end,
             page_messages=options.page_messages,
             page_bytes=PAGE_BYTES,
         ):
@@ -327,6 +361,44 @@ def read_stream_range(options: ChuteOptions, part: StreamRange) -> Iterator[pa.R
             yield batch.append_column("partition", pa.repeat(number, batch.num_rows))
     finally:
         conn.close()
+
+
+def caught_up(
+    conn: BlockingConnection, address: str, end: int, patience: float, fail: bool
+) -> None:
+    """Wait until the node of ``conn`` holds ``address`` up to ``end`` (exclusive). A node
+    that is not the partition's home holds a copy a moment behind it, and the batch's
+    offsets may come from a node further ahead (another node of a URL of several, or
+    the home): a read of a copy that is behind would end early, without the rows it
+    does not hold yet. Past ``patience`` seconds (its home is down, or a broker that
+    crashed lost messages that were not persistent) :class:`DataLoss` is raised, or,
+    without ``fail`` (``failOnDataLoss=false``), the task reads what the node holds,
+    with a warning."""
+    deadline = time.monotonic() + patience
+    while True:
+        head = conn.cursor_open(address)[1]
+        if head >= end:
+            return
+        if time.monotonic() >= deadline:
+            if fail:
+                raise DataLoss(
+                    f"{address}: node {conn.node} holds offsets below {head} only, not up to "
+                    f"{end}, after {patience:.0f} s of waiting for it (its copy is behind a "
+                    "home that is down, or a broker lost messages that were not persistent); "
+                    "the query can go on once the home is back, or set option "
+                    "failOnDataLoss=false to read what the node holds"
+                )
+            log.warning(
+                "%s: node %s holds offsets below %d only, not up to %d, after %.0f s of "
+                "waiting for it (is its home down?); reading what it holds",
+                address,
+                conn.node,
+                head,
+                end,
+                patience,
+            )
+            return
+        time.sleep(0.05)  # polling a copy that follows its home, with a deadline
 
 
 class StreamBatchReader(DataSourceReader):
@@ -343,8 +415,9 @@ class StreamBatchReader(DataSourceReader):
             bounds = planner.bounds(conn, planner.streams(conn))
             start = planner.starting(conn, bounds)
             end = planner.starting(conn, bounds, o.ending)
+            homes = HomeBook(o).homes_of(conn, bounds)
         check_loss(start, bounds, o.fail_on_loss)
-        parts = plan(start, {a: max(end[a], start[a]) for a in end}, o.partitions)
+        parts = plan(start, {a: max(end[a], start[a]) for a in end}, o.partitions, homes)
         return parts or [StreamRange("", 0, 0)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -359,6 +432,7 @@ class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: ChuteOptions) -> None:
         self.options = options
         self.planner = StreamPlanner(options)
+        self.homes = HomeBook(options)
         self._conn: BlockingConnection | None = None  # driver only: opened lazily, never pickled
         self._available_now: Offsets | None = None
         self._heads: Offsets = {}
@@ -422,7 +496,19 @@ class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now = ordered({a: h for a, (_, h) in self._bounds().items()})
 
     def partitions(self, start: SparkOffsets, end: SparkOffsets) -> Sequence[InputPartition]:
-        return plan(flat(start), flat(end), self.options.partitions)
+        """The batch's tasks, each on its partition's home (asked of the broker when due:
+        :class:`~chute.spark.homes.HomeBook`)."""
+        last = flat(end)
+        homes: dict[str, str] = {}
+        if self.options.direct:
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = self.options.connect_retrying()
+            except ConnectError:
+                pass  # the broker is away: the tasks read through the URL, and wait for it
+            else:
+                homes = self.homes.homes_of(self._conn, last)
+        return plan(flat(start), last, self.options.partitions, homes)
 
     def commit(self, end: SparkOffsets) -> None:
         """Nothing to do: the broker keeps no position for a query (its offsets are in

@@ -50,7 +50,8 @@ import os
 
 from chute.core.model.store import AddOp
 from chute.store.errors import CorruptRecord
-from chute.store.payload import Names, add_head, decode_ack
+from chute.store.heads import add_head
+from chute.store.payload import Names, decode_ack
 from chute.store.reclaim import SEGMENT_SHIFT, LiveIndex
 from chute.store.record import Kind, Scan
 from chute.store.records import (

@@ -12,11 +12,12 @@ COMMIT_PREPARED) record holding the add among its operations. Such a record
 can hold thousands of messages (a transaction of 100,000 sends is one
 record), so it is read and checked whole once, the positions of its adds are
 remembered (:class:`TxLayouts`), and later windows read only the adds they
-need.
+need. A message of a BATCH operation (:mod:`chute.store.payload`) is remembered
+by its content block and times, and decoded from those alone.
 
 A stream's read (:func:`read_blocks`) needs no message at all: it sends each
 stored content block on as it is, so it only finds the blocks of its adds in
-a record (:func:`~chute.store.payload.queue_blocks`, remembered per record and
+a record (:func:`~chute.store.heads.queue_blocks`, remembered per record and
 queue in :class:`BlockLayouts`) and slices them out of the bytes read.
 
 The caller holds the writer's ``index_lock`` (so no location moves and no
@@ -37,7 +38,8 @@ from typing import Final
 from chute.core.model.store import StoredBlock, StoredMessage
 from chute.message import Message
 from chute.store.errors import CorruptRecord
-from chute.store.payload import BlockSpan, Names, decode_add, op_add_keys, queue_blocks
+from chute.store.heads import BlockSpan, op_add_keys, queue_blocks
+from chute.store.payload import Names, decode_add, decode_batched
 from chute.store.reclaim import SEGMENT_SHIFT, LiveIndex
 from chute.store.record import HEADER, HEADER_SIZE, MAGIC, Kind, checksum
 from chute.store.segment import segment_path
@@ -47,6 +49,14 @@ log = logging.getLogger(__name__)
 _SLACK: Final = 64 << 10  # read this much past the last record's start, for its body
 _OFFSET_MASK: Final = (1 << SEGMENT_SHIFT) - 1
 _READ_MOST: Final = 64 << 20  # of one record in a window's read (a longer one: on its own)
+
+
+Span = tuple[int, int, tuple[int, int] | None]
+"""Where an add sits in a segment file: (start, end, times); with ``times`` None an ADD
+payload, else a batched message's content block and its (timestamp, expiration)
+(:data:`~chute.store.heads.AddKey`)."""
+
+Layout = dict[tuple[int, str], Span]
 
 
 class TxLayouts:
@@ -62,15 +72,15 @@ class TxLayouts:
 
     def __init__(self, capacity: int = 16) -> None:
         self.capacity = capacity
-        self._layouts: OrderedDict[int, dict[tuple[int, str], tuple[int, int]]] = OrderedDict()
+        self._layouts: OrderedDict[int, Layout] = OrderedDict()
 
-    def get(self, location: int) -> dict[tuple[int, str], tuple[int, int]] | None:
+    def get(self, location: int) -> Layout | None:
         layout = self._layouts.get(location)
         if layout is not None:
             self._layouts.move_to_end(location)
         return layout
 
-    def put(self, location: int, layout: dict[tuple[int, str], tuple[int, int]]) -> None:
+    def put(self, location: int, layout: Layout) -> None:
         self._layouts[location] = layout
         while len(self._layouts) > self.capacity:
             self._layouts.popitem(last=False)
@@ -120,10 +130,10 @@ class _Reader:
         self.layouts = layouts
         # the layouts this read-back uses: the shared cache may evict one before its
         # turn comes (a window can span more transaction records than it holds)
-        self.mine: dict[int, dict[tuple[int, str], tuple[int, int]]] = {}
+        self.mine: dict[int, Layout] = {}
         self.names = Names()
 
-    def _layout(self, location: int) -> dict[tuple[int, str], tuple[int, int]] | None:
+    def _layout(self, location: int) -> Layout | None:
         layout = self.mine.get(location)
         if layout is None:
             layout = self.layouts.get(location)
@@ -197,7 +207,11 @@ class _Reader:
             if kind in (Kind.COMMIT, Kind.COMMIT_PREPARED):
                 base = offset - p  # the file position of chunk[0]
                 keys = op_add_keys(kind, chunk, start, end, self.names)
-                layout = {(s, q): (base + a, base + b) for s, queues, a, b in keys for q in queues}
+                layout = {
+                    (s, q): (base + a, base + b, times)
+                    for s, queues, a, b, times in keys
+                    for q in queues
+                }
                 self.layouts.put(location, layout)
                 self.mine[location] = layout
                 return None
@@ -217,12 +231,15 @@ class _Reader:
         spans = [(seq, layout[seq, queue]) for seq in seqs if (seq, queue) in layout]
         if not spans:
             return {}
-        low = min(a for _, (a, _) in spans)
-        high = max(b for _, (_, b) in spans)
+        low = min(span[0] for _, span in spans)
+        high = max(span[1] for _, span in spans)
         chunk = os.pread(fd, high - low, low)
         found: dict[int, Message] = {}
-        for seq, (a, b) in spans:
+        for seq, (a, b, times) in spans:
             try:
+                if times is not None:  # a message of a batch: the layout says it is seq's
+                    found[seq] = decode_batched(chunk, a - low, b - low, times)
+                    continue
                 op, _ = decode_add(chunk, a - low, b - low, self.names)
             except CorruptRecord as exc:
                 log.error("journal: segment %d: add #%d in a transaction: %s", segment, seq, exc)

@@ -1,19 +1,27 @@
 """The payloads of the core's operations: an add, an ack, and a transaction's list of them.
 
 Pure, no files. These are the journal's hot paths: every message goes in
-through :func:`encode_add` and comes back through :func:`add_head` (lazy
-recovery), :func:`add_keys` and :func:`op_add_keys` (reclaiming, paging) or
-:func:`decode_add`. They take and give the core's own values
-(:class:`~chute.core.model.store.AddOp`, :class:`~chute.core.model.store.AckOp`); the
-records that carry them, and the payloads of every other kind, are
-:mod:`chute.store.records`', built on the names and errors here. Payload
-layouts (big-endian; ``s16`` is a u16 length and UTF-8)::
+through :func:`encode_add` (or :func:`encode_ops`) and comes back through
+:func:`decode_add` (or :func:`decode_ops`), or is read without being decoded
+(:mod:`chute.store.heads`: lazy recovery, reclaiming, paging, stream reads). They
+take and give the core's own values (:class:`~chute.core.model.store.AddOp`,
+:class:`~chute.core.model.store.AckOp`); the records that carry them, and the
+payloads of every other kind, are :mod:`chute.store.records`', built on the names
+and errors here. Payload layouts (big-endian; ``s16`` is a u16 length and UTF-8)::
 
     ADD        seq u64 | timestamp i64 | expiration i64 | stored_count u32
                | delivery_count u32 | flags u8 (1 redelivered) | destination s16
                | n_queues u16 | queue s16 x n | content (the rest)
     ACK        seq u64 | queue s16
-    ops        n u32 | (tag u8 (1 add, 2 ack) | length u32 | ADD or ACK payload) x n
+    ops        n u32 | (tag u8 (1 add, 2 ack, 3 batch) | length u32 | payload) x n
+    BATCH      first u64 | count u32 | destination s16 | n_queues u16 | queue s16 x n
+               | (timestamp i64 | expiration i64 | length u32 | content) x count
+
+A BATCH (an operation of a transaction's ``ops``) holds ``count`` new messages
+(stored and delivery counts 0, not redelivered) added to the same queues, numbered
+``first`` on: what a ``send_many`` or a prepared chunk of the Spark sink brings,
+each message's names and numbers written once for all of them (journals written
+before it hold an ADD operation for each).
 
 ``content`` is the message's wire content block
 (:func:`chute.content.encode_content`, or ``Message.encoded`` when a
@@ -32,36 +40,36 @@ a :class:`Names` belongs to the one recovery or scan that made it.
 
 from __future__ import annotations
 
-import dataclasses
 import struct
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, cast
 
 from chute.content import (
-    CONTENT_HEAD,
     DEFAULT_MAX_PROPERTIES,
-    PERSISTENT_FLAG,
-    content_size,
     decode_content,
     encode_content,
 )
 from chute.core.model.store import AckOp, AddOp, TxOp
 from chute.errors import ChuteError
-from chute.message import SIZE_OVERHEAD, Message
+from chute.message import Message
 from chute.store.errors import CorruptRecord
-from chute.store.record import Kind
 
 _U16: Final = struct.Struct(">H")
 _U32: Final = struct.Struct(">I")
-_ADD: Final = struct.Struct(">QqqIIBH")  # ... flags, destination length
-_ADD_SIZE: Final = _ADD.size
-_ADD_HEAD: Final = struct.Struct(">QqqIIB")  # _ADD without the destination's length
+# the layouts, shared with chute.store.heads (which reads them without decoding)
+ADD_FIXED: Final = struct.Struct(">QqqIIBH")  # an ADD's head up to its destination's length
+_ADD_HEAD: Final = struct.Struct(">QqqIIB")  # ADD_FIXED without the destination's length
 _SEQ_NAME: Final = struct.Struct(">QH")
-_OP_HEAD: Final = struct.Struct(">BI")
-_OP_ADD_TIMES: Final = struct.Struct(">BIQqq")  # _OP_HEAD, then an ADD's seq and times
-_OP_ADD_HEAD: Final = struct.Struct(">BIQqqIIB")  # _OP_HEAD, then _ADD_HEAD
-_NAMES_AT: Final = _ADD_SIZE - 2  # where an ADD payload's destination (length, name) starts
-_OP_ADD, _OP_ACK = 1, 2
+OP_HEAD: Final = struct.Struct(">BI")
+OP_ADD_TIMES: Final = struct.Struct(">BIQqq")  # OP_HEAD, then an ADD's seq and times
+_OP_ADD_HEAD: Final = struct.Struct(">BIQqqIIB")  # OP_HEAD, then _ADD_HEAD
+NAMES_AT: Final = ADD_FIXED.size - 2  # where an ADD payload's destination (length, name) starts
+_OP_BATCH_HEAD: Final = struct.Struct(">BIQI")  # OP_HEAD, then BATCH_FIRST
+BATCH_FIRST: Final = struct.Struct(">QI")  # a BATCH's first seq and count
+BATCH_ITEM: Final = struct.Struct(">qqI")  # a batched message's timestamp, expiration, length
+OP_ADD: Final = 1  # an operation's tag
+OP_ACK: Final = 2
+OP_BATCH: Final = 3
 _REDELIVERED = 1
 
 ENCODE_ERRORS: Final = (ChuteError, ValueError, struct.error, OverflowError)
@@ -159,7 +167,7 @@ def encode_add(op: AddOp, delivery_count: int = 0) -> bytes:
         m.delivery_count,
         _REDELIVERED if m.redelivered else 0,
     )
-    dest = s16(op.destination)  # the destination's length and name, as _ADD ends
+    dest = s16(op.destination)  # the destination's length and name, as ADD_FIXED ends
     if len(queues) == 1:
         return b"".join((head, dest, b"\x00\x01", s16(queues[0]), content))
     return b"".join((head, dest, _U16.pack(len(queues)), *(s16(q) for q in queues), content))
@@ -174,9 +182,11 @@ def encode_ops(ops: Sequence[TxOp], head: bytes = b"") -> bytes:
     """The ``ops`` payload of a transaction's operations.
 
     What arrives together (a ``send_many``, a prepared chunk of the Spark sink) is a run
-    of adds of one destination to the same queues: their names are encoded once for the
-    run and each add is one ``pack`` and its content block, in one join for the whole
-    payload (the bytes are those :func:`encode_add` makes of each).
+    of adds of one destination to the same queues at consecutive numbers: such a run of
+    new messages (never delivered) is one BATCH operation, its names and first number
+    written once and each message its times, its length and its content block, in one
+    join for the whole payload. An add on its own is an ADD operation, the bytes
+    :func:`encode_add` makes.
 
     ``head`` goes before it (a PREPARE's xid): the payload is joined once, not copied
     again to put it behind.
@@ -184,23 +194,28 @@ def encode_ops(ops: Sequence[TxOp], head: bytes = b"") -> bytes:
     Raises:
         ENCODE_ERRORS: as :func:`encode_add`.
     """
-    parts = [head, _U32.pack(len(ops))]
+    parts = [head, b""]
     append = parts.append
-    pack = _OP_ADD_HEAD.pack
-    route: tuple[str, tuple[str, ...]] | None = None
-    names = b""
-    for op in ops:
+    entries = 0
+    i = 0
+    n = len(ops)
+    while i < n:
+        op = ops[i]
+        entries += 1
         if isinstance(op, AddOp):
+            j = _run_end(ops, op, i)
+            if j - i > 1:
+                _encode_batch(ops, op, i, j, parts)
+                i = j
+                continue
             m = op.message
             content = m.encoded
             if content is None:
                 content = encode_content(m)
-            if route is None or op.destination != route[0] or op.queues != route[1]:
-                route = (op.destination, op.queues)
-                names = _names_of(op)
+            names = _names_of(op)
             append(
-                pack(
-                    _OP_ADD,
+                _OP_ADD_HEAD.pack(
+                    OP_ADD,
                     _ADD_HEAD.size + len(names) + len(content),
                     op.seq,
                     m.timestamp,
@@ -214,9 +229,57 @@ def encode_ops(ops: Sequence[TxOp], head: bytes = b"") -> bytes:
             append(content)
         else:
             payload = encode_ack(op)
-            append(_OP_HEAD.pack(_OP_ACK, len(payload)))
+            append(OP_HEAD.pack(OP_ACK, len(payload)))
             append(payload)
+        i += 1
+    parts[1] = _U32.pack(entries)
     return b"".join(parts)
+
+
+def _run_end(ops: Sequence[TxOp], first: AddOp, i: int) -> int:
+    """The index after the run of adds from ``first`` (``ops[i]``) that one BATCH can
+    hold: new messages of the same destination and queues at consecutive numbers."""
+    if first.message.delivery_count or first.message.redelivered:
+        return i + 1
+    destination, queues, seq = first.destination, first.queues, first.seq
+    j = i + 1
+    n = len(ops)
+    while j < n:
+        op = ops[j]
+        seq += 1
+        if (
+            type(op) is not AddOp
+            or op.seq != seq
+            or op.destination != destination
+            or op.queues != queues
+            or op.message.delivery_count
+            or op.message.redelivered
+        ):
+            break
+        j += 1
+    return j
+
+
+def _encode_batch(ops: Sequence[TxOp], first: AddOp, i: int, j: int, parts: list[bytes]) -> None:
+    """Append the BATCH operation of ``ops[i:j]`` (a run :func:`_run_end` found from
+    ``first``) to ``parts``."""
+    names = _names_of(first)
+    start = len(parts)
+    parts.append(b"")  # the head, once the length is known
+    append = parts.append
+    pack = BATCH_ITEM.pack
+    size = 0
+    for k in range(i, j):
+        m = cast("AddOp", ops[k]).message  # _run_end checked
+        content = m.encoded
+        if content is None:
+            content = encode_content(m)
+        append(pack(m.timestamp, m.expiration, len(content)))
+        append(content)
+        size += len(content)
+    count = j - i
+    length = BATCH_FIRST.size + len(names) + BATCH_ITEM.size * count + size
+    parts[start] = _OP_BATCH_HEAD.pack(OP_BATCH, length, first.seq, count) + names
 
 
 def _names_of(op: AddOp) -> bytes:
@@ -228,180 +291,65 @@ def _names_of(op: AddOp) -> bytes:
 # -- decoding ------------------------------------------------------------------------
 
 
-def add_keys(data: bytes, start: int, names: Names) -> tuple[int, list[str]]:
-    """The seq and queues of the ADD payload at ``start``, without decoding the message.
+BatchItem = tuple[int, int, int, int]
+"""A message of a BATCH: (timestamp, expiration, content block start, end)."""
+
+
+def batch_items(
+    data: bytes, p: int, q: int, names: Names
+) -> tuple[int, str, tuple[str, ...], list[BatchItem]]:
+    """The first number, destination, queues and messages of the BATCH operation
+    ``data[p:q]``, none decoded.
 
     Raises:
-        CorruptRecord: the payload is malformed.
+        DECODE_ERRORS: the operation is malformed.
     """
-    try:
-        seq, _, _, _, _, _, dest_len = _ADD.unpack_from(data, start)
-        p = start + _ADD_SIZE + dest_len
-        (count,) = _U16.unpack_from(data, p)
-        p += 2
-        queues = []
-        for _ in range(count):
-            queue, p = names.read(data, p)
-            queues.append(queue)
-    except DECODE_ERRORS as exc:
-        raise CorruptRecord(f"malformed add record: {exc}") from exc
-    return seq, queues
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class AddHead:
-    """What an ADD payload says without decoding its message (lazy recovery)."""
-
-    seq: int
-    destination: str
-    queues: tuple[str, ...]
-    stored_count: int
-    persistent: bool
-    size: int  # the message's ``Message.size`` (what a queue's byte bound counts)
-
-
-def add_head(data: bytes, start: int, end: int, names: Names) -> AddHead:
-    """The ADD payload's keys and flags, leaving its message undecoded.
-
-    Raises:
-        CorruptRecord: the payload is malformed.
-    """
-    try:
-        seq, _, _, stored, _, _, dest_len = _ADD.unpack_from(data, start)
-        p = start + _ADD_SIZE
-        q = p + dest_len
-        destination = names.intern(data[p:q])
-        (count,) = _U16.unpack_from(data, q)
-        p = q + 2
-        queues = []
-        for _ in range(count):
-            queue, p = names.read(data, p)
-            queues.append(queue)
-        if p + CONTENT_HEAD.size > end:
-            raise IndexError("add header runs past the record")
-        flags = data[p + 1]
-        size = content_size(data, p, end)
-    except DECODE_ERRORS as exc:
-        raise CorruptRecord(f"malformed add record: {exc}") from exc
-    return AddHead(seq, destination, tuple(queues), stored, bool(flags & PERSISTENT_FLAG), size)
-
-
-def op_add_keys(
-    kind: int, data: bytes, start: int, end: int, names: Names
-) -> list[tuple[int, list[str], int, int]]:
-    """(seq, queues, start, end) of every add in a COMMIT or COMMIT_PREPARED payload.
-
-    Cheap: the messages are not decoded. Reclaiming asks which adds of a
-    transaction record are still live before it decodes any; paging reads back
-    only the adds it needs (``decode_add(data, start, end, ...)``).
-
-    Raises:
-        CorruptRecord: the payload is malformed.
-    """
-    try:
-        p = start
-        if kind != Kind.COMMIT:
-            _, p = names.read(data, p)
-        (count,) = _U32.unpack_from(data, p)
-        p += 4
-        keys = []
-        for _ in range(count):
-            tag, length = _OP_HEAD.unpack_from(data, p)
-            p += _OP_HEAD.size
-            if tag == _OP_ADD:
-                seq, queues = add_keys(data, p, names)
-                keys.append((seq, queues, p, p + length))
-            p += length
-            if p > end:
-                raise IndexError("operation runs past the record")
-    except DECODE_ERRORS as exc:
-        raise CorruptRecord(f"malformed transaction record: {exc}") from exc
-    return keys
-
-
-BlockSpan = tuple[int, int, int, int, int]
-"""Where an add's content block sits: (timestamp, expiration, block start, block end,
-``Message.size``)."""
-
-
-def queue_blocks(  # noqa: PLR0917 - hot path, called positionally
-    kind: int, data: bytes, start: int, end: int, queue: str, base: int = 0
-) -> dict[int, BlockSpan]:
-    """``seq -> BlockSpan`` of every add of ``queue`` in an ADD, COMMIT or COMMIT_PREPARED
-    payload ``data[start:end]``, its positions plus ``base``, without decoding a message:
-    what a stream read sends on as it is stored.
-
-    Raises:
-        CorruptRecord: the payload is malformed.
-    """
-    key = s16(queue)
-    found: dict[int, BlockSpan] = {}
-    try:
-        if kind == Kind.ADD:
-            _block_of(data, start, end, key, base, found)
-            return found
-        p = start
-        if kind != Kind.COMMIT:  # COMMIT_PREPARED: the xid first
-            (length,) = _U16.unpack_from(data, p)
-            p += 2 + length
-        (count,) = _U32.unpack_from(data, p)
-        p += 4
-        # the usual add: to ``queue`` alone, from the destination of the same name (a
-        # stream's, a queue's): its names are these bytes, matched at once
-        alone = key + b"\x00\x01" + key
-        names_end = _NAMES_AT + len(alone)
-        op_head, op_add = _OP_HEAD.unpack_from, _OP_ADD_TIMES.unpack_from
-        content_head = CONTENT_HEAD.unpack_from
-        for _ in range(count):
-            if data[p] != _OP_ADD:
-                _, length = op_head(data, p)
-                p += _OP_HEAD.size + length
-                if p > end:
-                    raise IndexError("operation runs past the record")
-                continue
-            _, length, seq, timestamp, expiration = op_add(data, p)
-            p += _OP_HEAD.size
-            q = p + length
-            if q > end:
-                raise IndexError("operation runs past the record")
-            if data.startswith(alone, p + _NAMES_AT):
-                c = p + names_end
-                _, _, _, id_len, corr_len, reply_len, type_len, n_props = content_head(data, c)
-                if n_props:
-                    size = content_size(data, c, q)
-                else:
-                    body = c + CONTENT_HEAD.size + id_len + corr_len + reply_len + type_len
-                    if body > q:
-                        raise IndexError("content runs past the record")
-                    size = SIZE_OVERHEAD + q - body
-                found[seq] = (timestamp, expiration, base + c, base + q, size)
-            else:
-                _block_of(data, p, q, key, base, found)
-            p = q
-    except DECODE_ERRORS as exc:
-        raise CorruptRecord(f"malformed record: {exc}") from exc
-    return found
-
-
-def _block_of(  # noqa: PLR0917 - private
-    data: bytes, p: int, q: int, key: bytes, base: int, found: dict[int, BlockSpan]
-) -> None:
-    """Add the ADD payload ``data[p:q]``'s BlockSpan to ``found`` if ``key`` (a queue's s16)
-    is among its queues."""
-    seq, timestamp, expiration, _, _, _, dest_len = _ADD.unpack_from(data, p)
-    r = p + _ADD_SIZE + dest_len
-    (count,) = _U16.unpack_from(data, r)
+    first, count = BATCH_FIRST.unpack_from(data, p)
+    destination, r = names.read(data, p + BATCH_FIRST.size)
+    (n_queues,) = _U16.unpack_from(data, r)
     r += 2
-    mine = False
+    queues = []
+    for _ in range(n_queues):
+        queue, r = names.read(data, r)
+        queues.append(queue)
+    items: list[BatchItem] = []
+    append = items.append
+    unpack = BATCH_ITEM.unpack_from
+    step = BATCH_ITEM.size
     for _ in range(count):
-        if data.startswith(key, r):
-            mine = True
-        (length,) = _U16.unpack_from(data, r)
-        r += 2 + length
-    if r > q:
-        raise IndexError("add header runs past the record")
-    if mine:
-        found[seq] = (timestamp, expiration, base + r, base + q, content_size(data, r, q))
+        timestamp, expiration, length = unpack(data, r)
+        r += step
+        e = r + length
+        append((timestamp, expiration, r, e))
+        r = e
+    if r != q:
+        raise ValueError("a batch's messages do not fill its operation")
+    return first, destination, tuple(queues), items
+
+
+def decode_batched(data: bytes, start: int, end: int, times: tuple[int, int]) -> Message:
+    """The message of a BATCH whose content block is ``data[start:end]`` and whose
+    (timestamp, expiration) are ``times``.
+
+    Raises:
+        CorruptRecord: the block is malformed.
+    """
+    try:
+        message = decode_content(data, start, end, DEFAULT_MAX_PROPERTIES, *times)
+    except DECODE_ERRORS as exc:
+        raise CorruptRecord(f"malformed message in a batch: {exc}") from exc
+    message.encoded = bytes(data[start:end])
+    return message
+
+
+def _decode_batch(data: bytes, p: int, q: int, names: Names) -> list[AddOp]:
+    first, destination, queues, items = batch_items(data, p, q, names)
+    ops = []
+    for i, (timestamp, expiration, a, b) in enumerate(items):
+        message = decode_content(data, a, b, DEFAULT_MAX_PROPERTIES, timestamp, expiration)
+        message.encoded = bytes(data[a:b])
+        ops.append(AddOp(destination, queues, first + i, message))
+    return ops
 
 
 def decode_add(data: bytes, start: int, end: int, names: Names) -> tuple[AddOp, int]:
@@ -411,10 +359,10 @@ def decode_add(data: bytes, start: int, end: int, names: Names) -> tuple[AddOp, 
         CorruptRecord: the payload is malformed.
     """
     try:
-        seq, timestamp, expiration, stored, delivered, flags, dest_len = _ADD.unpack_from(
+        seq, timestamp, expiration, stored, delivered, flags, dest_len = ADD_FIXED.unpack_from(
             data, start
         )
-        p = start + _ADD_SIZE
+        p = start + ADD_FIXED.size
         q = p + dest_len
         destination = names.intern(data[p:q])
         (count,) = _U16.unpack_from(data, q)
@@ -474,15 +422,17 @@ def decode_ops(data: bytes, p: int, end: int, names: Names) -> tuple[TxOp, ...]:
     p += 4
     ops: list[TxOp] = []
     for _ in range(count):
-        tag, length = _OP_HEAD.unpack_from(data, p)
-        p += _OP_HEAD.size
+        tag, length = OP_HEAD.unpack_from(data, p)
+        p += OP_HEAD.size
         q = p + length
         if q > end:
             raise IndexError("operation runs past the record")
-        if tag == _OP_ADD:
+        if tag == OP_ADD:
             op, _ = decode_add(data, p, q, names)
             ops.append(op)
-        elif tag == _OP_ACK:
+        elif tag == OP_BATCH:
+            ops += _decode_batch(data, p, q, names)
+        elif tag == OP_ACK:
             ops.append(decode_ack(data, p, names))
         else:
             raise ValueError(f"unknown operation tag {tag}")

@@ -44,7 +44,8 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence, Set
 
 from chute.core.model.store import AckOp, AddOp, QueueDefinition, TxOp
-from chute.store.payload import Names, add_keys, decode_add, op_add_keys
+from chute.store.heads import add_keys, op_add_keys
+from chute.store.payload import Names, decode_add
 from chute.store.record import Kind, Scan
 from chute.store.records import (
     AckRecord,
@@ -403,7 +404,7 @@ def compaction_records(index: LiveIndex, segment: int, data: bytes | None) -> li
         elif kind in (Kind.COMMIT, Kind.COMMIT_PREPARED):
             if not any(
                 _location(locations, q, seq) == location
-                for seq, queues, _, _ in op_add_keys(kind, data, start, end, names)
+                for seq, queues, _, _, _ in op_add_keys(kind, data, start, end, names)
                 for q in queues
             ):
                 continue  # nothing in it is live: skip decoding its messages

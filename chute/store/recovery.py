@@ -67,9 +67,10 @@ from chute.store.gaps import (
     is_loss,
     remove_segments,
 )
+from chute.store.heads import AddHead, add_head, op_heads
 from chute.store.memory import SENT_KEPT, MemoryStore
 from chute.store.pager import TxLayouts, read_paged
-from chute.store.payload import Names, add_head, decode_ack, decode_add
+from chute.store.payload import Names, decode_ack, decode_add
 from chute.store.progress import Phase, RecoveryProgress
 from chute.store.reclaim import SEGMENT_SHIFT, LiveIndex
 from chute.store.record import HEADER, HEADER_SIZE, MAGIC, Kind, Scan
@@ -100,6 +101,7 @@ from chute.store.strays import sort_out
 UNREAD: Final = Message.create(b"", persistent=True)
 
 _ADD, _ACK = int(Kind.ADD), int(Kind.ACK)
+_COMMITS: Final = frozenset({int(Kind.COMMIT), int(Kind.COMMIT_PREPARED)})
 
 
 def recover(
@@ -248,6 +250,8 @@ def _index_segment(  # noqa: PLR0917 - private
                 known = sizes.get(ack.queue)
                 if known:
                     known.pop(ack.seq)
+            elif kind in _COMMITS:
+                _index_commit(kind, data, start, end, names, index, base | offset, sizes)
             else:
                 record = _without_transients(decode(kind, data, start, end, names))
                 index.apply(record, base | offset)
@@ -263,6 +267,36 @@ def _index_segment(  # noqa: PLR0917 - private
         replayed += 1
     report.records += replayed
     return _account_damage(scan, segment, data, report)
+
+
+def _index_commit(  # noqa: PLR0917 - private
+    kind: int,
+    data: bytes,
+    start: int,
+    end: int,
+    names: Names,
+    index: LiveIndex,
+    location: int,
+    sizes: dict[str, SeqMap],
+) -> None:
+    """Replay a COMMIT or COMMIT_PREPARED record into ``index`` and ``sizes`` without
+    decoding its messages (the index keeps only where each is)."""
+    heads = op_heads(kind, data, start, end, names)
+    ops: list[TxOp] = []
+    for head in heads:
+        if type(head) is AckOp:
+            ops.append(head)
+            known = sizes.get(head.queue)
+            if known:
+                known.pop(head.seq)
+        elif isinstance(head, AddHead) and head.persistent:  # a paged transient: gone
+            ops.append(AddOp(head.destination, head.queues, head.seq, UNREAD))
+            for queue in head.queues:
+                _note_size(sizes, queue, head.seq, head.size)
+    if kind == Kind.COMMIT:
+        index.commit(ops, location)
+    else:
+        index.apply(CommitPreparedRecord(names.read(data, start)[0], tuple(ops)), location)
 
 
 def _sized(record: Record, sizes: dict[str, SeqMap]) -> None:

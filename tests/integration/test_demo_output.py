@@ -91,3 +91,19 @@ def test_a_broker_that_does_not_start_shows_the_end_of_its_log(
     assert str(log_path) in str(stopped.value.code)
     assert log_path.read_text(encoding="utf-8") != ""
     assert capfd.readouterr().out == ""
+
+
+def test_the_demo_broker_keeps_the_orders_stream_in_two_partitions(
+    demo: ModuleType, tmp_path: Path, stop: list[subprocess.Popen[str]]
+) -> None:
+    """The demo reads a partitioned stream: its broker makes ``stream:orders`` with two
+    partitions, and an order keyed by its region goes to the partition of its key."""
+    broker, url = demo.start_broker(str(tmp_path / "data"), tmp_path / "broker.log")
+    stop.append(broker)
+    with chute.connect(url) as conn:
+        with conn.session() as session:
+            for region in ("eu-west", "us-east", "ap-south", "eu-north", "us-west"):
+                session.send("stream:orders", b"{}", key=region)
+        held = [conn.cursor_open(a)[1] - 1 for a in ("stream:orders", "stream:orders#1")]
+    assert sum(held) == 5
+    assert all(held)  # the five regions' keys spread over both partitions

@@ -270,15 +270,20 @@ class PointToPointRouter:
     def pick(self) -> BrokerConsumer | None:
         """The next consumer with credit (and advance the round-robin past it), or None.
 
-        On the per-message path: a plain loop, no generator.
+        On the per-message path: a plain loop, no generator; a lone consumer (a queue of
+        a cluster whose consumers are all on another node has one: that node's peer
+        consumer) is the pick whether it is a peer or not, with no loop.
         """
         exclusive = self._exclusive
         if exclusive is not None:
             return exclusive if exclusive.credit > 0 and not exclusive.held else None
-        if self._peers:
-            return self._pick_tiered()
         consumers = self.consumers
         n = len(consumers)
+        if n == 1:
+            lone = consumers[0]
+            return lone if lone.credit > 0 and not lone.held else None
+        if self._peers:
+            return self._pick_tiered()
         i = self._next
         for _ in range(n):
             if i >= n:

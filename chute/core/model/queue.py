@@ -318,9 +318,35 @@ class QueueChannel(Numbered):
             consumer = self.router.pick()
             if consumer is None:
                 return
+            if len(self.router.consumers) == 1 and not pager.count:
+                self._deliver_lone(consumer)
+                continue
             entry = self._pop_first()
             if entry is not None:
                 self._push(consumer, entry)
+
+    def _deliver_lone(self, consumer: BrokerConsumer) -> None:
+        """Push waiting entries to ``consumer``, the queue's lone consumer, in delivery
+        order while it may take them: what :meth:`_deliver`'s loop does, with the router's
+        pick (one consumer: it, while it has credit and is not held) and the lanes' scan
+        made once per run, not per message. A queue that is not paging only (paging reads
+        back as the lanes run low: :meth:`_deliver` does that between runs)."""
+        router = self.router
+        push = self._push
+        for lane in reversed(self._lanes):
+            while lane:
+                entry = lane.popleft()
+                self.ready -= 1
+                push(consumer, entry)  # an expired one is diverted there, not pushed
+                consumers = router.consumers
+                if (
+                    consumer.credit <= 0
+                    or consumer.held
+                    or self._selective
+                    or len(consumers) != 1
+                    or consumers[0] is not consumer
+                ):
+                    return
 
     def _deliver_selective(self) -> bool:
         """One push for the first consumer that has credit and a matching entry."""
@@ -389,7 +415,9 @@ class QueueChannel(Numbered):
             self.settle(entry)
         else:
             consumer.inflight[entry.seq] = entry
-            if self.durable and entry.message.persistent:
+            if self.durable and entry.message.persistent and not consumer.peer:
+                # a hand-over (a peer consumer's) is no delivery: its out ledger record
+                # says what is in doubt, with the message's own count
                 self.host.store.delivered(self.name, entry.seq, entry.delivery_count)
         consumer.receiver.handle(consumer, entry)
 
@@ -397,7 +425,12 @@ class QueueChannel(Numbered):
         """Whether delivering ``entry`` to ``consumer`` recorded a delivery mark in the store
         (a driver then holds the delivery until the mark is durable: see
         ``StreamConnection.mark_delivery``)."""
-        return consumer.ack_mode is not AckMode.AUTO and self.durable and entry.message.persistent
+        return (
+            consumer.ack_mode is not AckMode.AUTO
+            and self.durable
+            and entry.message.persistent
+            and not consumer.peer
+        )
 
     # -- leaving ----------------------------------------------------------------
 

@@ -53,7 +53,6 @@ from chute.core.model.queue import QueueChannel
 from chute.core.model.readers import StreamReader
 from chute.core.model.settings import Cleanup, DestinationSettings
 from chute.core.model.streamlog import StreamLog, entry_seq
-from chute.message import Message
 
 log = logging.getLogger("chute.stream")
 
@@ -136,6 +135,16 @@ class Stream(StreamLog):
         """``seq`` is a prepared send's, placed at its commit: readers wait below it."""
         self.reserved.add(seq)
         heapq.heappush(self._held, seq)
+
+    def hold_range(self, first: int, end: int) -> None:
+        """:meth:`hold` each of ``[first, end)`` (a prepared chunk's run)."""
+        self.reserved.update(range(first, end))
+        held = self._held
+        if not held:
+            held.extend(range(first, end))  # ascending: a heap as it is
+            return
+        for seq in range(first, end):
+            heapq.heappush(held, seq)
 
     def release(self, seq: int) -> None:
         """A reserved offset that will never be placed (its transaction rolled back)."""
@@ -222,11 +231,25 @@ class Stream(StreamLog):
 
     def trim(self) -> None:
         """Keep no more than :data:`TAIL_BYTES` of the newest messages in memory (less when
-        many streams share :data:`TAILS_BYTES`)."""
+        many streams share :data:`TAILS_BYTES`): what goes is counted in one pass and
+        dropped at once."""
         tail = self._tail
         limit = min(TAIL_BYTES, max(TAIL_MIN, TAILS_BYTES // max(1, len(self.host.streams))))
-        while self._tail_bytes > limit and len(tail) - self._tail_from > 1:
-            self._drop_tail_head()
+        over = self._tail_bytes - limit
+        if over <= 0:
+            return
+        start = index = self._tail_from
+        last = len(tail) - 1  # the newest stays
+        freed = 0
+        while freed < over and index < last:
+            freed += 2 * tail[index].message.size + HELD_OVERHEAD  # held_cost, inlined
+            index += 1
+        if index == start:
+            return
+        self._tail_from = index
+        self._tail_bytes -= freed
+        self.host.memory.used -= freed
+        self._compact_tail()
 
     def _drop_tail_head(self) -> None:
         tail = self._tail
@@ -235,8 +258,12 @@ class Stream(StreamLog):
         cost = held_cost(gone.message)
         self._tail_bytes -= cost
         self.host.memory.used -= cost
-        if self._tail_from > 4096 and self._tail_from * 2 > len(tail):
-            del tail[: self._tail_from]
+        self._compact_tail()
+
+    def _compact_tail(self) -> None:
+        """Let go of the tail's dropped entries once they are many."""
+        if self._tail_from > 4096 and self._tail_from * 2 > len(self._tail):
+            del self._tail[: self._tail_from]
             self._tail_from = 0
 
     def _wake(self) -> None:
@@ -284,16 +311,16 @@ class Stream(StreamLog):
             return 0
         removed = 0
         while removed < RETAIN_STEP and self.count and self.over(now):
-            batch = self._read(self.first, self.next_seq, 64, 0)[1]
+            batch = self._sizes(self.first, self.next_seq, 64)
             if not batch:
                 break
             gone: list[int] = []
-            for entry in batch:
-                if not self._past_retention(entry.message, now):
+            for seq, size, timestamp in batch:
+                if not self._past_retention(timestamp, now):
                     break
-                gone.append(entry.seq)
+                gone.append(seq)
                 self.count -= 1
-                self.bytes -= entry.message.size
+                self.bytes -= size
             if not gone:
                 break
             self.host.store.acks(self.address, gone)
@@ -302,12 +329,13 @@ class Stream(StreamLog):
             self._forget_below(gone[-1] + 1)
         return removed
 
-    def _past_retention(self, message: Message, now: int) -> bool:
+    def _past_retention(self, timestamp: int, now: int) -> bool:
+        """Whether retention removes the oldest kept, accepted at ``timestamp``."""
         s = self.settings
         return bool(
             (s.max_bytes and self.bytes > s.max_bytes)
             or (s.max_messages and self.count > s.max_messages)
-            or (s.max_age_ms and message.timestamp < now - s.max_age_ms)
+            or (s.max_age_ms and timestamp < now - s.max_age_ms)
         )
 
     def _forget_below(self, seq: int) -> None:
@@ -409,15 +437,14 @@ class Stream(StreamLog):
         """Remove every message kept; returns how many."""
         count = 0
         while self.count:
-            batch = self._read(self.first, self.next_seq, RETAIN_STEP, 0)[1]
+            batch = self._sizes(self.first, self.next_seq, RETAIN_STEP)
             if not batch:
                 break
-            self.host.store.acks(self.address, [e.seq for e in batch])
-            for entry in batch:
-                self.bytes -= entry.message.size
+            self.host.store.acks(self.address, [seq for seq, _, _ in batch])
+            self.bytes -= sum(size for _, size, _ in batch)
             self.count -= len(batch)
             count += len(batch)
-            self._forget_below(batch[-1].seq + 1)
+            self._forget_below(batch[-1][0] + 1)
         self.count = self.bytes = 0
         self.first = self.next_seq
         self.removed += count

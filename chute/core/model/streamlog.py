@@ -75,6 +75,10 @@ class StreamLog:
         """The first offset a reader may not read yet: the next one, or the lowest a
         prepared send holds."""
         held, reserved = self._held, self.reserved
+        if not reserved:
+            if held:  # every one placed or released: none to drop one by one
+                held.clear()
+            return self.next_seq
         while held and held[0] not in reserved:  # placed or released since: drop lazily
             heapq.heappop(held)
         return min(self.next_seq, held[0]) if held else self.next_seq
@@ -221,6 +225,27 @@ class StreamLog:
             return self._blocks_from_tail(below, end, limit) or []
         return []
 
+    def _sizes(self, start: int, end: int, limit: int) -> list[Sized]:
+        """The :data:`Sized` of up to ``limit`` kept messages in ``[start, end)`` (past the
+        head too), in offset order: what retention and purge look at, the ones only the
+        store holds read as their stored blocks, not decoded."""
+        start = max(start, self.first)
+        if start >= end:
+            return []
+        found = self._from_tail(start, end, limit)
+        if found is not None:
+            return [(e.seq, e.message.size, e.message.timestamp) for e in found]
+        tail = self._tail
+        below = min(end, tail[self._tail_from].seq if self._tail_from < len(tail) else end)
+        blocks = self._page_blocks(start - 1, min(limit, below - start))
+        sized = [(b[0], b[6], b[3]) for b in blocks if b[0] < below]
+        if sized or below >= end:
+            return sized
+        return [
+            (e.seq, e.message.size, e.message.timestamp)
+            for e in self._from_tail(below, end, limit) or []
+        ]
+
     def _next_kept(self, after: int, end: int) -> Entry | None:
         """The first kept entry above ``after`` and below ``end``, read from the store."""
         stored = self.page_in(after, 1)
@@ -294,6 +319,10 @@ class StreamLog:
                 lo = probe.seq + 1
         found = self._next_kept(lo - 1, below) if lo < below else None
         return found.seq if found is not None else below
+
+
+Sized = tuple[int, int, int]
+"""A kept message as retention sees it: (offset, ``Message.size``, timestamp)."""
 
 
 def entry_seq(entry: Entry) -> int:

@@ -37,7 +37,7 @@ from chute.core.rules.admission import Share
 from chute.core.rules.broker import Broker
 from chute.core.rules.routing import WouldBlock
 from chute.core.rules.subscriptions import consumer_key
-from chute.core.rules.transaction import Transaction, apply, check_room, give_back
+from chute.core.rules.transaction import Transaction, apply, check_room, give_back, runs
 from chute.core.rules.twophase import check_xid
 from chute.errors import (
     AccessDenied,
@@ -509,9 +509,9 @@ class BrokerSession:
         self.tx = Transaction()
         broker.memory.used -= tx.held  # the queues count what they take
 
-        def place() -> None:
-            for address, message, ttl in tx.sends:
-                broker.send(address, message, ttl=ttl)
+        def place() -> None:  # a run of sends to a stream is one batch
+            for address, ttl, messages in runs(tx.sends):
+                broker.send_many(address, messages, ttl=ttl)
 
         with broker.atomically():
             apply(tx.acks, place, tx.nacks)

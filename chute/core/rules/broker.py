@@ -74,7 +74,7 @@ from chute.core.rules.diversion import Diversion
 from chute.core.rules.exchanges import Exchanges
 from chute.core.rules.partitions import Partitions
 from chute.core.rules.restore import restore
-from chute.core.rules.routing import Route, WouldBlock
+from chute.core.rules.routing import Route, WouldBlock, stream_routes, takes_itself
 from chute.core.rules.subscriptions import Subscriptions
 from chute.core.rules.transaction import Gathering
 from chute.core.rules.twophase import PreparedTransactions
@@ -316,14 +316,20 @@ class Broker:
             for message in messages:  # a queue's bounds count each message placed
                 self.send(address, message, ttl=ttl)
             return
-        routes = []
         store = self.store
-        for message in messages:
-            self.stamp(message, ttl)
-            route = self.route(dest, message)
-            if route.record is not None:
-                store.add(route.record)
-            routes.append(route)
+        if takes_itself(dest):
+            routes = stream_routes(dest, messages, self.clock(), ttl)
+            for route in routes:
+                if route.record is not None:  # always: a stream records what it takes
+                    store.add(route.record)
+        else:
+            routes = []
+            for message in messages:
+                self.stamp(message, ttl)
+                route = self.route(dest, message)
+                if route.record is not None:
+                    store.add(route.record)
+                routes.append(route)
         self.place_all(routes)
 
     def carry(self, queue: QueueChannel, entry: Entry) -> None:

@@ -366,10 +366,19 @@ class Cluster:
         handover = tuple.__new__(
             Handover, (key, queue.address, entry.message, entry.delivery_count, entry.redelivered)
         )
+        message = entry.message
         record = 0
-        if queue.durable and entry.message.persistent:
+        if queue.durable and message.persistent:
             record = peer.out.record(self.host.store, out_record(handover, queue.name, entry.seq))
-        peer.doubt(key, tuple.__new__(Sent, (queue, consumer, entry, record, handover)))
+        # Peer.doubt and LinkWindow.add, inline on the per-message path
+        peer.in_doubt[key] = tuple.__new__(Sent, (queue, consumer, entry, record, handover))
+        window = peer.window
+        window.count += 1
+        window.nbytes += message.size
+        if window.held is None and (
+            window.count >= window.size or window.nbytes >= window.max_bytes
+        ):
+            window.sent(peer.consumers.values())
         if peer.up:
             self.port.send_handover(peer.name, handover)
 
@@ -383,22 +392,26 @@ class Cluster:
         queues: dict[int, tuple[QueueChannel, list[Entry]]] = {}  # by id: its acked entries
         records: list[int] = []
         nbytes = 0
+        last: QueueChannel | None = None  # a confirm's keys mostly share their queue
+        entries: list[Entry] = []
         with self.host.atomically():
             for key in keys:
                 sent = in_doubt.pop(key, None)
                 if sent is None:
                     continue
                 done.append(sent)
-                nbytes += sent.handover.message.size
-                consumer, entry, queue = sent.consumer, sent.entry, sent.queue
+                queue, consumer, entry, record, handover = sent
+                nbytes += handover.message.size
                 consumer.credit += 1
-                acked = queues.get(id(queue))
-                if acked is None:
-                    acked = queues[id(queue)] = (queue, [])
+                if queue is not last:
+                    acked = queues.get(id(queue))
+                    if acked is None:
+                        acked = queues[id(queue)] = (queue, [])
+                    last, entries = queue, acked[1]
                 if consumer.inflight.pop(entry.seq, None) is not None:
-                    acked[1].append(entry)
-                if sent.record:
-                    records.append(sent.record)
+                    entries.append(entry)
+                if record:
+                    records.append(record)
             peer.window.remove(nbytes, len(done))
             for queue, entries in queues.values():
                 if entries:

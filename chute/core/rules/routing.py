@@ -12,13 +12,18 @@ commit).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from chute.core.model.consumer import Entry
 from chute.core.model.queue import QueueChannel
+from chute.core.model.registry import Destination
 from chute.core.model.store import AddOp
 from chute.core.model.stream import Stream
+from chute.core.rules.partitions import partition_count
 from chute.errors import DestinationFull
+from chute.message import Message
 
 
 @dataclass(slots=True)
@@ -48,3 +53,33 @@ class WouldBlock(DestinationFull):
             f"{self.reason}; no room within {self.timeout_ms} ms ({why}): "
             "the message was not accepted, send it again later"
         )
+
+
+def stream_routes(
+    stream: Stream, messages: Sequence[Message], now: int, ttl: int = 0
+) -> list[Route]:
+    """The routes of ``messages`` accepted together at ``now`` by ``stream`` (one that
+    takes them itself, :func:`takes_itself`): consecutive offsets from the
+    stream's next, each message stamped and kept persistent, in one pass with no
+    question asked per message (:meth:`Broker.route` asks which partition, which
+    node, which kind of destination for each)."""
+    seq = stream.next_seq
+    stream.next_seq = seq + len(messages)
+    address = stream.address
+    queues = (address,)
+    expiration = now + ttl if ttl > 0 else 0
+    routes: list[Route] = []
+    append = routes.append
+    for offset, message in enumerate(messages, seq):
+        message.timestamp = now
+        if expiration:
+            message.expiration = expiration
+        message.persistent = True
+        append(Route([], AddOp(address, queues, offset, message), (stream, Entry(offset, message))))
+    return routes
+
+
+def takes_itself(dest: Destination) -> TypeGuard[Stream]:
+    """Whether ``dest`` is a stream that keeps what is sent to it itself (one partition,
+    its home on this node): :func:`stream_routes` may route a batch for it."""
+    return isinstance(dest, Stream) and dest.forward is None and partition_count(dest) <= 1

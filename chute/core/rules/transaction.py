@@ -31,8 +31,10 @@ Used from the broker's loop only.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+import operator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 from chute.core.model.consumer import ConsumedQueue, Entry
 from chute.core.model.queue import QueueChannel
@@ -60,6 +62,17 @@ Taken = tuple[ConsumedQueue, Entry]
 """A message a transaction took out of flight, with its queue."""
 Nacked = tuple[ConsumedQueue, Entry, bool]
 """A message a transaction refused, with its queue and whether it goes back (requeue)."""
+
+
+def runs(sends: Sequence[Send]) -> Iterator[tuple[str, int, list[Message]]]:
+    """``sends`` as runs of consecutive sends to the same address with the same time to
+    live, ``(address, ttl, messages)``, in order: what a commit routes together (a run to
+    a stream is one batch)."""
+    for (address, ttl), run in itertools.groupby(sends, key=_address_ttl):
+        yield address, ttl, [send[1] for send in run]
+
+
+_address_ttl: Final = operator.itemgetter(0, 2)
 
 _REFUSING = (Overflow.REJECT, Overflow.BLOCK)  # the policies that can refuse a commit
 

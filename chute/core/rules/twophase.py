@@ -40,8 +40,8 @@ from chute.core.model.queue import QueueChannel
 from chute.core.model.registry import Destination, Registry
 from chute.core.model.store import AckOp, AddOp, Recovered, TxOp
 from chute.core.model.stream import Stream
-from chute.core.rules.routing import Route
-from chute.core.rules.transaction import Nacked, Send, Taken, apply, give_back
+from chute.core.rules.routing import Route, stream_routes, takes_itself
+from chute.core.rules.transaction import Nacked, Send, Taken, apply, give_back, runs
 from chute.errors import NotFound, TransactionError
 from chute.message import Message
 
@@ -117,17 +117,27 @@ class PreparedTransactions:
         routes: list[Route] = []
         ops: list[TxOp] = []
         found: dict[str, Destination] = {}  # a chunk's sends go to one or a few
-        for address, message, ttl in sends:
-            host.stamp(message, ttl)
+        for address, ttl, messages in runs(sends):
             dest = found.get(address)
             if dest is None:
                 dest = found[address] = host.destination(address)
-            route = host.route(dest, message)
-            routes.append(route)
-            if route.record is not None:
-                ops.append(route.record)
-            if route.appended is not None:  # readers of the stream wait for it
-                route.appended[0].hold(route.appended[1].seq)
+            if takes_itself(dest):  # a chunk to a stream: routed in one pass
+                first = dest.next_seq
+                routed = stream_routes(dest, messages, host.clock(), ttl)
+                ops += [route.record for route in routed if route.record is not None]
+                dest.hold_range(first, dest.next_seq)  # readers of the stream wait for it
+                routes += routed
+                continue
+            routed = []
+            for message in messages:
+                host.stamp(message, ttl)
+                routed.append(host.route(dest, message))
+            for route in routed:
+                if route.record is not None:
+                    ops.append(route.record)
+                if route.appended is not None:  # readers of the stream wait for it
+                    route.appended[0].hold(route.appended[1].seq)
+            routes += routed
         for queue, entry in acks:
             if queue.durable and entry.message.persistent:
                 ops.append(AckOp(queue.name, entry.seq))

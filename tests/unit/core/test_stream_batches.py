@@ -4,18 +4,23 @@ readers' selectors, a stream keeps and hands on exactly what one-by-one sends wo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chute.core.model import stream as stream_module
-from chute.core.model.consumer import AckMode
+from chute.core.model.consumer import AckMode, Entry
 from chute.core.model.paging import held_cost
 from chute.core.model.settings import DestinationSettings
+from chute.core.model.store import AddOp
 from chute.core.model.stream import Stream
 from chute.core.operations.connection import BrokerConnection
 from chute.core.rules.broker import Broker
+from chute.core.rules.partitions import pick
 from chute.message import Message
+from chute.store.memory import MemoryStore
 
 from .helpers import FakeClock, Recorder, make_broker
 
@@ -142,3 +147,75 @@ def test_retention_behind_a_prepared_send_removes_the_oldest_of_a_batch() -> Non
     assert [m.seq for m in broker.store.page_in(S, 0, 10)] == [4, 5]
     broker.xa.commit("held")
     assert [e.seq for e in stream.read(1, stream.head)[1]] == [4, 5]
+
+
+def test_a_prepared_chunk_routes_each_run_to_a_stream_together_and_the_rest_as_before() -> None:
+    # a chunk's sends in runs: a stream's run, a queue's, the stream again with a time to
+    # live, a stream with partitions (routed by key): offsets, times and partitions are
+    # what sends one by one would give, and the store holds each stream's run as a batch
+    clock = FakeClock()
+    parted = "stream:p"
+    store = MemoryStore()
+    broker = make_broker({parted: DestinationSettings(partitions=2)}, store=store, clock=clock)
+    tx = BrokerConnection(broker).session(AckMode.CLIENT, transacted=True)
+    tx.send_many(S, [message(i) for i in range(3)])
+    tx.send_many("queue:q", [message(i) for i in range(3, 5)])
+    tx.send_many(S, [message(i) for i in range(5, 7)], ttl=1000)
+    keyed = [Message(b"k", id=f"k{i}", properties={"key": f"key-{i}"}) for i in range(6)]
+    tx.send_many(parted, keyed)
+    tx.prepare("chunk")
+    prepared = store.prepared["chunk"]
+    assert [(op.destination, op.seq) for op in prepared if isinstance(op, AddOp)][:7] == [
+        (S, 1), (S, 2), (S, 3), ("queue:q", 1), ("queue:q", 2), (S, 4), (S, 5)
+    ]  # fmt: skip
+    assert broker.streams[S].head == 1  # nothing readable before the commit
+    clock.advance(50)
+    broker.xa.commit("chunk")
+    stream = broker.streams[S]
+    got = stream.read(1, stream.head)[1]
+    assert [(e.seq, e.message.id, e.message.expiration) for e in got] == [
+        (1, "id0", 0), (2, "id1", 0), (3, "id2", 0),
+        (4, "id5", FakeClock().now + 1000), (5, "id6", FakeClock().now + 1000),
+    ]  # fmt: skip
+    assert all(e.message.timestamp == FakeClock().now and e.message.persistent for e in got)
+    assert broker.queues["queue:q"].held == 2
+    by_partition: dict[str, list[str]] = {}
+    for address in (parted, parted + "#1"):
+        part = broker.streams[address]
+        by_partition[address] = [e.message.id for e in part.read(1, part.head)[1]]
+    assert sorted(by_partition[parted] + by_partition[parted + "#1"]) == [m.id for m in keyed]
+    for address, ids in by_partition.items():
+        for other in keyed:
+            if other.id in ids:
+                assert partition_of(other, 2) == (0 if address == parted else 1)
+
+
+def partition_of(message: Message, count: int) -> int:
+    return pick(message.key, count, 0)
+
+
+def test_a_local_transaction_s_sends_to_a_stream_are_appended_as_one_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    appended: list[list[int]] = []
+    append = Stream.append
+
+    def spy(stream: Stream, entries: Sequence[Entry]) -> None:
+        appended.append([e.seq for e in entries])
+        append(stream, entries)
+
+    monkeypatch.setattr(Stream, "append", spy)
+    broker = make_broker()
+    tx = BrokerConnection(broker).session(AckMode.CLIENT, transacted=True)
+    for i in range(4):
+        tx.send(S, message(i))
+    tx.send("queue:q", message(4))
+    tx.send(S, message(5))
+    tx.send(S, message(6), ttl=500)
+    tx.commit()
+    assert appended == [[1, 2, 3, 4], [5], [6]]  # a run each: address and ttl alike
+    stream = broker.streams[S]
+    assert [e.message.id for e in stream.read(1, stream.head)[1]] == [
+        f"id{i}" for i in (0, 1, 2, 3, 5, 6)
+    ]
+    assert broker.queues["queue:q"].held == 1

@@ -486,3 +486,21 @@ def test_lists_that_overrun_the_packet_are_malformed(tag: int, body: bytes) -> N
     with pytest.raises(RemoteProtocolError) as info:
         codec.next_packet()
     assert info.value.error_code == "malformed-packet"
+
+
+_runs = st.sampled_from(["run1", "a3f9c2d17b40e8a6", "r\u00e9", "x" * 300])
+
+
+@given(st.lists(st.tuples(_runs, st.integers(0, (1 << 64) - 1)), max_size=40), st.booleans())
+def test_keys_are_their_layout_and_roundtrip(pairs: list[tuple[str, int]], one_run: bool) -> None:
+    """Keys travel as count u32, then s16 run | u64 n each, whether they share one run
+    (packed and read in one call) or not."""
+    keys = tuple(("run1", n) for _, n in pairs) if one_run else tuple(pairs)
+    layout = struct.pack(">I", len(keys)) + b"".join(
+        struct.pack(">H", len(run.encode())) + run.encode() + struct.pack(">Q", n)
+        for run, n in keys
+    )
+    for kind in (p.PeerConfirm, p.PeerRelease, p.PeerRefuse):
+        data = encode_packet(kind(keys), version=p.PEER_VERSION)
+        assert data[HEADER.size :] == layout
+        assert roundtrip(kind(keys))[1] == kind(keys)

@@ -19,6 +19,7 @@ from chute.core.rules.cluster import Cluster
 from chute.message import Message
 from chute.protocol import packets as p
 from chute.protocol.codec import PacketCodec
+from chute.protocol.wire import encode_packet
 from chute.sansio import NeedData
 from chute.server.peers import PeerLinks
 from chute.server.peers_dial import _Dialed
@@ -189,6 +190,19 @@ def test_handovers_waiting_for_a_sync_go_as_one_packet_never_under_a_started_syn
     assert [type(b) for b in batches] == [p.PeerHandovers, p.PeerConfirm, p.PeerHandover]
     assert isinstance(batches[0], p.PeerHandovers)
     assert [h.key.n for h in batches[0].handovers] == [3, 4]
+
+
+def test_a_batch_of_handovers_is_written_as_the_codec_encodes_it(host: Host) -> None:
+    """The link joins a PeerHandovers' header and parts itself (each message copied once):
+    byte for byte what the packet's codec makes."""
+    host, links, _wire = linked(host)
+    written: list[bytes] = []
+    links.links["b"].write = written.append
+    batch = [handover(n) for n in (1, 2, 3)]
+    for h in batch:
+        links.send_handover("b", h)
+    host.sync()
+    assert written == [encode_packet(p.PeerHandovers("r", tuple(batch)), version=p.PEER_VERSION)]
 
 
 def test_handovers_received_in_one_packet_are_confirmed_in_one(host: Host) -> None:

@@ -10,7 +10,7 @@ pytest.importorskip("pyspark")
 
 import pyarrow as pa
 
-from chute.spark.options import OptionError
+from chute.spark.options import ChuteOptions, OptionError
 from chute.spark.schema import READ_SCHEMA, STREAM_READ_SCHEMA, rows_of
 from chute.spark.streams import flat, nested, parse_starting, plan
 
@@ -49,6 +49,30 @@ def test_each_partition_is_read_by_tasks_of_its_own() -> None:
         ("stream:o", 1, 11),
         ("stream:o#1", 1, 3),
     ]
+
+
+def test_each_task_is_planned_on_its_partitions_home() -> None:
+    start = {"stream:o": 1, "stream:o#1": 1, "stream:p": 1}
+    homes = {"stream:o": "10.0.0.1:5445", "stream:o#1": "10.0.0.2:5445"}
+    parts = plan(start, {"stream:o": 11, "stream:o#1": 5, "stream:p": 3}, 4, homes)
+    assert [(p.address, p.home) for p in parts] == [
+        *[("stream:o", "10.0.0.1:5445")] * 2,  # split further (numPartitions): one home
+        ("stream:o#1", "10.0.0.2:5445"),
+        ("stream:p", None),  # no home known: read through the URL
+    ]
+
+
+@pytest.mark.parametrize(
+    ("url", "direct"),
+    [
+        ("chute://h1:5445", True),
+        ("chutes://a:b@h1:5446,h2:5446", True),
+        ("ws://h1:8445/chute", False),  # a node's native address is no WebSocket's
+        ("https://h1:8445/chute", False),
+    ],
+)
+def test_tasks_read_on_homes_over_native_urls_only(url: str, direct: bool) -> None:
+    assert ChuteOptions.parse({"url": url, "destination": "stream:o"}).direct is direct
 
 
 def test_a_read_of_streams_has_a_partition_column() -> None:

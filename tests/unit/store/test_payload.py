@@ -9,7 +9,8 @@ import pytest
 from chute.content import encode_content
 from chute.core.model.store import AckOp, AddOp, QueueDefinition, QueueKind
 from chute.store.errors import CorruptRecord
-from chute.store.payload import Names, add_keys
+from chute.store.heads import add_keys
+from chute.store.payload import Names
 from chute.store.record import Kind
 from chute.store.records import (
     AckRecord,
@@ -33,6 +34,10 @@ from chute.store.records import (
 from .helpers import describe, msg, rich_message
 
 ADD = AddOp("topic:t", ("s1", "s2"), 41, rich_message())
+RUN = tuple(  # a stream's batch: one BATCH operation
+    AddOp("stream:é", ("stream:é",), 7 + i, msg(b"b" * i, id=f"b{i}", timestamp=i, expiration=i))
+    for i in range(5)
+)
 
 RECORDS: list[Record] = [
     AddRecord(AddOp("q", ("q",), 1, msg(b"hello", id="m1", timestamp=5, expiration=9))),
@@ -48,6 +53,10 @@ RECORDS: list[Record] = [
     UndefineRecord("q"),
     CommitRecord((ADD, AckOp("q", 1), AddOp("q", ("q",), 2, msg(b"2")))),
     CommitRecord(()),
+    CommitRecord(RUN),
+    CommitRecord((AckOp("q", 1), *RUN[:2], ADD, *RUN[2:], AckOp("stream:é", 3))),
+    PrepareRecord("xid-batch", RUN),
+    CommitPreparedRecord("xid-batch", RUN),
     PrepareRecord("xid-é", (ADD, AckOp("q", 1))),
     CommitPreparedRecord("xid", (AckOp("q", 1),)),
     RollbackPreparedRecord("xid"),

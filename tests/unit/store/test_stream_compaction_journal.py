@@ -76,3 +76,26 @@ def test_only_sealed_segments_are_compacted_and_their_space_is_freed(node: Node)
     assert broker.streams[S].count == KEYS
     assert newest(broker) == {f"k{k}": 99 for k in range(KEYS)}
     assert node.segments() <= 3
+
+
+def test_batches_are_compacted_message_by_message_and_their_segments_freed(
+    node: Node,
+) -> None:
+    # each round is one send_many (one batch in the journal) holding every key: compaction
+    # removes all but the newest round's from each batch, the journal's compaction moves
+    # what a batch keeps forward, and a restart keeps the newest of each key
+    session = BrokerConnection(node.broker).session()
+    for r in range(100):
+        batch = [Message.create(f"{r}".encode().ljust(400, b"."), key=f"k{k}") for k in range(KEYS)]
+        session.send_many(S, batch)
+    assert node.journal is not None
+    node.journal.flush()
+    before = node.segments()
+    node.broker.expire_due()
+    assert node.segments() < before // 2
+    assert newest(node.broker) == {f"k{k}": 99 for k in range(KEYS)}
+    broker = node.restart()
+    broker.expire_due()
+    assert broker.streams[S].count == KEYS
+    assert newest(broker) == {f"k{k}": 99 for k in range(KEYS)}
+    assert node.segments() <= 3

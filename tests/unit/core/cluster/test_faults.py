@@ -10,6 +10,7 @@ import pytest
 
 from chute.core.model.cluster import Demand, Handover, HandoverKey
 from chute.core.model.consumer import BrokerConsumer
+from chute.core.model.settings import DestinationSettings, Overflow
 from chute.core.operations import looking
 from chute.core.operations.session import BrokerSession
 from chute.message import Message
@@ -324,3 +325,24 @@ def test_nonsense_from_a_node_is_logged_and_refused_never_raised(
     assert "ignored node b's consumers of queue:work" in caplog.text
     assert "refused node b's message for stream:" in caplog.text
     assert held(mesh, "a") == 0
+
+
+def test_a_hand_over_refused_then_a_crash_leaves_the_message_never_delivered() -> None:
+    """A hand-over is no delivery: its record alone says what is in doubt (no delivery
+    mark is stored for it), so a message refused and then recovered from the store is
+    not flagged redelivered."""
+    settings = {Q: DestinationSettings(max_messages=1, overflow=Overflow.REJECT)}
+    mesh = Mesh("a", "b", settings=settings)
+    mesh["b"].consume(Q, prefetch=1)
+    mesh.pump()
+    mesh["a"].send(Q, "0")
+    mesh.pump()  # b takes it: b is full
+    mesh["a"].send(Q, "1")
+    mesh.pump()
+    assert mesh.count("refuse") == 1
+    assert held(mesh, "a") == 1
+    assert [s.delivery_count for s in mesh["a"].memory.messages[Q].values()] == [0]
+    mesh.crash("a")
+    queue = mesh["a"].broker.queues[Q]
+    [entry] = [e for lane in queue.lanes for e in lane]
+    assert (entry.message.body, entry.delivery_count, entry.redelivered) == (b"1", 0, False)

@@ -1,0 +1,326 @@
+"""Reading the core's payloads without decoding their messages: keys, heads, blocks.
+
+Pure, no files. What the journal's hot readers need of an ADD payload or a
+transaction's ``ops`` (:mod:`chute.store.payload` has the layouts) without a
+``Message``: the seq and queues of each add (reclaiming, paging:
+:func:`add_keys`, :func:`op_add_keys`), its head for lazy recovery
+(:func:`add_head`, :func:`op_heads`), and where a queue's content blocks sit,
+for a stream read that sends them on as they are stored (:func:`queue_blocks`).
+A BATCH's messages are each given as an add of their own.
+
+Raises only :class:`~chute.store.errors.CorruptRecord`.
+
+Thread-safety: the functions are pure and may run on any thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from typing import Final
+
+from chute.content import CONTENT_HEAD, PERSISTENT_FLAG, content_size
+from chute.core.model.store import AckOp
+from chute.message import SIZE_OVERHEAD
+from chute.store.errors import CorruptRecord
+from chute.store.payload import (
+    ADD_FIXED,
+    BATCH_FIRST,
+    BATCH_ITEM,
+    DECODE_ERRORS,
+    NAMES_AT,
+    OP_ACK,
+    OP_ADD,
+    OP_ADD_TIMES,
+    OP_BATCH,
+    OP_HEAD,
+    Names,
+    batch_items,
+    decode_ack,
+    s16,
+)
+from chute.store.record import Kind
+
+_U16: Final = struct.Struct(">H")
+_U32: Final = struct.Struct(">I")
+
+
+def add_keys(data: bytes, start: int, names: Names) -> tuple[int, list[str]]:
+    """The seq and queues of the ADD payload at ``start``, without decoding the message.
+
+    Raises:
+        CorruptRecord: the payload is malformed.
+    """
+    try:
+        seq, _, _, _, _, _, dest_len = ADD_FIXED.unpack_from(data, start)
+        p = start + ADD_FIXED.size + dest_len
+        (count,) = _U16.unpack_from(data, p)
+        p += 2
+        queues = []
+        for _ in range(count):
+            queue, p = names.read(data, p)
+            queues.append(queue)
+    except DECODE_ERRORS as exc:
+        raise CorruptRecord(f"malformed add record: {exc}") from exc
+    return seq, queues
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AddHead:
+    """What an ADD payload says without decoding its message (lazy recovery)."""
+
+    seq: int
+    destination: str
+    queues: tuple[str, ...]
+    stored_count: int
+    persistent: bool
+    size: int  # the message's ``Message.size`` (what a queue's byte bound counts)
+
+
+def add_head(data: bytes, start: int, end: int, names: Names) -> AddHead:
+    """The ADD payload's keys and flags, leaving its message undecoded.
+
+    Raises:
+        CorruptRecord: the payload is malformed.
+    """
+    try:
+        seq, _, _, stored, _, _, dest_len = ADD_FIXED.unpack_from(data, start)
+        p = start + ADD_FIXED.size
+        q = p + dest_len
+        destination = names.intern(data[p:q])
+        (count,) = _U16.unpack_from(data, q)
+        p = q + 2
+        queues = []
+        for _ in range(count):
+            queue, p = names.read(data, p)
+            queues.append(queue)
+        if p + CONTENT_HEAD.size > end:
+            raise IndexError("add header runs past the record")
+        flags = data[p + 1]
+        size = content_size(data, p, end)
+    except DECODE_ERRORS as exc:
+        raise CorruptRecord(f"malformed add record: {exc}") from exc
+    return AddHead(seq, destination, tuple(queues), stored, bool(flags & PERSISTENT_FLAG), size)
+
+
+AddKey = tuple[int, list[str], int, int, tuple[int, int] | None]
+"""Where an add sits in a transaction's payload: (seq, queues, start, end, times). With
+``times`` None, ``[start, end)`` is an ADD payload (:func:`decode_add`); else it is the
+content block of a message of a BATCH and ``times`` its (timestamp, expiration)
+(:func:`decode_batched`)."""
+
+
+def op_add_keys(kind: int, data: bytes, start: int, end: int, names: Names) -> list[AddKey]:
+    """The :data:`AddKey` of every add in a COMMIT or COMMIT_PREPARED payload.
+
+    Cheap: the messages are not decoded. Reclaiming asks which adds of a
+    transaction record are still live before it decodes any; paging reads back
+    only the adds it needs.
+
+    Raises:
+        CorruptRecord: the payload is malformed.
+    """
+    try:
+        p = start
+        if kind != Kind.COMMIT:
+            _, p = names.read(data, p)
+        (count,) = _U32.unpack_from(data, p)
+        p += 4
+        keys: list[AddKey] = []
+        for _ in range(count):
+            tag, length = OP_HEAD.unpack_from(data, p)
+            p += OP_HEAD.size
+            q = p + length
+            if q > end:
+                raise IndexError("operation runs past the record")
+            if tag == OP_ADD:
+                seq, queues = add_keys(data, p, names)
+                keys.append((seq, queues, p, q, None))
+            elif tag == OP_BATCH:
+                first, _, batch_queues, items = batch_items(data, p, q, names)
+                listed = list(batch_queues)
+                keys += [
+                    (first + i, listed, a, b, (timestamp, expiration))
+                    for i, (timestamp, expiration, a, b) in enumerate(items)
+                ]
+            p = q
+    except DECODE_ERRORS as exc:
+        raise CorruptRecord(f"malformed transaction record: {exc}") from exc
+    return keys
+
+
+def op_heads(kind: int, data: bytes, start: int, end: int, names: Names) -> list[AddHead | AckOp]:
+    """The operations of a COMMIT or COMMIT_PREPARED payload without decoding a message:
+    each add's :class:`AddHead` (a batch's messages each theirs), each ack. What lazy
+    recovery indexes a transaction's record by.
+
+    Raises:
+        CorruptRecord: the payload is malformed.
+    """
+    try:
+        p = start
+        if kind != Kind.COMMIT:
+            _, p = names.read(data, p)
+        (count,) = _U32.unpack_from(data, p)
+        p += 4
+        heads: list[AddHead | AckOp] = []
+        for _ in range(count):
+            tag, length = OP_HEAD.unpack_from(data, p)
+            p += OP_HEAD.size
+            q = p + length
+            if q > end:
+                raise IndexError("operation runs past the record")
+            if tag == OP_ADD:
+                heads.append(add_head(data, p, q, names))
+            elif tag == OP_BATCH:
+                first, destination, queues, items = batch_items(data, p, q, names)
+                heads += [
+                    AddHead(
+                        first + i,
+                        destination,
+                        queues,
+                        0,
+                        bool(data[a + 1] & PERSISTENT_FLAG),
+                        content_size(data, a, b),
+                    )
+                    for i, (_, _, a, b) in enumerate(items)
+                ]
+            elif tag == OP_ACK:
+                heads.append(decode_ack(data, p, names))
+            else:
+                raise ValueError(f"unknown operation tag {tag}")
+            p = q
+        if p != end:
+            raise ValueError("operations do not fill the record")
+    except DECODE_ERRORS as exc:
+        raise CorruptRecord(f"malformed transaction record: {exc}") from exc
+    return heads
+
+
+BlockSpan = tuple[int, int, int, int, int]
+"""Where an add's content block sits: (timestamp, expiration, block start, block end,
+``Message.size``)."""
+
+
+def queue_blocks(  # noqa: PLR0917 - hot path, called positionally
+    kind: int, data: bytes, start: int, end: int, queue: str, base: int = 0
+) -> dict[int, BlockSpan]:
+    """``seq -> BlockSpan`` of every add of ``queue`` in an ADD, COMMIT or COMMIT_PREPARED
+    payload ``data[start:end]``, its positions plus ``base``, without decoding a message:
+    what a stream read sends on as it is stored.
+
+    Raises:
+        CorruptRecord: the payload is malformed.
+    """
+    key = s16(queue)
+    found: dict[int, BlockSpan] = {}
+    try:
+        if kind == Kind.ADD:
+            _block_of(data, start, end, key, base, found)
+            return found
+        p = start
+        if kind != Kind.COMMIT:  # COMMIT_PREPARED: the xid first
+            (length,) = _U16.unpack_from(data, p)
+            p += 2 + length
+        (count,) = _U32.unpack_from(data, p)
+        p += 4
+        # the usual add: to ``queue`` alone, from the destination of the same name (a
+        # stream's, a queue's): its names are these bytes, matched at once
+        alone = key + b"\x00\x01" + key
+        names_end = NAMES_AT + len(alone)
+        op_head, op_add = OP_HEAD.unpack_from, OP_ADD_TIMES.unpack_from
+        content_head = CONTENT_HEAD.unpack_from
+        for _ in range(count):
+            if data[p] != OP_ADD:  # an ack, or a batch
+                tag, length = op_head(data, p)
+                p += OP_HEAD.size
+                q = p + length
+                if q > end:
+                    raise IndexError("operation runs past the record")
+                if tag == OP_BATCH:
+                    _batch_blocks(data, p, q, queue, base, found)
+                p = q
+                continue
+            _, length, seq, timestamp, expiration = op_add(data, p)
+            p += OP_HEAD.size
+            q = p + length
+            if q > end:
+                raise IndexError("operation runs past the record")
+            if data.startswith(alone, p + NAMES_AT):
+                c = p + names_end
+                _, _, _, id_len, corr_len, reply_len, type_len, n_props = content_head(data, c)
+                if n_props:
+                    size = content_size(data, c, q)
+                else:
+                    body = c + CONTENT_HEAD.size + id_len + corr_len + reply_len + type_len
+                    if body > q:
+                        raise IndexError("content runs past the record")
+                    size = SIZE_OVERHEAD + q - body
+                found[seq] = (timestamp, expiration, base + c, base + q, size)
+            else:
+                _block_of(data, p, q, key, base, found)
+            p = q
+    except DECODE_ERRORS as exc:
+        raise CorruptRecord(f"malformed record: {exc}") from exc
+    return found
+
+
+def _batch_blocks(  # noqa: PLR0917 - private
+    data: bytes, p: int, q: int, queue: str, base: int, found: dict[int, BlockSpan]
+) -> None:
+    """Add the BlockSpan of each message of the BATCH ``data[p:q]`` to ``found`` if
+    ``queue`` is among its queues: one pass, a message without properties sized from its
+    head alone (as :func:`queue_blocks` does an ADD)."""
+    first, count = BATCH_FIRST.unpack_from(data, p)
+    r = p + BATCH_FIRST.size
+    (length,) = _U16.unpack_from(data, r)  # the destination
+    r += 2 + length
+    (n_queues,) = _U16.unpack_from(data, r)
+    r += 2
+    key = s16(queue)
+    mine = False
+    for _ in range(n_queues):
+        if data.startswith(key, r):
+            mine = True
+        (length,) = _U16.unpack_from(data, r)
+        r += 2 + length
+    if not mine:
+        return
+    unpack, step = BATCH_ITEM.unpack_from, BATCH_ITEM.size
+    content_head, head_size = CONTENT_HEAD.unpack_from, CONTENT_HEAD.size
+    for seq in range(first, first + count):
+        timestamp, expiration, length = unpack(data, r)
+        c = r + step
+        r = c + length
+        _, _, _, id_len, corr_len, reply_len, type_len, n_props = content_head(data, c)
+        if n_props:
+            size = content_size(data, c, r)
+        else:
+            body = c + head_size + id_len + corr_len + reply_len + type_len
+            if body > r:
+                raise IndexError("content runs past the message")
+            size = SIZE_OVERHEAD + r - body
+        found[seq] = (timestamp, expiration, base + c, base + r, size)
+    if r != q:
+        raise ValueError("a batch's messages do not fill its operation")
+
+
+def _block_of(  # noqa: PLR0917 - private
+    data: bytes, p: int, q: int, key: bytes, base: int, found: dict[int, BlockSpan]
+) -> None:
+    """Add the ADD payload ``data[p:q]``'s BlockSpan to ``found`` if ``key`` (a queue's s16)
+    is among its queues."""
+    seq, timestamp, expiration, _, _, _, dest_len = ADD_FIXED.unpack_from(data, p)
+    r = p + ADD_FIXED.size + dest_len
+    (count,) = _U16.unpack_from(data, r)
+    r += 2
+    mine = False
+    for _ in range(count):
+        if data.startswith(key, r):
+            mine = True
+        (length,) = _U16.unpack_from(data, r)
+        r += 2 + length
+    if r > q:
+        raise IndexError("add header runs past the record")
+    if mine:
+        found[seq] = (timestamp, expiration, base + r, base + q, content_size(data, r, q))
