@@ -3,7 +3,8 @@
 :class:`Numbered` is the part of :class:`~chute.core.model.queue.QueueChannel` that
 works by sequence number rather than in delivery order: withdrawing entries for
 management and for recovering a prepared transaction's acks, a cursor's range
-and the acks of a cursor's read. None of it is on the per-message path: each
+and the acks of a cursor's read, evicting the oldest (``drop-oldest``) and purging
+a window at a time. None of it is on the per-message path: each
 looks through the lanes (:mod:`chute.core.model.lanes`), O(depth), and through
 what the queue's :class:`~chute.core.model.paging.Pager` keeps in the store.
 The queue keeps its own count of waiting entries (``ready``) in step.
@@ -28,6 +29,10 @@ class Numbered:
 
     def _page_in(self) -> None:
         """Read the pager's next window back into the lanes (the queue's own)."""
+        raise NotImplementedError
+
+    def settle(self, entry: Entry, *, acked: bool = True, recorded: bool = False) -> None:
+        """The entry leaves the queue (the queue's own)."""
         raise NotImplementedError
 
     def withdraw(self, seq: int) -> Entry | None:
@@ -89,6 +94,38 @@ class Numbered:
         taken = lanes.take_below(self._lanes, end, wanted)
         self.ready -= len(taken)
         return taken
+
+    def evict_oldest(self) -> Entry | None:
+        """Remove the oldest waiting entry (lowest sequence in any lane), for drop-oldest."""
+        if not self.ready and self.pager.count:
+            self._page_in()
+        oldest: deque[Entry] | None = None
+        for lane in self._lanes:
+            if lane and (oldest is None or lane[0].seq < oldest[0].seq):
+                oldest = lane
+        if oldest is None:
+            return None
+        entry = oldest.popleft()
+        self.ready -= 1
+        return entry
+
+    def purge(self) -> int:
+        """Remove every waiting message, paged ones too, a window at a time (each acked in
+        the store, none diverted); in-flight messages stay with their consumers. Returns
+        how many went."""
+        count = 0
+        while True:
+            taken = lanes.take_all(self._lanes)
+            self.ready = 0
+            for entry in taken:
+                self.settle(entry, acked=False)
+            count += len(taken)
+            before = self.pager.count
+            if not before:
+                return count
+            self._page_in()
+            if self.pager.count == before:  # nothing could be read back now
+                return count
 
 
 def _seq(entry: Entry) -> int:

@@ -556,20 +556,6 @@ class QueueChannel(Numbered):
             return False
         return not (s.max_bytes and self.held_bytes + size > s.max_bytes)
 
-    def evict_oldest(self) -> Entry | None:
-        """Remove the oldest waiting entry (lowest sequence in any lane), for drop-oldest."""
-        if not self.ready and self.pager.count:
-            self._page_in()
-        oldest: deque[Entry] | None = None
-        for lane in self._lanes:
-            if lane and (oldest is None or lane[0].seq < oldest[0].seq):
-                oldest = lane
-        if oldest is None:
-            return None
-        entry = oldest.popleft()
-        self.ready -= 1
-        return entry
-
     # -- looking ----------------------------------------------------------------
 
     def expire_due(self, now: int) -> int:
@@ -601,24 +587,6 @@ class QueueChannel(Numbered):
         for wake in waiters:  # nothing is left to wait for
             wake()
         return out
-
-    def purge(self) -> int:
-        """Remove every waiting message, paged ones too, a window at a time (each acked in
-        the store, none diverted); in-flight messages stay with their consumers. Returns
-        how many went."""
-        count = 0
-        while True:
-            taken = lanes.take_all(self._lanes)
-            self.ready = 0
-            for entry in taken:
-                self.settle(entry, acked=False)
-            count += len(taken)
-            before = self.pager.count
-            if not before:
-                return count
-            self._page_in()
-            if self.pager.count == before:  # nothing could be read back now
-                return count
 
     @property
     def inflight(self) -> int:
