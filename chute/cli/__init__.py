@@ -37,7 +37,7 @@ from chute.cli.message import UsageError, add_message_arguments, message_fields,
 from chute.cli.output import json_text, print_message, print_received, stream_end
 from chute.cli.progress import Progress
 from chute.cli.serve import add_serve_command
-from chute.cli.stat import backup_text, render, watch
+from chute.cli.stat import backup_text, ctrl_c_between_draws, render, watch
 from chute.errors import ChuteError, ConfigError, NotLive
 
 DEFAULT_URL = "chute://127.0.0.1:5445"
@@ -367,13 +367,15 @@ def _stat(args: argparse.Namespace) -> int:
         return 0
     with conn:
         if args.watch is not None:
-            watch(
-                lambda: conn.stat(args.pattern),
-                sys.stdout,
-                every=args.watch,
-                count=args.count or 0,
-                as_json=args.json,
-            )
+            with ctrl_c_between_draws() as sleep:
+                watch(
+                    lambda: conn.stat(args.pattern),
+                    sys.stdout,
+                    every=args.watch,
+                    count=args.count or 0,
+                    as_json=args.json,
+                    sleep=sleep,
+                )
             return 0
         stats = conn.stat(args.pattern)
     if args.json:

@@ -41,9 +41,13 @@ between. Pure but for the stream it writes and the clock it reads.
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any, Final, TextIO
 
 from chute.cli.output import json_text, sockets_line
@@ -187,6 +191,32 @@ def broker_lines(stats: dict[str, Any]) -> list[str]:
     if stats.get("sockets"):
         lines.append(sockets_line(stats["sockets"]))
     return lines
+
+
+@contextlib.contextmanager
+def ctrl_c_between_draws() -> Iterator[Callable[[float], None]]:
+    """A ``sleep`` for :func:`watch` under which Ctrl-C ends the watch between two draws.
+
+    Python raises KeyboardInterrupt wherever the main thread is; raised inside the
+    client's call (just after a lock was taken, before the block that releases it), it
+    left the lock held, and closing the connection then waited for ever. So the first
+    Ctrl-C only asks: the draw under way ends, then the sleep raises KeyboardInterrupt
+    itself. A second Ctrl-C interrupts at once (a broker that does not answer)."""
+    asked = threading.Event()
+
+    def ask(signum: int, frame: FrameType | None) -> None:
+        asked.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def sleep(seconds: float) -> None:
+        if asked.wait(seconds):
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, ask)
+    try:
+        yield sleep
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def watch(

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
 from typing import Any
 
-from chute.cli.stat import Sample, render, watch
+import pytest
+
+from chute.cli.stat import Sample, ctrl_c_between_draws, render, watch
 
 
 def stats(enqueued: int = 10_310, acked: int = 27) -> dict[str, Any]:
@@ -110,3 +114,30 @@ def test_watch_clears_a_terminal_and_separates_tables_elsewhere() -> None:
     lines = io.StringIO()
     watch(stats, lines, count=2, as_json=True, sleep=lambda _: None)
     assert [json.loads(line) for line in lines.getvalue().splitlines()] == [stats(), stats()]
+
+
+def test_ctrl_c_during_a_fetch_lets_the_draw_finish_then_ends_the_watch() -> None:
+    """Ctrl-C must not land inside the client's call (it could leave the connection's
+    lock held, and closing it would hang): the fetch under way ends, the draw is made,
+    and the watch ends with KeyboardInterrupt; a second Ctrl-C interrupts at once."""
+    fetched: list[int] = []
+
+    def fetch() -> dict[str, Any]:
+        if not fetched:
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C in the middle of the call
+        fetched.append(1)
+        return stats()
+
+    out = io.StringIO()
+    with pytest.raises(KeyboardInterrupt), ctrl_c_between_draws() as sleep:
+        watch(fetch, out, every=60, sleep=sleep)
+    assert fetched == [1]
+    assert out.getvalue().startswith("ADDRESS")
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # as before
+
+
+def test_a_second_ctrl_c_interrupts_at_once() -> None:
+    with ctrl_c_between_draws():
+        os.kill(os.getpid(), signal.SIGINT)  # the first only asks
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
