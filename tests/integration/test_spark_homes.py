@@ -149,10 +149,12 @@ def test_a_task_reading_a_copy_behind_the_batchs_offsets_waits_for_it(
             server.wait_for_line(f"linked to node {other}", timeout=DEADLINE)
         keys = send(b.url, "b", 80)
         caught_up(a.url, len(keys))
-        link.freeze()  # a's copies stop following b
-        with chute.connect(b.url) as conn:  # a partition homed on b
+        # a partition homed on b, asked before the link freezes: a node's statistics wait
+        # for the other nodes' and name the homes only once they answered
+        with chute.connect(b.url) as conn:
             rows = conn.stat("stream:*")["destinations"]
             one = next(r["address"] for r in rows if r.get("home") == "b")
+        link.freeze()  # a's copies stop following b
         with chute.connect(b.url) as conn, conn.session() as session:
             for i in range(30):
                 session.send(one, f"late{i}")
