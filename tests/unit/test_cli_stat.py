@@ -129,11 +129,12 @@ def test_ctrl_c_during_a_fetch_lets_the_draw_finish_then_ends_the_watch() -> Non
         return stats()
 
     out = io.StringIO()
+    before = signal.getsignal(signal.SIGINT)
     with pytest.raises(KeyboardInterrupt), ctrl_c_between_draws() as sleep:
         watch(fetch, out, every=60, sleep=sleep)
     assert fetched == [1]
     assert out.getvalue().startswith("ADDRESS")
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # as before
+    assert signal.getsignal(signal.SIGINT) is before  # given back
 
 
 def test_a_second_ctrl_c_interrupts_at_once() -> None:
