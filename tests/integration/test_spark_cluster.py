@@ -21,8 +21,9 @@ import pytest
 
 import chute
 from tests.integration.conftest import ChuteServer, start_server
-from tests.integration.etcd_fixture import EtcdProcess, start_etcd
+from tests.integration.etcd_fixture import EtcdProcess
 from tests.integration.test_cluster_nodes import DEADLINE, Nodes
+from tests.integration.test_cluster_stream_partitions import etcd as etcd  # noqa: PLC0414
 from tests.integration.test_serve_nodes import start_nodes
 
 from . import test_spark as base
@@ -143,13 +144,6 @@ def exactly_once(
     for node in urls:
         with chute.connect(node) as conn:
             assert spark_prepared(conn) == []
-
-
-@pytest.fixture
-def etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
-    process = start_etcd(tmp_path)
-    yield process
-    process.kill()
 
 
 @pytest.fixture
