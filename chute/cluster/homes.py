@@ -10,9 +10,10 @@ Two ways to agree:
   with one etcd transaction that creates the key ``/CLUSTER/streams/NAME/PARTITION``
   only if it is absent (its value: the node's name) and otherwise reads it; every
   node asks the same way, so all agree on whoever created it. Partition 0 is claimed
-  by the node that asks; partition ``i`` is proposed for the ``i``-th node after it
-  among the live members (sorted by name, around), so a stream's partitions spread
-  over the nodes; whatever is created first stands. The key is bound to no
+  by the node that asks; partition ``i`` is proposed, by whichever node asks, for the
+  ``i``-th node after partition 0's home among the live members (sorted by name,
+  around), so a stream's partitions spread evenly over the nodes whichever of them
+  asks first (given the same members); whatever is created first stands. The key is bound to no
   lease: a home survives its node's restart and its absence. Answers are cached
   (a home never moves). While etcd cannot be reached the question is asked again
   with backoff, for as long as it takes; the stream's sends wait on the node that
@@ -26,6 +27,7 @@ Two ways to agree:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import zlib
 from collections.abc import Callable, Iterable, Sequence
@@ -91,6 +93,7 @@ class EtcdHomes:
         """The live members' names (this node's included or not), to spread partitions."""
         self._backoff = backoff or Backoff(0.1, 2.0)
         self._homes: dict[tuple[str, int], str] = {}
+        self._asking: dict[tuple[str, int], asyncio.Task[str]] = {}  # one question at a time
 
     def key(self, address: str, partition: int = 0) -> bytes:
         """The etcd key holding the home of ``address``'s ``partition``."""
@@ -99,21 +102,33 @@ class EtcdHomes:
     def known(self, address: str, partition: int = 0) -> str | None:
         return self._homes.get((address, partition))
 
-    def proposed(self, partition: int) -> str:
-        """The node this one proposes as the home of a stream's ``partition``."""
+    async def proposed(self, address: str, partition: int) -> str:
+        """The node this one proposes as the home of ``address``'s ``partition``: itself
+        for partition 0, else the ``partition``-th live member after partition 0's home
+        (asked first), so that every node proposes the same."""
         if partition == 0 or self.members is None:
             return self.node
-        live = sorted({*self.members(), self.node})
-        return live[(live.index(self.node) + partition) % len(live)]
+        first = await self.home_of(address, 0)
+        live = sorted({*self.members(), self.node, first})
+        return live[(live.index(first) + partition) % len(live)]
 
     async def home_of(self, address: str, partition: int = 0) -> str:
-        """Raises nothing but cancellation: etcd is asked until it answers."""
+        """Raises nothing but cancellation: etcd is asked until it answers (once, for
+        however many ask at the same time)."""
         found = self._homes.get((address, partition))
         if found is not None:
             return found
+        asking = self._asking.get((address, partition))
+        if asking is None:
+            asking = asyncio.get_running_loop().create_task(self._ask(address, partition))
+            self._asking[address, partition] = asking
+            asking.add_done_callback(lambda _: self._asking.pop((address, partition), None))
+        return await asyncio.shield(asking)
+
+    async def _ask(self, address: str, partition: int) -> str:
         retry = Backoff(self._backoff.initial, self._backoff.maximum)
         said = False
-        proposed = self.proposed(partition)
+        proposed = await self.proposed(address, partition)
         while True:
             try:
                 result = await self.client.create_if_absent(

@@ -48,6 +48,7 @@ class FakeEtcd:
 
     async def create_if_absent(self, key: bytes, value: bytes, *, lease: int = 0) -> TxnResult:
         self.calls += 1
+        await asyncio.sleep(0)  # an answer comes in a later turn, as etcd's does
         if self.unreachable:
             self.unreachable -= 1
             raise EtcdUnavailable("etcd is unreachable (a test)")
@@ -121,3 +122,43 @@ def test_etcd_homes_propose_a_streams_partitions_around_the_live_members() -> No
 
     assert asyncio.run(main()) == ["b", "c", "a", "b", "c"]
     assert etcd.keys[b"/c/streams/orders/1"] == b"c"
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(range(4))))
+def test_a_streams_partitions_spread_the_same_way_whichever_node_asks_first(
+    order: tuple[int, ...],
+) -> None:
+    """Two nodes ask for a stream's partitions at once, in any order: partition 0 goes
+    to whoever asked first and partition ``i`` to the ``i``-th node after it, so the
+    stream is spread evenly (it once came out a, b, b, a, or a, b, b, b: each node
+    proposed counting from itself)."""
+    etcd = FakeEtcd()
+    members = ["a", "b"]
+
+    async def main() -> tuple[list[str], list[str]]:
+        a = EtcdHomes(cast(EtcdClient, etcd), "c", "a", members=lambda: members)
+        b = EtcdHomes(cast(EtcdClient, etcd), "c", "b", members=lambda: members)
+        first = await a.home_of("stream:orders", order[0])
+        rest = [b.home_of("stream:orders", p) for p in order[1:]]
+        rest += [a.home_of("stream:orders", p) for p in reversed(order[1:])]
+        await asyncio.gather(*rest)
+        assert first in "ab"
+        return (
+            [await a.home_of("stream:orders", p) for p in range(4)],
+            [await b.home_of("stream:orders", p) for p in range(4)],
+        )
+
+    on_a, on_b = asyncio.run(main())
+    assert on_a == on_b == ["a", "b", "a", "b"]  # a asked first
+    assert etcd.calls == 8  # each node asks each partition once, however many asked
+
+
+def test_many_asking_at_once_ask_etcd_once() -> None:
+    etcd = FakeEtcd()
+
+    async def main() -> list[str]:
+        a = homes(etcd, "a")
+        return list(await asyncio.gather(*(a.home_of("stream:orders") for _ in range(50))))
+
+    assert asyncio.run(main()) == ["a"] * 50
+    assert etcd.calls == 1
