@@ -142,18 +142,14 @@ class Backup:
             await asyncio.sleep(POLL)
             return
         self.following = live
-        log.info("high availability: backup of the live at %s (epoch %d)", live.address, live.epoch)
         files = ReplicaFiles(self.journal)
         watcher = asyncio.create_task(self._watch(live, writer))
+        epoch = 0  # the live's, once it welcomed this backup
         try:
             held = await asyncio.to_thread(holdings, self.journal)
             write(writer, encode(Hello(self.elector.node_id, self.epoch_seen, tuple(held))))
             decoder = Decoder()
-            epoch = 0
-            while True:
-                data = await reader.read(1 << 20)
-                if not data:
-                    break
+            while data := await reader.read(1 << 20):
                 frames = decoder.feed(data)
                 if epoch == 0 and frames:
                     first = frames.pop(0)
@@ -161,6 +157,11 @@ class Backup:
                         raise WireError("the live did not welcome this backup in a current epoch")
                     epoch = first.epoch
                     self._saw(epoch)
+                    log.info(
+                        "high availability: backup of the live at %s (epoch %d)",
+                        live.address,
+                        epoch,
+                    )
                 # on the loop: a backup serves nothing else, and a thread hop per batch
                 # would lengthen every synchronous send's round trip
                 at = _apply(files, frames, epoch)
@@ -174,8 +175,17 @@ class Backup:
                 if at is not None:
                     self.position = at
                     write(writer, encode(Ack(epoch, at)))
-        except (OSError, WireError) as exc:  # ConnectionError: closed by _watch
+            if epoch:
+                log.warning("high availability: link to the live lost: it closed the link")
+        except WireError as exc:
             log.warning("high availability: link to the live lost: %s", exc)
+        except OSError as exc:  # ConnectionError: closed by _watch
+            if epoch:
+                log.warning("high availability: link to the live lost: %s", exc)
+            else:  # a live that stops (or was killed) as this backup links anew
+                log.debug(
+                    "high availability: the live at %s closed the link: %s", live.address, exc
+                )
         finally:
             watcher.cancel()
             writer.close()

@@ -159,7 +159,7 @@ def test_a_second_process_of_a_node_is_its_backup_and_takes_over(pair: Pair) -> 
     backup.wait_for_line("chute listening", timeout=DEADLINE)
     # each change of role logged once: backup (its one link), then live
     roles = [x for x in backup.lines if "backup of the live at" in x or "is live here" in x]
-    assert len(roles) == 2, roles
+    assert len(roles) == 2, "\n".join(backup.lines)
     assert "backup of the live at" in roles[0]
     assert "is live here" in roles[1]
     got = drain(backup)
