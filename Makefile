@@ -41,10 +41,10 @@ run: install
 # Second command: install what the tests need, lint, type-check, run every test.
 # One pytest run (README, "Running the tests"), in lanes: TEST_WORKERS processes
 # (pytest-xdist) share out the unit and integration tests, while the Spark tests run in
-# two lanes (tests/conftest.py), each on one worker, one test after another, and every
-# crash test likewise on one: those three lanes start first, so they never hold up the
-# end, and the fourth worker takes the rest from the start (most of their time goes
-# on waiting: brokers, micro-batches, timeouts). TEST_WORKERS=0 runs it serially.
+# three lanes (tests/conftest.py), each on one worker, one test after another, and every
+# crash test likewise on one: those four lanes start first, so they never hold up the
+# end, and each worker takes from the rest once its lane is done (most of their time
+# goes on waiting: brokers, micro-batches, timeouts). TEST_WORKERS=0 runs it serially.
 # Its output ends in pytest's summary.
 TEST_WORKERS ?= 4
 XDIST = -n $(TEST_WORKERS) --dist loadgroup

@@ -45,10 +45,11 @@ def lane_of(item: pytest.Item) -> str | None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under ``--dist loadgroup`` each lane's tests go to one worker, one after another:
-    the Spark tests in two lanes (``spark`` and ``spark-streams``, each a SparkSession
-    and a driver at a time: two fit the machine's memory side by side, and their time
-    goes mostly on waiting for micro-batches), the ``crash`` tests in one (they kill
-    brokers mid-write and time their kills); the other workers share out the rest.
+    the Spark tests in three lanes (``spark``, ``spark-streams`` and ``spark-cluster``,
+    each a SparkSession and a driver at a time: three fit the machine's memory side by
+    side, and their time goes mostly on waiting for micro-batches), the ``crash`` tests
+    in one (they kill brokers mid-write and time their kills); the other tests go to
+    whichever worker is free.
     xdist schedules the biggest group first, so these lanes start at once and never hold
     up the end of the run. Without xdist nothing changes."""
     _scale_own_counts(items)

@@ -31,7 +31,7 @@ from .spark_support import kill_driver, start_driver, wait_for_progress, write_d
 from .test_spark import spark_prepared
 from .test_spark_partitions import checkpointed, partition_of, produce
 
-pytestmark = [pytest.mark.spark(lane="streams"), pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.spark(lane="cluster"), pytest.mark.timeout(600)]
 
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")

@@ -27,7 +27,7 @@ from tests.integration.test_cluster_stream_partitions import etcd as etcd  # noq
 from tests.integration.test_cluster_stream_partitions import nodes as nodes  # noqa: PLC0414
 from tests.integration.test_cluster_view import conforms, get, start_with_http
 
-pytestmark = [pytest.mark.spark(lane="streams"), pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.spark(lane="cluster"), pytest.mark.timeout(120)]
 
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
