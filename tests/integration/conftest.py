@@ -2,24 +2,22 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 import pytest
 
+from .etcd_fixture import EtcdProcess, start_etcd
 from .freeze import thaw
+from .ports import free_port as free_port  # noqa: PLC0414 - the tests import it from here
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -27,90 +25,6 @@ if TYPE_CHECKING:
 READY_TIMEOUT = 20.0
 REPORTED_LINES = 80
 """Lines of each broker's output a failing test's report ends with."""
-
-
-def _ephemeral_ports() -> range:
-    try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return range(int(low), int(high) + 1)
-    except (OSError, ValueError):
-        return range(32768, 61000)
-
-
-_EPHEMERAL: Final = _ephemeral_ports()
-_picked: set[int] = set()
-
-
-def _worker_ports() -> range:
-    """The ports this test process picks from: below the kernel's ephemeral range, and
-    under pytest-xdist a slice of its own per worker (``gw0``, ``gw1``, ...), so two
-    workers never hand out the same port between its check and its server's bind."""
-    low, high = 20000, min(_EPHEMERAL.start, 32768)
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    if not worker.startswith("gw") or count <= 1:
-        return range(low, high)
-    index = int(worker[2:]) % count
-    size = (high - low) // count
-    return range(low + index * size, low + (index + 1) * size)
-
-
-_PORTS: Final = _worker_ports()
-_CLAIMS: Final = os.open(
-    Path(tempfile.gettempdir()) / "chute-test-ports.lock", os.O_RDWR | os.O_CREAT
-)
-"""Byte N of this file, locked, is port N claimed by a live test process on this machine:
-two test runs at once (their workers share slices) never pick the same port. The
-kernel drops a process's locks when it exits, however it ends."""
-
-
-def _claim(port: int) -> bool:
-    try:
-        fcntl.lockf(_CLAIMS, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, port)
-    except OSError:
-        return False  # another test process holds it
-    return True
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on, for a server to bind later.
-
-    Picked below the kernel's ephemeral range: a port from that range (what binding to
-    port 0 gives) may be handed to some client's outgoing connection before the server
-    binds it, which made a test fail now and then with "address already in use".
-    Each xdist worker picks from its own slice (:func:`_worker_ports`), and a port is
-    claimed across test processes (:data:`_CLAIMS`).
-    """
-    low, high = _PORTS.start, _PORTS.stop - 1
-    for _ in range(1000):
-        port = random.randint(low, high)
-        if port in _picked or not _claim(port) or not _bindable(port):
-            continue
-        _picked.add(port)
-        return port
-    raise RuntimeError(f"no free port between {low} and {high}")
-
-
-def free_ports(count: int) -> int:
-    """The first of ``count`` consecutive free ports (a ``--node-port``), all claimed."""
-    for _ in range(100):
-        first = free_port()
-        rest = range(first + 1, first + count)
-        if rest.stop > _PORTS.stop or any(port in _picked for port in rest):
-            continue
-        if all(_claim(port) and _bindable(port) for port in rest):
-            _picked.update(rest)
-            return first
-    raise RuntimeError(f"no {count} consecutive free ports")
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 @dataclass
@@ -245,6 +159,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             )
     if call.when == "teardown":  # a server that ended is not reported for later tests
         _running[:] = [s for s in _running if s.process.poll() is None]
+
+
+@pytest.fixture
+def etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
+    """A one-member etcd of the test's own (the cluster tests' agreement)."""
+    process = start_etcd(tmp_path)
+    yield process
+    process.kill()
 
 
 @pytest.fixture

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from chute.cluster.url import Endpoint
-from tests.integration.conftest import free_port
 from tests.integration.freeze import freeze, thaw
+from tests.integration.ports import free_port
 from tests.tools import need_tool
 
 READY_TIMEOUT = 30.0

@@ -16,17 +16,10 @@ from chute.cluster.etcd import Backoff, EtcdClient, Snapshot, WatchItem
 from chute.cluster.etcd_wire import EventType, WatchEvent
 from chute.cluster.url import Endpoint
 from tests.integration.conftest import free_port
-from tests.integration.etcd_fixture import EtcdProcess, start_etcd, start_etcd_cluster
+from tests.integration.etcd_fixture import EtcdProcess, start_etcd_cluster
 
 T = TypeVar("T")
 WAIT = 20.0
-
-
-@pytest.fixture
-def etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
-    process = start_etcd(tmp_path)
-    yield process
-    process.kill()
 
 
 @pytest.fixture

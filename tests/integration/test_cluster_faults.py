@@ -19,7 +19,7 @@ import pytest
 
 from chute.client.blocking import connect
 from tests.integration.conftest import ChuteServer, free_port, start_server
-from tests.integration.etcd_fixture import EtcdProcess, start_etcd
+from tests.integration.etcd_fixture import EtcdProcess
 from tests.integration.relay import Relay
 from tests.integration.test_cluster_nodes import (
     DEADLINE,
@@ -34,13 +34,6 @@ from tests.integration.test_cluster_nodes import (
 
 FAST_BEATS = "[cluster]\nttl = 2\n\n[server.sessions]\nheartbeat_ms = 1000\n"
 """Heart-beats every second: a silent link is given up after three."""
-
-
-@pytest.fixture
-def etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
-    process = start_etcd(tmp_path)
-    yield process
-    process.kill()
 
 
 @pytest.fixture

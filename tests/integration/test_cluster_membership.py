@@ -9,7 +9,7 @@ import contextlib
 import logging
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -26,18 +26,11 @@ from chute.cluster.membership import (
 )
 from chute.cluster.url import Endpoint
 from tests.integration.conftest import free_port
-from tests.integration.etcd_fixture import EtcdProcess, start_etcd, start_etcd_cluster
+from tests.integration.etcd_fixture import EtcdProcess, start_etcd_cluster
 
 T = TypeVar("T")
 WAIT = 20.0
 TTL = 2
-
-
-@pytest.fixture
-def etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
-    process = start_etcd(tmp_path)
-    yield process
-    process.kill()
 
 
 def run(test: Callable[[], Awaitable[T]]) -> T:

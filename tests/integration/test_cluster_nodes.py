@@ -24,18 +24,11 @@ from chute.client.received import Received
 from chute.protocol import packets as p
 from chute.protocol.wire import encode_packet
 from tests.integration.conftest import ChuteServer, free_port, start_server
-from tests.integration.etcd_fixture import EtcdProcess, start_etcd
+from tests.integration.etcd_fixture import EtcdProcess
 from tests.integration.freeze import freeze, thaw
 
 CLUSTER = "t"
 DEADLINE = 30.0
-
-
-@pytest.fixture
-def etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
-    process = start_etcd(tmp_path)
-    yield process
-    process.kill()
 
 
 class Nodes:

@@ -13,7 +13,7 @@ from chute.client.blocking import connect
 from chute.errors import AccessDenied, NotFound
 from chute.message import Message
 from tests.integration.conftest import ChuteServer, free_port
-from tests.integration.etcd_fixture import EtcdProcess, start_etcd
+from tests.integration.etcd_fixture import EtcdProcess
 from tests.integration.freeze import freeze, thaw
 from tests.integration.test_cluster_nodes import (
     DEADLINE,
@@ -61,13 +61,6 @@ consume = ["*"]
 browse = ["*"]
 create = ["*", "queue:__user__*"]
 """
-
-
-@pytest.fixture
-def etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
-    process = start_etcd(tmp_path)
-    yield process
-    process.kill()
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import pytest
 import chute
 from chute.cluster.homes import FixedHomes
 from tests.integration.conftest import ChuteServer
-from tests.integration.etcd_fixture import EtcdProcess, start_etcd
+from tests.integration.etcd_fixture import EtcdProcess
 from tests.integration.test_cluster_nodes import CLUSTER, DEADLINE, Nodes
 from tests.integration.test_serve_nodes import start_nodes
 
@@ -29,13 +29,6 @@ TABLE = f'[destinations."{S}"]\npartitions = {PARTITIONS}\n'
 
 Got = list[tuple[int, int, str]]
 """What a reader got: (partition, offset, body) per message."""
-
-
-@pytest.fixture
-def etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
-    process = start_etcd(tmp_path)
-    yield process
-    process.kill()
 
 
 @pytest.fixture

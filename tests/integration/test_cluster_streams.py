@@ -19,18 +19,11 @@ import pytest
 import chute
 from chute.errors import ChuteError
 from tests.integration.conftest import ChuteServer, free_port
-from tests.integration.etcd_fixture import EtcdProcess, start_etcd
+from tests.integration.etcd_fixture import EtcdProcess
 from tests.integration.freeze import freeze, thaw
 from tests.integration.test_cluster_nodes import CLUSTER, DEADLINE, Nodes, until
 
 S = "stream:orders"
-
-
-@pytest.fixture
-def etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
-    process = start_etcd(tmp_path)
-    yield process
-    process.kill()
 
 
 @pytest.fixture

@@ -22,16 +22,9 @@ from chute.admin.openapi import document
 from chute.client.blocking import connect
 from chute.server.cluster_stats import ANSWER_TIMEOUT
 from tests.integration.conftest import ChuteServer, free_port, start_server
-from tests.integration.etcd_fixture import EtcdProcess, start_etcd
+from tests.integration.etcd_fixture import EtcdProcess
 from tests.integration.freeze import freeze, thaw
 from tests.integration.test_cluster_nodes import DEADLINE, Nodes, send, until
-
-
-@pytest.fixture
-def etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
-    process = start_etcd(tmp_path)
-    yield process
-    process.kill()
 
 
 @pytest.fixture

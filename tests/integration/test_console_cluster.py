@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.integration.etcd_fixture import EtcdProcess, start_etcd
+from tests.integration.etcd_fixture import EtcdProcess
 from tests.integration.test_cluster_nodes import DEADLINE, Nodes, send
 from tests.integration.test_ha import Pair
 
@@ -22,13 +22,6 @@ from .test_console import broker as broker  # noqa: PLC0414 - the fixtures, for 
 from .test_console import page as page  # noqa: PLC0414
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.slow, pytest.mark.timeout(180)]
-
-
-@pytest.fixture
-def etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
-    process = start_etcd(tmp_path)
-    yield process
-    process.kill()
 
 
 @pytest.fixture

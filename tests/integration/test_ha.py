@@ -25,18 +25,11 @@ import pytest
 from chute.client.blocking import connect
 from chute.errors import ChuteError
 from tests.integration.conftest import ChuteServer, free_port
-from tests.integration.etcd_fixture import EtcdProcess, start_etcd
+from tests.integration.etcd_fixture import EtcdProcess
 
 CLUSTER = "t"
 DEADLINE = 30.0
 QUEUE = "orders"
-
-
-@pytest.fixture
-def etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
-    process = start_etcd(tmp_path)
-    yield process
-    process.kill()
 
 
 class Pair:

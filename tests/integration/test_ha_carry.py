@@ -15,7 +15,6 @@ import chute
 from chute.errors import TransactionLost
 from tests.integration.conftest import ChuteServer
 from tests.integration.test_ha import DEADLINE, QUEUE, Pair, kill
-from tests.integration.test_ha import etcd as etcd  # noqa: PLC0414 - the fixtures
 from tests.integration.test_ha import pair as pair  # noqa: PLC0414
 
 from . import sync_aio

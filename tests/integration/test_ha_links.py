@@ -14,18 +14,11 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import ChuteServer, free_port
-from tests.integration.etcd_fixture import EtcdProcess, start_etcd
+from tests.integration.etcd_fixture import EtcdProcess
 from tests.integration.relay import Relay
 from tests.integration.test_ha import DEADLINE, Pair, _produce, drain, kill
 
 DROP_AFTER_MS = 1000
-
-
-@pytest.fixture
-def etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
-    process = start_etcd(tmp_path)
-    yield process
-    process.kill()
 
 
 @pytest.fixture

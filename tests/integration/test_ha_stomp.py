@@ -15,7 +15,6 @@ from stomp.exception import ConnectFailedException, NotConnectedException
 
 from tests.integration.conftest import ChuteServer, free_port
 from tests.integration.test_ha import DEADLINE, Pair, kill
-from tests.integration.test_ha import etcd as etcd  # noqa: PLC0414 - the fixtures
 from tests.integration.test_ha import pair as pair  # noqa: PLC0414
 
 DESTINATION = "/queue/orders"

@@ -21,7 +21,6 @@ from chute.protocol.wire import encode_packet
 from tests.integration.conftest import ChuteServer, free_port
 from tests.integration.test_cluster_view import conforms
 from tests.integration.test_ha import CLUSTER, DEADLINE, QUEUE, Pair, drain, kill, send
-from tests.integration.test_ha import etcd as etcd  # noqa: PLC0414 - the fixtures
 from tests.integration.test_ha import pair as pair  # noqa: PLC0414
 
 

@@ -18,7 +18,8 @@ import pytest
 
 from chute.client.blocking import BlockingConnection, connect
 from chute.client.received import Received
-from tests.integration.conftest import ChuteServer, free_port, free_ports, start_server
+from tests.integration.conftest import ChuteServer, free_port, start_server
+from tests.integration.ports import free_ports
 from tests.integration.test_stomp import Client
 
 DEADLINE = 30.0

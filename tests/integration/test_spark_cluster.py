@@ -23,7 +23,6 @@ import chute
 from tests.integration.conftest import ChuteServer, start_server
 from tests.integration.etcd_fixture import EtcdProcess
 from tests.integration.test_cluster_nodes import DEADLINE, Nodes
-from tests.integration.test_cluster_stream_partitions import etcd as etcd  # noqa: PLC0414
 from tests.integration.test_serve_nodes import start_nodes
 
 from . import test_spark as base

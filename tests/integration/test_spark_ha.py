@@ -19,7 +19,6 @@ import chute
 from . import test_spark as base
 from .conftest import ChuteServer
 from .test_ha import DEADLINE, Pair, kill
-from .test_ha import etcd as etcd  # noqa: PLC0414 - the fixtures
 from .test_ha import pair as pair  # noqa: PLC0414
 from .test_spark import produce, read_all, spark_prepared, stream
 

@@ -23,7 +23,6 @@ from tests.integration.conftest import free_port, start_server
 from tests.integration.relay import Relay
 from tests.integration.test_cluster_nodes import DEADLINE, Nodes
 from tests.integration.test_cluster_stream_partitions import PARTITIONS, S, send
-from tests.integration.test_cluster_stream_partitions import etcd as etcd  # noqa: PLC0414
 from tests.integration.test_cluster_stream_partitions import nodes as nodes  # noqa: PLC0414
 from tests.integration.test_cluster_view import conforms, get, start_with_http
 
