@@ -16,7 +16,10 @@ memory only its newest messages (``tail_bytes``) and reads older ones back from
 the store (:meth:`Store.page_in`), so a stream costs the memory of its tail,
 whatever its length. Retention acks what it removes, which is what lets the
 journal delete a segment once nothing in it is kept (journal space is
-reclaimed as retention moves on).
+reclaimed as retention moves on), and has the store record where it left
+``first`` first (:meth:`Store.stream_first`): a restart recovers ``first``
+there, as Kafka's log start offset, whatever compaction
+(:mod:`chute.core.rules.compaction`) removed above it since.
 
 Reading, two ways:
 
