@@ -95,6 +95,7 @@ from chute.store.records import (
     CommitPreparedRecord,
     CommitRecord,
     DefineRecord,
+    FirstRecord,
     PrepareRecord,
     Record,
     RollbackPreparedRecord,
@@ -268,6 +269,10 @@ class Journal:
 
     def sent(self, producer: str, message_id: str) -> None:
         self._append_record(SentRecord(producer, message_id))
+
+    def stream_first(self, stream: str, first: int) -> None:
+        """A FIRST record: gathered acks before it, those handed over after it behind it."""
+        self._append_record(FirstRecord(stream, first))
 
     def commit(self, ops: Sequence[TxOp]) -> None:
         """One record for all of ``ops``: after a crash, all of them or none."""

@@ -38,6 +38,7 @@ class MemoryStore:
         self.messages: dict[str, dict[int, StoredMessage]] = {}
         self.prepared: dict[str, list[TxOp]] = {}
         self.next_seq: dict[str, int] = {}
+        self.firsts: dict[str, int] = {}
         self.sent_ids: collections.deque[tuple[str, str]] = collections.deque(maxlen=SENT_KEPT)
         self.syncs = 0
 
@@ -48,6 +49,7 @@ class MemoryStore:
     def undefine(self, name: str) -> None:
         self.definitions.pop(name, None)
         self.messages.pop(name, None)
+        self.firsts.pop(name, None)
 
     def add(self, op: AddOp) -> None:
         for queue in op.queues:
@@ -74,6 +76,9 @@ class MemoryStore:
 
     def sent(self, producer: str, message_id: str) -> None:
         self.sent_ids.append((producer, message_id))
+
+    def stream_first(self, stream: str, first: int) -> None:
+        self.firsts[stream] = first
 
     def commit(self, ops: Sequence[TxOp]) -> None:
         for op in ops:
@@ -124,6 +129,7 @@ class MemoryStore:
             prepared={xid: list(ops) for xid, ops in self.prepared.items()},
             next_seq=dict(self.next_seq),
             sent=list(self.sent_ids),
+            firsts=dict(self.firsts),
         )
 
     def page_in(self, queue: str, after: int, limit: int) -> list[StoredMessage]:

@@ -31,8 +31,9 @@ cancel the originals. Rule 2 is then checked as for any other deletion, so
 a segment is compacted only if it will actually go.
 
 What deleted segments knew that no positive carries, the sequence
-high-water mark of each destination and the delivery counts of live
-messages, is written first in a :class:`~chute.store.records.CheckpointRecord`.
+high-water mark of each destination, the delivery counts of live
+messages and where retention left each stream's first offset (its newest
+FIRST record), is written first in a :class:`~chute.store.records.CheckpointRecord`.
 
 Thread-safety: none. The writer thread owns the index (recovery builds it
 before the writer starts).
@@ -56,6 +57,7 @@ from chute.store.records import (
     CommitRecord,
     DefineRecord,
     DeliveredRecord,
+    FirstRecord,
     MarksRecord,
     PadRecord,
     PrepareRecord,
@@ -89,7 +91,8 @@ class LiveIndex:
     ``locations[queue][seq]`` is where the live add of that message is;
     ``live[segment]`` counts the live positives in a segment and
     ``written[segment]`` those ever written there; ``deps[segment]`` holds
-    the segments whose positives the negatives in ``segment`` cancelled.
+    the segments whose positives the negatives in ``segment`` cancelled;
+    ``firsts[stream]`` is what the newest FIRST record of a stream said.
     """
 
     def __init__(self) -> None:
@@ -98,6 +101,7 @@ class LiveIndex:
         self.definitions: dict[str, tuple[QueueDefinition, int]] = {}
         self.prepared: dict[str, tuple[tuple[TxOp, ...], int]] = {}
         self.next_seq: dict[str, int] = {}
+        self.firsts: dict[str, int] = {}
         self.live: dict[int, int] = {}
         self.written: dict[int, int] = {}
         self.deps: dict[int, set[int]] = {}
@@ -132,8 +136,11 @@ class LiveIndex:
                 self.commit(ops, location)
             case RollbackPreparedRecord(xid):
                 self.end_prepared(xid, location)
-            case CheckpointRecord(next_seq, counts):
+            case CheckpointRecord(next_seq, counts, _, firsts):
                 self.checkpoint(next_seq, counts)
+                self.firsts.update(firsts)
+            case FirstRecord(stream, first):
+                self.firsts[stream] = first
             case PadRecord() | SentRecord():
                 pass
             case AddRecord(op, count):  # pragma: no cover - handled above
@@ -248,6 +255,7 @@ class LiveIndex:
         for held in self.locations.pop(name, SeqMap()).values():
             self._kill(held, location)
         self.counts.pop(name, None)
+        self.firsts.pop(name, None)
 
     def commit(self, ops: Sequence[TxOp], location: int) -> None:
         # the segment's counters first, once: an ack further on may cancel an add of
@@ -286,7 +294,8 @@ class LiveIndex:
 
     def checkpoint_record(self, kept: Iterable[int] | None = None) -> CheckpointRecord:
         """What deleted segments may have known that no live positive carries, and the
-        segments a pass keeps (``kept``, as runs: see :mod:`chute.store.gaps`)."""
+        segments a pass keeps (``kept``, as runs: see :mod:`chute.store.gaps`); the
+        streams' first offsets with ``kept`` only (the layout holds them after it)."""
         return CheckpointRecord(
             tuple(self.next_seq.items()),
             tuple(
@@ -295,6 +304,7 @@ class LiveIndex:
                 for seq, count in held.items()
             ),
             None if kept is None else runs(kept),
+            tuple(self.firsts.items()) if kept is not None else (),
         )
 
     def forget(self, segment: int) -> None:

@@ -62,6 +62,7 @@ class Kind(enum.IntEnum):
     MARKS = 12
     PAD = 13  # nothing: where a record the disk refused was written (see the writer)
     SENT = 14  # a producer's request stored (duplicate detection)
+    FIRST = 15  # where retention left a stream's first offset
 
 
 def checksum(segment: int, offset: int, kind: int, payload: bytes | memoryview) -> int:

@@ -23,10 +23,16 @@ present u8 then the string)::
     CHECKPOINT n u32 | (destination s16 | next_seq u64) x n
                | m u32 | (queue s16 | seq u64 | count u32) x m
                [| k u32 | (first u64 | last u64) x k: the segments the pass kept,
-                as runs; absent in older journals]
+                as runs; absent in older journals
+                [| j u32 | (stream s16 | first u64) x j: each stream's first offset as
+                 the last FIRST record of it said; absent in older journals]]
     PAD        zero bytes (any number): holds nothing
     SENT       producer s16 | message id s16: a producer's request stored (duplicate
                detection, chute.core.rules.dedup); keeps nothing alive
+    FIRST      stream s16 | first u64: where retention (or a purge) left the stream's first
+               offset, which compaction never moves (Kafka's log start offset); the
+               newest of a stream holds; keeps nothing alive (a checkpoint carries it
+               on); absent in older journals
 
 ACKS and MARKS are what the journal's writer makes of the acks and delivery
 marks of one queue that arrived together (:class:`~chute.store.intake.Intake`):
@@ -77,6 +83,7 @@ _SEQ_COUNT_NAME: Final = struct.Struct(">QIH")
 _NEXT_SEQ: Final = struct.Struct(">Q")
 _COUNT: Final = struct.Struct(">QI")
 _RUN: Final = struct.Struct(">QQ")
+_FIRST: Final = struct.Struct(">Q")
 
 _QUEUE_KINDS: Final = {
     QueueKind.QUEUE: 0,
@@ -171,6 +178,16 @@ class CheckpointRecord:
     next_seq: tuple[tuple[str, int], ...]
     counts: tuple[tuple[str, int, int], ...]  # (queue, seq, count) of live messages
     kept: tuple[tuple[int, int], ...] | None = None  # runs (first, last); None: not known
+    firsts: tuple[tuple[str, int], ...] = ()  # (stream, first): what FIRST records said
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FirstRecord:
+    """Where retention (or a purge) left stream ``stream``'s first offset: a restart
+    recovers it there, whatever compaction removed above it since."""
+
+    stream: str
+    first: int
 
 
 @dataclasses.dataclass(slots=True)
@@ -204,6 +221,7 @@ Record = (
     | CheckpointRecord
     | PadRecord
     | SentRecord
+    | FirstRecord
 )
 
 
@@ -278,7 +296,7 @@ def encode(record: Record) -> tuple[Kind, bytes]:
             return Kind.COMMIT_PREPARED, encode_ops(ops, s16(xid))
         case RollbackPreparedRecord(xid):
             return Kind.ROLLBACK_PREPARED, s16(xid)
-        case CheckpointRecord(next_seq, counts, kept):
+        case CheckpointRecord(next_seq, counts, kept, firsts):
             parts = [_U32.pack(len(next_seq))]
             for dest, seq in next_seq:
                 parts += (s16(dest), _NEXT_SEQ.pack(seq))
@@ -288,11 +306,19 @@ def encode(record: Record) -> tuple[Kind, bytes]:
             if kept is not None:
                 parts.append(_U32.pack(len(kept)))
                 parts += (_RUN.pack(first, last) for first, last in kept)
+            elif firsts:
+                raise ValueError("a checkpoint carries first offsets only with its kept segments")
+            if firsts:
+                parts.append(_U32.pack(len(firsts)))
+                for stream, first in firsts:
+                    parts += (s16(stream), _FIRST.pack(first))
             return Kind.CHECKPOINT, b"".join(parts)
         case PadRecord(size):
             return Kind.PAD, bytes(size)
         case SentRecord(producer, message_id):
             return Kind.SENT, s16(producer) + s16(message_id)
+        case FirstRecord(stream, first):
+            return Kind.FIRST, s16(stream) + _FIRST.pack(first)
 
 
 # -- decoding ------------------------------------------------------------------------
@@ -364,6 +390,12 @@ def _decode(kind: int, data: bytes, start: int, end: int, names: Names) -> Recor
             if p + 2 + length != end:
                 raise ValueError("a SENT record's id does not end the record")
             return SentRecord(producer, data[p + 2 : end].decode())
+        case Kind.FIRST:
+            stream, p = names.read(data, start)
+            if p + _FIRST.size != end:
+                raise ValueError("a FIRST record's offset does not end the record")
+            (first,) = _FIRST.unpack_from(data, p)
+            return FirstRecord(stream, first)
     raise CorruptRecord(f"unknown record kind {kind}")
 
 
@@ -396,9 +428,25 @@ def _decode_checkpoint(data: bytes, p: int, end: int, names: Names) -> Checkpoin
         counts.append((queue, seq, n))
     if p >= end:
         return CheckpointRecord(tuple(next_seq), tuple(counts))
-    n, p = _counted(data, p, end, _RUN.size)
+    (n,) = _U32.unpack_from(data, p)
+    p += 4
+    if p + n * _RUN.size > end:
+        raise ValueError(f"{n} kept runs run past the record")
     kept = tuple(_RUN.unpack_from(data, p + i * _RUN.size) for i in range(n))
-    return CheckpointRecord(tuple(next_seq), tuple(counts), kept)
+    p += n * _RUN.size
+    if p == end:  # a checkpoint without first offsets (as older journals wrote them all)
+        return CheckpointRecord(tuple(next_seq), tuple(counts), kept)
+    (count,) = _U32.unpack_from(data, p)
+    p += 4
+    firsts = []
+    for _ in range(count):
+        stream, p = names.read(data, p)
+        (first,) = _FIRST.unpack_from(data, p)
+        p += _FIRST.size
+        firsts.append((stream, first))
+    if p != end:
+        raise ValueError("a checkpoint's first offsets do not fill the record")
+    return CheckpointRecord(tuple(next_seq), tuple(counts), kept, tuple(firsts))
 
 
 def _o16_at(data: bytes, p: int, names: Names) -> tuple[str | None, int]:

@@ -72,6 +72,7 @@ from chute.store.records import (
     CommitRecord,
     DefineRecord,
     DeliveredRecord,
+    FirstRecord,
     MarksRecord,
     PadRecord,
     PrepareRecord,
@@ -178,6 +179,7 @@ def recover_lazily(
         prepared={xid: list(ops) for xid, (ops, _) in index.prepared.items()},
         next_seq=dict(index.next_seq),
         sent=list(sent),
+        firsts=dict(index.firsts),
     )
     layouts = TxLayouts()
     for queue, held in index.locations.items():
@@ -437,11 +439,15 @@ def replay(store: MemoryStore, record: Record) -> None:
             store.commit_prepared(xid)
         case RollbackPreparedRecord(xid):
             store.rollback_prepared(xid)
-        case CheckpointRecord(next_seq, counts):
+        case CheckpointRecord(next_seq, counts, _, firsts):
             for dest, seq in next_seq:
                 store.next_seq[dest] = max(store.next_seq.get(dest, 0), seq)
             for queue, seq, count in counts:
                 store.delivered(queue, seq, count)
+            for stream, first in firsts:
+                store.stream_first(stream, first)
+        case FirstRecord(stream, first):
+            store.stream_first(stream, first)
         case PadRecord():
             pass
         case SentRecord(producer, message_id):

@@ -1,6 +1,7 @@
 """Compacted streams (``cleanup = "compact"``) on a real ``chute serve``: the newest message of
-each key survives restarts and a ``kill -9`` in the middle of compaction, tombstones remove
-their key, readers from the start see one message per key, and the disk is freed."""
+each key survives restarts and a ``kill -9`` in the middle of compaction, the stream's first
+offset stays where retention left it across them, tombstones remove their key, readers from
+the start see one message per key, and the disk is freed."""
 
 from __future__ import annotations
 
@@ -164,6 +165,79 @@ def removed(url: str) -> int:
                 found: int = dest["removed"]
                 return found
     return 0
+
+
+def figures(url: str) -> dict[str, Any]:
+    """The stream's statistics."""
+    with blocking.connect(url, timeout=WAIT) as conn:
+        found: dict[str, Any] = next(
+            d for d in conn.stat(STREAM)["destinations"] if d["address"] == STREAM
+        )
+        return found
+
+
+def first_of(url: str) -> int:
+    """The stream's first offset as a reader sees it (``cursor_open``)."""
+    with blocking.connect(url, timeout=WAIT) as conn:
+        return conn.cursor_open(STREAM)[0]
+
+
+def first_read(url: str) -> int:
+    """The offset of the first message a consumer opened at ``offset="first"`` gets."""
+    with chute.connect(url, timeout=WAIT) as conn:
+        got = conn.session().consumer(STREAM, offset="first").receive(timeout=WAIT)
+        assert got is not None
+        return got.seq
+
+
+def stored(url: str) -> None:
+    """Send a message elsewhere: its confirmation covers every record written before it (the
+    journal syncs them together), so a ``kill -9`` after it loses none of them."""
+    with chute.connect(url, timeout=WAIT) as conn:
+        conn.session().send("stream:elsewhere", b"sync")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "kill-9"])
+def test_the_first_offset_stays_where_retention_left_it_across_restarts(
+    tmp_path: Path, stopping: list[ChuteServer], sig: int
+) -> None:
+    def restart() -> ChuteServer:
+        assert server.stop(sig) == (0 if sig == signal.SIGTERM else -signal.SIGKILL)
+        again = serve(tmp_path, conf)
+        stopping.append(again)
+        return again
+
+    conf = config(tmp_path)
+    server = serve(tmp_path, conf)
+    stopping.append(server)
+    send_rounds(server.url, keys=50, rounds=40)  # offsets 1-2,000
+    wait_until(lambda: read_all(server.url)[0][0] > 1, "the oldest compacted away", WAIT)
+    assert first_of(server.url) == figures(server.url)["first"] == 1
+    stored(server.url)
+
+    server = restart()  # all that was written is sealed now: compacted to one per key
+    wait_until(lambda: depth(server.url) == 50, "one message per key", WAIT)
+    rows = read_all(server.url)
+    assert rows[0][0] == 1_951  # the oldest kept: round 39's first
+    # retention never moved the first offset: compaction does not either, a restart neither
+    assert first_of(server.url) == figures(server.url)["first"] == 1
+    assert first_read(server.url) == 1_951  # a reader from there gets the next kept
+    stored(server.url)
+
+    conf.write_text(conf.read_text() + "max_messages = 50\n")  # retention, from the next start
+    server = restart()
+    assert first_of(server.url) == figures(server.url)["first"] == 1  # 50 kept: none over
+    with chute.connect(server.url, timeout=WAIT) as conn:  # 10 more keys: 10 over
+        conn.session().send_many(
+            STREAM, [Message.create(b"new", key=f"k{k}") for k in range(50, 60)]
+        )
+    assert first_of(server.url) == figures(server.url)["first"] == 1_961
+    stored(server.url)
+
+    server = restart()
+    assert first_of(server.url) == figures(server.url)["first"] == 1_961
+    assert first_read(server.url) == 1_961
+    assert depth(server.url) == 50
 
 
 def test_kill_9_in_the_middle_of_compaction_loses_nothing_kept(

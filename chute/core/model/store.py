@@ -143,6 +143,9 @@ class Recovered:
     """``(producer, message id)`` of the requests producers stored, in the order written
     (:meth:`Store.sent`; the newest last): duplicate detection's memory
     (chute.core.rules.dedup)."""
+    firsts: dict[str, int] = dataclasses.field(default_factory=dict)
+    """stream -> its first offset as :meth:`Store.stream_first` last recorded it (a stream
+    not in it: none was; a store written before there was any)."""
 
 
 class Store(Protocol):
@@ -188,6 +191,13 @@ class Store(Protocol):
         """``producer`` stored a request whose first message id is ``message_id``
         (duplicate detection, chute.core.rules.dedup): kept across a restart, covered
         by the next sync like the records before it."""
+
+    def stream_first(self, stream: str, first: int) -> None:
+        """Stream ``stream``'s first offset is ``first`` now (retention or a purge moved it,
+        or it took its first message): kept across a restart (``Recovered.firsts``), whatever
+        acks follow (compaction's too), until the next call for it or its :meth:`undefine`.
+        Covered by the next sync like the records before it; written before the acks
+        recorded after it."""
 
     def sync(self, callback: SyncCallback) -> None:
         """Call ``callback(None)`` once everything appended so far is durable.

@@ -16,7 +16,10 @@ memory only its newest messages (``tail_bytes``) and reads older ones back from
 the store (:meth:`Store.page_in`), so a stream costs the memory of its tail,
 whatever its length. Retention acks what it removes, which is what lets the
 journal delete a segment once nothing in it is kept (journal space is
-reclaimed as retention moves on).
+reclaimed as retention moves on), and has the store record where it left
+``first`` first (:meth:`Store.stream_first`): a restart recovers ``first``
+there, as Kafka's log start offset, whatever compaction
+(:mod:`chute.core.rules.compaction`) removed above it since.
 
 Reading, two ways:
 
@@ -101,6 +104,10 @@ class Stream(StreamLog):
         self.recovered_below = 1
         """Offsets below this were recovered from the store rather than appended: compaction
         reads them back once."""
+        self.recorded_first: int | None = None
+        """The first offset the store last recorded for this stream (:meth:`Store.stream_first`;
+        None: none yet). A restart recovers :attr:`first` from it, not from the oldest message
+        kept, which compaction moves."""
         self.readers: list[StreamReader] = []
         self.delivered_before = 0  # deliveries by readers closed since start
         self.redelivered_before = 0  # ... redeliveries
@@ -182,6 +189,8 @@ class Stream(StreamLog):
         now = self.host.clock()
         while self.retain(now, on_append=True) >= RETAIN_STEP:
             pass  # a large transaction may pass the limits by more than one step
+        if self._first != self.recorded_first:  # the first message (of an empty stream)
+            self._record_first()
         self._wake()
 
     def _keep_run(self, entries: Sequence[Entry]) -> bool:
@@ -323,11 +332,20 @@ class Stream(StreamLog):
                 self.bytes -= size
             if not gone:
                 break
+            self._forget_below(gone[-1] + 1)
+            self._record_first()  # before the acks: a crash never keeps them without it
             self.host.store.acks(self.address, gone)
             self.removed += len(gone)
             removed += len(gone)
-            self._forget_below(gone[-1] + 1)
         return removed
+
+    def _record_first(self) -> None:
+        """Have the store record :attr:`first` if it moved since it last did: retention, a
+        purge or the first message moved it; compaction never does (:meth:`remove`)."""
+        first = self._first if self.count else self.next_seq
+        if first != self.recorded_first:
+            self.recorded_first = first
+            self.host.store.stream_first(self.address, first)
 
     def _past_retention(self, timestamp: int, now: int) -> bool:
         """Whether retention removes the oldest kept, accepted at ``timestamp``."""
@@ -367,6 +385,7 @@ class Stream(StreamLog):
         them) are left alone. The store records the removal.
         """
         first = self.first
+        self._record_first()  # a stream recovered from a store that had none recorded
         tail = self._tail
         lo = self._tail_from
         tail_first = tail[lo].seq if lo < len(tail) else self.next_seq
@@ -424,6 +443,7 @@ class Stream(StreamLog):
         self.bytes -= entry.message.size
         if seq == self.first:
             self._forget_below(seq + 1)
+            self._record_first()
         handed = False
         for reader in self.readers:
             waiting = reader.withdraw(seq)
@@ -440,13 +460,15 @@ class Stream(StreamLog):
             batch = self._sizes(self.first, self.next_seq, RETAIN_STEP)
             if not batch:
                 break
-            self.host.store.acks(self.address, [seq for seq, _, _ in batch])
             self.bytes -= sum(size for _, size, _ in batch)
             self.count -= len(batch)
             count += len(batch)
             self._forget_below(batch[-1][0] + 1)
+            self._record_first()  # before the acks, as retention's
+            self.host.store.acks(self.address, [seq for seq, _, _ in batch])
         self.count = self.bytes = 0
         self.first = self.next_seq
+        self._record_first()
         self.removed += count
         return count
 
@@ -456,8 +478,15 @@ class Stream(StreamLog):
         while self._tail_from < len(self._tail):
             self._drop_tail_head()
 
-    def restore(self, first: int, count: int, size: int) -> None:
-        """Recovery found ``count`` messages (``size`` bytes) from offset ``first`` on."""
+    def restore(self, first: int, count: int, size: int, recorded: int | None = None) -> None:
+        """Recovery found ``count`` messages (``size`` bytes) from offset ``first`` on, and the
+        first offset the store recorded (``recorded``, None if none): the stream's first
+        offset is ``recorded`` if that is lower (compaction removed the oldest since), else
+        ``first`` (a crash cut the acks of what retention removed, which is kept again; or
+        a store written before first offsets were recorded)."""
+        self.recorded_first = recorded
+        if recorded is not None:
+            first = min(first, recorded)
         self.first = first if count else self.next_seq
         self._newest = self.next_seq - 1  # what the store holds is newer than the tail
         self.recovered_below = self.next_seq

@@ -61,9 +61,9 @@ class StreamLog:
     @property
     def first(self) -> int:
         """The oldest offset kept (on a compacted stream it may be a gap: compaction leaves
-        it where retention did, and reads from it start at the next kept); :attr:`head`
-        while none is (the next to appear, also after a restart or a delete moved the
-        numbering on)."""
+        it where retention did, and reads from it start at the next kept; the store
+        records it there, so a restart finds it there too); :attr:`head` while none is
+        (the next to appear, also after a restart or a delete moved the numbering on)."""
         return self._first if self.count else self.head
 
     @first.setter

@@ -96,7 +96,9 @@ def restore(host: RestoreHost, progress: Callable[[int, int], None] | None = Non
             continue
         stream = host.streams.get(name)
         if stream is not None:
-            count += _restore_stream(stream, stored, recovered.paged.get(name))
+            count += _restore_stream(
+                stream, stored, recovered.paged.get(name), recovered.firsts.get(name)
+            )
             restored += 1
             continue
         queue = host.queues.get(name) or subscriptions.get(name)
@@ -141,16 +143,20 @@ def _ledger_records(
 
 
 def _restore_stream(
-    stream: Stream, stored: list[StoredMessage], paged: tuple[int, int] | None
+    stream: Stream,
+    stored: list[StoredMessage],
+    paged: tuple[int, int] | None,
+    recorded: int | None,
 ) -> int:
     """A stream's kept messages: the store read back the oldest (``stored``), the rest
-    it keeps (``paged``) are read as readers ask; returns how many."""
+    it keeps (``paged``) are read as readers ask; ``recorded`` is its first offset as the
+    store recorded it (None: never); returns how many."""
     count, size = paged or (0, 0)
     count += len(stored)
     size += sum(item.message.size for item in stored)
     if stored:
         stream.next_seq = max(stream.next_seq, stored[-1].seq + 1)
-    stream.restore(stored[0].seq if stored else stream.next_seq, count, size)
+    stream.restore(stored[0].seq if stored else stream.next_seq, count, size, recorded)
     return count
 
 

@@ -227,6 +227,9 @@ class Gathering:
     def sent(self, producer: str, message_id: str) -> None:
         self.store.sent(producer, message_id)
 
+    def stream_first(self, stream: str, first: int) -> None:
+        self.store.stream_first(stream, first)
+
     def commit_prepared(self, xid: str) -> None:
         self.store.commit_prepared(xid)
 

@@ -18,7 +18,7 @@ from chute.core.rules.broker import Broker
 from chute.errors import ConfigError
 from chute.store.memory import MemoryStore
 
-from .helpers import FakeClock, make_broker, msg, restart
+from .helpers import FakeClock, make_broker, msg, restart, stats_of
 from .test_stream import read_all
 
 S = "stream:s"
@@ -269,3 +269,46 @@ def test_a_send_prepared_before_a_restart_and_committed_after_is_kept(clock: Fak
     broker.expire_due()
     assert kept(broker) == [(3, "a", b"a2"), (4, "b", b"b2")]
     assert stream_of(broker).count == 2
+
+
+def firsts(broker: Broker) -> tuple[int, int, int]:
+    """The stream's first offset, as its stats say it, and the oldest it keeps."""
+    return stream_of(broker).first, stats_of(broker, S)["first"], kept(broker)[0][0]
+
+
+def test_the_first_offset_stays_where_retention_left_it_across_restarts(
+    clock: FakeClock,
+) -> None:
+    broker = compacted(clock, max_age_ms=10_000)
+    send(broker, (None, b"old"))  # 1
+    clock.advance(5_000)
+    send(broker, ("a", b"a1"), ("b", b"b1"))  # 2, 3
+    clock.advance(5_001)
+    broker.expire_due()  # age removes 1
+    assert firsts(broker) == (2, 2, 2)
+    send(broker, ("a", b"a2"))  # 4
+    broker.expire_due()  # compaction removes 2: the first offset stays, a gap
+    assert firsts(broker) == (2, 2, 3)
+    broker = restart(broker)  # not moved to the oldest kept
+    assert firsts(broker) == (2, 2, 3)
+    clock.advance(5_000)
+    broker.expire_due()  # age removes 3 (b1): retention moves it on
+    assert firsts(broker) == (4, 4, 4)
+    broker = restart(broker)
+    assert firsts(broker) == (4, 4, 4)
+
+
+def test_a_store_without_a_recorded_first_offset_recovers_it_as_before(
+    clock: FakeClock,
+) -> None:
+    broker = compacted(clock)
+    send(broker, ("a", b"a1"), ("b", b"b1"), ("a", b"a2"))
+    store = broker.store
+    assert isinstance(store, MemoryStore)
+    assert store.firsts == {S: 1}
+    store.firsts.clear()  # what a journal of the previous release recovers
+    broker = restart(broker)
+    assert firsts(broker) == (1, 1, 1)  # the oldest kept, as it always was
+    broker.expire_due()  # compaction removes 1: the first offset is recorded before
+    assert store.firsts == {S: 1}
+    assert firsts(restart(broker)) == (1, 1, 2)

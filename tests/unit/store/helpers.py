@@ -76,6 +76,7 @@ def snapshot(recovered: Recovered) -> dict[str, Any]:
             for xid, ops in recovered.prepared.items()
         },
         "next_seq": recovered.next_seq,
+        "firsts": recovered.firsts,
     }
 
 

@@ -166,6 +166,26 @@ def test_next_seq_survives_every_message_being_acked(harness: Harness) -> None:
     assert harness.store.recover().next_seq == {"q": 8, "topic:t": 42}
 
 
+def test_a_streams_first_offset_is_the_last_recorded_until_it_is_undefined(
+    harness: Harness,
+) -> None:
+    def scenario(store: Store) -> None:
+        for name in ("stream:s", "stream:gone"):
+            store.define(QueueDefinition(name, QueueKind.STREAM))
+            store.stream_first(name, 1)
+            for seq in range(1, 6):
+                store.add(add(name, seq))
+        store.acks("stream:s", [1, 2])
+        store.stream_first("stream:s", 3)  # retention removed 1 and 2
+        store.acks("stream:s", [3, 4])  # compaction: the first offset stays
+        store.undefine("stream:gone")
+
+    check(harness, scenario)
+    recovered = harness.store.recover()
+    assert recovered.firsts == {"stream:s": 3}
+    assert [s.seq for s in recovered.messages["stream:s"]] == [5]
+
+
 def test_a_local_commit_applies_its_adds_and_acks(harness: Harness) -> None:
     def scenario(store: Store) -> None:
         store.add(add("q", 1))

@@ -21,6 +21,7 @@ from chute.store.records import (
     CommitRecord,
     DefineRecord,
     DeliveredRecord,
+    FirstRecord,
     MarksRecord,
     PrepareRecord,
     Record,
@@ -63,7 +64,10 @@ RECORDS: list[Record] = [
     CheckpointRecord((("q", 8), ("topic:t", 42)), (("s1", 41, 3),)),
     CheckpointRecord((), ()),
     CheckpointRecord((("q", 8),), (), ((1, 1), (4, 9), (12, 12))),
+    CheckpointRecord((("q", 8),), (), ((1, 2),), (("stream:é", 1 << 40), ("stream:s", 1))),
+    CheckpointRecord((), (), (), (("stream:s", 7),)),
     SentRecord("alice\x00producer-é", "0192a3b4c5d6e7f8a9b0c1d2e3f40516"),
+    FirstRecord("stream:é", 1 << 40),
 ]
 
 

@@ -129,6 +129,27 @@ def test_an_ack_stays_while_the_segment_of_its_add_stays(journals: Journals) -> 
     assert journal.recover().messages == {}
 
 
+def test_a_streams_first_offset_outlives_the_segment_that_recorded_it(
+    journals: Journals,
+) -> None:
+    journal = journals.open(**SMALL)
+    journal.define(QueueDefinition("stream:s", QueueKind.STREAM))
+    fill(journal, 1, 20, "stream:s")
+    journal.stream_first("stream:s", 11)  # retention removed 1-10
+    journal.flush()
+    holding = journal.segments()[-1]
+    fill(journal, 21, 80, "stream:s")
+    journal.acks("stream:s", range(1, 61))  # 11-60 by compaction
+    journal.reclaim()
+    assert holding not in journal.segments()  # the checkpoint carried it on
+    for _ in range(2):  # and the open's checkpoint again
+        journal = journals.reopen(journal, **SMALL)
+        recovered = journal.recover()
+        assert recovered.firsts == {"stream:s": 11}
+        assert recovered.messages["stream:s"][0].seq == 61
+        journal.reclaim()
+
+
 def test_compaction_moves_a_pinned_message_forward(journals: Journals) -> None:
     journal = journals.open(segment_size=8192, compact_ratio=0.5)
     journal.define(QueueDefinition("q", QueueKind.QUEUE))
