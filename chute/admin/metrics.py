@@ -398,6 +398,11 @@ def _broker_wide(broker: Broker) -> Iterator[Metric]:
         "Past this, producers wait (0: never).",
         memory.high,
     )
+    yield _gauge(
+        "chute_memory_low_watermark_bytes",
+        "Producers held at the high watermark go on under this (0: no high watermark).",
+        memory.low,
+    )
     count = size = 0
     for queue in broker.queues.values():
         count += queue.paged

@@ -142,6 +142,15 @@ class ServerConfig:
                 "max_memory, so producers should only wait for what cannot page (raise "
                 "memory_high_watermark, or lower max_memory)"
             )
+        low, high = memory.low_watermark, memory.high_watermark
+        if low and not low < high:
+            raise ConfigError(
+                f"server.memory_low_watermark ({low} bytes) must be under "
+                f"server.memory_high_watermark ({high} bytes"
+                + (", off" if not high else "")
+                + "): producers held at the high watermark go on once the queues hold "
+                "less than the low one (0, the default: 90% of the high watermark)"
+            )
         for key in ("dedup_window", "dedup_producers"):
             if getattr(self.sessions, key) < 1:
                 raise ConfigError(f"server.{key} must be at least 1 (duplicate detection)")

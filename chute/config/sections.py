@@ -113,6 +113,8 @@ class MemorySettings:
 
     max_memory: int = _size(64 << 20)  # before durable queues page to disk; 0 = never
     high_watermark: int = _size(256 << 20, flat="memory_high_watermark")  # producers wait
+    # producers held at high_watermark go on under this; 0 = 90% of high_watermark
+    low_watermark: int = _size(0, flat="memory_low_watermark")
     block_timeout_ms: int = 30_000  # a producer waiting for memory or disk fails after this
     max_subscription_bytes: int = _size(16 << 20)  # a non-durable subscription of a topic
     flow_backlog: int = 5000  # pause producers of a queue whose consumers lag this far; 0 = off

@@ -155,6 +155,7 @@ class BrokerServer:
             # paging moves memory to the journal: with the memory store it would only copy
             memory_limit=config.memory.max_memory if config.storage.store == "journal" else 0,
             memory_high_watermark=config.memory.high_watermark,
+            memory_low_watermark=config.memory.low_watermark,
             block_timeout_ms=config.memory.block_timeout_ms,
             max_subscription_bytes=config.memory.max_subscription_bytes,
             flow_backlog=config.memory.flow_backlog,

@@ -17,7 +17,11 @@ seam: the bytes an unprivileged process may still write).
   new messages from producers while consumers go on acking. The space below
   the limit is the reserve those acks, delivery marks and reclaim passes
   (which delete whole segments) use; a limit of at least one segment leaves
-  room to open the next one. 0 turns the limit off.
+  room to open the next one. 0 turns the limit off. Once low, the journal is
+  low until a tenth more than the limit is free (``_RESUME_MARGIN``): with one
+  line, the producers let go at it would take the disk under it again within
+  the next look, and be held and let go over and over (hysteresis, as the
+  broker's memory watermarks have).
 
 Checking costs one ``statvfs`` (a few microseconds), made by the writer
 thread after it wrote ``_CHECK_BYTES`` or ``_CHECK_SECONDS`` passed, never
@@ -49,6 +53,7 @@ _CHECK_BYTES: Final = 1 << 20  # written since the last look ...
 _CHECK_SECONDS: Final = 0.1  # ... or this long: look again
 _OPEN_HEADROOM: Final = 256 << 10  # the lock file, directory entries, a torn tail's cut
 _LOW_RECLAIM_SECONDS: Final = 0.5  # under the limit: a reclaim pass at most this often
+_RESUME_MARGIN: Final = 10  # once low: low until the limit and 1/this of it more are free
 
 
 def size_text(size: int) -> str:
@@ -176,33 +181,45 @@ class FreeSpace:
         was = self.low
         ahead = self.ahead()
         left = max(0, self.free - ahead)  # once the spares are made
-        if left < self.limit:
+        resume = self.resume_at
+        if left < (self.limit if was is None else resume):
             after = (
                 f", {size_text(left)} once the journal's spare segments are made "
                 f"({size_text(ahead)})"
                 if ahead
                 else ""
             )
+            where = (
+                f"under its disk_free_limit ({size_text(self.limit)})"
+                if left < self.limit
+                else f"not yet {size_text(resume)} again since it went under its "
+                f"disk_free_limit ({size_text(self.limit)})"
+            )
             self.low = (
-                f"the broker's disk has {size_text(self.free)} free{after}, under its "
-                f"disk_free_limit ({size_text(self.limit)}): producers wait until "
-                "consumers free space"
+                f"the broker's disk has {size_text(self.free)} free{after}, {where}: "
+                "producers wait until consumers free space"
             )
             if was is None:
                 log.warning(
                     "journal %s: %s free%s, under disk_free_limit (%s): new messages are "
-                    "refused until consumers ack enough for reclaiming to free space, or "
-                    "space is freed on that disk",
+                    "refused until %s is free again (consumers ack enough for reclaiming "
+                    "to free space, or space is freed on that disk)",
                     self.directory,
                     size_text(self.free),
                     after,
                     size_text(self.limit),
+                    size_text(resume),
                 )
         elif was is not None:
             self.low = None
             log.info(
-                "journal %s: %s free again, over disk_free_limit (%s): producers may send",
+                "journal %s: %s free again, a tenth over disk_free_limit (%s): producers may send",
                 self.directory,
                 size_text(self.free),
                 size_text(self.limit),
             )
+
+    @property
+    def resume_at(self) -> int:
+        """Free bytes (less the spares) from which a low journal is no longer low."""
+        return self.limit + self.limit // _RESUME_MARGIN

@@ -107,6 +107,7 @@ def test_bodies_that_are_text_show_as_text_whatever_their_kind(broker: Broker) -
 def test_the_overview_shows_memory_disk_and_who_waits(broker: Broker) -> None:
     overview = call(broker, "GET", "/api/overview").body
     assert overview["memory"]["high_watermark"] == 256 << 20
+    assert overview["memory"]["low_watermark"] == int((256 << 20) * 0.9)  # the default
     assert overview["disk"]["free_limit"] == 32 << 20
     assert overview["disk"]["free_bytes"] > 0
     assert overview["producers"]["waiting"] == 0

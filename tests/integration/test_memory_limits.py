@@ -1,5 +1,6 @@
 """The broker's memory, tried over real sockets: past the high watermark producers wait
-(and fail clearly after block_timeout_ms) while consumers drain; a STOMP subscriber that
+(and fail clearly after block_timeout_ms) while consumers drain, and go on once under the
+low watermark, held once, not per message; a STOMP subscriber that
 never reads its socket costs the broker its subscription's bound, not its memory."""
 
 from __future__ import annotations
@@ -105,6 +106,52 @@ def test_a_waiting_producer_goes_on_by_itself_once_consumers_drain(tmp_path: Pat
         producer.join(30)
         server.stop()
     assert not failure
+
+
+def test_a_held_producer_goes_on_under_the_low_watermark_and_is_not_held_again_per_message(
+    tmp_path: Path,
+) -> None:
+    """A 2 MiB high watermark and a 1 MiB low one. A native producer sending one message
+    at a time (each flushed) is held near 2 MiB while a consumer drains; it goes on once
+    the queue holds less than 1 MiB and sends the rest (~0.5 MiB) without being held
+    again: the broker logs one wait and one resume, not one of each per message."""
+    server = serve(
+        tmp_path,
+        'store = "memory"\nmemory_high_watermark = "2MiB"\nmemory_low_watermark = "1MiB"\n'
+        "block_timeout_ms = 60000\n",
+    )
+    total = 1000  # ~2.6 MiB: held once near 800, then ~200 more from under 1 MiB
+    got: list[bytes] = []
+    failure: list[BaseException] = []
+
+    def drain() -> None:
+        try:
+            server.wait_for_line("producers wait", timeout=60)
+            with chute.connect(server.url) as conn, conn.session(ack="auto") as s:
+                consumer = s.consumer("queue:q")
+                for _ in range(total):
+                    m = consumer.receive(timeout=20)
+                    assert m is not None, f"stalled after {len(got)} messages"
+                    got.append(m.body[: -len(BODY)])
+        except BaseException as exc:  # noqa: BLE001 - reported by the test below
+            failure.append(exc)
+
+    drainer = threading.Thread(target=drain)
+    drainer.start()
+    try:
+        with chute.connect(server.url) as conn, conn.session() as s:
+            for i in range(total):
+                s.send("queue:q", str(i).encode() + BODY)
+                s.flush()  # one message in flight: the broker holds this producer, not a backlog
+        drainer.join(90)
+        assert not failure, failure
+        assert got == [str(i).encode() for i in range(total)]
+        resumed = server.wait_for_line("producers resume")
+        assert "low 1.0 MiB" in resumed
+        assert sum("producers wait" in line for line in server.lines) == 1
+        assert sum("producers resume" in line for line in server.lines) == 1
+    finally:
+        server.stop()
 
 
 def test_a_stomp_subscriber_that_never_reads_costs_its_bound_not_the_broker(

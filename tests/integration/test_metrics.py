@@ -153,6 +153,8 @@ def test_counters_match_what_the_client_did(broker: Broker) -> None:
     assert figures["redelivered_total"] == sent - acked
     assert samples[("chute_ready", ())] == 1
     assert samples[("chute_destinations", ())] >= 1
+    assert samples[("chute_memory_high_watermark_bytes", ())] == 256 << 20
+    assert samples[("chute_memory_low_watermark_bytes", ())] == int((256 << 20) * 0.9)
     assert samples[("chute_event_loop_stalls_total", ())] >= 0  # exported, for alerts
 
 

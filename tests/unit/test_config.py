@@ -224,6 +224,22 @@ def test_disk_free_limit_is_a_size_and_a_limit_under_one_segment_is_warned_of(
         load(write(tmp_path, '[server]\ndisk_free_limit = "lots"\n'), {})
 
 
+def test_the_memory_low_watermark_is_under_the_high_one_and_90_percent_of_it_by_default(
+    tmp_path: Path,
+) -> None:
+    assert load(None).memory.low_watermark == 0  # the broker takes 90% of the high watermark
+    config = load(
+        write(tmp_path, '[server.memory]\nhigh_watermark = "256MiB"\nlow_watermark = "200MiB"\n')
+    )
+    assert config.memory.low_watermark == 200 << 20
+    flat = '[server]\nmemory_high_watermark = "256MiB"\nmemory_low_watermark = "256MiB"\n'
+    with pytest.raises(ConfigError, match=r"server\.memory_low_watermark .* must be under"):
+        load(write(tmp_path, flat))
+    off = '[server]\nmemory_high_watermark = 0\nmemory_low_watermark = "1MiB"\n'
+    with pytest.raises(ConfigError, match=r"memory_high_watermark \(0 bytes, off\)"):
+        load(write(tmp_path, off))
+
+
 FLAT_KEYS: dict[str, str] = {
     "host": "listen.host",
     "port": "listen.port",
@@ -251,6 +267,7 @@ FLAT_KEYS: dict[str, str] = {
     "disk_free_limit": "storage.disk_free_limit",
     "max_memory": "memory.max_memory",
     "memory_high_watermark": "memory.high_watermark",
+    "memory_low_watermark": "memory.low_watermark",
     "block_timeout_ms": "memory.block_timeout_ms",
     "max_subscription_bytes": "memory.max_subscription_bytes",
     "flow_backlog": "memory.flow_backlog",

@@ -30,6 +30,7 @@ export function renderState(o, el) {
   const disk = o.disk || {};
   const producers = o.producers || {};
   const high = memory.high_watermark || 0;
+  const low = memory.low_watermark || 0;
   const held = memory.held || 0;
   const limit = disk.free_limit || 0;
   const waiting = producers.waiting || 0;
@@ -37,7 +38,7 @@ export function renderState(o, el) {
   el.hidden = false;
   el.replaceChildren(
     item("memory", "Memory", bytes(held),
-      high ? `of ${bytes(high)} before producers wait; durable queues page at ${bytes(memory.paging_at)}`
+      high ? `of ${bytes(high)} before producers wait (they go on under ${bytes(low)}); durable queues page at ${bytes(memory.paging_at)}`
         : `no limit; durable queues page at ${bytes(memory.paging_at)}`,
       { alarm: Boolean(high) && held >= high, fill: high ? held / high : null }),
     item("disk", "Disk free", typeof disk.free_bytes === "number" ? bytes(disk.free_bytes) : "–",

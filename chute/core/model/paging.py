@@ -60,22 +60,49 @@ def held_cost(message: Message) -> int:
     return 2 * message.size + HELD_OVERHEAD
 
 
+LOW_RATIO: Final = 0.9
+"""Without a low watermark of its own, producers held at ``high`` go on below this of it."""
+
+
 class MemoryBudget:
     """What every queue holds in memory (:func:`held_cost` of each message), against
-    two limits: past ``limit`` durable queues page (0: never), and past ``high``
-    producers wait (0: never; see :class:`chute.core.rules.admission.Admission`)."""
+    three lines: past ``limit`` durable queues page (0: never); at ``high`` producers
+    start to wait (0: never), and once they wait they go on only under ``low``
+    (:meth:`must_wait`; see :class:`chute.core.rules.admission.Admission`).
 
-    __slots__ = ("high", "limit", "used")
+    The gap between ``high`` and ``low`` is hysteresis, as a thermostat has: with one
+    line, the message that takes the queues over it holds the producers and the next
+    one a consumer drains lets them go, so a producer would be held and let go once per
+    message. ``low`` is given, or :data:`LOW_RATIO` of ``high``.
+    """
 
-    def __init__(self, limit: int = 0, high: int = 0) -> None:
-        if limit < 0 or high < 0:
-            raise ValueError(f"memory limits ({limit}, {high}) must be 0 (none) or positive")
+    __slots__ = ("high", "limit", "low", "used")
+
+    def __init__(self, limit: int = 0, high: int = 0, low: int = 0) -> None:
+        """
+        Raises:
+            ValueError: a negative line, or ``low`` not under ``high`` (or given without it).
+        """
+        if limit < 0 or high < 0 or low < 0:
+            raise ValueError(f"memory limits ({limit}, {high}, {low}) must be 0 (none) or positive")
+        if low and not low < high:
+            raise ValueError(
+                f"the memory low watermark ({low}) must be under the high watermark ({high})"
+            )
         self.limit = limit
         self.high = high
+        self.low = (low or max(1, int(high * LOW_RATIO))) if high else 0
         self.used = 0
 
+    def must_wait(self, waiting: bool) -> bool:
+        """Whether producers must wait for memory now: at or past ``high``, or, while
+        they wait already (``waiting``), not yet under ``low``."""
+        return bool(self.high) and self.used >= (self.low if waiting else self.high)
+
     def __repr__(self) -> str:
-        return f"MemoryBudget(used={self.used}, limit={self.limit}, high={self.high})"
+        return (
+            f"MemoryBudget(used={self.used}, limit={self.limit}, high={self.high}, low={self.low})"
+        )
 
 
 def window(paged: int, paged_bytes: int) -> int:

@@ -186,6 +186,7 @@ def stats_page(
             "held": host.memory.used,
             "paging_at": host.memory.limit,
             "high_watermark": host.memory.high,
+            "low_watermark": host.memory.low,
         },
         "producers": {
             "waiting": host.admission.waiting,

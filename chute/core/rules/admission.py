@@ -28,12 +28,17 @@ queues page long before ``high`` (at the budget's ``limit``), so what reaches
 ``high`` is what cannot page (temporary queues, non-durable subscriptions,
 open transactions, messages in flight).
 
-Memory has hysteresis: admission closes at ``high`` and opens again below
-:data:`RESUME_RATIO` of it, so producers do not flap around the line. A send
-checks the memory line itself (a burst overshoots by one message at most) and
-asks the store every :data:`STORE_CHECK_EVERY` sends; :meth:`Admission.check`
-(the server calls it every tick, a few times a second) ages the shares,
-re-evaluates both resources, opens admission and wakes the waiting producers.
+Each resource has hysteresis, so that producers are not held and let go once
+per message around one line: admission closed by memory opens again only once
+the queues hold less than the budget's ``low`` (``memory_low_watermark``, by
+default 90% of ``high``: :meth:`MemoryBudget.must_wait`); closed by the
+writer's backlog, only once it is :data:`BEHIND_RESUME` or less; the store's
+disk has its own (``Store.space_low`` stays low until a tenth more than the
+limit is free). A send checks the memory line itself (a burst overshoots by
+one message at most) and asks the store every :data:`STORE_CHECK_EVERY` sends;
+:meth:`Admission.check` (the server calls it every tick, a few times a second)
+ages the shares, re-evaluates both resources, opens admission and wakes the
+waiting producers.
 Each closing and opening is logged once, with how long producers waited.
 """
 
@@ -51,8 +56,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("chute.broker")
 
-RESUME_RATIO: Final = 0.9
-"""Admission closed by memory opens again once the queues hold less than this of ``high``."""
 STORE_CHECK_EVERY: Final = 256
 """Sends between two questions to the store (each is cheap, but not free)."""
 BEHIND: Final = 4 << 20
@@ -60,6 +63,8 @@ BEHIND: Final = 4 << 20
 flood of non-persistent messages paged can outrun it)."""
 BEHIND_ALL: Final = 16 << 20
 """... and before every producer waits."""
+BEHIND_RESUME: Final = 2 << 20
+"""Admission closed by the writer's backlog opens again once it is this far behind or less."""
 HARD_MARGIN: Final = 8
 """Every producer waits once memory passes ``high`` by ``high // HARD_MARGIN``."""
 DECAY: Final = 4
@@ -139,7 +144,7 @@ class Admission:
             self._shares.append(share)
         memory = self.memory
         if self.reason is None:
-            if memory.high and memory.used >= memory.high:
+            if memory.must_wait(False):
                 self._close("memory", *self._memory_says())
             else:
                 self._countdown -= count
@@ -162,10 +167,7 @@ class Admission:
         self._age()
         if self._store_short():
             return
-        memory = self.memory
-        if memory.high and memory.used >= (
-            memory.high * RESUME_RATIO if self.reason is not None else memory.high
-        ):
+        if self.memory.must_wait(self.reason is not None):
             self._close("memory", *self._memory_says())
             return
         if self.reason is not None:
@@ -195,7 +197,7 @@ class Admission:
             self._close("store", low, everyone=True)
             return True
         behind = store.backlog()
-        if behind <= BEHIND:
+        if behind <= (BEHIND_RESUME if self._cause == "store" else BEHIND):
             return False
         self._close(
             "store",
@@ -212,15 +214,16 @@ class Admission:
     def never_admits(self, held: int) -> str | None:
         """Why a producer refused now, whose open transaction holds ``held`` bytes of
         memory, would wait in vain (None: it may wait). Admission closed for memory
-        opens below :data:`RESUME_RATIO` of ``high``, and the transaction's messages
-        count until its commit, which waits behind this very send."""
-        high = self.memory.high
-        if self._cause != "memory" or not high or held < high * RESUME_RATIO:
+        opens below the budget's ``low``, and the transaction's messages count until its
+        commit, which waits behind this very send."""
+        memory = self.memory
+        if self._cause != "memory" or not memory.high or held < memory.low:
             return None
         return (
             f"this transaction holds {_mib(held)} of messages, and the broker takes new "
-            f"ones only once its queues hold under {_mib(int(high * RESUME_RATIO))} "
-            f"(memory_high_watermark {_mib(high)}): it can never be admitted; "
+            f"ones only once its queues hold under {_mib(memory.low)} "
+            f"(memory_low_watermark; memory_high_watermark {_mib(memory.high)}): it can "
+            "never be admitted; "
             "commit in smaller transactions"
         )
 
@@ -246,11 +249,17 @@ class Admission:
         """Why producers wait for memory, and whether every one does."""
         memory = self.memory
         everyone = self._past_hard_line()
+        who = "every producer waits" if everyone else "the heaviest producers wait"
+        if memory.used >= memory.high:
+            return (
+                f"the broker's queues hold {_mib(memory.used)} in memory, over "
+                f"memory_high_watermark ({_mib(memory.high)}): {who} until consumers "
+                f"drain them under memory_low_watermark ({_mib(memory.low)})"
+            ), everyone
         return (
-            f"the broker's queues hold {_mib(memory.used)} in memory, over "
-            f"memory_high_watermark ({_mib(memory.high)}): "
-            + ("every producer waits" if everyone else "the heaviest producers wait")
-            + " while consumers drain"
+            f"the broker's queues hold {_mib(memory.used)} in memory, not yet under "
+            f"memory_low_watermark ({_mib(memory.low)}) since they passed "
+            f"memory_high_watermark ({_mib(memory.high)}): {who} while consumers drain"
         ), everyone
 
     def _close(self, cause: str, reason: str, everyone: bool) -> None:
@@ -269,12 +278,13 @@ class Admission:
         waiters, self._waiters = self._waiters, []
         log.info(
             "producers resume after %.1f s (%d waiting, %d attempts refused): "
-            "memory %s (high watermark %s), the store takes more again",
+            "memory %s (watermarks: high %s, low %s), the store takes more again",
             waited / 1000,
             len(waiters),
             self.refused,
             _mib(self.memory.used),
             _mib(self.memory.high) if self.memory.high else "no limit",
+            _mib(self.memory.low) if self.memory.high else "none",
         )
         self.reason = None
         self.everyone = False

@@ -99,6 +99,7 @@ class Broker:
         prepared_timeout_ms: int = 0,
         memory_limit: int = 0,
         memory_high_watermark: int = 0,
+        memory_low_watermark: int = 0,
         block_timeout_ms: int = 30_000,
         flow_backlog: int = 0,
         max_subscription_bytes: int = 0,
@@ -124,8 +125,8 @@ class Broker:
         self.max_lease_ms = max_cursor_lease_ms  # see chute.core.rules.cursor
         self.access = access or Access()
         # past memory_limit durable queues page (chute.core.model.paging); past the high
-        # watermark producers wait (chute.core.rules.admission); 0: never
-        self.memory = MemoryBudget(memory_limit, memory_high_watermark)
+        # watermark producers wait until under the low (chute.core.rules.admission); 0: never
+        self.memory = MemoryBudget(memory_limit, memory_high_watermark, memory_low_watermark)
         self.admission = Admission(self.memory, store, clock, block_timeout_ms)
         self._page_later: set[QueueChannel] = set()
         self._trim_later: set[Stream] = set()

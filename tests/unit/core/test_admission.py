@@ -1,8 +1,9 @@
 """Admission: past the memory high watermark or with the journal's writer behind, the
 heavy producers wait while consumers drain and light ones go on; past the hard margin,
-or under the disk's free-space limit, every producer waits; a slow non-durable
-subscriber loses its oldest messages to the dead-letter queue instead of growing the
-broker."""
+or under the disk's free-space limit, every producer waits; held producers go on only
+under the low watermark (or the writer's resume line), not one message under the line
+that held them; a slow non-durable subscriber loses its oldest messages to the
+dead-letter queue instead of growing the broker."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import logging
 import pytest
 
 from chute.core.model.consumer import AckMode
-from chute.core.model.paging import held_cost
+from chute.core.model.paging import LOW_RATIO, MemoryBudget, held_cost
 from chute.core.model.settings import DestinationSettings, Overflow, SettingsResolver
 from chute.core.operations import looking
 from chute.core.operations.browse import browse_page
@@ -20,8 +21,8 @@ from chute.core.operations.session import BrokerSession
 from chute.core.rules.admission import (
     BEHIND,
     BEHIND_ALL,
+    BEHIND_RESUME,
     HARD_MARGIN,
-    RESUME_RATIO,
     STORE_CHECK_EVERY,
 )
 from chute.core.rules.broker import Broker
@@ -49,12 +50,13 @@ class ShortStore(MemoryStore):
         return self.behind
 
 
-def broker_with(high: int = 0, subscription_bytes: int = 0) -> Broker:
+def broker_with(high: int = 0, subscription_bytes: int = 0, low: int = 0) -> Broker:
     return Broker(
         ShortStore(),
         SettingsResolver({}),
         clock=FakeClock(),
         memory_high_watermark=high,
+        memory_low_watermark=low,
         block_timeout_ms=5_000,
         max_subscription_bytes=subscription_bytes,
     )
@@ -195,13 +197,131 @@ def test_consumers_drain_while_producers_wait_and_admission_reopens_below_the_ra
     broker.admission.check()
     assert broker.admission.reason is not None  # 95 % held: still over the resume line
     assert woken == []
-    drained = int(100 * (1 - RESUME_RATIO)) + 1
+    drained = int(100 * (1 - LOW_RATIO)) + 1
     for entry in entries[5 : 5 + drained]:
         consumer_session.ack(c, entry.seq)
     broker.admission.check()
     assert broker.admission.reason is None
     assert woken == ["go"]
     BrokerConnection(broker).session(AckMode.CLIENT).send("queue:q", msg(BODY))
+
+
+def test_held_producers_go_on_only_under_the_low_watermark_not_one_message_under_the_high(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    broker = broker_with(high=100 * COST, low=50 * COST)
+    producer = BrokerConnection(broker).session(AckMode.CLIENT)
+    with caplog.at_level(logging.INFO, logger="chute.broker"):
+        sent, refused = send_until_refused(producer, "queue:q")
+        assert sent == 100
+        assert "until consumers drain them under memory_low_watermark" in refused.reason
+        woken: list[str] = []
+        broker.wait_for_room(None, lambda: woken.append("go"))
+        consumer_session = BrokerConnection(broker).session(AckMode.INDIVIDUAL)
+        r = Recorder()
+        c = consumer_session.consumer(1, "queue:q", r, prefetch=100)
+        entries = r.take()
+        consumer_session.ack(c, entries[0].seq)  # one message under the high watermark
+        broker.admission.check()
+        assert broker.admission.reason is not None
+        assert "not yet under memory_low_watermark" in broker.admission.reason
+        with pytest.raises(WouldBlock):  # and the producer is not let in either
+            producer.send("queue:q", msg(BODY))
+        for entry in entries[1:50]:  # down to the low watermark: not under it yet
+            consumer_session.ack(c, entry.seq)
+            broker.admission.check()
+            assert woken == []
+        assert broker.memory.used == 50 * COST
+        assert broker.admission.reason is not None
+        consumer_session.ack(c, entries[50].seq)  # under it: producers go on
+        broker.admission.check()
+        assert broker.admission.reason is None
+        assert woken == ["go"]
+        again, _ = send_until_refused(producer, "queue:q")  # room for what got it under low
+        assert again == 51
+    waits = [r for r in caplog.records if "producers wait" in r.getMessage()]
+    resumes = [r for r in caplog.records if "producers resume" in r.getMessage()]
+    assert len(waits) == 2  # the first fill, the second: once each, not per message
+    assert len(resumes) == 1
+    assert "watermarks: high 0.3 MiB, low 0.1 MiB" in resumes[0].getMessage()
+
+
+def test_a_producer_and_a_consumer_taking_turns_at_the_line_do_not_flap(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With the default low watermark (90% of the high): a consumer acks one, a tick, the
+    producer tries one, over and over. The producer stays held; it is not let go and held
+    again per message."""
+    broker = broker_with(high=100 * COST)
+    assert broker.memory.low == int(100 * COST * LOW_RATIO)
+    producer = BrokerConnection(broker).session(AckMode.CLIENT)
+    consumer_session = BrokerConnection(broker).session(AckMode.INDIVIDUAL)
+    r = Recorder()
+    c = consumer_session.consumer(1, "queue:q", r, prefetch=1000)
+    with caplog.at_level(logging.INFO, logger="chute.broker"):
+        send_until_refused(producer, "queue:q")
+        entries = r.take()
+        admitted = 0
+        for entry in entries[:9]:  # 91 held: over the low watermark all along
+            consumer_session.ack(c, entry.seq)
+            broker.admission.check()
+            try:
+                producer.send("queue:q", msg(BODY))
+                admitted += 1
+            except WouldBlock:
+                pass
+        assert admitted == 0
+        for entry in entries[9:]:
+            consumer_session.ack(c, entry.seq)
+        broker.admission.check()
+        producer.send("queue:q", msg(BODY))
+    messages = [record.getMessage() for record in caplog.records]
+    assert len([m for m in messages if "producers wait" in m]) == 1
+    assert len([m for m in messages if "producers resume" in m]) == 1
+
+
+def test_a_writer_behind_holds_producers_until_it_is_well_under_the_line() -> None:
+    broker = broker_with()
+    store = broker.store
+    assert isinstance(store, ShortStore)
+    s = BrokerConnection(broker).session(AckMode.CLIENT)
+    s.send("queue:q", msg(BODY))
+    store.behind = BEHIND + 1
+    broker.admission.check()
+    assert broker.admission.reason is not None
+    store.behind = BEHIND  # back at the line that held them: not yet
+    broker.admission.check()
+    assert broker.admission.reason is not None
+    store.behind = BEHIND_RESUME + 1
+    broker.admission.check()
+    assert broker.admission.reason is not None
+    store.behind = BEHIND_RESUME
+    broker.admission.check()
+    assert broker.admission.reason is None
+    s.send("queue:q", msg(BODY))
+
+
+def test_the_low_watermark_is_under_the_high_one_and_by_default_ninety_percent_of_it() -> None:
+    assert MemoryBudget(0, 1000).low == 900
+    assert MemoryBudget(0, 1000, 500).low == 500
+    assert MemoryBudget(0, 0).low == 0
+    assert MemoryBudget(0, 1).low == 1  # never 0: that line could never be got under
+    with pytest.raises(ValueError, match="under the high watermark"):
+        MemoryBudget(0, 1000, 1000)
+    with pytest.raises(ValueError, match="under the high watermark"):
+        MemoryBudget(0, 0, 10)
+    with pytest.raises(ValueError, match="positive"):
+        MemoryBudget(0, 1000, -1)
+
+
+def test_a_transaction_over_a_given_low_watermark_could_never_be_admitted() -> None:
+    broker = broker_with(high=50 * COST, low=20 * COST)
+    tx = BrokerConnection(broker).session(AckMode.CLIENT, transacted=True)
+    tx.send_many("queue:q", [msg(BODY) for _ in range(50)])
+    with pytest.raises(TransactionError) as refused:
+        tx.send("queue:q", msg(BODY))
+    assert "only once its queues hold under" in refused.value.reason
+    assert "memory_low_watermark" in refused.value.reason
 
 
 def test_a_low_disk_stops_producers_but_not_acks() -> None:

@@ -1,5 +1,6 @@
 """Free space: a journal that cannot hold a segment does not open; under disk_free_limit it
-says so, acks and reclaiming still work, and it clears once space is back."""
+says so, acks and reclaiming still work, and it clears once space is back: a tenth over
+the limit, not at it (hysteresis)."""
 
 from __future__ import annotations
 
@@ -59,11 +60,27 @@ def test_space_low_says_why_under_the_limit_and_clears_once_space_is_back(
         assert again.startswith("the broker's disk has 60.0 MiB free, 59.")
         journals.disk.free = 65 * MiB  # the limit, and the segment the next roll-over makes
         journal.reclaim()
+        back = journal.space_low()  # over the limit, but not by a tenth of it: still low
+        assert back is not None
+        assert back.startswith("the broker's disk has 65.0 MiB free, 64.")
+        assert back.endswith(
+            "not yet 70.4 MiB again since it went under its disk_free_limit (64.0 MiB): "
+            "producers wait until consumers free space"
+        )
+        assert not [r for r in caplog.records if r.levelno == logging.INFO]  # no "free again"
+        journals.disk.free = 72 * MiB  # a tenth over the limit, the spare segment aside
+        journal.reclaim()
+        assert journal.space_low() is None
+        journals.disk.free = 66 * MiB  # under that again, but over the limit: not low
+        journal.reclaim()
         assert journal.space_low() is None
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1  # once per condition, not per look
     assert "under disk_free_limit" in warnings[0].getMessage()
-    assert any("free again" in r.getMessage() for r in caplog.records)
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.INFO] == [
+        f"journal {journals.directory}: 72.0 MiB free again, a tenth over disk_free_limit "
+        "(64.0 MiB): producers may send"
+    ]
 
 
 @pytest.mark.parametrize("preallocate", [True, False])
