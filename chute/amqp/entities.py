@@ -160,8 +160,8 @@ class Declarations:
         if self.broker.find(address) is None:
             self.core.authorize(Action.CREATE, address)
         dest = self.broker.destination(address, maker=self.core.login)
-        self._apply(dest, args)
-        self.exchanges.queues[name] = declaration
+        apply_arguments(self.broker, dest, args)
+        self.exchanges.declare_queue(name, declaration)
         return (name, address, *self._counts(address))
 
     def used(self, name: str) -> None:
@@ -170,64 +170,6 @@ class Declarations:
         expiries = self.exchanges.sweeper
         if isinstance(expiries, QueueExpiries):
             expiries.used(name)
-
-    def _apply(self, dest: object, args: Mapping[str, Any]) -> None:
-        """Apply the x-arguments chute's queue settings carry."""
-        if not isinstance(dest, QueueChannel | Stream):
-            return
-        settings = dest.settings
-        changes: dict[str, Any] = {}
-        for key, field in (("x-max-length", "max_messages"), ("x-max-length-bytes", "max_bytes")):
-            if key in args:
-                changes[field] = _natural(key, args[key])
-        if "x-max-age" in args and isinstance(dest, Stream):
-            changes["max_age_ms"] = _age_ms(str(args["x-max-age"]))
-        overflow = args.get("x-overflow")
-        if overflow is not None:
-            policy = _OVERFLOW.get(str(overflow))
-            if policy is None:
-                raise AmqpError(
-                    PRECONDITION_FAILED,
-                    f"invalid arg 'x-overflow': {overflow!r}: use drop-head, reject-publish or "
-                    "reject-publish-dlx",
-                )
-            changes["overflow"] = policy
-        elif "max_messages" in changes or "max_bytes" in changes:
-            changes["overflow"] = Overflow.DROP_OLDEST  # RabbitMQ's default: drop-head
-        dlx = args.get("x-dead-letter-exchange")
-        if dlx is not None and not isinstance(dest, Stream):
-            routing_key = args.get("x-dead-letter-routing-key")
-            if str(dlx) == "" and routing_key:
-                changes["dead_letter"] = address_of(str(routing_key))
-            self.exchanges.dead_letters[str(dest.address)] = DeadLetterExchange(
-                self.exchanges,
-                self.broker,
-                str(dlx),
-                None if routing_key is None else str(routing_key),
-            )
-        if "x-message-ttl" in args:
-            _natural("x-message-ttl", args["x-message-ttl"])
-        if (
-            "x-max-priority" in args
-            and not 1 <= _natural("x-max-priority", args["x-max-priority"]) <= 255
-        ):
-            raise AmqpError(
-                PRECONDITION_FAILED, "invalid arg 'x-max-priority': must be from 1 to 255"
-            )
-        if not isinstance(args.get("x-single-active-consumer", False), bool):
-            raise AmqpError(
-                PRECONDITION_FAILED, "invalid arg 'x-single-active-consumer': must be a boolean"
-            )
-        if "x-expires" in args:
-            after = _natural("x-expires", args["x-expires"])
-            if after == 0:
-                raise AmqpError(PRECONDITION_FAILED, "invalid arg 'x-expires': must be above 0")
-            expiries = self.exchanges.sweeper
-            if not isinstance(expiries, QueueExpiries):
-                expiries = self.exchanges.sweeper = QueueExpiries(self.broker)
-            expiries.watch(amqp_name(str(dest.address)), after)
-        if changes:
-            dest.settings = dataclasses.replace(settings, **changes)
 
     def _counts(self, address: str) -> tuple[int, int]:
         dest = self.broker.find(address)
@@ -259,7 +201,7 @@ class Declarations:
 
     def forget(self, name: str, address: str) -> None:
         """Queue ``name`` is gone: its declaration, bindings and topic bridges too."""
-        self.exchanges.queues.pop(name, None)
+        self.exchanges.forget_queue(name)
         self.exchanges.dead_letters.pop(address, None)
         for exchange, binding in self.exchanges.unbind_queue(address):
             if bridged(exchange, binding.key):
@@ -353,6 +295,82 @@ class QueueExpiries:
                 watched[0],
                 count,
             )
+
+
+def apply_arguments(broker: Broker, dest: object, args: Mapping[str, Any]) -> None:
+    """Apply to queue (or stream) ``dest`` the x-arguments chute's queue settings carry.
+
+    Raises:
+        AmqpError: 406 for a bad argument.
+    """
+    if not isinstance(dest, QueueChannel | Stream):
+        return
+    settings = dest.settings
+    changes: dict[str, Any] = {}
+    for key, field in (("x-max-length", "max_messages"), ("x-max-length-bytes", "max_bytes")):
+        if key in args:
+            changes[field] = _natural(key, args[key])
+    if "x-max-age" in args and isinstance(dest, Stream):
+        changes["max_age_ms"] = _age_ms(str(args["x-max-age"]))
+    overflow = args.get("x-overflow")
+    if overflow is not None:
+        policy = _OVERFLOW.get(str(overflow))
+        if policy is None:
+            raise AmqpError(
+                PRECONDITION_FAILED,
+                f"invalid arg 'x-overflow': {overflow!r}: use drop-head, reject-publish or "
+                "reject-publish-dlx",
+            )
+        changes["overflow"] = policy
+    elif "max_messages" in changes or "max_bytes" in changes:
+        changes["overflow"] = Overflow.DROP_OLDEST  # RabbitMQ's default: drop-head
+    dlx = args.get("x-dead-letter-exchange")
+    if dlx is not None and not isinstance(dest, Stream):
+        routing_key = args.get("x-dead-letter-routing-key")
+        if str(dlx) == "" and routing_key:
+            changes["dead_letter"] = address_of(str(routing_key))
+        broker.exchanges.dead_letters[str(dest.address)] = DeadLetterExchange(
+            broker.exchanges,
+            broker,
+            str(dlx),
+            None if routing_key is None else str(routing_key),
+        )
+    if "x-message-ttl" in args:
+        _natural("x-message-ttl", args["x-message-ttl"])
+    if (
+        "x-max-priority" in args
+        and not 1 <= _natural("x-max-priority", args["x-max-priority"]) <= 255
+    ):
+        raise AmqpError(PRECONDITION_FAILED, "invalid arg 'x-max-priority': must be from 1 to 255")
+    if not isinstance(args.get("x-single-active-consumer", False), bool):
+        raise AmqpError(
+            PRECONDITION_FAILED, "invalid arg 'x-single-active-consumer': must be a boolean"
+        )
+    if "x-expires" in args:
+        after = _natural("x-expires", args["x-expires"])
+        if after == 0:
+            raise AmqpError(PRECONDITION_FAILED, "invalid arg 'x-expires': must be above 0")
+        expiries = broker.exchanges.sweeper
+        if not isinstance(expiries, QueueExpiries):
+            expiries = broker.exchanges.sweeper = QueueExpiries(broker)
+        expiries.watch(amqp_name(str(dest.address)), after)
+    if changes:
+        dest.settings = dataclasses.replace(settings, **changes)
+
+
+def restore_declarations(broker: Broker) -> None:
+    """Once the broker recovered: apply again what the declares of durable queues said
+    (their x-arguments), as the store kept them (:meth:`Exchanges.restore`); the
+    declaration of a queue deleted since (by another protocol) goes."""
+    for name, declaration in list(broker.exchanges.queues.items()):
+        dest = broker.find(address_of(name, declaration))
+        if dest is None:
+            broker.exchanges.forget_queue(name)
+            continue
+        try:
+            apply_arguments(broker, dest, dict(declaration.arguments))
+        except AmqpError as exc:
+            log.warning("AMQP queue %r: its stored arguments not applied: %s", name, exc)
 
 
 def _bridge_name(address: str, key: str) -> str:

@@ -46,6 +46,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from chute.amqp.entities import restore_declarations
 from chute.config import ServerConfig
 from chute.core.model.store import Store, TxOp
 from chute.core.operations import looking
@@ -289,6 +290,7 @@ class BrokerServer:
         is listed after the TCP ones, where it always was)."""
         config = self.config
         await self._recover()
+        restore_declarations(self.broker)  # the x-arguments of durable AMQP queues
         if self.ha is not None and isinstance(self.store, Journal):  # before any client writes
             self.ha.replication.attach(self.store)
         if config.clustered:  # the ledgers taken back before any link is up

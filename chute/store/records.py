@@ -93,6 +93,7 @@ _QUEUE_KINDS: Final = {
     QueueKind.LEDGER: 4,
     QueueKind.EXCHANGE: 5,
     QueueKind.BINDING: 6,
+    QueueKind.DECLARATION: 7,
 }
 _KIND_BY_TAG: Final = {v: k for k, v in _QUEUE_KINDS.items()}
 

@@ -4,7 +4,10 @@ are gone."""
 
 from __future__ import annotations
 
+import decimal
+import time
 from pathlib import Path
+from typing import Any
 
 import pika
 import pytest
@@ -67,5 +70,79 @@ def test_durable_exchanges_and_bindings_survive_a_restart(tmp_path: Path) -> Non
                 with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
                     conn.channel().exchange_declare(name, passive=True)
                 assert info.value.reply_code == 404
+    finally:
+        _stop(broker)
+
+
+def _get_within(channel: Any, queue: str, timeout: float) -> bytes | None:
+    """The next message of ``queue`` (auto-acked), polling until ``timeout`` passed."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        _, _, body = channel.basic_get(queue, auto_ack=True)
+        if body is not None:
+            return bytes(body)
+        channel.connection.process_data_events(time_limit=0.05)
+    return None
+
+
+def test_a_durable_queues_arguments_hold_after_a_restart_without_a_redeclare(
+    tmp_path: Path,
+) -> None:
+    """A durable queue's x-arguments are part of it, as in RabbitMQ: after a restart its
+    bound and its TTL with dead-lettering (a delay queue) hold before anyone declares it
+    again, and a redeclare with other arguments is refused; an exclusive queue's and a
+    deleted queue's declarations are not kept."""
+    port = free_port()
+    broker = _start(tmp_path, port)
+    try:
+        with broker.connect() as conn:
+            channel = conn.channel()
+            channel.queue_declare("bounded", durable=True, arguments={"x-max-length": 2})
+            channel.queue_declare("ready", durable=True)
+            channel.queue_declare(
+                "delay",
+                durable=True,
+                arguments={
+                    "x-message-ttl": 200,
+                    "x-dead-letter-exchange": "",
+                    "x-dead-letter-routing-key": "ready",
+                    "x-custom": {"nested": [1, b"\xff", decimal.Decimal("1.5")]},
+                },
+            )
+            channel.queue_declare("dropped", durable=True, arguments={"x-max-length": 1})
+            channel.queue_delete("dropped")
+    finally:
+        _stop(broker)
+    broker = _start(tmp_path, port)
+    try:
+        with broker.connect() as conn:
+            channel = conn.channel()
+            channel.confirm_delivery()
+            for i in range(5):
+                channel.basic_publish("", "bounded", f"m{i}".encode())
+            depth = channel.queue_declare("bounded", passive=True).method.message_count
+            assert depth == 2  # the oldest dropped: x-max-length's drop-head
+            assert channel.basic_get("bounded", auto_ack=True)[2] == b"m3"
+            channel.basic_publish("", "delay", b"later")
+            assert _get_within(channel, "ready", 30.0) == b"later"  # expired, dead-lettered
+            channel.queue_declare(  # the same arguments: accepted
+                "delay",
+                durable=True,
+                arguments={
+                    "x-message-ttl": 200,
+                    "x-dead-letter-exchange": "",
+                    "x-dead-letter-routing-key": "ready",
+                    "x-custom": {"nested": [1, b"\xff", decimal.Decimal("1.5")]},
+                },
+            )
+            with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+                channel.queue_declare("bounded", durable=True, arguments={"x-max-length": 3})
+            assert info.value.reply_code == 406
+            assert "x-max-length" in info.value.reply_text
+        with broker.connect() as conn:
+            channel = conn.channel()
+            with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+                channel.queue_declare("dropped", passive=True)
+            assert info.value.reply_code == 404
     finally:
         _stop(broker)

@@ -43,6 +43,10 @@ class QueueKind(enum.Enum):
     BINDING = "binding"
     """A durable AMQP binding (chute.core.rules.exchanges): exchange, queue, key and
     arguments as JSON in ``selector``; it holds no messages."""
+    DECLARATION = "declaration"
+    """What an AMQP declare said of a durable queue (chute.core.rules.exchanges): its
+    flags and x-arguments as JSON in ``selector``; the queue itself is a QUEUE or a
+    STREAM, this holds no messages."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -22,14 +22,19 @@ reaches it, once) instead of matching in this table.
 
 Durability: an exchange declared durable is kept in the store (a definition of kind
 ``exchange``), and so is a binding of a durable queue to a durable exchange (kind
-``binding``); both come back on restart (:meth:`Exchanges.restore`). Bridged bindings
-of ``amq.topic`` are durable as the topic subscriptions they are.
+``binding``) and what the declare of a durable, not exclusive queue said (kind
+``declaration``: its flags and x-arguments, which the AMQP layer applies to the queue
+again once the broker recovered); all come back on restart (:meth:`Exchanges.restore`).
+Bridged bindings of ``amq.topic`` are durable as the topic subscriptions they are.
 
 Pure: no sockets, no files; used from the broker's loop only.
 """
 
 from __future__ import annotations
 
+import base64
+import datetime
+import decimal
 import enum
 import hashlib
 import json
@@ -274,6 +279,20 @@ class Exchanges:
                 self._maybe_auto_delete(exchange)
         return removed
 
+    def declare_queue(self, name: str, declaration: QueueDeclaration) -> None:
+        """What a declare of AMQP queue ``name`` said; kept in the store if the queue is
+        durable and not exclusive (an exclusive one goes with its connection)."""
+        self.queues[name] = declaration
+        if declaration.durable and declaration.owner is None:
+            self._define(_declaration_definition(name, declaration))
+
+    def forget_queue(self, name: str) -> QueueDeclaration | None:
+        """AMQP queue ``name`` is gone: its declaration goes (from the store too)."""
+        declaration = self.queues.pop(name, None)
+        if declaration is not None and declaration.durable and declaration.owner is None:
+            self._undefine(_declaration_key(name))
+        return declaration
+
     def _maybe_auto_delete(self, exchange: Exchange) -> None:
         if exchange.auto_delete and not exchange.bindings and exchange.name in self.exchanges:
             self._forget(exchange)
@@ -293,12 +312,20 @@ class Exchanges:
             self._undefine(_binding_key(exchange, binding))
 
     def restore(self, definitions: Iterable[QueueDefinition]) -> None:
-        """Bring back the durable exchanges and bindings the store kept (exchanges first)."""
+        """Bring back the durable exchanges, bindings and queue declarations the store
+        kept (exchanges first)."""
         ordered = sorted(definitions, key=lambda d: d.kind is QueueKind.BINDING)
         for definition in ordered:
             try:
-                data = json.loads(definition.selector or "{}")
-                if definition.kind is QueueKind.EXCHANGE:
+                data = json.loads(definition.selector or "{}", object_hook=_tagged)
+                if definition.kind is QueueKind.DECLARATION:
+                    self.queues[data["name"]] = QueueDeclaration(
+                        durable=True,
+                        auto_delete=bool(data.get("auto_delete")),
+                        arguments=_tuples(data.get("arguments", [])),
+                        stream=bool(data.get("stream")),
+                    )
+                elif definition.kind is QueueKind.EXCHANGE:
                     name = data["name"]
                     self.exchanges[name] = Exchange(
                         name,
@@ -432,3 +459,53 @@ def _binding_definition(exchange: Exchange, binding: Binding) -> QueueDefinition
         QueueKind.BINDING,
         selector=_binding_data(exchange, binding),
     )
+
+
+def _declaration_key(name: str) -> str:
+    return "amqp-queue:" + hashlib.sha256(name.encode()).hexdigest()[:40]
+
+
+def _declaration_definition(name: str, declaration: QueueDeclaration) -> QueueDefinition:
+    data = {
+        "name": name,
+        "auto_delete": declaration.auto_delete,
+        "arguments": declaration.arguments,
+        "stream": declaration.stream,
+    }
+    return QueueDefinition(
+        _declaration_key(name),
+        QueueKind.DECLARATION,
+        selector=json.dumps(data, default=_tag, sort_keys=True),
+    )
+
+
+def _tag(value: object) -> object:
+    """What JSON cannot hold of an AMQP table's values, tagged (:func:`_tagged` reads it)."""
+    if isinstance(value, bytes | bytearray):
+        return {"$bytes": base64.b64encode(value).decode()}
+    if isinstance(value, decimal.Decimal):
+        return {"$decimal": str(value)}
+    if isinstance(value, datetime.datetime):
+        return {"$time": value.isoformat()}
+    return {"$text": str(value)}
+
+
+def _tagged(data: dict[str, Any]) -> object:
+    if len(data) == 1:
+        (tag, text), *_ = data.items()
+        if tag == "$bytes":
+            return base64.b64decode(text)
+        if tag == "$decimal":
+            return decimal.Decimal(text)
+        if tag == "$time":
+            return datetime.datetime.fromisoformat(text)
+        if tag == "$text":
+            return text
+    return data
+
+
+def _tuples(value: Any) -> Any:
+    """JSON's lists as the tuples a declaration's arguments are made of."""
+    if isinstance(value, list):
+        return tuple(_tuples(item) for item in value)
+    return value

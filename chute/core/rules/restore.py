@@ -34,7 +34,7 @@ from chute.errors import InvalidAddress
 
 log = logging.getLogger("chute.broker")
 
-_AMQP_KINDS: Final = (QueueKind.EXCHANGE, QueueKind.BINDING)
+_AMQP_KINDS: Final = (QueueKind.EXCHANGE, QueueKind.BINDING, QueueKind.DECLARATION)
 _NOT_DESTINATIONS: Final = (QueueKind.LEDGER, *_AMQP_KINDS)
 
 
@@ -82,7 +82,7 @@ def restore(host: RestoreHost, progress: Callable[[int, int], None] | None = Non
             host.destinations.restored(definition)
         elif definition.topic is not None:
             subscriptions[definition.name] = restore_subscription(host, definition, start=False)
-    # AMQP's exchanges and bindings, once the queues are back
+    # AMQP's exchanges, bindings and queue declarations, once the queues are back
     host.exchanges.restore(d for d in recovered.definitions if d.kind in _AMQP_KINDS)
     for address, next_seq in recovered.next_seq.items():
         dest = host.queues.get(address) or host.topics.get(address) or host.streams.get(address)

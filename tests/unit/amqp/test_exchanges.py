@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import datetime
+import decimal
+
 import pytest
 
 from chute.amqp import names
+from chute.core.model.store import QueueDefinition, QueueKind
 from chute.core.rules.exchanges import (
     ExchangeError,
     Exchanges,
+    QueueDeclaration,
     headers_match,
     topic_matches,
 )
 from chute.errors import AccessDenied, InvalidAddress, NotFound
+from chute.store.memory import MemoryStore
 
 
 @pytest.mark.parametrize(
@@ -120,3 +126,38 @@ def test_names_too_long_are_refused() -> None:
         names.to_chute("x" * 256)
     with pytest.raises(InvalidAddress):
         names.to_chute("@" * 100)
+
+
+def test_a_durable_queues_declaration_is_kept_in_the_store_whole() -> None:
+    """What a declare of a durable queue said comes back from the store equal, whatever
+    its arguments hold (tables, arrays, bytes, decimals, times); an exclusive queue's is
+    not kept, and a forgotten one leaves the store."""
+    store = MemoryStore()
+    exchanges = Exchanges(lambda: store)
+    arguments = (
+        ("x-custom", (("bytes", b"\x00\xff"), ("list", (1, "two", None, 2.5)))),
+        ("x-decimal", decimal.Decimal("3.14")),
+        ("x-max-length", 10),
+        ("x-time", datetime.datetime(2026, 11, 28, 12, 0, tzinfo=datetime.UTC)),
+    )
+    kept = QueueDeclaration(durable=True, auto_delete=True, arguments=arguments, stream=True)
+    exchanges.declare_queue("celery", kept)
+    exchanges.declare_queue("mine", QueueDeclaration(owner="conn-1", arguments=arguments))
+    exchanges.declare_queue("transient", QueueDeclaration(durable=False))
+    exchanges.declare_queue("gone", QueueDeclaration())
+    assert exchanges.forget_queue("gone") == QueueDeclaration()
+    again = Exchanges(lambda: store)
+    again.restore(store.recover().definitions)
+    assert again.queues == {"celery": kept}
+
+
+def test_a_stored_declaration_it_cannot_read_is_skipped_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = MemoryStore()
+    store.define(QueueDefinition("amqp-queue:x", QueueKind.DECLARATION, selector="{not json"))
+    exchanges = Exchanges(lambda: store)
+    with caplog.at_level("WARNING", logger="chute.broker"):
+        exchanges.restore(store.recover().definitions)
+    assert exchanges.queues == {}
+    assert "skipped a stored AMQP declaration" in caplog.text

@@ -51,6 +51,7 @@ RECORDS: list[Record] = [
     DefineRecord(QueueDefinition("s", QueueKind.SUBSCRIPTION, "topic:t", "x = 'é'" * 100)),
     DefineRecord(QueueDefinition("c", QueueKind.CALLBACK, "topic:t", None, "queue:q")),
     DefineRecord(QueueDefinition("o", QueueKind.SUBSCRIPTION, "topic:t", None, None, "alice")),
+    *(DefineRecord(QueueDefinition(kind.value, kind, selector="{}")) for kind in QueueKind),
     UndefineRecord("q"),
     CommitRecord((ADD, AckOp("q", 1), AddOp("q", ("q",), 2, msg(b"2")))),
     CommitRecord(()),
