@@ -14,11 +14,12 @@ content block through :mod:`chute.client.outgoing`, as a ``send_many``'s message
 from __future__ import annotations
 
 import struct
-from typing import Final
+from collections.abc import Callable
+from typing import Final, TypeVar
 
 from chute.client.correlation import Correlator
 from chute.client.outgoing import DEFAULT_OPTIONS, SendFields, content_of
-from chute.client.sessions import Sessions, SessionState
+from chute.client.sessions import Sessions
 from chute.core.model.address import canonical
 from chute.errors import InvalidMessage
 from chute.message import new_message_id
@@ -40,6 +41,28 @@ _CALLBACK_AT: Final = 14
 _RESENT_HEAD: Final = struct.Struct(">BB")
 _CORR_TARGET: Final = struct.Struct(">II")
 _next_id: Final = new_message_id.next_bytes
+
+_Messages = TypeVar("_Messages")
+SendEncoder = Callable[[int, bytes, _Messages, int, int, int], bytes]
+"""A send path's encoder: ``(session id, address, its messages, ttl ms, correlation id,
+version) -> packet``, as :func:`~chute.protocol.splice.encode_send` and
+:func:`~chute.protocol.splice.encode_send_many`."""
+
+
+def _encode_framed(  # noqa: PLR0917 - a SendEncoder
+    session_id: int,
+    address: bytes,
+    framed: tuple[int, bytes | memoryview],
+    ttl_ms: int,
+    correlation_id: int,
+    version: int,
+) -> bytes:
+    """:func:`~chute.protocol.splice.encode_send_many_framed` as a :data:`SendEncoder`
+    of (count, framed blocks)."""
+    count, blocks = framed
+    return encode_send_many_framed(
+        session_id, address, count, blocks, ttl_ms, correlation_id, version
+    )
 
 
 class Output:
@@ -139,24 +162,10 @@ class Output:
             self.outbox_size += len(packet)
             self.last_packet = packet
             return corr
-        return self._send_general(session, cached[0], body, options)
-
-    def _send_general(
-        self, session: SessionState, address_bytes: bytes, body: bytes | str, options: SendFields
-    ) -> int:
+        # anything else: a content block of its fields
         content = content_of(body, options)
-        ttl, persistent = options[1], options[3]
-        if ttl < 0:
-            raise ValueError("ttl must not be negative")
-        corr = self._requests.open() if persistent and not session.transacted else 0
-        try:
-            packet = encode_send(session.id, address_bytes, content, ttl, corr, self.codec.version)
-        except struct.error as exc:
-            self._requests.cancel(corr)
-            raise InvalidMessage(f"message cannot be encoded: {exc}") from None
-        self._write(packet)
-        self.last_packet = packet
-        return corr
+        request = persistent and not session.transacted
+        return self._queue_send(request, encode_send, session_id, cached[0], content, ttl)
 
     def resend(self, session_id: int, packet: bytes) -> int:
         """Queue ``packet``, a SEND or SEND_MANY request this client encoded before (maybe
@@ -191,22 +200,10 @@ class Output:
             ChuteError: an error deferred to this session (a failed earlier send).
         """
         session = self.sessions.session(session_id)  # raises a deferred error
-        cached = self._addresses.get(address)
-        if cached is None:
-            cached = self._address(address)
-        if ttl < 0:
-            raise ValueError("ttl must not be negative")
-        corr = 0 if session.transacted else self._requests.open()
-        try:
-            packet = encode_send_many(
-                session_id, cached[0], contents, ttl, corr, self.codec.version
-            )
-        except struct.error as exc:
-            self._requests.cancel(corr)
-            raise InvalidMessage(f"messages cannot be encoded: {exc}") from None
-        self._write(packet)
-        self.last_packet = packet
-        return corr
+        address_bytes = (self._addresses.get(address) or self._address(address))[0]
+        return self._queue_send(
+            not session.transacted, encode_send_many, session_id, address_bytes, contents, ttl
+        )
 
     def send_many_framed(
         self, session_id: int, address: str, count: int, framed: bytes | memoryview, ttl: int = 0
@@ -215,21 +212,40 @@ class Output:
         (see :func:`chute.protocol.splice.encode_send_many_framed`; at most
         :data:`~chute.protocol.packets.SEND_MANY_MAX`)."""
         session = self.sessions.session(session_id)  # raises a deferred error
-        cached = self._addresses.get(address)
-        if cached is None:
-            cached = self._address(address)
-        if ttl < 0:
-            raise ValueError("ttl must not be negative")
+        address_bytes = (self._addresses.get(address) or self._address(address))[0]
         if not 0 < count <= SEND_MANY_MAX:
             raise InvalidMessage(f"a SendMany carries 1 to {SEND_MANY_MAX} messages, not {count}")
-        corr = 0 if session.transacted else self._requests.open()
+        return self._queue_send(
+            not session.transacted, _encode_framed, session_id, address_bytes, (count, framed), ttl
+        )
+
+    def _queue_send(  # noqa: PLR0917 - private, called positionally
+        self,
+        request: bool,
+        encode: SendEncoder[_Messages],
+        session_id: int,
+        address_bytes: bytes,
+        messages: _Messages,
+        ttl: int,
+    ) -> int:
+        """Queue the packet ``encode`` makes of ``messages`` (what differs between the
+        send paths), as a request if ``request`` (its correlation id opened first, and
+        cancelled if the packet cannot be encoded). Returns the correlation id, or 0.
+
+        Raises:
+            ValueError: a negative ``ttl``.
+            InvalidMessage: a number out of its field's range.
+            ChuteError: the connection failed (opening the request).
+        """
+        if ttl < 0:
+            raise ValueError("ttl must not be negative")
+        corr = self._requests.open() if request else 0
         try:
-            packet = encode_send_many_framed(
-                session_id, cached[0], count, framed, ttl, corr, self.codec.version
-            )
-        except struct.error as exc:
+            packet = encode(session_id, address_bytes, messages, ttl, corr, self.codec.version)
+        except struct.error as exc:  # ttl or session id out of range
             self._requests.cancel(corr)
-            raise InvalidMessage(f"messages cannot be encoded: {exc}") from None
+            what = "message" if encode is encode_send else "messages"
+            raise InvalidMessage(f"{what} cannot be encoded: {exc}") from None
         self._write(packet)
         self.last_packet = packet
         return corr

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+from collections.abc import Iterator
 from typing import Final
 
 from chute.content import CONTENT_HEAD, PERSISTENT_FLAG, content_size
@@ -35,8 +36,10 @@ from chute.store.payload import (
     OP_BATCH,
     OP_HEAD,
     Names,
+    OpSpan,
     batch_items,
     decode_ack,
+    op_spans,
     s16,
 )
 from chute.store.record import Kind
@@ -121,18 +124,9 @@ def op_add_keys(kind: int, data: bytes, start: int, end: int, names: Names) -> l
         CorruptRecord: the payload is malformed.
     """
     try:
-        p = start
-        if kind != Kind.COMMIT:
-            _, p = names.read(data, p)
-        (count,) = _U32.unpack_from(data, p)
-        p += 4
         keys: list[AddKey] = []
-        for _ in range(count):
-            tag, length = OP_HEAD.unpack_from(data, p)
-            p += OP_HEAD.size
-            q = p + length
-            if q > end:
-                raise IndexError("operation runs past the record")
+        # not ``whole``: reclaiming skips a damaged record that holds no live add
+        for tag, p, q in _op_spans(kind, data, start, end, names, whole=False):
             if tag == OP_ADD:
                 seq, queues = add_keys(data, p, names)
                 keys.append((seq, queues, p, q, None))
@@ -143,7 +137,6 @@ def op_add_keys(kind: int, data: bytes, start: int, end: int, names: Names) -> l
                     (first + i, listed, a, b, (timestamp, expiration))
                     for i, (timestamp, expiration, a, b) in enumerate(items)
                 ]
-            p = q
     except DECODE_ERRORS as exc:
         raise CorruptRecord(f"malformed transaction record: {exc}") from exc
     return keys
@@ -158,18 +151,8 @@ def op_heads(kind: int, data: bytes, start: int, end: int, names: Names) -> list
         CorruptRecord: the payload is malformed.
     """
     try:
-        p = start
-        if kind != Kind.COMMIT:
-            _, p = names.read(data, p)
-        (count,) = _U32.unpack_from(data, p)
-        p += 4
         heads: list[AddHead | AckOp] = []
-        for _ in range(count):
-            tag, length = OP_HEAD.unpack_from(data, p)
-            p += OP_HEAD.size
-            q = p + length
-            if q > end:
-                raise IndexError("operation runs past the record")
+        for tag, p, q in _op_spans(kind, data, start, end, names):
             if tag == OP_ADD:
                 heads.append(add_head(data, p, q, names))
             elif tag == OP_BATCH:
@@ -189,12 +172,19 @@ def op_heads(kind: int, data: bytes, start: int, end: int, names: Names) -> list
                 heads.append(decode_ack(data, p, names))
             else:
                 raise ValueError(f"unknown operation tag {tag}")
-            p = q
-        if p != end:
-            raise ValueError("operations do not fill the record")
     except DECODE_ERRORS as exc:
         raise CorruptRecord(f"malformed transaction record: {exc}") from exc
     return heads
+
+
+def _op_spans(
+    kind: int, data: bytes, start: int, end: int, names: Names, *, whole: bool = True
+) -> Iterator[OpSpan]:
+    """The operations of the COMMIT or COMMIT_PREPARED payload ``data[start:end]``
+    (:func:`~chute.store.payload.op_spans`, after a COMMIT_PREPARED's xid)."""
+    if kind != Kind.COMMIT:
+        _, start = names.read(data, start)
+    return op_spans(data, start, end, whole=whole)
 
 
 BlockSpan = tuple[int, int, int, int, int]

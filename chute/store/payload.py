@@ -41,7 +41,7 @@ a :class:`Names` belongs to the one recovery or scan that made it.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Final, cast
 
 from chute.content import (
@@ -291,6 +291,9 @@ def _names_of(op: AddOp) -> bytes:
 # -- decoding ------------------------------------------------------------------------
 
 
+OpSpan = tuple[int, int, int]
+"""An operation of an ``ops`` payload: (tag, payload start, payload end)."""
+
 BatchItem = tuple[int, int, int, int]
 """A message of a BATCH: (timestamp, expiration, content block start, end)."""
 
@@ -411,22 +414,15 @@ def decode_ack(data: bytes, start: int, names: Names) -> AckOp:
     return AckOp(queue, seq)
 
 
-def decode_ops(data: bytes, p: int, end: int, names: Names) -> tuple[TxOp, ...]:
-    """The operations of the ``ops`` payload at ``p``, which must end at ``end``.
+def decode_ops(data: bytes, start: int, end: int, names: Names) -> tuple[TxOp, ...]:
+    """The operations of the ``ops`` payload at ``start``, which must end at ``end``.
 
     Raises:
         DECODE_ERRORS: the payload is malformed (its caller,
             :func:`chute.store.records.decode`, makes them a CorruptRecord).
     """
-    (count,) = _U32.unpack_from(data, p)
-    p += 4
     ops: list[TxOp] = []
-    for _ in range(count):
-        tag, length = OP_HEAD.unpack_from(data, p)
-        p += OP_HEAD.size
-        q = p + length
-        if q > end:
-            raise IndexError("operation runs past the record")
+    for tag, p, q in op_spans(data, start, end):
         if tag == OP_ADD:
             op, _ = decode_add(data, p, q, names)
             ops.append(op)
@@ -436,7 +432,29 @@ def decode_ops(data: bytes, p: int, end: int, names: Names) -> tuple[TxOp, ...]:
             ops.append(decode_ack(data, p, names))
         else:
             raise ValueError(f"unknown operation tag {tag}")
-        p = q
-    if p != end:
-        raise ValueError("operations do not fill the record")
     return tuple(ops)
+
+
+def op_spans(data: bytes, start: int, end: int, *, whole: bool = True) -> Iterator[OpSpan]:
+    """The :data:`OpSpan` of each operation of the ``ops`` payload at ``start``, in
+    order, none decoded: what :func:`decode_ops` and the readers of
+    :mod:`chute.store.heads` walk. Each operation must end by ``end``; with ``whole``,
+    the last must end at ``end`` (a reader that skips a damaged record's operations
+    rather than refuse it passes False).
+
+    Raises:
+        DECODE_ERRORS: the payload is malformed (when the walk reaches the fault).
+    """
+    (count,) = _U32.unpack_from(data, start)
+    p = start + 4
+    unpack, size = OP_HEAD.unpack_from, OP_HEAD.size
+    for _ in range(count):
+        tag, length = unpack(data, p)
+        p += size
+        q = p + length
+        if q > end:
+            raise IndexError("operation runs past the record")
+        yield tag, p, q
+        p = q
+    if whole and p != end:
+        raise ValueError("operations do not fill the record")

@@ -562,6 +562,32 @@ def test_send_values_the_wire_cannot_carry_are_invalid_messages() -> None:
     assert proto.in_flight == 0  # no request left waiting for an answer
 
 
+def test_send_many_values_the_wire_cannot_carry_leave_nothing_queued() -> None:
+    proto, peer = connected()
+    sid = proto.open_session()
+    tx = proto.open_session(transacted=True)
+    peer.sent()
+    blocks = [encode_content(Message(b"x", id="m1"))]
+    framed = b"".join(len(b).to_bytes(4, "big") + b for b in blocks)
+    for session in (sid, tx):
+        with pytest.raises(InvalidMessage, match="messages cannot be encoded"):
+            proto.send_many(session, "q", blocks, ttl=1 << 64)
+        with pytest.raises(InvalidMessage, match="messages cannot be encoded"):
+            proto.send_many_framed(session, "q", 1, framed, ttl=1 << 64)
+        with pytest.raises(InvalidMessage, match="1 to"):
+            proto.send_many_framed(session, "q", 0, framed)
+        with pytest.raises(ValueError, match="ttl"):
+            proto.send_many(session, "q", blocks, ttl=-1)
+        with pytest.raises(ValueError, match="ttl"):
+            proto.send_many_framed(session, "q", 1, framed, ttl=-1)
+    assert proto.outbox_size == 0
+    assert proto.in_flight == 0  # no request left waiting for an answer
+    corr = proto.send_many_framed(sid, "q", 1, framed)
+    assert corr != 0
+    assert proto.send_many(tx, "q", blocks) == 0  # transacted: one-way
+    assert proto.last_packet == proto.data_to_send()[-len(proto.last_packet) :]
+
+
 def test_take_hands_out_received_messages_that_ack_through_their_owner() -> None:
     proto, peer, _, cid = open_consumer("individual", prefetch=10)
     proto.receive_data(b"".join(deliver(cid, seq) for seq in (1, 2)))

@@ -9,7 +9,7 @@ import pytest
 from chute.content import encode_content
 from chute.core.model.store import AckOp, AddOp, QueueDefinition, QueueKind
 from chute.store.errors import CorruptRecord
-from chute.store.heads import add_keys
+from chute.store.heads import AddHead, add_keys, op_add_keys, op_heads
 from chute.store.payload import Names
 from chute.store.record import Kind
 from chute.store.records import (
@@ -152,6 +152,34 @@ def test_operations_must_fill_the_record() -> None:
     with pytest.raises(CorruptRecord):
         decode(kind, payload + b"x", 0, len(payload) + 1, Names())
     assert kind == Kind.COMMIT
+
+
+@pytest.mark.parametrize(
+    "record",
+    [r for r in RECORDS if isinstance(r, CommitRecord | CommitPreparedRecord)],
+    ids=lambda r: type(r).__name__,
+)
+def test_the_readers_of_a_transaction_walk_the_same_operations(
+    record: CommitRecord | CommitPreparedRecord,
+) -> None:
+    kind, payload = encode(record)
+    end = len(payload)
+    adds = [(op.seq, op.queues) for op in record.ops if isinstance(op, AddOp)]
+    heads = op_heads(kind, payload, 0, end, Names())
+    assert [(h.seq, h.queues) for h in heads if isinstance(h, AddHead)] == adds
+    assert [h for h in heads if isinstance(h, AckOp)] == [
+        op for op in record.ops if isinstance(op, AckOp)
+    ]
+    keys = op_add_keys(kind, payload, 0, end, Names())
+    assert [(seq, tuple(queues)) for seq, queues, _, _, _ in keys] == adds
+    # a byte past the operations: recovery refuses the record, while reclaiming and
+    # paging still find its adds (a damaged record holding no live add is skipped)
+    longer = payload + b"x"
+    with pytest.raises(CorruptRecord, match="do not fill"):
+        op_heads(kind, longer, 0, end + 1, Names())
+    with pytest.raises(CorruptRecord, match="do not fill"):
+        decode(kind, longer, 0, end + 1, Names())
+    assert op_add_keys(kind, longer, 0, end + 1, Names()) == keys
 
 
 def test_a_sent_record_whose_id_overruns_it_is_corrupt() -> None:
