@@ -29,8 +29,9 @@ present u8 then the string)::
     PAD        zero bytes (any number): holds nothing
     SENT       producer s16 | message id s16: a producer's request stored (duplicate
                detection, chute.core.rules.dedup); keeps nothing alive
-    FIRST      stream s16 | first u64: where retention (or a purge) left the stream's first
-               offset, which compaction never moves (Kafka's log start offset); the
+    FIRST      stream s16 | first u64: where retention (or a purge) left a compacted
+               stream's first offset, which compaction never moves (Kafka's log start
+               offset; other streams' first is their oldest message kept); the
                newest of a stream holds; keeps nothing alive (a checkpoint carries it
                on); absent in older journals
 

@@ -189,8 +189,8 @@ class Stream(StreamLog):
         now = self.host.clock()
         while self.retain(now, on_append=True) >= RETAIN_STEP:
             pass  # a large transaction may pass the limits by more than one step
-        if self._first != self.recorded_first:  # the first message (of an empty stream)
-            self._record_first()
+        if self._first != self.recorded_first and self.keyed is not None:
+            self._record_first()  # the first message of an empty compacted stream
         self._wake()
 
     def _keep_run(self, entries: Sequence[Entry]) -> bool:
@@ -341,7 +341,12 @@ class Stream(StreamLog):
 
     def _record_first(self) -> None:
         """Have the store record :attr:`first` if it moved since it last did: retention, a
-        purge or the first message moved it; compaction never does (:meth:`remove`)."""
+        purge or the first message moved it; compaction never does (:meth:`remove`). Only
+        on a compacted stream: on any other the oldest message kept is its first offset
+        after a restart too, and a stream capped by retention would write a record each
+        append."""
+        if self.keyed is None:  # not compacted
+            return
         first = self._first if self.count else self.next_seq
         if first != self.recorded_first:
             self.recorded_first = first

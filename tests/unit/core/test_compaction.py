@@ -312,3 +312,15 @@ def test_a_store_without_a_recorded_first_offset_recovers_it_as_before(
     broker.expire_due()  # compaction removes 1: the first offset is recorded before
     assert store.firsts == {S: 1}
     assert firsts(restart(broker)) == (1, 1, 2)
+
+
+def test_a_stream_that_is_not_compacted_records_no_first_offset(clock: FakeClock) -> None:
+    """Only compaction makes a stream's first offset differ from its oldest message, so
+    only a compacted stream has it recorded: a stream at its retention cap would write a
+    record at every append."""
+    broker = make_broker({S: DestinationSettings(max_messages=3)}, clock=clock)
+    send(broker, *[(None, f"m{i}".encode()) for i in range(10)])
+    store = broker.store
+    assert isinstance(store, MemoryStore)
+    assert store.firsts == {}
+    assert firsts(restart(broker)) == (8, 8, 8)
