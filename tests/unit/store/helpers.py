@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
+import pytest
+
+from chute import content
 from chute.core.model.store import AddOp, Recovered
 from chute.message import BodyKind, Byte, Float, Int, Message, Short
+from chute.store import payload
 
 DEADLINE = 10.0  # seconds: a wait this long means the journal is stuck
 
@@ -118,3 +123,18 @@ class Gate:
     def wait_entered(self) -> None:
         if not self.entered.wait(DEADLINE):
             raise AssertionError(f"no {self.operation} within {DEADLINE} s")
+
+
+def count_decodes(monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
+    """Count the messages the journal decodes from here on; the returned function says
+    how many so far."""
+    decoded = 0
+    decode = content.decode_content
+
+    def counted(*args: Any) -> Message:
+        nonlocal decoded
+        decoded += 1
+        return decode(*args)
+
+    monkeypatch.setattr(payload, "decode_content", counted)
+    return lambda: decoded

@@ -7,18 +7,15 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from chute import content
 from chute.content import encode_content
 from chute.core.model.settings import DestinationSettings, SettingsResolver
 from chute.core.model.store import AckOp, AddOp, QueueDefinition, QueueKind, TxOp
 from chute.core.operations.connection import BrokerConnection
 from chute.core.rules.broker import Broker
 from chute.message import Message
-from chute.store import payload
 from chute.store.errors import CorruptRecord
 from chute.store.heads import op_add_keys, queue_blocks
 from chute.store.journal import Journal
@@ -29,7 +26,7 @@ from chute.store.recovery import recover
 from chute.store.segment import SEGMENT_HEADER_SIZE, list_segments, segment_path
 
 from .conftest import Journals
-from .helpers import describe, msg
+from .helpers import count_decodes, describe, msg
 
 S = "stream:s"
 
@@ -224,20 +221,12 @@ def test_recovery_indexes_a_committed_batch_without_decoding_its_messages(
     ops = run(1, 5000, size=1000)
     journal.commit(ops)
     journal.close()
-    decoded = 0
-    decode = content.decode_content
-
-    def counted(*args: Any) -> Message:
-        nonlocal decoded
-        decoded += 1
-        return decode(*args)
-
-    monkeypatch.setattr(payload, "decode_content", counted)
+    decoded = count_decodes(monkeypatch)
     journal = journals.open(sync="never", segment_size=16 << 20)
     recovered = journal.recover()
     window = recovered.messages[S]
     assert [m.seq for m in window] == list(range(1, len(window) + 1))
-    assert decoded == len(window) < 2000  # the window read back, not the whole batch
+    assert decoded() == len(window) < 2000  # the window read back, not the whole batch
     rest = ops[len(window) :]
     assert recovered.paged[S] == (len(rest), sum(op.message.size for op in rest))
 

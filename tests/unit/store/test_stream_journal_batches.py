@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -22,6 +21,7 @@ from chute.core.operations.session import BrokerSession
 from chute.core.rules.broker import Broker
 from chute.message import Int, Message
 from chute.store import payload
+from tests.unit.store.helpers import count_decodes
 from tests.unit.store.test_stream_journal import Node, Taker
 
 S = "stream:s"
@@ -106,15 +106,7 @@ def test_retention_past_the_tail_removes_without_decoding_what_it_removes(
     monkeypatch.setattr(stream_module, "TAIL_MIN", 1 << 10)
     node = Node(tmp_path / "journal", {S: DestinationSettings(max_messages=100)})
     try:
-        decoded = 0
-        decode = content.decode_content
-
-        def counted(*args: Any) -> Message:
-            nonlocal decoded
-            decoded += 1
-            return decode(*args)
-
-        monkeypatch.setattr(payload, "decode_content", counted)
+        decoded = count_decodes(monkeypatch)
         session = BrokerConnection(node.broker).session()
         sent = [Message(f"r{i}".encode() * 50) for i in range(1000)]
         for i in range(0, 1000, 100):
@@ -122,8 +114,8 @@ def test_retention_past_the_tail_removes_without_decoding_what_it_removes(
         stream = node.broker.streams[S]
         assert (stream.first, stream.head, stream.count) == (901, 1001, 100)
         assert stream.bytes == sum(m.size for m in sent[900:])
-        assert decoded < 100  # not one for each of the 900 removed
-        monkeypatch.setattr(payload, "decode_content", decode)
+        assert decoded() < 100  # not one for each of the 900 removed
+        monkeypatch.setattr(payload, "decode_content", content.decode_content)  # count no more
         assert [e.message.body for e in stream.read(1, stream.head)[1]] == [
             m.body for m in sent[900:]
         ]
