@@ -59,7 +59,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 from chute.core.model.store import AckOp, AddOp, QueueDefinition, QueueKind, TxOp
 from chute.store.errors import CorruptRecord
@@ -411,23 +411,24 @@ def _counted(data: bytes, p: int, end: int, each: int) -> tuple[int, int]:
     return n, p
 
 
+def _named(
+    data: bytes, p: int, names: Names, layout: struct.Struct
+) -> tuple[list[tuple[Any, ...]], int]:
+    """A u32 count at ``p`` of entries, each a name then ``layout``: the entries as
+    ``(name, *fields)``, and where they end."""
+    (count,) = _U32.unpack_from(data, p)
+    p += 4
+    entries: list[tuple[Any, ...]] = []
+    for _ in range(count):
+        name, p = names.read(data, p)
+        entries.append((name, *layout.unpack_from(data, p)))
+        p += layout.size
+    return entries, p
+
+
 def _decode_checkpoint(data: bytes, p: int, end: int, names: Names) -> CheckpointRecord:
-    (count,) = _U32.unpack_from(data, p)
-    p += 4
-    next_seq = []
-    for _ in range(count):
-        dest, p = names.read(data, p)
-        (seq,) = _NEXT_SEQ.unpack_from(data, p)
-        p += 8
-        next_seq.append((dest, seq))
-    (count,) = _U32.unpack_from(data, p)
-    p += 4
-    counts = []
-    for _ in range(count):
-        queue, p = names.read(data, p)
-        seq, n = _COUNT.unpack_from(data, p)
-        p += 12
-        counts.append((queue, seq, n))
+    next_seq, p = _named(data, p, names, _NEXT_SEQ)
+    counts, p = _named(data, p, names, _COUNT)
     if p >= end:
         return CheckpointRecord(tuple(next_seq), tuple(counts))
     (n,) = _U32.unpack_from(data, p)
@@ -438,14 +439,7 @@ def _decode_checkpoint(data: bytes, p: int, end: int, names: Names) -> Checkpoin
     p += n * _RUN.size
     if p == end:  # a checkpoint without first offsets (as older journals wrote them all)
         return CheckpointRecord(tuple(next_seq), tuple(counts), kept)
-    (count,) = _U32.unpack_from(data, p)
-    p += 4
-    firsts = []
-    for _ in range(count):
-        stream, p = names.read(data, p)
-        (first,) = _FIRST.unpack_from(data, p)
-        p += _FIRST.size
-        firsts.append((stream, first))
+    firsts, p = _named(data, p, names, _FIRST)
     if p != end:
         raise ValueError("a checkpoint's first offsets do not fill the record")
     return CheckpointRecord(tuple(next_seq), tuple(counts), kept, tuple(firsts))
