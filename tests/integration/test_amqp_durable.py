@@ -74,6 +74,15 @@ def test_durable_exchanges_and_bindings_survive_a_restart(tmp_path: Path) -> Non
         _stop(broker)
 
 
+DELAY = {
+    "x-message-ttl": 200,
+    "x-dead-letter-exchange": "",
+    "x-dead-letter-routing-key": "ready",
+    "x-custom": {"nested": [1, b"\xff", decimal.Decimal("1.5")]},
+}
+"""A delay queue's arguments: its messages go to ``ready`` after 200 ms."""
+
+
 def _get_within(channel: Any, queue: str, timeout: float) -> bytes | None:
     """The next message of ``queue`` (auto-acked), polling until ``timeout`` passed."""
     end = time.monotonic() + timeout
@@ -90,8 +99,8 @@ def test_a_durable_queues_arguments_hold_after_a_restart_without_a_redeclare(
 ) -> None:
     """A durable queue's x-arguments are part of it, as in RabbitMQ: after a restart its
     bound and its TTL with dead-lettering (a delay queue) hold before anyone declares it
-    again, and a redeclare with other arguments is refused; an exclusive queue's and a
-    deleted queue's declarations are not kept."""
+    again, and a redeclare with other arguments is refused; a deleted queue's
+    declaration is not kept."""
     port = free_port()
     broker = _start(tmp_path, port)
     try:
@@ -99,16 +108,7 @@ def test_a_durable_queues_arguments_hold_after_a_restart_without_a_redeclare(
             channel = conn.channel()
             channel.queue_declare("bounded", durable=True, arguments={"x-max-length": 2})
             channel.queue_declare("ready", durable=True)
-            channel.queue_declare(
-                "delay",
-                durable=True,
-                arguments={
-                    "x-message-ttl": 200,
-                    "x-dead-letter-exchange": "",
-                    "x-dead-letter-routing-key": "ready",
-                    "x-custom": {"nested": [1, b"\xff", decimal.Decimal("1.5")]},
-                },
-            )
+            channel.queue_declare("delay", durable=True, arguments=DELAY)
             channel.queue_declare("dropped", durable=True, arguments={"x-max-length": 1})
             channel.queue_delete("dropped")
     finally:
@@ -125,16 +125,7 @@ def test_a_durable_queues_arguments_hold_after_a_restart_without_a_redeclare(
             assert channel.basic_get("bounded", auto_ack=True)[2] == b"m3"
             channel.basic_publish("", "delay", b"later")
             assert _get_within(channel, "ready", 30.0) == b"later"  # expired, dead-lettered
-            channel.queue_declare(  # the same arguments: accepted
-                "delay",
-                durable=True,
-                arguments={
-                    "x-message-ttl": 200,
-                    "x-dead-letter-exchange": "",
-                    "x-dead-letter-routing-key": "ready",
-                    "x-custom": {"nested": [1, b"\xff", decimal.Decimal("1.5")]},
-                },
-            )
+            channel.queue_declare("delay", durable=True, arguments=DELAY)  # the same: accepted
             with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
                 channel.queue_declare("bounded", durable=True, arguments={"x-max-length": 3})
             assert info.value.reply_code == 406

@@ -14,7 +14,7 @@ import chute
 from chute.message import Message
 
 from . import test_spark as base
-from .conftest import start_server
+from .conftest import ChuteServer, start_server
 from .hostile import wait_until
 from .test_spark import read_all
 from .test_spark_streams import pipe
@@ -49,15 +49,21 @@ def send(url: str, address: str, rounds: range, keys: int = KEYS, *, keyed: bool
             )
 
 
-def test_a_query_resuming_at_a_compacted_offset_reads_on_from_the_next_kept(
-    spark: SparkSession, tmp_path: Path
-) -> None:
+def start_compacting(tmp_path: Path) -> ChuteServer:
+    """A broker whose ``STREAM`` is compacted, with small segments and a quick sweep (so
+    compaction runs soon); started again on the same data by a second call."""
     config = tmp_path / "chute.toml"
     config.write_text(
         '[server]\nsegment_size = "64KiB"\nexpiry_interval_ms = 50\n\n'
         f'[destinations."{STREAM}"]\ncleanup = "compact"\n'
     )
-    srv = start_server(tmp_path, "--config", str(config))
+    return start_server(tmp_path, "--config", str(config))
+
+
+def test_a_query_resuming_at_a_compacted_offset_reads_on_from_the_next_kept(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    srv = start_compacting(tmp_path)
     try:
         send(srv.url, STREAM, range(1), keys=100)  # offsets 1-100, a key each: none compacted
         ck = tmp_path / "ck"
@@ -78,12 +84,7 @@ def test_a_query_resuming_at_a_compacted_offset_reads_on_from_the_next_kept(
 def test_a_query_resuming_below_the_oldest_kept_after_a_restart_reads_on(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    config = tmp_path / "chute.toml"
-    config.write_text(
-        '[server]\nsegment_size = "64KiB"\nexpiry_interval_ms = 50\n\n'
-        f'[destinations."{STREAM}"]\ncleanup = "compact"\n'
-    )
-    srv = start_server(tmp_path, "--config", str(config))
+    srv = start_compacting(tmp_path)
     try:
         send(srv.url, STREAM, range(1))  # offsets 1-20 over k0-k19
         ck = tmp_path / "ck"
@@ -93,7 +94,7 @@ def test_a_query_resuming_below_the_oldest_kept_after_a_restart_reads_on(
         wait_until(lambda: removed(srv.url) == 100, "all but the newest of each key", 60)
         send(srv.url, "stream:filler", range(1), keyed=False)  # confirmed: so are the removals
         srv.stop(signal.SIGKILL)
-        srv = start_server(tmp_path, "--config", str(config))
+        srv = start_compacting(tmp_path)
         # the query resumes at 21, below the oldest kept (101): compaction removed 21-100,
         # retention nothing, so nothing was lost
         pipe(spark, srv.url, ck, "queue:out", destination=STREAM, failOnDataLoss="true")

@@ -8,6 +8,7 @@ dead-letter queue instead of growing the broker."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import pytest
 
@@ -182,24 +183,35 @@ def test_a_waiting_flood_stays_heavy_until_admission_opens() -> None:
     flood.send("queue:flood", msg(BODY))
 
 
+def consume(broker: Broker, prefetch: int = 100) -> tuple[Recorder, Callable[[int], None]]:
+    """A consumer of ``queue:q`` that acks each message by itself: what it was given, and
+    its ack (by sequence number)."""
+    session = BrokerConnection(broker).session(AckMode.INDIVIDUAL)
+    got = Recorder()
+    consumer = session.consumer(1, "queue:q", got, prefetch=prefetch)
+
+    def ack(seq: int) -> None:
+        session.ack(consumer, seq)
+
+    return got, ack
+
+
 def test_consumers_drain_while_producers_wait_and_admission_reopens_below_the_ratio() -> None:
     broker = broker_with(high=100 * COST)
     fill_until_refused(broker)
     woken: list[str] = []
     broker.wait_for_room(None, lambda: woken.append("go"))
-    consumer_session = BrokerConnection(broker).session(AckMode.INDIVIDUAL)
-    r = Recorder()
-    c = consumer_session.consumer(1, "queue:q", r, prefetch=100)
+    r, ack = consume(broker)
     entries = r.take()
     assert len(entries) == 100  # delivering is not producing: it goes on
     for entry in entries[:5]:
-        consumer_session.ack(c, entry.seq)
+        ack(entry.seq)
     broker.admission.check()
     assert broker.admission.reason is not None  # 95 % held: still over the resume line
     assert woken == []
     drained = int(100 * (1 - LOW_RATIO)) + 1
     for entry in entries[5 : 5 + drained]:
-        consumer_session.ack(c, entry.seq)
+        ack(entry.seq)
     broker.admission.check()
     assert broker.admission.reason is None
     assert woken == ["go"]
@@ -217,23 +229,21 @@ def test_held_producers_go_on_only_under_the_low_watermark_not_one_message_under
         assert "until consumers drain them under memory_low_watermark" in refused.reason
         woken: list[str] = []
         broker.wait_for_room(None, lambda: woken.append("go"))
-        consumer_session = BrokerConnection(broker).session(AckMode.INDIVIDUAL)
-        r = Recorder()
-        c = consumer_session.consumer(1, "queue:q", r, prefetch=100)
+        r, ack = consume(broker)
         entries = r.take()
-        consumer_session.ack(c, entries[0].seq)  # one message under the high watermark
+        ack(entries[0].seq)  # one message under the high watermark
         broker.admission.check()
         assert broker.admission.reason is not None
         assert "not yet under memory_low_watermark" in broker.admission.reason
         with pytest.raises(WouldBlock):  # and the producer is not let in either
             producer.send("queue:q", msg(BODY))
         for entry in entries[1:50]:  # down to the low watermark: not under it yet
-            consumer_session.ack(c, entry.seq)
+            ack(entry.seq)
             broker.admission.check()
             assert woken == []
         assert broker.memory.used == 50 * COST
         assert broker.admission.reason is not None
-        consumer_session.ack(c, entries[50].seq)  # under it: producers go on
+        ack(entries[50].seq)  # under it: producers go on
         broker.admission.check()
         assert broker.admission.reason is None
         assert woken == ["go"]
@@ -255,15 +265,13 @@ def test_a_producer_and_a_consumer_taking_turns_at_the_line_do_not_flap(
     broker = broker_with(high=100 * COST)
     assert broker.memory.low == int(100 * COST * LOW_RATIO)
     producer = BrokerConnection(broker).session(AckMode.CLIENT)
-    consumer_session = BrokerConnection(broker).session(AckMode.INDIVIDUAL)
-    r = Recorder()
-    c = consumer_session.consumer(1, "queue:q", r, prefetch=1000)
+    r, ack = consume(broker, prefetch=1000)
     with caplog.at_level(logging.INFO, logger="chute.broker"):
         send_until_refused(producer, "queue:q")
         entries = r.take()
         admitted = 0
         for entry in entries[:9]:  # 91 held: over the low watermark all along
-            consumer_session.ack(c, entry.seq)
+            ack(entry.seq)
             broker.admission.check()
             try:
                 producer.send("queue:q", msg(BODY))
@@ -272,7 +280,7 @@ def test_a_producer_and_a_consumer_taking_turns_at_the_line_do_not_flap(
                 pass
         assert admitted == 0
         for entry in entries[9:]:
-            consumer_session.ack(c, entry.seq)
+            ack(entry.seq)
         broker.admission.check()
         producer.send("queue:q", msg(BODY))
     messages = [record.getMessage() for record in caplog.records]

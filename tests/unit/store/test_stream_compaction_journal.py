@@ -57,6 +57,17 @@ def test_sealed_moves_at_each_roll_over_and_covers_everything_after_a_restart(
     assert node.journal.sealed(S) == node.broker.streams[S].head
 
 
+def newest_kept_across_a_restart(node: Node) -> None:
+    """The newest round (99) of each key is what the stream keeps, also after a restart,
+    and the journal's compaction left a few segments."""
+    assert newest(node.broker) == {f"k{k}": 99 for k in range(KEYS)}
+    broker = node.restart()
+    broker.expire_due()
+    assert broker.streams[S].count == KEYS
+    assert newest(broker) == {f"k{k}": 99 for k in range(KEYS)}
+    assert node.segments() <= 3
+
+
 def test_only_sealed_segments_are_compacted_and_their_space_is_freed(node: Node) -> None:
     rounds(node.broker, 100)  # 2,000 messages, 800 KB: about 13 segments
     assert node.journal is not None
@@ -70,12 +81,7 @@ def test_only_sealed_segments_are_compacted_and_their_space_is_freed(node: Node)
     assert all(seq >= sealed - KEYS for seq in kept)  # older than what is sealed: one per key
     assert set(range(sealed, stream.head)) <= set(kept)  # what is not sealed: all of it
     assert node.segments() < before // 2
-    assert newest(node.broker) == {f"k{k}": 99 for k in range(KEYS)}
-    broker = node.restart()
-    broker.expire_due()
-    assert broker.streams[S].count == KEYS
-    assert newest(broker) == {f"k{k}": 99 for k in range(KEYS)}
-    assert node.segments() <= 3
+    newest_kept_across_a_restart(node)
 
 
 def test_batches_are_compacted_message_by_message_and_their_segments_freed(
@@ -93,9 +99,4 @@ def test_batches_are_compacted_message_by_message_and_their_segments_freed(
     before = node.segments()
     node.broker.expire_due()
     assert node.segments() < before // 2
-    assert newest(node.broker) == {f"k{k}": 99 for k in range(KEYS)}
-    broker = node.restart()
-    broker.expire_due()
-    assert broker.streams[S].count == KEYS
-    assert newest(broker) == {f"k{k}": 99 for k in range(KEYS)}
-    assert node.segments() <= 3
+    newest_kept_across_a_restart(node)
