@@ -41,7 +41,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final, Protocol
 
-from chute.core.model.cluster import Demand, Handover, HandoverKey, handover_keys
+from chute.core.model.cluster import Demand, Handover, HandoverKey, KeyPairs, handover_keys
 from chute.errors import AccessDenied, ChuteError, RemoteProtocolError
 from chute.protocol import packets as p
 from chute.protocol.peer_packets import Keys
@@ -101,7 +101,7 @@ class LinkHost(Protocol):
     ) -> None: ...
 
 
-def _keys(keys: Sequence[HandoverKey]) -> Keys:
+def _keys(keys: KeyPairs) -> Keys:
     return tuple(keys)  # a HandoverKey is a (run, n) tuple
 
 
@@ -172,7 +172,7 @@ class PeerLinks:
     def send_refuse(self, peer: str, keys: Sequence[HandoverKey]) -> None:
         self._send(peer, p.PeerRefuse(_keys(keys)), durable=False)
 
-    def send_release(self, peer: str, keys: Sequence[HandoverKey]) -> None:
+    def send_release(self, peer: str, keys: KeyPairs) -> None:
         self._send_keys(peer, p.PeerRelease, keys)
 
     def send_resume(
@@ -224,7 +224,7 @@ class PeerLinks:
         self,
         peer: str,
         kind: type[p.PeerConfirm | p.PeerRelease],
-        keys: Sequence[HandoverKey],
+        keys: KeyPairs,
     ) -> None:
         """A confirm or release: durable, gathered (:meth:`PeerLink.hold_keys`)."""
         link = self.links.get(peer)
@@ -337,11 +337,11 @@ class PeerLinks:
         elif isinstance(packet, p.PeerHandovers):
             cluster.on_handovers(name, packet.handovers)
         elif isinstance(packet, p.PeerConfirm):
-            cluster.on_confirm(name, _handover_keys(packet.keys))
+            cluster.on_confirm(name, packet.keys)  # pairs find their keys as they are
         elif isinstance(packet, p.PeerRefuse):
             cluster.on_refuse(name, _handover_keys(packet.keys))
         elif isinstance(packet, p.PeerRelease):
-            cluster.on_release(name, _handover_keys(packet.keys))
+            cluster.on_release(name, packet.keys)
         elif isinstance(packet, p.PeerDemand):
             cluster.on_demand(name, Demand(packet.address, packet.selectors))
         elif isinstance(packet, p.PeerResume):

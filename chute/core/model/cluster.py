@@ -69,6 +69,14 @@ class HandoverKey(NamedTuple):
     n: int
 
 
+KeyPair = tuple[str, int]
+"""A key as a confirm or release carries it: a ``(run, n)`` pair, equal to (and hashed as)
+the :class:`HandoverKey` it names, so it finds that key in a dict as it is, without a
+key made per pair (a confirm names hundreds)."""
+
+KeyPairs = Sequence[KeyPair]
+
+
 def handover_keys(pairs: Iterable[tuple[str, int]]) -> list[HandoverKey]:
     """``(run, n)`` pairs as keys, made as the named tuple's own constructor makes one
     (``tuple.__new__``), with no Python step per key: a confirm or release names hundreds."""
@@ -117,7 +125,7 @@ class PeerPort(Protocol):
         """The hand-overs ``keys`` were not taken (their queue is full and refuses): the
         sender keeps them."""
 
-    def send_release(self, peer: str, keys: Sequence[HandoverKey]) -> None:
+    def send_release(self, peer: str, keys: KeyPairs) -> None:
         """The sender removed its copies of ``keys`` for good: the receiver may forget them.
         Sent only once every record the store was told so far is durable."""
 

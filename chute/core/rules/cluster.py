@@ -56,6 +56,8 @@ from chute.core.model.cluster import (
     Demand,
     Handover,
     HandoverKey,
+    KeyPair,
+    KeyPairs,
     PeerPort,
     out_record,
     peer_of,
@@ -382,7 +384,7 @@ class Cluster:
         if peer.up:
             self.port.send_handover(peer.name, handover)
 
-    def on_confirm(self, name: str, keys: Sequence[HandoverKey]) -> None:
+    def on_confirm(self, name: str, keys: KeyPairs) -> None:
         """``name`` stored the hand-overs ``keys``: remove the copies here (each queue's in
         one bulk ack, and their records, in one atomic commit), return their credits, then
         release the keys."""
@@ -394,9 +396,10 @@ class Cluster:
         nbytes = 0
         last: QueueChannel | None = None  # a confirm's keys mostly share their queue
         entries: list[Entry] = []
+        take: Callable[[KeyPair, None], Sent | None] = in_doubt.pop  # type: ignore[assignment]
         with self.host.atomically():
             for key in keys:
-                sent = in_doubt.pop(key, None)
+                sent = take(key, None)
                 if sent is None:
                     continue
                 done.append(sent)
@@ -422,7 +425,9 @@ class Cluster:
             if queue.ready:
                 queue.deliver()
         self.settled(peer)
-        if done:
+        if len(done) == len(keys):  # every one was in doubt: the usual case
+            self.port.send_release(name, keys)
+        elif done:
             self.port.send_release(name, [s.handover.key for s in done])
 
     def on_refuse(self, name: str, keys: Sequence[HandoverKey]) -> None:
@@ -475,7 +480,7 @@ class Cluster:
         <chute.core.rules.cluster_receive.Receiver.on_handovers>`)."""
         self.receiver.on_handovers(name, handovers)
 
-    def on_release(self, name: str, keys: Sequence[HandoverKey]) -> None:
+    def on_release(self, name: str, keys: KeyPairs) -> None:
         """``name`` removed its copies of ``keys``: forget them."""
         self.receiver.on_release(name, keys)
 

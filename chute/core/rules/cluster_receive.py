@@ -17,7 +17,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from chute.core.model.cluster import Handover, HandoverKey, PeerPort, in_record, record_keys
+from chute.core.model.cluster import (
+    Handover,
+    HandoverKey,
+    KeyPair,
+    KeyPairs,
+    PeerPort,
+    in_record,
+    record_keys,
+)
 from chute.core.model.consumer import Entry
 from chute.core.model.queue import QueueChannel
 from chute.core.model.store import AddOp, StoredMessage
@@ -135,11 +143,12 @@ class Receiver:
         host.place(route)
         return route.record is not None
 
-    def on_release(self, name: str, keys: Sequence[HandoverKey]) -> None:
+    def on_release(self, name: str, keys: KeyPairs) -> None:
         """``name`` removed its copies of ``keys``: forget them."""
         peer = self.peer(name)
+        forget: Callable[[KeyPair, None], int | None] = peer.received.pop  # type: ignore[assignment]
         for key in keys:
-            record = peer.received.pop(key, None)
+            record = forget(key, None)
             if record:
                 left = peer.keys_of.pop(record, 1) - 1
                 if left > 0:

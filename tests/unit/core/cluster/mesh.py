@@ -13,7 +13,7 @@ from itertools import count
 from pathlib import Path
 from typing import Any
 
-from chute.core.model.cluster import Demand, Handover, HandoverKey
+from chute.core.model.cluster import Demand, Handover, HandoverKey, KeyPairs
 from chute.core.model.consumer import AckMode, BrokerConsumer
 from chute.core.model.settings import DestinationSettings, SettingsResolver
 from chute.core.model.store import Store
@@ -53,7 +53,7 @@ class _Port:
     def send_refuse(self, peer: str, keys: Sequence[HandoverKey]) -> None:
         self._put(peer, "refuse", list(keys))
 
-    def send_release(self, peer: str, keys: Sequence[HandoverKey]) -> None:
+    def send_release(self, peer: str, keys: KeyPairs) -> None:
         self._put(peer, "release", list(keys))
 
     def send_resume(
