@@ -297,12 +297,19 @@ def handovers_parts(run: str, handovers: Sequence[Handover]) -> list[bytes]:
 def decode_handovers(
     data: bytes, start: int, end: int, header: Any, max_properties: int
 ) -> PeerHandovers:
-    data = data[start:end]
-    r = _Reader(data, 0)
-    run = r.text()
-    count = r.count(_KEY_HEAD.size + _FIELDS.size)
-    pos = r.pos
-    size = len(data)
+    # read in place, from start to end: the packet is not copied out of the read first
+    if start + _U16.size > end:
+        raise malformed("string overruns the packet")
+    (length,) = _U16.unpack_from(data, start)
+    pos = start + _U16.size + length
+    if pos + _U32.size > end:
+        raise malformed("string overruns the packet")
+    run = data[start + _U16.size : pos].decode()
+    (count,) = _U32.unpack_from(data, pos)
+    pos += _U32.size
+    if count * (_KEY_HEAD.size + _FIELDS.size) > end - pos:  # absurd counts, before reading
+        raise malformed("list overruns the packet")
+    size = end
     out: list[Handover] = []
     unpack_key, unpack_fields = _KEY_HEAD.unpack_from, _FIELDS.unpack_from
     new = tuple.__new__
@@ -333,8 +340,8 @@ def decode_handovers(
         # the named tuples made as their own constructors make them, with no Python step
         key = new(HandoverKey, (run, n))
         out.append(new(Handover, (key, address, message, delivery_count, redelivered == 1)))
-    r.pos = pos
-    r.end("PeerHandovers")
+    if pos != end:
+        raise malformed("trailing bytes in PeerHandovers")
     return PeerHandovers(run, tuple(out))
 
 

@@ -390,7 +390,8 @@ class Cluster:
         release the keys."""
         peer = self._peer(name)
         in_doubt = peer.in_doubt
-        done: list[Sent] = []
+        found = 0
+        released: list[KeyPair] | None = None  # once a key was not in doubt: those that were
         queues: dict[int, tuple[QueueChannel, list[Entry]]] = {}  # by id: its acked entries
         records: list[int] = []
         nbytes = 0
@@ -400,9 +401,13 @@ class Cluster:
         with self.host.atomically():
             for key in keys:
                 sent = take(key, None)
-                if sent is None:
+                if sent is None:  # not in doubt (any more): not released again
+                    if released is None:
+                        released = list(keys[:found])  # every key before this one was
                     continue
-                done.append(sent)
+                found += 1
+                if released is not None:
+                    released.append(key)
                 queue, consumer, entry, record, handover = sent
                 nbytes += handover.message.size
                 consumer.credit += 1
@@ -415,7 +420,7 @@ class Cluster:
                     entries.append(entry)
                 if record:
                     records.append(record)
-            peer.window.remove(nbytes, len(done))
+            peer.window.remove(nbytes, found)
             for queue, entries in queues.values():
                 if entries:
                     queue.settle_acked(entries)
@@ -425,10 +430,10 @@ class Cluster:
             if queue.ready:
                 queue.deliver()
         self.settled(peer)
-        if len(done) == len(keys):  # every one was in doubt: the usual case
+        if released is None:  # every one was in doubt: the usual case
             self.port.send_release(name, keys)
-        elif done:
-            self.port.send_release(name, [s.handover.key for s in done])
+        elif released:
+            self.port.send_release(name, released)
 
     def on_refuse(self, name: str, keys: Sequence[HandoverKey]) -> None:
         """``name`` did not take ``keys`` (its queue is full): they wait here as they were,

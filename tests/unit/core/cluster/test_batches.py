@@ -79,3 +79,23 @@ def test_a_batch_stored_before_a_crash_is_recognised_key_by_key(tmp_path: Path) 
         assert mesh["a"].broker.queues[Q].held == 0
     finally:
         mesh.close()
+
+
+def test_a_confirm_releases_only_the_keys_it_found_in_doubt_and_each_once() -> None:
+    mesh = Mesh("a", "b")
+    _idle(mesh)
+    _send(mesh, "1", "2", "3")
+    mesh.pump(until=lambda: any(c[2] == "confirm" for c in mesh.wire))
+    [confirm] = [c for c in mesh.wire if c[2] == "confirm"]
+    mesh.wire.remove(confirm)
+    first, second, third = sorted(mesh["a"].cluster.peers["b"].in_doubt)
+    a = mesh["a"].cluster
+    a.on_confirm("b", [first])
+    # repeated, unknown and new keys together (as a repeated hand-over's confirm may come):
+    # only the one still in doubt, once
+    a.on_confirm("b", [first, ("other-run", 7), second, second])
+    a.on_confirm("b", [(third.run, third.n)])  # a plain (run, n) pair finds its key
+    releases = [c[3] for c in mesh.wire if c[2] == "release"]
+    assert releases == [[first], [second], [third]]
+    assert not a.peers["b"].in_doubt
+    assert mesh["a"].broker.queues[Q].held == 0  # each copy removed once
