@@ -19,6 +19,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=0, help="stop after (0 = forever)")
     args = parser.parse_args()
     deadline = time.monotonic() + args.seconds if args.seconds else None
+    printed = 0
     with chute.connect(args.url) as conn, conn.session() as session:
         by_region = session.consumer("topic:order-stats")
         overall = session.consumer("topic:order-totals")
@@ -34,6 +35,15 @@ def main() -> None:
                     f"{stat['total']:>12,.2f}",
                     flush=True,
                 )
+                printed += 1
+    if not printed:
+        print(
+            f"no window closed within {args.seconds:g} s: a window is published once the "
+            "job's watermark passes its end (5 s of orders, then 5 s more), and Spark's "
+            "first batch can take a while to start on a busy machine; run it longer "
+            "(DEMO_SECONDS=60, the default)",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Final
 import pytest
 
 import chute
+from tests.integration.conftest import ChuteServer
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 # the broker's log format: "2024-01-01 12:00:00,123 INFO chute.server: ..."
@@ -107,3 +109,17 @@ def test_the_demo_broker_keeps_the_orders_stream_in_two_partitions(
         held = [conn.cursor_open(a)[1] - 1 for a in ("stream:orders", "stream:orders#1")]
     assert sum(held) == 5
     assert all(held)  # the five regions' keys spread over both partitions
+
+
+def test_the_consumer_says_why_when_no_window_closed_in_its_time(server: ChuteServer) -> None:
+    consumer = str(ROOT / "examples" / "orders_consumer.py")
+    done = subprocess.run(
+        [sys.executable, consumer, "--url", server.url, "--seconds", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "no window closed within 1 s" in done.stdout
+    assert "DEMO_SECONDS=60" in done.stdout
