@@ -88,9 +88,12 @@ class DestinationSettings:
     the queue's share of ``max_memory`` (:data:`SINK_MEMORY_SHARE`) the oldest of them
     make room (sinks; not a configuration key). See ``QueueChannel.place``."""
 
-    @property
-    def bounded(self) -> bool:
-        return self.max_messages > 0 or self.max_bytes > 0
+    bounded: bool = dataclasses.field(init=False, repr=False, compare=False)
+    """Whether ``max_messages`` or ``max_bytes`` bounds it: derived from them when made, an
+    attribute rather than a property since every message sent asks it."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "bounded", self.max_messages > 0 or self.max_bytes > 0)
 
 
 SINK_MAX_BYTES = 64 << 20
