@@ -74,8 +74,10 @@ class Receiver:
                     confirmed.append(key)
                     continue
                 address = handover.address  # those of one batch mostly share their queue
-                dest = found[address] if address in found else self._find(name, address)
-                found[address] = dest
+                if address in found:
+                    dest = found[address]
+                else:
+                    dest = found[address] = self._find(name, address)
                 stored = None if dest is None else self._store(name, dest, handover)
                 if stored is None:
                     refused.append(key)
