@@ -19,10 +19,10 @@ from typing import TypeGuard
 from chute.core.model.consumer import Entry
 from chute.core.model.queue import QueueChannel
 from chute.core.model.registry import Destination
-from chute.core.model.store import AddOp
+from chute.core.model.store import AddOp, Store
 from chute.core.model.stream import Stream
 from chute.core.rules.partitions import partition_count
-from chute.errors import DestinationFull
+from chute.errors import DestinationFull, StoreError
 from chute.message import Message
 
 
@@ -77,6 +77,38 @@ def stream_routes(
         message.persistent = True
         append(Route([], AddOp(address, queues, offset, message), (stream, Entry(offset, message))))
     return routes
+
+
+def take_each(
+    stream: Stream, messages: Sequence[Message], store: Store, now: int, ttl: int = 0
+) -> int:
+    """Take ``messages``, sent one by one outside a transaction and accepted at ``now``,
+    into ``stream`` (one that :func:`takes_itself`) in one pass, as a send of each
+    would: each stamped and recorded in ``store`` as its own add, at consecutive
+    offsets, and the stream appends them at once (its retention, tail and readers look
+    once). Returns how many were taken: fewer than all when the store cannot record
+    one (a field too long for the journal); that one and those after it are not taken,
+    and no offset is skipped."""
+    expiration = now + ttl if ttl > 0 else 0
+    address = stream.address
+    queues = (address,)
+    entries: list[Entry] = []
+    seq = stream.next_seq
+    for message in messages:
+        message.timestamp = now
+        if expiration:
+            message.expiration = expiration
+        message.persistent = True  # a stream keeps everything it takes, in the store
+        try:
+            store.add(AddOp(address, queues, seq, message))
+        except StoreError:
+            break
+        entries.append(Entry(seq, message))
+        seq += 1
+    stream.next_seq = seq
+    if entries and not stream.deleted:
+        stream.append(entries)
+    return len(entries)
 
 
 def takes_itself(dest: Destination) -> TypeGuard[Stream]:
