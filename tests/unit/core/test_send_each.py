@@ -1,17 +1,19 @@
 """A producer's sends to a stream that arrived together are taken in one pass
-(``BrokerSession.send_each``), exactly as a ``send`` of each would take them: each its own
-add in the store, at consecutive offsets; the pass stops, sending nothing more, at the
-first send that must wait for room or that the store cannot record, so that the caller
-sends that one alone and learns why."""
+(``BrokerSession.send_each``), as a ``send`` of each would take them, at consecutive
+offsets, the store recording them as one batch (each as its own add if it cannot); the
+pass takes nothing when they must wait for room, and stops at the first send the store
+cannot record, so that the caller sends the rest alone and learns why."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import pytest
 
 from chute.core.model.consumer import AckMode
 from chute.core.model.paging import held_cost
 from chute.core.model.settings import SettingsResolver
-from chute.core.model.store import AddOp
+from chute.core.model.store import AddOp, TxOp
 from chute.core.operations.connection import BrokerConnection
 from chute.core.rules.broker import Broker
 from chute.core.rules.routing import WouldBlock
@@ -33,7 +35,7 @@ def kept(broker: Broker) -> list[tuple[int, bytes]]:
     return [(e.seq, e.message.body) for e in stream.read(stream.first, stream.head)[1]]
 
 
-def test_each_send_is_its_own_add_at_consecutive_offsets_and_readers_get_them_all() -> None:
+def test_the_sends_are_one_batch_in_the_store_at_consecutive_offsets_for_every_reader() -> None:
     store = RecordingStore()
     broker = make_broker(store=store)
     broker.destination(S)
@@ -43,9 +45,10 @@ def test_each_send_is_its_own_add_at_consecutive_offsets_and_readers_get_them_al
     session.send(S, msg("before"))
     assert session.send_each(S, messages(5), ttl=60_000) == 5
     assert kept(broker) == [(1, b"before")] + [(2 + i, f"m{i}".encode()) for i in range(5)]
-    adds = [op for kind, op in store.calls if kind == "add"]
-    assert [op.seq for op in adds] == [1, 2, 3, 4, 5, 6]
-    assert all(isinstance(op, AddOp) and op.queues == (S,) for op in adds)
+    assert store.kinds() == ["add", "commit"]
+    batch = store.calls[1][1]
+    assert [op.seq for op in batch] == [2, 3, 4, 5, 6]
+    assert all(isinstance(op, AddOp) and op.queues == (S,) for op in batch)
     assert [e.message.body for e in reader.take()] == [b"before"] + [
         f"m{i}".encode() for i in range(5)
     ]
@@ -74,25 +77,33 @@ def test_sends_that_must_wait_for_room_are_left_to_send_alone() -> None:
 
 
 class RefusingStore(RecordingStore):
-    """A store that cannot record the message with id ``bad`` (a field too long, say)."""
+    """A store that cannot record the message with id ``bad`` (a field too long, say),
+    nor a batch that holds it."""
 
     def add(self, op: AddOp) -> None:
         if op.message.id == "bad":
             raise StoreError("message 'bad' cannot be journaled: too long")
         super().add(op)
 
+    def commit(self, ops: Sequence[TxOp]) -> None:
+        if any(isinstance(op, AddOp) and op.message.id == "bad" for op in ops):
+            raise StoreError("a record cannot be journaled: too long")
+        super().commit(ops)
+
 
 def test_a_send_the_store_cannot_record_stops_the_pass_without_skipping_an_offset() -> None:
-    broker = make_broker(store=RefusingStore())
+    store = RefusingStore()
+    broker = make_broker(store=store)
     broker.destination(S)
     session = BrokerConnection(broker).session()
     batch = [*messages(3), msg("bad", id="bad"), *messages(2, start=3)]
-    assert session.send_each(S, batch) == 3
+    assert session.send_each(S, batch) == 3  # each its own add, up to the bad one
     assert kept(broker) == [(1, b"m0"), (2, b"m1"), (3, b"m2")]
     with pytest.raises(StoreError, match="cannot be journaled"):
         session.send(S, batch[3])
     assert session.send_each(S, batch[4:]) == 2
     assert [seq for seq, _ in kept(broker)] == [1, 2, 3, 5, 6]  # send's refusal took 4
+    assert store.kinds() == ["add", "add", "add", "commit"]
 
 
 def test_only_a_stream_outside_a_transaction_without_a_named_producer_takes_sends_together() -> (
