@@ -180,6 +180,8 @@ class NativeConnection(SendRuns, ManagementRequests, CursorRequests, StreamConne
     def _process(self) -> None:
         """Handle every whole packet buffered, in order, unless a blocked send holds us."""
         codec = self.codec
+        handlers = self._handlers
+        streams = self.broker.streams
         turn = self._turn()
         asked = False
         try:
@@ -200,8 +202,19 @@ class NativeConnection(SendRuns, ManagementRequests, CursorRequests, StreamConne
                 if self.core is None:
                     self._on_connect(header, packet)
                     continue
-                if not self._gather(header, packet):  # a send to a stream waits in a run
-                    self._act_on(header, packet)
+                if (self._run or (type(packet) is p.Send and packet.address in streams)) and (
+                    self._gather(header, packet)  # a send to a stream waits in a run
+                ):
+                    continue
+                handler = handlers.get(type(packet))
+                if handler is None:
+                    raise RemoteProtocolError(
+                        f"a client may not send {type(packet).__name__}", "unexpected-packet"
+                    )
+                try:
+                    handler(header, packet)
+                except ChuteError as exc:
+                    self._fail(header, exc)
         except RemoteProtocolError as exc:
             self._end_run()  # what came before the violation is acted on
             self._protocol_error(exc)
