@@ -4,8 +4,8 @@ A producer with a confirm window (or any that pipelines) has many sends in fligh
 what one read brings holds runs of Send packets of one session to one stream. The
 connection gathers such a run while it acts on its input (:meth:`SendRuns._gather`)
 and acts on it as a whole (:meth:`SendRuns._send_run`): the session takes the sends in
-one pass (:meth:`~chute.core.operations.session.BrokerSession.send_each`: each recorded
-as its own, the stream appending them at once, its readers woken once) and one sync
+one pass (:meth:`~chute.core.operations.session.BrokerSession.send_each`: one batch in the
+store, the stream appending them at once, its readers woken once) and one sync
 confirms them all, the answers in one write. What acts on one send alone acts on the
 run as on each of its sends, in order: a send the session does not take together (one
 that must wait for room, or is refused) is sent alone, and those after it wait behind

@@ -187,7 +187,7 @@ class BrokerSession:
     def send_each(self, address: str, messages: Sequence[Message], *, ttl: int = 0) -> int:
         """:meth:`send` of each of ``messages`` to the stream at ``address`` outside a
         transaction, in one pass (a producer's sends that arrived together): admitted
-        together as a bulk send is, each recorded as its own add, appended at once.
+        together as a bulk send is, recorded as one batch, appended at once.
         Returns how many were sent, in order: none if they must wait for room or are
         refused, or this is not such a stream, or the session is transacted or its
         producer named (its resends are looked for one by one); fewer than all if the
