@@ -3,10 +3,11 @@ another interleaved; prints JSON.
 
 The producer sends N persistent 1 KiB messages one by one with a confirm window of 64
 (docs/client.md) to a fresh stream while a consumer reads it from ``first`` with a
-prefetch of 1000; msgs/s from the first send to the reader's last message, and the
-broker's CPU (user + system) per message. Each run starts its own broker (journal,
-``sync = always``); with ``--pythonpath DIR`` every round runs that checkout's broker
-too, right after this one's, and the ratios are of the medians.
+prefetch of 1000; msgs/s from the first send to the reader's last message, the
+broker's CPU (user + system) per message, and its journal's fsyncs per 1000 messages
+(from its ``/metrics``: how many sends each fsync confirmed). Each run starts its own
+broker (journal, ``sync = always``); with ``--pythonpath DIR`` every round runs that
+checkout's broker too, right after this one's, and the ratios are of the medians.
 
     python -m bench.stream_produce --count 20000 --runs 3 --pythonpath /path/to/main
 """
@@ -20,19 +21,30 @@ import statistics
 import tempfile
 import threading
 import time
+import urllib.request
 from typing import Any
 
 import chute
-from bench.broker import start_broker
+from bench.broker import free_port, start_broker
 from bench.stream_read import cpu_seconds
 
 STREAM = "stream:produce"
 WINDOW = 64
 
 
+def fsyncs(http_port: int) -> float:
+    """The fsyncs the broker's journal made so far (its ``/metrics``)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=30) as answer:
+        for line in answer.read().decode().splitlines():
+            if line.startswith("chute_journal_fsync_seconds_count "):
+                return float(line.split()[1])
+    raise RuntimeError("the broker's /metrics give no chute_journal_fsync_seconds_count")
+
+
 def one_run(count: int, size: int, pythonpath: str | None) -> dict[str, float]:
     data_dir = tempfile.mkdtemp(prefix="chute-stream-produce-")
-    proc, url = start_broker(data_dir, pythonpath=pythonpath)
+    http_port = free_port()
+    proc, url = start_broker(data_dir, pythonpath=pythonpath, http_port=http_port)
     try:
         body = b"x" * size
         done = threading.Event()
@@ -56,6 +68,7 @@ def one_run(count: int, size: int, pythonpath: str | None) -> dict[str, float]:
             reader = threading.Thread(target=read, daemon=True)
             reader.start()
             cpu0 = sum(cpu_seconds(proc.pid))
+            synced0 = fsyncs(http_port)
             t0 = time.perf_counter()
             for _ in range(count - 1):
                 session.send(STREAM, body)
@@ -64,12 +77,14 @@ def one_run(count: int, size: int, pythonpath: str | None) -> dict[str, float]:
             done.wait(120)
             wall = time.perf_counter() - t0
             cpu = sum(cpu_seconds(proc.pid)) - cpu0
+            synced = fsyncs(http_port) - synced0
         if got != count:
             raise RuntimeError(f"the reader got {got} messages, expected {count}")
         return {
             "msgs_per_s": round((count - 1) / wall),
             "sent_msgs_per_s": round((count - 1) / sent),
             "broker_cpu_us_per_msg": round(cpu / (count - 1) * 1e6, 1),
+            "fsyncs_per_1k_msgs": round(synced / (count - 1) * 1000, 1),
         }
     finally:
         proc.terminate()

@@ -53,11 +53,13 @@ from chute.sansio import NeedData
 from chute.server.host import Retry, ServerHost
 from chute.server.native_cursors import CursorRequests
 from chute.server.native_manage import ManagementRequests
+from chute.server.native_runs import SendRuns
 from chute.server.partial import REFUSE_FROM
 from chute.server.peers import PEER_PACKETS, PeerLink
 from chute.server.stream import Hold, StreamConnection
 
 log = logging.getLogger("chute.server")
+
 
 # A session's "auto" mode: the client acks cumulatively as the application takes
 # messages (batched with its credit), so the core runs it as cumulative acks and
@@ -69,7 +71,7 @@ _CORE_ACK_MODES = {
 }
 
 
-class NativeConnection(ManagementRequests, CursorRequests, StreamConnection):
+class NativeConnection(SendRuns, ManagementRequests, CursorRequests, StreamConnection):
     """One client connection. Lives on the server's event loop only."""
 
     def __init__(self, server: ServerHost) -> None:
@@ -82,6 +84,7 @@ class NativeConnection(ManagementRequests, CursorRequests, StreamConnection):
         self.sessions: dict[int, BrokerSession] = {}
         self.consumers: dict[int, tuple[BrokerConsumer, BrokerSession]] = {}
         self._work: Generator[None, None, None] | None = None  # a request acted on in steps
+        self._run: list[tuple[p.Header, p.Send]] = []  # sends to one stream, taken together
         self._checked: str | None = None  # the address a packet in progress was allowed
         self._handlers: dict[type, Callable[[p.Header, Any], None]] = {
             p.Send: self._on_send,
@@ -178,6 +181,7 @@ class NativeConnection(ManagementRequests, CursorRequests, StreamConnection):
         """Handle every whole packet buffered, in order, unless a blocked send holds us."""
         codec = self.codec
         handlers = self._handlers
+        streams = self.broker.streams
         turn = self._turn()
         asked = False
         try:
@@ -198,6 +202,10 @@ class NativeConnection(ManagementRequests, CursorRequests, StreamConnection):
                 if self.core is None:
                     self._on_connect(header, packet)
                     continue
+                if (self._run or (type(packet) is p.Send and packet.address in streams)) and (
+                    self._gather(header, packet)  # a send to a stream waits in a run
+                ):
+                    continue
                 handler = handlers.get(type(packet))
                 if handler is None:
                     raise RemoteProtocolError(
@@ -208,7 +216,9 @@ class NativeConnection(ManagementRequests, CursorRequests, StreamConnection):
                 except ChuteError as exc:
                     self._fail(header, exc)
         except RemoteProtocolError as exc:
+            self._end_run()  # what came before the violation is acted on
             self._protocol_error(exc)
+        self._end_run()
         if asked:
             self._asked()
         self.flush()
@@ -258,6 +268,17 @@ class NativeConnection(ManagementRequests, CursorRequests, StreamConnection):
             return
         if header.correlation_id:
             self._confirm(header, durable=message.persistent and session.tx is None)
+
+    def _act_on(self, header: p.Header, packet: Any) -> None:
+        handler = self._handlers.get(type(packet))
+        if handler is None:
+            raise RemoteProtocolError(
+                f"a client may not send {type(packet).__name__}", "unexpected-packet"
+            )
+        try:
+            handler(header, packet)
+        except ChuteError as exc:
+            self._fail(header, exc)
 
     def _on_send_many(self, header: p.Header, packet: p.SendMany) -> None:
         session = self._session(header.target_id)

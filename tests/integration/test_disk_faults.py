@@ -160,3 +160,39 @@ def test_a_send_refused_by_a_full_disk_is_never_delivered_and_a_resend_is_no_dup
 
     run(tmp_path, disk, body, inline_sync=inline_sync)
     assert stored_bodies(tmp_path, "queue:r") == [b"one", b"two", b"end"]
+
+
+def stream_bodies(tmp_path: Path, stream: str) -> list[bytes]:
+    """What a restart finds in ``stream``, in offset order."""
+    with Journal(tmp_path / "journal") as journal:
+        stored = journal.recover().messages.get(stream, [])
+        return [s.message.body for s in sorted(stored, key=lambda s: s.seq)]
+
+
+def test_pipelined_sends_to_a_stream_on_a_failing_disk_are_each_refused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A producer's sends that arrive together are taken together (one record): when its
+    sync fails, every one of them is an error to the producer and none is kept."""
+    disk = FaultyDisk()
+
+    async def body(url: str) -> None:
+        with pytest.raises(StoreError, match="not stored"):  # noqa: PT012 - raised by flush, again by close
+            async with aio.connect(url) as conn:
+                session = conn.session(confirm_window=100)
+                await session.send("stream:s", b"stored")
+                await session.flush()
+                disk.sync_error = errno.ENOSPC
+                for i in range(50):
+                    await session.send("stream:s", b"refused-%d" % i)
+                await session.flush()
+        disk.sync_error = None
+        async with aio.connect(url) as conn:
+            session = conn.session(confirm_window=100)
+            for i in range(50):
+                await session.send("stream:s", b"after-%d" % i)
+            await session.flush()
+
+    run(tmp_path, disk, body)
+    assert "50 messages the store could not keep were taken out" in caplog.text
+    assert stream_bodies(tmp_path, "stream:s") == [b"stored"] + [b"after-%d" % i for i in range(50)]

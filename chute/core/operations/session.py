@@ -35,7 +35,7 @@ from chute.core.model.topic import Subscription, SubscriptionKind, Topic
 from chute.core.rules.access import Action
 from chute.core.rules.admission import Share
 from chute.core.rules.broker import Broker
-from chute.core.rules.routing import WouldBlock
+from chute.core.rules.routing import WouldBlock, take_each, takes_itself
 from chute.core.rules.subscriptions import consumer_key
 from chute.core.rules.transaction import Transaction, apply, check_room, give_back, runs
 from chute.core.rules.twophase import check_xid
@@ -183,6 +183,33 @@ class BrokerSession:
         cost = held_cost(message)
         tx.held += cost
         broker.memory.used += cost  # held here until the commit places it
+
+    def send_each(self, address: str, messages: Sequence[Message], *, ttl: int = 0) -> int:
+        """:meth:`send` of each of ``messages`` to the stream at ``address`` outside a
+        transaction, in one pass (a producer's sends that arrived together): admitted
+        together as a bulk send is, recorded as one batch, appended at once.
+        Returns how many were sent, in order: none if they must wait for room or are
+        refused, or this is not such a stream, or the session is transacted or its
+        producer named (its resends are looked for one by one); fewer than all if the
+        store cannot record one. The caller sends the rest with :meth:`send`, which
+        raises why."""
+        broker = self.broker
+        stream = broker.streams.get(address)
+        if (
+            self.tx is not None
+            or self.producer is not None
+            or stream is None
+            or not takes_itself(stream)
+        ):
+            return 0
+        try:
+            if self._checks:
+                self.connection.authorize_send(address)
+            size = sum(message.size for message in messages)
+            broker.admission.admit(self.connection.share, size, len(messages))
+        except ChuteError:
+            return 0
+        return take_each(stream, messages, broker.store, broker.clock(), ttl)
 
     def send_many(self, address: str, messages: Sequence[Message], *, ttl: int = 0) -> None:
         """Send ``messages`` to ``address`` together (a bulk producer's one request): in

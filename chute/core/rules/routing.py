@@ -14,15 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypeGuard
+from typing import TypeGuard, cast
 
 from chute.core.model.consumer import Entry
 from chute.core.model.queue import QueueChannel
 from chute.core.model.registry import Destination
-from chute.core.model.store import AddOp
+from chute.core.model.store import AddOp, Store, TxOp
 from chute.core.model.stream import Stream
 from chute.core.rules.partitions import partition_count
-from chute.errors import DestinationFull
+from chute.errors import DestinationFull, StoreError
 from chute.message import Message
 
 
@@ -77,6 +77,50 @@ def stream_routes(
         message.persistent = True
         append(Route([], AddOp(address, queues, offset, message), (stream, Entry(offset, message))))
     return routes
+
+
+def take_each(
+    stream: Stream, messages: Sequence[Message], store: Store, now: int, ttl: int = 0
+) -> int:
+    """Take ``messages``, sent one by one outside a transaction and accepted at ``now``,
+    into ``stream`` (one that :func:`takes_itself`) in one pass, as a send of each
+    would, at consecutive offsets: each stamped, and the stream appends them at once
+    (its retention, tail and readers look once). The store records them as one batch
+    (one ``commit``: after a crash all of them or none, and none was confirmed before
+    it is durable); if it cannot (a field too long for the journal), each as its own
+    add. Returns how many were taken: fewer than all when the store cannot record one;
+    that one and those after it are not taken, and no offset is skipped."""
+    expiration = now + ttl if ttl > 0 else 0
+    address = stream.address
+    queues = (address,)
+    seq = stream.next_seq
+    ops: list[TxOp] = []
+    for offset, message in enumerate(messages, seq):
+        message.timestamp = now
+        if expiration:
+            message.expiration = expiration
+        message.persistent = True  # a stream keeps everything it takes, in the store
+        ops.append(AddOp(address, queues, offset, message))
+    try:
+        store.commit(ops)
+    except StoreError:
+        ops = _add_each(store, ops)
+    taken = len(ops)
+    stream.next_seq = seq + taken
+    if taken and not stream.deleted:
+        stream.append([Entry(seq + i, message) for i, message in enumerate(messages[:taken])])
+    return taken
+
+
+def _add_each(store: Store, ops: list[TxOp]) -> list[TxOp]:
+    """Record each of ``ops`` (adds) on its own, up to the first the store cannot; those
+    recorded."""
+    for index, op in enumerate(ops):
+        try:
+            store.add(cast(AddOp, op))
+        except StoreError:
+            return ops[:index]
+    return ops
 
 
 def takes_itself(dest: Destination) -> TypeGuard[Stream]:

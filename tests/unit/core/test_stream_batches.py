@@ -26,10 +26,12 @@ from .helpers import FakeClock, Recorder, make_broker
 
 S = "stream:s"
 
-# one step: ("many", n) a send_many of n; ("one", n) n sends; ("prepare", n) a prepared
-# send_many of n, committed later; ("commit", i) the i-th still prepared, if any
+# one step: ("many", n) a send_many of n; ("one", n) n sends; ("each", n) n sends taken
+# together (send_each: a producer's sends that arrived together); ("prepare", n) a
+# prepared send_many of n, committed later; ("commit", i) the i-th still prepared, if any
 step = st.one_of(
     st.tuples(st.just("many"), st.integers(1, 40)),
+    st.tuples(st.just("each"), st.integers(1, 40)),
     st.tuples(st.just("one"), st.integers(1, 5)),
     st.tuples(st.just("prepare"), st.integers(1, 20)),
     st.tuples(st.just("commit"), st.integers(0, 3)),
@@ -69,6 +71,10 @@ def play(broker: Broker, steps: list[tuple[str, int]]) -> dict[int, Message]:
             for m in made(n):
                 session.send(S, m)
                 sent.append(m)
+        elif kind == "each":
+            batch = made(n)
+            assert session.send_each(S, batch) == n
+            sent += batch
         elif kind == "prepare":
             tx = BrokerConnection(broker).session(AckMode.CLIENT, transacted=True)
             batch = made(n)
@@ -109,7 +115,7 @@ def test_batches_keep_and_hand_on_what_single_sends_would(
         broker.destination(S)
         kept = play(broker, steps)
         stream = broker.streams[S]
-        total = sum(n for kind, n in steps if kind in {"many", "one", "prepare"})
+        total = sum(n for kind, n in steps if kind in {"many", "one", "each", "prepare"})
         # retention keeps the newest ``keep`` (all when 0), whole or cut inside a batch
         expected = sorted(kept)
         assert len(expected) == (min(keep, total) if keep else total)
