@@ -37,7 +37,14 @@ from chute.core.rules.admission import Share
 from chute.core.rules.broker import Broker
 from chute.core.rules.routing import WouldBlock, take_each, takes_itself
 from chute.core.rules.subscriptions import consumer_key
-from chute.core.rules.transaction import Transaction, apply, check_room, give_back, runs
+from chute.core.rules.transaction import (
+    Transaction,
+    apply,
+    check_room,
+    check_waiting_helps,
+    give_back,
+    runs,
+)
 from chute.core.rules.twophase import check_xid
 from chute.errors import (
     AccessDenied,
@@ -163,7 +170,7 @@ class BrokerSession:
             try:
                 broker.admission.admit(self.connection.share, message.size)
             except WouldBlock:
-                self._check_waiting_helps(tx)
+                check_waiting_helps(broker.admission.never_admits, tx)
                 raise
         if tx is None:
             if self._checks:
@@ -232,7 +239,7 @@ class BrokerSession:
             try:
                 broker.admission.admit(self.connection.share, size, len(messages))
             except WouldBlock:
-                self._check_waiting_helps(tx)
+                check_waiting_helps(broker.admission.never_admits, tx)
                 raise
         try:
             if self._checks:
@@ -258,7 +265,7 @@ class BrokerSession:
                 return  # a resend of what is stored: confirmed again, not stored twice
             if not any(m.persistent for m in messages):
                 producer = None  # not waited on, never resent
-        self._check_tx_room(Transaction(sends))
+        check_room(broker.destination, sends, ())
         with broker.atomically():
             broker.send_many(address, messages, ttl=ttl)
         if producer is not None:
@@ -532,7 +539,7 @@ class BrokerSession:
         tx = self._require_tx()
         self._check_refused(tx)
         broker = self.broker
-        self._check_tx_room(tx)
+        check_room(self.broker.destination, tx.sends, tx.acks)
         self.tx = Transaction()
         broker.memory.used -= tx.held  # the queues count what they take
 
@@ -542,10 +549,6 @@ class BrokerSession:
 
         with broker.atomically():
             apply(tx.acks, place, tx.nacks)
-
-    def _check_tx_room(self, tx: Transaction) -> None:
-        """:func:`~chute.core.rules.transaction.check_room` of ``tx`` in this broker."""
-        check_room(self.broker.destination, tx.sends, tx.acks)
 
     def prepare(self, xid: str) -> None:
         """Prepare the transaction under ``xid`` (two-phase): its sends and acks are
@@ -559,7 +562,7 @@ class BrokerSession:
         tx = self._require_tx()
         check_xid(xid)
         self._check_refused(tx)
-        self._check_tx_room(tx)
+        check_room(self.broker.destination, tx.sends, tx.acks)
         self.tx = Transaction()
         self.broker.memory.used -= tx.held
         self.broker.xa.prepare(self.connection.xa_key(xid), tx.sends, tx.acks, tx.nacks)
@@ -570,22 +573,6 @@ class BrokerSession:
         self.tx = Transaction()
         self.broker.memory.used -= tx.held
         give_back(tx.acks, tx.nacks)
-
-    def _check_waiting_helps(self, tx: Transaction | None) -> None:
-        """A send of ``tx`` must wait for room: if its own messages keep the broker
-        from ever admitting it, it is refused now instead (the transaction can only
-        roll back), not after ``block_timeout_ms``.
-
-        Raises:
-            TransactionError: waiting cannot help.
-        """
-        if tx is None:
-            return
-        reason = self.broker.admission.never_admits(tx.held)
-        if reason is not None:
-            error = TransactionError(reason)
-            tx.refused = tx.refused or error
-            raise error
 
     def _check_refused(self, tx: Transaction) -> None:
         """Roll back and raise TransactionError if a send of ``tx`` was refused."""

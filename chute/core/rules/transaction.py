@@ -53,7 +53,7 @@ from chute.core.model.store import (
 )
 from chute.core.model.topic import Topic
 from chute.core.rules.routing import WouldBlock
-from chute.errors import ChuteError, DestinationFull
+from chute.errors import ChuteError, DestinationFull, TransactionError
 from chute.message import Message
 
 Send = tuple[str, Message, int]
@@ -281,3 +281,20 @@ class Gathering:
             for queue, group in itertools.groupby(hints, key=lambda hint: hint[0]):
                 marks = list(group)
                 self.store.delivered_many(queue, [m[1] for m in marks], [m[2] for m in marks])
+
+
+def check_waiting_helps(never_admits: Callable[[int], str | None], tx: Transaction | None) -> None:
+    """A send of ``tx`` must wait for room: if its own messages keep the broker from ever
+    admitting it (``never_admits(held)`` says why, else None), it is refused now instead
+    (the transaction can only roll back), not after ``block_timeout_ms``.
+
+    Raises:
+        TransactionError: waiting cannot help.
+    """
+    if tx is None:
+        return
+    reason = never_admits(tx.held)
+    if reason is not None:
+        error = TransactionError(reason)
+        tx.refused = tx.refused or error
+        raise error
