@@ -270,21 +270,22 @@ def handovers_parts(run: str, handovers: Sequence[Handover]) -> list[bytes]:
     in one copy): each message's content is spliced, not encoded again."""
     parts = [_text(run), _U32.pack(len(handovers))]
     heads: dict[str, tuple[Any, bytes]] = {}  # address -> (its item head's packer, bytes)
-    for h in handovers:
-        m = h.message
-        content = m.encoded if m.encoded is not None else encode_content(m)
-        head = heads.get(h.address)
+    for key, name, m, delivery_count, redelivered in handovers:  # unpacked in one step
+        content = m.encoded
+        if content is None:
+            content = encode_content(m)
+        head = heads.get(name)
         if head is None:
-            address = h.address.encode()
-            head = heads[h.address] = (_item_head(len(address)).pack, address)
+            encoded = name.encode()
+            head = heads[name] = (_item_head(len(encoded)).pack, encoded)
         pack, address = head
         parts += (
             pack(
-                h.key.n,
+                key[1],  # its n
                 len(address),
                 address,
-                h.delivery_count,
-                h.redelivered,
+                delivery_count,
+                redelivered,
                 m.timestamp,
                 m.expiration,
                 len(content),
