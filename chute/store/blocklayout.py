@@ -146,7 +146,7 @@ def block_size(data: bytes, c: int, q: int) -> int:
     _, _, _, id_len, corr_len, reply_len, type_len, n_props = _content_head(data, c)
     if n_props:
         return content_size(data, c, q)
-    body = c + _CONTENT_HEAD_SIZE + id_len + corr_len + reply_len + type_len
+    body: int = c + _CONTENT_HEAD_SIZE + id_len + corr_len + reply_len + type_len
     if body > q:
         raise IndexError("content runs past the message")
     return SIZE_OVERHEAD + q - body
