@@ -47,7 +47,7 @@ _ITEM_AND_CONTENT: Final = struct.Struct(BATCH_ITEM.format + CONTENT_HEAD.format
 @dataclasses.dataclass(slots=True)
 class BlockLayout:
     """One queue's blocks in one record: ``spans`` by seq (its ADDs), ``runs`` (its
-    BATCHes, in seq order). File positions throughout."""
+    BATCHes, in seq order, none overlapping). File positions throughout."""
 
     spans: dict[int, BlockSpan] = dataclasses.field(default_factory=dict)
     runs: list[BatchRun] = dataclasses.field(default_factory=list)
@@ -70,13 +70,17 @@ class BlockLayout:
                 if span is not None:
                     low = span[2] if low < 0 else min(low, span[2])
                     high = max(high, span[3])
-        for first, starts in self.runs:
-            i = bisect.bisect_left(seqs, first)
-            j = bisect.bisect_left(seqs, first + len(starts) - 1, lo=i)
-            if i < j:
-                a, b = starts[seqs[i] - first], starts[seqs[j - 1] - first + 1]
-                low = a if low < 0 else min(low, a)
-                high = max(high, b)
+        runs = self.runs
+        if runs and seqs:  # the runs that may hold one of seqs (a record may hold many)
+            at = max(0, bisect.bisect_right(runs, seqs[0], key=first_of) - 1)
+            until = bisect.bisect_right(runs, seqs[-1], key=first_of)
+            for first, starts in runs[at:until]:
+                i = bisect.bisect_left(seqs, first)
+                j = bisect.bisect_left(seqs, first + len(starts) - 1, lo=i)
+                if i < j:
+                    a, b = starts[seqs[i] - first], starts[seqs[j - 1] - first + 1]
+                    low = a if low < 0 else min(low, a)
+                    high = max(high, b)
         return None if low < 0 else (low, high)
 
     def blocks(self, seqs: Iterable[int], data: bytes, base: int, out: list[StoredBlock]) -> int:
@@ -125,11 +129,17 @@ class BlockLayout:
 
 
 def _run_of(runs: list[BatchRun], seq: int) -> BatchRun | None:
-    for run in runs:
-        first, starts = run
-        if first <= seq < first + len(starts) - 1:
-            return run
-    return None
+    """The run that holds ``seq``, if any (``runs`` in seq order)."""
+    i = bisect.bisect_right(runs, seq, key=first_of) - 1
+    if i < 0:
+        return None
+    run = runs[i]
+    return run if seq < run[0] + len(run[1]) - 1 else None
+
+
+def first_of(run: BatchRun) -> int:
+    """The seq of a run's first message (its sort key)."""
+    return run[0]
 
 
 _CONTENT_HEAD_SIZE: Final = CONTENT_HEAD.size

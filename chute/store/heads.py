@@ -22,7 +22,14 @@ from typing import Final
 
 from chute.content import CONTENT_HEAD, PERSISTENT_FLAG, content_size
 from chute.core.model.store import AckOp
-from chute.store.blocklayout import BatchRun, BlockLayout, BlockSpan, batch_run, block_size
+from chute.store.blocklayout import (
+    BatchRun,
+    BlockLayout,
+    BlockSpan,
+    batch_run,
+    block_size,
+    first_of,
+)
 from chute.store.errors import CorruptRecord
 from chute.store.payload import (
     ADD_FIXED,
@@ -241,12 +248,8 @@ def queue_blocks(  # noqa: PLR0917 - hot path, called positionally
             p = q
     except DECODE_ERRORS as exc:
         raise CorruptRecord(f"malformed record: {exc}") from exc
-    layout.runs.sort(key=_first_of)
+    layout.runs.sort(key=first_of)
     return layout
-
-
-def _first_of(run: BatchRun) -> int:
-    return run[0]
 
 
 def _batch_run(data: bytes, p: int, q: int, key: bytes, base: int) -> BatchRun | None:
