@@ -22,12 +22,18 @@ from typing import Final
 
 from chute.content import CONTENT_HEAD, PERSISTENT_FLAG, content_size
 from chute.core.model.store import AckOp
-from chute.message import SIZE_OVERHEAD
+from chute.store.blocklayout import (
+    BatchRun,
+    BlockLayout,
+    BlockSpan,
+    batch_run,
+    block_size,
+    first_of,
+)
 from chute.store.errors import CorruptRecord
 from chute.store.payload import (
     ADD_FIXED,
     BATCH_FIRST,
-    BATCH_ITEM,
     DECODE_ERRORS,
     NAMES_AT,
     OP_ACK,
@@ -187,27 +193,24 @@ def _op_spans(
     return op_spans(data, start, end, whole=whole)
 
 
-BlockSpan = tuple[int, int, int, int, int]
-"""Where an add's content block sits: (timestamp, expiration, block start, block end,
-``Message.size``)."""
-
-
 def queue_blocks(  # noqa: PLR0917 - hot path, called positionally
     kind: int, data: bytes, start: int, end: int, queue: str, base: int = 0
-) -> dict[int, BlockSpan]:
-    """``seq -> BlockSpan`` of every add of ``queue`` in an ADD, COMMIT or COMMIT_PREPARED
-    payload ``data[start:end]``, its positions plus ``base``, without decoding a message:
-    what a stream read sends on as it is stored.
+) -> BlockLayout:
+    """Where the block of every add of ``queue`` is in an ADD, COMMIT or COMMIT_PREPARED
+    payload ``data[start:end]`` (its positions plus ``base``), without decoding a message:
+    what a stream read sends on as it is stored. A batch's messages are found by their
+    lengths alone (:mod:`chute.store.blocklayout`).
 
     Raises:
         CorruptRecord: the payload is malformed.
     """
     key = s16(queue)
-    found: dict[int, BlockSpan] = {}
+    layout = BlockLayout()
+    found = layout.spans
     try:
         if kind == Kind.ADD:
             _block_of(data, start, end, key, base, found)
-            return found
+            return layout
         p = start
         if kind != Kind.COMMIT:  # COMMIT_PREPARED: the xid first
             (length,) = _U16.unpack_from(data, p)
@@ -219,7 +222,6 @@ def queue_blocks(  # noqa: PLR0917 - hot path, called positionally
         alone = key + b"\x00\x01" + key
         names_end = NAMES_AT + len(alone)
         op_head, op_add = OP_HEAD.unpack_from, OP_ADD_TIMES.unpack_from
-        content_head = CONTENT_HEAD.unpack_from
         for _ in range(count):
             if data[p] != OP_ADD:  # an ack, or a batch
                 tag, length = op_head(data, p)
@@ -228,7 +230,9 @@ def queue_blocks(  # noqa: PLR0917 - hot path, called positionally
                 if q > end:
                     raise IndexError("operation runs past the record")
                 if tag == OP_BATCH:
-                    _batch_blocks(data, p, q, queue, base, found)
+                    run = _batch_run(data, p, q, key, base)
+                    if run is not None:
+                        layout.runs.append(run)
                 p = q
                 continue
             _, length, seq, timestamp, expiration = op_add(data, p)
@@ -238,36 +242,25 @@ def queue_blocks(  # noqa: PLR0917 - hot path, called positionally
                 raise IndexError("operation runs past the record")
             if data.startswith(alone, p + NAMES_AT):
                 c = p + names_end
-                _, _, _, id_len, corr_len, reply_len, type_len, n_props = content_head(data, c)
-                if n_props:
-                    size = content_size(data, c, q)
-                else:
-                    body = c + CONTENT_HEAD.size + id_len + corr_len + reply_len + type_len
-                    if body > q:
-                        raise IndexError("content runs past the record")
-                    size = SIZE_OVERHEAD + q - body
-                found[seq] = (timestamp, expiration, base + c, base + q, size)
+                found[seq] = (timestamp, expiration, base + c, base + q, block_size(data, c, q))
             else:
                 _block_of(data, p, q, key, base, found)
             p = q
     except DECODE_ERRORS as exc:
         raise CorruptRecord(f"malformed record: {exc}") from exc
-    return found
+    layout.runs.sort(key=first_of)
+    return layout
 
 
-def _batch_blocks(  # noqa: PLR0917 - private
-    data: bytes, p: int, q: int, queue: str, base: int, found: dict[int, BlockSpan]
-) -> None:
-    """Add the BlockSpan of each message of the BATCH ``data[p:q]`` to ``found`` if
-    ``queue`` is among its queues: one pass, a message without properties sized from its
-    head alone (as :func:`queue_blocks` does an ADD)."""
+def _batch_run(data: bytes, p: int, q: int, key: bytes, base: int) -> BatchRun | None:
+    """The :data:`~chute.store.blocklayout.BatchRun` of the BATCH ``data[p:q]`` if the
+    queue whose s16 is ``key`` is among its queues, else None."""
     first, count = BATCH_FIRST.unpack_from(data, p)
     r = p + BATCH_FIRST.size
     (length,) = _U16.unpack_from(data, r)  # the destination
     r += 2 + length
     (n_queues,) = _U16.unpack_from(data, r)
     r += 2
-    key = s16(queue)
     mine = False
     for _ in range(n_queues):
         if data.startswith(key, r):
@@ -275,24 +268,8 @@ def _batch_blocks(  # noqa: PLR0917 - private
         (length,) = _U16.unpack_from(data, r)
         r += 2 + length
     if not mine:
-        return
-    unpack, step = BATCH_ITEM.unpack_from, BATCH_ITEM.size
-    content_head, head_size = CONTENT_HEAD.unpack_from, CONTENT_HEAD.size
-    for seq in range(first, first + count):
-        timestamp, expiration, length = unpack(data, r)
-        c = r + step
-        r = c + length
-        _, _, _, id_len, corr_len, reply_len, type_len, n_props = content_head(data, c)
-        if n_props:
-            size = content_size(data, c, r)
-        else:
-            body = c + head_size + id_len + corr_len + reply_len + type_len
-            if body > r:
-                raise IndexError("content runs past the message")
-            size = SIZE_OVERHEAD + r - body
-        found[seq] = (timestamp, expiration, base + c, base + r, size)
-    if r != q:
-        raise ValueError("a batch's messages do not fill its operation")
+        return None
+    return batch_run(data, r, q, first, count, base=base)
 
 
 def _block_of(  # noqa: PLR0917 - private

@@ -32,13 +32,13 @@ import logging
 import operator
 import os
 from collections import OrderedDict
-from collections.abc import Iterable
 from typing import Final
 
 from chute.core.model.store import StoredBlock, StoredMessage
 from chute.message import Message
+from chute.store.blocklayout import BlockLayout
 from chute.store.errors import CorruptRecord
-from chute.store.heads import BlockSpan, op_add_keys, queue_blocks
+from chute.store.heads import op_add_keys, queue_blocks
 from chute.store.payload import Names, decode_add, decode_batched
 from chute.store.reclaim import SEGMENT_SHIFT, LiveIndex
 from chute.store.record import HEADER, HEADER_SIZE, MAGIC, Kind, checksum
@@ -255,19 +255,19 @@ class _Reader:
 
 class BlockLayouts:
     """Where one queue's content blocks sit in recently read records:
-    ``(location, queue) -> {seq: BlockSpan}`` (file positions), as :class:`TxLayouts`."""
+    ``(location, queue) -> BlockLayout`` (file positions), as :class:`TxLayouts`."""
 
     def __init__(self, capacity: int = 8) -> None:
         self.capacity = capacity
-        self._layouts: OrderedDict[tuple[int, str], dict[int, BlockSpan]] = OrderedDict()
+        self._layouts: OrderedDict[tuple[int, str], BlockLayout] = OrderedDict()
 
-    def get(self, location: int, queue: str) -> dict[int, BlockSpan] | None:
+    def get(self, location: int, queue: str) -> BlockLayout | None:
         layout = self._layouts.get((location, queue))
         if layout is not None:
             self._layouts.move_to_end((location, queue))
         return layout
 
-    def put(self, location: int, queue: str, layout: dict[int, BlockSpan]) -> None:
+    def put(self, location: int, queue: str, layout: BlockLayout) -> None:
         self._layouts[location, queue] = layout
         while len(self._layouts) > self.capacity:
             self._layouts.popitem(last=False)
@@ -290,15 +290,21 @@ def read_blocks(  # noqa: PLR0917 - the caller holds the locks these come from
     held = index.locations.get(queue)
     if not held or limit <= 0:
         return []
-    wanted = list(itertools.islice(held.after(after), limit))
-    out: list[StoredBlock] = []
-    if len({location >> SEGMENT_SHIFT for _, location in wanted}) == 1:
-        groups: Iterable[tuple[int, Iterable[tuple[int, int]]]] = [
-            (wanted[0][1] >> SEGMENT_SHIFT, wanted)
-        ]
+    seqs, locations = held.window(after, limit)
+    if not seqs:
+        return []
+    runs: list[tuple[int, list[int]]]  # (location, its seqs): one record each, in seq order
+    if len(set(locations)) == 1:  # one record (a batch, a transaction): the usual read
+        runs = [(locations[0], seqs)]
     else:
-        groups = itertools.groupby(wanted, key=lambda sl: sl[1] >> SEGMENT_SHIFT)
-    for segment, group in groups:
+        runs = [
+            (location, [seq for seq, _ in run])
+            for location, run in itertools.groupby(
+                zip(seqs, locations, strict=True), key=operator.itemgetter(1)
+            )
+        ]
+    out: list[StoredBlock] = []
+    for segment, group in itertools.groupby(runs, key=_segment_of):
         fd = os.open(segment_path(directory, segment), os.O_RDONLY | os.O_CLOEXEC)
         try:
             _segment_blocks(fd, segment, list(group), queue, layouts, out)
@@ -307,35 +313,37 @@ def read_blocks(  # noqa: PLR0917 - the caller holds the locks these come from
     return out
 
 
+def _segment_of(run: tuple[int, list[int]]) -> int:
+    return run[0] >> SEGMENT_SHIFT
+
+
 def _segment_blocks(  # noqa: PLR0917 - private
     fd: int,
     segment: int,
-    picks: list[tuple[int, int]],
+    runs: list[tuple[int, list[int]]],
     queue: str,
     layouts: BlockLayouts,
     out: list[StoredBlock],
 ) -> None:
-    """Append the blocks of ``picks`` (seq, location), all in ``segment``, to ``out``.
+    """Append the blocks of ``runs`` ((location, its seqs), all in ``segment``) to ``out``.
 
-    Consecutive picks mostly share a record (a transaction's adds): each record is
-    looked at once, the ones not met recently read with one ``pread`` for all."""
-    runs = [
-        (location, [seq for seq, _ in run])
-        for location, run in itertools.groupby(picks, key=operator.itemgetter(1))
-    ]
+    Each record is looked at once, the ones not met recently read with one ``pread``
+    for all."""
     # the layouts this read uses: the shared cache may evict one before its turn comes
     mine = {loc: layouts.get(loc, queue) for loc, _ in runs}
     unknown = [loc & _OFFSET_MASK for loc, layout in mine.items() if layout is None]
     chunk, low = b"", 0
     if unknown:
         low, last = min(unknown), max(unknown)
-        # read to the end of the last record (one cut short is read again on its own)
         head = os.pread(fd, HEADER_SIZE, last)
         length = 0
         if len(head) == HEADER_SIZE:
             magic, _, length, _ = HEADER.unpack(head)
-            length = min(length, _READ_MOST) if magic == MAGIC else 0
-        chunk = os.pread(fd, last - low + HEADER_SIZE + length, low)
+            length = length if magic == MAGIC else 0
+        # up to the end of the last record, unless it is too long to read with the others
+        # (then on its own, by _record_blocks)
+        size = last - low + (HEADER_SIZE + length if length <= _READ_MOST else 0)
+        chunk = os.pread(fd, size, low)
     for location, seqs in runs:
         layout = mine[location]
         if layout is None:
@@ -346,38 +354,27 @@ def _segment_blocks(  # noqa: PLR0917 - private
             mine[location] = layout
             layouts.put(location, queue, layout)
         else:
-            spans = [layout[seq] for seq in seqs if seq in layout]
-            if not spans:
-                data, base = b"", 0
-            else:
-                base = min(span[2] for span in spans)
-                data = os.pread(fd, max(span[3] for span in spans) - base, base)
-        view = memoryview(data)
+            extent = layout.extent(seqs)
+            base, end = extent or (0, 0)
+            data = os.pread(fd, end - base, base) if extent else b""
         try:
-            out += [
-                (seq, 0, 0, timestamp, expiration, view[a - base : b - base], size)
-                for seq in seqs
-                for timestamp, expiration, a, b, size in (layout[seq],)
-            ]
-        except KeyError:  # never expected: the index and the record disagree
-            kept = [seq for seq in seqs if seq in layout]
+            missing = layout.blocks(seqs, data, base, out)
+        except CorruptRecord as exc:  # never expected: the record's checksum was right
+            log.error("journal: segment %d offset %d: %s", segment, location & _OFFSET_MASK, exc)
+            continue
+        if missing:  # never expected: the index and the record disagree
             log.error(
                 "journal: segment %d offset %d holds no add of %s for %d of its messages",
                 segment,
                 location & _OFFSET_MASK,
                 queue,
-                len(seqs) - len(kept),
+                missing,
             )
-            out += [
-                (seq, 0, 0, timestamp, expiration, view[a - base : b - base], size)
-                for seq in kept
-                for timestamp, expiration, a, b, size in (layout[seq],)
-            ]
 
 
 def _record_blocks(  # noqa: PLR0917 - private
     fd: int, chunk: bytes, low: int, segment: int, location: int, queue: str
-) -> tuple[dict[int, BlockSpan], bytes, int] | None:
+) -> tuple[BlockLayout, bytes, int] | None:
     """The layout of ``queue``'s blocks in the record at ``location``, checked, with the
     bytes that hold it and their file position; None if it is damaged (logged)."""
     offset = location & _OFFSET_MASK

@@ -105,6 +105,48 @@ def test_windows_read_one_after_another_are_the_whole_stream(tmp_path: Path) -> 
         journal.close()
 
 
+def test_windows_of_a_record_read_again_are_the_stored_messages(tmp_path: Path) -> None:
+    """A record's later windows, and a second pass, read only what their blocks need (the
+    record's layout is remembered): the same blocks, times and sizes as decoding them."""
+    journal = Journal(tmp_path, sync="never", segment_size=64 << 10)
+    try:
+        fill(journal)
+        journal.commit([AddOp(S, (S,), seq, message(seq)) for seq in range(60, 200)])
+        journal.acks(S, [61, 100, 101, 199])
+        stored = journal.page_in(S, 0, 1000)
+        for _ in range(2):
+            blocks: list[StoredBlock] = []
+            while window := journal.page_blocks(S, blocks[-1][0] if blocks else 0, 9):
+                blocks += window
+            assert_same(blocks, stored)
+    finally:
+        journal.close()
+
+
+def test_a_record_of_many_short_batches_reads_in_windows(tmp_path: Path) -> None:
+    """A transaction to two streams in turn is one record of many short batches (and
+    single adds) of each: every window finds its messages among them."""
+    journal = Journal(tmp_path, sync="never", segment_size=1 << 20)
+    try:
+        ops: list[AddOp] = []
+        seq = {S: 1, "stream:t": 1}
+        for turn in range(120):
+            address = S if turn % 2 else "stream:t"
+            for _ in range(turn % 4 + 1):
+                ops.append(AddOp(address, (address,), seq[address], message(seq[address])))
+                seq[address] += 1
+        journal.commit(ops)
+        journal.acks(S, [2, 50, 51])
+        stored = journal.page_in(S, 0, 1000)
+        for size in (1, 5, 64, 1000):
+            blocks: list[StoredBlock] = []
+            while window := journal.page_blocks(S, blocks[-1][0] if blocks else 0, size):
+                blocks += window
+            assert_same(blocks, stored)
+    finally:
+        journal.close()
+
+
 def test_blocks_survive_a_restart(tmp_path: Path) -> None:
     journal = Journal(tmp_path, sync="never", segment_size=64 << 10)
     fill(journal)

@@ -33,7 +33,11 @@ def test_matches_a_dict(steps: list[tuple[str, int, int]]) -> None:
         assert m.get(probe) == model.get(probe)
         assert (probe in m) == (probe in model)
     for after in [0, *list(model)[:5]]:
-        assert list(m.after(after)) == sorted((s, v) for s, v in model.items() if s > after)
+        expected = sorted((s, v) for s, v in model.items() if s > after)
+        assert list(m.after(after)) == expected
+        for limit in (1, 3, 50, 1000):
+            window = expected[:limit]
+            assert m.window(after, limit) == ([s for s, _ in window], [v for _, v in window])
 
 
 def test_fifo_use_stays_compact() -> None:
