@@ -53,7 +53,7 @@ from chute.sansio import NeedData
 from chute.server.host import Retry, ServerHost
 from chute.server.native_cursors import CursorRequests
 from chute.server.native_manage import ManagementRequests
-from chute.server.native_runs import SendRuns
+from chute.server.native_runs import SendRuns, sent_message
 from chute.server.partial import REFUSE_FROM
 from chute.server.peers import PEER_PACKETS, PeerLink
 from chute.server.stream import Hold, StreamConnection
@@ -180,7 +180,6 @@ class NativeConnection(SendRuns, ManagementRequests, CursorRequests, StreamConne
     def _process(self) -> None:
         """Handle every whole packet buffered, in order, unless a blocked send holds us."""
         codec = self.codec
-        handlers = self._handlers
         streams = self.broker.streams
         turn = self._turn()
         asked = False
@@ -206,15 +205,7 @@ class NativeConnection(SendRuns, ManagementRequests, CursorRequests, StreamConne
                     self._gather(header, packet)  # a send to a stream waits in a run
                 ):
                     continue
-                handler = handlers.get(type(packet))
-                if handler is None:
-                    raise RemoteProtocolError(
-                        f"a client may not send {type(packet).__name__}", "unexpected-packet"
-                    )
-                try:
-                    handler(header, packet)
-                except ChuteError as exc:
-                    self._fail(header, exc)
+                self._act_on(header, packet)
         except RemoteProtocolError as exc:
             self._end_run()  # what came before the violation is acted on
             self._protocol_error(exc)
@@ -254,12 +245,7 @@ class NativeConnection(SendRuns, ManagementRequests, CursorRequests, StreamConne
 
     def _on_send(self, header: p.Header, packet: p.Send) -> None:
         session = self._session(header.target_id)
-        message = packet.message
-        if not message.id:
-            message.id = new_message_id()
-            message.encoded = None
-        elif message.encoded is None and packet.content is not None:
-            message.encoded = packet.content
+        message = sent_message(packet)
         try:
             session.send(packet.address, message, ttl=packet.ttl_ms)
         except WouldBlock as exc:

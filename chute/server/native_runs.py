@@ -22,7 +22,7 @@ from typing import Any, Final, Protocol
 
 from chute.core.operations.session import BrokerSession
 from chute.core.rules.broker import Broker
-from chute.message import new_message_id
+from chute.message import Message, new_message_id
 from chute.protocol import packets as p
 from chute.protocol.splice import encode_ok
 from chute.server.native_manage import Driver
@@ -88,14 +88,7 @@ class SendRuns:
         session = self.sessions.get(header.target_id)
         taken = 0
         if session is not None and len(run) > 1:
-            for _, packet in run:
-                message = packet.message
-                if not message.id:
-                    message.id = new_message_id()
-                    message.encoded = None
-                elif message.encoded is None and packet.content is not None:
-                    message.encoded = packet.content
-            messages = [packet.message for _, packet in run]
+            messages = [sent_message(packet) for _, packet in run]
             taken = session.send_each(first.address, messages, ttl=first.ttl_ms)
             asking = [h for h, _ in run[:taken] if h.correlation_id]
             if asking:
@@ -106,6 +99,19 @@ class SendRuns:
             if not self.acting:  # it waits for room: the rest wait their turn
                 self._work = _one_by_one(self, sends)
                 return
+
+
+def sent_message(packet: p.Send) -> Message:
+    """The message ``packet`` sends, given an id if its producer left it without one (its
+    stored content then encoded again, with the id), else keeping the content as it came
+    to splice it into deliveries."""
+    message = packet.message
+    if not message.id:
+        message.id = new_message_id()
+        message.encoded = None
+    elif message.encoded is None and packet.content is not None:
+        message.encoded = packet.content
+    return message
 
 
 def _joins(last: tuple[p.Header, p.Send], header: p.Header, packet: p.Send) -> bool:
