@@ -120,7 +120,7 @@ content block of a message of a BATCH and ``times`` its (timestamp, expiration)
 
 
 def op_add_keys(kind: int, data: bytes, start: int, end: int, names: Names) -> list[AddKey]:
-    """The :data:`AddKey` of every add in a COMMIT or COMMIT_PREPARED payload.
+    """The :data:`AddKey` of every add in a COMMIT, COMMIT_PREPARED or PREPARE payload.
 
     Cheap: the messages are not decoded. Reclaiming asks which adds of a
     transaction record are still live before it decodes any; paging reads back
@@ -186,8 +186,8 @@ def op_heads(kind: int, data: bytes, start: int, end: int, names: Names) -> list
 def _op_spans(
     kind: int, data: bytes, start: int, end: int, names: Names, *, whole: bool = True
 ) -> Iterator[OpSpan]:
-    """The operations of the COMMIT or COMMIT_PREPARED payload ``data[start:end]``
-    (:func:`~chute.store.payload.op_spans`, after a COMMIT_PREPARED's xid)."""
+    """The operations of the COMMIT, COMMIT_PREPARED or PREPARE payload ``data[start:end]``
+    (:func:`~chute.store.payload.op_spans`, after the xid of the last two)."""
     if kind != Kind.COMMIT:
         _, start = names.read(data, start)
     return op_spans(data, start, end, whole=whole)
@@ -196,8 +196,8 @@ def _op_spans(
 def queue_blocks(  # noqa: PLR0917 - hot path, called positionally
     kind: int, data: bytes, start: int, end: int, queue: str, base: int = 0
 ) -> BlockLayout:
-    """Where the block of every add of ``queue`` is in an ADD, COMMIT or COMMIT_PREPARED
-    payload ``data[start:end]`` (its positions plus ``base``), without decoding a message:
+    """Where the block of every add of ``queue`` is in an ADD, COMMIT, COMMIT_PREPARED or
+    PREPARE payload ``data[start:end]`` (its positions plus ``base``), without decoding a message:
     what a stream read sends on as it is stored. A batch's messages are found by their
     lengths alone (:mod:`chute.store.blocklayout`).
 
@@ -212,7 +212,7 @@ def queue_blocks(  # noqa: PLR0917 - hot path, called positionally
             _block_of(data, start, end, key, base, found)
             return layout
         p = start
-        if kind != Kind.COMMIT:  # COMMIT_PREPARED: the xid first
+        if kind != Kind.COMMIT:  # COMMIT_PREPARED, PREPARE: the xid first
             (length,) = _U16.unpack_from(data, p)
             p += 2 + length
         (count,) = _U32.unpack_from(data, p)

@@ -89,10 +89,9 @@ from chute.store.pager import BlockLayouts, TxLayouts, read_blocks, read_paged
 from chute.store.payload import ENCODE_ERRORS, encode_add
 from chute.store.progress import RecoveryProgress
 from chute.store.reclaim import LiveIndex
-from chute.store.record import Kind
 from chute.store.records import (
     AddRecord,
-    CommitPreparedRecord,
+    CommitInPlaceRecord,
     CommitRecord,
     DefineRecord,
     FirstRecord,
@@ -176,11 +175,7 @@ class Journal:
         self._disk = disk
         self._recovered: Recovered | None = recovered
         self._changed = False  # anything but a definition appended since the open
-        # xid -> (ops, the PREPARE payload: a COMMIT_PREPARED's is the same bytes; None
-        # for a transaction recovered at the open, encoded again at its commit)
-        self._prepared: dict[str, tuple[tuple[TxOp, ...], bytes | None]] = {
-            xid: (ops, None) for xid, (ops, _) in index.prepared.items()
-        }
+        self._prepared: set[str] = set(index.prepared)  # the xids waiting for an end
         self._intake = Intake(self.directory)
         self._layouts = TxLayouts()  # guarded by the writer's index lock, like the index
         self._block_layouts = BlockLayouts()  # the same
@@ -286,26 +281,19 @@ class Journal:
             self._append_record(CommitRecord(tuple(ops)))
 
     def prepare(self, xid: str, ops: Sequence[TxOp]) -> None:
-        staged = tuple(ops)
-        payload = self._append_record(PrepareRecord(xid, staged))
-        self._prepared[xid] = (staged, payload)
+        self._append_record(PrepareRecord(xid, tuple(ops)))
+        self._prepared.add(xid)
 
     def commit_prepared(self, xid: str) -> None:
-        """The COMMIT_PREPARED record repeats the PREPARE's payload (the same layout),
-        not encoded a second time."""
-        found = self._prepared.pop(xid, None)
-        if found is None:
-            return
-        ops, payload = found
-        record = CommitPreparedRecord(xid, ops)
-        if payload is None:
-            self._append_record(record)
-        else:
-            self._changed = True
-            self._intake.append(Kind.COMMIT_PREPARED, payload, record)
+        """A COMMIT_IN_PLACE record, the xid alone: the messages stay in the PREPARE
+        record, written once (:mod:`chute.store.records`)."""
+        if xid in self._prepared:
+            self._prepared.discard(xid)
+            self._append_record(CommitInPlaceRecord(xid))
 
     def rollback_prepared(self, xid: str) -> None:
-        if self._prepared.pop(xid, None) is not None:
+        if xid in self._prepared:
+            self._prepared.discard(xid)
             self._append_record(RollbackPreparedRecord(xid))
 
     def sync(self, callback: SyncCallback) -> None:

@@ -8,7 +8,8 @@ a segment, so one ``pread`` per segment fetches a whole window; a record
 that the read-ahead cut short is read on its own.
 
 A location can point at an ADD record or at a transaction's COMMIT (or
-COMMIT_PREPARED) record holding the add among its operations. Such a record
+COMMIT_PREPARED, or a PREPARE committed in place) record holding the add among
+its operations. Such a record
 can hold thousands of messages (a transaction of 100,000 sends is one
 record), so it is read and checked whole once, the positions of its adds are
 remembered (:class:`TxLayouts`), and later windows read only the adds they
@@ -49,6 +50,8 @@ log = logging.getLogger(__name__)
 _SLACK: Final = 64 << 10  # read this much past the last record's start, for its body
 _OFFSET_MASK: Final = (1 << SEGMENT_SHIFT) - 1
 _READ_MOST: Final = 64 << 20  # of one record in a window's read (a longer one: on its own)
+_TX_KINDS: Final = frozenset({Kind.COMMIT, Kind.COMMIT_PREPARED, Kind.PREPARE})
+"""The records whose operations may hold a live add (a PREPARE's, once committed in place)."""
 
 
 Span = tuple[int, int, tuple[int, int] | None]
@@ -204,7 +207,7 @@ class _Reader:
                     seq,
                 )
                 return None
-            if kind in (Kind.COMMIT, Kind.COMMIT_PREPARED):
+            if kind in _TX_KINDS:
                 base = offset - p  # the file position of chunk[0]
                 keys = op_add_keys(kind, chunk, start, end, self.names)
                 layout = {
@@ -390,7 +393,7 @@ def _record_blocks(  # noqa: PLR0917 - private
     if magic != MAGIC or len(payload) != length or checksum(segment, offset, kind, payload) != crc:
         log.error("journal: paged record at segment %d offset %d is damaged", segment, offset)
         return None
-    if kind not in (Kind.ADD, Kind.COMMIT, Kind.COMMIT_PREPARED):
+    if kind != Kind.ADD and kind not in _TX_KINDS:
         log.error("journal: segment %d offset %d holds no add of %s", segment, offset, queue)
         return None
     base = offset - p  # the file position of chunk[0]

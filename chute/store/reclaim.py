@@ -8,7 +8,9 @@ and syncs those, and only then deletes.
 Positive records bring something to life: an add (one per queue it went to),
 a queue definition, a prepared transaction. Negative records end something:
 an ack, an undefine, a commit or rollback of a prepared transaction, a newer
-definition or prepare of the same name, a compacted copy of an add. Each
+definition or prepare of the same name, a compacted copy of an add. A commit in
+place (COMMIT_IN_PLACE) ends the prepare and brings its adds to life where the
+PREPARE record lies. Each
 negative *depends* on the segment holding the positive it cancelled.
 
 The rule (Artemis' ``Reclaimer``): a segment Fn may be deleted if and only if
@@ -53,6 +55,7 @@ from chute.store.records import (
     AcksRecord,
     AddRecord,
     CheckpointRecord,
+    CommitInPlaceRecord,
     CommitPreparedRecord,
     CommitRecord,
     DefineRecord,
@@ -131,6 +134,8 @@ class LiveIndex:
                 self.commit(ops, location)
             case PrepareRecord(xid, ops):
                 self.prepare(xid, ops, location)
+            case CommitInPlaceRecord(xid):
+                self.commit_in_place(xid, location)
             case CommitPreparedRecord(xid, ops):
                 self.end_prepared(xid, location)
                 self.commit(ops, location)
@@ -276,6 +281,18 @@ class LiveIndex:
         self.prepared[xid] = (ops, location)
         self._born(location)
 
+    def commit_in_place(self, xid: str, location: int) -> None:
+        """Commit prepared ``xid`` by the record at ``location``: its adds live where its
+        PREPARE lies, which no longer counts as a prepare. The commit depends on the
+        PREPARE's segment (as an ack on its add's), so it is kept for as long as that is:
+        a restart never finds the PREPARE without it."""
+        found = self.prepared.pop(xid, None)
+        if found is None:
+            return
+        ops, prepared_at = found
+        self._kill(prepared_at, location)
+        self.commit(ops, prepared_at)
+
     def end_prepared(self, xid: str, location: int) -> None:
         old = self.prepared.pop(xid, None)
         if old is not None:
@@ -411,7 +428,7 @@ def compaction_records(index: LiveIndex, segment: int, data: bytes | None) -> li
             if any(_location(locations, q, seq) == location for q in queues):
                 op, _ = decode_add(data, start, end, names)
                 out += _moved(index, op, location)
-        elif kind in (Kind.COMMIT, Kind.COMMIT_PREPARED):
+        elif kind in (Kind.COMMIT, Kind.COMMIT_PREPARED, Kind.PREPARE):
             if not any(
                 _location(locations, q, seq) == location
                 for seq, queues, _, _, _ in op_add_keys(kind, data, start, end, names)
@@ -419,8 +436,8 @@ def compaction_records(index: LiveIndex, segment: int, data: bytes | None) -> li
             ):
                 continue  # nothing in it is live: skip decoding its messages
             record = decode(kind, data, start, end, names)
-            if isinstance(record, CommitRecord | CommitPreparedRecord):
-                for tx_op in record.ops:
+            if isinstance(record, CommitRecord | CommitPreparedRecord | PrepareRecord):
+                for tx_op in record.ops:  # a PREPARE's once committed in place
                     if isinstance(tx_op, AddOp):
                         out += _moved(index, tx_op, location)
     return out + _prepares_in(index, segment)

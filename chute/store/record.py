@@ -63,6 +63,7 @@ class Kind(enum.IntEnum):
     PAD = 13  # nothing: where a record the disk refused was written (see the writer)
     SENT = 14  # a producer's request stored (duplicate detection)
     FIRST = 15  # where retention left a stream's first offset
+    COMMIT_IN_PLACE = 16  # a PREPARE committed where it lies (its xid only)
 
 
 def checksum(segment: int, offset: int, kind: int, payload: bytes | memoryview) -> int:

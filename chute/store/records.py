@@ -20,6 +20,8 @@ present u8 then the string)::
     COMMIT     ops
     PREPARE, COMMIT_PREPARED   xid s16 | ops
     ROLLBACK_PREPARED          xid s16
+    COMMIT_IN_PLACE            xid s16: commits the PREPARE of xid, whose adds stay
+                               where that record holds them; absent in older journals
     CHECKPOINT n u32 | (destination s16 | next_seq u64) x n
                | m u32 | (queue s16 | seq u64 | count u32) x m
                [| k u32 | (first u64 | last u64) x k: the segments the pass kept,
@@ -44,9 +46,12 @@ A PAD record takes the place of records the writer wrote but then refused
 (a failed sync, :mod:`chute.store.writer`): same length, same place, nothing in
 it, so the records around it stay where their checksums say they are.
 
-A COMMIT_PREPARED record repeats the transaction's operations instead of
-pointing back at its PREPARE: every record can be replayed on its own, so
-reclaiming never needs to keep a prepare alive for a commit that followed it.
+A prepared transaction is committed by a COMMIT_IN_PLACE record, its xid only:
+the messages stay in the PREPARE record, written (and synced) once, and that
+record is where they live from then on (:class:`~chute.store.reclaim.LiveIndex`
+keeps the commit for as long as the PREPARE's segment is kept, so the two are
+replayed together or not at all). Older journals committed with COMMIT_PREPARED,
+which repeats the transaction's operations; they are still read.
 
 Decoding raises only :class:`~chute.store.errors.CorruptRecord`.
 
@@ -167,6 +172,13 @@ class CommitPreparedRecord:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class CommitInPlaceRecord:
+    """Commits the prepared transaction ``xid``: its operations are its PREPARE's."""
+
+    xid: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class RollbackPreparedRecord:
     xid: str
 
@@ -219,6 +231,7 @@ Record = (
     | CommitRecord
     | PrepareRecord
     | CommitPreparedRecord
+    | CommitInPlaceRecord
     | RollbackPreparedRecord
     | CheckpointRecord
     | PadRecord
@@ -296,6 +309,8 @@ def encode(record: Record) -> tuple[Kind, bytes]:
             return Kind.PREPARE, encode_ops(ops, s16(xid))
         case CommitPreparedRecord(xid, ops):
             return Kind.COMMIT_PREPARED, encode_ops(ops, s16(xid))
+        case CommitInPlaceRecord(xid):
+            return Kind.COMMIT_IN_PLACE, s16(xid)
         case RollbackPreparedRecord(xid):
             return Kind.ROLLBACK_PREPARED, s16(xid)
         case CheckpointRecord(next_seq, counts, kept, firsts):
@@ -380,6 +395,8 @@ def _decode(kind: int, data: bytes, start: int, end: int, names: Names) -> Recor
             if kind == Kind.PREPARE:
                 return PrepareRecord(xid, ops)
             return CommitPreparedRecord(xid, ops)
+        case Kind.COMMIT_IN_PLACE:
+            return CommitInPlaceRecord(names.read(data, start)[0])
         case Kind.ROLLBACK_PREPARED:
             return RollbackPreparedRecord(names.read(data, start)[0])
         case Kind.CHECKPOINT:

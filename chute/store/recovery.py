@@ -68,6 +68,7 @@ from chute.store.records import (
     AcksRecord,
     AddRecord,
     CheckpointRecord,
+    CommitInPlaceRecord,
     CommitPreparedRecord,
     CommitRecord,
     DefineRecord,
@@ -245,6 +246,13 @@ def _index_segment(  # noqa: PLR0917 - private
                 _index_commit(kind, data, start, end, names, index, base | offset, sizes)
             else:
                 record = _without_transients(decode(kind, data, start, end, names))
+                if type(record) is CommitInPlaceRecord:  # its PREPARE's adds, sized now
+                    staged = index.prepared.get(record.xid)
+                    index.apply(record, base | offset)
+                    if staged is not None:
+                        _sized(CommitRecord(staged[0]), sizes)
+                    replayed += 1
+                    continue
                 index.apply(record, base | offset)
                 if type(record) is CheckpointRecord:
                     report.checkpoint = (segment, record.kept)
@@ -437,6 +445,8 @@ def replay(store: MemoryStore, record: Record) -> None:
         case CommitPreparedRecord(xid, ops):
             store.prepare(xid, ops)  # the record carries the operations it commits
             store.commit_prepared(xid)
+        case CommitInPlaceRecord(xid):
+            store.commit_prepared(xid)  # its PREPARE's, replayed before it
         case RollbackPreparedRecord(xid):
             store.rollback_prepared(xid)
         case CheckpointRecord(next_seq, counts, _, firsts):

@@ -87,16 +87,21 @@ def _described(ops: object) -> list[object]:
 
 
 def _records(directory: Path) -> list[tuple[int, int]]:
-    """(kind, operations) of every transaction record in the journal's segments."""
+    """(kind, operations) of every transaction record in the journal's segments (none for
+    a COMMIT_IN_PLACE: its xid is all it holds)."""
     out = []
     for number in list_segments(str(directory)):
         data = Path(segment_path(str(directory), number)).read_bytes()
-        for _, kind, start, _ in Scan(data, number, SEGMENT_HEADER_SIZE):
+        for _, kind, start, end in Scan(data, number, SEGMENT_HEADER_SIZE):
             if kind == Kind.COMMIT:
                 out.append((kind, entries(data, start)))
             elif kind in (Kind.PREPARE, Kind.COMMIT_PREPARED):
                 (length,) = struct.unpack_from(">H", data, start)
                 out.append((kind, entries(data, start + 2 + length)))
+            elif kind == Kind.COMMIT_IN_PLACE:
+                (length,) = struct.unpack_from(">H", data, start)
+                assert end == start + 2 + length
+                out.append((kind, 0))
     return out
 
 
@@ -167,8 +172,74 @@ def test_a_prepared_batch_survives_a_restart_whole_then_commits(journals: Journa
     ]
     assert [entry for entry in _records(journals.directory)] == [
         (Kind.PREPARE, 1),
-        (Kind.COMMIT_PREPARED, 1),
+        (Kind.COMMIT_IN_PLACE, 0),  # the messages are written once, in the PREPARE
     ]
+
+
+def _fill(journal: Journal, times: int, tag: str) -> None:
+    """Records that roll the journal past a segment or two and keep nothing alive."""
+    for i in range(times):
+        queue = f"queue:{tag}{i}"
+        journal.commit(run(1, 60, queue=queue))
+        journal.acks(queue, list(range(1, 61)))
+
+
+def test_a_commit_in_place_is_kept_as_long_as_its_prepare_and_both_go_together(
+    journals: Journals,
+) -> None:
+    journal = stream_journal(journals, segment_size=16 << 10)
+    ops = run(1, 30)
+    journal.prepare("xid-1", ops)
+    journal.flush()
+    prepared_in = list_segments(str(journals.directory))[-1]
+    _fill(journal, 2, "before")
+    journal.commit_prepared("xid-1")
+    _fill(journal, 3, "after")  # the commit's segment holds nothing live any more
+    journal.flush()
+    journal.reclaim()
+    segments = list_segments(str(journals.directory))
+    assert prepared_in in segments
+    assert (Kind.COMMIT_IN_PLACE, 0) in _records(journals.directory)  # kept with its PREPARE
+    journal = journals.reopen(journal, sync="never", segment_size=16 << 10)
+    recovered = journal.recover()
+    assert recovered.prepared == {}  # committed, not back in doubt
+    want = [(op.seq, describe(op.message)) for op in ops]
+    assert [(m.seq, describe(m.message)) for m in recovered.messages[S]] == want
+    assert [(b[0], bytes(b[5])) for b in journal.page_blocks(S, 0, 100)] == [
+        (op.seq, encode_content(op.message)) for op in ops
+    ]  # a stream's read slices the blocks out of the PREPARE
+    journal.acks(S, [op.seq for op in ops])
+    _fill(journal, 2, "again")
+    journal.flush()
+    journal.reclaim()
+    assert prepared_in not in list_segments(str(journals.directory))
+    assert (Kind.COMMIT_IN_PLACE, 0) not in _records(journals.directory)
+    journal = journals.reopen(journal, sync="never", segment_size=16 << 10)
+    recovered = journal.recover()
+    assert recovered.prepared == {}
+    assert recovered.messages.get(S, []) == []
+
+
+def test_a_prepare_committed_in_place_and_mostly_acked_is_compacted(
+    journals: Journals,
+) -> None:
+    journal = stream_journal(journals, segment_size=16 << 10, compact_ratio=0.5)
+    ops = run(1, 40)
+    journal.prepare("xid-1", ops)
+    journal.commit_prepared("xid-1")
+    journal.acks(S, list(range(1, 31)))
+    journal.flush()
+    first = list_segments(str(journals.directory))[0]
+    _fill(journal, 2, "filler")
+    journal.flush()
+    journal.reclaim()
+    assert first not in list_segments(str(journals.directory))  # its live part moved on
+    kept = [(op.seq, describe(op.message)) for op in ops[30:]]
+    assert [(m.seq, describe(m.message)) for m in journal.page_in(S, 0, 100)] == kept
+    journal = journals.reopen(journal, sync="never", segment_size=16 << 10)
+    recovered = journal.recover()
+    assert recovered.prepared == {}
+    assert [(m.seq, describe(m.message)) for m in recovered.messages[S]] == kept
 
 
 def test_send_many_to_a_stream_is_one_batch_read_from_any_offset(tmp_path: Path) -> None:
