@@ -140,18 +140,12 @@ class Stream(StreamLog):
 
     def hold(self, seq: int) -> None:
         """``seq`` is a prepared send's, placed at its commit: readers wait below it."""
-        self.reserved.add(seq)
-        heapq.heappush(self._held, seq)
+        self.hold_range(seq, seq + 1)
 
     def hold_range(self, first: int, end: int) -> None:
-        """:meth:`hold` each of ``[first, end)`` (a prepared chunk's run)."""
+        """:meth:`hold` each of ``[first, end)`` (a prepared chunk's run): one run held."""
         self.reserved.update(range(first, end))
-        held = self._held
-        if not held:
-            held.extend(range(first, end))  # ascending: a heap as it is
-            return
-        for seq in range(first, end):
-            heapq.heappush(held, seq)
+        heapq.heappush(self._held, [first, end])
 
     def release(self, seq: int) -> None:
         """A reserved offset that will never be placed (its transaction rolled back)."""

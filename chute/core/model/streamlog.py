@@ -47,7 +47,9 @@ class StreamLog:
         self.count = 0  # messages kept
         self.bytes = 0  # their Message.size
         self.reserved: set[int] = set()  # offsets of prepared sends, placed at their commit
-        self._held: list[int] = []  # the same as a heap (lazily pruned): head is O(log n)
+        # the same as a heap of runs [first, end) (disjoint: an offset is held once), each
+        # run's first moved on lazily past what was placed or released since
+        self._held: list[list[int]] = []
         self._tail: list[Entry] = []  # the newest messages, in offset order
         self._tail_from = 0  # entries of _tail before this index are gone
         self._tail_bytes = 0
@@ -79,9 +81,16 @@ class StreamLog:
             if held:  # every one placed or released: none to drop one by one
                 held.clear()
             return self.next_seq
-        while held and held[0] not in reserved:  # placed or released since: drop lazily
+        while held:
+            run = held[0]
+            seq, end = run
+            while seq < end and seq not in reserved:  # placed or released since
+                seq += 1
+            if seq < end:
+                run[0] = seq  # still below every other run: they are disjoint
+                return min(self.next_seq, seq)
             heapq.heappop(held)
-        return min(self.next_seq, held[0]) if held else self.next_seq
+        return self.next_seq
 
     @property
     def last(self) -> int:

@@ -129,7 +129,7 @@ class CommittedBatches:
             self.host.send(BATCHES, _marker_message(marker))
             if previous is not None:
                 _settle(queue, previous[1])
-        for xid in xids:
+        for xid in xa.in_prepare_order(xids):  # a stream's chunks in offset order
             xa.commit(xid)
         if keep:
             self.latest[sink] = (marker, seq)

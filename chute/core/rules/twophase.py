@@ -94,6 +94,13 @@ class PreparedTransactions:
         """Every prepared transaction waiting for commit or rollback, sorted."""
         return sorted(self._by_xid)
 
+    def in_prepare_order(self, xids: Iterable[str]) -> list[str]:
+        """``xids`` in the order they were prepared (any not prepared last, as given): a
+        sink's chunks of a stream then commit in offset order, each appended whole."""
+        rank = {xid: i for i, xid in enumerate(self._by_xid)}
+        last = len(rank)
+        return sorted(xids, key=lambda xid: rank.get(xid, last))
+
     def __contains__(self, xid: str) -> bool:
         return xid in self._by_xid
 

@@ -225,3 +225,19 @@ def test_a_local_transaction_s_sends_to_a_stream_are_appended_as_one_batch(
         f"id{i}" for i in (0, 1, 2, 3, 5, 6)
     ]
     assert broker.queues["queue:q"].held == 1
+
+
+def test_a_sink_s_chunks_listed_out_of_order_commit_in_offset_order_and_stay_in_memory() -> None:
+    broker = make_broker()
+    conn = BrokerConnection(broker)
+    n = 50
+    for chunk in range(3):  # the offsets of chunk c are c*n+1 .. (c+1)*n
+        session = conn.session(transacted=True)
+        session.send_many(S, [message(chunk * n + i) for i in range(n)])
+        session.prepare(f"x{chunk}")
+    # the driver lists them as the sink's tasks finished
+    assert conn.commit_batch("sink", 0, ("x2", "x0", "x1"), keep=False)
+    stream = broker.streams[S]
+    assert [e.seq for e in stream._tail[stream._tail_from :]] == list(range(1, 3 * n + 1))
+    tail_is_consistent(stream)
+    assert stream.head == 3 * n + 1
