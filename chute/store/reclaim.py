@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence, Set
+from typing import cast
 
 from chute.core.model.store import AckOp, AddOp, QueueDefinition, TxOp
 from chute.store.heads import add_keys, op_add_keys
@@ -270,11 +271,47 @@ class LiveIndex:
             segment = location >> SEGMENT_SHIFT
             self.live[segment] = self.live.get(segment, 0) + added
             self.written[segment] = self.written.get(segment, 0) + added
-        for op in ops:
+        i, n = 0, len(ops)
+        while i < n:
+            op = ops[i]
             if isinstance(op, AddOp):
-                self._add(op, 0, location)
+                i = self._add_run(ops, i, location)
             else:
                 self.ack(op, location)
+                i += 1
+
+    def _add_run(self, ops: Sequence[TxOp], i: int, location: int) -> int:
+        """:meth:`_add` the adds from ``ops[i]`` on that one queue's map takes as a run (a
+        batch: one destination and queue, consecutive numbers) at once; the index after
+        those indexed (at least ``ops[i]``)."""
+        first = cast("AddOp", ops[i])
+        queues = first.queues
+        j = i + 1
+        if len(queues) == 1:
+            seq, destination, n = first.seq, first.destination, len(ops)
+            while j < n:
+                op = ops[j]
+                if (
+                    type(op) is not AddOp
+                    or op.seq != seq + (j - i)
+                    or op.queues != queues
+                    or op.destination != destination
+                ):
+                    break
+                j += 1
+        if j - i < 3:
+            self._add(first, 0, location)
+            return i + 1
+        self._add(first, 0, location)  # makes the queue's map if it has none
+        held = self.locations[queues[0]]
+        if held.append_run(first.seq + 1, j - i - 1, location):
+            last = first.seq + (j - i - 1)
+            if self.next_seq.get(first.destination, 0) <= last:
+                self.next_seq[first.destination] = last + 1
+        else:
+            for k in range(i + 1, j):
+                self._add(cast("AddOp", ops[k]), 0, location)
+        return j
 
     def prepare(self, xid: str, ops: tuple[TxOp, ...], location: int) -> None:
         self.end_prepared(xid, location)

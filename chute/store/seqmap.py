@@ -68,6 +68,17 @@ class SeqMap:
             return True
         return False
 
+    def append_run(self, seq: int, count: int, location: int) -> bool:
+        """:meth:`append_next` of ``seq`` .. ``seq + count - 1`` at once, all at ``location``
+        (a batch's messages share their record); False, nothing done, where
+        :meth:`append_next` of ``seq`` would be."""
+        slots = self._slots
+        if self._count and not self._extra and seq - self._base == len(slots) and location > 0:
+            slots.extend(array("Q", (location,)) * count)
+            self._count += count
+            return True
+        return False
+
     def __setitem__(self, seq: int, location: int) -> None:
         if location <= 0:
             raise ValueError(f"location {location} cannot be stored (must be positive)")

@@ -11,7 +11,7 @@ from chute.core.model.store import AckOp, AddOp, QueueDefinition, QueueKind, Sto
 from chute.errors import StoreError
 from chute.store.journal import Journal
 from chute.store.memory import MemoryStore
-from chute.store.reclaim import Plan, plan
+from chute.store.reclaim import LiveIndex, Plan, plan
 
 from .conftest import Journals
 from .helpers import add, msg, snapshot
@@ -336,3 +336,25 @@ def test_a_pass_cut_short_between_two_deletions_resurrects_nothing(journals: Jou
     journal.reclaim()
     journal = journals.reopen(journal)
     assert snapshot(journal.recover()) == snapshot(reference.recover())
+
+
+def test_a_committed_run_is_indexed_as_each_of_its_adds() -> None:
+    q = "stream:s"
+    runs: list[list[AddOp | AckOp]] = [
+        [add(q, seq) for seq in range(1, 50)],
+        [add(q, seq) for seq in range(50, 52)],
+    ]
+    runs.append([add(q, 60), add(q, 61), AckOp(q, 3), add(q, 62), add(q, 63), add(q, 64)])
+    runs.append([add(q, seq) for seq in range(100, 120)])  # after a gap
+    at_once, each = LiveIndex(), LiveIndex()
+    for n, ops in enumerate(runs, 1):
+        at_once.commit(ops, n << 32 | 100)
+        for op in ops:
+            each.commit([op], n << 32 | 100)
+    assert dict(at_once.locations[q].items()) == dict(each.locations[q].items())
+    assert (at_once.live, at_once.written, at_once.next_seq, at_once.deps) == (
+        each.live,
+        each.written,
+        each.next_seq,
+        each.deps,
+    )

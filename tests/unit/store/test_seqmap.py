@@ -55,3 +55,22 @@ def test_a_location_of_zero_is_refused() -> None:
     m = SeqMap()
     with pytest.raises(ValueError, match="positive"):
         m[1] = 0
+
+
+@settings(max_examples=100)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(1, 50)), max_size=30))
+def test_a_run_appended_at_once_is_the_same_as_each_set(runs: list[tuple[int, int]]) -> None:
+    model: dict[int, int] = {}
+    m = SeqMap()
+    seq = 1
+    for gap, count in runs:
+        seq += gap  # after a gap the run is refused, and set one by one
+        location = seq * 10
+        if not m.append_run(seq, count, location):
+            for k in range(seq, seq + count):
+                m[k] = location
+        for k in range(seq, seq + count):
+            model[k] = location
+        seq += count
+        assert dict(m.items()) == model
+        assert len(m) == len(model)
