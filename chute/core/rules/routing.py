@@ -79,6 +79,29 @@ def stream_routes(
     return routes
 
 
+def stream_run(
+    stream: Stream, messages: Sequence[Message], now: int, ttl: int = 0
+) -> tuple[list[Entry], list[TxOp]]:
+    """:func:`stream_routes` without a :class:`Route` a message, for a prepared chunk: the
+    entries ``stream`` appends at the commit and the adds the store records."""
+    seq = stream.next_seq
+    stream.next_seq = seq + len(messages)
+    address = stream.address
+    queues = (address,)
+    expiration = now + ttl if ttl > 0 else 0
+    entries: list[Entry] = []
+    adds: list[TxOp] = []
+    entry, add = entries.append, adds.append
+    for offset, message in enumerate(messages, seq):
+        message.timestamp = now
+        if expiration:
+            message.expiration = expiration
+        message.persistent = True
+        entry(Entry(offset, message))
+        add(AddOp(address, queues, offset, message))
+    return entries, adds
+
+
 def take_each(
     stream: Stream, messages: Sequence[Message], store: Store, now: int, ttl: int = 0
 ) -> int:

@@ -40,7 +40,7 @@ from chute.core.model.queue import QueueChannel
 from chute.core.model.registry import Destination, Registry
 from chute.core.model.store import AckOp, AddOp, Recovered, TxOp
 from chute.core.model.stream import Stream
-from chute.core.rules.routing import Route, stream_routes, takes_itself
+from chute.core.rules.routing import Route, stream_run, takes_itself
 from chute.core.rules.transaction import Nacked, Send, Taken, apply, give_back, runs
 from chute.errors import NotFound, TransactionError
 from chute.message import Message
@@ -70,6 +70,8 @@ class Prepared:
     acks: list[Taken]
     since: int  # broker clock (ms) when prepared, or when recovered
     nacks: list[Nacked] = field(default_factory=list)
+    chunks: list[tuple[Stream, list[Entry]]] = field(default_factory=list)
+    """Runs of sends to a stream that takes them itself: appended whole at the commit."""
 
 
 class PreparedTransactions:
@@ -122,18 +124,19 @@ class PreparedTransactions:
             raise TransactionError(f"transaction {xid!r} is already prepared")
         host = self.host
         routes: list[Route] = []
+        chunks: list[tuple[Stream, list[Entry]]] = []
         ops: list[TxOp] = []
         found: dict[str, Destination] = {}  # a chunk's sends go to one or a few
         for address, ttl, messages in runs(sends):
             dest = found.get(address)
             if dest is None:
                 dest = found[address] = host.destination(address)
-            if takes_itself(dest):  # a chunk to a stream: routed in one pass
+            if takes_itself(dest):  # a chunk to a stream: taken in one pass, no route each
                 first = dest.next_seq
-                routed = stream_routes(dest, messages, host.clock(), ttl)
-                ops += [route.record for route in routed if route.record is not None]
+                entries, adds = stream_run(dest, messages, host.clock(), ttl)
+                ops += adds
                 dest.hold_range(first, dest.next_seq)  # readers of the stream wait for it
-                routes += routed
+                chunks.append((dest, entries))
                 continue
             routed = []
             for message in messages:
@@ -149,14 +152,21 @@ class PreparedTransactions:
             if queue.durable and entry.message.persistent:
                 ops.append(AckOp(queue.name, entry.seq))
         host.store.prepare(xid, ops)
-        self._by_xid[xid] = Prepared(xid, routes, list(acks), host.clock(), list(nacks))
+        self._by_xid[xid] = Prepared(xid, routes, list(acks), host.clock(), list(nacks), chunks)
 
     def commit(self, xid: str) -> None:
         """Apply a prepared transaction. Raises NotFound for an unknown xid."""
         prepared = self._take(xid)
         host = self.host
         host.store.commit_prepared(xid)
-        apply(prepared.acks, lambda: host.place_all(prepared.routes), prepared.nacks, recorded=True)
+
+        def place() -> None:
+            host.place_all(prepared.routes)
+            for stream, entries in prepared.chunks:
+                if not stream.deleted:
+                    stream.append(entries)
+
+        apply(prepared.acks, place, prepared.nacks, recorded=True)
 
     def rollback(self, xid: str) -> None:
         """Discard a prepared transaction; its acked and nacked messages are delivered
@@ -166,6 +176,9 @@ class PreparedTransactions:
         for route in prepared.routes:
             if route.appended is not None:
                 route.appended[0].release(route.appended[1].seq)
+        for stream, entries in prepared.chunks:
+            for entry in entries:
+                stream.release(entry.seq)
         give_back(prepared.acks, prepared.nacks)
 
     def expire(self, now: int, timeout_ms: int) -> list[str]:

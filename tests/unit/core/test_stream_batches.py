@@ -241,3 +241,20 @@ def test_a_sink_s_chunks_listed_out_of_order_commit_in_offset_order_and_stay_in_
     assert [e.seq for e in stream._tail[stream._tail_from :]] == list(range(1, 3 * n + 1))
     tail_is_consistent(stream)
     assert stream.head == 3 * n + 1
+
+
+def test_a_prepared_chunk_rolled_back_releases_its_offsets_and_the_next_commits() -> None:
+    broker = make_broker()
+    conn = BrokerConnection(broker)
+    for chunk, n in (("a", 5), ("b", 3)):
+        session = conn.session(transacted=True)
+        session.send_many(S, [message(i) for i in range(n)])
+        session.prepare(chunk)
+    stream = broker.streams[S]
+    assert stream.head == 1  # both wait
+    broker.xa.rollback("a")
+    assert stream.head == 6  # "b" holds offsets 6 .. 8
+    broker.xa.commit("b")
+    assert (stream.head, stream.count, stream.reserved) == (9, 3, set())
+    assert [e.seq for e in stream.read(1, stream.head)[1]] == [6, 7, 8]
+    tail_is_consistent(stream)
