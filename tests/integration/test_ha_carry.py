@@ -14,6 +14,7 @@ import pytest
 import chute
 from chute.errors import TransactionLost
 from tests.integration.conftest import ChuteServer
+from tests.integration.test_cluster_nodes import until
 from tests.integration.test_ha import DEADLINE, QUEUE, Pair, kill
 from tests.integration.test_ha import pair as pair  # noqa: PLC0414
 
@@ -62,10 +63,12 @@ def _leave_behind(conn: chute.Connection) -> None:
     assert [m.text for _, m in page] == ["feed-0", "feed-1"]
     conn.cursor_ack("topic:feed", "reader", after_two)
     conn.cursor_close("topic:feed", "reader")
-    # a stream of five messages, at offsets 1..5
+    # a stream of five messages, at offsets 1..5: confirmed once stored, they are in the
+    # stream once the node knows it is the stream's home (asked of etcd at the first
+    # send; until then they wait, stored: docs/cluster.md, "Streams in a cluster")
     for n in range(5):
         s.send("stream:log", f"log-{n}")
-    assert conn.cursor_open("stream:log") == (1, 6)
+    until(lambda: conn.cursor_open("stream:log") == (1, 6), "the five in the stream")
     # a message refused for good, in the dead-letter queue
     s.send("queue:work", "poison")
     rejecting = conn.session(ack="client")
