@@ -4,8 +4,10 @@ are gone."""
 
 from __future__ import annotations
 
+import contextlib
 import decimal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,43 +18,41 @@ from .amqp_support import AmqpServer
 from .conftest import free_port, start_server
 
 
-def _start(tmp: Path, amqp_port: int) -> AmqpServer:
+@contextlib.contextmanager
+def _running(tmp: Path, amqp_port: int) -> Iterator[AmqpServer]:
+    """A broker over the journal in ``tmp``, stopped cleanly (no traceback) at the end:
+    each use is one run of the broker, the next one a restart."""
     srv = start_server(tmp, "--amqp-port", str(amqp_port), data_dir=tmp / "data")
-    return AmqpServer(srv, amqp_port, 0)
-
-
-def _stop(broker: AmqpServer) -> None:
-    assert broker.server.stop() == 0
-    assert "Traceback" not in broker.server.output, broker.server.output
+    broker = AmqpServer(srv, amqp_port, 0)
+    try:
+        yield broker
+    finally:
+        assert broker.server.stop() == 0
+        assert "Traceback" not in broker.server.output, broker.server.output
 
 
 def test_durable_exchanges_and_bindings_survive_a_restart(tmp_path: Path) -> None:
     port = free_port()
-    broker = _start(tmp_path, port)
-    try:
-        with broker.connect() as conn:
-            channel = conn.channel()
-            channel.confirm_delivery()
-            channel.exchange_declare("orders", "direct", durable=True)
-            channel.exchange_declare("gone", "fanout", durable=True)
-            channel.exchange_declare("scratch", "fanout", durable=False)
-            channel.exchange_declare("headers.x", "headers", durable=True)
-            channel.queue_declare("orders.eu", durable=True)
-            channel.queue_declare("orders.all", durable=True)
-            channel.queue_bind("orders.eu", "orders", routing_key="eu")
-            channel.queue_bind("orders.all", "orders", routing_key="eu")
-            channel.queue_bind("orders.all", "orders", routing_key="us")
-            channel.queue_unbind("orders.all", "orders", routing_key="us")
-            channel.queue_bind(
-                "orders.all", "headers.x", arguments={"x-match": "any", "region": "apac"}
-            )
-            channel.exchange_delete("gone")
-            persistent = pika.BasicProperties(delivery_mode=2)
-            channel.basic_publish("orders", "eu", b"before", persistent)
-    finally:
-        _stop(broker)
-    broker = _start(tmp_path, port)
-    try:
+    with _running(tmp_path, port) as broker, broker.connect() as conn:
+        channel = conn.channel()
+        channel.confirm_delivery()
+        channel.exchange_declare("orders", "direct", durable=True)
+        channel.exchange_declare("gone", "fanout", durable=True)
+        channel.exchange_declare("scratch", "fanout", durable=False)
+        channel.exchange_declare("headers.x", "headers", durable=True)
+        channel.queue_declare("orders.eu", durable=True)
+        channel.queue_declare("orders.all", durable=True)
+        channel.queue_bind("orders.eu", "orders", routing_key="eu")
+        channel.queue_bind("orders.all", "orders", routing_key="eu")
+        channel.queue_bind("orders.all", "orders", routing_key="us")
+        channel.queue_unbind("orders.all", "orders", routing_key="us")
+        channel.queue_bind(
+            "orders.all", "headers.x", arguments={"x-match": "any", "region": "apac"}
+        )
+        channel.exchange_delete("gone")
+        persistent = pika.BasicProperties(delivery_mode=2)
+        channel.basic_publish("orders", "eu", b"before", persistent)
+    with _running(tmp_path, port) as broker:
         with broker.connect() as conn:
             channel = conn.channel()
             channel.exchange_declare("orders", "direct", durable=True, passive=True)
@@ -70,8 +70,6 @@ def test_durable_exchanges_and_bindings_survive_a_restart(tmp_path: Path) -> Non
                 with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
                     conn.channel().exchange_declare(name, passive=True)
                 assert info.value.reply_code == 404
-    finally:
-        _stop(broker)
 
 
 DELAY = {
@@ -102,19 +100,14 @@ def test_a_durable_queues_arguments_hold_after_a_restart_without_a_redeclare(
     again, and a redeclare with other arguments is refused; a deleted queue's
     declaration is not kept."""
     port = free_port()
-    broker = _start(tmp_path, port)
-    try:
-        with broker.connect() as conn:
-            channel = conn.channel()
-            channel.queue_declare("bounded", durable=True, arguments={"x-max-length": 2})
-            channel.queue_declare("ready", durable=True)
-            channel.queue_declare("delay", durable=True, arguments=DELAY)
-            channel.queue_declare("dropped", durable=True, arguments={"x-max-length": 1})
-            channel.queue_delete("dropped")
-    finally:
-        _stop(broker)
-    broker = _start(tmp_path, port)
-    try:
+    with _running(tmp_path, port) as broker, broker.connect() as conn:
+        channel = conn.channel()
+        channel.queue_declare("bounded", durable=True, arguments={"x-max-length": 2})
+        channel.queue_declare("ready", durable=True)
+        channel.queue_declare("delay", durable=True, arguments=DELAY)
+        channel.queue_declare("dropped", durable=True, arguments={"x-max-length": 1})
+        channel.queue_delete("dropped")
+    with _running(tmp_path, port) as broker:
         with broker.connect() as conn:
             channel = conn.channel()
             channel.confirm_delivery()
@@ -135,5 +128,3 @@ def test_a_durable_queues_arguments_hold_after_a_restart_without_a_redeclare(
             with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
                 channel.queue_declare("dropped", passive=True)
             assert info.value.reply_code == 404
-    finally:
-        _stop(broker)

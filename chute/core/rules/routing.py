@@ -55,28 +55,40 @@ class WouldBlock(DestinationFull):
         )
 
 
-def stream_routes(
-    stream: Stream, messages: Sequence[Message], now: int, ttl: int = 0
-) -> list[Route]:
-    """The routes of ``messages`` accepted together at ``now`` by ``stream`` (one that
-    takes them itself, :func:`takes_itself`): consecutive offsets from the
-    stream's next, each message stamped and kept persistent, in one pass with no
-    question asked per message (:meth:`Broker.route` asks which partition, which
-    node, which kind of destination for each)."""
-    seq = stream.next_seq
-    stream.next_seq = seq + len(messages)
+def stamped_adds(
+    stream: Stream, messages: Sequence[Message], now: int, ttl: int, seq: int
+) -> list[AddOp]:
+    """The adds of ``messages`` accepted together at ``now`` by ``stream``, at consecutive
+    offsets from ``seq``: each message stamped (its time, its expiry from ``ttl``) and
+    kept persistent (a stream keeps everything it takes, in the store). The stream's
+    numbering is the caller's to move on."""
     address = stream.address
     queues = (address,)
     expiration = now + ttl if ttl > 0 else 0
-    routes: list[Route] = []
-    append = routes.append
+    adds: list[AddOp] = []
+    append = adds.append
     for offset, message in enumerate(messages, seq):
         message.timestamp = now
         if expiration:
             message.expiration = expiration
         message.persistent = True
-        append(Route([], AddOp(address, queues, offset, message), (stream, Entry(offset, message))))
-    return routes
+        append(AddOp(address, queues, offset, message))
+    return adds
+
+
+def stream_routes(
+    stream: Stream, messages: Sequence[Message], now: int, ttl: int = 0
+) -> list[Route]:
+    """The routes of ``messages`` accepted together at ``now`` by ``stream`` (one that
+    takes them itself, :func:`takes_itself`): :func:`stamped_adds` from the stream's
+    next offset, in one pass with no question asked per message (:meth:`Broker.route`
+    asks which partition, which node, which kind of destination for each)."""
+    seq = stream.next_seq
+    stream.next_seq = seq + len(messages)
+    return [
+        Route([], add, (stream, Entry(add.seq, add.message)))
+        for add in stamped_adds(stream, messages, now, ttl, seq)
+    ]
 
 
 def stream_run(
@@ -86,20 +98,8 @@ def stream_run(
     entries ``stream`` appends at the commit and the adds the store records."""
     seq = stream.next_seq
     stream.next_seq = seq + len(messages)
-    address = stream.address
-    queues = (address,)
-    expiration = now + ttl if ttl > 0 else 0
-    entries: list[Entry] = []
-    adds: list[TxOp] = []
-    entry, add = entries.append, adds.append
-    for offset, message in enumerate(messages, seq):
-        message.timestamp = now
-        if expiration:
-            message.expiration = expiration
-        message.persistent = True
-        entry(Entry(offset, message))
-        add(AddOp(address, queues, offset, message))
-    return entries, adds
+    adds = stamped_adds(stream, messages, now, ttl, seq)
+    return [Entry(add.seq, add.message) for add in adds], list(adds)
 
 
 def take_each(
@@ -113,17 +113,8 @@ def take_each(
     it is durable); if it cannot (a field too long for the journal), each as its own
     add. Returns how many were taken: fewer than all when the store cannot record one;
     that one and those after it are not taken, and no offset is skipped."""
-    expiration = now + ttl if ttl > 0 else 0
-    address = stream.address
-    queues = (address,)
     seq = stream.next_seq
-    ops: list[TxOp] = []
-    for offset, message in enumerate(messages, seq):
-        message.timestamp = now
-        if expiration:
-            message.expiration = expiration
-        message.persistent = True  # a stream keeps everything it takes, in the store
-        ops.append(AddOp(address, queues, offset, message))
+    ops: list[TxOp] = list(stamped_adds(stream, messages, now, ttl, seq))
     try:
         store.commit(ops)
     except StoreError:
